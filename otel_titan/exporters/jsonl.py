@@ -1,0 +1,254 @@
+"""The default handler: one JSONL file per process, in torchtitan's record format.
+
+File: ``{output_dir}/structured_logs/{source}.global_rank_{rank}.{YYYYmmdd-HHMMSS}-{6 chars}.jsonl``,
+rotated at ``max_file_size_mb`` into ``….jsonl.1`` … ``….jsonl.<backup_count>``.
+
+Besides one record per span start/end, instant and scalar (see
+`records.py` and docs/schema.md), the file holds three kinds of records about
+the logger itself:
+
+* ``structured_logger_opened``: first line of the file;
+* ``records_dropped``: written when there is room again after records were
+  lost, with the totals so far (``dropped_records``: queue full,
+  ``failed_records``: writes that failed) and ``value`` = the loss since the
+  previous report;
+* ``structured_logger_closed``: last line of a clean shutdown, with
+  ``written_records``, ``dropped_records`` and ``failed_records``. A file
+  without it belongs to a process that did not finish cleanly.
+
+A write that fails (disk full, EIO, directory gone or read-only) never reaches
+the training thread: the batch is counted in ``failed_records``, one warning
+is logged per episode, and writing resumes (recreating the file if it
+vanished) as soon as a write succeeds again.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+import string
+import sys
+import time
+from typing import Any, Sequence
+
+from otel_titan.exporters.base import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
+from otel_titan.exporters.records import META_EVENTS, RecordEncoder
+from otel_titan.exporters.rotating_file import RotatingFile
+from otel_titan.structured_logger.identity import RunIdentity
+
+__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path"]
+
+_log = logging.getLogger("otel_titan")
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def jsonl_file_path(output_dir: str, source: str, rank: int, now: float | None = None) -> str:
+    """A new file path following torchtitan's naming rule.
+
+    Example:
+        >>> jsonl_file_path("out", "training", 3, now=0).startswith("out/structured_logs/training.global_rank_3.19700101-000000-")
+        True
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    suffix = "".join(secrets.choice(_ALPHABET) for _ in range(6))
+    return os.path.join(output_dir, "structured_logs", f"{source}.global_rank_{rank}.{stamp}-{suffix}.jsonl")
+
+
+class JsonlSpanExporter(StartAwareSpanExporter):
+    """Write every start, end, instant and scalar as JSONL records, as they happen.
+
+    Example:
+        >>> # registered by `register_jsonl_handler`; standalone use:
+        >>> # exporter = JsonlSpanExporter("run/structured_logs/x.jsonl", identity, max_bytes=128 << 20, backup_count=3)
+    """
+
+    def __init__(
+        self,
+        path: str,
+        identity: RunIdentity,
+        *,
+        max_bytes: int = 128 * 1024 * 1024,
+        backup_count: int = 3,
+        stats: PipelineStats | None = None,
+        opened_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
+        self._encoder = RecordEncoder(identity)
+        self._stats = stats
+        self._opened_fields = opened_fields or {}
+        self._opened_at_ns = time.time_ns()  # the opening record carries the creation time
+        self._opened = False
+        self._closed = False
+        self.written_records = 0
+        self.failed_records = 0
+        self._reported_loss = 0  # dropped + failed already reported in a records_dropped line
+        self._failing_since: float | None = None
+        self._pending_meta: list[bytes] = []
+
+    # -- accounting ---------------------------------------------------------------------------
+    @property
+    def dropped_records(self) -> int:
+        """Records the capture queue dropped (process-wide)."""
+        return self._stats.dropped_records if self._stats is not None else 0
+
+    def _loss_report(self) -> bytes | None:
+        lost = self.dropped_records + self.failed_records
+        if lost == self._reported_loss:
+            return None
+        line = self._encoder.meta_line(
+            META_EVENTS.DROPPED,
+            {
+                "value": lost - self._reported_loss,
+                "dropped_records": self.dropped_records,
+                "failed_records": self.failed_records,
+                "message": f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
+                "log_level": "WARNING",
+            },
+        )
+        self._reported_loss = lost
+        return line
+
+    # -- exporting ----------------------------------------------------------------------------
+    def export_timeline(self, timeline: Sequence[TimelineItem]) -> SpanExportResult:
+        """Encode and append the records of `timeline` (called on the processor thread)."""
+        if self._closed:
+            return SpanExportResult.FAILURE
+        lines: list[bytes] = []
+        was_opened, reported = self._opened, self._reported_loss
+        if not was_opened:
+            self._opened = True
+            lines.append(self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns))
+        report = self._loss_report()
+        if report is not None:
+            lines.append(report)
+        meta = len(lines)
+        encode = self._encoder.lines
+        for ended, span in timeline:
+            lines.extend(encode(ended, span))
+        result = self._write(lines, len(lines) - meta)
+        if result is SpanExportResult.FAILURE:
+            # The opening line and the loss report were lost with the batch: write them next time.
+            self._opened, self._reported_loss = was_opened, reported
+        return result
+
+    def _write(self, lines: list[bytes], data_records: int) -> SpanExportResult:
+        try:
+            self._file.write_lines(lines)
+        except OSError as error:
+            self.failed_records += data_records
+            if self._failing_since is None:
+                self._failing_since = time.monotonic()
+                _log.warning(
+                    "otel-titan: cannot write %s (%s); training continues, records are counted as failed until a write succeeds",
+                    self.path,
+                    f"{errno.errorcode.get(error.errno or 0, 'error')}: {error.strerror or error}",
+                )
+            return SpanExportResult.FAILURE
+        self.written_records += data_records
+        if self._failing_since is not None:
+            _log.warning(
+                "otel-titan: writing %s again after %.1f s; %d records were lost meanwhile (reported in the file)",
+                self.path,
+                time.monotonic() - self._failing_since,
+                self.failed_records,
+            )
+            self._failing_since = None
+            report = self._loss_report()
+            if report is not None:
+                try:
+                    self._file.write_lines([report])
+                except OSError:
+                    pass
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Writes are unbuffered: everything exported is already in the kernel."""
+        return True
+
+    def shutdown(self) -> None:
+        """Write the closing record (with totals) and close the file."""
+        if self._closed:
+            return
+        lines: list[bytes] = []
+        if not self._opened:
+            self._opened = True
+            lines.append(self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns))
+        report = self._loss_report()
+        if report is not None:
+            lines.append(report)
+        lines.append(
+            self._encoder.meta_line(
+                META_EVENTS.CLOSED,
+                {
+                    "closing": True,
+                    "written_records": self.written_records,
+                    "dropped_records": self.dropped_records,
+                    "failed_records": self.failed_records,
+                    "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
+                },
+            )
+        )
+        try:
+            self._file.write_lines(lines)
+        except OSError as error:
+            _log.warning("otel-titan: could not write the closing record to %s: %s", self.path, error)
+        self._closed = True
+        self._file.close()
+
+    def discard(self) -> None:
+        """Undo a construction whose init failed later: close and remove the still-empty file."""
+        self._closed = True
+        self._file.close()
+        try:
+            if os.path.getsize(self.path) == 0:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    def close_after_fork(self) -> None:
+        """In a forked child: forget the parent's file without writing to it."""
+        self._closed = True
+        self._file.close_after_fork()
+
+    def segment_paths(self) -> list[str]:
+        """This process's file segments, oldest first."""
+        return self._file.segment_paths()
+
+
+def register_jsonl_handler(
+    *,
+    identity: RunIdentity,
+    output_dir: str,
+    add_span_exporter: Any,
+    stats: PipelineStats,
+    options: Any,
+    **_: Any,
+) -> JsonlSpanExporter:
+    """Handler factory of the default JSONL file (the default of ``TITAN_STRUCT_LOGGER_HANDLERS``).
+
+    Example:
+        >>> # export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
+    """
+    from otel_titan import __version__  # noqa: PLC0415 - avoid an import cycle at module load
+
+    path = jsonl_file_path(output_dir, identity.source, identity.rank)
+    exporter = JsonlSpanExporter(
+        path,
+        identity,
+        max_bytes=int(options.max_file_size_mb * 1024 * 1024),
+        backup_count=options.backup_count,
+        stats=stats,
+        opened_fields={
+            "otel_titan_version": __version__,
+            "python_version": sys.version.split()[0],
+            "max_file_size_mb": options.max_file_size_mb,
+            "backup_count": options.backup_count,
+            "queue_size": options.queue_size,
+            "message": f"structured logger opened for {identity.source} rank {identity.rank}",
+        },
+    )
+    add_span_exporter(exporter)
+    return exporter

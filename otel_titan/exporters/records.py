@@ -1,0 +1,254 @@
+"""Spans → torchtitan-compatible JSONL records: the documented schema (docs/schema.md).
+
+A started span gives a ``<name>_start`` record, a finished one ``<name>_end``
+(``value`` = duration in ms), preceded by ``<name>_error`` when it failed; an
+instant gives one ``log_type: "instant"`` record and a scalar span one
+``metric_value`` record. Field names and meanings are torchtitan's, so its tools
+read these files; otel-titan adds identity and OpenTelemetry ids.
+
+The per-process constant fields are encoded once, at construction, and spliced
+into every line; only the fields that change are encoded per record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any, Mapping
+
+import orjson
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.structured_logger.titan_span import RecordKind, TitanSpan, fields_of
+
+__all__ = ["RecordEncoder", "SCHEMA_VERSION", "LOGGER_NAME", "META_EVENTS", "json_safe_number"]
+
+#: Bumped when a field changes meaning or disappears (adding fields does not bump it).
+SCHEMA_VERSION = 1
+LOGGER_NAME = "otel_titan.structured_logger"
+
+
+class META_EVENTS:
+    """``log_type_name`` of the records the logger writes about itself."""
+
+    OPENED = "structured_logger_opened"
+    DROPPED = "records_dropped"
+    CLOSED = "structured_logger_closed"
+
+
+def json_safe_number(value: Any) -> Any:
+    """NaN and infinities as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as protobuf's JSON mapping does).
+
+    Example:
+        >>> json_safe_number(float("nan")), json_safe_number(1.5)
+        ('NaN', 1.5)
+    """
+    if type(value) is float and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+class RecordEncoder:
+    """Encode spans of one process into JSONL lines, numbering them with ``seq_id``.
+
+    Not thread-safe: one encoder per file, used on the processor thread.
+
+    Example:
+        >>> from otel_titan.structured_logger.identity import discover_identity
+        >>> enc = RecordEncoder(discover_identity("training", environ={"TORCHELASTIC_RUN_ID": "r"}))
+        >>> rec = orjson.loads(enc.meta_line("records_dropped", {"value": 3}))
+        >>> rec["log_type_name"], rec["seq_id"], rec["rank"]
+        ('records_dropped', 1, 0)
+    """
+
+    def __init__(self, identity: RunIdentity) -> None:
+        constants: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "rank": identity.rank,
+            "global_rank": identity.rank,
+            "local_rank": identity.local_rank,
+            "world_size": identity.world_size,
+            "source": identity.source,
+        }
+        if identity.host_name is not None:
+            constants["host_name"] = identity.host_name
+        constants.update(
+            {
+                "pid": identity.pid,
+                "run_id": identity.run_id,
+                "attempt": identity.attempt,
+                "job_id": identity.job_id,
+                "logger_name": LOGGER_NAME,
+            }
+        )
+        self.constants = constants
+        # `{...variable...,` + this + `}\n`
+        self._tail = b"," + orjson.dumps(constants)[1:-1] + b"}\n"
+        self._seq = 0
+        self._last_us_by_thread: dict[int, int] = {}
+
+    @property
+    def last_seq_id(self) -> int:
+        """The ``seq_id`` of the last record encoded (0 before the first)."""
+        return self._seq
+
+    # -- encoding ---------------------------------------------------------------------------
+    def _line(self, record: dict[str, Any]) -> bytes:
+        self._seq += 1
+        record["seq_id"] = self._seq
+        return _json(record)[:-1] + self._tail
+
+    def meta_line(self, event: str, fields: Mapping[str, Any], time_ns: int | None = None) -> bytes:
+        """A record the logger writes about itself (opened, dropped, closed)."""
+        now = time.time_ns() if time_ns is None else time_ns
+        record: dict[str, Any] = {
+            "time": now // 1_000_000_000,
+            "time_ms": now // 1_000_000,
+            "time_us": now // 1_000,
+            "log_type": "instant",
+            "log_type_name": event,
+            "event_name": None,
+            "log_level": "INFO",
+            "message": event,
+        }
+        record.update(fields)
+        return self._line(record)
+
+    def full_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """`record` with the constant identity fields merged in (for logging handlers)."""
+        merged = dict(record)
+        merged.update(self.constants)
+        return merged
+
+    # -- records ------------------------------------------------------------------------------
+    def lines(self, ended: bool, span: ReadableSpan) -> list[bytes]:
+        """The JSONL lines for one timeline item (1, or 2 for a failed span)."""
+        out = []
+        tail = self._tail
+        for record in self.records(ended, span):
+            self._seq += 1
+            record["seq_id"] = self._seq
+            out.append(_json(record)[:-1] + tail)
+        return out
+
+    def records(self, ended: bool, span: ReadableSpan) -> list[dict[str, Any]]:
+        """The records of one timeline item as dicts, without ``seq_id`` and the constant fields.
+
+        A started span gives ``<name>_start``; an ended one ``<name>_end``
+        (``value`` = duration in ms), preceded by ``<name>_error`` when it
+        failed; an instant one ``log_type: "instant"`` record; a scalar span one
+        ``metric_value`` record.
+        """
+        fields = span if isinstance(span, TitanSpan) else fields_of(span)
+        # Strings shared by a span's _start and _end: made once, at the start.
+        shared = span.__dict__.pop("_titan_shared", None) if ended else None
+        if shared is None:
+            context = span.context
+            parent = span.parent
+            shared = (
+                f"{fields.code_file}:{fields.code_line}:{fields.code_function}",
+                f"{context.trace_id:032x}" if context is not None else None,
+                f"{context.span_id:016x}" if context is not None else None,
+                f"{parent.span_id:016x}" if parent is not None else None,
+            )
+            if not ended and fields.record_kind == _SPAN:
+                span.__dict__["_titan_shared"] = shared
+        caller, trace_hex, span_hex, parent_hex = shared
+        name = span.name
+        step = fields.step
+        prefix = "" if step is None else f"[step {step}] "
+        kind = fields.record_kind
+        value: Any = None
+        event_name = None
+        level = "INFO"
+        error_record = None
+        if kind == _SPAN:
+            label = fields.description or name
+            if not ended:
+                time_ns = span.start_time or 0
+                log_type, type_name = "event", f"{name}_start"
+                message = f"{prefix}{label} {type_name}"
+            else:
+                start_time = span.start_time or 0
+                time_ns = span.end_time or start_time
+                value = (time_ns - start_time) / 1e6
+                log_type, type_name = "event", f"{name}_end"
+                message = f"{prefix}{label} {type_name} took {value:.3f} ms"
+                if span.status.status_code is _ERROR:
+                    error_type = fields.error_type or ""
+                    error_message = fields.error_message or ""
+                    detail = f"{error_type}: {error_message}" if error_message else error_type
+                    error_record = self._record(time_ns, fields, "event", f"{name}_error", None, "ERROR", f"{prefix}{name}_error: {detail}", None, shared)
+                    error_record["error_type"] = error_type
+                    error_record["error_message"] = error_message
+        elif kind == _SCALAR:
+            time_ns = span.start_time or 0
+            event_name = fields.metric_name or name
+            value = json_safe_number(fields.metric_value)
+            log_type, type_name = "instant", "metric_value"
+            message = f"{prefix}{event_name}={fields.metric_value}"
+        else:
+            time_ns = span.start_time or 0
+            log_type, type_name = "instant", name
+            message = f"{prefix}{name}"
+        record = self._record(time_ns, fields, log_type, type_name, event_name, level, message, value, shared)
+        if fields.extra:
+            for key, extra in fields.extra.items():
+                record.setdefault(key, extra)
+        return [record] if error_record is None else [error_record, record]
+
+    def _record(self, time_ns: int, fields: Any, log_type: str, type_name: str, event_name: str | None, level: str, message: str, value: Any, shared: tuple[Any, ...]) -> dict[str, Any]:
+        time_us = time_ns // 1000
+        tid = fields.thread_id
+        last = self._last_us_by_thread
+        previous = last.get(tid)
+        last[tid] = time_us
+        caller, trace_hex, span_hex, parent_hex = shared
+        record: dict[str, Any] = {
+            "delta_ms": 0.0 if previous is None else (time_us - previous) / 1000,
+            "tid": tid,
+            "time": time_ns // 1_000_000_000,
+            "time_ms": time_ns // 1_000_000,
+            "time_us": time_us,
+            "log_type": log_type,
+            "log_type_name": type_name,
+            "event_name": event_name,
+            "caller": caller,
+            "log_file": fields.code_file,
+            "log_function": fields.code_function,
+            "log_level": level,
+            "message": message,
+            "trace_id": trace_hex,
+            "span_id": span_hex,
+            "parent_span_id": parent_hex,
+        }
+        if value is not None:
+            record["value"] = value
+        if fields.step is not None:
+            record["step"] = fields.step
+        if fields.relative_step is not None:
+            record["relative_step"] = fields.relative_step
+        if fields.step_tags:
+            record["step_tags"] = fields.step_tags
+        if fields.task_name is not None:
+            record["task_name"] = fields.task_name
+        if fields.description is not None:
+            record["description"] = fields.description
+        return record
+
+
+_SPAN = RecordKind.SPAN
+_SCALAR = RecordKind.SCALAR
+_ERROR = StatusCode.ERROR
+
+
+def _json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        # Lone surrogates and other strings UTF-8 cannot carry: the standard
+        # library escapes them (\udXXX), and they read back unchanged.
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), default=str).encode()

@@ -1,0 +1,65 @@
+"""The ``sl.*`` API: torchtitan's structured logger on OpenTelemetry spans.
+
+Data flow (one concern per module)::
+
+    sl.log_trace_span / log_trace_instant / log_trace_scalar     capture.py   (calling thread)
+        │  step + tags from step_context.py, caller frame, thread, task, ids
+        ▼
+    EventQueue (bounded deque, drops counted, never blocks)      event_queue.py
+        ▼
+    BatchProcessor thread (every 50 ms or on flush)              processor.py
+        │  SpanBuilder: tuples → OpenTelemetry ReadableSpans     span_builder.py, trace_ids.py
+        ▼
+    exporters registered by handler factories                   handler_factories.py
+        ├── JsonlSpanExporter → structured_logs/*.jsonl          otel_titan/exporters/jsonl.py
+        └── any SDK SpanExporter (OTLP, console, yours)
+
+    init / flush / shutdown, atexit, SIGTERM, fork               lifecycle.py
+    rank, world, run id, Resource                                identity.py
+
+Example:
+    >>> from otel_titan import structured_logger as sl
+    >>> with sl.log_trace_span("fwd_bwd"):   # a no-op until init_structured_logger()
+    ...     pass
+"""
+
+from otel_titan.structured_logger.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
+from otel_titan.structured_logger.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
+from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV, HandlerFactoryError
+from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.structured_logger.lifecycle import (
+    flush_structured_logger,
+    get_exporters,
+    get_run_identity,
+    init_structured_logger,
+    is_initialized,
+    shutdown_structured_logger,
+)
+from otel_titan.structured_logger.options import LoggerOptions
+from otel_titan.structured_logger.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
+
+__all__ = [
+    "init_structured_logger",
+    "flush_structured_logger",
+    "shutdown_structured_logger",
+    "is_initialized",
+    "get_run_identity",
+    "get_exporters",
+    "log_trace_span",
+    "log_trace_instant",
+    "log_trace_scalar",
+    "set_step",
+    "get_step",
+    "get_relative_step",
+    "add_step_tag",
+    "clear_step_tags",
+    "get_step_tags",
+    "SpanScope",
+    "RunIdentity",
+    "LoggerOptions",
+    "HandlerFactoryError",
+    "HANDLERS_ENV",
+    "TORCHTITAN_HANDLERS_ENV",
+    "TraceJsonlFormatter",
+    "TraceEventsOnlyFilter",
+]

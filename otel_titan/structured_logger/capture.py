@@ -1,0 +1,444 @@
+"""The calling thread's side: capture what only it knows, append one tuple, return.
+
+Everything here runs on the training thread, so it does the least it can: read
+two clocks, the caller's code object and line, the step state, the thread and
+task, and append a plain tuple to the queue. Building OpenTelemetry spans, ids,
+JSON and all I/O happen later on the background processor
+(`processor.py`, `span_builder.py`).
+
+Event layouts (index 0 is the kind):
+
+* ``(START, handle)``
+* ``(END, handle, end_mono_ns, error)`` with ``error`` None or
+  ``(type_name, message, TracebackException | None)``
+* ``(INSTANT, name, wall_ns, code, lineno, parent, state, tid, task, attributes)``
+* ``(SCALAR, values, wall_ns, code, lineno, parent, state, tid, task)``
+* ``(FLUSH, threading.Event)`` and ``(STOP,)`` control events.
+
+A span *handle* is the tuple ``(seq, name, description, wall_ns, mono_ns, code,
+lineno, parent, state, tid, task, remote_parent)``; it is also what the
+ContextVar of the current span holds, so a child captures its parent by
+reference and the processor can rebuild any span even if its START was dropped.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import numbers
+import sys
+import traceback
+from asyncio import current_task
+from asyncio import events as _asyncio_events
+from contextvars import ContextVar
+import threading
+from threading import get_native_id
+from time import perf_counter_ns, time_ns
+from types import CodeType
+from typing import Any, Callable, Mapping, TypeVar
+
+from otel_titan.structured_logger.event_queue import EventQueue
+from otel_titan.structured_logger.step_context import _context_state, _default
+
+__all__ = ["log_trace_span", "log_trace_instant", "log_trace_scalar", "SpanScope"]
+
+# Event kinds.
+START, END, INSTANT, SCALAR, FLUSH, STOP = range(6)
+
+# Handle fields.
+H_SEQ, H_NAME, H_DESCRIPTION, H_WALL, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE = range(12)
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_get_running_loop = _asyncio_events._get_running_loop
+_getframe = sys._getframe
+_current_span: ContextVar[tuple[Any, ...] | None] = ContextVar("otel_titan_current_span", default=None)
+# `get_native_id()` is a syscall (~200 ns); a thread-local remembers it (~40 ns).
+_thread_ids = threading.local()
+
+# --- state published by lifecycle.py (None = not initialised: every call is a no-op) ---
+_queue: EventQueue | None = None
+_items: Any = None  # the queue's deque, read directly by the hot path
+_capacity: int = 0
+_seq = itertools.count(1)
+# Set when another OpenTelemetry TracerProvider is active, so a root `sl` span
+# joins that instrumentation's current span (see `remote_parent_hook`).
+_remote_parent: Callable[[], Any] | None = None
+
+
+def attach(queue: EventQueue, remote_parent: Callable[[], Any] | None = None) -> None:
+    """Point the hot path at `queue` (called by `init_structured_logger`)."""
+    global _queue, _items, _capacity, _remote_parent
+    _remote_parent = remote_parent
+    _capacity = queue.capacity
+    _queue = queue
+    _items = queue.items  # published last: a non-None `_items` means "ready"
+
+
+def detach() -> None:
+    """Make every call a no-op again (shutdown, fork child, `enable=False`)."""
+    global _queue, _items, _capacity, _remote_parent
+    _items = None
+    _queue = None
+    _capacity = 0
+    _remote_parent = None
+
+
+def forget_thread_ids() -> None:
+    """In a forked child: the cached native thread ids belong to the parent's threads."""
+    global _thread_ids
+    _thread_ids = threading.local()
+
+
+def is_attached() -> bool:
+    """Whether sl.* calls currently record anything."""
+    return _items is not None
+
+
+def _task_name(loop: Any) -> str | None:
+    task = current_task(loop)
+    return None if task is None else task.get_name()
+
+
+def _describe_error(exc_type: type[BaseException], exc: BaseException | None, tb: Any) -> tuple[str, str, Any]:
+    # Errors are rare, so this runs on the caller: the exception object may be
+    # mutated or freed once the `with` block is left. `lookup_lines=False`
+    # keeps source files unread here; the processor formats the stack.
+    try:
+        message = str(exc) if exc is not None else ""
+    except Exception as str_error:  # noqa: BLE001 - a broken __str__ must not break training
+        message = f"<str() failed: {type(str_error).__name__}>"
+    try:
+        summary = traceback.TracebackException(exc_type, exc, tb, lookup_lines=False, capture_locals=False) if exc is not None else None
+    except Exception:  # noqa: BLE001
+        summary = None
+    return (exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}", message, summary)
+
+
+def _check_name(name: object, what: str = "event_type") -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, got {type(name).__name__} {name!r:.80}")
+    if not name:
+        raise ValueError(f"{what} must be a non-empty string")
+
+
+class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcontext: it *is* the API call
+    """Time a block or a function as one span: ``<event_type>_start`` / ``_end`` / ``_error``.
+
+    Use it as a context manager or as a decorator (plain and ``async def``
+    functions). The ``_end`` record carries the duration in milliseconds from a
+    monotonic clock; an exception writes ``<event_type>_error`` (type and
+    message) before ``_end`` and propagates unchanged. Spans nest: a span opened
+    inside another becomes its child, per thread and per asyncio task.
+
+    Args:
+        event_type: the phase name, e.g. ``"fwd_bwd"``. Prefer stable,
+            low-cardinality names; put changing numbers in `log_trace_scalar`.
+        description: optional human text, kept in the record's ``description``
+            and ``message``.
+        stacklevel: which frame is the ``caller`` for the context-manager form
+            (2 = the code containing the ``with``). Decorated functions report
+            their own definition (``path:def-line:function``), which is user
+            code whether the call came from user code or from an event loop.
+
+    Before `init_structured_logger`, after shutdown or with ``enable=False``
+    it costs about a quarter of a microsecond and records nothing. (It is a
+    class so that the call that opens a span is a single allocation.)
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> with sl.log_trace_span("fwd_bwd"):
+        ...     pass
+        >>> @sl.log_trace_span("data_fetch")
+        ... def fetch():
+        ...     return 1
+        >>> fetch()
+        1
+    """
+
+    __slots__ = ("_name", "_description", "_depth", "_code", "_lineno", "_handle", "_token")
+
+    def __init__(self, event_type: str, description: str | None = None, *, stacklevel: int = 2) -> None:
+        if type(event_type) is not str or not event_type:
+            _check_name(event_type)
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"description must be a str or None, got {type(description).__name__}")
+        self._name = event_type
+        self._description = description
+        self._depth = stacklevel - 1
+        self._code: CodeType | None = None
+
+    @classmethod
+    def _at(cls, name: str, description: str | None, code: CodeType, lineno: int) -> log_trace_span:
+        """A scope whose caller is fixed (decorators): no frame lookup."""
+        scope = cls.__new__(cls)
+        scope._name = name
+        scope._description = description
+        scope._depth = 1
+        scope._code = code
+        scope._lineno = lineno
+        return scope
+
+    def __enter__(self) -> log_trace_span:
+        q = _items
+        if q is None:
+            self._handle = None
+            return self
+        code = self._code
+        if code is None:
+            try:
+                frame = _getframe(self._depth)
+            except ValueError:  # stacklevel deeper than the stack: use the outermost frame
+                frame = _outermost_frame()
+            code = frame.f_code
+            lineno = frame.f_lineno
+        else:
+            lineno = self._lineno
+        state = _context_state.get()
+        if state is None:
+            state = _default[0]
+        parent = _current_span.get()
+        try:
+            tid = _thread_ids.tid
+        except AttributeError:
+            tid = _thread_ids.tid = get_native_id()
+        loop = _get_running_loop()
+        handle = (
+            next(_seq),
+            self._name,
+            self._description,
+            time_ns(),
+            perf_counter_ns(),
+            code,
+            lineno,
+            parent,
+            state,
+            tid,
+            None if loop is None else _task_name(loop),
+            _remote_parent() if parent is None and _remote_parent is not None else None,
+        )
+        self._handle = handle
+        self._token = _current_span.set(handle)
+        if len(q) < _capacity:
+            q.append((START, handle))
+        else:
+            _queue.drop(1)  # type: ignore[union-attr]
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        end = perf_counter_ns()
+        handle = self._handle
+        if handle is None:
+            return None
+        self._handle = None
+        try:
+            _current_span.reset(self._token)
+        except ValueError:  # exited in another context than entered (manual __exit__ across tasks)
+            _current_span.set(handle[H_PARENT])
+        q = _items
+        if q is None:  # shut down while the span was open
+            return None
+        if exc_type is None:
+            if len(q) < _capacity:
+                q.append((END, handle, end, None))
+            else:
+                _queue.drop(1)  # type: ignore[union-attr]
+        else:
+            error = _describe_error(exc_type, exc, tb)
+            if len(q) < _capacity:
+                q.append((END, handle, end, error))
+            else:
+                _queue.drop(2)  # type: ignore[union-attr]
+        return None  # never swallow the exception
+
+    def __call__(self, fn: F) -> F:
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"log_trace_span({self._name!r}) cannot decorate the generator {fn.__qualname__}: "
+                "a span around a generator would only time its creation; use `with sl.log_trace_span(...)` inside it"
+            )
+        name, description = self._name, self._description
+        target = inspect.unwrap(fn)
+        while isinstance(target, functools.partial):
+            target = target.func
+        code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004
+        if code is None:
+            # A builtin or C callable has no definition to point at: name the call site instead.
+            def at(name: str, description: str | None, code: Any, lineno: int) -> log_trace_span:
+                return log_trace_span(name, description, stacklevel=3)
+
+            lineno = 0
+        else:
+            lineno = code.co_firstlineno
+            at = log_trace_span._at
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                with at(name, description, code, lineno):
+                    return await fn(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with at(name, description, code, lineno):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"log_trace_span({self._name!r})"
+
+
+#: The type `log_trace_span(...)` returns (it is the class itself).
+SpanScope = log_trace_span
+
+
+def _outermost_frame() -> Any:
+    frame = _getframe(1)
+    while frame.f_back is not None:
+        frame = frame.f_back
+    return frame
+
+
+def log_trace_instant(event_type: str, *, stacklevel: int = 2) -> None:
+    """Record a point-in-time marker (``log_type: "instant"``), e.g. ``"training_start"``.
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.log_trace_instant("checkpoint_saved")
+    """
+    if type(event_type) is not str or not event_type:
+        _check_name(event_type)
+    q = _items
+    if q is None:
+        return
+    _emit_instant(q, event_type, stacklevel, None)
+
+
+def _emit_instant(q: Any, event_type: str, stacklevel: int, attributes: Mapping[str, Any] | None) -> None:
+    try:
+        frame = _getframe(stacklevel)
+    except ValueError:
+        frame = _outermost_frame()
+    state = _context_state.get()
+    if state is None:
+        state = _default[0]
+    try:
+        tid = _thread_ids.tid
+    except AttributeError:
+        tid = _thread_ids.tid = get_native_id()
+    loop = _get_running_loop()
+    event = (
+        INSTANT,
+        event_type,
+        time_ns(),
+        frame.f_code,
+        frame.f_lineno,
+        _current_span.get(),
+        state,
+        tid,
+        None if loop is None else _task_name(loop),
+        attributes,
+    )
+    if len(q) < _capacity:
+        q.append(event)
+    else:
+        _queue.drop(1)  # type: ignore[union-attr]
+
+
+def emit_internal_instant(event_type: str, extra: Mapping[str, Any] | None = None) -> None:
+    """Record an instant on behalf of the library itself (signals, lifecycle).
+
+    `extra` becomes extra record fields (and ``titan.extra.<key>`` span attributes).
+    """
+    q = _items
+    if q is not None:
+        _emit_instant(q, event_type, 1, extra)
+
+
+def _as_metric_value(key: object, value: object) -> int | float:
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[return-value]
+    if kind is int:
+        if _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
+            return value  # type: ignore[return-value]
+        raise ValueError(f"log_trace_scalar: value of {key!r} ({value}) does not fit in a signed 64-bit integer; pass a float")
+    if kind is bool:
+        return int(value)  # type: ignore[call-overload]
+    # numpy / other registered numbers: convert here, while the value is ours to read.
+    if isinstance(value, numbers.Integral):
+        return _as_metric_value(key, int(value))
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(
+        f"log_trace_scalar: value of {key!r} must be a real number (int or float), got {kind.__name__}"
+        + (" (call .item() on the tensor, mindful of the device sync it causes)" if hasattr(value, "item") else "")
+    )
+
+
+def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2) -> None:
+    """Record one ``metric_value`` record per name of `scalars`.
+
+    Values must be real numbers: ``int`` (signed 64-bit), ``float`` (NaN and
+    infinities allowed; written as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``),
+    ``bool`` (as 0/1) and numpy scalars. A string, a tensor or ``None`` raises
+    `TypeError` naming the key. When logging is off the call returns at once
+    without looking at the values.
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.log_trace_scalar({"loss": 2.5, "num_tokens": 4096})
+    """
+    q = _items
+    if q is None:
+        return
+    if not isinstance(scalars, Mapping):
+        raise TypeError(f"log_trace_scalar takes a mapping of name to number, got {type(scalars).__name__}")
+    values: dict[str, int | float] = {}
+    for key, value in scalars.items():
+        if type(key) is not str or not key:
+            _check_name(key, "log_trace_scalar key")
+        values[key] = _as_metric_value(key, value)
+    if not values:
+        return
+    try:
+        frame = _getframe(stacklevel - 1)
+    except ValueError:
+        frame = _outermost_frame()
+    state = _context_state.get()
+    if state is None:
+        state = _default[0]
+    try:
+        tid = _thread_ids.tid
+    except AttributeError:
+        tid = _thread_ids.tid = get_native_id()
+    loop = _get_running_loop()
+    event = (
+        SCALAR,
+        values,
+        time_ns(),
+        frame.f_code,
+        frame.f_lineno,
+        _current_span.get(),
+        state,
+        tid,
+        None if loop is None else _task_name(loop),
+    )
+    if len(q) < _capacity:
+        q.append(event)
+    else:
+        _queue.drop(len(values))  # type: ignore[union-attr]
+
+
+def current_span_handle() -> tuple[Any, ...] | None:
+    """The innermost open `sl` span of this thread/task (the capture handle), or None."""
+    return _current_span.get()
+

@@ -1,0 +1,223 @@
+"""Who this process is: rank, world, run and attempt, found without being told.
+
+Each field is taken, in order, from the argument to `init_structured_logger`,
+the launcher's environment, and an initialised ``torch.distributed``:
+
+=============  ===========================================================  ==============
+field          environment (first set wins)                                 torch fallback
+=============  ===========================================================  ==============
+rank           ``RANK``, ``SLURM_PROCID``                                   ``get_rank()``
+world_size     ``WORLD_SIZE``, ``SLURM_NTASKS``                             ``get_world_size()``
+local_rank     ``LOCAL_RANK``, ``SLURM_LOCALID``                            (the rank)
+run_id         ``TORCHELASTIC_RUN_ID`` (unless ``none``), ``SLURM_JOB_ID``  (random, per process)
+attempt        ``TORCHELASTIC_RESTART_COUNT``, ``SLURM_RESTART_COUNT``      0
+job_id         ``SLURM_JOB_ID``                                             None
+=============  ===========================================================  ==============
+
+torch is never imported here: it is consulted only if the program already
+imported it, so the core works (and starts fast) without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from opentelemetry.sdk.resources import Resource
+
+__all__ = ["RunIdentity", "discover_identity", "build_resource", "RESOURCE_ATTR"]
+
+_log = logging.getLogger("otel_titan")
+
+
+class RESOURCE_ATTR:
+    """Resource attribute names (see docs/schema.md)."""
+
+    RANK = "titan.rank"
+    LOCAL_RANK = "titan.local_rank"
+    WORLD_SIZE = "titan.world_size"
+    SOURCE = "titan.source"
+    RUN_ID = "titan.run_id"
+    ATTEMPT = "titan.attempt"
+    JOB_ID = "titan.job_id"
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """The identity every record and the OpenTelemetry Resource carry."""
+
+    source: str
+    rank: int
+    local_rank: int
+    world_size: int
+    run_id: str
+    attempt: int
+    job_id: str | None
+    host_name: str | None
+    pid: int = field(default_factory=os.getpid)
+    service_instance_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    #: Where each field came from ("argument", "RANK", "torch.distributed", "default"...).
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+
+def _env_int(environ: Mapping[str, str], name: str) -> int | None:
+    raw = environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _torch_distributed() -> Any | None:
+    # Only if the program imported torch already: importing it here would cost
+    # seconds and make torch a hard dependency.
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch.distributed as dist  # noqa: PLC0415
+
+        if dist.is_available() and dist.is_initialized():
+            return dist
+    except Exception:  # noqa: BLE001 - a broken torch install must not break logging
+        return None
+    return None
+
+
+def _pick_int(name: str, explicit: int | None, environ: Mapping[str, str], env_names: tuple[str, ...], torch_value: Any, default: int | None, origins: dict[str, str]) -> int | None:
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, int):
+            raise TypeError(f"{name} must be an int, got {type(explicit).__name__} {explicit!r}")
+        origins[name] = "argument"
+        return explicit
+    for env_name in env_names:
+        value = _env_int(environ, env_name)
+        if value is not None:
+            origins[name] = env_name
+            return value
+    if torch_value is not None:
+        origins[name] = "torch.distributed"
+        return int(torch_value())
+    origins[name] = "default"
+    return default
+
+
+def discover_identity(
+    source: str,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    run_id: str | None = None,
+    attempt: int | None = None,
+    job_id: str | None = None,
+    include_hostname: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> RunIdentity:
+    """Find this process's identity from arguments, the launcher and torch.distributed.
+
+    Raises `ValueError` for an environment variable that is set but not an
+    integer, or a rank outside ``[0, world_size)``.
+
+    Example:
+        >>> ident = discover_identity("training", environ={"RANK": "3", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "r1"})
+        >>> ident.rank, ident.world_size, ident.run_id, ident.origins["rank"]
+        (3, 8, 'r1', 'RANK')
+    """
+    env = os.environ if environ is None else environ
+    origins: dict[str, str] = {}
+    dist = _torch_distributed() if environ is None else None
+    rank_value = _pick_int("rank", rank, env, ("RANK", "SLURM_PROCID"), dist.get_rank if dist else None, 0, origins)
+    world_value = _pick_int("world_size", world_size, env, ("WORLD_SIZE", "SLURM_NTASKS"), dist.get_world_size if dist else None, None, origins)
+    assert rank_value is not None
+    if world_value is None:
+        world_value = rank_value + 1 if rank_value > 0 else 1
+    local_value = _pick_int("local_rank", local_rank, env, ("LOCAL_RANK", "SLURM_LOCALID"), None, None, origins)
+    if local_value is None:
+        local_value = rank_value
+        origins["local_rank"] = "rank"
+    attempt_value = _pick_int("attempt", attempt, env, ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"), None, 0, origins)
+    assert attempt_value is not None
+    if world_value < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_value} (from {origins['world_size']})")
+    if not 0 <= rank_value < world_value:
+        raise ValueError(f"rank {rank_value} (from {origins['rank']}) is outside [0, world_size={world_value}) (from {origins['world_size']})")
+    if local_value < 0:
+        raise ValueError(f"local_rank must be >= 0, got {local_value}")
+
+    job_value = job_id if job_id is not None else (env.get("SLURM_JOB_ID") or None)
+    if run_id is not None:
+        if not isinstance(run_id, str) or not run_id:
+            raise TypeError(f"run_id must be a non-empty str, got {run_id!r}")
+        run_value, origins["run_id"] = run_id, "argument"
+    elif env.get("TORCHELASTIC_RUN_ID", "").strip() not in ("", "none"):
+        run_value, origins["run_id"] = env["TORCHELASTIC_RUN_ID"].strip(), "TORCHELASTIC_RUN_ID"
+    elif env.get("SLURM_JOB_ID"):
+        step = env.get("SLURM_STEP_ID")
+        run_value = f"slurm-{env['SLURM_JOB_ID']}" + (f".{step}" if step else "")
+        origins["run_id"] = "SLURM_JOB_ID"
+    else:
+        run_value, origins["run_id"] = uuid.uuid4().hex, "random"
+        if world_value > 1:
+            _log.warning(
+                "otel-titan: no run id (TORCHELASTIC_RUN_ID is unset or 'none', no SLURM_JOB_ID); rank %d uses a random one, "
+                "so ranks will not share per-step trace ids. Pass run_id=... to init_structured_logger or launch with --rdzv-id.",
+                rank_value,
+            )
+    host = socket.gethostname() if include_hostname else None
+    return RunIdentity(
+        source=source,
+        rank=rank_value,
+        local_rank=local_value,
+        world_size=world_value,
+        run_id=run_value,
+        attempt=attempt_value,
+        job_id=job_value,
+        host_name=host,
+        origins=origins,
+    )
+
+
+def build_resource(identity: RunIdentity) -> Resource:
+    """The OpenTelemetry `Resource` of this process.
+
+    Precedence: the identity found above beats ``OTEL_RESOURCE_ATTRIBUTES``
+    (they are facts about the process); ``service.name`` comes from
+    ``OTEL_SERVICE_NAME``, then ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``,
+    then the source. With the host name left out, ``host.name`` is removed even
+    if a resource detector or the environment supplied it.
+
+    Example:
+        >>> ident = discover_identity("training", environ={"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r"}, include_hostname=False)
+        >>> res = build_resource(ident)
+        >>> res.attributes["titan.rank"], "host.name" in res.attributes
+        (1, False)
+    """
+    attributes: dict[str, Any] = {
+        RESOURCE_ATTR.RANK: identity.rank,
+        RESOURCE_ATTR.LOCAL_RANK: identity.local_rank,
+        RESOURCE_ATTR.WORLD_SIZE: identity.world_size,
+        RESOURCE_ATTR.SOURCE: identity.source,
+        RESOURCE_ATTR.RUN_ID: identity.run_id,
+        RESOURCE_ATTR.ATTEMPT: identity.attempt,
+        "service.instance.id": identity.service_instance_id,
+        "process.pid": identity.pid,
+    }
+    if identity.job_id is not None:
+        attributes[RESOURCE_ATTR.JOB_ID] = identity.job_id
+    if identity.host_name is not None:
+        attributes["host.name"] = identity.host_name
+    resource = Resource.create(attributes)
+    service_name = resource.attributes.get("service.name")
+    explicit = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    if not explicit or not service_name or str(service_name).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": identity.source}))
+    if identity.host_name is None and "host.name" in resource.attributes:
+        resource = Resource({k: v for k, v in resource.attributes.items() if k != "host.name"}, resource.schema_url)
+    return resource

@@ -1,0 +1,417 @@
+"""Starting, flushing and stopping the logger, and the process events around it.
+
+`init_structured_logger` validates everything first (source, options,
+identity, output directory, every handler factory) and only then starts the
+processor and publishes the queue to the hot path: if any step fails, what was
+created is undone and the exception names the cause. Nothing half-attached.
+
+Around the process:
+
+* **exit**: an `atexit` hook writes what is queued (bounded by ``exit_timeout_s``)
+  and the closing record;
+* **SIGTERM** (what torchrun's agent sends on failure): the queue is written,
+  a ``signal_received`` record says so, then the signal takes its usual course:
+  a handler installed before ours is called, the default action still kills
+  the process (so the exit status is unchanged), an ignored signal stays ignored;
+* **fork** (DataLoader workers, multiprocessing): the child starts with logging
+  off and never writes to the parent's file; it may call
+  `init_structured_logger` for a file of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import signal
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from otel_titan.structured_logger import capture
+from otel_titan.structured_logger.event_queue import EventQueue
+from otel_titan.structured_logger.handler_factories import HandlerFactoryError, describe, load_factory, resolve_handler_specs
+from otel_titan.structured_logger.identity import RunIdentity, build_resource, discover_identity
+from otel_titan.structured_logger.options import LoggerOptions, parse_options
+from otel_titan.structured_logger.processor import BatchProcessor
+from otel_titan.structured_logger.span_builder import SpanBuilder
+from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds
+
+__all__ = [
+    "init_structured_logger",
+    "flush_structured_logger",
+    "shutdown_structured_logger",
+    "is_initialized",
+    "get_run_identity",
+    "get_exporters",
+    "STRUCTURED_LOGGER_NAME",
+]
+
+_log = logging.getLogger("otel_titan")
+
+#: Name of the `logging.Logger` handed to factories for torchtitan-style handlers.
+STRUCTURED_LOGGER_NAME = "otel_titan.structured_logger"
+_SOURCE_PATTERN = re.compile(r"[^\W][\w.\-]{0,127}")
+
+
+@dataclass
+class _Runtime:
+    identity: RunIdentity
+    options: LoggerOptions
+    queue: EventQueue
+    processor: BatchProcessor
+    exporters: list[SpanExporter]
+    logging_handlers: list[logging.Handler]
+    output_dir: str
+    pid: int = field(default_factory=os.getpid)
+
+
+_runtime: _Runtime | None = None
+_lifecycle_lock = threading.RLock()
+_previous_sigterm: Any = None
+_sigterm_installed = False
+_process_hooks_installed = False
+
+
+def _validate_source(source: object) -> str:
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, got {type(source).__name__} {source!r}")
+    if not _SOURCE_PATTERN.fullmatch(source):
+        raise ValueError(
+            f"source {source!r} cannot be used in a file name: use 1-128 letters, digits, '_', '-' or '.', not starting with '.' or '-' (no path separators)"
+        )
+    return source
+
+
+def _check_output_dir(output_dir: object) -> str:
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise TypeError(f"output_dir must be a path, got {type(output_dir).__name__} {output_dir!r}")
+    path = os.fspath(output_dir)
+    if not path or "\x00" in path:
+        raise ValueError(f"output_dir {path!r} is not a usable path")
+    logs = os.path.join(path, "structured_logs")
+    try:
+        os.makedirs(logs, exist_ok=True)
+    except OSError as error:
+        raise OSError(error.errno, f"otel-titan: cannot create {logs!r}: {error.strerror}") from error
+    if not os.access(logs, os.W_OK | os.X_OK):
+        raise PermissionError(f"otel-titan: output directory {logs!r} is not writable")
+    return path
+
+
+def _remote_parent_hook() -> Callable[[], Any] | None:
+    """When another OpenTelemetry SDK is configured, let root `sl` spans join its active span."""
+    from opentelemetry import trace  # noqa: PLC0415
+
+    provider = trace.get_tracer_provider()
+    if type(provider).__name__ in ("ProxyTracerProvider", "NoOpTracerProvider"):
+        return None
+    get_current_span = trace.get_current_span
+
+    def remote_parent() -> Any:
+        context = get_current_span().get_span_context()
+        return context if context.is_valid else None
+
+    return remote_parent
+
+
+def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank: int | None = None, enable: bool = True, **options: Any) -> None:
+    """Start structured logging for this process (call once, before any trace call).
+
+    Args:
+        source: the process's role, ``"training"``, ``"rollouter"``, ``"reward"``…;
+            it names the file, so letters, digits, ``_ - .`` only.
+        output_dir: run directory; files go to ``output_dir/structured_logs/``.
+        rank: global rank; None = ``RANK`` / SLURM / torch.distributed / 0.
+        enable: False makes every `sl` call a no-op (nothing is created).
+        **options: see `LoggerOptions`: ``world_size``, ``local_rank``,
+            ``run_id``, ``attempt``, ``job_id``, ``max_file_size_mb`` (128),
+            ``backup_count`` (3), ``queue_size`` (65536 events),
+            ``include_hostname`` (True), ``handlers``, ``flush_interval_s``
+            (0.05), ``exit_timeout_s`` (5), ``handle_sigterm`` (True).
+
+    Raises:
+        TypeError / ValueError: a bad source, rank or option (named in the message).
+        OSError: ``output_dir`` cannot be created or written.
+        HandlerFactoryError: a handler factory cannot be imported or raised.
+        RuntimeError: the logger is already initialised in this process.
+
+    Example:
+        >>> import tempfile
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.init_structured_logger(source="training", output_dir=tempfile.mkdtemp(), rank=0, world_size=1)
+        >>> sl.log_trace_instant("training_start")
+        >>> sl.shutdown_structured_logger()
+        True
+    """
+    global _runtime
+    with _lifecycle_lock:
+        if _runtime is not None:
+            raise RuntimeError(
+                f"init_structured_logger() was already called in this process (source={_runtime.identity.source!r}); "
+                "call shutdown_structured_logger() first"
+            )
+        _validate_source(source)
+        if not isinstance(enable, bool):
+            raise TypeError(f"enable must be a bool, got {type(enable).__name__}")
+        parsed = parse_options(options)
+        if not enable:
+            return
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+            raise TypeError(f"rank must be an int or None, got {type(rank).__name__} {rank!r}")
+        directory = _check_output_dir(output_dir)
+        identity = discover_identity(
+            source,
+            rank=rank,
+            world_size=parsed.world_size,
+            local_rank=parsed.local_rank,
+            run_id=parsed.run_id,
+            attempt=parsed.attempt,
+            job_id=parsed.job_id,
+            include_hostname=parsed.include_hostname,
+        )
+        resource = build_resource(identity)
+        queue = EventQueue(parsed.queue_size)
+        exporters: list[SpanExporter] = []
+        structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
+        structured_logger.propagate = False
+        handlers_before = list(structured_logger.handlers)
+
+        def add_span_exporter(exporter: SpanExporter) -> None:
+            if not isinstance(exporter, SpanExporter):
+                raise TypeError(f"add_span_exporter() takes an opentelemetry SpanExporter, got {type(exporter).__name__}")
+            exporters.append(exporter)
+
+        specs, origin = resolve_handler_specs(parsed.handlers)
+        try:
+            for spec in specs:
+                factory = load_factory(spec)
+                registered_before = len(exporters) + len(structured_logger.handlers)
+                try:
+                    factory(
+                        structured_logger=structured_logger,
+                        add_span_exporter=add_span_exporter,
+                        rank=identity.rank,
+                        local_rank=identity.local_rank,
+                        world_size=identity.world_size,
+                        source=source,
+                        output_dir=directory,
+                        run_id=identity.run_id,
+                        attempt=identity.attempt,
+                        job_id=identity.job_id,
+                        trace_id=identity.run_id,
+                        identity=identity,
+                        resource=resource,
+                        options=parsed,
+                        stats=queue,
+                    )
+                except Exception as error:
+                    raise HandlerFactoryError(f"handler factory {describe(spec)!r} (from {origin}) raised {type(error).__name__}: {error}") from error
+                if len(exporters) + len(structured_logger.handlers) == registered_before:
+                    # Strict: a factory the user asked for that attaches nothing
+                    # would silently run without the observability they enabled.
+                    raise HandlerFactoryError(
+                        f"handler factory {describe(spec)!r} (from {origin}) registered no exporter (add_span_exporter) and no handler (structured_logger.addHandler)"
+                    )
+            if not specs:
+                raise HandlerFactoryError(f"no handler factory to run ({origin} is empty)")
+            new_handlers = [h for h in structured_logger.handlers if h not in handlers_before]
+            if new_handlers:
+                from otel_titan.exporters.logging_bridge import LoggingBridgeExporter  # noqa: PLC0415 - only when used
+
+                exporters.append(LoggingBridgeExporter(structured_logger, identity))
+        except BaseException:
+            _undo(exporters, structured_logger, handlers_before)
+            raise
+
+        builder = SpanBuilder(
+            resource,
+            InstrumentationScope("otel_titan", _version()),
+            StepTraceIds(identity.run_id, identity.attempt),
+            SpanIdAllocator(),
+        )
+        processor = BatchProcessor(queue, builder, exporters, schedule_delay=parsed.flush_interval_s)
+        processor.start()
+        _runtime = _Runtime(
+            identity=identity,
+            options=parsed,
+            queue=queue,
+            processor=processor,
+            exporters=exporters,
+            logging_handlers=[h for h in structured_logger.handlers if h not in handlers_before],
+            output_dir=directory,
+        )
+        _install_process_hooks(parsed)
+        capture.attach(queue, _remote_parent_hook())
+
+
+def _undo(exporters: list[SpanExporter], structured_logger: logging.Logger, handlers_before: list[logging.Handler]) -> None:
+    for exporter in exporters:
+        try:
+            discard = getattr(exporter, "discard", None)
+            (discard or exporter.shutdown)()
+        except Exception:  # noqa: BLE001 - already failing; report the original error
+            pass
+    for handler in list(structured_logger.handlers):
+        if handler not in handlers_before:
+            structured_logger.removeHandler(handler)
+            try:
+                handler.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _version() -> str:
+    from otel_titan import __version__  # noqa: PLC0415
+
+    return __version__
+
+
+def flush_structured_logger(timeout: float | None = 5.0) -> bool:
+    """Write everything recorded so far; return False if `timeout` seconds passed first.
+
+    Safe to call when the logger was never initialised (returns True).
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.flush_structured_logger(timeout=1.0)
+        True
+    """
+    runtime = _runtime
+    if runtime is None or runtime.pid != os.getpid():
+        return True
+    return runtime.processor.flush(timeout)
+
+
+def shutdown_structured_logger(timeout: float | None = 5.0) -> bool:
+    """Write what is queued, write the closing record, and stop; later calls are no-ops.
+
+    Returns False when the writer did not finish within `timeout` (a frozen
+    filesystem, say); the process can still exit. Safe to call more than once
+    and when nothing was initialised.
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.shutdown_structured_logger()
+        True
+    """
+    global _runtime
+    with _lifecycle_lock:
+        runtime = _runtime
+        if runtime is None:
+            return True
+        _runtime = None
+        capture.detach()
+        _restore_sigterm()
+        finished = runtime.processor.shutdown(timeout)
+        structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
+        for handler in runtime.logging_handlers:
+            structured_logger.removeHandler(handler)
+            try:
+                handler.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if not finished:
+            _log.warning("otel-titan: the writer did not finish within %s s; records still queued may be lost", timeout)
+        return finished
+
+
+def is_initialized() -> bool:
+    """Whether `sl` calls currently record anything in this process.
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.is_initialized()
+        False
+    """
+    return _runtime is not None and capture.is_attached()
+
+
+def get_run_identity() -> RunIdentity | None:
+    """The identity (rank, run id…) of the running logger, or None.
+
+    Example:
+        >>> from otel_titan import structured_logger as sl
+        >>> sl.get_run_identity() is None
+        True
+    """
+    runtime = _runtime
+    return runtime.identity if runtime is not None else None
+
+
+def get_exporters() -> list[SpanExporter]:
+    """The exporters the handler factories registered (empty when not initialised)."""
+    runtime = _runtime
+    return list(runtime.exporters) if runtime is not None else []
+
+
+# -- process events ------------------------------------------------------------------------------
+def _install_process_hooks(options: LoggerOptions) -> None:
+    global _process_hooks_installed, _sigterm_installed, _previous_sigterm
+    if not _process_hooks_installed:
+        atexit.register(_at_exit)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _process_hooks_installed = True
+    if options.handle_sigterm and not _sigterm_installed and threading.current_thread() is threading.main_thread():
+        try:
+            _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
+            _sigterm_installed = True
+        except (ValueError, OSError) as error:  # not the main interpreter, or signals unavailable
+            _log.debug("otel-titan: SIGTERM handler not installed: %s", error)
+
+
+def _restore_sigterm() -> None:
+    global _sigterm_installed
+    # Only if ours is still the installed handler: one installed after us stays.
+    if _sigterm_installed and threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, _previous_sigterm if _previous_sigterm is not None else signal.SIG_DFL)
+                _sigterm_installed = False
+        except (ValueError, OSError):
+            pass
+
+
+def _at_exit() -> None:
+    runtime = _runtime
+    if runtime is not None and runtime.pid == os.getpid():
+        shutdown_structured_logger(timeout=runtime.options.exit_timeout_s)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    runtime = _runtime
+    if runtime is not None and runtime.pid == os.getpid() and runtime.options.handle_sigterm:
+        capture.emit_internal_instant("signal_received", {"signal": "SIGTERM", "signal_number": int(signum)})
+        runtime.processor.flush(runtime.options.exit_timeout_s)
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+        return
+    if previous == signal.SIG_IGN:
+        return
+    # Default action (or a handler installed from C that Python cannot call):
+    # die of SIGTERM, as the process would have without us.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _after_fork_in_child() -> None:
+    global _runtime, _lifecycle_lock
+    _lifecycle_lock = threading.RLock()  # another thread may have held it at fork time
+    runtime = _runtime
+    _runtime = None
+    capture.detach()
+    capture.forget_thread_ids()
+    if runtime is None:
+        return
+    for exporter in runtime.exporters:
+        close = getattr(exporter, "close_after_fork", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001
+                pass

@@ -1,0 +1,92 @@
+"""The options of `init_structured_logger`, validated up front.
+
+Strict by design (as pimm's logger is): an unknown option or a value of the
+wrong type or range raises here, naming the option, before anything is
+created.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Sequence, Union
+
+from otel_titan.structured_logger.event_queue import DEFAULT_QUEUE_SIZE
+
+__all__ = ["LoggerOptions", "parse_options"]
+
+HandlerSpec = Union[str, Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class LoggerOptions:
+    """Everything `init_structured_logger(**options)` accepts besides source/output_dir/rank/enable."""
+
+    #: Process identity; None = discover (see `identity.py`).
+    world_size: int | None = None
+    local_rank: int | None = None
+    run_id: str | None = None
+    attempt: int | None = None
+    job_id: str | None = None
+    #: Rotate a process's JSONL file at about this size.
+    max_file_size_mb: float = 128.0
+    #: Older segments kept besides the active file: disk ≈ (backup_count + 1) × max_file_size_mb.
+    backup_count: int = 3
+    #: Capacity of the capture queue, in events; a full queue drops (and counts), never blocks.
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    #: False leaves the host name out of every record and of the OpenTelemetry Resource.
+    include_hostname: bool = True
+    #: Handler factories (``"module.function"`` paths or callables); None = environment, then the default.
+    handlers: Sequence[HandlerSpec] | None = None
+    #: Seconds the processor sleeps between drains: how late a record reaches the OS at most, roughly.
+    flush_interval_s: float = 0.05
+    #: Seconds to spend writing what is queued at interpreter exit or on SIGTERM.
+    exit_timeout_s: float = 5.0
+    #: Flush on SIGTERM, then let the signal take its usual course (chaining any handler already installed).
+    handle_sigterm: bool = True
+
+
+_CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
+    "world_size": ((int,), lambda v: v >= 1, "an int >= 1"),
+    "local_rank": ((int,), lambda v: v >= 0, "an int >= 0"),
+    "run_id": ((str,), lambda v: bool(v), "a non-empty str"),
+    "attempt": ((int,), lambda v: v >= 0, "an int >= 0"),
+    "job_id": ((str,), lambda v: bool(v), "a non-empty str"),
+    "max_file_size_mb": ((int, float), lambda v: v > 0, "a number > 0"),
+    "backup_count": ((int,), lambda v: v >= 0, "an int >= 0"),
+    "queue_size": ((int,), lambda v: v >= 1, "an int >= 1"),
+    "include_hostname": ((bool,), lambda v: True, "a bool"),
+    "handlers": ((list, tuple), lambda v: all(isinstance(h, str) or callable(h) for h in v), "a list of 'module.function' strings or callables"),
+    "flush_interval_s": ((int, float), lambda v: 0 < v <= 10, "a number of seconds in (0, 10]"),
+    "exit_timeout_s": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
+    "handle_sigterm": ((bool,), lambda v: True, "a bool"),
+}
+
+
+def parse_options(options: dict[str, Any]) -> LoggerOptions:
+    """Validate `options` and return them as `LoggerOptions`.
+
+    Example:
+        >>> parse_options({"backup_count": 5}).backup_count
+        5
+        >>> parse_options({"max_file_sizemb": 1})
+        Traceback (most recent call last):
+        ...
+        TypeError: init_structured_logger() got an unknown option 'max_file_sizemb' (did you mean 'max_file_size_mb'?)
+    """
+    known = {f.name for f in fields(LoggerOptions)}
+    for name, value in options.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
+            raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers"):
+            continue
+        types, valid, expected = _CHECKS[name]
+        if isinstance(value, bool) and bool not in types:
+            raise TypeError(f"option {name} must be {expected}, got bool {value!r}")
+        if not isinstance(value, types):
+            raise TypeError(f"option {name} must be {expected}, got {type(value).__name__} {value!r}")
+        if not valid(value):
+            raise ValueError(f"option {name} must be {expected}, got {value!r}")
+    return LoggerOptions(**options)

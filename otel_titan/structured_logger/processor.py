@@ -1,0 +1,210 @@
+"""The background processor: queue → spans → exporters, on one daemon thread.
+
+It has `BatchSpanProcessor` semantics (bounded queue, drops counted rather than
+waited for, batches exported on a schedule, `force_flush`, `shutdown`) with
+two differences that a training logger needs:
+
+* the calling thread only appended a tuple; the spans are *built* here
+  (`span_builder`), so no SDK span object ever exists on the training thread;
+* start-aware exporters get starts and ends interleaved in capture order, so a
+  ``_start`` record is written as soon as the span starts, not when it ends.
+
+The thread wakes every `schedule_delay` (50 ms by default) or on a flush, so a
+record reaches the OS about that long after it was emitted. One exporter
+raising never stops the others: the first failure of each exporter is logged
+with its traceback, later ones are counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Sequence
+
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from otel_titan.exporters.base import StartAwareSpanExporter, TimelineItem
+from otel_titan.structured_logger.capture import END, FLUSH, INSTANT, SCALAR, START, STOP
+from otel_titan.structured_logger.event_queue import EventQueue
+from otel_titan.structured_logger.span_builder import SpanBuilder
+from otel_titan.structured_logger.titan_span import TitanSpan
+
+__all__ = ["BatchProcessor"]
+
+_log = logging.getLogger("otel_titan")
+
+
+class BatchProcessor:
+    """Drain `queue` on a background thread and hand the spans to `exporters`.
+
+    Example:
+        >>> # built by init_structured_logger; shown for the shape of the API
+        >>> # processor = BatchProcessor(queue, builder, [JsonlSpanExporter(...)])
+        >>> # processor.start(); ...; processor.flush(timeout=5); processor.shutdown(timeout=5)
+    """
+
+    def __init__(
+        self,
+        queue: EventQueue,
+        builder: SpanBuilder,
+        exporters: Sequence[SpanExporter],
+        schedule_delay: float = 0.05,
+        max_batch: int = 8192,
+    ) -> None:
+        self._queue = queue
+        self._builder = builder
+        self._timeline_exporters = [e for e in exporters if isinstance(e, StartAwareSpanExporter)]
+        self._plain_exporters = [e for e in exporters if not isinstance(e, StartAwareSpanExporter)]
+        self._exporters = list(exporters)
+        self._schedule_delay = schedule_delay
+        self._max_batch = max_batch
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failures: dict[int, int] = {}
+        self.internal_errors = 0
+
+    # -- control, from any thread ----------------------------------------------------------
+    def start(self) -> None:
+        """Start the daemon thread (once)."""
+        self._thread = threading.Thread(target=self._run, name="otel-titan-processor", daemon=True)
+        self._thread.start()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The processor's thread, for tests and diagnostics."""
+        return self._thread
+
+    def flush(self, timeout: float | None = 5.0) -> bool:
+        """Export everything captured before this call; False if `timeout` passed first."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return False
+        if thread is threading.current_thread():
+            return False
+        done = threading.Event()
+        self._queue.put_control((FLUSH, done))
+        self._wake.set()
+        return done.wait(timeout)
+
+    def shutdown(self, timeout: float | None = 5.0) -> bool:
+        """Export what is queued, shut the exporters down, stop the thread.
+
+        Returns False when the thread did not finish within `timeout` (an
+        exporter stuck on a frozen filesystem, say); the daemon thread is then
+        abandoned and the process can still exit.
+        """
+        thread = self._thread
+        if thread is None:
+            return True
+        self._queue.put_control((STOP,))
+        self._wake.set()
+        if thread is threading.current_thread():
+            return False
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    # -- the thread ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        items = self._queue.items
+        popleft = items.popleft
+        max_batch = self._max_batch
+        wake = self._wake
+        stop = False
+        while not stop:
+            wake.wait(self._schedule_delay)
+            wake.clear()
+            while items and not stop:
+                batch: list[Any] = []
+                append = batch.append
+                try:
+                    for _ in range(max_batch):
+                        append(popleft())
+                except IndexError:
+                    pass
+                stop = self._process(batch)
+        self._shutdown_exporters()
+        self._stopped.set()
+
+    def _process(self, batch: list[Any]) -> bool:
+        """Build spans for `batch` and export them; True when a STOP was reached."""
+        builder = self._builder
+        timeline: list[TimelineItem] = []
+        finished: list[TitanSpan] = []
+        stop = False
+        for event in batch:
+            kind = event[0]
+            try:
+                if kind == START:
+                    timeline.append((False, builder.started(event[1])))
+                elif kind == END:
+                    span = builder.ended(event[1], event[2], event[3])
+                    timeline.append((True, span))
+                    finished.append(span)
+                elif kind == INSTANT:
+                    span = builder.instant(*event[1:])
+                    timeline.append((True, span))
+                    finished.append(span)
+                elif kind == SCALAR:
+                    for span in builder.scalars(*event[1:]):
+                        timeline.append((True, span))
+                        finished.append(span)
+                elif kind == FLUSH:
+                    self._export(timeline, finished)
+                    timeline, finished = [], []
+                    self._force_flush()
+                    event[1].set()
+                elif kind == STOP:
+                    stop = True
+            except Exception:  # noqa: BLE001 - one bad event must not stop the thread
+                self.internal_errors += 1
+                if self.internal_errors == 1:
+                    _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
+        self._export(timeline, finished)
+        return stop
+
+    def _export(self, timeline: list[TimelineItem], finished: list[TitanSpan]) -> None:
+        if timeline:
+            for exporter in self._timeline_exporters:
+                try:
+                    exporter.export_timeline(timeline)
+                except Exception:  # noqa: BLE001 - isolate exporters from each other
+                    self._report_failure(exporter, "export_timeline")
+        if finished:
+            for exporter in self._plain_exporters:
+                try:
+                    exporter.export(finished)
+                except Exception:  # noqa: BLE001
+                    self._report_failure(exporter, "export")
+
+    def _force_flush(self) -> None:
+        for exporter in self._exporters:
+            try:
+                exporter.force_flush(5000)
+            except Exception:  # noqa: BLE001
+                self._report_failure(exporter, "force_flush")
+
+    def _shutdown_exporters(self) -> None:
+        for exporter in self._exporters:
+            try:
+                exporter.shutdown()
+            except Exception:  # noqa: BLE001
+                self._report_failure(exporter, "shutdown")
+
+    def _report_failure(self, exporter: SpanExporter, method: str) -> None:
+        count = self._failures.get(id(exporter), 0) + 1
+        self._failures[id(exporter)] = count
+        if count == 1:
+            _log.exception(
+                "otel-titan: exporter %s raised in %s; other exporters are unaffected, and its later failures are counted, not logged",
+                type(exporter).__qualname__,
+                method,
+            )
+
+    def failures(self, exporter: SpanExporter) -> int:
+        """How many calls into `exporter` raised."""
+        return self._failures.get(id(exporter), 0)
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait until the thread has shut the exporters down."""
+        return self._stopped.wait(timeout)

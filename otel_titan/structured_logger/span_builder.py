@@ -1,0 +1,217 @@
+"""Captured tuples become `TitanSpan`s (OpenTelemetry `ReadableSpan`s), on the background thread.
+
+One `TitanSpan` per `log_trace_span` call, announced when it starts and
+finished (end time, status, events) when it ends. Instants and scalars become
+zero-length spans, and also events on their enclosing span (so a backend that
+shows span events shows them in place). Ids follow `trace_ids.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from types import CodeType
+from typing import Any, Mapping, Sequence
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Status, StatusCode
+
+from otel_titan.structured_logger.capture import (
+    H_MONO,
+    H_PARENT,
+    H_REMOTE,
+    H_SEQ,
+    H_STATE,
+    H_WALL,
+)
+from otel_titan.structured_logger.titan_span import ATTR, RecordKind, TitanSpan
+from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds
+
+__all__ = ["SpanBuilder"]
+
+_SAMPLED = trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED)
+_SpanContext = trace_api.SpanContext
+_SPAN = RecordKind.SPAN
+_TRACE_STATE = trace_api.DEFAULT_TRACE_STATE
+_new_tuple = tuple.__new__
+
+
+def _context(trace_id: int, span_id: int) -> trace_api.SpanContext:
+    # SpanContext.__new__ re-validates ids that are valid by construction here
+    # (non-zero, in range); building the tuple directly costs a third.
+    return _new_tuple(_SpanContext, (trace_id, span_id, False, _SAMPLED, _TRACE_STATE, True))
+
+
+class SpanBuilder:
+    """Turn captured events into `TitanSpan`s with ids, parents and typed fields.
+
+    One instance lives on the processor thread; it is not thread-safe.
+    """
+
+    #: Open spans remembered for their children and ends; the oldest is forgotten past this.
+    MAX_OPEN_SPANS = 100_000
+
+    def __init__(self, resource: Resource, scope: InstrumentationScope, trace_ids: StepTraceIds, span_ids: SpanIdAllocator, cwd: str | None = None) -> None:
+        self.resource = resource
+        self.scope = scope
+        self.trace_ids = trace_ids
+        self.span_ids = span_ids
+        self._cwd = (cwd or os.getcwd()).rstrip(os.sep) + os.sep
+        self.span_class = TitanSpan.bind(resource, scope)
+        self._make_span = self.span_class.make
+        self._open: dict[int, TitanSpan] = {}
+        self._code_info: dict[CodeType, tuple[str, str]] = {}
+
+    # -- helpers ----------------------------------------------------------------------------
+    def code_info(self, code: CodeType) -> tuple[str, str]:
+        """(path relative to the working directory when under it, function name) of `code`."""
+        info = self._code_info.get(code)
+        if info is None:
+            path = code.co_filename
+            if path.startswith(self._cwd):
+                path = path[len(self._cwd) :]
+            info = (path, code.co_name)
+            if len(self._code_info) > 10_000:
+                self._code_info.clear()
+            self._code_info[code] = info
+        return info
+
+    def _trace_and_parent(self, parent_handle: tuple[Any, ...] | None, remote: Any, step: int | None) -> tuple[int, Any]:
+        if parent_handle is None:
+            if remote is not None:
+                return remote.trace_id, remote
+            return self.trace_ids.for_step(step), None
+        parent_span = self._open.get(parent_handle[H_SEQ])
+        if parent_span is not None:
+            context = parent_span._context
+            return context.trace_id, context
+        # The parent's start was dropped or it already ended (a context copied
+        # to another thread): derive its ids, which never depend on its span.
+        trace_id = self._trace_of_handle(parent_handle)
+        return trace_id, _context(trace_id, self.span_ids.for_seq(parent_handle[H_SEQ]))
+
+    def _trace_of_handle(self, handle: tuple[Any, ...]) -> int:
+        # Walk to the top-level ancestor: its step (or remote parent) names the trace.
+        while True:
+            open_span = self._open.get(handle[H_SEQ])
+            if open_span is not None:
+                return open_span._context.trace_id
+            if handle[H_PARENT] is None:
+                break
+            handle = handle[H_PARENT]
+        remote = handle[H_REMOTE]
+        return remote.trace_id if remote is not None else self.trace_ids.for_step(handle[H_STATE].step)
+
+    def _new_span(
+        self,
+        kind: str,
+        name: str,
+        span_id: int,
+        trace_id: int,
+        parent: Any,
+        start: int,
+        end: int | None,
+        code: CodeType,
+        lineno: int,
+        state: Any,
+        tid: int,
+        task: str | None,
+    ) -> TitanSpan:
+        info = self._code_info.get(code) or self.code_info(code)
+        return self._make_span(name, _context(trace_id, span_id), parent, start, end, kind, state.step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid)
+
+    # -- spans -------------------------------------------------------------------------------
+    def started(self, handle: tuple[Any, ...]) -> TitanSpan:
+        """Build and remember the open span of a START capture."""
+        seq, name, description, wall, _mono, code, lineno, parent_handle, state, tid, task, remote = handle
+        trace_id, parent = self._trace_and_parent(parent_handle, remote, state.step)
+        info = self._code_info.get(code) or self.code_info(code)
+        span = self._make_span(
+            name, _context(trace_id, self.span_ids.for_seq(seq)), parent, wall, None, _SPAN, state.step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid
+        )
+        if description is not None:
+            span.description = description
+        opened = self._open
+        if len(opened) >= self.MAX_OPEN_SPANS:
+            # Only reachable when ends were dropped: forget the oldest open span.
+            del opened[next(iter(opened))]
+        opened[seq] = span
+        return span
+
+    def ended(self, handle: tuple[Any, ...], end_mono: int, error: tuple[str, str, Any] | None) -> TitanSpan:
+        """Finish the span of an END capture (building it if its START was dropped)."""
+        span = self._open.pop(handle[H_SEQ], None)
+        if span is None:
+            span = self.started(handle)
+            self._open.pop(handle[H_SEQ], None)
+        # End on the start's wall clock plus the monotonic duration, so the
+        # span's length is the monotonic one even if the wall clock stepped.
+        end_time = handle[H_WALL] + (end_mono - handle[H_MONO])
+        if error is None:
+            span._finish(end_time)
+            return span
+        type_name, message, summary = error
+        stacktrace = ""
+        if summary is not None:
+            try:
+                stacktrace = "".join(summary.format())
+            except Exception:  # noqa: BLE001 - a stack we cannot format is still an error
+                stacktrace = ""
+        span.error_type = type_name
+        span.error_message = message
+        event = Event(
+            "exception",
+            {
+                "exception.type": type_name,
+                "exception.message": message,
+                "exception.stacktrace": stacktrace,
+                "exception.escaped": True,
+            },
+            end_time,
+        )
+        span._finish(end_time, Status(StatusCode.ERROR, f"{type_name}: {message}" if message else type_name), event)
+        return span
+
+    def open_spans(self) -> Sequence[TitanSpan]:
+        """Spans started and not yet ended, oldest first."""
+        return list(self._open.values())
+
+    # -- zero-length spans ------------------------------------------------------------------
+    def instant(
+        self,
+        name: str,
+        wall: int,
+        code: CodeType,
+        lineno: int,
+        parent_handle: Any,
+        state: Any,
+        tid: int,
+        task: str | None,
+        extra: Mapping[str, Any] | None,
+    ) -> TitanSpan:
+        """A zero-length span for an instant, also added as an event to its enclosing span."""
+        trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
+        span = self._new_span(RecordKind.INSTANT, name, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)
+        if extra:
+            span.extra = dict(extra)
+        if parent_handle is not None:
+            enclosing = self._open.get(parent_handle[H_SEQ])
+            if enclosing is not None:
+                enclosing._add_event(Event(name, {ATTR.RECORD_KIND: RecordKind.INSTANT}, wall))
+        return span
+
+    def scalars(self, values: dict[str, int | float], wall: int, code: CodeType, lineno: int, parent_handle: Any, state: Any, tid: int, task: str | None) -> list[TitanSpan]:
+        """One zero-length span per metric (named after it), and an event per metric on the enclosing span."""
+        trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
+        enclosing = self._open.get(parent_handle[H_SEQ]) if parent_handle is not None else None
+        spans = []
+        for metric, value in values.items():
+            span = self._new_span(RecordKind.SCALAR, metric, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)
+            span.metric_name = metric
+            span.metric_value = value
+            spans.append(span)
+            if enclosing is not None:
+                enclosing._add_event(Event(metric, {ATTR.RECORD_KIND: RecordKind.SCALAR, ATTR.METRIC_VALUE: value}, wall))
+        return spans

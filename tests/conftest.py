@@ -1,0 +1,89 @@
+"""Shared fixtures: a logger writing into a temporary run directory, and record readers."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from otel_titan import structured_logger as sl
+from otel_titan.structured_logger import step_context
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _clean_logger_state() -> Iterator[None]:
+    """Every test starts and ends with no logger and no step."""
+    sl.shutdown_structured_logger()
+    step_context._reset_for_tests()
+    yield
+    sl.shutdown_structured_logger()
+    step_context._reset_for_tests()
+
+
+def jsonl_files(run_dir: str | os.PathLike[str]) -> list[str]:
+    """Active JSONL files of a run directory, sorted by name."""
+    return sorted(glob.glob(os.path.join(os.fspath(run_dir), "structured_logs", "*.jsonl")))
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every line of one file, parsed (fails the test on a malformed line)."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def data_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records emitted by sl.* calls (not the logger's own opened/dropped/closed records)."""
+    meta = {"structured_logger_opened", "records_dropped", "structured_logger_closed"}
+    return [r for r in records if r["log_type_name"] not in meta]
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "run"
+
+
+@pytest.fixture
+def logged(run_dir: Path):
+    """Initialise a logger (rank 0 of 1, fixed run id) and return a reader of its records.
+
+    Calling the returned function shuts the logger down (writing everything)
+    and returns the data records of its single file.
+    """
+
+    def start(**options: Any) -> None:
+        options.setdefault("world_size", 1)
+        options.setdefault("run_id", "test-run")
+        sl.init_structured_logger("training", run_dir, rank=options.pop("rank", 0), **options)
+
+    def finish() -> list[dict[str, Any]]:
+        assert sl.shutdown_structured_logger(timeout=10)
+        files = jsonl_files(run_dir)
+        assert len(files) == 1, files
+        return data_records(read_records(files[0]))
+
+    start.finish = finish  # type: ignore[attr-defined]
+    return start
+
+
+def run_python(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter (the real process lifecycle: exit, signals, fork)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env.setdefault("PYTHONPATH", str(REPO))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd,
+    )

@@ -1,0 +1,30 @@
+"""Handler factories used by the tests, importable by path as users' factories are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+#: What the last call of `register_memory` received, and its exporter.
+LAST: dict[str, Any] = {}
+
+
+def register_memory(*, add_span_exporter, **kwargs: Any) -> None:
+    """Register the SDK's in-memory exporter and remember the arguments."""
+    exporter = InMemorySpanExporter()
+    LAST.clear()
+    LAST.update(kwargs)
+    LAST["exporter"] = exporter
+    add_span_exporter(exporter)
+
+
+def register_raising(**_: Any) -> None:
+    raise RuntimeError("factory exploded")
+
+
+def register_nothing(**_: Any) -> None:
+    """A factory that registers nothing at all."""
+
+
+NOT_CALLABLE = 42

@@ -1,0 +1,88 @@
+"""Identity from arguments, the launcher's environment and torch.distributed; the Resource."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_titan.structured_logger.identity import build_resource, discover_identity
+
+
+def test_torchrun_environment():
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "2"}
+    ident = discover_identity("training", environ=env)
+    assert (ident.rank, ident.local_rank, ident.world_size, ident.run_id, ident.attempt, ident.job_id) == (3, 1, 8, "abc", 2, None)
+    assert ident.origins == {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK", "attempt": "TORCHELASTIC_RESTART_COUNT", "run_id": "TORCHELASTIC_RUN_ID"}
+
+
+def test_slurm_environment():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "777", "SLURM_STEP_ID": "0", "SLURM_RESTART_COUNT": "1"}
+    ident = discover_identity("training", environ=env)
+    assert (ident.rank, ident.local_rank, ident.world_size, ident.run_id, ident.attempt, ident.job_id) == (5, 1, 16, "slurm-777.0", 1, "777")
+
+
+def test_arguments_win_over_the_environment():
+    env = {"RANK": "3", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "abc"}
+    ident = discover_identity("training", rank=1, world_size=2, local_rank=0, run_id="mine", attempt=4, job_id="j", environ=env)
+    assert (ident.rank, ident.world_size, ident.local_rank, ident.run_id, ident.attempt, ident.job_id) == (1, 2, 0, "mine", 4, "j")
+    assert ident.origins["rank"] == "argument"
+
+
+def test_torchrun_without_rdzv_id_falls_back_to_slurm_then_random(caplog):
+    assert discover_identity("t", environ={"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "9"}).run_id == "slurm-9"
+    ident = discover_identity("t", environ={"TORCHELASTIC_RUN_ID": "none", "RANK": "1", "WORLD_SIZE": "2"})
+    assert len(ident.run_id) == 32 and ident.origins["run_id"] == "random"
+    assert "will not share per-step trace ids" in caplog.text
+
+
+def test_defaults_for_a_plain_python_process():
+    ident = discover_identity("training", environ={})
+    assert (ident.rank, ident.world_size, ident.local_rank, ident.attempt) == (0, 1, 0, 0)
+
+
+@pytest.mark.parametrize("env, message", [({"RANK": "x"}, "RANK='x'"), ({"RANK": "4", "WORLD_SIZE": "2"}, "outside"), ({"WORLD_SIZE": "0"}, "world_size")])
+def test_bad_environment_is_reported_by_name(env, message):
+    with pytest.raises(ValueError, match=message):
+        discover_identity("training", environ=env)
+
+
+def test_torch_distributed_is_consulted_when_initialised(tmp_path, monkeypatch):
+    dist = pytest.importorskip("torch.distributed")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ident = discover_identity("training")
+        assert ident.origins["rank"] == "torch.distributed" and ident.origins["world_size"] == "torch.distributed"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_resource_carries_identity_and_respects_otel_service_name(monkeypatch):
+    env = {"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r", "SLURM_JOB_ID": "5"}
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=prod,titan.rank=99")
+    resource = build_resource(discover_identity("rollouter", environ=env))
+    attrs = resource.attributes
+    assert attrs["service.name"] == "rollouter"
+    assert attrs["titan.rank"] == 1  # the process's facts win over the environment
+    assert attrs["deployment.environment"] == "prod"
+    assert (attrs["titan.world_size"], attrs["titan.source"], attrs["titan.run_id"], attrs["titan.job_id"], attrs["titan.attempt"]) == (2, "rollouter", "r", "5", 0)
+    assert attrs["service.instance.id"] and attrs["host.name"] and attrs["process.pid"]
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "my-trainer")
+    assert build_resource(discover_identity("rollouter", environ=env)).attributes["service.name"] == "my-trainer"
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs")
+    assert build_resource(discover_identity("rollouter", environ=env)).attributes["service.name"] == "from-attrs"
+
+
+def test_host_name_can_be_left_out_everywhere(monkeypatch):
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "host.name=leaky")
+    ident = discover_identity("training", environ={}, include_hostname=False)
+    assert ident.host_name is None
+    assert "host.name" not in build_resource(ident).attributes
+
+
+def test_each_process_gets_its_own_service_instance_id():
+    a = discover_identity("training", environ={})
+    b = discover_identity("training", environ={})
+    assert a.service_instance_id != b.service_instance_id

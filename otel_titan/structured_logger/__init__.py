@@ -25,7 +25,7 @@ Example:
 
 from otel_titan.structured_logger.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
 from otel_titan.structured_logger.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
-from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV, HandlerFactoryError
+from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV, HandlerFactoryError, HandlerSkipped
 from otel_titan.structured_logger.identity import RunIdentity
 from otel_titan.structured_logger.lifecycle import (
     flush_structured_logger,
@@ -58,6 +58,7 @@ __all__ = [
     "RunIdentity",
     "LoggerOptions",
     "HandlerFactoryError",
+    "HandlerSkipped",
     "HANDLERS_ENV",
     "TORCHTITAN_HANDLERS_ENV",
     "TraceJsonlFormatter",

@@ -13,7 +13,7 @@ Event layouts (index 0 is the kind):
   ``(type_name, message, TracebackException | None)``
 * ``(INSTANT, name, wall_ns, code, lineno, parent, state, tid, task, attributes)``
 * ``(SCALAR, values, wall_ns, code, lineno, parent, state, tid, task)``
-* ``(FLUSH, threading.Event)`` and ``(STOP,)`` control events.
+* ``(FLUSH, threading.Event, open_spans)`` and ``(STOP,)`` control events.
 
 A span *handle* is the tuple ``(seq, name, description, wall_ns, mono_ns, code,
 lineno, parent, state, tid, task, remote_parent)``; it is also what the
@@ -65,15 +65,25 @@ _queue: EventQueue | None = None
 _items: Any = None  # the queue's deque, read directly by the hot path
 _capacity: int = 0
 _seq = itertools.count(1)
-# Set when another OpenTelemetry TracerProvider is active, so a root `sl` span
-# joins that instrumentation's current span (see `remote_parent_hook`).
+# Interop with other OpenTelemetry instrumentation (see otel_context.py), both
+# None unless enabled: `_remote_parent()` returns the other instrumentation's
+# current span context, which a top-level `sl` span then joins as its child;
+# `_propagate(handle)` makes an `sl` span the current OpenTelemetry span for
+# code inside it and returns the token `_detach` takes back at exit.
 _remote_parent: Callable[[], Any] | None = None
+_propagate: Callable[[tuple[Any, ...]], Any] | None = None
+_detach: Callable[[Any], None] | None = None
 
 
-def attach(queue: EventQueue, remote_parent: Callable[[], Any] | None = None) -> None:
+def attach(
+    queue: EventQueue,
+    remote_parent: Callable[[], Any] | None = None,
+    propagate: tuple[Callable[[tuple[Any, ...]], Any], Callable[[Any], None]] | None = None,
+) -> None:
     """Point the hot path at `queue` (called by `init_structured_logger`)."""
-    global _queue, _items, _capacity, _remote_parent
+    global _queue, _items, _capacity, _remote_parent, _propagate, _detach
     _remote_parent = remote_parent
+    _propagate, _detach = propagate if propagate is not None else (None, None)
     _capacity = queue.capacity
     _queue = queue
     _items = queue.items  # published last: a non-None `_items` means "ready"
@@ -81,11 +91,12 @@ def attach(queue: EventQueue, remote_parent: Callable[[], Any] | None = None) ->
 
 def detach() -> None:
     """Make every call a no-op again (shutdown, fork child, `enable=False`)."""
-    global _queue, _items, _capacity, _remote_parent
+    global _queue, _items, _capacity, _remote_parent, _propagate
     _items = None
     _queue = None
     _capacity = 0
     _remote_parent = None
+    _propagate = None  # `_detach` stays: spans still open must detach what they attached
 
 
 def forget_thread_ids() -> None:
@@ -160,7 +171,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         1
     """
 
-    __slots__ = ("_name", "_description", "_depth", "_code", "_lineno", "_handle", "_token")
+    __slots__ = ("_name", "_description", "_depth", "_code", "_lineno", "_handle", "_token", "_otel_token")
 
     def __init__(self, event_type: str, description: str | None = None, *, stacklevel: int = 2) -> None:
         if type(event_type) is not str or not event_type:
@@ -223,6 +234,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         )
         self._handle = handle
         self._token = _current_span.set(handle)
+        self._otel_token = None if _propagate is None else _propagate(handle)
         if len(q) < _capacity:
             q.append((START, handle))
         else:
@@ -239,6 +251,8 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             _current_span.reset(self._token)
         except ValueError:  # exited in another context than entered (manual __exit__ across tasks)
             _current_span.set(handle[H_PARENT])
+        if self._otel_token is not None:
+            _detach(self._otel_token)  # type: ignore[misc]
         q = _items
         if q is None:  # shut down while the span was open
             return None

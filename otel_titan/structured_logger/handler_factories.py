@@ -12,7 +12,8 @@ Which factories run, first match wins:
 2. ``OTEL_TITAN_HANDLERS`` (this project's name);
 3. ``TITAN_STRUCT_LOGGER_HANDLERS`` (torchtitan's name, so existing job
    scripts keep working);
-4. the default: the JSONL file.
+4. the defaults: the JSONL file, plus what ``OTEL_TRACES_EXPORTER`` asks for
+   (``otlp``, ``console``; nothing when ``OTEL_SDK_DISABLED=true``).
 
 When one of the variables is set, *only* the listed factories run.
 """
@@ -28,6 +29,7 @@ __all__ = [
     "TORCHTITAN_HANDLERS_ENV",
     "JSONL_HANDLER",
     "HandlerFactoryError",
+    "HandlerSkipped",
     "resolve_handler_specs",
     "load_factory",
     "default_handler_specs",
@@ -62,13 +64,28 @@ class HandlerFactoryError(RuntimeError):
     """A handler factory could not be imported, or raised when called."""
 
 
+class HandlerSkipped(Exception):
+    """Raised by a factory that deliberately attaches nothing (e.g. ``OTEL_SDK_DISABLED=true``).
+
+    Unlike any other exception, it does not fail `init_structured_logger`: the
+    factory is skipped and the reason logged at INFO level.
+    """
+
+
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
-    """The factories that run when nothing names them: the JSONL file."""
-    return [JSONL_HANDLER]
+    """The factories that run when nothing names them: the JSONL file, plus ``OTEL_TRACES_EXPORTER``'s.
+
+    Example:
+        >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
+        'otel_titan.exporters.otlp.register_otlp_handler'
+    """
+    from otel_titan.exporters.otel_env import traces_exporter_handler_specs  # noqa: PLC0415 - the exporters package imports this module
+
+    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ)]
 
 
 def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, str] | None = None) -> tuple[list[Any], str]:

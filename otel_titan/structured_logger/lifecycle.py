@@ -26,15 +26,16 @@ import os
 import re
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_titan.structured_logger import capture
+from otel_titan.structured_logger import capture, otel_context
 from otel_titan.structured_logger.event_queue import EventQueue
-from otel_titan.structured_logger.handler_factories import HandlerFactoryError, describe, load_factory, resolve_handler_specs
+from otel_titan.structured_logger.handler_factories import HandlerFactoryError, HandlerSkipped, describe, load_factory, resolve_handler_specs
 from otel_titan.structured_logger.identity import RunIdentity, build_resource, discover_identity
 from otel_titan.structured_logger.options import LoggerOptions, parse_options
 from otel_titan.structured_logger.processor import BatchProcessor
@@ -103,22 +104,6 @@ def _check_output_dir(output_dir: object) -> str:
     return path
 
 
-def _remote_parent_hook() -> Callable[[], Any] | None:
-    """When another OpenTelemetry SDK is configured, let root `sl` spans join its active span."""
-    from opentelemetry import trace  # noqa: PLC0415
-
-    provider = trace.get_tracer_provider()
-    if type(provider).__name__ in ("ProxyTracerProvider", "NoOpTracerProvider"):
-        return None
-    get_current_span = trace.get_current_span
-
-    def remote_parent() -> Any:
-        context = get_current_span().get_span_context()
-        return context if context.is_valid else None
-
-    return remote_parent
-
-
 def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank: int | None = None, enable: bool = True, **options: Any) -> None:
     """Start structured logging for this process (call once, before any trace call).
 
@@ -132,7 +117,8 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``run_id``, ``attempt``, ``job_id``, ``max_file_size_mb`` (128),
             ``backup_count`` (3), ``queue_size`` (65536 events),
             ``include_hostname`` (True), ``handlers``, ``flush_interval_s``
-            (0.05), ``exit_timeout_s`` (5), ``handle_sigterm`` (True).
+            (0.05), ``exit_timeout_s`` (5), ``handle_sigterm`` (True),
+            ``join_otel_context`` (auto), ``propagate_otel_context`` (False).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
@@ -186,7 +172,10 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
                 raise TypeError(f"add_span_exporter() takes an opentelemetry SpanExporter, got {type(exporter).__name__}")
             exporters.append(exporter)
 
-        specs, origin = resolve_handler_specs(parsed.handlers)
+        try:
+            specs, origin = resolve_handler_specs(parsed.handlers)
+        except ValueError as error:  # e.g. OTEL_TRACES_EXPORTER=zipkin
+            raise HandlerFactoryError(str(error)) from error
         try:
             for spec in specs:
                 factory = load_factory(spec)
@@ -209,6 +198,9 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
                         options=parsed,
                         stats=queue,
                     )
+                except HandlerSkipped as skipped:
+                    _log.info("otel-titan: handler factory %s skipped: %s", describe(spec), skipped)
+                    continue
                 except Exception as error:
                     raise HandlerFactoryError(f"handler factory {describe(spec)!r} (from {origin}) raised {type(error).__name__}: {error}") from error
                 if len(exporters) + len(structured_logger.handlers) == registered_before:
@@ -228,12 +220,9 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             _undo(exporters, structured_logger, handlers_before)
             raise
 
-        builder = SpanBuilder(
-            resource,
-            InstrumentationScope("otel_titan", _version()),
-            StepTraceIds(identity.run_id, identity.attempt),
-            SpanIdAllocator(),
-        )
+        trace_ids = StepTraceIds(identity.run_id, identity.attempt)
+        span_ids = SpanIdAllocator()
+        builder = SpanBuilder(resource, InstrumentationScope("otel_titan", _version()), trace_ids, span_ids)
         processor = BatchProcessor(queue, builder, exporters, schedule_delay=parsed.flush_interval_s)
         processor.start()
         _runtime = _Runtime(
@@ -246,7 +235,12 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             output_dir=directory,
         )
         _install_process_hooks(parsed)
-        capture.attach(queue, _remote_parent_hook())
+        join = parsed.join_otel_context if parsed.join_otel_context is not None else otel_context.sdk_tracer_provider_configured()
+        capture.attach(
+            queue,
+            remote_parent=otel_context.remote_parent_hook() if join else None,
+            propagate=otel_context.propagation_hooks(trace_ids, span_ids) if parsed.propagate_otel_context else None,
+        )
 
 
 def _undo(exporters: list[SpanExporter], structured_logger: logging.Logger, handlers_before: list[logging.Handler]) -> None:
@@ -386,7 +380,17 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     runtime = _runtime
     if runtime is not None and runtime.pid == os.getpid() and runtime.options.handle_sigterm:
         capture.emit_internal_instant("signal_received", {"signal": "SIGTERM", "signal_number": int(signum)})
-        runtime.processor.flush(runtime.options.exit_timeout_s)
+        deadline = time.monotonic() + runtime.options.exit_timeout_s
+        # About to die of the signal: send spans still open (the hung phase) to
+        # the OTLP side too, marked incomplete. The JSONL file already has their _start.
+        dying = not callable(_previous_sigterm) and _previous_sigterm != signal.SIG_IGN
+        runtime.processor.flush(runtime.options.exit_timeout_s, open_spans=dying)
+        # Then give queued network exporters (OTLP) what is left of the budget
+        # to deliver; waited for here, not on the processor, so the file never waits.
+        for exporter in runtime.exporters:
+            drain = getattr(exporter, "drain", None)
+            if drain is not None:
+                drain(max(0.0, deadline - time.monotonic()))
     previous = _previous_sigterm
     if callable(previous):
         previous(signum, frame)

@@ -44,6 +44,12 @@ class LoggerOptions:
     exit_timeout_s: float = 5.0
     #: Flush on SIGTERM, then let the signal take its usual course (chaining any handler already installed).
     handle_sigterm: bool = True
+    #: A top-level span opened inside another instrumentation's active span becomes its child.
+    #: None = on when a global OpenTelemetry SDK TracerProvider is configured at init.
+    join_otel_context: bool | None = None
+    #: While an `sl` span is open it is the current OpenTelemetry span, so spans other code
+    #: opens inside it become its children (costs an OpenTelemetry context attach per span).
+    propagate_otel_context: bool = False
 
 
 _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
@@ -60,6 +66,8 @@ _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "flush_interval_s": ((int, float), lambda v: 0 < v <= 10, "a number of seconds in (0, 10]"),
     "exit_timeout_s": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
     "handle_sigterm": ((bool,), lambda v: True, "a bool"),
+    "join_otel_context": ((bool,), lambda v: True, "a bool or None"),
+    "propagate_otel_context": ((bool,), lambda v: True, "a bool"),
 }
 
 
@@ -80,7 +88,7 @@ def parse_options(options: dict[str, Any]) -> LoggerOptions:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
             raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
-        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers"):
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context"):
             continue
         types, valid, expected = _CHECKS[name]
         if isinstance(value, bool) and bool not in types:

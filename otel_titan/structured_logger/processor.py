@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Sequence
 
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -75,15 +76,20 @@ class BatchProcessor:
         """The processor's thread, for tests and diagnostics."""
         return self._thread
 
-    def flush(self, timeout: float | None = 5.0) -> bool:
-        """Export everything captured before this call; False if `timeout` passed first."""
+    def flush(self, timeout: float | None = 5.0, *, open_spans: bool = False) -> bool:
+        """Export everything captured before this call; False if `timeout` passed first.
+
+        With `open_spans`, exporters that only see finished spans (OTLP) also
+        get a copy of every span still open, marked ``titan.incomplete`` (used
+        when the process is about to die of SIGTERM).
+        """
         thread = self._thread
         if thread is None or not thread.is_alive():
             return False
         if thread is threading.current_thread():
             return False
         done = threading.Event()
-        self._queue.put_control((FLUSH, done))
+        self._queue.put_control((FLUSH, done, open_spans))
         self._wake.set()
         return done.wait(timeout)
 
@@ -150,11 +156,14 @@ class BatchProcessor:
                         timeline.append((True, span))
                         finished.append(span)
                 elif kind == FLUSH:
+                    if event[2]:
+                        finished.extend(self._incomplete_copies())
                     self._export(timeline, finished)
                     timeline, finished = [], []
                     self._force_flush()
                     event[1].set()
                 elif kind == STOP:
+                    finished.extend(self._incomplete_copies())
                     stop = True
             except Exception:  # noqa: BLE001 - one bad event must not stop the thread
                 self.internal_errors += 1
@@ -162,6 +171,14 @@ class BatchProcessor:
                     _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
         self._export(timeline, finished)
         return stop
+
+    def _incomplete_copies(self) -> list[TitanSpan]:
+        # Spans a hung or killed phase left open: without these, exporters that
+        # only see finished spans would show nothing of the phase that matters.
+        if not self._plain_exporters:
+            return []
+        now = time.time_ns()
+        return [span.incomplete_copy(now) for span in self._builder.open_spans()]
 
     def _export(self, timeline: list[TimelineItem], finished: list[TitanSpan]) -> None:
         if timeline:

@@ -27,7 +27,7 @@ from otel_titan.structured_logger.capture import (
     H_WALL,
 )
 from otel_titan.structured_logger.titan_span import ATTR, RecordKind, TitanSpan
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds
+from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
 
 __all__ = ["SpanBuilder"]
 
@@ -93,16 +93,14 @@ class SpanBuilder:
         return trace_id, _context(trace_id, self.span_ids.for_seq(parent_handle[H_SEQ]))
 
     def _trace_of_handle(self, handle: tuple[Any, ...]) -> int:
-        # Walk to the top-level ancestor: its step (or remote parent) names the trace.
-        while True:
-            open_span = self._open.get(handle[H_SEQ])
+        # An open ancestor already knows its trace; otherwise derive it from the top-level one.
+        ancestor: tuple[Any, ...] | None = handle
+        while ancestor is not None:
+            open_span = self._open.get(ancestor[H_SEQ])
             if open_span is not None:
                 return open_span._context.trace_id
-            if handle[H_PARENT] is None:
-                break
-            handle = handle[H_PARENT]
-        remote = handle[H_REMOTE]
-        return remote.trace_id if remote is not None else self.trace_ids.for_step(handle[H_STATE].step)
+            ancestor = ancestor[H_PARENT]
+        return trace_id_of_handle(handle, self.trace_ids)
 
     def _new_span(
         self,
@@ -200,6 +198,7 @@ class SpanBuilder:
             enclosing = self._open.get(parent_handle[H_SEQ])
             if enclosing is not None:
                 enclosing._add_event(Event(name, {ATTR.RECORD_KIND: RecordKind.INSTANT}, wall))
+                span.attached_to_parent = True
         return span
 
     def scalars(self, values: dict[str, int | float], wall: int, code: CodeType, lineno: int, parent_handle: Any, state: Any, tid: int, task: str | None) -> list[TitanSpan]:
@@ -214,4 +213,5 @@ class SpanBuilder:
             spans.append(span)
             if enclosing is not None:
                 enclosing._add_event(Event(metric, {ATTR.RECORD_KIND: RecordKind.SCALAR, ATTR.METRIC_VALUE: value}, wall))
+                span.attached_to_parent = True
         return spans

@@ -60,6 +60,8 @@ class ATTR:
     ERROR_TYPE = "error.type"
     #: Prefix of fields the logger adds to its own instants (``titan.extra.signal``).
     EXTRA_PREFIX = "titan.extra."
+    #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
+    INCOMPLETE = "titan.incomplete"
 
 
 class TitanSpan(ReadableSpan):
@@ -123,6 +125,12 @@ class TitanSpan(ReadableSpan):
     error_type = None
     error_message = None
     extra = None
+    #: True for an instant or scalar that is also an event of its (open) enclosing span;
+    #: exporters that show events (OTLP) send it as that event only.
+    attached_to_parent = False
+    #: True on the copy of a span still open at shutdown or SIGTERM, sent to exporters
+    #: that only see finished spans (OTLP) so a hung phase does not vanish from the trace.
+    incomplete = False
 
     @classmethod
     def bind(cls, resource: Resource, scope: InstrumentationScope) -> type[TitanSpan]:
@@ -214,7 +222,33 @@ class TitanSpan(ReadableSpan):
         if self.extra:
             for key, value in self.extra.items():
                 attributes[ATTR.EXTRA_PREFIX + key] = value
+        if self.incomplete:
+            attributes[ATTR.INCOMPLETE] = True
         return attributes
+
+    def incomplete_copy(self, end_time: int) -> TitanSpan:
+        """A finished copy of this open span, ending at `end_time` and marked ``titan.incomplete``."""
+        copy = type(self).make(
+            self._name,
+            self._context,
+            self._parent,
+            self._start_time,
+            end_time,
+            self.record_kind,
+            self.step,
+            self.relative_step,
+            self.step_tags,
+            self.task_name,
+            self.code_file,
+            self.code_line,
+            self.code_function,
+            self.thread_id,
+        )
+        copy.description = self.description
+        copy.incomplete = True
+        if self._events:
+            copy._events = list(self._events)
+        return copy
 
     def _finish(self, end_time: int, status: Status | None = None, error_event: Event | None = None) -> None:
         self._end_time = end_time

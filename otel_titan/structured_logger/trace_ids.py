@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
-__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64"]
+from otel_titan.structured_logger.capture import H_PARENT, H_REMOTE, H_STATE
+
+__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle"]
 
 _MASK = (1 << 64) - 1
 
@@ -108,3 +111,15 @@ class SpanIdAllocator:
         """A new span id for a zero-length span (instant or scalar)."""
         self._fresh += 1
         return self.for_seq(self._FRESH_BASE + self._fresh)
+
+
+def trace_id_of_handle(handle: tuple[Any, ...], trace_ids: StepTraceIds) -> int:
+    """The trace id of a captured span: that of its top-level ancestor.
+
+    The ancestor's remote parent (another instrumentation's span it was opened
+    in) names the trace if it has one, else the ancestor's step.
+    """
+    while handle[H_PARENT] is not None:
+        handle = handle[H_PARENT]
+    remote = handle[H_REMOTE]
+    return remote.trace_id if remote is not None else trace_ids.for_step(handle[H_STATE].step)

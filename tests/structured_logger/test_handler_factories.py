@@ -127,3 +127,21 @@ def test_add_span_exporter_rejects_non_exporters(run_dir):
 
     with pytest.raises(sl.HandlerFactoryError, match="SpanExporter"):
         sl.init_structured_logger("training", run_dir, world_size=1, handlers=[register_wrong])
+
+
+def test_spans_open_at_shutdown_reach_finished_span_exporters_marked_incomplete(run_dir):
+    sl.init_structured_logger("training", run_dir, world_size=1, handlers=[MEMORY, JSONL_HANDLER])
+    sl.set_step(9)
+    hung = sl.log_trace_span("data_fetch")
+    hung.__enter__()  # never exits: the phase a hung rank is stuck in
+    with sl.log_trace_span("done"):
+        pass
+    sl.shutdown_structured_logger()
+    spans = {s.name: s for s in factories.LAST["exporter"].get_finished_spans()}
+    assert spans["data_fetch"].attributes["titan.incomplete"] is True
+    assert spans["data_fetch"].end_time >= spans["done"].end_time
+    assert "titan.incomplete" not in spans["done"].attributes
+    from tests.conftest import data_records, read_records
+
+    names = [r["log_type_name"] for r in data_records(read_records(jsonl_files(run_dir)[0]))]
+    assert names == ["data_fetch_start", "done_start", "done_end"]  # the file keeps the truth: no _end

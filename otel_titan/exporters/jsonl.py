@@ -125,9 +125,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         if report is not None:
             lines.append(report)
         meta = len(lines)
-        encode = self._encoder.lines
-        for ended, span in timeline:
-            lines.extend(encode(ended, span))
+        self._encoder.encode_timeline(timeline, lines)
         result = self._write(lines, len(lines) - meta)
         if result is SpanExportResult.FAILURE:
             # The opening line and the loss report were lost with the batch: write them next time.

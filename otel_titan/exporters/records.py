@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import orjson
 from opentelemetry.sdk.trace import ReadableSpan
@@ -126,13 +126,107 @@ class RecordEncoder:
     # -- records ------------------------------------------------------------------------------
     def lines(self, ended: bool, span: ReadableSpan) -> list[bytes]:
         """The JSONL lines for one timeline item (1, or 2 for a failed span)."""
-        out = []
-        tail = self._tail
-        for record in self.records(ended, span):
-            self._seq += 1
-            record["seq_id"] = self._seq
-            out.append(_json(record)[:-1] + tail)
+        out: list[bytes] = []
+        self.encode_timeline(((ended, span),), out)
         return out
+
+    def encode_timeline(self, timeline: Sequence[tuple[bool, ReadableSpan]] | Any, out: list[bytes]) -> None:
+        """Append the JSONL lines of every ``(ended, span)`` item to `out`, in order.
+
+        This loop is the writer thread's hot path, so it is written flat: the
+        common item (a span's start, or its successful end) is encoded inline
+        from pieces shared by the span's two records (encoded once, at the
+        start, with the per-process constants after them); everything else
+        goes through `records`, the reference that
+        tests/exporters/test_records.py checks this path against.
+        """
+        tail = self._tail
+        last_us = self._last_us_by_thread
+        dumps = orjson.dumps
+        append = out.append
+        seq = self._seq
+        for ended, span in timeline:
+            # The fast path reads TitanSpan's slots directly; other spans, and
+            # every record but a span's start or successful end, take `records`.
+            if not isinstance(span, TitanSpan) or span.record_kind != _SPAN or (ended and span._status.status_code is _ERROR):
+                self._seq = seq
+                for record in self.records(ended, span):
+                    self._seq += 1
+                    record["seq_id"] = self._seq
+                    append(_json(record)[:-1] + tail)
+                seq = self._seq
+                continue
+            if ended:
+                shared_json = span._encoded
+                span._encoded = None
+            else:
+                shared_json = None
+            if shared_json is None:
+                context = span._context
+                parent = span._parent
+                shared = {
+                    "log_type": "event",
+                    "event_name": None,
+                    "log_level": "INFO",
+                    "tid": span.thread_id,
+                    "caller": f"{span.code_file}:{span.code_line}:{span.code_function}",
+                    "log_file": span.code_file,
+                    "log_function": span.code_function,
+                    "trace_id": f"{context.trace_id:032x}",
+                    "span_id": f"{context.span_id:016x}",
+                    "parent_span_id": None if parent is None else f"{parent.span_id:016x}",
+                }
+                if span.step is not None:
+                    shared["step"] = span.step
+                if span.relative_step is not None:
+                    shared["relative_step"] = span.relative_step
+                if span.step_tags:
+                    shared["step_tags"] = span.step_tags
+                if span.task_name is not None:
+                    shared["task_name"] = span.task_name
+                if span.description is not None:
+                    shared["description"] = span.description
+                try:
+                    shared_json = b"," + dumps(shared)[1:-1] + tail
+                except (orjson.JSONEncodeError, TypeError):
+                    shared_json = b"," + _json(shared)[1:-1] + tail
+                if not ended:
+                    span._encoded = shared_json
+            name = span._name
+            step = span.step
+            label = span.description or name
+            prefix = "" if step is None else f"[step {step}] "
+            start_time = span._start_time
+            if ended:
+                time_ns = span._end_time
+                value = (time_ns - start_time) / 1e6
+                type_name = f"{name}_end"
+                message = f"{prefix}{label} {type_name} took {value:.3f} ms"
+            else:
+                time_ns = start_time
+                type_name = f"{name}_start"
+                message = f"{prefix}{label} {type_name}"
+            tid = span.thread_id
+            time_us = time_ns // 1000
+            previous = last_us.get(tid)
+            last_us[tid] = time_us
+            seq += 1
+            record = {
+                "delta_ms": 0.0 if previous is None else (time_us - previous) / 1000,
+                "time": time_ns // 1_000_000_000,
+                "time_ms": time_ns // 1_000_000,
+                "time_us": time_us,
+                "log_type_name": type_name,
+                "message": message,
+                "seq_id": seq,
+            }
+            if ended:
+                record["value"] = value
+            try:
+                append(dumps(record)[:-1] + shared_json)
+            except (orjson.JSONEncodeError, TypeError):  # a name UTF-8 cannot carry
+                append(_json(record)[:-1] + shared_json)
+        self._seq = seq
 
     def records(self, ended: bool, span: ReadableSpan) -> list[dict[str, Any]]:
         """The records of one timeline item as dicts, without ``seq_id`` and the constant fields.

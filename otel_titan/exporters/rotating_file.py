@@ -150,6 +150,9 @@ class RotatingFile:
         if self._torn:
             self._write_all(b"\n")
             self._torn = False
+        if self._size + sum(map(len, lines)) <= self.max_bytes:
+            self._write_all(b"".join(lines))  # the usual case: no rotation inside this batch
+            return
         chunk: list[bytes] = []
         chunk_size = 0
         limit = self.max_bytes

@@ -8,15 +8,15 @@ JSON and all I/O happen later on the background processor
 
 Event layouts (index 0 is the kind):
 
-* ``(START, handle)``
+* ``handle`` itself for a start (its first field is START: one tuple fewer per span)
 * ``(END, handle, end_mono_ns, error)`` with ``error`` None or
   ``(type_name, message, TracebackException | None)``
 * ``(INSTANT, name, wall_ns, code, lineno, parent, state, tid, task, attributes)``
 * ``(SCALAR, values, wall_ns, code, lineno, parent, state, tid, task)``
 * ``(FLUSH, threading.Event, open_spans)`` and ``(STOP,)`` control events.
 
-A span *handle* is the tuple ``(seq, name, description, wall_ns, mono_ns, code,
-lineno, parent, state, tid, task, remote_parent)``; it is also what the
+A span *handle* is the tuple ``(START, seq, name, description, wall_ns, mono_ns,
+code, lineno, parent, state, tid, task, remote_parent)``; it is also what the
 ContextVar of the current span holds, so a child captures its parent by
 reference and the processor can rebuild any span even if its START was dropped.
 """
@@ -35,6 +35,7 @@ from contextvars import ContextVar
 import threading
 from threading import get_native_id
 from time import perf_counter_ns, time_ns
+from time import sleep as _yield_gil
 from types import CodeType
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -47,7 +48,7 @@ __all__ = ["log_trace_span", "log_trace_instant", "log_trace_scalar", "SpanScope
 START, END, INSTANT, SCALAR, FLUSH, STOP = range(6)
 
 # Handle fields.
-H_SEQ, H_NAME, H_DESCRIPTION, H_WALL, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE = range(12)
+H_SEQ, H_NAME, H_DESCRIPTION, H_WALL, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE = range(1, 13)
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -64,6 +65,14 @@ _thread_ids = threading.local()
 _queue: EventQueue | None = None
 _items: Any = None  # the queue's deque, read directly by the hot path
 _capacity: int = 0
+# Below `_crowded_at` (half the capacity) an event is one `append`. Above it the
+# process emits faster than the writer thread keeps up (under the GIL, eight
+# threads emitting flat out leave it a few percent of the interpreter): each
+# event then also wakes the writer and yields the GIL once (`time.sleep(0)`),
+# which lets it catch up instead of dropping. The caller never waits for the
+# writer: at full capacity the event is dropped and counted.
+_crowded_at: int = 0
+_wake_writer: Callable[[], bool] | None = None
 _seq = itertools.count(1)
 # Interop with other OpenTelemetry instrumentation (see otel_context.py), both
 # None unless enabled: `_remote_parent()` returns the other instrumentation's
@@ -79,24 +88,45 @@ def attach(
     queue: EventQueue,
     remote_parent: Callable[[], Any] | None = None,
     propagate: tuple[Callable[[tuple[Any, ...]], Any], Callable[[Any], None]] | None = None,
+    wake_writer: Callable[[], bool] | None = None,
 ) -> None:
     """Point the hot path at `queue` (called by `init_structured_logger`)."""
-    global _queue, _items, _capacity, _remote_parent, _propagate, _detach
+    global _queue, _items, _capacity, _crowded_at, _wake_writer, _remote_parent, _propagate, _detach
     _remote_parent = remote_parent
     _propagate, _detach = propagate if propagate is not None else (None, None)
+    _wake_writer = wake_writer
     _capacity = queue.capacity
+    _crowded_at = max(1, queue.capacity // 2)
     _queue = queue
     _items = queue.items  # published last: a non-None `_items` means "ready"
 
 
 def detach() -> None:
     """Make every call a no-op again (shutdown, fork child, `enable=False`)."""
-    global _queue, _items, _capacity, _remote_parent, _propagate
+    global _queue, _items, _capacity, _crowded_at, _remote_parent, _propagate
     _items = None
     _queue = None
     _capacity = 0
+    _crowded_at = 0
     _remote_parent = None
     _propagate = None  # `_detach` stays: spans still open must detach what they attached
+
+
+def _enqueue_crowded(q: Any, event: tuple[Any, ...], records: int) -> None:
+    """The queue is at least half full: append, wake the writer and yield the GIL; or drop when full.
+
+    No yield when the writer is stuck in an export (a frozen filesystem): it
+    does not need the GIL then, and the caller's time per span stays as usual.
+    """
+    if len(q) < _capacity:
+        q.append(event)
+        wake = _wake_writer
+        if wake is not None and wake():
+            _yield_gil(0)
+    else:
+        queue = _queue
+        if queue is not None:
+            queue.drop(records)
 
 
 def forget_thread_ids() -> None:
@@ -219,6 +249,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             tid = _thread_ids.tid = get_native_id()
         loop = _get_running_loop()
         handle = (
+            START,
             next(_seq),
             self._name,
             self._description,
@@ -235,10 +266,10 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         self._handle = handle
         self._token = _current_span.set(handle)
         self._otel_token = None if _propagate is None else _propagate(handle)
-        if len(q) < _capacity:
-            q.append((START, handle))
+        if len(q) < _crowded_at:
+            q.append(handle)
         else:
-            _queue.drop(1)  # type: ignore[union-attr]
+            _enqueue_crowded(q, handle, 1)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -257,16 +288,16 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         if q is None:  # shut down while the span was open
             return None
         if exc_type is None:
-            if len(q) < _capacity:
+            if len(q) < _crowded_at:
                 q.append((END, handle, end, None))
             else:
-                _queue.drop(1)  # type: ignore[union-attr]
+                _enqueue_crowded(q, (END, handle, end, None), 1)
         else:
-            error = _describe_error(exc_type, exc, tb)
-            if len(q) < _capacity:
-                q.append((END, handle, end, error))
+            event = (END, handle, end, _describe_error(exc_type, exc, tb))
+            if len(q) < _crowded_at:
+                q.append(event)
             else:
-                _queue.drop(2)  # type: ignore[union-attr]
+                _enqueue_crowded(q, event, 2)
         return None  # never swallow the exception
 
     def __call__(self, fn: F) -> F:
@@ -361,10 +392,10 @@ def _emit_instant(q: Any, event_type: str, stacklevel: int, attributes: Mapping[
         None if loop is None else _task_name(loop),
         attributes,
     )
-    if len(q) < _capacity:
+    if len(q) < _crowded_at:
         q.append(event)
     else:
-        _queue.drop(1)  # type: ignore[union-attr]
+        _enqueue_crowded(q, event, 1)
 
 
 def emit_internal_instant(event_type: str, extra: Mapping[str, Any] | None = None) -> None:
@@ -446,10 +477,10 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
         tid,
         None if loop is None else _task_name(loop),
     )
-    if len(q) < _capacity:
+    if len(q) < _crowded_at:
         q.append(event)
     else:
-        _queue.drop(len(values))  # type: ignore[union-attr]
+        _enqueue_crowded(q, event, len(values))
 
 
 def current_span_handle() -> tuple[Any, ...] | None:

@@ -238,6 +238,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
         join = parsed.join_otel_context if parsed.join_otel_context is not None else otel_context.sdk_tracer_provider_configured()
         capture.attach(
             queue,
+            wake_writer=processor.wake,
             remote_parent=otel_context.remote_parent_hook() if join else None,
             propagate=otel_context.propagation_hooks(trace_ids, span_ids) if parsed.propagate_otel_context else None,
         )

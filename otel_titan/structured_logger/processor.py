@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.exporters.base import StartAwareSpanExporter, TimelineItem
+from otel_titan.exporters.base import StartAwareSpanExporter, Timeline
 from otel_titan.structured_logger.capture import END, FLUSH, INSTANT, SCALAR, START, STOP
 from otel_titan.structured_logger.event_queue import EventQueue
 from otel_titan.structured_logger.span_builder import SpanBuilder
@@ -38,11 +38,16 @@ _log = logging.getLogger("otel_titan")
 class BatchProcessor:
     """Drain `queue` on a background thread and hand the spans to `exporters`.
 
+    `STUCK_AFTER_S`: an export call running longer than this means the thread is
+    blocked (I/O), not busy, and callers stop yielding the GIL to it.
+
     Example:
         >>> # built by init_structured_logger; shown for the shape of the API
         >>> # processor = BatchProcessor(queue, builder, [JsonlSpanExporter(...)])
         >>> # processor.start(); ...; processor.flush(timeout=5); processor.shutdown(timeout=5)
     """
+
+    STUCK_AFTER_S = 0.2
 
     def __init__(
         self,
@@ -63,6 +68,7 @@ class BatchProcessor:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._failures: dict[int, int] = {}
+        self._exporting_since = 0.0
         self.internal_errors = 0
 
     # -- control, from any thread ----------------------------------------------------------
@@ -70,6 +76,19 @@ class BatchProcessor:
         """Start the daemon thread (once)."""
         self._thread = threading.Thread(target=self._run, name="otel-titan-processor", daemon=True)
         self._thread.start()
+
+    def wake(self) -> bool:
+        """Drain now rather than at the next tick (the queue is filling up).
+
+        Returns False when the thread has been inside one export call for more
+        than `STUCK_AFTER_S` (a frozen filesystem, a hung exporter): yielding
+        the GIL to it would not help, so the caller should not bother.
+        """
+        since = self._exporting_since
+        if since and time.monotonic() - since > self.STUCK_AFTER_S:
+            return False
+        self._wake.set()
+        return True
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -135,31 +154,37 @@ class BatchProcessor:
     def _process(self, batch: list[Any]) -> bool:
         """Build spans for `batch` and export them; True when a STOP was reached."""
         builder = self._builder
-        timeline: list[TimelineItem] = []
+        timeline = Timeline()
+        started, ended_flags = timeline.spans.append, timeline.ended.append
         finished: list[TitanSpan] = []
         stop = False
         for event in batch:
             kind = event[0]
             try:
-                if kind == START:
-                    timeline.append((False, builder.started(event[1])))
+                if kind == START:  # the event is the span's handle
+                    started(builder.started(event))
+                    ended_flags(False)
                 elif kind == END:
                     span = builder.ended(event[1], event[2], event[3])
-                    timeline.append((True, span))
+                    started(span)
+                    ended_flags(True)
                     finished.append(span)
                 elif kind == INSTANT:
                     span = builder.instant(*event[1:])
-                    timeline.append((True, span))
+                    started(span)
+                    ended_flags(True)
                     finished.append(span)
                 elif kind == SCALAR:
                     for span in builder.scalars(*event[1:]):
-                        timeline.append((True, span))
+                        started(span)
+                        ended_flags(True)
                         finished.append(span)
                 elif kind == FLUSH:
                     if event[2]:
                         finished.extend(self._incomplete_copies())
                     self._export(timeline, finished)
-                    timeline, finished = [], []
+                    timeline, finished = Timeline(), []
+                    started, ended_flags = timeline.spans.append, timeline.ended.append
                     self._force_flush()
                     event[1].set()
                 elif kind == STOP:
@@ -180,7 +205,14 @@ class BatchProcessor:
         now = time.time_ns()
         return [span.incomplete_copy(now) for span in self._builder.open_spans()]
 
-    def _export(self, timeline: list[TimelineItem], finished: list[TitanSpan]) -> None:
+    def _export(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
+        self._exporting_since = time.monotonic()
+        try:
+            self._export_now(timeline, finished)
+        finally:
+            self._exporting_since = 0.0
+
+    def _export_now(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
         if timeline:
             for exporter in self._timeline_exporters:
                 try:

@@ -59,6 +59,8 @@ class SpanBuilder:
         self.trace_ids = trace_ids
         self.span_ids = span_ids
         self._cwd = (cwd or os.getcwd()).rstrip(os.sep) + os.sep
+        self._for_step = trace_ids.for_step
+        self._for_seq = span_ids.for_seq
         self.span_class = TitanSpan.bind(resource, scope)
         self._make_span = self.span_class.make
         self._open: dict[int, TitanSpan] = {}
@@ -123,11 +125,15 @@ class SpanBuilder:
     # -- spans -------------------------------------------------------------------------------
     def started(self, handle: tuple[Any, ...]) -> TitanSpan:
         """Build and remember the open span of a START capture."""
-        seq, name, description, wall, _mono, code, lineno, parent_handle, state, tid, task, remote = handle
-        trace_id, parent = self._trace_and_parent(parent_handle, remote, state.step)
+        _start, seq, name, description, wall, _mono, code, lineno, parent_handle, state, tid, task, remote = handle
+        step = state.step
+        if parent_handle is None and remote is None:  # the common top-level span
+            trace_id, parent = self._for_step(step), None
+        else:
+            trace_id, parent = self._trace_and_parent(parent_handle, remote, step)
         info = self._code_info.get(code) or self.code_info(code)
         span = self._make_span(
-            name, _context(trace_id, self.span_ids.for_seq(seq)), parent, wall, None, _SPAN, state.step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid
+            name, _new_tuple(_SpanContext, (trace_id, self._for_seq(seq), False, _SAMPLED, _TRACE_STATE, True)), parent, wall, None, _SPAN, step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid
         )
         if description is not None:
             span.description = description

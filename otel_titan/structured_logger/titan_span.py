@@ -95,6 +95,7 @@ class TitanSpan(ReadableSpan):
         "code_function",
         "thread_id",
         "ended",
+        "_encoded",
     )
     record_kind: str
     step: int | None
@@ -182,6 +183,7 @@ class TitanSpan(ReadableSpan):
         span.code_function = code_function
         span.thread_id = thread_id
         span.ended = end_time is not None
+        span._encoded = None  # scratch for the JSONL encoder: the fields a span's two records share
         return span
 
     # The SDK reads `self._attributes`; here it is built from the typed fields on first read.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 #: What the last call of `register_memory` received, and its exporter.
@@ -28,3 +30,24 @@ def register_nothing(**_: Any) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+#: Set to let `register_gate`'s exporter go on.
+GATE = threading.Event()
+
+
+class _Gate(SpanExporter):
+    """Holds every export until `GATE` is set: a writer stuck on a frozen filesystem."""
+
+    def export(self, spans):
+        GATE.wait(60)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        GATE.set()
+
+
+def register_gate(*, add_span_exporter, **_: Any) -> None:
+    """Register an exporter that blocks the processor until `GATE` is set."""
+    GATE.clear()
+    add_span_exporter(_Gate())

@@ -105,7 +105,7 @@ def test_start_record_reaches_the_file_while_the_span_is_still_open(run_dir):
     sl.init_structured_logger("training", run_dir, world_size=1)
     (path,) = jsonl_files(run_dir)
     with sl.log_trace_span("data_fetch"):
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # generous: the machine may be busy; typically ~0.1 s
         names: list[str] = []
         while time.monotonic() < deadline and "data_fetch_start" not in names:
             time.sleep(0.02)
@@ -139,21 +139,27 @@ def test_closing_record_has_totals(run_dir):
 
 # -- drops ----------------------------------------------------------------------------------------------
 def test_full_queue_drops_counts_and_reports_without_blocking(run_dir):
-    sl.init_structured_logger("training", run_dir, world_size=1, queue_size=50, flush_interval_s=10)
+    from tests.helpers import factories
+
+    # The writer is stuck (a gate exporter before the JSONL one), so the queue fills.
+    sl.init_structured_logger("training", run_dir, world_size=1, queue_size=50, handlers=["tests.helpers.factories.register_gate", "otel_titan.exporters.jsonl.register_jsonl_handler"])
     for i in range(200):
-        sl.log_trace_instant(f"i{i}")  # 150 of these do not fit
-    sl.log_trace_scalar({"a": 1.0, "b": 2.0})  # 2 more records dropped
+        sl.log_trace_instant(f"i{i}")  # returns at once even though nothing is written
+    sl.log_trace_scalar({"a": 1.0, "b": 2.0})
+    factories.GATE.set()
     assert sl.flush_structured_logger(timeout=10)
     sl.log_trace_instant("after")
     sl.shutdown_structured_logger()
     records = read_records(jsonl_files(run_dir)[0])
     names = [r["log_type_name"] for r in records]
-    assert [n for n in names if n.startswith("i")] == [f"i{i}" for i in range(50)]
-    dropped = [r for r in records if r["log_type_name"] == "records_dropped"]
-    assert len(dropped) == 1 and dropped[0]["value"] == 152 and dropped[0]["dropped_records"] == 152
-    assert names.index("records_dropped") < names.index("after")
+    kept = [n for n in names if n.startswith("i")]
+    assert 50 <= len(kept) < 200 and kept == [f"i{i}" for i in range(len(kept))]  # a prefix, in order, no gap
     closing = records[-1]
-    assert closing["dropped_records"] == 152 and closing["written_records"] == 51
+    dropped = [r for r in records if r["log_type_name"] == "records_dropped"]
+    assert len(dropped) == 1 and dropped[0]["dropped_records"] == closing["dropped_records"] == dropped[0]["value"] > 0
+    assert names.index("records_dropped") < names.index("after")
+    written_scalars = names.count("metric_value")
+    assert closing["written_records"] == len(kept) + written_scalars + 1
     assert closing["written_records"] + closing["dropped_records"] == 203  # every emitted record accounted for
 
 

@@ -1,6 +1,8 @@
 # The two commands of the README work on a fresh machine:
 #   make train   set up, then run the toy training on 2 ranks (JSONL under outputs/)
 #   make test    set up, then run the whole test suite
+# and, for the performance figures of docs/performance.md:
+#   make bench   set up, then run the benchmark against the alternatives (about 10 minutes)
 .PHONY: setup train test bench clean
 
 setup:
@@ -11,6 +13,9 @@ train: setup
 
 test: setup
 	.venv/bin/python -m pytest
+
+bench: setup
+	.venv/bin/python -m benchmarks.run
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

@@ -1,0 +1,198 @@
+"""otel-titan against the alternatives, in one run on one machine: `make bench`.
+
+    python -m benchmarks.run [--rounds 5] [--spans 20000] [--quick] [--json OUT]
+
+1. Span cost, for each implementation of `benchmarks/cases.py`: the calling
+   thread's time per span (enter + exit) and the whole process's CPU time per
+   span, background threads included, measured after a flush. Every case runs
+   in a fresh process; the cases are interleaved round by round (so a noisy
+   moment hits all of them), each round a warm-up then 3 timed repetitions;
+   the figure is the median over all timed repetitions.
+2. Training-step overhead: a small torch model, 20 spans and a scalar dict per
+   ~10 ms step, without instrumentation, with no-op calls, and with JSONL.
+3. Throughput: 8 threads emitting as fast as they can for 10 s at the default
+   queue size: spans/s written and records dropped.
+
+Then a table with ratios to each peer and the targets of the performance
+issue, each marked met or not with the measured figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CASE_ORDER = ["floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp"]
+LABELS = {
+    "floor": "(1) floor: 2 timestamps + 2 deque appends",
+    "logging_queue": "(2) logging QueueHandler, JSON on caller",
+    "logging_sync": "(3) logging FileHandler, sync flush",
+    "otel_sdk": "(4) OTel SDK span, BatchSpanProcessor no-op",
+    "otel_sdk_jsonl": "(5) OTel SDK span → to_json JSONL",
+    "otel_titan": "(6) otel-titan, JSONL",
+    "otel_titan_otlp": "(6) otel-titan, JSONL + OTLP",
+}
+
+
+def _python(module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for package in ("otel-titan", "opentelemetry-sdk", "opentelemetry-exporter-otlp", "orjson", "torch", "grpcio"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {"python": platform.python_version(), "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "versions": versions, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def start_sink() -> tuple[subprocess.Popen, str]:
+    port_file = tempfile.mktemp(prefix="otlp-sink-port-")
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.otlp_sink", port_file], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 30
+    while not (os.path.exists(port_file) and open(port_file).read().strip()):
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError("the OTLP sink did not start")
+        time.sleep(0.05)
+    return process, f"http://127.0.0.1:{open(port_file).read().strip()}"
+
+
+def span_costs(rounds: int, spans: int, sink: str) -> dict:
+    otlp_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    results: dict[str, dict[str, list[float]]] = {case: {"caller_us": [], "cpu_us": []} for case in CASE_ORDER}
+    for round_index in range(rounds):
+        for case in CASE_ORDER:
+            _progress(f"span cost: round {round_index + 1}/{rounds}, {case}")
+            measured = _python("benchmarks.span_cost", case, "--spans", str(spans), "--reps", "3", env=otlp_env if case.endswith("otlp") else None)
+            results[case]["caller_us"].extend(measured["caller_us"])
+            results[case]["cpu_us"].extend(measured["cpu_us"])
+    return {case: {"caller_us": statistics.median(v["caller_us"]), "cpu_us": statistics.median(v["cpu_us"]), "samples": len(v["caller_us"])} for case, v in results.items()}
+
+
+def training_steps(rounds: int, steps: int) -> dict:
+    modes = ("bare", "disabled", "jsonl")
+    samples: dict[str, list[float]] = {mode: [] for mode in modes}
+    for round_index in range(rounds):
+        for mode in modes:
+            _progress(f"training step: round {round_index + 1}/{rounds}, {mode}")
+            samples[mode].extend(_python("benchmarks.training_step", mode, "--steps", str(steps), "--reps", "3")["step_ms"])
+    return {mode: statistics.median(values) for mode, values in samples.items()}
+
+
+def table(costs: dict, steps: dict, throughput: dict) -> tuple[str, list[tuple[str, bool, str]]]:
+    floor, queue, sdk = costs["floor"], costs["logging_queue"], costs["otel_sdk"]
+    lines = [
+        "| implementation | caller µs/span | × floor | × (2) logging queue | × (4) OTel SDK | total CPU µs/span | CPU × (2) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for case in CASE_ORDER:
+        c = costs[case]
+        lines.append(
+            f"| {LABELS[case]} | {c['caller_us']:.2f} | {c['caller_us'] / floor['caller_us']:.2f} | {c['caller_us'] / queue['caller_us']:.3f} | "
+            f"{c['caller_us'] / sdk['caller_us']:.3f} | {c['cpu_us']:.2f} | {c['cpu_us'] / queue['cpu_us']:.3f} |"
+        )
+    ours, ours_otlp = costs["otel_titan"], costs["otel_titan_otlp"]
+    overhead = (steps["jsonl"] - steps["bare"]) / steps["bare"] * 100
+    lines += [
+        "",
+        "| training step (20 spans + 4 scalars per step) | median step ms |",
+        "| --- | ---: |",
+        f"| no instrumentation | {steps['bare']:.3f} |",
+        f"| sl.* calls, logger not initialised (no-ops) | {steps['disabled']:.3f} |",
+        f"| sl.* calls, JSONL | {steps['jsonl']:.3f} ({overhead:+.2f} %) |",
+        "",
+        f"Throughput, {throughput['threads']} threads for {throughput['seconds']:.1f} s, default queue: "
+        f"{throughput['spans_written_per_s']:,.0f} spans/s written, {throughput['records_dropped']:,} records dropped "
+        f"({throughput['spans_emitted']:,} spans emitted, {throughput['drain_s']:.2f} s final drain).",
+    ]
+    targets = [
+        ("caller time ≤ 0.15 × (2) logging queue", ours["caller_us"] / queue["caller_us"] <= 0.15, f"{ours['caller_us'] / queue['caller_us']:.3f}×"),
+        ("caller time ≤ 0.15 × (4) OTel SDK span", ours["caller_us"] / sdk["caller_us"] <= 0.15, f"{ours['caller_us'] / sdk['caller_us']:.3f}×"),
+        ("caller time ≤ 5 × floor", ours["caller_us"] / floor["caller_us"] <= 5, f"{ours['caller_us'] / floor['caller_us']:.2f}×"),
+        ("total CPU (JSONL) ≤ 0.35 × (2)", ours["cpu_us"] / queue["cpu_us"] <= 0.35, f"{ours['cpu_us'] / queue['cpu_us']:.3f}×"),
+        ("adding OTLP raises caller time ≤ 10 %", ours_otlp["caller_us"] <= ours["caller_us"] * 1.10, f"{(ours_otlp['caller_us'] / ours['caller_us'] - 1) * 100:+.1f} %"),
+        (
+            "≥ 50,000 spans/s from 8 threads, zero drops",
+            throughput["spans_written_per_s"] >= 50_000 and throughput["records_dropped"] == 0,
+            f"{throughput['spans_written_per_s']:,.0f} spans/s, {throughput['records_dropped']} dropped",
+        ),
+        ("training-step overhead < 1 %", overhead < 1.0, f"{overhead:+.2f} %"),
+    ]
+    lines += ["", "| target | met | measured |", "| --- | --- | --- |"] + [f"| {name} | {'yes' if ok else 'NO'} | {figure} |" for name, ok, figure in targets]
+    return "\n".join(lines), targets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of every case (default 5)")
+    parser.add_argument("--spans", type=int, default=20000, help="spans per timed repetition (default 20000)")
+    parser.add_argument("--steps", type=int, default=200, help="training steps per timed repetition (default 200)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="throughput test duration (default 10)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (1 round, small sizes): figures are not meaningful")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.spans, args.steps, args.seconds = 1, 2000, 20, 1.0
+
+    info = machine()
+    sink, endpoint = start_sink()
+    try:
+        costs = span_costs(args.rounds, args.spans, endpoint)
+    finally:
+        sink.terminate()
+        sink.wait(10)
+    steps = training_steps(args.rounds, args.steps)
+    _progress(f"throughput: 8 threads for {args.seconds} s")
+    throughput = _python("benchmarks.throughput", "--threads", "8", "--seconds", str(args.seconds))
+    report, targets = table(costs, steps, throughput)
+    header = (
+        f"otel-titan benchmark, {info['date']}: Python {info['python']}, {info['cores']} cores ({info['cpu']}), "
+        + ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+        + f". {args.rounds} interleaved rounds, {args.spans} spans × 3 repetitions per round and case, medians."
+    )
+    print(header)
+    print()
+    print(report)
+    results = {"machine": info, "settings": vars(args) | {"json": str(args.json) if args.json else None}, "span_cost": costs, "training_step_ms": steps, "throughput": throughput, "targets": [{"target": n, "met": ok, "measured": f} for n, ok, f in targets]}
+    out = args.json or REPO / "benchmarks" / "results" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nresults: {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

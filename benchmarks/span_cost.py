@@ -1,0 +1,54 @@
+"""Cost of one span (enter + exit) for one implementation, measured in a fresh process.
+
+    python -m benchmarks.span_cost CASE [--spans N] [--reps R]
+
+Prints one JSON line: per repetition, the calling thread's wall time per span
+(the loop around `with span:`) and the whole process's CPU time per span,
+every background thread included, measured after a drain (the case's flush).
+The first repetition is a warm-up and is reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+from benchmarks.cases import CASES, STEP
+
+
+def measure(case_name: str, spans: int, reps: int) -> dict:
+    directory = tempfile.mkdtemp(prefix=f"bench-{case_name}-")
+    case = CASES[case_name](directory)
+    caller, cpu = [], []
+    try:
+        for rep in range(reps + 1):  # rep 0 warms up caches, the JIT-less interpreter and the files
+            STEP[0] = rep + 1
+            span = case.span
+            cpu_start = time.process_time()
+            start = time.perf_counter()
+            for _ in range(spans):
+                with span("fwd_bwd"):
+                    pass
+            elapsed = time.perf_counter() - start
+            case.drain()
+            cpu_used = time.process_time() - cpu_start
+            caller.append(elapsed / spans * 1e6)
+            cpu.append(cpu_used / spans * 1e6)
+    finally:
+        case.close()
+    return {"case": case_name, "spans": spans, "warmup": {"caller_us": caller[0], "cpu_us": cpu[0]}, "caller_us": caller[1:], "cpu_us": cpu[1:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=sorted(CASES))
+    parser.add_argument("--spans", type=int, default=20000)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    print(json.dumps(measure(args.case, args.spans, args.reps)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""The benchmark harness runs end to end (a --quick smoke run: its figures mean nothing and are not checked)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytest.importorskip("torch")
+
+
+@pytest.mark.slow
+def test_quick_benchmark_run_produces_every_row_and_target(tmp_path):
+    out = tmp_path / "bench.json"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results["span_cost"]) == {"floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp"}
+    assert all(case["caller_us"] > 0 and case["cpu_us"] > 0 for case in results["span_cost"].values())
+    assert set(results["training_step_ms"]) == {"bare", "disabled", "jsonl"}
+    assert results["throughput"]["spans_emitted"] > 0
+    assert results["throughput"]["records_written"] + results["throughput"]["records_dropped"] == 2 * results["throughput"]["spans_emitted"]
+    assert len(results["targets"]) == 7
+    assert "| (6) otel-titan, JSONL |" in result.stdout and "| target | met | measured |" in result.stdout

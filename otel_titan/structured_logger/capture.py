@@ -1,7 +1,7 @@
 """The calling thread's side: capture what only it knows, append one tuple, return.
 
 Everything here runs on the training thread, so it does the least it can: read
-two clocks, the caller's code object and line, the step state, the thread and
+the monotonic clock, the caller's code object and line, the step state, the thread and
 task, and append a plain tuple to the queue. Building OpenTelemetry spans, ids,
 JSON and all I/O happen later on the background processor
 (`processor.py`, `span_builder.py`).
@@ -11,12 +11,15 @@ Event layouts (index 0 is the kind):
 * ``handle`` itself for a start (its first field is START: one tuple fewer per span)
 * ``(END, handle, end_mono_ns, error)`` with ``error`` None or
   ``(type_name, message, TracebackException | None)``
-* ``(INSTANT, name, wall_ns, code, lineno, parent, state, tid, task, attributes)``
-* ``(SCALAR, values, wall_ns, code, lineno, parent, state, tid, task)``
+* ``(INSTANT, name, mono_ns, code, lineno, parent, state, tid, task, attributes)``
+* ``(SCALAR, values, mono_ns, code, lineno, parent, state, tid, task)``
+
+Every timestamp is a `perf_counter_ns()` reading; the processor maps them to
+wall-clock time with one offset (clock.py).
 * ``(FLUSH, threading.Event, open_spans)`` and ``(STOP,)`` control events.
 
-A span *handle* is the tuple ``(START, seq, name, description, wall_ns, mono_ns,
-code, lineno, parent, state, tid, task, remote_parent)``; it is also what the
+A span *handle* is the tuple ``(START, seq, name, description, mono_ns, code,
+lineno, parent, state, tid, task, remote_parent)``; it is also what the
 ContextVar of the current span holds, so a child captures its parent by
 reference and the processor can rebuild any span even if its START was dropped.
 """
@@ -34,7 +37,7 @@ from asyncio import events as _asyncio_events
 from contextvars import ContextVar
 import threading
 from threading import get_native_id
-from time import perf_counter_ns, time_ns
+from time import perf_counter_ns
 from time import sleep as _yield_gil
 from types import CodeType
 from typing import Any, Callable, Mapping, TypeVar
@@ -48,7 +51,7 @@ __all__ = ["log_trace_span", "log_trace_instant", "log_trace_scalar", "SpanScope
 START, END, INSTANT, SCALAR, FLUSH, STOP = range(6)
 
 # Handle fields.
-H_SEQ, H_NAME, H_DESCRIPTION, H_WALL, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE = range(1, 13)
+H_SEQ, H_NAME, H_DESCRIPTION, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE = range(1, 12)
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -253,7 +256,6 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             next(_seq),
             self._name,
             self._description,
-            time_ns(),
             perf_counter_ns(),
             code,
             lineno,
@@ -383,7 +385,7 @@ def _emit_instant(q: Any, event_type: str, stacklevel: int, attributes: Mapping[
     event = (
         INSTANT,
         event_type,
-        time_ns(),
+        perf_counter_ns(),
         frame.f_code,
         frame.f_lineno,
         _current_span.get(),
@@ -469,7 +471,7 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
     event = (
         SCALAR,
         values,
-        time_ns(),
+        perf_counter_ns(),
         frame.f_code,
         frame.f_lineno,
         _current_span.get(),

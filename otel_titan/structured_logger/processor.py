@@ -69,6 +69,10 @@ class BatchProcessor:
         self._thread: threading.Thread | None = None
         self._failures: dict[int, int] = {}
         self._exporting_since = 0.0
+        self._cpu_clock: int | None = None
+        self._last_cpu = 0.0
+        self._blocked_sampled_at = 0.0
+        self._blocked_now = False
         self.internal_errors = 0
 
     # -- control, from any thread ----------------------------------------------------------
@@ -85,10 +89,34 @@ class BatchProcessor:
         the GIL to it would not help, so the caller should not bother.
         """
         since = self._exporting_since
-        if since and time.monotonic() - since > self.STUCK_AFTER_S:
+        if since and time.monotonic() - since > self.STUCK_AFTER_S and self._blocked():
             return False
         self._wake.set()
         return True
+
+    def _blocked(self) -> bool:
+        """Whether the thread is waiting (I/O, a lock), not computing: its CPU clock stands still.
+
+        A long export is not enough to tell: under heavy GIL contention a busy
+        export takes long too, and then yielding to it is exactly right.
+        Sampled at most every 50 ms, so the crowded path stays cheap.
+        """
+        now = time.monotonic()
+        if now - self._blocked_sampled_at < 0.05:
+            return self._blocked_now
+        clock = self._cpu_clock
+        if clock is None:
+            blocked = True  # no per-thread CPU clock on this platform: trust the export's duration
+        else:
+            try:
+                cpu = time.clock_gettime(clock)
+            except OSError:
+                cpu = self._last_cpu + 1.0
+            blocked = cpu - self._last_cpu < 0.001
+            self._last_cpu = cpu
+        self._blocked_sampled_at = now
+        self._blocked_now = blocked
+        return blocked
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -131,6 +159,10 @@ class BatchProcessor:
 
     # -- the thread ----------------------------------------------------------------------------
     def _run(self) -> None:
+        try:  # this thread's CPU clock, read by `_blocked` from the callers' threads
+            self._cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):
+            self._cpu_clock = None
         items = self._queue.items
         popleft = items.popleft
         max_batch = self._max_batch
@@ -154,6 +186,7 @@ class BatchProcessor:
     def _process(self, batch: list[Any]) -> bool:
         """Build spans for `batch` and export them; True when a STOP was reached."""
         builder = self._builder
+        builder.clock.refresh()
         timeline = Timeline()
         started, ended_flags = timeline.spans.append, timeline.ended.append
         finished: list[TitanSpan] = []

@@ -24,8 +24,8 @@ from otel_titan.structured_logger.capture import (
     H_REMOTE,
     H_SEQ,
     H_STATE,
-    H_WALL,
 )
+from otel_titan.structured_logger.clock import WallClock
 from otel_titan.structured_logger.titan_span import ATTR, RecordKind, TitanSpan
 from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
 
@@ -59,6 +59,7 @@ class SpanBuilder:
         self.trace_ids = trace_ids
         self.span_ids = span_ids
         self._cwd = (cwd or os.getcwd()).rstrip(os.sep) + os.sep
+        self.clock = WallClock()
         self._for_step = trace_ids.for_step
         self._for_seq = span_ids.for_seq
         self.span_class = TitanSpan.bind(resource, scope)
@@ -125,7 +126,7 @@ class SpanBuilder:
     # -- spans -------------------------------------------------------------------------------
     def started(self, handle: tuple[Any, ...]) -> TitanSpan:
         """Build and remember the open span of a START capture."""
-        _start, seq, name, description, wall, _mono, code, lineno, parent_handle, state, tid, task, remote = handle
+        _start, seq, name, description, mono, code, lineno, parent_handle, state, tid, task, remote = handle
         step = state.step
         if parent_handle is None and remote is None:  # the common top-level span
             trace_id, parent = self._for_step(step), None
@@ -133,7 +134,7 @@ class SpanBuilder:
             trace_id, parent = self._trace_and_parent(parent_handle, remote, step)
         info = self._code_info.get(code) or self.code_info(code)
         span = self._make_span(
-            name, _new_tuple(_SpanContext, (trace_id, self._for_seq(seq), False, _SAMPLED, _TRACE_STATE, True)), parent, wall, None, _SPAN, step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid
+            name, _new_tuple(_SpanContext, (trace_id, self._for_seq(seq), False, _SAMPLED, _TRACE_STATE, True)), parent, mono + self.clock.offset, None, _SPAN, step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid
         )
         if description is not None:
             span.description = description
@@ -150,9 +151,9 @@ class SpanBuilder:
         if span is None:
             span = self.started(handle)
             self._open.pop(handle[H_SEQ], None)
-        # End on the start's wall clock plus the monotonic duration, so the
-        # span's length is the monotonic one even if the wall clock stepped.
-        end_time = handle[H_WALL] + (end_mono - handle[H_MONO])
+        # End on the span's start plus its monotonic duration, so the length is
+        # the monotonic one even if the wall clock stepped while it was open.
+        end_time = span._start_time + (end_mono - handle[H_MONO])
         if error is None:
             span._finish(end_time)
             return span
@@ -186,7 +187,7 @@ class SpanBuilder:
     def instant(
         self,
         name: str,
-        wall: int,
+        mono: int,
         code: CodeType,
         lineno: int,
         parent_handle: Any,
@@ -196,6 +197,7 @@ class SpanBuilder:
         extra: Mapping[str, Any] | None,
     ) -> TitanSpan:
         """A zero-length span for an instant, also added as an event to its enclosing span."""
+        wall = mono + self.clock.offset
         trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
         span = self._new_span(RecordKind.INSTANT, name, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)
         if extra:
@@ -207,8 +209,9 @@ class SpanBuilder:
                 span.attached_to_parent = True
         return span
 
-    def scalars(self, values: dict[str, int | float], wall: int, code: CodeType, lineno: int, parent_handle: Any, state: Any, tid: int, task: str | None) -> list[TitanSpan]:
+    def scalars(self, values: dict[str, int | float], mono: int, code: CodeType, lineno: int, parent_handle: Any, state: Any, tid: int, task: str | None) -> list[TitanSpan]:
         """One zero-length span per metric (named after it), and an event per metric on the enclosing span."""
+        wall = mono + self.clock.offset
         trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
         enclosing = self._open.get(parent_handle[H_SEQ]) if parent_handle is not None else None
         spans = []

@@ -407,3 +407,37 @@ def test_decorating_a_callable_without_code_names_the_call_site(logged):
     records = logged.finish()
     assert records[0]["caller"] == f"{THIS_FILE}:{line}:test_decorating_a_callable_without_code_names_the_call_site"
     assert records[2]["caller"].endswith(":decorated_sync")  # a partial names the function it wraps
+
+
+def test_children_never_start_before_or_end_after_their_parent(logged):
+    # Every timestamp comes from one clock (the monotonic one, mapped to wall time by one
+    # offset), so nesting is exact even at nanosecond scale.
+    logged(handlers=["tests.helpers.factories.register_memory"])
+    for _ in range(500):
+        with sl.log_trace_span("parent"):
+            with sl.log_trace_span("child"):
+                pass
+    sl.shutdown_structured_logger()
+    from tests.helpers import factories
+
+    spans = factories.LAST["exporter"].get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans}
+    children = [s for s in spans if s.name == "child"]
+    assert len(children) == 500
+    for child in children:
+        parent = by_id[child.parent.span_id]
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
+
+
+def test_wall_clock_follows_a_step_but_not_jitter():
+    from otel_titan.structured_logger.clock import WallClock
+
+    clock = WallClock()
+    original = clock.offset
+    clock._next_check = 0
+    clock.refresh()
+    assert clock.offset == original and clock.steps == 0  # re-measuring gives (nearly) the same offset: kept
+    clock.offset -= 5_000_000_000  # as if the wall clock had stepped by 5 s since
+    clock._next_check = 0
+    clock.refresh()
+    assert abs(clock.offset - original) < 1_000_000 and clock.steps == 1

@@ -86,6 +86,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self.failed_records = 0
         self._reported_loss = 0  # dropped + failed already reported in a records_dropped line
         self._failing_since: float | None = None
+        self._rotation_warned = False
         self._pending_meta: list[bytes] = []
 
     # -- accounting ---------------------------------------------------------------------------
@@ -146,6 +147,16 @@ class JsonlSpanExporter(StartAwareSpanExporter):
                 )
             return SpanExportResult.FAILURE
         self.written_records += data_records
+        rotation_error = self._file.rotation_error
+        if rotation_error is not None and not self._rotation_warned:
+            self._rotation_warned = True
+            _log.warning(
+                "otel-titan: cannot rotate %s (%s); writing on past max_file_size_mb until rotation works again",
+                self.path,
+                f"{errno.errorcode.get(rotation_error.errno or 0, 'error')}: {rotation_error.strerror or rotation_error}",
+            )
+        elif rotation_error is None:
+            self._rotation_warned = False
         if self._failing_since is not None:
             _log.warning(
                 "otel-titan: writing %s again after %.1f s; %d records were lost meanwhile (reported in the file)",

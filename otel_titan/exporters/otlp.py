@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -70,14 +71,42 @@ def _env_number(name: str, default: float) -> float:
     return value
 
 
-class _QuietRepeats(logging.Filter):
-    """Let each distinct exporter message through once a minute (a dead collector is one problem)."""
+class _ExporterLogFilter(logging.Filter):
+    """Tame the OTLP exporter's own log lines: no secrets, no floods.
+
+    * Credentials are redacted: the gRPC exporter prints its endpoint, which may
+      carry ``user:password@``, and header values (``OTEL_EXPORTER_OTLP_HEADERS``,
+      typically an API token) must never reach a console or a log file.
+    * Each distinct message passes once a minute: a collector down for an hour
+      is one problem, not thousands of lines.
+    """
+
+    _USERINFO = re.compile(r"(?<![\w.-])([^\s/@:]+):([^\s/@]+)@")
 
     def __init__(self, every_s: float = 60.0) -> None:
         super().__init__()
         self.every_s = every_s
         self._last: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    @staticmethod
+    def secrets() -> list[str]:
+        """Header values of the standard variables (read each time: tests and users change them)."""
+        values = []
+        for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+            for pair in os.environ.get(name, "").split(","):
+                _, _, value = pair.partition("=")
+                value = value.strip()
+                if value:
+                    values.append(value)
+                    values.extend(part for part in value.split() if len(part) >= 6)  # "Bearer <token>": the token alone too
+        return values
+
+    def redact(self, text: str) -> str:
+        text = self._USERINFO.sub(r"\1:***@", text)
+        for secret in sorted(self.secrets(), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = f"{record.name}:{record.msg}"
@@ -87,10 +116,20 @@ class _QuietRepeats(logging.Filter):
             if last is not None and now - last < self.every_s:
                 return False
             self._last[key] = now
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: let logging report it
+            return True
+        redacted = self.redact(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and record.exc_info[1] is not None:
+            text = self.redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info, record.exc_text = None, text
         return True
 
 
-_quiet = _QuietRepeats()
+_quiet = _ExporterLogFilter()
 
 
 def _quiet_exporter_logs() -> None:
@@ -98,6 +137,27 @@ def _quiet_exporter_logs() -> None:
         logger = logging.getLogger(name)
         if _quiet not in logger.filters:
             logger.addFilter(_quiet)
+
+
+def _session_honouring_otlp_certificate() -> Any:
+    """A `requests.Session` for the HTTP exporter in which ``OTEL_EXPORTER_OTLP_CERTIFICATE`` wins.
+
+    The exporter sets the certificate as ``session.verify``, but requests lets
+    ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` from the environment override a
+    session's ``verify`` on every request (psf/requests#3829), so on machines
+    that set those (many clusters do) a collector with a private CA would be
+    refused. Proxies and the rest of the environment still apply.
+    """
+    import requests  # noqa: PLC0415 - a dependency of the HTTP exporter
+
+    class Session(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if isinstance(self.verify, str) and verify in (None, True):
+                settings["verify"] = self.verify
+            return settings
+
+    return Session()
 
 
 def _queued(exporter: Any, name: str) -> QueuedSpanExporter:
@@ -122,12 +182,16 @@ def register_otlp_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExpo
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")
     protocol = otlp_protocol()
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415 - grpc is heavy; load only when used
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]  # noqa: PLC0415
     _quiet_exporter_logs()
-    exporter = _queued(OTLPSpanExporter(), f"otlp-{protocol.replace('/', '-')}")
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: PLC0415 - grpc is heavy; load only when used
+
+        otlp: Any = GrpcExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
+
+        otlp = HttpExporter(session=_session_honouring_otlp_certificate())
+    exporter = _queued(otlp, f"otlp-{protocol.replace('/', '-')}")
     add_span_exporter(exporter)
     return exporter
 

@@ -76,6 +76,7 @@ class QueuedSpanExporter(SpanExporter):
         self.exported_spans = 0
         self.dropped_spans = 0
         self.failed_spans = 0
+        self._in_flight = 0
         self._last_failure_log = 0.0
         self._thread = threading.Thread(target=self._run, name=f"otel-titan-{name}", daemon=True)
         self._thread.start()
@@ -128,7 +129,8 @@ class QueuedSpanExporter(SpanExporter):
         finished = not self._thread.is_alive()
         self._shut = True
         if not finished:
-            self.dropped_spans += len(self._queue)
+            # Still queued, plus the batch the thread is stuck delivering.
+            self.dropped_spans += len(self._queue) + self._in_flight
             self._queue.clear()
         try:
             if "timeout_millis" in inspect.signature(self.exporter.shutdown).parameters:
@@ -139,7 +141,7 @@ class QueuedSpanExporter(SpanExporter):
             _log.warning("otel-titan: %s exporter failed to shut down cleanly", self.name, exc_info=True)
         if not finished:
             _log.warning(
-                "otel-titan: %s exporter did not finish within %.1f s at shutdown; %d spans were not delivered", self.name, self.shutdown_timeout_s, self.dropped_spans
+                "otel-titan: %s exporter did not finish within %.1f s at shutdown; %d spans in all were not delivered", self.name, self.shutdown_timeout_s, self.dropped_spans + self.failed_spans
             )
         return finished
 
@@ -164,11 +166,16 @@ class QueuedSpanExporter(SpanExporter):
                 return
 
     def _export(self, batch: list[ReadableSpan]) -> None:
+        self._in_flight = len(batch)
         try:
             result = self.exporter.export(batch)
         except Exception:  # noqa: BLE001 - a broken exporter must not kill the thread
             result = SpanExportResult.FAILURE
             self._report_failure(exc_info=True)
+        finally:
+            self._in_flight = 0
+        if self._shut:  # given up on at shutdown: already counted as not delivered
+            return
         if result is SpanExportResult.SUCCESS:
             self.exported_spans += len(batch)
         else:

@@ -45,6 +45,9 @@ class RotatingFile:
         >>> f.close()
     """
 
+    #: After a failed rotation, how long to keep appending before trying again.
+    ROTATION_RETRY_S = 10.0
+
     def __init__(self, path: str, max_bytes: int, backup_count: int, liveness_interval_s: float = 0.0) -> None:
         """`liveness_interval_s`: how often to check that the file still exists at its path
         (0: before every write; one `stat` per batch, so a record is never written
@@ -62,7 +65,10 @@ class RotatingFile:
         self._inode: tuple[int, int] | None = None
         self._torn = False  # a partial line was written: start the next write on a new line
         self._next_check = 0.0
+        self._next_rotation_attempt = 0.0
         self.rotations = 0
+        #: The error of the last failed rotation (None once one succeeds); the file grows meanwhile.
+        self.rotation_error: OSError | None = None
         self._open()
 
     # -- file handling ------------------------------------------------------------------------
@@ -109,7 +115,21 @@ class RotatingFile:
         return [p for p in older if os.path.exists(p)] + ([self.path] if os.path.exists(self.path) else [])
 
     def _rotate(self) -> None:
-        self._close_fd()
+        try:
+            self._rotate_now()
+        except OSError as error:
+            # The directory turned read-only (or full): keep appending to the
+            # current file past its limit rather than lose records; retry later.
+            self.rotation_error = error
+            if self._fd < 0:
+                self._open()
+            self._next_rotation_attempt = time.monotonic() + self.ROTATION_RETRY_S
+        else:
+            self.rotation_error = None
+
+    def _rotate_now(self) -> None:
+        # Rename while the descriptor stays open: if the directory refuses
+        # (read-only, full), the current file is still ours to append to.
         if self.backup_count == 0:
             os.unlink(self.path)
         else:
@@ -122,6 +142,7 @@ class RotatingFile:
                     os.replace(source, f"{self.path}.{index + 1}")
             os.replace(self.path, f"{self.path}.1")
         self.rotations += 1
+        self._close_fd()
         self._open()
 
     # -- writing ------------------------------------------------------------------------------
@@ -135,7 +156,14 @@ class RotatingFile:
                 view = view[count:]
         except OSError:
             if written_any:
-                self._torn = True
+                # A partial write (the disk filled mid-batch) would leave half a
+                # line: cut the file back to its last whole line, or failing
+                # that start the next write on a new line.
+                try:
+                    os.ftruncate(self._fd, self._size)
+                    view = memoryview(data)  # nothing of this write is left
+                except OSError:
+                    self._torn = True
             # Reopen on the next call: the fd may be unusable (EIO, a remounted disk).
             self._close_fd()
             raise
@@ -150,7 +178,7 @@ class RotatingFile:
         if self._torn:
             self._write_all(b"\n")
             self._torn = False
-        if self._size + sum(map(len, lines)) <= self.max_bytes:
+        if self._size + sum(map(len, lines)) <= self.max_bytes or time.monotonic() < self._next_rotation_attempt:
             self._write_all(b"".join(lines))  # the usual case: no rotation inside this batch
             return
         chunk: list[bytes] = []
@@ -158,7 +186,7 @@ class RotatingFile:
         limit = self.max_bytes
         for line in lines:
             size = len(line)
-            if self._size + chunk_size + size > limit and (self._size + chunk_size) > 0:
+            if self._size + chunk_size + size > limit and (self._size + chunk_size) > 0 and time.monotonic() >= self._next_rotation_attempt:
                 if chunk:
                     self._write_all(b"".join(chunk))
                     chunk, chunk_size = [], 0

@@ -48,6 +48,5 @@ class _Gate(SpanExporter):
 
 
 def register_gate(*, add_span_exporter, **_: Any) -> None:
-    """Register an exporter that blocks the processor until `GATE` is set."""
-    GATE.clear()
+    """Register an exporter that blocks the processor whenever `GATE` is clear."""
     add_span_exporter(_Gate())

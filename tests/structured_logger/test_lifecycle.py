@@ -141,7 +141,8 @@ def test_closing_record_has_totals(run_dir):
 def test_full_queue_drops_counts_and_reports_without_blocking(run_dir):
     from tests.helpers import factories
 
-    # The writer is stuck (a gate exporter before the JSONL one), so the queue fills.
+    # The writer is stuck (a gate exporter, closed), so the queue fills.
+    factories.GATE.clear()
     sl.init_structured_logger("training", run_dir, world_size=1, queue_size=50, handlers=["tests.helpers.factories.register_gate", "otel_titan.exporters.jsonl.register_jsonl_handler"])
     for i in range(200):
         sl.log_trace_instant(f"i{i}")  # returns at once even though nothing is written

@@ -273,3 +273,43 @@ with sl.log_trace_span("data_fetch"):
     assert fetch.attributes["titan.incomplete"] is True and fetch.attributes["titan.step"] == 812
     optimizer = [s for s in spans if s.name == "optimizer"][0]
     assert "titan.incomplete" not in optimizer.attributes and optimizer.trace_id == fetch.trace_id
+
+
+def test_blackholed_collector(tmp_path):
+    # A collector that accepts connections and never answers (a black hole).
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    accepted = []
+    stop = threading.Event()
+
+    def accept_and_ignore():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept_and_ignore, daemon=True)
+    thread.start()
+    try:
+        for protocol in ("grpc", "http/protobuf"):
+            out = tmp_path / protocol.replace("/", "-")
+            env = otel_env(f"http://127.0.0.1:{server.getsockname()[1]}", protocol)
+            result, elapsed = run_workload(out, env, "--steps", "60", "--sleep-ms", "10")
+            assert result.returncode == 0, result.stderr
+            loop_s = json.loads(result.stdout.strip().splitlines()[-1])["loop_s"]
+            step_ends = [r for r in read_records(jsonl_files(out)[0]) if r["log_type_name"] == "step_end"]
+            assert len(step_ends) == 60 and max(r["value"] for r in step_ends) < 1000
+            assert elapsed - loop_s < 20  # exit is bounded even though every request hangs
+        assert accepted  # the exporters did connect to the black hole
+    finally:
+        stop.set()
+        thread.join(5)
+        for connection in accepted:
+            connection.close()
+        server.close()

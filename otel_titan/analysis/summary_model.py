@@ -1,0 +1,185 @@
+"""What `otel-titan summarize` reports, as data: `RunSummary` and its parts (`to_dict()` is the ``--json`` form).
+
+Times are µs since the epoch (``*_us``); `to_dict` adds UTC strings.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "Stragglers", "utc"]
+
+
+def utc(time_us: int | None) -> str | None:
+    """ISO-8601 UTC time of a µs timestamp, to the millisecond.
+
+    Example:
+        >>> utc(1_796_019_011_273_390)
+        '2026-11-30T06:10:11.273Z'
+    """
+    if time_us is None:
+        return None
+    moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@dataclass
+class OpenSpanInfo:
+    """A span whose ``_end`` never came: the process died, hung, or is still running."""
+
+    name: str
+    path: list[str]
+    step: int | None
+    start_us: int
+    open_s: float
+    task_name: str | None = None
+    thread: int | None = None
+    failed: bool = False
+
+
+@dataclass
+class ProcessSummary:
+    """Where one process (one chain of files) got to."""
+
+    label: str
+    source: str
+    rank: int | None
+    attempt: int | None
+    pid: int | None
+    host_name: str | None
+    run_id: str | None
+    files: list[str]
+    records: int = 0
+    skipped_lines: int = 0
+    first_us: int | None = None
+    last_us: int | None = None
+    last_step: int | None = None
+    last_relative_step: int | None = None
+    last_event: str | None = None
+    last_event_us: int | None = None
+    last_event_step: int | None = None
+    behind_s: float = 0.0
+    closed_cleanly: bool | None = None
+    signal: str | None = None
+    records_dropped: int = 0
+    records_failed: int = 0
+    lost_lines: int = 0
+    first_seq_id: int | None = None
+    open_span_count: int = 0
+    open_spans: list[OpenSpanInfo] = field(default_factory=list)
+
+    @property
+    def last_phase(self) -> str | None:
+        """The innermost open span of the most recently started nest, or None when nothing is open."""
+        if not self.open_spans:
+            return None
+        return max(self.open_spans, key=lambda s: s.start_us).name
+
+    @property
+    def stop_key(self) -> str:
+        """What the process was doing when its records end: its last event."""
+        return self.last_event or "(no events)"
+
+
+@dataclass
+class PhaseStats:
+    """Durations of one phase's completed spans, over every rank and step."""
+
+    source: str
+    name: str
+    count: int
+    errors: int
+    incomplete: int
+    total_ms: float
+    p50_ms: float
+    p95_ms: float
+    max_ms: float
+    slowest: str
+    slowest_rank: int | None
+    slowest_attempt: int | None
+    slowest_step: int | None
+
+
+@dataclass
+class StepTimes:
+    """One step (or one phase in one step) on every rank that completed it."""
+
+    step: int
+    ms: dict[int, float]
+    slowest_rank: int
+    excess_ms: float
+
+
+@dataclass
+class RankSlowness:
+    """How often a rank was the slowest, and by how much (over the other ranks' median)."""
+
+    rank: int
+    slowest_steps: int
+    compared_steps: int
+    median_ms: float
+    others_median_ms: float
+    median_excess_ms: float
+    median_excess_pct: float
+    repeated: bool
+
+
+@dataclass
+class Stragglers:
+    """Straggler analysis of one source: step times per rank, and phases with a repeatedly slowest rank."""
+
+    source: str
+    ranks: list[int]
+    steps: list[StepTimes]
+    ranks_by_slowness: list[RankSlowness]
+    phase_stragglers: list[dict[str, Any]]
+
+
+@dataclass
+class StopGroup:
+    """Processes whose records end at the same event."""
+
+    event: str
+    count: int
+    processes: list[str]
+    odd_one_out: bool
+
+
+@dataclass
+class RunSummary:
+    """Everything `otel-titan summarize` prints; `to_dict()` is its ``--json`` form."""
+
+    run_dir: str
+    log_dir: str
+    run_ids: list[str]
+    first_us: int | None
+    last_us: int | None
+    records: int
+    skipped_lines: int
+    skipped_examples: list[str]
+    processes: list[ProcessSummary]
+    stopped_at: list[StopGroup]
+    phases: list[PhaseStats]
+    stragglers: list[Stragglers]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: times as µs and as UTC strings, open spans with their path.
+
+        Example:
+            >>> # json.dumps(summarize_run("outputs").to_dict())
+        """
+        data = asdict(self)
+        data["first_utc"], data["last_utc"] = utc(self.first_us), utc(self.last_us)
+        data["duration_s"] = None if self.first_us is None or self.last_us is None else round((self.last_us - self.first_us) / 1e6, 6)
+        for process, raw in zip(self.processes, data["processes"]):
+            raw["last_utc"] = utc(process.last_us)
+            raw["last_event_utc"] = utc(process.last_event_us)
+            raw["last_phase"] = process.last_phase
+            for span in raw["open_spans"]:
+                span["start_utc"] = utc(span["start_us"])
+        for group in data["stragglers"]:
+            for step in group["steps"]:
+                step["ms"] = {str(rank): ms for rank, ms in step["ms"].items()}
+        return data

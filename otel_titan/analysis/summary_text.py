@@ -1,0 +1,255 @@
+"""`RunSummary` → the tables `otel-titan summarize` prints (plain text, fits a terminal)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from typing import Sequence
+
+from otel_titan.analysis.summary_model import ProcessSummary, RunSummary, Stragglers
+
+__all__ = ["format_summary", "format_ms", "compress_ranks"]
+
+#: Steps shown per straggler table (the JSON has all of them).
+STEPS_SHOWN = 10
+#: Rank columns shown in a step table before it switches to slowest/median columns.
+RANK_COLUMNS = 8
+
+
+def format_ms(ms: float | None) -> str:
+    """Milliseconds with precision that suits their size.
+
+    Example:
+        >>> format_ms(0.01234), format_ms(3.14159), format_ms(42.42), format_ms(12345.6)
+        ('0.012', '3.14', '42.4', '12,346')
+    """
+    if ms is None:
+        return "-"
+    size = abs(ms)
+    if size < 1:
+        return f"{ms:.3f}"
+    if size < 10:
+        return f"{ms:.2f}"
+    if size < 100:
+        return f"{ms:.1f}"
+    return f"{ms:,.0f}"
+
+
+def _seconds(s: float) -> str:
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def _clock(time_us: int | None, with_date: bool = False) -> str:
+    if time_us is None:
+        return "-"
+    moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
+    text = moment.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
+    return f"{text}.{moment.microsecond // 1000:03d}"
+
+
+def compress_ranks(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 4, 6, 7]`` → ``"0-2,4,6-7"``.
+
+    Example:
+        >>> compress_ranks([0, 1, 2, 4, 6, 7])
+        '0-2,4,6-7'
+    """
+    parts: list[str] = []
+    ordered = sorted(set(ranks))
+    index = 0
+    while index < len(ordered):
+        end = index
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        parts.append(str(ordered[index]) if end == index else f"{ordered[index]}-{ordered[end]}")
+        index = end + 1
+    return ",".join(parts)
+
+
+def _who(labels: list[str], processes: dict[str, ProcessSummary]) -> str:
+    """Labels grouped by source: ``training ranks 0-2,4 · rollouter rank 0``."""
+    by_source: dict[str, list[int]] = {}
+    others: list[str] = []
+    for label in labels:
+        process = processes.get(label)
+        if process is None or process.rank is None:
+            others.append(label)
+        else:
+            by_source.setdefault(process.source, []).append(process.rank)
+    parts = [f"{source} rank{'s' if len(set(ranks)) > 1 else ''} {compress_ranks(ranks)}" for source, ranks in by_source.items()]
+    return " · ".join(parts + others)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = (), indent: str = "  ") -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    lines = []
+    for row in (headers, *rows):
+        cells = [str(cell).rjust(width) if index in right else str(cell).ljust(width) for index, (cell, width) in enumerate(zip(row, widths))]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def format_summary(summary: RunSummary) -> str:
+    """The summary as terminal tables.
+
+    Example:
+        >>> # print(format_summary(summarize_run("outputs")))
+    """
+    lines: list[str] = []
+    duration = None if summary.first_us is None or summary.last_us is None else (summary.last_us - summary.first_us) / 1e6
+    lines.append(f"Run {summary.run_dir}  ({len(summary.processes)} processes, logs in {summary.log_dir})")
+    run_ids = ", ".join(summary.run_ids) if summary.run_ids else "unknown"
+    lines.append(
+        f"  run id {run_ids}; {_clock(summary.first_us, True)} → {_clock(summary.last_us)} UTC"
+        + (f" ({_seconds(duration)})" if duration is not None else "")
+        + f"; {summary.records:,} records; {summary.skipped_lines:,} unreadable lines skipped"
+    )
+    if summary.last_us is not None:
+        # Is it still running? A live run's last record is recent; a hung or dead one's is not.
+        lines.append(f"  last record {_seconds(max(time.time() - summary.last_us / 1e6, 0.0))} before now")
+    for example in summary.skipped_examples[:3]:
+        lines.append(f"    skipped: {example}")
+    lines += ["", "Processes"]
+    lines += _processes_table(summary.processes)
+    lines += _stopped(summary)
+    lines += _open_spans(summary.processes)
+    lines += _phases(summary)
+    for group in summary.stragglers:
+        lines += _stragglers(group)
+    return "\n".join(lines) + "\n"
+
+
+def _processes_table(processes: list[ProcessSummary]) -> list[str]:
+    rows = []
+    for p in processes:
+        step = "-" if p.last_step is None else (f"{p.last_step} ({p.last_relative_step})" if p.last_relative_step not in (None, p.last_step) else str(p.last_step))
+        if p.closed_cleanly is None:
+            closed = "unknown"
+        else:
+            closed = "yes" if p.closed_cleanly else "NO"
+        if p.signal:
+            closed += f" ({p.signal})"
+        lost = p.records_dropped + p.records_failed
+        extra = []
+        if p.lost_lines:
+            extra.append(f"{p.lost_lines} seq gaps")
+        if p.first_seq_id is not None and p.first_seq_id > 1:
+            extra.append(f"starts at seq {p.first_seq_id}")
+        if p.skipped_lines:
+            extra.append(f"{p.skipped_lines} unreadable")
+        rows.append(
+            [
+                p.label,
+                "-" if p.attempt is None else str(p.attempt),
+                step,
+                p.last_event or "-",
+                _clock(p.last_event_us),
+                _seconds(p.behind_s),
+                closed,
+                f"{lost:,}" + (f" ({', '.join(extra)})" if extra else ""),
+                str(p.open_span_count) if p.open_span_count else "-",
+            ]
+        )
+    return _table(["process", "attempt", "last step (rel)", "last event", "at (UTC)", "behind", "closed", "lost records", "open spans"], rows, right=(1, 5, 8))
+
+
+def _stopped(summary: RunSummary) -> list[str]:
+    if len(summary.stopped_at) < 2:
+        if summary.stopped_at:
+            return ["", f"All {summary.stopped_at[0].count} processes' last event: {summary.stopped_at[0].event}"]
+        return []
+    by_label = {p.label: p for p in summary.processes}
+    rows = []
+    for group in summary.stopped_at:
+        rows.append(["▶" if group.odd_one_out else " ", group.event, f"{group.count} process{'es' if group.count > 1 else ''}", _who(group.processes, by_label) + ("   ← differs from the rest" if group.odd_one_out else "")])
+    return ["", "Where the processes stopped (last event of each)"] + _table(["", "last event", "count", "processes"], rows)
+
+
+def _open_spans(processes: list[ProcessSummary]) -> list[str]:
+    with_open = [p for p in processes if p.open_spans]
+    if not with_open:
+        return []
+    lines = ["", "Open spans (a _start without _end: the process died, hung, or is still running; ≥: until its last record)"]
+    for p in with_open:
+        nests: dict[tuple, list] = {}
+        for span in p.open_spans:
+            nests[(span.thread, span.task_name)] = [span]  # the deepest span of each lane has the full path
+        for (thread, task), (span,) in sorted(nests.items(), key=lambda item: item[1][0].start_us):
+            where = f"task {task}" if task else ("main thread" if thread == p.pid else f"thread {thread}")
+            step = "" if span.step is None else f"step {span.step}, "
+            failed = ", failed" if span.failed else ""
+            lines.append(f"  {p.label}: {' > '.join(span.path)}  ({step}open since {_clock(span.start_us)}, ≥ {_seconds(span.open_s)}{failed}; {where})")
+        if p.open_span_count > len(p.open_spans):
+            lines.append(f"  {p.label}: … and {p.open_span_count - len(p.open_spans)} open spans that started earlier")
+    return lines
+
+
+def _phases(summary: RunSummary) -> list[str]:
+    if not summary.phases:
+        return []
+    rows = []
+    for phase in sorted(summary.phases, key=lambda ph: (ph.source, -ph.total_ms, ph.name)):
+        slowest = "-"
+        if phase.count:
+            slowest = phase.slowest + ("" if phase.slowest_step is None else f", step {phase.slowest_step}") + ("" if not phase.slowest_attempt else f", attempt {phase.slowest_attempt}")
+        rows.append(
+            [
+                phase.source,
+                phase.name,
+                f"{phase.count:,}",
+                str(phase.errors) if phase.errors else "-",
+                str(phase.incomplete) if phase.incomplete else "-",
+                format_ms(phase.total_ms) if phase.count else "-",
+                format_ms(phase.p50_ms) if phase.count else "-",
+                format_ms(phase.p95_ms) if phase.count else "-",
+                format_ms(phase.max_ms) if phase.count else "-",
+                slowest,
+            ]
+        )
+    return ["", "Phases (completed spans, by total time; durations in ms)"] + _table(["source", "phase", "count", "errors", "open", "total", "p50", "p95", "max", "slowest (where)"], rows, right=(2, 3, 4, 5, 6, 7, 8))
+
+
+def _stragglers(group: Stragglers) -> list[str]:
+    lines = ["", f"Stragglers: {group.source} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
+    if not group.steps:
+        return lines + ["  no step was completed by two or more ranks"]
+    rows = []
+    for r in group.ranks_by_slowness[:RANK_COLUMNS]:
+        rows.append(
+            [
+                str(r.rank),
+                f"{r.slowest_steps}/{r.compared_steps}",
+                format_ms(r.median_ms),
+                format_ms(r.others_median_ms),
+                f"{r.median_excess_ms:+.2f} ms ({r.median_excess_pct:+.1f}%)" + ("   ← repeatedly slowest" if r.repeated else ""),
+            ]
+        )
+    lines += _table(["rank", "slowest in", "median step ms", "others' median", "median excess"], rows, right=(0, 1, 2, 3))
+    if len(group.ranks_by_slowness) > RANK_COLUMNS:
+        lines.append(f"  … {len(group.ranks_by_slowness) - RANK_COLUMNS} more ranks (see --json)")
+    shown = sorted(sorted(group.steps, key=lambda s: -s.excess_ms)[:STEPS_SHOWN], key=lambda s: s.step)
+    lines += ["", f"  Steps with the largest excess ({len(shown)} of {len(group.steps)}; step time in ms)"]
+    if len(group.ranks) <= RANK_COLUMNS:
+        headers = ["step"] + [f"rank {rank}" for rank in group.ranks] + ["slowest", "excess"]
+        rows = [[str(s.step)] + [format_ms(s.ms.get(rank)) for rank in group.ranks] + [str(s.slowest_rank), f"+{format_ms(s.excess_ms)}"] for s in shown]
+        lines += _table(headers, rows, right=tuple(range(len(headers))), indent="    ")
+    else:
+        rows = [[str(s.step), str(s.slowest_rank), format_ms(s.ms[s.slowest_rank]), f"+{format_ms(s.excess_ms)}"] for s in shown]
+        lines += _table(["step", "slowest", "its ms", "excess"], rows, right=(0, 1, 2, 3), indent="    ")
+    if group.phase_stragglers:
+        lines += ["", "  Phases with a repeatedly slowest rank (time per step in the phase; in the order phases run in a step)"]
+        for row in group.phase_stragglers:
+            others = row["others_median_ms"]
+            factor = f", {row['median_ms'] / others:.1f}×" if others > 0 and row["median_ms"] >= 2 * others else ""
+            lines.append(
+                f"    {row['phase']}: rank {row['rank']} slowest in {row['slowest_steps']}/{row['compared_steps']} steps, "
+                f"median {format_ms(row['median_ms'])} ms vs {format_ms(others)} ms on the others "
+                f"({row['median_excess_ms']:+.2f} ms{factor})"
+            )
+        lines.append("    In synchronous training, ranks waiting for a straggler spend the wait in a later collective phase")
+        lines.append("    (e.g. backward's all-reduce): the first phase listed is the likely cause.")
+    return lines

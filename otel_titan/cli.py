@@ -1,0 +1,262 @@
+"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`).
+
+Exit codes: 0 done; 1 the run has no readable records (or none match the
+filters), or the output could not be written; 2 the path is not a run, or the
+command line is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import Sequence, TextIO
+
+import orjson
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_NO_RECORDS, EXIT_NOT_A_RUN = 0, 1, 2
+
+_EXPORT_EPILOG = """\
+examples:
+  otel-titan export outputs                          # → outputs/analysis/trace.json
+  otel-titan export outputs/structured_logs -o /tmp/trace.json
+  otel-titan export outputs --steps 100:200 --ranks 0-3,7 --sources training
+then open the file in https://ui.perfetto.dev (or chrome://tracing).
+
+layout: one process per (source, rank), sorted by source then rank; in each a
+"steps" track, one track per thread, and "async slot 0..K-1" tracks for
+asyncio tasks (K = peak concurrency). Spans are bars with step, tags, caller
+and ids in their args; failed spans have error_type/error_message; spans that
+never ended have incomplete: true and reach the process's last record.
+Scalars are counter tracks. Timestamps are wall-clock µs since the epoch.
+Unreadable lines are skipped with a warning naming file and line.
+"""
+
+_SUMMARIZE_EPILOG = """\
+examples:
+  otel-titan summarize outputs                 # tables, for a terminal
+  otel-titan summarize outputs --json | jq '.processes[] | {label, last_event, last_phase}'
+
+what it shows:
+  Processes       per process: attempt, last step (relative step), last event and
+                  its time, how long before the run's last record it went quiet,
+                  whether it closed cleanly (and any signal), records lost
+  Where stopped   processes grouped by last event; a minority is flagged
+  Open spans      spans with a _start and no _end, outermost > innermost
+  Phases          per phase: count, errors, p50/p95/max ms, slowest rank and step
+  Stragglers      per rank: steps in which it was slowest, median excess; the
+                  steps with the largest excess; phases with a repeatedly
+                  slowest rank (step time = first record of step N to first
+                  record of step N+1 on the rank)
+"""
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    from otel_titan import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="otel-titan",
+        description="Analysis of otel-titan (and torchtitan / pimm) structured-log runs.",
+        epilog="run `otel-titan COMMAND --help` for a command's options and examples.\nexit codes: 0 done, 1 no records (or none match the filters, or the output cannot be written), 2 not a run or bad arguments.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"otel-titan {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    export = commands.add_parser(
+        "export",
+        help="write the run's Chrome Trace JSON for Perfetto",
+        description="Convert a run's JSONL files into one Chrome Trace JSON file (streaming: memory stays small for any run size).",
+        epilog=_EXPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
+    export.add_argument("-o", "--output", metavar="OUT", help="output file (default: RUN_DIR/analysis/trace.json)")
+    export.add_argument("--steps", metavar="A:B", help="only steps A to B, both included (A:, :B and N work too)")
+    _add_filters(export)
+    export.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)")
+    export.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+
+    summarize = commands.add_parser(
+        "summarize",
+        help="print where every process stopped, open spans, phase timings and stragglers",
+        description="Summarize a run: the first command after a hang or a timeout.",
+        epilog=_SUMMARIZE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    summarize.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
+    summarize.add_argument("--json", action="store_true", help="print one JSON document instead of tables (for scripts and language models)")
+    _add_filters(summarize)
+    return parser, {"export": export, "summarize": summarize}
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,3,8-11")
+    parser.add_argument("--sources", metavar="LIST", help="only these sources, e.g. training,rollouter")
+
+
+class _Progress:
+    """A self-overwriting progress line on a terminal, at most 5 updates a second."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and done < total:
+            return
+        self.last = now
+        rate = done / max(now - self.started, 1e-9) / 1e6
+        percent = 100.0 * done / total if total else 100.0
+        self.stream.write(f"\rexport: {done / 1e6:,.1f} / {total / 1e6:,.1f} MB ({percent:.0f}%), {rate:,.0f} MB/s\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+class _WarningHandler(logging.Handler):
+    """Skipped-line warnings on stderr, keeping a progress line intact."""
+
+    def __init__(self, stream: TextIO, progress: _Progress | None) -> None:
+        super().__init__(logging.WARNING)
+        self.stream, self.progress = stream, progress
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.progress is not None:
+            self.progress.clear()
+        self.stream.write(f"otel-titan: warning: {record.getMessage()}\n")
+        self.stream.flush()
+
+
+def _filters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[int] | None, list[str] | None]:
+    from otel_titan.analysis.filters import parse_rank_list
+
+    ranks = sources = None
+    if args.ranks is not None:
+        try:
+            ranks = parse_rank_list(args.ranks)
+        except ValueError as error:
+            parser.error(f"--ranks: {error}")
+    if args.sources is not None:
+        sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+        if not sources:
+            parser.error("--sources: no source names given (e.g. --sources training,rollouter)")
+    return ranks, sources
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code.
+
+    Example:
+        >>> # main(["summarize", "outputs", "--json"])
+    """
+    parser, commands = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_NOT_A_RUN
+    command = commands[args.command]
+    ranks, sources = _filters(args, command)
+    try:
+        if args.command == "export":
+            return _export(args, command, ranks, sources)
+        return _summarize(args, ranks, sources)
+    except BrokenPipeError:
+        # `otel-titan summarize run | head`: the reader left, which is not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.Handler]:
+    logger = logging.getLogger("otel_titan.analysis")
+    handler = _WarningHandler(sys.stderr, progress)
+    logger.addHandler(handler)
+    logger.propagate = False
+    return logger, handler
+
+
+def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+    from otel_titan.analysis import NoRecordsError, NotARunError, generate_gantt_trace, parse_step_range
+
+    steps = None
+    if args.steps is not None:
+        try:
+            steps = parse_step_range(args.steps)
+        except ValueError as error:
+            parser.error(f"--steps: {error}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs: must be at least 1, got {args.jobs}")
+    progress = _Progress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
+    logger, handler = _with_warnings(progress)
+    try:
+        stats = generate_gantt_trace(args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs)
+    except NotARunError as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except NoRecordsError as error:
+        return _fail(f"{error}", EXIT_NO_RECORDS)
+    except OSError as error:
+        target = error.filename or args.output or "the output"
+        return _fail(f"cannot write {target}: {error.strerror or error}", EXIT_NO_RECORDS)
+    except RuntimeError as error:  # an export worker died (out of memory, killed): its own error is above
+        return _fail(f"{error}", EXIT_NO_RECORDS)
+    finally:
+        if progress is not None:
+            progress.clear()
+        logger.removeHandler(handler)
+        logger.propagate = True
+    rate = stats.input_bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
+    print(f"trace: {stats.output_path}")
+    print(
+        f"  {stats.processes} processes, {stats.spans:,} spans ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
+        f"{stats.instants:,} instants, {stats.counters:,} counter samples, {stats.steps:,} step bars, "
+        f"{stats.max_async_slots} async slots at most; {_size(stats.output_bytes)}"
+    )
+    print(f"  read {stats.records:,} records ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)" + (f"; {stats.skipped_lines:,} unreadable lines skipped" if stats.skipped_lines else ""))
+    print("  open it in https://ui.perfetto.dev (or chrome://tracing)")
+    return EXIT_OK
+
+
+def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
+    from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
+
+    logger, handler = _with_warnings(None)
+    try:
+        summary = summarize_run(args.run_dir, ranks=ranks, sources=sources)
+    except NotARunError as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except NoRecordsError as error:
+        return _fail(f"{error}", EXIT_NO_RECORDS)
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.flush()
+    else:
+        sys.stdout.write(format_summary(summary))
+    return EXIT_OK
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} kB"
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"otel-titan: error: {message}\n")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m otel_titan.cli`
+    sys.exit(main())

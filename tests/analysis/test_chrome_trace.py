@@ -1,0 +1,388 @@
+"""Chrome trace export on runs written by the real library (in-process, killed, rotated, torchrun) and by torchtitan."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from otel_titan import structured_logger as sl
+from otel_titan.analysis import NoRecordsError, StepRange, generate_gantt_trace
+from otel_titan.analysis.chrome_events import SLOT_TID_BASE
+from tests.analysis import (
+    SLOW_MS,
+    T0,
+    TOY_STEPS,
+    assert_properly_nested,
+    bars,
+    load_trace,
+    process_pids,
+    thread_names,
+    titan_file,
+    titan_record,
+    titan_span,
+    toy_run,
+    write_jsonl,
+)
+from tests.conftest import REPO, jsonl_files, read_records
+
+
+def export(run_dir, **kwargs):
+    output = run_dir / "analysis" / "trace.json"
+    stats = generate_gantt_trace(run_dir, output, **kwargs)
+    return load_trace(output), stats
+
+
+def by_name(trace, ph, name=None):
+    return [e for e in trace["traceEvents"] if e["ph"] == ph and (name is None or e["name"] == name)]
+
+
+# -- a real process, in-process ------------------------------------------------------------------
+def test_bars_tracks_args_counters_and_steps_of_a_real_run(logged, run_dir):
+    logged()
+    sl.log_trace_instant("training_start")
+    for step in (1, 2):
+        sl.set_step(step, relative_step=step)
+        if step == 2:
+            sl.add_step_tag("gc")
+        with sl.log_trace_span("fwd_bwd"):
+            with sl.log_trace_span("forward"):
+                pass
+            with sl.log_trace_span("backward"):
+                pass
+        sl.log_trace_scalar({"loss": 1.0 / step, "lr": float("nan")})
+    with pytest.raises(ValueError):
+        with sl.log_trace_span("optimizer"):
+            raise ValueError("boom")
+    sl.shutdown_structured_logger()
+    records = read_records(jsonl_files(run_dir)[0])
+    trace, stats = export(run_dir)
+
+    pid = process_pids(trace)["training rank 0"]
+    os_pid = records[0]["pid"]
+    assert thread_names(trace, pid) == {0: "steps", os_pid: "main thread"}
+    assert [(e["name"], e["args"]["sort_index"]) for e in by_name(trace, "M") if e["name"] == "process_sort_index"] == [("process_sort_index", 1)]
+
+    starts = {r["span_id"]: r for r in records if r["log_type"] == "event" and r["log_type_name"].endswith("_start")}
+    ends = {r["span_id"]: r for r in records if r["log_type"] == "event" and r["log_type_name"].endswith("_end")}
+    spans = bars(trace)
+    assert len(spans) == len(starts) == 7
+    for bar in spans:
+        start, end = starts[bar["args"]["span_id"]], ends[bar["args"]["span_id"]]
+        assert (bar["name"], bar["ts"], bar["dur"], bar["tid"]) == (start["log_type_name"][:-6], start["time_us"], end["time_us"] - start["time_us"], os_pid)
+        assert bar["dur"] == pytest.approx(end["value"] * 1000, abs=1.0)  # the monotonic duration, to the µs
+        for key in ("step", "caller", "trace_id", "parent_span_id"):
+            assert bar["args"].get(key) == start.get(key), key
+    assert_properly_nested(spans)
+    fwd_bwd = {b["args"]["step"]: b for b in spans if b["name"] == "fwd_bwd"}
+    assert all(b["args"]["parent_span_id"] == fwd_bwd[b["args"]["step"]]["args"]["span_id"] for b in spans if b["name"] in ("forward", "backward"))
+    assert fwd_bwd[2]["args"]["step_tags"] == ["gc"] and "step_tags" not in fwd_bwd[1]["args"]
+
+    (failed,) = [b for b in spans if b["name"] == "optimizer"]
+    assert failed["args"]["status"] == "error" and failed["args"]["error_type"] == "ValueError" and failed["args"]["error_message"] == "boom" and failed["cname"] == "terrible"
+    (marker,) = by_name(trace, "i", "ERROR: optimizer")
+    assert marker["args"]["error_message"] == "boom" and marker["tid"] == os_pid
+
+    assert [(c["args"]["value"], c["pid"]) for c in by_name(trace, "C", "loss")] == [(1.0, pid), (0.5, pid)]
+    assert [e["args"]["value"] for e in by_name(trace, "i", "lr=NaN")] == ["NaN", "NaN"]  # not plottable: a marker
+    assert by_name(trace, "C", "lr") == []
+    (start_instant,) = by_name(trace, "i", "training_start")
+    assert start_instant["s"] == "t" and start_instant["tid"] == os_pid
+    assert [e["s"] for e in by_name(trace, "i") if e.get("cat") == "logger"] == ["p", "p"]  # opened, closed
+    assert [(e["name"], e["tid"]) for e in by_name(trace, "X") if e["cat"] == "step"] == [("step 1", 0), ("step 2 [gc]", 0)]
+    assert stats.spans == 7 and stats.failed_spans == 1 and stats.counters == 2 and stats.steps == 2 and stats.incomplete_spans == 0
+    assert trace["otherData"]["stats"]["records"] == len(records) == stats.records
+
+
+def test_trace_is_compact_json_and_written_atomically(logged, run_dir):
+    logged()
+    for step in range(1, 30):
+        sl.set_step(step)
+        with sl.log_trace_span("work"):
+            sl.log_trace_scalar({"x": step})
+    sl.shutdown_structured_logger()
+    trace, stats = export(run_dir)
+    output = run_dir / "analysis" / "trace.json"
+    compact = len(json.dumps(trace, separators=(",", ":"), ensure_ascii=False).encode())
+    assert stats.output_bytes == output.stat().st_size <= compact + len(trace["traceEvents"]) + 10  # one newline per batch at most
+    assert os.listdir(run_dir / "analysis") == ["trace.json"]
+
+
+def test_default_output_is_the_runs_analysis_folder_from_either_path(logged, run_dir):
+    logged()
+    with sl.log_trace_span("x"):
+        pass
+    sl.shutdown_structured_logger()
+    assert generate_gantt_trace(run_dir / "structured_logs").output_path == str(run_dir / "analysis" / "trace.json")
+    assert generate_gantt_trace(run_dir).output_path == os.path.join(str(run_dir), "analysis", "trace.json")
+    load_trace(run_dir / "analysis" / "trace.json")
+
+
+# -- asyncio: slot packing ----------------------------------------------------------------------------
+def test_concurrent_tasks_are_slot_packed_to_the_peak_concurrency(logged, run_dir):
+    logged()
+    sl.set_step(1)
+    limit = asyncio.Semaphore(6)
+
+    async def rollout(i):
+        async with limit:
+            with sl.log_trace_span("rollout"):
+                await asyncio.sleep(0.002 * (1 + i % 3))
+                with sl.log_trace_span("generate"):
+                    await asyncio.sleep(0.001)
+
+    async def main():
+        with sl.log_trace_span("gather"):
+            await asyncio.gather(*(rollout(i) for i in range(40)))
+
+    asyncio.run(main())
+    records = logged.finish()
+    trace, stats = export(run_dir)
+
+    # The peak, computed independently from the records: tasks with an open span at once.
+    depth, busy, peak = {}, 0, 0
+    for record in records:
+        task = record.get("task_name")
+        if record["log_type_name"].endswith("_start"):
+            depth[task] = depth.get(task, 0) + 1
+            busy += depth[task] == 1
+        elif record["log_type_name"].endswith("_end"):
+            depth[task] -= 1
+            busy -= depth[task] == 0
+        peak = max(peak, busy)
+    assert peak == 7  # the gathering task and six rollouts
+    assert stats.max_async_slots == peak
+    pid = process_pids(trace)["training rank 0"]
+    slots = {tid: name for tid, name in thread_names(trace, pid).items() if tid >= SLOT_TID_BASE}
+    assert slots == {SLOT_TID_BASE + k: f"async slot {k}" for k in range(peak)}
+    spans = bars(trace)
+    assert len(spans) == 81 and all(b["tid"] in slots for b in spans)
+    assert_properly_nested(spans)
+    track_of_span = {b["args"]["span_id"]: b["tid"] for b in spans}
+    assert all(track_of_span[b["args"]["span_id"]] == track_of_span[b["args"]["parent_span_id"]] for b in spans if b["name"] == "generate")  # nested spans share their task's track
+    tasks_per_slot = {}
+    for bar in spans:
+        tasks_per_slot.setdefault(bar["tid"], set()).add(bar["args"]["task_name"])
+    assert sum(len(t) for t in tasks_per_slot.values()) == 41 and max(len(t) for t in tasks_per_slot.values()) > 1  # sequential tasks reuse slots
+
+
+# -- a process killed mid-span ----------------------------------------------------------------------
+_KILLED = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, run_id="k")
+for step in range(1, 4):
+    sl.set_step(step)
+    with sl.log_trace_span("fwd_bwd"):
+        with sl.log_trace_span("forward"):
+            pass
+sl.set_step(4)
+with sl.log_trace_span("fwd_bwd"):
+    with sl.log_trace_span("backward"):
+        sl.log_trace_instant("waiting")
+        sl.flush_structured_logger()
+        print("ready", flush=True)
+        time.sleep(120)
+"""
+
+
+def test_spans_of_a_process_killed_with_sigkill_are_kept_as_incomplete(run_dir):
+    process = subprocess.Popen([sys.executable, "-c", _KILLED, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "ready"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    records = read_records(jsonl_files(run_dir)[0])
+    assert records[-1]["log_type_name"] == "waiting"  # no closing record: it was killed
+    last_us = records[-1]["time_us"]
+    trace, stats = export(run_dir)
+    open_bars = [b for b in bars(trace) if b["args"].get("incomplete")]
+    starts = {r["log_type_name"]: r["time_us"] for r in records if r.get("step") == 4 and r["log_type_name"].endswith("_start")}
+    assert [(b["name"], b["ts"], b["dur"], b["args"]["step"], b["cname"]) for b in open_bars] == [
+        ("fwd_bwd", starts["fwd_bwd_start"], last_us - starts["fwd_bwd_start"], 4, "yellow"),
+        ("backward", starts["backward_start"], last_us - starts["backward_start"], 4, "yellow"),
+    ]
+    assert stats.incomplete_spans == 2 and len(bars(trace)) == 8
+    assert_properly_nested(bars(trace))
+    assert [e["name"] for e in by_name(trace, "X") if e["cat"] == "step"][-1] == "step 4"
+
+
+# -- rotation: starts rotated away -----------------------------------------------------------------
+def test_rotated_away_start_gives_a_bar_that_ends_where_it_ended(run_dir):
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, max_file_size_mb=0.01, backup_count=1)
+    with sl.log_trace_span("train"):
+        for step in range(1, 80):
+            sl.set_step(step)
+            with sl.log_trace_span("fwd_bwd"):
+                pass
+    sl.shutdown_structured_logger()
+    segments = sorted(os.listdir(run_dir / "structured_logs"))
+    assert len(segments) == 2  # older segments were deleted, with train_start in them
+    trace, stats = export(run_dir)
+    (train,) = bars(trace, name="train")
+    records = [r for name in segments for r in read_records(run_dir / "structured_logs" / name)]
+    (end,) = [r for r in records if r["log_type_name"] == "train_end"]
+    assert train["args"]["start_missing"] is True and train["ts"] + train["dur"] == pytest.approx(end["time_us"], abs=1)
+    assert train["dur"] == round(end["value"] * 1000, 3)
+    fwd = bars(trace, name="fwd_bwd")
+    assert 0 < len(fwd) < 79 and stats.skipped_lines == 0
+
+
+# -- torchtitan's files -------------------------------------------------------------------------
+def torchtitan_run(run_dir):
+    """Two ranks written by torchtitan's formatter: no span ids, LIFO pairs, a message-only error, bare NaN, tasks."""
+    rank0 = [
+        titan_record("training_start", 0, log_type="instant"),
+        *[dict(r, step=1) for r in titan_span("fwd_bwd", 10, 30)[:1]],
+        *[dict(r, step=1) for r in titan_span("forward", 11, 15)],
+        *[dict(r, step=1) for r in titan_span("fwd_bwd", 10, 30)[1:]],
+        titan_record("optim_start", 31, step=1),
+        titan_record("optim_error", 33, step=1, log_level="ERROR", message="[step 1] optim_error: RuntimeError: CUDA error: out of memory"),
+        titan_record("optim_end", 33, step=1, value=2.0),
+        titan_record("fetch_start", 40, step=2, task_name="Task-1"),
+        titan_record("fetch_start", 41, step=2, task_name="Task-2"),
+        titan_record("fetch_end", 45, step=2, task_name="Task-1", value=5.0),
+        titan_record("fetch_end", 49, step=2, task_name="Task-2", value=8.0),
+        titan_record("ckpt_end", 60, step=2, value=7.0),  # its _start is not in the file
+    ]
+    lines = [json.dumps(r) for r in rank0] + ['{"log_type": "instant", "log_type_name": "metric_value", "event_name": "loss", "value": NaN, "time_us": %d, "step": 2, "tid": 6161}' % (T0 + 61_000)]
+    write_jsonl(titan_file(run_dir, rank=0), lines)
+    pimm = dict(schema_version=1, world_size=2, attempt=0, job_id="123", trace_id="run-abc", epoch=0, iteration=5)
+    write_jsonl(titan_file(run_dir, rank=1, suffix="def456"), [*[dict(r, step=1, rank=1, **pimm) for r in titan_span("fwd_bwd", 12, 40)], titan_record("metric_value", 41, log_type="instant", event_name="loss", value=2.5, rank=1, step=1)])
+
+
+def test_torchtitan_and_pimm_files_convert_with_exact_bars(run_dir):
+    torchtitan_run(run_dir)
+    trace, stats = export(run_dir)
+    pids = process_pids(trace)
+    assert list(pids) == ["training rank 0", "training rank 1"]
+    got = [(b["pid"], b["name"], b["ts"] - T0, b["dur"], b["tid"]) for b in bars(trace)]
+    slot0, slot1 = SLOT_TID_BASE, SLOT_TID_BASE + 1
+    assert got == [
+        (1, "fwd_bwd", 10_000, 20_000.0, 6161),
+        (1, "forward", 11_000, 4_000.0, 6161),
+        (1, "optim", 31_000, 2_000.0, 6161),
+        (1, "fetch", 40_000, 5_000.0, slot0),
+        (1, "fetch", 41_000, 8_000.0, slot1),
+        (1, "ckpt", 53_000, 7_000.0, 6161),
+        (2, "fwd_bwd", 12_000, 28_000.0, 6161),
+    ]
+    (optim,) = bars(trace, name="optim")
+    assert (optim["args"]["error_type"], optim["args"]["error_message"]) == ("RuntimeError", "CUDA error: out of memory")
+    (ckpt,) = bars(trace, name="ckpt")
+    assert ckpt["args"]["start_missing"] is True
+    (pimm_bar,) = bars(trace, pid=2)
+    assert pimm_bar["args"]["epoch"] == 0 and pimm_bar["args"]["iteration"] == 5 and pimm_bar["args"]["trace_id"] == "run-abc"
+    assert [e["args"]["value"] for e in by_name(trace, "C", "loss")] == [2.5]
+    assert [e["pid"] for e in by_name(trace, "i", "loss=nan")] == [1]  # torchtitan's bare NaN: read, shown as a marker
+    assert stats.skipped_lines == 0 and stats.max_async_slots == 2
+
+
+# -- filters ---------------------------------------------------------------------------------------
+def multi_source_run(run_dir):
+    for source, rank in [("training", 0), ("training", 1), ("rollouter", 0), ("reward", 0)]:
+        sl.init_structured_logger(source, run_dir, rank=rank, world_size=2, run_id="multi")
+        for step in range(1, 7):
+            sl.set_step(step)
+            with sl.log_trace_span(f"{source}_work"):
+                sl.log_trace_scalar({"x": float(step)})
+        sl.shutdown_structured_logger()
+
+
+def test_processes_are_named_and_sorted_by_source_then_rank(run_dir):
+    multi_source_run(run_dir)
+    trace, _ = export(run_dir)
+    pids = process_pids(trace)
+    assert list(pids) == ["reward rank 0", "rollouter rank 0", "training rank 0", "training rank 1"]
+    sort_index = {e["pid"]: e["args"]["sort_index"] for e in by_name(trace, "M") if e["name"] == "process_sort_index"}
+    assert [sort_index[pids[name]] for name in pids] == [1, 2, 3, 4]
+
+
+def test_step_rank_and_source_filters_keep_exactly_their_slice(run_dir):
+    multi_source_run(run_dir)
+    trace, stats = export(run_dir, steps=StepRange(3, 4), ranks=[1], sources=["training"])
+    assert list(process_pids(trace)) == ["training rank 1"]
+    assert [(b["name"], b["args"]["step"]) for b in bars(trace)] == [("training_work", 3), ("training_work", 4)]
+    assert [e["name"] for e in by_name(trace, "X") if e["cat"] == "step"] == ["step 3", "step 4"]
+    assert [e["args"]["value"] for e in by_name(trace, "C")] == [3.0, 4.0]
+    assert by_name(trace, "i") == []  # the logger's own records carry no step
+    assert trace["otherData"]["filters"] == {"steps": "3:4", "ranks": [1], "sources": ["training"]}
+    trace, _ = export(run_dir, steps="5:")
+    assert sorted({b["args"]["step"] for b in bars(trace)}) == [5, 6] and len(process_pids(trace)) == 4
+
+
+def test_filters_that_match_nothing_raise_and_write_nothing(run_dir):
+    multi_source_run(run_dir)
+    with pytest.raises(NoRecordsError, match="no records match the filters"):
+        generate_gantt_trace(run_dir, run_dir / "out.json", steps="100:200")
+    assert not (run_dir / "out.json").exists() and not (run_dir / "out.json.tmp").exists()
+
+
+def test_a_run_without_readable_records_raises(run_dir, caplog):
+    write_jsonl(titan_file(run_dir), ["garbage", '{"torn'])
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"), pytest.raises(NoRecordsError, match="2 unreadable lines skipped"):
+        generate_gantt_trace(run_dir)
+    assert not (run_dir / "analysis" / "trace.json").exists()
+
+
+def test_skipped_lines_are_warned_counted_and_the_rest_converted(run_dir, caplog):
+    torchtitan_run(run_dir)
+    path = titan_file(run_dir, rank=1, suffix="def456")
+    with open(path, "ab") as handle:
+        handle.write(b'{"log_type": "event", "log_type_name": "fwd_b')  # a crash mid-write
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        trace, stats = export(run_dir)
+    assert stats.skipped_lines == 1 and trace["otherData"]["stats"]["skipped_lines"] == 1
+    assert f"{path}:4: truncated last line" in caplog.text and stats.skipped_examples == [caplog.records[0].getMessage()]
+    assert len(bars(trace)) == 7
+
+
+# -- the real 2-rank torchrun toy run -----------------------------------------------------------------
+@pytest.mark.slow
+def test_two_rank_torchrun_run_converts_with_one_process_and_track_per_rank():
+    run = toy_run()
+    output = run / "analysis" / "check.json"
+    stats = generate_gantt_trace(run, output)
+    trace = load_trace(output)
+    pids = process_pids(trace)
+    assert list(pids) == ["training rank 0", "training rank 1"]
+    for rank, pid in enumerate(pids.values()):
+        names = [b["name"] for b in bars(trace, pid=pid)]
+        for phase in ("data_fetch", "fwd_bwd", "forward", "backward", "optimizer"):
+            assert names.count(phase) == TOY_STEPS, (rank, phase)
+        assert names.count("gc_collect") == names.count("checkpoint") == TOY_STEPS // 4
+        assert [e["name"] for e in by_name(trace, "X") if e["cat"] == "step" and e["pid"] == pid] == [f"step {s}" + (" [gc]" if s % 4 == 0 else "") for s in range(1, TOY_STEPS + 1)]
+        assert {c["name"] for c in by_name(trace, "C") if c["pid"] == pid} == {"loss", "num_tokens", "lr"}
+        assert len(thread_names(trace, pid)) == 2  # steps + the main thread
+    slow = [b["dur"] for b in bars(trace, pid=pids["training rank 1"], name="data_fetch")]
+    assert min(slow) >= SLOW_MS * 1000  # the straggler's sleep is inside its bars
+    assert_properly_nested(bars(trace))
+    assert stats.incomplete_spans == 0 and stats.skipped_lines == 0
+
+
+# -- the straightforward baseline of the benchmark agrees with us ---------------------------------------
+def test_benchmark_baseline_and_export_agree_on_every_bar(tmp_path):
+    from benchmarks import export_throughput as bench
+
+    templates = bench.capture_templates(str(tmp_path))
+    run = bench.generate_run(str(tmp_path), templates, 300_000, 3, 60_000)
+    assert len(os.listdir(os.path.join(run, "structured_logs"))) > 3  # rotated like the library
+    bench.baseline_convert(run, str(tmp_path / "baseline.json"))
+    bench.ours_convert(run, str(tmp_path / "ours.json"))
+    with open(tmp_path / "baseline.json") as handle:
+        baseline = json.load(handle)
+    ours = load_trace(tmp_path / "ours.json")
+
+    def spans(trace):
+        return sorted((e["name"], e["ts"], round(e["dur"], 3), e["args"]["span_id"]) for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat", "span") == "span")
+
+    assert spans(baseline) == spans(ours) and len(spans(ours)) > 100
+    counters = [(e["name"], e["ts"], e["args"]["value"]) for e in ours["traceEvents"] if e["ph"] == "C"]
+    assert sorted(counters) == sorted((e["name"], e["ts"], e["args"]["value"]) for e in baseline["traceEvents"] if e["ph"] == "C")

@@ -1,0 +1,263 @@
+"""The summary: where processes stopped, open spans, exact phase figures, stragglers, losses; on real and hand-written runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from otel_titan import structured_logger as sl
+from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
+from otel_titan.analysis.summary import compare_ranks, percentile
+from tests.analysis import HANG_STEP, SLOW_MS, TOY_STEPS, hung_toy_run, titan_file, titan_record, toy_run, write_jsonl
+from tests.conftest import REPO
+
+
+# -- exact figures on hand-written (torchtitan-format) files ---------------------------------------
+def synchronous_run(run_dir):
+    """3 ranks, 6 steps of 100 ms in lockstep; rank 2 fetches data 30 ms slower, the others wait for it in fwd_bwd."""
+    for rank in range(3):
+        records = []
+        for step in range(1, 7):
+            base = (step - 1) * 100.0
+            fetch = 35.0 if rank == 2 else 5.0
+            fetch += 1.0 if (rank, step) == (2, 4) else 0.0
+            sync = base + 60 + (0.5 if (rank == 0) == (step % 2 == 1) else 0.0)
+            optimizer = 12.0 if (rank, step) == (1, 6) else 10.0
+            fields = dict(rank=rank, step=step, relative_step=step)
+            records += [
+                titan_record("data_fetch_start", base, **fields),
+                titan_record("data_fetch_end", base + fetch, value=fetch, **fields),
+                titan_record("fwd_bwd_start", base + fetch, **fields),
+                titan_record("fwd_bwd_end", sync, value=sync - base - fetch, **fields),
+                titan_record("optimizer_start", sync + 1, **fields),
+                titan_record("optimizer_end", sync + 1 + optimizer, value=optimizer, **fields),
+                titan_record("metric_value", base + 80, log_type="instant", event_name="loss", value=1.0, **fields),
+            ]
+        write_jsonl(titan_file(run_dir, rank=rank, suffix=f"abc12{rank}"), records)
+
+
+def test_phase_figures_are_exact(run_dir):
+    synchronous_run(run_dir)
+    summary = summarize_run(run_dir)
+    phases = {p.name: p for p in summary.phases}
+    fetch = phases["data_fetch"]
+    assert (fetch.count, fetch.total_ms, fetch.p50_ms, fetch.p95_ms, fetch.max_ms, fetch.slowest_rank, fetch.slowest_step) == (18, 271.0, 5.0, 35.15, 36.0, 2, 4)
+    optimizer = phases["optimizer"]
+    assert (optimizer.count, optimizer.p50_ms, optimizer.max_ms, optimizer.slowest, optimizer.slowest_step) == (18, 10.0, 12.0, "training rank 1", 6)
+    assert {p.name for p in summary.phases} == {"data_fetch", "fwd_bwd", "optimizer"} and all(p.errors == p.incomplete == 0 for p in summary.phases)
+
+
+def test_in_lockstep_no_rank_has_a_slow_step_but_the_slow_phase_is_found(run_dir):
+    synchronous_run(run_dir)
+    (group,) = summarize_run(run_dir).stragglers
+    assert group.source == "training" and group.ranks == [0, 1, 2]
+    assert [s.step for s in group.steps] == [1, 2, 3, 4, 5]  # the last step has no next step to end it
+    assert all(s.ms == {0: 100.0, 1: 100.0, 2: 100.0} for s in group.steps)
+    assert not any(r.repeated for r in group.ranks_by_slowness)  # ties are nobody's fault
+    (straggler,) = group.phase_stragglers  # fwd_bwd alternates between ranks 0 and 1; optimizer ties
+    assert (straggler["phase"], straggler["rank"], straggler["slowest_steps"], straggler["compared_steps"]) == ("data_fetch", 2, 6, 6)
+    assert (straggler["median_excess_ms"], straggler["median_excess_pct"], straggler["median_start_in_step_ms"]) == (30.0, 600.0, 0.0)
+
+
+def test_a_rank_with_slower_steps_is_repeatedly_slowest_by_how_much(run_dir):
+    for rank in range(3):
+        step_ms = 150.0 if rank == 1 else 100.0
+        records = [titan_record("step_start", (step - 1) * step_ms, rank=rank, step=step) for step in range(1, 6)]
+        write_jsonl(titan_file(run_dir, rank=rank, suffix=f"abc12{rank}"), records)
+    (group,) = summarize_run(run_dir).stragglers
+    top = group.ranks_by_slowness[0]
+    assert (top.rank, top.slowest_steps, top.compared_steps, top.median_ms, top.others_median_ms, top.median_excess_ms, top.median_excess_pct, top.repeated) == (1, 4, 4, 150.0, 100.0, 50.0, 50.0, True)
+    assert [r.repeated for r in group.ranks_by_slowness[1:]] == [False, False]
+    assert [(s.step, s.slowest_rank, s.excess_ms) for s in group.steps] == [(1, 1, 50.0), (2, 1, 50.0), (3, 1, 50.0), (4, 1, 50.0)]
+
+
+def test_percentiles_interpolate_like_numpy():
+    assert percentile([1.0], 0.95) == 1.0 and percentile([], 0.5) == 0.0
+    assert percentile([float(v) for v in range(1, 101)], 0.95) == pytest.approx(95.05)
+
+
+def test_compare_ranks_ignores_steps_only_one_rank_completed():
+    steps, ranks = compare_ranks({0: {1: 10.0, 2: 10.0}, 1: {1: 11.0}})
+    assert [s.step for s in steps] == [1] and {r.rank: r.compared_steps for r in ranks} == {0: 1, 1: 1}
+
+
+def test_torchtitan_files_have_an_unknown_clean_close_and_a_seq_gap_counts_lost_lines(run_dir):
+    records = [titan_record("a_start", 0, seq_id=1), titan_record("a_end", 1, value=1.0, seq_id=2), titan_record("b_start", 2, seq_id=5)]
+    write_jsonl(titan_file(run_dir), records)
+    (process,) = summarize_run(run_dir).processes
+    assert process.closed_cleanly is None and process.lost_lines == 2 and process.first_seq_id == 1
+    assert (process.last_event, process.open_span_count, process.open_spans[0].name) == ("b_start", 1, "b")
+
+
+# -- real processes ---------------------------------------------------------------------------------
+def snapshot(run_dir, rank, body):
+    """A real process's file as it was on disk while `body`'s spans were still open (what a kill leaves)."""
+    scratch = run_dir.parent / f"scratch-{rank}"
+    sl.init_structured_logger("training", scratch, rank=rank, world_size=8, run_id="hang")
+    with contextlib.ExitStack() as stack:
+        body(stack)
+        assert sl.flush_structured_logger(timeout=10)
+        (run_dir / "structured_logs").mkdir(parents=True, exist_ok=True)
+        for name in os.listdir(scratch / "structured_logs"):
+            shutil.copy(scratch / "structured_logs" / name, run_dir / "structured_logs" / name)
+        sl.shutdown_structured_logger()
+
+
+def test_seven_ranks_at_optimizer_end_and_one_at_data_fetch_start_jump_out(run_dir):
+    def healthy(stack):
+        for step in (1, 2):
+            sl.set_step(step, relative_step=step)
+            with sl.log_trace_span("data_fetch"):
+                pass
+            with sl.log_trace_span("optimizer"):
+                pass
+
+    def stuck(stack):
+        healthy(stack)
+        sl.set_step(3, relative_step=3)
+        stack.enter_context(sl.log_trace_span("data_fetch"))
+
+    for rank in range(8):
+        snapshot(run_dir, rank, stuck if rank == 3 else healthy)
+    summary = summarize_run(run_dir)
+    assert [(g.event, g.count, g.odd_one_out) for g in summary.stopped_at] == [("data_fetch_start", 1, True), ("optimizer_end", 7, False)]
+    assert summary.stopped_at[0].processes == ["training rank 3"]
+    by_rank = {p.rank: p for p in summary.processes}
+    assert (by_rank[3].last_step, by_rank[3].last_phase, by_rank[3].open_spans[0].step, by_rank[3].closed_cleanly) == (3, "data_fetch", 3, False)
+    assert all(by_rank[r].last_event == "optimizer_end" and by_rank[r].last_step == 2 and not by_rank[r].open_spans for r in by_rank if r != 3)
+    text = format_summary(summary)
+    (flagged,) = [line for line in text.splitlines() if "differs from the rest" in line]
+    assert "data_fetch_start" in flagged and "training rank 3" in flagged
+    assert "training ranks 0-2,4-7" in text
+    assert "training rank 3: data_fetch  (step 3, open since " in text
+
+
+def test_many_open_tasks_list_the_most_recent_with_full_paths(run_dir):
+    scratch = run_dir.parent / "scratch"
+    sl.init_structured_logger("rollouter", scratch, rank=0, world_size=1, run_id="async")
+    sl.set_step(9)
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def rollout():
+            with sl.log_trace_span("rollout"):
+                with sl.log_trace_span("generate"):
+                    await gate.wait()
+
+        with sl.log_trace_span("gather"):
+            tasks = [asyncio.create_task(rollout()) for _ in range(15)]
+            await asyncio.sleep(0.05)
+            assert sl.flush_structured_logger(timeout=10)
+            shutil.copytree(scratch / "structured_logs", run_dir / "structured_logs")  # what a kill would leave
+            gate.set()
+            await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    sl.shutdown_structured_logger()
+    (process,) = summarize_run(run_dir).processes
+    assert process.open_span_count == 31 and len(process.open_spans) == 20
+    assert process.open_spans[-1].path == ["rollout", "generate"] and process.open_spans[-1].task_name.startswith("Task-")
+    assert all(s.step == 9 for s in process.open_spans)
+    assert "rollouter rank 0: … and 11 open spans that started earlier" in format_summary(summarize_run(run_dir))
+
+
+def test_clean_close_drops_and_rotation_are_reported(run_dir):
+    from tests.helpers import factories
+
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, queue_size=50, max_file_size_mb=0.01, backup_count=1, handlers=["tests.helpers.factories.register_gate", "otel_titan.exporters.jsonl.register_jsonl_handler"])
+    for i in range(200):
+        sl.log_trace_instant(f"i{i}")  # the writer is stuck: the queue fills, records are dropped
+    factories.GATE.set()
+    assert sl.flush_structured_logger(timeout=10)
+    for step in range(1, 60):
+        sl.set_step(step)
+        with sl.log_trace_span("work"):
+            pass
+        if step % 10 == 0:
+            assert sl.flush_structured_logger(timeout=10)  # never 50 records queued again: nothing more is dropped
+    sl.shutdown_structured_logger()
+    (process,) = summarize_run(run_dir).processes
+    assert process.closed_cleanly is True and process.last_event == "work_end" and process.last_step == 59
+    assert process.records_dropped > 0 and process.records_failed == 0
+    assert process.first_seq_id > 1 and process.lost_lines == 0  # older segments rotated away; no gap after
+    assert str(process.records_dropped) in format_summary(summarize_run(run_dir))
+
+
+_TERMINATED = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1)
+sl.set_step(7)
+with sl.log_trace_span("checkpoint"):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_process_stopped_by_sigterm_shows_the_signal_and_its_open_span(run_dir):
+    process = subprocess.Popen([sys.executable, "-c", _TERMINATED, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == -signal.SIGTERM
+    (summary,) = summarize_run(run_dir).processes
+    assert (summary.signal, summary.closed_cleanly, summary.last_event, summary.last_phase) == ("SIGTERM", False, "checkpoint_start", "checkpoint")
+    assert summary.open_spans[0].open_s > 0  # extended to the signal record, written after the span started
+
+
+# -- the real torchrun toy runs ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_toy_run_summary_finds_the_data_fetch_straggler():
+    summary = summarize_run(toy_run())
+    assert [(p.label, p.last_step, p.last_relative_step, p.last_event, p.closed_cleanly, p.records_dropped) for p in summary.processes] == [
+        ("training rank 0", TOY_STEPS, TOY_STEPS, "training_end", True, 0),
+        ("training rank 1", TOY_STEPS, TOY_STEPS, "training_end", True, 0),
+    ]
+    assert len(summary.stopped_at) == 1 and not any(p.open_spans for p in summary.processes)
+    phases = {p.name: p for p in summary.phases}
+    assert all(phases[name].count == 2 * TOY_STEPS for name in ("data_fetch", "fwd_bwd", "forward", "backward", "optimizer"))
+    assert phases["gc_collect"].count == phases["checkpoint"].count == 2 * (TOY_STEPS // 4)
+    assert phases["data_fetch"].slowest_rank == 1 and phases["data_fetch"].max_ms >= SLOW_MS
+    (group,) = summary.stragglers
+    first = group.phase_stragglers[0]  # the phase that runs first in a step: the cause, not the wait
+    assert (first["phase"], first["rank"]) == ("data_fetch", 1) and first["median_excess_ms"] >= SLOW_MS * 0.9
+    assert len(group.steps) == TOY_STEPS - 1
+
+
+@pytest.mark.slow
+def test_hung_toy_run_summary_shows_each_ranks_open_phase():
+    summary = summarize_run(hung_toy_run())
+    rank0, rank1 = summary.processes
+    assert (rank1.last_event, rank1.last_step, rank1.last_phase, rank1.closed_cleanly) == ("data_fetch_start", HANG_STEP, "data_fetch", False)
+    assert [s.path for s in rank1.open_spans] == [["data_fetch"]]
+    assert (rank0.last_event, rank0.last_phase, rank0.closed_cleanly) == ("backward_start", "backward", False)
+    assert [s.path for s in rank0.open_spans] == [["fwd_bwd"], ["fwd_bwd", "backward"]]
+    assert {g.event for g in summary.stopped_at} == {"backward_start", "data_fetch_start"}
+    text = format_summary(summary)
+    assert "training rank 0: fwd_bwd > backward  (step 5" in text and "training rank 1: data_fetch  (step 5" in text
+
+
+# -- JSON form and errors ----------------------------------------------------------------------------
+def test_json_form_is_strict_json_with_utc_times(run_dir):
+    synchronous_run(run_dir)
+    data = json.loads(json.dumps(summarize_run(run_dir).to_dict(), allow_nan=False))
+    assert data["records"] == 3 * 6 * 7 and data["duration_s"] == pytest.approx(0.58)
+    assert data["first_utc"].endswith("Z") and data["processes"][0]["last_event_utc"].endswith("Z")
+    assert set(data) >= {"processes", "stopped_at", "phases", "stragglers", "skipped_lines", "run_ids"}
+    assert data["stragglers"][0]["steps"][0]["ms"] == {"0": 100.0, "1": 100.0, "2": 100.0}
+
+
+def test_no_records_and_not_a_run_raise(tmp_path):
+    with pytest.raises(NotARunError):
+        summarize_run(tmp_path / "nowhere")
+    write_jsonl(titan_file(tmp_path / "run"), ["not json"])
+    with pytest.raises(NoRecordsError, match="1 unreadable lines skipped"):
+        summarize_run(tmp_path / "run", log_skipped=False)

@@ -1,0 +1,157 @@
+"""`otel-titan export` / `otel-titan summarize`: outputs, exit codes, messages (never a traceback for user errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from otel_titan import structured_logger as sl
+from otel_titan.cli import main
+from tests.analysis import load_trace, titan_file, write_jsonl
+
+
+@pytest.fixture
+def run(run_dir):
+    """A real 2-rank run (two processes of the library, one after the other), 4 steps each."""
+    for rank in (0, 1):
+        sl.init_structured_logger("training", run_dir, rank=rank, world_size=2, run_id="cli")
+        for step in range(1, 5):
+            sl.set_step(step, relative_step=step)
+            with sl.log_trace_span("data_fetch"):
+                pass
+            with sl.log_trace_span("optimizer"):
+                pass
+            sl.log_trace_scalar({"loss": 1.0})
+        sl.shutdown_structured_logger()
+    return run_dir
+
+
+def test_export_writes_the_default_trace_and_says_where(run, capsys):
+    assert main(["export", str(run)]) == 0
+    out, err = capsys.readouterr()
+    trace_path = run / "analysis" / "trace.json"
+    assert out.splitlines()[0] == f"trace: {trace_path}"
+    assert "2 processes, 16 spans (0 incomplete, 0 failed)" in out and "https://ui.perfetto.dev" in out
+    assert err == ""  # not a terminal: no progress line
+    assert len(load_trace(trace_path)["traceEvents"]) > 16
+
+
+def test_export_options_output_and_filters(run, tmp_path, capsys):
+    output = tmp_path / "deep" / "t.json"
+    assert main(["export", str(run / "structured_logs"), "-o", str(output), "--steps", "2:3", "--ranks", "1", "--sources", "training"]) == 0
+    trace = load_trace(output)
+    bars = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "span"]
+    assert sorted({(e["pid"], e["args"]["step"]) for e in bars}) == [(1, 2), (1, 3)] and len(bars) == 4
+    assert f"trace: {output}" in capsys.readouterr().out
+
+
+def test_export_on_two_workers_gives_the_same_trace(run, tmp_path, capsys):
+    assert main(["export", str(run), "-o", str(tmp_path / "one.json"), "--jobs", "1"]) == 0
+    assert main(["export", str(run), "-o", str(tmp_path / "two.json"), "--jobs", "2"]) == 0
+    one, two = (load_trace(tmp_path / name)["traceEvents"] for name in ("one.json", "two.json"))
+    assert sorted(map(json.dumps, one)) == sorted(map(json.dumps, two))
+
+
+def test_export_progress_line_only_on_a_terminal(run, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["export", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert "\rexport: " in err and "MB (100%)" in err and err.endswith("\r\x1b[K")  # drawn, then cleared
+    assert main(["export", str(run), "--no-progress"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_summarize_prints_tables(run, capsys):
+    assert main(["summarize", str(run)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for heading in ("Processes", "Phases (completed spans, by total time; durations in ms)", "Stragglers: training (2 ranks;"):
+        assert any(line.startswith(heading) for line in lines), heading
+    assert "All 2 processes' last event: metric_value" in out
+
+
+def test_summarize_json_is_one_document_for_scripts(run, capsys):
+    assert main(["summarize", str(run), "--json", "--ranks", "0"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [p["label"] for p in data["processes"]] == ["training rank 0"]
+    assert data["processes"][0]["closed_cleanly"] is True and data["processes"][0]["last_step"] == 4
+
+
+@pytest.mark.parametrize("command", ["export", "summarize"])
+def test_a_path_that_is_not_a_run_exits_2_with_the_reason(tmp_path, capsys, command):
+    assert main([command, str(tmp_path / "nope")]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"otel-titan: error: {tmp_path / 'nope'}: no such file or directory\n" and out == ""
+    (tmp_path / "empty").mkdir()
+    assert main([command, str(tmp_path / "empty")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["export", "summarize"])
+def test_a_run_without_records_exits_1_and_names_the_skipped_lines(run_dir, capsys, command):
+    path = write_jsonl(titan_file(run_dir), ["{broken"])
+    assert main([command, str(run_dir)]) == 1
+    err = capsys.readouterr().err
+    assert f"otel-titan: warning: {path}:1: malformed JSON or invalid UTF-8; line skipped" in err
+    assert "otel-titan: error: " in err and "no readable records (1 unreadable lines skipped)" in err and "Traceback" not in err
+    assert not (run_dir / "analysis" / "trace.json").exists()
+
+
+def test_filters_that_match_nothing_exit_1(run, capsys):
+    assert main(["export", str(run), "--steps", "50:60"]) == 1
+    assert "no records match the filters" in capsys.readouterr().err
+    assert main(["summarize", str(run), "--ranks", "5-6"]) == 1
+    assert capsys.readouterr().err.endswith("no process matches the filters (ranks [5, 6])\n")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["export", "x", "--steps", "9:1"], "--steps: bad step range '9:1': 9 > 1"),
+        (["export", "x", "--ranks", "a-b"], "--ranks: bad rank 'a-b'"),
+        (["summarize", "x", "--sources", ","], "--sources: no source names given"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["export", "x", "--jobs", "0"], "--jobs: must be at least 1, got 0"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_option(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unwritable_output_exits_1_naming_it(run, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["export", str(run), "-o", str(blocker / "t.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("otel-titan: error: cannot write ") and str(blocker) in err and "Traceback" not in err
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "usage: otel-titan" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command, example", [("export", "otel-titan export outputs --steps 100:200"), ("summarize", "otel-titan summarize outputs --json")])
+def test_help_has_examples(command, example, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert example in capsys.readouterr().out
+
+
+def test_the_installed_entry_point_runs(run):
+    executable = shutil.which("otel-titan", path=os.path.dirname(sys.executable))
+    assert executable, "otel-titan is not installed next to this interpreter (pip install -e .)"
+    result = subprocess.run([executable, "summarize", str(run), "--json"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)["processes"]) == 2
+    result = subprocess.run([executable, "export", str(run / "missing")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.startswith("otel-titan: error: ")

@@ -81,14 +81,15 @@ def machine() -> dict:
 
 
 def start_sink() -> tuple[subprocess.Popen, str]:
-    port_file = tempfile.mktemp(prefix="otlp-sink-port-")
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.otlp_sink", port_file], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-    deadline = time.monotonic() + 30
-    while not (os.path.exists(port_file) and open(port_file).read().strip()):
-        if time.monotonic() > deadline or process.poll() is not None:
-            raise RuntimeError("the OTLP sink did not start")
-        time.sleep(0.05)
-    return process, f"http://127.0.0.1:{open(port_file).read().strip()}"
+    with tempfile.TemporaryDirectory(prefix="otlp-sink-") as directory:
+        port_file = os.path.join(directory, "port")
+        process = subprocess.Popen([sys.executable, "-m", "benchmarks.otlp_sink", port_file], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(port_file) and open(port_file).read().strip()):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("the OTLP sink did not start")
+            time.sleep(0.05)
+        return process, f"http://127.0.0.1:{open(port_file).read().strip()}"
 
 
 def span_costs(rounds: int, spans: int, sink: str) -> dict:

@@ -19,7 +19,11 @@ from benchmarks.cases import CASES, STEP
 
 
 def measure(case_name: str, spans: int, reps: int) -> dict:
-    directory = tempfile.mkdtemp(prefix=f"bench-{case_name}-")
+    with tempfile.TemporaryDirectory(prefix=f"bench-{case_name}-") as directory:
+        return _measure(case_name, spans, reps, directory)
+
+
+def _measure(case_name: str, spans: int, reps: int, directory: str) -> dict:
     case = CASES[case_name](directory)
     caller, cpu = [], []
     try:

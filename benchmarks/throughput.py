@@ -21,7 +21,11 @@ from otel_titan import structured_logger as sl
 
 
 def run(threads: int, seconds: float) -> dict:
-    directory = tempfile.mkdtemp(prefix="bench-throughput-")
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as directory:
+        return _run(threads, seconds, directory)
+
+
+def _run(threads: int, seconds: float, directory: str) -> dict:
     sl.init_structured_logger("training", directory, world_size=1, run_id="bench")
     sl.set_step(1)
     stop = threading.Event()

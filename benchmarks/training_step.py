@@ -39,8 +39,9 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
     model, optimizer, layers = build(hidden)
     inputs = torch.randn(64, 256)
     target = torch.randn(64, 256)
+    directory = tempfile.TemporaryDirectory(prefix="bench-step-")
     if mode == "jsonl":
-        sl.init_structured_logger("training", tempfile.mkdtemp(prefix="bench-step-"), world_size=1, run_id="bench")
+        sl.init_structured_logger("training", directory.name, world_size=1, run_id="bench")
     span = sl.log_trace_span if mode != "bare" else (lambda name: contextlib.nullcontext())
     scalar = sl.log_trace_scalar if mode != "bare" else (lambda values: None)
     set_step = sl.set_step if mode != "bare" else (lambda step, relative_step=None: None)
@@ -88,6 +89,7 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
         medians.append(statistics.median(times) * 1000)
     if mode == "jsonl":
         sl.shutdown_structured_logger()
+    directory.cleanup()
     return {"mode": mode, "steps": steps, "step_ms": medians}
 
 

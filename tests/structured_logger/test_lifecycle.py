@@ -299,7 +299,7 @@ with ctx.Pool(3) as pool:
     assert names[-1] == "structured_logger_closed"
 
 
-def test_torch_dataloader_workers(run_dir):
+def test_torch_dataloader_workers(run_dir, tmp_path):
     pytest.importorskip("torch")
     code = """
 import sys
@@ -324,7 +324,8 @@ for epoch in range(2):
             batch = next(it)
         assert batch.shape == (8, 4)
 """
-    result = run_python(code, str(run_dir), timeout=180)
+    # TMPDIR: the workers leave multiprocessing's pymp-* folders behind; keep them in the test's tmp.
+    result = run_python(code, str(run_dir), timeout=180, env={"TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     names = [r["log_type_name"] for r in _records_of(run_dir)]
     assert names.count("data_fetch_end") == 16 and "getitem_start" not in names

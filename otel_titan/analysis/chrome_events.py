@@ -282,6 +282,8 @@ class ExportVisitor(TimelineVisitor):
     def meta(self, record: dict[str, Any]) -> None:
         if self.steps is not None and record.get("step") not in self.steps:
             return
+        if record["log_type_name"] == "heartbeat":
+            return  # it only extends the process's last timestamp (and so its open spans)
         skip = ("log_type", "log_type_name", "event_name", "time", "time_ms", "time_us", "logger_name", "schema_version")
         args = {key: value for key, value in record.items() if key not in skip}
         event: dict[str, Any] = {"name": record["log_type_name"], "cat": "logger", "ph": "i", "s": "p", "ts": record["time_us"], "pid": self.pid, "tid": STEP_TID, "args": args}

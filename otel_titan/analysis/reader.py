@@ -34,7 +34,7 @@ __all__ = [
 _log = logging.getLogger("otel_titan.analysis")
 
 #: The logger's own records (docs/schema.md): shown as process-level markers, never as phases.
-META_EVENTS = frozenset({"structured_logger_opened", "records_dropped", "signal_received", "structured_logger_closed"})
+META_EVENTS = frozenset({"structured_logger_opened", "records_dropped", "signal_received", "heartbeat", "structured_logger_closed"})
 
 #: torchtitan's naming rule: `{source}.global_rank_{rank}.{stamp}-{rand}.jsonl` (rotated segments add `.N`).
 _TITAN_NAME = re.compile(r"^(?P<source>.+)\.global_rank_(?P<rank>\d+)\.(?P<stamp>\d{8}-\d{6})-(?P<suffix>[A-Za-z0-9]+)\.jsonl$")

@@ -92,6 +92,9 @@ class StartAwareSpanExporter(SpanExporter):
         """Plain `SpanExporter` entry point: finished spans only."""
         return self.export_timeline([(True, span) for span in spans])
 
+    def heartbeat(self, time_ns: int, open_spans: Sequence[ReadableSpan]) -> None:
+        """Nothing was emitted for a while and `open_spans` are still open (optional)."""
+
     def shutdown(self) -> None:
         """Release resources; called once, on the processor thread, after the last export."""
 

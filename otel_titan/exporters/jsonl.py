@@ -12,6 +12,9 @@ the logger itself:
   lost, with the totals so far (``dropped_records``: queue full,
   ``failed_records``: writes that failed) and ``value`` = the loss since the
   previous report;
+* ``heartbeat``: written when the process has been quiet for 10 s with spans
+  open (a hang, or a very long phase), with their count and names, so the file
+  shows how long they stayed open even if the process is then SIGKILLed;
 * ``structured_logger_closed``: last line of a clean shutdown, with
   ``written_records``, ``dropped_records`` and ``failed_records``. A file
   without it belongs to a process that did not finish cleanly.
@@ -172,6 +175,25 @@ class JsonlSpanExporter(StartAwareSpanExporter):
                 except OSError:
                     pass
         return SpanExportResult.SUCCESS
+
+    def heartbeat(self, time_ns: int, open_spans: Sequence[Any]) -> None:
+        """Write a ``heartbeat`` record: alive, quiet, and still inside `open_spans`."""
+        if self._closed:
+            return
+        names = [span.name for span in open_spans[-8:]]
+        line = self._encoder.meta_line(
+            META_EVENTS.HEARTBEAT,
+            {
+                "open_spans": len(open_spans),
+                "open_span_names": names,
+                "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
+            },
+            time_ns,
+        )
+        try:
+            self._file.write_lines([line])
+        except OSError:
+            pass  # a heartbeat is best effort; the next one retries
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Writes are unbuffered: everything exported is already in the kernel."""

@@ -36,6 +36,7 @@ class META_EVENTS:
 
     OPENED = "structured_logger_opened"
     DROPPED = "records_dropped"
+    HEARTBEAT = "heartbeat"
     CLOSED = "structured_logger_closed"
 
 

@@ -117,7 +117,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``run_id``, ``attempt``, ``job_id``, ``max_file_size_mb`` (128),
             ``backup_count`` (3), ``queue_size`` (65536 events),
             ``include_hostname`` (True), ``handlers``, ``flush_interval_s``
-            (0.05), ``exit_timeout_s`` (5), ``handle_sigterm`` (True),
+            (0.05), ``heartbeat_interval_s`` (10), ``exit_timeout_s`` (5), ``handle_sigterm`` (True),
             ``join_otel_context`` (auto), ``propagate_otel_context`` (False).
 
     Raises:
@@ -223,7 +223,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
         trace_ids = StepTraceIds(identity.run_id, identity.attempt)
         span_ids = SpanIdAllocator()
         builder = SpanBuilder(resource, InstrumentationScope("otel_titan", _version()), trace_ids, span_ids)
-        processor = BatchProcessor(queue, builder, exporters, schedule_delay=parsed.flush_interval_s)
+        processor = BatchProcessor(queue, builder, exporters, schedule_delay=parsed.flush_interval_s, heartbeat_s=parsed.heartbeat_interval_s)
         processor.start()
         _runtime = _Runtime(
             identity=identity,

@@ -40,6 +40,8 @@ class LoggerOptions:
     handlers: Sequence[HandlerSpec] | None = None
     #: Seconds the processor sleeps between drains: how late a record reaches the OS at most, roughly.
     flush_interval_s: float = 0.05
+    #: Quiet seconds with spans open before a `heartbeat` record is written (0: never).
+    heartbeat_interval_s: float = 10.0
     #: Seconds to spend writing what is queued at interpreter exit or on SIGTERM.
     exit_timeout_s: float = 5.0
     #: Flush on SIGTERM, then let the signal take its usual course (chaining any handler already installed).
@@ -65,6 +67,7 @@ _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "handlers": ((list, tuple), lambda v: all(isinstance(h, str) or callable(h) for h in v), "a list of 'module.function' strings or callables"),
     "flush_interval_s": ((int, float), lambda v: 0 < v <= 10, "a number of seconds in (0, 10]"),
     "exit_timeout_s": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
+    "heartbeat_interval_s": ((int, float), lambda v: v >= 0, "a number of seconds >= 0 (0: no heartbeat)"),
     "handle_sigterm": ((bool,), lambda v: True, "a bool"),
     "join_otel_context": ((bool,), lambda v: True, "a bool or None"),
     "propagate_otel_context": ((bool,), lambda v: True, "a bool"),

@@ -10,7 +10,10 @@ two differences that a training logger needs:
   ``_start`` record is written as soon as the span starts, not when it ends.
 
 The thread wakes every `schedule_delay` (50 ms by default) or on a flush, so a
-record reaches the OS about that long after it was emitted. One exporter
+record reaches the OS about that long after it was emitted. When nothing was
+emitted for `heartbeat_s` (10 s) while spans are open, start-aware exporters
+are told (`heartbeat`): the JSONL file then records that the process is alive
+and still inside those spans, which a later SIGKILL would otherwise hide. One exporter
 raising never stops the others: the first failure of each exporter is logged
 with its traceback, later ones are counted.
 """
@@ -56,6 +59,7 @@ class BatchProcessor:
         exporters: Sequence[SpanExporter],
         schedule_delay: float = 0.05,
         max_batch: int = 8192,
+        heartbeat_s: float = 10.0,
     ) -> None:
         self._queue = queue
         self._builder = builder
@@ -64,6 +68,7 @@ class BatchProcessor:
         self._exporters = list(exporters)
         self._schedule_delay = schedule_delay
         self._max_batch = max_batch
+        self._heartbeat_s = heartbeat_s
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,9 +173,12 @@ class BatchProcessor:
         max_batch = self._max_batch
         wake = self._wake
         stop = False
+        last_activity = time.monotonic()
         while not stop:
             wake.wait(self._schedule_delay)
             wake.clear()
+            if items:
+                last_activity = time.monotonic()
             while items and not stop:
                 batch: list[Any] = []
                 append = batch.append
@@ -180,6 +188,9 @@ class BatchProcessor:
                 except IndexError:
                     pass
                 stop = self._process(batch)
+            if self._heartbeat_s and not stop and time.monotonic() - last_activity >= self._heartbeat_s:
+                last_activity = time.monotonic()
+                self._heartbeat()
         self._shutdown_exporters()
         self._stopped.set()
 
@@ -229,6 +240,23 @@ class BatchProcessor:
                     _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
         self._export(timeline, finished)
         return stop
+
+    def _heartbeat(self) -> None:
+        # Quiet for a while with spans open: a hung phase, or a very long one.
+        # Tell start-aware exporters (the JSONL file writes a `heartbeat` record),
+        # so that after a SIGKILL the file still says how long the phase was open.
+        open_spans = self._builder.open_spans()
+        if not open_spans:
+            return
+        now = time.time_ns()
+        for exporter in self._timeline_exporters:
+            beat = getattr(exporter, "heartbeat", None)
+            if beat is None:
+                continue
+            try:
+                beat(now, open_spans)
+            except Exception:  # noqa: BLE001
+                self._report_failure(exporter, "heartbeat")
 
     def _incomplete_copies(self) -> list[TitanSpan]:
         # Spans a hung or killed phase left open: without these, exporters that

@@ -105,3 +105,44 @@ def test_sigkill_while_writing_loses_only_the_last_200_ms(run_dir, caplog):
     assert records and records[-1]["log_type_name"] != "fwd_bw"
     assert run.skipped.count == 1
     assert any(os.path.basename(path) in message and "line" in message for message in caplog.messages)
+
+
+def test_a_hung_phase_keeps_its_length_after_sigkill_thanks_to_heartbeats(run_dir, tmp_path):
+    # Injected: a process hangs inside data_fetch for ~2 s (heartbeat every 0.3 s), then SIGKILL.
+    code = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, heartbeat_interval_s=0.3)
+sl.set_step(3)
+with sl.log_trace_span("optimizer"):
+    pass
+time.sleep(1.0)  # quiet with nothing open: no heartbeat
+with sl.log_trace_span("data_fetch"):
+    print("hung", flush=True)
+    time.sleep(600)
+"""
+    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert process.stdout.readline().strip() == "hung"
+    time.sleep(2.0)
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+
+    (path,) = jsonl_files(run_dir)
+    records = [json.loads(line) for line in open(path)]
+    beats = [r for r in records if r["log_type_name"] == "heartbeat"]
+    fetch = [r for r in records if r["log_type_name"] == "data_fetch_start"][0]
+    assert len(beats) >= 3 and all(b["time_us"] > fetch["time_us"] for b in beats)  # none before the span opened
+    assert beats[-1]["open_span_names"] == ["data_fetch"] and beats[-1]["open_spans"] == 1
+
+    (proc,) = summarize_run(str(run_dir)).processes
+    (open_span,) = proc.open_spans
+    assert open_span.name == "data_fetch" and open_span.open_s >= 1.0
+    assert proc.last_event == "data_fetch_start"  # heartbeats are not events of the program
+
+    from otel_titan.analysis import generate_gantt_trace
+
+    out = tmp_path / "trace.json"
+    generate_gantt_trace(str(run_dir), str(out))
+    bars = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X" and e["name"] == "data_fetch"]
+    assert len(bars) == 1 and bars[0]["args"]["incomplete"] is True and bars[0]["dur"] >= 1_000_000
+    assert not [e for e in json.load(open(out))["traceEvents"] if e.get("name") == "heartbeat"]

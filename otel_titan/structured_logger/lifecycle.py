@@ -405,12 +405,23 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _runtime, _lifecycle_lock
+    global _runtime, _lifecycle_lock, _sigterm_installed
     _lifecycle_lock = threading.RLock()  # another thread may have held it at fork time
     runtime = _runtime
     _runtime = None
     capture.detach()
     capture.forget_thread_ids()
+    # Give the child the SIGTERM disposition it would have had without us. With
+    # a Python-level handler, a SIGTERM that lands just before a blocking C call
+    # (a multiprocessing.Pool worker entering sem_wait) is only noted, never
+    # acted on: Pool.terminate() then waits forever for that worker.
+    if _sigterm_installed:
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, _previous_sigterm if _previous_sigterm is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+        _sigterm_installed = False
     if runtime is None:
         return
     for exporter in runtime.exporters:

@@ -278,6 +278,32 @@ with sl.log_trace_span("parent_after_fork"):
     assert {r["pid"] for r in records} == {records[0]["pid"]}
 
 
+def test_fork_children_get_the_sigterm_disposition_they_would_have_had(run_dir):
+    # A Python-level SIGTERM handler in a forked worker can lose a SIGTERM that lands just
+    # before a blocking C call (Pool.terminate() then hung ~1 run in 25): children get the
+    # disposition from before init_structured_logger.
+    code = """
+import os, signal, sys
+from otel_titan import structured_logger as sl
+for label, before in (("default", signal.SIG_DFL), ("user", lambda s, f: None)):
+    signal.signal(signal.SIGTERM, before)
+    sl.init_structured_logger("training", sys.argv[1], world_size=1)
+    assert signal.getsignal(signal.SIGTERM) is not before  # ours, in the parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, b"1" if signal.getsignal(signal.SIGTERM) is before else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1", label
+    sl.shutdown_structured_logger()
+    assert signal.getsignal(signal.SIGTERM) is before  # restored at shutdown too
+print("ok")
+"""
+    result = run_python(code, str(run_dir))
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
 def test_multiprocessing_fork_pool_children_are_silent_and_nothing_deadlocks(run_dir):
     code = _EMIT + """
 import multiprocessing as mp

@@ -90,6 +90,9 @@ class RecordEncoder:
         self._tail = b"," + orjson.dumps(constants)[1:-1] + b"}\n"
         self._seq = 0
         self._last_us_by_thread: dict[int, int] = {}
+        # Encoded pieces of the fields a span's records share (see encode_timeline).
+        self._site_fragments: dict[tuple[Any, ...], bytes] = {}
+        self._step_fragments: dict[tuple[Any, ...], bytes] = {}
 
     @property
     def last_seq_id(self) -> int:
@@ -146,6 +149,8 @@ class RecordEncoder:
         dumps = orjson.dumps
         append = out.append
         seq = self._seq
+        sites = self._site_fragments
+        steps = self._step_fragments
         for ended, span in timeline:
             # The fast path reads TitanSpan's slots directly; other spans, and
             # every record but a span's start or successful end, take `records`.
@@ -163,34 +168,27 @@ class RecordEncoder:
             else:
                 shared_json = None
             if shared_json is None:
+                # Three cached parts: the call site's fields (the same every
+                # step), the step's fields (the same for every span of the
+                # step), and the ids, which are the span's own.
+                site_key = (span.code_file, span.code_line, span.code_function, span.thread_id, span.task_name, span.description)
+                site = sites.get(site_key)
+                if site is None:
+                    site = self._site_fragment(site_key)
+                step_key = (span.step, span.relative_step, span.step_tags)
+                step_part = steps.get(step_key)
+                if step_part is None:
+                    step_part = self._step_fragment(step_key)
                 context = span._context
                 parent = span._parent
-                shared = {
-                    "log_type": "event",
-                    "event_name": None,
-                    "log_level": "INFO",
-                    "tid": span.thread_id,
-                    "caller": f"{span.code_file}:{span.code_line}:{span.code_function}",
-                    "log_file": span.code_file,
-                    "log_function": span.code_function,
-                    "trace_id": f"{context.trace_id:032x}",
-                    "span_id": f"{context.span_id:016x}",
-                    "parent_span_id": None if parent is None else f"{parent.span_id:016x}",
-                }
-                if span.step is not None:
-                    shared["step"] = span.step
-                if span.relative_step is not None:
-                    shared["relative_step"] = span.relative_step
-                if span.step_tags:
-                    shared["step_tags"] = span.step_tags
-                if span.task_name is not None:
-                    shared["task_name"] = span.task_name
-                if span.description is not None:
-                    shared["description"] = span.description
-                try:
-                    shared_json = b"," + dumps(shared)[1:-1] + tail
-                except (orjson.JSONEncodeError, TypeError):
-                    shared_json = b"," + _json(shared)[1:-1] + tail
+                shared_json = b"%b%b,\"trace_id\":\"%032x\",\"span_id\":\"%016x\",\"parent_span_id\":%b%b" % (
+                    site,
+                    step_part,
+                    context.trace_id,
+                    context.span_id,
+                    b"null" if parent is None else b'"%016x"' % parent.span_id,
+                    tail,
+                )
                 if not ended:
                     span._encoded = shared_json
             name = span._name
@@ -228,6 +226,42 @@ class RecordEncoder:
             except (orjson.JSONEncodeError, TypeError):  # a name UTF-8 cannot carry
                 append(_json(record)[:-1] + shared_json)
         self._seq = seq
+
+    def _site_fragment(self, key: tuple[Any, ...]) -> bytes:
+        code_file, code_line, code_function, tid, task_name, description = key
+        fields: dict[str, Any] = {
+            "log_type": "event",
+            "event_name": None,
+            "log_level": "INFO",
+            "tid": tid,
+            "caller": f"{code_file}:{code_line}:{code_function}",
+            "log_file": code_file,
+            "log_function": code_function,
+        }
+        if task_name is not None:
+            fields["task_name"] = task_name
+        if description is not None:
+            fields["description"] = description
+        fragment = b"," + _json(fields)[1:-1]
+        if len(self._site_fragments) > 4096:  # task names can be unbounded (one per asyncio task)
+            self._site_fragments.clear()
+        self._site_fragments[key] = fragment
+        return fragment
+
+    def _step_fragment(self, key: tuple[Any, ...]) -> bytes:
+        step, relative_step, step_tags = key
+        fields: dict[str, Any] = {}
+        if step is not None:
+            fields["step"] = step
+        if relative_step is not None:
+            fields["relative_step"] = relative_step
+        if step_tags:
+            fields["step_tags"] = step_tags
+        fragment = b"," + _json(fields)[1:-1] if fields else b""
+        if len(self._step_fragments) > 64:  # steps move forward: keep only recent ones
+            self._step_fragments.clear()
+        self._step_fragments[key] = fragment
+        return fragment
 
     def records(self, ended: bool, span: ReadableSpan) -> list[dict[str, Any]]:
         """The records of one timeline item as dicts, without ``seq_id`` and the constant fields.

@@ -200,6 +200,8 @@ class BatchProcessor:
         builder.clock.refresh()
         timeline = Timeline()
         started, ended_flags = timeline.spans.append, timeline.ended.append
+        # Finished spans are collected only for exporters that take them (OTLP...).
+        want_finished = bool(self._plain_exporters)
         finished: list[TitanSpan] = []
         stop = False
         for event in batch:
@@ -212,22 +214,26 @@ class BatchProcessor:
                     span = builder.ended(event[1], event[2], event[3])
                     started(span)
                     ended_flags(True)
-                    finished.append(span)
+                    if want_finished:
+                        finished.append(span)
                 elif kind == INSTANT:
                     span = builder.instant(*event[1:])
                     started(span)
                     ended_flags(True)
-                    finished.append(span)
+                    if want_finished:
+                        finished.append(span)
                 elif kind == SCALAR:
                     for span in builder.scalars(*event[1:]):
                         started(span)
                         ended_flags(True)
-                        finished.append(span)
+                        if want_finished:
+                            finished.append(span)
                 elif kind == FLUSH:
                     if event[2]:
                         finished.extend(self._incomplete_copies())
                     self._export(timeline, finished)
-                    timeline, finished = Timeline(), []
+                    timeline = Timeline()
+                    finished = []
                     started, ended_flags = timeline.spans.append, timeline.ended.append
                     self._force_flush()
                     event[1].set()

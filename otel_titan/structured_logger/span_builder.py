@@ -154,8 +154,9 @@ class SpanBuilder:
         # End on the span's start plus its monotonic duration, so the length is
         # the monotonic one even if the wall clock stepped while it was open.
         end_time = span._start_time + (end_mono - handle[H_MONO])
-        if error is None:
-            span._finish(end_time)
+        if error is None:  # the common case, inlined: no status, no event, attributes unchanged
+            span._end_time = end_time
+            span.ended = True
             return span
         type_name, message, summary = error
         stacktrace = ""

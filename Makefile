@@ -2,8 +2,9 @@
 #   make train   set up, then run the toy training on 2 ranks (JSONL under outputs/)
 #   make test    set up, then run the whole test suite
 # and, for the performance figures of docs/performance.md:
-#   make bench   set up, then run the benchmark against the alternatives (about 10 minutes)
-.PHONY: setup train test bench clean
+#   make bench         set up, then run the benchmark against the alternatives (about 10 minutes)
+#   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
+.PHONY: setup train test bench bench-export clean
 
 setup:
 	bash scripts/setup.sh
@@ -16,6 +17,9 @@ test: setup
 
 bench: setup
 	.venv/bin/python -m benchmarks.run
+
+bench-export: setup
+	.venv/bin/python benchmarks/export_throughput.py
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

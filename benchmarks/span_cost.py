@@ -3,8 +3,10 @@
     python -m benchmarks.span_cost CASE [--spans N] [--reps R]
 
 Prints one JSON line: per repetition, the calling thread's wall time per span
-(the loop around `with span:`) and the whole process's CPU time per span,
-every background thread included, measured after a drain (the case's flush).
+(the loop around `with span:`, which includes waiting for the interpreter
+lock while background threads hold it), that thread's own CPU time per span,
+and the whole process's CPU time per span, every background thread included,
+measured after a drain (the case's flush).
 The first repetition is a warm-up and is reported separately.
 """
 
@@ -25,24 +27,34 @@ def measure(case_name: str, spans: int, reps: int) -> dict:
 
 def _measure(case_name: str, spans: int, reps: int, directory: str) -> dict:
     case = CASES[case_name](directory)
-    caller, cpu = [], []
+    caller, caller_cpu, cpu = [], [], []
     try:
         for rep in range(reps + 1):  # rep 0 warms up caches, the JIT-less interpreter and the files
             STEP[0] = rep + 1
             span = case.span
             cpu_start = time.process_time()
+            thread_start = time.thread_time()
             start = time.perf_counter()
             for _ in range(spans):
                 with span("fwd_bwd"):
                     pass
             elapsed = time.perf_counter() - start
+            thread_used = time.thread_time() - thread_start
             case.drain()
             cpu_used = time.process_time() - cpu_start
             caller.append(elapsed / spans * 1e6)
+            caller_cpu.append(thread_used / spans * 1e6)
             cpu.append(cpu_used / spans * 1e6)
     finally:
         case.close()
-    return {"case": case_name, "spans": spans, "warmup": {"caller_us": caller[0], "cpu_us": cpu[0]}, "caller_us": caller[1:], "cpu_us": cpu[1:]}
+    return {
+        "case": case_name,
+        "spans": spans,
+        "warmup": {"caller_us": caller[0], "caller_cpu_us": caller_cpu[0], "cpu_us": cpu[0]},
+        "caller_us": caller[1:],
+        "caller_cpu_us": caller_cpu[1:],
+        "cpu_us": cpu[1:],
+    }
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
     python -m benchmarks.training_step MODE [--steps N] [--reps R]
 
 MODE is ``bare`` (no sl calls at all), ``disabled`` (the same calls with the
-logger never initialised: no-ops) or ``jsonl`` (logging to JSONL). Torch uses
+logger never initialised: no-ops), ``jsonl`` (logging to JSONL) or
+``jsonl_otlp`` (JSONL and OTLP, to the endpoint of the standard variables). Torch uses
 one thread, so the logger's writer thread has the second core, as a rank of a
 multi-GPU job would have spare host cores. The step is sized to take about
 10 ms on the development machine. Prints one JSON line with the median step
@@ -40,8 +41,9 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
     inputs = torch.randn(64, 256)
     target = torch.randn(64, 256)
     directory = tempfile.TemporaryDirectory(prefix="bench-step-")
-    if mode == "jsonl":
-        sl.init_structured_logger("training", directory.name, world_size=1, run_id="bench")
+    if mode.startswith("jsonl"):
+        handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler"] + (["otel_titan.exporters.otlp.register_otlp_handler"] if mode == "jsonl_otlp" else [])
+        sl.init_structured_logger("training", directory.name, world_size=1, run_id="bench", handlers=handlers)
     span = sl.log_trace_span if mode != "bare" else (lambda name: contextlib.nullcontext())
     scalar = sl.log_trace_scalar if mode != "bare" else (lambda values: None)
     set_step = sl.set_step if mode != "bare" else (lambda step, relative_step=None: None)
@@ -87,7 +89,7 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
             step(n)
             times.append(time.perf_counter() - start)
         medians.append(statistics.median(times) * 1000)
-    if mode == "jsonl":
+    if mode.startswith("jsonl"):
         sl.shutdown_structured_logger()
     directory.cleanup()
     return {"mode": mode, "steps": steps, "step_ms": medians}
@@ -95,7 +97,7 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("bare", "disabled", "jsonl"))
+    parser.add_argument("mode", choices=("bare", "disabled", "jsonl", "jsonl_otlp"))
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--hidden", type=int, default=640, help="layer width (sets the step time)")

@@ -106,14 +106,29 @@ def span_costs(rounds: int, spans: int, sink: str) -> dict:
 
 
 def training_steps(rounds: int, steps: int, sink: str) -> dict:
+    """Median step time per mode, and the overhead of each mode as the median of per-round ratios.
+
+    Step times drift by several percent between runs on a shared machine, more
+    than the effect measured; comparing each mode with the bare run of the same
+    round (run right before it) cancels most of the drift.
+    """
     modes = ("bare", "disabled", "jsonl", "jsonl_otlp")
     otlp_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
+    ratios: dict[str, list[float]] = {mode: [] for mode in modes}
     for round_index in range(rounds):
+        this_round = {}
         for mode in modes:
             _progress(f"training step: round {round_index + 1}/{rounds}, {mode}")
-            samples[mode].extend(_python("benchmarks.training_step", mode, "--steps", str(steps), "--reps", "3", env=otlp_env)["step_ms"])
-    return {mode: statistics.median(values) for mode, values in samples.items()}
+            measured = _python("benchmarks.training_step", mode, "--steps", str(steps), "--reps", "3", env=otlp_env)["step_ms"]
+            samples[mode].extend(measured)
+            this_round[mode] = statistics.median(measured)
+        for mode in modes:
+            ratios[mode].append(this_round[mode] / this_round["bare"])
+    result: dict = {mode: statistics.median(values) for mode, values in samples.items()}
+    result["overhead_pct"] = {mode: (statistics.median(r) - 1) * 100 for mode, r in ratios.items()}
+    result["overhead_range_pct"] = {mode: [(min(r) - 1) * 100, (max(r) - 1) * 100] for mode, r in ratios.items()}
+    return result
 
 
 def table(costs: dict, steps: dict, throughput: dict) -> tuple[str, list[tuple[str, bool, str]]]:
@@ -129,16 +144,17 @@ def table(costs: dict, steps: dict, throughput: dict) -> tuple[str, list[tuple[s
             f"{c['caller_us'] / sdk['caller_us']:.3f} | {c['caller_cpu_us']:.2f} | {c['cpu_us']:.2f} | {c['cpu_us'] / queue['cpu_us']:.3f} |"
         )
     ours, ours_otlp = costs["otel_titan"], costs["otel_titan_otlp"]
-    overhead = (steps["jsonl"] - steps["bare"]) / steps["bare"] * 100
-    overhead_otlp = (steps["jsonl_otlp"] - steps["bare"]) / steps["bare"] * 100
+    overhead = steps["overhead_pct"]["jsonl"]
+    spread = steps["overhead_range_pct"]
     lines += [
         "",
-        "| training step (20 spans + 4 scalars per step) | median step ms |",
-        "| --- | ---: |",
-        f"| no instrumentation | {steps['bare']:.3f} |",
-        f"| sl.* calls, logger not initialised (no-ops) | {steps['disabled']:.3f} |",
-        f"| sl.* calls, JSONL | {steps['jsonl']:.3f} ({overhead:+.2f} %) |",
-        f"| sl.* calls, JSONL + OTLP | {steps['jsonl_otlp']:.3f} ({overhead_otlp:+.2f} %) |",
+        "| training step (20 spans + 4 scalars per step) | median step ms | overhead: median of per-round ratios (range) |",
+        "| --- | ---: | ---: |",
+        f"| no instrumentation | {steps['bare']:.3f} | |",
+    ]
+    for mode, label in (("disabled", "sl.* calls, logger not initialised (no-ops)"), ("jsonl", "sl.* calls, JSONL"), ("jsonl_otlp", "sl.* calls, JSONL + OTLP")):
+        lines.append(f"| {label} | {steps[mode]:.3f} | {steps['overhead_pct'][mode]:+.2f} % ({spread[mode][0]:+.1f} … {spread[mode][1]:+.1f} %) |")
+    lines += [
         "",
         f"Throughput, {throughput['threads']} threads for {throughput['seconds']:.1f} s, default queue: "
         f"{throughput['spans_written_per_s']:,.0f} spans/s written, {throughput['records_dropped']:,} records dropped "
@@ -159,10 +175,23 @@ def table(costs: dict, steps: dict, throughput: dict) -> tuple[str, list[tuple[s
             throughput["spans_written_per_s"] >= 50_000 and throughput["records_dropped"] == 0,
             f"{throughput['spans_written_per_s']:,.0f} spans/s, {throughput['records_dropped']} dropped",
         ),
-        ("training-step overhead < 1 %", overhead < 1.0, f"{overhead:+.2f} %"),
+        _training_target(overhead, spread["jsonl"], spread["disabled"]),
     ]
-    lines += ["", "| target | met | measured |", "| --- | --- | --- |"] + [f"| {name} | {'yes' if ok else 'NO'} | {figure} |" for name, ok, figure in targets]
+    lines += ["", "| target | met | measured |", "| --- | --- | --- |"] + [f"| {name} | {'?' if ok is None else 'yes' if ok else 'NO'} | {figure} |" for name, ok, figure in targets]
     return "\n".join(lines), targets
+
+
+def _training_target(overhead: float, spread: list[float], noop_spread: list[float]) -> tuple[str, bool | None, str]:
+    """The training-step target, or "inconclusive" when the rounds disagree by more than the target.
+
+    The no-op mode (which costs a few hundred nanoseconds a step) shows the
+    noise floor: when it moves by percents, so can everything else.
+    """
+    noise = max(spread[1] - spread[0], noop_spread[1] - noop_spread[0])
+    figure = f"{overhead:+.2f} % (rounds from {spread[0]:+.1f} to {spread[1]:+.1f} %; no-op calls {noop_spread[0]:+.1f} to {noop_spread[1]:+.1f} %)"
+    if noise > 4.0:
+        return ("training-step overhead < 1 %", None, "inconclusive on this machine: " + figure)
+    return ("training-step overhead < 1 %", overhead < 1.0, figure)
 
 
 def main() -> None:

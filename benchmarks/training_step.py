@@ -82,7 +82,7 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
     for n in range(20):  # warm-up
         step(n)
     medians = []
-    for rep in range(reps):
+    for _ in range(reps):
         times = []
         for n in range(steps):
             start = time.perf_counter()

@@ -94,11 +94,6 @@ class RecordEncoder:
         self._site_fragments: dict[tuple[Any, ...], bytes] = {}
         self._step_fragments: dict[tuple[Any, ...], bytes] = {}
 
-    @property
-    def last_seq_id(self) -> int:
-        """The ``seq_id`` of the last record encoded (0 before the first)."""
-        return self._seq
-
     # -- encoding ---------------------------------------------------------------------------
     def _line(self, record: dict[str, Any]) -> bytes:
         self._seq += 1

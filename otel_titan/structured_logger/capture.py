@@ -484,8 +484,3 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
     else:
         _enqueue_crowded(q, event, len(values))
 
-
-def current_span_handle() -> tuple[Any, ...] | None:
-    """The innermost open `sl` span of this thread/task (the capture handle), or None."""
-    return _current_span.get()
-

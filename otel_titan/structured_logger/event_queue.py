@@ -51,8 +51,8 @@ class EventQueue:
     def put(self, event: tuple[Any, ...], records: int = 1) -> bool:
         """Append `event` unless the queue is full; count a drop otherwise.
 
-        The hot path in `capture` inlines this; it is here for the rare callers
-        (signal records, tests) and as the one definition of the rule.
+        The hot path in `capture` inlines this (and, past half the capacity,
+        also yields to the writer); this method states the rule on its own.
         """
         if len(self.items) < self.capacity:
             self.items.append(event)

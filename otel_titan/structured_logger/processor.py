@@ -70,7 +70,6 @@ class BatchProcessor:
         self._max_batch = max_batch
         self._heartbeat_s = heartbeat_s
         self._wake = threading.Event()
-        self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._failures: dict[int, int] = {}
         self._exporting_since = 0.0
@@ -122,11 +121,6 @@ class BatchProcessor:
         self._blocked_sampled_at = now
         self._blocked_now = blocked
         return blocked
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The processor's thread, for tests and diagnostics."""
-        return self._thread
 
     def flush(self, timeout: float | None = 5.0, *, open_spans: bool = False) -> bool:
         """Export everything captured before this call; False if `timeout` passed first.
@@ -192,7 +186,6 @@ class BatchProcessor:
                 last_activity = time.monotonic()
                 self._heartbeat()
         self._shutdown_exporters()
-        self._stopped.set()
 
     def _process(self, batch: list[Any]) -> bool:
         """Build spans for `batch` and export them; True when a STOP was reached."""
@@ -316,11 +309,3 @@ class BatchProcessor:
                 type(exporter).__qualname__,
                 method,
             )
-
-    def failures(self, exporter: SpanExporter) -> int:
-        """How many calls into `exporter` raised."""
-        return self._failures.get(id(exporter), 0)
-
-    def wait_stopped(self, timeout: float) -> bool:
-        """Wait until the thread has shut the exporters down."""
-        return self._stopped.wait(timeout)

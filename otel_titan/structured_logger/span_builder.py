@@ -21,9 +21,7 @@ from opentelemetry.trace import Status, StatusCode
 from otel_titan.structured_logger.capture import (
     H_MONO,
     H_PARENT,
-    H_REMOTE,
     H_SEQ,
-    H_STATE,
 )
 from otel_titan.structured_logger.clock import WallClock
 from otel_titan.structured_logger.titan_span import ATTR, RecordKind, TitanSpan

@@ -189,8 +189,12 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             their own definition (``path:def-line:function``), which is user
             code whether the call came from user code or from an event loop.
 
+    One object times one span at a time: write ``with sl.log_trace_span(...)``
+    where the span happens rather than reusing one object in nested ``with``
+    blocks (decorators make a fresh one per call).
+
     Before `init_structured_logger`, after shutdown or with ``enable=False``
-    it costs about a quarter of a microsecond and records nothing. (It is a
+    it costs about 0.4 µs (creating the object, two no-op calls) and records nothing. (It is a
     class so that the call that opens a span is a single allocation.)
 
     Example:

@@ -19,9 +19,18 @@ wall-clock time with one offset (clock.py).
 * ``(FLUSH, threading.Event, open_spans)`` and ``(STOP,)`` control events.
 
 A span *handle* is the tuple ``(START, seq, name, description, mono_ns, code,
-lineno, parent, state, tid, task, remote_parent)``; it is also what the
+lineno, parent, state, tid, task, remote_parent, generation)``; it is also what the
 ContextVar of the current span holds, so a child captures its parent by
 reference and the processor can rebuild any span even if its START was dropped.
+
+``generation`` is the `Generation` (one per `init_structured_logger`) the span
+was captured in. A span belongs to the file of its generation and to no other:
+its end is written only while that generation is the current one (a span left
+open across shutdown and re-init stays visibly incomplete in the old file
+instead of ending, under a new id, in the new one), and a child captured in
+another generation (after re-init, or in a forked child whose ContextVar still
+holds the parent process's open span) names its parent by the id that
+parent's own generation gave it.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import logging
 import numbers
 import sys
 import traceback
@@ -51,12 +61,19 @@ __all__ = ["log_trace_span", "log_trace_instant", "log_trace_scalar", "SpanScope
 START, END, INSTANT, SCALAR, FLUSH, STOP = range(6)
 
 # Handle fields.
-H_SEQ, H_NAME, H_DESCRIPTION, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE = range(1, 12)
+H_SEQ, H_NAME, H_DESCRIPTION, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE, H_GEN = range(1, 13)
+
+#: Frames of an exception's stack kept for its span (nearest the span first):
+#: extracting all of them at every level of a deep recursion that failed is
+#: quadratic (seconds on the training thread, then more on the writer).
+STACK_FRAMES = 64
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+_log = logging.getLogger("otel_titan")
 
 _get_running_loop = _asyncio_events._get_running_loop
 _getframe = sys._getframe
@@ -64,7 +81,25 @@ _current_span: ContextVar[tuple[Any, ...] | None] = ContextVar("otel_titan_curre
 # `get_native_id()` is a syscall (~200 ns); a thread-local remembers it (~40 ns).
 _thread_ids = threading.local()
 
+
+class Generation:
+    """One `init_structured_logger`: what the ids of the spans captured under it are made from.
+
+    Stored in every span handle (see the module docstring). ``trace_ids`` and
+    ``span_ids`` are that logger's `StepTraceIds` and `SpanIdAllocator`, so a
+    span of this generation can be named correctly from any later one (None
+    when the caller did not say: its spans are then never named elsewhere).
+    """
+
+    __slots__ = ("trace_ids", "span_ids")
+
+    def __init__(self, trace_ids: Any = None, span_ids: Any = None) -> None:
+        self.trace_ids = trace_ids
+        self.span_ids = span_ids
+
+
 # --- state published by lifecycle.py (None = not initialised: every call is a no-op) ---
+_generation: Generation | None = None
 _queue: EventQueue | None = None
 _items: Any = None  # the queue's deque, read directly by the hot path
 _capacity: int = 0
@@ -92,9 +127,17 @@ def attach(
     remote_parent: Callable[[], Any] | None = None,
     propagate: tuple[Callable[[tuple[Any, ...]], Any], Callable[[Any], None]] | None = None,
     wake_writer: Callable[[], bool] | None = None,
+    trace_ids: Any = None,
+    span_ids: Any = None,
 ) -> None:
-    """Point the hot path at `queue` (called by `init_structured_logger`)."""
-    global _queue, _items, _capacity, _crowded_at, _wake_writer, _remote_parent, _propagate, _detach
+    """Point the hot path at `queue` (called by `init_structured_logger`).
+
+    `trace_ids` and `span_ids` are the id sources the processor builds this
+    logger's spans with; they make up its `Generation`.
+    """
+    global _queue, _items, _capacity, _crowded_at, _wake_writer, _remote_parent, _propagate, _detach, _generation
+    _warned_keys.clear()
+    _generation = Generation(trace_ids, span_ids)
     _remote_parent = remote_parent
     _propagate, _detach = propagate if propagate is not None else (None, None)
     _wake_writer = wake_writer
@@ -107,6 +150,8 @@ def attach(
 def detach() -> None:
     """Make every call a no-op again (shutdown, fork child, `enable=False`)."""
     global _queue, _items, _capacity, _crowded_at, _remote_parent, _propagate
+    # `_generation` stays: a handle captured concurrently still names a real one,
+    # and spans still open can never match the next attach's.
     _items = None
     _queue = None
     _capacity = 0
@@ -157,7 +202,7 @@ def _describe_error(exc_type: type[BaseException], exc: BaseException | None, tb
     except Exception as str_error:  # noqa: BLE001 - a broken __str__ must not break training
         message = f"<str() failed: {type(str_error).__name__}>"
     try:
-        summary = traceback.TracebackException(exc_type, exc, tb, lookup_lines=False, capture_locals=False) if exc is not None else None
+        summary = traceback.TracebackException(exc_type, exc, tb, limit=STACK_FRAMES, lookup_lines=False, capture_locals=False) if exc is not None else None
     except Exception:  # noqa: BLE001
         summary = None
     return (exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}", message, summary)
@@ -186,7 +231,8 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             and ``message``.
         stacklevel: which frame is the ``caller`` for the context-manager form
             (2 = the code containing the ``with``). Decorated functions report
-            their own definition (``path:def-line:function``), which is user
+            their own definition (``path:line:function``, the line Python
+            records as its first: the topmost decorator's), which is user
             code whether the call came from user code or from an event loop.
 
     One object times one span at a time: write ``with sl.log_trace_span(...)``
@@ -268,14 +314,25 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             tid,
             None if loop is None else _task_name(loop),
             _remote_parent() if parent is None and _remote_parent is not None else None,
+            _generation,
         )
+        # Everything that can fail (the calls above, the OpenTelemetry attach
+        # below, which are Python calls one level deeper) runs before the span
+        # is committed: an exception then leaves no trace of it.
+        self._otel_token = None if _propagate is None else _propagate(handle)
         self._handle = handle
         self._token = _current_span.set(handle)
-        self._otel_token = None if _propagate is None else _propagate(handle)
         if len(q) < _crowded_at:
             q.append(handle)
         else:
-            _enqueue_crowded(q, handle, 1)
+            try:
+                _enqueue_crowded(q, handle, 1)
+            except BaseException:
+                # Interrupted after the start was queued (KeyboardInterrupt while
+                # yielding the GIL, RecursionError at the stack limit): the `with`
+                # body never runs and __exit__ is never called, so end it here.
+                self.__exit__(*sys.exc_info())
+                raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -291,7 +348,9 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         if self._otel_token is not None:
             _detach(self._otel_token)  # type: ignore[misc]
         q = _items
-        if q is None:  # shut down while the span was open
+        if q is None or handle[H_GEN] is not _generation:
+            # Shut down (and maybe re-initialised, or forked) while the span was
+            # open: its file has its start and no end, which is the truth.
             return None
         if exc_type is None:
             if len(q) < _crowded_at:
@@ -299,7 +358,11 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             else:
                 _enqueue_crowded(q, (END, handle, end, None), 1)
         else:
-            event = (END, handle, end, _describe_error(exc_type, exc, tb))
+            try:
+                error = _describe_error(exc_type, exc, tb)
+            except Exception:  # noqa: BLE001 - RecursionError at the stack limit, MemoryError: still end the span
+                error = (getattr(exc_type, "__qualname__", "BaseException"), "", None)
+            event = (END, handle, end, error)
             if len(q) < _crowded_at:
                 q.append(event)
             else:
@@ -414,35 +477,75 @@ def emit_internal_instant(event_type: str, extra: Mapping[str, Any] | None = Non
         _emit_instant(q, event_type, 1, extra)
 
 
-def _as_metric_value(key: object, value: object) -> int | float:
+#: Returned by `_as_metric_value` for a value that cannot be logged.
+_SKIP: Any = object()
+#: Keys already warned about (once per key; bounded, past which warnings stop).
+_warned_keys: set[str] = set()
+_MAX_WARNED_KEYS = 1000
+
+
+def _as_metric_value(value: object) -> Any:
+    """`value` as an int or float for the file, or `_SKIP`; never reads a tensor (that could sync a device)."""
     kind = type(value)
     if kind is float:
-        return value  # type: ignore[return-value]
+        return value
     if kind is int:
-        if _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
-            return value  # type: ignore[return-value]
-        raise ValueError(f"log_trace_scalar: value of {key!r} ({value}) does not fit in a signed 64-bit integer; pass a float")
+        return value if _INT64_MIN <= value <= _INT64_MAX else _SKIP  # type: ignore[operator]
     if kind is bool:
         return int(value)  # type: ignore[call-overload]
-    # numpy / other registered numbers: convert here, while the value is ours to read.
-    if isinstance(value, numbers.Integral):
-        return _as_metric_value(key, int(value))
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError(
-        f"log_trace_scalar: value of {key!r} must be a real number (int or float), got {kind.__name__}"
-        + (" (call .item() on the tensor, mindful of the device sync it causes)" if hasattr(value, "item") else "")
-    )
+    try:
+        # numpy / other registered numbers: convert here, while the value is ours to read.
+        if isinstance(value, numbers.Integral):
+            return _as_metric_value(int(value))
+        if isinstance(value, numbers.Real):
+            return float(value)
+    except Exception:  # noqa: BLE001 - a number type that fails to convert is skipped like any bad value
+        pass
+    return _SKIP
+
+
+def _why_skipped(value: object) -> str:
+    if value is None:
+        return "None is not a number"
+    if type(value) is int or isinstance(value, numbers.Integral):
+        return "an integer beyond the signed 64-bit range (pass a float)"
+    torch = sys.modules.get("torch")
+    if (torch is not None and isinstance(value, torch.Tensor)) or (hasattr(value, "item") and hasattr(value, "device")):
+        return f"a tensor ({type(value).__qualname__}); pass a Python number: otel-titan never calls .item(), which can force a device sync"
+    return f"a {type(value).__qualname__} is not a real number"
+
+
+def _skip_values(skipped: list[tuple[str, object]]) -> None:
+    """Count values that cannot be logged and warn once per key: the training loop must go on."""
+    queue = _queue
+    if queue is not None:
+        queue.skip(len(skipped))
+    for key, value in skipped:
+        if key in _warned_keys or len(_warned_keys) >= _MAX_WARNED_KEYS:
+            continue
+        _warned_keys.add(key)
+        _log.warning(
+            "otel-titan: log_trace_scalar skipped the value of %r: %s. Values of this key that cannot be logged are skipped "
+            "without further warnings and counted in skipped_values of the closing record.",
+            key,
+            _why_skipped(value),
+        )
 
 
 def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2) -> None:
     """Record one ``metric_value`` record per name of `scalars`.
 
-    Values must be real numbers: ``int`` (signed 64-bit), ``float`` (NaN and
-    infinities allowed; written as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``),
-    ``bool`` (as 0/1) and numpy scalars. A string, a tensor or ``None`` raises
-    `TypeError` naming the key. When logging is off the call returns at once
-    without looking at the values.
+    Values are real numbers: ``int`` (signed 64-bit), ``float`` (NaN and
+    infinities too; docs/schema.md says how they are written), ``bool`` (as
+    0/1) and numpy scalars. Any other value (``None``, a tensor, a string, an
+    integer beyond 64 bits) is skipped, as in torchtitan: a logger never stops
+    training over a value. Each such key is warned about once, and the skipped
+    values are counted in ``skipped_values`` of the closing record. A tensor is
+    never read (``.item()`` can force a device sync): pass ``loss.item()``
+    yourself where that sync is acceptable. A `scalars` that is not a mapping,
+    or a key that is not a non-empty string, raises `TypeError`/`ValueError`
+    (a mistake in the code, found on the first call). When logging is off the
+    call returns at once without looking at the values.
 
     Example:
         >>> from otel_titan import structured_logger as sl
@@ -454,10 +557,23 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
     if not isinstance(scalars, Mapping):
         raise TypeError(f"log_trace_scalar takes a mapping of name to number, got {type(scalars).__name__}")
     values: dict[str, int | float] = {}
+    skipped: list[tuple[str, object]] | None = None
     for key, value in scalars.items():
         if type(key) is not str or not key:
             _check_name(key, "log_trace_scalar key")
-        values[key] = _as_metric_value(key, value)
+        kind = type(value)
+        if kind is float:
+            values[key] = value
+            continue
+        number = _as_metric_value(value)
+        if number is _SKIP:
+            if skipped is None:
+                skipped = []
+            skipped.append((key, value))
+        else:
+            values[key] = number
+    if skipped is not None:
+        _skip_values(skipped)
     if not values:
         return
     try:

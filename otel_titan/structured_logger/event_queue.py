@@ -9,7 +9,8 @@ calling thread's cost to two C calls.
 
 When the queue is full the event is dropped, never waited for, and the number
 of *records* it would have produced is added to `dropped_records` under a lock
-that only the (rare) drop path takes.
+that only the (rare) drop path takes. Scalar values that could not be logged
+(None, a tensor) are counted in `skipped_values` the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class EventQueue:
         2
     """
 
-    __slots__ = ("items", "capacity", "dropped_records", "dropped_events", "_drop_lock")
+    __slots__ = ("items", "capacity", "dropped_records", "dropped_events", "skipped_values", "_drop_lock")
 
     def __init__(self, capacity: int = DEFAULT_QUEUE_SIZE) -> None:
         if capacity < 1:
@@ -46,6 +47,7 @@ class EventQueue:
         self.capacity = capacity
         self.dropped_records = 0
         self.dropped_events = 0
+        self.skipped_values = 0
         self._drop_lock = threading.Lock()
 
     def put(self, event: tuple[Any, ...], records: int = 1) -> bool:
@@ -69,6 +71,11 @@ class EventQueue:
         with self._drop_lock:
             self.dropped_events += 1
             self.dropped_records += records
+
+    def skip(self, values: int) -> None:
+        """Count `values` scalar values that `log_trace_scalar` skipped (not numbers)."""
+        with self._drop_lock:
+            self.skipped_values += values
 
     def __len__(self) -> int:
         return len(self.items)

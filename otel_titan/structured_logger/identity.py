@@ -8,11 +8,18 @@ field          environment (first set wins)                                 torc
 =============  ===========================================================  ==============
 rank           ``RANK``, ``SLURM_PROCID``                                   ``get_rank()``
 world_size     ``WORLD_SIZE``, ``SLURM_NTASKS``                             ``get_world_size()``
-local_rank     ``LOCAL_RANK``, ``SLURM_LOCALID``                            (the rank)
+local_rank     ``LOCAL_RANK``, ``SLURM_LOCALID``                            None
 run_id         ``TORCHELASTIC_RUN_ID`` (unless ``none``), ``SLURM_JOB_ID``  (random, per process)
 attempt        ``TORCHELASTIC_RESTART_COUNT``, ``SLURM_RESTART_COUNT``      0
 job_id         ``SLURM_JOB_ID``                                             None
 =============  ===========================================================  ==============
+
+A world size or local rank that no source gives stays unknown (None, written
+as ``null``), never guessed: ``rank=3`` alone says nothing about how many ranks
+there are or where rank 3 runs. Only facts are derived: a process with no rank,
+world size or local rank from any source (a plain ``python train.py``) is rank
+0 of a world of 1, local rank 0, and a world of 1 has local rank 0. The rank
+names the file, so it is never unknown: without one it is 0, as in torchtitan.
 
 torch is never imported here: it is consulted only if the program already
 imported it, so the core works (and starts fast) without it.
@@ -53,8 +60,10 @@ class RunIdentity:
 
     source: str
     rank: int
-    local_rank: int
-    world_size: int
+    #: None when no source gives it (never derived from the rank).
+    local_rank: int | None
+    #: None when no source gives it (never derived from the rank).
+    world_size: int | None
     run_id: str
     attempt: int
     job_id: str | None
@@ -123,32 +132,43 @@ def discover_identity(
     """Find this process's identity from arguments, the launcher and torch.distributed.
 
     Raises `ValueError` for an environment variable that is set but not an
-    integer, or a rank outside ``[0, world_size)``.
+    integer, or a rank outside ``[0, world_size)``. A world size or local rank
+    that no source gives is None (see the module docstring).
 
     Example:
         >>> ident = discover_identity("training", environ={"RANK": "3", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "r1"})
         >>> ident.rank, ident.world_size, ident.run_id, ident.origins["rank"]
         (3, 8, 'r1', 'RANK')
+        >>> ident = discover_identity("training", rank=3, environ={})
+        >>> ident.world_size, ident.local_rank, ident.origins["world_size"]
+        (None, None, 'unknown')
     """
     env = os.environ if environ is None else environ
     origins: dict[str, str] = {}
     dist = _torch_distributed() if environ is None else None
-    rank_value = _pick_int("rank", rank, env, ("RANK", "SLURM_PROCID"), dist.get_rank if dist else None, 0, origins)
+    rank_value = _pick_int("rank", rank, env, ("RANK", "SLURM_PROCID"), dist.get_rank if dist else None, None, origins)
     world_value = _pick_int("world_size", world_size, env, ("WORLD_SIZE", "SLURM_NTASKS"), dist.get_world_size if dist else None, None, origins)
-    assert rank_value is not None
-    if world_value is None:
-        world_value = rank_value + 1 if rank_value > 0 else 1
     local_value = _pick_int("local_rank", local_rank, env, ("LOCAL_RANK", "SLURM_LOCALID"), None, None, origins)
-    if local_value is None:
-        local_value = rank_value
-        origins["local_rank"] = "rank"
+    if rank_value is None and world_value is None and local_value is None:
+        # Nothing says this is one of several processes: a plain single process.
+        rank_value, world_value, local_value = 0, 1, 0
+    else:
+        if rank_value is None:
+            # The rank names the file, so it cannot stay unknown: 0, as in
+            # torchtitan (``int(os.environ.get("RANK", 0))``); origin "default".
+            rank_value = 0
+        if local_value is None and world_value == 1:
+            local_value, origins["local_rank"] = 0, "world_size"  # the only process is local rank 0: known, not guessed
+        for name, value in (("world_size", world_value), ("local_rank", local_value)):
+            if value is None:
+                origins[name] = "unknown"
     attempt_value = _pick_int("attempt", attempt, env, ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"), None, 0, origins)
     assert attempt_value is not None
-    if world_value < 1:
+    if world_value is not None and world_value < 1:
         raise ValueError(f"world_size must be at least 1, got {world_value} (from {origins['world_size']})")
-    if not 0 <= rank_value < world_value:
+    if rank_value < 0 or (world_value is not None and rank_value >= world_value):
         raise ValueError(f"rank {rank_value} (from {origins['rank']}) is outside [0, world_size={world_value}) (from {origins['world_size']})")
-    if local_value < 0:
+    if local_value is not None and local_value < 0:
         raise ValueError(f"local_rank must be >= 0, got {local_value}")
 
     job_value = job_id if job_id is not None else (env.get("SLURM_JOB_ID") or None)
@@ -164,7 +184,7 @@ def discover_identity(
         origins["run_id"] = "SLURM_JOB_ID"
     else:
         run_value, origins["run_id"] = uuid.uuid4().hex, "random"
-        if world_value > 1:
+        if world_value != 1:  # several ranks, or not known to be alone
             _log.warning(
                 "otel-titan: no run id (TORCHELASTIC_RUN_ID is unset or 'none', no SLURM_JOB_ID); rank %d uses a random one, "
                 "so ranks will not share per-step trace ids. Pass run_id=... to init_structured_logger or launch with --rdzv-id.",
@@ -201,14 +221,17 @@ def build_resource(identity: RunIdentity) -> Resource:
     """
     attributes: dict[str, Any] = {
         RESOURCE_ATTR.RANK: identity.rank,
-        RESOURCE_ATTR.LOCAL_RANK: identity.local_rank,
-        RESOURCE_ATTR.WORLD_SIZE: identity.world_size,
         RESOURCE_ATTR.SOURCE: identity.source,
         RESOURCE_ATTR.RUN_ID: identity.run_id,
         RESOURCE_ATTR.ATTEMPT: identity.attempt,
         "service.instance.id": identity.service_instance_id,
         "process.pid": identity.pid,
     }
+    # Unknown is absent: OpenTelemetry attributes cannot be null (the SDK would drop them with a warning).
+    if identity.local_rank is not None:
+        attributes[RESOURCE_ATTR.LOCAL_RANK] = identity.local_rank
+    if identity.world_size is not None:
+        attributes[RESOURCE_ATTR.WORLD_SIZE] = identity.world_size
     if identity.job_id is not None:
         attributes[RESOURCE_ATTR.JOB_ID] = identity.job_id
     if identity.host_name is not None:

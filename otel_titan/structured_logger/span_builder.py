@@ -4,6 +4,12 @@ One `TitanSpan` per `log_trace_span` call, announced when it starts and
 finished (end time, status, events) when it ends. Instants and scalars become
 zero-length spans, and also events on their enclosing span (so a backend that
 shows span events shows them in place). Ids follow `trace_ids.py`.
+
+A parent captured under another logger (a span of the parent process, inherited
+by a forked child; a span left open across shutdown and re-init) is named by
+the ids its own logger gave it, the ones its own file records: never
+re-derived with this logger's salt, which would name a span that exists
+nowhere.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
 from otel_titan.structured_logger.capture import (
+    H_GEN,
     H_MONO,
     H_PARENT,
     H_SEQ,
@@ -84,6 +91,9 @@ class SpanBuilder:
             if remote is not None:
                 return remote.trace_id, remote
             return self.trace_ids.for_step(step), None
+        generation = parent_handle[H_GEN]
+        if generation.span_ids is not self.span_ids:
+            return self._foreign_parent(parent_handle, generation, step)
         parent_span = self._open.get(parent_handle[H_SEQ])
         if parent_span is not None:
             context = parent_span._context
@@ -93,11 +103,23 @@ class SpanBuilder:
         trace_id = self._trace_of_handle(parent_handle)
         return trace_id, _context(trace_id, self.span_ids.for_seq(parent_handle[H_SEQ]))
 
+    def _foreign_parent(self, parent_handle: tuple[Any, ...], generation: Any, step: int | None) -> tuple[int, Any]:
+        """Trace and parent context for a parent captured under another logger (fork, re-init).
+
+        Its ids are the ones its own logger computed (same allocators, still in
+        this process's memory), so the parent id is one that logger's file
+        records; without them the span is top-level here (null parent).
+        """
+        if generation.span_ids is None:
+            return self.trace_ids.for_step(step), None
+        trace_id = trace_id_of_handle(parent_handle, self.trace_ids)
+        return trace_id, _context(trace_id, generation.span_ids.for_seq(parent_handle[H_SEQ]))
+
     def _trace_of_handle(self, handle: tuple[Any, ...]) -> int:
         # An open ancestor already knows its trace; otherwise derive it from the top-level one.
         ancestor: tuple[Any, ...] | None = handle
         while ancestor is not None:
-            open_span = self._open.get(ancestor[H_SEQ])
+            open_span = self._open.get(ancestor[H_SEQ]) if ancestor[H_GEN].span_ids is self.span_ids else None
             if open_span is not None:
                 return open_span._context.trace_id
             ancestor = ancestor[H_PARENT]
@@ -124,7 +146,7 @@ class SpanBuilder:
     # -- spans -------------------------------------------------------------------------------
     def started(self, handle: tuple[Any, ...]) -> TitanSpan:
         """Build and remember the open span of a START capture."""
-        _start, seq, name, description, mono, code, lineno, parent_handle, state, tid, task, remote = handle
+        _start, seq, name, description, mono, code, lineno, parent_handle, state, tid, task, remote, _generation = handle
         step = state.step
         if parent_handle is None and remote is None:  # the common top-level span
             trace_id, parent = self._for_step(step), None
@@ -201,7 +223,7 @@ class SpanBuilder:
         span = self._new_span(RecordKind.INSTANT, name, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)
         if extra:
             span.extra = dict(extra)
-        if parent_handle is not None:
+        if parent_handle is not None and parent_handle[H_GEN].span_ids is self.span_ids:
             enclosing = self._open.get(parent_handle[H_SEQ])
             if enclosing is not None:
                 enclosing._add_event(Event(name, {ATTR.RECORD_KIND: RecordKind.INSTANT}, wall))
@@ -212,7 +234,7 @@ class SpanBuilder:
         """One zero-length span per metric (named after it), and an event per metric on the enclosing span."""
         wall = mono + self.clock.offset
         trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
-        enclosing = self._open.get(parent_handle[H_SEQ]) if parent_handle is not None else None
+        enclosing = self._open.get(parent_handle[H_SEQ]) if parent_handle is not None and parent_handle[H_GEN].span_ids is self.span_ids else None
         spans = []
         for metric, value in values.items():
             span = self._new_span(RecordKind.SCALAR, metric, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)

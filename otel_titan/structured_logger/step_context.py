@@ -1,26 +1,37 @@
 """The current training step and its tags, as every record sees them.
 
-`set_step` / `add_step_tag` / `clear_step_tags` write a small immutable
-`StepState` into a ContextVar *and*, when the calling context follows the
-process-wide default, into that default too. Readers take the ContextVar's value
-when the context has one and the process-wide default otherwise. That gives:
+Every thread and asyncio task has a *view* (a small immutable `StepState` in a
+ContextVar) or none; a context without a view sees the process-wide default.
+One context, the *training loop*, owns that default:
 
-* a training loop on the main thread moves the step for every helper thread
-  (data loading, checkpointing) that never set a step of its own;
-* an asyncio task created during step N keeps step N (tasks copy the context at
-  creation) even after the controller has moved on to N+1;
-* a task or thread that diverged and sets its own step or tags changes only its
-  own view, never the default the rest of the process sees.
+* the training loop's `set_step` / `add_step_tag` / `clear_step_tags` move the
+  default (and its own view), so every thread that never wrote a step of its
+  own (data loading, checkpointing, executor workers) follows the loop;
+* any other thread or task that writes gets a view of its own, starting from
+  what it saw, and nothing it does reaches the default or anyone else's view;
+* an asyncio task (or `asyncio.to_thread` call) copies its creator's view when
+  it is created, so a task started during step N keeps step N even after the
+  loop moved on to N+1.
+
+The training loop is the main thread (outside asyncio tasks) whenever it
+writes; otherwise the first thread or task to call `set_step` (an asyncio
+controller, a trainer thread), until it ends. A helper that tags a step
+therefore tags only its own records: it can never pin every other thread to
+an old step.
 
 The hot path reads this state with one `ContextVar.get` and, at most, one module
-global, and never takes a lock.
+global, and never takes a lock; only writes (once a step) look up the caller.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
+import weakref
+from asyncio import current_task
+from asyncio import events as _asyncio_events
 from contextvars import ContextVar
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = [
     "StepState",
@@ -51,6 +62,13 @@ NO_STEP = StepState(None, None, ())
 # with a constant-time index instead of a `global` statement in a writer.
 _default: list[StepState] = [NO_STEP]
 _context_state: ContextVar[StepState | None] = ContextVar("otel_titan_step_state", default=None)
+# The training loop that owns `_default`: weak references to its thread and to
+# its asyncio task (None outside a task), or None until one claims it. Weak, so
+# an ended trainer thread or finished controller task can be replaced.
+_owner: list[tuple[Any, Any] | None] = [None]
+_get_running_loop = _asyncio_events._get_running_loop
+_main_thread = threading.main_thread
+_current_thread = threading.current_thread
 
 
 def current_step_state() -> StepState:
@@ -65,12 +83,43 @@ def current_step_state() -> StepState:
     return _default[0] if state is None else state
 
 
-def _write(new: StepState) -> None:
-    current = _context_state.get()
-    # A context that follows the default (never set, or still identical to it)
-    # moves the default along; a diverged one (a task holding an older step)
-    # only changes its own view.
-    if current is None or current is _default[0]:
+def _owns_default(claim: bool) -> bool:
+    """Whether the caller is the training loop (see the module docstring); with `claim`, become it if free.
+
+    Only writes call this (once a step), so finding the caller's thread and
+    task here costs the hot path nothing.
+    """
+    thread = _current_thread()
+    loop = _get_running_loop()
+    task = None if loop is None else current_task(loop)
+    owner = _owner[0]
+    if owner is not None:
+        owner_thread, owner_task = owner
+        if owner_thread() is thread and (owner_task is None if task is None else owner_task is not None and owner_task() is task):
+            return True
+    # The main thread outside asyncio tasks always counts as the training loop;
+    # anyone else becomes it only by calling `set_step` while it is free.
+    if not (task is None and thread is _main_thread()) and (not claim or (owner is not None and _is_alive(owner))):
+        return False
+    _owner[0] = (weakref.ref(thread), None if task is None else weakref.ref(task))
+    return True
+
+
+def _is_alive(owner: tuple[Any, Any]) -> bool:
+    thread = owner[0]()
+    if thread is None or not thread.is_alive():
+        return False
+    if owner[1] is None:
+        return True
+    task = owner[1]()
+    return task is not None and not task.done()
+
+
+def _write(new: StepState, claim: bool = False) -> None:
+    # The training loop moves the default every view-less thread reads; anyone
+    # else only changes its own view. Both set the caller's view, so tasks it
+    # creates from now on start from `new`.
+    if _owns_default(claim):
         _default[0] = new
     _context_state.set(new)
 
@@ -93,17 +142,26 @@ def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     """Stamp every following record with `step` (and `relative_step`); clear the tags.
 
     `relative_step` is the step counted from this process's (re)start, so
-    `step - loaded_step` after resuming from a checkpoint. `None` unsets the step:
-    records then carry no `step` field. Integers outside the signed 64-bit range
-    raise `ValueError`; non-integers raise `TypeError`.
+    `step - loaded_step` after resuming from a checkpoint; when omitted it is
+    `step`, as in torchtitan (right for a run that did not resume). `None`
+    unsets the step: records then carry no `step` field. Integers outside the
+    signed 64-bit range raise `ValueError`; non-integers raise `TypeError`.
+
+    Called by the training loop, this moves the step every thread without a
+    step of its own sees; called by any other thread or task, it sets that
+    thread's or task's own step only (see the module docstring).
 
     Example:
         >>> from otel_titan import structured_logger as sl
         >>> sl.set_step(101, relative_step=1)
-        >>> sl.get_step(), sl.get_step_tags()
-        (101, ())
+        >>> sl.get_step(), sl.get_relative_step(), sl.get_step_tags()
+        (101, 1, ())
+        >>> sl.set_step(7); sl.get_relative_step()
+        7
     """
-    _write(StepState(_as_step(step, "step"), _as_step(relative_step, "relative_step"), ()))
+    number = _as_step(step, "step")
+    relative = number if relative_step is None else _as_step(relative_step, "relative_step")
+    _write(StepState(number, relative, ()), claim=True)
 
 
 def get_step() -> int | None:
@@ -118,7 +176,7 @@ def get_step() -> int | None:
 
 
 def get_relative_step() -> int | None:
-    """Return the relative step the calling context sees, or None.
+    """Return the relative step the calling context sees (the step itself unless given), or None.
 
     Example:
         >>> from otel_titan import structured_logger as sl
@@ -131,7 +189,9 @@ def get_relative_step() -> int | None:
 def add_step_tag(tag: str) -> None:
     """Add `tag` to the current step's `step_tags` (once; order kept) until the next `set_step`.
 
-    Tags mark steps worth filtering later ("gc", "eval", "checkpoint").
+    Tags mark steps worth filtering later ("gc", "eval", "checkpoint"). From
+    the training loop the tag reaches every thread that follows it; from any
+    other thread or task it marks that thread's or task's own records only.
 
     Example:
         >>> from otel_titan import structured_logger as sl
@@ -173,6 +233,7 @@ def get_step_tags() -> tuple[str, ...]:
 
 
 def _reset_for_tests() -> None:
-    """Forget every step and tag (process default and this context)."""
+    """Forget every step and tag (process default, its owner, and this context)."""
     _default[0] = NO_STEP
+    _owner[0] = None
     _context_state.set(None)

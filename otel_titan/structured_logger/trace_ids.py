@@ -27,7 +27,7 @@ import hashlib
 import secrets
 from typing import Any
 
-from otel_titan.structured_logger.capture import H_PARENT, H_REMOTE, H_STATE
+from otel_titan.structured_logger.capture import H_GEN, H_PARENT, H_REMOTE, H_STATE
 
 __all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle"]
 
@@ -117,9 +117,15 @@ def trace_id_of_handle(handle: tuple[Any, ...], trace_ids: StepTraceIds) -> int:
     """The trace id of a captured span: that of its top-level ancestor.
 
     The ancestor's remote parent (another instrumentation's span it was opened
-    in) names the trace if it has one, else the ancestor's step.
+    in) names the trace if it has one, else the ancestor's step, keyed by the
+    run of the logger it was captured under (its generation: a span of the
+    parent process, seen from a forked child, keeps the parent's trace);
+    `trace_ids` when that generation did not say.
     """
     while handle[H_PARENT] is not None:
         handle = handle[H_PARENT]
     remote = handle[H_REMOTE]
-    return remote.trace_id if remote is not None else trace_ids.for_step(handle[H_STATE].step)
+    if remote is not None:
+        return remote.trace_id
+    own = handle[H_GEN].trace_ids
+    return (trace_ids if own is None else own).for_step(handle[H_STATE].step)

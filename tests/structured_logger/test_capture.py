@@ -253,23 +253,78 @@ def test_scalar_accepts_numpy_scalars(logged):
     assert values == {"f32": 0.5, "i64": 7}
 
 
-@pytest.mark.parametrize("bad", ["1.0", None, [1], {"a": 1}, b"1", complex(1, 2)])
-def test_scalar_rejects_non_numbers_naming_the_key(logged, bad):
+def closing_record(run_dir):
+    from tests.conftest import jsonl_files, read_records
+
+    (path,) = jsonl_files(run_dir)
+    record = read_records(path)[-1]
+    assert record["log_type_name"] == "structured_logger_closed"
+    return record
+
+
+def test_scalar_values_that_are_not_numbers_are_skipped_warned_once_per_key_and_counted(logged, run_dir, caplog):
+    # torchtitan skips such values with a warning; a logger must never stop training over a value.
     logged()
-    with pytest.raises(TypeError, match="'loss'"):
-        sl.log_trace_scalar({"ok": 1, "loss": bad})
-    assert logged.finish() == []  # nothing half-written
+    bad_values = ["1.0", None, [1], {"a": 1}, b"1", complex(1, 2), 2**64, -(2**63) - 1]
+    with caplog.at_level("WARNING", logger="otel_titan"):
+        for bad in bad_values:
+            sl.log_trace_scalar({"ok": 1, "loss": bad})  # no exception
+        sl.log_trace_scalar({"grad_norm": None})  # only skipped values: nothing to write
+        sl.log_trace_scalar({"grad_norm": None, "loss": None})
+    records = logged.finish()
+    assert [r["event_name"] for r in records] == ["ok"] * len(bad_values)  # the good value of each call is kept
+    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(warnings) == 2 and "'loss'" in warnings[0] and "'grad_norm'" in warnings[1]  # once per key
+    assert "None is not a number" in warnings[0] + warnings[1]
+    assert closing_record(run_dir)["skipped_values"] == len(bad_values) + 3
 
 
-def test_scalar_rejects_tensors_and_huge_ints(logged):
+def test_scalar_tensors_are_skipped_without_ever_being_read(logged, run_dir, caplog):
     torch = pytest.importorskip("torch")
+    reads = []
+
+    class Watched(torch.Tensor):
+        """A real tensor that notes every way of reading its value (each can force a device sync)."""
+
+        def item(self):
+            reads.append("item")
+            return super().item()
+
+        def __float__(self):
+            reads.append("float")
+            return super().__float__()
+
+        def __int__(self):
+            reads.append("int")
+            return super().__int__()
+
+        def __index__(self):
+            reads.append("index")
+            return super().__index__()
+
+        def __bool__(self):
+            reads.append("bool")
+            return super().__bool__()
+
     logged()
-    with pytest.raises(TypeError, match="'t'.*item"):
-        sl.log_trace_scalar({"t": torch.tensor(1.0)})
-    with pytest.raises(ValueError, match="64-bit"):
-        sl.log_trace_scalar({"big": 2**64})
+    loss = torch.tensor(2.5).as_subclass(Watched)
+    with caplog.at_level("WARNING", logger="otel_titan"):
+        sl.log_trace_scalar({"loss": loss, "tokens": torch.tensor(7).as_subclass(Watched), "lr": 0.1})
+        sl.log_trace_scalar({"loss": loss})
+    records = logged.finish()
+    assert reads == []
+    assert [(r["event_name"], r["value"]) for r in records] == [("lr", 0.1)]
+    (warning,) = [r.getMessage() for r in caplog.records if "'loss'" in r.getMessage()]
+    assert "a tensor" in warning and ".item()" in warning
+    assert closing_record(run_dir)["skipped_values"] == 3
+
+
+def test_scalar_rejects_a_non_mapping_and_bad_keys(logged):
+    logged()
     with pytest.raises(TypeError):
         sl.log_trace_scalar([("loss", 1.0)])  # type: ignore[arg-type]
+    with pytest.raises((TypeError, ValueError)):
+        sl.log_trace_scalar({"": 1.0})
     assert logged.finish() == []
 
 
@@ -393,6 +448,85 @@ def test_span_left_open_at_shutdown_is_not_ended_twice_or_lost(logged):
     records = logged.finish()
     scope.__exit__(None, None, None)  # after shutdown: a no-op, not an error
     assert [r["log_type_name"] for r in records] == ["outlives_start"]
+
+
+def test_span_open_across_shutdown_and_reinit_stays_incomplete_in_its_own_file(tmp_path):
+    from tests.conftest import jsonl_files, read_records
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    sl.init_structured_logger("training", first, world_size=1, run_id="r")
+    with sl.log_trace_span("outer"):
+        sl.shutdown_structured_logger()
+        sl.init_structured_logger("training", second, world_size=1, run_id="r")
+        with sl.log_trace_span("inner"):
+            pass
+        sl.log_trace_instant("in_outer")
+    with sl.log_trace_span("after"):
+        pass
+    assert sl.shutdown_structured_logger()
+    old = {r["log_type_name"]: r for r in read_records(jsonl_files(first)[0])}
+    new = read_records(jsonl_files(second)[0])
+    names = [r["log_type_name"] for r in new]
+    # The old file keeps the start and no end: visibly incomplete, as a crash would leave it.
+    assert "outer_start" in old and "outer_end" not in old and "structured_logger_closed" in old
+    # The new file never gets an end that belongs to the old one.
+    assert names == ["structured_logger_opened", "inner_start", "inner_end", "in_outer", "after_start", "after_end", "structured_logger_closed"]
+    by_name = {r["log_type_name"]: r for r in new}
+    outer = old["outer_start"]
+    # Records inside the old span name it by the id the old file records.
+    assert by_name["inner_start"]["parent_span_id"] == by_name["in_outer"]["parent_span_id"] == outer["span_id"]
+    assert by_name["inner_start"]["trace_id"] == outer["trace_id"]
+    assert by_name["after_start"]["parent_span_id"] is None  # the current span was restored on exit
+
+
+@sl.log_trace_span("recurse")
+def recurse(depth):
+    return recurse(depth + 1)
+
+
+def test_recursion_error_in_a_decorated_function_ends_every_span_and_propagates_unchanged(logged):
+    logged()
+    with pytest.raises(RecursionError) as caught:
+        recurse(0)
+    # The user's own RecursionError, not one raised inside the logger while describing it.
+    assert caught.value.__context__ is None and "in comparison" not in str(caught.value)
+    assert caught.traceback[-1].name in ("recurse", "wrapper")  # where the stack ran out, not in __exit__
+    with sl.log_trace_span("after"):
+        pass
+    records = logged.finish()
+    starts = [r for r in records if r["log_type_name"] == "recurse_start"]
+    ends = [r for r in records if r["log_type_name"] == "recurse_end"]
+    errors = [r for r in records if r["log_type_name"] == "recurse_error"]
+    assert len(starts) > 100
+    assert sorted(r["span_id"] for r in ends) == sorted(r["span_id"] for r in starts) == sorted(r["span_id"] for r in errors)
+    assert all(r["error_type"] == "RecursionError" for r in errors)
+    (after,) = [r for r in records if r["log_type_name"] == "after_start"]
+    assert after["parent_span_id"] is None  # no span left current
+
+
+def test_an_interrupt_while_yielding_to_the_writer_still_ends_the_span():
+    # Above half the queue the caller yields the GIL to the writer after queueing a
+    # start; a KeyboardInterrupt delivered there escapes __enter__, so the `with`
+    # body never runs and __exit__ is never called: the span must be ended anyway.
+    from otel_titan.structured_logger import capture
+    from otel_titan.structured_logger.event_queue import EventQueue
+
+    def ctrl_c_while_yielding():
+        raise KeyboardInterrupt
+
+    queue = EventQueue(4)
+    capture.attach(queue, wake_writer=ctrl_c_while_yielding)
+    try:
+        queue.items.extend([("filler",)] * 2)  # half full: the crowded path
+        with pytest.raises(KeyboardInterrupt):
+            with sl.log_trace_span("interrupted"):
+                pytest.fail("the body must not run")
+        events = [e for e in queue.items if e[0] in (capture.START, capture.END)]
+    finally:
+        capture.detach()
+    assert [e[0] for e in events] == [capture.START, capture.END] and events[1][1] is events[0]
+    assert events[1][3][0] == "KeyboardInterrupt"
+    assert capture._current_span.get() is None
 
 
 def test_decorating_a_callable_without_code_names_the_call_site(logged):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_titan.structured_logger.identity import build_resource, discover_identity
+from tests.conftest import jsonl_files, read_records, run_python
 
 
 def test_torchrun_environment():
@@ -37,6 +38,58 @@ def test_torchrun_without_rdzv_id_falls_back_to_slurm_then_random(caplog):
 def test_defaults_for_a_plain_python_process():
     ident = discover_identity("training", environ={})
     assert (ident.rank, ident.world_size, ident.local_rank, ident.attempt) == (0, 1, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, env, expected",
+    [
+        ({"rank": 3}, {}, (3, None, None)),  # was world_size=4, local_rank=3: invented
+        ({}, {"RANK": "3"}, (3, None, None)),
+        ({}, {"RANK": "0"}, (0, None, None)),
+        ({"rank": 3}, {"LOCAL_RANK": "1"}, (3, None, 1)),
+        ({"rank": 3}, {"WORLD_SIZE": "8"}, (3, 8, None)),
+        ({}, {"SLURM_PROCID": "5", "SLURM_NTASKS": "16"}, (5, 16, None)),
+        ({"world_size": 1}, {}, (0, 1, 0)),  # a world of one: local rank 0 is a fact
+    ],
+)
+def test_unknown_world_size_and_local_rank_are_none_never_guessed(kwargs, env, expected):
+    ident = discover_identity("training", environ=env, **kwargs)
+    assert (ident.rank, ident.world_size, ident.local_rank) == expected
+    for name, value in (("world_size", ident.world_size), ("local_rank", ident.local_rank)):
+        assert (ident.origins[name] == "unknown") == (value is None)
+    attributes = build_resource(ident).attributes
+    assert attributes["titan.rank"] == expected[0]
+    assert attributes.get("titan.world_size") == expected[1] and attributes.get("titan.local_rank") == expected[2]
+
+
+def test_unknown_identity_is_written_as_null_and_read_back(tmp_path):
+    # A real process with rank=3 and no launcher variables at all.
+    env = {name: "" for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID")}
+    code = """
+import sys
+from otel_titan import structured_logger as sl
+from tests.helpers import factories
+sl.init_structured_logger("training", sys.argv[1], rank=3, run_id="r", handlers=["otel_titan.exporters.jsonl.register_jsonl_handler", "tests.helpers.factories.register_memory"])
+assert (factories.LAST["rank"], factories.LAST["world_size"], factories.LAST["local_rank"]) == (3, None, None)
+with sl.log_trace_span("phase"):
+    pass
+sl.shutdown_structured_logger()
+(span,) = factories.LAST["exporter"].get_finished_spans()
+attributes = span.resource.attributes
+assert attributes["titan.rank"] == 3 and "titan.world_size" not in attributes and "titan.local_rank" not in attributes, dict(attributes)
+print("ok")
+"""
+    result = run_python(code, str(tmp_path / "run"), env=env)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    (path,) = jsonl_files(tmp_path / "run")
+    records = read_records(path)
+    assert "global_rank_3." in path and len(records) == 4  # opened, start, end, closed
+    assert all(r["rank"] == 3 and r["world_size"] is None and r["local_rank"] is None for r in records)
+    assert "Invalid type" not in result.stderr  # no attribute dropped by the OpenTelemetry SDK for being null
+    from otel_titan.analysis.summary import summarize_run
+
+    (process,) = summarize_run(tmp_path / "run").processes
+    assert process.rank == 3
 
 
 @pytest.mark.parametrize("env, message", [({"RANK": "x"}, "RANK='x'"), ({"RANK": "4", "WORLD_SIZE": "2"}, "outside"), ({"WORLD_SIZE": "0"}, "world_size")])

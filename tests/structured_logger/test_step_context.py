@@ -1,13 +1,24 @@
-"""Step and tags: ContextVar per task/thread with a process-wide default."""
+"""Step and tags: the training loop moves the process-wide default; every other thread or task that writes gets its own view."""
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from otel_titan import structured_logger as sl
+
+
+def seen_by_a_fresh_thread():
+    """(step, relative step, tags) as a thread that never wrote a step sees them."""
+    out = []
+    thread = threading.Thread(target=lambda: out.append((sl.get_step(), sl.get_relative_step(), sl.get_step_tags())))
+    thread.start()
+    thread.join()
+    return out[0]
 
 
 def test_set_step_clears_tags_and_tags_are_unique_and_ordered():
@@ -16,11 +27,27 @@ def test_set_step_clears_tags_and_tags_are_unique_and_ordered():
     sl.add_step_tag("eval")
     sl.add_step_tag("gc")
     assert sl.get_step_tags() == ("gc", "eval")
-    sl.set_step(2)
-    assert sl.get_step() == 2 and sl.get_relative_step() is None and sl.get_step_tags() == ()
+    sl.set_step(2, relative_step=7)
+    assert sl.get_step() == 2 and sl.get_relative_step() == 7 and sl.get_step_tags() == ()
     sl.add_step_tag("x")
     sl.clear_step_tags()
     assert sl.get_step_tags() == () and sl.get_step() == 2
+
+
+def test_relative_step_defaults_to_the_step_as_in_torchtitan(logged):
+    logged()
+    sl.set_step(7)
+    assert (sl.get_step(), sl.get_relative_step()) == (7, 7)
+    sl.log_trace_instant("plain")
+    sl.set_step(8, relative_step=2)  # a resumed run says so
+    sl.log_trace_instant("resumed")
+    sl.set_step(None)
+    assert sl.get_relative_step() is None
+    sl.log_trace_instant("unset")
+    plain, resumed, unset = logged.finish()
+    assert (plain["step"], plain["relative_step"]) == (7, 7)
+    assert (resumed["step"], resumed["relative_step"]) == (8, 2)
+    assert "step" not in unset and "relative_step" not in unset
 
 
 def test_threads_that_never_set_a_step_follow_the_main_loop():
@@ -43,12 +70,115 @@ def test_threads_that_never_set_a_step_follow_the_main_loop():
     assert seen == [(42, ("ckpt",))]
 
 
+def test_a_plain_thread_that_tags_a_step_keeps_the_tag_to_itself():
+    sl.set_step(1)
+    helper_view = []
+
+    def helper():
+        sl.add_step_tag("ckpt")
+        helper_view.append((sl.get_step(), sl.get_step_tags()))
+
+    thread = threading.Thread(target=helper)
+    thread.start()
+    thread.join()
+    assert helper_view == [(1, ("ckpt",))]
+    assert seen_by_a_fresh_thread() == (1, 1, ())  # the tag never reached the default
+    sl.set_step(2)
+    sl.set_step(3)
+    assert seen_by_a_fresh_thread() == (3, 3, ())
+    assert (sl.get_step(), sl.get_step_tags()) == (3, ())
+    sl.add_step_tag("gc")  # the loop's own tag does reach everyone following it
+    assert seen_by_a_fresh_thread() == (3, 3, ("gc",))
+
+
+def test_executor_workers_that_tag_or_set_a_step_do_not_pin_the_others():
+    sl.set_step(1)
+    with ThreadPoolExecutor(1, thread_name_prefix="ckpt") as tagger, ThreadPoolExecutor(2, thread_name_prefix="other") as others:
+        tagger.submit(sl.add_step_tag, "ckpt").result()
+        assert tagger.submit(lambda: (sl.get_step(), sl.get_step_tags())).result() == (1, ("ckpt",))
+        sl.set_step(2)
+        assert others.submit(lambda: (sl.get_step(), sl.get_step_tags())).result() == (2, ())
+        tagger.submit(sl.set_step, 500).result()  # a worker's own step: its view only
+        sl.set_step(3)
+        assert others.submit(lambda: (sl.get_step(), sl.get_step_tags())).result() == (3, ())
+        assert tagger.submit(sl.get_step).result() == 500
+    assert seen_by_a_fresh_thread() == (3, 3, ())
+
+
+def test_an_asyncio_task_that_tags_a_step_keeps_the_tag_to_itself():
+    async def checkpoint():
+        sl.add_step_tag("ckpt")
+        return sl.get_step(), sl.get_step_tags()
+
+    sl.set_step(1)
+    assert asyncio.run(checkpoint()) == (1, ("ckpt",))  # a task on the main thread
+    sl.set_step(2)
+    sl.set_step(3)
+    assert (sl.get_step(), sl.get_step_tags()) == (3, ())
+    assert seen_by_a_fresh_thread() == (3, 3, ())
+
+    # Tasks of an event loop running in another thread (an actor, a rollout server).
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    try:
+        assert asyncio.run_coroutine_threadsafe(checkpoint(), loop).result(10) == (3, ("ckpt",))
+        sl.set_step(4)
+        assert seen_by_a_fresh_thread() == (4, 4, ())
+
+        async def view():
+            return sl.get_step(), sl.get_step_tags()
+
+        assert asyncio.run_coroutine_threadsafe(view(), loop).result(10) == (4, ())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join()
+        loop.close()
+
+
+def test_dataloader_style_worker_threads_follow_the_loop_and_keep_their_own_tags(logged):
+    # Long-lived worker threads (a prefetcher, pin-memory or decoding threads) that
+    # serve the training loop one batch at a time; one of them tags a slow batch.
+    logged()
+    requests: list[queue.Queue] = [queue.Queue(), queue.Queue()]
+    replies: queue.Queue = queue.Queue()
+
+    def worker(index: int) -> None:
+        while (step := requests[index].get()) is not None:
+            if index == 1 and step == 2:
+                sl.add_step_tag("slow_batch")
+            with sl.log_trace_span(f"load{index}"):
+                pass
+            replies.put(step)
+
+    workers = [threading.Thread(target=worker, args=(i,), name=f"loader{i}") for i in range(2)]
+    for thread in workers:
+        thread.start()
+    for step in range(1, 6):
+        sl.set_step(step)
+        for index in range(2):
+            requests[index].put(step)
+            assert replies.get(timeout=10) == step
+        with sl.log_trace_span("fwd_bwd"):
+            pass
+    for index in range(2):
+        requests[index].put(None)
+    for thread in workers:
+        thread.join()
+    ends = [r for r in logged.finish() if r["log_type_name"].endswith("_end")]
+    steps = lambda name: [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]  # noqa: E731
+    assert steps("fwd_bwd_end") == [(s, []) for s in range(1, 6)]
+    assert steps("load0_end") == [(s, []) for s in range(1, 6)]
+    # The tagging worker has its own view from then on; nobody else ever sees its tag.
+    assert steps("load1_end") == [(1, [])] + [(2, ["slow_batch"])] * 4
+
+
 def test_a_thread_with_its_own_step_does_not_move_the_others_off_theirs():
     sl.set_step(10)
     own = []
 
     def worker():
-        sl.set_step(500)  # follows the default until now, so it moves it...
+        sl.set_step(500)
         sl.set_step(501)
         own.append(sl.get_step())
 
@@ -56,11 +186,24 @@ def test_a_thread_with_its_own_step_does_not_move_the_others_off_theirs():
     thread.start()
     thread.join()
     assert own == [501]
-    # ...while the main context, which had diverged (its own value 10), keeps its step.
-    assert sl.get_step() == 10
+    assert sl.get_step() == 10 and seen_by_a_fresh_thread() == (10, 10, ())
 
 
-def test_tasks_keep_the_step_of_their_creation_and_own_their_tags():
+def test_a_trainer_thread_owns_the_default_until_it_ends_and_the_main_thread_always_does():
+    def trainer(first: int) -> None:
+        for step in range(first, first + 3):
+            sl.set_step(step)
+
+    for first in (1, 10):  # the second trainer takes over once the first has ended
+        thread = threading.Thread(target=trainer, args=(first,))
+        thread.start()
+        thread.join()
+        assert seen_by_a_fresh_thread()[0] == first + 2
+    sl.set_step(100)  # the main thread's loop wins over any other
+    assert seen_by_a_fresh_thread()[0] == 100
+
+
+def test_an_asyncio_controller_owns_the_default_and_its_tasks_keep_their_step():
     async def rollout(out):
         await asyncio.sleep(0.01)  # the controller moves on meanwhile
         out.append(sl.get_step())
@@ -72,12 +215,14 @@ def test_tasks_keep_the_step_of_their_creation_and_own_their_tags():
         sl.set_step(1)
         task = asyncio.create_task(rollout(out))
         sl.set_step(2)
+        helper_sees = await asyncio.to_thread(lambda: seen_by_a_fresh_thread())
         await task
-        return out, sl.get_step(), sl.get_step_tags()
+        return out, sl.get_step(), sl.get_step_tags(), helper_sees
 
-    out, step, tags = asyncio.run(controller())
+    out, step, tags, helper_sees = asyncio.run(controller())
     assert out == [1, ("mine",)]
     assert (step, tags) == (2, ())
+    assert helper_sees == (2, 2, ())  # the controller moved the default; the task's tag stayed in the task
 
 
 @pytest.mark.parametrize("bad", [1.5, "3", True, [1]])
@@ -100,7 +245,7 @@ def test_out_of_range_steps_raise_value_error_and_none_unsets():
 def test_numpy_integers_are_steps():
     np = pytest.importorskip("numpy")
     sl.set_step(np.int64(12))
-    assert sl.get_step() == 12 and type(sl.get_step()) is int
+    assert sl.get_step() == 12 and type(sl.get_step()) is int and type(sl.get_relative_step()) is int
 
 
 @pytest.mark.parametrize("bad", ["", None, 3])

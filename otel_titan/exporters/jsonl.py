@@ -7,7 +7,10 @@ Besides one record per span start/end, instant and scalar (see
 `records.py` and docs/schema.md), the file holds three kinds of records about
 the logger itself:
 
-* ``structured_logger_opened``: first line of the file;
+* ``structured_logger_opened``: first line of the file, written when the
+  exporter is created (during `init_structured_logger`, before it returns), so
+  a file with nothing after it belongs to a process that has recorded nothing
+  since (a rank hung before its first record), never to an unwritten one;
 * ``records_dropped``: written when there is room again after records were
   lost, with the totals so far (``dropped_records``: queue full,
   ``failed_records``: writes that failed) and ``value`` = the loss since the
@@ -41,10 +44,52 @@ from otel_titan.exporters.records import META_EVENTS, RecordEncoder
 from otel_titan.exporters.rotating_file import RotatingFile
 from otel_titan.structured_logger.identity import RunIdentity
 
-__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path"]
+__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
 
 _log = logging.getLogger("otel_titan")
 _ALPHABET = string.ascii_lowercase + string.digits
+
+
+#: The longest date-and-random part of a file name: ``.YYYYmmdd-HHMMSS-xxxxxx.jsonl``.
+_NAME_TAIL = ".YYYYmmdd-HHMMSS-xxxxxx.jsonl"
+
+
+def check_file_name(output_dir: str, source: str, rank: int, backup_count: int) -> None:
+    """Raise `ValueError` when this process's file names would not fit the filesystem.
+
+    The limits are in bytes (a file name is 255 bytes on most filesystems,
+    143 on eCryptfs; a path 4096): checked at init, for the longest name the
+    writer will use (the oldest rotated segment ``….jsonl.<backup_count>``),
+    rather than failing with ENAMETOOLONG when the file is created or rotated.
+
+    Example:
+        >>> check_file_name("/tmp", "training", 0, 3)
+        >>> check_file_name("/tmp", "x" * 240, 0, 3)
+        Traceback (most recent call last):
+        ...
+        ValueError: the JSONL file name for source 'xxxxxxxxxxxxxxxx'... (240 bytes) and rank 0 would be 285 bytes, more than the 255 bytes a file name can have in '/tmp/structured_logs': use a shorter source
+    """
+    directory = os.path.join(output_dir, "structured_logs")
+    name = f"{source}.global_rank_{rank}{_NAME_TAIL}" + (f".{backup_count}" if backup_count else "")
+    name_bytes = len(os.fsencode(name))
+    path_bytes = len(os.fsencode(os.path.join(directory, name)))
+    name_max, path_max = _limit(directory, "PC_NAME_MAX", 255), _limit(directory, "PC_PATH_MAX", 4096)
+    source_bytes = len(source.encode("utf-8", "surrogatepass"))
+    if name_bytes > name_max:
+        raise ValueError(
+            f"the JSONL file name for source {source[:16]!r}{'...' if len(source) > 16 else ''} ({source_bytes} bytes) and rank {rank} would be {name_bytes} bytes, "
+            f"more than the {name_max} bytes a file name can have in {directory!r}: use a shorter source"
+        )
+    if path_bytes >= path_max:
+        raise ValueError(f"the JSONL file path in {directory!r} would be {path_bytes} bytes, more than the {path_max - 1} a path can have: use a shorter output_dir")
+
+
+def _limit(directory: str, name: str, default: int) -> int:
+    try:
+        value = os.pathconf(directory, name)
+    except (OSError, ValueError):
+        return default
+    return value if value and value > 0 else default
 
 
 def jsonl_file_path(output_dir: str, source: str, rank: int, now: float | None = None) -> str:
@@ -77,8 +122,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         stats: PipelineStats | None = None,
         opened_fields: dict[str, Any] | None = None,
     ) -> None:
-        self.path = path
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
+        self.path = self._file.path  # absolute
         self._encoder = RecordEncoder(identity)
         self._stats = stats
         self._opened_fields = opened_fields or {}
@@ -91,6 +136,21 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._failing_since: float | None = None
         self._rotation_warned = False
         self._pending_meta: list[bytes] = []
+        self._opened_size = self._write_opened()
+
+    def _write_opened(self) -> int:
+        """Write the opening record now, on the thread that creates the exporter (init's).
+
+        Returns the file's size after it. A failed write (a full disk) is not
+        an init error: the record is written with the first batch instead.
+        """
+        line = self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns)
+        try:
+            self._file.write_lines([line])
+        except OSError:
+            return -1
+        self._opened = True
+        return self._file.size
 
     # -- accounting ---------------------------------------------------------------------------
     @property
@@ -218,6 +278,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
                     "written_records": self.written_records,
                     "dropped_records": self.dropped_records,
                     "failed_records": self.failed_records,
+                    # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
+                    "skipped_values": getattr(self._stats, "skipped_values", 0),
                     "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
                 },
             )
@@ -230,11 +292,11 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._file.close()
 
     def discard(self) -> None:
-        """Undo a construction whose init failed later: close and remove the still-empty file."""
+        """Undo a construction whose init failed later: close and remove the file, if it holds nothing but the opening record."""
         self._closed = True
         self._file.close()
         try:
-            if os.path.getsize(self.path) == 0:
+            if os.path.getsize(self.path) in (0, self._opened_size):
                 os.unlink(self.path)
         except OSError:
             pass
@@ -265,6 +327,7 @@ def register_jsonl_handler(
     """
     from otel_titan import __version__  # noqa: PLC0415 - avoid an import cycle at module load
 
+    check_file_name(output_dir, identity.source, identity.rank, options.backup_count)
     path = jsonl_file_path(output_dir, identity.source, identity.rank)
     exporter = JsonlSpanExporter(
         path,

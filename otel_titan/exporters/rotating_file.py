@@ -9,7 +9,8 @@ Why not `logging.handlers.RotatingFileHandler` or a buffered file object:
 * ``backup_count=0`` still bounds the disk (the active file is replaced),
   where ``RotatingFileHandler`` would grow forever;
 * a file deleted or moved under us (the run directory was cleaned up) is
-  noticed and recreated instead of writing into an unlinked inode.
+  noticed and recreated instead of writing into an unlinked inode; the path is
+  made absolute at construction, so an ``os.chdir`` is never taken for a deletion.
 
 Segments: ``X.jsonl`` is the active one, ``X.jsonl.1`` the newest older one,
 ``X.jsonl.<backup_count>`` the oldest. Disk use stays under about
@@ -56,7 +57,9 @@ class RotatingFile:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
         if backup_count < 0:
             raise ValueError(f"backup_count must be >= 0, got {backup_count}")
-        self.path = path
+        # Absolute once: a relative path re-checked after an os.chdir would name
+        # another file, and the writer would think this one was deleted.
+        self.path = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
         self.max_bytes = max_bytes
         self.backup_count = backup_count
         self.liveness_interval_s = liveness_interval_s

@@ -48,7 +48,7 @@ FACTORY_KWARGS = (
     "local_rank",
     "world_size",
     "source",
-    "output_dir",
+    "output_dir",  # absolute (resolved once, at init: an os.chdir later does not change it)
     "run_id",
     "attempt",
     "job_id",

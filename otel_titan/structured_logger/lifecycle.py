@@ -5,14 +5,25 @@ identity, output directory, every handler factory) and only then starts the
 processor and publishes the queue to the hot path: if any step fails, what was
 created is undone and the exception names the cause. Nothing half-attached.
 
+Calling it again with the same arguments does nothing (torchtitan code calls
+it from more than one place); with different ones it raises, naming each
+difference, since a second file or a silently ignored option would both
+mislead. The output directory is made absolute once, here: a later
+``os.chdir`` (Hydra does one) cannot move or split the run.
+
 Around the process:
 
 * **exit**: an `atexit` hook writes what is queued (bounded by ``exit_timeout_s``)
-  and the closing record;
+  and the closing record. In a `multiprocessing` child (Pool and Process
+  workers, DataLoader workers, with fork, forkserver or spawn) the same is done
+  by a `multiprocessing.util.Finalize`: fork and forkserver children end with
+  ``os._exit``, which skips `atexit`, but their bootstrap runs these finalizers first;
 * **SIGTERM** (what torchrun's agent sends on failure): the queue is written,
   a ``signal_received`` record says so, then the signal takes its usual course:
   a handler installed before ours is called, the default action still kills
-  the process (so the exit status is unchanged), an ignored signal stays ignored;
+  the process (so the exit status is unchanged), an ignored signal stays
+  ignored. A watcher thread does this even while the main thread is stuck in
+  native code (see `sigterm`);
 * **fork** (DataLoader workers, multiprocessing): the child starts with logging
   off and never writes to the parent's file; it may call
   `init_structured_logger` for a file of its own.
@@ -24,7 +35,7 @@ import atexit
 import logging
 import os
 import re
-import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,7 +44,7 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_titan.structured_logger import capture, otel_context
+from otel_titan.structured_logger import capture, otel_context, sigterm
 from otel_titan.structured_logger.event_queue import EventQueue
 from otel_titan.structured_logger.handler_factories import HandlerFactoryError, HandlerSkipped, describe, load_factory, resolve_handler_specs
 from otel_titan.structured_logger.identity import RunIdentity, build_resource, discover_identity
@@ -56,7 +67,9 @@ _log = logging.getLogger("otel_titan")
 
 #: Name of the `logging.Logger` handed to factories for torchtitan-style handlers.
 STRUCTURED_LOGGER_NAME = "otel_titan.structured_logger"
-_SOURCE_PATTERN = re.compile(r"[^\W][\w.\-]{0,127}")
+_SOURCE_PATTERN = re.compile(r"[^\W][\w.\-]*")
+#: A source names the file: at most this many bytes of UTF-8 (a file name has 255 on most filesystems).
+MAX_SOURCE_BYTES = 128
 
 
 @dataclass
@@ -72,10 +85,10 @@ class _Runtime:
 
 
 _runtime: _Runtime | None = None
+_closing: _Runtime | None = None  # being shut down: a SIGTERM now waits for its last records
 _lifecycle_lock = threading.RLock()
-_previous_sigterm: Any = None
-_sigterm_installed = False
 _process_hooks_installed = False
+_mp_finalizer_pid = 0
 
 
 def _validate_source(source: object) -> str:
@@ -83,17 +96,35 @@ def _validate_source(source: object) -> str:
         raise TypeError(f"source must be a str, got {type(source).__name__} {source!r}")
     if not _SOURCE_PATTERN.fullmatch(source):
         raise ValueError(
-            f"source {source!r} cannot be used in a file name: use 1-128 letters, digits, '_', '-' or '.', not starting with '.' or '-' (no path separators)"
+            f"source {source!r} cannot be used in a file name: use letters, digits, '_', '-' or '.', not starting with '.' or '-' (no path separators)"
+        )
+    # Limits on file names are in bytes: 100 CJK characters are 300 bytes.
+    size = len(source.encode("utf-8"))
+    if size > MAX_SOURCE_BYTES:
+        raise ValueError(
+            f"source {source[:16]!r}{'...' if len(source) > 16 else ''} is {size} bytes in UTF-8 ({len(source)} characters); it names the file, so at most {MAX_SOURCE_BYTES} bytes"
         )
     return source
 
 
-def _check_output_dir(output_dir: object) -> str:
+def _absolute_dir(output_dir: object) -> str:
+    """`output_dir` as an absolute path, resolved against the working directory of now."""
     if not isinstance(output_dir, (str, os.PathLike)):
         raise TypeError(f"output_dir must be a path, got {type(output_dir).__name__} {output_dir!r}")
     path = os.fspath(output_dir)
     if not path or "\x00" in path:
         raise ValueError(f"output_dir {path!r} is not a usable path")
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+def _check_output_dir(output_dir: object) -> str:
+    """Create ``output_dir/structured_logs`` and return `output_dir` as an absolute path.
+
+    Absolute once, at init: every later use (the file's path, the writer's
+    check that the file still exists, the factories' ``output_dir``) then
+    names the same directory after an ``os.chdir``.
+    """
+    path = _absolute_dir(output_dir)
     logs = os.path.join(path, "structured_logs")
     try:
         os.makedirs(logs, exist_ok=True)
@@ -101,7 +132,54 @@ def _check_output_dir(output_dir: object) -> str:
         raise OSError(error.errno, f"otel-titan: cannot create {logs!r}: {error.strerror}") from error
     if not os.access(logs, os.W_OK | os.X_OK):
         raise PermissionError(f"otel-titan: output directory {logs!r} is not writable")
-    return path
+    # Tidy ("a/./b/.." → "a") only where that names the same directory: ".." after a symlink may not.
+    tidy = os.path.normpath(path)
+    try:
+        return tidy if tidy == path or os.path.samefile(tidy, path) else path
+    except OSError:
+        return path
+
+
+def _same_dir(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _differences(runtime: _Runtime, source: str, output_dir: object, rank: int | None, enable: bool, options: dict[str, Any], parsed: LoggerOptions) -> list[str]:
+    """What a second `init_structured_logger` call asks for that the running logger does not have.
+
+    An argument left out agrees with anything (a library calling
+    ``init_structured_logger(source, output_dir)`` after the training script
+    configured more); identity options are compared with what was discovered.
+    """
+    identity = runtime.identity
+    found: list[str] = []
+    if not enable:
+        found.append("enable=False (the logger is running)")
+    if source != identity.source:
+        found.append(f"source {source!r} (running: {identity.source!r})")
+    directory = _absolute_dir(output_dir)
+    if not _same_dir(directory, runtime.output_dir):
+        found.append(f"output_dir {directory!r} (running: {runtime.output_dir!r})")
+    if rank is not None and rank != identity.rank:
+        found.append(f"rank {rank} (running: {identity.rank})")
+    discovered = {"world_size": identity.world_size, "local_rank": identity.local_rank, "run_id": identity.run_id, "attempt": identity.attempt, "job_id": identity.job_id}
+    for name in options:
+        value = getattr(parsed, name)
+        if name in discovered:
+            if value is not None and value != discovered[name]:
+                found.append(f"{name}={value!r} (running: {discovered[name]!r})")
+            continue
+        running = getattr(runtime.options, name)
+        if name == "handlers":  # a list or a tuple of the same factories is the same
+            value, running = (list(v) if v is not None else None for v in (value, running))
+        if value != running:
+            found.append(f"{name}={value!r} (running: {running!r})")
+    return found
 
 
 def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank: int | None = None, enable: bool = True, **options: Any) -> None:
@@ -123,8 +201,16 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
         OSError: ``output_dir`` cannot be created or written.
-        HandlerFactoryError: a handler factory cannot be imported or raised.
-        RuntimeError: the logger is already initialised in this process.
+        HandlerFactoryError: a handler factory cannot be imported or raised
+            (the JSONL file's: its name would be too long for the filesystem).
+        RuntimeError: the logger is already running in this process with
+            different arguments (each difference is named). With the same
+            arguments, or a subset of them, a second call does nothing, as in
+            torchtitan.
+
+    A relative ``output_dir`` is resolved once, here: a later ``os.chdir``
+    does not move the files. The file's first record (``structured_logger_opened``)
+    is on disk when this returns, so an empty file never stands for a live rank.
 
     Example:
         >>> import tempfile
@@ -136,19 +222,23 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
     """
     global _runtime
     with _lifecycle_lock:
-        if _runtime is not None:
-            raise RuntimeError(
-                f"init_structured_logger() was already called in this process (source={_runtime.identity.source!r}); "
-                "call shutdown_structured_logger() first"
-            )
         _validate_source(source)
         if not isinstance(enable, bool):
             raise TypeError(f"enable must be a bool, got {type(enable).__name__}")
         parsed = parse_options(options)
-        if not enable:
-            return
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
             raise TypeError(f"rank must be an int or None, got {type(rank).__name__} {rank!r}")
+        running = _runtime
+        if running is not None:
+            differences = _differences(running, source, output_dir, rank, enable, options, parsed)
+            if differences:
+                raise RuntimeError(
+                    f"init_structured_logger() is already running in this process with other arguments: {'; '.join(differences)}. "
+                    "Call it with the same arguments (a no-op), or call shutdown_structured_logger() first"
+                )
+            return  # the same arguments: torchtitan code may call it more than once
+        if not enable:
+            return
         directory = _check_output_dir(output_dir)
         identity = discover_identity(
             source,
@@ -241,6 +331,8 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             wake_writer=processor.wake,
             remote_parent=otel_context.remote_parent_hook() if join else None,
             propagate=otel_context.propagation_hooks(trace_ids, span_ids) if parsed.propagate_otel_context else None,
+            trace_ids=trace_ids,
+            span_ids=span_ids,
         )
 
 
@@ -294,15 +386,20 @@ def shutdown_structured_logger(timeout: float | None = 5.0) -> bool:
         >>> sl.shutdown_structured_logger()
         True
     """
-    global _runtime
+    global _runtime, _closing
     with _lifecycle_lock:
         runtime = _runtime
         if runtime is None:
             return True
-        _runtime = None
+        _closing, _runtime = runtime, None
         capture.detach()
-        _restore_sigterm()
-        finished = runtime.processor.shutdown(timeout)
+        try:
+            finished = runtime.processor.shutdown(timeout)
+        finally:
+            _closing = None
+        # Only now: a SIGTERM during the writing above (a Pool worker ending as the pool is
+        # terminated) waits for it instead of killing the process with the records still queued.
+        sigterm.uninstall()  # on the main thread; from another, the handler stays and finds no logger
         structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
         for handler in runtime.logging_handlers:
             structured_logger.removeHandler(handler)
@@ -346,82 +443,95 @@ def get_exporters() -> list[SpanExporter]:
 
 # -- process events ------------------------------------------------------------------------------
 def _install_process_hooks(options: LoggerOptions) -> None:
-    global _process_hooks_installed, _sigterm_installed, _previous_sigterm
+    global _process_hooks_installed
     if not _process_hooks_installed:
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _process_hooks_installed = True
-    if options.handle_sigterm and not _sigterm_installed and threading.current_thread() is threading.main_thread():
-        try:
-            _previous_sigterm = signal.signal(signal.SIGTERM, _on_sigterm)
-            _sigterm_installed = True
-        except (ValueError, OSError) as error:  # not the main interpreter, or signals unavailable
-            _log.debug("otel-titan: SIGTERM handler not installed: %s", error)
+    _register_multiprocessing_exit()
+    if options.handle_sigterm:
+        sigterm.install(_flush_for_sigterm)
+    else:
+        sigterm.uninstall()
 
 
-def _restore_sigterm() -> None:
-    global _sigterm_installed
-    # Only if ours is still the installed handler: one installed after us stays.
-    if _sigterm_installed and threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, _previous_sigterm if _previous_sigterm is not None else signal.SIG_DFL)
-                _sigterm_installed = False
-        except (ValueError, OSError):
-            pass
+def _register_multiprocessing_exit() -> None:
+    """In a `multiprocessing` child, shut down from its exit finalizers too.
+
+    Fork and forkserver children end with ``os._exit`` after ``Process._bootstrap``,
+    so `atexit` never runs there; the bootstrap does run
+    ``multiprocessing.util._exit_function`` first, which calls the finalizers
+    registered with an exit priority (priority 0: after those of the process's
+    own pools and queues, before its daemonic children are terminated). The
+    registry is emptied at the start of every child, so this is registered
+    here, at init, in the child. Shutting down is bounded by ``exit_timeout_s``.
+    """
+    global _mp_finalizer_pid
+    pid = os.getpid()
+    if _mp_finalizer_pid == pid:
+        return
+    multiprocessing = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it
+    if multiprocessing is None:
+        return
+    try:
+        if multiprocessing.parent_process() is None:
+            return  # the main process: atexit runs
+        from multiprocessing import util  # noqa: PLC0415
+
+        util.Finalize(None, _at_exit, exitpriority=0)
+    except Exception as error:  # noqa: BLE001 - atexit still covers spawn children
+        _log.debug("otel-titan: no multiprocessing exit hook: %s", error)
+        return
+    _mp_finalizer_pid = pid
 
 
 def _at_exit() -> None:
     runtime = _runtime
-    if runtime is not None and runtime.pid == os.getpid():
+    if runtime is None or runtime.pid != os.getpid():
+        return
+    # Bounded: another thread stuck inside init or shutdown must not hang the exit.
+    if not _lifecycle_lock.acquire(timeout=max(runtime.options.exit_timeout_s, 0.001)):
+        return
+    try:
         shutdown_structured_logger(timeout=runtime.options.exit_timeout_s)
+    finally:
+        _lifecycle_lock.release()
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _flush_for_sigterm(signum: int, dying: bool) -> None:
+    """Write what is queued and a ``signal_received`` record (on the signal watcher thread, or the main thread)."""
     runtime = _runtime
-    if runtime is not None and runtime.pid == os.getpid() and runtime.options.handle_sigterm:
-        capture.emit_internal_instant("signal_received", {"signal": "SIGTERM", "signal_number": int(signum)})
-        deadline = time.monotonic() + runtime.options.exit_timeout_s
-        # About to die of the signal: send spans still open (the hung phase) to
-        # the OTLP side too, marked incomplete. The JSONL file already has their _start.
-        dying = not callable(_previous_sigterm) and _previous_sigterm != signal.SIG_IGN
-        runtime.processor.flush(runtime.options.exit_timeout_s, open_spans=dying)
-        # Then give queued network exporters (OTLP) what is left of the budget
-        # to deliver; waited for here, not on the processor, so the file never waits.
-        for exporter in runtime.exporters:
-            drain = getattr(exporter, "drain", None)
-            if drain is not None:
-                drain(max(0.0, deadline - time.monotonic()))
-    previous = _previous_sigterm
-    if callable(previous):
-        previous(signum, frame)
+    if runtime is None:
+        closing = _closing
+        if closing is not None and closing.pid == os.getpid():
+            # Shutting down: finish it here (the signal may have interrupted the
+            # shutdown before it asked the writer to stop), bounded as at exit.
+            closing.processor.stop(closing.options.exit_timeout_s)
         return
-    if previous == signal.SIG_IGN:
+    if runtime.pid != os.getpid() or not runtime.options.handle_sigterm:
         return
-    # Default action (or a handler installed from C that Python cannot call):
-    # die of SIGTERM, as the process would have without us.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+    capture.emit_internal_instant("signal_received", {"signal": "SIGTERM", "signal_number": int(signum)})
+    deadline = time.monotonic() + runtime.options.exit_timeout_s
+    # About to die of the signal: send spans still open (the hung phase) to
+    # the OTLP side too, marked incomplete. The JSONL file already has their _start.
+    runtime.processor.flush(runtime.options.exit_timeout_s, open_spans=dying)
+    # Then give queued network exporters (OTLP) what is left of the budget
+    # to deliver; waited for here, not on the processor, so the file never waits.
+    for exporter in runtime.exporters:
+        drain = getattr(exporter, "drain", None)
+        if drain is not None:
+            drain(max(0.0, deadline - time.monotonic()))
 
 
 def _after_fork_in_child() -> None:
-    global _runtime, _lifecycle_lock, _sigterm_installed
+    global _runtime, _closing, _lifecycle_lock
     _lifecycle_lock = threading.RLock()  # another thread may have held it at fork time
     runtime = _runtime
-    _runtime = None
+    _runtime = _closing = None
     capture.detach()
     capture.forget_thread_ids()
-    # Give the child the SIGTERM disposition it would have had without us. With
-    # a Python-level handler, a SIGTERM that lands just before a blocking C call
-    # (a multiprocessing.Pool worker entering sem_wait) is only noted, never
-    # acted on: Pool.terminate() then waits forever for that worker.
-    if _sigterm_installed:
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, _previous_sigterm if _previous_sigterm is not None else signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-        _sigterm_installed = False
+    # The SIGTERM disposition and wakeup fd the child would have had without us.
+    sigterm.after_fork_in_child()
     if runtime is None:
         return
     for exporter in runtime.exporters:

@@ -42,9 +42,10 @@ class LoggerOptions:
     flush_interval_s: float = 0.05
     #: Quiet seconds with spans open before a `heartbeat` record is written (0: never).
     heartbeat_interval_s: float = 10.0
-    #: Seconds to spend writing what is queued at interpreter exit or on SIGTERM.
+    #: Seconds to spend writing what is queued at interpreter exit (or a multiprocessing child's) or on SIGTERM.
     exit_timeout_s: float = 5.0
-    #: Flush on SIGTERM, then let the signal take its usual course (chaining any handler already installed).
+    #: Flush on SIGTERM, then let the signal take its usual course (chaining any handler already installed);
+    #: done by a watcher thread, so it works while the main thread is stuck in native code (see `sigterm`).
     handle_sigterm: bool = True
     #: A top-level span opened inside another instrumentation's active span becomes its child.
     #: None = on when a global OpenTelemetry SDK TracerProvider is configured at init.

@@ -70,6 +70,7 @@ class BatchProcessor:
         self._max_batch = max_batch
         self._heartbeat_s = heartbeat_s
         self._wake = threading.Event()
+        self._stopped = threading.Event()  # set once the exporters are shut down (see `stop`)
         self._thread: threading.Thread | None = None
         self._failures: dict[int, int] = {}
         self._exporting_since = 0.0
@@ -156,6 +157,22 @@ class BatchProcessor:
         thread.join(timeout)
         return not thread.is_alive()
 
+    def stop(self, timeout: float | None) -> bool:
+        """Like `shutdown`, but waits on an event rather than joining the thread.
+
+        For the SIGTERM watcher, when the signal lands while the main thread is
+        shutting down: the main thread's signal handler may be running inside
+        its own ``join`` of this thread, holding the lock a second ``join``
+        would wait for until its timeout.
+        """
+        if self._thread is None:
+            return True
+        self._queue.put_control((STOP,))
+        self._wake.set()
+        if self._thread is threading.current_thread():
+            return False
+        return self._stopped.wait(timeout)
+
     # -- the thread ----------------------------------------------------------------------------
     def _run(self) -> None:
         try:  # this thread's CPU clock, read by `_blocked` from the callers' threads
@@ -168,24 +185,27 @@ class BatchProcessor:
         wake = self._wake
         stop = False
         last_activity = time.monotonic()
-        while not stop:
-            wake.wait(self._schedule_delay)
-            wake.clear()
-            if items:
-                last_activity = time.monotonic()
-            while items and not stop:
-                batch: list[Any] = []
-                append = batch.append
-                try:
-                    for _ in range(max_batch):
-                        append(popleft())
-                except IndexError:
-                    pass
-                stop = self._process(batch)
-            if self._heartbeat_s and not stop and time.monotonic() - last_activity >= self._heartbeat_s:
-                last_activity = time.monotonic()
-                self._heartbeat()
-        self._shutdown_exporters()
+        try:
+            while not stop:
+                wake.wait(self._schedule_delay)
+                wake.clear()
+                if items:
+                    last_activity = time.monotonic()
+                while items and not stop:
+                    batch: list[Any] = []
+                    append = batch.append
+                    try:
+                        for _ in range(max_batch):
+                            append(popleft())
+                    except IndexError:
+                        pass
+                    stop = self._process(batch)
+                if self._heartbeat_s and not stop and time.monotonic() - last_activity >= self._heartbeat_s:
+                    last_activity = time.monotonic()
+                    self._heartbeat()
+            self._shutdown_exporters()
+        finally:
+            self._stopped.set()
 
     def _process(self, batch: list[Any]) -> bool:
         """Build spans for `batch` and export them; True when a STOP was reached."""

@@ -146,3 +146,29 @@ with sl.log_trace_span("data_fetch"):
     bars = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X" and e["name"] == "data_fetch"]
     assert len(bars) == 1 and bars[0]["args"]["incomplete"] is True and bars[0]["dur"] >= 1_000_000
     assert not [e for e in json.load(open(out))["traceEvents"] if e.get("name") == "heartbeat"]
+
+
+def test_a_rank_killed_before_its_first_record_leaves_its_opened_record(run_dir):
+    # Injected: a process hangs right after init, before recording anything, then SIGKILL.
+    # The opening record is written by init itself, so the file says "opened, nothing since",
+    # never nothing at all (an empty file looked like a rank that was up to date).
+    code = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, flush_interval_s=10)
+print("initialised", flush=True)
+time.sleep(600)
+"""
+    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "initialised"
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(10) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    (path,) = jsonl_files(run_dir)
+    records = [json.loads(line) for line in open(path)]
+    assert [r["log_type_name"] for r in records] == ["structured_logger_opened"]
+    assert records[0]["rank"] == 0 and records[0]["seq_id"] == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,22 +83,118 @@ def test_broken_handler_factory_fails_init_and_leaves_nothing_attached(run_dir, 
     assert sl.is_initialized()
 
 
-def test_second_init_is_refused_until_shutdown(run_dir):
-    sl.init_structured_logger("training", run_dir, world_size=1)
-    with pytest.raises(RuntimeError, match="already"):
-        sl.init_structured_logger("training", run_dir, world_size=1)
+def test_source_limits_are_in_bytes_and_checked_before_anything_is_created(run_dir):
+    # 100 CJK characters pass a 128-character rule but are 300 bytes: the file name would not fit.
+    with pytest.raises(ValueError, match=r"300 bytes in UTF-8 \(100 characters\).*at most 128 bytes"):
+        sl.init_structured_logger("训" * 100, run_dir, world_size=1)
+    assert not run_dir.exists()
+    sl.init_structured_logger("训" * 42, run_dir, world_size=1)  # 126 bytes: fine
+    (path,) = jsonl_files(run_dir)
+    assert os.path.basename(path).startswith("训" * 42 + ".global_rank_0.")
+
+
+def test_a_file_path_too_long_for_the_filesystem_is_refused_at_init_naming_it(tmp_path):
+    # The whole path counts, not just the source: an output_dir 4,000 bytes deep leaves no room for the name.
+    deep = str(tmp_path)
+    while len(deep) < 4040 - 251:
+        deep += "/" + "d" * 250
+    deep += "/" + "e" * (4040 - len(deep) - 1)  # 4,040 bytes: its structured_logs/ can still be created
+    with pytest.raises(sl.HandlerFactoryError, match=r"JSONL file path .* would be \d+ bytes, more than the 4095 a path can have: use a shorter output_dir"):
+        sl.init_structured_logger("training", deep, world_size=1)
+    assert not sl.is_initialized() and list(tmp_path.rglob("*.jsonl")) == []
+
+
+def test_second_init_with_the_same_arguments_is_a_no_op(run_dir, monkeypatch):
+    # torchtitan code may call init from more than one place: the repeat changes nothing.
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, backup_count=5)
+    sl.log_trace_instant("first")
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, backup_count=5)
+    sl.init_structured_logger("training", str(run_dir))  # a subset: what is left out agrees with anything
+    monkeypatch.chdir(run_dir.parent)
+    sl.init_structured_logger("training", run_dir.name, world_size=1)  # the same directory, relative
+    sl.log_trace_instant("second")
+    assert sl.is_initialized()
     assert sl.shutdown_structured_logger()
-    sl.init_structured_logger("training", run_dir, world_size=1)
-    assert len(jsonl_files(run_dir)) == 2  # two processes' worth of files, one per init
+    (path,) = jsonl_files(run_dir)  # one file: no second logger was started
+    assert [r["log_type_name"] for r in data_records(read_records(path))] == ["first", "second"]
+    sl.init_structured_logger("training", run_dir, world_size=1)  # after shutdown, a new start
+    assert len(jsonl_files(run_dir)) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"source": "rollouter"}, "source 'rollouter' (running: 'training')"),
+        ({"output_dir": "OTHER"}, "output_dir '"),
+        ({"rank": 1}, "rank 1 (running: 0)"),
+        ({"world_size": 2}, "world_size=2 (running: 1)"),
+        ({"backup_count": 7}, "backup_count=7 (running: 3)"),
+        ({"enable": False}, "enable=False"),
+    ],
+)
+def test_second_init_with_other_arguments_names_the_difference(run_dir, tmp_path, kwargs, named):
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1)
+    call = {"source": "training", "output_dir": run_dir, "rank": 0, **kwargs}
+    if call["output_dir"] == "OTHER":
+        call["output_dir"] = tmp_path / "other"
+    with pytest.raises(RuntimeError, match="already running.*" + re.escape(named)):
+        sl.init_structured_logger(**call)
+    assert sl.is_initialized()  # the running logger is untouched
+    sl.log_trace_instant("still_logging")
+    sl.shutdown_structured_logger()
+    (path,) = jsonl_files(run_dir)
+    assert [r["log_type_name"] for r in data_records(read_records(path))] == ["still_logging"]
+    assert not (tmp_path / "other").exists()
 
 
 def test_file_name_follows_the_torchtitan_rule(run_dir):
     sl.init_structured_logger("rollouter", run_dir, rank=3, world_size=8)
     (path,) = jsonl_files(run_dir)
-    import re
-
     assert re.fullmatch(r"rollouter\.global_rank_3\.\d{8}-\d{6}-[a-z0-9]{6}\.jsonl", os.path.basename(path))
     assert (os.stat(path).st_mode & 0o002) == 0  # never world-writable
+
+
+def test_the_opened_record_is_on_disk_when_init_returns(run_dir):
+    # Written synchronously, by init itself: no flush, and the writer's next tick is 10 s away.
+    # A file holding only this record is a rank that has recorded nothing since; an empty file never is.
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, flush_interval_s=10)
+    (path,) = jsonl_files(run_dir)
+    records = read_records(path)
+    assert [r["log_type_name"] for r in records] == ["structured_logger_opened"]
+    assert records[0]["seq_id"] == 1 and records[0]["rank"] == 0
+    sl.log_trace_instant("later")
+    sl.shutdown_structured_logger()
+    names = [r["log_type_name"] for r in read_records(path)]
+    assert names == ["structured_logger_opened", "later", "structured_logger_closed"]  # written once
+
+
+def test_relative_output_dir_is_resolved_once_so_a_chdir_does_not_split_the_run(tmp_path):
+    # Hydra changes the working directory after the program started; the run must stay one file.
+    code = """
+import os, sys
+from otel_titan import structured_logger as sl
+paths = []
+def register(output_dir, **kw):
+    paths.append(output_dir)
+    from otel_titan.exporters.jsonl import register_jsonl_handler
+    register_jsonl_handler(output_dir=output_dir, **kw)
+sl.init_structured_logger("training", "outputs", rank=0, world_size=1, handlers=[register])
+sl.log_trace_instant("before_chdir")
+sl.flush_structured_logger()
+os.mkdir("hydra_run")
+os.chdir("hydra_run")
+for i in range(3):
+    sl.log_trace_instant(f"after_chdir_{i}")
+    sl.flush_structured_logger()  # one batch each: the writer re-checks its file before every batch
+print(paths[0])
+"""
+    result = run_python(code, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(tmp_path / "outputs")  # factories get the absolute directory
+    assert list((tmp_path / "hydra_run").iterdir()) == []
+    (path,) = jsonl_files(tmp_path / "outputs")
+    names = [r["log_type_name"] for r in read_records(path)]
+    assert names == ["structured_logger_opened", "before_chdir", "after_chdir_0", "after_chdir_1", "after_chdir_2", "structured_logger_closed"]
 
 
 # -- flushing -----------------------------------------------------------------------------------------
@@ -356,3 +453,377 @@ for epoch in range(2):
     names = [r["log_type_name"] for r in _records_of(run_dir)]
     assert names.count("data_fetch_end") == 16 and "getitem_start" not in names
     assert names[-1] == "structured_logger_closed"
+
+
+# -- SIGTERM wherever the main thread is (item: native calls that never return to Python) --------------
+def _start(code, *args, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True, **kwargs
+    )
+
+
+def _kill_group(process):
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _wait_until_main_thread_blocks(pid, timeout=30.0):
+    """Until the main thread has been asleep in the kernel for 0.5 s: inside its blocking call, past any Python code."""
+    deadline = time.monotonic() + timeout
+    asleep_since = None
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/task/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+        now = time.monotonic()
+        if state != b"S":
+            asleep_since = None
+        elif asleep_since is None:
+            asleep_since = now
+        elif now - asleep_since >= 0.5:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the main thread never blocked")
+
+
+_STUCK = {
+    # A native call that does not return on a signal, as a collective waiting for a hung peer: a mutex locked twice.
+    "native_mutex": "import ctypes\nlibc = ctypes.CDLL(None)\nmutex = ctypes.create_string_buffer(64)\nlibc.pthread_mutex_lock(mutex)\nlibc.pthread_mutex_lock(mutex)\n",
+    # SIGTERM blocked in the main thread (native libraries do that): the kernel hands it to another thread.
+    "blocked_signal_sleep": "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\ntime.sleep(600)\n",
+    "blocked_signal_event_wait": "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\nthreading.Event().wait()\n",
+}
+
+
+@pytest.mark.parametrize("stuck", sorted(_STUCK))
+def test_sigterm_kills_a_process_whose_main_thread_is_stuck_in_native_code(run_dir, stuck):
+    # Python runs handlers on the main thread between bytecodes: here it never gets there. The
+    # watcher thread writes the queue and lets the default action kill the process.
+    code = _EMIT + "import signal, threading\nwith sl.log_trace_span('collective'):\n    print('ready', flush=True)\n" + "".join(f"    {line}\n" for line in _STUCK[stuck].splitlines())
+    process = _start(code, str(run_dir))
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        _wait_until_main_thread_blocks(process.pid)
+        process.send_signal(signal.SIGTERM)
+        # Not a speed check: without the watcher this process would still be blocked in 10 minutes.
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        _kill_group(process)
+    records = _records_of(run_dir)
+    names = [r["log_type_name"] for r in records]
+    assert names.count("fwd_bwd_end") == 200  # queued behind a 10 s flush interval: the SIGTERM flush wrote them
+    assert names[-2:] == ["collective_start", "signal_received"] and records[-1]["signal"] == "SIGTERM"
+
+
+def test_sigterm_with_the_main_thread_stuck_still_calls_the_earlier_python_handler_once(run_dir, tmp_path):
+    # The watcher flushes at once; the user's handler runs where Python would run it (on the main
+    # thread when it next runs Python code), once, after the flush, and its exit status wins.
+    marker = tmp_path / "handler-ran"
+    code = (
+        f"""
+import signal, sys
+def on_term(signum, frame):
+    with open({str(marker)!r}, "a") as handle:
+        handle.write("ran;")
+    sys.exit(7)
+signal.signal(signal.SIGTERM, on_term)
+"""
+        + _EMIT
+        + """
+print("ready", flush=True)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+while True:
+    time.sleep(0.5)
+"""
+    )
+    process = _start(code, str(run_dir))
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        _wait_until_main_thread_blocks(process.pid)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 7
+    finally:
+        _kill_group(process)
+    assert marker.read_text() == "ran;"
+    names = [r["log_type_name"] for r in _records_of(run_dir)]
+    assert names.count("fwd_bwd_end") == 200 and names.count("signal_received") == 1
+    assert names[-1] == "structured_logger_closed"  # SystemExit → normal exit → closing record
+
+
+def test_ignored_sigterm_is_recorded_while_the_main_thread_is_stuck_and_stays_ignored(run_dir):
+    code = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + _EMIT + "print('ready', flush=True)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\ntime.sleep(600)\n"
+    process = _start(code, str(run_dir))
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        _wait_until_main_thread_blocks(process.pid)
+        process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        names: list[str] = []
+        while time.monotonic() < deadline and "signal_received" not in names:
+            time.sleep(0.05)
+            names = [r["log_type_name"] for r in _records_of(run_dir)]
+        assert names.count("fwd_bwd_end") == 200 and names[-1] == "signal_received"
+        time.sleep(0.5)
+        assert process.poll() is None  # still alive: the signal stays ignored
+    finally:
+        _kill_group(process)
+
+
+@pytest.mark.parametrize("loop_first", [True, False], ids=["asyncio_handlers_before_init", "asyncio_handlers_after_init"])
+def test_asyncio_signal_handlers_keep_working_and_sigterm_still_kills(run_dir, loop_first):
+    # asyncio's add_signal_handler has its own wakeup fd: set before ours, every byte is forwarded
+    # to it; set after ours, it wins, and our handler runs on the (woken) main thread instead.
+    code = f"""
+import asyncio, os, signal, sys
+from otel_titan import structured_logger as sl
+
+def init():
+    sl.init_structured_logger("training", sys.argv[1], world_size=1, flush_interval_s=10)
+
+async def main():
+    loop = asyncio.get_running_loop()
+    got = asyncio.Event()
+    if {loop_first}:
+        loop.add_signal_handler(signal.SIGUSR1, got.set)
+        init()
+    else:
+        init()
+        loop.add_signal_handler(signal.SIGUSR1, got.set)
+    for _ in range(100):
+        with sl.log_trace_span("fwd_bwd"):
+            pass
+    os.kill(os.getpid(), signal.SIGUSR1)
+    await asyncio.wait_for(got.wait(), 30)
+    sl.log_trace_instant("usr1_handled")
+    with sl.log_trace_span("serving"):
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+    process = _start(code, str(run_dir))
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        _kill_group(process)
+    names = [r["log_type_name"] for r in _records_of(run_dir)]
+    assert names.count("fwd_bwd_end") == 100 and "usr1_handled" in names
+    assert names[-2:] == ["serving_start", "signal_received"]
+
+
+def _current_wakeup_fd():
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
+def _signal_threads():
+    return [t for t in threading.enumerate() if t.name == "otel-titan-signals"]
+
+
+def test_shutdown_gives_back_the_sigterm_handler_and_wakeup_fd_and_reinit_takes_them_again(run_dir):
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    previous_fd = signal.set_wakeup_fd(write)
+    try:
+        for _ in range(2):
+            sl.init_structured_logger("training", run_dir, world_size=1)
+            assert signal.getsignal(signal.SIGTERM) is not mine and _current_wakeup_fd() not in (-1, write)
+            assert len(_signal_threads()) == 1
+            # The wakeup fd set before ours still gets the signal numbers: forwarded by the watcher.
+            signal.signal(signal.SIGUSR1, lambda s, f: None)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert select_readable(read, 10) and os.read(read, 16) == bytes([signal.SIGUSR1])
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+            assert sl.shutdown_structured_logger()
+            assert signal.getsignal(signal.SIGTERM) is mine and _current_wakeup_fd() == write and _signal_threads() == []
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, before)
+        os.close(read)
+        os.close(write)
+
+
+def select_readable(fd, timeout):
+    import select
+
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_a_fork_childs_own_sigterm_never_reaches_the_parents_watcher(run_dir):
+    # The child inherits the pipe behind the parent's wakeup fd; a signal the child handles in
+    # Python must not wake the parent's watcher (which would flush, then kill the parent).
+    code = _EMIT + """
+import signal
+sl.flush_structured_logger()
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGTERM, lambda s, f: None)  # a Python handler: Python writes its wakeup fd
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+    os._exit(0)
+assert os.waitpid(pid, 0)[1] == 0
+time.sleep(0.5)
+sl.log_trace_instant("parent_still_alive")
+"""
+    result = run_python(code, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    names = [r["log_type_name"] for r in _records_of(run_dir)]
+    assert "signal_received" not in names and "parent_still_alive" in names and names[-1] == "structured_logger_closed"
+
+
+# -- multiprocessing and DataLoader workers that start their own logger ---------------------------------
+def _run_script(tmp_path, text, *args, timeout=240):
+    """Run `text` as a script file (spawn and forkserver workers import it), killing its whole group on a timeout."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    process = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        _kill_group(process)
+    return process.returncode, out, err
+
+
+def _files_by_rank(run_dir):
+    by_rank: dict[int, list[list[dict]]] = {}
+    for path in jsonl_files(run_dir):
+        records = read_records(path)
+        by_rank.setdefault(records[0]["rank"], []).append(records)
+    return by_rank
+
+
+_MP_WORKERS = """
+import multiprocessing as mp
+import os, sys
+from otel_titan import structured_logger as sl
+
+def init(out, rank):
+    # flush_interval_s=10: only the exit path can write these records
+    sl.init_structured_logger("worker", out, rank=rank, world_size=64, flush_interval_s=10)
+
+def spans(n):
+    for _ in range(n):
+        with sl.log_trace_span("work"):
+            pass
+    return n
+
+def process_target(out, rank):
+    init(out, rank)
+    spans(100)
+
+def pool_init(out, base, counter, barrier):
+    with counter.get_lock():
+        counter.value += 1
+        rank = base + counter.value
+    init(out, rank)
+    barrier.wait()  # both workers have a logger before any task runs: the ranks are known
+
+if __name__ == "__main__":
+    method, out = sys.argv[1], sys.argv[2]
+    ctx = mp.get_context(method)
+    process = ctx.Process(target=process_target, args=(out, 0))
+    process.start()
+    process.join()
+    assert process.exitcode == 0, process.exitcode
+    pool = ctx.Pool(2, initializer=pool_init, initargs=(out, 10, ctx.Value("i", 0), ctx.Barrier(2)))
+    assert sum(pool.map(spans, [50] * 4, chunksize=1)) == 200
+    pool.close()  # the workers get a sentinel and return: a normal end
+    pool.join()
+    with ctx.Pool(2, initializer=pool_init, initargs=(out, 20, ctx.Value("i", 0), ctx.Barrier(2))) as pool:
+        assert sum(pool.map(spans, [50] * 4, chunksize=1)) == 200
+    # leaving `with` calls terminate(): idle workers get SIGTERM
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_multiprocessing_workers_that_start_a_logger_write_everything_and_close(run_dir, tmp_path, method):
+    # fork and forkserver children end with os._exit (no atexit): their records used to stay queued.
+    returncode, out, err = _run_script(tmp_path, _MP_WORKERS, method, str(run_dir))
+    assert returncode == 0 and out.strip() == "done", err
+    by_rank = _files_by_rank(run_dir)
+    assert sorted(by_rank) == [0, 11, 12, 21, 22], sorted(by_rank)
+    (process_file,) = by_rank[0]
+    names = [r["log_type_name"] for r in process_file]
+    assert names.count("work_end") == 100 and names[-1] == "structured_logger_closed" and process_file[-1]["written_records"] == 200
+    closed = [records for rank in (11, 12) for records in by_rank[rank]]
+    assert all(records[-1]["log_type_name"] == "structured_logger_closed" for records in closed)
+    assert sum(r["log_type_name"] == "work_end" for records in closed for r in records) == 200
+    # terminate(): every record, then either the closing record (a worker that took its
+    # sentinel first) or signal_received (killed by SIGTERM, the queue written first).
+    terminated = [records for rank in (21, 22) for records in by_rank[rank]]
+    assert {records[-1]["log_type_name"] for records in terminated} <= {"structured_logger_closed", "signal_received"}, [r[-1] for r in terminated]
+    assert sum(r["log_type_name"] == "work_end" for records in terminated for r in records) == 200
+
+
+_DATALOADER = """
+import sys
+import torch
+from torch.utils.data import DataLoader, Dataset
+from otel_titan import structured_logger as sl
+
+class Data(Dataset):
+    def __len__(self):
+        return 32
+    def __getitem__(self, i):
+        with sl.log_trace_span("getitem"):
+            return torch.full((4,), float(i))
+
+class InitWorker:  # a class, not a lambda: spawn and forkserver pickle it
+    def __init__(self, out, base):
+        self.out, self.base = out, base
+    def __call__(self, worker_id):
+        sl.init_structured_logger("dataloader", self.out, rank=self.base + worker_id, world_size=64, flush_interval_s=10)
+
+def loader(method, out, base, persistent):
+    return DataLoader(Data(), batch_size=4, num_workers=2, worker_init_fn=InitWorker(out, base), persistent_workers=persistent, multiprocessing_context=method)
+
+def two_epochs(data):
+    for _ in range(2):
+        assert sum(batch.shape[0] for batch in data) == 32
+
+if __name__ == "__main__":
+    method, out = sys.argv[1], sys.argv[2]
+    two_epochs(loader(method, out, 0, False))   # new workers every epoch
+    two_epochs(loader(method, out, 10, True))   # persistent workers, shut down with their loader
+    KEPT = loader(method, out, 20, True)        # persistent workers still alive at interpreter exit
+    two_epochs(KEPT)
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_dataloader_workers_that_start_a_logger_in_worker_init_fn_write_everything(run_dir, tmp_path, method):
+    pytest.importorskip("torch")
+    returncode, out, err = _run_script(tmp_path, _DATALOADER, method, str(run_dir))
+    assert returncode == 0 and out.strip() == "done", err
+    by_rank = _files_by_rank(run_dir)
+    assert sorted(by_rank) == [0, 1, 10, 11, 20, 21], sorted(by_rank)
+    assert [len(by_rank[rank]) for rank in (0, 1, 10, 11, 20, 21)] == [2, 2, 1, 1, 1, 1]  # a file per worker start
+
+    def getitems(ranks):
+        return sum(r["log_type_name"] == "getitem_end" for rank in ranks for records in by_rank[rank] for r in records)
+
+    for ranks in ((0, 1), (10, 11), (20, 21)):
+        assert getitems(ranks) == 64, ranks  # 2 epochs x 32 items: every record, whichever worker had it
+    # Workers shut down by their loader end normally, with the closing record.
+    assert all(records[-1]["log_type_name"] == "structured_logger_closed" for rank in (0, 1, 10, 11) for records in by_rank[rank])
+    # Workers still alive at exit are terminated by multiprocessing (SIGTERM): the queue is written first.
+    assert all(records[-1]["log_type_name"] == "signal_received" for rank in (20, 21) for records in by_rank[rank])

@@ -3,6 +3,11 @@
 Exit codes: 0 done; 1 the run has no readable records (or none match the
 filters), or the output could not be written; 2 the path is not a run, or the
 command line is wrong.
+
+Every line printed for a person goes through `safe_text.printable` (the
+records' text, file names and paths are shown, control characters escaped,
+never executed by the terminal), and the ``--json`` document through
+`safe_text.json_bytes` (it never fails on odd data).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Sequence, TextIO
 
 import orjson
 
+from otel_titan.analysis.safe_text import json_bytes, printable
+
 __all__ = ["main"]
 
 EXIT_OK, EXIT_NO_RECORDS, EXIT_NOT_A_RUN = 0, 1, 2
@@ -23,8 +30,10 @@ EXIT_OK, EXIT_NO_RECORDS, EXIT_NOT_A_RUN = 0, 1, 2
 _EXPORT_EPILOG = """\
 examples:
   otel-titan export outputs                          # → outputs/analysis/trace.json
+  otel-titan export outputs/structured_logs/X.jsonl  # one process → outputs/analysis/X.trace.json
   otel-titan export outputs/structured_logs -o /tmp/trace.json
   otel-titan export outputs --steps 100:200 --ranks 0-3,7 --sources training
+  otel-titan export outputs --run RUN_ID             # another run in the same folder (default: the latest)
 then open the file in https://ui.perfetto.dev (or chrome://tracing).
 
 layout: one process per (source, rank), sorted by source then rank; in each a
@@ -40,18 +49,22 @@ _SUMMARIZE_EPILOG = """\
 examples:
   otel-titan summarize outputs                 # tables, for a terminal
   otel-titan summarize outputs --json | jq '.processes[] | {label, last_event, last_phase}'
+  otel-titan summarize outputs --run RUN_ID    # another run in the same folder (default: the latest)
 
 what it shows:
   Processes       per process: attempt, last step (relative step), last event and
                   its time, how long before the run's last record it went quiet,
                   whether it closed cleanly (and any signal), records lost
+  Hang suspects   processes with no record since their file was created
   Where stopped   processes grouped by last event; a minority is flagged
   Open spans      spans with a _start and no _end, outermost > innermost
   Phases          per phase: count, errors, p50/p95/max ms, slowest rank and step
-  Stragglers      per rank: steps in which it was slowest, median excess; the
-                  steps with the largest excess; phases with a repeatedly
-                  slowest rank (step time = first record of step N to first
-                  record of step N+1 on the rank)
+  Stragglers      per rank: its median step time, the other ranks' median, the
+                  difference, the noise and a robust z; a straggler only on
+                  evidence (>= 6 steps, >= 10% and >= 3.5 x noise); the steps
+                  with the largest excess; phase stragglers by the same rule
+                  (step time = first record of step N to first record of step
+                  N+1 on the rank); one run per folder, the latest by default
 """
 
 
@@ -75,7 +88,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     export.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
-    export.add_argument("-o", "--output", metavar="OUT", help="output file (default: RUN_DIR/analysis/trace.json)")
+    export.add_argument("-o", "--output", metavar="OUT", help="output file (default: RUN_DIR/analysis/trace.json; for one .jsonl file, analysis/<its name>.trace.json)")
     export.add_argument("--steps", metavar="A:B", help="only steps A to B, both included (A:, :B and N work too)")
     _add_filters(export)
     export.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)")
@@ -97,6 +110,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
 def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,3,8-11")
     parser.add_argument("--sources", metavar="LIST", help="only these sources, e.g. training,rollouter")
+    parser.add_argument("--run", metavar="RUN_ID", help="the run to read when the folder holds several (default: the latest; the output names the others)")
 
 
 class _Progress:
@@ -136,7 +150,7 @@ class _WarningHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if self.progress is not None:
             self.progress.clear()
-        self.stream.write(f"otel-titan: warning: {record.getMessage()}\n")
+        self.stream.write(f"otel-titan: warning: {printable(record.getMessage())}\n")
         self.stream.flush()
 
 
@@ -189,6 +203,7 @@ def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.
 
 def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
     from otel_titan.analysis import NoRecordsError, NotARunError, generate_gantt_trace, parse_step_range
+    from otel_titan.analysis.runs import find_run
 
     steps = None
     if args.steps is not None:
@@ -201,7 +216,8 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     progress = _Progress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
     logger, handler = _with_warnings(progress)
     try:
-        stats = generate_gantt_trace(args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs)
+        choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
+        stats = generate_gantt_trace(args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs, run_id=args.run)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NoRecordsError as error:
@@ -217,13 +233,19 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         logger.removeHandler(handler)
         logger.propagate = True
     rate = stats.input_bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
-    print(f"trace: {stats.output_path}")
+    print(f"trace: {printable(stats.output_path)}" + (" (replaced the file that was there)" if stats.replaced else ""))
     print(
         f"  {stats.processes} processes, {stats.spans:,} spans ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
         f"{stats.instants:,} instants, {stats.counters:,} counter samples, {stats.steps:,} step bars, "
         f"{stats.max_async_slots} async slots at most; {_size(stats.output_bytes)}"
     )
-    print(f"  read {stats.records:,} records ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)" + (f"; {stats.skipped_lines:,} unreadable lines skipped" if stats.skipped_lines else ""))
+    print(
+        f"  read {stats.records:,} records ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)"
+        + (f"; {stats.skipped_lines:,} unreadable lines skipped" if stats.skipped_lines else "")
+        + (f"; {stats.repaired_lines:,} lines with invalid Unicode kept, escaped" if stats.repaired_lines else "")
+    )
+    if choice.how != "only":
+        print(f"  {printable(choice.describe())}")
     print("  open it in https://ui.perfetto.dev (or chrome://tracing)")
     return EXIT_OK
 
@@ -233,7 +255,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
 
     logger, handler = _with_warnings(None)
     try:
-        summary = summarize_run(args.run_dir, ranks=ranks, sources=sources)
+        summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NoRecordsError as error:
@@ -242,7 +264,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         logger.removeHandler(handler)
         logger.propagate = True
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.buffer.write(json_bytes(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
         sys.stdout.flush()
     else:
         sys.stdout.write(format_summary(summary))
@@ -254,7 +276,7 @@ def _size(count: int) -> str:
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"otel-titan: error: {message}\n")
+    sys.stderr.write(f"otel-titan: error: {printable(message)}\n")
     return code
 
 

@@ -155,3 +155,51 @@ def test_the_installed_entry_point_runs(run):
     assert len(json.loads(result.stdout)["processes"]) == 2
     result = subprocess.run([executable, "export", str(run / "missing")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr.startswith("otel-titan: error: ")
+
+
+def test_two_runs_in_one_folder_the_latest_by_default_and_run_picks_another(run, capsys):
+    for rank in (0, 1):  # a second run into the same folder, after the fixture's run "cli"
+        sl.init_structured_logger("training", run, rank=rank, world_size=2, run_id="again")
+        sl.set_step(1)
+        with sl.log_trace_span("data_fetch"):
+            pass
+        sl.shutdown_structured_logger()
+    assert main(["summarize", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "  run again: the latest of 2 runs in this folder (others: cli; pick one with --run RUN_ID)" in out.splitlines()
+    assert main(["summarize", str(run), "--json", "--run", "cli"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["run_id"], data["run_selection"], [r["run_id"] for r in data["runs"]]) == ("cli", "requested", ["cli", "again"])
+    assert [p["last_step"] for p in data["processes"]] == [4, 4]
+    assert main(["export", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "  1 processes" not in out and "2 processes, 2 spans" in out
+    assert "  run again: the latest of 2 runs in this folder (others: cli; pick one with --run RUN_ID)" in out.splitlines()
+    assert main(["export", str(run), "--run", "cli"]) == 0
+    assert "2 processes, 16 spans" in capsys.readouterr().out
+    for command in ("export", "summarize"):
+        assert main([command, str(run), "--run", "nope"]) == 1
+        assert capsys.readouterr().err.endswith("no run 'nope' here; runs found: cli (2 processes), again (2 processes)\n")
+
+
+def test_export_to_an_existing_directory_fails_naming_it_and_leaves_nothing(run, tmp_path, capsys):
+    target = tmp_path / "traces"
+    target.mkdir()
+    assert main(["export", str(run), "-o", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"otel-titan: error: cannot write {target}: is a directory (give a file name, e.g. -o DIR/trace.json)\n"
+    assert os.listdir(target) == [] and sorted(os.listdir(tmp_path)) == sorted(["traces", run.name])
+
+
+def test_export_of_one_file_writes_its_own_trace_and_says_when_it_replaces_one(run, capsys):
+    assert main(["export", str(run)]) == 0
+    whole = run / "analysis" / "trace.json"
+    assert capsys.readouterr().out.splitlines()[0] == f"trace: {whole}"
+    before = whole.read_bytes()
+    one_file = sorted((run / "structured_logs").glob("training.global_rank_1.*.jsonl"))[0]
+    own = run / "analysis" / (one_file.name[: -len(".jsonl")] + ".trace.json")
+    assert main(["export", str(one_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"trace: {own}"
+    assert whole.read_bytes() == before  # the whole run's trace is untouched
+    assert main(["export", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"trace: {whole} (replaced the file that was there)"

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from otel_titan.analysis.filters import StepRange
+from otel_titan.analysis.safe_text import json_bytes
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, error_details
 
 __all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT_TID_BASE", "STEP_TID", "ARG_FIELDS", "FAILED_COLOR", "INCOMPLETE_COLOR"]
@@ -39,6 +40,9 @@ FAILED_COLOR = "terrible"
 INCOMPLETE_COLOR = "yellow"
 #: Events encoded per orjson call (a few MB of dicts at most).
 _BATCH_EVENTS = 4096
+#: A file modified later than this after its last record was touched or copied since: its time says
+#: nothing about the process (the writer's last write follows its last record by a flush, ~50 ms).
+ALIVE_EVIDENCE_US = 60_000_000
 
 
 @dataclass
@@ -63,6 +67,8 @@ class ExportStats:
     max_async_slots: int = 0
     skipped_lines: int = 0
     skipped_examples: list[str] = field(default_factory=list)
+    repaired_lines: int = 0
+    replaced: bool = False
     input_bytes: int = 0
     output_bytes: int = 0
     seconds: float = 0.0
@@ -98,8 +104,8 @@ class EventStream:
             data = orjson.dumps(batch)[1:-1]
         except orjson.JSONEncodeError:
             # A record read by the fallback parser can hold what orjson cannot write (an int beyond 64 bits,
-            # nesting deeper than 255): only that event's odd values are turned into strings.
-            data = b",".join(_encode_anyway(event) for event in batch)
+            # nesting deeper than 255): only that event's odd values are made safe (safe_text.json_safe).
+            data = b",".join(map(json_bytes, batch))
         self._file.write(data if self._first else b",\n" + data)
         self._first = False
         self.events += len(batch)
@@ -135,23 +141,6 @@ def _plottable(value: Any) -> int | float | None:
     return None
 
 
-def _encode_anyway(event: dict[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(event)
-    except orjson.JSONEncodeError:
-        return orjson.dumps(_json_safe(event, 0))
-
-
-def _json_safe(value: Any, depth: int) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v, depth + 1) for k, v in value.items()} if depth < 64 else "(nested too deep)"
-    if isinstance(value, list):
-        return [_json_safe(v, depth + 1) for v in value] if depth < 64 else "(nested too deep)"
-    if type(value) is int and not -(1 << 63) <= value < (1 << 64):
-        return str(value)
-    return value
-
-
 class ProcessTracks:
     """Per trace process: which thread tracks are named, and the asyncio slot pool."""
 
@@ -173,10 +162,12 @@ class ExportVisitor(TimelineVisitor):
         self.tracks: ProcessTracks
         self.pid = 0
         self.os_pid: Any = None
+        self.alive_until_us: int | None = None
 
     # -- processes and tracks -------------------------------------------------------------------
-    def begin_process(self, tracks: ProcessTracks, os_pid: Any) -> None:
-        self.tracks, self.pid, self.os_pid = tracks, tracks.pid, os_pid
+    def begin_process(self, tracks: ProcessTracks, os_pid: Any, alive_until_us: int | None = None) -> None:
+        """The next records are one OS process's; it was alive at `alive_until_us` (its file's last write)."""
+        self.tracks, self.pid, self.os_pid, self.alive_until_us = tracks, tracks.pid, os_pid, alive_until_us
 
     def _name_thread(self, tid: Any, name: str, sort_index: int) -> None:
         pid = self.pid
@@ -226,6 +217,12 @@ class ExportVisitor(TimelineVisitor):
         if span.error is None and not incomplete and span.start is not None:
             self.add(event)
             return
+        if incomplete:
+            # Open until at least the process's last record (`end_us`), and it was still alive when its file was
+            # last written: a span killed before any later record would otherwise be a bar of zero width.
+            alive = self.alive_until_us
+            if alive is not None and end_us < alive <= end_us + ALIVE_EVIDENCE_US:
+                event["dur"] = alive - span.start_us
         if span.start is None:
             args["start_missing"] = True
         if span.error is not None:

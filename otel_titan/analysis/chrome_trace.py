@@ -2,10 +2,12 @@
 
 `generate_gantt_trace` (torchtitan's name and signature) reads a run with
 `reader`, pairs each process's records with `timeline.walk_process`, turns
-them into events with `chrome_events.ExportVisitor`, and streams them into
-``<output>.tmp``, renamed into place when complete (a failed export never
-leaves a half-written trace). Big runs are converted on several cores
-(`export_parallel`).
+them into events with `chrome_events.ExportVisitor`, and streams them into a
+temporary file created exclusively (``O_EXCL``, a fresh random name) in the
+output's folder, renamed over the output when complete and removed on any
+failure: a failed export never leaves a half-written trace or a stray file,
+and nobody who can write that folder can plant a symlink the export would
+follow. Big runs are converted on several cores (`export_parallel`).
 
 One trace process per (source, rank), named ``training rank 3``, sorted by
 source, then rank; the restarts of a rank (several files) share it.
@@ -17,7 +19,9 @@ Memory: open spans, tracks, and one batch of events; nothing per record.
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 import time
 from typing import Any, Callable, Iterable
 
@@ -27,35 +31,86 @@ from otel_titan.analysis.chrome_events import STEP_TID, EventStream, ExportStats
 from otel_titan.analysis.filters import StepRange, parse_step_range
 from otel_titan.analysis.reader import NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.runs import select_run
+from otel_titan.analysis.safe_text import json_bytes
 from otel_titan.analysis.timeline import walk_process
 
-__all__ = ["generate_gantt_trace", "trace_groups", "write_groups", "TraceGroup"]
+__all__ = ["generate_gantt_trace", "default_output", "trace_groups", "write_groups", "TraceGroup"]
 
 
 class _TraceFile(EventStream):
-    """``{"traceEvents": [ … ], …}`` written to ``<path>.tmp``, renamed to `path` when complete."""
+    """``{"traceEvents": [ … ], …}`` written to a fresh temporary file next to `path`, renamed to `path` when complete.
+
+    The temporary file is created with ``O_EXCL`` under a random name
+    (`tempfile.mkstemp`), so a file or symlink someone planted in the folder
+    is never opened; it gets the mode a plain ``open`` would give (0666 less
+    the umask), and it is removed on every failure. Errors name `path`, the
+    file the user asked for, never the temporary one.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.tmp_path = f"{path}.tmp"
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        super().__init__(open(self.tmp_path, "wb"))
-        self._file.write(b'{"traceEvents":[\n')
+        self.existed = os.path.lexists(path)
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "is a directory (give a file name, e.g. -o DIR/trace.json)", path)
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        try:
+            fd, self.tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, path) from None
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            handle = os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)
+            os.unlink(self.tmp_path)
+            raise
+        super().__init__(handle)
+        try:
+            self._file.write(b'{"traceEvents":[\n')
+        except BaseException:
+            self.abandon()
+            raise
 
     def finish(self, other_data: dict[str, Any]) -> int:
-        self.flush()
-        self._file.write(b'\n],"displayTimeUnit":"ms","otherData":' + orjson.dumps(other_data, option=orjson.OPT_NON_STR_KEYS) + b"}\n")
-        self._file.close()
-        size = os.path.getsize(self.tmp_path)
-        os.replace(self.tmp_path, self.path)
+        try:
+            self.flush()
+            self._file.write(b'\n],"displayTimeUnit":"ms","otherData":' + json_bytes(other_data, option=orjson.OPT_NON_STR_KEYS) + b"}\n")
+            self._file.close()
+            size = os.path.getsize(self.tmp_path)
+            os.replace(self.tmp_path, self.path)
+        except OSError as error:
+            self.abandon()
+            raise OSError(error.errno, error.strerror, self.path) from None
+        except BaseException:
+            self.abandon()
+            raise
         return size
 
     def abandon(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass  # a full disk fails the close's flush too; the file goes anyway
         try:
             os.unlink(self.tmp_path)
         except OSError:
             pass
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` would, for every thread)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def generate_gantt_trace(
@@ -67,18 +122,26 @@ def generate_gantt_trace(
     sources: Iterable[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
+    run_id: str | None = None,
     log_skipped: bool = True,
 ) -> ExportStats:
     """Write a run's Chrome Trace JSON (open it in https://ui.perfetto.dev); returns what was written.
 
     `input_dir` is the run directory or its ``structured_logs/`` folder (as in
-    torchtitan); `output_path` defaults to ``<run>/analysis/trace.json``.
+    torchtitan), or one ``.jsonl`` file; `output_path` defaults to
+    ``<run>/analysis/trace.json``, and for one file to
+    ``<run>/analysis/<that file's name without .jsonl>.trace.json`` (a trace of
+    one process never replaces the whole run's). `stats.replaced` says whether
+    an existing file was replaced.
     `steps` (``StepRange`` or ``"A:B"``), `ranks` and `sources` keep a slice.
     `progress(bytes_read, bytes_total)` is called as the input is read.
     `jobs`: worker processes (default: one per CPU, up to 8, for runs of
     64 MB or more with several processes; 1 converts in this process).
+    `run_id`: the run to export when the folder holds several (default: the
+    latest; ``otherData`` names it and lists the runs found).
     Raises `NotARunError` (not a run) or `NoRecordsError` (nothing readable,
-    or nothing left after the filters; no file is written then).
+    or nothing left after the filters, or `run_id` names no run here; no file
+    is written then).
 
     Example:
         >>> # from otel_titan.analysis import generate_gantt_trace
@@ -90,14 +153,16 @@ def generate_gantt_trace(
     started = time.perf_counter()
     ranks = None if ranks is None else sorted(set(ranks))
     sources = None if sources is None else sorted(set(sources))
-    run = read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped)
+    # One run: a folder can hold several (runs.select_run); the latest unless `run_id` names another.
+    run, choice = select_run(read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
     step_range = parse_step_range(steps) if isinstance(steps, str) else steps
-    output = os.fspath(output_path) if output_path is not None else os.path.join(run.run_dir, "analysis", "trace.json")
+    output = os.fspath(output_path) if output_path is not None else default_output(run.run_dir, run.only_base)
     stats = ExportStats(output_path=output, input_bytes=run.total_bytes)
     groups = trace_groups(run.processes)
     on_bytes = _progress_counter(run.total_bytes, progress)
     jobs = export_parallel.default_jobs(run.total_bytes, len(groups)) if jobs is None else max(1, min(jobs, len(groups)))
     out = _TraceFile(output)
+    stats.replaced = out.existed
     try:
         if jobs > 1:
             first_us = export_parallel.convert_in_workers(groups, jobs, step_range, out, stats, run.skipped, on_bytes, log_skipped)
@@ -105,6 +170,7 @@ def generate_gantt_trace(
             first_us = write_groups(groups, out, stats, step_range, run.skipped, on_bytes)
         stats.skipped_lines = run.skipped.count
         stats.skipped_examples = run.skipped.examples[:20]
+        stats.repaired_lines = run.skipped.repaired
         if stats.records == 0:
             raise NoRecordsError(f"{run.log_dir}: no readable records" + (f" ({stats.skipped_lines} unreadable lines skipped)" if stats.skipped_lines else ""))
         if stats.spans + stats.instants + stats.counters + stats.steps == 0:
@@ -120,11 +186,25 @@ def generate_gantt_trace(
         "first_time_us": first_us,
         "filters": {"steps": None if step_range is None else str(step_range), "ranks": ranks, "sources": sources},
         "run_ids": sorted({p.run_id for p in run.processes if p.run_id}),
-        "stats": {k: v for k, v in stats.to_dict().items() if k not in ("output_path", "output_bytes", "seconds")},
+        **choice.to_dict(),
+        "stats": {k: v for k, v in stats.to_dict().items() if k not in ("output_path", "output_bytes", "seconds", "replaced")},
     }
     stats.output_bytes = out.finish(other)
     stats.seconds = time.perf_counter() - started
     return stats
+
+
+def default_output(run_dir: str, only_base: str | None = None) -> str:
+    """Where `generate_gantt_trace` writes by default: the run's trace, or for one file a trace named after it.
+
+    Example:
+        >>> default_output("outputs"), default_output("outputs", "outputs/structured_logs/training.global_rank_1.20260101-000000-abc123.jsonl")
+        ('outputs/analysis/trace.json', 'outputs/analysis/training.global_rank_1.20260101-000000-abc123.trace.json')
+    """
+    if only_base is None:
+        return os.path.join(run_dir, "analysis", "trace.json")
+    name = os.path.basename(only_base)
+    return os.path.join(run_dir, "analysis", (name[: -len(".jsonl")] if name.endswith(".jsonl") else name) + ".trace.json")
 
 
 def _progress_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None]:
@@ -176,7 +256,7 @@ def write_groups(groups: Iterable[TraceGroup], out: EventStream, stats: ExportSt
         out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
         out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
         for process in processes:
-            visitor.begin_process(tracks, process.pid)
+            visitor.begin_process(tracks, process.pid, process.modified_us)
             extent = walk_process(process.records(skipped, on_bytes), visitor)
             stats.records += extent.records
             if extent.first_us is not None and (first_us is None or extent.first_us < first_us):

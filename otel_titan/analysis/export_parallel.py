@@ -11,11 +11,15 @@ Workers are fresh interpreters (``python -m otel_titan.analysis.export_parallel`
 not forks: a fork of a threaded program (a training process with its logger
 thread) can deadlock, and a fresh interpreter needs no ``__main__`` guard in the
 caller's script. They report progress and results as lines on stdout; their
-skipped-line warnings go to stderr.
+skipped-line warnings go to stderr. The job and the results travel as JSON
+written by the standard library with ``ensure_ascii``: a file name's
+undecodable bytes (surrogates in Python) survive the trip exactly, where
+orjson would refuse them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import selectors
@@ -24,8 +28,6 @@ import sys
 import tempfile
 from dataclasses import asdict, fields
 from typing import Any, Callable
-
-import orjson
 
 from otel_titan.analysis.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.chrome_trace import TraceGroup, write_groups
@@ -103,7 +105,7 @@ def convert_in_workers(
                 worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.export_parallel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
                 assert worker.stdin is not None
                 try:
-                    worker.stdin.write(orjson.dumps(spec))
+                    worker.stdin.write(_encode(spec))
                     worker.stdin.close()
                 except BrokenPipeError:
                     pass  # it died at once: reported below with its exit status
@@ -122,6 +124,9 @@ def convert_in_workers(
                 setattr(stats, name, getattr(stats, name) + result["stats"][name])
             stats.max_async_slots = max(stats.max_async_slots, result["stats"]["max_async_slots"])
             skipped.count += result["skipped"]
+            skipped.repaired += result["repaired"]
+            for path, count in result["repaired_by_file"].items():
+                skipped.repaired_by_file[path] += count
             skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
             for path, count in result["skipped_by_file"].items():
                 skipped.by_file[path] += count
@@ -146,7 +151,7 @@ def _collect(workers: list[tuple[subprocess.Popen[bytes], str]], on_bytes: Calla
             elif line.startswith(b"P "):
                 on_bytes(int(line[2:]))
             elif line.startswith(b"R "):
-                results[index] = orjson.loads(line[2:])
+                results[index] = json.loads(line[2:])
     selector.close()
     for index, (worker, _) in enumerate(workers):
         code = worker.wait()
@@ -155,8 +160,13 @@ def _collect(workers: list[tuple[subprocess.Popen[bytes], str]], on_bytes: Calla
     return results  # type: ignore[return-value]
 
 
+def _encode(message: dict[str, Any]) -> bytes:
+    """One line of JSON that carries any Python string exactly (surrogates as ``\\udXXX`` escapes)."""
+    return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def _worker_main() -> int:
-    spec = orjson.loads(sys.stdin.buffer.read())
+    spec = json.loads(sys.stdin.buffer.read())
     logger = logging.getLogger("otel_titan.analysis")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
@@ -191,8 +201,10 @@ def _worker_main() -> int:
         "skipped": skipped.count,
         "skipped_examples": skipped.examples,
         "skipped_by_file": dict(skipped.by_file),
+        "repaired": skipped.repaired,
+        "repaired_by_file": dict(skipped.repaired_by_file),
     }
-    stdout.write(b"R " + orjson.dumps(result) + b"\n")
+    stdout.write(b"R " + _encode(result) + b"\n")
     stdout.flush()
     return 0
 

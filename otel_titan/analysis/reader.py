@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.record_lines import SkippedLines, file_records, loads_line
+from otel_titan.analysis.safe_text import escape_surrogates
 
 __all__ = [
     "NotARunError",
@@ -56,6 +57,9 @@ class ProcessLog:
     `source` and `rank` come from the file name (torchtitan's naming rule) or,
     for other names, from the first readable record. `attempt`, `pid`,
     `host_name`, `run_id` and `world_size` come from the first readable record.
+    `modified_us` is the newest segment's modification time (µs since the
+    epoch): the process was alive when it last wrote, even if the record it
+    wrote then is older (see `chrome_events.ExportVisitor`).
 
     Example:
         >>> p = ProcessLog(base="x/training.global_rank_3.20260101-000000-abcdef.jsonl", segments=[], source="training", rank=3)
@@ -74,6 +78,7 @@ class ProcessLog:
     host_name: str | None = None
     run_id: str | None = None
     world_size: int | None = None
+    modified_us: int | None = None
 
     @property
     def label(self) -> str:
@@ -109,6 +114,8 @@ class RunLogs:
     log_dir: str
     processes: list[ProcessLog]
     skipped: SkippedLines
+    #: The one process's base file when the path given was a single ``.jsonl`` file, else None.
+    only_base: str | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -203,25 +210,30 @@ def read_run(
         wanted = [f"ranks {sorted(wanted_ranks)}" if wanted_ranks is not None else "", f"sources {sorted(wanted_sources)}" if wanted_sources is not None else ""]
         raise NoRecordsError(f"{log_dir}: no process matches the filters ({', '.join(w for w in wanted if w)})")
     processes.sort(key=lambda p: p.sort_key)
-    return RunLogs(run_dir=run_dir, log_dir=log_dir, processes=processes, skipped=skipped)
+    return RunLogs(run_dir=run_dir, log_dir=log_dir, processes=processes, skipped=skipped, only_base=only_base)
 
 
 def _identify(base: str, segments: list[str]) -> ProcessLog:
     match = _TITAN_NAME.match(os.path.basename(base))
     first = _first_record(segments)
     if match is not None:
-        source, rank, stamp = match.group("source"), int(match.group("rank")), match.group("stamp")
+        # A file name's undecodable bytes arrive as surrogates: escaped, so the label prints and encodes.
+        source, rank, stamp = escape_surrogates(match.group("source")), int(match.group("rank")), match.group("stamp")
     else:
-        source = first.get("source") if isinstance(first.get("source"), str) else os.path.basename(base).split(".")[0]
+        source = first.get("source") if isinstance(first.get("source"), str) else escape_surrogates(os.path.basename(base).split(".")[0])
         rank_value = first.get("global_rank", first.get("rank"))
         rank = rank_value if type(rank_value) is int else None
         stamp = ""
     size = 0
+    modified_us: int | None = None
     for segment in segments:
         try:
-            size += os.path.getsize(segment)
+            info = os.stat(segment)
         except OSError:
-            pass
+            continue
+        size += info.st_size
+        if modified_us is None or info.st_mtime_ns // 1000 > modified_us:
+            modified_us = info.st_mtime_ns // 1000
 
     def _int(key: str) -> int | None:
         value = first.get(key)
@@ -241,6 +253,7 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         host_name=host if isinstance(host, str) else None,
         run_id=run_id if isinstance(run_id, str) else None,
         world_size=_int("world_size"),
+        modified_us=modified_us,
     )
 
 

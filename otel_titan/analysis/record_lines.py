@@ -8,6 +8,13 @@ from ``time_ms`` or ``time``; a missing ``log_type`` from the name.
 torchtitan's ``json.dumps`` writes bare ``NaN``/``Infinity``, which orjson
 refuses: such lines go through the standard parser instead.
 
+Invalid Unicode that is valid JSON (a lone surrogate such as ``"\\ud800"``,
+which the writer itself escapes that way) cannot be printed or encoded again:
+the standard parser's strings are checked, each lone surrogate is replaced by
+its visible escape (``\\ud800``, six characters), and the line is kept and
+counted in `SkippedLines.repaired` (with a warning naming file and line).
+Every record this module yields therefore holds only valid Unicode.
+
 Memory: one block (1 MiB) and one partial line at a time; a "line" longer
 than 16 MiB is skipped without being held.
 """
@@ -22,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import orjson
+
+from otel_titan.analysis.safe_text import escape_surrogates
 
 __all__ = ["SkippedLines", "file_records", "loads_line", "record_problem", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
 
@@ -55,6 +64,9 @@ class SkippedLines:
     count: int = 0
     by_file: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
+    #: Lines kept after invalid Unicode in their strings was escaped (see `repair`), and per file.
+    repaired: int = 0
+    repaired_by_file: Counter = field(default_factory=Counter)
 
     def add(self, path: str, line_no: int, reason: str) -> None:
         """Count one skipped line of `path` (1-based `line_no`) and warn about the first few."""
@@ -70,23 +82,81 @@ class SkippedLines:
         elif seen == WARNINGS_PER_FILE + 1 and self.log:
             _log.warning("%s: more unreadable lines; only counting them from now on", path)
 
+    def repair(self, path: str, line_no: int, strings: int) -> None:
+        """Count one line of `path` kept after `strings` strings with lone surrogates were escaped; warn about the first few.
+
+        Example:
+            >>> skipped = SkippedLines(log=False)
+            >>> skipped.repair("a.jsonl", 7, 2)
+            >>> skipped.repaired, skipped.count
+            (1, 0)
+        """
+        self.repaired += 1
+        self.repaired_by_file[path] += 1
+        seen = self.repaired_by_file[path]
+        if not self.log:
+            return
+        if seen <= WARNINGS_PER_FILE:
+            _log.warning("%s:%d: %d string%s with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept", path, line_no, strings, "" if strings == 1 else "s")
+        elif seen == WARNINGS_PER_FILE + 1:
+            _log.warning("%s: more lines with invalid Unicode; only counting them from now on", path)
+
 
 def loads_line(raw: bytes) -> Any:
-    """Parse one line; None when it is not JSON at all.
+    """Parse one line; None when it is not JSON at all. Lone surrogates in its strings come back escaped.
 
     Example:
-        >>> loads_line(b'{"value": NaN}'), loads_line(b'{"torn')
-        ({'value': nan}, None)
+        >>> loads_line(b'{"value": NaN}'), loads_line(b'{"torn'), loads_line(b'{"name": "fwd\\\\ud800"}')
+        ({'value': nan}, None, {'name': 'fwd\\\\ud800'})
     """
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        pass
+        return _loads_fallback(raw)[0]
+
+
+def _loads_fallback(raw: bytes) -> tuple[Any, int]:
+    """(parsed line or None, strings repaired) for a line orjson refused.
+
+    torchtitan writes NaN / Infinity as bare tokens (json.dumps' default), and
+    JSON may hold lone surrogates (``"\\ud800"``): orjson refuses both, the
+    standard parser accepts both. Its strings are then made valid Unicode, so
+    nothing downstream (printing, orjson) ever meets a surrogate.
+    """
     try:
-        # torchtitan writes NaN / Infinity as bare tokens (json.dumps' default), which orjson refuses.
-        return json.loads(raw)
+        record = json.loads(raw)
     except (ValueError, RecursionError, UnicodeDecodeError):
-        return None
+        return None, 0
+    repaired = [0]
+    try:
+        return _valid_unicode(record, repaired), repaired[0]
+    except RecursionError:  # nested deeper than this interpreter's stack allows: not a record
+        return None, 0
+
+
+def _valid_unicode(value: Any, repaired: list[int]) -> Any:
+    """`value` with every string (keys too) holding a lone surrogate escaped; `repaired[0]` counts them."""
+    kind = type(value)
+    if kind is str:
+        if value.isascii():
+            return value
+        clean = escape_surrogates(value)
+        if clean is not value:
+            repaired[0] += 1
+        return clean
+    if kind is dict:
+        if all(type(key) is str and key.isascii() for key in value):
+            for key, item in value.items():
+                if type(item) in (str, dict, list):
+                    value[key] = _valid_unicode(item, repaired)
+            return value
+        return {_valid_unicode(key, repaired): _valid_unicode(item, repaired) for key, item in value.items()}
+    if kind is list:
+        for index, item in enumerate(value):
+            if type(item) in (str, dict, list):
+                value[index] = _valid_unicode(item, repaired)
+        return value
+    return value
 
 
 def record_problem(record: Any) -> str | None:
@@ -176,10 +246,12 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                 except decode_error:
                     if not raw.strip():
                         continue  # blank line: nothing lost
-                    record = loads_line(raw)
+                    record, repaired = _loads_fallback(raw)
                     if record is None:
                         skipped.add(path, line_no, "malformed JSON or invalid UTF-8")
                         continue
+                    if repaired and record_problem(record) is None:
+                        skipped.repair(path, line_no, repaired)
                 if type(record) is dict:
                     time_us = record.get("time_us")
                     if (
@@ -203,9 +275,14 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
         elif carry.strip():
             # No newline at the end: a crash mid-write, or a process still writing.
             line_no += 1
-            record = loads_line(carry)
+            try:
+                record, repaired = orjson.loads(carry), 0
+            except decode_error:
+                record, repaired = _loads_fallback(carry)
             reason = "truncated last line (no newline at end of file; crashed mid-write, or still being written)" if record is None else record_problem(record)
             if reason is None:
+                if repaired:
+                    skipped.repair(path, line_no, repaired)
                 yield record
             else:
                 skipped.add(path, line_no, reason)

@@ -6,8 +6,11 @@ Times are µs since the epoch (``*_us``); `to_dict` adds UTC strings.
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from otel_titan.analysis.runs import RunInfo
 
 __all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "Stragglers", "utc"]
 
@@ -69,6 +72,10 @@ class ProcessSummary:
     first_seq_id: int | None = None
     open_span_count: int = 0
     open_spans: list[OpenSpanInfo] = field(default_factory=list)
+    #: When the file was created: its ``structured_logger_opened`` record, or an empty file's modification time.
+    created_us: int | None = None
+    #: No record but the logger's own since the file was created, and no clean close: hung before its first record.
+    hang_suspect: bool = False
 
     @property
     def last_phase(self) -> str | None:
@@ -80,7 +87,7 @@ class ProcessSummary:
     @property
     def stop_key(self) -> str:
         """What the process was doing when its records end: its last event."""
-        return self.last_event or "(no events)"
+        return self.last_event or "(nothing logged)"
 
 
 @dataclass
@@ -104,36 +111,52 @@ class PhaseStats:
 
 @dataclass
 class StepTimes:
-    """One step (or one phase in one step) on every rank that completed it."""
+    """One step (or one phase in one step) on every rank that completed it.
+
+    `slowest_rank` is None when the slowest time is shared (a tie is nobody's);
+    `excess_ms` is the slowest rank's time minus the other ranks' median (0 on a tie).
+    """
 
     step: int
     ms: dict[int, float]
-    slowest_rank: int
+    slowest_rank: int | None
     excess_ms: float
 
 
 @dataclass
 class RankSlowness:
-    """How often a rank was the slowest, and by how much (over the other ranks' median)."""
+    """One rank against the others: its median, theirs, the difference, the noise, and the verdict.
+
+    `median_excess_ms` = `median_ms` − `others_median_ms` (the median of the
+    other ranks' medians), `median_excess_pct` the same relative to
+    `others_median_ms` (None when that is 0). `robust_z` = excess / `noise_ms`
+    (None when the noise is 0). `slowest_steps`: steps in which it alone was
+    the slowest. `straggler`: the rule of `summary.compare_ranks` holds.
+    """
 
     rank: int
-    slowest_steps: int
     compared_steps: int
+    slowest_steps: int
     median_ms: float
     others_median_ms: float
     median_excess_ms: float
-    median_excess_pct: float
-    repeated: bool
+    median_excess_pct: float | None
+    noise_ms: float
+    robust_z: float | None
+    straggler: bool
 
 
 @dataclass
 class Stragglers:
-    """Straggler analysis of one source: step times per rank, and phases with a repeatedly slowest rank."""
+    """Straggler analysis of one source and restart attempt: step times per rank, straggler ranks and phases."""
 
     source: str
+    attempt: int | None
     ranks: list[int]
+    median_step_ms: float | None
     steps: list[StepTimes]
     ranks_by_slowness: list[RankSlowness]
+    straggler_ranks: list[int]
     phase_stragglers: list[dict[str, Any]]
 
 
@@ -163,6 +186,16 @@ class RunSummary:
     stopped_at: list[StopGroup]
     phases: list[PhaseStats]
     stragglers: list[Stragglers]
+    #: The run analysed (a folder can hold several: the latest unless chosen), how it was chosen, every run found.
+    run_id: str | None = None
+    run_selection: str = "only"
+    runs: list[RunInfo] = field(default_factory=list)
+    #: Processes with no record since their file was created (see `ProcessSummary.hang_suspect`).
+    hang_suspects: list[str] = field(default_factory=list)
+    #: The thresholds of the straggler rule (`summary.compare_ranks`).
+    straggler_rule: dict[str, float] = field(default_factory=dict)
+    #: Lines kept after lone surrogates in their strings were escaped (`record_lines.SkippedLines.repaired`).
+    repaired_lines: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: times as µs and as UTC strings, open spans with their path.
@@ -171,14 +204,20 @@ class RunSummary:
             >>> # json.dumps(summarize_run("outputs").to_dict())
         """
         data = asdict(self)
+        now_us = time.time() * 1e6
         data["first_utc"], data["last_utc"] = utc(self.first_us), utc(self.last_us)
+        data["last_record_s_before_now"] = None if self.last_us is None else round(max(now_us - self.last_us, 0) / 1e6, 3)
         data["duration_s"] = None if self.first_us is None or self.last_us is None else round((self.last_us - self.first_us) / 1e6, 6)
         for process, raw in zip(self.processes, data["processes"]):
             raw["last_utc"] = utc(process.last_us)
             raw["last_event_utc"] = utc(process.last_event_us)
             raw["last_phase"] = process.last_phase
+            raw["created_utc"] = utc(process.created_us)
+            raw["created_s_before_now"] = None if process.created_us is None else round(max(now_us - process.created_us, 0) / 1e6, 3)
             for span in raw["open_spans"]:
                 span["start_utc"] = utc(span["start_us"])
+        for info in data["runs"]:
+            info["start_utc"] = utc(info["start_us"])
         for group in data["stragglers"]:
             for step in group["steps"]:
                 step["ms"] = {str(rank): ms for rank, ms in step["ms"].items()}

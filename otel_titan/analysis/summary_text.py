@@ -6,7 +6,10 @@ import datetime as _dt
 import time
 from typing import Sequence
 
-from otel_titan.analysis.summary_model import ProcessSummary, RunSummary, Stragglers
+from otel_titan.analysis.runs import RunChoice
+from otel_titan.analysis.safe_text import printable
+from otel_titan.analysis.summary import MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
+from otel_titan.analysis.summary_model import ProcessSummary, RankSlowness, RunSummary, Stragglers
 
 __all__ = ["format_summary", "format_ms", "compress_ranks"]
 
@@ -102,11 +105,16 @@ def format_summary(summary: RunSummary) -> str:
     lines: list[str] = []
     duration = None if summary.first_us is None or summary.last_us is None else (summary.last_us - summary.first_us) / 1e6
     lines.append(f"Run {summary.run_dir}  ({len(summary.processes)} processes, logs in {summary.log_dir})")
+    choice = RunChoice(summary.run_id, summary.run_selection, summary.runs)
+    if summary.run_selection != "only":
+        # Several runs in one folder: say which one these tables are about.
+        lines.append(f"  {choice.describe()}")
     run_ids = ", ".join(summary.run_ids) if summary.run_ids else "unknown"
     lines.append(
         f"  run id {run_ids}; {_clock(summary.first_us, True)} → {_clock(summary.last_us)} UTC"
         + (f" ({_seconds(duration)})" if duration is not None else "")
         + f"; {summary.records:,} records; {summary.skipped_lines:,} unreadable lines skipped"
+        + (f"; {summary.repaired_lines:,} lines with invalid Unicode kept, escaped" if summary.repaired_lines else "")
     )
     if summary.last_us is not None:
         # Is it still running? A live run's last record is recent; a hung or dead one's is not.
@@ -115,12 +123,16 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"    skipped: {example}")
     lines += ["", "Processes"]
     lines += _processes_table(summary.processes)
+    lines += _hang_suspects(summary)
     lines += _stopped(summary)
     lines += _open_spans(summary.processes)
     lines += _phases(summary)
+    attempts: dict[str, int] = {}
     for group in summary.stragglers:
-        lines += _stragglers(group)
-    return "\n".join(lines) + "\n"
+        attempts[group.source] = attempts.get(group.source, 0) + 1
+    for group in summary.stragglers:
+        lines += _stragglers(group, show_attempt=attempts[group.source] > 1)
+    return "\n".join(map(printable, lines)) + "\n"  # the records' text is shown, never run by the terminal
 
 
 def _processes_table(processes: list[ProcessSummary]) -> list[str]:
@@ -146,7 +158,7 @@ def _processes_table(processes: list[ProcessSummary]) -> list[str]:
                 p.label,
                 "-" if p.attempt is None else str(p.attempt),
                 step,
-                p.last_event or "-",
+                p.last_event or ("(nothing logged)" if p.hang_suspect else "-"),
                 _clock(p.last_event_us),
                 _seconds(p.behind_s),
                 closed,
@@ -155,6 +167,21 @@ def _processes_table(processes: list[ProcessSummary]) -> list[str]:
             ]
         )
     return _table(["process", "attempt", "last step (rel)", "last event", "at (UTC)", "behind", "closed", "lost records", "open spans"], rows, right=(1, 5, 8))
+
+
+def _hang_suspects(summary: RunSummary) -> list[str]:
+    suspects = [p for p in summary.processes if p.hang_suspect]
+    if not suspects:
+        return []
+    lines = ["", "Hang suspects (no record since the file was created: hung, or died, before the first record)"]
+    now = time.time()
+    for p in suspects:
+        if p.created_us is None:
+            lines.append(f"  {p.label}: nothing logged; when its file was created is unknown")
+            continue
+        before = f", {_seconds(p.behind_s)} before the run's last record" if summary.last_us is not None and p.created_us <= summary.last_us else ""
+        lines.append(f"  {p.label}: nothing logged since its file was created at {_clock(p.created_us)} UTC ({_seconds(max(now - p.created_us / 1e6, 0.0))} before now{before})")
+    return lines
 
 
 def _stopped(summary: RunSummary) -> list[str]:
@@ -213,8 +240,22 @@ def _phases(summary: RunSummary) -> list[str]:
     return ["", "Phases (completed spans, by total time; durations in ms)"] + _table(["source", "phase", "count", "errors", "open", "total", "p50", "p95", "max", "slowest (where)"], rows, right=(2, 3, 4, 5, 6, 7, 8))
 
 
-def _stragglers(group: Stragglers) -> list[str]:
-    lines = ["", f"Stragglers: {group.source} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
+def _z(r: RankSlowness) -> str:
+    if r.robust_z is not None:
+        return f"{r.robust_z:.1f}"
+    return "∞" if r.median_excess_ms > 0 else "-"  # no noise at all: any difference is systematic
+
+
+def _excess(ms: float, pct: float | None, inline: bool = False) -> str:
+    """The difference of the medians, and relative to the others' median: ``+5.00 ms (+10.0%)``, inline ``+5.00 ms, +10.0%``."""
+    if pct is None:
+        return f"{ms:+.2f} ms"
+    return f"{ms:+.2f} ms, {pct:+.1f}%" if inline else f"{ms:+.2f} ms ({pct:+.1f}%)"
+
+
+def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
+    attempt = f", attempt {group.attempt}" if show_attempt and group.attempt is not None else ""
+    lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
     if not group.steps:
         return lines + ["  no step was completed by two or more ranks"]
     rows = []
@@ -222,34 +263,53 @@ def _stragglers(group: Stragglers) -> list[str]:
         rows.append(
             [
                 str(r.rank),
-                f"{r.slowest_steps}/{r.compared_steps}",
+                str(r.compared_steps),
+                f"{r.slowest_steps}",
                 format_ms(r.median_ms),
                 format_ms(r.others_median_ms),
-                f"{r.median_excess_ms:+.2f} ms ({r.median_excess_pct:+.1f}%)" + ("   ← repeatedly slowest" if r.repeated else ""),
+                _excess(r.median_excess_ms, r.median_excess_pct),
+                format_ms(r.noise_ms),
+                _z(r),
+                "← straggler" if r.straggler else "",
             ]
         )
-    lines += _table(["rank", "slowest in", "median step ms", "others' median", "median excess"], rows, right=(0, 1, 2, 3))
+    lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
     if len(group.ranks_by_slowness) > RANK_COLUMNS:
         lines.append(f"  … {len(group.ranks_by_slowness) - RANK_COLUMNS} more ranks (see --json)")
-    shown = sorted(sorted(group.steps, key=lambda s: -s.excess_ms)[:STEPS_SHOWN], key=lambda s: s.step)
-    lines += ["", f"  Steps with the largest excess ({len(shown)} of {len(group.steps)}; step time in ms)"]
+    rule = f"≥ {MIN_STEPS} steps, a median ≥ {MIN_EFFECT:.0%} and ≥ {MIN_Z:g} × noise above the others' median"
+    if group.straggler_ranks:
+        lines.append(f"  straggler{'s' if len(group.straggler_ranks) > 1 else ''}: rank{'s' if len(group.straggler_ranks) > 1 else ''} {compress_ranks(group.straggler_ranks)} ({rule})")
+    else:
+        lines.append(f"  no straggler: no rank's step time is slower on evidence ({rule})")
+    shown = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
+    lines += ["", f"  Steps with the largest excess, largest first ({len(shown)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
     if len(group.ranks) <= RANK_COLUMNS:
         headers = ["step"] + [f"rank {rank}" for rank in group.ranks] + ["slowest", "excess"]
-        rows = [[str(s.step)] + [format_ms(s.ms.get(rank)) for rank in group.ranks] + [str(s.slowest_rank), f"+{format_ms(s.excess_ms)}"] for s in shown]
+        rows = [[str(s.step)] + [format_ms(s.ms.get(rank)) for rank in group.ranks] + [_slowest(s.slowest_rank), f"+{format_ms(s.excess_ms)}"] for s in shown]
         lines += _table(headers, rows, right=tuple(range(len(headers))), indent="    ")
     else:
-        rows = [[str(s.step), str(s.slowest_rank), format_ms(s.ms[s.slowest_rank]), f"+{format_ms(s.excess_ms)}"] for s in shown]
+        rows = [[str(s.step), _slowest(s.slowest_rank), format_ms(max(s.ms.values())), f"+{format_ms(s.excess_ms)}"] for s in shown]
         lines += _table(["step", "slowest", "its ms", "excess"], rows, right=(0, 1, 2, 3), indent="    ")
     if group.phase_stragglers:
-        lines += ["", "  Phases with a repeatedly slowest rank (time per step in the phase; in the order phases run in a step)"]
+        lines += ["", f"  Phase stragglers (time per step in the phase; the same rule, and ≥ {MIN_STEP_SHARE:.0%} of the median step; in the order phases run in a step)"]
         for row in group.phase_stragglers:
             others = row["others_median_ms"]
-            factor = f", {row['median_ms'] / others:.1f}×" if others > 0 and row["median_ms"] >= 2 * others else ""
+            # Twice the others' time or more reads better as a factor than as a percentage.
+            if others > 0 and row["median_ms"] >= 2 * others:
+                difference = f"{row['median_excess_ms']:+.2f} ms, {row['median_ms'] / others:.1f}×"
+            else:
+                difference = _excess(row["median_excess_ms"], row["median_excess_pct"], inline=True)
+            z = "∞" if row["robust_z"] is None else f"{row['robust_z']:.1f}"
             lines.append(
-                f"    {row['phase']}: rank {row['rank']} slowest in {row['slowest_steps']}/{row['compared_steps']} steps, "
-                f"median {format_ms(row['median_ms'])} ms vs {format_ms(others)} ms on the others "
-                f"({row['median_excess_ms']:+.2f} ms{factor})"
+                f"    {row['phase']}: rank {row['rank']} median {format_ms(row['median_ms'])} ms vs {format_ms(others)} ms on the others "
+                f"({difference}; z {z}; alone slowest in {row['slowest_steps']}/{row['compared_steps']} steps)"
             )
         lines.append("    In synchronous training, ranks waiting for a straggler spend the wait in a later collective phase")
         lines.append("    (e.g. backward's all-reduce): the first phase listed is the likely cause.")
+    else:
+        lines += ["", "  no phase straggler (no phase's time per step is slower on one rank on evidence)"]
     return lines
+
+
+def _slowest(rank: int | None) -> str:
+    return "tie" if rank is None else str(rank)

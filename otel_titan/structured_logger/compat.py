@@ -16,6 +16,7 @@ default path pays nothing for this compatibility.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -95,5 +96,16 @@ class TraceJsonlFormatter(logging.Formatter):
         return data
 
     def format(self, record: logging.LogRecord) -> str:
-        """One JSON object, no trailing newline (NaN/inf already arrive as strings)."""
-        return orjson.dumps(self._log_dict(record), default=str).decode()
+        """One JSON object, no trailing newline (NaN/inf already arrive as strings).
+
+        Whatever the record holds, it is written: a string orjson refuses (a
+        lone surrogate such as ``"\\ud800"``, valid in JSON and in a Python
+        str) or an int beyond 64 bits goes through the standard library, which
+        writes the surrogate as its JSON escape, exactly as the JSONL writer
+        does (`otel_titan.exporters.records`), so the line reads back the same.
+        """
+        data = self._log_dict(record)
+        try:
+            return orjson.dumps(data, default=str).decode()
+        except orjson.JSONEncodeError:
+            return json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str)

@@ -7,7 +7,6 @@ import functools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tests.conftest import REPO
+from tests.helpers import processes
 
 # -- runs made by the real toy trainer under torchrun (shared by several test modules) -------------
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="otel-titan-analysis-tests-"))
@@ -39,7 +39,7 @@ def toy_run() -> Path:
     """A finished 2-rank torchrun toy run, 8 steps, rank 1 a data_fetch straggler (+40 ms), gc and checkpoints every 4 steps."""
     output = _SESSION_DIR / "toy"
     command, env = _torchrun_command(output, "--steps", str(TOY_STEPS), "--slow-rank", "1", "--slow-ms", str(SLOW_MS), "--gc-every", "4", "--checkpoint-every", "4")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return output
 
@@ -49,14 +49,16 @@ def hung_toy_run() -> Path:
     """A 2-rank torchrun toy run where rank 1 hangs in data_fetch at step 5, then everything gets SIGKILL.
 
     Rank 0 is then blocked in backward's all-reduce, waiting for rank 1. The
-    run is killed (launcher and workers, one process group) as soon as both
-    records are on disk, as an operator or a scheduler would.
+    run is killed as soon as both records are on disk, as an operator or a
+    scheduler would: the whole process tree, since torchrun starts each worker
+    in its own session (killing the launcher's process group left both workers
+    hanging forever).
     """
     output = _SESSION_DIR / "hung"
     command, env = _torchrun_command(output, "--steps", str(TOY_STEPS), "--hang-rank", "1", "--hang-step", str(HANG_STEP))
     log = _SESSION_DIR / "hung.log"  # a file, not a pipe: nobody reads while it runs, and a full pipe would stall the ranks
     with open(log, "wb") as stderr:
-        launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=REPO, start_new_session=True)
+        launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env, cwd=REPO)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -68,8 +70,7 @@ def hung_toy_run() -> Path:
         else:
             raise AssertionError(f"rank 1 never reached data_fetch at the hang step, or rank 0 never blocked in backward: {log.read_text()[-3000:]}")
     finally:
-        os.killpg(launcher.pid, signal.SIGKILL)
-        launcher.wait(timeout=60)
+        processes.kill_tree(launcher, timeout=60)
     return output
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, StepRange, generate_gantt_trace
-from otel_titan.analysis.chrome_events import SLOT_TID_BASE
+from otel_titan.analysis.chrome_events import ALIVE_EVIDENCE_US, SLOT_TID_BASE
 from tests.analysis import (
     SLOW_MS,
     T0,
@@ -124,6 +124,60 @@ def test_default_output_is_the_runs_analysis_folder_from_either_path(logged, run
     load_trace(run_dir / "analysis" / "trace.json")
 
 
+# -- the output file: created exclusively, removed on failure, never another run's -------------------
+def _small_run(run_dir):
+    for rank in (0, 1):
+        write_jsonl(titan_file(run_dir, rank=rank), titan_span("fwd", 0, 1, step=1, rank=rank) + titan_span("opt", 2, 3, step=1, rank=rank))
+
+
+def test_the_export_never_opens_a_file_planted_in_the_output_folder(run_dir, tmp_path):
+    """Whoever can write a shared run's analysis/ must not make the exporting user overwrite a file."""
+    _small_run(run_dir)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    analysis = run_dir / "analysis"
+    analysis.mkdir()
+    os.symlink(victim, analysis / "trace.json.tmp")  # the old fixed temporary name
+    for jobs in (1, 2):
+        export(run_dir, jobs=jobs)
+        assert victim.read_text() == "precious" and os.readlink(analysis / "trace.json.tmp") == str(victim)
+        assert sorted(os.listdir(analysis)) == ["trace.json", "trace.json.tmp"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (analysis / "trace.json").stat().st_mode & 0o777 == 0o666 & ~umask  # as a plain open() would have made it
+
+
+def test_a_failed_export_leaves_no_file_behind(run_dir, tmp_path):
+    _small_run(run_dir)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def interrupted(done, total):
+        raise KeyboardInterrupt  # the user's ^C, half-way through
+
+    with pytest.raises(KeyboardInterrupt):
+        generate_gantt_trace(run_dir, out / "t.json", progress=interrupted)
+    with pytest.raises(NoRecordsError):
+        generate_gantt_trace(run_dir, out / "t.json", steps="50:60")
+    with pytest.raises(IsADirectoryError) as error:
+        generate_gantt_trace(run_dir, out)  # an existing directory: refused before any work, naming it
+    assert error.value.filename == str(out)
+    assert os.listdir(out) == [] and sorted(os.listdir(tmp_path)) == ["out", "run"]
+
+
+def test_the_export_of_one_file_never_replaces_the_runs_trace(run_dir):
+    _small_run(run_dir)
+    whole = generate_gantt_trace(run_dir)
+    assert whole.output_path == str(run_dir / "analysis" / "trace.json") and not whole.replaced
+    before = (run_dir / "analysis" / "trace.json").read_bytes()
+    one_file = titan_file(run_dir, rank=1)
+    single = generate_gantt_trace(one_file)
+    assert single.output_path == str(run_dir / "analysis" / (one_file.name[: -len(".jsonl")] + ".trace.json")) and not single.replaced
+    assert list(process_pids(load_trace(single.output_path))) == ["training rank 1"]
+    assert (run_dir / "analysis" / "trace.json").read_bytes() == before
+    assert generate_gantt_trace(run_dir).replaced  # said, when it does replace a file
+
+
 # -- asyncio: slot packing ----------------------------------------------------------------------------
 def test_concurrent_tasks_are_slot_packed_to_the_peak_concurrency(logged, run_dir):
     logged()
@@ -192,6 +246,12 @@ with sl.log_trace_span("fwd_bwd"):
 """
 
 
+def alive_until(path, last_us: int) -> int:
+    """Where an incomplete span ends: the process's last record, or its file's last write when that is later (and not much later)."""
+    modified_us = os.stat(path).st_mtime_ns // 1000
+    return modified_us if last_us < modified_us <= last_us + ALIVE_EVIDENCE_US else last_us
+
+
 def test_spans_of_a_process_killed_with_sigkill_are_kept_as_incomplete(run_dir):
     process = subprocess.Popen([sys.executable, "-c", _KILLED, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -201,17 +261,59 @@ def test_spans_of_a_process_killed_with_sigkill_are_kept_as_incomplete(run_dir):
         process.wait(timeout=30)
     records = read_records(jsonl_files(run_dir)[0])
     assert records[-1]["log_type_name"] == "waiting"  # no closing record: it was killed
-    last_us = records[-1]["time_us"]
+    alive_us = alive_until(jsonl_files(run_dir)[0], records[-1]["time_us"])
     trace, stats = export(run_dir)
     open_bars = [b for b in bars(trace) if b["args"].get("incomplete")]
     starts = {r["log_type_name"]: r["time_us"] for r in records if r.get("step") == 4 and r["log_type_name"].endswith("_start")}
     assert [(b["name"], b["ts"], b["dur"], b["args"]["step"], b["cname"]) for b in open_bars] == [
-        ("fwd_bwd", starts["fwd_bwd_start"], last_us - starts["fwd_bwd_start"], 4, "yellow"),
-        ("backward", starts["backward_start"], last_us - starts["backward_start"], 4, "yellow"),
+        ("fwd_bwd", starts["fwd_bwd_start"], alive_us - starts["fwd_bwd_start"], 4, "yellow"),
+        ("backward", starts["backward_start"], alive_us - starts["backward_start"], 4, "yellow"),
     ]
     assert stats.incomplete_spans == 2 and len(bars(trace)) == 8
     assert_properly_nested(bars(trace))
     assert [e["name"] for e in by_name(trace, "X") if e["cat"] == "step"][-1] == "step 4"
+
+
+_KILLED_IN_ITS_FIRST_SPAN = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, run_id="k", heartbeat_interval_s=0)
+sl.set_step(1)
+with sl.log_trace_span("train"):
+    time.sleep(0.2)  # the _start is written by the background thread meanwhile
+    sl.flush_structured_logger()
+    print("ready", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_span_killed_before_any_later_record_lasts_until_the_files_last_write(run_dir):
+    """No record after the _start (no heartbeat yet): the bar still covers the time the process is known to have lived."""
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_IN_ITS_FIRST_SPAN, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "ready"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    (path,) = jsonl_files(run_dir)
+    records = read_records(path)
+    assert records[-1]["log_type_name"] == "train_start"  # killed: nothing after it
+    start_us = records[-1]["time_us"]
+    trace, _ = export(run_dir)
+    (bar,) = bars(trace)
+    assert bar["args"]["incomplete"] and (bar["ts"], bar["dur"]) == (start_us, alive_until(path, start_us) - start_us)
+
+    # The rule, with a last write 2.5 s after the _start (a flush delayed by a busy interpreter, a slow disk):
+    os.utime(path, ns=(os.stat(path).st_atime_ns, (start_us + 2_500_000) * 1000))
+    (bar,) = bars(export(run_dir)[0])
+    assert bar["dur"] == 2_500_000
+    for jobs in (1, 2):  # the export workers see the same (a second process makes two groups)
+        write_jsonl(titan_file(run_dir, rank=1), [titan_record("x_start", 0)])
+        trace, _ = export(run_dir, jobs=jobs)
+        assert [b["dur"] for b in bars(trace) if b["name"] == "train"] == [2_500_000]
+    # A file modified a day after its last record was copied or touched since: that time says nothing about the process.
+    os.utime(path, ns=(os.stat(path).st_atime_ns, (start_us + 86_400_000_000) * 1000))
+    assert [b["dur"] for b in bars(export(run_dir)[0]) if b["name"] == "train"] == [0]
 
 
 # -- rotation: starts rotated away -----------------------------------------------------------------
@@ -322,7 +424,7 @@ def test_filters_that_match_nothing_raise_and_write_nothing(run_dir):
     multi_source_run(run_dir)
     with pytest.raises(NoRecordsError, match="no records match the filters"):
         generate_gantt_trace(run_dir, run_dir / "out.json", steps="100:200")
-    assert not (run_dir / "out.json").exists() and not (run_dir / "out.json.tmp").exists()
+    assert not (run_dir / "out.json").exists() and not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
 
 
 def test_a_run_without_readable_records_raises(run_dir, caplog):

@@ -108,3 +108,28 @@ def test_a_lone_rotated_segment_without_its_active_file_is_still_read(run_dir):
     run = read_run(run_dir)
     (process,) = run.processes
     assert [r["log_type_name"] for r in process.records(run.skipped)] == ["a_start", "a_end"]
+
+
+def test_a_file_name_with_undecodable_bytes_is_read_and_labelled_printably(run_dir):
+    path = write_jsonl(titan_file(run_dir, rank=2, source="train\udcffing"), [titan_record("a_start", 0, rank=2)])
+    assert b"\xff" in os.fsencode(path)  # the byte on disk; Python names it with a surrogate
+    (process,) = read_run(run_dir).processes
+    assert process.label == "train\\udcffing rank 2"
+    process.label.encode("utf-8")
+    assert [r["log_type_name"] for r in process.records(read_run(run_dir).skipped)] == ["a_start"]  # the real path still opens
+
+
+def test_a_process_knows_when_its_files_were_last_written(run_dir):
+    old = write_jsonl(titan_file(run_dir).with_name(titan_file(run_dir).name + ".1"), [titan_record("a_start", 0)])
+    new = write_jsonl(titan_file(run_dir), [titan_record("a_end", 1, value=1.0)])
+    os.utime(old, ns=(0, 3_000_000_000_000_000_000))
+    os.utime(new, ns=(0, 2_000_000_000_000_000_000))
+    (process,) = read_run(run_dir).processes
+    assert process.modified_us == 3_000_000_000_000_000  # the newest write of any segment
+
+
+def test_one_file_given_is_remembered(run_dir):
+    write_jsonl(titan_file(run_dir, rank=0), [titan_record("a_start", 0)])
+    one = write_jsonl(titan_file(run_dir, rank=1), [titan_record("a_start", 0, rank=1)])
+    assert read_run(run_dir).only_base is None
+    assert read_run(one).only_base == str(one)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 
+import orjson
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -143,3 +145,25 @@ def test_any_file_content_reads_without_an_exception(tmp_path, blob):
     path.write_bytes(blob)
     records, skipped = read(path, log=False)
     assert all(isinstance(r, dict) and type(r["time_us"]) is int for r in records)
+
+
+def test_lone_surrogates_in_valid_json_are_escaped_counted_and_the_line_kept(tmp_path, caplog):
+    """``"\\ud800"`` is valid JSON (our writer writes it for a lone surrogate), but no encoder can write it back."""
+    lines = [
+        titan_record("fwd\ud800_start", 0, step_tags=["a\udc80"]),  # json.dumps writes the \ud800 escapes
+        b'{"log_type_name": "raw\xed\xa0\x80_start", "time_us": 7, "k\\udfff": 1}',  # a surrogate as raw bytes, one in a key
+        titan_record("ok_end", 1, value=1.0),
+    ]
+    path = write_jsonl(tmp_path / "x.jsonl", lines)
+    with open(path, "ab") as handle:
+        handle.write(b'{"log_type_name": "torn\\udfff", "time_us": 9}')  # the last line, without its newline
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        records, skipped = read(path)
+    assert [r["log_type_name"] for r in records] == ["fwd\\ud800_start", "raw\\ud800_start", "ok_end", "torn\\udfff"]
+    assert records[0]["step_tags"] == ["a\\udc80"] and records[1]["k\\udfff"] == 1
+    assert skipped.count == 0 and skipped.repaired == 3 and skipped.repaired_by_file[str(path)] == 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"{path}:1: 3 strings with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept" in messages  # name, message, tag
+    assert any(m.startswith(f"{path}:2: 2 strings") for m in messages) and any(m.startswith(f"{path}:4: 1 string ") for m in messages)
+    for record in records:
+        orjson.dumps(record)  # nothing left that an encoder refuses

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -15,8 +16,9 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
-from otel_titan.analysis.summary import compare_ranks, percentile
-from tests.analysis import HANG_STEP, SLOW_MS, TOY_STEPS, hung_toy_run, titan_file, titan_record, toy_run, write_jsonl
+from otel_titan.analysis.summary import MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z, compare_ranks, percentile
+from tests.analysis import HANG_STEP, SLOW_MS, T0, TOY_STEPS, hung_toy_run, titan_file, titan_record, toy_run, write_jsonl
+from tests.analysis.runs import jittered, rank_file
 from tests.conftest import REPO
 
 
@@ -61,22 +63,23 @@ def test_in_lockstep_no_rank_has_a_slow_step_but_the_slow_phase_is_found(run_dir
     assert group.source == "training" and group.ranks == [0, 1, 2]
     assert [s.step for s in group.steps] == [1, 2, 3, 4, 5]  # the last step has no next step to end it
     assert all(s.ms == {0: 100.0, 1: 100.0, 2: 100.0} for s in group.steps)
-    assert not any(r.repeated for r in group.ranks_by_slowness)  # ties are nobody's fault
+    assert not any(r.straggler for r in group.ranks_by_slowness) and group.straggler_ranks == []  # ties are nobody's fault
+    assert all(s.slowest_rank is None and s.excess_ms == 0.0 for s in group.steps) and all(r.slowest_steps == 0 for r in group.ranks_by_slowness)
     (straggler,) = group.phase_stragglers  # fwd_bwd alternates between ranks 0 and 1; optimizer ties
     assert (straggler["phase"], straggler["rank"], straggler["slowest_steps"], straggler["compared_steps"]) == ("data_fetch", 2, 6, 6)
-    assert (straggler["median_excess_ms"], straggler["median_excess_pct"], straggler["median_start_in_step_ms"]) == (30.0, 600.0, 0.0)
+    assert (straggler["median_ms"], straggler["others_median_ms"], straggler["median_excess_ms"], straggler["median_excess_pct"], straggler["median_start_in_step_ms"]) == (35.0, 5.0, 30.0, 600.0, 0.0)
 
 
-def test_a_rank_with_slower_steps_is_repeatedly_slowest_by_how_much(run_dir):
+def test_a_rank_with_slower_steps_is_a_straggler_by_how_much(run_dir):
     for rank in range(3):
         step_ms = 150.0 if rank == 1 else 100.0
-        records = [titan_record("step_start", (step - 1) * step_ms, rank=rank, step=step) for step in range(1, 6)]
+        records = [titan_record("step_start", (step - 1) * step_ms, rank=rank, step=step) for step in range(1, 9)]
         write_jsonl(titan_file(run_dir, rank=rank, suffix=f"abc12{rank}"), records)
     (group,) = summarize_run(run_dir).stragglers
     top = group.ranks_by_slowness[0]
-    assert (top.rank, top.slowest_steps, top.compared_steps, top.median_ms, top.others_median_ms, top.median_excess_ms, top.median_excess_pct, top.repeated) == (1, 4, 4, 150.0, 100.0, 50.0, 50.0, True)
-    assert [r.repeated for r in group.ranks_by_slowness[1:]] == [False, False]
-    assert [(s.step, s.slowest_rank, s.excess_ms) for s in group.steps] == [(1, 1, 50.0), (2, 1, 50.0), (3, 1, 50.0), (4, 1, 50.0)]
+    assert (top.rank, top.slowest_steps, top.compared_steps, top.median_ms, top.others_median_ms, top.median_excess_ms, top.median_excess_pct, top.straggler) == (1, 7, 7, 150.0, 100.0, 50.0, 50.0, True)
+    assert [r.straggler for r in group.ranks_by_slowness[1:]] == [False, False] and group.straggler_ranks == [1]
+    assert [(s.step, s.slowest_rank, s.excess_ms) for s in group.steps] == [(step, 1, 50.0) for step in range(1, 8)]
 
 
 def test_percentiles_interpolate_like_numpy():
@@ -261,3 +264,186 @@ def test_no_records_and_not_a_run_raise(tmp_path):
     write_jsonl(titan_file(tmp_path / "run"), ["not json"])
     with pytest.raises(NoRecordsError, match="1 unreadable lines skipped"):
         summarize_run(tmp_path / "run", log_skipped=False)
+
+
+# -- stragglers: figures that agree, verdicts only on evidence (issue 9, item 12) -------------------
+def healthy_ranks(run_dir, ranks=8, steps=50, slow=None, seed=0):
+    """A healthy run with realistic noise: every step data_fetch ≈ 5 ms, fwd_bwd ≈ 90 ms, optimizer ≈ 4 ms, gc_collect ≈ 277 ms every 10 steps.
+
+    Ranks differ by small fixed offsets (≤ 1.4%); rank 1's gc_collect is 8% slower
+    (5 samples: not evidence). `slow` = (rank, phase, ms) adds ms to that phase on every step.
+    """
+    for rank in range(ranks):
+        rng = random.Random(seed * 1000 + rank)
+        offset = 1.0 + 0.002 * rank
+        phases = {
+            "data_fetch": [round(5.0 * offset + rng.gauss(0, 0.3), 3) for _ in range(steps)],
+            "fwd_bwd": [round(90.0 * offset + rng.gauss(0, 2.0), 3) for _ in range(steps)],
+            "optimizer": [round(4.0 + rng.gauss(0, 0.2), 3) for _ in range(steps)],
+            "gc_collect": [round((300.0 if rank == 1 else 277.0) + rng.gauss(0, 3.0), 3) if step % 10 == 0 else None for step in range(1, steps + 1)],
+        }
+        if slow is not None and slow[0] == rank:
+            phases[slow[1]] = [ms + slow[2] for ms in phases[slow[1]]]
+        step_ms = [round(sum(p[i] for p in phases.values() if p[i] is not None) + 1.0, 3) for i in range(steps)]
+        rank_file(run_dir, rank, step_ms, phases=phases, world_size=ranks)
+
+
+def assert_figures_agree(group):
+    for r in group.ranks_by_slowness:
+        assert r.median_excess_ms == pytest.approx(r.median_ms - r.others_median_ms, abs=1e-5), r
+    for row in group.phase_stragglers:
+        assert row["median_excess_ms"] == pytest.approx(row["median_ms"] - row["others_median_ms"], abs=1e-5), row
+
+
+def test_the_excess_is_the_difference_of_the_medians_shown_and_counts_of_slowest_steps_decide_nothing(run_dir):
+    # Rank 0 is barely the slowest in 30 of 50 steps and much faster in the rest: its median is the lowest.
+    rng = random.Random(7)
+    base = [rng.uniform(80, 120) for _ in range(50)]
+    others = {rank: jittered(base, 1.0, seed=rank) for rank in (1, 2, 3)}
+    rank0 = [round(max(others[r][i] for r in others) + 0.2, 3) if i % 5 < 3 else round(base[i] - 10, 3) for i in range(50)]
+    for rank, times in [(0, rank0), *others.items()]:
+        rank_file(run_dir, rank, times, world_size=4)
+    (group,) = summarize_run(run_dir).stragglers
+    assert_figures_agree(group)
+    by_rank = {r.rank: r for r in group.ranks_by_slowness}
+    assert by_rank[0].slowest_steps == 30 and by_rank[0].median_ms < by_rank[0].others_median_ms and by_rank[0].median_excess_ms < 0
+    assert group.straggler_ranks == [] and not any(r.straggler for r in group.ranks_by_slowness)
+    assert [r.median_excess_ms for r in group.ranks_by_slowness] == sorted((r.median_excess_ms for r in group.ranks_by_slowness), reverse=True)
+
+
+def test_identical_ranks_tie_and_a_tie_is_nobodys(run_dir):
+    for rank in (0, 1):
+        rank_file(run_dir, rank, [100.0] * 100, world_size=2)
+    (group,) = summarize_run(run_dir).stragglers
+    assert len(group.steps) == 100 and all(s.slowest_rank is None and s.excess_ms == 0.0 for s in group.steps)
+    assert [(r.slowest_steps, r.median_excess_ms, r.straggler) for r in group.ranks_by_slowness] == [(0, 0.0, False), (0, 0.0, False)]
+
+
+def test_a_healthy_noisy_run_has_no_straggler(run_dir):
+    healthy_ranks(run_dir)
+    summary = summarize_run(run_dir)
+    (group,) = summary.stragglers
+    assert_figures_agree(group)
+    assert group.straggler_ranks == [] and group.phase_stragglers == []  # not even rank 1's gc_collect: 5 samples, +8%
+    gc = {r.rank: r for r in compare_ranks({rank: {s: ms for s, ms in by_step.items()} for rank, by_step in _phase_times(run_dir, "gc_collect").items()})[1]}
+    assert gc[1].compared_steps == 5 and 7 < gc[1].median_excess_pct < 9 and not gc[1].straggler
+    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100}
+
+
+def _phase_times(run_dir, phase):
+    """rank → step → ms of one phase, read back from the files."""
+    out = {}
+    for path in (run_dir / "structured_logs").iterdir():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["log_type_name"] == f"{phase}_end":
+                out.setdefault(record["rank"], {})[record["step"]] = record["value"]
+    return out
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_a_real_straggler_among_noisy_ranks_is_the_only_one_found(run_dir, ranks):
+    healthy_ranks(run_dir, ranks=ranks, slow=(ranks - 1, "data_fetch", 12.0))  # +12 ms of a 100 ms step
+    (group,) = summarize_run(run_dir).stragglers
+    assert_figures_agree(group)
+    assert group.straggler_ranks == [ranks - 1] and group.ranks_by_slowness[0].rank == ranks - 1
+    assert [(row["phase"], row["rank"]) for row in group.phase_stragglers] == [("data_fetch", ranks - 1)]
+    (row,) = group.phase_stragglers
+    assert row["median_excess_ms"] == pytest.approx(12.0, abs=0.5) and row["robust_z"] >= MIN_Z
+
+
+def test_ranks_that_all_differ_are_not_stragglers_below_the_rank_to_rank_spread(run_dir):
+    # Eight ranks of different speeds (100, 110, … 170 ms) and one at 180: as far from its neighbours as they are from each other.
+    for rank in range(8):
+        rank_file(run_dir, rank, jittered([100.0 + 10 * rank + (10 if rank == 7 else 0)] * 30, 0.5, seed=rank), world_size=8)
+    (group,) = summarize_run(run_dir).stragglers
+    top = group.ranks_by_slowness[0]
+    assert top.rank == 7 and top.slowest_steps == 30 and top.median_excess_pct > 30
+    assert top.noise_ms == pytest.approx(1.4826 * 20, rel=0.05) and top.robust_z < MIN_Z and group.straggler_ranks == []
+
+
+def test_too_few_steps_are_no_evidence():
+    slow = {0: {s: 100.0 for s in range(1, 20)}, 1: {s: 150.0 for s in range(1, 20)}}
+    few = {rank: {s: ms for s, ms in by_step.items() if s < MIN_STEPS} for rank, by_step in slow.items()}
+    assert [r.straggler for r in compare_ranks(few)[1]] == [False, False]
+    assert [(r.rank, r.straggler) for r in compare_ranks(slow)[1]] == [(1, True), (0, False)]
+
+
+def test_restart_attempts_of_one_run_are_compared_apart(run_dir):
+    # Attempt 0: rank 1 slow for 12 steps; attempt 1 (after a restart, steps 1-8 again): rank 0 slow.
+    for rank in (0, 1):
+        rank_file(run_dir, rank, [150.0 if rank == 1 else 100.0] * 12, run_id="r", attempt=0, world_size=2)
+        rank_file(run_dir, rank, [150.0 if rank == 0 else 100.0] * 8, run_id="r", attempt=1, world_size=2, start_us=T0 + 60_000_000)
+    summary = summarize_run(run_dir)
+    assert [p.attempt for p in summary.processes] == [0, 1, 0, 1] and summary.run_selection == "only"
+    assert [(g.attempt, g.straggler_ranks, len(g.steps)) for g in summary.stragglers] == [(0, [1], 12), (1, [0], 8)]
+    text = format_summary(summary)
+    assert "Stragglers: training, attempt 0 (2 ranks;" in text and "Stragglers: training, attempt 1 (2 ranks;" in text
+
+
+# -- hang suspects: a file with no record since it was created (issue 9, item 7) --------------------
+def test_an_empty_file_is_a_hang_suspect_behind_by_its_age(run_dir):
+    for rank in (0, 2):
+        rank_file(run_dir, rank, [100.0] * 8, world_size=3)
+    empty = run_dir / "structured_logs" / "training.global_rank_1.20260101-000000-zzzzzz.jsonl"
+    empty.touch()
+    created = (T0 + 200_000) / 1e6  # 0.2 s after the run's first record
+    os.utime(empty, (created, created))
+    summary = summarize_run(run_dir)
+    by_rank = {p.rank: p for p in summary.processes}
+    hung = by_rank[1]
+    assert (hung.records, hung.hang_suspect, hung.created_us, hung.last_event) == (0, True, T0 + 200_000, None)
+    assert hung.behind_s == pytest.approx((summary.last_us - (T0 + 200_000)) / 1e6) and hung.behind_s > 0.5
+    assert summary.hang_suspects == ["training rank 1"] and not by_rank[0].hang_suspect and not by_rank[2].hang_suspect
+    assert [(g.event, g.processes, g.odd_one_out) for g in summary.stopped_at][0] == ("(nothing logged)", ["training rank 1"], True)
+    data = json.loads(json.dumps(summary.to_dict()))
+    assert data["hang_suspects"] == ["training rank 1"] and data["processes"][1]["created_utc"].endswith("Z") and data["processes"][1]["created_s_before_now"] > 0
+
+
+def test_every_file_empty_is_a_summary_of_hang_suspects_not_an_error(run_dir):
+    for rank in (0, 1):
+        (run_dir / "structured_logs").mkdir(parents=True, exist_ok=True)
+        (run_dir / "structured_logs" / f"training.global_rank_{rank}.20260101-000000-zzzzz{rank}.jsonl").touch()
+    summary = summarize_run(run_dir)
+    assert summary.records == 0 and summary.hang_suspects == ["training rank 0", "training rank 1"]
+    assert "Hang suspects" in format_summary(summary)
+
+
+_HANGS_BEFORE_ITS_FIRST_RECORD = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=1, world_size=3, run_id="hang")
+print("ready", flush=True)
+time.sleep(600)  # stuck before its first record (a rendezvous, a data loader that never returns)
+"""
+
+
+def test_a_real_rank_that_hangs_before_its_first_record_is_a_hang_suspect_not_up_to_date(run_dir):
+    hung = subprocess.Popen([sys.executable, "-c", _HANGS_BEFORE_ITS_FIRST_RECORD, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        assert hung.stdout.readline().strip() == "ready"
+        for rank in (0, 2):  # the healthy ranks log on after it (the library, one rank after the other)
+            sl.init_structured_logger("training", run_dir, rank=rank, world_size=3, run_id="hang")
+            for step in (1, 2, 3):
+                sl.set_step(step)
+                with sl.log_trace_span("data_fetch"):
+                    pass
+            sl.shutdown_structured_logger()
+    finally:
+        hung.kill()
+        hung.wait(timeout=30)
+        hung.stdout.close()
+    summary = summarize_run(run_dir)
+    by_rank = {p.rank: p for p in summary.processes}
+    assert by_rank[1].hang_suspect and by_rank[1].last_event is None and by_rank[1].created_us is not None
+    assert by_rank[1].behind_s > 0 and by_rank[1].behind_s == pytest.approx((summary.last_us - by_rank[1].created_us) / 1e6)
+    assert not by_rank[0].hang_suspect and not by_rank[2].hang_suspect and summary.hang_suspects == ["training rank 1"]
+    text = format_summary(summary)
+    assert "training rank 1: nothing logged since its file was created at " in text
+
+
+def test_a_process_that_logged_nothing_but_closed_cleanly_is_not_a_hang_suspect(run_dir):
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="idle")
+    sl.shutdown_structured_logger()
+    (process,) = summarize_run(run_dir).processes
+    assert process.closed_cleanly is True and process.last_event is None and not process.hang_suspect

@@ -4,7 +4,9 @@
 # and, for the performance figures of docs/performance.md:
 #   make bench         set up, then run the benchmark against the alternatives (about 10 minutes)
 #   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
-.PHONY: setup train test bench bench-export clean
+#   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
+#                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
+.PHONY: setup train test bench bench-export bench-start clean
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +22,9 @@ bench: setup
 
 bench-export: setup
 	.venv/bin/python benchmarks/export_throughput.py
+
+bench-start: setup
+	.venv/bin/python -m benchmarks.start_latency --rounds 20
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

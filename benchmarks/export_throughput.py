@@ -51,6 +51,10 @@ from typing import Any
 import orjson
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # run as `python benchmarks/export_throughput.py`
+    sys.path.insert(0, REPO)
+
+from tests.helpers import processes  # noqa: E402 - kills a conversion's whole tree (its worker processes) on an interruption
 
 # -- capture --------------------------------------------------------------------------------------
 _CAPTURE = """
@@ -292,9 +296,14 @@ def run_one(which: str, input_dir: str, output_path: str, jobs: int | None = Non
     assert child.stdout is not None
     sampler = _TreeMemory(child.pid)
     sampler.start()
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    sampler.stop()
+    try:
+        output = child.stdout.read()
+        _, status, usage = os.wait4(child.pid, 0)
+    except BaseException:  # Ctrl-C, or the sampler failing: leave no converter (nor its workers) running
+        processes.kill_tree(child)
+        raise
+    finally:
+        sampler.stop()
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"{which} conversion failed with exit status {child.returncode}")

@@ -12,6 +12,10 @@
    ~10 ms step, without instrumentation, with no-op calls, and with JSONL.
 3. Throughput: 8 threads emitting as fast as they can for 10 s at the default
    queue size: spans/s written and records dropped.
+4. `_start` latency (`benchmarks/start_latency.py`): how long a span's
+   `_start` record takes to reach the file, read by another process, in an
+   idle interpreter and with 4 threads spinning for the interpreter lock;
+   fresh processes, median, p95 and max.
 
 Then a table with ratios to each peer and the targets of the performance
 issue, each marked met or not with the measured figure.
@@ -32,6 +36,10 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python benchmarks/run.py` as well as `python -m benchmarks.run`
+    sys.path.insert(0, str(REPO))
+
+from tests.helpers import processes  # noqa: E402 - kills whole process trees on a timeout or an interruption
 CASE_ORDER = ["floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp"]
 LABELS = {
     "floor": "(1) floor: 2 timestamps + 2 deque appends",
@@ -45,7 +53,7 @@ LABELS = {
 
 
 def _python(module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> dict:
-    result = subprocess.run(
+    result = processes.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
@@ -87,6 +95,7 @@ def start_sink() -> tuple[subprocess.Popen, str]:
         deadline = time.monotonic() + 30
         while not (os.path.exists(port_file) and open(port_file).read().strip()):
             if time.monotonic() > deadline or process.poll() is not None:
+                processes.kill_tree(process)
                 raise RuntimeError("the OTLP sink did not start")
             time.sleep(0.05)
         return process, f"http://127.0.0.1:{open(port_file).read().strip()}"
@@ -131,7 +140,7 @@ def training_steps(rounds: int, steps: int, sink: str) -> dict:
     return result
 
 
-def table(costs: dict, steps: dict, throughput: dict) -> tuple[str, list[tuple[str, bool, str]]]:
+def table(costs: dict, steps: dict, throughput: dict, latency: dict) -> tuple[str, list[tuple[str, bool, str]]]:
     floor, queue, sdk = costs["floor"], costs["logging_queue"], costs["otel_sdk"]
     lines = [
         "| implementation | caller µs/span (wall) | × floor | × (2) logging queue | × (4) OTel SDK | caller CPU µs/span | total CPU µs/span | CPU × (2) |",
@@ -159,7 +168,15 @@ def table(costs: dict, steps: dict, throughput: dict) -> tuple[str, list[tuple[s
         f"Throughput, {throughput['threads']} threads for {throughput['seconds']:.1f} s, default queue: "
         f"{throughput['spans_written_per_s']:,.0f} spans/s written, {throughput['records_dropped']:,} records dropped "
         f"({throughput['spans_emitted']:,} spans emitted, {throughput['drain_s']:.2f} s final drain).",
+        "",
+        f"`_start` record in the file after the span starts ({latency['rounds']} fresh processes × {latency['probes_per_process']} spans per case):",
+        "",
+        "| interpreter | median ms | p95 ms | max ms |",
+        "| --- | ---: | ---: | ---: |",
     ]
+    for case in latency["cases"].values():
+        label = "idle" if case["spinning_threads"] == 0 else f"{case['spinning_threads']} threads spinning for the interpreter lock"
+        lines.append(f"| {label} | {case['median_ms']:.1f} | {case['p95_ms']:.1f} | {case['max_ms']:.1f} |")
     targets = [
         ("caller time ≤ 0.15 × (2) logging queue", ours["caller_us"] / queue["caller_us"] <= 0.15, f"{ours['caller_us'] / queue['caller_us']:.3f}×"),
         ("caller time ≤ 0.15 × (4) OTel SDK span", ours["caller_us"] / sdk["caller_us"] <= 0.15, f"{ours['caller_us'] / sdk['caller_us']:.3f}×"),
@@ -200,6 +217,7 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=20000, help="spans per timed repetition (default 20000)")
     parser.add_argument("--steps", type=int, default=200, help="training steps per timed repetition (default 200)")
     parser.add_argument("--seconds", type=float, default=10.0, help="throughput test duration (default 10)")
+    parser.add_argument("--latency-rounds", type=int, default=10, help="fresh processes per case of the _start latency test, 5 spans each (default 10)")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (1 round, small sizes): figures are not meaningful")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     args = parser.parse_args()
@@ -213,10 +231,15 @@ def main() -> None:
         steps = training_steps(args.rounds, args.steps, endpoint)
     finally:
         sink.terminate()
-        sink.wait(10)
+        try:
+            sink.wait(10)
+        except subprocess.TimeoutExpired:
+            processes.kill_tree(sink)
     _progress(f"throughput: 8 threads for {args.seconds} s")
     throughput = _python("benchmarks.throughput", "--threads", "8", "--seconds", str(args.seconds))
-    report, targets = table(costs, steps, throughput)
+    _progress("start latency: idle and with 4 spinning threads, fresh processes")
+    latency = _python("benchmarks.start_latency", *(["--quick"] if args.quick else ["--rounds", str(args.latency_rounds)]), "--spinners", "0,4")
+    report, targets = table(costs, steps, throughput, latency)
     header = (
         f"otel-titan benchmark, {info['date']}: Python {info['python']}, {info['cores']} cores ({info['cpu']}), "
         + ", ".join(f"{k} {v}" for k, v in info["versions"].items())
@@ -225,7 +248,7 @@ def main() -> None:
     print(header)
     print()
     print(report)
-    results = {"machine": info, "settings": vars(args) | {"json": str(args.json) if args.json else None}, "span_cost": costs, "training_step_ms": steps, "throughput": throughput, "targets": [{"target": n, "met": ok, "measured": f} for n, ok, f in targets]}
+    results = {"machine": info, "settings": vars(args) | {"json": str(args.json) if args.json else None}, "span_cost": costs, "training_step_ms": steps, "throughput": throughput, "start_latency": latency, "targets": [{"target": n, "met": ok, "measured": f} for n, ok, f in targets]}
     out = args.json or REPO / "benchmarks" / "results" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -12,7 +12,8 @@ Each rank writes ``<output-dir>/structured_logs/training.global_rank_<r>.<stamp>
 Options worth knowing for trying the analysis tools:
 ``--slow-rank R --slow-ms M`` makes rank R's data loading M ms slower (a straggler),
 ``--hang-rank R --hang-step S`` makes rank R hang in ``data_fetch`` at step S
-(kill the run, then run ``otel-titan summarize``).
+(kill the run, then run ``otel-titan summarize``; the hung rank also ends by
+itself once its launcher is gone).
 """
 
 from __future__ import annotations
@@ -74,8 +75,13 @@ def main() -> None:
             time.sleep(args.slow_ms / 1000)
         if rank == args.hang_rank and step == args.hang_step:
             logger.warning("rank %d: hanging in data_fetch at step %d (as asked)", rank, step)
-            while True:
+            # Hang until the launcher is gone. torchrun starts every worker in its own session, so a
+            # launcher killed on its own (SIGKILL, or `kill` of its process group) leaves the workers
+            # running: a hung toy rank then ends itself instead of living forever.
+            launcher = os.getppid()
+            while os.getppid() == launcher:
                 time.sleep(1)
+            raise SystemExit(f"rank {rank}: the launcher is gone, ending the hang")
         return make_batch(step, rank, args.batch_size, dim, target)
 
     for step in range(loaded_step + 1, args.steps + 1):

@@ -1,4 +1,8 @@
-"""Shared fixtures: a logger writing into a temporary run directory, and record readers."""
+"""Shared fixtures: a logger writing into a temporary run directory, and record readers.
+
+Also the process check (tests/helpers/process_check.py): a test that leaves a
+process running errors at teardown, and a session that ends with one fails.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,14 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.structured_logger import step_context
+from tests.helpers import process_check, processes
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if sys.platform.startswith("linux") and not config.pluginmanager.has_plugin("otel-titan-process-check"):
+        config.pluginmanager.register(process_check.LeakCheck(), "otel-titan-process-check")
 
 
 @pytest.fixture(autouse=True)
@@ -75,11 +85,14 @@ def logged(run_dir: Path):
 
 
 def run_python(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a fresh interpreter (the real process lifecycle: exit, signals, fork)."""
+    """Run `code` in a fresh interpreter (the real process lifecycle: exit, signals, fork).
+
+    On a timeout the interpreter's whole tree is killed (it may have forked workers).
+    """
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.setdefault("PYTHONPATH", str(REPO))
-    return subprocess.run(
+    return processes.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
         capture_output=True,
         text=True,

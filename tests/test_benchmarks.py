@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers import processes
 
 pytest.importorskip("torch")
 
@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 @pytest.mark.slow
 def test_quick_benchmark_run_produces_every_row_and_target(tmp_path):
     out = tmp_path / "bench.json"
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    result = processes.run([sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(out.read_text())
     assert set(results["span_cost"]) == {"floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp"}
@@ -28,3 +28,22 @@ def test_quick_benchmark_run_produces_every_row_and_target(tmp_path):
     assert results["throughput"]["records_written"] + results["throughput"]["records_dropped"] == 2 * results["throughput"]["spans_emitted"]
     assert len(results["targets"]) == 7
     assert "| (6) otel-titan, JSONL |" in result.stdout and "| target | met | measured |" in result.stdout
+    assert set(results["start_latency"]["cases"]) == {"spinning_0", "spinning_4"}
+    assert "| 4 threads spinning for the interpreter lock |" in result.stdout
+
+
+@pytest.mark.slow
+def test_start_latency_measures_each_case_in_fresh_processes():
+    """benchmarks/start_latency.py: one sample per span, read by another process; figures not checked (no timed tests)."""
+    result = processes.run(
+        [sys.executable, "-m", "benchmarks.start_latency", "--rounds", "2", "--probes", "2", "--spinners", "0,2"], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    assert data["rounds"] == 2 and data["probes_per_process"] == 2
+    assert set(data["cases"]) == {"spinning_0", "spinning_2"}
+    for case in data["cases"].values():
+        samples = case["samples_ms"]
+        assert len(samples) == 4 and all(0 < s < 60_000 for s in samples)
+        assert case["min_ms"] <= case["median_ms"] <= case["p95_ms"] <= case["max_ms"] == max(samples)
+    assert "threads spinning for the interpreter lock" in result.stderr

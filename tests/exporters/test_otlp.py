@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import REPO, data_records, jsonl_files, read_records
 from tests.helpers.collector import RotelCollector, free_port
 from tests.helpers.otlp_receiver import OtlpReceiver
+from tests.helpers import processes
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +141,7 @@ def test_two_torchrun_ranks_share_one_trace_per_step(collector, backend, tmp_pat
     env = otel_env(collector.grpc_endpoint, "grpc", OMP_NUM_THREADS="1")
     env.pop("TORCHELASTIC_RUN_ID")  # torchrun sets it, the same for both ranks
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    result = subprocess.run(
+    result = processes.run(  # on a timeout, kills the workers too: each is in its own session
         [torchrun, "--nproc_per_node=2", "examples/train_toy.py", "--output-dir", str(tmp_path / "run"), "--steps", "5", "--gc-every", "0"],
         capture_output=True,
         text=True,

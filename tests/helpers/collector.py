@@ -15,6 +15,8 @@ from pathlib import Path
 
 import rotel
 
+from tests.helpers import processes
+
 
 def agent_path() -> str:
     return os.path.join(os.path.dirname(rotel.__file__), "rotel-agent")
@@ -82,16 +84,17 @@ class RotelCollector:
         deadline = time.monotonic() + 15
         while not (_accepting(self.grpc_port) and _accepting(self.http_port)):
             if self.process.poll() is not None or time.monotonic() > deadline:
+                status = self.process.poll()
+                self.kill()  # still running but not listening: leave nothing behind
                 output = (self.workdir / "rotel.stdout").read_text(errors="replace")
-                raise RuntimeError(f"rotel-agent did not start (exit {self.process.poll()}): {output[-2000:]}")
+                raise RuntimeError(f"rotel-agent did not start (exit {status}): {output[-2000:]}")
             time.sleep(0.05)
         return self
 
     def kill(self) -> None:
-        """Stop it the hard way (a collector that dies mid-run)."""
+        """Stop it the hard way (a collector that dies mid-run): it and anything it started."""
         if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
+            processes.kill_tree(self.process, timeout=10)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

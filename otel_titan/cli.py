@@ -103,6 +103,10 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     )
     summarize.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
     summarize.add_argument("--json", action="store_true", help="print one JSON document instead of tables (for scripts and language models)")
+    summarize.add_argument("--all", action="store_true", help="a row per process and every group (default: processes grouped when there are more than 8)")
+    summarize.add_argument("--tail", action="store_true", help="only where every process stopped, from the ends of its files (seconds for thousands of ranks; no phases or stragglers)")
+    summarize.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
+    summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     _add_filters(summarize)
     return parser, {"export": export, "summarize": summarize}
 
@@ -116,8 +120,9 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
 class _Progress:
     """A self-overwriting progress line on a terminal, at most 5 updates a second."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, command: str = "export") -> None:
         self.stream = stream
+        self.command = command
         self.started = time.monotonic()
         self.last = 0.0
         self.shown = False
@@ -129,7 +134,7 @@ class _Progress:
         self.last = now
         rate = done / max(now - self.started, 1e-9) / 1e6
         percent = 100.0 * done / total if total else 100.0
-        self.stream.write(f"\rexport: {done / 1e6:,.1f} / {total / 1e6:,.1f} MB ({percent:.0f}%), {rate:,.0f} MB/s\x1b[K")
+        self.stream.write(f"\r{self.command}: {done / 1e6:,.1f} / {total / 1e6:,.1f} MB ({percent:.0f}%), {rate:,.0f} MB/s\x1b[K")
         self.stream.flush()
         self.shown = True
 
@@ -252,22 +257,29 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
 def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
     from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
+    from otel_titan.analysis.summary import summarize_tails
 
-    logger, handler = _with_warnings(None)
+    progress = _Progress(sys.stderr, "summarize") if not args.no_progress and not args.tail and sys.stderr.isatty() else None
+    logger, handler = _with_warnings(progress)
     try:
-        summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
+        if args.tail:
+            summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
+        else:
+            summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NoRecordsError as error:
         return _fail(f"{error}", EXIT_NO_RECORDS)
     finally:
+        if progress is not None:
+            progress.clear()
         logger.removeHandler(handler)
         logger.propagate = True
     if args.json:
         sys.stdout.buffer.write(json_bytes(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
         sys.stdout.flush()
     else:
-        sys.stdout.write(format_summary(summary))
+        sys.stdout.write(format_summary(summary, show_all=args.all))
     return EXIT_OK
 
 

@@ -26,7 +26,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import orjson
 
@@ -198,18 +198,23 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
     """Every usable record of one file, in order; unusable lines are counted in `skipped` with file and line.
+
+    `source`: read these bytes (the tail of `path`, see `tails`) instead of opening `path`.
 
     Example:
         >>> # for record in file_records("run/structured_logs/x.jsonl", SkippedLines()): ...
     """
-    try:
-        handle = open(path, "rb")
-    except OSError as error:
-        # Rotated away between listing and reading, or unreadable: the rest of the run stays usable.
-        skipped.add(path, 0, f"cannot open ({error.strerror or error})")
-        return
+    if source is not None:
+        handle = source
+    else:
+        try:
+            handle = open(path, "rb")
+        except OSError as error:
+            # Rotated away between listing and reading, or unreadable: the rest of the run stays usable.
+            skipped.add(path, 0, f"cannot open ({error.strerror or error})")
+            return
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     with handle:

@@ -33,13 +33,15 @@ One run at a time (`runs.select_run`): the latest in the folder unless
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import os
 import statistics
 from array import array
 from dataclasses import asdict
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
@@ -47,6 +49,7 @@ from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
 
 __all__ = [
     "summarize_run",
+    "summarize_tails",
     "compare_ranks",
     "percentile",
     "utc",
@@ -65,8 +68,10 @@ MIN_EFFECT = 0.10
 MIN_Z = 3.5
 #: A phase straggler's difference must also be at least this fraction of the median step time.
 MIN_STEP_SHARE = 0.01
+#: A late arrival at the step-closing collective delays every rank: a smaller share of the others' arrival time counts.
+MIN_ARRIVAL_EFFECT = 0.03
 #: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
-STRAGGLER_RULE = {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100}
+STRAGGLER_RULE = {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": MIN_ARRIVAL_EFFECT * 100}
 #: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
 _MAD_TO_SD = 1.4826
 _MEDIAN_SE = 1.2533
@@ -97,6 +102,8 @@ class _Collector(TimelineVisitor):
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
+        # Per process, the last top-level span of each step: the step-closing collective (clock_align).
+        self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
 
     def begin(self, process: ProcessLog, summary: ProcessSummary) -> None:
         self.process, self.summary = process, summary
@@ -104,6 +111,9 @@ class _Collector(TimelineVisitor):
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
         self.step_begins: dict[int, int] = {}
+        self.last_top: tuple[int, str, int, int] | None = None
+        self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
+        self.closing.append((process, self.closing_spans))
 
     def step_begun(self, step: int, begin_us: int) -> None:
         self.step_begins[step] = begin_us
@@ -128,6 +138,8 @@ class _Collector(TimelineVisitor):
             acc.max_ms = ms
             acc.max_at = (self.process.label, self.process.rank, self.process.attempt, step)
         if step is not None:
+            if first.get("parent_span_id") is None:  # type: ignore[union-attr]
+                self.last_top = (step, span.name, span.start_us, end_us)
             sums = self.phase_sums.setdefault(span.name, {})
             sums[step] = sums.get(step, 0.0) + ms
             begin = self.step_begins.get(step)
@@ -157,6 +169,10 @@ class _Collector(TimelineVisitor):
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
+        top = self.last_top
+        if top is not None and top[0] == step:
+            # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
+            self.closing_spans.add(_attempt_step(self.process.attempt, step), top[1], top[2], top[3])
 
     def end(self, last_us: int | None) -> None:
         process, summary = self.process, self.summary
@@ -192,8 +208,19 @@ class _Collector(TimelineVisitor):
         summary.open_spans = listed
 
 
-def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary) -> Iterator[dict[str, Any]]:
-    """Pass records through, noting last event, last step, sequence gaps and the closing record."""
+def _attempt_step(attempt: int | None, step: int) -> int:
+    """One number per (attempt, step), so that a restart's step N is not the first attempt's."""
+    return (attempt or 0) * _ATTEMPT_STRIDE + step
+
+
+_ATTEMPT_STRIDE = 1 << 40
+
+
+def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True) -> Iterator[dict[str, Any]]:
+    """Pass records through, noting last event, last step, sequence gaps and the closing record.
+
+    `whole` False: `records` are a file's tail (`tails`), so the first one is not where the file began.
+    """
     expected_seq: int | None = None
     last_name: str | None = None
     writer: Any = None
@@ -205,7 +232,7 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary) -> Iter
             if name == _OPENED:  # the first line of an otel-titan file: when the file was created
                 summary.created_us = record["time_us"]
         seq = record.get("seq_id")
-        if type(seq) is int:
+        if type(seq) is int and whole:
             if expected_seq is None:
                 summary.first_seq_id = seq
             elif seq > expected_seq:
@@ -232,12 +259,17 @@ def summarize_run(
     sources: Iterable[str] | None = None,
     run_id: str | None = None,
     log_skipped: bool = True,
+    align: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
     A folder can hold several runs (a re-launch into the same ``output_dir``):
     one is summarized, the latest unless `run_id` names another;
-    `RunSummary.runs` lists them all. Raises `NotARunError` for a path that is
+    `RunSummary.runs` lists them all. Hosts' clocks are aligned on the
+    step-closing collective (`clock_align`) unless `align` is False.
+    `progress(bytes_read, bytes_total)` is called as the input is read.
+    Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `runs.UnknownRunError`).
 
@@ -250,32 +282,125 @@ def summarize_run(
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
     collector = _Collector()
     processes: list[ProcessSummary] = []
+    on_bytes = _byte_counter(logs.total_bytes, progress)
     for process in logs.processes:
-        summary = ProcessSummary(
-            label=process.label,
-            source=process.source,
-            rank=process.rank,
-            attempt=process.attempt,
-            pid=process.pid,
-            host_name=process.host_name,
-            run_id=process.run_id,
-            files=[os.path.basename(p) for p in process.segments],
-        )
+        summary = _new_summary(process)
         skipped_before = logs.skipped.count
         collector.begin(process, summary)
-        extent = walk_process(_observe(process.records(logs.skipped), summary), collector)
+        extent = walk_process(_observe(process.records(logs.skipped, on_bytes), summary), collector)
         collector.end(extent.last_us)
         summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
         summary.skipped_lines = logs.skipped.count - skipped_before
-        if summary.last_event is None and summary.closed_cleanly is not True:
-            # Nothing but the logger's own records since the file was created: it hung (or died) before its first record.
-            summary.hang_suspect = True
-            if summary.created_us is None and summary.records == 0:
-                summary.created_us = _modified_us(process.segments)
+        _finish_process(summary, process)
         processes.append(summary)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({logs.skipped.count} unreadable lines skipped)")
+    alignment = estimate_offsets(spans for _, spans in collector.closing)
+    if not align and alignment.applied:
+        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={})
+    _apply_offsets(processes, alignment)
+    stragglers = _stragglers(collector)
+    _arrivals(stragglers, collector.closing, alignment)
+    return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records)
+
+
+def summarize_tails(
+    path: str | os.PathLike[str],
+    *,
+    ranks: Iterable[int] | None = None,
+    sources: Iterable[str] | None = None,
+    run_id: str | None = None,
+    log_skipped: bool = True,
+) -> RunSummary:
+    """Where every process stopped, from the ends of its files only (`tails`): seconds for thousands of ranks.
+
+    The same `RunSummary` as `summarize_run` with what the tails hold: last
+    event, last step, open spans (those that started within the tail), closing
+    record, signal, torn last line, hang suspects (their files are read whole:
+    they are tiny). No phases, stragglers or clock alignment (`tail_only` is True).
+
+    Example:
+        >>> # summary = summarize_tails("outputs"); [g.event for g in summary.stopped_at]
+    """
+    from otel_titan.analysis.tails import tail_records  # noqa: PLC0415
+
+    logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
+    collector = _Collector()
+    processes: list[ProcessSummary] = []
+    for process in logs.processes:
+        summary = _new_summary(process)
+        skipped_before = logs.skipped.count
+        records, whole = tail_records(process, logs.skipped)
+        collector.begin(process, summary)
+        extent = walk_process(_observe(records, summary, whole=whole), collector)
+        collector.end(extent.last_us)
+        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
+        summary.skipped_lines = logs.skipped.count - skipped_before
+        _finish_process(summary, process)
+        processes.append(summary)
+    alignment = ClockAlignment(False, "not estimated from file tails")
+    summary = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes))
+    summary.tail_only = True
+    return summary
+
+
+def _byte_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
+    if progress is None:
+        return None
+    done = 0
+
+    def on_bytes(count: int) -> None:
+        nonlocal done
+        done += count
+        progress(done, total)
+
+    return on_bytes
+
+
+def _new_summary(process: ProcessLog) -> ProcessSummary:
+    return ProcessSummary(
+        label=process.label,
+        source=process.source,
+        rank=process.rank,
+        attempt=process.attempt,
+        pid=process.pid,
+        host_name=process.host_name,
+        run_id=process.run_id,
+        files=[os.path.basename(p) for p in process.segments],
+    )
+
+
+def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
+    from otel_titan.analysis.tails import ends_torn  # noqa: PLC0415
+
+    if summary.last_event is None and summary.closed_cleanly is not True:
+        # Nothing but the logger's own records since the file was created: it hung (or died) before its first record.
+        summary.hang_suspect = True
+        if summary.created_us is None and summary.records == 0:
+            summary.created_us = _modified_us(process.segments)
+    if summary.closed_cleanly is not True:
+        summary.torn_last_line = ends_torn(process)
+
+
+def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -> None:
+    """Every time shown on the aligned clock: the host's offset subtracted."""
+    if not alignment.applied:
+        return
+    for p in processes:
+        offset = int(round(alignment.offset(p.host_name or p.label)))
+        p.clock_offset_ms = round(offset / 1000.0, 3)
+        if not offset:
+            continue
+        for name in ("first_us", "last_us", "last_event_us", "created_us"):
+            value = getattr(p, name)
+            if value is not None:
+                setattr(p, name, value - offset)
+        for span in p.open_spans:
+            span.start_us -= offset
+
+
+def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int) -> RunSummary:
     # Every file empty: each process hung (or died) before its first record; that is the summary.
     last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
@@ -295,13 +420,14 @@ def summarize_run(
         repaired_lines=logs.skipped.repaired,
         processes=processes,
         stopped_at=_stop_groups(processes),
-        phases=_phase_stats(collector.phases),
-        stragglers=_stragglers(collector),
+        phases=phases,
+        stragglers=stragglers,
         run_id=choice.run_id,
         run_selection=choice.how,
         runs=choice.runs,
         hang_suspects=[p.label for p in processes if p.hang_suspect],
         straggler_rule=dict(STRAGGLER_RULE),
+        clock=alignment,
     )
 
 
@@ -366,7 +492,7 @@ def _stop_groups(processes: list[ProcessSummary]) -> list[StopGroup]:
     return [StopGroup(event=event, count=len(labels), processes=labels, odd_one_out=majority and len(groups) > 1 and len(labels) < largest) for event, labels in ordered]
 
 
-def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None) -> tuple[list[StepTimes], list[RankSlowness]]:
+def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT) -> tuple[list[StepTimes], list[RankSlowness]]:
     """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
 
     A rank's *excess* is its median minus the median of the other ranks'
@@ -423,7 +549,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         straggler = (
             len(values) >= MIN_STEPS
             and excess > 0
-            and (pct is None or pct >= 100.0 * MIN_EFFECT)
+            and (pct is None or pct >= 100.0 * min_effect)
             and (z is None or z >= MIN_Z)
             and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
         )
@@ -495,3 +621,44 @@ def _stragglers(collector: _Collector) -> list[Stragglers]:
             )
         )
     return out
+
+
+def _arrivals(groups: list[Stragglers], closing: list[tuple[ProcessLog, ClosingSpans]], alignment: ClockAlignment) -> None:
+    """Who arrives last at the step-closing collective, on aligned clocks; a straggler by the rule of `compare_ranks`.
+
+    A rank's *arrival* in step N = when it enters the collective (its span's
+    start, aligned) − when every rank left the previous one (the median of the
+    aligned ends of step N−1: one moment). In synchronous training every rank's
+    step takes as long as the slowest's, but the slowest arrives last: this is
+    where a straggler shows whatever phase it is slow in.
+    """
+    anchor = alignment.anchor
+    if anchor is None:
+        return
+    for group in groups:
+        starts: dict[int, dict[int, float]] = {}
+        ends: dict[int, list[float]] = {}
+        for process, spans in closing:
+            if process.source != group.source or process.attempt != group.attempt or process.rank is None:
+                continue
+            offset = alignment.offset(spans.host)
+            base = _attempt_step(process.attempt, 0)
+            own = starts.setdefault(process.rank, {})
+            for step, name, start_us, end_us in zip(spans.steps, spans.names, spans.starts, spans.ends):
+                if name == anchor:
+                    own[step - base] = start_us - offset
+                    ends.setdefault(step - base, []).append(end_us - offset)
+        boundary = {step: statistics.median(values) for step, values in ends.items() if len(values) >= 2}
+        per_rank = {rank: {step: (start - boundary[step - 1]) / 1000.0 for step, start in by_step.items() if step - 1 in boundary} for rank, by_step in starts.items()}
+        per_rank = {rank: by_step for rank, by_step in per_rank.items() if by_step}
+        if len(per_rank) < 2:
+            continue
+        steps, ranks = compare_ranks(per_rank, step_ms=group.median_step_ms, min_effect=MIN_ARRIVAL_EFFECT)
+        last: dict[int, int] = {}
+        for row in steps:
+            if row.slowest_rank is not None:
+                last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
+        group.arrival_collective = anchor
+        group.arrival_steps = len(steps)
+        group.arrival_stragglers = [asdict(r) for r in ranks if r.straggler]
+        group.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:5]]

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from otel_titan.analysis.clock_align import ClockAlignment
 from otel_titan.analysis.runs import RunInfo
 
 __all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "Stragglers", "utc"]
@@ -76,6 +77,27 @@ class ProcessSummary:
     created_us: int | None = None
     #: No record but the logger's own since the file was created, and no clean close: hung before its first record.
     hang_suspect: bool = False
+    #: The file ends mid-line: the process was killed (SIGKILL, OOM) or crashed while writing (or is writing now).
+    torn_last_line: bool = False
+    #: Its host's clock offset, subtracted from every time shown (`clock_align`); 0 when not aligned.
+    clock_offset_ms: float = 0.0
+
+    def state(self, now_us: float, running_s: float = 60.0) -> str:
+        """How the process ended: ``closed``, ``hung before first record``, ``crashed``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``ended``."""
+        if self.closed_cleanly:
+            return "closed"
+        if self.hang_suspect:
+            return "hung before first record"
+        if self.torn_last_line:
+            return "crashed"
+        if self.signal:
+            return f"terminated ({self.signal})"
+        if self.closed_cleanly is None:
+            return "ended"  # torchtitan/pimm files have no closing record
+        last = self.last_us if self.last_us is not None else self.created_us
+        if last is not None and now_us - last < running_s * 1e6:
+            return "running"
+        return "stalled"
 
     @property
     def last_phase(self) -> str | None:
@@ -158,6 +180,11 @@ class Stragglers:
     ranks_by_slowness: list[RankSlowness]
     straggler_ranks: list[int]
     phase_stragglers: list[dict[str, Any]]
+    #: Arrival at the step-closing collective (aligned clocks): the collective, steps compared, stragglers, who was last most often.
+    arrival_collective: str | None = None
+    arrival_steps: int = 0
+    arrival_stragglers: list[dict[str, Any]] = field(default_factory=list)
+    last_arrivals: list[dict[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -196,6 +223,10 @@ class RunSummary:
     straggler_rule: dict[str, float] = field(default_factory=dict)
     #: Lines kept after lone surrogates in their strings were escaped (`record_lines.SkippedLines.repaired`).
     repaired_lines: int = 0
+    #: Clock offsets per host and how they were found (`clock_align`).
+    clock: ClockAlignment | None = None
+    #: Built from file tails only (`summarize_tails`): no phases, no stragglers.
+    tail_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: times as µs and as UTC strings, open spans with their path.
@@ -214,8 +245,12 @@ class RunSummary:
             raw["last_phase"] = process.last_phase
             raw["created_utc"] = utc(process.created_us)
             raw["created_s_before_now"] = None if process.created_us is None else round(max(now_us - process.created_us, 0) / 1e6, 3)
+            raw["state"] = process.state(now_us)
             for span in raw["open_spans"]:
                 span["start_utc"] = utc(span["start_us"])
+        from otel_titan.analysis.headline import headline_data  # noqa: PLC0415
+
+        data["headline"] = headline_data(self, now_us)
         for info in data["runs"]:
             info["start_utc"] = utc(info["start_us"])
         for group in data["stragglers"]:

@@ -6,9 +6,10 @@ import datetime as _dt
 import time
 from typing import Sequence
 
+from otel_titan.analysis.headline import headline_data, headline_lines
 from otel_titan.analysis.runs import RunChoice
 from otel_titan.analysis.safe_text import printable
-from otel_titan.analysis.summary import MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
+from otel_titan.analysis.summary import MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
 from otel_titan.analysis.summary_model import ProcessSummary, RankSlowness, RunSummary, Stragglers
 
 __all__ = ["format_summary", "format_ms", "compress_ranks"]
@@ -96,8 +97,14 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequenc
     return lines
 
 
-def format_summary(summary: RunSummary) -> str:
-    """The summary as terminal tables.
+#: Up to this many processes, every process gets a row by default (it fits a screen); beyond, only groups.
+ROWS_PER_PROCESS_UP_TO = 8
+
+
+def format_summary(summary: RunSummary, show_all: bool = False) -> str:
+    """The summary as terminal tables: the headline (states, diagnosis, clocks, groups) first.
+
+    `show_all`: a row per process and every group, whatever the number of processes.
 
     Example:
         >>> # print(format_summary(summarize_run("outputs")))
@@ -121,11 +128,20 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"  last record {_seconds(max(time.time() - summary.last_us / 1e6, 0.0))} before now")
     for example in summary.skipped_examples[:3]:
         lines.append(f"    skipped: {example}")
-    lines += ["", "Processes"]
-    lines += _processes_table(summary.processes)
-    lines += _hang_suspects(summary)
-    lines += _stopped(summary)
-    lines += _open_spans(summary.processes)
+    data = headline_data(summary)
+    lines += headline_lines(summary, data, show_all_groups=show_all)
+    every = show_all or len(summary.processes) <= ROWS_PER_PROCESS_UP_TO
+    if every:
+        lines += ["", "Processes"]
+        lines += _processes_table(summary.processes)
+    lines += _hang_suspects(summary, every)
+    if every:
+        lines += _stopped(summary)
+        lines += _open_spans(summary.processes)
+    else:
+        lines += _open_spans(_examples(summary, data), per_group=True)
+    if summary.tail_only:
+        lines += ["", "(from the files' tails only: run without --tail for phases, stragglers and clock alignment)"]
     lines += _phases(summary)
     attempts: dict[str, int] = {}
     for group in summary.stragglers:
@@ -169,12 +185,25 @@ def _processes_table(processes: list[ProcessSummary]) -> list[str]:
     return _table(["process", "attempt", "last step (rel)", "last event", "at (UTC)", "behind", "closed", "lost records", "open spans"], rows, right=(1, 5, 8))
 
 
-def _hang_suspects(summary: RunSummary) -> list[str]:
+def _examples(summary: RunSummary, data: dict) -> list[ProcessSummary]:
+    """Whose open spans to show without --all: every process of a differing group, one of each other group."""
+    by_label = {p.label: p for p in summary.processes}
+    chosen: list[ProcessSummary] = []
+    for group in data["groups"]:
+        labels = group["processes"] if group["differs"] else group["processes"][:1]
+        chosen += [by_label[label] for label in labels[:ROWS_PER_PROCESS_UP_TO]]
+    return chosen
+
+
+def _hang_suspects(summary: RunSummary, every: bool = True) -> list[str]:
     suspects = [p for p in summary.processes if p.hang_suspect]
     if not suspects:
         return []
     lines = ["", "Hang suspects (no record since the file was created: hung, or died, before the first record)"]
     now = time.time()
+    if not every and len(suspects) > ROWS_PER_PROCESS_UP_TO:
+        lines.append(f"  {len(suspects):,} processes: {_who([p.label for p in suspects], {p.label: p for p in suspects})} (--all lists each)")
+        return lines
     for p in suspects:
         if p.created_us is None:
             lines.append(f"  {p.label}: nothing logged; when its file was created is unknown")
@@ -196,11 +225,11 @@ def _stopped(summary: RunSummary) -> list[str]:
     return ["", "Where the processes stopped (last event of each)"] + _table(["", "last event", "count", "processes"], rows)
 
 
-def _open_spans(processes: list[ProcessSummary]) -> list[str]:
+def _open_spans(processes: list[ProcessSummary], per_group: bool = False) -> list[str]:
     with_open = [p for p in processes if p.open_spans]
     if not with_open:
         return []
-    lines = ["", "Open spans (a _start without _end: the process died, hung, or is still running; ≥: until its last record)"]
+    lines = ["", "Open spans (a _start without _end: the process died, hung, or is still running; ≥: until its last record)" + ("; one process per group, every one of a group that differs (--all: all)" if per_group else "")]
     for p in with_open:
         nests: dict[tuple, list] = {}
         for span in p.open_spans:
@@ -281,6 +310,17 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
         lines.append(f"  straggler{'s' if len(group.straggler_ranks) > 1 else ''}: rank{'s' if len(group.straggler_ranks) > 1 else ''} {compress_ranks(group.straggler_ranks)} ({rule})")
     else:
         lines.append(f"  no straggler: no rank's step time is slower on evidence ({rule})")
+    if group.arrival_collective is not None:
+        lines += ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from when all ranks left the previous one, aligned clocks; over {group.arrival_steps} steps)"]
+        last = ", ".join(f"rank {row['rank']} in {row['steps']}" for row in group.last_arrivals) or "nobody alone (ties)"
+        lines.append(f"    last to arrive most often: {last} of {group.arrival_steps} steps")
+        for row in group.arrival_stragglers:
+            lines.append(
+                f"    rank {row['rank']} arrives {row['median_excess_ms']:+.2f} ms ({row['median_excess_pct']:+.1f}%) after the others' median, "
+                f"z {'∞' if row['robust_z'] is None else format(row['robust_z'], '.1f')} ← straggler"
+            )
+        if not group.arrival_stragglers:
+            lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {MIN_ARRIVAL_EFFECT:.0%} and ≥ {MIN_Z:g} × noise after the others' median)")
     shown = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
     lines += ["", f"  Steps with the largest excess, largest first ({len(shown)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
     if len(group.ranks) <= RANK_COLUMNS:

@@ -1,0 +1,401 @@
+"""Generate a realistic multi-rank training run in otel-titan's JSONL record format, with known faults.
+
+Why: the analysis must be tested and measured at the scale users run at
+(hundreds to thousands of ranks, gigabytes of JSONL), with faults whose
+answer is known. Running the real library on 1,024 ranks is not possible
+here, so this writes, record for record, what the library writes
+(docs/schema.md: the ``structured_logger_opened`` line, ``_start``/``_end``
+pairs with span ids, trace ids per step, ``seq_id``, identity fields, the
+closing record), from a simulation of synchronous data-parallel training:
+
+* ranks on hosts of 8 (``node-000`` …); each step runs ``data_fetch``,
+  ``fwd_bwd`` (``fwd`` then ``bwd`` inside), ``optimizer``, a ``loss`` scalar,
+  then the step-closing collective ``all_reduce``: every rank waits in it for
+  the last to arrive, and all leave it together (in true time, within a few
+  µs), then the next step begins;
+* every phase has multiplicative noise (lognormal, ``noise`` sigma);
+* every host's clock is off by a constant drawn from ±``offset_ms``: the
+  timestamps a rank writes are true time + its host's offset;
+* faults, each optional: a *straggler* rank slower by ``pct`` % in one phase;
+  a *hung* rank that stops inside ``bwd`` at a step (the others then stop
+  inside that step's ``all_reduce``, waiting for it); a *crashed* rank
+  (SIGKILL-like: its last line torn mid-write, no closing record; torchrun's
+  agent then sends SIGTERM to the others, stuck in ``all_reduce``); a
+  *restart* (the crash, then a second attempt of every rank from the last
+  checkpoint, to the end).
+
+The ground truth (offsets, fault ranks) is returned and written to
+``<out>/ground_truth.json`` (outside ``structured_logs/``).
+
+Usage::
+
+    python benchmarks/generate_run.py /tmp/run --ranks 1024 --steps 200      # about 2 GB
+    python benchmarks/generate_run.py /tmp/run --ranks 64 --steps 50 --hung 17@30
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+__all__ = ["RunSpec", "generate_run", "PHASES", "COLLECTIVE", "RANKS_PER_HOST"]
+
+RANKS_PER_HOST = 8
+#: Phase → median duration in ms. fwd and bwd run inside fwd_bwd.
+PHASES = {"data_fetch": 4.0, "fwd": 30.0, "bwd": 60.0, "optimizer": 8.0}
+#: The step-closing collective, and its duration once the last rank arrived (ms).
+COLLECTIVE = "all_reduce"
+COLLECTIVE_MS = 2.0
+#: Between leaving the collective and the next step's first record (ms).
+GAP_MS = 0.05
+#: How far apart (µs, |normal| sigma) ranks leave the collective in true time.
+EXIT_JITTER_US = 5.0
+_CKPT_EVERY = 10
+
+
+@dataclass
+class RunSpec:
+    """What to generate; see the module docstring. Faults: ``(rank, step)``; straggler ``(rank, phase, pct)``."""
+
+    ranks: int = 16
+    steps: int = 20
+    seed: int = 0
+    offset_ms: float = 5.0
+    noise: float = 0.03
+    run_id: str = "gen-run"
+    start_us: int | None = None
+    straggler: tuple[int, str, float] | None = None
+    hung: tuple[int, int] | None = None
+    crashed: tuple[int, int] | None = None
+    restart: tuple[int, int] | None = None
+    ranks_per_host: int = RANKS_PER_HOST
+    scalars: int = 1
+    host_offsets_us: list[float] = field(default_factory=list)
+
+
+def _hosts(spec: RunSpec) -> int:
+    return (spec.ranks + spec.ranks_per_host - 1) // spec.ranks_per_host
+
+
+def _host_name(host: int) -> str:
+    return f"node-{host:03d}"
+
+
+def _trace_id(run_id: str, attempt: int, step: int | None) -> str:
+    key = f"otel-titan|{run_id}|{attempt}|pre-step" if step is None else f"otel-titan|{run_id}|{attempt}|step|{step}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, start_us: float, rng: np.random.Generator) -> dict[str, Any]:
+    """True-time schedule of steps first_step..last_step: per rank and step, phase durations and the collective's exit."""
+    n_steps = last_step - first_step + 1
+    shape = (spec.ranks, n_steps)
+    durations = {}
+    speed = rng.lognormal(0.0, spec.noise / 3, size=(spec.ranks, 1))  # each rank's own small systematic speed
+    for phase, ms in PHASES.items():
+        durations[phase] = ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
+    if spec.straggler is not None:
+        rank, phase, pct = spec.straggler
+        durations[phase][rank] *= 1.0 + pct / 100.0
+    gaps = 0.010 * rng.lognormal(0.0, 0.3, size=(spec.ranks, n_steps, 8))  # between consecutive records, ms
+    work = sum(durations.values()) + gaps.sum(axis=2)
+    exits = np.empty(n_steps)
+    begins = np.empty(n_steps)
+    t = start_us
+    for i in range(n_steps):
+        begins[i] = t
+        arrival = t + work[:, i] * 1000.0
+        exits[i] = arrival.max() + COLLECTIVE_MS * 1000.0 * float(rng.lognormal(0.0, spec.noise))
+        t = exits[i] + GAP_MS * 1000.0
+    exit_jitter = np.abs(rng.normal(0.0, EXIT_JITTER_US, size=shape))
+    return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt}
+
+
+class _Writer:
+    """One rank's file: records as the library writes them (docs/schema.md), identity fields spliced in as bytes."""
+
+    def __init__(self, path: str, identity: dict[str, Any], tid: int) -> None:
+        self.handle = open(path, "wb", buffering=1 << 20)
+        self.tail = b"," + orjson.dumps(identity)[1:]
+        self.seq = 0
+        self.tid = tid
+        self.last_us: float | None = None
+        self.span_counter = 0
+        self.bytes = 0
+
+    def span_id(self, rank: int) -> str:
+        self.span_counter += 1
+        return f"{rank & 0xFFFFFF:06x}{self.span_counter:010x}"
+
+    def write(self, record: dict[str, Any], thread: bool = True) -> bytes:
+        self.seq += 1
+        time_us = int(record["time_us"])
+        record["time"], record["time_ms"], record["time_us"] = time_us // 1_000_000, time_us // 1000, time_us
+        if thread:
+            record["delta_ms"] = 0.0 if self.last_us is None else round((time_us - self.last_us) / 1000.0, 3)
+            record["tid"] = self.tid
+            self.last_us = time_us
+        record["seq_id"] = self.seq
+        line = orjson.dumps(record)[:-1] + self.tail + b"\n"
+        self.handle.write(line)
+        self.bytes += len(line)
+        return line
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+_CALLER = {"caller": "train.py:88:train_step", "log_file": "train.py", "log_function": "train_step"}
+
+
+def _write_rank(job: tuple) -> int:
+    """Write one rank's file for one attempt; returns its size in bytes."""
+    spec, rank, attempt, log_dir, sim, stop = job
+    host = rank // spec.ranks_per_host
+    offset = spec.host_offsets_us[host]
+    pid = 10_000 + rank + 100_000 * attempt
+    identity = {
+        "schema_version": 1,
+        "rank": rank,
+        "global_rank": rank,
+        "local_rank": rank % spec.ranks_per_host,
+        "world_size": spec.ranks,
+        "source": "training",
+        "host_name": _host_name(host),
+        "pid": pid,
+        "run_id": spec.run_id,
+        "attempt": attempt,
+        "job_id": None,
+        "logger_name": "otel_titan.structured_logger",
+    }
+    first_step = sim["first_step"]
+    begins, exits = sim["begins"].tolist(), sim["exits"].tolist()
+    start_true = begins[0] - 2000.0
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(start_true / 1e6))
+    suffix = hashlib.sha256(f"{spec.run_id}|{rank}|{attempt}".encode()).hexdigest()[:6]
+    path = os.path.join(log_dir, f"training.global_rank_{rank}.{stamp}-{suffix}.jsonl")
+    w = _Writer(path, identity, pid)
+    clock = lambda true_us: true_us + offset  # noqa: E731 - the host's wall clock
+    w.write(
+        {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
+         "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
+         "max_file_size_mb": 0.0, "backup_count": 0, "queue_size": 65536},
+        thread=False,
+    )
+    pre = _trace_id(spec.run_id, attempt, None)
+    w.write({"time_us": clock(start_true + 1000.0), "log_type": "instant", "log_type_name": "training_start", "event_name": None, **_CALLER, "log_level": "INFO",
+             "message": "training_start", "trace_id": pre, "span_id": w.span_id(rank), "parent_span_id": None})
+    durations = {phase: values[rank].tolist() for phase, values in sim["durations"].items()}
+    gaps = sim["gaps"][rank].tolist()
+    jitter = sim["exit_jitter"][rank].tolist()
+    stop_step, stop_kind = stop if stop is not None else (None, None)
+    for i in range(len(begins)):
+        step = first_step + i
+        trace = _trace_id(spec.run_id, attempt, step)
+        common = {"step": step, "relative_step": step - first_step + 1, "trace_id": trace}
+        t = begins[i] + (jitter[i - 1] if i else 0.0)
+        g = [x * 1000.0 for x in gaps[i]]
+
+        def start(name: str, t_us: float, parent: str | None) -> str:
+            sid = w.span_id(rank)
+            w.write({"time_us": clock(t_us), "log_type": "event", "log_type_name": f"{name}_start", "event_name": None, **_CALLER, "log_level": "INFO",
+                     "message": f"[step {step}] {name} {name}_start", "span_id": sid, "parent_span_id": parent, **common})
+            return sid
+
+        def end(name: str, sid: str, parent: str | None, t0: float, t1: float) -> None:
+            start_us = int(clock(t0))
+            dur = (t1 - t0) / 1000.0
+            w.write({"time_us": start_us + round(t1 - t0), "log_type": "event", "log_type_name": f"{name}_end", "event_name": None, **_CALLER, "log_level": "INFO",
+                     "message": f"[step {step}] {name} {name}_end took {dur:.3f} ms", "value": round(dur, 6), "span_id": sid, "parent_span_id": parent, **common})
+
+        def stopping(where: str) -> bool:
+            return stop_step == step and stop_kind == where
+
+        sid = start("data_fetch", t, None)
+        t1 = t + durations["data_fetch"][i] * 1000.0
+        end("data_fetch", sid, None, t, t1)
+        t = t1 + g[0]
+        outer = start("fwd_bwd", t, None)
+        t_outer = t
+        t += g[1]
+        sid = start("fwd", t, outer)
+        t1 = t + durations["fwd"][i] * 1000.0
+        if stopping("crash"):
+            line = w.write({"time_us": clock(t1), "log_type": "event", "log_type_name": "fwd_end", "event_name": None, **_CALLER, "log_level": "INFO",
+                            "message": f"[step {step}] fwd fwd_end", "value": 1.0, "span_id": sid, "parent_span_id": outer, **common})
+            w.handle.seek(w.handle.tell() - len(line))
+            w.handle.truncate()
+            w.handle.write(line[: len(line) // 2])  # SIGKILL mid-write: a torn last line, no newline
+            w.close()
+            return w.bytes
+        end("fwd", sid, outer, t, t1)
+        t = t1 + g[2]
+        sid = start("bwd", t, outer)
+        if stopping("hang"):
+            w.close()  # stuck inside bwd: nothing more is written
+            return w.bytes
+        t1 = t + durations["bwd"][i] * 1000.0
+        end("bwd", sid, outer, t, t1)
+        t = t1 + g[3]
+        end("fwd_bwd", outer, None, t_outer, t)
+        t += g[4]
+        sid = start("optimizer", t, None)
+        t1 = t + durations["optimizer"][i] * 1000.0
+        end("optimizer", sid, None, t, t1)
+        t = t1 + g[5]
+        for k in range(spec.scalars):
+            name = "loss" if k == 0 else f"metric_{k}"
+            w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "metric_value", "event_name": name, **_CALLER, "log_level": "INFO",
+                     "message": f"[step {step}] {name}=2.5", "value": round(2.5 + 0.01 * k, 4), "span_id": w.span_id(rank), "parent_span_id": None, **common})
+        t += g[6]
+        sid = start(COLLECTIVE, t, None)
+        if stopping("wait"):
+            w.close()
+            return w.bytes
+        if stopping("terminated"):
+            w.write({"time_us": clock(t + 30e6), "log_type": "instant", "log_type_name": "signal_received", "event_name": None, "log_level": "WARNING",
+                     "message": "received SIGTERM", "signal": "SIGTERM", "signal_number": 15}, thread=False)
+            w.close()
+            return w.bytes
+        end(COLLECTIVE, sid, None, t, exits[i] + jitter[i])
+    t = exits[-1] + jitter[-1] + 1000.0
+    w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "training_end", "event_name": None, **_CALLER, "log_level": "INFO",
+             "message": "training_end", "trace_id": _trace_id(spec.run_id, attempt, first_step + len(begins) - 1), "span_id": w.span_id(rank), "parent_span_id": None,
+             "step": first_step + len(begins) - 1, "relative_step": len(begins)})
+    w.write({"time_us": clock(t + 500.0), "log_type": "instant", "log_type_name": "structured_logger_closed", "event_name": None, "log_level": "INFO",
+             "message": "structured logger closed", "dropped_records": 0, "failed_records": 0, "written_records": w.seq - 1, "closing": True, "skipped_values": 0}, thread=False)
+    w.close()
+    return w.bytes
+
+
+def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progress: bool = False) -> dict[str, Any]:
+    """Write the run under ``out_dir/structured_logs/``; return (and write to ``out_dir/ground_truth.json``) what was injected.
+
+    Example:
+        >>> # truth = generate_run("/tmp/run", RunSpec(ranks=64, steps=30, hung=(17, 20)))
+        >>> # truth["host_offsets_us"]["node-002"]   → the clock offset injected on that host, µs
+    """
+    rng = np.random.default_rng(spec.seed)
+    spec.host_offsets_us = [float(x) for x in rng.uniform(-spec.offset_ms * 1000.0, spec.offset_ms * 1000.0, size=_hosts(spec))]
+    for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart):
+        if fault is not None and not 0 <= fault[0] < spec.ranks:
+            raise ValueError(f"fault rank {fault[0]} is not one of the {spec.ranks} ranks")
+    start_us = spec.start_us if spec.start_us is not None else time.time() * 1e6 - (spec.steps * 0.2 + 600) * 1e6
+    log_dir = os.path.join(out_dir, "structured_logs")
+    os.makedirs(log_dir, exist_ok=True)
+    jobs_list: list[tuple] = []
+    stop_step = spec.steps
+    attempts = [(0, 1, spec.steps)]
+    stops: dict[int, tuple[int, str] | None] = {}
+    if spec.hung is not None:
+        rank, stop_step = spec.hung
+        stops = {r: (stop_step, "hang" if r == rank else "wait") for r in range(spec.ranks)}
+        attempts = [(0, 1, stop_step)]
+    elif spec.crashed is not None or spec.restart is not None:
+        rank, stop_step = spec.crashed or spec.restart  # type: ignore[misc]
+        stops = {r: (stop_step, "crash" if r == rank else "terminated") for r in range(spec.ranks)}
+        attempts = [(0, 1, stop_step)]
+        if spec.restart is not None:
+            resume = (stop_step - 1) // _CKPT_EVERY * _CKPT_EVERY + 1
+            attempts.append((1, resume, spec.steps))
+    t = start_us
+    for attempt, first, last in attempts:
+        sim = _simulate(spec, attempt, first, last, t, rng)
+        for rank in range(spec.ranks):
+            jobs_list.append((spec, rank, attempt, log_dir, sim, stops.get(rank) if attempt == 0 else None))
+        t = float(sim["exits"][-1]) + 60e6  # the agent restarts a minute later
+    total = 0
+    started = time.monotonic()
+    show = progress and sys.stderr.isatty()
+    jobs = jobs if jobs is not None else (1 if spec.ranks * spec.steps < 20_000 else (os.cpu_count() or 1))
+    if jobs <= 1:
+        results = map(_write_rank, jobs_list)
+        pool = None
+    else:
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        results = pool.imap_unordered(_write_rank, jobs_list, chunksize=4)
+    try:
+        for done, size in enumerate(results, start=1):
+            total += size
+            if show:
+                sys.stderr.write(f"\rgenerate: {done}/{len(jobs_list)} files, {total / 1e6:,.0f} MB, {time.monotonic() - started:.0f} s\x1b[K")
+                sys.stderr.flush()
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        if show:
+            sys.stderr.write("\r\x1b[K")
+    truth = {
+        "spec": {k: v for k, v in asdict(spec).items() if k != "host_offsets_us"},
+        "host_offsets_us": {_host_name(h): off for h, off in enumerate(spec.host_offsets_us)},
+        "rank_host": {r: _host_name(r // spec.ranks_per_host) for r in range(spec.ranks)},
+        "bytes": total,
+        "files": len(jobs_list),
+        "straggler": None if spec.straggler is None else {"rank": spec.straggler[0], "phase": spec.straggler[1], "pct": spec.straggler[2]},
+        "hung": None if spec.hung is None else {"rank": spec.hung[0], "step": spec.hung[1]},
+        "crashed": None if (spec.crashed or spec.restart) is None else {"rank": (spec.crashed or spec.restart)[0], "step": (spec.crashed or spec.restart)[1]},  # type: ignore[index]
+        "restarted": spec.restart is not None,
+    }
+    with open(os.path.join(out_dir, "ground_truth.json"), "wb") as handle:
+        handle.write(orjson.dumps(truth, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    return truth
+
+
+def _fault(text: str) -> tuple[int, int]:
+    rank, _, step = text.partition("@")
+    try:
+        return int(rank), int(step)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected RANK@STEP (e.g. 17@30), got {text!r}") from None
+
+
+def _straggler(text: str) -> tuple[int, str, float]:
+    try:
+        rank, phase, pct = text.split(":")
+        if phase not in PHASES:
+            raise ValueError
+        return int(rank), phase, float(pct)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected RANK:PHASE:PCT with PHASE one of {', '.join(PHASES)} (e.g. 5:fwd:20), got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate a multi-rank run in otel-titan's JSONL format, with clock offsets, noise and optional faults.")
+    parser.add_argument("out_dir", help="run directory to write (structured_logs/ and ground_truth.json inside)")
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--offset-ms", type=float, default=5.0, help="host clock offsets drawn from ±this (default 5)")
+    parser.add_argument("--noise", type=float, default=0.03, help="lognormal sigma of every phase duration (default 0.03)")
+    parser.add_argument("--run-id", default="gen-run")
+    parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
+    parser.add_argument("--hung", type=_fault, metavar="RANK@STEP", help="RANK hangs inside bwd at STEP; the others wait in all_reduce")
+    parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
+    parser.add_argument("--restart", type=_fault, metavar="RANK@STEP", help="as --crashed, then a second attempt of every rank from the last checkpoint")
+    parser.add_argument("--jobs", type=int, help="worker processes (default: one per CPU for big runs)")
+    args = parser.parse_args(argv)
+    if sum(x is not None for x in (args.hung, args.crashed, args.restart)) > 1:
+        parser.error("at most one of --hung, --crashed, --restart")
+    spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
+                   straggler=args.straggler, hung=args.hung, crashed=args.crashed, restart=args.restart)
+    started = time.monotonic()
+    try:
+        truth = generate_run(args.out_dir, spec, jobs=args.jobs, progress=True)
+    except ValueError as error:
+        parser.error(str(error))
+    print(f"{args.out_dir}: {truth['files']} files, {truth['bytes'] / 1e6:,.1f} MB in {time.monotonic() - started:.1f} s; ground truth in ground_truth.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The first lines of a summary: how many ranks ended how, where each group stopped, and what to look at first.
+
+Why: at 1,000 ranks a row per rank buries the one that matters (a hung rank on
+line 784). Processes whose ends look the same — same attempt, same state
+(`ProcessSummary.state`), same step, stopped inside the same spans or after
+the same event — form one group; groups are listed largest first, and a group
+smaller than the largest of its attempt is marked as differing. The
+diagnosis lists, most telling first: crashed processes (file ends mid-line),
+processes that logged nothing, the minority of a stall (one rank inside
+``bwd`` while the rest wait inside the collective), and stragglers found on
+evidence (`summary`). `headline_data` is the ``--json`` form; `headline_lines`
+the text.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from otel_titan.analysis.summary_model import ProcessSummary, RunSummary
+
+__all__ = ["headline_data", "headline_lines", "state_groups", "compress"]
+
+
+def compress(ranks: list[int]) -> str:
+    """``[0, 1, 2, 4]`` → ``"0-2,4"``.
+
+    Example:
+        >>> compress([0, 1, 2, 4, 6, 7])
+        '0-2,4,6-7'
+    """
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    index = 0
+    while index < len(ordered):
+        end = index
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        parts.append(str(ordered[index]) if end == index else f"{ordered[index]}-{ordered[end]}")
+        index = end + 1
+    return ",".join(parts)
+
+
+def _where(p: ProcessSummary) -> str:
+    """``inside fwd_bwd > bwd`` (the most recent nest of open spans) or ``after training_end``."""
+    if p.open_spans:
+        latest = max(p.open_spans, key=lambda s: s.start_us)
+        return "inside " + " > ".join(latest.path)
+    if p.last_event is None:
+        return "nothing logged"
+    return f"after {p.last_event}"
+
+
+def _who(processes: list[ProcessSummary]) -> str:
+    by_source: dict[str, list[int]] = {}
+    others: list[str] = []
+    for p in processes:
+        if p.rank is None:
+            others.append(p.label)
+        else:
+            by_source.setdefault(p.source, []).append(p.rank)
+    parts = [f"{source} rank{'s' if len(ranks) > 1 else ''} {compress(ranks)}" for source, ranks in by_source.items()]
+    return " · ".join(parts + others)
+
+
+def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
+    """Processes grouped by (attempt, state, last step, where they stopped), largest first within each attempt."""
+    groups: dict[tuple, list[ProcessSummary]] = {}
+    for p in summary.processes:
+        key = (p.attempt if p.attempt is not None else -1, p.source, p.state(now_us), p.last_step, _where(p))
+        groups.setdefault(key, []).append(p)
+    largest: dict[tuple, int] = {}
+    for (attempt, source, *_), members in groups.items():
+        largest[(attempt, source)] = max(largest.get((attempt, source), 0), len(members))
+    count_per: dict[tuple, int] = {}
+    for attempt, source, *_ in groups:
+        count_per[(attempt, source)] = count_per.get((attempt, source), 0) + 1
+    out = []
+    for (attempt, source, state, step, where), members in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], -len(item[1]), item[0][3] or 0)):
+        out.append(
+            {
+                "attempt": None if attempt == -1 else attempt,
+                "source": source,
+                "state": state,
+                "step": step,
+                "where": where,
+                "count": len(members),
+                "who": _who(members),
+                "processes": [p.label for p in members],
+                "differs": count_per[(attempt, source)] > 1 and len(members) < largest[(attempt, source)],
+            }
+        )
+    return out
+
+
+def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    latest_attempt = max((g["attempt"] for g in groups if g["attempt"] is not None), default=None)
+    for g in groups:
+        if g["state"] == "crashed":
+            lines.append(f"crashed (file ends mid-line: killed or died while writing): {g['who']} at step {g['step']}, {g['where']}")
+    for g in groups:
+        if g["state"] == "hung before first record":
+            lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
+    for g in groups:
+        if g["differs"] and g["state"] not in ("crashed", "hung before first record", "closed"):
+            peers = [o for o in groups if o["attempt"] == g["attempt"] and o["source"] == g["source"] and not o["differs"]]
+            rest = f", while {peers[0]['count']:,} {'processes' if peers[0]['count'] > 1 else 'process'} {peers[0]['state']} at step {peers[0]['step']}, {peers[0]['where']}" if peers else ""
+            attempt = f" (attempt {g['attempt']})" if latest_attempt else ""
+            lines.append(f"{g['who']}{attempt}: {g['state']} at step {g['step']}, {g['where']}{rest} → look at {g['who']} first")
+    for group in summary.stragglers:
+        attempt = f", attempt {group.attempt}" if latest_attempt else ""
+        found: dict[int, list[str]] = {}
+        for row in group.arrival_stragglers:
+            found.setdefault(row["rank"], []).append(
+                f"last to arrive at {group.arrival_collective} in {row['slowest_steps']}/{row['compared_steps']} steps ({row['median_excess_ms']:+.2f} ms, z {_z(row['robust_z'])})"
+            )
+        for row in group.phase_stragglers:
+            found.setdefault(row["rank"], []).append(f"{row['phase']} {row['median_excess_pct']:+.0f}% ({row['median_excess_ms']:+.2f} ms, z {_z(row['robust_z'])})")
+        for rank in group.straggler_ranks:
+            found.setdefault(rank, []).insert(0, "slower steps")
+        for rank, what in found.items():
+            lines.append(f"straggler: {group.source} rank {rank}{attempt}: " + "; ".join(what))
+    return lines
+
+
+def _z(z: float | None) -> str:
+    return "∞" if z is None else f"{z:.1f}"
+
+
+def headline_data(summary: RunSummary, now_us: float | None = None) -> dict[str, Any]:
+    """The headline as data (in ``--json``): counts per state, groups, the diagnosis."""
+    now_us = time.time() * 1e6 if now_us is None else now_us
+    groups = state_groups(summary, now_us)
+    states: dict[str, int] = {}
+    for p in summary.processes:
+        state = p.state(now_us)
+        states[state] = states.get(state, 0) + 1
+    return {
+        "processes": len(summary.processes),
+        "states": states,
+        "attempts": sorted({p.attempt for p in summary.processes if p.attempt is not None}),
+        "hosts": len({p.host_name for p in summary.processes if p.host_name}),
+        "groups": groups,
+        "diagnosis": _diagnosis(summary, groups),
+    }
+
+
+_STATE_ORDER = ["closed", "running", "stalled", "crashed", "terminated (SIGTERM)", "hung before first record", "ended"]
+
+
+def headline_lines(summary: RunSummary, data: dict[str, Any], show_all_groups: bool = False, groups_shown: int = 6) -> list[str]:
+    """The headline as text: a count per state, the diagnosis, the clocks, then the groups."""
+    states = data["states"]
+    order = sorted(states, key=lambda s: (_STATE_ORDER.index(s) if s in _STATE_ORDER else len(_STATE_ORDER), s))
+    attempts = data["attempts"]
+    who = f"{data['processes']:,} process{'es' if data['processes'] != 1 else ''}" + (f" on {data['hosts']:,} host{'s' if data['hosts'] != 1 else ''}" if data["hosts"] else "")
+    if len(attempts) > 1:
+        who += f", {len(attempts)} attempts (restarts: {', '.join(map(str, attempts))})"
+    lines = [f"Summary: {who}: " + ", ".join(f"{states[s]:,} {s}" for s in order)]
+    diagnosis = data["diagnosis"]
+    if diagnosis:
+        lines.append("  Look first at:")
+        lines += [f"  ▶ {line}" for line in diagnosis[:8]]
+        if len(diagnosis) > 8:
+            lines.append(f"    … {len(diagnosis) - 8} more (see below)")
+    else:
+        no_straggler = "" if summary.tail_only else "; no straggler on evidence"
+        lines.append(f"  nothing stands out: every group of processes ended the same way{no_straggler}")
+    if summary.clock is not None and not summary.tail_only:
+        lines.append(f"  clocks: {summary.clock.describe()}")
+    groups = data["groups"]
+    shown = groups if show_all_groups else groups[:groups_shown]
+    lines += ["", "Where the processes stopped (grouped; ▶ differs from the largest group of its attempt)"]
+    multi = len(attempts) > 1
+    for g in shown:
+        attempt = f"attempt {g['attempt']}: " if multi and g["attempt"] is not None else ""
+        mark = "▶" if g["differs"] else " "
+        count = f"{g['count']:,} process{'es' if g['count'] > 1 else ''}"
+        step = "" if g["step"] is None else f" at step {g['step']}"
+        lines.append(f"  {mark} {attempt}{count}: {g['state']}{step}, {g['where']}  ({g['who']})")
+    if len(groups) > len(shown):
+        lines.append(f"    … {len(groups) - len(shown)} more groups (--all lists every group and process)")
+    return lines

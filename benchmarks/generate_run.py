@@ -100,7 +100,7 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     n_steps = last_step - first_step + 1
     shape = (spec.ranks, n_steps)
     durations = {}
-    speed = rng.lognormal(0.0, spec.noise / 3, size=(spec.ranks, 1))  # each rank's own small systematic speed
+    speed = rng.lognormal(0.0, spec.noise / 6, size=(spec.ranks, 1))  # each rank's own small systematic speed
     for phase, ms in PHASES.items():
         durations[phase] = ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
     if spec.straggler is not None:

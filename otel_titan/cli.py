@@ -93,6 +93,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     _add_filters(export)
     export.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)")
     export.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    export.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
+    export.add_argument("--force", action="store_true", help="write the trace even when it would be too big for Perfetto's UI (about 1 GB)")
 
     summarize = commands.add_parser(
         "summarize",
@@ -208,6 +210,7 @@ def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.
 
 def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
     from otel_titan.analysis import NoRecordsError, NotARunError, generate_gantt_trace, parse_step_range
+    from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
     from otel_titan.analysis.runs import find_run
 
     steps = None
@@ -222,7 +225,12 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     logger, handler = _with_warnings(progress)
     try:
         choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
-        stats = generate_gantt_trace(args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs, run_id=args.run)
+        stats = generate_gantt_trace(
+            args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs, run_id=args.run,
+            align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES,
+        )
+    except TraceTooBigError as error:
+        return _fail(f"{error}", EXIT_NO_RECORDS)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NoRecordsError as error:
@@ -251,6 +259,8 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     )
     if choice.how != "only":
         print(f"  {printable(choice.describe())}")
+    if stats.clock:
+        print(f"  clocks: {printable(stats.clock)}")
     print("  open it in https://ui.perfetto.dev (or chrome://tracing)")
     return EXIT_OK
 

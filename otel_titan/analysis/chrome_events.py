@@ -72,6 +72,8 @@ class ExportStats:
     input_bytes: int = 0
     output_bytes: int = 0
     seconds: float = 0.0
+    #: How the hosts' clocks were aligned (`clock_align.ClockAlignment.describe`).
+    clock: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form (for ``otherData`` and scripts)."""

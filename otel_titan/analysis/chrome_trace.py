@@ -19,6 +19,7 @@ Memory: open spans, tracks, and one batch of events; nothing per record.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import tempfile
@@ -27,6 +28,8 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
+from otel_titan.analysis.clock_align import ClockAlignment
+from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, check_size, tail_alignment
 from otel_titan.analysis.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
 from otel_titan.analysis.filters import StepRange, parse_step_range
 from otel_titan.analysis.reader import NoRecordsError, ProcessLog, read_run
@@ -124,6 +127,8 @@ def generate_gantt_trace(
     jobs: int | None = None,
     run_id: str | None = None,
     log_skipped: bool = True,
+    align: bool = True,
+    max_output_bytes: int | None = PERFETTO_MAX_TRACE_BYTES,
 ) -> ExportStats:
     """Write a run's Chrome Trace JSON (open it in https://ui.perfetto.dev); returns what was written.
 
@@ -139,6 +144,9 @@ def generate_gantt_trace(
     64 MB or more with several processes; 1 converts in this process).
     `run_id`: the run to export when the folder holds several (default: the
     latest; ``otherData`` names it and lists the runs found).
+    `align`: shift each host's times by its clock offset (`export_checks.tail_alignment`).
+    `max_output_bytes`: refuse (`TraceTooBigError`, proposing ``--steps`` / ``--ranks``)
+    when the trace would be bigger (estimated before writing); None: no limit.
     Raises `NotARunError` (not a run) or `NoRecordsError` (nothing readable,
     or nothing left after the filters, or `run_id` names no run here; no file
     is written then).
@@ -156,8 +164,13 @@ def generate_gantt_trace(
     # One run: a folder can hold several (runs.select_run); the latest unless `run_id` names another.
     run, choice = select_run(read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
     step_range = parse_step_range(steps) if isinstance(steps, str) else steps
+    if max_output_bytes is not None:
+        check_size(run, step_range, max_output_bytes)
+    alignment = tail_alignment(run) if align else ClockAlignment(False, "turned off (--no-align)")
+    for process in run.processes:
+        process.clock_offset_us = int(round(alignment.offset(process.host_name or process.label)))
     output = os.fspath(output_path) if output_path is not None else default_output(run.run_dir, run.only_base)
-    stats = ExportStats(output_path=output, input_bytes=run.total_bytes)
+    stats = ExportStats(output_path=output, input_bytes=run.total_bytes, clock=alignment.describe())
     groups = trace_groups(run.processes)
     on_bytes = _progress_counter(run.total_bytes, progress)
     jobs = export_parallel.default_jobs(run.total_bytes, len(groups)) if jobs is None else max(1, min(jobs, len(groups)))
@@ -186,8 +199,9 @@ def generate_gantt_trace(
         "first_time_us": first_us,
         "filters": {"steps": None if step_range is None else str(step_range), "ranks": ranks, "sources": sources},
         "run_ids": sorted({p.run_id for p in run.processes if p.run_id}),
+        "clock_alignment": dataclasses.asdict(alignment),
         **choice.to_dict(),
-        "stats": {k: v for k, v in stats.to_dict().items() if k not in ("output_path", "output_bytes", "seconds", "replaced")},
+        "stats": {k: v for k, v in stats.to_dict().items() if k not in ("output_path", "output_bytes", "seconds", "replaced", "clock")},
     }
     stats.output_bytes = out.finish(other)
     stats.seconds = time.perf_counter() - started

@@ -79,6 +79,8 @@ class ProcessLog:
     run_id: str | None = None
     world_size: int | None = None
     modified_us: int | None = None
+    #: Subtracted from every record's ``time_us`` as it is read: its host's clock offset (`clock_align`), 0 for none.
+    clock_offset_us: int = 0
 
     @property
     def label(self) -> str:
@@ -97,7 +99,8 @@ class ProcessLog:
             >>> # for record in process.records(SkippedLines()): print(record["log_type_name"])
         """
         # chain, not `yield from`: no extra Python frame to resume per record.
-        return itertools.chain.from_iterable(file_records(path, skipped, on_bytes) for path in self.segments)
+        records = itertools.chain.from_iterable(file_records(path, skipped, on_bytes) for path in self.segments)
+        return _shifted(records, self.clock_offset_us) if self.clock_offset_us else records
 
 
 @dataclass
@@ -121,6 +124,13 @@ class RunLogs:
     def total_bytes(self) -> int:
         """Bytes of JSONL in the selected processes' files."""
         return sum(p.size for p in self.processes)
+
+
+def _shifted(records: Iterator[dict[str, Any]], offset_us: int) -> Iterator[dict[str, Any]]:
+    """Records with their host's clock offset taken off ``time_us`` (the aligned clock)."""
+    for record in records:
+        record["time_us"] -= offset_us
+        yield record
 
 
 def find_log_dir(path: str | os.PathLike[str]) -> tuple[str, str, str | None]:

@@ -69,7 +69,7 @@ MIN_Z = 3.5
 #: A phase straggler's difference must also be at least this fraction of the median step time.
 MIN_STEP_SHARE = 0.01
 #: A late arrival at the step-closing collective delays every rank: a smaller share of the others' arrival time counts.
-MIN_ARRIVAL_EFFECT = 0.03
+MIN_ARRIVAL_EFFECT = 0.10
 #: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
 STRAGGLER_RULE = {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": MIN_ARRIVAL_EFFECT * 100}
 #: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
@@ -661,4 +661,4 @@ def _arrivals(groups: list[Stragglers], closing: list[tuple[ProcessLog, ClosingS
         group.arrival_collective = anchor
         group.arrival_steps = len(steps)
         group.arrival_stragglers = [asdict(r) for r in ranks if r.straggler]
-        group.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:5]]
+        group.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]

@@ -1,0 +1,162 @@
+"""Summaries of generated multi-rank runs with known faults (benchmarks/generate_run.py): diagnosis, clocks, tails, export size."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis import format_summary, generate_gantt_trace, summarize_run
+from otel_titan.analysis.export_checks import TraceTooBigError
+from otel_titan.analysis.headline import headline_data
+from otel_titan.analysis.summary import summarize_tails
+from otel_titan.cli import main
+
+
+def _first(text: str, count: int = 15) -> str:
+    return "\n".join(text.splitlines()[:count])
+
+
+def _run(tmp_path, name="run", **spec) -> tuple[str, dict]:
+    out = str(tmp_path / name)
+    return out, generate_run(out, RunSpec(**spec))
+
+
+def test_hung_rank_and_phase_straggler_are_named_in_the_first_15_lines(tmp_path):
+    run, truth = _run(tmp_path, ranks=64, steps=30, hung=(17, 25), straggler=(40, "bwd", 25.0), seed=3)
+    summary = summarize_run(run, log_skipped=False)
+    head = _first(format_summary(summary))
+    assert "training rank 17: stalled at step 25, inside fwd_bwd > bwd, while 63 processes stalled at step 25, inside all_reduce → look at training rank 17 first" in head
+    assert "straggler: training rank 40: last to arrive at all_reduce" in head and "bwd +2" in head
+    assert "Processes" not in format_summary(summary)  # no row per process at 64 ranks ...
+    assert "training rank 33 " in format_summary(summary, show_all=True)  # ... unless asked
+    (group,) = summary.stragglers
+    assert [row["rank"] for row in group.arrival_stragglers] == [40]
+    assert group.last_arrivals[0]["rank"] == 40 and group.last_arrivals[0]["steps"] >= 12
+
+
+def test_crashed_rank_is_named_with_its_torn_line(tmp_path):
+    run, _ = _run(tmp_path, ranks=32, steps=20, crashed=(9, 14), seed=4)
+    summary = summarize_run(run, log_skipped=False)
+    head = _first(format_summary(summary))
+    assert "crashed (file ends mid-line: killed or died while writing): training rank 9 at step 14, inside fwd_bwd > fwd" in head
+    assert "31 terminated (SIGTERM)" in head
+    assert summary.skipped_lines == 1  # the torn line, counted
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_clean_runs_with_noise_and_offsets_report_no_straggler(tmp_path, seed):
+    run, _ = _run(tmp_path, ranks=64, steps=30, seed=seed, noise=0.05, offset_ms=5.0)
+    summary = summarize_run(run, log_skipped=False)
+    (group,) = summary.stragglers
+    assert group.straggler_ranks == [] and group.phase_stragglers == [] and group.arrival_stragglers == []
+    assert group.arrival_collective == "all_reduce"
+    data = headline_data(summary)
+    assert data["diagnosis"] == [] and data["states"] == {"closed": 64}
+    assert "64 processes: closed at step 30, after training_end" in _first(format_summary(summary))
+
+
+def test_without_alignment_the_offsets_show_as_late_arrivals(tmp_path):
+    """The same clean run: on raw clocks, whole hosts seem to arrive milliseconds late (why alignment is the default)."""
+    run, truth = _run(tmp_path, ranks=64, steps=30, seed=5, offset_ms=100.0)
+    aligned = summarize_run(run, log_skipped=False)
+    raw = summarize_run(run, log_skipped=False, align=False)
+    assert aligned.stragglers[0].arrival_stragglers == []
+    assert raw.clock.applied is False and raw.clock.reason == "turned off (--no-align)"
+    offsets = truth["host_offsets_us"]
+    ahead = {host for host, offset in offsets.items() if offset > max(offsets.values()) - 5000}  # the clocks furthest ahead
+    on_those_hosts = lambda group: sum(row["steps"] for row in group.last_arrivals if truth["rank_host"][row["rank"]] in ahead)  # noqa: E731
+    raw_group, aligned_group = raw.stragglers[0], aligned.stragglers[0]
+    assert on_those_hosts(raw_group) == sum(row["steps"] for row in raw_group.last_arrivals)  # raw clocks: those hosts are always "last"
+    assert on_those_hosts(aligned_group) < sum(row["steps"] for row in aligned_group.last_arrivals) / 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_injected_clock_offsets_are_recovered_within_0_2_ms_at_p95(tmp_path, seed):
+    run, truth = _run(tmp_path, ranks=128, steps=30, seed=seed, offset_ms=5.0, straggler=(5, "bwd", 30.0))
+    clock = summarize_run(run, log_skipped=False).clock
+    assert clock.applied and clock.anchor == "all_reduce" and clock.hosts == 16
+    injected = truth["host_offsets_us"]
+    errors = np.array([clock.offsets_us[host] - injected[host] for host in injected])
+    errors -= np.median(errors)  # only differences between clocks can be known
+    assert np.percentile(np.abs(errors), 95) <= 200.0, errors
+
+
+def test_restart_attempts_are_kept_apart(tmp_path):
+    run, _ = _run(tmp_path, ranks=16, steps=30, restart=(3, 17), seed=6)
+    summary = summarize_run(run, log_skipped=False)
+    data = headline_data(summary)
+    assert data["attempts"] == [0, 1]
+    assert [(g["attempt"], g["state"], g["step"], g["count"]) for g in data["groups"]] == [
+        (0, "terminated (SIGTERM)", 17, 15),
+        (0, "crashed", 17, 1),
+        (1, "closed", 30, 16),
+    ]
+    assert [(g.attempt, len(g.ranks)) for g in summary.stragglers] == [(0, 16), (1, 16)]
+    head = _first(format_summary(summary))
+    assert "2 attempts (restarts: 0, 1)" in head and "crashed (file ends mid-line" in head and "training rank 3 at step 17" in head
+
+
+def test_two_runs_in_one_folder_are_never_mixed(tmp_path):
+    out = str(tmp_path / "mixed")
+    generate_run(out, RunSpec(ranks=16, steps=10, run_id="first", seed=1, start_us=1_796_000_000_000_000))
+    generate_run(out, RunSpec(ranks=16, steps=12, run_id="second", seed=2, start_us=1_796_000_100_000_000))
+    latest = summarize_run(out, log_skipped=False)
+    assert latest.run_id == "second" and {p.run_id for p in latest.processes} == {"second"} and len(latest.processes) == 16
+    assert [r.run_id for r in latest.runs] == ["first", "second"]
+    first = summarize_run(out, run_id="first", log_skipped=False)
+    assert {p.last_step for p in first.processes} == {10}
+
+
+@pytest.mark.parametrize("fault", [{"hung": (7, 12)}, {"crashed": (7, 12)}, {"restart": (7, 12)}, {}])
+def test_tails_agree_with_a_full_read(tmp_path, fault):
+    run, _ = _run(tmp_path, ranks=16, steps=20, seed=8, **fault)
+    full = summarize_run(run, log_skipped=False, align=False)
+    tail = summarize_tails(run, log_skipped=False)
+    keys = lambda s: [(p.label, p.attempt, p.last_step, p.last_event, p.last_event_us, p.closed_cleanly, p.signal, p.torn_last_line, p.hang_suspect, p.state(0), [o.path for o in p.open_spans]) for p in s.processes]  # noqa: E731
+    assert keys(tail) == keys(full)
+    assert headline_data(tail, 0)["groups"] == headline_data(full, 0)["groups"]
+    assert tail.tail_only and sum(os.path.getsize(os.path.join(run, "structured_logs", f)) for f in os.listdir(os.path.join(run, "structured_logs"))) > 4 * 64 * 1024
+
+
+def test_a_rank_that_logged_nothing_is_found_by_the_tail_reader(tmp_path):
+    run, _ = _run(tmp_path, ranks=16, steps=10, seed=9)
+    log_dir = os.path.join(run, "structured_logs")
+    name = next(n for n in os.listdir(log_dir) if ".global_rank_4." in n)
+    with open(os.path.join(log_dir, name), "rb") as handle:
+        opened = handle.readline()
+    with open(os.path.join(log_dir, name), "wb") as handle:
+        handle.write(opened)
+    tail = summarize_tails(run, log_skipped=False)
+    assert tail.hang_suspects == ["training rank 4"]
+    assert "logged nothing since its file was created (hung or died before its first record): training rank 4" in _first(format_summary(tail))
+
+
+def test_export_refuses_a_trace_too_big_for_perfetto_and_proposes_a_window(tmp_path, capsys):
+    run, _ = _run(tmp_path, ranks=16, steps=20, seed=10)
+    output = str(tmp_path / "trace.json")
+    with pytest.raises(TraceTooBigError, match=r"Export a window instead: --steps \d+:20 .* or --ranks 0-\d+ .*; or --force"):
+        generate_gantt_trace(run, output, max_output_bytes=200_000, log_skipped=False)
+    assert not os.path.exists(output) and os.listdir(tmp_path) == ["run"]
+    stats = generate_gantt_trace(run, output, max_output_bytes=200_000, steps="16:20", log_skipped=False)  # the window proposed fits
+    assert stats.output_bytes < 200_000
+    assert main(["export", run, "-o", output, "--force"]) == 0
+    other = json.loads(open(output, "rb").read())["otherData"]
+    assert other["clock_alignment"]["applied"] and other["clock_alignment"]["anchor"] == "all_reduce"
+    assert "clocks: aligned on the end of all_reduce" in capsys.readouterr().out
+
+
+def test_export_aligns_every_host_on_the_collective(tmp_path):
+    run, _ = _run(tmp_path, ranks=32, steps=10, seed=11, offset_ms=10.0)
+    output = str(tmp_path / "trace.json")
+    generate_gantt_trace(run, output, log_skipped=False)
+    events = json.loads(open(output, "rb").read())["traceEvents"]
+    ends: dict[int, list[float]] = {}
+    for event in events:
+        if event.get("name") == "all_reduce" and event.get("ph") == "X":
+            ends.setdefault(event["args"]["step"], []).append(event["ts"] + event["dur"])
+    spread = max(max(v) - min(v) for v in ends.values())
+    assert spread < 500, spread  # 10 ms apart on the raw clocks

@@ -4,9 +4,11 @@
 # and, for the performance figures of docs/performance.md:
 #   make bench         set up, then run the benchmark against the alternatives (about 10 minutes)
 #   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
+#   make bench-summarize  set up, then measure summarize at 64, 256 and 1,024 ranks against the export and the
+#                      summarize before issue 12 (about 15 minutes, 2 GB of /tmp, deleted after)
 #   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
 #                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
-.PHONY: setup train test bench bench-export bench-start clean
+.PHONY: setup train test bench bench-export bench-summarize bench-start clean
 
 setup:
 	bash scripts/setup.sh
@@ -22,6 +24,9 @@ bench: setup
 
 bench-export: setup
 	.venv/bin/python benchmarks/export_throughput.py
+
+bench-summarize: setup
+	.venv/bin/python benchmarks/summarize_scale.py
 
 bench-start: setup
 	.venv/bin/python -m benchmarks.start_latency --rounds 20

@@ -22,9 +22,10 @@ better than a wrong one. Ranks without a host name form their own host.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["ClockAlignment", "ClosingSpans", "estimate_offsets", "MAX_RESIDUAL_US", "MIN_STEPS"]
 
@@ -131,6 +132,8 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
 
 
 def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str]) -> ClockAlignment | None:
+    import numpy as np  # noqa: PLC0415 - only when there is something to align (keeps `summarize --tail` quick to start)
+
     host_index = {h: i for i, h in enumerate(hosts)}
     rows: list[np.ndarray] = []
     for index, p in enumerate(processes):
@@ -172,6 +175,8 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str]) -> Clo
 
 def _group_median(groups: np.ndarray, values: np.ndarray, size: int | None = None) -> np.ndarray:
     """Median of `values` per group id (0..size-1); groups without values get 0."""
+    import numpy as np  # noqa: PLC0415
+
     size = int(groups.max()) + 1 if size is None else size
     order = np.lexsort((values, groups))
     g, v = groups[order], values[order]

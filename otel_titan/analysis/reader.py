@@ -272,6 +272,22 @@ def _first_record(segments: list[str], limit: int = 64 << 10) -> dict[str, Any]:
     for path in segments:
         try:
             with open(path, "rb") as handle:
+                head = handle.read(4096)  # one line is enough, almost always: no need to read more of a thousand files
+                if b"\n" not in head:
+                    head += handle.read(limit - len(head))
+        except OSError:
+            continue
+        lines = head.split(b"\n")
+        for index, raw in enumerate(lines):
+            record = loads_line(raw)
+            if type(record) is dict:
+                return record
+            if index == len(lines) - 1 and len(head) < limit:
+                break  # the cut line of the 4 kB read: look further only if no earlier line was a record
+        else:
+            continue
+        try:
+            with open(path, "rb") as handle:
                 head = handle.read(limit)
         except OSError:
             continue

@@ -75,6 +75,8 @@ STRAGGLER_RULE = {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "m
 #: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
 _MAD_TO_SD = 1.4826
 _MEDIAN_SE = 1.2533
+#: Up to this many ranks, the spread of "the other ranks" leaves each rank out exactly.
+_EXACT_SPREAD_UP_TO = 64
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
 _OTEL_TITAN_LOGGER = "otel_titan.structured_logger"
@@ -104,6 +106,32 @@ class _Collector(TimelineVisitor):
         self.phase_offsets: dict[tuple[str, str], array] = {}
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
+
+    def state(self) -> dict[str, Any]:
+        """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_offsets": self.phase_offsets, "closing": self.closing}
+
+    def merge(self, state: dict[str, Any]) -> None:
+        """Add a worker's accumulators (disjoint processes) to these."""
+        for key, acc in state["phases"].items():
+            mine = self.phases.get(key)
+            if mine is None:
+                self.phases[key] = acc
+                continue
+            mine.durations.extend(acc.durations)
+            mine.errors += acc.errors
+            mine.incomplete += acc.incomplete
+            if acc.max_ms > mine.max_ms:
+                mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
+        for name in ("step_ms", "phase_step_ms"):
+            target = getattr(self, name)
+            for key, per_rank in state[name].items():
+                ranks = target.setdefault(key, {})
+                for rank, steps in per_rank.items():
+                    ranks.setdefault(rank, {}).update(steps)
+        for key, offsets in state["phase_offsets"].items():
+            self.phase_offsets.setdefault(key, array("d")).extend(offsets)
+        self.closing.extend(state["closing"])
 
     def begin(self, process: ProcessLog, summary: ProcessSummary) -> None:
         self.process, self.summary = process, summary
@@ -261,6 +289,7 @@ def summarize_run(
     log_skipped: bool = True,
     align: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
@@ -269,6 +298,8 @@ def summarize_run(
     `RunSummary.runs` lists them all. Hosts' clocks are aligned on the
     step-closing collective (`clock_align`) unless `align` is False.
     `progress(bytes_read, bytes_total)` is called as the input is read.
+    `jobs`: worker processes (default: one per CPU, up to 8, for runs of
+    64 MB or more with several processes, as the export; 1: this process only).
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `runs.UnknownRunError`).
@@ -280,19 +311,15 @@ def summarize_run(
         >>> # [p.last_event for p in summary.processes]  # e.g. ['optimizer_end', 'data_fetch_start']
     """
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
-    collector = _Collector()
-    processes: list[ProcessSummary] = []
+    from otel_titan.analysis import summary_parallel  # noqa: PLC0415 - it imports this module
+
     on_bytes = _byte_counter(logs.total_bytes, progress)
-    for process in logs.processes:
-        summary = _new_summary(process)
-        skipped_before = logs.skipped.count
-        collector.begin(process, summary)
-        extent = walk_process(_observe(process.records(logs.skipped, on_bytes), summary), collector)
-        collector.end(extent.last_us)
-        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
-        summary.skipped_lines = logs.skipped.count - skipped_before
-        _finish_process(summary, process)
-        processes.append(summary)
+    jobs = summary_parallel.default_jobs(logs.total_bytes, len(logs.processes)) if jobs is None else max(1, min(jobs, len(logs.processes)))
+    if jobs > 1:
+        collector, processes = summary_parallel.collect_in_workers(logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped)
+    else:
+        collector = _Collector()
+        processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({logs.skipped.count} unreadable lines skipped)")
@@ -303,6 +330,22 @@ def summarize_run(
     stragglers = _stragglers(collector)
     _arrivals(stragglers, collector.closing, alignment)
     return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records)
+
+
+def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:
+    """One streaming pass over each process into `collector`; their summaries (what each worker of `summary_parallel` runs)."""
+    out: list[ProcessSummary] = []
+    for process in processes:
+        summary = _new_summary(process)
+        skipped_before = skipped.count
+        collector.begin(process, summary)
+        extent = walk_process(_observe(process.records(skipped, on_bytes), summary), collector)
+        collector.end(extent.last_us)
+        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
+        summary.skipped_lines = skipped.count - skipped_before
+        _finish_process(summary, process)
+        out.append(summary)
+    return out
 
 
 def summarize_tails(
@@ -536,13 +579,20 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             differences.setdefault(rank, []).append(ms - _median_without(ordered, ms))
         rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
     medians = {rank: statistics.median(values) for rank, values in own.items()}
+    ordered_medians = sorted(medians.values())
+    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
+    # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
+    shared_spread = _MAD_TO_SD * _mad(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
     ranks = []
     for rank, values in own.items():
-        others = [median for other, median in medians.items() if other != rank]
-        others_median = statistics.median(others)
+        others_median = _median_without(ordered_medians, medians[rank])
         excess = medians[rank] - others_median
         pct = 100.0 * excess / others_median if others_median > 0 else None
-        spread = _MAD_TO_SD * _mad(others) if len(others) > 1 else 0.0
+        if shared_spread is not None:
+            spread = shared_spread
+        else:
+            others = [median for other, median in medians.items() if other != rank]
+            spread = _MAD_TO_SD * _mad(others) if len(others) > 1 else 0.0
         standard_error = _MEDIAN_SE * _MAD_TO_SD * _mad(differences[rank]) / math.sqrt(len(values))
         noise = max(spread, standard_error)
         z = excess / noise if noise > 0 else None

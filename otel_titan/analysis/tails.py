@@ -27,9 +27,9 @@ from otel_titan.analysis.record_lines import SkippedLines, file_records
 __all__ = ["tail_records", "ends_torn", "TAIL_BLOCK", "MIN_LINES"]
 
 #: Bytes read per step backwards.
-TAIL_BLOCK = 64 << 10
+TAIL_BLOCK = 32 << 10
 #: Complete lines wanted before stopping (covers a step's nest of open spans in a training loop).
-MIN_LINES = 64
+MIN_LINES = 24
 
 
 def ends_torn(process: ProcessLog) -> bool:
@@ -86,6 +86,7 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
     except OSError as error:
         skipped.add(path, 0, f"cannot open ({error.strerror or error})")
         return [], True
+    quiet = SkippedLines(log=False)
     with handle:
         size = handle.seek(0, os.SEEK_END)
         position = size
@@ -99,23 +100,12 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
             block *= 2  # a file of long lines needs few rounds
             if position == 0:
                 break
-            complete = data.count(b"\n") - 1  # the first line may be cut
-            if complete >= max(min_lines, 1) and (not need_program or _has_program_line(data)):
+            window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
+            records = list(file_records(path, quiet, None, source=io.BytesIO(window)))
+            if len(records) >= min_lines and (not need_program or any(r["log_type_name"] not in META_EVENTS for r in records)):
                 break
     if position > 0:
         data = data[data.index(b"\n") + 1 :]  # drop the partial first line
-    # Parsed as a full read parses (torn last line, bad lines and all); line numbers count from the tail.
+    # Parsed again, now counting what is skipped, exactly as a full read parses (torn last line, bad lines and all).
     records = list(file_records(path, skipped, None, source=io.BytesIO(data)))
     return records, position == 0
-
-
-def _has_program_line(data: bytes) -> bool:
-    """Cheap check that a block holds a record other than the logger's own (no parse)."""
-    for name in (b'_start"', b'_end"', b'"metric_value"', b'"log_type":"instant","log_type_name":"'):
-        if name in data:
-            break
-    else:
-        return False
-    count = data.count(b'"log_type_name"')
-    own = sum(data.count(f'"log_type_name":"{name}"'.encode()) for name in META_EVENTS)
-    return count > own

@@ -160,3 +160,14 @@ def test_export_aligns_every_host_on_the_collective(tmp_path):
             ends.setdefault(event["args"]["step"], []).append(event["ts"] + event["dur"])
     spread = max(max(v) - min(v) for v in ends.values())
     assert spread < 500, spread  # 10 ms apart on the raw clocks
+
+
+def test_the_summary_on_two_workers_is_the_summary_in_one_process(tmp_path):
+    run, _ = _run(tmp_path, ranks=24, steps=20, seed=12, crashed=(5, 15), straggler=(7, "bwd", 30.0))
+    one = summarize_run(run, log_skipped=False, jobs=1).to_dict()
+    two = summarize_run(run, log_skipped=False, jobs=2).to_dict()
+    for data in (one, two):
+        data.pop("last_record_s_before_now")
+        for process in data["processes"]:
+            process.pop("created_s_before_now")
+    assert one == two and one["skipped_lines"] == 1

@@ -1,0 +1,171 @@
+"""Summary on several cores: processes are split between worker interpreters, their accumulators merged.
+
+Why: at 1,000 ranks and gigabytes the summary is bound by parsing and pairing
+records, which is independent per process, as in the export
+(`export_parallel`, whose process model this follows: fresh interpreters via
+``python -m``, never forks of a possibly threaded caller; progress as
+``P <bytes>`` lines on stdout). Each worker runs `summary.collect_processes`
+on its share and pickles its process summaries and run-wide accumulators
+(per-phase durations, per-rank step and phase times, step-closing spans: a
+few MB at 1,000 ranks) into a file of a private temporary folder; the parent
+merges them (`_Collector.merge`) and computes the figures exactly as a
+single pass would. Process order is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import selectors
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, fields
+from typing import Any, Callable
+
+from otel_titan.analysis.reader import ProcessLog
+from otel_titan.analysis.record_lines import SkippedLines
+
+__all__ = ["default_jobs", "collect_in_workers"]
+
+_PROGRESS_BYTES = 8 << 20
+
+
+def default_jobs(total_bytes: int, processes: int) -> int:
+    """As the export: one worker per CPU (at most 8) for runs of 64 MB or more with several processes, else 1.
+
+    Example:
+        >>> default_jobs(1 << 20, 16)
+        1
+    """
+    from otel_titan.analysis.export_parallel import default_jobs as export_jobs  # noqa: PLC0415
+
+    return export_jobs(total_bytes, processes)
+
+
+def _balance(processes: list[ProcessLog], jobs: int) -> list[list[int]]:
+    """Indices of `processes`, largest first onto the least-loaded worker (by bytes)."""
+    buckets: list[list[int]] = [[] for _ in range(jobs)]
+    loads = [0] * jobs
+    for index in sorted(range(len(processes)), key=lambda i: -processes[i].size):
+        target = loads.index(min(loads))
+        buckets[target].append(index)
+        loads[target] += processes[index].size
+    return [sorted(bucket) for bucket in buckets if bucket]
+
+
+def collect_in_workers(processes: list[ProcessLog], jobs: int, skipped: SkippedLines, on_bytes: Callable[[int], None], log_skipped: bool = True) -> tuple[Any, list[Any]]:
+    """(merged `summary._Collector`, process summaries in the order of `processes`), computed in `jobs` workers.
+
+    Raises RuntimeError when a worker fails (its error is on stderr).
+
+    Example:
+        >>> # collector, summaries = collect_in_workers(run.processes, 2, run.skipped, print)
+    """
+    from otel_titan.analysis.summary import _Collector  # noqa: PLC0415
+
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    buckets = _balance(processes, jobs)
+    with tempfile.TemporaryDirectory(prefix="otel-titan-summary-") as work_dir:
+        workers: list[subprocess.Popen[bytes]] = []
+        try:
+            for index, bucket in enumerate(buckets):
+                spec = {"result": os.path.join(work_dir, f"part-{index}"), "log_skipped": log_skipped, "processes": [asdict(processes[i]) for i in bucket]}
+                worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.summary_parallel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                assert worker.stdin is not None
+                try:
+                    worker.stdin.write(json.dumps(spec, ensure_ascii=True).encode("ascii"))
+                    worker.stdin.close()
+                except BrokenPipeError:
+                    pass  # it died at once: reported below with its exit status
+                workers.append(worker)
+            _wait(workers, on_bytes)
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+        collector = _Collector()
+        summaries: list[Any] = [None] * len(processes)
+        for index, bucket in enumerate(buckets):
+            with open(os.path.join(work_dir, f"part-{index}"), "rb") as handle:
+                result = pickle.load(handle)  # written just now by our own worker, in our private folder
+            collector.merge(result["state"])
+            for position, summary in zip(bucket, result["summaries"], strict=True):
+                summaries[position] = summary
+            skipped.count += result["skipped"]
+            skipped.repaired += result["repaired"]
+            skipped.by_file.update(result["skipped_by_file"])
+            skipped.repaired_by_file.update(result["repaired_by_file"])
+            skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
+        return collector, summaries
+
+
+def _wait(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int], None]) -> None:
+    selector = selectors.DefaultSelector()
+    for worker in workers:
+        selector.register(worker.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
+    open_streams = len(workers)
+    while open_streams:
+        for key, _ in selector.select():
+            line = key.fileobj.readline()  # type: ignore[union-attr]
+            if not line:
+                selector.unregister(key.fileobj)
+                open_streams -= 1
+            elif line.startswith(b"P "):
+                on_bytes(int(line[2:]))
+    selector.close()
+    for index, worker in enumerate(workers):
+        code = worker.wait()
+        if code != 0:
+            raise RuntimeError(f"summary worker {index} failed (exit status {code}); its error is above")
+
+
+def _worker_main() -> int:
+    from otel_titan.analysis.summary import _Collector, collect_processes  # noqa: PLC0415
+
+    spec = json.loads(sys.stdin.buffer.read())
+    logger = logging.getLogger("otel_titan.analysis")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    names = {f.name for f in fields(ProcessLog)}
+    processes = [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in spec["processes"]]
+    skipped = SkippedLines(log=spec["log_skipped"])
+    stdout = sys.stdout.buffer
+    unreported = 0
+
+    def on_bytes(count: int) -> None:
+        nonlocal unreported
+        unreported += count
+        if unreported >= _PROGRESS_BYTES:
+            stdout.write(b"P %d\n" % unreported)
+            stdout.flush()
+            unreported = 0
+
+    collector = _Collector()
+    summaries = collect_processes(processes, collector, skipped, on_bytes)
+    if unreported:
+        stdout.write(b"P %d\n" % unreported)
+        stdout.flush()
+    result = {
+        "state": collector.state(),
+        "summaries": summaries,
+        "skipped": skipped.count,
+        "skipped_examples": skipped.examples,
+        "skipped_by_file": dict(skipped.by_file),
+        "repaired": skipped.repaired,
+        "repaired_by_file": dict(skipped.repaired_by_file),
+    }
+    with open(spec["result"], "wb") as handle:
+        pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())

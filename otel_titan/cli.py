@@ -109,6 +109,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize.add_argument("--tail", action="store_true", help="only where every process stopped, from the ends of its files (seconds for thousands of ranks; no phases or stragglers)")
     summarize.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
     summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    summarize.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)")
     _add_filters(summarize)
     return parser, {"export": export, "summarize": summarize}
 
@@ -275,7 +276,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         if args.tail:
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
         else:
-            summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress)
+            summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NoRecordsError as error:

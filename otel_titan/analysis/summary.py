@@ -298,8 +298,8 @@ def summarize_run(
     `RunSummary.runs` lists them all. Hosts' clocks are aligned on the
     step-closing collective (`clock_align`) unless `align` is False.
     `progress(bytes_read, bytes_total)` is called as the input is read.
-    `jobs`: worker processes (default: one per CPU, up to 8, for runs of
-    64 MB or more with several processes, as the export; 1: this process only).
+    `jobs`: worker processes (default 1, this process: on 2 busy cores two
+    workers were no faster and held twice the memory; on more cores try more).
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `runs.UnknownRunError`).
@@ -314,7 +314,7 @@ def summarize_run(
     from otel_titan.analysis import summary_parallel  # noqa: PLC0415 - it imports this module
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
-    jobs = summary_parallel.default_jobs(logs.total_bytes, len(logs.processes)) if jobs is None else max(1, min(jobs, len(logs.processes)))
+    jobs = 1 if jobs is None else max(1, min(jobs, len(logs.processes)))
     if jobs > 1:
         collector, processes = summary_parallel.collect_in_workers(logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped)
     else:

@@ -72,7 +72,7 @@ def test_summarize_prints_tables(run, capsys):
     lines = out.splitlines()
     for heading in ("Processes", "Phases (completed spans, by total time; durations in ms)", "Stragglers: training (2 ranks;"):
         assert any(line.startswith(heading) for line in lines), heading
-    assert "All 2 processes' last event: metric_value" in out
+    assert "    2 processes: closed at step 4, after metric_value  (training ranks 0-1)" in out
 
 
 def test_summarize_json_is_one_document_for_scripts(run, capsys):

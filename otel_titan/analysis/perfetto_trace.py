@@ -1,0 +1,301 @@
+"""Records → Perfetto's native trace (protobuf ``TracePacket``/``TrackEvent``), streamed, names interned.
+
+Why native: Perfetto treats Chrome JSON as a legacy format (it ignores colour
+names, so failed and incomplete spans look like any other bar), and its
+browser UI runs out of memory near 1–2 GB of JSON. The protobuf form with
+interned names is several times smaller and is Perfetto's own.
+
+The layout and every decision about what to show come from the same walk and
+visitor as the JSON export (`timeline.walk_process` →
+`chrome_events.ExportVisitor`), which describes events as Chrome-trace dicts;
+`PerfettoStream` is the second writer: it encodes those dicts as packets with
+the trace protos the ``perfetto`` package ships (`perfetto.protos`). Two
+differences, because the native format can say more:
+
+* a span is a ``SLICE_BEGIN`` written when its ``_start`` is read and a
+  ``SLICE_END`` when its ``_end`` is read (`NativeVisitor`): Perfetto orders
+  packets of one sequence with the same timestamp as written, so a parent's
+  begin always precedes its children's and nesting is exact at any
+  resolution, with no widening; a span that never ended has a begin and no
+  end, which Perfetto shows as a slice that did not end (``dur = -1``);
+* the steps, async-slot and unknown-thread tracks are plain named tracks of
+  the process, not threads (so none of them is shown as a main thread).
+
+Event names, categories and argument names are interned per sequence
+(``interned_data`` + ``*_iid``). Packets are encoded in batches as ``Trace``
+messages; concatenated ``Trace`` messages are one valid trace, which is how
+`perfetto.trace_builder.StreamingTraceProtoBuilder` streams too (one packet
+per message; batching makes it several times faster).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from typing import Any, BinaryIO
+
+import orjson
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
+
+from otel_titan.analysis.chrome_events import SLOT_TID_BASE, STEP_TID, UNKNOWN_TID, ExportVisitor
+from otel_titan.analysis.timeline import OpenSpan
+
+__all__ = ["PerfettoStream", "NativeVisitor", "FAILED_SUFFIX", "NATIVE_SUFFIXES"]
+
+#: Output names that select the native format.
+NATIVE_SUFFIXES = (".pftrace", ".perfetto-trace")
+#: Appended to a failed span's name: Perfetto colours slices by name, so failures stand out at a glance.
+FAILED_SUFFIX = " (failed)"
+_BEGIN, _END, _INSTANT, _COUNTER = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER
+_CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_NEEDS_STATE = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+#: Packets encoded per ``Trace`` message.
+_BATCH_PACKETS = 4096
+_INT64 = 1 << 63
+
+
+class PerfettoStream:
+    """Chrome-trace event dicts → native packets on one sequence, appended to an open binary file.
+
+    Same interface as `chrome_events.EventStream` (`add`, `flush`,
+    `add_encoded`, `count`, `events`), so `chrome_trace.write_groups` and
+    the export workers feed either. `sequence_id` must differ between the
+    parts of one trace (each worker's part is its own sequence).
+    """
+
+    def __init__(self, handle: BinaryIO, sequence_id: int = 1) -> None:
+        self._file = handle
+        self.sequence_id = sequence_id
+        self._trace = Trace()
+        self._packets = self._trace.packet
+        self._first = True
+        self.events = 0
+        self._pending = 0
+        # Interning tables of this sequence: string → iid.
+        self._names: dict[str, int] = {}
+        self._categories: dict[str, int] = {}
+        self._arg_names: dict[str, int] = {}
+        # Tracks: (pid, key) → uuid; key is a tid, or ("counter", name).
+        self._tracks: dict[tuple[int, Any], int] = {}
+        self._process_uuids: dict[int, int] = {}
+        self._next_uuid = sequence_id << 40
+
+    # -- packets --------------------------------------------------------------------------------
+    def _packet(self) -> TracePacket:
+        packet = self._packets.add()
+        packet.trusted_packet_sequence_id = self.sequence_id
+        if self._first:
+            packet.sequence_flags = _CLEARED | _NEEDS_STATE
+            self._first = False
+        else:
+            packet.sequence_flags = _NEEDS_STATE
+        self._pending += 1
+        return packet
+
+    def _done(self) -> None:
+        if self._pending >= _BATCH_PACKETS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Encode and write the batched packets."""
+        if self._pending:
+            self._file.write(self._trace.SerializeToString())
+            self._trace = Trace()  # a new message: Clear() would detach `_packets` from it
+            self._packets = self._trace.packet
+            self._pending = 0
+
+    def add_encoded(self, path: str, events: int) -> None:
+        """Append a file of already encoded packets (a worker's part, on its own sequence)."""
+        self.flush()
+        with open(path, "rb") as part:
+            shutil.copyfileobj(part, self._file, 4 << 20)
+        self.events += events
+
+    @property
+    def count(self) -> int:
+        """Events added so far."""
+        return self.events
+
+    # -- interning ------------------------------------------------------------------------------
+    def _iid(self, table: dict[str, int], text: str, packet: TracePacket, field: str) -> int:
+        iid = table.get(text)
+        if iid is None:
+            iid = table[text] = len(table) + 1
+            entry = getattr(packet.interned_data, field).add()
+            entry.iid = iid
+            entry.name = text
+        return iid
+
+    def _annotate(self, event: Any, args: dict[str, Any], packet: TracePacket) -> None:
+        names = self._arg_names
+        for key, value in args.items():
+            annotation = event.debug_annotations.add()
+            annotation.name_iid = self._iid(names, key, packet, "debug_annotation_names")
+            kind = type(value)
+            if kind is str:
+                annotation.string_value = value
+            elif kind is bool:
+                annotation.bool_value = value
+            elif kind is int and -_INT64 <= value < _INT64:
+                annotation.int_value = value
+            elif kind is float:
+                annotation.double_value = value
+            elif value is None:
+                annotation.string_value = "null"
+            else:
+                annotation.string_value = orjson.dumps(value, default=str).decode() if kind is not int else str(value)
+
+    # -- tracks ---------------------------------------------------------------------------------
+    def _uuid(self) -> int:
+        self._next_uuid += 1
+        return self._next_uuid
+
+    def _process(self, pid: int, name: str | None = None) -> int:
+        uuid = self._process_uuids.get(pid)
+        if uuid is None or name is not None:
+            if uuid is None:
+                uuid = self._process_uuids[pid] = self._uuid()
+            packet = self._packet()
+            descriptor = packet.track_descriptor
+            descriptor.uuid = uuid
+            descriptor.process.pid = pid
+            if name is not None:
+                descriptor.process.process_name = name
+            self._done()
+        return uuid
+
+    def _track(self, pid: int, tid: Any, name: str | None = None) -> int:
+        key = (pid, tid)
+        uuid = self._tracks.get(key)
+        if uuid is not None and name is None:
+            return uuid
+        parent = self._process(pid)
+        if uuid is None:
+            uuid = self._tracks[key] = self._uuid()
+        packet = self._packet()
+        descriptor = packet.track_descriptor
+        descriptor.uuid = uuid
+        if type(tid) is int and 0 < tid < UNKNOWN_TID:
+            # A real OS thread: a thread track (Perfetto appends the tid to its name).
+            descriptor.thread.pid = pid
+            descriptor.thread.tid = tid
+            if name is not None:
+                descriptor.thread.thread_name = name
+        else:
+            # Steps, async slots, a thread whose id the records do not give: named tracks of the process.
+            descriptor.parent_uuid = parent
+            descriptor.name = name if name is not None else ("steps" if tid == STEP_TID else "thread (id unknown)" if tid == UNKNOWN_TID else f"async slot {tid - SLOT_TID_BASE}")
+        self._done()
+        return uuid
+
+    def _counter_track(self, pid: int, name: str) -> int:
+        key = (pid, ("counter", name))
+        uuid = self._tracks.get(key)
+        if uuid is None:
+            uuid = self._tracks[key] = self._uuid()
+            packet = self._packet()
+            descriptor = packet.track_descriptor
+            descriptor.uuid = uuid
+            descriptor.parent_uuid = self._process(pid)
+            descriptor.name = name
+            descriptor.counter.SetInParent()
+            self._done()
+        return uuid
+
+    # -- events ---------------------------------------------------------------------------------
+    def add(self, event: dict[str, Any]) -> None:
+        """Encode one Chrome-trace event dict (``X``, ``B``, ``E``, ``i``, ``C``, ``M``) as packets."""
+        phase = event["ph"]
+        self.events += 1
+        if phase == "X":
+            self._slice(_BEGIN, event, event["ts"], with_args=False)
+            dur = event["dur"]
+            self._slice(_END, event, event["ts"] + dur, with_args=True)
+        elif phase == "B":
+            self._slice(_BEGIN, event, event["ts"], with_args=True)
+        elif phase == "E":
+            self._slice(_END, event, event["ts"], with_args=True)
+        elif phase == "i":
+            tid = STEP_TID if event.get("s") == "p" else event["tid"]
+            self._slice(_INSTANT, event, event["ts"], with_args=True, tid=tid)
+        elif phase == "C":
+            track = self._counter_track(event["pid"], event["name"])  # before the packet: it may flush a batch
+            packet = self._packet()
+            packet.timestamp = _ns(event["ts"])
+            track_event = packet.track_event
+            track_event.type = _COUNTER
+            track_event.track_uuid = track
+            track_event.double_counter_value = float(event["args"]["value"])
+            self._done()
+        elif phase == "M":
+            kind = event["name"]
+            if kind == "process_name":
+                self._process(event["pid"], event["args"]["name"])
+            elif kind == "thread_name":
+                self._track(event["pid"], event["tid"], event["args"]["name"])
+            # sort indexes: Perfetto orders processes by pid (the rank) and threads by their own rules
+
+    def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:
+        track = self._track(event["pid"], event["tid"] if tid is None else tid)  # before the packet: it may flush a batch
+        packet = self._packet()
+        packet.timestamp = _ns(ts)
+        track_event = packet.track_event
+        track_event.type = kind
+        track_event.track_uuid = track
+        if kind != _END:
+            track_event.name_iid = self._iid(self._names, event["name"], packet, "event_names")
+            category = event.get("cat")
+            if category:
+                track_event.category_iids.append(self._iid(self._categories, category, packet, "event_categories"))
+        if with_args:
+            args = event.get("args")
+            if args:
+                self._annotate(track_event, args, packet)
+        self._done()
+
+
+def _ns(us: float) -> int:
+    """µs (int, or float from a monotonic duration) → ns."""
+    return us * 1000 if type(us) is int else int(round(us * 1000.0)) if math.isfinite(us) else 0
+
+
+class NativeVisitor(ExportVisitor):
+    """`ExportVisitor` for the native writer: a begin when a span's ``_start`` is read, an end when it ends.
+
+    What is shown (names, args, filters, counts, tracks) is the JSON export's
+    (`ExportVisitor.span_event`); only the timing of the writes differs.
+    A failed span's end carries the error; its name gets `FAILED_SUFFIX`
+    only when the failure is known at its begin (an ``_end`` without
+    ``_start``), so failures are also marked by the ``ERROR:`` instant on the
+    span's track, which Perfetto draws as a marker over the bar.
+    """
+
+    def span_begun(self, span: OpenSpan) -> None:
+        start = span.start
+        if self.steps is not None and start.get("step") not in self.steps:  # type: ignore[union-attr]
+            return
+        self.add({"name": span.name, "cat": "span", "ph": "B", "ts": span.start_us, "pid": self.pid, "tid": span.track})
+
+    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        event = self.span_event(span, end, end_us, dur_us, incomplete)
+        if event is None:
+            return
+        if span.start is None:
+            if span.error is not None:
+                event["name"] += FAILED_SUFFIX
+            self.add(event)  # never begun: a complete slice
+            return
+        if incomplete:
+            return  # begun, never ended: Perfetto shows a slice that did not end
+        self.add({"ph": "E", "ts": span.start_us + (dur_us if type(dur_us) is int else dur_us), "pid": self.pid, "tid": span.track, "args": event["args"]})
+
+
+def is_native(path: str | os.PathLike[str]) -> bool:
+    """Whether an output name asks for the native format (``.pftrace``, ``.perfetto-trace``).
+
+    Example:
+        >>> is_native("out/trace.pftrace"), is_native("out/trace.json")
+        (True, False)
+    """
+    return os.fspath(path).endswith(NATIVE_SUFFIXES)

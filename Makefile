@@ -6,7 +6,9 @@
 #   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
 #   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
 #                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
-.PHONY: setup train test bench bench-export bench-start clean
+#   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
+#                      (size, size gzipped, time per span; a few minutes)
+.PHONY: setup train test bench bench-export bench-start bench-perfetto clean
 
 setup:
 	bash scripts/setup.sh
@@ -25,6 +27,9 @@ bench-export: setup
 
 bench-start: setup
 	.venv/bin/python -m benchmarks.start_latency --rounds 20
+
+bench-perfetto: setup
+	.venv/bin/python benchmarks/perfetto_size.py
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

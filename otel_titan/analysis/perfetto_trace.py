@@ -53,6 +53,9 @@ _NEEDS_STATE = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 #: Packets encoded per ``Trace`` message.
 _BATCH_PACKETS = 4096
 _INT64 = 1 << 63
+#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
+_ID_ARGS = frozenset({"span_id", "parent_span_id"})
+_REPEATED_ARGS = frozenset({"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"})
 
 
 class PerfettoStream:
@@ -76,10 +79,11 @@ class PerfettoStream:
         self._names: dict[str, int] = {}
         self._categories: dict[str, int] = {}
         self._arg_names: dict[str, int] = {}
+        self._strings: dict[str, int] = {}
         # Tracks: (pid, key) → uuid; key is a tid, or ("counter", name).
         self._tracks: dict[tuple[int, Any], int] = {}
         self._process_uuids: dict[int, int] = {}
-        self._next_uuid = sequence_id << 40
+        self._next_uuid = sequence_id << 16  # small: a uuid is on every packet (parts: < 65,536 tracks each)
 
     # -- packets --------------------------------------------------------------------------------
     def _packet(self) -> TracePacket:
@@ -134,7 +138,16 @@ class PerfettoStream:
             annotation.name_iid = self._iid(names, key, packet, "debug_annotation_names")
             kind = type(value)
             if kind is str:
-                annotation.string_value = value
+                if key in _ID_ARGS and len(value) == 16:
+                    try:
+                        annotation.pointer_value = int(value, 16)  # 64-bit ids: 9 bytes, shown as 0x…
+                        continue
+                    except ValueError:
+                        pass
+                if key in _REPEATED_ARGS:
+                    annotation.string_value_iid = self._string_iid(value, packet)
+                else:
+                    annotation.string_value = value
             elif kind is bool:
                 annotation.bool_value = value
             elif kind is int and -_INT64 <= value < _INT64:
@@ -143,8 +156,20 @@ class PerfettoStream:
                 annotation.double_value = value
             elif value is None:
                 annotation.string_value = "null"
+            elif kind is list and key in _REPEATED_ARGS:
+                annotation.string_value_iid = self._string_iid(orjson.dumps(value, default=str).decode(), packet)
             else:
                 annotation.string_value = orjson.dumps(value, default=str).decode() if kind is not int else str(value)
+
+    def _string_iid(self, text: str, packet: TracePacket) -> int:
+        table = self._strings
+        iid = table.get(text)
+        if iid is None:
+            iid = table[text] = len(table) + 1
+            entry = packet.interned_data.debug_annotation_string_values.add()
+            entry.iid = iid
+            entry.str = text.encode("utf-8", "surrogatepass")
+        return iid
 
     # -- tracks ---------------------------------------------------------------------------------
     def _uuid(self) -> int:

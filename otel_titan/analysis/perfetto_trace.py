@@ -90,10 +90,10 @@ class PerfettoStream:
         packet = self._packets.add()
         packet.trusted_packet_sequence_id = self.sequence_id
         if self._first:
+            # Interned names live in the sequence's incremental state, valid from here to its end (one writer,
+            # nothing lost in between), so later packets need not repeat the flags.
             packet.sequence_flags = _CLEARED | _NEEDS_STATE
             self._first = False
-        else:
-            packet.sequence_flags = _NEEDS_STATE
         self._pending += 1
         return packet
 
@@ -133,9 +133,11 @@ class PerfettoStream:
 
     def _annotate(self, event: Any, args: dict[str, Any], packet: TracePacket) -> None:
         names = self._arg_names
+        add = event.debug_annotations.add
         for key, value in args.items():
-            annotation = event.debug_annotations.add()
-            annotation.name_iid = self._iid(names, key, packet, "debug_annotation_names")
+            annotation = add()
+            iid = names.get(key)
+            annotation.name_iid = iid if iid is not None else self._iid(names, key, packet, "debug_annotation_names")
             kind = type(value)
             if kind is str:
                 if key in _ID_ARGS and len(value) == 16:
@@ -264,15 +266,18 @@ class PerfettoStream:
     def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:
         track = self._track(event["pid"], event["tid"] if tid is None else tid)  # before the packet: it may flush a batch
         packet = self._packet()
-        packet.timestamp = _ns(ts)
+        packet.timestamp = ts * 1000 if type(ts) is int else _ns(ts)
         track_event = packet.track_event
         track_event.type = kind
         track_event.track_uuid = track
         if kind != _END:
-            track_event.name_iid = self._iid(self._names, event["name"], packet, "event_names")
+            name = event["name"]
+            iid = self._names.get(name)
+            track_event.name_iid = iid if iid is not None else self._iid(self._names, name, packet, "event_names")
             category = event.get("cat")
             if category:
-                track_event.category_iids.append(self._iid(self._categories, category, packet, "event_categories"))
+                iid = self._categories.get(category)
+                track_event.category_iids.append(iid if iid is not None else self._iid(self._categories, category, packet, "event_categories"))
         if with_args:
             args = event.get("args")
             if args:

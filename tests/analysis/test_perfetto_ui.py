@@ -123,3 +123,7 @@ def test_the_real_perfetto_ui_loads_the_trace_with_exact_slices_and_nesting(run,
     else:
         assert result["unended"] == []  # JSON: incomplete spans reach the process's last record
         assert {"steps", "async slot 0", "async slot 1", "async slot 2"} <= {t["name"] for t in threads}
+
+
+if __name__ == "__main__":  # python -m tests.analysis.test_perfetto_ui TRACE SCREENSHOT.png: the picture in docs/analysis.md
+    print(json.dumps(open_in_perfetto(Path(sys.argv[1]), {"slices": "select count(*) as n from slice"}, Path(sys.argv[2]))))

@@ -43,7 +43,20 @@ async function main() {
     result.dialogs = await page.evaluate(() =>
       Array.from(document.querySelectorAll('.pf-modal-dialog, .modal-dialog')).map((d) => d.innerText.slice(0, 500)));
     if (screenshot) {
-      await new Promise((r) => setTimeout(r, 1500));
+      // For the picture: every track group open, the time axis on the spans (not on the logger's first record).
+      await page.evaluate(async () => {
+        const trace = window.app.trace;
+        for (const node of trace.workspace.flatTracks) if (node.hasChildren && node.expand) node.expand();
+        const res = await trace.engine.query(
+          "select min(ts) as a, max(ts + max(dur, 0)) as b from slice where category = 'span'");
+        const it = res.iter({});
+        if (it.valid() && it.get('a') !== null) {
+          const a = BigInt(it.get('a')), b = BigInt(it.get('b'));
+          const pad = (b - a) / 50n;
+          trace.timeline.setViewportTime(a - pad, b + pad);
+        }
+      });
+      await new Promise((r) => setTimeout(r, 2500));
       await page.screenshot({path: screenshot});
     }
   } finally {

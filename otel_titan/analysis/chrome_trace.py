@@ -306,10 +306,15 @@ def write_groups(groups: Iterable[TraceGroup], out: EventStream | PerfettoStream
         out.add({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": pid}})
         out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
         out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
+        last_us: int | None = None
         for process in processes:
             visitor.begin_process(tracks, process.pid, process.modified_us)
             extent = walk_process(process.records(skipped, on_bytes), visitor)
             stats.records += extent.records
             if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
                 first_us = extent.first_us
+            if extent.last_us is not None and (last_us is None or extent.last_us > last_us):
+                last_us = extent.last_us
+        if native and last_us is not None:
+            out.end_process(pid, last_us)  # type: ignore[union-attr]  # JSON cannot end a counter track
     return first_us

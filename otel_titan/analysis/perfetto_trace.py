@@ -19,7 +19,8 @@ differences, because the native format can say more:
   resolution, with no widening; a span that never ended has a begin and no
   end, which Perfetto shows as a slice that did not end (``dur = -1``);
 * the steps, async-slot and unknown-thread tracks are plain named tracks of
-  the process, not threads (so none of them is shown as a main thread).
+  the process, not threads (so none of them is shown as a main thread);
+* counter tracks end at their process's last record (`PerfettoStream.end_process`).
 
 Event names, categories and argument names are interned per sequence
 (``interned_data`` + ``*_iid``). Packets are encoded in batches as ``Trace``
@@ -229,6 +230,18 @@ class PerfettoStream:
             descriptor.counter.SetInParent()
             self._done()
         return uuid
+
+    def end_process(self, pid: int, last_us: int) -> None:
+        """End the process's counter tracks at its last record: Perfetto draws a counter's last value to the end
+        of the trace, and a NaN sample stops it (a crashed rank's loss then ends where the rank did)."""
+        for (track_pid, key), uuid in self._tracks.items():
+            if track_pid == pid and type(key) is tuple:
+                packet = self._packet()
+                packet.timestamp = last_us * 1000
+                packet.track_event.type = _COUNTER
+                packet.track_event.track_uuid = uuid
+                packet.track_event.double_counter_value = math.nan
+                self._done()
 
     # -- events ---------------------------------------------------------------------------------
     def add(self, event: dict[str, Any]) -> None:

@@ -271,7 +271,8 @@ def trace_groups(processes: list[ProcessLog]) -> list[TraceGroup]:
     for process in processes:
         groups.setdefault((process.source, process.rank), []).append(process)
     ranks = [rank for _, rank in groups]
-    if None not in ranks and len(set(ranks)) == len(ranks):
+    # Perfetto's pids are 32-bit: a rank beyond that (a broken file name) cannot be one.
+    if all(rank is not None and 0 <= rank < 1 << 31 for rank in ranks) and len(set(ranks)) == len(ranks):
         return [(rank, group) for (_, rank), group in groups.items()]  # type: ignore[misc]
     return list(enumerate(groups.values(), start=1))
 

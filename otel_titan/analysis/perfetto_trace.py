@@ -133,14 +133,16 @@ class PerfettoStream:
         return iid
 
     def _annotate(self, event: Any, args: dict[str, Any], packet: TracePacket) -> None:
-        names = self._arg_names
+        names, strings = self._arg_names, self._strings
         add = event.debug_annotations.add
         for key, value in args.items():
             annotation = add()
             iid = names.get(key)
             annotation.name_iid = iid if iid is not None else self._iid(names, key, packet, "debug_annotation_names")
             kind = type(value)
-            if kind is str:
+            if kind is int and -_INT64 <= value < _INT64:
+                annotation.int_value = value
+            elif kind is str:
                 if key in _ID_ARGS and len(value) == 16:
                     try:
                         annotation.pointer_value = int(value, 16)  # 64-bit ids: 9 bytes, shown as 0x…
@@ -148,13 +150,12 @@ class PerfettoStream:
                     except ValueError:
                         pass
                 if key in _REPEATED_ARGS:
-                    annotation.string_value_iid = self._string_iid(value, packet)
+                    iid = strings.get(value)
+                    annotation.string_value_iid = iid if iid is not None else self._string_iid(value, packet)
                 else:
                     annotation.string_value = value
             elif kind is bool:
                 annotation.bool_value = value
-            elif kind is int and -_INT64 <= value < _INT64:
-                annotation.int_value = value
             elif kind is float:
                 annotation.double_value = value
             elif value is None:
@@ -255,7 +256,7 @@ class PerfettoStream:
         elif phase == "B":
             self._slice(_BEGIN, event, event["ts"], with_args=True)
         elif phase == "E":
-            self._slice(_END, event, event["ts"], with_args=True)
+            self.end(event["pid"], event["tid"], event["ts"], event.get("args"))
         elif phase == "i":
             tid = STEP_TID if event.get("s") == "p" else event["tid"]
             self._slice(_INSTANT, event, event["ts"], with_args=True, tid=tid)
@@ -275,6 +276,34 @@ class PerfettoStream:
             elif kind == "thread_name":
                 self._track(event["pid"], event["tid"], event["args"]["name"])
             # sort indexes: Perfetto orders processes by pid (the rank) and threads by their own rules
+
+    def begin(self, pid: int, tid: Any, name: str, category: str, ts: int) -> None:
+        """A slice begins (what ``{"ph": "B"}`` says, without building the dict: one per span)."""
+        self.events += 1
+        track = self._track(pid, tid)  # before the packet: it may flush a batch
+        packet = self._packet()
+        packet.timestamp = ts * 1000
+        track_event = packet.track_event
+        track_event.type = _BEGIN
+        track_event.track_uuid = track
+        iid = self._names.get(name)
+        track_event.name_iid = iid if iid is not None else self._iid(self._names, name, packet, "event_names")
+        iid = self._categories.get(category)
+        track_event.category_iids.append(iid if iid is not None else self._iid(self._categories, category, packet, "event_categories"))
+        self._done()
+
+    def end(self, pid: int, tid: Any, ts: float, args: dict[str, Any] | None) -> None:
+        """The slice last begun on the track ends; `args` join the slice's."""
+        self.events += 1
+        track = self._track(pid, tid)
+        packet = self._packet()
+        packet.timestamp = ts * 1000 if type(ts) is int else _ns(ts)
+        track_event = packet.track_event
+        track_event.type = _END
+        track_event.track_uuid = track
+        if args:
+            self._annotate(track_event, args, packet)
+        self._done()
 
     def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:
         track = self._track(event["pid"], event["tid"] if tid is None else tid)  # before the packet: it may flush a batch
@@ -308,6 +337,8 @@ class NativeVisitor(ExportVisitor):
 
     What is shown (names, args, filters, counts, tracks) is the JSON export's
     (`ExportVisitor.span_event`); only the timing of the writes differs.
+    A span's ``tid`` argument is left out on its own thread's track, and
+    ``relative_step`` when it equals ``step``: the track and ``step`` say them.
     A failed span's end carries the error; its name gets `FAILED_SUFFIX`
     only when the failure is known at its begin (an ``_end`` without
     ``_start``), so failures are also marked by the ``ERROR:`` instant on the
@@ -318,7 +349,7 @@ class NativeVisitor(ExportVisitor):
         start = span.start
         if self.steps is not None and start.get("step") not in self.steps:  # type: ignore[union-attr]
             return
-        self.add({"name": span.name, "cat": "span", "ph": "B", "ts": span.start_us, "pid": self.pid, "tid": span.track})
+        self.out.begin(self.pid, span.track, span.name, "span", span.start_us)  # type: ignore[attr-defined]
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         event = self.span_event(span, end, end_us, dur_us, incomplete)
@@ -331,7 +362,13 @@ class NativeVisitor(ExportVisitor):
             return
         if incomplete:
             return  # begun, never ended: Perfetto shows a slice that did not end
-        self.add({"ph": "E", "ts": span.start_us + (dur_us if type(dur_us) is int else dur_us), "pid": self.pid, "tid": span.track, "args": event["args"]})
+        args = event["args"]
+        # What the track or another argument already says is not repeated (a fifth of a span's bytes).
+        if args.get("tid") == span.track:
+            del args["tid"]  # the thread track's own tid
+        if "relative_step" in args and args["relative_step"] == args.get("step"):
+            del args["relative_step"]  # no resumed run: the same as step
+        self.out.end(self.pid, span.track, span.start_us + dur_us, event["args"])  # type: ignore[attr-defined]
 
 
 def is_native(path: str | os.PathLike[str]) -> bool:

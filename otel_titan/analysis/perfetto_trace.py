@@ -54,6 +54,9 @@ _NEEDS_STATE = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
 #: Packets encoded per ``Trace`` message.
 _BATCH_PACKETS = 4096
 _INT64 = 1 << 63
+#: The trace's clock (BOOTTIME, Perfetto's default), and this sequence's incremental copy of it (ids 64–127 are
+#: sequence-scoped): every packet's timestamp is a delta on it, unless it names the trace clock.
+_TRACE_CLOCK, _INCREMENTAL_CLOCK = 6, 64
 #: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
 _REPEATED_ARGS = frozenset({"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"})
@@ -74,6 +77,7 @@ class PerfettoStream:
         self._trace = Trace()
         self._packets = self._trace.packet
         self._first = True
+        self._last_ns = 0
         self.events = 0
         self._pending = 0
         # Interning tables of this sequence: string → iid.
@@ -88,15 +92,36 @@ class PerfettoStream:
 
     # -- packets --------------------------------------------------------------------------------
     def _packet(self) -> TracePacket:
+        if self._first:
+            # The sequence's incremental state, valid from here to its end (one writer, nothing lost in between,
+            # so later packets need not repeat the flags): interned names, and timestamps as deltas on a clock
+            # of this sequence (`_INCREMENTAL_CLOCK`, equal to the trace clock) that starts at 0.
+            self._first = False
+            packet = self._packets.add()
+            packet.trusted_packet_sequence_id = self.sequence_id
+            packet.sequence_flags = _CLEARED | _NEEDS_STATE
+            packet.trace_packet_defaults.timestamp_clock_id = _INCREMENTAL_CLOCK
+            for clock_id, incremental in ((_INCREMENTAL_CLOCK, True), (_TRACE_CLOCK, False)):
+                clock = packet.clock_snapshot.clocks.add()
+                clock.clock_id = clock_id
+                clock.timestamp = 0
+                if incremental:
+                    clock.is_incremental = True
+            self._pending += 1
         packet = self._packets.add()
         packet.trusted_packet_sequence_id = self.sequence_id
-        if self._first:
-            # Interned names live in the sequence's incremental state, valid from here to its end (one writer,
-            # nothing lost in between), so later packets need not repeat the flags.
-            packet.sequence_flags = _CLEARED | _NEEDS_STATE
-            self._first = False
         self._pending += 1
         return packet
+
+    def _stamp(self, packet: TracePacket, ns: int) -> None:
+        """Set `packet`'s time: a delta from the previous packet's when later (1–3 bytes instead of 9), else absolute."""
+        last = self._last_ns
+        if ns >= last:
+            packet.timestamp = ns - last
+            self._last_ns = ns
+        else:
+            packet.timestamp_clock_id = _TRACE_CLOCK  # earlier than the last (another rank, an end from a monotonic clock)
+            packet.timestamp = ns
 
     def _done(self) -> None:
         if self._pending >= _BATCH_PACKETS:
@@ -238,7 +263,7 @@ class PerfettoStream:
         for (track_pid, key), uuid in self._tracks.items():
             if track_pid == pid and type(key) is tuple:
                 packet = self._packet()
-                packet.timestamp = last_us * 1000
+                self._stamp(packet, last_us * 1000)
                 packet.track_event.type = _COUNTER
                 packet.track_event.track_uuid = uuid
                 packet.track_event.double_counter_value = math.nan
@@ -263,7 +288,7 @@ class PerfettoStream:
         elif phase == "C":
             track = self._counter_track(event["pid"], event["name"])  # before the packet: it may flush a batch
             packet = self._packet()
-            packet.timestamp = _ns(event["ts"])
+            self._stamp(packet, _ns(event["ts"]))
             track_event = packet.track_event
             track_event.type = _COUNTER
             track_event.track_uuid = track
@@ -282,7 +307,7 @@ class PerfettoStream:
         self.events += 1
         track = self._track(pid, tid)  # before the packet: it may flush a batch
         packet = self._packet()
-        packet.timestamp = ts * 1000
+        self._stamp(packet, ts * 1000)
         track_event = packet.track_event
         track_event.type = _BEGIN
         track_event.track_uuid = track
@@ -297,7 +322,7 @@ class PerfettoStream:
         self.events += 1
         track = self._track(pid, tid)
         packet = self._packet()
-        packet.timestamp = ts * 1000 if type(ts) is int else _ns(ts)
+        self._stamp(packet, ts * 1000 if type(ts) is int else _ns(ts))
         track_event = packet.track_event
         track_event.type = _END
         track_event.track_uuid = track
@@ -308,7 +333,7 @@ class PerfettoStream:
     def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:
         track = self._track(event["pid"], event["tid"] if tid is None else tid)  # before the packet: it may flush a batch
         packet = self._packet()
-        packet.timestamp = ts * 1000 if type(ts) is int else _ns(ts)
+        self._stamp(packet, ts * 1000 if type(ts) is int else _ns(ts))
         track_event = packet.track_event
         track_event.type = kind
         track_event.track_uuid = track

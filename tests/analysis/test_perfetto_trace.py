@@ -22,8 +22,14 @@ def read_trace(path):
 
 def slices(packets):
     """(process pid, name, begin ns, end ns or None) per slice, from begins and ends matched per track."""
-    names, pids, parents, stacks, out = {}, {}, {}, {}, []
+    names, pids, parents, stacks, out, last = {}, {}, {}, {}, [], {}
     for packet in packets:
+        # Timestamps: deltas on the sequence's incremental clock, or absolute on the trace clock (6).
+        sequence = packet.trusted_packet_sequence_id
+        if packet.timestamp_clock_id == 6:
+            time = packet.timestamp
+        else:
+            time = last[sequence] = last.get(sequence, 0) + packet.timestamp
         for entry in packet.interned_data.event_names:
             names[(packet.trusted_packet_sequence_id, entry.iid)] = entry.name
         if packet.HasField("track_descriptor"):
@@ -36,11 +42,11 @@ def slices(packets):
                 parents[d.uuid] = d.parent_uuid
         event = packet.track_event
         if event.type == TrackEvent.TYPE_SLICE_BEGIN:
-            item = [event.track_uuid, names[(packet.trusted_packet_sequence_id, event.name_iid)], packet.timestamp, None]
+            item = [event.track_uuid, names[(packet.trusted_packet_sequence_id, event.name_iid)], time, None]
             stacks.setdefault(event.track_uuid, []).append(item)
             out.append(item)
         elif event.type == TrackEvent.TYPE_SLICE_END:
-            stacks[event.track_uuid].pop()[3] = packet.timestamp
+            stacks[event.track_uuid].pop()[3] = time
     return sorted((pids.get(u, pids.get(parents.get(u))), name, begin, end) for u, name, begin, end in out)
 
 

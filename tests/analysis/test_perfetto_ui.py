@@ -92,6 +92,7 @@ QUERIES = {
     "threads": "select p.pid, t.tid, t.name, t.is_main_thread from thread t join process p using(upid) where t.name is not null and t.utid != 0 order by p.pid, t.tid",
     "tracks": "select distinct name from track where name is not null order by name",
     "failed": "select count(*) as n from slice where name like 'ERROR: %'",
+    "extent": "select min(ts) as first, max(ts + dur) as last from slice where category = 'span' and dur >= 0 and name != 'never_ends'",
     # NaN (a counter track's end) reaches JavaScript as NaN and the driver's JSON as null.
     "counters": "select c.value from counter c join counter_track t on c.track_id = t.id where t.name like 'loss%'",
 }
@@ -107,6 +108,11 @@ def test_the_real_perfetto_ui_loads_the_trace_with_exact_slices_and_nesting(run,
     stats = generate_gantt_trace(run, output)
     result = open_in_perfetto(output, QUERIES)
 
+    records = [json.loads(line) for path in sorted((run / "structured_logs").glob("*.jsonl")) for line in path.read_text().splitlines()]
+    starts = [r["time_us"] for r in records if r["log_type_name"].endswith("_start")]
+    ends = [r["time_us"] for r in records if r["log_type_name"].endswith("_end")]
+    assert result["extent"][0]["first"] == min(starts) * 1000  # timestamps exact to the ns (the native ones are deltas)
+    assert result["extent"][0]["last"] - max(ends) * 1000 in ((0,) if native else (0, 1000))  # JSON: a parent may be 1 µs wider
     assert result["page_errors"] == [] and result["dialogs"] == []
     assert result["errors"] == []  # no import error of any kind
     assert result["spans"] == [{"n": stats.spans}]

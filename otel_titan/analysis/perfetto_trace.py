@@ -97,21 +97,27 @@ class PerfettoStream:
             # so later packets need not repeat the flags): interned names, and timestamps as deltas on a clock
             # of this sequence (`_INCREMENTAL_CLOCK`, equal to the trace clock) that starts at 0.
             self._first = False
-            packet = self._packets.add()
-            packet.trusted_packet_sequence_id = self.sequence_id
-            packet.sequence_flags = _CLEARED | _NEEDS_STATE
-            packet.trace_packet_defaults.timestamp_clock_id = _INCREMENTAL_CLOCK
-            for clock_id, incremental in ((_INCREMENTAL_CLOCK, True), (_TRACE_CLOCK, False)):
-                clock = packet.clock_snapshot.clocks.add()
-                clock.clock_id = clock_id
-                clock.timestamp = 0
-                if incremental:
-                    clock.is_incremental = True
-            self._pending += 1
+            self._zero_clock(_CLEARED | _NEEDS_STATE)
         packet = self._packets.add()
         packet.trusted_packet_sequence_id = self.sequence_id
         self._pending += 1
         return packet
+
+    def _zero_clock(self, flags: int = 0) -> None:
+        """A clock snapshot: the incremental clock restarts at 0 (the next timestamp is absolute, later ones deltas)."""
+        packet = self._packets.add()
+        packet.trusted_packet_sequence_id = self.sequence_id
+        if flags:
+            packet.sequence_flags = flags
+            packet.trace_packet_defaults.timestamp_clock_id = _INCREMENTAL_CLOCK
+        for clock_id in (_INCREMENTAL_CLOCK, _TRACE_CLOCK):
+            clock = packet.clock_snapshot.clocks.add()
+            clock.clock_id = clock_id
+            clock.timestamp = 0
+            if clock_id == _INCREMENTAL_CLOCK:
+                clock.is_incremental = True
+        self._pending += 1
+        self._last_ns = 0
 
     def _stamp(self, packet: TracePacket, ns: int) -> None:
         """Set `packet`'s time: a delta from the previous packet's when later (1–3 bytes instead of 9), else absolute."""
@@ -161,6 +167,8 @@ class PerfettoStream:
         names, strings = self._arg_names, self._strings
         add = event.debug_annotations.add
         for key, value in args.items():
+            if value is None:
+                continue  # unknown (``null`` in the records): Perfetto shows no value as well as a "null" string
             annotation = add()
             iid = names.get(key)
             annotation.name_iid = iid if iid is not None else self._iid(names, key, packet, "debug_annotation_names")
@@ -183,8 +191,6 @@ class PerfettoStream:
                 annotation.bool_value = value
             elif kind is float:
                 annotation.double_value = value
-            elif value is None:
-                annotation.string_value = "null"
             elif kind is list and key in _REPEATED_ARGS:
                 annotation.string_value_iid = self._string_iid(orjson.dumps(value, default=str).decode(), packet)
             else:
@@ -210,6 +216,8 @@ class PerfettoStream:
         if uuid is None or name is not None:
             if uuid is None:
                 uuid = self._process_uuids[pid] = self._uuid()
+            if name is not None and not self._first:
+                self._zero_clock()  # a new process starts back in time: deltas from its own first timestamp
             packet = self._packet()
             descriptor = packet.track_descriptor
             descriptor.uuid = uuid

@@ -26,6 +26,8 @@ def slices(packets):
     for packet in packets:
         # Timestamps: deltas on the sequence's incremental clock, or absolute on the trace clock (6).
         sequence = packet.trusted_packet_sequence_id
+        if packet.HasField("clock_snapshot"):
+            last[sequence] = 0  # the incremental clock restarts at 0
         if packet.timestamp_clock_id == 6:
             time = packet.timestamp
         else:

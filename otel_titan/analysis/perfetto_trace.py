@@ -57,6 +57,8 @@ _INT64 = 1 << 63
 #: The trace's clock (BOOTTIME, Perfetto's default), and this sequence's incremental copy of it (ids 64–127 are
 #: sequence-scoped): every packet's timestamp is a delta on it, unless it names the trace clock.
 _TRACE_CLOCK, _INCREMENTAL_CLOCK = 6, 64
+#: Encoded (argument, value) pairs kept (callers, a few per step; cleared when full).
+_ENCODED_CACHE = 4096
 #: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
 _REPEATED_ARGS = frozenset({"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"})
@@ -85,6 +87,7 @@ class PerfettoStream:
         self._categories: dict[str, int] = {}
         self._arg_names: dict[str, int] = {}
         self._strings: dict[str, int] = {}
+        self._encoded: dict[tuple[str, Any], bytes] = {}  # (argument, value) → its encoded annotation
         # Tracks: (pid, key) → uuid; key is a tid, or ("counter", name).
         self._tracks: dict[tuple[int, Any], int] = {}
         self._process_uuids: dict[int, int] = {}
@@ -195,6 +198,12 @@ class PerfettoStream:
                 annotation.string_value_iid = self._string_iid(orjson.dumps(value, default=str).decode(), packet)
             else:
                 annotation.string_value = orjson.dumps(value, default=str).decode() if kind is not int else str(value)
+
+    def _encode_argument(self, item: tuple[str, Any], packet: TracePacket) -> bytes:
+        """One argument as the bytes of a `TrackEvent` holding just its annotation (its names interned in `packet`)."""
+        holder = TrackEvent()
+        self._annotate(holder, dict((item,)), packet)
+        return holder.SerializeToString()
 
     def _string_iid(self, text: str, packet: TracePacket) -> int:
         table = self._strings
@@ -326,7 +335,12 @@ class PerfettoStream:
         self._done()
 
     def end(self, pid: int, tid: Any, ts: float, args: dict[str, Any] | None) -> None:
-        """The slice last begun on the track ends; `args` join the slice's."""
+        """The slice last begun on the track ends; `args` join the slice's.
+
+        The arguments other than the ids repeat from span to span (step, caller, trace id, tags): each one's
+        encoding is cached by (name, value) and they are merged in as bytes, one call instead of one object
+        per argument.
+        """
         self.events += 1
         track = self._track(pid, tid)
         packet = self._packet()
@@ -335,7 +349,29 @@ class PerfettoStream:
         track_event.type = _END
         track_event.track_uuid = track
         if args:
-            self._annotate(track_event, args, packet)
+            encoded = self._encoded
+            parts = []
+            ids = None
+            for item in args.items():
+                if item[0] in _ID_ARGS:
+                    ids = ids or {}
+                    ids[item[0]] = item[1]  # unique per span: not worth caching
+                    continue
+                kind = type(item[1])
+                if kind is not str and kind is not int:
+                    part = self._encode_argument(item, packet)  # tags, floats, bools (True == 1 as a key): each time
+                else:
+                    part = encoded.get(item)
+                    if part is None:
+                        part = self._encode_argument(item, packet)
+                        if len(encoded) >= _ENCODED_CACHE:
+                            encoded.clear()
+                        encoded[item] = part
+                parts.append(part)
+            if parts:
+                track_event.MergeFromString(b"".join(parts))  # concatenated messages merge: repeated fields append
+            if ids:
+                self._annotate(track_event, ids, packet)
         self._done()
 
     def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:

@@ -89,8 +89,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
 
     export = commands.add_parser(
         "export",
-        help="write the run's Chrome Trace JSON for Perfetto",
-        description="Convert a run's JSONL files into one Chrome Trace JSON file (streaming: memory stays small for any run size).",
+        help="write the run's trace for Perfetto (Chrome Trace JSON, or Perfetto's native format)",
+        description="Convert a run's JSONL files into one trace file, Chrome Trace JSON or Perfetto's native protobuf (streaming: memory stays small for any run size).",
         epilog=_EXPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -255,7 +255,8 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     )
     if choice.how != "only":
         print(f"  {printable(choice.describe())}")
-    print("  open it in https://ui.perfetto.dev (or chrome://tracing)")
+    native = stats.output_path.endswith((".pftrace", ".perfetto-trace")) or args.format == "perfetto"
+    print("  open it in https://ui.perfetto.dev" + ("" if native else " (or chrome://tracing)"))
     return EXIT_OK
 
 

@@ -257,6 +257,9 @@ class ExportVisitor(TimelineVisitor):
             stats.incomplete_spans += 1
         return event
 
+    def step_arguments(self, step: int, first: dict[str, Any], args: dict[str, Any]) -> None:
+        """Add to a step bar's `args` (the native trace puts the step's trace id there)."""
+
     def _lane_track(self, record: dict[str, Any], track: Any) -> Any:
         return track if track is not None else self.thread_track(record.get("tid"))
 
@@ -315,6 +318,7 @@ class ExportVisitor(TimelineVisitor):
         for key in ("relative_step", "step_tags", "epoch", "iteration"):
             if key in first:
                 args[key] = first[key]
+        self.step_arguments(step, first, args)
         tags = first.get("step_tags")
         name = f"step {step}" + (f" [{', '.join(map(str, tags))}]" if isinstance(tags, list) and tags else "")
         self.out.add({"name": name, "cat": "step", "ph": "X", "ts": begin_us, "dur": max(end_us - begin_us, 0), "pid": self.pid, "tid": STEP_TID, "args": args})

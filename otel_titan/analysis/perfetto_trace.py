@@ -34,10 +34,11 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import struct
+import zlib
 from typing import Any, BinaryIO
 
 import orjson
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
 from otel_titan.analysis.chrome_events import SLOT_TID_BASE, STEP_TID, UNKNOWN_TID, ExportVisitor
 from otel_titan.analysis.timeline import OpenSpan
@@ -48,11 +49,14 @@ __all__ = ["PerfettoStream", "NativeVisitor", "FAILED_SUFFIX", "NATIVE_SUFFIXES"
 NATIVE_SUFFIXES = (".pftrace", ".perfetto-trace")
 #: Appended to a failed span's name: Perfetto colours slices by name, so failures stand out at a glance.
 FAILED_SUFFIX = " (failed)"
-_BEGIN, _END, _INSTANT, _COUNTER = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END, TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER
-_CLEARED = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-_NEEDS_STATE = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-#: Packets encoded per ``Trace`` message.
-_BATCH_PACKETS = 4096
+#: ``TrackEvent.Type``: SLICE_BEGIN, SLICE_END, INSTANT, COUNTER.
+_BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
+#: ``TracePacket.SequenceFlags``: SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE.
+_CLEARED, _NEEDS_STATE = 1, 2
+#: Encoded packets written (and deflated) at a time.
+_BATCH_BYTES = 1 << 20
+#: Deflate level of ``compressed_packets`` (zlib's default: most of level 9's size for a fraction of its time).
+_ZLIB_LEVEL = 6
 _INT64 = 1 << 63
 #: The trace's clock (BOOTTIME, Perfetto's default), and this sequence's incremental copy of it (ids 64–127 are
 #: sequence-scoped): every packet's timestamp is a delta on it, unless it names the trace clock.
@@ -71,78 +75,87 @@ class PerfettoStream:
     `add_encoded`, `count`, `events`), so `chrome_trace.write_groups` and
     the export workers feed either. `sequence_id` must differ between the
     parts of one trace (each worker's part is its own sequence).
+
+    Packets are encoded straight to bytes (`_varint`, `_field`): the few
+    packet shapes written here, field numbers from Perfetto's protos
+    (tests decode every shape back with them). Building protobuf objects
+    field by field from Python cost ~3 µs a packet, more than the JSON
+    export spends on a whole span.
     """
 
-    def __init__(self, handle: BinaryIO, sequence_id: int = 1) -> None:
+    def __init__(self, handle: BinaryIO, sequence_id: int = 1, compress: bool = True) -> None:
         self._file = handle
         self.sequence_id = sequence_id
-        self._trace = Trace()
-        self._packets = self._trace.packet
+        self.compress = compress
+        self._seq = b"\x50" + _varint(sequence_id)  # trusted_packet_sequence_id, on every packet
+        self._out = bytearray()  # encoded ``Trace.packet`` fields not yet written
         self._first = True
         self._last_ns = 0
         self.events = 0
-        self._pending = 0
+        self._interned: list[bytes] = []  # ``InternedData`` fields for the next packet
         # Interning tables of this sequence: string → iid.
         self._names: dict[str, int] = {}
         self._categories: dict[str, int] = {}
         self._arg_names: dict[str, int] = {}
         self._strings: dict[str, int] = {}
+        self._locations: dict[str, int] = {}  # caller ("file:line:function") → source location iid
         self._encoded: dict[tuple[str, Any], bytes] = {}  # (argument, value) → its encoded annotation
         # Tracks: (pid, key) → uuid; key is a tid, or ("counter", name).
         self._tracks: dict[tuple[int, Any], int] = {}
+        self._track_bytes: dict[tuple[int, Any], bytes] = {}  # (pid, tid) → encoded ``track_uuid`` field
         self._process_uuids: dict[int, int] = {}
         self._next_uuid = sequence_id << 16  # small: a uuid is on every packet (parts: < 65,536 tracks each)
 
     # -- packets --------------------------------------------------------------------------------
-    def _packet(self) -> TracePacket:
+    def _emit(self, body: bytes) -> None:
+        """One packet: `body` (its fields but the sequence id), with the names interned since the last one."""
         if self._first:
             # The sequence's incremental state, valid from here to its end (one writer, nothing lost in between,
             # so later packets need not repeat the flags): interned names, and timestamps as deltas on a clock
             # of this sequence (`_INCREMENTAL_CLOCK`, equal to the trace clock) that starts at 0.
             self._first = False
             self._zero_clock(_CLEARED | _NEEDS_STATE)
-        packet = self._packets.add()
-        packet.trusted_packet_sequence_id = self.sequence_id
-        self._pending += 1
-        return packet
+        if self._interned:
+            body += _field(b"\x62", b"".join(self._interned))
+            self._interned = []
+        body += self._seq
+        out = self._out
+        out += b"\x0a"
+        out += _varint(len(body))
+        out += body
+        if len(out) >= _BATCH_BYTES:
+            self.flush()
 
     def _zero_clock(self, flags: int = 0) -> None:
         """A clock snapshot: the incremental clock restarts at 0 (the next timestamp is absolute, later ones deltas)."""
-        packet = self._packets.add()
-        packet.trusted_packet_sequence_id = self.sequence_id
+        incremental = _field(b"\x0a", b"\x08" + _varint(_INCREMENTAL_CLOCK) + b"\x10\x00\x18\x01")
+        trace_clock = _field(b"\x0a", b"\x08" + _varint(_TRACE_CLOCK) + b"\x10\x00")
+        body = _field(b"\x32", incremental + trace_clock)
         if flags:
-            packet.sequence_flags = flags
-            packet.trace_packet_defaults.timestamp_clock_id = _INCREMENTAL_CLOCK
-        for clock_id in (_INCREMENTAL_CLOCK, _TRACE_CLOCK):
-            clock = packet.clock_snapshot.clocks.add()
-            clock.clock_id = clock_id
-            clock.timestamp = 0
-            if clock_id == _INCREMENTAL_CLOCK:
-                clock.is_incremental = True
-        self._pending += 1
+            body += b"\x68" + _varint(flags) + _field(b"\xda\x03", b"\xd0\x03" + _varint(_INCREMENTAL_CLOCK))
+        body += self._seq
+        self._out += b"\x0a" + _varint(len(body)) + body
         self._last_ns = 0
 
-    def _stamp(self, packet: TracePacket, ns: int) -> None:
-        """Set `packet`'s time: a delta from the previous packet's when later (1–3 bytes instead of 9), else absolute."""
+    def _stamp(self, ns: int) -> bytes:
+        """A packet's time fields: a delta from the previous packet's when later (1–3 bytes instead of 9), else
+        absolute on the trace clock (another rank, an end from a monotonic clock)."""
         last = self._last_ns
         if ns >= last:
-            packet.timestamp = ns - last
             self._last_ns = ns
-        else:
-            packet.timestamp_clock_id = _TRACE_CLOCK  # earlier than the last (another rank, an end from a monotonic clock)
-            packet.timestamp = ns
-
-    def _done(self) -> None:
-        if self._pending >= _BATCH_PACKETS:
-            self.flush()
+            return b"\x40" + _varint(ns - last)
+        return b"\x40" + _varint(ns) + b"\xd0\x03" + _varint(_TRACE_CLOCK)
 
     def flush(self) -> None:
-        """Encode and write the batched packets."""
-        if self._pending:
-            self._file.write(self._trace.SerializeToString())
-            self._trace = Trace()  # a new message: Clear() would detach `_packets` from it
-            self._packets = self._trace.packet
-            self._pending = 0
+        """Write the batched packets: deflated into one ``compressed_packets`` packet (`compress`), as Perfetto's
+        own tracing service writes them, or as they are."""
+        out = self._out
+        if out:
+            if self.compress:
+                self._file.write(_field(b"\x0a", _field(b"\x92\x03", zlib.compress(out, _ZLIB_LEVEL))))
+            else:
+                self._file.write(out)
+            self._out = bytearray()
 
     def add_encoded(self, path: str, events: int) -> None:
         """Append a file of already encoded packets (a worker's part, on its own sequence)."""
@@ -157,63 +170,87 @@ class PerfettoStream:
         return self.events
 
     # -- interning ------------------------------------------------------------------------------
-    def _iid(self, table: dict[str, int], text: str, packet: TracePacket, field: str) -> int:
+    def _iid(self, table: dict[str, int], text: str, field: bytes) -> int:
+        """`text`'s iid in `table`, interned in the next packet if new (`field`: its ``InternedData`` field)."""
         iid = table.get(text)
         if iid is None:
             iid = table[text] = len(table) + 1
-            entry = getattr(packet.interned_data, field).add()
-            entry.iid = iid
-            entry.name = text
+            self._interned.append(_field(field, b"\x08" + _varint(iid) + _field(b"\x12", _utf8(text))))
         return iid
 
-    def _annotate(self, event: Any, args: dict[str, Any], packet: TracePacket) -> None:
-        names, strings = self._arg_names, self._strings
-        add = event.debug_annotations.add
-        for key, value in args.items():
+    def _location_iid(self, caller: str) -> int | None:
+        """A caller ``file:line:function`` as an interned source location (Perfetto shows it as the slice's
+        ``source``), or None when it is not in that form."""
+        iid = self._locations.get(caller)
+        if iid is None:
+            parts = caller.rsplit(":", 2)
+            if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 9:
+                return None
+            iid = self._locations[caller] = len(self._locations) + 1
+            location = b"\x08" + _varint(iid) + _field(b"\x12", _utf8(parts[0])) + _field(b"\x1a", _utf8(parts[2])) + b"\x20" + _varint(int(parts[1]))
+            self._interned.append(_field(b"\x22", location))
+        return iid
+
+    def _annotation(self, key: str, value: Any) -> bytes:
+        """One argument as a ``debug_annotations`` field (its name, and its value when it repeats, interned)."""
+        iid = self._arg_names.get(key)
+        body = b"\x08" + _varint(iid if iid is not None else self._iid(self._arg_names, key, b"\x1a"))
+        kind = type(value)
+        if kind is int and -_INT64 <= value < _INT64:
+            body += b"\x20" + _varint(value)
+        elif kind is str:
+            if key in _ID_ARGS and len(value) == 16:
+                try:
+                    return _field(b"\x22", body + b"\x38" + _varint(int(value, 16)))  # 64-bit ids: shown as 0x…
+                except ValueError:
+                    pass
+            if key in _REPEATED_ARGS:
+                body += b"\x88\x01" + _varint(self._string_iid(value))
+            else:
+                body += _field(b"\x32", _utf8(value))
+        elif kind is bool:
+            body += b"\x10\x01" if value else b"\x10\x00"
+        elif kind is float:
+            body += b"\x29" + _DOUBLE.pack(value)
+        elif kind is list and key in _REPEATED_ARGS:
+            body += b"\x88\x01" + _varint(self._string_iid(orjson.dumps(value, default=str).decode()))
+        else:
+            body += _field(b"\x32", _utf8(orjson.dumps(value, default=str).decode() if kind is not int else str(value)))
+        return _field(b"\x22", body)
+
+    def _annotations(self, args: dict[str, Any]) -> bytes:
+        """The arguments as ``debug_annotations`` (and a caller as ``source_location_iid``); the encoding of
+        each (argument, value) that repeats (step, trace id, tags, task) is cached."""
+        encoded = self._encoded
+        parts = []
+        for item in args.items():
+            key, value = item
+            kind = type(value)
             if value is None:
                 continue  # unknown (``null`` in the records): Perfetto shows no value as well as a "null" string
-            annotation = add()
-            iid = names.get(key)
-            annotation.name_iid = iid if iid is not None else self._iid(names, key, packet, "debug_annotation_names")
-            kind = type(value)
-            if kind is int and -_INT64 <= value < _INT64:
-                annotation.int_value = value
-            elif kind is str:
-                if key in _ID_ARGS and len(value) == 16:
-                    try:
-                        annotation.pointer_value = int(value, 16)  # 64-bit ids: 9 bytes, shown as 0x…
-                        continue
-                    except ValueError:
-                        pass
-                if key in _REPEATED_ARGS:
-                    iid = strings.get(value)
-                    annotation.string_value_iid = iid if iid is not None else self._string_iid(value, packet)
-                else:
-                    annotation.string_value = value
-            elif kind is bool:
-                annotation.bool_value = value
-            elif kind is float:
-                annotation.double_value = value
-            elif kind is list and key in _REPEATED_ARGS:
-                annotation.string_value_iid = self._string_iid(orjson.dumps(value, default=str).decode(), packet)
-            else:
-                annotation.string_value = orjson.dumps(value, default=str).decode() if kind is not int else str(value)
+            if key in _ID_ARGS or (kind is not str and kind is not int):
+                parts.append(self._annotation(key, value))  # unique per span, or a kind not worth caching
+                continue
+            part = encoded.get(item)
+            if part is None:
+                location = self._location_iid(value) if key == "caller" and kind is str else None
+                part = b"\x90\x02" + _varint(location) if location is not None else self._annotation(key, value)
+                if len(encoded) >= _ENCODED_CACHE:
+                    encoded.clear()
+                encoded[item] = part
+            parts.append(part)
+        return b"".join(parts)
 
-    def _encode_argument(self, item: tuple[str, Any], packet: TracePacket) -> bytes:
-        """One argument as the bytes of a `TrackEvent` holding just its annotation (its names interned in `packet`)."""
-        holder = TrackEvent()
-        self._annotate(holder, dict((item,)), packet)
-        return holder.SerializeToString()
+    def _string_iid(self, text: str) -> int:
+        return self._iid(self._strings, text, b"\xea\x01")
 
-    def _string_iid(self, text: str, packet: TracePacket) -> int:
-        table = self._strings
-        iid = table.get(text)
-        if iid is None:
-            iid = table[text] = len(table) + 1
-            entry = packet.interned_data.debug_annotation_string_values.add()
-            entry.iid = iid
-            entry.str = text.encode("utf-8", "surrogatepass")
-        return iid
+    def _name_fields(self, name: str, category: str | None) -> bytes:
+        iid = self._names.get(name)
+        body = b"\x50" + _varint(iid if iid is not None else self._iid(self._names, name, b"\x12"))
+        if category:
+            iid = self._categories.get(category)
+            body += b"\x18" + _varint(iid if iid is not None else self._iid(self._categories, category, b"\x0a"))
+        return body
 
     # -- tracks ---------------------------------------------------------------------------------
     def _uuid(self) -> int:
@@ -227,64 +264,57 @@ class PerfettoStream:
                 uuid = self._process_uuids[pid] = self._uuid()
             if name is not None and not self._first:
                 self._zero_clock()  # a new process starts back in time: deltas from its own first timestamp
-            packet = self._packet()
-            descriptor = packet.track_descriptor
-            descriptor.uuid = uuid
-            descriptor.process.pid = pid
+            process = b"\x08" + _varint(pid)
             if name is not None:
-                descriptor.process.process_name = name
-            self._done()
+                process += _field(b"\x32", _utf8(name))
+            self._emit(_field(b"\xe2\x03", b"\x08" + _varint(uuid) + _field(b"\x1a", process)))
         return uuid
 
-    def _track(self, pid: int, tid: Any, name: str | None = None) -> int:
+    def _track(self, pid: int, tid: Any, name: str | None = None) -> bytes:
+        """The track's ``track_uuid`` field (its descriptor written first when new or named)."""
         key = (pid, tid)
-        uuid = self._tracks.get(key)
-        if uuid is not None and name is None:
-            return uuid
+        field = self._track_bytes.get(key)
+        if field is not None and name is None:
+            return field
         parent = self._process(pid)
+        uuid = self._tracks.get(key)
         if uuid is None:
             uuid = self._tracks[key] = self._uuid()
-        packet = self._packet()
-        descriptor = packet.track_descriptor
-        descriptor.uuid = uuid
+            field = self._track_bytes[key] = b"\x58" + _varint(uuid)
+        descriptor = b"\x08" + _varint(uuid)
         if type(tid) is int and 0 < tid < UNKNOWN_TID:
             # A real OS thread: a thread track (Perfetto appends the tid to its name).
-            descriptor.thread.pid = pid
-            descriptor.thread.tid = tid
+            thread = b"\x08" + _varint(pid) + b"\x10" + _varint(tid)
             if name is not None:
-                descriptor.thread.thread_name = name
+                thread += _field(b"\x2a", _utf8(name))
+            descriptor += _field(b"\x22", thread)
         else:
             # Steps, async slots, a thread whose id the records do not give: named tracks of the process.
-            descriptor.parent_uuid = parent
-            descriptor.name = name if name is not None else ("steps" if tid == STEP_TID else "thread (id unknown)" if tid == UNKNOWN_TID else f"async slot {tid - SLOT_TID_BASE}")
-        self._done()
-        return uuid
+            if name is None:
+                name = "steps" if tid == STEP_TID else "thread (id unknown)" if tid == UNKNOWN_TID else f"async slot {tid - SLOT_TID_BASE}"
+            descriptor += b"\x28" + _varint(parent) + _field(b"\x12", _utf8(name))
+        self._emit(_field(b"\xe2\x03", descriptor))
+        return field  # type: ignore[return-value]
 
     def _counter_track(self, pid: int, name: str) -> int:
         key = (pid, ("counter", name))
         uuid = self._tracks.get(key)
         if uuid is None:
+            parent = self._process(pid)
             uuid = self._tracks[key] = self._uuid()
-            packet = self._packet()
-            descriptor = packet.track_descriptor
-            descriptor.uuid = uuid
-            descriptor.parent_uuid = self._process(pid)
-            descriptor.name = name
-            descriptor.counter.SetInParent()
-            self._done()
+            descriptor = b"\x08" + _varint(uuid) + b"\x28" + _varint(parent) + _field(b"\x12", _utf8(name)) + b"\x42\x00"
+            self._emit(_field(b"\xe2\x03", descriptor))
         return uuid
+
+    def _counter(self, uuid: int, ns: int, value: float) -> None:
+        self._emit(self._stamp(ns) + _field(b"\x5a", b"\x48\x04\x58" + _varint(uuid) + b"\xe1\x02" + _DOUBLE.pack(value)))
 
     def end_process(self, pid: int, last_us: int) -> None:
         """End the process's counter tracks at its last record: Perfetto draws a counter's last value to the end
         of the trace, and a NaN sample stops it (a crashed rank's loss then ends where the rank did)."""
-        for (track_pid, key), uuid in self._tracks.items():
+        for (track_pid, key), uuid in list(self._tracks.items()):
             if track_pid == pid and type(key) is tuple:
-                packet = self._packet()
-                self._stamp(packet, last_us * 1000)
-                packet.track_event.type = _COUNTER
-                packet.track_event.track_uuid = uuid
-                packet.track_event.double_counter_value = math.nan
-                self._done()
+                self._counter(uuid, last_us * 1000, math.nan)
 
     # -- events ---------------------------------------------------------------------------------
     def add(self, event: dict[str, Any]) -> None:
@@ -293,8 +323,7 @@ class PerfettoStream:
         self.events += 1
         if phase == "X":
             self._slice(_BEGIN, event, event["ts"], with_args=False)
-            dur = event["dur"]
-            self._slice(_END, event, event["ts"] + dur, with_args=True)
+            self._slice(_END, event, event["ts"] + event["dur"], with_args=True)
         elif phase == "B":
             self._slice(_BEGIN, event, event["ts"], with_args=True)
         elif phase == "E":
@@ -303,14 +332,8 @@ class PerfettoStream:
             tid = STEP_TID if event.get("s") == "p" else event["tid"]
             self._slice(_INSTANT, event, event["ts"], with_args=True, tid=tid)
         elif phase == "C":
-            track = self._counter_track(event["pid"], event["name"])  # before the packet: it may flush a batch
-            packet = self._packet()
-            self._stamp(packet, _ns(event["ts"]))
-            track_event = packet.track_event
-            track_event.type = _COUNTER
-            track_event.track_uuid = track
-            track_event.double_counter_value = float(event["args"]["value"])
-            self._done()
+            track = self._counter_track(event["pid"], event["name"])
+            self._counter(track, _ns(event["ts"]), float(event["args"]["value"]))
         elif phase == "M":
             kind = event["name"]
             if kind == "process_name":
@@ -322,78 +345,68 @@ class PerfettoStream:
     def begin(self, pid: int, tid: Any, name: str, category: str, ts: int) -> None:
         """A slice begins (what ``{"ph": "B"}`` says, without building the dict: one per span)."""
         self.events += 1
-        track = self._track(pid, tid)  # before the packet: it may flush a batch
-        packet = self._packet()
-        self._stamp(packet, ts * 1000)
-        track_event = packet.track_event
-        track_event.type = _BEGIN
-        track_event.track_uuid = track
-        iid = self._names.get(name)
-        track_event.name_iid = iid if iid is not None else self._iid(self._names, name, packet, "event_names")
-        iid = self._categories.get(category)
-        track_event.category_iids.append(iid if iid is not None else self._iid(self._categories, category, packet, "event_categories"))
-        self._done()
+        track = self._track(pid, tid)
+        names = self._name_fields(name, category)
+        self._emit(self._stamp(ts * 1000) + _field(b"\x5a", b"\x48\x01" + track + names))
 
     def end(self, pid: int, tid: Any, ts: float, args: dict[str, Any] | None) -> None:
-        """The slice last begun on the track ends; `args` join the slice's.
-
-        The arguments other than the ids repeat from span to span (step, caller, trace id, tags): each one's
-        encoding is cached by (name, value) and they are merged in as bytes, one call instead of one object
-        per argument.
-        """
+        """The slice last begun on the track ends; `args` join the slice's."""
         self.events += 1
         track = self._track(pid, tid)
-        packet = self._packet()
-        self._stamp(packet, ts * 1000 if type(ts) is int else _ns(ts))
-        track_event = packet.track_event
-        track_event.type = _END
-        track_event.track_uuid = track
+        body = b"\x48\x02" + track
         if args:
-            encoded = self._encoded
-            parts = []
-            ids = None
-            for item in args.items():
-                if item[0] in _ID_ARGS:
-                    ids = ids or {}
-                    ids[item[0]] = item[1]  # unique per span: not worth caching
-                    continue
-                kind = type(item[1])
-                if kind is not str and kind is not int:
-                    part = self._encode_argument(item, packet)  # tags, floats, bools (True == 1 as a key): each time
-                else:
-                    part = encoded.get(item)
-                    if part is None:
-                        part = self._encode_argument(item, packet)
-                        if len(encoded) >= _ENCODED_CACHE:
-                            encoded.clear()
-                        encoded[item] = part
-                parts.append(part)
-            if parts:
-                track_event.MergeFromString(b"".join(parts))  # concatenated messages merge: repeated fields append
-            if ids:
-                self._annotate(track_event, ids, packet)
-        self._done()
+            body += self._annotations(args)
+        self._emit(self._stamp(ts * 1000 if type(ts) is int else _ns(ts)) + _field(b"\x5a", body))
 
     def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:
-        track = self._track(event["pid"], event["tid"] if tid is None else tid)  # before the packet: it may flush a batch
-        packet = self._packet()
-        self._stamp(packet, ts * 1000 if type(ts) is int else _ns(ts))
-        track_event = packet.track_event
-        track_event.type = kind
-        track_event.track_uuid = track
+        track = self._track(event["pid"], event["tid"] if tid is None else tid)
+        body = b"\x48" + _varint(kind) + track
         if kind != _END:
-            name = event["name"]
-            iid = self._names.get(name)
-            track_event.name_iid = iid if iid is not None else self._iid(self._names, name, packet, "event_names")
-            category = event.get("cat")
-            if category:
-                iid = self._categories.get(category)
-                track_event.category_iids.append(iid if iid is not None else self._iid(self._categories, category, packet, "event_categories"))
+            body += self._name_fields(event["name"], event.get("cat"))
         if with_args:
             args = event.get("args")
             if args:
-                self._annotate(track_event, args, packet)
-        self._done()
+                body += self._annotations(args)
+        self._emit(self._stamp(ts * 1000 if type(ts) is int else _ns(ts)) + _field(b"\x5a", body))
+
+
+def _varint(value: int) -> bytes:
+    """A protobuf varint (negative numbers as their 64-bit two's complement, as protobuf writes int64)."""
+    if 0 <= value < _SMALL:
+        return _SMALL_VARINTS[value]
+    value &= _UINT64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: bytes, data: bytes) -> bytes:
+    """A length-delimited field: its tag (already encoded), the length, the bytes."""
+    return tag + _varint(len(data)) + data
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+_UINT64 = (1 << 64) - 1
+_SMALL = 1 << 14
+
+
+def _slow_varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [_slow_varint(value) for value in range(_SMALL)]
+_DOUBLE = struct.Struct("<d")
 
 
 def _ns(us: float) -> int:
@@ -405,20 +418,50 @@ class NativeVisitor(ExportVisitor):
     """`ExportVisitor` for the native writer: a begin when a span's ``_start`` is read, an end when it ends.
 
     What is shown (names, args, filters, counts, tracks) is the JSON export's
-    (`ExportVisitor.span_event`); only the timing of the writes differs.
-    A span's ``tid`` argument is left out on its own thread's track, and
-    ``relative_step`` when it equals ``step``: the track and ``step`` say them.
+    (`ExportVisitor.span_event`); only the timing of the writes differs, and
+    what the trace already says elsewhere is not repeated per span (most of a
+    span's bytes were its arguments):
+
+    * ``tid`` on its own thread's track (the track says it);
+    * ``relative_step`` when it equals ``step`` (no resumed run);
+    * ``parent_span_id`` when it is the span id of the enclosing slice on
+      the same track (Perfetto shows that slice as the parent); kept when
+      the parent is elsewhere (another thread, a task);
+    * ``trace_id`` when it is the step's trace id, which the step's bar
+      carries (one trace per step); kept on a span whose trace differs, or
+      whose step has no bar.
+
     A failed span's end carries the error; its name gets `FAILED_SUFFIX`
     only when the failure is known at its begin (an ``_end`` without
     ``_start``), so failures are also marked by the ``ERROR:`` instant on the
     span's track, which Perfetto draws as a marker over the bar.
     """
 
+    def begin_process(self, tracks: Any, os_pid: Any, alive_until_us: int | None = None) -> None:
+        super().begin_process(tracks, os_pid, alive_until_us)
+        self._open_ids: dict[Any, list[Any]] = {}  # track → span ids of its begun, unended slices
+        self._step_traces: dict[Any, Any] = {}  # step → its trace id (the first begun span's, or the step's first record's)
+        self._steps_begun: set[Any] = set()  # steps whose bar will be written (every begun step gets one)
+
+    def step_begun(self, step: int, begin_us: int) -> None:
+        super().step_begun(step, begin_us)
+        self._steps_begun.add(step)
+
+    def step_arguments(self, step: int, first: dict[str, Any], args: dict[str, Any]) -> None:
+        trace_id = self._step_traces.setdefault(step, first.get("trace_id"))  # fixed from here: later spans compare to it
+        if trace_id is not None:
+            args["trace_id"] = trace_id
+
     def span_begun(self, span: OpenSpan) -> None:
         start = span.start
-        if self.steps is not None and start.get("step") not in self.steps:  # type: ignore[union-attr]
+        step = start.get("step")  # type: ignore[union-attr]
+        if self.steps is not None and step not in self.steps:
             return
         self.out.begin(self.pid, span.track, span.name, "span", span.start_us)  # type: ignore[attr-defined]
+        self._open_ids.setdefault(span.track, []).append(start.get("span_id"))  # type: ignore[union-attr]
+        trace_id = start.get("trace_id")  # type: ignore[union-attr]
+        if trace_id is not None and step is not None:
+            self._step_traces.setdefault(step, trace_id)
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         event = self.span_event(span, end, end_us, dur_us, incomplete)
@@ -432,12 +475,19 @@ class NativeVisitor(ExportVisitor):
         if incomplete:
             return  # begun, never ended: Perfetto shows a slice that did not end
         args = event["args"]
-        # What the track or another argument already says is not repeated (a fifth of a span's bytes).
         if args.get("tid") == span.track:
-            del args["tid"]  # the thread track's own tid
+            del args["tid"]
         if "relative_step" in args and args["relative_step"] == args.get("step"):
-            del args["relative_step"]  # no resumed run: the same as step
-        self.out.end(self.pid, span.track, span.start_us + dur_us, event["args"])  # type: ignore[attr-defined]
+            del args["relative_step"]
+        open_ids = self._open_ids.get(span.track)
+        if open_ids:
+            open_ids.pop()  # Perfetto ends the slice last begun on the track
+            if "parent_span_id" in args and open_ids and open_ids[-1] is not None and args["parent_span_id"] == open_ids[-1]:
+                del args["parent_span_id"]
+        step = args.get("step")
+        if "trace_id" in args and step in self._steps_begun and self._step_traces.get(step) == args["trace_id"]:
+            del args["trace_id"]
+        self.out.end(self.pid, span.track, span.start_us + dur_us, args)  # type: ignore[attr-defined]
 
 
 def is_native(path: str | os.PathLike[str]) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
 from collections import Counter
 
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
@@ -15,9 +16,19 @@ from tests.conftest import REPO
 
 
 def read_trace(path):
+    """The trace's packets, those in ``compressed_packets`` (deflated batches) expanded in place."""
     trace = Trace()
     trace.ParseFromString(path.read_bytes())
-    return trace.packet
+    packets = []
+    for packet in trace.packet:
+        if packet.HasField("compressed_packets"):
+            inner = Trace()
+            inner.ParseFromString(zlib.decompress(packet.compressed_packets))
+            assert not any(p.HasField("compressed_packets") for p in inner.packet)
+            packets.extend(inner.packet)
+        else:
+            packets.append(packet)
+    return packets
 
 
 def slices(packets):

@@ -40,7 +40,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from otel_titan.analysis.chrome_events import SLOT_TID_BASE, STEP_TID, UNKNOWN_TID, ExportVisitor
+from otel_titan.analysis.chrome_events import ARG_FIELDS, SLOT_TID_BASE, STEP_TID, UNKNOWN_TID, ExportVisitor
 from otel_titan.analysis.timeline import OpenSpan
 
 __all__ = ["PerfettoStream", "NativeVisitor", "FAILED_SUFFIX", "NATIVE_SUFFIXES"]
@@ -64,6 +64,8 @@ _TRACE_CLOCK, _INCREMENTAL_CLOCK = 6, 64
 #: Encoded (argument, value) pairs kept (callers, a few per step; cleared when full).
 _ENCODED_CACHE = 4096
 #: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
+#: What a span's end adds to the arguments its begin carried (a failure; `ExportVisitor.span_event`).
+_END_ARGS = ("status", "error_type", "error_message")
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
 _REPEATED_ARGS = frozenset({"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"})
 
@@ -342,12 +344,14 @@ class PerfettoStream:
                 self._track(event["pid"], event["tid"], event["args"]["name"])
             # sort indexes: Perfetto orders processes by pid (the rank) and threads by their own rules
 
-    def begin(self, pid: int, tid: Any, name: str, category: str, ts: int) -> None:
+    def begin(self, pid: int, tid: Any, name: str, category: str, ts: int, args: dict[str, Any] | None = None) -> None:
         """A slice begins (what ``{"ph": "B"}`` says, without building the dict: one per span)."""
         self.events += 1
         track = self._track(pid, tid)
-        names = self._name_fields(name, category)
-        self._emit(self._stamp(ts * 1000) + _field(b"\x5a", b"\x48\x01" + track + names))
+        body = b"\x48\x01" + track + self._name_fields(name, category)
+        if args:
+            body += self._annotations(args)
+        self._emit(self._stamp(ts * 1000) + _field(b"\x5a", body))
 
     def end(self, pid: int, tid: Any, ts: float, args: dict[str, Any] | None) -> None:
         """The slice last begun on the track ends; `args` join the slice's."""
@@ -389,7 +393,8 @@ def _field(tag: bytes, data: bytes) -> bytes:
 
 
 def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
+    """Valid UTF-8 (protobuf strings must be): a lone surrogate (from a ``\\ud800`` escape in a record) as that escape."""
+    return text.encode("utf-8", "backslashreplace")
 
 
 _UINT64 = (1 << 64) - 1
@@ -453,15 +458,26 @@ class NativeVisitor(ExportVisitor):
             args["trace_id"] = trace_id
 
     def span_begun(self, span: OpenSpan) -> None:
+        """The begin carries the span's arguments (so a span that never ends has them too); its end only the error."""
         start = span.start
         step = start.get("step")  # type: ignore[union-attr]
         if self.steps is not None and step not in self.steps:
             return
-        self.out.begin(self.pid, span.track, span.name, "span", span.start_us)  # type: ignore[attr-defined]
-        self._open_ids.setdefault(span.track, []).append(start.get("span_id"))  # type: ignore[union-attr]
-        trace_id = start.get("trace_id")  # type: ignore[union-attr]
-        if trace_id is not None and step is not None:
-            self._step_traces.setdefault(step, trace_id)
+        args = {key: start[key] for key in ARG_FIELDS if key in start}  # type: ignore[index, operator]
+        if args.get("tid") == span.track:
+            del args["tid"]
+        if "relative_step" in args and args["relative_step"] == step:
+            del args["relative_step"]
+        open_ids = self._open_ids.get(span.track)
+        if open_ids is None:
+            open_ids = self._open_ids[span.track] = []
+        if "parent_span_id" in args and open_ids and open_ids[-1] is not None and args["parent_span_id"] == open_ids[-1]:
+            del args["parent_span_id"]
+        open_ids.append(args.get("span_id"))
+        trace_id = args.get("trace_id")
+        if trace_id is not None and step in self._steps_begun and self._step_traces.setdefault(step, trace_id) == trace_id:
+            del args["trace_id"]
+        self.out.begin(self.pid, span.track, span.name, "span", span.start_us, args)  # type: ignore[attr-defined]
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         event = self.span_event(span, end, end_us, dur_us, incomplete)
@@ -474,20 +490,11 @@ class NativeVisitor(ExportVisitor):
             return
         if incomplete:
             return  # begun, never ended: Perfetto shows a slice that did not end
-        args = event["args"]
-        if args.get("tid") == span.track:
-            del args["tid"]
-        if "relative_step" in args and args["relative_step"] == args.get("step"):
-            del args["relative_step"]
         open_ids = self._open_ids.get(span.track)
         if open_ids:
             open_ids.pop()  # Perfetto ends the slice last begun on the track
-            if "parent_span_id" in args and open_ids and open_ids[-1] is not None and args["parent_span_id"] == open_ids[-1]:
-                del args["parent_span_id"]
-        step = args.get("step")
-        if "trace_id" in args and step in self._steps_begun and self._step_traces.get(step) == args["trace_id"]:
-            del args["trace_id"]
-        self.out.end(self.pid, span.track, span.start_us + dur_us, args)  # type: ignore[attr-defined]
+        args = event["args"]
+        self.out.end(self.pid, span.track, span.start_us + dur_us, {key: args[key] for key in _END_ARGS if key in args} if "status" in args else None)  # type: ignore[attr-defined]
 
 
 def is_native(path: str | os.PathLike[str]) -> bool:

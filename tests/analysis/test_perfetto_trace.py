@@ -118,3 +118,99 @@ def test_step_filter_keeps_exactly_its_slices(run_dir):
     stats = generate_gantt_trace(run_dir, run_dir / "t.pftrace", steps="2")
     names = [name for _, name, _, _ in slices(read_trace(run_dir / "t.pftrace"))]
     assert stats.spans == 4 and sorted(n for n in names if not n.startswith("step")) == ["fwd", "fwd", "optim", "optim"]
+
+
+def annotations(packets):
+    """Per ended slice (and step bar), in order of ends: (name, {argument: value} of its begin and end, source location or None)."""
+    names, arg_names, strings, locations, stacks, out = {}, {}, {}, {}, {}, []
+    for packet in packets:
+        data = packet.interned_data
+        names.update((e.iid, e.name) for e in data.event_names)
+        arg_names.update((e.iid, e.name) for e in data.debug_annotation_names)
+        strings.update((e.iid, e.str.decode()) for e in data.debug_annotation_string_values)
+        locations.update((e.iid, (e.file_name, e.line_number, e.function_name)) for e in data.source_locations)
+        event = packet.track_event
+        args = {}
+        for a in event.debug_annotations:
+            kind = a.WhichOneof("value")
+            args[arg_names[a.name_iid]] = strings[a.string_value_iid] if kind == "string_value_iid" else getattr(a, kind)
+        if event.type == TrackEvent.TYPE_SLICE_BEGIN:
+            stacks.setdefault(event.track_uuid, []).append((names[event.name_iid], args, locations.get(event.source_location_iid)))
+        elif event.type == TrackEvent.TYPE_SLICE_END:
+            name, begun, location = stacks[event.track_uuid].pop()
+            assert not (begun.keys() & args.keys())  # nothing said twice
+            out.append((name, {**begun, **args}, location or locations.get(event.source_location_iid)))
+    return out
+
+
+def test_arguments_said_elsewhere_are_left_out_and_the_rest_kept(run_dir):
+    ids = {name: f"{n:016x}" for n, name in enumerate(("step1", "fwd", "inner", "other"), start=0xA000_0000_0000_0001)}
+    trace_a, trace_b = "a" * 32, "b" * 32
+    write_jsonl(titan_file(run_dir), [
+        titan_record("fwd_start", 10, step=1, span_id=ids["fwd"], trace_id=trace_a),
+        titan_record("inner_start", 11, step=1, span_id=ids["inner"], parent_span_id=ids["fwd"], trace_id=trace_a, caller="model.py:42:forward"),
+        # On the same track, but its parent is another span (not the enclosing slice), and another trace.
+        titan_record("other_start", 12, step=1, span_id=ids["other"], parent_span_id=ids["step1"], trace_id=trace_b, caller="odd caller"),
+        titan_record("other_end", 13, step=1, span_id=ids["other"], parent_span_id=ids["step1"], trace_id=trace_b, value=1.0, caller="odd caller"),
+        titan_record("inner_end", 14, step=1, span_id=ids["inner"], parent_span_id=ids["fwd"], trace_id=trace_a, value=3.0),
+        titan_record("fwd_end", 20, step=1, span_id=ids["fwd"], trace_id=trace_a, value=10.0),
+    ])
+    generate_gantt_trace(run_dir, run_dir / "t.pftrace")
+    packets = read_trace(run_dir / "t.pftrace")
+    got = {name: (args, location) for name, args, location in annotations(packets)}
+    # The parent id is the enclosing slice's: left out; the trace id is the step's: on the step bar only.
+    assert got["inner"] == ({"step": 1, "span_id": int(ids["inner"], 16)}, ("model.py", 42, "forward"))
+    # Another parent and another trace: kept; a caller not of the form file:line:function stays an argument.
+    assert got["other"] == ({"step": 1, "caller": "odd caller", "span_id": int(ids["other"], 16), "parent_span_id": int(ids["step1"], 16), "trace_id": trace_b}, None)
+    assert got["fwd"] == ({"step": 1, "span_id": int(ids["fwd"], 16)}, ("train.py", 8, "main"))
+    assert got["step 1"][0]["trace_id"] == trace_a
+    # Each source location interned once on the sequence.
+    assert Counter(e.file_name for p in packets for e in p.interned_data.source_locations) == {"model.py": 1, "train.py": 1}
+
+
+def test_a_span_whose_step_bar_is_not_written_keeps_its_trace_id(run_dir):
+    # The step filter drops step 1's bar and spans alike; a span of step 2 still names its trace once, on its bar.
+    write_jsonl(titan_file(run_dir), [*titan_span("fwd", 10, 20, step=1, trace_id="a" * 32), *titan_span("fwd", 30, 40, step=2, trace_id="b" * 32)])
+    generate_gantt_trace(run_dir, run_dir / "t.pftrace", steps="2")
+    got = annotations(read_trace(run_dir / "t.pftrace"))
+    assert [(name, args.get("trace_id")) for name, args, _ in got] == [("fwd", None), ("step 2", "b" * 32)]
+
+
+def test_every_packet_shape_decodes_field_by_field_uncompressed_too(tmp_path):
+    from otel_titan.analysis.perfetto_trace import PerfettoStream
+
+    for compress in (True, False):
+        path = tmp_path / f"t{compress}.pftrace"
+        with open(path, "wb") as handle:
+            out = PerfettoStream(handle, sequence_id=7, compress=compress)
+            out.add({"name": "process_name", "ph": "M", "pid": 3, "tid": 0, "args": {"name": "training rank"}})
+            out.add({"name": "thread_name", "ph": "M", "pid": 3, "tid": 77, "args": {"name": "main"}})
+            out.begin(3, 77, "fwd", "span", 2_000)
+            out.end(3, 77, 2_010.5, {"step": -2, "x": 2**63 - 1, "big": 2**64, "f": 1.5, "ok": False, "tags": ["a", 1], "none": None, "span_id": "ffffffffffffffff", "note": "é\ud800"})
+            out.add({"name": "loss", "ph": "C", "ts": 2_005, "pid": 3, "tid": 0, "args": {"value": 2.5}})
+            out.add({"name": "mark", "cat": "instant", "ph": "i", "s": "t", "ts": 1_000, "pid": 3, "tid": 77, "args": {}})
+            out.end_process(3, 2_100)
+            out.flush()
+        raw = Trace.FromString(path.read_bytes()).packet
+        assert all(p.HasField("compressed_packets") for p in raw) == compress
+        packets = read_trace(path)
+        assert {p.trusted_packet_sequence_id for p in packets} == {7}
+        first = packets[0]
+        assert first.sequence_flags == 3 and first.trace_packet_defaults.timestamp_clock_id == 64
+        assert [(c.clock_id, c.timestamp, c.is_incremental) for c in first.clock_snapshot.clocks] == [(64, 0, True), (6, 0, False)]
+        process, thread = packets[1].track_descriptor, packets[2].track_descriptor
+        assert (process.process.pid, process.process.process_name) == (3, "training rank")
+        assert (thread.thread.pid, thread.thread.tid, thread.thread.thread_name) == (3, 77, "main")
+        begin, end = packets[3], packets[4]
+        assert (begin.timestamp, begin.track_event.track_uuid, list(begin.track_event.category_iids)) == (2_000_000, thread.uuid, [1])
+        assert [(e.iid, e.name) for e in begin.interned_data.event_names] == [(1, "fwd")]
+        assert (end.timestamp, end.track_event.type) == (10_500, TrackEvent.TYPE_SLICE_END)  # a delta on the incremental clock
+        (_, args, _), = annotations(packets)
+        assert args == {"step": -2, "x": 2**63 - 1, "big": str(2**64), "f": 1.5, "ok": False, "tags": '["a",1]', "span_id": 2**64 - 1, "note": "é\\ud800"}  # a lone surrogate as its escape
+        counter_track, counter = packets[5].track_descriptor, packets[6]
+        assert counter_track.HasField("counter") and counter_track.parent_uuid == process.uuid and counter_track.name == "loss"
+        assert (counter.timestamp_clock_id, counter.timestamp, counter.track_event.double_counter_value) == (6, 2_005_000, 2.5)  # earlier: absolute
+        instant = packets[7]
+        assert (instant.track_event.type, instant.timestamp_clock_id, instant.timestamp) == (TrackEvent.TYPE_INSTANT, 6, 1_000_000)
+        nan = packets[8]
+        assert nan.timestamp == 2_100_000 - 2_010_500 and nan.track_event.double_counter_value != nan.track_event.double_counter_value

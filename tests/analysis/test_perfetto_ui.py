@@ -94,6 +94,8 @@ QUERIES = {
     "failed": "select count(*) as n from slice where name like 'ERROR: %'",
     "extent": "select min(ts) as first, max(ts + dur) as last from slice where category = 'span' and dur >= 0 and name != 'never_ends'",
     # NaN (a counter track's end) reaches JavaScript as NaN and the driver's JSON as null.
+    # What a user reads when clicking a slice: per (category, name), how many slices carry each argument.
+    "arguments": "select s.category, s.name, a.key, count(*) as n from slice s join args a using(arg_set_id) where s.category in ('span', 'step') and a.key not like 'legacy_event.%' group by 1, 2, 3 order by 1, 2, 3",
     "counters": "select c.value from counter c join counter_track t on c.track_id = t.id where t.name like 'loss%'",
 }
 
@@ -129,6 +131,20 @@ def test_the_real_perfetto_ui_loads_the_trace_with_exact_slices_and_nesting(run,
         assert values.count(None) == RANKS  # each rank's loss track ends where the rank does
         assert {"steps", "async slot 0", "async slot 1", "async slot 2"} <= {t["name"] for t in result["tracks"]}
         assert "steps" not in {t["name"] for t in threads}
+        # Every span keeps its id, step and caller (as a source location); the failed one its error; the trace id
+        # is on the step bars (one per step), the parent id left out where it is the enclosing slice's (here all).
+        arguments: dict = {}
+        for row in result["arguments"]:
+            arguments.setdefault((row["category"], row["name"]), {})[row["key"]] = row["n"]
+        per_rank = {name: n * RANKS for (name, _), n in EXPECTED.items()}
+        for name, n in per_rank.items():
+            keys = arguments[("span", name)]
+            assert all(keys.get(key) == n for key in ("debug.span_id", "debug.step", "source.file_name", "source.function_name", "source.line_number")), (name, keys)
+            assert "debug.trace_id" not in keys and "debug.parent_span_id" not in keys and "debug.caller" not in keys, (name, keys)
+        assert arguments[("span", "optim")]["debug.error_type"] == arguments[("span", "optim")]["debug.error_message"] == STEPS * RANKS
+        assert arguments[("span", "task")]["debug.task_name"] == 3 * RANKS
+        for step in range(1, STEPS + 1):
+            assert arguments[("step", f"step {step}")]["debug.trace_id"] == RANKS
     else:
         assert result["unended"] == []  # JSON: incomplete spans reach the process's last record
         assert values.count(None) == 0  # JSON cannot end a counter track (null is a parse error)

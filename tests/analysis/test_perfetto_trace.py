@@ -33,16 +33,17 @@ def read_trace(path):
 
 def slices(packets):
     """(process pid, name, begin ns, end ns or None) per slice, from begins and ends matched per track."""
-    names, pids, parents, stacks, out, last = {}, {}, {}, {}, [], {}
+    names, pids, parents, stacks, out, last, unit = {}, {}, {}, {}, [], {}, {}
     for packet in packets:
-        # Timestamps: deltas on the sequence's incremental clock, or absolute on the trace clock (6).
+        # Timestamps: deltas on the sequence's incremental clock (in its unit), or absolute ns on the trace clock (6).
         sequence = packet.trusted_packet_sequence_id
         if packet.HasField("clock_snapshot"):
             last[sequence] = 0  # the incremental clock restarts at 0
+            unit[sequence] = next(c.unit_multiplier_ns or 1 for c in packet.clock_snapshot.clocks if c.clock_id == 64)
         if packet.timestamp_clock_id == 6:
             time = packet.timestamp
         else:
-            time = last[sequence] = last.get(sequence, 0) + packet.timestamp
+            time = last[sequence] = last.get(sequence, 0) + packet.timestamp * unit[sequence]
         for entry in packet.interned_data.event_names:
             names[(packet.trusted_packet_sequence_id, entry.iid)] = entry.name
         if packet.HasField("track_descriptor"):
@@ -197,20 +198,20 @@ def test_every_packet_shape_decodes_field_by_field_uncompressed_too(tmp_path):
         assert {p.trusted_packet_sequence_id for p in packets} == {7}
         first = packets[0]
         assert first.sequence_flags == 3 and first.trace_packet_defaults.timestamp_clock_id == 64
-        assert [(c.clock_id, c.timestamp, c.is_incremental) for c in first.clock_snapshot.clocks] == [(64, 0, True), (6, 0, False)]
+        assert [(c.clock_id, c.timestamp, c.is_incremental, c.unit_multiplier_ns) for c in first.clock_snapshot.clocks] == [(64, 0, True, 1000), (6, 0, False, 0)]
         process, thread = packets[1].track_descriptor, packets[2].track_descriptor
         assert (process.process.pid, process.process.process_name) == (3, "training rank")
         assert (thread.thread.pid, thread.thread.tid, thread.thread.thread_name) == (3, 77, "main")
         begin, end = packets[3], packets[4]
-        assert (begin.timestamp, begin.track_event.track_uuid, list(begin.track_event.category_iids)) == (2_000_000, thread.uuid, [1])
+        assert (begin.timestamp, begin.track_event.track_uuid, list(begin.track_event.category_iids)) == (2_000, thread.uuid, [1])  # µs
         assert [(e.iid, e.name) for e in begin.interned_data.event_names] == [(1, "fwd")]
-        assert (end.timestamp, end.track_event.type) == (10_500, TrackEvent.TYPE_SLICE_END)  # a delta on the incremental clock
+        assert (end.timestamp_clock_id, end.timestamp, end.track_event.type) == (6, 2_010_500, TrackEvent.TYPE_SLICE_END)  # a fraction of a µs: ns
         (_, args, _), = annotations(packets)
         assert args == {"step": -2, "x": 2**63 - 1, "big": str(2**64), "f": 1.5, "ok": False, "tags": '["a",1]', "span_id": 2**64 - 1, "note": "é\\ud800"}  # a lone surrogate as its escape
         counter_track, counter = packets[5].track_descriptor, packets[6]
         assert counter_track.HasField("counter") and counter_track.parent_uuid == process.uuid and counter_track.name == "loss"
-        assert (counter.timestamp_clock_id, counter.timestamp, counter.track_event.double_counter_value) == (6, 2_005_000, 2.5)  # earlier: absolute
+        assert (counter.timestamp_clock_id, counter.timestamp, counter.track_event.double_counter_value) == (0, 5, 2.5)  # a delta from the begin
         instant = packets[7]
         assert (instant.track_event.type, instant.timestamp_clock_id, instant.timestamp) == (TrackEvent.TYPE_INSTANT, 6, 1_000_000)
         nan = packets[8]
-        assert nan.timestamp == 2_100_000 - 2_010_500 and nan.track_event.double_counter_value != nan.track_event.double_counter_value
+        assert nan.timestamp == 2_100 - 2_005 and nan.track_event.double_counter_value != nan.track_event.double_counter_value

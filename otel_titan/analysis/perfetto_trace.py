@@ -67,6 +67,8 @@ _ENCODED_CACHE = 4096
 #: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
 #: A span's arguments that repeat from span to span (all but its ids), as `span_prefix` encodes them.
 _CACHED_ARGS = tuple(name for name in ARG_FIELDS if name not in ("span_id", "parent_span_id", "step", "relative_step", "trace_id"))
+#: The same, as looked up in a span's start record for `NativeVisitor.span_begun`'s cache key.
+_KEY_ARGS = tuple(name for name in _CACHED_ARGS)
 #: What a span's end adds to the arguments its begin carried (a failure; `ExportVisitor.span_event`).
 _END_ARGS = ("status", "error_type", "error_message")
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
@@ -110,6 +112,8 @@ class PerfettoStream:
         self._tracks: dict[tuple[int, Any], int] = {}
         self._track_bytes: dict[tuple[int, Any], bytes] = {}  # (pid, tid) → encoded ``track_uuid`` field
         self._ends: dict[tuple[int, Any], bytes] = {}  # (pid, tid) → a slice end's encoded ``track_event``
+        self._counter_heads: dict[tuple[int, str], bytes] = {}  # (pid, name) → a sample's bytes before its value
+        self._steps: dict[Any, bytes] = {}  # step → its encoded annotation
         self._id_heads: dict[str, bytes] = {}  # argument → an id annotation's bytes before the number
         #: A span begin's ``TrackEvent`` fields but its ids, by what decides them (`NativeVisitor.span_begun`).
         self.span_prefixes: dict[tuple, bytes] = {}
@@ -350,7 +354,13 @@ class PerfettoStream:
         """Encode one Chrome-trace event dict (``X``, ``B``, ``E``, ``i``, ``C``, ``M``) as packets."""
         phase = event["ph"]
         self.events += 1
-        if phase == "X":
+        if phase == "C":  # the most frequent (scalars)
+            key = (event["pid"], event["name"])
+            head = self._counter_heads.get(key)
+            if head is None:
+                head = self._counter_heads[key] = b"\x5a" + _SMALL_VARINTS[13 + len(_varint(self._counter_track(*key)))] + b"\x48\x04\x58" + _varint(self._counter_track(*key)) + b"\xe1\x02"
+            self._emit(head + _DOUBLE.pack(float(event["args"]["value"])), event["ts"])
+        elif phase == "X":
             self._slice(_BEGIN, event, event["ts"], with_args=False)
             self._slice(_END, event, event["ts"] + event["dur"], with_args=True)
         elif phase == "B":
@@ -360,9 +370,6 @@ class PerfettoStream:
         elif phase == "i":
             tid = STEP_TID if event.get("s") == "p" else event["tid"]
             self._slice(_INSTANT, event, event["ts"], with_args=True, tid=tid)
-        elif phase == "C":
-            track = self._counter_track(event["pid"], event["name"])
-            self._counter(track, event["ts"], float(event["args"]["value"]))
         elif phase == "M":
             kind = event["name"]
             if kind == "process_name":
@@ -399,9 +406,16 @@ class PerfettoStream:
     def begin_span(self, ts: int, prefix: bytes, step: Any, extra: dict[str, Any] | None, span_id: Any, parent_id: Any) -> None:
         """A span begins: `prefix` (`span_prefix`, on this sequence), its step, `extra` arguments, its own ids."""
         self.events += 1
-        if step is not None:
-            part = self._encoded.get(("step", step))
-            prefix += part if part is not None else self._annotations({"step": step})
+        if type(step) is not int:
+            if step is not None:
+                prefix += self._annotations({"step": step})
+        else:
+            part = self._steps.get(step)
+            if part is None:
+                part = self._steps[step] = self._annotations({"step": step})  # type: ignore[index]
+                if len(self._steps) >= _ENCODED_CACHE:
+                    self._steps.clear()
+            prefix += part
         if extra:
             prefix += self._annotations(extra)
         if span_id is not None:
@@ -563,14 +577,17 @@ class NativeVisitor(ExportVisitor):
         if trace_id is not None:
             extra = extra or {}
             extra["trace_id"] = trace_id  # another trace than its step's
-        tags = get("step_tags")
         # What the rest of the begin depends on (the step, which changes every few spans, is added apart).
-        key = (self.pid, track, span.name, tuple(tags) if type(tags) is list else tags, get("caller"), get("task_name"), get("description"), get("epoch"), get("iteration"), get("tid"))
+        key: tuple | None = (self.pid, track, span.name, *map(get, _KEY_ARGS))
         out = self.out
         try:
             prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]
-        except TypeError:  # an unhashable value (tags holding lists): not cached
-            key, prefix = None, None
+        except TypeError:  # a list (step tags): as a tuple; still unhashable (tags holding lists): not cached
+            key = tuple(tuple(value) if type(value) is list else value for value in key)  # type: ignore[union-attr]
+            try:
+                prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]
+            except TypeError:
+                key, prefix = None, None
         if prefix is None:
             args = {name: start[name] for name in _CACHED_ARGS if name in start}
             if args.get("tid") == track:

@@ -8,7 +8,9 @@
 #                      summarize before issue 12 (about 15 minutes, 2 GB of /tmp, deleted after)
 #   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
 #                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
-.PHONY: setup train test bench bench-export bench-summarize bench-start clean
+#   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
+#                      (size, size gzipped, time per span; a few minutes)
+.PHONY: setup train test bench bench-export bench-summarize bench-start bench-perfetto clean
 
 setup:
 	bash scripts/setup.sh
@@ -30,6 +32,9 @@ bench-summarize: setup
 
 bench-start: setup
 	.venv/bin/python -m benchmarks.start_latency --rounds 20
+
+bench-perfetto: setup
+	.venv/bin/python benchmarks/perfetto_size.py
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

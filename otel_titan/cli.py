@@ -34,7 +34,14 @@ examples:
   otel-titan export outputs/structured_logs -o /tmp/trace.json
   otel-titan export outputs --steps 100:200 --ranks 0-3,7 --sources training
   otel-titan export outputs --run RUN_ID             # another run in the same folder (default: the latest)
-then open the file in https://ui.perfetto.dev (or chrome://tracing).
+  otel-titan export outputs --format perfetto        # → outputs/analysis/trace.pftrace (Perfetto's native format)
+  otel-titan export outputs -o /tmp/run.pftrace      # native too: chosen by the .pftrace / .perfetto-trace name
+then open the file in https://ui.perfetto.dev (JSON also in chrome://tracing, speedscope).
+
+formats: json (Chrome Trace Event JSON, any viewer) or perfetto (protobuf
+TracePacket/TrackEvent with interned names: several times smaller, for big
+runs; spans that never ended are slices that did not end, failed spans have
+an "ERROR:" marker on their track).
 
 layout: one process per (source, rank), sorted by source then rank; in each a
 "steps" track, one track per thread, and "async slot 0..K-1" tracks for
@@ -89,13 +96,14 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
 
     export = commands.add_parser(
         "export",
-        help="write the run's Chrome Trace JSON for Perfetto",
-        description="Convert a run's JSONL files into one Chrome Trace JSON file (streaming: memory stays small for any run size).",
+        help="write the run's trace for Perfetto (Chrome Trace JSON, or Perfetto's native format)",
+        description="Convert a run's JSONL files into one trace file, Chrome Trace JSON or Perfetto's native protobuf (streaming: memory stays small for any run size).",
         epilog=_EXPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     export.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
     export.add_argument("-o", "--output", metavar="OUT", help="output file (default: RUN_DIR/analysis/trace.json; for one .jsonl file, analysis/<its name>.trace.json)")
+    export.add_argument("--format", choices=("json", "perfetto"), help="json (default) or perfetto (native protobuf); default: perfetto when OUT ends in .pftrace or .perfetto-trace")
     export.add_argument("--steps", metavar="A:B", help="only steps A to B, both included (A:, :B and N work too)")
     _add_filters(export)
     export.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)")
@@ -233,9 +241,10 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     logger, handler = _with_warnings(progress)
     try:
         choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
+        native = None if args.format is None else args.format == "perfetto"
         stats = generate_gantt_trace(
             args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs, run_id=args.run,
-            align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES,
+            align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES, native=native,
         )
     except TraceTooBigError as error:
         return _fail(f"{error}", EXIT_NO_RECORDS)
@@ -269,7 +278,8 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         print(f"  {printable(choice.describe())}")
     if stats.clock:
         print(f"  clocks: {printable(stats.clock)}")
-    print("  open it in https://ui.perfetto.dev (or chrome://tracing)")
+    native = stats.output_path.endswith((".pftrace", ".perfetto-trace")) or args.format == "perfetto"
+    print("  open it in https://ui.perfetto.dev" + ("" if native else " (or chrome://tracing)"))
     return EXIT_OK
 
 

@@ -5,9 +5,19 @@ instants, scalars, logger records, steps; see `timeline.walk_process`) and
 adds events to an `EventStream`, which encodes them in batches into an open
 file. Layout (docs/analysis.md describes it in full):
 
-* track ``tid 0`` "steps": one bar per step, the process's counters and the
-  logger's own records (process-scoped instants);
-* one track per OS thread, ``tid`` = the real thread id;
+* track "steps" (``tid`` `STEP_TID`, above every real thread id and never 0,
+  which Perfetto would show as the main thread): one bar per step, the
+  process's counters and the logger's own records (process-scoped instants);
+* one track per OS thread, ``tid`` = the real thread id (`UNKNOWN_TID` when
+  the records do not say);
+
+Nesting: Perfetto puts a Chrome-JSON slice that begins at its parent's end
+outside it, and of two slices with the same ``ts`` and ``dur`` it draws the
+first written (the child: spans are written when they end) as the parent. So
+a span whose child ends at or after its own end is widened by 1 µs: the
+parent then strictly contains its children. (Clamping the child instead would
+need the parent's end, unknown when the child is written; the native writer,
+`perfetto_trace`, writes begins in file order and needs neither.)
 * asyncio tasks on slot tracks ``SLOT_TID_BASE + k``, "async slot k": a task
   takes the lowest free slot when its first span opens and frees it when its
   last span ends, so K slots suffice for a peak of K concurrent tasks.
@@ -28,11 +38,13 @@ from otel_titan.analysis.filters import StepRange
 from otel_titan.analysis.safe_text import json_bytes
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, error_details
 
-__all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT_TID_BASE", "STEP_TID", "ARG_FIELDS", "FAILED_COLOR", "INCOMPLETE_COLOR"]
+__all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT_TID_BASE", "STEP_TID", "UNKNOWN_TID", "ARG_FIELDS", "FAILED_COLOR", "INCOMPLETE_COLOR"]
 
-#: Track ids: steps on 0, threads on their real tid (< 2**22 on Linux), asyncio slots above every possible tid.
-STEP_TID = 0
+#: Track ids: threads on their real tid (< 2**22 on Linux), steps and unknown threads just below the
+#: asyncio slots, which are above every possible tid (tid 0 would be shown as the process's main thread).
 SLOT_TID_BASE = 10_000_000
+STEP_TID = SLOT_TID_BASE - 1
+UNKNOWN_TID = SLOT_TID_BASE - 2
 #: Record fields copied into a span's or instant's ``args`` when present.
 ARG_FIELDS = ("step", "relative_step", "step_tags", "caller", "task_name", "description", "span_id", "parent_span_id", "trace_id", "epoch", "iteration", "tid")
 #: Chrome's reserved colour names (catapult's colour scheme; Perfetto picks its own).
@@ -177,7 +189,7 @@ class ExportVisitor(TimelineVisitor):
         self.out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": sort_index}})
 
     def thread_track(self, tid: Any) -> int:
-        track = tid if type(tid) is int and 0 < tid < SLOT_TID_BASE else 1
+        track = tid if type(tid) is int and 0 < tid < UNKNOWN_TID else UNKNOWN_TID
         if track not in self.tracks.threads:
             self.tracks.threads.add(track)
             label = "main thread" if track == self.os_pid else "thread"
@@ -205,20 +217,27 @@ class ExportVisitor(TimelineVisitor):
 
     # -- events ---------------------------------------------------------------------------------
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        event = self.span_event(span, end, end_us, dur_us, incomplete)
+        if event is not None:
+            if span.children_end >= end_us:
+                event["dur"] += 1  # strictly contain the children (module docstring)
+            self.add(event)
+
+    def span_event(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> dict[str, Any] | None:
+        """The span's complete (``X``) event, counted in the stats; None when the step filter drops it."""
         first = span.start
         if first is None:
             first = end
             if first is None:
-                return
+                return None
         if self.steps is not None and first.get("step") not in self.steps:
-            return
+            return None
         args = {key: first[key] for key in ARG_FIELDS if key in first}
         event: dict[str, Any] = {"name": span.name, "cat": "span", "ph": "X", "ts": span.start_us, "dur": dur_us if type(dur_us) is int else round(dur_us, 3), "pid": self.pid, "tid": span.track, "args": args}
         stats = self.stats
         stats.spans += 1
         if span.error is None and not incomplete and span.start is not None:
-            self.add(event)
-            return
+            return event
         if incomplete:
             # Open until at least the process's last record (`end_us`), and it was still alive when its file was
             # last written: a span killed before any later record would otherwise be a bar of zero width.
@@ -238,7 +257,10 @@ class ExportVisitor(TimelineVisitor):
             args["incomplete"] = True
             event["cname"] = INCOMPLETE_COLOR if span.error is None else FAILED_COLOR
             stats.incomplete_spans += 1
-        self.out.add(event)
+        return event
+
+    def step_arguments(self, step: int, first: dict[str, Any], args: dict[str, Any]) -> None:
+        """Add to a step bar's `args` (the native trace puts the step's trace id there)."""
 
     def _lane_track(self, record: dict[str, Any], track: Any) -> Any:
         return track if track is not None else self.thread_track(record.get("tid"))
@@ -298,6 +320,7 @@ class ExportVisitor(TimelineVisitor):
         for key in ("relative_step", "step_tags", "epoch", "iteration"):
             if key in first:
                 args[key] = first[key]
+        self.step_arguments(step, first, args)
         tags = first.get("step_tags")
         name = f"step {step}" + (f" [{', '.join(map(str, tags))}]" if isinstance(tags, list) and tags else "")
         self.out.add({"name": name, "cat": "step", "ph": "X", "ts": begin_us, "dur": max(end_us - begin_us, 0), "pid": self.pid, "tid": STEP_TID, "args": args})

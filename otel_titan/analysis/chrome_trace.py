@@ -9,8 +9,11 @@ failure: a failed export never leaves a half-written trace or a stray file,
 and nobody who can write that folder can plant a symlink the export would
 follow. Big runs are converted on several cores (`export_parallel`).
 
-One trace process per (source, rank), named ``training rank 3``, sorted by
-source, then rank; the restarts of a rank (several files) share it.
+One trace process per (source, rank), sorted by source, then rank; the
+restarts of a rank (several files) share it. Perfetto shows a process as its
+name followed by its pid, so the pid is the rank and the name ``training
+rank``: it reads ``training rank 3``. When ranks repeat across sources, pids
+are numbered instead and the name ends in ``#`` (``rollouter rank 0 #2``).
 Timestamps are wall-clock µs since the epoch, the same on every process, so
 ranks line up.
 
@@ -24,7 +27,7 @@ import errno
 import os
 import tempfile
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 import orjson
 
@@ -32,13 +35,14 @@ from otel_titan.analysis.clock_align import ClockAlignment
 from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, check_size, tail_alignment
 from otel_titan.analysis.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
 from otel_titan.analysis.filters import StepRange, parse_step_range
+from otel_titan.analysis.perfetto_trace import NativeVisitor, PerfettoStream, is_native
 from otel_titan.analysis.reader import NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.safe_text import json_bytes
 from otel_titan.analysis.timeline import walk_process
 
-__all__ = ["generate_gantt_trace", "default_output", "trace_groups", "write_groups", "TraceGroup"]
+__all__ = ["generate_gantt_trace", "default_output", "trace_groups", "process_name", "write_groups", "TraceGroup"]
 
 
 class _TraceFile(EventStream):
@@ -69,17 +73,26 @@ class _TraceFile(EventStream):
             os.close(fd)
             os.unlink(self.tmp_path)
             raise
-        super().__init__(handle)
+        self._open(handle)
         try:
-            self._file.write(b'{"traceEvents":[\n')
+            self._file.write(self._header())
         except BaseException:
             self.abandon()
             raise
 
+    def _open(self, handle: BinaryIO) -> None:
+        EventStream.__init__(self, handle)
+
+    def _header(self) -> bytes:
+        return b'{"traceEvents":[\n'
+
+    def _footer(self, other_data: dict[str, Any]) -> bytes:
+        return b'\n],"displayTimeUnit":"ms","otherData":' + json_bytes(other_data, option=orjson.OPT_NON_STR_KEYS) + b"}\n"
+
     def finish(self, other_data: dict[str, Any]) -> int:
         try:
             self.flush()
-            self._file.write(b'\n],"displayTimeUnit":"ms","otherData":' + json_bytes(other_data, option=orjson.OPT_NON_STR_KEYS) + b"}\n")
+            self._file.write(self._footer(other_data))
             self._file.close()
             size = os.path.getsize(self.tmp_path)
             os.replace(self.tmp_path, self.path)
@@ -100,6 +113,21 @@ class _TraceFile(EventStream):
             os.unlink(self.tmp_path)
         except OSError:
             pass
+
+
+class _PerfettoFile(PerfettoStream, _TraceFile):  # type: ignore[misc]
+    """The native trace (`perfetto_trace.PerfettoStream`) in a `_TraceFile`'s temporary file; no header or footer."""
+
+    __init__ = _TraceFile.__init__  # the temporary file's; it calls `_open` for the stream's
+
+    def _open(self, handle: BinaryIO) -> None:
+        PerfettoStream.__init__(self, handle, sequence_id=1)
+
+    def _header(self) -> bytes:
+        return b""
+
+    def _footer(self, other_data: dict[str, Any]) -> bytes:
+        return b""
 
 
 def _umask() -> int:
@@ -129,6 +157,7 @@ def generate_gantt_trace(
     log_skipped: bool = True,
     align: bool = True,
     max_output_bytes: int | None = PERFETTO_MAX_TRACE_BYTES,
+    native: bool | None = None,
 ) -> ExportStats:
     """Write a run's Chrome Trace JSON (open it in https://ui.perfetto.dev); returns what was written.
 
@@ -147,6 +176,9 @@ def generate_gantt_trace(
     `align`: shift each host's times by its clock offset (`export_checks.tail_alignment`).
     `max_output_bytes`: refuse (`TraceTooBigError`, proposing ``--steps`` / ``--ranks``)
     when the trace would be bigger (estimated before writing); None: no limit.
+    `native`: write Perfetto's protobuf trace (`perfetto_trace`) instead of
+    JSON; by default when `output_path` ends in ``.pftrace`` or
+    ``.perfetto-trace`` (the default output is then ``trace.pftrace``).
     Raises `NotARunError` (not a run) or `NoRecordsError` (nothing readable,
     or nothing left after the filters, or `run_id` names no run here; no file
     is written then).
@@ -164,23 +196,25 @@ def generate_gantt_trace(
     # One run: a folder can hold several (runs.select_run); the latest unless `run_id` names another.
     run, choice = select_run(read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
     step_range = parse_step_range(steps) if isinstance(steps, str) else steps
-    if max_output_bytes is not None:
+    native = (output_path is not None and is_native(output_path)) if native is None else native
+    if max_output_bytes is not None and not native:
+        # The limit is the browser's for JSON; the native trace is several times smaller.
         check_size(run, step_range, max_output_bytes)
     alignment = tail_alignment(run) if align else ClockAlignment(False, "turned off (--no-align)")
     for process in run.processes:
         process.clock_offset_us = int(round(alignment.offset(process.host_name or process.label)))
-    output = os.fspath(output_path) if output_path is not None else default_output(run.run_dir, run.only_base)
+    output = os.fspath(output_path) if output_path is not None else default_output(run.run_dir, run.only_base, native)
     stats = ExportStats(output_path=output, input_bytes=run.total_bytes, clock=alignment.describe())
     groups = trace_groups(run.processes)
     on_bytes = _progress_counter(run.total_bytes, progress)
     jobs = export_parallel.default_jobs(run.total_bytes, len(groups)) if jobs is None else max(1, min(jobs, len(groups)))
-    out = _TraceFile(output)
+    out = _PerfettoFile(output) if native else _TraceFile(output)
     stats.replaced = out.existed
     try:
         if jobs > 1:
-            first_us = export_parallel.convert_in_workers(groups, jobs, step_range, out, stats, run.skipped, on_bytes, log_skipped)
+            first_us = export_parallel.convert_in_workers(groups, jobs, step_range, out, stats, run.skipped, on_bytes, log_skipped, native)
         else:
-            first_us = write_groups(groups, out, stats, step_range, run.skipped, on_bytes)
+            first_us = write_groups(groups, out, stats, step_range, run.skipped, on_bytes, native)
         stats.skipped_lines = run.skipped.count
         stats.skipped_examples = run.skipped.examples[:20]
         stats.repaired_lines = run.skipped.repaired
@@ -208,17 +242,18 @@ def generate_gantt_trace(
     return stats
 
 
-def default_output(run_dir: str, only_base: str | None = None) -> str:
+def default_output(run_dir: str, only_base: str | None = None, native: bool = False) -> str:
     """Where `generate_gantt_trace` writes by default: the run's trace, or for one file a trace named after it.
 
     Example:
         >>> default_output("outputs"), default_output("outputs", "outputs/structured_logs/training.global_rank_1.20260101-000000-abc123.jsonl")
         ('outputs/analysis/trace.json', 'outputs/analysis/training.global_rank_1.20260101-000000-abc123.trace.json')
     """
+    suffix = ".pftrace" if native else ".json"
     if only_base is None:
-        return os.path.join(run_dir, "analysis", "trace.json")
+        return os.path.join(run_dir, "analysis", "trace" + suffix)
     name = os.path.basename(only_base)
-    return os.path.join(run_dir, "analysis", (name[: -len(".jsonl")] if name.endswith(".jsonl") else name) + ".trace.json")
+    return os.path.join(run_dir, "analysis", (name[: -len(".jsonl")] if name.endswith(".jsonl") else name) + ".trace" + suffix)
 
 
 def _progress_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None]:
@@ -237,21 +272,39 @@ TraceGroup = tuple[int, list[ProcessLog]]
 
 
 def trace_groups(processes: list[ProcessLog]) -> list[TraceGroup]:
-    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid.
+    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid (the rank, when unique).
 
     Example:
         >>> from otel_titan.analysis.reader import ProcessLog
         >>> logs = [ProcessLog("a", [], "training", 0), ProcessLog("b", [], "training", 0), ProcessLog("c", [], "training", 1)]
         >>> [(pid, [p.base for p in group]) for pid, group in trace_groups(logs)]
-        [(1, ['a', 'b']), (2, ['c'])]
+        [(0, ['a', 'b']), (1, ['c'])]
+        >>> [pid for pid, _ in trace_groups(logs + [ProcessLog("d", [], "reward", 0)])]
+        [1, 2, 3]
     """
     groups: dict[tuple[str, int | None], list[ProcessLog]] = {}
     for process in processes:
         groups.setdefault((process.source, process.rank), []).append(process)
+    ranks = [rank for _, rank in groups]
+    # Perfetto's pids are 32-bit: a rank beyond that (a broken file name) cannot be one.
+    if all(rank is not None and 0 <= rank < 1 << 31 for rank in ranks) and len(set(ranks)) == len(ranks):
+        return [(rank, group) for (_, rank), group in groups.items()]  # type: ignore[misc]
     return list(enumerate(groups.values(), start=1))
 
 
-def write_groups(groups: Iterable[TraceGroup], out: EventStream, stats: ExportStats, steps: StepRange | None, skipped: SkippedLines, on_bytes: Callable[[int], None] | None) -> int | None:
+def process_name(pid: int, processes: list[ProcessLog]) -> str:
+    """The trace process's name; Perfetto appends the pid, so ``training rank`` with pid 3 reads ``training rank 3``.
+
+    Example:
+        >>> from otel_titan.analysis.reader import ProcessLog
+        >>> process_name(3, [ProcessLog("a", [], "training", 3)]), process_name(2, [ProcessLog("a", [], "rollouter", 0)])
+        ('training rank', 'rollouter rank 0 #')
+    """
+    first = processes[0]
+    return f"{first.source} rank" if first.rank is not None and first.rank == pid else f"{first.label} #"
+
+
+def write_groups(groups: Iterable[TraceGroup], out: EventStream | PerfettoStream, stats: ExportStats, steps: StepRange | None, skipped: SkippedLines, on_bytes: Callable[[int], None] | None, native: bool = False) -> int | None:
     """Stream the events of `groups` into `out`, counting into `stats`; returns the earliest timestamp.
 
     What `generate_gantt_trace` and each export worker run, one process after the other.
@@ -260,19 +313,24 @@ def write_groups(groups: Iterable[TraceGroup], out: EventStream, stats: ExportSt
         >>> # with open("part", "wb") as handle:
         >>> #     write_groups(trace_groups(run.processes), EventStream(handle), stats, None, run.skipped, None)
     """
-    visitor = ExportVisitor(out, stats, steps)
+    visitor = (NativeVisitor if native else ExportVisitor)(out, stats, steps)  # type: ignore[arg-type]
     first_us: int | None = None
     for pid, processes in groups:
         tracks = ProcessTracks(pid=pid)
         stats.processes += 1
-        out.add({"name": "process_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": processes[0].label}})
+        out.add({"name": "process_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": process_name(pid, processes)}})
         out.add({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": pid}})
         out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
         out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
+        last_us: int | None = None
         for process in processes:
             visitor.begin_process(tracks, process.pid, process.modified_us)
             extent = walk_process(process.records(skipped, on_bytes), visitor)
             stats.records += extent.records
             if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
                 first_us = extent.first_us
+            if extent.last_us is not None and (last_us is None or extent.last_us > last_us):
+                last_us = extent.last_us
+        if native and last_us is not None:
+            out.end_process(pid, last_us)  # type: ignore[union-attr]  # JSON cannot end a counter track
     return first_us

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from otel_titan.analysis.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.chrome_trace import TraceGroup, write_groups
 from otel_titan.analysis.filters import StepRange
+from otel_titan.analysis.perfetto_trace import PerfettoStream
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
 
@@ -78,6 +79,7 @@ def convert_in_workers(
     skipped: SkippedLines,
     on_bytes: Callable[[int], None],
     log_skipped: bool = True,
+    native: bool = False,
 ) -> int | None:
     """Convert `groups` in `jobs` worker processes and append their events to `out`; returns the earliest timestamp.
 
@@ -100,6 +102,8 @@ def convert_in_workers(
                     "part": part,
                     "steps": None if steps is None else [steps.first, steps.last],
                     "log_skipped": log_skipped,
+                    "native": native,
+                    "sequence_id": index + 2,  # native parts: one packet sequence each (the parent's is 1)
                     "groups": [[pid, [asdict(p) for p in processes]] for pid, processes in bucket],
                 }
                 worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.export_parallel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
@@ -189,8 +193,9 @@ def _worker_main() -> int:
             unreported = 0
 
     with open(spec["part"], "wb") as handle:
-        out = EventStream(handle)
-        first_us = write_groups(groups, out, stats, steps, skipped, on_bytes)
+        native = spec.get("native", False)
+        out = PerfettoStream(handle, spec["sequence_id"]) if native else EventStream(handle)
+        first_us = write_groups(groups, out, stats, steps, skipped, on_bytes, native)
         out.flush()
     if unreported:
         stdout.write(b"P %d\n" % unreported)

@@ -74,6 +74,13 @@ class TimelineVisitor:
     def lane_closed(self, lane: Lane, track: Any) -> None:
         """The lane's last open span ended."""
 
+    def span_begun(self, span: OpenSpan) -> None:
+        """A span's ``_start`` was read (its lane's track is `span.track`); `span` is reported again when it ends.
+
+        For writers that emit a begin and an end (Perfetto's native slices): in file order, a parent's begin
+        comes before its children's, so nesting holds even when they share a timestamp to the nanosecond.
+        """
+
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         """A span ended (`end` is its ``_end`` record), or is still open at the end (`incomplete`).
 
@@ -134,7 +141,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
     step_first: dict[str, Any] | None = None
     meta_events = META_EVENTS
     # Bound once: these run for nearly every record.
-    on_span, on_scalar, on_instant = visitor.span, visitor.scalar, visitor.instant
+    on_span, on_scalar, on_instant, on_begun = visitor.span, visitor.scalar, visitor.instant, visitor.span_begun
 
     for record in records:
         time_us = record["time_us"]
@@ -210,6 +217,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
             span_id = record.get("span_id")
             if span_id:
                 by_id[span_id] = span
+            on_begun(span)
         elif name == "metric_value":
             on_scalar(record, tracks.get(lane))
         elif name in meta_events:

@@ -189,8 +189,13 @@ def load_trace(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def process_pids(trace: dict[str, Any]) -> dict[str, int]:
-    """Process name → trace pid."""
-    return {e["args"]["name"]: e["pid"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    """Process name as Perfetto shows it (its name, then its pid, unless the name ends in ``#``) → trace pid."""
+    names = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "M" and e["name"] == "process_name":
+            name = e["args"]["name"]
+            names[name[:-2] if name.endswith(" #") else f"{name} {e['pid']}"] = e["pid"]
+    return names
 
 
 def thread_names(trace: dict[str, Any], pid: int) -> dict[int, str]:

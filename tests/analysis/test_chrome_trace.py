@@ -14,7 +14,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, StepRange, generate_gantt_trace
-from otel_titan.analysis.chrome_events import ALIVE_EVIDENCE_US, SLOT_TID_BASE
+from otel_titan.analysis.chrome_events import ALIVE_EVIDENCE_US, SLOT_TID_BASE, STEP_TID
 from tests.analysis import (
     SLOW_MS,
     T0,
@@ -66,8 +66,8 @@ def test_bars_tracks_args_counters_and_steps_of_a_real_run(logged, run_dir):
 
     pid = process_pids(trace)["training rank 0"]
     os_pid = records[0]["pid"]
-    assert thread_names(trace, pid) == {0: "steps", os_pid: "main thread"}
-    assert [(e["name"], e["args"]["sort_index"]) for e in by_name(trace, "M") if e["name"] == "process_sort_index"] == [("process_sort_index", 1)]
+    assert thread_names(trace, pid) == {STEP_TID: "steps", os_pid: "main thread"}
+    assert [(e["name"], e["args"]["sort_index"]) for e in by_name(trace, "M") if e["name"] == "process_sort_index"] == [("process_sort_index", 0)]  # pid = rank
 
     starts = {r["span_id"]: r for r in records if r["log_type"] == "event" and r["log_type_name"].endswith("_start")}
     ends = {r["span_id"]: r for r in records if r["log_type"] == "event" and r["log_type_name"].endswith("_end")}
@@ -95,7 +95,7 @@ def test_bars_tracks_args_counters_and_steps_of_a_real_run(logged, run_dir):
     (start_instant,) = by_name(trace, "i", "training_start")
     assert start_instant["s"] == "t" and start_instant["tid"] == os_pid
     assert [e["s"] for e in by_name(trace, "i") if e.get("cat") == "logger"] == ["p", "p"]  # opened, closed
-    assert [(e["name"], e["tid"]) for e in by_name(trace, "X") if e["cat"] == "step"] == [("step 1", 0), ("step 2 [gc]", 0)]
+    assert [(e["name"], e["tid"]) for e in by_name(trace, "X") if e["cat"] == "step"] == [("step 1", STEP_TID), ("step 2 [gc]", STEP_TID)]
     assert stats.spans == 7 and stats.failed_spans == 1 and stats.counters == 2 and stats.steps == 2 and stats.incomplete_spans == 0
     assert trace["otherData"]["stats"]["records"] == len(records) == stats.records
 
@@ -368,22 +368,22 @@ def test_torchtitan_and_pimm_files_convert_with_exact_bars(run_dir):
     got = [(b["pid"], b["name"], b["ts"] - T0, b["dur"], b["tid"]) for b in bars(trace)]
     slot0, slot1 = SLOT_TID_BASE, SLOT_TID_BASE + 1
     assert got == [
-        (1, "fwd_bwd", 10_000, 20_000.0, 6161),
-        (1, "forward", 11_000, 4_000.0, 6161),
-        (1, "optim", 31_000, 2_000.0, 6161),
-        (1, "fetch", 40_000, 5_000.0, slot0),
-        (1, "fetch", 41_000, 8_000.0, slot1),
-        (1, "ckpt", 53_000, 7_000.0, 6161),
-        (2, "fwd_bwd", 12_000, 28_000.0, 6161),
+        (0, "fwd_bwd", 10_000, 20_000.0, 6161),
+        (0, "forward", 11_000, 4_000.0, 6161),
+        (0, "optim", 31_000, 2_000.0, 6161),
+        (0, "fetch", 40_000, 5_000.0, slot0),
+        (0, "fetch", 41_000, 8_000.0, slot1),
+        (0, "ckpt", 53_000, 7_000.0, 6161),
+        (1, "fwd_bwd", 12_000, 28_000.0, 6161),
     ]
     (optim,) = bars(trace, name="optim")
     assert (optim["args"]["error_type"], optim["args"]["error_message"]) == ("RuntimeError", "CUDA error: out of memory")
     (ckpt,) = bars(trace, name="ckpt")
     assert ckpt["args"]["start_missing"] is True
-    (pimm_bar,) = bars(trace, pid=2)
+    (pimm_bar,) = bars(trace, pid=1)
     assert pimm_bar["args"]["epoch"] == 0 and pimm_bar["args"]["iteration"] == 5 and pimm_bar["args"]["trace_id"] == "run-abc"
     assert [e["args"]["value"] for e in by_name(trace, "C", "loss")] == [2.5]
-    assert [e["pid"] for e in by_name(trace, "i", "loss=nan")] == [1]  # torchtitan's bare NaN: read, shown as a marker
+    assert [e["pid"] for e in by_name(trace, "i", "loss=nan")] == [0]  # rank 0; torchtitan's bare NaN: read, shown as a marker
     assert stats.skipped_lines == 0 and stats.max_async_slots == 2
 
 
@@ -488,3 +488,33 @@ def test_benchmark_baseline_and_export_agree_on_every_bar(tmp_path):
     assert spans(baseline) == spans(ours) and len(spans(ours)) > 100
     counters = [(e["name"], e["ts"], e["args"]["value"]) for e in ours["traceEvents"] if e["ph"] == "C"]
     assert sorted(counters) == sorted((e["name"], e["ts"], e["args"]["value"]) for e in baseline["traceEvents"] if e["ph"] == "C")
+
+
+# -- what Perfetto showed wrong (issue 13) ------------------------------------------------------------
+def test_parents_strictly_contain_children_that_end_where_they_end(run_dir):
+    """Perfetto draws a zero-length child at its parent's last µs outside it (depth 0), and of a child and a
+    parent with the same ts and dur, the one written first (the child) as the parent."""
+    write_jsonl(titan_file(run_dir), [
+        *titan_span("outer", 10, 20)[:1], titan_record("tick_start", 20), titan_record("tick_end", 20, value=0.0), titan_span("outer", 10, 20)[1],
+        *titan_span("same", 30, 40)[:1], *titan_span("inner", 30, 40), titan_span("same", 30, 40)[1],
+        *titan_span("after", 40, 45),
+    ])
+    trace, _ = export(run_dir)
+    bar = {b["name"]: b for b in bars(trace)}
+    for parent, child in (("outer", "tick"), ("same", "inner")):
+        p, c = bar[parent], bar[child]
+        assert p["ts"] <= c["ts"] < p["ts"] + p["dur"], (p, c)  # the child begins inside
+        assert (p["ts"], -p["dur"]) < (c["ts"], -c["dur"]), (p, c)  # sorted by (ts, -dur), the parent comes first
+        assert c["ts"] + c["dur"] < p["ts"] + p["dur"] or c["ts"] > p["ts"]
+    assert bar["outer"]["dur"] == 10_001 and bar["same"]["dur"] == 10_001  # widened by 1 µs, no more
+    assert bar["inner"]["dur"] == 10_000 and bar["after"]["ts"] - T0 == 40_000  # children and later spans as they were
+
+
+def test_steps_track_is_no_thread_id_and_processes_read_plainly(run_dir):
+    """Perfetto shows tid 0 as the main thread, and a process as its name followed by its pid."""
+    write_jsonl(titan_file(run_dir, rank=3), [*titan_span("fwd", 10, 20, rank=3, step=1)])
+    trace, _ = export(run_dir)
+    (name,) = [e for e in by_name(trace, "M") if e["name"] == "process_name"]
+    assert (name["args"]["name"], name["pid"]) == ("training rank", 3)  # shown: "training rank 3"
+    (step,) = [e for e in by_name(trace, "X") if e["cat"] == "step"]
+    assert step["tid"] == STEP_TID and STEP_TID not in (0, 3) and STEP_TID > 1 << 22

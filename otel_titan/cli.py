@@ -382,7 +382,7 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
             _print_views(db, VIEW_HELP)
             return EXIT_OK
         if not db.loaded:
-            db.load((lambda percent: progress(int(percent * 10), 1000)) if progress is not None else None)
+            db.load((lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes)) if progress is not None else None)
             if progress is not None:
                 progress.clear()
                 sys.stderr.write(f"sql: read {db.processes:,} processes ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")

@@ -107,8 +107,8 @@ def write_report(
     # The source drawn: the one with most processes (training, usually).
     source_row = con.execute("SELECT source, count(*) FROM process_info GROUP BY source ORDER BY 2 DESC, 1 LIMIT 1").fetchone()
     source = source_row[0] if source_row else None
-    n_ranks, first_step, last_step = con.execute(
-        "SELECT count(DISTINCT rank), min(step), max(step) FROM steps WHERE source = ?", [source]).fetchone()
+    n_ranks = con.execute("SELECT count(DISTINCT rank) FROM process_info WHERE source = ?", [source]).fetchone()[0]
+    first_step, last_step = con.execute("SELECT min(step), max(step) FROM steps WHERE source = ? AND rank IS NOT NULL", [source]).fetchone()
     figures: list[tuple[str, str, Any]] = []  # (section id, explanation, figure)
     binning = "no binning"
 
@@ -124,7 +124,7 @@ def write_report(
         params = {"rb": rank_bin, "sb": step_bin, "first": first_step, "source": source}
         cells = con.execute(
             """SELECT rank // $rb AS rb, (step - $first) // $sb AS sb, max(duration_ms) AS ms
-               FROM steps WHERE source = $source AND duration_ms IS NOT NULL GROUP BY ALL""", params).fetchnumpy()
+               FROM steps WHERE source = $source AND duration_ms IS NOT NULL AND rank IS NOT NULL GROUP BY ALL""", params).fetchnumpy()
         shape = (max_rank // rank_bin + 1, (steps_count - 1) // step_bin + 1)
         bins = f" ({binning}; each cell the slowest of its bin)" if rank_bin * step_bin > 1 else ""
         figures.append(("heatmap", "Each row a rank, each column a step: a slow host is a band, a periodic stall a column. "
@@ -133,7 +133,7 @@ def write_report(
         if anchor:
             arrival = con.execute(
                 """WITH a AS (SELECT rank, step, min(start_us) AS arrive FROM spans
-                              WHERE source = $source AND name = $anchor AND parent_span_id IS NULL AND step IS NOT NULL GROUP BY ALL)
+                              WHERE source = $source AND name = $anchor AND parent_span_id IS NULL AND step IS NOT NULL AND rank IS NOT NULL GROUP BY ALL)
                    SELECT a.rank // $rb AS rb, (a.step - $first) // $sb AS sb, max((a.arrive - s.start_us) / 1000.0) AS ms
                    FROM a JOIN steps s ON s.source = $source AND s.rank = a.rank AND s.step = a.step GROUP BY ALL""",
                 {**params, "anchor": anchor}).fetchnumpy()
@@ -218,6 +218,8 @@ def write_report(
         parts.append(f"<p class=warn>Hang suspects: {html.escape(', '.join(summary.hang_suspects[:20]))}"
                      + (f" … {len(summary.hang_suspects) - 20} more" if len(summary.hang_suspects) > 20 else "") + "</p>")
     parts.append(f"<pre>{html.escape(headline)}</pre>")
+    if not figures:
+        parts.append("<p>Nothing to draw: the run has no steps, no spans with ids and no scalars (see the headline).</p>")
     first = True
     titles = {"heatmap": "Step time by rank", "arrival": "Arrival at the step-closing collective", "phases": "Per-phase time by rank", "clocks": "Clock offsets"}
     findings_done = False

@@ -50,8 +50,15 @@ examples:
   otel-titan summarize outputs                 # tables, for a terminal
   otel-titan summarize outputs --json | jq '.processes[] | {label, last_event, last_phase}'
   otel-titan summarize outputs --run RUN_ID    # another run in the same folder (default: the latest)
+  otel-titan summarize outputs --tail          # only where every process stopped, from the files' ends (seconds)
+  otel-titan summarize outputs --all           # every process and every group, however many
 
 what it shows:
+  Summary         first: processes per state (closed, running, stalled, crashed,
+                  terminated, hung before first record), what to look at first
+                  (crashed, silent, the rank that differs, stragglers), how the
+                  hosts' clocks were aligned, processes grouped by where they
+                  stopped (attempt, state, step, open spans)
   Processes       per process: attempt, last step (relative step), last event and
                   its time, how long before the run's last record it went quiet,
                   whether it closed cleanly (and any signal), records lost

@@ -47,3 +47,25 @@ def test_start_latency_measures_each_case_in_fresh_processes():
         assert len(samples) == 4 and all(0 < s < 60_000 for s in samples)
         assert case["min_ms"] <= case["median_ms"] <= case["p95_ms"] <= case["max_ms"] == max(samples)
     assert "threads spinning for the interpreter lock" in result.stderr
+
+
+@pytest.mark.slow
+def test_summarize_scale_measures_every_command_side_by_side(tmp_path):
+    """benchmarks/summarize_scale.py on a tiny run: every command measured, the table printed, the runs deleted; figures not checked."""
+    out = tmp_path / "scale.json"
+    result = processes.run(
+        [sys.executable, "benchmarks/summarize_scale.py", "--ranks", "8", "--steps", "10", "--repeat", "1", "--workdir", str(tmp_path), "--json", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert {"summarize", "tail", "export"} <= set(row) and row["ranks"] == 8
+    assert "| 8 | " in result.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["scale.json"]  # the generated run is gone
+
+
+def test_the_run_generator_has_help_and_refuses_a_bad_fault():
+    result = processes.run([sys.executable, "benchmarks/generate_run.py", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 0 and "--straggler RANK:PHASE:PCT" in result.stdout
+    result = processes.run([sys.executable, "benchmarks/generate_run.py", "/tmp/unused", "--straggler", "1:nope:5"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert result.returncode == 2 and "PHASE one of data_fetch, fwd, bwd, optimizer" in result.stderr

@@ -72,7 +72,7 @@ def test_summarize_prints_tables(run, capsys):
     lines = out.splitlines()
     for heading in ("Processes", "Phases (completed spans, by total time; durations in ms)", "Stragglers: training (2 ranks;"):
         assert any(line.startswith(heading) for line in lines), heading
-    assert "All 2 processes' last event: metric_value" in out
+    assert "    2 processes: closed at step 4, after metric_value  (training ranks 0-1)" in out
 
 
 def test_summarize_json_is_one_document_for_scripts(run, capsys):
@@ -203,3 +203,13 @@ def test_export_of_one_file_writes_its_own_trace_and_says_when_it_replaces_one(r
     assert whole.read_bytes() == before  # the whole run's trace is untouched
     assert main(["export", str(run)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"trace: {whole} (replaced the file that was there)"
+
+
+def test_summarize_progress_line_only_on_a_terminal(run, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["summarize", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert "\rsummarize: " in err and "MB (100%)" in err and err.endswith("\r\x1b[K")  # drawn, then cleared
+    for flags in (["--no-progress"], ["--tail"]):
+        assert main(["summarize", str(run), *flags]) == 0
+        assert capsys.readouterr().err == ""

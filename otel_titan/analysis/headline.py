@@ -116,7 +116,10 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
                 f"last to arrive at {group.arrival_collective} in {row['slowest_steps']}/{row['compared_steps']} steps ({row['median_excess_ms']:+.2f} ms, z {_z(row['robust_z'])})"
             )
         for row in group.phase_stragglers:
-            found.setdefault(row["rank"], []).append(f"{row['phase']} {row['median_excess_pct']:+.0f}% ({row['median_excess_ms']:+.2f} ms, z {_z(row['robust_z'])})")
+            others = row["others_median_ms"]
+            # Twice the others' time or more reads better as a factor than as a percentage.
+            size = f"{row['median_ms'] / others:.1f}×" if others > 0 and row["median_ms"] >= 2 * others else f"{row['median_excess_pct']:+.0f}%"
+            found.setdefault(row["rank"], []).append(f"{row['phase']} {size} ({row['median_excess_ms']:+.2f} ms, z {_z(row['robust_z'])})")
         for rank in group.straggler_ranks:
             found.setdefault(rank, []).insert(0, "slower steps")
         for rank, what in found.items():

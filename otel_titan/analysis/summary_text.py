@@ -135,8 +135,7 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
         lines += ["", "Processes"]
         lines += _processes_table(summary.processes)
     lines += _hang_suspects(summary, every)
-    if every:
-        lines += _stopped(summary)
+    if every:  # (where they stopped is in the headline's groups)
         lines += _open_spans(summary.processes)
     else:
         lines += _open_spans(_examples(summary, data), per_group=True)
@@ -211,18 +210,6 @@ def _hang_suspects(summary: RunSummary, every: bool = True) -> list[str]:
         before = f", {_seconds(p.behind_s)} before the run's last record" if summary.last_us is not None and p.created_us <= summary.last_us else ""
         lines.append(f"  {p.label}: nothing logged since its file was created at {_clock(p.created_us)} UTC ({_seconds(max(now - p.created_us / 1e6, 0.0))} before now{before})")
     return lines
-
-
-def _stopped(summary: RunSummary) -> list[str]:
-    if len(summary.stopped_at) < 2:
-        if summary.stopped_at:
-            return ["", f"All {summary.stopped_at[0].count} processes' last event: {summary.stopped_at[0].event}"]
-        return []
-    by_label = {p.label: p for p in summary.processes}
-    rows = []
-    for group in summary.stopped_at:
-        rows.append(["▶" if group.odd_one_out else " ", group.event, f"{group.count} process{'es' if group.count > 1 else ''}", _who(group.processes, by_label) + ("   ← differs from the rest" if group.odd_one_out else "")])
-    return ["", "Where the processes stopped (last event of each)"] + _table(["", "last event", "count", "processes"], rows)
 
 
 def _open_spans(processes: list[ProcessSummary], per_group: bool = False) -> list[str]:

@@ -160,6 +160,14 @@ def test_export_aligns_every_host_on_the_collective(tmp_path):
             ends.setdefault(event["args"]["step"], []).append(event["ts"] + event["dur"])
     spread = max(max(v) - min(v) for v in ends.values())
     assert spread < 500, spread  # 10 ms apart on the raw clocks
+    assert main(["export", run, "-o", output, "--no-align"]) == 0
+    trace = json.loads(open(output, "rb").read())
+    assert trace["otherData"]["clock_alignment"]["applied"] is False
+    raw: dict[int, list[float]] = {}
+    for event in trace["traceEvents"]:
+        if event.get("name") == "all_reduce" and event.get("ph") == "X":
+            raw.setdefault(event["args"]["step"], []).append(event["ts"] + event["dur"])
+    assert max(max(v) - min(v) for v in raw.values()) > 5000
 
 
 def test_the_summary_on_two_workers_is_the_summary_in_one_process(tmp_path):

@@ -166,6 +166,12 @@ def test_cli_formats(run) -> None:
     assert "start_us BIGINT" in views.stdout
 
 
+def test_cli_help() -> None:
+    for command in ("sql", "report"):
+        shown = cli(command, "--help")
+        assert shown.returncode == 0 and "pip install otel-titan[analysis]" in shown.stdout and "examples:" in shown.stdout
+
+
 def test_cli_errors(tmp_path, run) -> None:
     bad = cli("sql", str(run[0]), "SELEC nothing")
     assert bad.returncode == 2 and "SQL: Parser Error" in bad.stderr and "Traceback" not in bad.stderr

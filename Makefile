@@ -6,11 +6,13 @@
 #   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
 #   make bench-summarize  set up, then measure summarize at 64, 256 and 1,024 ranks against the export and the
 #                      summarize before issue 12 (about 15 minutes, 2 GB of /tmp, deleted after)
+#   make bench-sql     set up, then time `otel-titan sql` (per-phase, per-rank p50/p99) against summarize on a
+#                      generated 2 GB 1,024-rank run (about 15 minutes, 2 GB of /tmp, deleted after)
 #   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
 #                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
-.PHONY: setup train test bench bench-export bench-summarize bench-start bench-perfetto clean
+.PHONY: setup train test bench bench-export bench-summarize bench-sql bench-start bench-perfetto clean
 
 setup:
 	bash scripts/setup.sh
@@ -29,6 +31,9 @@ bench-export: setup
 
 bench-summarize: setup
 	.venv/bin/python benchmarks/summarize_scale.py
+
+bench-sql: setup
+	.venv/bin/python benchmarks/sql_scale.py /tmp/otel-titan-sql-bench --ranks 1024 --steps 200
 
 bench-start: setup
 	.venv/bin/python -m benchmarks.start_latency --rounds 20

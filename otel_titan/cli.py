@@ -1,4 +1,4 @@
-"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`).
+"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`).
 
 Exit codes: 0 done; 1 the run has no readable records (or none match the
 filters), or the output could not be written; 2 the path is not a run, or the
@@ -82,6 +82,30 @@ what it shows:
 """
 
 
+_SQL_EPILOG = """\
+examples:
+  otel-titan sql outputs                      # the views and their columns
+  otel-titan sql outputs "SELECT name, count(*), quantile_cont(duration_ms, 0.99) AS p99_ms FROM spans GROUP BY name"
+  otel-titan sql outputs "SELECT * FROM processes WHERE NOT closed" --format csv > open.csv
+  otel-titan sql outputs --save /tmp/run.duckdb "SELECT count(*) FROM records"   # then:
+  otel-titan sql /tmp/run.duckdb "SELECT rank, max(duration_ms) FROM steps GROUP BY rank ORDER BY 2 DESC LIMIT 5"
+  otel-titan sql outputs --parquet /tmp/run-parquet "SELECT 1"   # spans.parquet, scalars.parquet, ...
+
+views: spans, instants, scalars, steps, processes; tables clock_offsets, records
+(docs/sql.md: every column, and ready queries). Times are µs since the epoch,
+aligned across hosts as in summarize (--no-align keeps them as written).
+"""
+
+_REPORT_EPILOG = """\
+examples:
+  otel-titan report outputs                   # → outputs/analysis/report.html
+  otel-titan report outputs -o /tmp/run.html --run RUN_ID
+
+The file works offline (the plotting library's JavaScript is inside; no
+network request). Big runs are binned (steps and ranks) to stay small.
+"""
+
+
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     from otel_titan import __version__
 
@@ -126,7 +150,40 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     summarize.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)")
     _add_filters(summarize)
-    return parser, {"export": export, "summarize": summarize}
+
+    sql = commands.add_parser(
+        "sql",
+        help="query the run with SQL (DuckDB): spans, instants, scalars, steps, processes",
+        description="Query a run with SQL: an embedded DuckDB reads the run's JSONL files in place (docs/sql.md lists the views and ready queries). "
+        "Needs the analysis extra: " + "pip install otel-titan[analysis].",
+        epilog=_SQL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sql.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, one .jsonl file, or a .duckdb file written by --save")
+    sql.add_argument("query", metavar="QUERY", nargs="?", help="SQL to run ('-' reads it from stdin); without it, the views and their columns are listed")
+    sql.add_argument("--format", choices=["table", "csv", "json"], default="table", help="table (default; at most --max-rows rows), csv or json (one array, every row)")
+    sql.add_argument("--max-rows", type=int, default=40, metavar="N", help="rows shown in a table (default 40; the count of all rows is printed)")
+    sql.add_argument("--save", metavar="FILE.duckdb", help="also write the database (records and views) to this new file, for repeated queries: otel-titan sql FILE.duckdb QUERY")
+    sql.add_argument("--parquet", metavar="DIR", help="also write every view as DIR/<view>.parquet")
+    sql.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective, as summarize)")
+    sql.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    _add_filters(sql)
+
+    report = commands.add_parser(
+        "report",
+        help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
+        description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
+        "scalars over steps, straggler and clock findings. Needs the analysis extra: pip install otel-titan[analysis].",
+        epilog=_REPORT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
+    report.add_argument("-o", "--output", metavar="OUT.html", help="output file (default: RUN_DIR/analysis/report.html)")
+    report.add_argument("--max-cells", type=int, default=200_000, metavar="N", help="most heatmap cells; steps and ranks are binned above it (default 200,000)")
+    report.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned, as summarize)")
+    report.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    _add_filters(report)
+    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report}
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
@@ -200,7 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> # main(["summarize", "outputs", "--json"])
     """
     parser, commands = _build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # `sql RUN_DIR --format csv QUERY`: argparse gives the optional QUERY up once options follow RUN_DIR.
+        if getattr(args, "command", None) == "sql" and args.query is None and len(extra) == 1 and (extra[0] == "-" or not extra[0].startswith("-")):
+            args.query = extra[0]
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_NOT_A_RUN
@@ -209,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "export":
             return _export(args, command, ranks, sources)
+        if args.command == "sql":
+            return _sql(args, command, ranks, sources)
+        if args.command == "report":
+            return _report(args, command, ranks, sources)
         return _summarize(args, ranks, sources)
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
@@ -308,6 +375,96 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         sys.stdout.flush()
     else:
         sys.stdout.write(format_summary(summary, show_all=args.all))
+    return EXIT_OK
+
+
+def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+    from otel_titan.analysis import NoRecordsError, NotARunError
+    from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
+    from otel_titan.analysis.sql_output import write_result
+
+    if args.max_rows < 1:
+        parser.error(f"--max-rows: must be at least 1, got {args.max_rows}")
+    query = sys.stdin.read() if args.query == "-" else args.query
+    if query is not None and not query.strip():
+        parser.error("QUERY is empty")
+    saved = str(args.run_dir).endswith(".duckdb") and os.path.isfile(args.run_dir)
+    if saved and (args.save or args.run or ranks or sources):
+        parser.error("--save, --run, --ranks and --sources apply to a run directory, not to a saved .duckdb file")
+    progress = _Progress(sys.stderr, "sql") if not args.no_progress and sys.stderr.isatty() else None
+    try:
+        duckdb = require_duckdb()
+        db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources)
+        if query is None and not args.save and not args.parquet:
+            _print_views(db, VIEW_HELP)
+            return EXIT_OK
+        if not db.loaded:
+            db.load((lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes)) if progress is not None else None)
+            if progress is not None:
+                progress.clear()
+                sys.stderr.write(f"sql: read {db.processes:,} processes ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")
+        if args.parquet:
+            written = db.save_parquet(args.parquet)
+            sys.stderr.write(f"sql: wrote {len(written)} Parquet files to {printable(args.parquet)}\n")
+        if args.save:
+            sys.stderr.write(f"sql: saved the database to {printable(args.save)} (query it with: otel-titan sql {printable(args.save)} QUERY)\n")
+        if query is not None:
+            write_result(db.con, query, args.format, sys.stdout, max_rows=args.max_rows)
+    except MissingDependencyError as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except NotARunError as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except NoRecordsError as error:
+        return _fail(f"{error}", EXIT_NO_RECORDS)
+    except FileExistsError as error:
+        return _fail(f"--save: {error}", EXIT_NOT_A_RUN)
+    except duckdb.Error as error:
+        return _fail("SQL: " + " ".join(str(error).split()), EXIT_NOT_A_RUN)
+    except OSError as error:
+        return _fail(f"cannot write {error.filename or 'the output'}: {error.strerror or error}", EXIT_NO_RECORDS)
+    finally:
+        if progress is not None:
+            progress.clear()
+    return EXIT_OK
+
+
+def _print_views(db, help_lines: dict[str, str]) -> None:
+    columns = db.view_columns()
+    out = ["views and tables (docs/sql.md has every column and ready queries):", ""]
+    for name, cols in columns.items():
+        out.append(f"{name}: {help_lines.get(name, '')}")
+        out.append("  " + ", ".join(f"{c} {t}" for c, t in cols))
+        out.append("")
+    out.append("example: otel-titan sql RUN_DIR \"SELECT name, quantile_cont(duration_ms, 0.99) AS p99_ms FROM spans GROUP BY name\"")
+    sys.stdout.write("\n".join(printable(line) for line in out) + "\n")
+
+
+def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+    from otel_titan.analysis import NoRecordsError, NotARunError
+    from otel_titan.analysis.sql import MissingDependencyError
+
+    if args.max_cells < 100:
+        parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
+    progress = (lambda text: (sys.stderr.write(f"\rreport: {text}\x1b[K"), sys.stderr.flush())) if not args.no_progress and sys.stderr.isatty() else None
+    try:
+        from otel_titan.analysis.report import write_report
+
+        result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
+                              max_cells=args.max_cells, progress=progress)
+    except MissingDependencyError as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except NotARunError as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except NoRecordsError as error:
+        return _fail(f"{error}", EXIT_NO_RECORDS)
+    except OSError as error:
+        return _fail(f"cannot write {error.filename or args.output or 'the report'}: {error.strerror or error}", EXIT_NO_RECORDS)
+    finally:
+        if progress is not None:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+    print(f"report: {printable(result.path)} ({_size(result.bytes)}, {result.figures} figures; {printable(result.binning)})")
+    print(f"  {result.ranks:,} ranks, {result.steps:,} steps, read in {result.seconds:.1f} s; open it in a browser (works offline)")
     return EXIT_OK
 
 

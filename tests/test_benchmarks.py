@@ -69,3 +69,19 @@ def test_the_run_generator_has_help_and_refuses_a_bad_fault():
     assert result.returncode == 0 and "--straggler RANK:PHASE:PCT" in result.stdout
     result = processes.run([sys.executable, "benchmarks/generate_run.py", "/tmp/unused", "--straggler", "1:nope:5"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 2 and "PHASE one of data_fetch, fwd, bwd, optimizer" in result.stderr
+
+
+def test_sql_scale_measures_sql_and_summarize_side_by_side(tmp_path):
+    """benchmarks/sql_scale.py on a tiny run it generates: both commands measured, the figures written, the run deleted; figures not checked."""
+    pytest.importorskip("duckdb")
+    out = tmp_path / "sql.json"
+    run = tmp_path / "run"
+    result = processes.run(
+        [sys.executable, "benchmarks/sql_scale.py", str(run), "--ranks", "8", "--steps", "10", "--rounds", "1", "--json", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert len(figures["times"]["sql"]) == len(figures["times"]["summarize"]) == 1 and figures["bytes"] > 0
+    assert "sql/summarize" in result.stdout
+    assert not run.exists()  # the generated run is gone

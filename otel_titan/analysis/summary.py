@@ -44,6 +44,8 @@ from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, 
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
+from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
+from otel_titan.schema import MetaEvent
 
 __all__ = [
     "summarize_run",
@@ -72,8 +74,7 @@ _MAD_TO_SD = 1.4826
 _MEDIAN_SE = 1.2533
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
-_OTEL_TITAN_LOGGER = "otel_titan.structured_logger"
-_OPENED = "structured_logger_opened"
+_OPENED = MetaEvent.OPENED
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:

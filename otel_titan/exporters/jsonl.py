@@ -40,8 +40,9 @@ import time
 from typing import Any, Sequence
 
 from otel_titan.exporters.base import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
-from otel_titan.exporters.records import META_EVENTS, RecordEncoder
+from otel_titan.exporters.records import RecordEncoder
 from otel_titan.exporters.rotating_file import RotatingFile
+from otel_titan.schema import MetaEvent
 from otel_titan.structured_logger.identity import RunIdentity
 
 __all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
@@ -144,7 +145,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         Returns the file's size after it. A failed write (a full disk) is not
         an init error: the record is written with the first batch instead.
         """
-        line = self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns)
+        line = self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns)
         try:
             self._file.write_lines([line])
         except OSError:
@@ -163,7 +164,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         if lost == self._reported_loss:
             return None
         line = self._encoder.meta_line(
-            META_EVENTS.DROPPED,
+            MetaEvent.DROPPED,
             {
                 "value": lost - self._reported_loss,
                 "dropped_records": self.dropped_records,
@@ -184,7 +185,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         was_opened, reported = self._opened, self._reported_loss
         if not was_opened:
             self._opened = True
-            lines.append(self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns))
+            lines.append(self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns))
         report = self._loss_report()
         if report is not None:
             lines.append(report)
@@ -242,7 +243,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             return
         names = [span.name for span in open_spans[-8:]]
         line = self._encoder.meta_line(
-            META_EVENTS.HEARTBEAT,
+            MetaEvent.HEARTBEAT,
             {
                 "open_spans": len(open_spans),
                 "open_span_names": names,
@@ -266,13 +267,13 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         lines: list[bytes] = []
         if not self._opened:
             self._opened = True
-            lines.append(self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns))
+            lines.append(self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns))
         report = self._loss_report()
         if report is not None:
             lines.append(report)
         lines.append(
             self._encoder.meta_line(
-                META_EVENTS.CLOSED,
+                MetaEvent.CLOSED,
                 {
                     "closing": True,
                     "written_records": self.written_records,

@@ -21,23 +21,11 @@ import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION
 from otel_titan.structured_logger.identity import RunIdentity
 from otel_titan.structured_logger.titan_span import RecordKind, TitanSpan, fields_of
 
-__all__ = ["RecordEncoder", "SCHEMA_VERSION", "LOGGER_NAME", "META_EVENTS", "json_safe_number"]
-
-#: Bumped when a field changes meaning or disappears (adding fields does not bump it).
-SCHEMA_VERSION = 1
-LOGGER_NAME = "otel_titan.structured_logger"
-
-
-class META_EVENTS:
-    """``log_type_name`` of the records the logger writes about itself."""
-
-    OPENED = "structured_logger_opened"
-    DROPPED = "records_dropped"
-    HEARTBEAT = "heartbeat"
-    CLOSED = "structured_logger_closed"
+__all__ = ["RecordEncoder", "json_safe_number"]
 
 
 def json_safe_number(value: Any) -> Any:

@@ -52,6 +52,7 @@ from time import sleep as _yield_gil
 from types import CodeType
 from typing import Any, Callable, Mapping, TypeVar
 
+from otel_titan.schema import INT64_MAX, INT64_MIN
 from otel_titan.structured_logger.event_queue import EventQueue
 from otel_titan.structured_logger.step_context import _context_state, _default
 
@@ -68,8 +69,6 @@ H_SEQ, H_NAME, H_DESCRIPTION, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, 
 #: quadratic (seconds on the training thread, then more on the writer).
 STACK_FRAMES = 64
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -490,7 +489,7 @@ def _as_metric_value(value: object) -> Any:
     if kind is float:
         return value
     if kind is int:
-        return value if _INT64_MIN <= value <= _INT64_MAX else _SKIP  # type: ignore[operator]
+        return value if INT64_MIN <= value <= INT64_MAX else _SKIP  # type: ignore[operator]
     if kind is bool:
         return int(value)  # type: ignore[call-overload]
     try:

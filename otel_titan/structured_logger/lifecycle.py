@@ -44,6 +44,7 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from otel_titan.schema import LOGGER_NAME, MetaEvent
 from otel_titan.structured_logger import capture, otel_context, sigterm
 from otel_titan.structured_logger.event_queue import EventQueue
 from otel_titan.structured_logger.handler_factories import HandlerFactoryError, HandlerSkipped, describe, load_factory, resolve_handler_specs
@@ -66,7 +67,7 @@ __all__ = [
 _log = logging.getLogger("otel_titan")
 
 #: Name of the `logging.Logger` handed to factories for torchtitan-style handlers.
-STRUCTURED_LOGGER_NAME = "otel_titan.structured_logger"
+STRUCTURED_LOGGER_NAME = LOGGER_NAME
 _SOURCE_PATTERN = re.compile(r"[^\W][\w.\-]*")
 #: A source names the file: at most this many bytes of UTF-8 (a file name has 255 on most filesystems).
 MAX_SOURCE_BYTES = 128
@@ -510,7 +511,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
         return
     if runtime.pid != os.getpid() or not runtime.options.handle_sigterm:
         return
-    capture.emit_internal_instant("signal_received", {"signal": "SIGTERM", "signal_number": int(signum)})
+    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {"signal": "SIGTERM", "signal_number": int(signum)})
     deadline = time.monotonic() + runtime.options.exit_timeout_s
     # About to die of the signal: send spans still open (the hung phase) to
     # the OTLP side too, marked incomplete. The JSONL file already has their _start.

@@ -33,6 +33,8 @@ from asyncio import events as _asyncio_events
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
+from otel_titan.schema import INT64_MAX, INT64_MIN
+
 __all__ = [
     "StepState",
     "set_step",
@@ -44,8 +46,6 @@ __all__ = [
     "current_step_state",
 ]
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 
 class StepState(NamedTuple):
@@ -133,7 +133,7 @@ def _as_step(value: object, what: str) -> int | None:
         number = operator.index(value)  # accepts int, numpy integers, 0-d int tensors
     except TypeError:
         raise TypeError(f"{what} must be an int or None, got {type(value).__name__} {value!r}") from None
-    if not _INT64_MIN <= number <= _INT64_MAX:
+    if not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"{what} {number} does not fit in a signed 64-bit integer")
     return number
 

@@ -21,6 +21,10 @@ from typing import Sequence, TextIO
 
 import orjson
 
+from otel_titan._version import __version__
+from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
+from otel_titan.analysis.filters import parse_rank_list
+from otel_titan.analysis.runs import find_run
 from otel_titan.analysis.safe_text import json_bytes, printable
 
 __all__ = ["main"]
@@ -69,7 +73,6 @@ what it shows:
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from otel_titan import __version__
 
     parser = argparse.ArgumentParser(
         prog="otel-titan",
@@ -155,7 +158,6 @@ class _WarningHandler(logging.Handler):
 
 
 def _filters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[int] | None, list[str] | None]:
-    from otel_titan.analysis.filters import parse_rank_list
 
     ranks = sources = None
     if args.ranks is not None:
@@ -202,8 +204,6 @@ def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.
 
 
 def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis import NoRecordsError, NotARunError, generate_gantt_trace, parse_step_range
-    from otel_titan.analysis.runs import find_run
 
     steps = None
     if args.steps is not None:
@@ -251,7 +251,6 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
 
 def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
 
     logger, handler = _with_warnings(None)
     try:

@@ -27,13 +27,14 @@ from typing import Any, Callable, Iterable
 
 import orjson
 
-from otel_titan.analysis.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
+from otel_titan.analysis import export_parallel
+from otel_titan.analysis.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.filters import StepRange, parse_step_range
 from otel_titan.analysis.reader import NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.safe_text import json_bytes
-from otel_titan.analysis.timeline import walk_process
+from otel_titan.analysis.trace_groups import TraceGroup, trace_groups, write_groups
 
 __all__ = ["generate_gantt_trace", "default_output", "trace_groups", "write_groups", "TraceGroup"]
 
@@ -148,7 +149,6 @@ def generate_gantt_trace(
         >>> # stats = generate_gantt_trace("outputs/structured_logs/", "outputs/analysis/gantt.json")
         >>> # print(stats.spans, stats.skipped_lines)
     """
-    from otel_titan.analysis import export_parallel  # noqa: PLC0415 - it imports this module
 
     started = time.perf_counter()
     ranks = None if ranks is None else sorted(set(ranks))
@@ -217,48 +217,3 @@ def _progress_counter(total: int, progress: Callable[[int, int], None] | None) -
             progress(done, total)
 
     return on_bytes
-
-
-TraceGroup = tuple[int, list[ProcessLog]]
-
-
-def trace_groups(processes: list[ProcessLog]) -> list[TraceGroup]:
-    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid.
-
-    Example:
-        >>> from otel_titan.analysis.reader import ProcessLog
-        >>> logs = [ProcessLog("a", [], "training", 0), ProcessLog("b", [], "training", 0), ProcessLog("c", [], "training", 1)]
-        >>> [(pid, [p.base for p in group]) for pid, group in trace_groups(logs)]
-        [(1, ['a', 'b']), (2, ['c'])]
-    """
-    groups: dict[tuple[str, int | None], list[ProcessLog]] = {}
-    for process in processes:
-        groups.setdefault((process.source, process.rank), []).append(process)
-    return list(enumerate(groups.values(), start=1))
-
-
-def write_groups(groups: Iterable[TraceGroup], out: EventStream, stats: ExportStats, steps: StepRange | None, skipped: SkippedLines, on_bytes: Callable[[int], None] | None) -> int | None:
-    """Stream the events of `groups` into `out`, counting into `stats`; returns the earliest timestamp.
-
-    What `generate_gantt_trace` and each export worker run, one process after the other.
-
-    Example:
-        >>> # with open("part", "wb") as handle:
-        >>> #     write_groups(trace_groups(run.processes), EventStream(handle), stats, None, run.skipped, None)
-    """
-    visitor = ExportVisitor(out, stats, steps)
-    first_us: int | None = None
-    for pid, processes in groups:
-        tracks = ProcessTracks(pid=pid)
-        stats.processes += 1
-        out.add({"name": "process_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": processes[0].label}})
-        out.add({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": pid}})
-        out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
-        out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
-        for process in processes:
-            visitor.begin_process(tracks, process.pid, process.modified_us)
-            extent = walk_process(process.records(skipped, on_bytes), visitor)
-            stats.records += extent.records
-            if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
-                first_us = extent.first_us
-    return first_us

@@ -9,7 +9,7 @@
 * `rotating_file` – size-bounded raw-fd file segments.
 """
 
-from otel_titan.exporters.base import StartAwareSpanExporter
+from otel_titan.core.exporter import StartAwareSpanExporter
 from otel_titan.exporters.jsonl import JsonlSpanExporter, register_jsonl_handler
 from otel_titan.exporters.queued import QueuedSpanExporter
 

@@ -39,11 +39,12 @@ import sys
 import time
 from typing import Any, Sequence
 
-from otel_titan.exporters.base import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
+from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
 from otel_titan.exporters.records import RecordEncoder
+from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
 from otel_titan.schema import MetaEvent
-from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.core.identity import RunIdentity
 
 __all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
 
@@ -326,7 +327,6 @@ def register_jsonl_handler(
     Example:
         >>> # export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
     """
-    from otel_titan import __version__  # noqa: PLC0415 - avoid an import cycle at module load
 
     check_file_name(output_dir, identity.source, identity.rank, options.backup_count)
     path = jsonl_file_path(output_dir, identity.source, identity.rank)

@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION
-from otel_titan.structured_logger.identity import RunIdentity
-from otel_titan.structured_logger.titan_span import RecordKind, TitanSpan, fields_of
+from otel_titan.core.identity import RunIdentity
+from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
 
 __all__ = ["RecordEncoder", "json_safe_number"]
 
@@ -46,7 +46,7 @@ class RecordEncoder:
     Not thread-safe: one encoder per file, used on the processor thread.
 
     Example:
-        >>> from otel_titan.structured_logger.identity import discover_identity
+        >>> from otel_titan.core.identity import discover_identity
         >>> enc = RecordEncoder(discover_identity("training", environ={"TORCHELASTIC_RUN_ID": "r"}))
         >>> rec = orjson.loads(enc.meta_line("records_dropped", {"value": 3}))
         >>> rec["log_type_name"], rec["seq_id"], rec["rank"]

@@ -23,10 +23,10 @@ Example:
     ...     pass
 """
 
-from otel_titan.structured_logger.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
-from otel_titan.structured_logger.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
+from otel_titan.core.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
+from otel_titan.exporters.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
 from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV, HandlerFactoryError, HandlerSkipped
-from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.core.identity import RunIdentity
 from otel_titan.structured_logger.lifecycle import (
     flush_structured_logger,
     get_exporters,
@@ -35,8 +35,8 @@ from otel_titan.structured_logger.lifecycle import (
     is_initialized,
     shutdown_structured_logger,
 )
-from otel_titan.structured_logger.options import LoggerOptions
-from otel_titan.structured_logger.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
+from otel_titan.core.options import LoggerOptions
+from otel_titan.core.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
 
 __all__ = [
     "init_structured_logger",

@@ -24,6 +24,9 @@ import importlib
 import os
 from typing import Any, Callable, Mapping, Sequence
 
+from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped
+from otel_titan.exporters.otel_env import traces_exporter_handler_specs
+
 __all__ = [
     "HANDLERS_ENV",
     "TORCHTITAN_HANDLERS_ENV",
@@ -60,18 +63,6 @@ FACTORY_KWARGS = (
 )
 
 
-class HandlerFactoryError(RuntimeError):
-    """A handler factory could not be imported, or raised when called."""
-
-
-class HandlerSkipped(Exception):
-    """Raised by a factory that deliberately attaches nothing (e.g. ``OTEL_SDK_DISABLED=true``).
-
-    Unlike any other exception, it does not fail `init_structured_logger`: the
-    factory is skipped and the reason logged at INFO level.
-    """
-
-
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
@@ -83,8 +74,6 @@ def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
         >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
         'otel_titan.exporters.otlp.register_otlp_handler'
     """
-    from otel_titan.exporters.otel_env import traces_exporter_handler_specs  # noqa: PLC0415 - the exporters package imports this module
-
     return [JSONL_HANDLER, *traces_exporter_handler_specs(environ)]
 
 
@@ -116,7 +105,7 @@ def load_factory(spec: Any) -> Callable[..., Any]:
         >>> load_factory("no_such_pkg.make")
         Traceback (most recent call last):
         ...
-        otel_titan.structured_logger.handler_factories.HandlerFactoryError: handler factory 'no_such_pkg.make': cannot import module 'no_such_pkg' (ModuleNotFoundError: No module named 'no_such_pkg')
+        otel_titan.core.exporter.HandlerFactoryError: handler factory 'no_such_pkg.make': cannot import module 'no_such_pkg' (ModuleNotFoundError: No module named 'no_such_pkg')
     """
     if callable(spec):
         return spec

@@ -44,15 +44,19 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from otel_titan._version import __version__
 from otel_titan.schema import LOGGER_NAME, MetaEvent
-from otel_titan.structured_logger import capture, otel_context, sigterm
-from otel_titan.structured_logger.event_queue import EventQueue
-from otel_titan.structured_logger.handler_factories import HandlerFactoryError, HandlerSkipped, describe, load_factory, resolve_handler_specs
-from otel_titan.structured_logger.identity import RunIdentity, build_resource, discover_identity
-from otel_titan.structured_logger.options import LoggerOptions, parse_options
-from otel_titan.structured_logger.processor import BatchProcessor
-from otel_titan.structured_logger.span_builder import SpanBuilder
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds
+from otel_titan.core import capture, otel_context
+from otel_titan.structured_logger import sigterm
+from otel_titan.core.event_queue import EventQueue
+from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped, close_exporter_after_fork, discard_exporter, drain_exporter
+from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
+from otel_titan.structured_logger.handler_factories import describe, load_factory, resolve_handler_specs
+from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
+from otel_titan.core.options import LoggerOptions, parse_options
+from otel_titan.core.processor import BatchProcessor
+from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds
 
 __all__ = [
     "init_structured_logger",
@@ -304,8 +308,6 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
                 raise HandlerFactoryError(f"no handler factory to run ({origin} is empty)")
             new_handlers = [h for h in structured_logger.handlers if h not in handlers_before]
             if new_handlers:
-                from otel_titan.exporters.logging_bridge import LoggingBridgeExporter  # noqa: PLC0415 - only when used
-
                 exporters.append(LoggingBridgeExporter(structured_logger, identity))
         except BaseException:
             _undo(exporters, structured_logger, handlers_before)
@@ -313,7 +315,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
 
         trace_ids = StepTraceIds(identity.run_id, identity.attempt)
         span_ids = SpanIdAllocator()
-        builder = SpanBuilder(resource, InstrumentationScope("otel_titan", _version()), trace_ids, span_ids)
+        builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
         processor = BatchProcessor(queue, builder, exporters, schedule_delay=parsed.flush_interval_s, heartbeat_s=parsed.heartbeat_interval_s)
         processor.start()
         _runtime = _Runtime(
@@ -340,8 +342,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
 def _undo(exporters: list[SpanExporter], structured_logger: logging.Logger, handlers_before: list[logging.Handler]) -> None:
     for exporter in exporters:
         try:
-            discard = getattr(exporter, "discard", None)
-            (discard or exporter.shutdown)()
+            discard_exporter(exporter)
         except Exception:  # noqa: BLE001 - already failing; report the original error
             pass
     for handler in list(structured_logger.handlers):
@@ -351,12 +352,6 @@ def _undo(exporters: list[SpanExporter], structured_logger: logging.Logger, hand
                 handler.close()
             except Exception:  # noqa: BLE001
                 pass
-
-
-def _version() -> str:
-    from otel_titan import __version__  # noqa: PLC0415
-
-    return __version__
 
 
 def flush_structured_logger(timeout: float | None = 5.0) -> bool:
@@ -519,9 +514,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
     # Then give queued network exporters (OTLP) what is left of the budget
     # to deliver; waited for here, not on the processor, so the file never waits.
     for exporter in runtime.exporters:
-        drain = getattr(exporter, "drain", None)
-        if drain is not None:
-            drain(max(0.0, deadline - time.monotonic()))
+        drain_exporter(exporter, max(0.0, deadline - time.monotonic()))
 
 
 def _after_fork_in_child() -> None:
@@ -536,9 +529,7 @@ def _after_fork_in_child() -> None:
     if runtime is None:
         return
     for exporter in runtime.exporters:
-        close = getattr(exporter, "close_after_fork", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:  # noqa: BLE001
-                pass
+        try:
+            close_exporter_after_fork(exporter)
+        except Exception:  # noqa: BLE001
+            pass

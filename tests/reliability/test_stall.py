@@ -92,8 +92,8 @@ def test_a_stalled_writer_costs_the_caller_nothing_and_drops_are_counted_then_wr
 def test_the_callers_time_is_not_spent_yielding_to_a_stuck_writer():
     # When the writer is stuck in an export, `wake` says so and the crowded
     # path skips its GIL yield (there is nothing the writer could do with it).
-    from otel_titan.structured_logger.event_queue import EventQueue
-    from otel_titan.structured_logger.processor import BatchProcessor
+    from otel_titan.core.event_queue import EventQueue
+    from otel_titan.core.processor import BatchProcessor
 
     class Builder:
         pass

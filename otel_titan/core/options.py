@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence, Union
 
-from otel_titan.structured_logger.event_queue import DEFAULT_QUEUE_SIZE
+from otel_titan.core.event_queue import DEFAULT_QUEUE_SIZE
 
 __all__ = ["LoggerOptions", "parse_options"]
 

@@ -86,10 +86,10 @@ def test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented():
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from otel_titan.structured_logger import capture
-    from otel_titan.structured_logger.span_builder import SpanBuilder
-    from otel_titan.structured_logger.step_context import NO_STEP
-    from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds
+    from otel_titan.core import capture
+    from otel_titan.core.span_builder import SpanBuilder
+    from otel_titan.core.step_context import NO_STEP
+    from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds
 
     def handle(seq, parent, generation):
         code = test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented.__code__

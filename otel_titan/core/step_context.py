@@ -66,6 +66,11 @@ _context_state: ContextVar[StepState | None] = ContextVar("otel_titan_step_state
 # its asyncio task (None outside a task), or None until one claims it. Weak, so
 # an ended trainer thread or finished controller task can be replaced.
 _owner: list[tuple[Any, Any] | None] = [None]
+#: For capture.py's hot path, which inlines `current_step_state` (a call costs more
+#: than the rest): the ContextVar of a thread's or task's own state, and the
+#: one-element list holding the training loop's. Read them, never set them.
+context_state = _context_state
+default_state = _default
 _get_running_loop = _asyncio_events._get_running_loop
 _main_thread = threading.main_thread
 _current_thread = threading.current_thread
@@ -75,7 +80,7 @@ def current_step_state() -> StepState:
     """Return the `StepState` the calling context sees.
 
     Example:
-        >>> from otel_titan.structured_logger import step_context as sc
+        >>> from otel_titan.core import step_context as sc
         >>> sc.set_step(3); sc.current_step_state().step
         3
     """

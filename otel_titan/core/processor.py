@@ -27,11 +27,12 @@ from typing import Any, Sequence
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.exporters.base import StartAwareSpanExporter, Timeline
-from otel_titan.structured_logger.capture import END, FLUSH, INSTANT, SCALAR, START, STOP
-from otel_titan.structured_logger.event_queue import EventQueue
-from otel_titan.structured_logger.span_builder import SpanBuilder
-from otel_titan.structured_logger.titan_span import TitanSpan
+from otel_titan.core.exporter import HeartbeatAware, StartAwareSpanExporter, Timeline
+from otel_titan.core.events import END, END_ERROR, END_HANDLE, END_MONO, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
+from otel_titan.core.event_queue import EventQueue
+from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.titan_span import TitanSpan
+from otel_titan.core.warn_once import WarnOnce
 
 __all__ = ["BatchProcessor"]
 
@@ -64,6 +65,8 @@ class BatchProcessor:
         self._queue = queue
         self._builder = builder
         self._timeline_exporters = [e for e in exporters if isinstance(e, StartAwareSpanExporter)]
+        # Declared hooks, resolved once (core/exporter.py): heartbeats go to start-aware exporters only.
+        self._heartbeat_exporters: list[Any] = [e for e in self._timeline_exporters if isinstance(e, HeartbeatAware)]
         self._plain_exporters = [e for e in exporters if not isinstance(e, StartAwareSpanExporter)]
         self._exporters = list(exporters)
         self._schedule_delay = schedule_delay
@@ -72,13 +75,14 @@ class BatchProcessor:
         self._wake = threading.Event()
         self._stopped = threading.Event()  # set once the exporters are shut down (see `stop`)
         self._thread: threading.Thread | None = None
-        self._failures: dict[int, int] = {}
+        self._failures = WarnOnce()  # per exporter: the first failure is logged, later ones counted
         self._exporting_since = 0.0
         self._cpu_clock: int | None = None
         self._last_cpu = 0.0
         self._blocked_sampled_at = 0.0
         self._blocked_now = False
-        self.internal_errors = 0
+        #: Captured events that could not be built into spans (skipped; the first is logged).
+        self.failed_events = 0
 
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
@@ -224,38 +228,38 @@ class BatchProcessor:
                     started(builder.started(event))
                     ended_flags(False)
                 elif kind == END:
-                    span = builder.ended(event[1], event[2], event[3])
+                    span = builder.ended(event[END_HANDLE], event[END_MONO], event[END_ERROR])
                     started(span)
                     ended_flags(True)
                     if want_finished:
                         finished.append(span)
                 elif kind == INSTANT:
-                    span = builder.instant(*event[1:])
+                    span = builder.instant(*event[1:])  # INSTANT_FIELDS order (events.py)
                     started(span)
                     ended_flags(True)
                     if want_finished:
                         finished.append(span)
                 elif kind == SCALAR:
-                    for span in builder.scalars(*event[1:]):
+                    for span in builder.scalars(*event[1:]):  # SCALAR_FIELDS order (events.py)
                         started(span)
                         ended_flags(True)
                         if want_finished:
                             finished.append(span)
                 elif kind == FLUSH:
-                    if event[2]:
+                    if event[FLUSH_OPEN_SPANS]:
                         finished.extend(self._incomplete_copies())
                     self._export(timeline, finished)
                     timeline = Timeline()
                     finished = []
                     started, ended_flags = timeline.spans.append, timeline.ended.append
                     self._force_flush()
-                    event[1].set()
+                    event[FLUSH_DONE].set()
                 elif kind == STOP:
                     finished.extend(self._incomplete_copies())
                     stop = True
             except Exception:  # noqa: BLE001 - one bad event must not stop the thread
-                self.internal_errors += 1
-                if self.internal_errors == 1:
+                self.failed_events += 1
+                if self._failures.first("build"):
                     _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
         self._export(timeline, finished)
         return stop
@@ -268,12 +272,9 @@ class BatchProcessor:
         if not open_spans:
             return
         now = time.time_ns()
-        for exporter in self._timeline_exporters:
-            beat = getattr(exporter, "heartbeat", None)
-            if beat is None:
-                continue
+        for exporter in self._heartbeat_exporters:
             try:
-                beat(now, open_spans)
+                exporter.heartbeat(now, open_spans)
             except Exception:  # noqa: BLE001
                 self._report_failure(exporter, "heartbeat")
 
@@ -321,9 +322,7 @@ class BatchProcessor:
                 self._report_failure(exporter, "shutdown")
 
     def _report_failure(self, exporter: SpanExporter, method: str) -> None:
-        count = self._failures.get(id(exporter), 0) + 1
-        self._failures[id(exporter)] = count
-        if count == 1:
+        if self._failures.first(id(exporter)):
             _log.exception(
                 "otel-titan: exporter %s raised in %s; other exporters are unaffected, and its later failures are counted, not logged",
                 type(exporter).__qualname__,

@@ -24,15 +24,15 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
-from otel_titan.structured_logger.capture import (
+from otel_titan.core.events import (
     H_GEN,
     H_MONO,
     H_PARENT,
     H_SEQ,
 )
-from otel_titan.structured_logger.clock import WallClock
-from otel_titan.structured_logger.titan_span import ATTR, RecordKind, TitanSpan
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
+from otel_titan.core.clock import WallClock
+from otel_titan.core.titan_span import ATTR, RecordKind, TitanSpan
+from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
 
 __all__ = ["SpanBuilder"]
 

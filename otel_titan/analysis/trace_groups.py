@@ -1,0 +1,62 @@
+"""Processes grouped into trace processes, and the loop that streams their events.
+
+What `chrome_trace.generate_gantt_trace` runs in-process and each
+`export_parallel` worker runs on its share: a module of its own, below both,
+so neither has to import the other's caller.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from otel_titan.analysis.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
+from otel_titan.analysis.filters import StepRange
+from otel_titan.analysis.reader import ProcessLog
+from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.timeline import walk_process
+
+__all__ = ["TraceGroup", "trace_groups", "write_groups"]
+
+TraceGroup = tuple[int, list[ProcessLog]]
+
+
+def trace_groups(processes: list[ProcessLog]) -> list[TraceGroup]:
+    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid.
+
+    Example:
+        >>> from otel_titan.analysis.reader import ProcessLog
+        >>> logs = [ProcessLog("a", [], "training", 0), ProcessLog("b", [], "training", 0), ProcessLog("c", [], "training", 1)]
+        >>> [(pid, [p.base for p in group]) for pid, group in trace_groups(logs)]
+        [(1, ['a', 'b']), (2, ['c'])]
+    """
+    groups: dict[tuple[str, int | None], list[ProcessLog]] = {}
+    for process in processes:
+        groups.setdefault((process.source, process.rank), []).append(process)
+    return list(enumerate(groups.values(), start=1))
+
+
+def write_groups(groups: Iterable[TraceGroup], out: EventStream, stats: ExportStats, steps: StepRange | None, skipped: SkippedLines, on_bytes: Callable[[int], None] | None) -> int | None:
+    """Stream the events of `groups` into `out`, counting into `stats`; returns the earliest timestamp.
+
+    What `generate_gantt_trace` and each export worker run, one process after the other.
+
+    Example:
+        >>> # with open("part", "wb") as handle:
+        >>> #     write_groups(trace_groups(run.processes), EventStream(handle), stats, None, run.skipped, None)
+    """
+    visitor = ExportVisitor(out, stats, steps)
+    first_us: int | None = None
+    for pid, processes in groups:
+        tracks = ProcessTracks(pid=pid)
+        stats.processes += 1
+        out.add({"name": "process_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": processes[0].label}})
+        out.add({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": pid}})
+        out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
+        out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
+        for process in processes:
+            visitor.begin_process(tracks, process.pid, process.modified_us)
+            extent = walk_process(process.records(skipped, on_bytes), visitor)
+            stats.records += extent.records
+            if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
+                first_us = extent.first_us
+    return first_us

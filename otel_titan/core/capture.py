@@ -194,11 +194,6 @@ def _enqueue_crowded(state: CaptureState, q: Any, event: tuple[Any, ...], record
             queue.drop(records)
 
 
-def forget_thread_ids() -> None:
-    """In a forked child: the cached native thread ids belong to the parent's threads."""
-    _state.thread_ids = threading.local()
-
-
 def _step_thread_task(thread_ids: Any) -> tuple[Any, int, str | None]:
     """The calling thread's step state, native thread id and asyncio task name: what every event carries."""
     state = _context_state.get()

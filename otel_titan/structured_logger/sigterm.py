@@ -193,13 +193,17 @@ def _uninstall_locked() -> None:
     _watcher = None
     if watcher.pid != os.getpid():
         return
+    _restore_disposition()
+    _stop_watcher(watcher)
+
+
+def _restore_disposition() -> None:
+    """SIGTERM's disposition from before `install`, only if ours is still the installed handler (one installed after us stays)."""
     try:
-        # Only if ours is still the installed handler: one installed after us stays.
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
     except (ValueError, OSError):
         pass
-    _stop_watcher(watcher)
 
 
 def _restore_wakeup_fd(watcher: _Watcher) -> bool:
@@ -242,11 +246,7 @@ def after_fork_in_child() -> None:
     # Python-level handler, never acted on: Pool.terminate() would then wait
     # forever for that worker. So the child gets the disposition from before;
     # one that starts its own logger gets its own watcher.
-    try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
-    except (ValueError, OSError):
-        pass
+    _restore_disposition()
     # The pipe is shared with the parent: point the inherited write end at
     # /dev/null first, so that nothing this child receives can wake the parent's watcher.
     try:

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from otel_titan import structured_logger as sl
-from otel_titan.structured_logger import lifecycle
+from otel_titan.structured_logger import runtime
 from tests.conftest import jsonl_files, read_records
 from tests.helpers import factories
 
@@ -26,7 +26,7 @@ QUEUE = 4096  # small, so that ten seconds of a training-like rate overflow it
 
 def emit_for(seconds: float, durations: list[float], counter: list[int], queue_sizes: list[int]) -> None:
     """A training-like loop: bursts of 20 spans every 2 ms; records each span's caller time."""
-    queue = lifecycle._runtime.queue  # type: ignore[union-attr]
+    queue = runtime.STATE.running.queue  # type: ignore[union-attr]
     deadline = time.perf_counter() + seconds
     step = 0
     while time.perf_counter() < deadline:

@@ -49,6 +49,28 @@ def _context(trace_id: int, span_id: int) -> trace_api.SpanContext:
     return _new_tuple(_SpanContext, (trace_id, span_id, False, _SAMPLED, _TRACE_STATE, True))
 
 
+def _checked_context(trace_id: int, span_id: int) -> trace_api.SpanContext:
+    return _SpanContext(trace_id, span_id, False, _SAMPLED, _TRACE_STATE)
+
+
+def _tuple_layout_matches() -> bool:
+    """Whether building `SpanContext`'s tuple directly gives what its constructor gives (checked once, at import).
+
+    The shortcut relies on the SDK's field order; a future SDK that changes it
+    gets the constructor instead of silently wrong ids, as `TitanSpan`'s own
+    layout check does for `ReadableSpan`.
+    """
+    try:
+        fast, real = _context(0x1234, 0x5678), _checked_context(0x1234, 0x5678)
+        return tuple(fast) == tuple(real) and (fast.trace_id, fast.span_id, fast.is_remote, fast.is_valid) == (0x1234, 0x5678, False, True)
+    except Exception:  # noqa: BLE001 - any surprise: use the constructor
+        return False
+
+
+if not _tuple_layout_matches():
+    _context = _checked_context  # noqa: F811
+
+
 class SpanBuilder:
     """Turn captured events into `TitanSpan`s with ids, parents and typed fields.
 

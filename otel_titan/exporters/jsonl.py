@@ -281,7 +281,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
                     "dropped_records": self.dropped_records,
                     "failed_records": self.failed_records,
                     # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
-                    "skipped_values": getattr(self._stats, "skipped_values", 0),
+                    "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
                     "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
                 },
             )

@@ -23,6 +23,7 @@ MAX_SOURCE_BYTES = 128
 
 
 def validate_source(source: object) -> str:
+    """`source` names the file: a plain name of at most `MAX_SOURCE_BYTES` bytes, or a clear error."""
     if not isinstance(source, str):
         raise TypeError(f"source must be a str, got {type(source).__name__} {source!r}")
     if not _SOURCE_PATTERN.fullmatch(source):

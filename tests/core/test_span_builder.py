@@ -169,3 +169,11 @@ def sl_span(name):
     from otel_titan import structured_logger as sl
 
     return sl.log_trace_span(name)
+
+
+def test_the_span_context_shortcut_matches_the_sdk_constructor():
+    from otel_titan.core import span_builder
+
+    assert span_builder._tuple_layout_matches()  # with this SDK, the fast path is taken...
+    assert span_builder._context is not span_builder._checked_context
+    assert span_builder._context(7, 9) == span_builder._checked_context(7, 9)  # ...and builds the same context

@@ -323,15 +323,12 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         state = _context_state.get()
         if state is None:
             state = _default[0]
-        thread_ids = hot.thread_ids
         try:
-            tid = thread_ids.tid
+            tid = hot.thread_ids.tid
         except AttributeError:
-            tid = thread_ids.tid = get_native_id()
+            tid = hot.thread_ids.tid = get_native_id()
         loop = _get_running_loop()
-        task = None if loop is None else _task_name(loop)
         parent = _current_span.get()
-        remote_parent = hot.remote_parent
         handle = (
             START,
             next(_seq),
@@ -343,15 +340,14 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             parent,
             state,
             tid,
-            task,
-            remote_parent() if parent is None and remote_parent is not None else None,
+            None if loop is None else _task_name(loop),
+            hot.remote_parent() if parent is None and hot.remote_parent is not None else None,
             hot.generation,
         )
         # Everything that can fail (the calls above, the OpenTelemetry attach
         # below, which are Python calls one level deeper) runs before the span
         # is committed: an exception then leaves no trace of it.
-        propagate = hot.propagate
-        self._otel_token = None if propagate is None else propagate(handle)
+        self._otel_token = None if hot.propagate is None else hot.propagate(handle)
         self._handle = handle
         self._token = _current_span.set(handle)
         if len(q) < hot.crowded_at:

@@ -194,6 +194,21 @@ def _enqueue_crowded(state: CaptureState, q: Any, event: tuple[Any, ...], record
             queue.drop(records)
 
 
+#: Native thread id → `threading` name, noted on each thread's first record (once per thread, never
+#: per record): the writer names threads from it even after they ended (docs/schema.md ``thread_name``).
+thread_names: dict[int, str] = {}
+_MAX_THREAD_NAMES = 65536
+
+
+def _first_call_on_thread(thread_ids: Any) -> int:
+    """A thread's first record: cache its native id and note its name (the only per-thread cost)."""
+    tid = thread_ids.tid = get_native_id()
+    if len(thread_names) >= _MAX_THREAD_NAMES:
+        thread_names.clear()
+    thread_names[tid] = threading.current_thread().name
+    return tid
+
+
 def _step_thread_task(thread_ids: Any) -> tuple[Any, int, str | None]:
     """The calling thread's step state, native thread id and asyncio task name: what every event carries."""
     state = _context_state.get()
@@ -202,7 +217,7 @@ def _step_thread_task(thread_ids: Any) -> tuple[Any, int, str | None]:
     try:
         tid = thread_ids.tid
     except AttributeError:
-        tid = thread_ids.tid = get_native_id()
+        tid = _first_call_on_thread(thread_ids)
     loop = _get_running_loop()
     return state, tid, None if loop is None else _task_name(loop)
 
@@ -326,7 +341,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         try:
             tid = hot.thread_ids.tid
         except AttributeError:
-            tid = hot.thread_ids.tid = get_native_id()
+            tid = _first_call_on_thread(hot.thread_ids)
         loop = _get_running_loop()
         parent = _current_span.get()
         handle = (

@@ -56,11 +56,12 @@ class MetaEvent:
     DROPPED = "records_dropped"
     SIGNAL_RECEIVED = "signal_received"
     HEARTBEAT = "heartbeat"
+    STALL = "stall"
     CLOSED = "structured_logger_closed"
 
 
 #: The logger's own records: the reader shows them as process-level markers, never as phases.
-META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.CLOSED})
+META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED})
 
 
 class Field:

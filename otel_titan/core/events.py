@@ -23,7 +23,8 @@ Index 0 is always the kind.
   `SpanBuilder.instant` takes ``event[1:]`` in this order (``INSTANT_FIELDS``);
 * ``(SCALAR, values, mono_ns, code, lineno, parent, state, tid, task)``:
   `SpanBuilder.scalars` takes ``event[1:]`` in this order (``SCALAR_FIELDS``);
-* ``(FLUSH, threading.Event, open_spans)`` and ``(STOP,)``: control events.
+* ``(FLUSH, threading.Event, open_spans)``, ``(STOP,)`` and ``(BLACK_BOX, reason,
+  threading.Event)`` (write the hang black box now: blackbox.py): control events.
 
 Every timestamp is a `perf_counter_ns()` reading; the processor maps them to
 wall-clock time with one offset (clock.py).
@@ -44,6 +45,7 @@ __all__ = [
     "SCALAR",
     "FLUSH",
     "STOP",
+    "BLACK_BOX",
     "HANDLE_FIELDS",
     "H_SEQ",
     "H_NAME",
@@ -67,7 +69,7 @@ __all__ = [
 ]
 
 # Event kinds (index 0 of every event).
-START, END, INSTANT, SCALAR, FLUSH, STOP = range(6)
+START, END, INSTANT, SCALAR, FLUSH, STOP, BLACK_BOX = range(7)
 
 #: A span handle (its START event), field by field after the kind.
 HANDLE_FIELDS = ("kind", "seq", "name", "description", "mono_ns", "code", "lineno", "parent", "state", "tid", "task", "remote_parent", "generation")

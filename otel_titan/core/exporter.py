@@ -13,6 +13,7 @@ hook                      called                                                
 ========================  ===========================================================  ====================
 ``export_timeline``       every start and end, in capture order (instead of `export`)  `StartAwareSpanExporter`
 ``heartbeat``             nothing emitted for ``heartbeat_interval_s`` with spans open  `HeartbeatAware`
+``black_box``             a stall, a dump signal or trigger, SIGTERM: the hang record  `BlackBoxAware`
 ``drain(timeout)``        SIGTERM, after the flush: deliver what is queued (network)   `Drainable`
 ``discard()``             init failed after the exporter was made: undo, write nothing  `Discardable`
 ``close_after_fork()``    in a forked child: let go of the parent's resources silently  `ForkAware`
@@ -46,6 +47,7 @@ __all__ = [
     "TitanSpanExporter",
     "StartAwareSpanExporter",
     "HeartbeatAware",
+    "BlackBoxAware",
     "Drainable",
     "Discardable",
     "ForkAware",
@@ -142,6 +144,15 @@ class HeartbeatAware(Protocol):
 
     def heartbeat(self, time_ns: int, open_spans: Sequence[ReadableSpan]) -> None:
         """Nothing was emitted for ``heartbeat_interval_s`` and `open_spans` are still open (processor thread)."""
+        ...
+
+
+@runtime_checkable
+class BlackBoxAware(Protocol):
+    """Told when the process writes its hang black box (core/blackbox.py)."""
+
+    def black_box(self, time_ns: int, record: dict[str, Any]) -> None:
+        """`record`: the ``stall`` record's fields (reason, open spans, thread stacks, flight recorder), processor thread."""
         ...
 
 

@@ -123,9 +123,20 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         backup_count: int = 3,
         stats: PipelineStats | None = None,
         opened_fields: dict[str, Any] | None = None,
+        stacks_file: bool = False,
     ) -> None:
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
+        #: The side file faulthandler writes stacks to when a C call holds the interpreter lock
+        #: (core/blackbox.py): ``<file>.jsonl.stacks``, opened now, since it cannot be opened then.
+        self.stacks_file: Any = None
+        opened_fields = dict(opened_fields or {})
+        if stacks_file:
+            try:
+                self.stacks_file = open(self.path + ".stacks", "ab", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+                opened_fields["stacks_file"] = os.path.basename(self.path) + ".stacks"
+            except OSError:
+                self.stacks_file = None
         self._encoder = RecordEncoder(identity)
         self._stats = stats
         self._opened_fields = opened_fields or {}
@@ -257,6 +268,16 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         except OSError:
             pass  # a heartbeat is best effort; the next one retries
 
+    def black_box(self, time_ns: int, record: dict[str, Any]) -> None:
+        """Write a ``stall`` record: the hang black box (core/blackbox.py; fields in docs/schema.md)."""
+        if self._closed:
+            return
+        line = self._encoder.meta_line(MetaEvent.STALL, record, time_ns)
+        try:
+            self._file.write_lines([line])
+        except OSError:
+            pass  # best effort, like a heartbeat
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Writes are unbuffered: everything exported is already in the kernel."""
         return True
@@ -292,11 +313,27 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             _log.warning("otel-titan: could not write the closing record to %s: %s", self.path, error)
         self._closed = True
         self._file.close()
+        self._close_stacks(remove_empty=True)
+
+    def _close_stacks(self, remove_empty: bool) -> None:
+        stacks, self.stacks_file = self.stacks_file, None
+        if stacks is None:
+            return
+        try:
+            stacks.close()
+            if remove_empty:
+                with open(stacks.name, "rb") as handle:
+                    dumped = b"most recent call first" in handle.read(1 << 20)
+                if not dumped:  # only thread-name notes: nothing a reader needs
+                    os.unlink(stacks.name)
+        except OSError:
+            pass
 
     def discard(self) -> None:
         """Undo a construction whose init failed later: close and remove the file, if it holds nothing but the opening record."""
         self._closed = True
         self._file.close()
+        self._close_stacks(remove_empty=True)
         try:
             if os.path.getsize(self.path) in (0, self._opened_size):
                 os.unlink(self.path)
@@ -307,6 +344,12 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         """In a forked child: forget the parent's file without writing to it."""
         self._closed = True
         self._file.close_after_fork()
+        stacks, self.stacks_file = self.stacks_file, None
+        if stacks is not None:
+            try:
+                stacks.close()
+            except OSError:
+                pass
 
     def segment_paths(self) -> list[str]:
         """This process's file segments, oldest first."""
@@ -344,6 +387,7 @@ def register_jsonl_handler(
             "queue_size": options.queue_size,
             "message": f"structured logger opened for {identity.source} rank {identity.rank}",
         },
+        stacks_file=getattr(options, "stall_after_s", None) != 0,
     )
     add_span_exporter(exporter)
     return exporter

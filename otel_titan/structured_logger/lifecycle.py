@@ -18,6 +18,7 @@ all of them share is `runtime.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -26,7 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_titan._version import __version__
-from otel_titan.core import capture, otel_context
+from otel_titan.core import blackbox, capture, otel_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
 from otel_titan.core.options import LoggerOptions, parse_options
@@ -126,6 +127,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         include_hostname=parsed.include_hostname,
     )
     resource = build_resource(identity)
+    parsed, stall_floor_s = _stall_settings(parsed)
     queue = EventQueue(parsed.queue_size)
     structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
     structured_logger.propagate = False
@@ -133,7 +135,18 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     trace_ids = StepTraceIds(identity.run_id, identity.attempt)
     span_ids = SpanIdAllocator()
     builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
-    processor = BatchProcessor(queue, builder, exporters, schedule_delay=parsed.flush_interval_s, heartbeat_s=parsed.heartbeat_interval_s)
+    stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)
+    processor = BatchProcessor(
+        queue,
+        builder,
+        exporters,
+        schedule_delay=parsed.flush_interval_s,
+        heartbeat_s=parsed.heartbeat_interval_s,
+        stall_after_s=parsed.stall_after_s,
+        stacks_file=stacks_file,
+        stall_floor_s=stall_floor_s,
+        trigger_path=os.environ.get(DUMP_TRIGGER_ENV, "").strip() or None,
+    )
     processor.start()
     STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory)
     process_hooks.install(parsed)
@@ -146,6 +159,31 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         trace_ids=trace_ids,
         span_ids=span_ids,
     )
+
+
+STALL_AFTER_ENV = "OTEL_TITAN_STALL_AFTER_S"
+#: A file path: touching it makes every process of the run write its black box (checked every 2 s).
+DUMP_TRIGGER_ENV = "OTEL_TITAN_DUMP_TRIGGER"
+
+
+def _stall_settings(parsed: LoggerOptions) -> tuple[LoggerOptions, float]:
+    """``stall_after_s`` from the option, else ``OTEL_TITAN_STALL_AFTER_S``; and the automatic threshold's floor.
+
+    Raises ValueError naming the variable when it is not a number >= 0.
+    """
+    floor = blackbox.min_stall_s()
+    if parsed.stall_after_s is not None:
+        return parsed, floor
+    raw = os.environ.get(STALL_AFTER_ENV, "").strip()
+    if not raw:
+        return parsed, floor
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{STALL_AFTER_ENV} must be a number of seconds >= 0 (0: no stall detection), got {raw!r}")
+    return dataclasses.replace(parsed, stall_after_s=value), floor
 
 
 def flush_structured_logger(timeout: float | None = 5.0) -> bool:

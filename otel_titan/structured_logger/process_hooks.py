@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -48,6 +49,32 @@ def install(options: LoggerOptions) -> None:
         sigterm.install(_flush_for_sigterm)
     else:
         sigterm.uninstall()
+    _install_dump_signal()
+
+
+DUMP_SIGNAL_ENV = "OTEL_TITAN_DUMP_SIGNAL"
+
+
+def _install_dump_signal() -> None:
+    """``OTEL_TITAN_DUMP_SIGNAL=SIGUSR2`` (a name or a number): that signal writes the black box, nothing else."""
+    raw = os.environ.get(DUMP_SIGNAL_ENV, "").strip()
+    if not raw:
+        return
+    try:
+        signum = int(raw) if raw.isdigit() else int(getattr(signal.Signals, raw.upper() if raw.upper().startswith("SIG") else "SIG" + raw.upper()))
+    except (AttributeError, ValueError):
+        _log.warning("otel-titan: %s must name a signal (SIGUSR2, USR1, 12), got %r; no dump signal", DUMP_SIGNAL_ENV, raw)
+        return
+    if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
+        _log.warning("otel-titan: %s=%s: that signal has another job; use SIGUSR1 or SIGUSR2", DUMP_SIGNAL_ENV, raw)
+        return
+    sigterm.install_dump_signal(signum, _dump_black_box)
+
+
+def _dump_black_box() -> None:
+    runtime = STATE.running
+    if runtime is not None and runtime.is_ours():
+        runtime.processor.black_box("signal", timeout=0)  # not waited for: the processor writes it
 
 
 def _register_multiprocessing_exit() -> None:
@@ -109,6 +136,10 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
         return
     capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {"signal": "SIGTERM", "signal_number": int(signum)})
     deadline = time.monotonic() + runtime.options.exit_timeout_s
+    # The hang black box first (where every thread is, open spans, collectives), bounded:
+    # a launcher's SIGTERM is most often the end of a hang.
+    if runtime.processor.stall_after_s != 0:
+        runtime.processor.black_box("SIGTERM", timeout=min(2.0, runtime.options.exit_timeout_s / 2))
     # About to die of the signal: send spans still open (the hung phase) to
     # the OTLP side too, marked incomplete. The JSONL file already has their _start.
     runtime.processor.flush(runtime.options.exit_timeout_s, open_spans=dying)

@@ -40,6 +40,7 @@ from array import array
 from dataclasses import asdict
 from typing import Any, Iterable, Iterator
 
+from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
@@ -98,6 +99,8 @@ class _Collector(TimelineVisitor):
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
+        # label → digest of its latest `stall` record (analysis/hang.py)
+        self.black_boxes: dict[str, dict[str, Any]] = {}
 
     def begin(self, process: ProcessLog, summary: ProcessSummary) -> None:
         self.process, self.summary = process, summary
@@ -147,6 +150,8 @@ class _Collector(TimelineVisitor):
     def meta(self, record: dict[str, Any]) -> None:
         summary = self.summary
         name = record["log_type_name"]
+        if name == "stall":
+            self.black_boxes[self.process.label] = digest_black_box(record)
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"
@@ -303,6 +308,7 @@ def summarize_run(
         runs=choice.runs,
         hang_suspects=[p.label for p in processes if p.hang_suspect],
         straggler_rule=dict(STRAGGLER_RULE),
+        hang=build_hang(processes, collector.black_boxes, bases_of(logs.processes)),
     )
 
 

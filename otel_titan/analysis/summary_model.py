@@ -196,6 +196,8 @@ class RunSummary:
     straggler_rule: dict[str, float] = field(default_factory=dict)
     #: Lines kept after lone surrogates in their strings were escaped (`record_lines.SkippedLines.repaired`).
     repaired_lines: int = 0
+    #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
+    hang: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: times as µs and as UTC strings, open spans with their path.

@@ -109,7 +109,7 @@ def stall_threshold(configured: float | None, slowest_gap_s: float, gaps_seen: b
     """
     if configured is not None:
         return configured
-    floor = min_stall_s() if floor is None else floor
+    floor = min_stall_s() if floor is None else float(floor)
     if not gaps_seen:
         return 5 * floor
     return max(floor, STALL_FACTOR * slowest_gap_s)

@@ -297,11 +297,14 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any]) -> list[Suspect
             for m in at_top:
                 if (m.collective or {}).get("op") != common_op:
                     add(m, f"mismatch in pg {pg} seq {top}: called {(m.collective or {}).get('op')} while {ops[common_op]} rank(s) called {common_op}")
-    # Processes with a place but no collective while others have one: not even in the sequence.
+    # Processes with a place but no collective while others have one (no black box: a held interpreter lock).
     if by_pg:
+        (_source, pg), members = max(by_pg.items(), key=lambda item: len(item[1]))
+        top = max(m.collective["seq"] for m in members)  # type: ignore[index]
+        op = Counter(m.collective.get("op") for m in members if m.collective["seq"] == top).most_common(1)[0][0]  # type: ignore[index,union-attr]
         for place in places:
             if place.collective is None and place.status.startswith("stalled"):
-                add(place, "no collective recorded while the others wait in one")
+                add(place, f"the others wait in seq {top} {op} (pg {pg}); it has no collective on record ({place.evidence})")
     # Nothing logged at all.
     for place in places:
         if place.status == "nothing logged":

@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from otel_titan.core import blackbox
 from otel_titan.core.capture import thread_names
 from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
-from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
+from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, H_MONO, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.titan_span import TitanSpan
@@ -260,7 +260,7 @@ class BatchProcessor:
                 if self._heartbeat_s and not stop and time.monotonic() - last_activity >= self._heartbeat_s:
                     last_activity = time.monotonic()
                     self._heartbeat()
-                if self._watching and not stop:
+                if (self._watching or self._trigger_path) and not stop:
                     self._watch(progress)
             if self._faulthandler is not None:
                 self._faulthandler.cancel()
@@ -291,6 +291,8 @@ class BatchProcessor:
         """The stall watchdog, once per loop: a few comparisons unless a stall begins."""
         if self._trigger_path:
             self._check_trigger()
+        if not self._watching:
+            return
         progress = self._progress_ns
         if progress != progress_before:
             gap = (progress - progress_before) / 1e9
@@ -360,6 +362,7 @@ class BatchProcessor:
         finished: list[TitanSpan] = []
         stop = False
         progress = 0
+        longest = 0
         for event in batch:
             kind = event[0]
             try:
@@ -371,6 +374,8 @@ class BatchProcessor:
                     started(span)
                     ended_flags(True)
                     progress = event[END_MONO]
+                    if progress - event[END_HANDLE][H_MONO] > longest:  # the slowest span: the stall threshold's scale
+                        longest = progress - event[END_HANDLE][H_MONO]
                     if want_finished:
                         finished.append(span)
                 elif kind == INSTANT:
@@ -412,6 +417,10 @@ class BatchProcessor:
                     _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
         if progress > self._progress_ns:
             self._progress_ns = progress
+        if longest:
+            self._gaps_seen = True
+            if longest / 1e9 > self._slowest_gap_s:
+                self._slowest_gap_s = longest / 1e9
         self._export(timeline, finished)
         return stop
 

@@ -47,3 +47,14 @@ def test_start_latency_measures_each_case_in_fresh_processes():
         assert len(samples) == 4 and all(0 < s < 60_000 for s in samples)
         assert case["min_ms"] <= case["median_ms"] <= case["p95_ms"] <= case["max_ms"] == max(samples)
     assert "threads spinning for the interpreter lock" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_stall_watchdog_benchmark_compares_on_and_off_in_one_run(tmp_path):
+    """benchmarks/stall_watchdog.py end to end (figures not checked: no timed tests)."""
+    out = tmp_path / "stall.json"
+    result = processes.run([sys.executable, "-m", "benchmarks.stall_watchdog", "--rounds", "1", "--spans", "2000", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results["median"]) == {"on", "off"} and set(results["ratio_on_off"]) == {"caller_us", "cpu_us"}
+    assert "| on / off |" in result.stdout

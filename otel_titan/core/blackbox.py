@@ -33,6 +33,9 @@ Python black box cancels it whenever it could run itself. Its traps, handled:
   (cpython#140815). It therefore fires only when the Python black box could
   not run ``grace`` seconds after the threshold: the lock is held by a C call,
   so the other threads are parked and their frames do not move;
+* an armed dump must not cross a ``fork()`` (DataLoader workers): the child has
+  no watchdog thread, and its exit would wait for it forever. It is disarmed
+  before every fork and re-armed in the parent after;
 * there is one ``dump_traceback_later`` per process: arming it cancels any
   other. We never arm it when the program armed it first (the functions of the
   `faulthandler` module are wrapped at init to notice a later call, which then
@@ -262,6 +265,8 @@ class FaulthandlerArm:
         self._armed_at = 0.0
         self._threads_written: tuple[Any, ...] = ()
         self.user_owns = False
+        self._timeout_s = 0.0
+        self._rearm_after_fork = False
         self.enabled = os.environ.get("OTEL_TITAN_FAULTHANDLER", "1").strip().lower() not in ("0", "false", "no", "off")
         if self.enabled:
             _watch_user_calls(self)
@@ -287,7 +292,7 @@ class FaulthandlerArm:
             _ORIGINAL[0](timeout_s, repeat=False, file=self.file)
         except (OSError, ValueError, RuntimeError):
             return
-        self.armed, self._armed_at = True, now
+        self.armed, self._armed_at, self._timeout_s = True, now, timeout_s
 
     def _note_threads(self) -> None:
         # faulthandler names threads by ident only: write the names down, when they changed.
@@ -310,8 +315,38 @@ class FaulthandlerArm:
         self.armed = False
 
 
+    def before_fork(self) -> None:
+        """A child must not inherit an armed dump: its watchdog thread does not survive fork, and the
+        child's exit would then wait forever in faulthandler's cancel. Disarmed here, re-armed in the parent."""
+        if self.armed and not self.user_owns:
+            _ORIGINAL[1]()
+            self.armed, self._rearm_after_fork = False, True
+
+    def after_fork_in_parent(self) -> None:
+        if self._rearm_after_fork:
+            self._rearm_after_fork = False
+            self.rearm(self._timeout_s)
+
+
 _ORIGINAL: list[Any] = [faulthandler.dump_traceback_later, faulthandler.cancel_dump_traceback_later]
 _ARMS: list[FaulthandlerArm] = []
+
+
+def _before_fork() -> None:
+    for arm in _ARMS:
+        arm.before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for arm in _ARMS:
+        arm.after_fork_in_parent()
+
+
+def _after_fork_in_child() -> None:
+    _ARMS.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def _watch_user_calls(arm: FaulthandlerArm) -> None:

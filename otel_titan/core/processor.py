@@ -121,6 +121,15 @@ class BatchProcessor:
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
         """Start the daemon thread (once)."""
+        self._progress_ns = self._started_ns = time.perf_counter_ns()
+        arm = self._faulthandler
+        if arm is not None:
+            # Armed now, on the caller's thread: a C call that takes the interpreter lock right
+            # after init would keep this thread from ever arming it.
+            threshold = self.stall_threshold()
+            arm.rearm(threshold + max(2.0, 0.25 * threshold))
+            if arm.armed:
+                self._armed_progress_ns = self._progress_ns
         self._thread = threading.Thread(target=self._run, name="otel-titan-processor", daemon=True)
         self._thread.start()
 
@@ -240,7 +249,6 @@ class BatchProcessor:
         wake = self._wake
         stop = False
         last_activity = time.monotonic()
-        self._progress_ns = self._started_ns = time.perf_counter_ns()
         try:
             while not stop:
                 wake.wait(self._schedule_delay)

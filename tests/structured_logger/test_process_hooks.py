@@ -27,8 +27,9 @@ for step in range(1, 201):
 
 
 def _records_of(run_dir):
+    """The file's records but the hang black box (`stall`: SIGTERM writes one; tests/core/test_blackbox.py checks it)."""
     (path,) = jsonl_files(run_dir)
-    return read_records(path)
+    return [r for r in read_records(path) if r["log_type_name"] != "stall"]
 
 
 def test_interpreter_exit_writes_everything_and_the_closing_record(run_dir):
@@ -455,7 +456,7 @@ def _run_script(tmp_path, text, *args, timeout=240):
 def _files_by_rank(run_dir):
     by_rank: dict[int, list[list[dict]]] = {}
     for path in jsonl_files(run_dir):
-        records = read_records(path)
+        records = [r for r in read_records(path) if r["log_type_name"] != "stall"]  # SIGTERM's black box
         by_rank.setdefault(records[0]["rank"], []).append(records)
     return by_rank
 

@@ -355,8 +355,10 @@ def format_hang(report: HangReport | None) -> list[str]:
         who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
         where = []
         if group.collective:
-            verb = "waits" if group.count == 1 else "wait"
-            where.append(f"{verb} in {_collective(group.collective)}")
+            if group.collective.get("state") == "completed":
+                where.append(f"last collective {_collective(group.collective)}")
+            else:
+                where.append(f"{'waits' if group.count == 1 else 'wait'} in {_collective(group.collective)}")
         if group.span:
             where.append(f"span {group.span}")
         if group.where:

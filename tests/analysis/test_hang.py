@@ -148,6 +148,16 @@ def test_a_rank_stuck_in_a_c_call_holding_the_interpreter_lock_is_named_from_its
 def test_a_rank_calling_another_collective_is_named_from_the_flight_recorder(tmp_path):
     launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "mismatch in pg 0 seq 3: called broadcast while 3 rank(s) called all_reduce")
     processes.kill_tree(launcher, timeout=30)
+    # The export: stalls as instants carrying the stacks, collectives as slices on a per-rank track.
+    result = processes.run([sys.executable, "-m", "otel_titan.cli", "export", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    events = json.loads((tmp_path / "analysis" / "trace.json").read_text())["traceEvents"]
+    stalls = [e for e in events if e.get("name") == "stall" and e.get("ph") == "i"]
+    assert len({e["pid"] for e in stalls}) == 4 and all(e["args"]["threads"][0]["frames"] for e in stalls)
+    collectives = [e for e in events if e.get("cat") == "collective"]
+    assert {e["name"] for e in collectives} >= {"gloo:all_reduce #3", "gloo:broadcast #3", "gloo:all_reduce #1"}
+    tracks = {(e["pid"], e["args"]["name"]) for e in events if e.get("name") == "thread_name" and e["tid"] == collectives[0]["tid"]}
+    assert len(tracks) == 4 and all(name == "collectives (flight recorder)" for _, name in tracks)
 
 
 def test_two_threads_deadlocked_on_two_locks_are_named_with_both_stacks(tmp_path):

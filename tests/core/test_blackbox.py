@@ -175,3 +175,36 @@ sl.shutdown_structured_logger()
 """
     result = run_python(code, str(run_dir), timeout=30)
     assert result.returncode == 0, result.stderr
+
+
+def test_heartbeats_and_stalls_send_open_spans_as_pending_copies_to_exporters_of_finished_spans(run_dir):
+    """What OTLP receives while a job hangs (here the SDK's in-memory exporter, behind the same hook)."""
+    import time
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_titan import structured_logger as sl
+
+    memory = InMemorySpanExporter()
+
+    def register_memory(add_span_exporter, **_):
+        add_span_exporter(memory)
+
+    sl.init_structured_logger("training", run_dir, world_size=1, handlers=["otel_titan.exporters.jsonl.register_jsonl_handler", register_memory], heartbeat_interval_s=0.3, stall_after_s=0.6)
+    try:
+        with sl.log_trace_span("warmup"):
+            pass
+        with sl.log_trace_span("data_fetch"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                reasons = {s.attributes.get("titan.extra.pending_reason") for s in memory.get_finished_spans() if s.name == "data_fetch"}
+                if {"heartbeat", "stall"} <= reasons:
+                    break
+                time.sleep(0.1)
+    finally:
+        sl.shutdown_structured_logger()
+    pending = [s for s in memory.get_finished_spans() if s.name == "data_fetch" and s.attributes.get("titan.extra.pending")]
+    assert {"heartbeat", "stall"} <= {s.attributes["titan.extra.pending_reason"] for s in pending}
+    assert all(s.attributes.get("titan.incomplete") is True for s in pending)
+    final = [s for s in memory.get_finished_spans() if s.name == "data_fetch" and not s.attributes.get("titan.incomplete")]
+    assert len(final) == 1 and final[0].context.span_id == pending[0].context.span_id  # the real span, once it ended

@@ -100,7 +100,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize = commands.add_parser(
         "summarize",
         help="print where every process stopped, open spans, phase timings and stragglers",
-        description="Summarize a run: the first command after a hang or a timeout.",
+        description="Summarize a run: the first command after a hang or a timeout. When a process stalled, was killed or did not "
+        "close, a Hang section comes first: ranks grouped by where they are, the suspects named (docs/hangs.md).",
         epilog=_SUMMARIZE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

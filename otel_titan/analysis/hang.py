@@ -241,6 +241,8 @@ def build_hang(processes: Sequence[Any], boxes: dict[str, dict[str, Any]], bases
     groups = _groups(places, suspect_labels)
     stalled = sum(1 for p in places if p.status.startswith("stalled"))
     headline = f"{len(places)} of {len(processes)} processes hung or did not close ({stalled} stalled)"
+    if not stalled and not any(p.evidence.startswith("black box") for p in places):
+        headline += "; no black box: still running, or killed before a stall was detected (places from the records only)"
     return HangReport(affected=len(places), processes=len(processes), headline=headline, groups=groups, suspects=suspects, places=places)
 
 

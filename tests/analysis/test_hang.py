@@ -205,3 +205,39 @@ def test_the_dump_signal_and_the_trigger_file_make_a_live_rank_write_its_black_b
         assert box["threads"][0]["thread_name"] == "MainThread" and box["threads"][0]["frames"]
     finally:
         processes.kill_tree(launcher, timeout=30)
+
+
+_NO_TORCH = """
+import sys, time
+from otel_titan import structured_logger as sl
+rank = int(sys.argv[2])
+sl.init_structured_logger("training", sys.argv[1], rank=rank, world_size=3, run_id="no-torch", stall_after_s=0.5)
+def wait_for_peers():
+    time.sleep(30)
+def parse_batch():
+    time.sleep(30)
+with sl.log_trace_span("step"):
+    if rank == 1:
+        with sl.log_trace_span("data_fetch"):
+            parse_batch()
+    else:
+        with sl.log_trace_span("sync"):
+            wait_for_peers()
+"""
+
+
+def test_without_a_flight_recorder_the_odd_one_out_of_a_majority_is_the_suspect(tmp_path):
+    """No torch: the ranks are grouped by span and frame, and the one elsewhere is named."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [subprocess.Popen([sys.executable, "-c", _NO_TORCH, str(tmp_path), str(rank)], env=env, cwd=REPO) for rank in range(3)]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (len(black_boxes(tmp_path)) == 3 and all(b["stalls"] for b in black_boxes(tmp_path).values())):
+            time.sleep(0.2)
+        head = "\n".join(summarize(tmp_path).splitlines()[:15])
+    finally:
+        for worker in workers:
+            processes.kill_tree(worker, timeout=30)
+    print(head)
+    assert " 2 × ranks 0,2: span sync; main thread at <string>:7 wait_for_peers" in head
+    assert "rank 1 (training): <string>:9 parse_batch in span data_fetch: elsewhere than the 2 others (in sync at <string>:7 wait_for_peers)" in head

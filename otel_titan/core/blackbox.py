@@ -37,9 +37,11 @@ Python black box cancels it whenever it could run itself. Its traps, handled:
   no watchdog thread, and its exit would wait for it forever. It is disarmed
   before every fork and re-armed in the parent after;
 * there is one ``dump_traceback_later`` per process: arming it cancels any
-  other. We never arm it when the program armed it first (the functions of the
-  `faulthandler` module are wrapped at init to notice a later call, which then
-  owns it for good); ``OTEL_TITAN_FAULTHANDLER=0`` turns ours off.
+  other. The functions of the `faulthandler` module are wrapped when this module
+  is imported (with ``otel_titan.structured_logger``): once the program calls
+  them itself, it owns the dump for good and it is never armed again. A dump
+  armed before otel-titan was imported cannot be seen: set
+  ``OTEL_TITAN_FAULTHANDLER=0`` then.
 """
 
 from __future__ import annotations
@@ -259,12 +261,16 @@ class FaulthandlerArm:
 
     REARM_EVERY_S = 1.0
 
+    @property
+    def user_owns(self) -> bool:
+        """The program armed or cancelled its own dump (since otel-titan was imported): never touch it again."""
+        return _USER_OWNS[0]
+
     def __init__(self, file: Any) -> None:
         self.file = file
         self.armed = False
         self._armed_at = 0.0
         self._threads_written: tuple[Any, ...] = ()
-        self.user_owns = False
         self._timeout_s = 0.0
         self._rearm_after_fork = False
         self.enabled = os.environ.get("OTEL_TITAN_FAULTHANDLER", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -349,27 +355,39 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
+_USER_OWNS = [False]  # the program called dump_traceback_later (or its cancel) itself, since this module was imported
+
+
 def _watch_user_calls(arm: FaulthandlerArm) -> None:
-    """Wrap the module's functions once, so that a program arming its own dump takes it over for good."""
+    """Make `arm` the one the fork hooks and the wrappers below know about."""
     _ARMS[:] = [arm]
+
+
+def _wrap_faulthandler() -> None:
+    """Wrap the module's functions at import (before most programs arm their own), so a program's own dump wins for good."""
     if getattr(faulthandler.dump_traceback_later, "_otel_titan", False):
         return
 
     def dump_traceback_later(*args: Any, **kwargs: Any) -> Any:
+        _USER_OWNS[0] = True
         for owner in _ARMS:
-            owner.user_owns = True
             owner.armed = False
         return _ORIGINAL[0](*args, **kwargs)
 
     def cancel_dump_traceback_later() -> Any:
+        _USER_OWNS[0] = True
         for owner in _ARMS:
-            owner.user_owns = True
             owner.armed = False
         return _ORIGINAL[1]()
 
     dump_traceback_later._otel_titan = True  # type: ignore[attr-defined]
+    dump_traceback_later.__doc__ = _ORIGINAL[0].__doc__
+    cancel_dump_traceback_later.__doc__ = _ORIGINAL[1].__doc__
     faulthandler.dump_traceback_later = dump_traceback_later  # type: ignore[assignment]
     faulthandler.cancel_dump_traceback_later = cancel_dump_traceback_later  # type: ignore[assignment]
+
+
+_wrap_faulthandler()
 
 
 def open_span_rows(spans: Sequence[Any], now_ns: int, thread_name: Any) -> list[dict[str, Any]]:

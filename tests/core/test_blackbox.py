@@ -80,13 +80,15 @@ def test_a_c_call_holding_the_interpreter_lock_still_gets_its_stacks_on_disk_thr
     assert os.path.getsize(path + ".stacks") < blackbox.MAX_SIDE_FILE_BYTES
 
 
-def test_a_programs_own_dump_traceback_later_is_never_clobbered(run_dir):
+@pytest.mark.parametrize("armed", ["after_init", "before_init"])
+def test_a_programs_own_dump_traceback_later_is_never_clobbered(run_dir, armed):
+    arm = "mine = tempfile.TemporaryFile()\nfaulthandler.dump_traceback_later(0.5, file=mine)\n"
     code = """
 import faulthandler, sys, time, io, tempfile
 from otel_titan import structured_logger as sl
+""" + (arm if armed == "before_init" else "") + """
 sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=5)
-mine = tempfile.TemporaryFile()
-faulthandler.dump_traceback_later(0.5, file=mine)
+""" + (arm if armed == "after_init" else "") + """
 for _ in range(30):
     with sl.log_trace_span("step"):
         time.sleep(0.05)

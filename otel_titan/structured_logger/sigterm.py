@@ -134,43 +134,6 @@ def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
     return True
 
 
-#: Signal number → callback, for the operator's "write your black box now" signal (run on the watcher).
-_dump_callbacks: dict[int, Callable[[], None]] = {}
-
-
-def _run_dump(callback: Callable[[], None]) -> None:
-    try:
-        callback()
-    except Exception:  # noqa: BLE001 - a failed dump must not stop the watcher
-        _log.exception("otel-titan: writing the black box on the dump signal failed")
-
-
-def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
-    """Make `signum` (``OTEL_TITAN_DUMP_SIGNAL``) run `callback` without disturbing the process (main thread only).
-
-    The callback runs on the watcher thread when there is one (so it works while the
-    main thread is stuck in native code: the C-level handler writes the signal's byte to
-    our wakeup fd), else on the main thread from the Python-level handler.
-    Returns False when it cannot be installed (not the main thread, a bad signal).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return False
-
-    def on_dump_signal(number: int, frame: Any) -> None:
-        if _watching(_watcher):
-            return  # the watcher saw the byte and runs the callback
-        _run_dump(callback)
-
-    try:
-        signal.signal(signum, on_dump_signal)
-    except (ValueError, OSError) as error:
-        _log.warning("otel-titan: cannot install the dump signal %s: %s", signum, error)
-        return False
-    _dump_callbacks.clear()
-    _dump_callbacks[signum] = callback
-    return True
-
-
 _install_lock = threading.Lock()
 _watcher: _Watcher | None = None
 _previous: Any = None  # the Python-level SIGTERM disposition before ours (None: set from C)

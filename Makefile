@@ -12,7 +12,8 @@
 #                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
-.PHONY: setup train test bench bench-export bench-summarize bench-sql bench-start bench-perfetto clean
+#   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
+.PHONY: setup train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto clean
 
 setup:
 	bash scripts/setup.sh
@@ -25,6 +26,9 @@ test: setup
 
 bench: setup
 	.venv/bin/python -m benchmarks.run
+
+bench-stall: setup
+	.venv/bin/python -m benchmarks.stall_watchdog
 
 bench-export: setup
 	.venv/bin/python benchmarks/export_throughput.py

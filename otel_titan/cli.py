@@ -21,6 +21,12 @@ from typing import Sequence, TextIO
 
 import orjson
 
+from otel_titan._version import __version__
+from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
+from otel_titan.analysis.filters import parse_rank_list
+from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
+from otel_titan.analysis.runs import find_run
+from otel_titan.analysis.summary import summarize_tails
 from otel_titan.analysis.safe_text import json_bytes, printable
 
 __all__ = ["main"]
@@ -107,7 +113,6 @@ network request). Big runs are binned (steps and ranks) to stay small.
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from otel_titan import __version__
 
     parser = argparse.ArgumentParser(
         prog="otel-titan",
@@ -138,7 +143,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize = commands.add_parser(
         "summarize",
         help="print where every process stopped, open spans, phase timings and stragglers",
-        description="Summarize a run: the first command after a hang or a timeout.",
+        description="Summarize a run: the first command after a hang or a timeout. When a process stalled, was killed or did not "
+        "close, a Hang section comes first: ranks grouped by where they are, the suspects named (docs/hangs.md).",
         epilog=_SUMMARIZE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -235,7 +241,6 @@ class _WarningHandler(logging.Handler):
 
 
 def _filters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[int] | None, list[str] | None]:
-    from otel_titan.analysis.filters import parse_rank_list
 
     ranks = sources = None
     if args.ranks is not None:
@@ -292,9 +297,6 @@ def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.
 
 
 def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis import NoRecordsError, NotARunError, generate_gantt_trace, parse_step_range
-    from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
-    from otel_titan.analysis.runs import find_run
 
     steps = None
     if args.steps is not None:
@@ -351,8 +353,6 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
 
 def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
-    from otel_titan.analysis.summary import summarize_tails
 
     progress = _Progress(sys.stderr, "summarize") if not args.no_progress and not args.tail and sys.stderr.isatty() else None
     logger, handler = _with_warnings(progress)
@@ -379,7 +379,6 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
 
 
 def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis import NoRecordsError, NotARunError
     from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
     from otel_titan.analysis.sql_output import write_result
 
@@ -440,7 +439,6 @@ def _print_views(db, help_lines: dict[str, str]) -> None:
 
 
 def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis import NoRecordsError, NotARunError
     from otel_titan.analysis.sql import MissingDependencyError
 
     if args.max_cells < 100:

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from otel_titan import structured_logger as sl
-from otel_titan.structured_logger import step_context
+from otel_titan.core import step_context
 from tests.helpers import process_check, processes
 
 REPO = Path(__file__).resolve().parents[1]

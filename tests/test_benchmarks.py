@@ -85,3 +85,14 @@ def test_sql_scale_measures_sql_and_summarize_side_by_side(tmp_path):
     assert len(figures["times"]["sql"]) == len(figures["times"]["summarize"]) == 1 and figures["bytes"] > 0
     assert "sql/summarize" in result.stdout
     assert not run.exists()  # the generated run is gone
+
+
+@pytest.mark.slow
+def test_the_stall_watchdog_benchmark_compares_on_and_off_in_one_run(tmp_path):
+    """benchmarks/stall_watchdog.py end to end (figures not checked: no timed tests)."""
+    out = tmp_path / "stall.json"
+    result = processes.run([sys.executable, "-m", "benchmarks.stall_watchdog", "--rounds", "1", "--spans", "2000", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert set(results["median"]) == {"on", "off"} and set(results["ratio_on_off"]) == {"caller_us", "cpu_us"}
+    assert "| on / off |" in result.stdout

@@ -12,7 +12,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.cli import main
-from tests.analysis import load_trace, titan_file, write_jsonl
+from tests.helpers.analysis import load_trace, titan_file, write_jsonl
 
 
 @pytest.fixture

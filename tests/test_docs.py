@@ -59,7 +59,7 @@ def test_no_link_or_path_in_the_docs_leaves_the_repository():
 
 def test_the_readme_data_flow_names_the_clocks_the_training_thread_reads():
     """capture.py (the training thread's side) reads one clock; the README's diagram says so."""
-    tree = ast.parse((REPO / "otel_titan" / "structured_logger" / "capture.py").read_text(encoding="utf-8"))
+    tree = ast.parse((REPO / "otel_titan" / "core" / "capture.py").read_text(encoding="utf-8"))
     clocks = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "process_time", "process_time_ns", "thread_time", "thread_time_ns"}
     read = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "time" for alias in node.names if alias.name in clocks}
     read |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "time" and node.attr in clocks}

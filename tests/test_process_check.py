@@ -141,7 +141,7 @@ def test_the_hung_toy_run_leaves_no_worker_behind():
     torchrun starts each worker in its own session, so killing the launcher's
     process group used to leave both workers hanging forever (~315 MB each).
     """
-    from tests.analysis import hung_toy_run
+    from tests.helpers.analysis import hung_toy_run
 
     output = hung_toy_run()
     left = _running(str(output))

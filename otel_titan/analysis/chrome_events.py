@@ -45,6 +45,8 @@ __all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT
 SLOT_TID_BASE = 10_000_000
 STEP_TID = SLOT_TID_BASE - 1
 UNKNOWN_TID = SLOT_TID_BASE - 2
+#: The per-process track of torch flight-recorder collectives, from `stall` records (docs/hangs.md).
+COLLECTIVES_TID = SLOT_TID_BASE - 3
 #: Record fields copied into a span's or instant's ``args`` when present.
 ARG_FIELDS = ("step", "relative_step", "step_tags", "caller", "task_name", "description", "span_id", "parent_span_id", "trace_id", "epoch", "iteration", "tid")
 #: Chrome's reserved colour names (catapult's colour scheme; Perfetto picks its own).
@@ -163,6 +165,7 @@ class ProcessTracks:
         self.threads: set[Any] = set()
         self.free_slots: list[int] = []  # a heap: the lowest free slot is reused first
         self.slots = 0
+        self.collectives_seen: set[Any] = set()  # (pg, seq, p2p seq) already drawn from a stall record
 
 
 class ExportVisitor(TimelineVisitor):
@@ -312,6 +315,37 @@ class ExportVisitor(TimelineVisitor):
             event["cname"] = FAILED_COLOR  # records lost, or a signal: worth seeing
         self.out.add(event)
         self.stats.instants += 1
+        recorder = record.get("flight_recorder")
+        if record["log_type_name"] == "stall" and isinstance(recorder, dict):
+            self._collectives(recorder.get("entries") or [], record["time_us"])
+
+    def _collectives(self, entries: list[Any], stall_us: int) -> None:
+        """Flight-recorder entries as slices on the process's collectives track (each (pg, seq) once)."""
+        seen = self.tracks.collectives_seen
+        for entry in entries:
+            if not isinstance(entry, dict) or type(entry.get("time_created_ns")) is not int:
+                continue
+            key = (entry.get("pg_id"), entry.get("collective_seq_id"), entry.get("p2p_seq_id"))
+            done = entry.get("time_completed_ns")
+            if key in seen:
+                continue
+            if not seen:
+                self._name_thread(COLLECTIVES_TID, "collectives (flight recorder)", COLLECTIVES_TID)
+            seen.add(key)
+            begin = entry["time_created_ns"] // 1000
+            end = done // 1000 if type(done) is int and done else (begin if entry.get("retired") else stall_us)
+            self.out.add(
+                {
+                    "name": f"{entry.get('op')} #{entry.get('collective_seq_id')}",
+                    "cat": "collective",
+                    "ph": "X",
+                    "ts": begin,
+                    "dur": max(end - begin, 0),
+                    "pid": self.pid,
+                    "tid": COLLECTIVES_TID,
+                    "args": {k: entry.get(k) for k in ("pg_id", "pg_name", "collective_seq_id", "op", "state", "retired", "input_sizes", "output_sizes")},
+                }
+            )
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         if self.steps is not None and step not in self.steps:

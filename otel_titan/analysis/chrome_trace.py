@@ -31,16 +31,16 @@ from typing import Any, BinaryIO, Callable, Iterable
 
 import orjson
 
+from otel_titan.analysis import export_parallel
 from otel_titan.analysis.clock_align import ClockAlignment
 from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, check_size, tail_alignment
-from otel_titan.analysis.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
+from otel_titan.analysis.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.filters import StepRange, parse_step_range
-from otel_titan.analysis.perfetto_trace import NativeVisitor, PerfettoStream, is_native
-from otel_titan.analysis.reader import NoRecordsError, ProcessLog, read_run
-from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.perfetto_trace import PerfettoStream, is_native
+from otel_titan.analysis.reader import NoRecordsError, read_run
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.safe_text import json_bytes
-from otel_titan.analysis.timeline import walk_process
+from otel_titan.analysis.trace_groups import TraceGroup, process_name, trace_groups, write_groups
 
 __all__ = ["generate_gantt_trace", "default_output", "trace_groups", "process_name", "write_groups", "TraceGroup"]
 
@@ -188,7 +188,6 @@ def generate_gantt_trace(
         >>> # stats = generate_gantt_trace("outputs/structured_logs/", "outputs/analysis/gantt.json")
         >>> # print(stats.spans, stats.skipped_lines)
     """
-    from otel_titan.analysis import export_parallel  # noqa: PLC0415 - it imports this module
 
     started = time.perf_counter()
     ranks = None if ranks is None else sorted(set(ranks))
@@ -266,71 +265,3 @@ def _progress_counter(total: int, progress: Callable[[int, int], None] | None) -
             progress(done, total)
 
     return on_bytes
-
-
-TraceGroup = tuple[int, list[ProcessLog]]
-
-
-def trace_groups(processes: list[ProcessLog]) -> list[TraceGroup]:
-    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid (the rank, when unique).
-
-    Example:
-        >>> from otel_titan.analysis.reader import ProcessLog
-        >>> logs = [ProcessLog("a", [], "training", 0), ProcessLog("b", [], "training", 0), ProcessLog("c", [], "training", 1)]
-        >>> [(pid, [p.base for p in group]) for pid, group in trace_groups(logs)]
-        [(0, ['a', 'b']), (1, ['c'])]
-        >>> [pid for pid, _ in trace_groups(logs + [ProcessLog("d", [], "reward", 0)])]
-        [1, 2, 3]
-    """
-    groups: dict[tuple[str, int | None], list[ProcessLog]] = {}
-    for process in processes:
-        groups.setdefault((process.source, process.rank), []).append(process)
-    ranks = [rank for _, rank in groups]
-    # Perfetto's pids are 32-bit: a rank beyond that (a broken file name) cannot be one.
-    if all(rank is not None and 0 <= rank < 1 << 31 for rank in ranks) and len(set(ranks)) == len(ranks):
-        return [(rank, group) for (_, rank), group in groups.items()]  # type: ignore[misc]
-    return list(enumerate(groups.values(), start=1))
-
-
-def process_name(pid: int, processes: list[ProcessLog]) -> str:
-    """The trace process's name; Perfetto appends the pid, so ``training rank`` with pid 3 reads ``training rank 3``.
-
-    Example:
-        >>> from otel_titan.analysis.reader import ProcessLog
-        >>> process_name(3, [ProcessLog("a", [], "training", 3)]), process_name(2, [ProcessLog("a", [], "rollouter", 0)])
-        ('training rank', 'rollouter rank 0 #')
-    """
-    first = processes[0]
-    return f"{first.source} rank" if first.rank is not None and first.rank == pid else f"{first.label} #"
-
-
-def write_groups(groups: Iterable[TraceGroup], out: EventStream | PerfettoStream, stats: ExportStats, steps: StepRange | None, skipped: SkippedLines, on_bytes: Callable[[int], None] | None, native: bool = False) -> int | None:
-    """Stream the events of `groups` into `out`, counting into `stats`; returns the earliest timestamp.
-
-    What `generate_gantt_trace` and each export worker run, one process after the other.
-
-    Example:
-        >>> # with open("part", "wb") as handle:
-        >>> #     write_groups(trace_groups(run.processes), EventStream(handle), stats, None, run.skipped, None)
-    """
-    visitor = (NativeVisitor if native else ExportVisitor)(out, stats, steps)  # type: ignore[arg-type]
-    first_us: int | None = None
-    for pid, processes in groups:
-        tracks = ProcessTracks(pid=pid)
-        stats.processes += 1
-        out.add({"name": "process_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": process_name(pid, processes)}})
-        out.add({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": pid}})
-        out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
-        out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
-        last_us: int | None = None
-        for process in processes:
-            visitor.begin_process(tracks, process.pid, process.modified_us)
-            extent = walk_process(process.records(skipped, on_bytes), visitor)
-            stats.records += extent.records
-            if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
-                first_us = extent.first_us
-            if extent.last_us is not None and (last_us is None or extent.last_us > last_us):
-                last_us = extent.last_us
-        if native and last_us is not None:
-            out.end_process(pid, last_us)  # type: ignore[union-attr]  # JSON cannot end a counter track
-    return first_us

@@ -30,11 +30,11 @@ from dataclasses import asdict, fields
 from typing import Any, Callable
 
 from otel_titan.analysis.chrome_events import EventStream, ExportStats
-from otel_titan.analysis.chrome_trace import TraceGroup, write_groups
 from otel_titan.analysis.filters import StepRange
 from otel_titan.analysis.perfetto_trace import PerfettoStream
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.trace_groups import TraceGroup, write_groups
 
 __all__ = ["default_jobs", "convert_in_workers", "PARALLEL_MIN_BYTES", "MAX_JOBS"]
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.record_lines import SkippedLines, file_records, loads_line
 from otel_titan.analysis.safe_text import escape_surrogates
+from otel_titan.schema import META_EVENTS
 
 __all__ = [
     "NotARunError",
@@ -35,7 +36,6 @@ __all__ = [
 _log = logging.getLogger("otel_titan.analysis")
 
 #: The logger's own records (docs/schema.md): shown as process-level markers, never as phases.
-META_EVENTS = frozenset({"structured_logger_opened", "records_dropped", "signal_received", "heartbeat", "structured_logger_closed"})
 
 #: torchtitan's naming rule: `{source}.global_rank_{rank}.{stamp}-{rand}.jsonl` (rotated segments add `.N`).
 _TITAN_NAME = re.compile(r"^(?P<source>.+)\.global_rank_(?P<rank>\d+)\.(?P<stamp>\d{8}-\d{6})-(?P<suffix>[A-Za-z0-9]+)\.jsonl$")

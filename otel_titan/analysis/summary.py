@@ -42,10 +42,13 @@ from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets
+from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
+from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
+from otel_titan.schema import MetaEvent
 
 __all__ = [
     "summarize_run",
@@ -79,8 +82,7 @@ _MEDIAN_SE = 1.2533
 _EXACT_SPREAD_UP_TO = 64
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
-_OTEL_TITAN_LOGGER = "otel_titan.structured_logger"
-_OPENED = "structured_logger_opened"
+_OPENED = MetaEvent.OPENED
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:
@@ -104,12 +106,14 @@ class _Collector(TimelineVisitor):
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
+        # label → digest of its latest `stall` record (analysis/hang.py)
+        self.black_boxes: dict[str, dict[str, Any]] = {}
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_offsets": self.phase_offsets, "closing": self.closing}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -132,6 +136,7 @@ class _Collector(TimelineVisitor):
         for key, offsets in state["phase_offsets"].items():
             self.phase_offsets.setdefault(key, array("d")).extend(offsets)
         self.closing.extend(state["closing"])
+        self.black_boxes.update(state.get("black_boxes", {}))
 
     def begin(self, process: ProcessLog, summary: ProcessSummary) -> None:
         self.process, self.summary = process, summary
@@ -186,6 +191,8 @@ class _Collector(TimelineVisitor):
     def meta(self, record: dict[str, Any]) -> None:
         summary = self.summary
         name = record["log_type_name"]
+        if name == "stall":
+            self.black_boxes[self.process.label] = digest_black_box(record)
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"
@@ -329,7 +336,7 @@ def summarize_run(
     _apply_offsets(processes, alignment)
     stragglers = _stragglers(collector)
     _arrivals(stragglers, collector.closing, alignment)
-    return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records)
+    return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
 
 
 def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:
@@ -443,7 +450,7 @@ def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -
             span.start_us -= offset
 
 
-def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int) -> RunSummary:
+def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, black_boxes: dict[str, dict[str, Any]] | None = None) -> RunSummary:
     # Every file empty: each process hung (or died) before its first record; that is the summary.
     last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
@@ -471,6 +478,7 @@ def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignm
         hang_suspects=[p.label for p in processes if p.hang_suspect],
         straggler_rule=dict(STRAGGLER_RULE),
         clock=alignment,
+        hang=build_hang(processes, black_boxes or {}, bases_of(logs.processes)),
     )
 
 

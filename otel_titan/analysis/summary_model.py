@@ -227,6 +227,8 @@ class RunSummary:
     clock: ClockAlignment | None = None
     #: Built from file tails only (`summarize_tails`): no phases, no stragglers.
     tail_only: bool = False
+    #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
+    hang: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: times as µs and as UTC strings, open spans with their path.

@@ -7,6 +7,7 @@ import time
 from typing import Sequence
 
 from otel_titan.analysis.headline import headline_data, headline_lines
+from otel_titan.analysis.hang import format_hang
 from otel_titan.analysis.runs import RunChoice
 from otel_titan.analysis.safe_text import printable
 from otel_titan.analysis.summary import MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
@@ -109,7 +110,7 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
     Example:
         >>> # print(format_summary(summarize_run("outputs")))
     """
-    lines: list[str] = []
+    lines: list[str] = format_hang(summary.hang)  # first: after a hang, the first question
     duration = None if summary.first_us is None or summary.last_us is None else (summary.last_us - summary.first_us) / 1e6
     lines.append(f"Run {summary.run_dir}  ({len(summary.processes)} processes, logs in {summary.log_dir})")
     choice = RunChoice(summary.run_id, summary.run_selection, summary.runs)

@@ -39,10 +39,12 @@ import sys
 import time
 from typing import Any, Sequence
 
-from otel_titan.exporters.base import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
-from otel_titan.exporters.records import META_EVENTS, RecordEncoder
+from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
+from otel_titan.exporters.records import RecordEncoder
+from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
-from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.schema import MetaEvent
+from otel_titan.core.identity import RunIdentity
 
 __all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
 
@@ -121,9 +123,20 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         backup_count: int = 3,
         stats: PipelineStats | None = None,
         opened_fields: dict[str, Any] | None = None,
+        stacks_file: bool = False,
     ) -> None:
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
+        #: The side file faulthandler writes stacks to when a C call holds the interpreter lock
+        #: (core/blackbox.py): ``<file>.jsonl.stacks``, opened now, since it cannot be opened then.
+        self.stacks_file: Any = None
+        opened_fields = dict(opened_fields or {})
+        if stacks_file:
+            try:
+                self.stacks_file = open(self.path + ".stacks", "ab", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+                opened_fields["stacks_file"] = os.path.basename(self.path) + ".stacks"
+            except OSError:
+                self.stacks_file = None
         self._encoder = RecordEncoder(identity)
         self._stats = stats
         self._opened_fields = opened_fields or {}
@@ -144,7 +157,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         Returns the file's size after it. A failed write (a full disk) is not
         an init error: the record is written with the first batch instead.
         """
-        line = self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns)
+        line = self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns)
         try:
             self._file.write_lines([line])
         except OSError:
@@ -163,7 +176,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         if lost == self._reported_loss:
             return None
         line = self._encoder.meta_line(
-            META_EVENTS.DROPPED,
+            MetaEvent.DROPPED,
             {
                 "value": lost - self._reported_loss,
                 "dropped_records": self.dropped_records,
@@ -184,7 +197,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         was_opened, reported = self._opened, self._reported_loss
         if not was_opened:
             self._opened = True
-            lines.append(self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns))
+            lines.append(self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns))
         report = self._loss_report()
         if report is not None:
             lines.append(report)
@@ -242,7 +255,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             return
         names = [span.name for span in open_spans[-8:]]
         line = self._encoder.meta_line(
-            META_EVENTS.HEARTBEAT,
+            MetaEvent.HEARTBEAT,
             {
                 "open_spans": len(open_spans),
                 "open_span_names": names,
@@ -255,6 +268,16 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         except OSError:
             pass  # a heartbeat is best effort; the next one retries
 
+    def black_box(self, time_ns: int, record: dict[str, Any]) -> None:
+        """Write a ``stall`` record: the hang black box (core/blackbox.py; fields in docs/schema.md)."""
+        if self._closed:
+            return
+        line = self._encoder.meta_line(MetaEvent.STALL, record, time_ns)
+        try:
+            self._file.write_lines([line])
+        except OSError:
+            pass  # best effort, like a heartbeat
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Writes are unbuffered: everything exported is already in the kernel."""
         return True
@@ -266,20 +289,20 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         lines: list[bytes] = []
         if not self._opened:
             self._opened = True
-            lines.append(self._encoder.meta_line(META_EVENTS.OPENED, self._opened_fields, self._opened_at_ns))
+            lines.append(self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns))
         report = self._loss_report()
         if report is not None:
             lines.append(report)
         lines.append(
             self._encoder.meta_line(
-                META_EVENTS.CLOSED,
+                MetaEvent.CLOSED,
                 {
                     "closing": True,
                     "written_records": self.written_records,
                     "dropped_records": self.dropped_records,
                     "failed_records": self.failed_records,
                     # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
-                    "skipped_values": getattr(self._stats, "skipped_values", 0),
+                    "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
                     "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
                 },
             )
@@ -290,11 +313,27 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             _log.warning("otel-titan: could not write the closing record to %s: %s", self.path, error)
         self._closed = True
         self._file.close()
+        self._close_stacks(remove_empty=True)
+
+    def _close_stacks(self, remove_empty: bool) -> None:
+        stacks, self.stacks_file = self.stacks_file, None
+        if stacks is None:
+            return
+        try:
+            stacks.close()
+            if remove_empty:
+                with open(stacks.name, "rb") as handle:
+                    dumped = b"most recent call first" in handle.read(1 << 20)
+                if not dumped:  # only thread-name notes: nothing a reader needs
+                    os.unlink(stacks.name)
+        except OSError:
+            pass
 
     def discard(self) -> None:
         """Undo a construction whose init failed later: close and remove the file, if it holds nothing but the opening record."""
         self._closed = True
         self._file.close()
+        self._close_stacks(remove_empty=True)
         try:
             if os.path.getsize(self.path) in (0, self._opened_size):
                 os.unlink(self.path)
@@ -305,6 +344,12 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         """In a forked child: forget the parent's file without writing to it."""
         self._closed = True
         self._file.close_after_fork()
+        stacks, self.stacks_file = self.stacks_file, None
+        if stacks is not None:
+            try:
+                stacks.close()
+            except OSError:
+                pass
 
     def segment_paths(self) -> list[str]:
         """This process's file segments, oldest first."""
@@ -325,7 +370,6 @@ def register_jsonl_handler(
     Example:
         >>> # export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
     """
-    from otel_titan import __version__  # noqa: PLC0415 - avoid an import cycle at module load
 
     check_file_name(output_dir, identity.source, identity.rank, options.backup_count)
     path = jsonl_file_path(output_dir, identity.source, identity.rank)
@@ -343,6 +387,7 @@ def register_jsonl_handler(
             "queue_size": options.queue_size,
             "message": f"structured logger opened for {identity.source} rank {identity.rank}",
         },
+        stacks_file=getattr(options, "stall_after_s", None) != 0,
     )
     add_span_exporter(exporter)
     return exporter

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from otel_titan.exporters.base import SpanExportResult, StartAwareSpanExporter, TimelineItem
+from otel_titan.core.exporter import SpanExportResult, StartAwareSpanExporter, TimelineItem
 from otel_titan.exporters.records import RecordEncoder
-from otel_titan.structured_logger.compat import RECORD_ATTRIBUTE
-from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.exporters.compat import RECORD_ATTRIBUTE
+from otel_titan.core.identity import RunIdentity
 
 __all__ = ["LoggingBridgeExporter"]
 

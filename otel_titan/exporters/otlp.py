@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_titan.exporters.otel_env import otlp_protocol, sdk_disabled
 from otel_titan.exporters.queued import QueuedSpanExporter
-from otel_titan.structured_logger.handler_factories import HandlerSkipped
+from otel_titan.core.exporter import HandlerSkipped
 
 __all__ = ["register_otlp_handler", "register_console_handler", "is_sent_as_span"]
 

@@ -25,12 +25,14 @@ from typing import Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_titan.core.exporter import TitanSpanExporter
+
 __all__ = ["QueuedSpanExporter"]
 
 _log = logging.getLogger("otel_titan")
 
 
-class QueuedSpanExporter(SpanExporter):
+class QueuedSpanExporter(TitanSpanExporter):
     """Export through `exporter` from a background thread with a bounded queue.
 
     Args:

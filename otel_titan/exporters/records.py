@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from typing import Any, Mapping, Sequence
 
@@ -21,23 +22,12 @@ import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from otel_titan.structured_logger.identity import RunIdentity
-from otel_titan.structured_logger.titan_span import RecordKind, TitanSpan, fields_of
+from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION
+from otel_titan.core.capture import thread_names as capture_thread_names
+from otel_titan.core.identity import RunIdentity
+from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
 
-__all__ = ["RecordEncoder", "SCHEMA_VERSION", "LOGGER_NAME", "META_EVENTS", "json_safe_number"]
-
-#: Bumped when a field changes meaning or disappears (adding fields does not bump it).
-SCHEMA_VERSION = 1
-LOGGER_NAME = "otel_titan.structured_logger"
-
-
-class META_EVENTS:
-    """``log_type_name`` of the records the logger writes about itself."""
-
-    OPENED = "structured_logger_opened"
-    DROPPED = "records_dropped"
-    HEARTBEAT = "heartbeat"
-    CLOSED = "structured_logger_closed"
+__all__ = ["RecordEncoder", "json_safe_number"]
 
 
 def json_safe_number(value: Any) -> Any:
@@ -58,7 +48,7 @@ class RecordEncoder:
     Not thread-safe: one encoder per file, used on the processor thread.
 
     Example:
-        >>> from otel_titan.structured_logger.identity import discover_identity
+        >>> from otel_titan.core.identity import discover_identity
         >>> enc = RecordEncoder(discover_identity("training", environ={"TORCHELASTIC_RUN_ID": "r"}))
         >>> rec = orjson.loads(enc.meta_line("records_dropped", {"value": 3}))
         >>> rec["log_type_name"], rec["seq_id"], rec["rank"]
@@ -93,6 +83,9 @@ class RecordEncoder:
         # Encoded pieces of the fields a span's records share (see encode_timeline).
         self._site_fragments: dict[tuple[Any, ...], bytes] = {}
         self._step_fragments: dict[tuple[Any, ...], bytes] = {}
+        # Native thread id → `threading` name, refreshed only when an unknown id shows up (a new
+        # thread), so a name costs one `threading.enumerate()` per thread, not per record.
+        self._thread_names: dict[int, str] = {}
 
     # -- encoding ---------------------------------------------------------------------------
     def _line(self, record: dict[str, Any]) -> bytes:
@@ -222,6 +215,25 @@ class RecordEncoder:
                 append(_json(record)[:-1] + shared_json)
         self._seq = seq
 
+    def thread_name(self, tid: Any) -> str | None:
+        """The `threading` name of the thread with native id `tid` (cached), or None once it is gone."""
+        names = self._thread_names
+        name = names.get(tid)
+        if name is None:
+            name = capture_thread_names.get(tid)  # noted on the thread's first record, so ended threads keep their name
+            if name is not None:
+                names[tid] = name
+        if name is None and type(tid) is int:
+            if len(names) > 4096:  # thread pools that churn: start over rather than grow
+                names.clear()
+            for thread in threading.enumerate():
+                if thread.native_id is not None:
+                    names[thread.native_id] = thread.name
+            name = names.get(tid)
+            if name is None:
+                names[tid] = ""  # gone before its records were written: do not enumerate again
+        return name or None
+
     def _site_fragment(self, key: tuple[Any, ...]) -> bytes:
         code_file, code_line, code_function, tid, task_name, description = key
         fields: dict[str, Any] = {
@@ -233,6 +245,9 @@ class RecordEncoder:
             "log_file": code_file,
             "log_function": code_function,
         }
+        thread_name = self.thread_name(tid)
+        if thread_name is not None:
+            fields["thread_name"] = thread_name
         if task_name is not None:
             fields["task_name"] = task_name
         if description is not None:
@@ -357,6 +372,9 @@ class RecordEncoder:
             record["relative_step"] = fields.relative_step
         if fields.step_tags:
             record["step_tags"] = fields.step_tags
+        thread_name = self.thread_name(tid)
+        if thread_name is not None:
+            record["thread_name"] = thread_name
         if fields.task_name is not None:
             record["task_name"] = fields.task_name
         if fields.description is not None:

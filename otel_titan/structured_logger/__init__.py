@@ -1,21 +1,26 @@
 """The ``sl.*`` API: torchtitan's structured logger on OpenTelemetry spans.
 
+The top layer: the calls themselves live in `otel_titan.core` (capture,
+step context) and are re-exported here; this package adds the wiring.
+
 Data flow (one concern per module)::
 
-    sl.log_trace_span / log_trace_instant / log_trace_scalar     capture.py   (calling thread)
-        │  step + tags from step_context.py, caller frame, thread, task, ids
+    sl.log_trace_span / log_trace_instant / log_trace_scalar     core/capture.py   (calling thread)
+        │  step + tags from core/step_context.py, caller frame, thread, task, ids
         ▼
-    EventQueue (bounded deque, drops counted, never blocks)      event_queue.py
+    EventQueue (bounded deque, drops counted, never blocks)      core/event_queue.py
         ▼
-    BatchProcessor thread (every 50 ms or on flush)              processor.py
-        │  SpanBuilder: tuples → OpenTelemetry ReadableSpans     span_builder.py, trace_ids.py
+    BatchProcessor thread (every 50 ms or on flush)              core/processor.py
+        │  SpanBuilder: tuples → OpenTelemetry ReadableSpans     core/span_builder.py, trace_ids.py
         ▼
-    exporters registered by handler factories                   handler_factories.py
+    exporters registered by handler factories                   handler_factories.py, core/exporter.py
         ├── JsonlSpanExporter → structured_logs/*.jsonl          otel_titan/exporters/jsonl.py
         └── any SDK SpanExporter (OTLP, console, yours)
 
-    init / flush / shutdown, atexit, SIGTERM, fork               lifecycle.py
-    rank, world, run id, Resource                                identity.py
+    init / flush / shutdown                                      lifecycle.py, validation.py
+    the running logger's state                                   runtime.py
+    atexit, SIGTERM, fork                                        process_hooks.py, sigterm.py
+    rank, world, run id, Resource                                core/identity.py
 
 Example:
     >>> from otel_titan import structured_logger as sl
@@ -23,10 +28,11 @@ Example:
     ...     pass
 """
 
-from otel_titan.structured_logger.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
-from otel_titan.structured_logger.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
-from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV, HandlerFactoryError, HandlerSkipped
-from otel_titan.structured_logger.identity import RunIdentity
+from otel_titan.core.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
+from otel_titan.exporters.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
+from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped
+from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV
+from otel_titan.core.identity import RunIdentity
 from otel_titan.structured_logger.lifecycle import (
     flush_structured_logger,
     get_exporters,
@@ -35,8 +41,8 @@ from otel_titan.structured_logger.lifecycle import (
     is_initialized,
     shutdown_structured_logger,
 )
-from otel_titan.structured_logger.options import LoggerOptions
-from otel_titan.structured_logger.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
+from otel_titan.core.options import LoggerOptions
+from otel_titan.core.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
 
 __all__ = [
     "init_structured_logger",

@@ -21,8 +21,18 @@ When one of the variables is set, *only* the listed factories run.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import Any, Callable, Mapping, Sequence
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped, PipelineStats, discard_exporter
+from otel_titan.core.identity import RunIdentity
+from otel_titan.core.options import LoggerOptions
+from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
+from otel_titan.exporters.otel_env import traces_exporter_handler_specs
 
 __all__ = [
     "HANDLERS_ENV",
@@ -34,7 +44,11 @@ __all__ = [
     "load_factory",
     "default_handler_specs",
     "FACTORY_KWARGS",
+    "run_factories",
+    "close_handlers",
 ]
+
+_log = logging.getLogger("otel_titan")
 
 HANDLERS_ENV = "OTEL_TITAN_HANDLERS"
 TORCHTITAN_HANDLERS_ENV = "TITAN_STRUCT_LOGGER_HANDLERS"
@@ -60,18 +74,6 @@ FACTORY_KWARGS = (
 )
 
 
-class HandlerFactoryError(RuntimeError):
-    """A handler factory could not be imported, or raised when called."""
-
-
-class HandlerSkipped(Exception):
-    """Raised by a factory that deliberately attaches nothing (e.g. ``OTEL_SDK_DISABLED=true``).
-
-    Unlike any other exception, it does not fail `init_structured_logger`: the
-    factory is skipped and the reason logged at INFO level.
-    """
-
-
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
@@ -83,8 +85,6 @@ def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
         >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
         'otel_titan.exporters.otlp.register_otlp_handler'
     """
-    from otel_titan.exporters.otel_env import traces_exporter_handler_specs  # noqa: PLC0415 - the exporters package imports this module
-
     return [JSONL_HANDLER, *traces_exporter_handler_specs(environ)]
 
 
@@ -116,7 +116,7 @@ def load_factory(spec: Any) -> Callable[..., Any]:
         >>> load_factory("no_such_pkg.make")
         Traceback (most recent call last):
         ...
-        otel_titan.structured_logger.handler_factories.HandlerFactoryError: handler factory 'no_such_pkg.make': cannot import module 'no_such_pkg' (ModuleNotFoundError: No module named 'no_such_pkg')
+        otel_titan.core.exporter.HandlerFactoryError: handler factory 'no_such_pkg.make': cannot import module 'no_such_pkg' (ModuleNotFoundError: No module named 'no_such_pkg')
     """
     if callable(spec):
         return spec
@@ -146,3 +146,101 @@ def describe(spec: Any) -> str:
     if isinstance(spec, str):
         return spec
     return f"{getattr(spec, '__module__', '?')}.{getattr(spec, '__qualname__', repr(spec))}"
+
+
+def run_factories(
+    handlers: Sequence[Any] | None,
+    structured_logger: logging.Logger,
+    *,
+    identity: RunIdentity,
+    resource: Resource,
+    options: LoggerOptions,
+    stats: PipelineStats,
+    output_dir: str,
+) -> tuple[list[SpanExporter], list[logging.Handler]]:
+    """Run the factories that apply (see the module docstring); return what they registered.
+
+    Strict: a factory that cannot be imported, raises (other than
+    `HandlerSkipped`) or registers nothing fails the whole call with
+    `HandlerFactoryError`, and whatever the earlier factories made is undone
+    first (`discard` hooks, handlers closed). When a factory added a
+    `logging.Handler`, a `LoggingBridgeExporter` feeds those handlers.
+    """
+    try:
+        specs, origin = resolve_handler_specs(handlers)
+    except ValueError as error:  # e.g. OTEL_TRACES_EXPORTER=zipkin
+        raise HandlerFactoryError(str(error)) from error
+    exporters: list[SpanExporter] = []
+    handlers_before = list(structured_logger.handlers)
+
+    def add_span_exporter(exporter: SpanExporter) -> None:
+        if not isinstance(exporter, SpanExporter):
+            raise TypeError(f"add_span_exporter() takes an opentelemetry SpanExporter, got {type(exporter).__name__}")
+        exporters.append(exporter)
+
+    kwargs = {
+        "structured_logger": structured_logger,
+        "add_span_exporter": add_span_exporter,
+        "rank": identity.rank,
+        "local_rank": identity.local_rank,
+        "world_size": identity.world_size,
+        "source": identity.source,
+        "output_dir": output_dir,
+        "run_id": identity.run_id,
+        "attempt": identity.attempt,
+        "job_id": identity.job_id,
+        "trace_id": identity.run_id,
+        "identity": identity,
+        "resource": resource,
+        "options": options,
+        "stats": stats,
+    }
+    try:
+        for spec in specs:
+            _run_one(spec, origin, kwargs, exporters, structured_logger)
+        if not specs:
+            raise HandlerFactoryError(f"no handler factory to run ({origin} is empty)")
+        new_handlers = [h for h in structured_logger.handlers if h not in handlers_before]
+        if new_handlers:
+            exporters.append(LoggingBridgeExporter(structured_logger, identity))
+    except BaseException:
+        _discard_all(exporters)
+        close_handlers(structured_logger, [h for h in structured_logger.handlers if h not in handlers_before])
+        raise
+    return exporters, new_handlers
+
+
+def _run_one(spec: Any, origin: str, kwargs: dict[str, Any], exporters: list[SpanExporter], structured_logger: logging.Logger) -> None:
+    factory = load_factory(spec)
+    registered_before = len(exporters) + len(structured_logger.handlers)
+    try:
+        factory(**kwargs)
+    except HandlerSkipped as skipped:
+        _log.info("otel-titan: handler factory %s skipped: %s", describe(spec), skipped)
+        return
+    except Exception as error:
+        raise HandlerFactoryError(f"handler factory {describe(spec)!r} (from {origin}) raised {type(error).__name__}: {error}") from error
+    if len(exporters) + len(structured_logger.handlers) == registered_before:
+        # Strict: a factory the user asked for that attaches nothing
+        # would silently run without the observability they enabled.
+        raise HandlerFactoryError(
+            f"handler factory {describe(spec)!r} (from {origin}) registered no exporter (add_span_exporter) and no handler (structured_logger.addHandler)"
+        )
+
+
+def _discard_all(exporters: list[SpanExporter]) -> None:
+    for exporter in exporters:
+        try:
+            discard_exporter(exporter)
+        except Exception:  # noqa: BLE001 - already failing; report the original error
+            pass
+
+
+def close_handlers(structured_logger: logging.Logger, handlers: Sequence[logging.Handler]) -> None:
+    """Detach `handlers` from `structured_logger` and close them (a failing close is ignored)."""
+    for handler in handlers:
+        structured_logger.removeHandler(handler)
+        try:
+            handler.close()
+        except Exception:  # noqa: BLE001
+            pass

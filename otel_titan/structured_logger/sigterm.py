@@ -41,7 +41,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-__all__ = ["install", "uninstall", "after_fork_in_child", "is_installed"]
+__all__ = ["install", "uninstall", "after_fork_in_child", "is_installed", "install_dump_signal"]
 
 _log = logging.getLogger("otel_titan")
 
@@ -88,10 +88,50 @@ class _Watcher:
                 own = min(terms, self.self_trips - self.self_trips_seen)
                 self.self_trips_seen += own
                 self.forward(data.replace(_STOP, b""))
+                for signum, callback in list(_dump_callbacks.items()):
+                    if bytes((signum,)) in data:
+                        _run_dump(callback)
                 if terms > own:
                     _episode_in_watcher(self)
         finally:
             _close(read_fd)
+
+
+#: Signal number → callback, for the operator's "write your black box now" signal (run on the watcher).
+_dump_callbacks: dict[int, Callable[[], None]] = {}
+
+
+def _run_dump(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # noqa: BLE001 - a failed dump must not stop the watcher
+        _log.exception("otel-titan: writing the black box on the dump signal failed")
+
+
+def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
+    """Make `signum` (``OTEL_TITAN_DUMP_SIGNAL``) run `callback` without disturbing the process (main thread only).
+
+    The callback runs on the watcher thread when there is one (so it works while the
+    main thread is stuck in native code: the C-level handler writes the signal's byte to
+    our wakeup fd), else on the main thread from the Python-level handler.
+    Returns False when it cannot be installed (not the main thread, a bad signal).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def on_dump_signal(number: int, frame: Any) -> None:
+        if _watching(_watcher):
+            return  # the watcher saw the byte and runs the callback
+        _run_dump(callback)
+
+    try:
+        signal.signal(signum, on_dump_signal)
+    except (ValueError, OSError) as error:
+        _log.warning("otel-titan: cannot install the dump signal %s: %s", signum, error)
+        return False
+    _dump_callbacks.clear()
+    _dump_callbacks[signum] = callback
+    return True
 
 
 _install_lock = threading.Lock()
@@ -193,13 +233,17 @@ def _uninstall_locked() -> None:
     _watcher = None
     if watcher.pid != os.getpid():
         return
+    _restore_disposition()
+    _stop_watcher(watcher)
+
+
+def _restore_disposition() -> None:
+    """SIGTERM's disposition from before `install`, only if ours is still the installed handler (one installed after us stays)."""
     try:
-        # Only if ours is still the installed handler: one installed after us stays.
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
     except (ValueError, OSError):
         pass
-    _stop_watcher(watcher)
 
 
 def _restore_wakeup_fd(watcher: _Watcher) -> bool:
@@ -242,11 +286,7 @@ def after_fork_in_child() -> None:
     # Python-level handler, never acted on: Pool.terminate() would then wait
     # forever for that worker. So the child gets the disposition from before;
     # one that starts its own logger gets its own watcher.
-    try:
-        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
-    except (ValueError, OSError):
-        pass
+    _restore_disposition()
     # The pipe is shared with the parent: point the inherited write end at
     # /dev/null first, so that nothing this child receives can wake the parent's watcher.
     try:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tests.analysis import T0
+from tests.helpers.analysis import T0
 
 
 def rank_file(

@@ -15,7 +15,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, StepRange, generate_gantt_trace
 from otel_titan.analysis.chrome_events import ALIVE_EVIDENCE_US, SLOT_TID_BASE, STEP_TID
-from tests.analysis import (
+from tests.helpers.analysis import (
     SLOW_MS,
     T0,
     TOY_STEPS,

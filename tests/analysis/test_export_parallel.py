@@ -8,7 +8,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import export_parallel, generate_gantt_trace
-from tests.analysis import load_trace
+from tests.helpers.analysis import load_trace
 
 
 def real_run(run_dir, ranks=4):

@@ -8,7 +8,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, NotARunError, find_log_dir, read_run
-from tests.analysis import titan_file, titan_record, write_jsonl
+from tests.helpers.analysis import titan_file, titan_record, write_jsonl
 
 
 def write_process(run_dir, source, rank, steps=2, **options):

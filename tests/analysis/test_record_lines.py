@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import record_lines
 from otel_titan.analysis.record_lines import SkippedLines, file_records
-from tests.analysis import titan_record, write_jsonl
+from tests.helpers.analysis import titan_record, write_jsonl
 from tests.conftest import jsonl_files
 
 

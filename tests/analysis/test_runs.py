@@ -11,7 +11,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import format_summary, generate_gantt_trace, read_run, runs, summarize_run
 from otel_titan.analysis.runs import UnknownRunError, find_run, select_run
-from tests.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
+from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
 from tests.analysis.runs import rank_file
 
 SLOW_FETCH_S = 0.015

@@ -17,7 +17,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
 from otel_titan.analysis.summary import MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z, compare_ranks, percentile
-from tests.analysis import HANG_STEP, SLOW_MS, T0, TOY_STEPS, hung_toy_run, titan_file, titan_record, toy_run, write_jsonl
+from tests.helpers.analysis import HANG_STEP, SLOW_MS, T0, TOY_STEPS, hung_toy_run, titan_file, titan_record, toy_run, write_jsonl
 from tests.analysis.runs import jittered, rank_file
 from tests.conftest import REPO
 

@@ -6,7 +6,7 @@ import os
 
 from otel_titan.analysis import format_summary, summarize_run
 from otel_titan.analysis.summary_text import compress_ranks, format_ms
-from tests.analysis import T0, titan_file, titan_record, write_jsonl
+from tests.helpers.analysis import T0, titan_file, titan_record, write_jsonl
 from tests.analysis.runs import rank_file
 from tests.analysis.test_summary import healthy_ranks, synchronous_run
 

@@ -8,7 +8,7 @@ import threading
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import ProcessExtent, TimelineVisitor, walk_process
 from otel_titan.analysis.timeline import error_details
-from tests.analysis import T0, titan_record, titan_span
+from tests.helpers.analysis import T0, titan_record, titan_span
 
 
 class Recorder(TimelineVisitor):

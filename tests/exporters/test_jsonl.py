@@ -70,3 +70,26 @@ def test_directory_removed_mid_run_is_recreated(run_dir):
     (path,) = jsonl_files(run_dir)
     names = [json.loads(line)["log_type_name"] for line in open(path)]
     assert names == ["after", "structured_logger_closed"]
+
+
+def test_records_carry_the_threading_name_of_their_thread(run_dir):
+    import threading
+
+    sl.init_structured_logger("training", run_dir, world_size=1)
+
+    def load():
+        with sl.log_trace_span("data_fetch"):
+            pass
+        sl.log_trace_instant("loaded")
+
+    worker = threading.Thread(target=load, name="loader-0")
+    worker.start()
+    worker.join()
+    with sl.log_trace_span("fwd_bwd"):
+        pass
+    sl.shutdown_structured_logger()
+    (path,) = jsonl_files(run_dir)
+    names = {r["log_type_name"]: r.get("thread_name") for r in map(json.loads, open(path))}
+    assert names["data_fetch_start"] == names["data_fetch_end"] == names["loaded"] == "loader-0"
+    assert names["fwd_bwd_start"] == "MainThread"
+    assert names["structured_logger_opened"] is None  # the logger's own records name no thread

@@ -12,10 +12,10 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
 from otel_titan.exporters.records import RecordEncoder, json_safe_number
-from otel_titan.structured_logger.identity import discover_identity
-from otel_titan.structured_logger.titan_span import RecordKind, TitanSpan, fields_of
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator
-from otel_titan.structured_logger.span_builder import _context
+from otel_titan.core.identity import discover_identity
+from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
+from otel_titan.core.trace_ids import SpanIdAllocator
+from otel_titan.core.span_builder import _context
 
 IDENTITY = discover_identity("training", environ={"RANK": "2", "WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "run"})
 SpanClass = TitanSpan.bind(Resource.get_empty(), InstrumentationScope("t"))
@@ -122,7 +122,7 @@ def test_foreign_readable_spans_are_read_through_their_attributes():
 
 
 def test_fast_span_construction_matches_the_sdk_layout():
-    from otel_titan.structured_logger import titan_span
+    from otel_titan.core import titan_span
 
     assert titan_span._SDK_LAYOUT_MATCHES, "opentelemetry-sdk changed ReadableSpan's fields: review TitanSpan.make"
     span = make(RecordKind.SPAN, "x", 1, (), None, None)

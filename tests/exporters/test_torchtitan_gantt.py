@@ -18,7 +18,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import generate_gantt_trace
 from tests.conftest import REPO, jsonl_files, read_records
-from tests.analysis import load_trace
+from tests.helpers.analysis import load_trace
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11), reason="torchtitan 0.3.0 needs Python >= 3.11 (enum.StrEnum)")
 

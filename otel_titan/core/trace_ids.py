@@ -27,7 +27,7 @@ import hashlib
 import secrets
 from typing import Any
 
-from otel_titan.structured_logger.capture import H_GEN, H_PARENT, H_REMOTE, H_STATE
+from otel_titan.core.events import H_GEN, H_PARENT, H_REMOTE, H_STATE
 
 __all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle"]
 

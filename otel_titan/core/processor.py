@@ -13,7 +13,15 @@ The thread wakes every `schedule_delay` (50 ms by default) or on a flush, so a
 record reaches the OS about that long after it was emitted. When nothing was
 emitted for `heartbeat_s` (10 s) while spans are open, start-aware exporters
 are told (`heartbeat`): the JSONL file then records that the process is alive
-and still inside those spans, which a later SIGKILL would otherwise hide. One exporter
+and still inside those spans, which a later SIGKILL would otherwise hide (exporters
+of finished spans, OTLP, get copies of the open spans marked incomplete and
+pending, so a hung span shows in Jaeger or Tempo while the job hangs).
+
+The same thread is the stall watchdog, at no cost to the training thread: it
+already sees every span's end. When no span ended for ``stall_after_s`` while
+spans are open, it writes the hang black box once per stall (blackbox.py) to
+exporters declaring `black_box`; a dump signal, a trigger or SIGTERM asks for
+one through a ``BLACK_BOX`` control event (`black_box`). One exporter
 raising never stops the others: the first failure of each exporter is logged
 with its traceback, later ones are counted.
 """
@@ -21,17 +29,21 @@ with its traceback, later ones are counted.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Sequence
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.exporters.base import StartAwareSpanExporter, Timeline
-from otel_titan.structured_logger.capture import END, FLUSH, INSTANT, SCALAR, START, STOP
-from otel_titan.structured_logger.event_queue import EventQueue
-from otel_titan.structured_logger.span_builder import SpanBuilder
-from otel_titan.structured_logger.titan_span import TitanSpan
+from otel_titan.core import blackbox
+from otel_titan.core.capture import thread_names
+from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
+from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, H_MONO, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
+from otel_titan.core.event_queue import EventQueue
+from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.titan_span import TitanSpan
+from otel_titan.core.warn_once import WarnOnce
 
 __all__ = ["BatchProcessor"]
 
@@ -60,10 +72,16 @@ class BatchProcessor:
         schedule_delay: float = 0.05,
         max_batch: int = 8192,
         heartbeat_s: float = 10.0,
+        stall_after_s: float | None = None,
+        stacks_file: Any = None,
+        stall_floor_s: float = blackbox.DEFAULT_MIN_STALL_S,
+        trigger_path: str | None = None,
     ) -> None:
         self._queue = queue
         self._builder = builder
         self._timeline_exporters = [e for e in exporters if isinstance(e, StartAwareSpanExporter)]
+        # Declared hooks, resolved once (core/exporter.py): heartbeats go to start-aware exporters only.
+        self._heartbeat_exporters: list[Any] = [e for e in self._timeline_exporters if isinstance(e, HeartbeatAware)]
         self._plain_exporters = [e for e in exporters if not isinstance(e, StartAwareSpanExporter)]
         self._exporters = list(exporters)
         self._schedule_delay = schedule_delay
@@ -72,17 +90,46 @@ class BatchProcessor:
         self._wake = threading.Event()
         self._stopped = threading.Event()  # set once the exporters are shut down (see `stop`)
         self._thread: threading.Thread | None = None
-        self._failures: dict[int, int] = {}
+        self._failures = WarnOnce()  # per exporter: the first failure is logged, later ones counted
         self._exporting_since = 0.0
         self._cpu_clock: int | None = None
         self._last_cpu = 0.0
         self._blocked_sampled_at = 0.0
         self._blocked_now = False
-        self.internal_errors = 0
+        #: Captured events that could not be built into spans (skipped; the first is logged).
+        self.failed_events = 0
+        # The stall watchdog (blackbox.py): None = automatic threshold, 0 = off.
+        self._black_box_exporters: list[Any] = [e for e in exporters if isinstance(e, BlackBoxAware)]
+        self.stall_after_s = stall_after_s
+        self._stall_floor_s = stall_floor_s
+        self._watching = stall_after_s != 0
+        self._progress_ns = 0  # perf_counter_ns of the latest span end seen (0 = none yet: the start)
+        self._slowest_gap_s = 0.0
+        self._gaps_seen = False  # a gap between two span ends was measured (the first step's length is unknown before)
+        self._started_ns = 0
+        self._stalled = False
+        self._armed_progress_ns = -1
+        self._budget = blackbox.BlackBoxBudget()
+        self._faulthandler = blackbox.FaulthandlerArm(stacks_file) if stacks_file is not None and self._watching else None
+        # ``OTEL_TITAN_DUMP_TRIGGER``: a file whose modification (touch) asks for the black box.
+        self._trigger_path = trigger_path
+        self._trigger_seen: int | None = self._trigger_mtime()
+        self._trigger_checked = 0.0
+        #: Black-box records written (stalls, signals, triggers).
+        self.black_boxes = 0
 
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
         """Start the daemon thread (once)."""
+        self._progress_ns = self._started_ns = time.perf_counter_ns()
+        arm = self._faulthandler
+        if arm is not None:
+            # Armed now, on the caller's thread: a C call that takes the interpreter lock right
+            # after init would keep this thread from ever arming it.
+            threshold = self.stall_threshold()
+            arm.rearm(threshold + max(2.0, 0.25 * threshold))
+            if arm.armed:
+                self._armed_progress_ns = self._progress_ns
         self._thread = threading.Thread(target=self._run, name="otel-titan-processor", daemon=True)
         self._thread.start()
 
@@ -140,6 +187,23 @@ class BatchProcessor:
         self._wake.set()
         return done.wait(timeout)
 
+    def black_box(self, reason: str, timeout: float | None = 2.0) -> bool:
+        """Write the hang black box now (a dump signal, a trigger file, SIGTERM); False if `timeout` passed first.
+
+        Safe from any thread; the processor thread collects it (the open spans are its own).
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive() or thread is threading.current_thread():
+            return False
+        done = threading.Event()
+        self._queue.put_control((BLACK_BOX, reason, done))
+        self._wake.set()
+        return done.wait(timeout)
+
+    def stall_threshold(self) -> float:
+        """Seconds without a span end that make a stall now (configured, or max(120 s, 10 × the slowest gap seen))."""
+        return blackbox.stall_threshold(self.stall_after_s or None, self._slowest_gap_s, self._gaps_seen, self._stall_floor_s)
+
     def shutdown(self, timeout: float | None = 5.0) -> bool:
         """Export what is queued, shut the exporters down, stop the thread.
 
@@ -191,6 +255,7 @@ class BatchProcessor:
                 wake.clear()
                 if items:
                     last_activity = time.monotonic()
+                progress = self._progress_ns
                 while items and not stop:
                     batch: list[Any] = []
                     append = batch.append
@@ -203,9 +268,96 @@ class BatchProcessor:
                 if self._heartbeat_s and not stop and time.monotonic() - last_activity >= self._heartbeat_s:
                     last_activity = time.monotonic()
                     self._heartbeat()
+                if (self._watching or self._trigger_path) and not stop:
+                    self._watch(progress)
+            if self._faulthandler is not None:
+                self._faulthandler.cancel()
             self._shutdown_exporters()
         finally:
             self._stopped.set()
+
+    def _trigger_mtime(self) -> int | None:
+        if not self._trigger_path:
+            return None
+        try:
+            return os.stat(self._trigger_path).st_mtime_ns
+        except OSError:
+            return None
+
+    def _check_trigger(self) -> None:
+        """Every 2 s at most (a stat, on a shared filesystem for 1,000 ranks): touched since? Write the black box."""
+        now = time.monotonic()
+        if now - self._trigger_checked < 2.0:
+            return
+        self._trigger_checked = now
+        mtime = self._trigger_mtime()
+        if mtime is not None and mtime != self._trigger_seen:
+            self._trigger_seen = mtime
+            self._write_black_box("trigger")
+
+    def _watch(self, progress_before: int) -> None:
+        """The stall watchdog, once per loop: a few comparisons unless a stall begins."""
+        if self._trigger_path:
+            self._check_trigger()
+        if not self._watching:
+            return
+        progress = self._progress_ns
+        if progress != progress_before:
+            gap = (progress - progress_before) / 1e9
+            if progress_before != self._started_ns:
+                self._gaps_seen = True
+                if gap > self._slowest_gap_s:
+                    self._slowest_gap_s = gap
+            self._stalled = False
+        threshold = self.stall_threshold()
+        arm = self._faulthandler
+        if arm is not None and progress != self._armed_progress_ns:
+            # Only on progress: a stall leaves it armed, and it fires if Python cannot.
+            arm.rearm(threshold + max(2.0, 0.25 * threshold))
+            if arm.armed:
+                self._armed_progress_ns = progress
+        if self._stalled:
+            return
+        now = time.perf_counter_ns()
+        stalled_s = (now - progress) / 1e9
+        if stalled_s < threshold:
+            return
+        self._stalled = True  # once per stall: the next span end starts a new watch
+        if arm is not None:
+            arm.cancel()  # Python can run: no frame walk without the lock
+            self._armed_progress_ns = progress  # re-armed at the next span end, not before
+        if not self._builder.open_spans():
+            return  # idle (nothing open), not stuck
+        self._write_black_box("stall", stalled_s, threshold)
+
+    def _write_black_box(self, reason: str, stalled_s: float | None = None, threshold: float | None = None) -> None:
+        """Collect the black box (blackbox.py) and hand it to the exporters that take it."""
+        now = time.time_ns()
+        open_spans = self._builder.open_spans()
+        if stalled_s is None:
+            stalled_s = (time.perf_counter_ns() - self._progress_ns) / 1e9
+        names = ", ".join(span.name for span in open_spans[-4:]) or "no span"
+        record: dict[str, Any] = {
+            "reason": reason,
+            "stalled_s": round(stalled_s, 3),
+            "stall_after_s": round(threshold if threshold is not None else self.stall_threshold(), 3),
+            "message": f"{reason}: no span ended for {stalled_s:.1f} s; open: {names}",
+            "log_level": "WARNING",
+            "open_spans": blackbox.open_span_rows(open_spans, now, thread_names.get),
+            "threads": blackbox.thread_stacks(),
+            "flight_recorder": blackbox.flight_recorder(),
+        }
+        fitted = self._budget.fit(record)
+        if fitted is None:
+            return
+        self.black_boxes += 1
+        for exporter in self._black_box_exporters:
+            try:
+                exporter.black_box(now, fitted)
+            except Exception:  # noqa: BLE001
+                self._report_failure(exporter, "black_box")
+        if self._plain_exporters and open_spans:
+            self._export(Timeline(), self._incomplete_copies(pending=reason))
 
     def _process(self, batch: list[Any]) -> bool:
         """Build spans for `batch` and export them; True when a STOP was reached."""
@@ -217,6 +369,8 @@ class BatchProcessor:
         want_finished = bool(self._plain_exporters)
         finished: list[TitanSpan] = []
         stop = False
+        progress = 0
+        longest = 0
         for event in batch:
             kind = event[0]
             try:
@@ -224,39 +378,57 @@ class BatchProcessor:
                     started(builder.started(event))
                     ended_flags(False)
                 elif kind == END:
-                    span = builder.ended(event[1], event[2], event[3])
+                    span = builder.ended(event[END_HANDLE], event[END_MONO], event[END_ERROR])
                     started(span)
                     ended_flags(True)
+                    progress = event[END_MONO]
+                    if progress - event[END_HANDLE][H_MONO] > longest:  # the slowest span: the stall threshold's scale
+                        longest = progress - event[END_HANDLE][H_MONO]
                     if want_finished:
                         finished.append(span)
                 elif kind == INSTANT:
-                    span = builder.instant(*event[1:])
+                    span = builder.instant(*event[1:])  # INSTANT_FIELDS order (events.py)
                     started(span)
                     ended_flags(True)
                     if want_finished:
                         finished.append(span)
                 elif kind == SCALAR:
-                    for span in builder.scalars(*event[1:]):
+                    for span in builder.scalars(*event[1:]):  # SCALAR_FIELDS order (events.py)
                         started(span)
                         ended_flags(True)
                         if want_finished:
                             finished.append(span)
                 elif kind == FLUSH:
-                    if event[2]:
+                    if event[FLUSH_OPEN_SPANS]:
                         finished.extend(self._incomplete_copies())
                     self._export(timeline, finished)
                     timeline = Timeline()
                     finished = []
                     started, ended_flags = timeline.spans.append, timeline.ended.append
                     self._force_flush()
-                    event[1].set()
+                    event[FLUSH_DONE].set()
                 elif kind == STOP:
                     finished.extend(self._incomplete_copies())
                     stop = True
+                elif kind == BLACK_BOX:
+                    self._export(timeline, finished)  # the starts before it: its open spans are current
+                    timeline = Timeline()
+                    finished = []
+                    started, ended_flags = timeline.spans.append, timeline.ended.append
+                    try:
+                        self._write_black_box(event[1])
+                    finally:
+                        event[2].set()
             except Exception:  # noqa: BLE001 - one bad event must not stop the thread
-                self.internal_errors += 1
-                if self.internal_errors == 1:
+                self.failed_events += 1
+                if self._failures.first("build"):
                     _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
+        if progress > self._progress_ns:
+            self._progress_ns = progress
+        if longest:
+            self._gaps_seen = True
+            if longest / 1e9 > self._slowest_gap_s:
+                self._slowest_gap_s = longest / 1e9
         self._export(timeline, finished)
         return stop
 
@@ -268,22 +440,27 @@ class BatchProcessor:
         if not open_spans:
             return
         now = time.time_ns()
-        for exporter in self._timeline_exporters:
-            beat = getattr(exporter, "heartbeat", None)
-            if beat is None:
-                continue
+        for exporter in self._heartbeat_exporters:
             try:
-                beat(now, open_spans)
+                exporter.heartbeat(now, open_spans)
             except Exception:  # noqa: BLE001
                 self._report_failure(exporter, "heartbeat")
+        if self._plain_exporters:
+            # A hung span visible in Jaeger or Tempo while the job hangs (Logfire's "pending spans").
+            self._export(Timeline(), self._incomplete_copies(pending="heartbeat"))
 
-    def _incomplete_copies(self) -> list[TitanSpan]:
+    def _incomplete_copies(self, pending: str | None = None) -> list[TitanSpan]:
         # Spans a hung or killed phase left open: without these, exporters that
         # only see finished spans would show nothing of the phase that matters.
+        # `pending`: still open, sent while the process lives (titan.extra.pending).
         if not self._plain_exporters:
             return []
         now = time.time_ns()
-        return [span.incomplete_copy(now) for span in self._builder.open_spans()]
+        copies = [span.incomplete_copy(now) for span in self._builder.open_spans()]
+        if pending is not None:
+            for copy in copies:
+                copy.extra = {**(copy.extra or {}), "pending": True, "pending_reason": pending}
+        return copies
 
     def _export(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
         self._exporting_since = time.monotonic()
@@ -321,9 +498,7 @@ class BatchProcessor:
                 self._report_failure(exporter, "shutdown")
 
     def _report_failure(self, exporter: SpanExporter, method: str) -> None:
-        count = self._failures.get(id(exporter), 0) + 1
-        self._failures[id(exporter)] = count
-        if count == 1:
+        if self._failures.first(id(exporter)):
             _log.exception(
                 "otel-titan: exporter %s raised in %s; other exporters are unaffected, and its later failures are counted, not logged",
                 type(exporter).__qualname__,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds, splitmix64
+from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, splitmix64
 
 
 def test_trace_id_depends_on_run_attempt_and_step_only():

@@ -24,15 +24,15 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
-from otel_titan.structured_logger.capture import (
+from otel_titan.core.events import (
     H_GEN,
     H_MONO,
     H_PARENT,
     H_SEQ,
 )
-from otel_titan.structured_logger.clock import WallClock
-from otel_titan.structured_logger.titan_span import ATTR, RecordKind, TitanSpan
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
+from otel_titan.core.clock import WallClock
+from otel_titan.core.titan_span import ATTR, RecordKind, TitanSpan
+from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
 
 __all__ = ["SpanBuilder"]
 
@@ -47,6 +47,28 @@ def _context(trace_id: int, span_id: int) -> trace_api.SpanContext:
     # SpanContext.__new__ re-validates ids that are valid by construction here
     # (non-zero, in range); building the tuple directly costs a third.
     return _new_tuple(_SpanContext, (trace_id, span_id, False, _SAMPLED, _TRACE_STATE, True))
+
+
+def _checked_context(trace_id: int, span_id: int) -> trace_api.SpanContext:
+    return _SpanContext(trace_id, span_id, False, _SAMPLED, _TRACE_STATE)
+
+
+def _tuple_layout_matches() -> bool:
+    """Whether building `SpanContext`'s tuple directly gives what its constructor gives (checked once, at import).
+
+    The shortcut relies on the SDK's field order; a future SDK that changes it
+    gets the constructor instead of silently wrong ids, as `TitanSpan`'s own
+    layout check does for `ReadableSpan`.
+    """
+    try:
+        fast, real = _context(0x1234, 0x5678), _checked_context(0x1234, 0x5678)
+        return tuple(fast) == tuple(real) and (fast.trace_id, fast.span_id, fast.is_remote, fast.is_valid) == (0x1234, 0x5678, False, True)
+    except Exception:  # noqa: BLE001 - any surprise: use the constructor
+        return False
+
+
+if not _tuple_layout_matches():
+    _context = _checked_context  # noqa: F811
 
 
 class SpanBuilder:

@@ -25,8 +25,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from otel_titan.structured_logger.capture import H_SEQ
-from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
+from otel_titan.core.events import H_SEQ
+from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
 
 __all__ = ["sdk_tracer_provider_configured", "remote_parent_hook", "propagation_hooks"]
 

@@ -28,40 +28,12 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
+from otel_titan.schema import ATTR, RecordKind
+
 __all__ = ["TitanSpan", "RecordKind", "ATTR", "MAX_EVENTS_PER_SPAN"]
 
 #: Events (instants, scalars, the exception) kept per span; older ones are dropped and counted.
 MAX_EVENTS_PER_SPAN = 128
-
-
-class RecordKind:
-    """Values of the ``titan.record_kind`` attribute."""
-
-    SPAN = "span"
-    INSTANT = "instant"
-    SCALAR = "scalar"
-
-
-class ATTR:
-    """OpenTelemetry attribute names used on spans (see docs/schema.md)."""
-
-    RECORD_KIND = "titan.record_kind"
-    STEP = "titan.step"
-    RELATIVE_STEP = "titan.relative_step"
-    STEP_TAGS = "titan.step_tags"
-    DESCRIPTION = "titan.description"
-    TASK_NAME = "titan.task_name"
-    METRIC_NAME = "titan.metric.name"
-    METRIC_VALUE = "titan.metric.value"
-    CODE_FILE = "code.file.path"
-    CODE_LINE = "code.line.number"
-    CODE_FUNCTION = "code.function.name"
-    THREAD_ID = "thread.id"
-    ERROR_TYPE = "error.type"
-    #: Prefix of fields the logger adds to its own instants (``titan.extra.signal``).
-    EXTRA_PREFIX = "titan.extra."
-    #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
-    INCOMPLETE = "titan.incomplete"
 
 
 class TitanSpan(ReadableSpan):

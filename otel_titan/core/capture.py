@@ -6,22 +6,9 @@ task, and append a plain tuple to the queue. Building OpenTelemetry spans, ids,
 JSON and all I/O happen later on the background processor
 (`processor.py`, `span_builder.py`).
 
-Event layouts (index 0 is the kind):
-
-* ``handle`` itself for a start (its first field is START: one tuple fewer per span)
-* ``(END, handle, end_mono_ns, error)`` with ``error`` None or
-  ``(type_name, message, TracebackException | None)``
-* ``(INSTANT, name, mono_ns, code, lineno, parent, state, tid, task, attributes)``
-* ``(SCALAR, values, mono_ns, code, lineno, parent, state, tid, task)``
-
+Every event is a plain tuple whose layout is defined once, in `events.py`.
 Every timestamp is a `perf_counter_ns()` reading; the processor maps them to
 wall-clock time with one offset (clock.py).
-* ``(FLUSH, threading.Event, open_spans)`` and ``(STOP,)`` control events.
-
-A span *handle* is the tuple ``(START, seq, name, description, mono_ns, code,
-lineno, parent, state, tid, task, remote_parent, generation)``; it is also what the
-ContextVar of the current span holds, so a child captures its parent by
-reference and the processor can rebuild any span even if its START was dropped.
 
 ``generation`` is the `Generation` (one per `init_structured_logger`) the span
 was captured in. A span belongs to the file of its generation and to no other:
@@ -52,24 +39,20 @@ from time import sleep as _yield_gil
 from types import CodeType
 from typing import Any, Callable, Mapping, TypeVar
 
-from otel_titan.structured_logger.event_queue import EventQueue
-from otel_titan.structured_logger.step_context import _context_state, _default
+from otel_titan.schema import INT64_MAX, INT64_MIN
+from otel_titan.core.event_queue import EventQueue
+from otel_titan.core.events import END, H_GEN, H_PARENT, INSTANT, SCALAR, START
+from otel_titan.core.step_context import context_state as _context_state
+from otel_titan.core.step_context import default_state as _default
+from otel_titan.core.warn_once import WarnOnce
 
 __all__ = ["log_trace_span", "log_trace_instant", "log_trace_scalar", "SpanScope"]
-
-# Event kinds.
-START, END, INSTANT, SCALAR, FLUSH, STOP = range(6)
-
-# Handle fields.
-H_SEQ, H_NAME, H_DESCRIPTION, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE, H_GEN = range(1, 13)
 
 #: Frames of an exception's stack kept for its span (nearest the span first):
 #: extracting all of them at every level of a deep recursion that failed is
 #: quadratic (seconds on the training thread, then more on the writer).
 STACK_FRAMES = 64
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,14 +61,14 @@ _log = logging.getLogger("otel_titan")
 _get_running_loop = _asyncio_events._get_running_loop
 _getframe = sys._getframe
 _current_span: ContextVar[tuple[Any, ...] | None] = ContextVar("otel_titan_current_span", default=None)
-# `get_native_id()` is a syscall (~200 ns); a thread-local remembers it (~40 ns).
-_thread_ids = threading.local()
+#: Capture sequence numbers, process-wide and never reused (span ids derive from them).
+_seq = itertools.count(1)
 
 
 class Generation:
     """One `init_structured_logger`: what the ids of the spans captured under it are made from.
 
-    Stored in every span handle (see the module docstring). ``trace_ids`` and
+    Stored in every span handle (see events.py). ``trace_ids`` and
     ``span_ids`` are that logger's `StepTraceIds` and `SpanIdAllocator`, so a
     span of this generation can be named correctly from any later one (None
     when the caller did not say: its spans are then never named elsewhere).
@@ -98,28 +81,65 @@ class Generation:
         self.span_ids = span_ids
 
 
-# --- state published by lifecycle.py (None = not initialised: every call is a no-op) ---
-_generation: Generation | None = None
-_queue: EventQueue | None = None
-_items: Any = None  # the queue's deque, read directly by the hot path
-_capacity: int = 0
-# Below `_crowded_at` (half the capacity) an event is one `append`. Above it the
-# process emits faster than the writer thread keeps up (under the GIL, eight
-# threads emitting flat out leave it a few percent of the interpreter): each
-# event then also wakes the writer and yields the GIL once (`time.sleep(0)`),
-# which lets it catch up instead of dropping. The caller never waits for the
-# writer: at full capacity the event is dropped and counted.
-_crowded_at: int = 0
-_wake_writer: Callable[[], bool] | None = None
-_seq = itertools.count(1)
-# Interop with other OpenTelemetry instrumentation (see otel_context.py), both
-# None unless enabled: `_remote_parent()` returns the other instrumentation's
-# current span context, which a top-level `sl` span then joins as its child;
-# `_propagate(handle)` makes an `sl` span the current OpenTelemetry span for
-# code inside it and returns the token `_detach` takes back at exit.
-_remote_parent: Callable[[], Any] | None = None
-_propagate: Callable[[tuple[Any, ...]], Any] | None = None
-_detach: Callable[[Any], None] | None = None
+class CaptureState:
+    """Everything the hot path reads, published by lifecycle.py as one object.
+
+    `attach` builds a complete new state and publishes it with one assignment,
+    `detach` replaces it with an "off" state: so a call never sees half of one
+    logger and half of another, and there is one reset instead of a dozen
+    module globals set through ``global`` statements. Each call reads the
+    module's ``_state`` once into a local and its fields from there (a slot
+    read costs about what a module-global read did).
+
+    Fields:
+
+    * ``items``: the queue's deque, appended to directly; None when off (every call is a no-op);
+    * ``queue``: the `EventQueue`, for its drop and skip counters;
+    * ``capacity`` and ``crowded_at``: below ``crowded_at`` (half the capacity)
+      an event is one ``append``. Above it the process emits faster than the
+      writer thread keeps up (under the GIL, eight threads emitting flat out
+      leave it a few percent of the interpreter): each event then also wakes
+      the writer and yields the GIL once (``time.sleep(0)``), which lets it
+      catch up instead of dropping. The caller never waits for the writer: at
+      full capacity the event is dropped and counted;
+    * ``wake_writer``: the processor's `wake`;
+    * ``generation``: the `Generation` of this logger (kept by the off state: a
+      handle captured concurrently still names a real one, and spans still
+      open can never match the next attach's);
+    * ``remote_parent``, ``propagate``, ``detach``: interop with other
+      OpenTelemetry instrumentation (see otel_context.py), None unless
+      enabled: ``remote_parent()`` returns the other instrumentation's current
+      span context, which a top-level `sl` span then joins as its child;
+      ``propagate(handle)`` makes an `sl` span the current OpenTelemetry span
+      for code inside it and returns the token ``detach`` takes back at exit
+      (kept by the off state: spans still open must detach what they attached);
+    * ``thread_ids``: a thread-local caching ``get_native_id()`` (a syscall,
+      ~200 ns, against ~40 ns for the cache); fresh in every state, so a
+      forked child never reuses its parent's threads' ids;
+    * ``warned_keys``: scalar keys already warned about (`WarnOnce`).
+    """
+
+    __slots__ = ("items", "queue", "capacity", "crowded_at", "wake_writer", "generation", "remote_parent", "propagate", "detach", "thread_ids", "warned_keys")
+
+    def __init__(self) -> None:
+        self.items: Any = None
+        self.queue: EventQueue | None = None
+        self.capacity = 0
+        self.crowded_at = 0
+        self.wake_writer: Callable[[], bool] | None = None
+        self.generation: Generation | None = None
+        self.remote_parent: Callable[[], Any] | None = None
+        self.propagate: Callable[[tuple[Any, ...]], Any] | None = None
+        self.detach: Callable[[Any], None] | None = None
+        self.thread_ids = threading.local()
+        self.warned_keys = WarnOnce(_MAX_WARNED_KEYS)
+
+
+#: Scalar keys warned about per logger; past this many, warnings stop (the values are still counted).
+_MAX_WARNED_KEYS = 1000
+
+# The one home of the hot path's process state (None fields = not initialised: every call is a no-op).
+_state = CaptureState()
 
 
 def attach(
@@ -135,57 +155,76 @@ def attach(
     `trace_ids` and `span_ids` are the id sources the processor builds this
     logger's spans with; they make up its `Generation`.
     """
-    global _queue, _items, _capacity, _crowded_at, _wake_writer, _remote_parent, _propagate, _detach, _generation
-    _warned_keys.clear()
-    _generation = Generation(trace_ids, span_ids)
-    _remote_parent = remote_parent
-    _propagate, _detach = propagate if propagate is not None else (None, None)
-    _wake_writer = wake_writer
-    _capacity = queue.capacity
-    _crowded_at = max(1, queue.capacity // 2)
-    _queue = queue
-    _items = queue.items  # published last: a non-None `_items` means "ready"
+    global _state
+    state = CaptureState()
+    state.generation = Generation(trace_ids, span_ids)
+    state.remote_parent = remote_parent
+    state.propagate, state.detach = propagate if propagate is not None else (None, None)
+    state.wake_writer = wake_writer
+    state.capacity = queue.capacity
+    state.crowded_at = max(1, queue.capacity // 2)
+    state.queue = queue
+    state.items = queue.items
+    _state = state  # published whole: a non-None `items` means "ready"
 
 
 def detach() -> None:
-    """Make every call a no-op again (shutdown, fork child, `enable=False`)."""
-    global _queue, _items, _capacity, _crowded_at, _remote_parent, _propagate
-    # `_generation` stays: a handle captured concurrently still names a real one,
-    # and spans still open can never match the next attach's.
-    _items = None
-    _queue = None
-    _capacity = 0
-    _crowded_at = 0
-    _remote_parent = None
-    _propagate = None  # `_detach` stays: spans still open must detach what they attached
+    """Make every call a no-op again (shutdown, fork child, `enable=False`): the one reset."""
+    global _state
+    off = CaptureState()
+    off.generation = _state.generation
+    off.detach = _state.detach
+    _state = off
 
 
-def _enqueue_crowded(q: Any, event: tuple[Any, ...], records: int) -> None:
+def _enqueue_crowded(state: CaptureState, q: Any, event: tuple[Any, ...], records: int) -> None:
     """The queue is at least half full: append, wake the writer and yield the GIL; or drop when full.
 
     No yield when the writer is stuck in an export (a frozen filesystem): it
     does not need the GIL then, and the caller's time per span stays as usual.
     """
-    if len(q) < _capacity:
+    if len(q) < state.capacity:
         q.append(event)
-        wake = _wake_writer
+        wake = state.wake_writer
         if wake is not None and wake():
             _yield_gil(0)
     else:
-        queue = _queue
+        queue = state.queue
         if queue is not None:
             queue.drop(records)
 
 
-def forget_thread_ids() -> None:
-    """In a forked child: the cached native thread ids belong to the parent's threads."""
-    global _thread_ids
-    _thread_ids = threading.local()
+#: Native thread id → `threading` name, noted on each thread's first record (once per thread, never
+#: per record): the writer names threads from it even after they ended (docs/schema.md ``thread_name``).
+thread_names: dict[int, str] = {}
+_MAX_THREAD_NAMES = 65536
+
+
+def _first_call_on_thread(thread_ids: Any) -> int:
+    """A thread's first record: cache its native id and note its name (the only per-thread cost)."""
+    tid = thread_ids.tid = get_native_id()
+    if len(thread_names) >= _MAX_THREAD_NAMES:
+        thread_names.clear()
+    thread_names[tid] = threading.current_thread().name
+    return tid
+
+
+def _step_thread_task(thread_ids: Any) -> tuple[Any, int, str | None]:
+    """The calling thread's step state, native thread id and asyncio task name: what every event carries."""
+    state = _context_state.get()
+    if state is None:
+        state = _default[0]
+    try:
+        tid = thread_ids.tid
+    except AttributeError:
+        tid = _first_call_on_thread(thread_ids)
+    loop = _get_running_loop()
+    return state, tid, None if loop is None else _task_name(loop)
 
 
 def is_attached() -> bool:
     """Whether sl.* calls currently record anything."""
-    return _items is not None
+    return _state.items is not None
 
 
 def _task_name(loop: Any) -> str | None:
@@ -278,7 +317,8 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         return scope
 
     def __enter__(self) -> log_trace_span:
-        q = _items
+        hot = _state
+        q = hot.items
         if q is None:
             self._handle = None
             return self
@@ -292,15 +332,18 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             lineno = frame.f_lineno
         else:
             lineno = self._lineno
+        # `_step_thread_task`, inlined: a Python call more per span would cost
+        # ~60 ns here, and at the recursion limit it would raise inside the
+        # logger instead of in the user's own frame (tests/core/test_capture.py).
         state = _context_state.get()
         if state is None:
             state = _default[0]
-        parent = _current_span.get()
         try:
-            tid = _thread_ids.tid
+            tid = hot.thread_ids.tid
         except AttributeError:
-            tid = _thread_ids.tid = get_native_id()
+            tid = _first_call_on_thread(hot.thread_ids)
         loop = _get_running_loop()
+        parent = _current_span.get()
         handle = (
             START,
             next(_seq),
@@ -313,20 +356,20 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             state,
             tid,
             None if loop is None else _task_name(loop),
-            _remote_parent() if parent is None and _remote_parent is not None else None,
-            _generation,
+            hot.remote_parent() if parent is None and hot.remote_parent is not None else None,
+            hot.generation,
         )
         # Everything that can fail (the calls above, the OpenTelemetry attach
         # below, which are Python calls one level deeper) runs before the span
         # is committed: an exception then leaves no trace of it.
-        self._otel_token = None if _propagate is None else _propagate(handle)
+        self._otel_token = None if hot.propagate is None else hot.propagate(handle)
         self._handle = handle
         self._token = _current_span.set(handle)
-        if len(q) < _crowded_at:
+        if len(q) < hot.crowded_at:
             q.append(handle)
         else:
             try:
-                _enqueue_crowded(q, handle, 1)
+                _enqueue_crowded(hot, q, handle, 1)
             except BaseException:
                 # Interrupted after the start was queued (KeyboardInterrupt while
                 # yielding the GIL, RecursionError at the stack limit): the `with`
@@ -345,28 +388,29 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             _current_span.reset(self._token)
         except ValueError:  # exited in another context than entered (manual __exit__ across tasks)
             _current_span.set(handle[H_PARENT])
+        hot = _state
         if self._otel_token is not None:
-            _detach(self._otel_token)  # type: ignore[misc]
-        q = _items
-        if q is None or handle[H_GEN] is not _generation:
+            hot.detach(self._otel_token)  # type: ignore[misc]
+        q = hot.items
+        if q is None or handle[H_GEN] is not hot.generation:
             # Shut down (and maybe re-initialised, or forked) while the span was
             # open: its file has its start and no end, which is the truth.
             return None
         if exc_type is None:
-            if len(q) < _crowded_at:
+            if len(q) < hot.crowded_at:
                 q.append((END, handle, end, None))
             else:
-                _enqueue_crowded(q, (END, handle, end, None), 1)
+                _enqueue_crowded(hot, q, (END, handle, end, None), 1)
         else:
             try:
                 error = _describe_error(exc_type, exc, tb)
             except Exception:  # noqa: BLE001 - RecursionError at the stack limit, MemoryError: still end the span
                 error = (getattr(exc_type, "__qualname__", "BaseException"), "", None)
             event = (END, handle, end, error)
-            if len(q) < _crowded_at:
+            if len(q) < hot.crowded_at:
                 q.append(event)
             else:
-                _enqueue_crowded(q, event, 2)
+                _enqueue_crowded(hot, q, event, 2)
         return None  # never swallow the exception
 
     def __call__(self, fn: F) -> F:
@@ -430,25 +474,19 @@ def log_trace_instant(event_type: str, *, stacklevel: int = 2) -> None:
     """
     if type(event_type) is not str or not event_type:
         _check_name(event_type)
-    q = _items
-    if q is None:
+    hot = _state
+    if hot.items is None:
         return
-    _emit_instant(q, event_type, stacklevel, None)
+    _emit_instant(hot, event_type, stacklevel, None)
 
 
-def _emit_instant(q: Any, event_type: str, stacklevel: int, attributes: Mapping[str, Any] | None) -> None:
+def _emit_instant(hot: CaptureState, event_type: str, stacklevel: int, attributes: Mapping[str, Any] | None) -> None:
     try:
         frame = _getframe(stacklevel)
     except ValueError:
         frame = _outermost_frame()
-    state = _context_state.get()
-    if state is None:
-        state = _default[0]
-    try:
-        tid = _thread_ids.tid
-    except AttributeError:
-        tid = _thread_ids.tid = get_native_id()
-    loop = _get_running_loop()
+    state, tid, task = _step_thread_task(hot.thread_ids)
+    q = hot.items
     event = (
         INSTANT,
         event_type,
@@ -458,13 +496,13 @@ def _emit_instant(q: Any, event_type: str, stacklevel: int, attributes: Mapping[
         _current_span.get(),
         state,
         tid,
-        None if loop is None else _task_name(loop),
+        task,
         attributes,
     )
-    if len(q) < _crowded_at:
+    if len(q) < hot.crowded_at:
         q.append(event)
     else:
-        _enqueue_crowded(q, event, 1)
+        _enqueue_crowded(hot, q, event, 1)
 
 
 def emit_internal_instant(event_type: str, extra: Mapping[str, Any] | None = None) -> None:
@@ -472,16 +510,13 @@ def emit_internal_instant(event_type: str, extra: Mapping[str, Any] | None = Non
 
     `extra` becomes extra record fields (and ``titan.extra.<key>`` span attributes).
     """
-    q = _items
-    if q is not None:
-        _emit_instant(q, event_type, 1, extra)
+    hot = _state
+    if hot.items is not None:
+        _emit_instant(hot, event_type, 1, extra)
 
 
 #: Returned by `_as_metric_value` for a value that cannot be logged.
 _SKIP: Any = object()
-#: Keys already warned about (once per key; bounded, past which warnings stop).
-_warned_keys: set[str] = set()
-_MAX_WARNED_KEYS = 1000
 
 
 def _as_metric_value(value: object) -> Any:
@@ -490,7 +525,7 @@ def _as_metric_value(value: object) -> Any:
     if kind is float:
         return value
     if kind is int:
-        return value if _INT64_MIN <= value <= _INT64_MAX else _SKIP  # type: ignore[operator]
+        return value if INT64_MIN <= value <= INT64_MAX else _SKIP  # type: ignore[operator]
     if kind is bool:
         return int(value)  # type: ignore[call-overload]
     try:
@@ -515,15 +550,14 @@ def _why_skipped(value: object) -> str:
     return f"a {type(value).__qualname__} is not a real number"
 
 
-def _skip_values(skipped: list[tuple[str, object]]) -> None:
+def _skip_values(hot: CaptureState, skipped: list[tuple[str, object]]) -> None:
     """Count values that cannot be logged and warn once per key: the training loop must go on."""
-    queue = _queue
+    queue = hot.queue
     if queue is not None:
         queue.skip(len(skipped))
     for key, value in skipped:
-        if key in _warned_keys or len(_warned_keys) >= _MAX_WARNED_KEYS:
+        if not hot.warned_keys.first(key):
             continue
-        _warned_keys.add(key)
         _log.warning(
             "otel-titan: log_trace_scalar skipped the value of %r: %s. Values of this key that cannot be logged are skipped "
             "without further warnings and counted in skipped_values of the closing record.",
@@ -551,7 +585,8 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
         >>> from otel_titan import structured_logger as sl
         >>> sl.log_trace_scalar({"loss": 2.5, "num_tokens": 4096})
     """
-    q = _items
+    hot = _state
+    q = hot.items
     if q is None:
         return
     if not isinstance(scalars, Mapping):
@@ -573,21 +608,14 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
         else:
             values[key] = number
     if skipped is not None:
-        _skip_values(skipped)
+        _skip_values(hot, skipped)
     if not values:
         return
     try:
         frame = _getframe(stacklevel - 1)
     except ValueError:
         frame = _outermost_frame()
-    state = _context_state.get()
-    if state is None:
-        state = _default[0]
-    try:
-        tid = _thread_ids.tid
-    except AttributeError:
-        tid = _thread_ids.tid = get_native_id()
-    loop = _get_running_loop()
+    state, tid, task = _step_thread_task(hot.thread_ids)
     event = (
         SCALAR,
         values,
@@ -597,10 +625,10 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
         _current_span.get(),
         state,
         tid,
-        None if loop is None else _task_name(loop),
+        task,
     )
-    if len(q) < _crowded_at:
+    if len(q) < hot.crowded_at:
         q.append(event)
     else:
-        _enqueue_crowded(q, event, len(values))
+        _enqueue_crowded(hot, q, event, len(values))
 

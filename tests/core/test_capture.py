@@ -11,7 +11,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 
-THIS_FILE = "tests/structured_logger/test_capture.py"
+THIS_FILE = "tests/core/test_capture.py"
 
 
 def by_name(records, name):
@@ -211,7 +211,7 @@ def test_one_trace_per_step_and_children_keep_their_parents_trace(logged):
 
 
 def test_step_trace_ids_are_shared_across_processes_of_a_run(run_dir):
-    from otel_titan.structured_logger.trace_ids import StepTraceIds
+    from otel_titan.core.trace_ids import StepTraceIds
 
     sl.init_structured_logger("training", run_dir, rank=1, world_size=2, run_id="shared")
     sl.set_step(7)
@@ -508,8 +508,8 @@ def test_an_interrupt_while_yielding_to_the_writer_still_ends_the_span():
     # Above half the queue the caller yields the GIL to the writer after queueing a
     # start; a KeyboardInterrupt delivered there escapes __enter__, so the `with`
     # body never runs and __exit__ is never called: the span must be ended anyway.
-    from otel_titan.structured_logger import capture
-    from otel_titan.structured_logger.event_queue import EventQueue
+    from otel_titan.core import capture
+    from otel_titan.core.event_queue import EventQueue
 
     def ctrl_c_while_yielding():
         raise KeyboardInterrupt
@@ -564,7 +564,7 @@ def test_children_never_start_before_or_end_after_their_parent(logged):
 
 
 def test_wall_clock_follows_a_step_but_not_jitter():
-    from otel_titan.structured_logger.clock import WallClock
+    from otel_titan.core.clock import WallClock
 
     clock = WallClock()
     original = clock.offset

@@ -86,10 +86,10 @@ def test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented():
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from otel_titan.structured_logger import capture
-    from otel_titan.structured_logger.span_builder import SpanBuilder
-    from otel_titan.structured_logger.step_context import NO_STEP
-    from otel_titan.structured_logger.trace_ids import SpanIdAllocator, StepTraceIds
+    from otel_titan.core import capture
+    from otel_titan.core.span_builder import SpanBuilder
+    from otel_titan.core.step_context import NO_STEP
+    from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds
 
     def handle(seq, parent, generation):
         code = test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented.__code__
@@ -105,3 +105,75 @@ def test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented():
     child = builder.started(handle(4, known_parent, mine))
     assert child.parent.span_id == other_span_ids.for_seq(3) != span_ids.for_seq(3)
     assert child.context.trace_id == other_trace_ids.for_step(None)
+
+
+# -- SpanBuilder on its own: captured tuples in, TitanSpans out (no logger, no thread) ---------------
+def test_builder_a_span_whose_start_was_dropped_is_still_built_from_its_end():
+    from otel_titan.core import events
+    from tests.core._spans import Captured
+
+    with Captured() as captured:
+        with sl_span("fwd_bwd"):
+            pass
+    start, end = captured.events()
+    builder = captured.builder
+    span = builder.ended(end[events.END_HANDLE], end[events.END_MONO], None)  # START never reached the builder
+    assert span.name == "fwd_bwd" and span.end_time - span.start_time == end[events.END_MONO] - start[events.H_MONO]
+    assert builder.open_spans() == []
+
+
+def test_builder_an_error_sets_status_and_an_exception_event():
+    from opentelemetry.trace import StatusCode
+
+    from otel_titan.core import events
+    from tests.core._spans import Captured
+
+    with Captured() as captured:
+        try:
+            with sl_span("optimizer"):
+                raise ValueError("nan in grads")
+        except ValueError:
+            pass
+    start, end = captured.events()
+    builder = captured.builder
+    assert builder.open_spans() == [] and builder.started(start) in builder.open_spans()
+    span = builder.ended(end[events.END_HANDLE], end[events.END_MONO], end[events.END_ERROR])
+    assert span.status.status_code is StatusCode.ERROR and span.status.description == "ValueError: nan in grads"
+    (exception,) = span.events
+    assert exception.attributes["exception.type"] == "ValueError" and "raise ValueError" in exception.attributes["exception.stacktrace"]
+    assert span.attributes["error.type"] == "ValueError"
+
+
+def test_builder_ids_are_the_allocators_and_steps_name_the_trace():
+    from otel_titan.core import events
+    from tests.core._spans import Captured
+
+    with Captured() as captured:
+        import otel_titan.structured_logger as sl
+
+        sl.set_step(3)
+        try:
+            with sl_span("a"):
+                pass
+        finally:
+            sl.set_step(None)
+    start, _ = captured.events()
+    builder = captured.builder
+    span = builder.started(start)
+    assert span.context.span_id == builder.span_ids.for_seq(start[events.H_SEQ])
+    assert span.context.trace_id == builder.trace_ids.for_step(3)
+    assert span.attributes["titan.step"] == 3
+
+
+def sl_span(name):
+    from otel_titan import structured_logger as sl
+
+    return sl.log_trace_span(name)
+
+
+def test_the_span_context_shortcut_matches_the_sdk_constructor():
+    from otel_titan.core import span_builder
+
+    assert span_builder._tuple_layout_matches()  # with this SDK, the fast path is taken...
+    assert span_builder._context is not span_builder._checked_context
+    assert span_builder._context(7, 9) == span_builder._checked_context(7, 9)  # ...and builds the same context

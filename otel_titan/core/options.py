@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence, Union
 
-from otel_titan.structured_logger.event_queue import DEFAULT_QUEUE_SIZE
+from otel_titan.core.event_queue import DEFAULT_QUEUE_SIZE
 
 __all__ = ["LoggerOptions", "parse_options"]
 
@@ -42,6 +42,9 @@ class LoggerOptions:
     flush_interval_s: float = 0.05
     #: Quiet seconds with spans open before a `heartbeat` record is written (0: never).
     heartbeat_interval_s: float = 10.0
+    #: Seconds without a span ending (with spans open) before the hang black box is written (docs/hangs.md);
+    #: None = ``OTEL_TITAN_STALL_AFTER_S``, else automatic (the larger of 120 s and 10 × the slowest gap seen); 0 = off.
+    stall_after_s: float | None = None
     #: Seconds to spend writing what is queued at interpreter exit (or a multiprocessing child's) or on SIGTERM.
     exit_timeout_s: float = 5.0
     #: Flush on SIGTERM, then let the signal take its usual course (chaining any handler already installed);
@@ -69,6 +72,7 @@ _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "flush_interval_s": ((int, float), lambda v: 0 < v <= 10, "a number of seconds in (0, 10]"),
     "exit_timeout_s": ((int, float), lambda v: v >= 0, "a number of seconds >= 0"),
     "heartbeat_interval_s": ((int, float), lambda v: v >= 0, "a number of seconds >= 0 (0: no heartbeat)"),
+    "stall_after_s": ((int, float), lambda v: v >= 0 and v == v, "a number of seconds >= 0 (0: no stall detection) or None (automatic)"),
     "handle_sigterm": ((bool,), lambda v: True, "a bool"),
     "join_otel_context": ((bool,), lambda v: True, "a bool or None"),
     "propagate_otel_context": ((bool,), lambda v: True, "a bool"),
@@ -92,7 +96,7 @@ def parse_options(options: dict[str, Any]) -> LoggerOptions:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
             raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
-        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context"):
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s"):
             continue
         types, valid, expected = _CHECKS[name]
         if isinstance(value, bool) and bool not in types:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_titan.structured_logger.identity import build_resource, discover_identity
+from otel_titan.core.identity import build_resource, discover_identity
 from tests.conftest import jsonl_files, read_records, run_python
 
 

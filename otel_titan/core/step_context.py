@@ -33,6 +33,8 @@ from asyncio import events as _asyncio_events
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
+from otel_titan.schema import INT64_MAX, INT64_MIN
+
 __all__ = [
     "StepState",
     "set_step",
@@ -44,8 +46,6 @@ __all__ = [
     "current_step_state",
 ]
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 
 class StepState(NamedTuple):
@@ -66,6 +66,11 @@ _context_state: ContextVar[StepState | None] = ContextVar("otel_titan_step_state
 # its asyncio task (None outside a task), or None until one claims it. Weak, so
 # an ended trainer thread or finished controller task can be replaced.
 _owner: list[tuple[Any, Any] | None] = [None]
+#: For capture.py's hot path, which inlines `current_step_state` (a call costs more
+#: than the rest): the ContextVar of a thread's or task's own state, and the
+#: one-element list holding the training loop's. Read them, never set them.
+context_state = _context_state
+default_state = _default
 _get_running_loop = _asyncio_events._get_running_loop
 _main_thread = threading.main_thread
 _current_thread = threading.current_thread
@@ -75,7 +80,7 @@ def current_step_state() -> StepState:
     """Return the `StepState` the calling context sees.
 
     Example:
-        >>> from otel_titan.structured_logger import step_context as sc
+        >>> from otel_titan.core import step_context as sc
         >>> sc.set_step(3); sc.current_step_state().step
         3
     """
@@ -133,7 +138,7 @@ def _as_step(value: object, what: str) -> int | None:
         number = operator.index(value)  # accepts int, numpy integers, 0-d int tensors
     except TypeError:
         raise TypeError(f"{what} must be an int or None, got {type(value).__name__} {value!r}") from None
-    if not _INT64_MIN <= number <= _INT64_MAX:
+    if not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"{what} {number} does not fit in a signed 64-bit integer")
     return number
 

@@ -1,0 +1,3 @@
+"""The package version, in a leaf module: the writer records it, the CLI prints it, neither loads the rest."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,105 @@
+"""The file format, defined once: what the writer (`exporters/`) writes and the reader (`analysis/`) reads.
+
+A leaf module, standard library only, so that both sides (and the CLI, which
+must start without loading OpenTelemetry) can import it. A name that appears
+in a JSONL record or on a span is spelled here and nowhere else: the writer's
+meta records and the reader's set of them cannot drift apart, and
+``closed_cleanly`` (summary) compares the logger name the writer wrote with
+this very string. docs/schema.md describes every field.
+
+Example:
+    >>> from otel_titan import schema
+    >>> schema.MetaEvent.CLOSED in schema.META_EVENTS
+    True
+    >>> sorted(schema.META_EVENTS)[0]
+    'heartbeat'
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "LOGGER_NAME",
+    "RecordKind",
+    "MetaEvent",
+    "META_EVENTS",
+    "Field",
+    "ATTR",
+    "INT64_MIN",
+    "INT64_MAX",
+]
+
+#: Bumped when a field changes meaning or disappears (adding fields does not bump it).
+SCHEMA_VERSION = 1
+
+#: ``logger_name`` of every record the library writes, and the name of the
+#: `logging.Logger` handed to factories for torchtitan-style handlers.
+LOGGER_NAME = "otel_titan.structured_logger"
+
+#: Signed 64-bit bounds: OpenTelemetry int attributes and the file's integers (steps, metric values).
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class RecordKind:
+    """What a span stands for: values of the ``titan.record_kind`` attribute."""
+
+    SPAN = "span"
+    INSTANT = "instant"
+    SCALAR = "scalar"
+
+
+class MetaEvent:
+    """``log_type_name`` of the records the logger writes about itself (docs/schema.md)."""
+
+    OPENED = "structured_logger_opened"
+    DROPPED = "records_dropped"
+    SIGNAL_RECEIVED = "signal_received"
+    HEARTBEAT = "heartbeat"
+    STALL = "stall"
+    CLOSED = "structured_logger_closed"
+
+
+#: The logger's own records: the reader shows them as process-level markers, never as phases.
+META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED})
+
+
+class Field:
+    """Record field names that both sides use by name (the complete list is docs/schema.md)."""
+
+    LOG_TYPE = "log_type"
+    LOG_TYPE_NAME = "log_type_name"
+    EVENT_NAME = "event_name"
+    LOGGER_NAME = "logger_name"
+    SCHEMA_VERSION = "schema_version"
+    SEQ_ID = "seq_id"
+    TIME_MS = "time_ms"
+    TIME_US = "time_us"
+    RANK = "rank"
+    SOURCE = "source"
+    STEP = "step"
+    STEP_TAGS = "step_tags"
+    DROPPED_RECORDS = "dropped_records"
+    SKIPPED_VALUES = "skipped_values"
+
+
+class ATTR:
+    """OpenTelemetry attribute names used on spans (see docs/schema.md)."""
+
+    RECORD_KIND = "titan.record_kind"
+    STEP = "titan.step"
+    RELATIVE_STEP = "titan.relative_step"
+    STEP_TAGS = "titan.step_tags"
+    DESCRIPTION = "titan.description"
+    TASK_NAME = "titan.task_name"
+    METRIC_NAME = "titan.metric.name"
+    METRIC_VALUE = "titan.metric.value"
+    CODE_FILE = "code.file.path"
+    CODE_LINE = "code.line.number"
+    CODE_FUNCTION = "code.function.name"
+    THREAD_ID = "thread.id"
+    ERROR_TYPE = "error.type"
+    #: Prefix of fields the logger adds to its own instants (``titan.extra.signal``).
+    EXTRA_PREFIX = "titan.extra."
+    #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
+    INCOMPLETE = "titan.incomplete"

@@ -1,0 +1,164 @@
+"""What the running logger does when the process exits, is sent SIGTERM, or forks.
+
+* **exit**: an `atexit` hook writes what is queued (bounded by ``exit_timeout_s``)
+  and the closing record. In a `multiprocessing` child (Pool and Process
+  workers, DataLoader workers, with fork, forkserver or spawn) the same is done
+  by a `multiprocessing.util.Finalize`: fork and forkserver children end with
+  ``os._exit``, which skips `atexit`, but their bootstrap runs these finalizers first;
+* **SIGTERM** (what torchrun's agent sends on failure): the queue is written,
+  a ``signal_received`` record says so, every exporter declaring `drain`
+  (core/exporter.py) gets what is left of the budget to deliver, then the
+  signal takes its usual course: a handler installed before ours is called,
+  the default action still kills the process (so the exit status is
+  unchanged), an ignored signal stays ignored. A watcher thread does this even
+  while the main thread is stuck in native code (see `sigterm`);
+* **fork** (DataLoader workers, multiprocessing): the child starts with logging
+  off and never writes to the parent's file; it may call
+  `init_structured_logger` for a file of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+import time
+
+from otel_titan.core import capture
+from otel_titan.core.exporter import close_exporter_after_fork, drain_exporter
+from otel_titan.core.options import LoggerOptions
+from otel_titan.schema import MetaEvent
+from otel_titan.structured_logger import sigterm
+from otel_titan.structured_logger.runtime import STATE, shutdown
+
+__all__ = ["install"]
+
+_log = logging.getLogger("otel_titan")
+
+
+def install(options: LoggerOptions) -> None:
+    """Put the exit, fork and (unless ``handle_sigterm=False``) SIGTERM hooks in place for a new logger."""
+    if not STATE.hooks_installed:
+        atexit.register(_at_exit)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        STATE.hooks_installed = True
+    _register_multiprocessing_exit()
+    if options.handle_sigterm:
+        sigterm.install(_flush_for_sigterm)
+    else:
+        sigterm.uninstall()
+    _install_dump_signal()
+
+
+DUMP_SIGNAL_ENV = "OTEL_TITAN_DUMP_SIGNAL"
+
+
+def _install_dump_signal() -> None:
+    """``OTEL_TITAN_DUMP_SIGNAL=SIGUSR2`` (a name or a number): that signal writes the black box, nothing else."""
+    raw = os.environ.get(DUMP_SIGNAL_ENV, "").strip()
+    if not raw:
+        return
+    try:
+        signum = int(raw) if raw.isdigit() else int(getattr(signal.Signals, raw.upper() if raw.upper().startswith("SIG") else "SIG" + raw.upper()))
+    except (AttributeError, ValueError):
+        _log.warning("otel-titan: %s must name a signal (SIGUSR2, USR1, 12), got %r; no dump signal", DUMP_SIGNAL_ENV, raw)
+        return
+    if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
+        _log.warning("otel-titan: %s=%s: that signal has another job; use SIGUSR1 or SIGUSR2", DUMP_SIGNAL_ENV, raw)
+        return
+    sigterm.install_dump_signal(signum, _dump_black_box)
+
+
+def _dump_black_box() -> None:
+    runtime = STATE.running
+    if runtime is not None and runtime.is_ours():
+        runtime.processor.black_box("signal", timeout=0)  # not waited for: the processor writes it
+
+
+def _register_multiprocessing_exit() -> None:
+    """In a `multiprocessing` child, shut down from its exit finalizers too.
+
+    Fork and forkserver children end with ``os._exit`` after ``Process._bootstrap``,
+    so `atexit` never runs there; the bootstrap does run
+    ``multiprocessing.util._exit_function`` first, which calls the finalizers
+    registered with an exit priority (priority 0: after those of the process's
+    own pools and queues, before its daemonic children are terminated). The
+    registry is emptied at the start of every child, so this is registered
+    here, at init, in the child. Shutting down is bounded by ``exit_timeout_s``.
+    """
+    pid = os.getpid()
+    if STATE.mp_finalizer_pid == pid:
+        return
+    multiprocessing = sys.modules.get("multiprocessing")  # a multiprocessing child has imported it
+    if multiprocessing is None:
+        return
+    try:
+        if multiprocessing.parent_process() is None:
+            return  # the main process: atexit runs
+        # Imported here, not at the top: only a multiprocessing child gets this far, and
+        # every other process would pay for loading multiprocessing.util at import.
+        from multiprocessing import util  # noqa: PLC0415
+
+        util.Finalize(None, _at_exit, exitpriority=0)
+    except Exception as error:  # noqa: BLE001 - atexit still covers spawn children
+        _log.debug("otel-titan: no multiprocessing exit hook: %s", error)
+        return
+    STATE.mp_finalizer_pid = pid
+
+
+def _at_exit() -> None:
+    runtime = STATE.running
+    if runtime is None or not runtime.is_ours():
+        return
+    # Bounded: another thread stuck inside init or shutdown must not hang the exit.
+    lock = STATE.lock
+    if not lock.acquire(timeout=max(runtime.options.exit_timeout_s, 0.001)):
+        return
+    try:
+        shutdown(timeout=runtime.options.exit_timeout_s)
+    finally:
+        lock.release()
+
+
+def _flush_for_sigterm(signum: int, dying: bool) -> None:
+    """Write what is queued and a ``signal_received`` record (on the signal watcher thread, or the main thread)."""
+    runtime = STATE.running
+    if runtime is None:
+        closing = STATE.closing
+        if closing is not None and closing.is_ours():
+            # Shutting down: finish it here (the signal may have interrupted the
+            # shutdown before it asked the writer to stop), bounded as at exit.
+            closing.processor.stop(closing.options.exit_timeout_s)
+        return
+    if not runtime.is_ours() or not runtime.options.handle_sigterm:
+        return
+    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {"signal": "SIGTERM", "signal_number": int(signum)})
+    deadline = time.monotonic() + runtime.options.exit_timeout_s
+    # The hang black box first (where every thread is, open spans, collectives), bounded:
+    # a launcher's SIGTERM is most often the end of a hang.
+    if runtime.processor.stall_after_s != 0:
+        runtime.processor.black_box("SIGTERM", timeout=min(2.0, runtime.options.exit_timeout_s / 2))
+    # About to die of the signal: send spans still open (the hung phase) to
+    # the OTLP side too, marked incomplete. The JSONL file already has their _start.
+    runtime.processor.flush(runtime.options.exit_timeout_s, open_spans=dying)
+    # Then give exporters with work of their own in flight (queued network
+    # exporters: OTLP, a user's) what is left of the budget to deliver;
+    # waited for here, not on the processor, so the file never waits.
+    for exporter in runtime.exporters:
+        drain_exporter(exporter, max(0.0, deadline - time.monotonic()))
+
+
+def _after_fork_in_child() -> None:
+    inherited = STATE.reset_after_fork()
+    capture.detach()  # also forgets the parent's threads' cached native ids
+    # The SIGTERM disposition and wakeup fd the child would have had without us.
+    sigterm.after_fork_in_child()
+    if inherited is None:
+        return
+    for exporter in inherited.exporters:
+        try:
+            close_exporter_after_fork(exporter)
+        except Exception:  # noqa: BLE001
+            pass

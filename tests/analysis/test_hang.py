@@ -1,0 +1,243 @@
+"""The hang black box end to end: 4 real ranks (torchrun, gloo on CPU) hang on purpose, `summarize` names the culprit.
+
+Each test injects one fault on rank 2 (tests/helpers/hang_workload.py), with
+``OTEL_TITAN_STALL_AFTER_S=3`` and torch's flight recorder on, waits until
+every rank's black box is on disk (within stall_after_s + 30 s), then runs the
+real ``otel-titan summarize`` and checks that its first 15 lines name rank 2
+and the culprit's frame, and that no rank's black box exceeds 1 MB.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.helpers import processes
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+STALL_AFTER_S = 3
+WORKLOAD = str(REPO / "tests" / "helpers" / "hang_workload.py")
+BAD = 2
+
+
+def line_of(marker: str) -> int:
+    """The line of hang_workload.py that carries `marker` (a comment naming a culprit)."""
+    for number, line in enumerate(open(WORKLOAD, encoding="utf-8"), 1):
+        if marker in line:
+            return number
+    raise AssertionError(marker)
+
+
+def launch(fault: str, output: Path, **extra: str) -> subprocess.Popen[bytes]:
+    launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "OTEL_TITAN_STALL_AFTER_S": str(STALL_AFTER_S),
+        "TORCH_FR_BUFFER_SIZE": "200",
+        **extra,
+    }
+    log = open(output / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([launcher, "--standalone", "--nproc_per_node=4", WORKLOAD, fault, str(BAD), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+
+
+def black_boxes(output: Path) -> dict[int, dict[str, object]]:
+    """Per rank: its stall records (parsed), the bytes they take, and its faulthandler side file."""
+    out: dict[int, dict[str, object]] = {}
+    for path in glob.glob(str(output / "structured_logs" / "*.jsonl")):
+        rank = int(path.split("global_rank_")[1].split(".")[0])
+        stalls, size = [], 0
+        with open(path, "rb") as handle:
+            for line in handle:
+                if b'"log_type_name":"stall"' in line:
+                    stalls.append(json.loads(line))
+                    size += len(line)
+        side = path + ".stacks"
+        dump = open(side, encoding="utf-8", errors="replace").read() if os.path.exists(side) else ""
+        out[rank] = {"stalls": stalls, "bytes": size + len(dump.encode()), "dumped": "most recent call first" in dump}
+    return out
+
+
+def wait_for_black_boxes(output: Path, launcher: subprocess.Popen[bytes], ready) -> dict[int, dict[str, object]]:
+    deadline = time.monotonic() + STALL_AFTER_S + 30
+    boxes: dict[int, dict[str, object]] = {}
+    while time.monotonic() < deadline:
+        boxes = black_boxes(output)
+        if len(boxes) == 4 and all(ready(rank, box) for rank, box in boxes.items()):
+            return boxes
+        if launcher.poll() is not None:
+            break
+        time.sleep(0.5)
+    log = (output / "torchrun.log").read_text(errors="replace")[-3000:]
+    raise AssertionError(f"black boxes not all written within {STALL_AFTER_S + 30} s: {({r: (len(b['stalls']), b['dumped']) for r, b in boxes.items()})}\n{log}")
+
+
+def summarize(output: Path, *args: str) -> str:
+    result = processes.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(output), *args], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def stalled(rank: int, box: dict[str, object]) -> bool:
+    return bool(box["stalls"])
+
+
+def check_named(output: Path, frame: str, why: str) -> str:
+    text = summarize(output)
+    head = "\n".join(text.splitlines()[:15])
+    print(head)
+    suspects = head[head.index("Suspects:") :]
+    assert f"rank {BAD} (training): " in suspects and frame in suspects and why in suspects, head
+    assert "rank 0 (training)" not in suspects and "rank 1 (training)" not in suspects and "rank 3 (training)" not in suspects, head
+    hang = json.loads(summarize(output, "--json"))["hang"]
+    assert [(s["source"], s["rank"]) for s in hang["suspects"]] == [("training", BAD)]
+    assert frame in hang["suspects"][0]["where"]
+    return head
+
+
+def run_fault(tmp_path: Path, fault: str, ready, frame: str, why: str) -> tuple[subprocess.Popen[bytes], str]:
+    launcher = launch(fault, tmp_path)
+    try:
+        boxes = wait_for_black_boxes(tmp_path, launcher, ready)
+        assert all(box["bytes"] <= 1 << 20 for box in boxes.values()), {r: b["bytes"] for r, b in boxes.items()}
+        head = check_named(tmp_path, frame, why)
+    except BaseException:
+        processes.kill_tree(launcher, timeout=30)
+        raise
+    return launcher, head
+
+
+def test_a_rank_sleeping_in_data_fetch_is_named_and_sigterm_still_ends_the_ranks_promptly(tmp_path):
+    launcher, head = run_fault(tmp_path, "sleep", stalled, f"hang_workload.py:{line_of('culprit line of the `sleep`')} read_shard", "never entered seq 3")
+    assert "3 × ranks 0-1,3: wait in all_reduce (pg 0, seq 3, " in head
+    try:
+        started = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)  # what a scheduler's cancel does to torchrun
+        launcher.wait(timeout=30)
+        took = time.monotonic() - started
+        print(f"torchrun and its ranks gone {took:.1f} s after SIGTERM")
+        assert took < 15
+        # Each rank wrote its SIGTERM black box on the way out.
+        assert all(any(s["reason"] == "SIGTERM" for s in box["stalls"]) for box in black_boxes(tmp_path).values())
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+
+
+def test_a_rank_stuck_in_a_c_call_holding_the_interpreter_lock_is_named_from_its_faulthandler_dump(tmp_path):
+    def ready(rank: int, box: dict[str, object]) -> bool:
+        return bool(box["dumped"]) if rank == BAD else bool(box["stalls"])
+
+    launcher, head = run_fault(tmp_path, "gil", ready, f"hang_workload.py:{line_of('culprit line of the `gil`')} hold_the_gil", "interpreter lock held")
+    processes.kill_tree(launcher, timeout=30)
+    assert "the others wait in seq 3 all_reduce (pg 0)" in head
+
+
+def test_a_rank_calling_another_collective_is_named_from_the_flight_recorder(tmp_path):
+    launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "mismatch in pg 0 seq 3: called broadcast while 3 rank(s) called all_reduce")
+    processes.kill_tree(launcher, timeout=30)
+    # The export: stalls as instants carrying the stacks, collectives as slices on a per-rank track.
+    result = processes.run([sys.executable, "-m", "otel_titan.cli", "export", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr
+    events = json.loads((tmp_path / "analysis" / "trace.json").read_text())["traceEvents"]
+    stalls = [e for e in events if e.get("name") == "stall" and e.get("ph") == "i"]
+    assert len({e["pid"] for e in stalls}) == 4 and all(e["args"]["threads"][0]["frames"] for e in stalls)
+    collectives = [e for e in events if e.get("cat") == "collective"]
+    assert {e["name"] for e in collectives} >= {"gloo:all_reduce #3", "gloo:broadcast #3", "gloo:all_reduce #1"}
+    tracks = {(e["pid"], e["args"]["name"]) for e in events if e.get("name") == "thread_name" and e["tid"] == collectives[0]["tid"]}
+    assert len(tracks) == 4 and all(name == "collectives (flight recorder)" for _, name in tracks)
+
+
+def test_two_threads_deadlocked_on_two_locks_are_named_with_both_stacks(tmp_path):
+    launcher, head = run_fault(tmp_path, "deadlock", stalled, f"hang_workload.py:{line_of('culprit line of the `deadlock`')} deadlock", "never entered seq 3")
+    processes.kill_tree(launcher, timeout=30)
+    writer_line = line_of("helper's side of the deadlock")
+    assert "ckpt-writer: " in head and f"hang_workload.py:{writer_line} writer" in head
+
+
+def test_a_healthy_run_with_steps_slower_than_the_floor_writes_no_stall(tmp_path):
+    # Steps of 1.5 s with a 1 s floor: the automatic threshold (10 × the slowest gap) never fires.
+    launcher = launch("healthy", tmp_path, OTEL_TITAN_STALL_AFTER_S="", OTEL_TITAN_STALL_MIN_S="1", HANG_STEPS="5", HANG_STEP_S="1.5")
+    try:
+        assert launcher.wait(timeout=120) == 0, (tmp_path / "torchrun.log").read_text()[-3000:]
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    boxes = black_boxes(tmp_path)
+    assert len(boxes) == 4 and not any(box["stalls"] or box["dumped"] for box in boxes.values())
+    assert not glob.glob(str(tmp_path / "structured_logs" / "*.stacks"))  # nothing dumped: side files removed at close
+    assert "Hang:" not in summarize(tmp_path)
+
+
+def test_the_dump_signal_and_the_trigger_file_make_a_live_rank_write_its_black_box(tmp_path):
+    trigger = tmp_path / "dump-now"
+    launcher = launch("live", tmp_path, OTEL_TITAN_STALL_AFTER_S="0", OTEL_TITAN_DUMP_SIGNAL="SIGUSR2", OTEL_TITAN_DUMP_TRIGGER=str(trigger))
+    try:
+        deadline = time.monotonic() + 60
+        while len(black_boxes(tmp_path)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(1)
+        workers = [pid for pid in processes.descendants(launcher.pid) if "hang_workload.py" in processes.cmdline(pid)]
+        assert len(workers) == 4
+        os.kill(workers[0], signal.SIGUSR2)
+        trigger.touch()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            boxes = black_boxes(tmp_path)
+            reasons = sorted(s["reason"] for box in boxes.values() for s in box["stalls"])
+            if reasons.count("trigger") == 4 and "signal" in reasons:
+                break
+            time.sleep(0.5)
+        assert reasons.count("trigger") == 4 and reasons.count("signal") == 1, reasons
+        assert launcher.poll() is None  # still training: the black box did not stop it
+        box = next(s for b in boxes.values() for s in b["stalls"] if s["reason"] == "signal")
+        assert box["threads"][0]["thread_name"] == "MainThread" and box["threads"][0]["frames"]
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+
+
+_NO_TORCH = """
+import sys, time
+from otel_titan import structured_logger as sl
+rank = int(sys.argv[2])
+sl.init_structured_logger("training", sys.argv[1], rank=rank, world_size=3, run_id="no-torch", stall_after_s=0.5)
+def wait_for_peers():
+    time.sleep(30)
+def parse_batch():
+    time.sleep(30)
+with sl.log_trace_span("step"):
+    if rank == 1:
+        with sl.log_trace_span("data_fetch"):
+            parse_batch()
+    else:
+        with sl.log_trace_span("sync"):
+            wait_for_peers()
+"""
+
+
+def test_without_a_flight_recorder_the_odd_one_out_of_a_majority_is_the_suspect(tmp_path):
+    """No torch: the ranks are grouped by span and frame, and the one elsewhere is named."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [subprocess.Popen([sys.executable, "-c", _NO_TORCH, str(tmp_path), str(rank)], env=env, cwd=REPO) for rank in range(3)]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (len(black_boxes(tmp_path)) == 3 and all(b["stalls"] for b in black_boxes(tmp_path).values())):
+            time.sleep(0.2)
+        head = "\n".join(summarize(tmp_path).splitlines()[:15])
+    finally:
+        for worker in workers:
+            processes.kill_tree(worker, timeout=30)
+    print(head)
+    assert " 2 × ranks 0,2: span sync; main thread at <string>:7 wait_for_peers" in head
+    assert "rank 1 (training): <string>:9 parse_batch in span data_fetch: elsewhere than the 2 others (in sync at <string>:7 wait_for_peers)" in head

@@ -1,0 +1,212 @@
+"""The hang black box in one process (core/blackbox.py, the watchdog of core/processor.py): real processes, real files.
+
+The multi-rank faults (collectives, torchrun) are tests/analysis/test_hang.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from otel_titan.core import blackbox
+from tests.conftest import jsonl_files, read_records, run_python
+
+STALLS = """
+import sys, threading, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
+
+def read_shard():
+    time.sleep(1.5)
+
+def helper():
+    with sl.log_trace_span("prefetch"):
+        time.sleep(3.5)
+
+threading.Thread(target=helper, name="prefetcher", daemon=True).start()
+for stall in range(2):
+    with sl.log_trace_span("data_fetch"):
+        read_shard()
+sl.shutdown_structured_logger()
+"""
+
+
+def stalls(run_dir):
+    (path,) = jsonl_files(run_dir)
+    return [r for r in read_records(path) if r["log_type_name"] == "stall"], path
+
+
+def test_a_stall_writes_one_black_box_per_stall_with_open_spans_and_named_stacks(run_dir):
+    result = run_python(STALLS, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    found, path = stalls(run_dir)
+    assert len(found) == 2  # one per stall (two stalls of 1.5 s), never one per watchdog tick
+    first = found[0]
+    assert first["reason"] == "stall" and first["stall_after_s"] == 0.5 and 0.5 <= first["stalled_s"] < 1.5
+    assert {s["name"]: s["thread_name"] for s in first["open_spans"]} == {"data_fetch": "MainThread", "prefetch": "prefetcher"}
+    assert all(s["open_s"] >= 0.5 for s in first["open_spans"])
+    threads = {t["thread_name"]: t for t in first["threads"]}
+    assert set(threads) == {"MainThread", "prefetcher"}  # otel-titan's own threads are left out
+    assert threads["MainThread"]["main"] and threads["MainThread"]["frames"][0]["function"] == "read_shard"
+    assert threads["prefetcher"]["frames"][0]["function"] == "helper"
+    assert first["flight_recorder"] is None  # no torch here
+    assert not os.path.exists(path + ".stacks")  # Python could write: faulthandler was cancelled, its empty side file removed
+
+
+GIL = """
+import ctypes, sys
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
+with sl.log_trace_span("warmup"):
+    pass
+with sl.log_trace_span("data_fetch"):
+    ctypes.PyDLL(None).sleep(4)  # holds the interpreter lock: no Python thread can run
+sl.shutdown_structured_logger()
+"""
+
+
+def test_a_c_call_holding_the_interpreter_lock_still_gets_its_stacks_on_disk_through_faulthandler(run_dir):
+    result = run_python(GIL, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    (path,) = jsonl_files(run_dir)
+    opened = read_records(path)[0]
+    assert opened["stacks_file"] == os.path.basename(path) + ".stacks"
+    dump = open(path + ".stacks", encoding="utf-8").read()
+    assert "Timeout (0:00:02.500000)!" in dump or "Timeout (0:00:02" in dump
+    assert "='MainThread'" in dump  # the names faulthandler does not write
+    assert 'line 8 in <module>' in dump  # the C call's Python line
+    assert os.path.getsize(path + ".stacks") < blackbox.MAX_SIDE_FILE_BYTES
+
+
+@pytest.mark.parametrize("armed", ["after_init", "before_init"])
+def test_a_programs_own_dump_traceback_later_is_never_clobbered(run_dir, armed):
+    arm = "mine = tempfile.TemporaryFile()\nfaulthandler.dump_traceback_later(0.5, file=mine)\n"
+    code = """
+import faulthandler, sys, time, io, tempfile
+from otel_titan import structured_logger as sl
+""" + (arm if armed == "before_init" else "") + """
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=5)
+""" + (arm if armed == "after_init" else "") + """
+for _ in range(30):
+    with sl.log_trace_span("step"):
+        time.sleep(0.05)
+mine.seek(0)
+print("dumped" if b"most recent call first" in mine.read() else "clobbered")
+sl.shutdown_structured_logger()
+"""
+    result = run_python(code, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "dumped"
+
+
+def test_stall_after_s_from_the_environment_and_a_bad_value_named(run_dir):
+    code = """
+import sys
+from otel_titan import structured_logger as sl
+from otel_titan.structured_logger import runtime
+sl.init_structured_logger("training", sys.argv[1], world_size=1)
+print(runtime.STATE.running.processor.stall_after_s)
+sl.shutdown_structured_logger()
+"""
+    ok = run_python(code, str(run_dir), env={"OTEL_TITAN_STALL_AFTER_S": "7.5"})
+    assert ok.returncode == 0 and ok.stdout.strip() == "7.5", ok.stderr
+    bad = run_python(code, str(run_dir), env={"OTEL_TITAN_STALL_AFTER_S": "soon"})
+    assert bad.returncode != 0 and "OTEL_TITAN_STALL_AFTER_S must be a number of seconds >= 0" in bad.stderr
+
+
+def test_the_budget_trims_a_record_to_fit_and_stops_after_the_last_one():
+    thread = {"thread_name": "t", "frames": [{"file": "x" * 100, "line": 1, "function": "f"}] * 48}
+    record = {"threads": [dict(thread, frames=list(thread["frames"])) for _ in range(100)], "open_spans": [], "flight_recorder": None}
+    budget = blackbox.BlackBoxBudget(max_records=2, max_bytes=100_000, max_record_bytes=60_000)
+    fitted = budget.fit(record)
+    assert fitted is not None and fitted["truncated"] and len(json.dumps(fitted)) <= 60_000
+    assert budget.fit({"threads": []}) is not None
+    assert budget.fit({"threads": []}) is None  # records per run spent
+    assert blackbox.MAX_RUN_BYTES + blackbox.MAX_SIDE_FILE_BYTES + 300 * 1024 <= 1 << 20  # ≤ 1 MB per rank in all
+
+
+@pytest.mark.parametrize("configured, gap, seen, expected", [(None, 0.0, False, 600.0), (None, 2.0, True, 120.0), (None, 60.0, True, 600.0), (3.0, 60.0, True, 3.0)])
+def test_the_default_threshold_never_undercuts_ten_times_the_slowest_span(configured, gap, seen, expected):
+    assert blackbox.stall_threshold(configured, gap, seen, floor=120) == expected
+
+
+def test_sigterm_writes_the_black_box_before_the_process_dies_of_it(run_dir):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1)
+with sl.log_trace_span("data_fetch"):
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    found, _ = stalls(run_dir)
+    (box,) = found
+    assert box["reason"] == "SIGTERM" and [s["name"] for s in box["open_spans"]] == ["data_fetch"]
+    assert box["threads"][0]["thread_name"] == "MainThread" and box["threads"][0]["frames"][0]["line"] == 7
+
+
+def test_a_forked_child_inherits_no_armed_faulthandler_and_exits(run_dir):
+    code = """
+import os, sys
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=30)
+with sl.log_trace_span("warmup"):
+    pass
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # its exit must not wait for a faulthandler thread that fork did not copy
+assert os.waitpid(pid, 0)[1] == 0
+sl.shutdown_structured_logger()
+"""
+    result = run_python(code, str(run_dir), timeout=30)
+    assert result.returncode == 0, result.stderr
+
+
+def test_heartbeats_and_stalls_send_open_spans_as_pending_copies_to_exporters_of_finished_spans(run_dir):
+    """What OTLP receives while a job hangs (here the SDK's in-memory exporter, behind the same hook)."""
+    import time
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_titan import structured_logger as sl
+
+    memory = InMemorySpanExporter()
+
+    def register_memory(add_span_exporter, **_):
+        add_span_exporter(memory)
+
+    sl.init_structured_logger("training", run_dir, world_size=1, handlers=["otel_titan.exporters.jsonl.register_jsonl_handler", register_memory], heartbeat_interval_s=0.3, stall_after_s=0.6)
+    try:
+        with sl.log_trace_span("warmup"):
+            pass
+        with sl.log_trace_span("data_fetch"):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                reasons = {s.attributes.get("titan.extra.pending_reason") for s in memory.get_finished_spans() if s.name == "data_fetch"}
+                if {"heartbeat", "stall"} <= reasons:
+                    break
+                time.sleep(0.1)
+    finally:
+        sl.shutdown_structured_logger()
+    pending = [s for s in memory.get_finished_spans() if s.name == "data_fetch" and s.attributes.get("titan.extra.pending")]
+    assert {"heartbeat", "stall"} <= {s.attributes["titan.extra.pending_reason"] for s in pending}
+    assert all(s.attributes.get("titan.incomplete") is True for s in pending)
+    final = [s for s in memory.get_finished_spans() if s.name == "data_fetch" and not s.attributes.get("titan.incomplete")]
+    assert len(final) == 1 and final[0].context.span_id == pending[0].context.span_id  # the real span, once it ended

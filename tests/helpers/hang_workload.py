@@ -1,0 +1,86 @@
+"""A 4-rank gloo training loop that hangs on purpose, one fault at a time (tests/analysis/test_hang.py).
+
+``python hang_workload.py FAULT BAD_RANK OUTPUT_DIR`` under torchrun. Every
+rank runs steps of ``data_fetch`` then ``all_reduce``; at step 3 rank
+BAD_RANK injects FAULT:
+
+* ``sleep``: sleeps in `read_shard` inside ``data_fetch`` (the others wait in all_reduce);
+* ``gil``: a C call that holds the interpreter lock (``ctypes.PyDLL(None).sleep``);
+* ``mismatch``: calls broadcast where the others call all_reduce;
+* ``deadlock``: its main thread and a ``ckpt-writer`` thread take two locks in opposite orders;
+* ``healthy``: no fault, steps of ``STEP_S`` seconds each (slower than the stall floor), then a clean end;
+* ``live``: no fault, runs until killed (the dump trigger is tried on it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from otel_titan import structured_logger as sl
+
+FAULT, BAD, OUT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+STEPS = int(os.environ.get("HANG_STEPS", "3"))
+STEP_S = float(os.environ.get("HANG_STEP_S", "0.05"))
+
+
+def read_shard() -> None:
+    time.sleep(3600)  # the culprit line of the `sleep` fault
+
+
+def hold_the_gil() -> None:
+    ctypes.PyDLL(None).sleep(3600)  # the culprit line of the `gil` fault
+
+
+def deadlock() -> None:
+    a, b = threading.Lock(), threading.Lock()
+    both = threading.Barrier(2)
+
+    def writer() -> None:
+        with b:
+            both.wait()
+            with a:  # the helper's side of the deadlock
+                pass
+
+    threading.Thread(target=writer, name="ckpt-writer", daemon=True).start()
+    with a:
+        both.wait()
+        with b:  # the culprit line of the `deadlock` fault
+            pass
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    sl.init_structured_logger("training", OUT)
+    tensor = torch.ones(16)
+    step = 0
+    while FAULT == "live" or step < STEPS:
+        step += 1
+        sl.set_step(step)
+        with sl.log_trace_span("data_fetch"):
+            time.sleep(STEP_S)
+            if step == 3 and rank == BAD:
+                if FAULT == "sleep":
+                    read_shard()
+                elif FAULT == "gil":
+                    hold_the_gil()
+                elif FAULT == "deadlock":
+                    deadlock()
+        with sl.log_trace_span("all_reduce"):
+            if step == 3 and rank == BAD and FAULT == "mismatch":
+                dist.broadcast(tensor, src=BAD)
+            else:
+                dist.all_reduce(tensor)
+    sl.shutdown_structured_logger()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,10 @@ import math
 from otel_titan.analysis.clock_align import ClockAlignment, estimate_offsets
 from otel_titan.analysis.filters import StepRange
 from otel_titan.analysis.reader import RunLogs
+from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.summary import _Collector, _new_summary
+from otel_titan.analysis.tails import tail_records
+from otel_titan.analysis.timeline import walk_process
 
 __all__ = ["tail_alignment", "check_size", "TraceTooBigError", "PERFETTO_MAX_TRACE_BYTES", "TRACE_BYTES_PER_INPUT_BYTE"]
 
@@ -38,11 +42,6 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
     Example:
         >>> # alignment = tail_alignment(run); alignment.describe()
     """
-    from otel_titan.analysis.record_lines import SkippedLines  # noqa: PLC0415
-    from otel_titan.analysis.summary import _Collector, _new_summary  # noqa: PLC0415
-    from otel_titan.analysis.tails import tail_records  # noqa: PLC0415
-    from otel_titan.analysis.timeline import walk_process  # noqa: PLC0415
-
     collector = _Collector()
     skipped = SkippedLines(log=False)
     for process in run.processes:
@@ -54,8 +53,6 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
 
 
 def _last_step(run: RunLogs) -> int | None:
-    from otel_titan.analysis.record_lines import SkippedLines  # noqa: PLC0415
-    from otel_titan.analysis.tails import tail_records  # noqa: PLC0415
 
     best = None
     skipped = SkippedLines(log=False)

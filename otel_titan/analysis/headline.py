@@ -15,9 +15,10 @@ the text.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from otel_titan.analysis.summary_model import ProcessSummary, RunSummary
+if TYPE_CHECKING:  # annotations only: the model imports this module to put the headline in its JSON
+    from otel_titan.analysis.summary_model import ProcessSummary, RunSummary
 
 __all__ = ["headline_data", "headline_lines", "state_groups", "compress"]
 

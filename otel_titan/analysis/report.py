@@ -28,7 +28,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from otel_titan.analysis.headline import headline_data, headline_lines
+from otel_titan.analysis.reader import find_log_dir
 from otel_titan.analysis.sql import INSTALL_HINT, MissingDependencyError, open_run
+from otel_titan.analysis.summary import summarize_run
 
 __all__ = ["ReportResult", "write_report", "bin_size"]
 
@@ -89,11 +92,9 @@ def write_report(
     progress: Callable[[str], None] | None = None,
 ) -> ReportResult:
     """Write the report of the run at `path` (default ``RUN_DIR/analysis/report.html``); returns what was written."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415 - only when a report is written: the CLI starts without it
 
     go = _require_plotly()
-    from otel_titan.analysis.headline import headline_data, headline_lines  # noqa: PLC0415
-    from otel_titan.analysis.summary import summarize_run  # noqa: PLC0415
 
     started = time.monotonic()
     say = progress or (lambda text: None)
@@ -270,8 +271,6 @@ def _heatmap(go: Any, np: Any, cells: dict[str, Any], shape: tuple[int, int], fi
 
 def db_run_dir(path: str | os.PathLike[str]) -> str:
     """The run directory of `path` (as ``export`` places ``analysis/``)."""
-    from otel_titan.analysis.reader import find_log_dir  # noqa: PLC0415
-
     return find_log_dir(path)[0]
 
 

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Iterator
 from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets
 from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
+from otel_titan.analysis import summary_parallel
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
@@ -318,12 +319,11 @@ def summarize_run(
         >>> # [p.last_event for p in summary.processes]  # e.g. ['optimizer_end', 'data_fetch_start']
     """
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
-    from otel_titan.analysis import summary_parallel  # noqa: PLC0415 - it imports this module
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
     jobs = 1 if jobs is None else max(1, min(jobs, len(logs.processes)))
     if jobs > 1:
-        collector, processes = summary_parallel.collect_in_workers(logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped)
+        collector, processes = summary_parallel.collect_in_workers(_Collector(), logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped)
     else:
         collector = _Collector()
         processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from otel_titan.analysis.clock_align import ClockAlignment
+from otel_titan.analysis.headline import headline_data
 from otel_titan.analysis.runs import RunInfo
 
 __all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "Stragglers", "utc"]
@@ -250,8 +251,6 @@ class RunSummary:
             raw["state"] = process.state(now_us)
             for span in raw["open_spans"]:
                 span["start_utc"] = utc(span["start_us"])
-        from otel_titan.analysis.headline import headline_data  # noqa: PLC0415
-
         data["headline"] = headline_data(self, now_us)
         for info in data["runs"]:
             info["start_utc"] = utc(info["start_us"])

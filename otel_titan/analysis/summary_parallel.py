@@ -15,22 +15,22 @@ single pass would. Process order is kept.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import pickle
 import selectors
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any, Callable
 
+from otel_titan.analysis.export_parallel import default_jobs as export_jobs
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
 
 __all__ = ["default_jobs", "collect_in_workers"]
 
-_PROGRESS_BYTES = 8 << 20
+PROGRESS_BYTES = 8 << 20
 
 
 def default_jobs(total_bytes: int, processes: int) -> int:
@@ -40,8 +40,6 @@ def default_jobs(total_bytes: int, processes: int) -> int:
         >>> default_jobs(1 << 20, 16)
         1
     """
-    from otel_titan.analysis.export_parallel import default_jobs as export_jobs  # noqa: PLC0415
-
     return export_jobs(total_bytes, processes)
 
 
@@ -56,16 +54,17 @@ def _balance(processes: list[ProcessLog], jobs: int) -> list[list[int]]:
     return [sorted(bucket) for bucket in buckets if bucket]
 
 
-def collect_in_workers(processes: list[ProcessLog], jobs: int, skipped: SkippedLines, on_bytes: Callable[[int], None], log_skipped: bool = True) -> tuple[Any, list[Any]]:
-    """(merged `summary._Collector`, process summaries in the order of `processes`), computed in `jobs` workers.
+def collect_in_workers(collector: Any, processes: list[ProcessLog], jobs: int, skipped: SkippedLines, on_bytes: Callable[[int], None], log_skipped: bool = True) -> tuple[Any, list[Any]]:
+    """(`collector` with the workers' accumulators merged in, process summaries in the order of `processes`), computed in `jobs` workers.
+
+    `collector` is a fresh `summary._Collector`, passed in so that this module
+    sits below `summary` (which calls it) and `summary_worker` (which each worker runs).
 
     Raises RuntimeError when a worker fails (its error is on stderr).
 
     Example:
-        >>> # collector, summaries = collect_in_workers(run.processes, 2, run.skipped, print)
+        >>> # collector, summaries = collect_in_workers(_Collector(), run.processes, 2, run.skipped, print)
     """
-    from otel_titan.analysis.summary import _Collector  # noqa: PLC0415
-
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -75,7 +74,7 @@ def collect_in_workers(processes: list[ProcessLog], jobs: int, skipped: SkippedL
         try:
             for index, bucket in enumerate(buckets):
                 spec = {"result": os.path.join(work_dir, f"part-{index}"), "log_skipped": log_skipped, "processes": [asdict(processes[i]) for i in bucket]}
-                worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.summary_parallel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+                worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.summary_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
                 assert worker.stdin is not None
                 try:
                     worker.stdin.write(json.dumps(spec, ensure_ascii=True).encode("ascii"))
@@ -89,7 +88,6 @@ def collect_in_workers(processes: list[ProcessLog], jobs: int, skipped: SkippedL
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
-        collector = _Collector()
         summaries: list[Any] = [None] * len(processes)
         for index, bucket in enumerate(buckets):
             with open(os.path.join(work_dir, f"part-{index}"), "rb") as handle:
@@ -123,49 +121,3 @@ def _wait(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int], None
         code = worker.wait()
         if code != 0:
             raise RuntimeError(f"summary worker {index} failed (exit status {code}); its error is above")
-
-
-def _worker_main() -> int:
-    from otel_titan.analysis.summary import _Collector, collect_processes  # noqa: PLC0415
-
-    spec = json.loads(sys.stdin.buffer.read())
-    logger = logging.getLogger("otel_titan.analysis")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
-    logger.addHandler(handler)
-    logger.propagate = False
-    names = {f.name for f in fields(ProcessLog)}
-    processes = [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in spec["processes"]]
-    skipped = SkippedLines(log=spec["log_skipped"])
-    stdout = sys.stdout.buffer
-    unreported = 0
-
-    def on_bytes(count: int) -> None:
-        nonlocal unreported
-        unreported += count
-        if unreported >= _PROGRESS_BYTES:
-            stdout.write(b"P %d\n" % unreported)
-            stdout.flush()
-            unreported = 0
-
-    collector = _Collector()
-    summaries = collect_processes(processes, collector, skipped, on_bytes)
-    if unreported:
-        stdout.write(b"P %d\n" % unreported)
-        stdout.flush()
-    result = {
-        "state": collector.state(),
-        "summaries": summaries,
-        "skipped": skipped.count,
-        "skipped_examples": skipped.examples,
-        "skipped_by_file": dict(skipped.by_file),
-        "repaired": skipped.repaired,
-        "repaired_by_file": dict(skipped.repaired_by_file),
-    }
-    with open(spec["result"], "wb") as handle:
-        pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_worker_main())

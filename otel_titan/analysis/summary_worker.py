@@ -1,0 +1,66 @@
+"""One worker of `summary_parallel`: summarize a share of a run's processes in a fresh interpreter.
+
+Run as ``python -m otel_titan.analysis.summary_worker`` with a JSON spec on
+stdin (the processes, where to write the result); it reports progress as
+``P <bytes>`` lines on stdout and pickles its process summaries and run-wide
+accumulators into the result file. A module of its own, above `summary`,
+so that `summary` can import `summary_parallel` (the dispatcher) and no
+module has to import its own caller.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import sys
+from dataclasses import fields
+
+from otel_titan.analysis.reader import ProcessLog
+from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.summary import _Collector, collect_processes
+from otel_titan.analysis.summary_parallel import PROGRESS_BYTES
+
+
+def _worker_main() -> int:
+    spec = json.loads(sys.stdin.buffer.read())
+    logger = logging.getLogger("otel_titan.analysis")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    names = {f.name for f in fields(ProcessLog)}
+    processes = [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in spec["processes"]]
+    skipped = SkippedLines(log=spec["log_skipped"])
+    stdout = sys.stdout.buffer
+    unreported = 0
+
+    def on_bytes(count: int) -> None:
+        nonlocal unreported
+        unreported += count
+        if unreported >= PROGRESS_BYTES:
+            stdout.write(b"P %d\n" % unreported)
+            stdout.flush()
+            unreported = 0
+
+    collector = _Collector()
+    summaries = collect_processes(processes, collector, skipped, on_bytes)
+    if unreported:
+        stdout.write(b"P %d\n" % unreported)
+        stdout.flush()
+    result = {
+        "state": collector.state(),
+        "summaries": summaries,
+        "skipped": skipped.count,
+        "skipped_examples": skipped.examples,
+        "skipped_by_file": dict(skipped.by_file),
+        "repaired": skipped.repaired,
+        "repaired_by_file": dict(skipped.repaired_by_file),
+    }
+    with open(spec["result"], "wb") as handle:
+        pickle.dump(result, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())

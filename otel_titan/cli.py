@@ -25,7 +25,10 @@ from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
 from otel_titan.analysis.filters import parse_rank_list
 from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
+from otel_titan.analysis.report import write_report
 from otel_titan.analysis.runs import find_run
+from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
+from otel_titan.analysis.sql_output import write_result
 from otel_titan.analysis.summary import summarize_tails
 from otel_titan.analysis.safe_text import json_bytes, printable
 
@@ -379,9 +382,6 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
 
 
 def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
-    from otel_titan.analysis.sql_output import write_result
-
     if args.max_rows < 1:
         parser.error(f"--max-rows: must be at least 1, got {args.max_rows}")
     query = sys.stdin.read() if args.query == "-" else args.query
@@ -439,14 +439,11 @@ def _print_views(db, help_lines: dict[str, str]) -> None:
 
 
 def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
-    from otel_titan.analysis.sql import MissingDependencyError
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
     progress = (lambda text: (sys.stderr.write(f"\rreport: {text}\x1b[K"), sys.stderr.flush())) if not args.no_progress and sys.stderr.isatty() else None
     try:
-        from otel_titan.analysis.report import write_report
-
         result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
                               max_cells=args.max_cells, progress=progress)
     except MissingDependencyError as error:

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from otel_titan.analysis.clock_align import ClosingSpans, estimate_offsets
 from otel_titan.analysis.reader import NoRecordsError, read_run
 from otel_titan.analysis.runs import RunChoice, select_run
 
@@ -232,8 +233,6 @@ class RunDatabase:
         ended last, for every step but the process's last (summarize's rule:
         a step ends when the next begins), on the clocks as written.
         """
-        from otel_titan.analysis.clock_align import ClosingSpans, estimate_offsets  # noqa: PLC0415
-
         rows = self.con.execute(
             """
             WITH last_step AS (SELECT process_id, max(step) AS last FROM records WHERE step IS NOT NULL GROUP BY process_id)

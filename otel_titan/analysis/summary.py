@@ -46,6 +46,7 @@ from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis import summary_parallel
 from otel_titan.analysis.runs import select_run
+from otel_titan.analysis.tails import ends_torn, tail_records
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
@@ -373,7 +374,6 @@ def summarize_tails(
     Example:
         >>> # summary = summarize_tails("outputs"); [g.event for g in summary.stopped_at]
     """
-    from otel_titan.analysis.tails import tail_records  # noqa: PLC0415
 
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
     collector = _Collector()
@@ -422,7 +422,6 @@ def _new_summary(process: ProcessLog) -> ProcessSummary:
 
 
 def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
-    from otel_titan.analysis.tails import ends_torn  # noqa: PLC0415
 
     if summary.last_event is None and summary.closed_cleanly is not True:
         # Nothing but the logger's own records since the file was created: it hung (or died) before its first record.

@@ -215,3 +215,15 @@ def test_every_packet_shape_decodes_field_by_field_uncompressed_too(tmp_path):
         assert (instant.track_event.type, instant.timestamp_clock_id, instant.timestamp) == (TrackEvent.TYPE_INSTANT, 6, 1_000_000)
         nan = packets[8]
         assert nan.timestamp == 2_100 - 2_005 and nan.track_event.double_counter_value != nan.track_event.double_counter_value
+
+
+def test_varints_are_protobufs_own_encoding():
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import DebugAnnotation
+
+    from otel_titan.analysis.perfetto_trace import _varint
+
+    edges = [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**28 - 1, 2**35, 2**56, 2**63 - 1, -1, -2, -(2**31), -(2**63)]
+    randoms = [((n * 0x9E3779B97F4A7C15) >> (n % 64)) % 2**63 for n in range(1, 2000)]
+    for value in edges + randoms:
+        assert b"\x20" + _varint(value) == DebugAnnotation(int_value=value).SerializeToString(), value
+    assert b"\x38" + _varint(2**64 - 1) == DebugAnnotation(pointer_value=2**64 - 1).SerializeToString()

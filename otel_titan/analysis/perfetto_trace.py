@@ -551,6 +551,8 @@ class NativeVisitor(ExportVisitor):
         trace_id = self._step_traces.setdefault(step, first.get("trace_id"))  # fixed from here: later spans compare to it
         if trace_id is not None:
             args["trace_id"] = trace_id
+        if "relative_step" in args and args["relative_step"] == step:
+            del args["relative_step"]  # no resumed run: the same as step, as on spans
 
     def span_begun(self, span: OpenSpan) -> None:
         """The begin carries the span's arguments (so a span that never ends has them too); its end only the error.

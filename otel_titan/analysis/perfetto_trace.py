@@ -66,7 +66,8 @@ _TRACE_CLOCK, _INCREMENTAL_CLOCK = 6, 64
 _ON_TRACE_CLOCK = b"\xd0\x03\x06"  # TracePacket.timestamp_clock_id = _TRACE_CLOCK
 #: Encoded (argument, value) pairs kept (callers, a few per step; cleared when full).
 _ENCODED_CACHE = 4096
-#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
+#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence;
+#: a step's ``trace_id`` is on each rank's step bar).
 #: A span's arguments that repeat from span to span (all but its ids), as `span_prefix` encodes them.
 _CACHED_ARGS = tuple(name for name in ARG_FIELDS if name not in ("span_id", "parent_span_id", "step", "relative_step", "trace_id"))
 #: The same, as looked up in a span's start record for `NativeVisitor.span_begun`'s cache key.
@@ -280,8 +281,11 @@ class PerfettoStream:
         return self._iid(self._strings, text, b"\xea\x01")
 
     def _name_fields(self, name: str, category: str | None) -> bytes:
-        iid = self._names.get(name)
-        body = b"\x50" + _varint(iid if iid is not None else self._iid(self._names, name, b"\x12"))
+        if category == "step":
+            body = _field(b"\xba\x01", _utf8(name))  # a step bar's name is its own (``step 12``): interning it only adds
+        else:
+            iid = self._names.get(name)
+            body = b"\x50" + _varint(iid if iid is not None else self._iid(self._names, name, b"\x12"))
         if category:
             iid = self._categories.get(category)
             body += b"\x18" + _varint(iid if iid is not None else self._iid(self._categories, category, b"\x0a"))
@@ -421,7 +425,16 @@ class PerfettoStream:
         if extra:
             prefix += self._annotations(extra)
         if span_id is not None:
-            prefix += self._id_annotation("span_id", span_id)
+            head = self._id_heads.get("span_id")
+            if head is not None and type(span_id) is str and len(span_id) == 16 and span_id.isalnum():
+                # `_id_annotation`'s common case, inline (one per span)
+                try:
+                    data = head + _varint(int(span_id, 16))
+                    prefix += b"\x22" + _SMALL_VARINTS[len(data)] + data
+                except ValueError:
+                    prefix += self._id_annotation("span_id", span_id)
+            else:
+                prefix += self._id_annotation("span_id", span_id)
         if parent_id is not None:
             prefix += self._id_annotation("parent_span_id", parent_id)
         self._emit(b"\x5a" + _varint(len(prefix)) + prefix, ts)

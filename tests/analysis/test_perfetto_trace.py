@@ -56,7 +56,7 @@ def slices(packets):
                 parents[d.uuid] = d.parent_uuid
         event = packet.track_event
         if event.type == TrackEvent.TYPE_SLICE_BEGIN:
-            item = [event.track_uuid, names[(packet.trusted_packet_sequence_id, event.name_iid)], time, None]
+            item = [event.track_uuid, event.name if event.HasField("name") else names[(packet.trusted_packet_sequence_id, event.name_iid)], time, None]
             stacks.setdefault(event.track_uuid, []).append(item)
             out.append(item)
         elif event.type == TrackEvent.TYPE_SLICE_END:
@@ -136,7 +136,8 @@ def annotations(packets):
             kind = a.WhichOneof("value")
             args[arg_names[a.name_iid]] = strings[a.string_value_iid] if kind == "string_value_iid" else getattr(a, kind)
         if event.type == TrackEvent.TYPE_SLICE_BEGIN:
-            stacks.setdefault(event.track_uuid, []).append((names[event.name_iid], args, locations.get(event.source_location_iid)))
+            name = event.name if event.HasField("name") else names[event.name_iid]  # step bars: their own name, not interned
+            stacks.setdefault(event.track_uuid, []).append((name, args, locations.get(event.source_location_iid)))
         elif event.type == TrackEvent.TYPE_SLICE_END:
             name, begun, location = stacks[event.track_uuid].pop()
             assert not (begun.keys() & args.keys())  # nothing said twice

@@ -70,8 +70,6 @@ _ENCODED_CACHE = 4096
 #: a step's ``trace_id`` is on each rank's step bar).
 #: A span's arguments that repeat from span to span (all but its ids), as `span_prefix` encodes them.
 _CACHED_ARGS = tuple(name for name in ARG_FIELDS if name not in ("span_id", "parent_span_id", "step", "relative_step", "trace_id"))
-#: The same, as looked up in a span's start record for `NativeVisitor.span_begun`'s cache key.
-_KEY_ARGS = tuple(name for name in _CACHED_ARGS)
 #: What a span's end adds to the arguments its begin carried (a failure; `ExportVisitor.span_event`).
 _END_ARGS = ("status", "error_type", "error_message")
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
@@ -595,7 +593,7 @@ class NativeVisitor(ExportVisitor):
             extra = extra or {}
             extra["trace_id"] = trace_id  # another trace than its step's
         # What the rest of the begin depends on (the step, which changes every few spans, is added apart).
-        key: tuple | None = (self.pid, track, span.name, *map(get, _KEY_ARGS))
+        key: tuple | None = (self.pid, track, span.name, *map(get, _CACHED_ARGS))
         out = self.out
         try:
             prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]

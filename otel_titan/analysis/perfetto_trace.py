@@ -549,16 +549,19 @@ class NativeVisitor(ExportVisitor):
     """
 
     def begin_process(self, tracks: Any, os_pid: Any, alive_until_us: int | None = None) -> None:
+        """As `ExportVisitor.begin_process`; what is left out is decided per process (its own tracks and steps)."""
         super().begin_process(tracks, os_pid, alive_until_us)
         self._open_ids: dict[Any, list[Any]] = {}  # track → span ids of its begun, unended slices
         self._step_traces: dict[Any, Any] = {}  # step → its trace id (the first begun span's, or the step's first record's)
         self._steps_begun: set[Any] = set()  # steps whose bar will be written (every begun step gets one)
 
     def step_begun(self, step: int, begin_us: int) -> None:
+        """Every begun step gets its bar (`timeline.walk_process`), so its spans may leave their trace id to it."""
         super().step_begun(step, begin_us)
         self._steps_begun.add(step)
 
     def step_arguments(self, step: int, first: dict[str, Any], args: dict[str, Any]) -> None:
+        """The step's trace id on its bar (the one its spans left out); ``relative_step`` only when it differs."""
         trace_id = self._step_traces.setdefault(step, first.get("trace_id"))  # fixed from here: later spans compare to it
         if trace_id is not None:
             args["trace_id"] = trace_id

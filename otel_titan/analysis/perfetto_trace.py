@@ -218,7 +218,7 @@ class PerfettoStream:
         iid = self._locations.get(caller)
         if iid is None:
             parts = caller.rsplit(":", 2)
-            if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 9:
+            if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) > 9:
                 return None
             iid = self._locations[caller] = len(self._locations) + 1
             location = b"\x08" + _varint(iid) + _field(b"\x12", _utf8(parts[0])) + _field(b"\x1a", _utf8(parts[2])) + b"\x20" + _varint(int(parts[1]))

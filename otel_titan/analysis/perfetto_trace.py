@@ -8,8 +8,7 @@ interned names is several times smaller and is Perfetto's own.
 The layout and every decision about what to show come from the same walk and
 visitor as the JSON export (`timeline.walk_process` →
 `chrome_events.ExportVisitor`), which describes events as Chrome-trace dicts;
-`PerfettoStream` is the second writer: it encodes those dicts as packets with
-the trace protos the ``perfetto`` package ships (`perfetto.protos`). Two
+`PerfettoStream` is the second writer: it encodes those events as packets. Three
 differences, because the native format can say more:
 
 * a span is a ``SLICE_BEGIN`` written when its ``_start`` is read and a
@@ -22,11 +21,14 @@ differences, because the native format can say more:
   the process, not threads (so none of them is shown as a main thread);
 * counter tracks end at their process's last record (`PerfettoStream.end_process`).
 
-Event names, categories and argument names are interned per sequence
-(``interned_data`` + ``*_iid``). Packets are encoded in batches as ``Trace``
-messages; concatenated ``Trace`` messages are one valid trace, which is how
-`perfetto.trace_builder.StreamingTraceProtoBuilder` streams too (one packet
-per message; batching makes it several times faster).
+Size and speed (targets in docs/performance.md): packets are encoded
+straight to bytes, not built as protobuf objects field by field from Python
+(~3 µs a packet, more than the JSON export spends on a span); names, argument
+names, repeated values and callers (source locations) are interned per
+sequence; what the trace says elsewhere is not repeated per span
+(`NativeVisitor`); timestamps are µs deltas; and batches of packets are
+deflated into ``compressed_packets``, as Perfetto's tracing service writes
+them (random 64-bit span ids and timestamps are most of what is left).
 """
 
 from __future__ import annotations
@@ -64,11 +66,10 @@ _TRACE_CLOCK, _INCREMENTAL_CLOCK = 6, 64
 _ON_TRACE_CLOCK = b"\xd0\x03\x06"  # TracePacket.timestamp_clock_id = _TRACE_CLOCK
 #: Encoded (argument, value) pairs kept (callers, a few per step; cleared when full).
 _ENCODED_CACHE = 4096
-#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence).
+#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence;
+#: a step's ``trace_id`` is on each rank's step bar).
 #: A span's arguments that repeat from span to span (all but its ids), as `span_prefix` encodes them.
 _CACHED_ARGS = tuple(name for name in ARG_FIELDS if name not in ("span_id", "parent_span_id", "step", "relative_step", "trace_id"))
-#: The same, as looked up in a span's start record for `NativeVisitor.span_begun`'s cache key.
-_KEY_ARGS = tuple(name for name in _CACHED_ARGS)
 #: What a span's end adds to the arguments its begin carried (a failure; `ExportVisitor.span_event`).
 _END_ARGS = ("status", "error_type", "error_message")
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
@@ -217,7 +218,7 @@ class PerfettoStream:
         iid = self._locations.get(caller)
         if iid is None:
             parts = caller.rsplit(":", 2)
-            if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 9:
+            if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) > 9:
                 return None
             iid = self._locations[caller] = len(self._locations) + 1
             location = b"\x08" + _varint(iid) + _field(b"\x12", _utf8(parts[0])) + _field(b"\x1a", _utf8(parts[2])) + b"\x20" + _varint(int(parts[1]))
@@ -278,8 +279,11 @@ class PerfettoStream:
         return self._iid(self._strings, text, b"\xea\x01")
 
     def _name_fields(self, name: str, category: str | None) -> bytes:
-        iid = self._names.get(name)
-        body = b"\x50" + _varint(iid if iid is not None else self._iid(self._names, name, b"\x12"))
+        if category == "step":
+            body = _field(b"\xba\x01", _utf8(name))  # a step bar's name is its own (``step 12``): interning it only adds
+        else:
+            iid = self._names.get(name)
+            body = b"\x50" + _varint(iid if iid is not None else self._iid(self._names, name, b"\x12"))
         if category:
             iid = self._categories.get(category)
             body += b"\x18" + _varint(iid if iid is not None else self._iid(self._categories, category, b"\x0a"))
@@ -419,7 +423,16 @@ class PerfettoStream:
         if extra:
             prefix += self._annotations(extra)
         if span_id is not None:
-            prefix += self._id_annotation("span_id", span_id)
+            head = self._id_heads.get("span_id")
+            if head is not None and type(span_id) is str and len(span_id) == 16 and span_id.isalnum():
+                # `_id_annotation`'s common case, inline (one per span)
+                try:
+                    data = head + _varint(int(span_id, 16))
+                    prefix += b"\x22" + _SMALL_VARINTS[len(data)] + data
+                except ValueError:
+                    prefix += self._id_annotation("span_id", span_id)
+            else:
+                prefix += self._id_annotation("span_id", span_id)
         if parent_id is not None:
             prefix += self._id_annotation("parent_span_id", parent_id)
         self._emit(b"\x5a" + _varint(len(prefix)) + prefix, ts)
@@ -536,19 +549,24 @@ class NativeVisitor(ExportVisitor):
     """
 
     def begin_process(self, tracks: Any, os_pid: Any, alive_until_us: int | None = None) -> None:
+        """As `ExportVisitor.begin_process`; what is left out is decided per process (its own tracks and steps)."""
         super().begin_process(tracks, os_pid, alive_until_us)
         self._open_ids: dict[Any, list[Any]] = {}  # track → span ids of its begun, unended slices
         self._step_traces: dict[Any, Any] = {}  # step → its trace id (the first begun span's, or the step's first record's)
         self._steps_begun: set[Any] = set()  # steps whose bar will be written (every begun step gets one)
 
     def step_begun(self, step: int, begin_us: int) -> None:
+        """Every begun step gets its bar (`timeline.walk_process`), so its spans may leave their trace id to it."""
         super().step_begun(step, begin_us)
         self._steps_begun.add(step)
 
     def step_arguments(self, step: int, first: dict[str, Any], args: dict[str, Any]) -> None:
+        """The step's trace id on its bar (the one its spans left out); ``relative_step`` only when it differs."""
         trace_id = self._step_traces.setdefault(step, first.get("trace_id"))  # fixed from here: later spans compare to it
         if trace_id is not None:
             args["trace_id"] = trace_id
+        if "relative_step" in args and args["relative_step"] == step:
+            del args["relative_step"]  # no resumed run: the same as step, as on spans
 
     def span_begun(self, span: OpenSpan) -> None:
         """The begin carries the span's arguments (so a span that never ends has them too); its end only the error.
@@ -578,7 +596,7 @@ class NativeVisitor(ExportVisitor):
             extra = extra or {}
             extra["trace_id"] = trace_id  # another trace than its step's
         # What the rest of the begin depends on (the step, which changes every few spans, is added apart).
-        key: tuple | None = (self.pid, track, span.name, *map(get, _KEY_ARGS))
+        key: tuple | None = (self.pid, track, span.name, *map(get, _CACHED_ARGS))
         out = self.out
         try:
             prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]

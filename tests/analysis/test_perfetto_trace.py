@@ -56,7 +56,7 @@ def slices(packets):
                 parents[d.uuid] = d.parent_uuid
         event = packet.track_event
         if event.type == TrackEvent.TYPE_SLICE_BEGIN:
-            item = [event.track_uuid, names[(packet.trusted_packet_sequence_id, event.name_iid)], time, None]
+            item = [event.track_uuid, event.name if event.HasField("name") else names[(packet.trusted_packet_sequence_id, event.name_iid)], time, None]
             stacks.setdefault(event.track_uuid, []).append(item)
             out.append(item)
         elif event.type == TrackEvent.TYPE_SLICE_END:
@@ -136,7 +136,8 @@ def annotations(packets):
             kind = a.WhichOneof("value")
             args[arg_names[a.name_iid]] = strings[a.string_value_iid] if kind == "string_value_iid" else getattr(a, kind)
         if event.type == TrackEvent.TYPE_SLICE_BEGIN:
-            stacks.setdefault(event.track_uuid, []).append((names[event.name_iid], args, locations.get(event.source_location_iid)))
+            name = event.name if event.HasField("name") else names[event.name_iid]  # step bars: their own name, not interned
+            stacks.setdefault(event.track_uuid, []).append((name, args, locations.get(event.source_location_iid)))
         elif event.type == TrackEvent.TYPE_SLICE_END:
             name, begun, location = stacks[event.track_uuid].pop()
             assert not (begun.keys() & args.keys())  # nothing said twice
@@ -215,3 +216,15 @@ def test_every_packet_shape_decodes_field_by_field_uncompressed_too(tmp_path):
         assert (instant.track_event.type, instant.timestamp_clock_id, instant.timestamp) == (TrackEvent.TYPE_INSTANT, 6, 1_000_000)
         nan = packets[8]
         assert nan.timestamp == 2_100 - 2_005 and nan.track_event.double_counter_value != nan.track_event.double_counter_value
+
+
+def test_varints_are_protobufs_own_encoding():
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import DebugAnnotation
+
+    from otel_titan.analysis.perfetto_trace import _varint
+
+    edges = [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**28 - 1, 2**35, 2**56, 2**63 - 1, -1, -2, -(2**31), -(2**63)]
+    randoms = [((n * 0x9E3779B97F4A7C15) >> (n % 64)) % 2**63 for n in range(1, 2000)]
+    for value in edges + randoms:
+        assert b"\x20" + _varint(value) == DebugAnnotation(int_value=value).SerializeToString(), value
+    assert b"\x38" + _varint(2**64 - 1) == DebugAnnotation(pointer_value=2**64 - 1).SerializeToString()

@@ -36,6 +36,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_titan.exporters.otel_env import otlp_protocol, sdk_disabled
+from otel_titan.exporters.otlp_grpc import grpc_exporter_class
+from otel_titan.exporters.otlp_http import http_exporter_class
 from otel_titan.exporters.queued import QueuedSpanExporter
 from otel_titan.core.exporter import HandlerSkipped
 
@@ -186,13 +188,9 @@ def register_otlp_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExpo
     protocol = otlp_protocol()
     _quiet_exporter_logs()
     if protocol == "grpc":
-        from otel_titan.exporters.otlp_grpc import TitanGrpcSpanExporter  # noqa: PLC0415 - grpc is heavy; load only when used
-
-        otlp: Any = TitanGrpcSpanExporter()
+        otlp: Any = grpc_exporter_class()()  # grpc is heavy: loaded only here
     else:
-        from otel_titan.exporters.otlp_http import TitanHttpSpanExporter  # noqa: PLC0415
-
-        otlp = TitanHttpSpanExporter(session=_session_honouring_otlp_certificate())
+        otlp = http_exporter_class()(session=_session_honouring_otlp_certificate())
     exporter = _queued(otlp, f"otlp-{protocol.replace('/', '-')}")
     add_span_exporter(exporter)
     return exporter

@@ -136,9 +136,10 @@ class OtlpSpanEncoder:
     Caches are bounded: each is cleared when it reaches `MAX_CACHE` entries.
 
     Example:
-        >>> from opentelemetry.sdk.trace import ReadableSpan
+        >>> from opentelemetry.sdk.trace import TracerProvider
         >>> from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-        >>> data = OtlpSpanEncoder().encode([ReadableSpan("plain")])   # not a TitanSpan: the SDK encodes it
+        >>> span = TracerProvider().get_tracer("doc").start_span("plain"); span.end()
+        >>> data = OtlpSpanEncoder().encode([span])   # not a TitanSpan: the SDK's encoder does it
         >>> ExportTraceServiceRequest.FromString(data).resource_spans[0].scope_spans[0].spans[0].name
         'plain'
     """

@@ -26,8 +26,8 @@ from opentelemetry.trace import SpanContext
 
 from otel_titan.core.titan_span import TitanSpan
 from otel_titan.exporters.otlp_encoder import OtlpSpanEncoder, encode_varint
-from otel_titan.exporters.otlp_grpc import TitanGrpcSpanExporter
-from otel_titan.exporters.otlp_http import TitanHttpSpanExporter
+from otel_titan.exporters.otlp_grpc import grpc_exporter_class
+from otel_titan.exporters.otlp_http import http_exporter_class
 from tests.helpers.collector import RotelCollector
 from tests.helpers.otlp_receiver import OtlpReceiver
 from tests.helpers.span_mix import titan_spans
@@ -115,10 +115,10 @@ def test_through_the_real_collector_both_encodings_arrive_identical(spans, tmp_p
     collector = RotelCollector(receiver.endpoint, tmp_path / "rotel").start()
     try:
         if protocol == "grpc":
-            ours: Any = TitanGrpcSpanExporter(endpoint=collector.grpc_endpoint, insecure=True)
+            ours: Any = grpc_exporter_class()(endpoint=collector.grpc_endpoint, insecure=True)
             sdk: Any = SdkGrpcExporter(endpoint=collector.grpc_endpoint, insecure=True)
         else:
-            ours = TitanHttpSpanExporter(endpoint=collector.http_endpoint + "/v1/traces")
+            ours = http_exporter_class()(endpoint=collector.http_endpoint + "/v1/traces")
             sdk = SdkHttpExporter(endpoint=collector.http_endpoint + "/v1/traces")
         assert ours.export(spans) is SpanExportResult.SUCCESS
         assert ours.encoder.fast_spans > 0

@@ -19,14 +19,14 @@ def test_quick_benchmark_run_produces_every_row_and_target(tmp_path):
     result = processes.run([sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert set(results["span_cost"]) == {"floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp"}
+    assert set(results["span_cost"]) == {"floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp", "otel_titan_otlp_sdk"}
     assert all(case["caller_us"] > 0 and case["cpu_us"] > 0 for case in results["span_cost"].values())
     assert {"bare", "disabled", "jsonl", "jsonl_otlp"} <= set(results["training_step_ms"])
     assert set(results["training_step_ms"]["overhead_pct"]) == {"bare", "disabled", "jsonl", "jsonl_otlp"}
     assert all(case["caller_cpu_us"] > 0 for case in results["span_cost"].values())
     assert results["throughput"]["spans_emitted"] > 0
     assert results["throughput"]["records_written"] + results["throughput"]["records_dropped"] == 2 * results["throughput"]["spans_emitted"]
-    assert len(results["targets"]) == 7
+    assert len(results["targets"]) == 9
     assert "| (6) otel-titan, JSONL |" in result.stdout and "| target | met | measured |" in result.stdout
     assert set(results["start_latency"]["cases"]) == {"spinning_0", "spinning_4"}
     assert "| 4 threads spinning for the interpreter lock |" in result.stdout

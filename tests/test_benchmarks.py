@@ -47,3 +47,19 @@ def test_start_latency_measures_each_case_in_fresh_processes():
         assert len(samples) == 4 and all(0 < s < 60_000 for s in samples)
         assert case["min_ms"] <= case["median_ms"] <= case["p95_ms"] <= case["max_ms"] == max(samples)
     assert "threads spinning for the interpreter lock" in result.stderr
+
+
+def test_default_trace_granularity_keeps_a_1024_rank_step_within_tempo_and_jaeger_limits(tmp_path):
+    """benchmarks/trace_sizes.py: 1,024 real loggers (one per rank) produce one step; its traces, grouped by their real trace ids, fit."""
+    out = tmp_path / "sizes.json"
+    result = processes.run([sys.executable, "-m", "benchmarks.trace_sizes", "--ranks", "1024", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sizes = json.loads(out.read_text())
+    measured, limits = sizes["measured"], sizes["limits"]
+    assert sizes["spans_per_rank"] >= 20  # a realistic step, not an empty one
+    assert measured["traces_per_step"] == 1024 // 32 and measured["max_ranks_per_trace"] == 32
+    assert measured["max_bytes_per_trace"] <= limits["tempo_max_bytes_per_trace"] == 5_000_000
+    assert measured["max_spans_per_trace"] <= limits["jaeger_ui_spans_per_trace"] == 2_000
+    # And why the default is not one trace per step: all 1,024 ranks in one trace break both limits.
+    whole = next(row for row in sizes["other_group_sizes"] if row["ranks_per_trace"] == 1024)
+    assert whole["max_bytes_per_trace"] > limits["tempo_max_bytes_per_trace"] and whole["max_spans_per_trace"] > limits["jaeger_ui_spans_per_trace"]

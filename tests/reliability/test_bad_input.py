@@ -47,7 +47,7 @@ scalar_values = st.one_of(
     st.integers(min_value=-(2**80), max_value=2**80),
     st.floats(allow_nan=True, allow_infinity=True),
     st.floats(width=32).map(numpy.float32),
-    st.integers(min_value=-(2**31), max_value=2**31).map(numpy.int32),
+    st.integers(min_value=-(2**31), max_value=2**31 - 1).map(numpy.int32),  # int32 holds up to 2**31 - 1
     st.floats(allow_nan=False, allow_infinity=False).map(lambda v: torch.tensor(v)),
     st.text(max_size=5),
     st.none(),

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope, _encode_resource
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanKind, StatusCode
 
 from otel_titan.core.titan_span import ATTR, TitanSpan
 
@@ -126,6 +126,9 @@ _EVENT_ATTR = b"\x1a"  # Span.Event.attributes = 3
 _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)  # Span.flags = 16 (fixed32): HAS_IS_REMOTE
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)  # HAS_IS_REMOTE | IS_REMOTE
 _EMPTY_STATUS = b"\x7a\x00"  # Span.status = 15, always present (as the SDK sends it)
+_TAIL_LOCAL = _EMPTY_STATUS + _FLAGS_LOCAL
+_TAIL_REMOTE = _EMPTY_STATUS + _FLAGS_REMOTE
+_DEFAULT_TRACE_STATE = DEFAULT_TRACE_STATE
 _KIND = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}  # Span.kind = 6 (proto enum = SDK value + 1)
 
 
@@ -151,6 +154,7 @@ class OtlpSpanEncoder:
         self._sites: dict[tuple[Any, ...], bytes] = {}
         self._steps: dict[tuple[Any, ...], bytes] = {}
         self._names: dict[tuple[str, Any], bytes] = {}
+        self._shapes: dict[tuple[Any, ...], bytes] = {}
         self._traces: dict[int, bytes] = {}
         self._kvs: dict[tuple[str, Any], bytes] = {}
         #: Spans encoded here, and spans handed to the SDK's encoder (not TitanSpans, or unsupported values).
@@ -214,31 +218,25 @@ class OtlpSpanEncoder:
             if len(self._traces) >= self.MAX_CACHE:
                 self._traces.clear()
             trace = self._traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
-        parent = span._parent
-        name_key = (span._name, span._kind)
-        name = self._names.get(name_key)
-        if name is None:
-            if len(self._names) >= self.MAX_CACHE:
-                self._names.clear()
-            name = self._names[name_key] = _len_field(b"\x2a", span._name.encode("utf-8")) + _KIND[span._kind]  # Span.name = 5, kind = 6
-        site_key = (span.record_kind, span.code_file, span.code_line, span.code_function, span.thread_id)
-        site = self._sites.get(site_key)
-        if site is None:
-            site = self._site(site_key)
-        step_key = (span.step, span.relative_step, span.step_tags)
-        step = self._steps.get(step_key)
-        if step is None:
-            step = self._step(step_key)
+        # Name, kind, call-site and step attributes: one fragment per shape of span.
+        shape_key = (span._name, span.record_kind, span.code_file, span.code_line, span.code_function, span.thread_id, span.step, span.relative_step, span.step_tags, span._kind)
+        shape = self._shapes.get(shape_key)
+        if shape is None:
+            shape = self._shape(span, shape_key)
         end = span._end_time
-        parts = [
-            trace,
-            b"\x12\x08",
-            context.span_id.to_bytes(8, "big"),
-            name,
-            _pack_times(0x39, span._start_time, 0x41, end) if end is not None else b"\x39" + _pack_fixed64(span._start_time),
-            site,
-            step,
-        ]
+        times = _pack_times(0x39, span._start_time, 0x41, end) if end is not None else b"\x39" + _pack_fixed64(span._start_time)
+        parent = span._parent
+        if not span.__dict__ and span.task_name is None and context.trace_state is _DEFAULT_TRACE_STATE:
+            # The common span: nothing set beyond the slots (no description, metric, error,
+            # extra, event, link or status), no task, no trace state: one join.
+            if parent is None:
+                body = b"".join((trace, b"\x12\x08", context.span_id.to_bytes(8, "big"), shape, times, _TAIL_LOCAL))
+            else:
+                body = b"".join(
+                    (trace, b"\x12\x08", context.span_id.to_bytes(8, "big"), shape, times, b"\x22\x08", parent.span_id.to_bytes(8, "big"), _TAIL_REMOTE if parent.is_remote else _TAIL_LOCAL)
+                )
+            return b"\x12" + _varint(len(body)) + body
+        parts = [trace, b"\x12\x08", context.span_id.to_bytes(8, "big"), shape, times]
         if parent is not None:
             parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
         if context.trace_state:
@@ -257,6 +255,25 @@ class OtlpSpanEncoder:
         parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
         body = b"".join(parts)
         return b"\x12" + _varint(len(body)) + body
+
+    def _shape(self, span: TitanSpan, key: tuple[Any, ...]) -> bytes:
+        """Name and kind (fields 5, 6), then the call-site and step attributes, in `_build_attributes`'s order."""
+        name_key = (span._name, span._kind)
+        name = self._names.get(name_key)
+        if name is None:
+            if len(self._names) >= self.MAX_CACHE:
+                self._names.clear()
+            name = self._names[name_key] = _len_field(b"\x2a", span._name.encode("utf-8")) + _KIND[span._kind]
+        site_key = (span.record_kind, span.code_file, span.code_line, span.code_function, span.thread_id)
+        site = self._sites.get(site_key) or self._site(site_key)
+        step_key = (span.step, span.relative_step, span.step_tags)
+        step = self._steps.get(step_key)
+        if step is None:
+            step = self._step(step_key)
+        if len(self._shapes) >= self.MAX_CACHE:
+            self._shapes.clear()
+        shape = self._shapes[key] = name + site + step
+        return shape
 
     def _site(self, key: tuple[Any, ...]) -> bytes:
         record_kind, code_file, code_line, code_function, thread_id = key

@@ -74,6 +74,7 @@ def test_the_mix_covers_what_the_encoder_must_handle(spans):
     assert any(s.status.status_code.name == "ERROR" for s in titan)
     assert any(s.events for s in titan) and any(s.links for s in titan)
     assert any(s.parent is not None and s.parent.is_remote for s in titan)
+    assert any(s.parent is not None and not s.parent.is_remote and not s.__dict__ for s in titan)  # the fast path, as a child
     assert any(s.incomplete for s in titan) and any(s.step_tags for s in titan) and any(s.task_name for s in titan)
     assert any(s.extra for s in titan) and any(s.description for s in titan)
     assert len(titan) < len(spans)  # plain SDK spans too

@@ -46,6 +46,8 @@ def titan_spans(output_dir: str) -> list[ReadableSpan]:
             with sl.log_trace_span("fwd_bwd", "forward and backward"):
                 with sl.log_trace_span("forward"):
                     sl.log_trace_instant("micro_batch_done")
+                with sl.log_trace_span("backward"):  # a plain child: the encoder's fast path with a local parent
+                    pass
                 sl.log_trace_scalar({"loss": 2.5 / step, "tokens": 4096 * step, "neg": -7})
             try:
                 with sl.log_trace_span("optimizer"):

@@ -104,7 +104,7 @@ def start_sink() -> tuple[subprocess.Popen, str]:
 
 def span_costs(rounds: int, spans: int, sink: str) -> dict:
     otlp_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
-    metrics = ("caller_us", "caller_cpu_us", "cpu_us")
+    metrics = ("caller_us", "caller_cpu_us", "cpu_us", "otlp_thread_cpu_us")
     results: dict[str, dict[str, list[float]]] = {case: {m: [] for m in metrics} for case in CASE_ORDER}
     for round_index in range(rounds):
         for case in CASE_ORDER:
@@ -185,8 +185,9 @@ def table(costs: dict, steps: dict, throughput: dict, latency: dict) -> tuple[st
         ("total CPU (JSONL) ≤ 0.35 × (2)", ours["cpu_us"] / queue["cpu_us"] <= 0.35, f"{ours['cpu_us'] / queue['cpu_us']:.3f}×"),
         (
             "OTLP's own CPU ≤ 5 µs per span",
-            ours_otlp["cpu_us"] - ours["cpu_us"] <= 5.0,
-            f"{ours_otlp['cpu_us'] - ours['cpu_us']:.2f} µs (total CPU with OTLP − JSONL alone; the SDK's encoder: {costs['otel_titan_otlp_sdk']['cpu_us'] - ours['cpu_us']:.2f} µs)",
+            ours_otlp["otlp_thread_cpu_us"] <= 5.0,
+            f"{ours_otlp['otlp_thread_cpu_us']:.2f} µs on the OTLP exporter's thread (the SDK's encoder: {costs['otel_titan_otlp_sdk']['otlp_thread_cpu_us']:.2f} µs);"
+            f" total CPU with OTLP − JSONL alone: {ours_otlp['cpu_us'] - ours['cpu_us']:+.2f} µs (SDK's encoder: {costs['otel_titan_otlp_sdk']['cpu_us'] - ours['cpu_us']:+.2f} µs)",
         ),
         (
             "adding OTLP raises caller time ≤ 10 %",

@@ -142,3 +142,60 @@ def test_through_the_real_collector_both_encodings_arrive_identical(spans, tmp_p
         assert len(copies) == 2, f"span {key[1].hex()} arrived {len(copies)} times"
         assert copies[0] == copies[1], f"span {key[1].hex()}: our encoding and the SDK's arrived different"
         assert copies[0][4] == expected[key][0][4], f"span {key[1].hex()} changed on the way"
+
+
+def test_the_standard_variables_still_drive_the_exporters_headers_compression_endpoint(spans, monkeypatch):
+    """Only the encoding changed: OTEL_EXPORTER_OTLP_* (endpoint, headers, compression) reach the wire as the SDK sends them."""
+    import gzip
+    import http.server
+    import threading
+
+    from otel_titan.exporters.otlp import register_otlp_handler
+
+    receiver = OtlpReceiver()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=team-a,authorization=Bearer t0ken")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    try:
+        added: list[Any] = []
+        queued = register_otlp_handler(add_span_exporter=added.append)
+        assert type(queued.exporter).__name__ == "TitanGrpcSpanExporter"
+        assert queued.exporter.export(spans) is SpanExportResult.SUCCESS
+        queued.shutdown()
+        assert receiver.metadata[-1]["x-tenant"] == "team-a" and receiver.metadata[-1]["authorization"] == "Bearer t0ken"
+        assert by_span(receiver.requests) == by_span([encode_spans(spans)])
+    finally:
+        receiver.stop()
+
+    got: dict[str, Any] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.update(path=self.path, headers=dict(self.headers), body=body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.end_headers()
+            self.wfile.write(b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    try:
+        queued = register_otlp_handler(add_span_exporter=lambda exporter: None)
+        assert type(queued.exporter).__name__ == "TitanHttpSpanExporter"
+        assert queued.exporter.export(spans) is SpanExportResult.SUCCESS
+        queued.shutdown()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert got["path"] == "/v1/traces"
+    assert got["headers"]["x-tenant"] == "team-a" and got["headers"]["Content-Encoding"] == "gzip"
+    assert by_span([ExportTraceServiceRequest.FromString(gzip.decompress(got["body"]))]) == by_span([encode_spans(spans)])

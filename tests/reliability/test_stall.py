@@ -53,9 +53,12 @@ def test_a_stalled_writer_costs_the_caller_nothing_and_drops_are_counted_then_wr
     sizes: list[int] = []
     emit_for(2.0, normal, emitted, sizes)  # the writer works
 
-    factories.GATE.clear()  # from the next export on, the writer is frozen...
     sl.log_trace_instant("stall_begins")
     emitted[0] += 1
+    # On disk before the freeze: otherwise a batch popped just before it, frozen in the gate,
+    # would push it past the stall, after the drop report (a race under load, not a fault).
+    assert sl.flush_structured_logger(timeout=30)
+    factories.GATE.clear()  # from the next export on, the writer is frozen...
     time.sleep(0.2)  # ...as soon as its next batch starts
     stall_sizes: list[int] = []
     emit_for(10.0, stalled, emitted, stall_sizes)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -179,6 +180,7 @@ def test_torch_dataloader_workers(run_dir, tmp_path):
     pytest.importorskip("torch")
     code = """
 import sys
+import threading
 import torch
 from torch.utils.data import DataLoader, Dataset
 from otel_titan import structured_logger as sl
@@ -527,6 +529,7 @@ def test_multiprocessing_workers_that_start_a_logger_write_everything_and_close(
 
 _DATALOADER = """
 import sys
+import threading
 import torch
 from torch.utils.data import DataLoader, Dataset
 from otel_titan import structured_logger as sl

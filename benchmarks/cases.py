@@ -16,7 +16,9 @@ finished the work of the spans so far) and `close()`.
 5. ``otel_sdk_jsonl``: SDK spans exported to a JSON-lines file by a
    `BatchSpanProcessor` exporter using `ReadableSpan.to_json`.
 6. ``otel_titan``: this project, JSONL handler only; ``otel_titan_otlp``: with the
-   OTLP handler added, exporting over gRPC to a local receiver process.
+   OTLP handler added, exporting over gRPC to a local receiver process;
+   ``otel_titan_otlp_sdk``: the same with the SDK's own encoder (``encode_spans``),
+   the way the OTLP handler encoded before ``otlp_encoder``.
 """
 
 from __future__ import annotations
@@ -280,4 +282,20 @@ class OtelTitanOtlp(OtelTitan):
     handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler", "otel_titan.exporters.otlp.register_otlp_handler"]
 
 
-CASES = {case.name: case for case in (Floor, LoggingQueue, LoggingSync, OtelSdk, OtelSdkJsonl, OtelTitan, OtelTitanOtlp)}
+def register_sdk_encoder_otlp_handler(*, add_span_exporter: Any, **_: Any) -> Any:
+    """The OTLP handler as it was before otel-titan's encoder: the SDK's gRPC exporter and ``encode_spans``, same queue."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
+
+    from otel_titan.exporters.otlp import _queued  # noqa: PLC0415
+
+    exporter = _queued(OTLPSpanExporter(), "otlp-sdk-encoder")
+    add_span_exporter(exporter)
+    return exporter
+
+
+class OtelTitanOtlpSdkEncoder(OtelTitan):
+    name = "otel_titan_otlp_sdk"
+    handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler", "benchmarks.cases.register_sdk_encoder_otlp_handler"]
+
+
+CASES = {case.name: case for case in (Floor, LoggingQueue, LoggingSync, OtelSdk, OtelSdkJsonl, OtelTitan, OtelTitanOtlp, OtelTitanOtlpSdkEncoder)}

@@ -19,14 +19,14 @@ def test_quick_benchmark_run_produces_every_row_and_target(tmp_path):
     result = processes.run([sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert set(results["span_cost"]) == {"floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp"}
+    assert set(results["span_cost"]) == {"floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp", "otel_titan_otlp_sdk"}
     assert all(case["caller_us"] > 0 and case["cpu_us"] > 0 for case in results["span_cost"].values())
     assert {"bare", "disabled", "jsonl", "jsonl_otlp"} <= set(results["training_step_ms"])
     assert set(results["training_step_ms"]["overhead_pct"]) == {"bare", "disabled", "jsonl", "jsonl_otlp"}
     assert all(case["caller_cpu_us"] > 0 for case in results["span_cost"].values())
     assert results["throughput"]["spans_emitted"] > 0
     assert results["throughput"]["records_written"] + results["throughput"]["records_dropped"] == 2 * results["throughput"]["spans_emitted"]
-    assert len(results["targets"]) == 7
+    assert len(results["targets"]) == 9
     assert "| (6) otel-titan, JSONL |" in result.stdout and "| target | met | measured |" in result.stdout
     assert set(results["start_latency"]["cases"]) == {"spinning_0", "spinning_4"}
     assert "| 4 threads spinning for the interpreter lock |" in result.stdout
@@ -96,3 +96,19 @@ def test_the_stall_watchdog_benchmark_compares_on_and_off_in_one_run(tmp_path):
     results = json.loads(out.read_text())
     assert set(results["median"]) == {"on", "off"} and set(results["ratio_on_off"]) == {"caller_us", "cpu_us"}
     assert "| on / off |" in result.stdout
+
+
+def test_default_trace_granularity_keeps_a_1024_rank_step_within_tempo_and_jaeger_limits(tmp_path):
+    """benchmarks/trace_sizes.py: 1,024 real loggers (one per rank) produce one step; its traces, grouped by their real trace ids, fit."""
+    out = tmp_path / "sizes.json"
+    result = processes.run([sys.executable, "-m", "benchmarks.trace_sizes", "--ranks", "1024", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sizes = json.loads(out.read_text())
+    measured, limits = sizes["measured"], sizes["limits"]
+    assert sizes["spans_per_rank"] >= 20  # a realistic step, not an empty one
+    assert measured["traces_per_step"] == 1024 // 32 and measured["max_ranks_per_trace"] == 32
+    assert measured["max_bytes_per_trace"] <= limits["tempo_max_bytes_per_trace"] == 5_000_000
+    assert measured["max_spans_per_trace"] <= limits["jaeger_ui_spans_per_trace"] == 2_000
+    # And why the default is not one trace per step: all 1,024 ranks in one trace break both limits.
+    whole = next(row for row in sizes["other_group_sizes"] if row["ranks_per_trace"] == 1024)
+    assert whole["max_bytes_per_trace"] > limits["tempo_max_bytes_per_trace"] and whole["max_spans_per_trace"] > limits["jaeger_ui_spans_per_trace"]

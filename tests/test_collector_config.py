@@ -24,7 +24,7 @@ def load(path: Path) -> dict:
 
 def test_there_are_configs_for_jaeger_tempo_file_and_compose():
     names = {str(p.relative_to(CONFIG_DIR)) for p in YAML_FILES}
-    assert {"jaeger/otelcol.yaml", "tempo/otelcol.yaml", "file-debug/otelcol.yaml", "compose/otelcol.yaml", "compose/docker-compose.yaml"} <= names
+    assert {"jaeger/otelcol.yaml", "tempo/otelcol.yaml", "file-debug/otelcol.yaml", "compose/otelcol.yaml", "compose/docker-compose.yaml", "scale/otelcol-agent.yaml", "scale/otelcol-gateway.yaml"} <= names
     for folder in ("jaeger", "tempo", "file-debug", "compose"):
         assert (CONFIG_DIR / folder / "README.md").exists()
 
@@ -85,3 +85,25 @@ def test_compose_stack_wires_collector_jaeger_tempo_grafana():
     assert tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(":4317")
     datasources = {d["type"]: d["url"] for d in load(CONFIG_DIR / "compose" / "grafana-datasources.yaml")["datasources"]}
     assert datasources == {"tempo": "http://tempo:3200", "jaeger": "http://jaeger:16686"}
+
+
+def test_scale_agent_per_node_forwards_to_a_gateway_with_limits_batching_and_retries():
+    """collector-config/scale: the agent (one per node) and the gateway tier of docs/collectors.md."""
+    agent = load(CONFIG_DIR / "scale" / "otelcol-agent.yaml")
+    gateway = load(CONFIG_DIR / "scale" / "otelcol-gateway.yaml")
+    assert (CONFIG_DIR / "scale" / "README.md").exists()
+    # The agent listens on the node's loopback (its ranks), the gateway on every interface (the agents).
+    assert agent["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].startswith("${env:AGENT_LISTEN:-127.0.0.1}")
+    assert gateway["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"] == "0.0.0.0:4317"
+    for config in (agent, gateway):
+        pipeline = config["service"]["pipelines"]["traces"]
+        assert pipeline["processors"] == ["memory_limiter", "batch"]
+        limiter = config["processors"]["memory_limiter"]
+        assert limiter["check_interval"] and ("limit_mib" in limiter or "limit_percentage" in limiter)
+        assert config["processors"]["batch"]["send_batch_size"] <= config["processors"]["batch"]["send_batch_max_size"]
+        (exporter_name,) = pipeline["exporters"]
+        exporter = config["exporters"][exporter_name]
+        assert exporter["sending_queue"]["enabled"] is True and exporter["sending_queue"]["queue_size"] > 0
+        assert exporter["retry_on_failure"]["enabled"] is True and exporter["retry_on_failure"]["max_elapsed_time"]
+    assert agent["exporters"]["otlp_grpc/gateway"]["endpoint"] == "${env:GATEWAY_ENDPOINT:-otel-gateway:4317}"
+    assert gateway["exporters"]["otlp_grpc/backend"]["endpoint"].startswith("${env:BACKEND_ENDPOINT")

@@ -52,6 +52,8 @@ class RESOURCE_ATTR:
     RUN_ID = "titan.run_id"
     ATTEMPT = "titan.attempt"
     JOB_ID = "titan.job_id"
+    #: Which of a step's traces this process's spans are in: rank // trace group size (absent when all ranks share one trace).
+    TRACE_GROUP = "titan.trace_group"
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ def discover_identity(
     )
 
 
-def build_resource(identity: RunIdentity) -> Resource:
+def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Resource:
     """The OpenTelemetry `Resource` of this process.
 
     Precedence: the identity found above beats ``OTEL_RESOURCE_ATTRIBUTES``
@@ -236,6 +238,8 @@ def build_resource(identity: RunIdentity) -> Resource:
         attributes[RESOURCE_ATTR.JOB_ID] = identity.job_id
     if identity.host_name is not None:
         attributes["host.name"] = identity.host_name
+    if trace_group is not None:  # which of the step's traces this rank's spans are in (trace_ids.py)
+        attributes[RESOURCE_ATTR.TRACE_GROUP] = trace_group
     resource = Resource.create(attributes)
     service_name = resource.attributes.get("service.name")
     explicit = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")

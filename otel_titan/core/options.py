@@ -56,6 +56,9 @@ class LoggerOptions:
     #: While an `sl` span is open it is the current OpenTelemetry span, so spans other code
     #: opens inside it become its children (costs an OpenTelemetry context attach per span).
     propagate_otel_context: bool = False
+    #: Ranks sharing one trace per step (rank // size); 0 = every rank in one trace per step.
+    #: None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32 (keeps a 1,024-rank step's traces within Tempo's and Jaeger's limits).
+    trace_group_size: int | None = None
 
 
 _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
@@ -76,6 +79,7 @@ _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "handle_sigterm": ((bool,), lambda v: True, "a bool"),
     "join_otel_context": ((bool,), lambda v: True, "a bool or None"),
     "propagate_otel_context": ((bool,), lambda v: True, "a bool"),
+    "trace_group_size": ((int,), lambda v: v >= 0, "an int >= 0 (ranks per trace; 0 = all ranks in one trace)"),
 }
 
 
@@ -96,7 +100,7 @@ def parse_options(options: dict[str, Any]) -> LoggerOptions:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
             raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
-        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s"):
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size"):
             continue
         types, valid, expected = _CHECKS[name]
         if isinstance(value, bool) and bool not in types:

@@ -1,13 +1,21 @@
-"""Trace and span ids: one trace per training step across every rank of a run.
+"""Trace and span ids: one trace per training step and group of ranks.
 
 The rule (documented in docs/schema.md and docs/collectors.md):
 
+* ranks are grouped by `trace group <trace_group_of>`: rank // G, with G the
+  trace group size (default 32 ranks, option ``trace_group_size``, variable
+  ``OTEL_TITAN_TRACE_GROUP_SIZE``; 0 puts every rank in one group);
 * a *top-level* span (no enclosing `sl` span) of step N gets the trace id
-  ``sha256("otel-titan|<run_id>|<attempt>|step|<N>")[:16]``; every rank of the
-  run computes the same id without talking to the others, so Jaeger or Tempo
-  shows step N of all ranks as one trace;
+  ``sha256("otel-titan|<run_id>|<attempt>|ranks|<group>|step|<N>")[:16]``
+  (with G = 0: ``sha256("otel-titan|<run_id>|<attempt>|step|<N>")[:16]``);
+  every rank of a group computes the same id without talking to the others, so
+  Jaeger or Tempo shows step N of those ranks as one trace, and a step of a
+  1,024-rank job is 32 traces that stay within the backends' limits (one
+  trace per step of every rank would be ~10 MB and ~25,000 spans, which
+  Tempo rejects and Jaeger's UI cannot draw). The traces of one step share
+  ``titan.step`` on every span, and ``titan.trace_group`` on the Resource;
 * spans, instants and scalars before the first `set_step` share the trace
-  ``sha256("otel-titan|<run_id>|<attempt>|pre-step")[:16]``;
+  ``sha256("otel-titan|<run_id>|<attempt>|[ranks|<group>|]pre-step")[:16]``;
 * a child inherits the trace of its top-level ancestor (even if the step moved
   while the ancestor was open), and a span opened inside another
   instrumentation's active span joins that span's trace.
@@ -24,14 +32,53 @@ distinct sequence numbers never collide, and it costs a few integer operations.
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
-from typing import Any
+from typing import Any, Mapping
 
 from otel_titan.core.events import H_GEN, H_PARENT, H_REMOTE, H_STATE
 
-__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle"]
+__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle", "trace_group_of", "resolve_trace_group_size", "DEFAULT_TRACE_GROUP_SIZE", "TRACE_GROUP_SIZE_ENV"]
 
 _MASK = (1 << 64) - 1
+
+#: Ranks per trace and step by default: 32 ranks × ~20-40 spans per step stays far below
+#: Jaeger's ~2,000 spans per trace and Tempo's 5 MB per trace (docs/collectors.md, "Traces that fit").
+DEFAULT_TRACE_GROUP_SIZE = 32
+TRACE_GROUP_SIZE_ENV = "OTEL_TITAN_TRACE_GROUP_SIZE"
+
+
+def resolve_trace_group_size(option: int | None, environ: Mapping[str, str] | None = None) -> int:
+    """The trace group size: the option, else ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all ranks in one trace.
+
+    Example:
+        >>> resolve_trace_group_size(None, {}), resolve_trace_group_size(8, {}), resolve_trace_group_size(None, {"OTEL_TITAN_TRACE_GROUP_SIZE": "0"})
+        (32, 8, 0)
+    """
+    if option is not None:
+        return option
+    raw = (os.environ if environ is None else environ).get(TRACE_GROUP_SIZE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TRACE_GROUP_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{TRACE_GROUP_SIZE_ENV}={raw!r} is not an integer (ranks per trace; 0 = all ranks in one trace)") from None
+    if value < 0:
+        raise ValueError(f"{TRACE_GROUP_SIZE_ENV}={raw!r} must be >= 0 (ranks per trace; 0 = all ranks in one trace)")
+    return value
+
+
+def trace_group_of(rank: int | None, group_size: int) -> int | None:
+    """The trace group of `rank` (None when every rank shares one trace: `group_size` 0).
+
+    Example:
+        >>> trace_group_of(70, 32), trace_group_of(70, 0), trace_group_of(None, 32)
+        (2, None, 0)
+    """
+    if group_size == 0:
+        return None
+    return (rank or 0) // group_size
 
 
 def splitmix64(value: int) -> int:
@@ -56,12 +103,15 @@ class StepTraceIds:
         True
         >>> f"{ids.for_step(5):032x}" != f"{ids.for_step(None):032x}"
         True
+        >>> StepTraceIds("job-42", 0, group=1).for_step(5) != StepTraceIds("job-42", 0, group=2).for_step(5)
+        True
     """
 
-    __slots__ = ("_prefix", "_cache")
+    __slots__ = ("_prefix", "_cache", "group")
 
-    def __init__(self, run_id: str, attempt: int) -> None:
-        self._prefix = f"otel-titan|{run_id}|{attempt}|"
+    def __init__(self, run_id: str, attempt: int, group: int | None = None) -> None:
+        self.group = group
+        self._prefix = f"otel-titan|{run_id}|{attempt}|" + ("" if group is None else f"ranks|{group}|")
         self._cache: dict[int | None, int] = {}
 
     def for_step(self, step: int | None) -> int:

@@ -8,9 +8,11 @@ or named in a handler list (``OTEL_TITAN_HANDLERS=...jsonl.register_jsonl_handle
 
 The exporter is the standard ``opentelemetry-exporter-otlp`` one, over
 HTTP/protobuf (default) or gRPC as ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
-``OTEL_EXPORTER_OTLP_PROTOCOL`` say; endpoint, headers, timeout, compression
-and certificates come from the standard ``OTEL_EXPORTER_OTLP_*`` variables,
-read by that exporter untouched. It runs behind a `QueuedSpanExporter`: its
+``OTEL_EXPORTER_OTLP_PROTOCOL`` say; endpoint, headers, timeout, compression,
+certificates and retries come from the standard ``OTEL_EXPORTER_OTLP_*``
+variables, read by that exporter untouched. Only its encoding step is
+replaced (`otlp_grpc`, `otlp_http`): `otlp_encoder.OtlpSpanEncoder` writes the
+same protobuf from cached fragments, a few µs per span instead of ~25 µs. It runs behind a `QueuedSpanExporter`: its
 own bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, default 16384 spans) and
 thread, batches of ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512) every
 ``OTEL_BSP_SCHEDULE_DELAY`` ms (1000), so a collector that is down, slow or
@@ -34,6 +36,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_titan.exporters.otel_env import otlp_protocol, sdk_disabled
+from otel_titan.exporters.otlp_grpc import grpc_exporter_class
+from otel_titan.exporters.otlp_http import http_exporter_class
 from otel_titan.exporters.queued import QueuedSpanExporter
 from otel_titan.core.exporter import HandlerSkipped
 
@@ -184,13 +188,9 @@ def register_otlp_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExpo
     protocol = otlp_protocol()
     _quiet_exporter_logs()
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter  # noqa: PLC0415 - grpc is heavy; load only when used
-
-        otlp: Any = GrpcExporter()
+        otlp: Any = grpc_exporter_class()()  # grpc is heavy: loaded only here
     else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
-
-        otlp = HttpExporter(session=_session_honouring_otlp_certificate())
+        otlp = http_exporter_class()(session=_session_honouring_otlp_certificate())
     exporter = _queued(otlp, f"otlp-{protocol.replace('/', '-')}")
     add_span_exporter(exporter)
     return exporter

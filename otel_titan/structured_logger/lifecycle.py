@@ -33,7 +33,7 @@ from otel_titan.core.identity import RunIdentity, build_resource, discover_ident
 from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
-from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds
+from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
 from otel_titan.schema import LOGGER_NAME
 from otel_titan.structured_logger import process_hooks, runtime
 from otel_titan.structured_logger.handler_factories import run_factories
@@ -69,7 +69,8 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``backup_count`` (3), ``queue_size`` (65536 events),
             ``include_hostname`` (True), ``handlers``, ``flush_interval_s``
             (0.05), ``heartbeat_interval_s`` (10), ``exit_timeout_s`` (5), ``handle_sigterm`` (True),
-            ``join_otel_context`` (auto), ``propagate_otel_context`` (False).
+            ``join_otel_context`` (auto), ``propagate_otel_context`` (False),
+            ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
@@ -126,13 +127,14 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         job_id=parsed.job_id,
         include_hostname=parsed.include_hostname,
     )
-    resource = build_resource(identity)
+    trace_group = trace_group_of(identity.rank, resolve_trace_group_size(parsed.trace_group_size))
+    resource = build_resource(identity, trace_group)
     parsed, stall_floor_s = _stall_settings(parsed)
     queue = EventQueue(parsed.queue_size)
     structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
     structured_logger.propagate = False
     exporters, handlers = run_factories(parsed.handlers, structured_logger, identity=identity, resource=resource, options=parsed, stats=queue, output_dir=directory)
-    trace_ids = StepTraceIds(identity.run_id, identity.attempt)
+    trace_ids = StepTraceIds(identity.run_id, identity.attempt, trace_group)
     span_ids = SpanIdAllocator()
     builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
     stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)

@@ -57,6 +57,8 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.requests: list[Any] = []
+        #: The gRPC metadata (headers) of each request, in order.
+        self.metadata: list[dict[str, str]] = []
         self.delay_s = delay_s
         self._lock = threading.Lock()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -73,6 +75,7 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
             time.sleep(self.delay_s)
         with self._lock:
             self.requests.append(request)
+            self.metadata.append({k: v for k, v in context.invocation_metadata() if isinstance(v, str)})
         return trace_service_pb2.ExportTraceServiceResponse()
 
     def spans(self) -> list[ReceivedSpan]:

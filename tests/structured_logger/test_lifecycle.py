@@ -257,3 +257,29 @@ def test_full_queue_drops_counts_and_reports_without_blocking(run_dir):
     assert closing["written_records"] == len(kept) + written_scalars + 1
     assert closing["written_records"] + closing["dropped_records"] == 203  # every emitted record accounted for
 
+
+
+def test_trace_group_size_groups_ranks_into_step_traces_and_names_the_group_in_the_resource(tmp_path, monkeypatch):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_titan import structured_logger as sl
+    from otel_titan.core.trace_ids import StepTraceIds
+
+    def step_span(rank: int, **options) -> object:
+        memory = InMemorySpanExporter()
+        sl.init_structured_logger("training", tmp_path, rank=rank, world_size=16, run_id="groups", handlers=[lambda add_span_exporter, **_: add_span_exporter(memory)], **options)
+        sl.set_step(5)
+        with sl.log_trace_span("fwd_bwd"):
+            pass
+        sl.shutdown_structured_logger()
+        (span,) = memory.get_finished_spans()
+        return span
+
+    four = step_span(5, trace_group_size=4)
+    assert four.resource.attributes["titan.trace_group"] == 1
+    assert four.context.trace_id == StepTraceIds("groups", 0, 1).for_step(5) == step_span(7, trace_group_size=4).context.trace_id
+    assert four.context.trace_id != step_span(8, trace_group_size=4).context.trace_id
+    monkeypatch.setenv("OTEL_TITAN_TRACE_GROUP_SIZE", "0")
+    everyone = step_span(5)
+    assert "titan.trace_group" not in everyone.resource.attributes
+    assert everyone.context.trace_id == StepTraceIds("groups", 0).for_step(5) == step_span(15).context.trace_id

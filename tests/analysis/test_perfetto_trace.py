@@ -11,7 +11,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from otel_titan.analysis import generate_gantt_trace
 from otel_titan.analysis.perfetto_trace import is_native
-from tests.analysis import T0, titan_file, titan_record, titan_span, write_jsonl
+from tests.helpers.analysis import T0, titan_file, titan_record, titan_span, write_jsonl
 from tests.conftest import REPO
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from otel_titan import structured_logger as sl
-from otel_titan.core import step_context
+from otel_titan.core import capture, step_context
 from tests.helpers import process_check, processes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,12 +31,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _clean_logger_state() -> Iterator[None]:
-    """Every test starts and ends with no logger and no step."""
+    """Every test starts and ends with no logger, no step and no current span.
+
+    (A test that leaves a span entered on purpose, a hung phase, would otherwise
+    make the next test's spans its children, in the next test's trace.)
+    """
     sl.shutdown_structured_logger()
     step_context._reset_for_tests()
+    capture._current_span.set(None)
     yield
     sl.shutdown_structured_logger()
     step_context._reset_for_tests()
+    capture._current_span.set(None)
 
 
 def jsonl_files(run_dir: str | os.PathLike[str]) -> list[str]:

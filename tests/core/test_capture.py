@@ -211,7 +211,7 @@ def test_one_trace_per_step_and_children_keep_their_parents_trace(logged):
 
 
 def test_step_trace_ids_are_shared_across_processes_of_a_run(run_dir):
-    from otel_titan.core.trace_ids import StepTraceIds
+    from otel_titan.core.trace_ids import DEFAULT_TRACE_GROUP_SIZE, StepTraceIds, trace_group_of
 
     sl.init_structured_logger("training", run_dir, rank=1, world_size=2, run_id="shared")
     sl.set_step(7)
@@ -221,7 +221,8 @@ def test_step_trace_ids_are_shared_across_processes_of_a_run(run_dir):
     from tests.conftest import data_records, jsonl_files, read_records
 
     (start, _end) = data_records(read_records(jsonl_files(run_dir)[0]))
-    assert start["trace_id"] == f"{StepTraceIds('shared', 0).for_step(7):032x}"
+    # Every process of the run computes the same id for step 7 of its trace group (rank // 32 by default).
+    assert start["trace_id"] == f"{StepTraceIds('shared', 0, trace_group_of(1, DEFAULT_TRACE_GROUP_SIZE)).for_step(7):032x}"
 
 
 def test_instant_record(logged):

@@ -21,7 +21,13 @@ Definitions (docs/analysis.md explains them at length):
   standard error of the rank's own median per-step difference). Ties are
   nobody's: a step where the slowest time is shared has no slowest rank.
 * a phase straggler must also matter to the step: its difference is at least
-  `MIN_STEP_SHARE` of the median step time.
+  `MIN_STEP_SHARE` of the median step time; and it must finish the phase
+  later than the others (on aligned clocks): its median *lateness* (per step,
+  its end of the phase minus the median end of the other ranks') at least
+  `MIN_LATENESS_SHARE` of its difference (unless its clocks cannot be
+  compared: several unaligned hosts, or ranks more than a step apart). A
+  longer phase that ends with the others' is a wait (the rank that reaches a collective first waits inside
+  it), not slowness.
 * a *hang suspect* is a process whose file holds no record since it was
   created (empty, or only the logger's own ``structured_logger_opened``) and
   that did not close cleanly: it hung (or died) before its first record.
@@ -62,6 +68,7 @@ __all__ = [
     "MIN_EFFECT",
     "MIN_Z",
     "MIN_STEP_SHARE",
+    "MIN_LATENESS_SHARE",
     "STRAGGLER_RULE",
 ]
 
@@ -73,6 +80,8 @@ MIN_EFFECT = 0.10
 MIN_Z = 3.5
 #: A phase straggler's difference must also be at least this fraction of the median step time.
 MIN_STEP_SHARE = 0.01
+#: ... and a phase straggler finishes the phase late by at least this share of its difference (else it waited).
+MIN_LATENESS_SHARE = 0.5
 #: A late arrival at the step-closing collective delays every rank: a smaller share of the others' arrival time counts.
 MIN_ARRIVAL_EFFECT = 0.10
 #: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
@@ -106,6 +115,10 @@ class _Collector(TimelineVisitor):
         # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never merged.
         self.step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
+        # The same keys → rank → step → when the rank's last span of the phase in that step ended (µs, its host's clock).
+        self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
+        # (source, attempt, rank) → host (whose clock offset applies to its ends).
+        self.rank_hosts: dict[tuple[str, int | None, int], str] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
         # label → digest of its latest `stall` record (analysis/hang.py)
@@ -115,7 +128,7 @@ class _Collector(TimelineVisitor):
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -129,12 +142,13 @@ class _Collector(TimelineVisitor):
             mine.incomplete += acc.incomplete
             if acc.max_ms > mine.max_ms:
                 mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
-        for name in ("step_ms", "phase_step_ms"):
+        for name in ("step_ms", "phase_step_ms", "phase_step_end"):
             target = getattr(self, name)
-            for key, per_rank in state[name].items():
+            for key, per_rank in state.get(name, {}).items():
                 ranks = target.setdefault(key, {})
                 for rank, steps in per_rank.items():
                     ranks.setdefault(rank, {}).update(steps)
+        self.rank_hosts.update(state.get("rank_hosts", {}))
         for key, offsets in state["phase_offsets"].items():
             self.phase_offsets.setdefault(key, array("d")).extend(offsets)
         self.closing.extend(state["closing"])
@@ -145,6 +159,7 @@ class _Collector(TimelineVisitor):
         self.open: list[tuple[OpenSpan, float]] = []
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
+        self.phase_ends: dict[str, dict[int, int]] = {}
         self.step_begins: dict[int, int] = {}
         self.last_top: tuple[int, str, int, int] | None = None
         self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
@@ -177,6 +192,9 @@ class _Collector(TimelineVisitor):
                 self.last_top = (step, span.name, span.start_us, end_us)
             sums = self.phase_sums.setdefault(span.name, {})
             sums[step] = sums.get(step, 0.0) + ms
+            ends = self.phase_ends.setdefault(span.name, {})
+            if end_us > ends.get(step, end_us - 1):
+                ends[step] = end_us
             begin = self.step_begins.get(step)
             if begin is not None and span.start is not None:
                 offsets = self.phase_offsets.get(key)
@@ -221,6 +239,10 @@ class _Collector(TimelineVisitor):
             for phase, sums in self.phase_sums.items():
                 per_rank = self.phase_step_ms.setdefault((process.source, process.attempt, phase), {})
                 per_rank.setdefault(process.rank, {}).update(sums)
+            for phase, ends in self.phase_ends.items():
+                per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
+                per_rank_end.setdefault(process.rank, {}).update(ends)
+            self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
         summary.open_span_count = len(self.open)
         paths: dict[Any, list[str]] = {}
         listed = []
@@ -335,7 +357,7 @@ def summarize_run(
     if not align and alignment.applied:
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={})
     _apply_offsets(processes, alignment)
-    stragglers = _stragglers(collector)
+    stragglers = _stragglers(collector, alignment)
     _arrivals(stragglers, collector.closing, alignment)
     return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
 
@@ -645,7 +667,18 @@ def _median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def _stragglers(collector: _Collector) -> list[Stragglers]:
+def _lateness_ms(rank: int, per_rank_end: dict[int, dict[int, int]], offsets: dict[int, float]) -> float | None:
+    """Median over steps of `rank`'s end of a phase minus the median end of the other ranks' (aligned; ms); None without a shared step."""
+    own = per_rank_end.get(rank, {})
+    late = []
+    for step, end_us in own.items():
+        others = sorted(ends[step] - offsets.get(other, 0.0) for other, ends in per_rank_end.items() if other != rank and step in ends)
+        if others:
+            late.append((end_us - offsets.get(rank, 0.0) - statistics.median(others)) / 1000.0)
+    return statistics.median(late) if late else None
+
+
+def _stragglers(collector: _Collector, alignment: ClockAlignment | None = None) -> list[Stragglers]:
     out = []
     for (source, attempt), per_rank in sorted(collector.step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
         if len(per_rank) < 2:
@@ -660,9 +693,22 @@ def _stragglers(collector: _Collector) -> list[Stragglers]:
             _, phase_slowness = compare_ranks(phase_ranks, step_ms=step_ms)
             offsets = collector.phase_offsets.get((source, phase))
             offset = statistics.median(offsets) if offsets else None
+            ends = collector.phase_step_end.get((source, attempt, phase), {})
+            hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in phase_ranks}
+            # Ends compare across ranks on one clock, or on hosts' clocks once aligned; else the durations decide alone.
+            comparable = len(set(hosts.values())) == 1 or (alignment is not None and alignment.applied)
+            clock = {rank: alignment.offset(host) if alignment is not None else 0.0 for rank, host in hosts.items()}
             for slow in phase_slowness:
-                if slow.straggler:
-                    phase_rows.append({"phase": phase, "median_start_in_step_ms": None if offset is None else round(offset, 6), **asdict(slow)})
+                if not slow.straggler:
+                    continue
+                lateness = _lateness_ms(slow.rank, ends, clock) if comparable else None
+                if lateness is not None and step_ms is not None and abs(lateness) > step_ms:
+                    lateness = None  # more than a step apart: these ranks did not run in lockstep on these clocks; no evidence either way
+                if lateness is not None and lateness < MIN_LATENESS_SHARE * slow.median_excess_ms:
+                    continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
+                row = {"phase": phase, "median_start_in_step_ms": None if offset is None else round(offset, 6), **asdict(slow)}
+                row["median_end_lateness_ms"] = None if lateness is None else round(lateness, 6)
+                phase_rows.append(row)
         # In the order the phases run within a step: a delay shows up as waiting in the phases after it.
         phase_rows.sort(key=lambda row: (row["median_start_in_step_ms"] is None, row["median_start_in_step_ms"] or 0.0, row["phase"], -row["median_excess_ms"]))
         out.append(

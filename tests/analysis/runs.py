@@ -25,6 +25,7 @@ def rank_file(
     step_ms: Sequence[float],
     *,
     phases: dict[str, Sequence[float | None]] | None = None,
+    untraced_before: dict[str, Sequence[float]] | None = None,
     run_id: str = "run-a",
     attempt: int = 0,
     world_size: int = 8,
@@ -35,11 +36,13 @@ def rank_file(
     """Write one rank's file: step N (1-based) lasts ``step_ms[N-1]`` ms; ``phases[name][N-1]`` ms of it in that phase.
 
     Phases run one after the other from the start of their step, in the order
-    given (None: the phase does not run in that step). A step with no phase
+    given (None: the phase does not run in that step), each after
+    ``untraced_before[name][N-1]`` ms of untraced work. A step with no phase
     begins with a ``step_begin`` instant. The last step's end is one more
     record (``training_end``), so every step listed has a measured time.
     """
     phases = phases or {}
+    untraced_before = untraced_before or {}
     identity = {
         "schema_version": 1,
         "rank": rank,
@@ -88,6 +91,8 @@ def rank_file(
             ms = durations[index] if index < len(durations) else None
             if ms is None:
                 continue
+            gap = untraced_before.get(name)
+            now += int(round((gap[index] if gap is not None and index < len(gap) else 0.0) * 1000))
             span_id = hashlib.sha256(f"{trace}|{step}|{name}".encode()).hexdigest()[:16]
             ids = {"trace_id": trace[:32], "span_id": span_id, "parent_span_id": None, "step": step, "relative_step": step}
             add(f"{name}_start", now, **ids)

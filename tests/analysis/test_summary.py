@@ -447,3 +447,55 @@ def test_a_process_that_logged_nothing_but_closed_cleanly_is_not_a_hang_suspect(
     sl.shutdown_structured_logger()
     (process,) = summarize_run(run_dir).processes
     assert process.closed_cleanly is True and process.last_event is None and not process.hang_suspect
+
+
+# -- a rank that waits inside a collective is not a straggler (make train blamed the faster rank) ---
+def synchronous_waiting_run(run_dir, slow_in, steps=40, seed=5):
+    """2 ranks in lockstep: every step both leave `bwd` (it ends with the gradient all-reduce) at the same moment.
+
+    Rank 1 is ~10 ms slower before the all-reduce: in untraced work before
+    `fwd` (`slow_in` "untraced") or in `data_fetch`. Rank 0 reaches the
+    all-reduce first and waits for it inside `bwd`: its `bwd` is ~10 ms longer
+    and ends with rank 1's.
+    """
+    rng = random.Random(seed)
+    common = [100.0 + rng.gauss(0, 1.0) for _ in range(steps)]
+    for rank in (0, 1):
+        noise = random.Random(seed * 100 + rank)
+        fetch = [5.0 + noise.gauss(0, 0.2) + (10.0 if rank == 1 and slow_in == "data_fetch" else 0.0) for _ in range(steps)]
+        untraced = [(10.0 if rank == 1 and slow_in == "untraced" else 0.5) + noise.gauss(0, 0.1) for _ in range(steps)]
+        fwd = [30.0 + noise.gauss(0, 1.0) for _ in range(steps)]
+        bwd = [common[i] - 1.0 - fetch[i] - untraced[i] - fwd[i] for i in range(steps)]  # all ranks end bwd 1 ms before the next step
+        phases = {"data_fetch": [round(v, 3) for v in fetch], "fwd": [round(v, 3) for v in fwd], "bwd": [round(v, 3) for v in bwd]}
+        rank_file(run_dir, rank, [round(v, 3) for v in common], phases=phases, untraced_before={"fwd": untraced}, world_size=2)
+
+
+@pytest.mark.parametrize("slow_in", ["untraced", "data_fetch"])
+def test_the_rank_that_waits_inside_a_collective_is_not_a_phase_straggler(run_dir, slow_in):
+    synchronous_waiting_run(run_dir, slow_in)
+    summary = summarize_run(run_dir)
+    (group,) = summary.stragglers
+    by_rank = {r.rank: r for r in compare_ranks(_phase_times(run_dir, "bwd"))[1]}
+    assert by_rank[0].straggler and by_rank[0].median_excess_ms > 8  # by durations alone, rank 0's bwd looks slow ...
+    assert all(row["rank"] != 0 for row in group.phase_stragglers)  # ... but it ends with rank 1's: rank 0 waited
+    assert group.straggler_ranks == []  # lockstep: equal step times
+    if slow_in == "data_fetch":  # slow before the collective: longer and ends later, still found
+        (row,) = group.phase_stragglers
+        assert (row["phase"], row["rank"]) == ("data_fetch", 1) and row["median_end_lateness_ms"] == pytest.approx(row["median_excess_ms"], abs=1.0)
+    else:
+        assert group.phase_stragglers == []
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    assert "straggler: training rank 0" not in look_first
+
+
+@pytest.mark.slow
+def test_toy_run_blames_the_data_fetch_straggler_not_the_rank_waiting_for_it_in_backward():
+    # Real torchrun: rank 1 sleeps in data_fetch; rank 0 reaches backward's gloo all-reduce first and waits there.
+    summary = summarize_run(toy_run())
+    (group,) = summary.stragglers
+    backward = {r.rank: r for r in compare_ranks(_phase_times(toy_run(), "backward"))[1]}
+    assert backward[0].median_excess_ms >= SLOW_MS * 0.5  # rank 0's backward holds the wait ...
+    assert [(row["phase"], row["rank"]) for row in group.phase_stragglers] == [("data_fetch", 1)]  # ... and is not blamed for it
+    assert group.phase_stragglers[0]["median_end_lateness_ms"] >= SLOW_MS * 0.9
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    assert "straggler: training rank 1: data_fetch" in look_first and "straggler: training rank 0" not in look_first

@@ -33,6 +33,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from otel_titan.analysis.headline import compress
+
 __all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
@@ -328,16 +330,7 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any]) -> list[Suspect
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    out: list[str] = []
-    values = sorted(set(ranks))
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and values[j + 1] == values[j] + 1:
-            j += 1
-        out.append(str(values[i]) if i == j else f"{values[i]}-{values[j]}")
-        i = j + 1
-    text = ",".join(out)
+    text = compress(list(ranks))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -352,7 +345,6 @@ def format_hang(report: HangReport | None) -> list[str]:
     if report is None:
         return []
     lines = [f"Hang: {report.headline}"]
-    suspect_by_label = {s.label: s for s in report.suspects}
     for group in report.groups[:GROUPS_SHOWN]:
         who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
         where = []

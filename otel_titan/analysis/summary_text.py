@@ -6,6 +6,7 @@ import datetime as _dt
 import time
 from typing import Sequence
 
+from otel_titan.analysis.headline import compress as compress_ranks
 from otel_titan.analysis.headline import headline_data, headline_lines
 from otel_titan.analysis.hang import format_hang
 from otel_titan.analysis.runs import RunChoice
@@ -54,25 +55,6 @@ def _clock(time_us: int | None, with_date: bool = False) -> str:
     moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
     text = moment.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
     return f"{text}.{moment.microsecond // 1000:03d}"
-
-
-def compress_ranks(ranks: Sequence[int]) -> str:
-    """``[0, 1, 2, 4, 6, 7]`` → ``"0-2,4,6-7"``.
-
-    Example:
-        >>> compress_ranks([0, 1, 2, 4, 6, 7])
-        '0-2,4,6-7'
-    """
-    parts: list[str] = []
-    ordered = sorted(set(ranks))
-    index = 0
-    while index < len(ordered):
-        end = index
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        parts.append(str(ordered[index]) if end == index else f"{ordered[index]}-{ordered[end]}")
-        index = end + 1
-    return ",".join(parts)
 
 
 def _who(labels: list[str], processes: dict[str, ProcessSummary]) -> str:

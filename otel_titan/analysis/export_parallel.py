@@ -169,16 +169,27 @@ def _encode(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
-def _worker_main() -> int:
+def start_worker() -> dict[str, Any]:
+    """A worker interpreter's start (this module's and `summary_worker`'s): its spec from stdin, warnings to stderr."""
     spec = json.loads(sys.stdin.buffer.read())
     logger = logging.getLogger("otel_titan.analysis")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
-    steps = None if spec["steps"] is None else StepRange(*spec["steps"])
+    return spec
+
+
+def process_logs(items: list[dict[str, Any]]) -> list[ProcessLog]:
+    """`ProcessLog`s back from their ``asdict`` form, as sent to a worker (unknown keys ignored)."""
     names = {f.name for f in fields(ProcessLog)}
-    groups = [(pid, [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in processes]) for pid, processes in spec["groups"]]
+    return [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in items]
+
+
+def _worker_main() -> int:
+    spec = start_worker()
+    steps = None if spec["steps"] is None else StepRange(*spec["steps"])
+    groups = [(pid, process_logs(processes)) for pid, processes in spec["groups"]]
     stats = ExportStats(output_path=spec["part"])
     skipped = SkippedLines(log=spec["log_skipped"])
     unreported = 0

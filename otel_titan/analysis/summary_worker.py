@@ -10,27 +10,18 @@ module has to import its own caller.
 
 from __future__ import annotations
 
-import json
-import logging
 import pickle
 import sys
-from dataclasses import fields
 
-from otel_titan.analysis.reader import ProcessLog
+from otel_titan.analysis.export_parallel import process_logs, start_worker
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.summary import _Collector, collect_processes
 from otel_titan.analysis.summary_parallel import PROGRESS_BYTES
 
 
 def _worker_main() -> int:
-    spec = json.loads(sys.stdin.buffer.read())
-    logger = logging.getLogger("otel_titan.analysis")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
-    logger.addHandler(handler)
-    logger.propagate = False
-    names = {f.name for f in fields(ProcessLog)}
-    processes = [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in spec["processes"]]
+    spec = start_worker()
+    processes = process_logs(spec["processes"])
     skipped = SkippedLines(log=spec["log_skipped"])
     stdout = sys.stdout.buffer
     unreported = 0

@@ -22,7 +22,7 @@ OTLP's, an integer beyond 64 bits) goes to the SDK encoder too, which handles
 One span never costs the batch. Protobuf strings must be valid UTF-8, and a
 Python str need not be: a file name decoded with ``surrogateescape`` holds lone
 surrogates. Every string is encoded with ``backslashreplace``, so such a
-character arrives as its escape (``\udcff``), the text the JSONL writer
+character arrives as its escape (``\\udcff``), the text the JSONL writer
 writes for it (records.py) and the Perfetto export gives it. A span that still
 cannot be encoded, by this encoder or the SDK's, is left out alone, counted in
 `OtlpSpanEncoder.dropped_spans` and warned about once; the rest of its batch
@@ -58,8 +58,8 @@ def _utf8(text: str) -> bytes:
     """`text` as UTF-8, a lone surrogate (``surrogateescape``'d bytes) as its escape ``\\udcXX``: protobuf strings must be valid UTF-8.
 
     Example:
-        >>> _utf8("shard_\udcff.bin"), _utf8("step")
-        (b'shard_\\udcff.bin', b'step')
+        >>> _utf8("shard_\\udcff.bin"), _utf8("step")
+        (b'shard_\\\\udcff.bin', b'step')
     """
     return text.encode("utf-8", "backslashreplace")
 

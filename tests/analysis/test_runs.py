@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import doctest
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,6 +16,7 @@ from otel_titan.analysis import format_summary, generate_gantt_trace, read_run, 
 from otel_titan.analysis.runs import UnknownRunError, find_run, select_run
 from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
 from tests.analysis.runs import rank_file
+from tests.conftest import REPO
 
 SLOW_FETCH_S = 0.015
 
@@ -109,3 +113,124 @@ def test_one_run_in_a_folder_is_simply_that_run(run_dir):
 def test_docstring_examples():
     failures, tried = doctest.testmod(runs, optionflags=doctest.ELLIPSIS)
     assert failures == 0 and tried > 0
+
+
+# -- processes that no launcher names (issue 18 item 13) ---------------------------------------------------
+_RL_JOB = '''
+"""An RL job started by hand: a controller spawns a rollouter (subprocess) and two reward workers
+(multiprocessing, spawn), none under torchrun, none given a run id."""
+import multiprocessing, subprocess, sys, time
+from otel_titan import structured_logger as sl
+
+ROLLOUTER = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("rollouter", sys.argv[1])
+for step in range(1, 4):
+    sl.set_step(step)
+    with sl.log_trace_span("generate"):
+        time.sleep(0.02)
+sl.shutdown_structured_logger()
+"""
+
+
+def reward(output_dir, rank):
+    sl.init_structured_logger("reward", output_dir, rank=rank)
+    for step in range(1, 4):
+        sl.set_step(step)
+        with sl.log_trace_span("score"):
+            time.sleep(0.02)
+    sl.shutdown_structured_logger()
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    sl.init_structured_logger("controller", out)
+    with sl.log_trace_span("rollout_round"):
+        rollouter = subprocess.Popen([sys.executable, "-c", ROLLOUTER, out])
+        context = multiprocessing.get_context("spawn")
+        workers = [context.Process(target=reward, args=(out, rank)) for rank in (0, 1)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        rollouter.wait(60)
+    sl.shutdown_structured_logger()
+    sys.exit(rollouter.returncode or max(w.exitcode or 0 for w in workers))
+'''
+
+
+def _no_launcher_env(**extra):
+    # What a shell with no launcher gives: no torchrun, SLURM or Ray variables, no otel-titan parent.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCHELASTIC_", "SLURM_", "RAY_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def _rl_job(script, out, **env):
+    from tests.helpers import processes
+
+    result = processes.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=_no_launcher_env(**env), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_processes_started_by_hand_are_one_run_and_two_such_jobs_one_after_the_other_are_two(tmp_path):
+    script = tmp_path / "rl_job.py"
+    script.write_text(_RL_JOB)
+    out = tmp_path / "out"
+    _rl_job(script, out)
+    _rl_job(script, out)  # the same job again, into the same folder, after the first ended
+    logs = read_run(out)
+    assert len(logs.processes) == 8
+    # No process was given a run id: each record says so, and which process tree it is from (the controller's).
+    by_tree = {}
+    for process in logs.processes:
+        first = json.loads(open(process.segments[0], "rb").readline())
+        assert first["run_id"] is None and process.run_id is None
+        by_tree.setdefault(process.process_run_id, set()).add(process.source)
+    assert sorted(map(sorted, by_tree.values())) == [["controller", "reward", "rollouter"]] * 2
+
+    summary = summarize_run(out)
+    assert summary.run_selection == "latest" and len(summary.runs) == 2
+    assert [(r.processes, r.named, r.sources) for r in summary.runs] == [(4, False, ["controller", "reward", "rollouter"])] * 2
+    assert len(summary.processes) == 4 and {p.source for p in summary.processes} == {"controller", "reward", "rollouter"}
+    first, second = summary.runs
+    assert first.end_us < second.start_us  # the gap that splits them
+    assert "no run id was given: 4 processes grouped by the time they ran" in format_summary(summary)
+    earlier = summarize_run(out, run_id=first.run_id)
+    assert len(earlier.processes) == 4 and min(p.first_us for p in earlier.processes) < second.start_us
+
+    stats = generate_gantt_trace(out, tmp_path / "t.json")
+    trace = load_trace(tmp_path / "t.json")
+    assert stats.processes == 4
+    assert sorted(process_pids(trace)) == ["controller rank 0", "reward rank 0", "reward rank 1", "rollouter rank 0"]
+    assert trace["otherData"]["run"] == second.run_id
+
+
+@pytest.mark.slow
+def test_processes_started_side_by_side_with_no_parent_are_grouped_by_time_and_given_run_ids_still_separate(tmp_path):
+    from tests.helpers import processes
+
+    out = tmp_path / "out"
+    code = (
+        "import sys, time\nfrom otel_titan import structured_logger as sl\n"
+        "sl.init_structured_logger(sys.argv[2], sys.argv[1])\n"
+        "with sl.log_trace_span('work'):\n    time.sleep(float(sys.argv[3]))\n"
+        "sl.shutdown_structured_logger()\n"
+    )
+    # Three processes a shell script starts with `&` (no parent shares anything), and beside them two
+    # torchrun-like jobs that name their run: the three are one run, joined to none of the named ones.
+    started = [subprocess.Popen([sys.executable, "-c", code, str(out), source, "3"], env=_no_launcher_env()) for source in ("controller", "rollouter", "reward")]
+    named = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "named"), "training", "1"], env=_no_launcher_env(TORCHELASTIC_RUN_ID=rid)) for rid in ("A", "B")]
+    for process in started + named:
+        assert process.wait(120) == 0
+    processes.run([sys.executable, "-c", code, str(out), "controller", "0.1"], env=_no_launcher_env(), timeout=120, check=True)  # later, alone
+    choice = find_run(out)
+    assert [(r.processes, r.named) for r in choice.runs] == [(3, False), (1, False)] and choice.how == "latest"
+    assert len(find_run(out, run_id=choice.runs[0].process_run_ids[-1]).runs) == 2  # any tree's id selects its run
+    (first,) = [r for r in find_run(out, run_id=choice.runs[0].process_run_ids[-1]).runs if r.selected]
+    assert first.sources == ["controller", "reward", "rollouter"]
+    both = find_run(tmp_path / "named")
+    assert [(r.run_id, r.processes, r.named) for r in both.runs] == [("A", 1, True), ("B", 1, True)] or [(r.run_id, r.processes, r.named) for r in both.runs] == [("B", 1, True), ("A", 1, True)]

@@ -188,6 +188,9 @@ def _group(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> tup
             key = None if len(anonymous) == 1 else f"no-run-id@{_utc(cluster['start'])}"
         runs.append({"key": key, "processes": cluster["processes"], "start": cluster["start"], "end": cluster["end"], "named": False, "trees": cluster["trees"]})
     runs.sort(key=lambda r: (r["start"], r["key"] is None, r["key"] or ""))
+    if not runs:  # not one record in the folder (every file empty): one run, nothing to tell them apart by
+        start = min(_start_us(p) for p in silent)
+        runs.append({"key": None, "processes": [], "start": start, "end": start, "named": False, "trees": []})
     for process in silent:
         began = _start_us(process)
         earlier = [r for r in runs if r["start"] <= began]

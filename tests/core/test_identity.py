@@ -176,3 +176,11 @@ def test_each_process_gets_its_own_service_instance_id():
     a = discover_identity("training", environ={})
     b = discover_identity("training", environ={})
     assert a.service_instance_id != b.service_instance_id
+
+
+def test_with_no_run_id_the_resource_names_the_process_tree_and_no_run():
+    ident = discover_identity("reward", environ={"OTEL_TITAN_PROCESS_RUN_ID": "tree-1"}, include_hostname=False)
+    attributes = build_resource(ident).attributes
+    assert "titan.run_id" not in attributes and attributes["titan.process_run_id"] == "tree-1"
+    named = build_resource(discover_identity("reward", environ={"OTEL_TITAN_RUN_ID": "r"}, include_hostname=False)).attributes
+    assert named["titan.run_id"] == "r" and "titan.process_run_id" not in named

@@ -142,7 +142,12 @@ def select_run(run: RunLogs, run_id: str | None = None) -> tuple[RunLogs, RunCho
 
 def _group(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> tuple[dict[str | None, list[ProcessLog]], list[RunInfo]]:
     """The runs (processes of each, and its `RunInfo`, oldest first), by the rules of the module docstring."""
-    spans = {id(p): _span_us(p) for p in (*[p for ps in named.values() for p in ps], *unnamed)}
+    # (first, last) record time of each process: the last costs a read at the end of each file, so only
+    # where processes with no run id are to be grouped by time (named runs alone are ordered by start).
+    if unnamed:
+        spans = {id(p): _span_us(p) for p in (*[p for ps in named.values() for p in ps], *unnamed)}
+    else:
+        spans = {id(p): None for ps in named.values() for p in ps}
     # Named runs: fixed, never merged; their span is their processes'.
     runs: list[dict[str, Any]] = []
     for key, processes in named.items():

@@ -234,3 +234,53 @@ def test_processes_started_side_by_side_with_no_parent_are_grouped_by_time_and_g
     assert first.sources == ["controller", "reward", "rollouter"]
     both = find_run(tmp_path / "named")
     assert [(r.run_id, r.processes, r.named) for r in both.runs] == [("A", 1, True), ("B", 1, True)] or [(r.run_id, r.processes, r.named) for r in both.runs] == [("B", 1, True), ("A", 1, True)]
+
+
+def _unnamed_file(run_dir, source, rank, start_ms, end_ms, tree=None, suffix=None):
+    """A process's file with no run id (and, if `tree`, the process tree's id), records from `start_ms` to `end_ms` after T0."""
+    ids = {"run_id": None, **({"process_run_id": tree} if tree else {})}
+    return write_jsonl(
+        titan_file(run_dir, rank=rank, source=source, suffix=suffix or f"{source[:3]}{rank}{int(start_ms)}"[-6:].rjust(6, "x")),
+        [titan_record("work_start", start_ms, rank=rank, source=source, step=1, **ids), titan_record("work_end", end_ms, rank=rank, source=source, step=1, value=end_ms - start_ms, **ids)],
+    )
+
+
+def test_processes_with_no_run_id_group_by_tree_and_overlap_and_a_gap_splits_them(run_dir):
+    # Job 1: a tree (controller + its rollouter) and, beside it, a reward process started by hand.
+    _unnamed_file(run_dir, "controller", 0, 0, 10_000, tree="t1")
+    _unnamed_file(run_dir, "rollouter", 0, 12_000, 30_000, tree="t1")  # after a gap, but the controller's tree: the same run
+    _unnamed_file(run_dir, "reward", 0, 29_000, 31_000)  # no tree of its own; overlaps the rollouter
+    # Job 2, after a 1 ms gap: the same shape, never chained to job 1.
+    _unnamed_file(run_dir, "controller", 1, 31_001, 40_000, tree="t2")
+    _unnamed_file(run_dir, "reward", 1, 35_000, 36_000)
+    choice = find_run(run_dir)
+    assert [(r.run_id, r.processes, r.named, r.process_run_ids) for r in choice.runs] == [("t1", 3, False, ["t1"]), ("t2", 2, False, ["t2"])]
+    assert choice.how == "latest" and choice.run_id == "t2"
+    assert choice.runs[0].end_us == T0 + 31_000_000 < choice.runs[1].start_us == T0 + 31_001_000
+    run, chosen = select_run(read_run(run_dir), "t1")
+    assert sorted(p.source for p in run.processes) == ["controller", "reward", "rollouter"] and chosen.how == "requested"
+    assert "(no run id was given: 3 processes grouped by the time they ran)" in chosen.describe()
+    with pytest.raises(UnknownRunError, match=r"runs found: t1 \(3 processes\), t2 \(2 processes\)"):
+        find_run(run_dir, run_id="t3")
+
+
+def test_files_that_say_no_run_and_no_tree_are_split_by_gaps_too(run_dir):
+    # torchtitan's own files name no run: two jobs one after the other in one folder are two runs.
+    for rank in (0, 1):
+        _unnamed_file(run_dir, "training", rank, 0, 5_000, suffix=f"aaaaa{rank}")
+        _unnamed_file(run_dir, "training", rank, 60_000, 65_000, suffix=f"bbbbb{rank}")
+    choice = find_run(run_dir)
+    assert [(r.processes, r.named) for r in choice.runs] == [(2, False), (2, False)]
+    first, second = (r.run_id for r in choice.runs)
+    assert first.startswith("no-run-id@") and second.startswith("no-run-id@") and choice.run_id == second
+    assert find_run(run_dir, run_id=first).runs[0].selected
+
+
+def test_named_runs_stay_apart_when_they_overlap_and_a_process_with_no_run_id_joins_the_one_it_ran_beside(run_dir):
+    rank_file(run_dir, 0, [100.0] * 20, run_id="A", world_size=1)  # 2 s from T0
+    rank_file(run_dir, 1, [100.0] * 20, run_id="B", world_size=1, start_us=T0 + 1_000_000)  # 1 s later, overlapping A
+    _unnamed_file(run_dir, "reward", 0, 1_500, 2_500)  # began while both ran: B had started last
+    _unnamed_file(run_dir, "reward", 1, 10_000, 11_000)  # long after both: a run of its own
+    choice = find_run(run_dir)
+    assert [(r.run_id, r.processes, r.named) for r in choice.runs][:2] == [("A", 1, True), ("B", 2, True)]
+    assert [(r.processes, r.named, r.ranks) for r in choice.runs[2:]] == [(1, False, [1])] and choice.run_id == choice.runs[2].run_id

@@ -262,19 +262,26 @@ def _span_us(process: ProcessLog) -> tuple[int, int] | None:
 
 
 def _last_time_us(process: ProcessLog, limit: int = 64 << 10) -> int | None:
-    """The newest record's ``time_us``: from the end of the newest segment that holds one (reads at most `limit` bytes of each)."""
+    """The newest record's ``time_us``: from the end of the newest segment that holds one.
+
+    Reads the last 4 kB of a file (a record, almost always: a thousand files cost a few MB), the last
+    `limit` bytes when no whole record ends in those (a long stall record, a torn last line).
+    """
     for path in reversed(process.segments):
-        try:
-            with open(path, "rb") as handle:
-                size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - limit))
-                tail = handle.read(limit)
-        except OSError:
-            continue
-        for raw in reversed(tail.split(b"\n")):
-            record = loads_line(raw)
-            if type(record) is dict and type(record.get("time_us")) is int:
-                return record["time_us"]
+        for size in (4096, limit):
+            try:
+                with open(path, "rb") as handle:
+                    end = handle.seek(0, os.SEEK_END)
+                    handle.seek(max(0, end - size))
+                    tail = handle.read(size)
+            except OSError:
+                break
+            for raw in reversed(tail.split(b"\n")):
+                record = loads_line(raw)
+                if type(record) is dict and type(record.get("time_us")) is int:
+                    return record["time_us"]
+            if end <= size:
+                break  # the whole file was read: no record in it
     return None
 
 

@@ -284,3 +284,12 @@ def test_named_runs_stay_apart_when_they_overlap_and_a_process_with_no_run_id_jo
     choice = find_run(run_dir)
     assert [(r.run_id, r.processes, r.named) for r in choice.runs][:2] == [("A", 1, True), ("B", 2, True)]
     assert [(r.processes, r.named, r.ranks) for r in choice.runs[2:]] == [(1, False, [1])] and choice.run_id == choice.runs[2].run_id
+
+
+def test_a_long_last_record_still_gives_the_end_of_the_process(run_dir):
+    # A black box (stall record) runs to hundreds of kB: the end is its time, not an earlier record's.
+    ids = {"run_id": None}
+    write_jsonl(titan_file(run_dir, rank=0, suffix="aaaaaa"), [titan_record("a_start", 0, **ids), titan_record("stall", 50_000, log_type="instant", threads=["x" * 30_000], **ids)])
+    _unnamed_file(run_dir, "training", 1, 40_000, 41_000, suffix="bbbbbb")  # began before that record: the same run
+    choice = find_run(run_dir)
+    assert [(r.processes, r.end_us) for r in choice.runs] == [(2, T0 + 50_000_000)]

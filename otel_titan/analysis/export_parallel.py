@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from otel_titan.analysis.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.filters import StepRange
-from otel_titan.analysis.perfetto_trace import PerfettoStream
+from otel_titan.analysis.perfetto_trace import MAX_SEQUENCES, PerfettoStream
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.trace_groups import TraceGroup, write_groups
@@ -96,6 +96,8 @@ def convert_in_workers(
     with tempfile.TemporaryDirectory(prefix="otel-titan-export-", dir=os.path.dirname(os.path.abspath(getattr(out, "path", ".")))) as work_dir:
         workers: list[tuple[subprocess.Popen[bytes], str]] = []
         try:
+            if native:
+                jobs = min(jobs, MAX_SEQUENCES - 1)  # one packet sequence each, the parent's is 1: track uuids stay unique
             for index, bucket in enumerate(_balance(groups, jobs)):
                 part = os.path.join(work_dir, f"part-{index}")
                 spec = {

@@ -45,7 +45,7 @@ import orjson
 from otel_titan.analysis.chrome_events import ARG_FIELDS, SLOT_TID_BASE, STEP_TID, UNKNOWN_TID, ExportVisitor
 from otel_titan.analysis.timeline import OpenSpan
 
-__all__ = ["PerfettoStream", "NativeVisitor", "FAILED_SUFFIX", "NATIVE_SUFFIXES"]
+__all__ = ["PerfettoStream", "NativeVisitor", "FAILED_SUFFIX", "NATIVE_SUFFIXES", "TRACK_UUID_STRIDE", "MAX_SEQUENCES"]
 
 #: Output names that select the native format.
 NATIVE_SUFFIXES = (".pftrace", ".perfetto-trace")
@@ -76,13 +76,24 @@ _ID_ARGS = frozenset({"span_id", "parent_span_id"})
 _REPEATED_ARGS = frozenset({"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"})
 
 
+#: Track uuids are interleaved between the packet sequences of one trace: sequence ``s`` numbers its tracks
+#: ``s``, ``s + STRIDE``, ``s + 2·STRIDE``…, so two parts (the export's workers) never give the same uuid, however
+#: many tracks each makes (a process with 70,000 scalar names, 256 ranks × 128 metrics in one part). Sequence ids
+#: are therefore 1 … ``TRACK_UUID_STRIDE - 1``; uuids stay small (a varint on every packet).
+TRACK_UUID_STRIDE = 256
+#: The most packet sequences (the parent's and one per export worker) one trace can have.
+MAX_SEQUENCES = TRACK_UUID_STRIDE - 1
+
+
 class PerfettoStream:
     """Chrome-trace event dicts → native packets on one sequence, appended to an open binary file.
 
     Same interface as `chrome_events.EventStream` (`add`, `flush`,
     `add_encoded`, `count`, `events`), so `chrome_trace.write_groups` and
     the export workers feed either. `sequence_id` must differ between the
-    parts of one trace (each worker's part is its own sequence).
+    parts of one trace (each worker's part is its own sequence), from 1 to
+    `MAX_SEQUENCES`; it also makes the part's track uuids its own
+    (`TRACK_UUID_STRIDE`).
 
     Packets are encoded straight to bytes (`_varint`, `_field`): the few
     packet shapes written here, field numbers from Perfetto's protos
@@ -92,6 +103,8 @@ class PerfettoStream:
     """
 
     def __init__(self, handle: BinaryIO, sequence_id: int = 1, compress: bool = True) -> None:
+        if type(sequence_id) is not int or not 1 <= sequence_id <= MAX_SEQUENCES:
+            raise ValueError(f"sequence_id must be an int from 1 to {MAX_SEQUENCES} (track uuids are unique per sequence), got {sequence_id!r}")
         self._file = handle
         self.sequence_id = sequence_id
         self.compress = compress
@@ -119,7 +132,7 @@ class PerfettoStream:
         #: A span begin's ``TrackEvent`` fields but its ids, by what decides them (`NativeVisitor.span_begun`).
         self.span_prefixes: dict[tuple, bytes] = {}
         self._process_uuids: dict[int, int] = {}
-        self._next_uuid = sequence_id << 16  # small: a uuid is on every packet (parts: < 65,536 tracks each)
+        self._next_uuid = sequence_id - TRACK_UUID_STRIDE  # the first is `sequence_id` itself (see TRACK_UUID_STRIDE)
 
     # -- packets --------------------------------------------------------------------------------
     def _emit(self, body: bytes, us: float | None = None) -> None:
@@ -291,7 +304,8 @@ class PerfettoStream:
 
     # -- tracks ---------------------------------------------------------------------------------
     def _uuid(self) -> int:
-        self._next_uuid += 1
+        """A new track uuid: ≡ `sequence_id` modulo `TRACK_UUID_STRIDE`, so unique in the whole trace by construction."""
+        self._next_uuid += TRACK_UUID_STRIDE
         return self._next_uuid
 
     def _process(self, pid: int, name: str | None = None) -> int:

@@ -56,7 +56,8 @@ class ProcessLog:
 
     `source` and `rank` come from the file name (torchtitan's naming rule) or,
     for other names, from the first readable record. `attempt`, `pid`,
-    `host_name`, `run_id` and `world_size` come from the first readable record.
+    `host_name`, `run_id`, `process_run_id` and `world_size` come from the first readable record
+    (`run_id` None: the file names no run, see `runs`).
     `modified_us` is the newest segment's modification time (µs since the
     epoch): the process was alive when it last wrote, even if the record it
     wrote then is older (see `chrome_events.ExportVisitor`).
@@ -81,6 +82,8 @@ class ProcessLog:
     modified_us: int | None = None
     #: Subtracted from every record's ``time_us`` as it is read: its host's clock offset (`clock_align`), 0 for none.
     clock_offset_us: int = 0
+    #: With no `run_id`: the id of the process tree the file is from (docs/schema.md), if it says.
+    process_run_id: str | None = None
 
     @property
     def label(self) -> str:
@@ -251,6 +254,7 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
 
     host = first.get("host_name")
     run_id = first.get("run_id")
+    process_run_id = first.get("process_run_id")
     return ProcessLog(
         base=base,
         segments=segments,
@@ -264,6 +268,7 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         run_id=run_id if isinstance(run_id, str) else None,
         world_size=_int("world_size"),
         modified_us=modified_us,
+        process_run_id=process_run_id if isinstance(process_run_id, str) and process_run_id else None,
     )
 
 

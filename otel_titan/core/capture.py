@@ -534,6 +534,14 @@ def _as_metric_value(value: object) -> Any:
             return _as_metric_value(int(value))
         if isinstance(value, numbers.Real):
             return float(value)
+        numpy = sys.modules.get("numpy")  # only if the program imported it: never imported here
+        if numpy is not None:
+            # numpy's bool (what ``(arr > 0).all()`` returns) is registered as no kind of number,
+            # and a 0-d array is one host value (reading it syncs no device): both are numbers here.
+            if isinstance(value, numpy.bool_):
+                return int(value)  # as a Python bool is written: 0/1
+            if type(value) is numpy.ndarray and value.ndim == 0 and value.dtype.kind in "biuf":
+                return _as_metric_value(value.item())
     except Exception:  # noqa: BLE001 - a number type that fails to convert is skipped like any bad value
         pass
     return _SKIP
@@ -544,6 +552,12 @@ def _why_skipped(value: object) -> str:
         return "None is not a number"
     if type(value) is int or isinstance(value, numbers.Integral):
         return "an integer beyond the signed 64-bit range (pass a float)"
+    if type(value).__module__ == "numpy":
+        # numpy's scalars and arrays have `.item` and `.device` too, but live on the host: never "a tensor".
+        shape = getattr(value, "shape", ())
+        if shape:
+            return f"a numpy array of shape {tuple(shape)}, not one number (log one element, or a reduction such as arr.mean())"
+        return f"a numpy {getattr(value, 'dtype', type(value).__qualname__)} is not a real number"
     torch = sys.modules.get("torch")
     if (torch is not None and isinstance(value, torch.Tensor)) or (hasattr(value, "item") and hasattr(value, "device")):
         return f"a tensor ({type(value).__qualname__}); pass a Python number: otel-titan never calls .item(), which can force a device sync"
@@ -571,7 +585,7 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
 
     Values are real numbers: ``int`` (signed 64-bit), ``float`` (NaN and
     infinities too; docs/schema.md says how they are written), ``bool`` (as
-    0/1) and numpy scalars. Any other value (``None``, a tensor, a string, an
+    0/1) and numpy scalars (``np.bool_`` as 0/1 too) or 0-d numpy arrays. Any other value (``None``, a tensor, a string, an
     integer beyond 64 bits) is skipped, as in torchtitan: a logger never stops
     training over a value. Each such key is warned about once, and the skipped
     values are counted in ``skipped_values`` of the closing record. A tensor is

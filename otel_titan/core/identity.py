@@ -9,10 +9,25 @@ field          environment (first set wins)                                 torc
 rank           ``RANK``, ``SLURM_PROCID``                                   ``get_rank()``
 world_size     ``WORLD_SIZE``, ``SLURM_NTASKS``                             ``get_world_size()``
 local_rank     ``LOCAL_RANK``, ``SLURM_LOCALID``                            None
-run_id         ``TORCHELASTIC_RUN_ID`` (unless ``none``), ``SLURM_JOB_ID``  (random, per process)
+run_id         ``OTEL_TITAN_RUN_ID``, ``TORCHELASTIC_RUN_ID`` (unless       None (see below)
+               ``none``), ``SLURM_JOB_ID``, ``RAY_JOB_ID``
 attempt        ``TORCHELASTIC_RESTART_COUNT``, ``SLURM_RESTART_COUNT``      0
 job_id         ``SLURM_JOB_ID``                                             None
 =============  ===========================================================  ==============
+
+The run id is what the user, the launcher or a parent process *shares*: the
+``run_id=`` argument; ``OTEL_TITAN_RUN_ID``, which the user may set and which
+`export_run_id` sets for this process's children (subprocesses, multiprocessing
+workers, forked or spawned, inherit it) once the logger is up, so every process
+an RL controller starts by hand names the controller's run; then torchrun's
+rendezvous id, the SLURM job (and step), the Ray job. When none of them says,
+the run id is None (``null`` in the records): nobody named the run, and a
+random id would pass for a name while splitting one job into as many "runs" as
+it has processes. Such a process still has a ``process_run_id`` of its own (for
+its trace ids): the one its otel-titan parent shared through
+``OTEL_TITAN_PROCESS_RUN_ID``, else a new random one; the reader groups
+processes with no run id by that id and by overlapping time
+(``otel_titan.analysis.runs``).
 
 A world size or local rank that no source gives stays unknown (None, written
 as ``null``), never guessed: ``rank=3`` alone says nothing about how many ranks
@@ -33,11 +48,16 @@ import socket
 import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from opentelemetry.sdk.resources import Resource
 
-__all__ = ["RunIdentity", "discover_identity", "build_resource", "RESOURCE_ATTR"]
+__all__ = ["RunIdentity", "discover_identity", "build_resource", "export_run_id", "RESOURCE_ATTR", "RUN_ID_ENV", "PROCESS_RUN_ID_ENV"]
+
+#: The run id a parent process shares with its children (or the user sets): read first after the argument.
+RUN_ID_ENV = "OTEL_TITAN_RUN_ID"
+#: A parent with no run id shares its `RunIdentity.process_run_id` here, so its children's trace ids and files go with its own.
+PROCESS_RUN_ID_ENV = "OTEL_TITAN_PROCESS_RUN_ID"
 
 _log = logging.getLogger("otel_titan")
 
@@ -50,6 +70,8 @@ class RESOURCE_ATTR:
     WORLD_SIZE = "titan.world_size"
     SOURCE = "titan.source"
     RUN_ID = "titan.run_id"
+    #: Present instead of `RUN_ID` when no run id was given (`RunIdentity.process_run_id`).
+    PROCESS_RUN_ID = "titan.process_run_id"
     ATTEMPT = "titan.attempt"
     JOB_ID = "titan.job_id"
     #: Which of a step's traces this process's spans are in: rank // trace group size (absent when all ranks share one trace).
@@ -66,7 +88,8 @@ class RunIdentity:
     local_rank: int | None
     #: None when no source gives it (never derived from the rank).
     world_size: int | None
-    run_id: str
+    #: The run's id as the user, the launcher or a parent process gave it; None when none did.
+    run_id: str | None
     attempt: int
     job_id: str | None
     host_name: str | None
@@ -74,6 +97,13 @@ class RunIdentity:
     service_instance_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     #: Where each field came from ("argument", "RANK", "torch.distributed", "default"...).
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: The id this process's trace ids are made from and its children inherit: `run_id` when there is one,
+    #: else the one an otel-titan parent shared (``OTEL_TITAN_PROCESS_RUN_ID``), else a random one (None: made here).
+    process_run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.process_run_id is None:
+            object.__setattr__(self, "process_run_id", self.run_id if self.run_id is not None else uuid.uuid4().hex)
 
 
 def _env_int(environ: Mapping[str, str], name: str) -> int | None:
@@ -174,24 +204,14 @@ def discover_identity(
         raise ValueError(f"local_rank must be >= 0, got {local_value}")
 
     job_value = job_id if job_id is not None else (env.get("SLURM_JOB_ID") or None)
-    if run_id is not None:
-        if not isinstance(run_id, str) or not run_id:
-            raise TypeError(f"run_id must be a non-empty str, got {run_id!r}")
-        run_value, origins["run_id"] = run_id, "argument"
-    elif env.get("TORCHELASTIC_RUN_ID", "").strip() not in ("", "none"):
-        run_value, origins["run_id"] = env["TORCHELASTIC_RUN_ID"].strip(), "TORCHELASTIC_RUN_ID"
-    elif env.get("SLURM_JOB_ID"):
-        step = env.get("SLURM_STEP_ID")
-        run_value = f"slurm-{env['SLURM_JOB_ID']}" + (f".{step}" if step else "")
-        origins["run_id"] = "SLURM_JOB_ID"
-    else:
-        run_value, origins["run_id"] = uuid.uuid4().hex, "random"
-        if world_value != 1:  # several ranks, or not known to be alone
-            _log.warning(
-                "otel-titan: no run id (TORCHELASTIC_RUN_ID is unset or 'none', no SLURM_JOB_ID); rank %d uses a random one, "
-                "so ranks will not share per-step trace ids. Pass run_id=... to init_structured_logger or launch with --rdzv-id.",
-                rank_value,
-            )
+    run_value, process_value = _pick_run_id(run_id, env, origins)
+    if run_value is None and origins["process_run_id"] == "random" and world_value != 1:  # several ranks, or not known to be alone
+        _log.warning(
+            "otel-titan: no run id (no OTEL_TITAN_RUN_ID, TORCHELASTIC_RUN_ID unset or 'none', no SLURM_JOB_ID or RAY_JOB_ID); rank %d records "
+            "run_id null, so ranks will not share per-step trace ids, and the reader groups the run's processes by time only. "
+            "Pass run_id=... to init_structured_logger, export OTEL_TITAN_RUN_ID, or launch with --rdzv-id.",
+            rank_value,
+        )
     host = socket.gethostname() if include_hostname else None
     return RunIdentity(
         source=source,
@@ -203,7 +223,70 @@ def discover_identity(
         job_id=job_value,
         host_name=host,
         origins=origins,
+        process_run_id=process_value,
     )
+
+
+def _pick_run_id(explicit: str | None, env: Mapping[str, str], origins: dict[str, str]) -> tuple[str | None, str]:
+    """(run id, process run id) and their origins: the first source that names the run (module docstring)."""
+    if explicit is not None:
+        if not isinstance(explicit, str) or not explicit:
+            raise TypeError(f"run_id must be a non-empty str, got {explicit!r}")
+        origins["run_id"] = origins["process_run_id"] = "argument"
+        return explicit, explicit
+    run_value: str | None = None
+    shared = env.get(RUN_ID_ENV, "").strip()
+    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if shared:
+        run_value, origins["run_id"] = shared, RUN_ID_ENV
+    elif elastic not in ("", "none"):
+        run_value, origins["run_id"] = elastic, "TORCHELASTIC_RUN_ID"
+    elif env.get("SLURM_JOB_ID", "").strip():
+        step = env.get("SLURM_STEP_ID", "").strip()
+        run_value = f"slurm-{env['SLURM_JOB_ID'].strip()}" + (f".{step}" if step else "")
+        origins["run_id"] = "SLURM_JOB_ID"
+    elif env.get("RAY_JOB_ID", "").strip():
+        run_value, origins["run_id"] = f"ray-{env['RAY_JOB_ID'].strip()}", "RAY_JOB_ID"
+    if run_value is not None:
+        origins["process_run_id"] = "run_id"
+        return run_value, run_value
+    origins["run_id"] = "none"
+    inherited = env.get(PROCESS_RUN_ID_ENV, "").strip()
+    if inherited:
+        origins["process_run_id"] = PROCESS_RUN_ID_ENV
+        return None, inherited
+    origins["process_run_id"] = "random"
+    return None, uuid.uuid4().hex
+
+
+def export_run_id(identity: RunIdentity, environ: Any = None) -> Callable[[], None]:
+    """Share `identity`'s run with the processes this one starts from now on; returns the undo (for shutdown).
+
+    Sets ``OTEL_TITAN_RUN_ID`` to the run id, or, with none, ``OTEL_TITAN_PROCESS_RUN_ID``
+    to the process run id, in `environ` (``os.environ``), which subprocesses and
+    multiprocessing workers (fork or spawn) inherit. The undo puts back what was
+    there, unless something else changed the variable since.
+
+    Example:
+        >>> env = {}
+        >>> undo = export_run_id(discover_identity("controller", environ={}), env)
+        >>> sorted(env), undo(), env
+        (['OTEL_TITAN_PROCESS_RUN_ID'], None, {})
+    """
+    target = os.environ if environ is None else environ
+    name, value = (RUN_ID_ENV, identity.run_id) if identity.run_id is not None else (PROCESS_RUN_ID_ENV, identity.process_run_id)
+    assert value is not None
+    before = target.get(name)
+    target[name] = value
+
+    def undo() -> None:
+        if target.get(name) == value:
+            if before is None:
+                target.pop(name, None)
+            else:
+                target[name] = before
+
+    return undo
 
 
 def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Resource:
@@ -224,12 +307,15 @@ def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Res
     attributes: dict[str, Any] = {
         RESOURCE_ATTR.RANK: identity.rank,
         RESOURCE_ATTR.SOURCE: identity.source,
-        RESOURCE_ATTR.RUN_ID: identity.run_id,
         RESOURCE_ATTR.ATTEMPT: identity.attempt,
         "service.instance.id": identity.service_instance_id,
         "process.pid": identity.pid,
     }
     # Unknown is absent: OpenTelemetry attributes cannot be null (the SDK would drop them with a warning).
+    if identity.run_id is not None:
+        attributes[RESOURCE_ATTR.RUN_ID] = identity.run_id
+    else:
+        attributes[RESOURCE_ATTR.PROCESS_RUN_ID] = identity.process_run_id
     if identity.local_rank is not None:
         attributes[RESOURCE_ATTR.LOCAL_RANK] = identity.local_rank
     if identity.world_size is not None:

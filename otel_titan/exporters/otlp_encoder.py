@@ -19,12 +19,22 @@ something this encoder does not know (an attribute value of a type outside
 OTLP's, an integer beyond 64 bits) goes to the SDK encoder too, which handles
 (and logs) it its own way.
 
+One span never costs the batch. Protobuf strings must be valid UTF-8, and a
+Python str need not be: a file name decoded with ``surrogateescape`` holds lone
+surrogates. Every string is encoded with ``backslashreplace``, so such a
+character arrives as its escape (``\\udcff``), the text the JSONL writer
+writes for it (records.py) and the Perfetto export gives it. A span that still
+cannot be encoded, by this encoder or the SDK's, is left out alone, counted in
+`OtlpSpanEncoder.dropped_spans` and warned about once; the rest of its batch
+goes.
+
 Wire format reference: opentelemetry/proto/trace/v1/trace.proto,
 common/v1/common.proto; https://protobuf.dev/programming-guides/encoding/.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import Any, Mapping, Sequence
 
@@ -34,12 +44,24 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanKind, StatusCode
 
 from otel_titan.core.titan_span import ATTR, TitanSpan
+from otel_titan.core.warn_once import WarnOnce
 
 __all__ = ["OtlpSpanEncoder", "encode_varint"]
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _UINT64 = (1 << 64) - 1
+_log = logging.getLogger("otel_titan")
+
+
+def _utf8(text: str) -> bytes:
+    """`text` as UTF-8, a lone surrogate (``surrogateescape``'d bytes) as its escape ``\\udcXX``: protobuf strings must be valid UTF-8.
+
+    Example:
+        >>> _utf8("shard_\\udcff.bin"), _utf8("step")
+        (b'shard_\\\\udcff.bin', b'step')
+    """
+    return text.encode("utf-8", "backslashreplace")
 
 
 def encode_varint(value: int) -> bytes:
@@ -87,7 +109,7 @@ def _any_value(value: Any) -> bytes:
         return b"\x10\x00"
     cls = type(value)
     if cls is str:
-        return _len_field(b"\x0a", value.encode("utf-8"))
+        return _len_field(b"\x0a", _utf8(value))
     if cls is int:
         if not _INT64_MIN <= value <= _INT64_MAX:
             raise _Unsupported(value)
@@ -97,7 +119,7 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, bool):
         return b"\x10\x01" if value else b"\x10\x00"
     if isinstance(value, str):
-        return _len_field(b"\x0a", str(value).encode("utf-8"))
+        return _len_field(b"\x0a", _utf8(str(value)))
     if isinstance(value, int):
         return _any_value(int(value))
     if isinstance(value, float):
@@ -111,7 +133,7 @@ def _any_value(value: Any) -> bytes:
 
 def _key_value(key: str, value: Any) -> bytes:
     """A ``KeyValue`` message (key, value)."""
-    return _len_field(b"\x0a", key.encode("utf-8")) + _len_field(b"\x12", _any_value(value))
+    return _len_field(b"\x0a", _utf8(key)) + _len_field(b"\x12", _any_value(value))
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
@@ -130,6 +152,29 @@ _TAIL_LOCAL = _EMPTY_STATUS + _FLAGS_LOCAL
 _TAIL_REMOTE = _EMPTY_STATUS + _FLAGS_REMOTE
 _DEFAULT_TRACE_STATE = DEFAULT_TRACE_STATE
 _KIND = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}  # Span.kind = 6 (proto enum = SDK value + 1)
+
+
+def _resource_message(resource: Any) -> bytes:
+    """The ``Resource`` message: the SDK's own encoding, or ours with strings escaped where one is not valid UTF-8.
+
+    (The SDK would log a traceback and leave such an attribute out: an
+    ``OTEL_RESOURCE_ATTRIBUTES`` value holding bytes that are not UTF-8, say.)
+    """
+    if any(not _valid_utf8(key) or (type(value) is str and not _valid_utf8(value)) for key, value in resource.attributes.items()):
+        return _attributes(b"\x0a", resource.attributes)
+    return _encode_resource(resource).SerializeToString()
+
+
+def _valid_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(text: str) -> str:
+    return _utf8(text).decode("utf-8")
 
 
 class OtlpSpanEncoder:
@@ -160,6 +205,9 @@ class OtlpSpanEncoder:
         #: Spans encoded here, and spans handed to the SDK's encoder (not TitanSpans, or unsupported values).
         self.fast_spans = 0
         self.sdk_spans = 0
+        #: Spans left out because neither encoder could encode them (each kind of failure is warned about once).
+        self.dropped_spans = 0
+        self._warned = WarnOnce(limit=64)
 
     # -- the request -------------------------------------------------------------------------
     def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
@@ -171,7 +219,7 @@ class OtlpSpanEncoder:
             if isinstance(span, TitanSpan):
                 try:
                     data = encode_span(span)
-                except _Unsupported:
+                except Exception:  # noqa: BLE001 - _Unsupported, or a value no one foresaw: the SDK's encoder tries it
                     others.append(span)
                     continue
                 group = groups.get(type(span))
@@ -182,15 +230,46 @@ class OtlpSpanEncoder:
                 others.append(span)
         out = []
         for cls, group in groups.items():
-            _resource, _scope, resource_head, scope_head, scope_tail, resource_tail = self._head(cls)
+            try:
+                _resource, _scope, resource_head, scope_head, scope_tail, resource_tail = self._head(cls)
+            except Exception as error:  # noqa: BLE001 - a Resource the SDK cannot encode must not cost the batch
+                self._drop(len(group), error, "its Resource")
+                continue
             scope_spans = scope_head + b"".join(group) + scope_tail
             resource_spans = resource_head + b"\x12" + _varint(len(scope_spans)) + scope_spans + resource_tail
             out.append(b"\x0a" + _varint(len(resource_spans)) + resource_spans)
             self.fast_spans += len(group)
         if others:
-            out.append(encode_spans(others).SerializeToString())
-            self.sdk_spans += len(others)
+            out.append(self._sdk_encode(others))
         return b"".join(out)
+
+    def _sdk_encode(self, spans: list[ReadableSpan]) -> bytes:
+        """The SDK's encoding of `spans`; one at a time when the batch fails, leaving out only the spans that fail alone."""
+        try:
+            data = encode_spans(spans).SerializeToString()
+        except Exception:  # noqa: BLE001 - find the span at fault below
+            pass
+        else:
+            self.sdk_spans += len(spans)
+            return data
+        out = []
+        for span in spans:
+            try:
+                out.append(encode_spans([span]).SerializeToString())
+            except Exception as error:  # noqa: BLE001 - this one span is lost, never its batch
+                self._drop(1, error, f"span {getattr(span, 'name', '?')!r}")
+            else:
+                self.sdk_spans += 1
+        return b"".join(out)
+
+    def _drop(self, count: int, error: BaseException, what: str) -> None:
+        self.dropped_spans += count
+        if self._warned.first(type(error).__name__):
+            _log.warning(
+                "otel-titan: OTLP: %d span(s) left out of a batch, %s could not be encoded (%s: %s); the rest of the batch is sent, "
+                "the JSONL file has them all. Later such failures are counted in dropped_spans without a warning.",
+                count, _printable(what), type(error).__name__, _printable(str(error)),
+            )
 
     def _head(self, cls: type) -> tuple[Any, ...]:
         """(resource, scope, ResourceSpans.resource field, ScopeSpans.scope field, ScopeSpans.schema_url, ResourceSpans.schema_url) of a span class."""
@@ -201,10 +280,10 @@ class OtlpSpanEncoder:
             cached = self._heads[cls] = (
                 resource,
                 scope,
-                _len_field(b"\x0a", _encode_resource(resource).SerializeToString()),
+                _len_field(b"\x0a", _resource_message(resource)),
                 _len_field(b"\x0a", _encode_instrumentation_scope(scope).SerializeToString()),
-                _len_field(b"\x1a", scope.schema_url.encode()) if scope is not None and scope.schema_url else b"",
-                _len_field(b"\x1a", resource.schema_url.encode()) if resource.schema_url else b"",
+                _len_field(b"\x1a", _utf8(scope.schema_url)) if scope is not None and scope.schema_url else b"",
+                _len_field(b"\x1a", _utf8(resource.schema_url)) if resource.schema_url else b"",
             )
         return cached
 
@@ -240,7 +319,7 @@ class OtlpSpanEncoder:
         if parent is not None:
             parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
         if context.trace_state:
-            parts.append(_len_field(b"\x1a", ",".join(f"{k}={v}" for k, v in context.trace_state.items()).encode()))
+            parts.append(_len_field(b"\x1a", _utf8(",".join(f"{k}={v}" for k, v in context.trace_state.items()))))
         if span.task_name is not None or span.description is not None or span.metric_name is not None or span.error_type is not None or span.extra or span.incomplete:
             parts.append(self._rare_attributes(span))
         if span._events:
@@ -263,7 +342,7 @@ class OtlpSpanEncoder:
         if name is None:
             if len(self._names) >= self.MAX_CACHE:
                 self._names.clear()
-            name = self._names[name_key] = _len_field(b"\x2a", span._name.encode("utf-8")) + _KIND[span._kind]
+            name = self._names[name_key] = _len_field(b"\x2a", _utf8(span._name)) + _KIND[span._kind]
         site_key = (span.record_kind, span.code_file, span.code_line, span.code_function, span.thread_id)
         site = self._sites.get(site_key) or self._site(site_key)
         step_key = (span.step, span.relative_step, span.step_tags)
@@ -337,7 +416,7 @@ class OtlpSpanEncoder:
         kv = self._kv
         parts = []
         for event in span._events:
-            body = [b"\x09" + _pack_fixed64(event.timestamp), _len_field(b"\x12", event.name.encode("utf-8"))]
+            body = [b"\x09" + _pack_fixed64(event.timestamp), _len_field(b"\x12", _utf8(event.name))]
             attributes = event.attributes
             if attributes:
                 for key, value in attributes.items():
@@ -368,7 +447,7 @@ class OtlpSpanEncoder:
     def _status(status: Any) -> bytes:
         body = b""
         if status.description:
-            body += _len_field(b"\x12", status.description.encode("utf-8"))
+            body += _len_field(b"\x12", _utf8(status.description))
         if status.status_code.value:
             body += b"\x18" + _varint(status.status_code.value)
         return _len_field(b"\x7a", body)

@@ -75,6 +75,9 @@ class RecordEncoder:
                 "logger_name": LOGGER_NAME,
             }
         )
+        if identity.run_id is None:
+            # Nobody named the run: `run_id` is null, and this says which process tree the record is from.
+            constants["process_run_id"] = identity.process_run_id
         self.constants = constants
         # `{...variable...,` + this + `}\n`
         self._tail = b"," + orjson.dumps(constants)[1:-1] + b"}\n"

@@ -66,7 +66,7 @@ FACTORY_KWARGS = (
     "run_id",
     "attempt",
     "job_id",
-    "trace_id",  # pimm's name for the run-level id (= run_id)
+    "trace_id",  # pimm's name for the run-level id (= run_id; the process run id when no run id was given)
     "identity",  # the whole RunIdentity
     "resource",  # the OpenTelemetry Resource
     "options",  # the validated LoggerOptions
@@ -189,7 +189,7 @@ def run_factories(
         "run_id": identity.run_id,
         "attempt": identity.attempt,
         "job_id": identity.job_id,
-        "trace_id": identity.run_id,
+        "trace_id": identity.process_run_id,  # never None, unlike run_id
         "identity": identity,
         "resource": resource,
         "options": options,

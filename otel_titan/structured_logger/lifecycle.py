@@ -29,7 +29,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_titan._version import __version__
 from otel_titan.core import blackbox, capture, otel_context
 from otel_titan.core.event_queue import EventQueue
-from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
+from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
 from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
@@ -134,7 +134,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
     structured_logger.propagate = False
     exporters, handlers = run_factories(parsed.handlers, structured_logger, identity=identity, resource=resource, options=parsed, stats=queue, output_dir=directory)
-    trace_ids = StepTraceIds(identity.run_id, identity.attempt, trace_group)
+    trace_ids = StepTraceIds(identity.process_run_id, identity.attempt, trace_group)  # type: ignore[arg-type]
     span_ids = SpanIdAllocator()
     builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
     stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)
@@ -150,7 +150,9 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         trigger_path=os.environ.get(DUMP_TRIGGER_ENV, "").strip() or None,
     )
     processor.start()
-    STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory)
+    # Children started from now on (subprocesses, multiprocessing workers) name the same run; undone at shutdown.
+    STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory,
+                            unshare_run_id=export_run_id(identity))
     process_hooks.install(parsed)
     join = parsed.join_otel_context if parsed.join_otel_context is not None else otel_context.sdk_tracer_provider_configured()
     capture.attach(

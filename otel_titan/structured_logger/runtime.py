@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
@@ -43,6 +44,8 @@ class Runtime:
     logging_handlers: list[logging.Handler]
     output_dir: str
     pid: int = field(default_factory=os.getpid)
+    #: Takes back the run id init shared with child processes (`identity.export_run_id`).
+    unshare_run_id: Callable[[], None] | None = None
 
     def is_ours(self) -> bool:
         """Whether it was started in this process (not inherited through fork)."""
@@ -95,6 +98,8 @@ def shutdown(timeout: float | None) -> bool:
         # terminated) waits for it instead of killing the process with the records still queued.
         sigterm.uninstall()  # on the main thread; from another, the handler stays and finds no logger
         close_handlers(logging.getLogger(LOGGER_NAME), runtime.logging_handlers)
+        if runtime.unshare_run_id is not None and runtime.is_ours():
+            runtime.unshare_run_id()  # a later init in this process (a test, a notebook) must not read it as a parent's
         if not finished:
             _log.warning("otel-titan: the writer did not finish within %s s; records still queued may be lost", timeout)
         return finished

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zlib
 from collections import Counter
 
+import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from otel_titan.analysis import generate_gantt_trace
-from otel_titan.analysis.perfetto_trace import is_native
+from otel_titan.analysis.perfetto_trace import TRACK_UUID_STRIDE, PerfettoStream, is_native
 from tests.helpers.analysis import T0, titan_file, titan_record, titan_span, write_jsonl
 from tests.conftest import REPO
 
@@ -228,3 +230,60 @@ def test_varints_are_protobufs_own_encoding():
     for value in edges + randoms:
         assert b"\x20" + _varint(value) == DebugAnnotation(int_value=value).SerializeToString(), value
     assert b"\x38" + _varint(2**64 - 1) == DebugAnnotation(pointer_value=2**64 - 1).SerializeToString()
+
+
+def _scalar_rank(run_dir, rank, names, span=True):
+    """A rank's file: one span (a thread track) and one scalar per name (a counter track each), written as lines."""
+    head = titan_record("metric_value", 1, log_type="instant", rank=rank, event_name="NAME", value=1.0)
+    before, after = json.dumps(head).split('"NAME"')
+    lines = [json.dumps(r) for r in titan_span("fwd", 0, 2, rank=rank, step=1)] if span else []
+    lines += [before + json.dumps(name) + after for name in names]
+    write_jsonl(titan_file(run_dir, rank=rank), lines)
+
+
+def track_identities(packets):
+    """uuid → every (sequence, what the track is) its descriptors said; and the uuids events were put on."""
+    said, used = {}, set()
+    for packet in packets:
+        if packet.HasField("track_descriptor"):
+            d = packet.track_descriptor
+            what = ("process", d.process.pid) if d.HasField("process") else ("thread", d.thread.pid, d.thread.tid) if d.HasField("thread") else ("child of", d.parent_uuid, d.name)
+            said.setdefault(d.uuid, set()).add((packet.trusted_packet_sequence_id, what))
+        if packet.HasField("track_event"):
+            used.add((packet.trusted_packet_sequence_id, packet.track_event.track_uuid))
+    return said, used
+
+
+def assert_track_uuids_unique(path, tracks):
+    said, used = track_identities(read_trace(path))
+    clashes = {uuid: whats for uuid, whats in said.items() if len(whats) > 1}
+    assert not clashes, f"{len(clashes)} track uuids name two tracks, e.g. {next(iter(clashes.items()))}"
+    assert len(said) == tracks
+    owner = {uuid: next(iter(whats))[0] for uuid, whats in said.items()}
+    assert all(owner.get(uuid) == sequence for sequence, uuid in used)  # every event on a track its own part described
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["one process with 70,000 scalar names", "512 ranks x 128 metrics in each part"])
+def test_track_uuids_are_unique_in_a_trace_written_by_workers(tmp_path, case):
+    # Issue 18 item 16: each part used to number its tracks from sequence_id << 16, so a part with more
+    # than 65,536 tracks reused the next part's uuids (a process track among them).
+    run_dir = tmp_path / "run"
+    if case.startswith("one process"):
+        _scalar_rank(run_dir, 0, [f"m{i}" for i in range(70_000)])
+        _scalar_rank(run_dir, 1, ["loss"])
+        tracks = (1 + 1 + 1 + 70_000) + (1 + 1 + 1 + 1)  # per process: its track, its thread, its steps, its counters
+    else:
+        ranks = 1024  # two parts of 512 ranks each
+        for rank in range(ranks):
+            _scalar_rank(run_dir, rank, [f"m{i}" for i in range(128)], span=False)
+        tracks = ranks * (1 + 1 + 128)  # per process: its track, its steps, its counters
+    stats = generate_gantt_trace(run_dir, run_dir / "t.pftrace", jobs=2)
+    assert stats.processes == (2 if case.startswith("one process") else 1024)
+    assert_track_uuids_unique(run_dir / "t.pftrace", tracks)
+
+
+@pytest.mark.parametrize("sequence_id", [0, TRACK_UUID_STRIDE, -1, 1.0])
+def test_a_sequence_id_outside_the_track_uuid_scheme_is_refused(tmp_path, sequence_id):
+    with open(tmp_path / "t.pftrace", "wb") as handle, pytest.raises(ValueError, match="sequence_id"):
+        PerfettoStream(handle, sequence_id)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import doctest
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,6 +16,7 @@ from otel_titan.analysis import format_summary, generate_gantt_trace, read_run, 
 from otel_titan.analysis.runs import UnknownRunError, find_run, select_run
 from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
 from tests.analysis.runs import rank_file
+from tests.conftest import REPO
 
 SLOW_FETCH_S = 0.015
 
@@ -109,3 +113,183 @@ def test_one_run_in_a_folder_is_simply_that_run(run_dir):
 def test_docstring_examples():
     failures, tried = doctest.testmod(runs, optionflags=doctest.ELLIPSIS)
     assert failures == 0 and tried > 0
+
+
+# -- processes that no launcher names (issue 18 item 13) ---------------------------------------------------
+_RL_JOB = '''
+"""An RL job started by hand: a controller spawns a rollouter (subprocess) and two reward workers
+(multiprocessing, spawn), none under torchrun, none given a run id."""
+import multiprocessing, subprocess, sys, time
+from otel_titan import structured_logger as sl
+
+ROLLOUTER = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("rollouter", sys.argv[1])
+for step in range(1, 4):
+    sl.set_step(step)
+    with sl.log_trace_span("generate"):
+        time.sleep(0.02)
+sl.shutdown_structured_logger()
+"""
+
+
+def reward(output_dir, rank):
+    sl.init_structured_logger("reward", output_dir, rank=rank)
+    for step in range(1, 4):
+        sl.set_step(step)
+        with sl.log_trace_span("score"):
+            time.sleep(0.02)
+    sl.shutdown_structured_logger()
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    sl.init_structured_logger("controller", out)
+    with sl.log_trace_span("rollout_round"):
+        rollouter = subprocess.Popen([sys.executable, "-c", ROLLOUTER, out])
+        context = multiprocessing.get_context("spawn")
+        workers = [context.Process(target=reward, args=(out, rank)) for rank in (0, 1)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        rollouter.wait(60)
+    sl.shutdown_structured_logger()
+    sys.exit(rollouter.returncode or max(w.exitcode or 0 for w in workers))
+'''
+
+
+def _no_launcher_env(**extra):
+    # What a shell with no launcher gives: no torchrun, SLURM or Ray variables, no otel-titan parent.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCHELASTIC_", "SLURM_", "RAY_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def _rl_job(script, out, **env):
+    from tests.helpers import processes
+
+    result = processes.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=_no_launcher_env(**env), timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_processes_started_by_hand_are_one_run_and_two_such_jobs_one_after_the_other_are_two(tmp_path):
+    script = tmp_path / "rl_job.py"
+    script.write_text(_RL_JOB)
+    out = tmp_path / "out"
+    _rl_job(script, out)
+    _rl_job(script, out)  # the same job again, into the same folder, after the first ended
+    logs = read_run(out)
+    assert len(logs.processes) == 8
+    # No process was given a run id: each record says so, and which process tree it is from (the controller's).
+    by_tree = {}
+    for process in logs.processes:
+        first = json.loads(open(process.segments[0], "rb").readline())
+        assert first["run_id"] is None and process.run_id is None
+        by_tree.setdefault(process.process_run_id, set()).add(process.source)
+    assert sorted(map(sorted, by_tree.values())) == [["controller", "reward", "rollouter"]] * 2
+
+    summary = summarize_run(out)
+    assert summary.run_selection == "latest" and len(summary.runs) == 2
+    assert [(r.processes, r.named, r.sources) for r in summary.runs] == [(4, False, ["controller", "reward", "rollouter"])] * 2
+    assert len(summary.processes) == 4 and {p.source for p in summary.processes} == {"controller", "reward", "rollouter"}
+    first, second = summary.runs
+    assert first.end_us < second.start_us  # the gap that splits them
+    assert "no run id was given: 4 processes grouped by the time they ran" in format_summary(summary)
+    earlier = summarize_run(out, run_id=first.run_id)
+    assert len(earlier.processes) == 4 and min(p.first_us for p in earlier.processes) < second.start_us
+
+    stats = generate_gantt_trace(out, tmp_path / "t.json")
+    trace = load_trace(tmp_path / "t.json")
+    assert stats.processes == 4
+    assert sorted(process_pids(trace)) == ["controller rank 0", "reward rank 0", "reward rank 1", "rollouter rank 0"]
+    assert trace["otherData"]["run"] == second.run_id
+
+
+@pytest.mark.slow
+def test_processes_started_side_by_side_with_no_parent_are_grouped_by_time_and_given_run_ids_still_separate(tmp_path):
+    from tests.helpers import processes
+
+    out = tmp_path / "out"
+    code = (
+        "import sys, time\nfrom otel_titan import structured_logger as sl\n"
+        "sl.init_structured_logger(sys.argv[2], sys.argv[1])\n"
+        "with sl.log_trace_span('work'):\n    time.sleep(float(sys.argv[3]))\n"
+        "sl.shutdown_structured_logger()\n"
+    )
+    # Three processes a shell script starts with `&` (no parent shares anything), and beside them two
+    # torchrun-like jobs that name their run: the three are one run, joined to none of the named ones.
+    started = [subprocess.Popen([sys.executable, "-c", code, str(out), source, "3"], env=_no_launcher_env()) for source in ("controller", "rollouter", "reward")]
+    named = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "named"), "training", "1"], env=_no_launcher_env(TORCHELASTIC_RUN_ID=rid)) for rid in ("A", "B")]
+    for process in started + named:
+        assert process.wait(120) == 0
+    processes.run([sys.executable, "-c", code, str(out), "controller", "0.1"], env=_no_launcher_env(), timeout=120, check=True)  # later, alone
+    choice = find_run(out)
+    assert [(r.processes, r.named) for r in choice.runs] == [(3, False), (1, False)] and choice.how == "latest"
+    assert len(find_run(out, run_id=choice.runs[0].process_run_ids[-1]).runs) == 2  # any tree's id selects its run
+    (first,) = [r for r in find_run(out, run_id=choice.runs[0].process_run_ids[-1]).runs if r.selected]
+    assert first.sources == ["controller", "reward", "rollouter"]
+    both = find_run(tmp_path / "named")
+    assert [(r.run_id, r.processes, r.named) for r in both.runs] == [("A", 1, True), ("B", 1, True)] or [(r.run_id, r.processes, r.named) for r in both.runs] == [("B", 1, True), ("A", 1, True)]
+
+
+def _unnamed_file(run_dir, source, rank, start_ms, end_ms, tree=None, suffix=None):
+    """A process's file with no run id (and, if `tree`, the process tree's id), records from `start_ms` to `end_ms` after T0."""
+    ids = {"run_id": None, **({"process_run_id": tree} if tree else {})}
+    return write_jsonl(
+        titan_file(run_dir, rank=rank, source=source, suffix=suffix or f"{source[:3]}{rank}{int(start_ms)}"[-6:].rjust(6, "x")),
+        [titan_record("work_start", start_ms, rank=rank, source=source, step=1, **ids), titan_record("work_end", end_ms, rank=rank, source=source, step=1, value=end_ms - start_ms, **ids)],
+    )
+
+
+def test_processes_with_no_run_id_group_by_tree_and_overlap_and_a_gap_splits_them(run_dir):
+    # Job 1: a tree (controller + its rollouter) and, beside it, a reward process started by hand.
+    _unnamed_file(run_dir, "controller", 0, 0, 10_000, tree="t1")
+    _unnamed_file(run_dir, "rollouter", 0, 12_000, 30_000, tree="t1")  # after a gap, but the controller's tree: the same run
+    _unnamed_file(run_dir, "reward", 0, 29_000, 31_000)  # no tree of its own; overlaps the rollouter
+    # Job 2, after a 1 ms gap: the same shape, never chained to job 1.
+    _unnamed_file(run_dir, "controller", 1, 31_001, 40_000, tree="t2")
+    _unnamed_file(run_dir, "reward", 1, 35_000, 36_000)
+    choice = find_run(run_dir)
+    assert [(r.run_id, r.processes, r.named, r.process_run_ids) for r in choice.runs] == [("t1", 3, False, ["t1"]), ("t2", 2, False, ["t2"])]
+    assert choice.how == "latest" and choice.run_id == "t2"
+    assert choice.runs[0].end_us == T0 + 31_000_000 < choice.runs[1].start_us == T0 + 31_001_000
+    run, chosen = select_run(read_run(run_dir), "t1")
+    assert sorted(p.source for p in run.processes) == ["controller", "reward", "rollouter"] and chosen.how == "requested"
+    assert "(no run id was given: 3 processes grouped by the time they ran)" in chosen.describe()
+    with pytest.raises(UnknownRunError, match=r"runs found: t1 \(3 processes\), t2 \(2 processes\)"):
+        find_run(run_dir, run_id="t3")
+
+
+def test_files_that_say_no_run_and_no_tree_are_split_by_gaps_too(run_dir):
+    # torchtitan's own files name no run: two jobs one after the other in one folder are two runs.
+    for rank in (0, 1):
+        _unnamed_file(run_dir, "training", rank, 0, 5_000, suffix=f"aaaaa{rank}")
+        _unnamed_file(run_dir, "training", rank, 60_000, 65_000, suffix=f"bbbbb{rank}")
+    choice = find_run(run_dir)
+    assert [(r.processes, r.named) for r in choice.runs] == [(2, False), (2, False)]
+    first, second = (r.run_id for r in choice.runs)
+    assert first.startswith("no-run-id@") and second.startswith("no-run-id@") and choice.run_id == second
+    assert find_run(run_dir, run_id=first).runs[0].selected
+
+
+def test_named_runs_stay_apart_when_they_overlap_and_a_process_with_no_run_id_joins_the_one_it_ran_beside(run_dir):
+    rank_file(run_dir, 0, [100.0] * 20, run_id="A", world_size=1)  # 2 s from T0
+    rank_file(run_dir, 1, [100.0] * 20, run_id="B", world_size=1, start_us=T0 + 1_000_000)  # 1 s later, overlapping A
+    _unnamed_file(run_dir, "reward", 0, 1_500, 2_500)  # began while both ran: B had started last
+    _unnamed_file(run_dir, "reward", 1, 10_000, 11_000)  # long after both: a run of its own
+    choice = find_run(run_dir)
+    assert [(r.run_id, r.processes, r.named) for r in choice.runs][:2] == [("A", 1, True), ("B", 2, True)]
+    assert [(r.processes, r.named, r.ranks) for r in choice.runs[2:]] == [(1, False, [1])] and choice.run_id == choice.runs[2].run_id
+
+
+def test_a_long_last_record_still_gives_the_end_of_the_process(run_dir):
+    # A black box (stall record) runs to hundreds of kB: the end is its time, not an earlier record's.
+    ids = {"run_id": None}
+    write_jsonl(titan_file(run_dir, rank=0, suffix="aaaaaa"), [titan_record("a_start", 0, **ids), titan_record("stall", 50_000, log_type="instant", threads=["x" * 30_000], **ids)])
+    _unnamed_file(run_dir, "training", 1, 40_000, 41_000, suffix="bbbbbb")  # began before that record: the same run
+    choice = find_run(run_dir)
+    assert [(r.processes, r.end_us) for r in choice.runs] == [(2, T0 + 50_000_000)]

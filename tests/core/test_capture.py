@@ -254,6 +254,41 @@ def test_scalar_accepts_numpy_scalars(logged):
     assert values == {"f32": 0.5, "i64": 7}
 
 
+def test_every_numpy_number_kind_is_written_and_none_is_called_a_tensor(logged, run_dir, caplog):
+    # `(arr > 0).all()` returns np.bool_, registered as no kind of number; 0-d arrays come from
+    # np.asarray(x) and reductions with keepdims. All are host values: written, like bool and float.
+    np = pytest.importorskip("numpy")
+    arr = np.array([1.0, 2.0])
+    logged()
+    with caplog.at_level("WARNING", logger="otel_titan"):
+        sl.log_trace_scalar(
+            {
+                "all_pos": (arr > 0).all(),
+                "any_neg": np.bool_(False),
+                "f16": np.float16(1.5),
+                "ld": np.longdouble(2.5),
+                "u64": np.uint64(2**63 - 1),
+                "i8": np.int8(-3),
+                "zero_d": np.array(0.25),
+                "zero_d_bool": np.array(True),
+                "zero_d_int": np.array(7, dtype=np.uint16),
+                # not numbers: skipped, and named for what they are
+                "u64_big": np.uint64(2**64 - 1),
+                "vector": arr,
+                "cplx": np.complex64(1 + 2j),
+            }
+        )
+    records = logged.finish()
+    values = {r["event_name"]: r["value"] for r in records}
+    assert values == {"all_pos": 1, "any_neg": 0, "f16": 1.5, "ld": 2.5, "u64": 2**63 - 1, "i8": -3, "zero_d": 0.25, "zero_d_bool": 1, "zero_d_int": 7}
+    assert all(type(v) in (int, float) for v in values.values())
+    warnings = {r.getMessage().split("%r")[0] for r in caplog.records if "skipped" in r.getMessage()}
+    assert len(warnings) == 3 and not any("tensor" in w for w in warnings), warnings
+    text = " ".join(warnings)
+    assert "beyond the signed 64-bit range" in text and "numpy array of shape (2,)" in text and "complex64 is not a real number" in text
+    assert closing_record(run_dir)["skipped_values"] == 3
+
+
 def closing_record(run_dir):
     from tests.conftest import jsonl_files, read_records
 

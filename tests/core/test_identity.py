@@ -12,7 +12,8 @@ def test_torchrun_environment():
     env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "2"}
     ident = discover_identity("training", environ=env)
     assert (ident.rank, ident.local_rank, ident.world_size, ident.run_id, ident.attempt, ident.job_id) == (3, 1, 8, "abc", 2, None)
-    assert ident.origins == {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK", "attempt": "TORCHELASTIC_RESTART_COUNT", "run_id": "TORCHELASTIC_RUN_ID"}
+    assert ident.origins == {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK", "attempt": "TORCHELASTIC_RESTART_COUNT", "run_id": "TORCHELASTIC_RUN_ID", "process_run_id": "run_id"}
+    assert ident.process_run_id == "abc"
 
 
 def test_slurm_environment():
@@ -28,11 +29,47 @@ def test_arguments_win_over_the_environment():
     assert ident.origins["rank"] == "argument"
 
 
-def test_torchrun_without_rdzv_id_falls_back_to_slurm_then_random(caplog):
+def test_torchrun_without_rdzv_id_falls_back_to_slurm_then_ray_then_no_run_id(caplog):
     assert discover_identity("t", environ={"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "9"}).run_id == "slurm-9"
+    assert discover_identity("t", environ={"TORCHELASTIC_RUN_ID": "none", "RAY_JOB_ID": "02000000"}).run_id == "ray-02000000"
     ident = discover_identity("t", environ={"TORCHELASTIC_RUN_ID": "none", "RANK": "1", "WORLD_SIZE": "2"})
-    assert len(ident.run_id) == 32 and ident.origins["run_id"] == "random"
+    # No random id passed off as the run's: null, and an id of the process's own for its trace ids.
+    assert ident.run_id is None and ident.origins["run_id"] == "none"
+    assert len(ident.process_run_id) == 32 and ident.origins["process_run_id"] == "random"
     assert "will not share per-step trace ids" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "env, run_id, origin",
+    [
+        ({"OTEL_TITAN_RUN_ID": "shared", "TORCHELASTIC_RUN_ID": "abc", "SLURM_JOB_ID": "9", "RAY_JOB_ID": "r"}, "shared", "OTEL_TITAN_RUN_ID"),
+        ({"TORCHELASTIC_RUN_ID": "abc", "SLURM_JOB_ID": "9", "RAY_JOB_ID": "r"}, "abc", "TORCHELASTIC_RUN_ID"),
+        ({"SLURM_JOB_ID": "9", "RAY_JOB_ID": "r"}, "slurm-9", "SLURM_JOB_ID"),
+        ({"RAY_JOB_ID": "r"}, "ray-r", "RAY_JOB_ID"),
+        ({"OTEL_TITAN_RUN_ID": " ", "OTEL_TITAN_PROCESS_RUN_ID": "parent"}, None, "none"),
+    ],
+)
+def test_the_run_id_is_what_a_parent_or_the_launcher_shares_first(env, run_id, origin):
+    ident = discover_identity("t", environ=env)
+    assert (ident.run_id, ident.origins["run_id"]) == (run_id, origin)
+    assert ident.process_run_id == (run_id or "parent")
+
+
+def test_a_parent_shares_its_run_with_the_processes_it_starts_and_takes_it_back(tmp_path):
+    from otel_titan.core.identity import export_run_id
+
+    env = {"OTEL_TITAN_RUN_ID": "user"}
+    undo = export_run_id(discover_identity("t", run_id="mine", environ={}), env)
+    assert env == {"OTEL_TITAN_RUN_ID": "mine"}
+    undo()
+    assert env == {"OTEL_TITAN_RUN_ID": "user"}  # put back as it was
+    parent = discover_identity("t", environ={})
+    undo = export_run_id(parent, env := {})
+    child = discover_identity("t", environ=env)
+    assert child.run_id is None and child.process_run_id == parent.process_run_id and child.origins["process_run_id"] == "OTEL_TITAN_PROCESS_RUN_ID"
+    env["OTEL_TITAN_PROCESS_RUN_ID"] = "changed since"
+    undo()
+    assert env == {"OTEL_TITAN_PROCESS_RUN_ID": "changed since"}  # not ours any more: left alone
 
 
 def test_defaults_for_a_plain_python_process():
@@ -139,3 +176,11 @@ def test_each_process_gets_its_own_service_instance_id():
     a = discover_identity("training", environ={})
     b = discover_identity("training", environ={})
     assert a.service_instance_id != b.service_instance_id
+
+
+def test_with_no_run_id_the_resource_names_the_process_tree_and_no_run():
+    ident = discover_identity("reward", environ={"OTEL_TITAN_PROCESS_RUN_ID": "tree-1"}, include_hostname=False)
+    attributes = build_resource(ident).attributes
+    assert "titan.run_id" not in attributes and attributes["titan.process_run_id"] == "tree-1"
+    named = build_resource(discover_identity("reward", environ={"OTEL_TITAN_RUN_ID": "r"}, include_hostname=False)).attributes
+    assert named["titan.run_id"] == "r" and "titan.process_run_id" not in named

@@ -314,3 +314,42 @@ def test_blackholed_collector(tmp_path):
         for connection in accepted:
             connection.close()
         server.close()
+
+
+_BAD_NAMES = r'''
+import os, sys
+from otel_titan import structured_logger as sl
+
+sl.init_structured_logger("training", sys.argv[1])
+sl.set_step(1)
+for i in range(50):
+    with sl.log_trace_span(f"load_{i}"):
+        pass
+# A file name that is not UTF-8, as os.listdir / os.fsdecode give it (surrogateescape):
+bad = os.fsdecode(b"shard_\xff\xfe.bin")
+with sl.log_trace_span(bad, description=bad):
+    sl.log_trace_instant("opened " + bad)  # becomes an event of the span
+sl.shutdown_structured_logger()
+'''
+
+
+@pytest.mark.parametrize("protocol, endpoint_of", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")])
+def test_one_span_name_that_is_not_utf8_loses_nothing_else_and_arrives_escaped(collector, backend, tmp_path, protocol, endpoint_of):
+    # Issue 18 item 15: one such name used to fail the whole batch (0 of 51 spans arrived).
+    out = tmp_path / "run"
+    env = otel_env(getattr(collector, endpoint_of), protocol, OTEL_BSP_SCHEDULE_DELAY="60000")  # one batch, sent at shutdown
+    result = processes.run([sys.executable, "-c", _BAD_NAMES, str(out)], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    spans = backend.wait_for(lambda s: len(s) >= 51)
+    time.sleep(0.3)
+    spans = backend.spans()
+    assert len(spans) == 51, sorted(s.name for s in spans)
+    escaped = "shard_\\udcff\\udcfe.bin"  # the text the JSONL file holds for it once read back, escaped
+    (bad,) = [s for s in spans if s.name.startswith("shard_")]
+    assert bad.name == escaped and bad.attributes["titan.description"] == escaped
+    assert [e[0] for e in bad.events] == ["opened " + escaped]
+    assert {s.name for s in spans} - {bad.name} == {f"load_{i}" for i in range(50)}
+    assert "could not be encoded" not in result.stderr  # nothing was left out
+    # The JSONL file has the same 51 spans, the name as its JSON escape.
+    names = {r["log_type_name"] for rs in jsonl_spans(out).values() for r in rs}
+    assert os.fsdecode(b"shard_\xff\xfe.bin") + "_end" in names and len([n for n in names if n.endswith("_end")]) == 51

@@ -199,3 +199,38 @@ def test_the_standard_variables_still_drive_the_exporters_headers_compression_en
     assert got["path"] == "/v1/traces"
     assert got["headers"]["x-tenant"] == "team-a" and got["headers"]["Content-Encoding"] == "gzip"
     assert by_span([ExportTraceServiceRequest.FromString(gzip.decompress(got["body"]))]) == by_span([encode_spans(spans)])
+
+
+def test_a_span_neither_encoder_can_encode_is_left_out_alone_and_warned_about_once(caplog):
+    # Issue 18 item 15: one span must never fail its batch. A plain SDK span goes to the SDK's
+    # encoder, which raises on a name holding a lone surrogate: that span is left out, and only it.
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider(resource=Resource({"service.name": "t"})).get_tracer("t")
+    spans = []
+    for name in ["first", "bad_\udcff", "last", "bad_\udcfe"]:
+        span = tracer.start_span(name)
+        span.end()
+        spans.append(span)
+    encoder = OtlpSpanEncoder()
+    with caplog.at_level("WARNING", logger="otel_titan"):
+        data = encoder.encode(spans)
+    request = ExportTraceServiceRequest.FromString(data)
+    names = [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert names == ["first", "last"]
+    assert (encoder.dropped_spans, encoder.sdk_spans) == (2, 2)
+    warnings = [r.getMessage() for r in caplog.records if "could not be encoded" in r.getMessage()]
+    assert len(warnings) == 1 and "bad_\\udcff" in warnings[0]  # printable: escaped too
+
+
+def test_a_resource_value_that_is_not_utf8_is_sent_escaped_not_dropped():
+    from opentelemetry.sdk.resources import Resource
+
+    from otel_titan.exporters.otlp_encoder import _resource_message
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
+
+    resource = Resource({"service.name": "t", "deployment.environment": "ci_\udcff", "titan.rank": 3})
+    decoded = PbResource.FromString(_resource_message(resource))
+    values = {kv.key: kv.value for kv in decoded.attributes}
+    assert values["deployment.environment"].string_value == "ci_\\udcff" and values["titan.rank"].int_value == 3

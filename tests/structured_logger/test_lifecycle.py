@@ -283,3 +283,22 @@ def test_trace_group_size_groups_ranks_into_step_traces_and_names_the_group_in_t
     everyone = step_span(5)
     assert "titan.trace_group" not in everyone.resource.attributes
     assert everyone.context.trace_id == StepTraceIds("groups", 0).for_step(5) == step_span(15).context.trace_id
+
+
+def test_init_shares_the_run_with_processes_started_later_and_shutdown_takes_it_back(tmp_path, monkeypatch):
+    for name in ("OTEL_TITAN_RUN_ID", "OTEL_TITAN_PROCESS_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "RAY_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    sl.init_structured_logger("controller", tmp_path / "a", rank=0, world_size=1)
+    identity = sl.get_run_identity()
+    assert identity.run_id is None and os.environ["OTEL_TITAN_PROCESS_RUN_ID"] == identity.process_run_id
+    assert "OTEL_TITAN_RUN_ID" not in os.environ
+    sl.shutdown_structured_logger()
+    assert "OTEL_TITAN_PROCESS_RUN_ID" not in os.environ  # a later init here is not anyone's child
+    (first,) = [read_records(p)[0] for p in jsonl_files(tmp_path / "a")]
+    assert first["run_id"] is None and first["process_run_id"] == identity.process_run_id
+    sl.init_structured_logger("controller", tmp_path / "b", rank=0, world_size=1, run_id="given")
+    assert os.environ["OTEL_TITAN_RUN_ID"] == "given" and "OTEL_TITAN_PROCESS_RUN_ID" not in os.environ
+    sl.shutdown_structured_logger()
+    assert "OTEL_TITAN_RUN_ID" not in os.environ
+    (first,) = [read_records(p)[0] for p in jsonl_files(tmp_path / "b")]
+    assert first["run_id"] == "given" and "process_run_id" not in first

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 import orjson
 
@@ -229,10 +229,29 @@ class _Progress:
             self.shown = False
 
 
+class _TextProgress:
+    """`report`'s progress: one self-overwriting line of text on a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = False
+
+    def __call__(self, text: str) -> None:
+        self.stream.write(f"\rreport: {text}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 class _WarningHandler(logging.Handler):
     """Skipped-line warnings on stderr, keeping a progress line intact."""
 
-    def __init__(self, stream: TextIO, progress: _Progress | None) -> None:
+    def __init__(self, stream: TextIO, progress: _Progress | _TextProgress | None) -> None:
         super().__init__(logging.WARNING)
         self.stream, self.progress = stream, progress
 
@@ -291,12 +310,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.Handler]:
+def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callable[[], None]:
+    """Install the one path of every warning while a command runs, its workers' included (`worker_io`); returns its undo.
+
+    On stderr, escaped (`printable`), the progress line cleared first; never
+    the raw text Python's last-resort handler would print.
+    """
     logger = logging.getLogger("otel_titan.analysis")
     handler = _WarningHandler(sys.stderr, progress)
     logger.addHandler(handler)
     logger.propagate = False
-    return logger, handler
+
+    def stop() -> None:
+        logger.removeHandler(handler)
+        logger.propagate = True
+
+    return stop
 
 
 def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
@@ -310,7 +339,7 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs: must be at least 1, got {args.jobs}")
     progress = _Progress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
-    logger, handler = _with_warnings(progress)
+    stop_warnings = _show_warnings(progress)
     try:
         choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
         native = None if args.format is None else args.format == "perfetto"
@@ -332,8 +361,7 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     finally:
         if progress is not None:
             progress.clear()
-        logger.removeHandler(handler)
-        logger.propagate = True
+        stop_warnings()
     rate = stats.input_bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
     print(f"trace: {printable(stats.output_path)}" + (" (replaced the file that was there)" if stats.replaced else ""))
     print(
@@ -358,7 +386,7 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
 
     progress = _Progress(sys.stderr, "summarize") if not args.no_progress and not args.tail and sys.stderr.isatty() else None
-    logger, handler = _with_warnings(progress)
+    stop_warnings = _show_warnings(progress)
     try:
         if args.tail:
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
@@ -371,8 +399,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
     finally:
         if progress is not None:
             progress.clear()
-        logger.removeHandler(handler)
-        logger.propagate = True
+        stop_warnings()
     if args.json:
         sys.stdout.buffer.write(json_bytes(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
         sys.stdout.flush()
@@ -391,6 +418,7 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     if saved and (args.save or args.run or ranks or sources):
         parser.error("--save, --run, --ranks and --sources apply to a run directory, not to a saved .duckdb file")
     progress = _Progress(sys.stderr, "sql") if not args.no_progress and sys.stderr.isatty() else None
+    stop_warnings = _show_warnings(progress)
     try:
         duckdb = require_duckdb()
         db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources)
@@ -424,6 +452,7 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     finally:
         if progress is not None:
             progress.clear()
+        stop_warnings()
     return EXIT_OK
 
 
@@ -442,7 +471,8 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
-    progress = (lambda text: (sys.stderr.write(f"\rreport: {text}\x1b[K"), sys.stderr.flush())) if not args.no_progress and sys.stderr.isatty() else None
+    progress = _TextProgress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
+    stop_warnings = _show_warnings(progress)
     try:
         result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
                               max_cells=args.max_cells, progress=progress)
@@ -456,8 +486,8 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         return _fail(f"cannot write {error.filename or args.output or 'the report'}: {error.strerror or error}", EXIT_NO_RECORDS)
     finally:
         if progress is not None:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+            progress.clear()
+        stop_warnings()
     print(f"report: {printable(result.path)} ({_size(result.bytes)}, {result.figures} figures; {printable(result.binning)})")
     print(f"  {result.ranks:,} ranks, {result.steps:,} steps, read in {result.seconds:.1f} s; open it in a browser (works offline)")
     return EXIT_OK

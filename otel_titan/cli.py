@@ -164,7 +164,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "sql",
         help="query the run with SQL (DuckDB): spans, instants, scalars, steps, processes",
         description="Query a run with SQL: an embedded DuckDB reads the run's JSONL files in place (docs/sql.md lists the views and ready queries). "
-        "Needs the analysis extra: " + "pip install otel-titan[analysis].",
+        "Needs DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
         epilog=_SQL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -182,7 +182,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "report",
         help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
         description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
-        "scalars over steps, straggler and clock findings. Needs the analysis extra: pip install otel-titan[analysis].",
+        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own). "
+        "Needs Plotly and DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

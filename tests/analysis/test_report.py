@@ -1,7 +1,7 @@
 """`otel-titan report` on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
 
 The browser driver is `tests/browser/report_page.js` (the set-up of the Perfetto
-UI tests: scripts/setup.sh installs Chromium and puppeteer-core; where they are
+UI tests: scripts/setup-tests.sh installs Chromium and puppeteer-core; where they are
 missing the browser tests skip and say why). Every request other than the
 file itself is recorded and aborted: the report must work with no network.
 """
@@ -34,11 +34,11 @@ STRAGGLER = (13, "fwd", 40.0)
 
 def _missing() -> str | None:
     if shutil.which("chromium") is None:
-        return "chromium is not installed (scripts/setup.sh installs it with apt-get when run as root)"
+        return "chromium is not installed (scripts/setup-tests.sh, run by make test, installs it with apt-get when run as root)"
     if shutil.which("node") is None:
         return "node is not installed"
     if not (BROWSER_DIR / "node_modules" / "puppeteer-core").is_dir():
-        return "puppeteer-core is not installed in tests/browser (scripts/setup.sh runs npm ci there)"
+        return "puppeteer-core is not installed in tests/browser (scripts/setup-tests.sh, run by make test, runs npm ci there)"
     return None
 
 

@@ -169,7 +169,7 @@ def test_cli_formats(run) -> None:
 def test_cli_help() -> None:
     for command in ("sql", "report"):
         shown = cli(command, "--help")
-        assert shown.returncode == 0 and "pip install otel-titan[analysis]" in shown.stdout and "examples:" in shown.stdout
+        assert shown.returncode == 0 and "pip install 'otel-titan[analysis]'" in shown.stdout and ".venv" in shown.stdout and "examples:" in shown.stdout
 
 
 def test_cli_errors(tmp_path, run) -> None:

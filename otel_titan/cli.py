@@ -31,6 +31,7 @@ from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run,
 from otel_titan.analysis.sql_output import write_result
 from otel_titan.analysis.summary import summarize_tails
 from otel_titan.analysis.safe_text import json_bytes, printable
+from otel_titan.analysis.wording import plural
 
 __all__ = ["main"]
 
@@ -366,14 +367,14 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     rate = stats.input_bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
     print(f"trace: {printable(stats.output_path)}" + (" (replaced the file that was there)" if stats.replaced else ""))
     print(
-        f"  {stats.processes} processes, {stats.spans:,} spans ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
-        f"{stats.instants:,} instants, {stats.counters:,} counter samples, {stats.steps:,} step bars, "
-        f"{stats.max_async_slots} async slots at most; {_size(stats.output_bytes)}"
+        f"  {plural(stats.processes, 'process')}, {plural(stats.spans, 'span')} ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
+        f"{plural(stats.instants, 'instant')}, {plural(stats.counters, 'counter sample')}, {plural(stats.steps, 'step bar')}, "
+        f"{plural(stats.max_async_slots, 'async slot')} at most; {_size(stats.output_bytes)}"
     )
     print(
-        f"  read {stats.records:,} records ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)"
-        + (f"; {stats.skipped_lines:,} unreadable lines skipped" if stats.skipped_lines else "")
-        + (f"; {stats.repaired_lines:,} lines with invalid Unicode kept, escaped" if stats.repaired_lines else "")
+        f"  read {plural(stats.records, 'record')} ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)"
+        + (f"; {plural(stats.skipped_lines, 'unreadable line')} skipped" if stats.skipped_lines else "")
+        + (f"; {plural(stats.repaired_lines, 'line')} with invalid Unicode kept, escaped" if stats.repaired_lines else "")
     )
     if choice.how != "only":
         print(f"  {printable(choice.describe())}")
@@ -430,10 +431,10 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
             db.load((lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes)) if progress is not None else None)
             if progress is not None:
                 progress.clear()
-                sys.stderr.write(f"sql: read {db.processes:,} processes ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")
+                sys.stderr.write(f"sql: read {plural(db.processes, 'process')} ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")
         if args.parquet:
             written = db.save_parquet(args.parquet)
-            sys.stderr.write(f"sql: wrote {len(written)} Parquet files to {printable(args.parquet)}\n")
+            sys.stderr.write(f"sql: wrote {plural(len(written), 'Parquet file')} to {printable(args.parquet)}\n")
         if args.save:
             sys.stderr.write(f"sql: saved the database to {printable(args.save)} (query it with: otel-titan sql {printable(args.save)} QUERY)\n")
         if query is not None:
@@ -447,7 +448,8 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     except FileExistsError as error:
         return _fail(f"--save: {error}", EXIT_NOT_A_RUN)
     except duckdb.Error as error:
-        return _fail("SQL: " + " ".join(str(error).split()), EXIT_NOT_A_RUN)
+        # DuckDB's message as DuckDB wrote it: its lines kept, so the caret under "LINE 1: ..." still points at the error.
+        return _fail("SQL: " + str(error).strip(), EXIT_NOT_A_RUN, keep_lines=True)
     except OSError as error:
         return _fail(f"cannot write {error.filename or 'the output'}: {error.strerror or error}", EXIT_NO_RECORDS)
     finally:
@@ -489,8 +491,8 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         if progress is not None:
             progress.clear()
         stop_warnings()
-    print(f"report: {printable(result.path)} ({_size(result.bytes)}, {result.figures} figures; {printable(result.binning)})")
-    print(f"  {result.ranks:,} ranks, {result.steps:,} steps, read in {result.seconds:.1f} s; open it in a browser (works offline)")
+    print(f"report: {printable(result.path)} ({_size(result.bytes)}, {plural(result.figures, 'figure')}; {printable(result.binning)})")
+    print(f"  {plural(result.ranks, 'rank')}, {plural(result.steps, 'step')}, read in {result.seconds:.1f} s; open it in a browser (works offline)")
     return EXIT_OK
 
 
@@ -498,8 +500,15 @@ def _size(count: int) -> str:
     return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} kB"
 
 
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"otel-titan: error: {printable(message)}\n")
+def _fail(message: str, code: int, keep_lines: bool = False) -> int:
+    """The error on stderr, escaped; with `keep_lines`, each line escaped on its own and the line breaks kept.
+
+    Only a message whose lines are the tool's own keeps them (DuckDB's caret
+    under ``LINE 1: ...``): a line break in a file name or a span name could
+    otherwise forge a line of output.
+    """
+    lines = [printable(line.rstrip()) for line in message.splitlines()] if keep_lines else [printable(message)]
+    sys.stderr.write("otel-titan: error: " + "\n".join(lines or [""]) + "\n")
     return code
 
 

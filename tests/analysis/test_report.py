@@ -141,8 +141,10 @@ def _ranks_named_on_the_page(page: dict) -> set[int]:
 
 
 def _ranks_named_by_summarize(run_dir: Path) -> set[int]:
+    """The ranks summarize's own output names: hang suspects (its Hang section) and stragglers of every kind."""
     summary = summarize_run(run_dir)
-    named = set(summary.hang_suspects and [p.rank for p in summary.processes if p.hang_suspect] or [])
+    named = {s.rank for s in summary.hang.suspects} if summary.hang is not None else set()
+    named |= {p.rank for p in summary.processes if p.hang_suspect}
     for group in summary.stragglers:
         named |= set(group.straggler_ranks) | {row["rank"] for row in group.phase_stragglers} | {row["rank"] for row in group.arrival_stragglers}
     return named
@@ -172,6 +174,17 @@ def test_a_straggler_is_named_exactly_as_summarize_names_it(tmp_path) -> None:
     assert {rank for _, rank in page["named_ranks"]} == {41}
     marked = [t for t in page["axes"]["fig-phases"]["traces"] if t["type"] != "box"]
     assert len(marked) == 1 and set(marked[0]["text"]) == {"rank 41"}
+
+
+@browser
+def test_a_hung_rank_is_named_as_summarize_names_it(tmp_path) -> None:
+    out = tmp_path / "hung"
+    generate_run(str(out), RunSpec(ranks=16, steps=20, seed=3, hung=(9, 12), start_us=1_796_000_000_000_000))
+    assert _ranks_named_by_summarize(out) == {9}
+    page = open_in_browser(Path(write_report(out, tmp_path / "hung.html").path))
+    assert _ranks_named_on_the_page(page) == {9}
+    assert page["named_ranks"][0] == ["training", 9]
+    assert "Hang: " in page["text"]  # summarize's Hang section, in the headline
 
 
 # Strings that would run script, or change the page, if any context took them as markup.

@@ -93,3 +93,19 @@ def test_a_parallel_export_on_a_real_terminal_stays_uncoloured(run, tmp_path) ->
     assert "global_rank_1\\x1b[31mRED" in screen and "truncated last line" in screen
     assert "\x1b[31m" not in screen and "RuntimeWarning" not in screen
     assert "trace: " in screen
+
+
+def test_what_a_dying_worker_writes_on_stderr_comes_by_the_same_path(run, tmp_path, monkeypatch, capsys) -> None:
+    """A worker's own stderr (a traceback, a message of Python's) is shown escaped, named after the worker, then the error."""
+    from otel_titan.cli import main
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nprintf 'Traceback: boom \\033[31m in red\\n' >&2\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    assert main(["export", str(run), "--jobs", "2", "-o", str(tmp_path / "t.json")]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert "otel-titan: warning: export worker 0: Traceback: boom \\x1b[31m in red" in err
+    assert "otel-titan: error: export worker 0 failed (exit status 3)" in err
+    assert not (tmp_path / "t.json").exists()

@@ -519,8 +519,11 @@ def _page(path: Any, db: Any, summary: Any, named: list[NamedRank], figures: lis
                 f"{db.total_bytes / 1e6:,.1f} MB of JSONL · written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>")
     body.append("<h2 id=headline>Headline</h2>")
     if named:
-        who = ", ".join(f"{_rank(n.source, n.rank).text} ({html.escape(n.source)}: {html.escape(n.why)})" for n in named[:20])
-        more = f" … {len(named) - 20} more" if len(named) > 20 else ""
+        reasons: dict[tuple[str, int], list[str]] = {}
+        for n in named:  # one entry per rank, its reasons together, in summarize's order
+            reasons.setdefault((n.source, n.rank), []).append(n.why)
+        who = ", ".join(f"{_rank(source, rank).text} ({html.escape(source)}: {html.escape('; '.join(why))})" for (source, rank), why in list(reasons.items())[:20])
+        more = f" … {len(reasons) - 20} more" if len(reasons) > 20 else ""
         body.append(f"<p class=warn>summarize names: {who}{more}</p>")
     text = format_hang(summary.hang) + headline_lines(summary, headline_data(summary))
     body.append(f"<pre>{html.escape(chr(10).join(text))}</pre>")

@@ -1,6 +1,9 @@
 # The two commands of the README work on a fresh machine:
-#   make train   set up, then run the toy training on 2 ranks (JSONL under outputs/)
-#   make test    set up, then run the whole test suite
+#   make train   set up .venv (scripts/setup.sh: what the training and the analysis need, nothing more),
+#                then run the toy training on 2 ranks (JSONL under outputs/)
+#   make test    set up .venv, then the tests' own tools (scripts/setup-tests.sh: Chromium, puppeteer-core,
+#                scripts/setup-prometheus.sh where it exists; each step says what it installs), then run
+#                the whole test suite
 # and, for the performance figures of docs/performance.md:
 #   make bench         set up, then run the benchmark against the alternatives (about 10 minutes)
 #   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
@@ -13,15 +16,18 @@
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
 #   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
-.PHONY: setup train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto clean
+.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto clean
 
 setup:
 	bash scripts/setup.sh
 
+setup-tests: setup
+	bash scripts/setup-tests.sh
+
 train: setup
 	bash scripts/train.sh
 
-test: setup
+test: setup-tests
 	.venv/bin/python -m pytest
 
 bench: setup

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 import orjson
 
@@ -31,6 +31,7 @@ from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run,
 from otel_titan.analysis.sql_output import write_result
 from otel_titan.analysis.summary import summarize_tails
 from otel_titan.analysis.safe_text import json_bytes, printable
+from otel_titan.analysis.wording import plural
 
 __all__ = ["main"]
 
@@ -164,7 +165,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "sql",
         help="query the run with SQL (DuckDB): spans, instants, scalars, steps, processes",
         description="Query a run with SQL: an embedded DuckDB reads the run's JSONL files in place (docs/sql.md lists the views and ready queries). "
-        "Needs the analysis extra: " + "pip install otel-titan[analysis].",
+        "Needs DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
         epilog=_SQL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -182,7 +183,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "report",
         help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
         description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
-        "scalars over steps, straggler and clock findings. Needs the analysis extra: pip install otel-titan[analysis].",
+        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own). "
+        "Needs Plotly and DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -229,10 +231,29 @@ class _Progress:
             self.shown = False
 
 
+class _TextProgress:
+    """`report`'s progress: one self-overwriting line of text on a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = False
+
+    def __call__(self, text: str) -> None:
+        self.stream.write(f"\rreport: {text}\x1b[K")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 class _WarningHandler(logging.Handler):
     """Skipped-line warnings on stderr, keeping a progress line intact."""
 
-    def __init__(self, stream: TextIO, progress: _Progress | None) -> None:
+    def __init__(self, stream: TextIO, progress: _Progress | _TextProgress | None) -> None:
         super().__init__(logging.WARNING)
         self.stream, self.progress = stream, progress
 
@@ -291,12 +312,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-def _with_warnings(progress: _Progress | None) -> tuple[logging.Logger, logging.Handler]:
+def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callable[[], None]:
+    """Install the one path of every warning while a command runs, its workers' included (`worker_io`); returns its undo.
+
+    On stderr, escaped (`printable`), the progress line cleared first; never
+    the raw text Python's last-resort handler would print.
+    """
     logger = logging.getLogger("otel_titan.analysis")
     handler = _WarningHandler(sys.stderr, progress)
     logger.addHandler(handler)
     logger.propagate = False
-    return logger, handler
+
+    def stop() -> None:
+        logger.removeHandler(handler)
+        logger.propagate = True
+
+    return stop
 
 
 def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
@@ -310,7 +341,7 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs: must be at least 1, got {args.jobs}")
     progress = _Progress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
-    logger, handler = _with_warnings(progress)
+    stop_warnings = _show_warnings(progress)
     try:
         choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
         native = None if args.format is None else args.format == "perfetto"
@@ -332,19 +363,18 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     finally:
         if progress is not None:
             progress.clear()
-        logger.removeHandler(handler)
-        logger.propagate = True
+        stop_warnings()
     rate = stats.input_bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
     print(f"trace: {printable(stats.output_path)}" + (" (replaced the file that was there)" if stats.replaced else ""))
     print(
-        f"  {stats.processes} processes, {stats.spans:,} spans ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
-        f"{stats.instants:,} instants, {stats.counters:,} counter samples, {stats.steps:,} step bars, "
-        f"{stats.max_async_slots} async slots at most; {_size(stats.output_bytes)}"
+        f"  {plural(stats.processes, 'process')}, {plural(stats.spans, 'span')} ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
+        f"{plural(stats.instants, 'instant')}, {plural(stats.counters, 'counter sample')}, {plural(stats.steps, 'step bar')}, "
+        f"{plural(stats.max_async_slots, 'async slot')} at most; {_size(stats.output_bytes)}"
     )
     print(
-        f"  read {stats.records:,} records ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)"
-        + (f"; {stats.skipped_lines:,} unreadable lines skipped" if stats.skipped_lines else "")
-        + (f"; {stats.repaired_lines:,} lines with invalid Unicode kept, escaped" if stats.repaired_lines else "")
+        f"  read {plural(stats.records, 'record')} ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)"
+        + (f"; {plural(stats.skipped_lines, 'unreadable line')} skipped" if stats.skipped_lines else "")
+        + (f"; {plural(stats.repaired_lines, 'line')} with invalid Unicode kept, escaped" if stats.repaired_lines else "")
     )
     if choice.how != "only":
         print(f"  {printable(choice.describe())}")
@@ -358,7 +388,7 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
 
     progress = _Progress(sys.stderr, "summarize") if not args.no_progress and not args.tail and sys.stderr.isatty() else None
-    logger, handler = _with_warnings(progress)
+    stop_warnings = _show_warnings(progress)
     try:
         if args.tail:
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
@@ -371,8 +401,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
     finally:
         if progress is not None:
             progress.clear()
-        logger.removeHandler(handler)
-        logger.propagate = True
+        stop_warnings()
     if args.json:
         sys.stdout.buffer.write(json_bytes(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
         sys.stdout.flush()
@@ -391,6 +420,7 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     if saved and (args.save or args.run or ranks or sources):
         parser.error("--save, --run, --ranks and --sources apply to a run directory, not to a saved .duckdb file")
     progress = _Progress(sys.stderr, "sql") if not args.no_progress and sys.stderr.isatty() else None
+    stop_warnings = _show_warnings(progress)
     try:
         duckdb = require_duckdb()
         db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources)
@@ -401,10 +431,10 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
             db.load((lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes)) if progress is not None else None)
             if progress is not None:
                 progress.clear()
-                sys.stderr.write(f"sql: read {db.processes:,} processes ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")
+                sys.stderr.write(f"sql: read {plural(db.processes, 'process')} ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")
         if args.parquet:
             written = db.save_parquet(args.parquet)
-            sys.stderr.write(f"sql: wrote {len(written)} Parquet files to {printable(args.parquet)}\n")
+            sys.stderr.write(f"sql: wrote {plural(len(written), 'Parquet file')} to {printable(args.parquet)}\n")
         if args.save:
             sys.stderr.write(f"sql: saved the database to {printable(args.save)} (query it with: otel-titan sql {printable(args.save)} QUERY)\n")
         if query is not None:
@@ -418,12 +448,14 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     except FileExistsError as error:
         return _fail(f"--save: {error}", EXIT_NOT_A_RUN)
     except duckdb.Error as error:
-        return _fail("SQL: " + " ".join(str(error).split()), EXIT_NOT_A_RUN)
+        # DuckDB's message as DuckDB wrote it: its lines kept, so the caret under "LINE 1: ..." still points at the error.
+        return _fail("SQL: " + str(error).strip(), EXIT_NOT_A_RUN, keep_lines=True)
     except OSError as error:
         return _fail(f"cannot write {error.filename or 'the output'}: {error.strerror or error}", EXIT_NO_RECORDS)
     finally:
         if progress is not None:
             progress.clear()
+        stop_warnings()
     return EXIT_OK
 
 
@@ -442,7 +474,8 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
-    progress = (lambda text: (sys.stderr.write(f"\rreport: {text}\x1b[K"), sys.stderr.flush())) if not args.no_progress and sys.stderr.isatty() else None
+    progress = _TextProgress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
+    stop_warnings = _show_warnings(progress)
     try:
         result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
                               max_cells=args.max_cells, progress=progress)
@@ -456,10 +489,10 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         return _fail(f"cannot write {error.filename or args.output or 'the report'}: {error.strerror or error}", EXIT_NO_RECORDS)
     finally:
         if progress is not None:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-    print(f"report: {printable(result.path)} ({_size(result.bytes)}, {result.figures} figures; {printable(result.binning)})")
-    print(f"  {result.ranks:,} ranks, {result.steps:,} steps, read in {result.seconds:.1f} s; open it in a browser (works offline)")
+            progress.clear()
+        stop_warnings()
+    print(f"report: {printable(result.path)} ({_size(result.bytes)}, {plural(result.figures, 'figure')}; {printable(result.binning)})")
+    print(f"  {plural(result.ranks, 'rank')}, {plural(result.steps, 'step')}, read in {result.seconds:.1f} s; open it in a browser (works offline)")
     return EXIT_OK
 
 
@@ -467,8 +500,15 @@ def _size(count: int) -> str:
     return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} kB"
 
 
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"otel-titan: error: {printable(message)}\n")
+def _fail(message: str, code: int, keep_lines: bool = False) -> int:
+    """The error on stderr, escaped; with `keep_lines`, each line escaped on its own and the line breaks kept.
+
+    Only a message whose lines are the tool's own keeps them (DuckDB's caret
+    under ``LINE 1: ...``): a line break in a file name or a span name could
+    otherwise forge a line of output.
+    """
+    lines = [printable(line.rstrip()) for line in message.splitlines()] if keep_lines else [printable(message)]
+    sys.stderr.write("otel-titan: error: " + "\n".join(lines or [""]) + "\n")
     return code
 
 

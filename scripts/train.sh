@@ -18,3 +18,6 @@ echo
 .venv/bin/otel-titan export "$OUT"
 echo
 .venv/bin/otel-titan summarize "$OUT"
+echo
+echo "train: next, .venv/bin/otel-titan report $OUT (the run's pictures, one HTML file) or .venv/bin/otel-titan sql $OUT (any question);"
+echo "       'source .venv/bin/activate' once per shell puts otel-titan on the PATH (README: After the run)"

@@ -98,7 +98,7 @@ def test_a_run_without_records_exits_1_and_names_the_skipped_lines(run_dir, caps
     assert main([command, str(run_dir)]) == 1
     err = capsys.readouterr().err
     assert f"otel-titan: warning: {path}:1: malformed JSON or invalid UTF-8; line skipped" in err
-    assert "otel-titan: error: " in err and "no readable records (1 unreadable lines skipped)" in err and "Traceback" not in err
+    assert "otel-titan: error: " in err and "no readable records (1 unreadable line skipped)" in err and "Traceback" not in err
     assert not (run_dir / "analysis" / "trace.json").exists()
 
 
@@ -213,3 +213,60 @@ def test_summarize_progress_line_only_on_a_terminal(run, capsys, monkeypatch):
     for flags in (["--no-progress"], ["--tail"]):
         assert main(["summarize", str(run), *flags]) == 0
         assert capsys.readouterr().err == ""
+
+
+def _real_run(run_dir, ranks=1, steps=50):
+    for rank in range(ranks):
+        sl.init_structured_logger("training", run_dir, rank=rank, world_size=ranks, run_id="words")
+        for step in range(1, steps + 1):
+            sl.set_step(step, relative_step=step)
+            with sl.log_trace_span("data_fetch"):
+                pass
+            with sl.log_trace_span("optimizer"):
+                pass
+            sl.log_trace_scalar({"loss": 1.0, "lr": 0.001})
+        sl.shutdown_structured_logger()
+    return run_dir
+
+
+def test_tail_says_it_saw_only_the_tails(run_dir, capsys):
+    """Issue 18 item 21: `--tail` headed its output with the tails' range and count as if they were the run's."""
+    _real_run(run_dir)
+    assert main(["summarize", str(run_dir)]) == 0
+    full = capsys.readouterr().out.splitlines()[1]
+    assert main(["summarize", str(run_dir), "--tail"]) == 0
+    tail = capsys.readouterr().out.splitlines()[1]
+    whole_count = int(full.split(" records")[0].rsplit(" ", 1)[1].replace(",", ""))
+    tail_count = int(tail.split(" records read from the files' ends")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert tail_count < whole_count  # the tails are not the run ...
+    assert "tails only" in tail and "need a full read" in tail  # ... and the header says so
+
+
+def test_json_puts_the_headline_first_and_says_no_more_than_it_knows(run_dir, capsys):
+    _real_run(run_dir, ranks=1, steps=8)
+    assert main(["summarize", str(run_dir), "--json"]) == 0
+    text = capsys.readouterr().out
+    data = json.loads(text)
+    assert list(data)[0] == "headline" and text.splitlines()[1].startswith('  "headline"')  # `| head` shows the diagnosis
+    assert data["runs"][0]["start_utc"] == data["first_utc"] is not None  # the one run starts at its first record
+    assert data["clock"]["applied"] is False and data["clock"]["residual_p95_us"] is None  # nothing applied: no residual
+
+
+def test_a_step_filter_that_matches_nothing_names_the_runs_steps(run_dir, capsys):
+    _real_run(run_dir, steps=50)
+    assert main(["export", str(run_dir), "--steps", "100:200"]) == 1
+    err = capsys.readouterr().err
+    assert "--steps 100:200, but the run's steps are 1–50" in err, err
+
+
+def test_one_of_a_thing_is_said_in_the_singular(run_dir, capsys, tmp_path):
+    _real_run(run_dir, steps=1)
+    outputs = []
+    for command in (["export", str(run_dir)], ["summarize", str(run_dir)], ["summarize", str(run_dir), "--tail"], ["report", str(run_dir), "-o", str(tmp_path / "r.html")]):
+        assert main(command) == 0, command
+        captured = capsys.readouterr()
+        outputs.append(captured.out + captured.err)
+    said = "\n".join(outputs)
+    assert "1 process," in said and "(1 process," in said and "1 rank," in said
+    for wrong in ("1 processes", "1 ranks", "1 steps", "1 records", "1 figures", "1 spans", "1 hosts"):
+        assert f" {wrong}" not in said and f"({wrong}" not in said, wrong

@@ -113,3 +113,36 @@ def test_a_decorated_span_s_caller_is_the_line_docs_schema_names(run_dir, tmp_pa
     caller_row = next(line for line in (REPO / "docs" / "schema.md").read_text(encoding="utf-8").splitlines() if line.startswith("| `caller` |"))
     decorator_part = caller_row.split("Decorator:", 1)[1]
     assert "`def` line" not in decorator_part and "topmost decorator" in decorator_part, caller_row
+
+
+def test_the_readme_cli_examples_run_as_written(tmp_path):
+    """Issue 18 item 20: the README's CLI examples called `otel-titan`, which only .venv/bin holds: `command not found`.
+
+    The "After the run" block is run as written, line by line, by bash with a plain PATH, in a folder
+    holding the project's .venv and a real run as `outputs`: every command must succeed.
+    """
+    import shutil
+    import subprocess
+    import sys
+
+    from benchmarks.generate_run import RunSpec, generate_run
+    from tests.helpers import processes
+
+    block = re.search(r"```bash\n(.*?)```", _section(README, "After the run: which rank, which step, which phase?"), flags=re.S)
+    assert block, "no bash block in the README's 'After the run'"
+    lines = [line for line in block.group(1).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert any(line.startswith("otel-titan ") for line in lines)
+    assert not [line for line in lines if line.startswith("pip ")]  # nothing to install in the project's venv
+    venv = Path(sys.prefix)
+    assert (venv / "bin" / "otel-titan").exists(), "the tests run from the project's .venv"
+    (tmp_path / ".venv").symlink_to(venv, target_is_directory=True)
+    generate_run(str(tmp_path / "outputs"), RunSpec(ranks=4, steps=8, seed=1, start_us=1_796_000_000_000_000))
+    script = tmp_path / "readme.sh"
+    script.write_text("set -euo pipefail\n" + "\n".join(lines) + "\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = processes.run(["bash", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "command not found" not in done.stderr
+    for made in ("trace.json", "trace.pftrace", "report.html"):
+        assert (tmp_path / "outputs" / "analysis" / made).stat().st_size > 0, made
+    assert shutil.which("otel-titan", path=env["PATH"]) is None  # it worked without the venv on the PATH beforehand

@@ -33,13 +33,14 @@ import orjson
 
 from otel_titan.analysis import export_parallel
 from otel_titan.analysis.clock_align import ClockAlignment
-from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, check_size, tail_alignment
+from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, check_size, no_match_message, tail_alignment
 from otel_titan.analysis.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.filters import StepRange, parse_step_range
 from otel_titan.analysis.perfetto_trace import PerfettoStream, is_native
 from otel_titan.analysis.reader import NoRecordsError, read_run
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.safe_text import json_bytes
+from otel_titan.analysis.wording import plural
 from otel_titan.analysis.trace_groups import TraceGroup, process_name, trace_groups, write_groups
 
 __all__ = ["generate_gantt_trace", "default_output", "trace_groups", "process_name", "write_groups", "TraceGroup"]
@@ -218,9 +219,9 @@ def generate_gantt_trace(
         stats.skipped_examples = run.skipped.examples[:20]
         stats.repaired_lines = run.skipped.repaired
         if stats.records == 0:
-            raise NoRecordsError(f"{run.log_dir}: no readable records" + (f" ({stats.skipped_lines} unreadable lines skipped)" if stats.skipped_lines else ""))
+            raise NoRecordsError(f"{run.log_dir}: no readable records" + (f" ({plural(stats.skipped_lines, 'unreadable line')} skipped)" if stats.skipped_lines else ""))
         if stats.spans + stats.instants + stats.counters + stats.steps == 0:
-            raise NoRecordsError(f"{run.log_dir}: no records match the filters (steps {step_range}, {stats.processes} processes selected)")
+            raise NoRecordsError(no_match_message(run, step_range, stats.processes))
     except BaseException:
         out.abandon()
         raise

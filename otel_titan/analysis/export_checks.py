@@ -17,12 +17,12 @@ import math
 from otel_titan.analysis.clock_align import ClockAlignment, estimate_offsets
 from otel_titan.analysis.filters import StepRange
 from otel_titan.analysis.reader import RunLogs
-from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.record_lines import SkippedLines, file_records
 from otel_titan.analysis.summary import _Collector, _new_summary
 from otel_titan.analysis.tails import tail_records
 from otel_titan.analysis.timeline import walk_process
 
-__all__ = ["tail_alignment", "check_size", "TraceTooBigError", "PERFETTO_MAX_TRACE_BYTES", "TRACE_BYTES_PER_INPUT_BYTE"]
+__all__ = ["tail_alignment", "check_size", "steps_held", "no_match_message", "TraceTooBigError", "PERFETTO_MAX_TRACE_BYTES", "TRACE_BYTES_PER_INPUT_BYTE"]
 
 #: About the largest JSON trace Perfetto's UI opens in a browser.
 PERFETTO_MAX_TRACE_BYTES = 1_000_000_000
@@ -62,6 +62,42 @@ def _last_step(run: RunLogs) -> int | None:
         if steps and (best is None or max(steps) > best):
             best = max(steps)
     return best
+
+
+def steps_held(run: RunLogs) -> tuple[int, int] | None:
+    """(first, last) step the run's records hold, from each process's first records and its tail; None without steps.
+
+    For the message of an export whose ``--steps`` matched nothing: it reads
+    the head of each process's oldest file up to its first record with a step,
+    and its tail, never the whole run.
+    """
+    skipped = SkippedLines(log=False)
+    firsts: list[int] = []
+    for process in run.processes:
+        for path in process.segments:  # oldest first: the process's first step is in the first file that has one
+            step = next((r["step"] for r in file_records(path, skipped) if type(r.get("step")) is int), None)
+            if step is not None:
+                firsts.append(step)
+                break
+    last = _last_step(run)
+    if not firsts or last is None:
+        return None
+    return min(firsts), max(last, max(firsts))
+
+
+def no_match_message(run: RunLogs, steps: StepRange | None, processes: int) -> str:
+    """Why an export wrote nothing: the filter, and what the run holds instead (its steps, its processes).
+
+    Example:
+        >>> # no_match_message(run, StepRange(100, 200), 2)
+        >>> # → '…: no records match the filters: --steps 100:200, but the run's steps are 1–50 (2 processes selected)'
+    """
+    what = f"{run.log_dir}: no records match the filters"
+    if steps is not None:
+        held = steps_held(run)
+        where = "the run has no steps" if held is None else f"the run's steps are {held[0]}–{held[1]}" if held[0] != held[1] else f"the run's only step is {held[0]}"
+        what += f": --steps {steps}, but {where}"
+    return what + f" ({processes} process{'es' if processes != 1 else ''} selected)"
 
 
 def check_size(run: RunLogs, steps: StepRange | None, limit: int = PERFETTO_MAX_TRACE_BYTES) -> int:

@@ -7,11 +7,12 @@ copies the parts into the trace. Each worker holds what one streaming
 conversion holds (open spans, tracks, a batch of events); the parent holds
 nothing per record.
 
-Workers are fresh interpreters (``python -m otel_titan.analysis.export_parallel``),
+Workers are fresh interpreters running `_worker_main` (`worker_io.start_process`),
 not forks: a fork of a threaded program (a training process with its logger
 thread) can deadlock, and a fresh interpreter needs no ``__main__`` guard in the
-caller's script. They report progress and results as lines on stdout; their
-skipped-line warnings go to stderr. The job and the results travel as JSON
+caller's script. They report progress, warnings and results as lines on
+stdout (`worker_io`: a worker's skipped-line warnings reach the person by the
+parent's one warning path, escaped). The job and the results travel as JSON
 written by the standard library with ``ensure_ascii``: a file name's
 undecodable bytes (surrogates in Python) survive the trip exactly, where
 orjson would refuse them.
@@ -19,10 +20,7 @@ orjson would refuse them.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-import selectors
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,7 @@ from otel_titan.analysis.perfetto_trace import MAX_SEQUENCES, PerfettoStream
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.trace_groups import TraceGroup, write_groups
+from otel_titan.analysis.worker_io import encode, read_workers, start_process, start_worker
 
 __all__ = ["default_jobs", "convert_in_workers", "PARALLEL_MIN_BYTES", "MAX_JOBS"]
 
@@ -90,9 +89,6 @@ def convert_in_workers(
         >>> # called by generate_gantt_trace(..., jobs=2):
         >>> # first_us = convert_in_workers(trace_groups(run.processes), 2, None, trace_file, stats, run.skipped, print)
     """
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     with tempfile.TemporaryDirectory(prefix="otel-titan-export-", dir=os.path.dirname(os.path.abspath(getattr(out, "path", ".")))) as work_dir:
         workers: list[tuple[subprocess.Popen[bytes], str]] = []
         try:
@@ -108,15 +104,8 @@ def convert_in_workers(
                     "sequence_id": index + 2,  # native parts: one packet sequence each (the parent's is 1)
                     "groups": [[pid, [asdict(p) for p in processes]] for pid, processes in bucket],
                 }
-                worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.export_parallel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                assert worker.stdin is not None
-                try:
-                    worker.stdin.write(_encode(spec))
-                    worker.stdin.close()
-                except BrokenPipeError:
-                    pass  # it died at once: reported below with its exit status
-                workers.append((worker, part))
-            results = _collect(workers, on_bytes)
+                workers.append((start_process(__name__, "_worker_main", spec), part))
+            results = read_workers([worker for worker, _ in workers], on_bytes, "export worker")
         finally:
             for worker, _ in workers:
                 if worker.poll() is None:
@@ -124,6 +113,8 @@ def convert_in_workers(
                     worker.wait()
         first_us: int | None = None
         for (_, part), result in zip(workers, results, strict=True):
+            if result is None:
+                raise RuntimeError("an export worker exited without its result; its error is above")
             out.add_encoded(part, result["events"])
             os.unlink(part)
             for name in _ADDITIVE:
@@ -139,47 +130,6 @@ def convert_in_workers(
             if result["first_us"] is not None and (first_us is None or result["first_us"] < first_us):
                 first_us = result["first_us"]
         return first_us
-
-
-def _collect(workers: list[tuple[subprocess.Popen[bytes], str]], on_bytes: Callable[[int], None]) -> list[dict[str, Any]]:
-    results: list[dict[str, Any] | None] = [None] * len(workers)
-    selector = selectors.DefaultSelector()
-    for index, (worker, _) in enumerate(workers):
-        selector.register(worker.stdout, selectors.EVENT_READ, index)  # type: ignore[arg-type]
-    open_streams = len(workers)
-    while open_streams:
-        for key, _ in selector.select():
-            index = key.data
-            line = key.fileobj.readline()  # type: ignore[union-attr]
-            if not line:
-                selector.unregister(key.fileobj)
-                open_streams -= 1
-            elif line.startswith(b"P "):
-                on_bytes(int(line[2:]))
-            elif line.startswith(b"R "):
-                results[index] = json.loads(line[2:])
-    selector.close()
-    for index, (worker, _) in enumerate(workers):
-        code = worker.wait()
-        if code != 0 or results[index] is None:
-            raise RuntimeError(f"export worker {index} failed (exit status {code}); its error is above")
-    return results  # type: ignore[return-value]
-
-
-def _encode(message: dict[str, Any]) -> bytes:
-    """One line of JSON that carries any Python string exactly (surrogates as ``\\udXXX`` escapes)."""
-    return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-
-
-def start_worker() -> dict[str, Any]:
-    """A worker interpreter's start (this module's and `summary_worker`'s): its spec from stdin, warnings to stderr."""
-    spec = json.loads(sys.stdin.buffer.read())
-    logger = logging.getLogger("otel_titan.analysis")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("otel-titan: warning: %(message)s"))
-    logger.addHandler(handler)
-    logger.propagate = False
-    return spec
 
 
 def process_logs(items: list[dict[str, Any]]) -> list[ProcessLog]:
@@ -222,7 +172,7 @@ def _worker_main() -> int:
         "repaired": skipped.repaired,
         "repaired_by_file": dict(skipped.repaired_by_file),
     }
-    stdout.write(b"R " + _encode(result) + b"\n")
+    stdout.write(b"R " + encode(result) + b"\n")
     stdout.flush()
     return 0
 

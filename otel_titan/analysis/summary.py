@@ -55,6 +55,7 @@ from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.tails import ends_torn, tail_records
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
+from otel_titan.analysis.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
 from otel_titan.schema import MetaEvent
 
@@ -352,7 +353,7 @@ def summarize_run(
         processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
-        raise NoRecordsError(f"{logs.log_dir}: no readable records ({logs.skipped.count} unreadable lines skipped)")
+        raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
     alignment = estimate_offsets(spans for _, spans in collector.closing)
     if not align and alignment.applied:
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={})

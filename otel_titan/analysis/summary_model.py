@@ -253,8 +253,13 @@ class RunSummary:
                 span["start_utc"] = utc(span["start_us"])
         data["headline"] = headline_data(self, now_us)
         for info in data["runs"]:
+            if info["start_us"] is None and info["selected"] and not self.tail_only:
+                info["start_us"] = self.first_us  # the one run of its folder: its start is its first record
             info["start_utc"] = utc(info["start_us"])
+        if self.clock is not None and not self.clock.applied:
+            data["clock"]["residual_p95_us"] = None  # nothing applied: no alignment has a residual
         for group in data["stragglers"]:
             for step in group["steps"]:
                 step["ms"] = {str(rank): ms for rank, ms in step["ms"].items()}
-        return data
+        # The headline first: `summarize --json | head` shows the diagnosis, not paths.
+        return {"headline": data.pop("headline"), **data}

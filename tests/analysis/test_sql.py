@@ -169,12 +169,17 @@ def test_cli_formats(run) -> None:
 def test_cli_help() -> None:
     for command in ("sql", "report"):
         shown = cli(command, "--help")
-        assert shown.returncode == 0 and "pip install otel-titan[analysis]" in shown.stdout and "examples:" in shown.stdout
+        assert shown.returncode == 0 and "pip install 'otel-titan[analysis]'" in shown.stdout and ".venv" in shown.stdout and "examples:" in shown.stdout
 
 
 def test_cli_errors(tmp_path, run) -> None:
     bad = cli("sql", str(run[0]), "SELEC nothing")
     assert bad.returncode == 2 and "SQL: Parser Error" in bad.stderr and "Traceback" not in bad.stderr
+    # DuckDB's caret stays under the word it points at (issue 18 item 21: the lines were joined into one).
+    lines = bad.stderr.splitlines()
+    (query_line,) = [i for i, line in enumerate(lines) if line.startswith("LINE 1: ")]
+    caret = lines[query_line + 1]
+    assert lines[query_line][caret.index("^"):caret.rindex("^") + 1] == "SELEC"
     missing = cli("sql", str(tmp_path / "nowhere"), "SELECT 1")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     # Without duckdb installed: the error names the extra to install (duckdb's import is blocked in that process).

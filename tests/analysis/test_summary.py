@@ -262,7 +262,7 @@ def test_no_records_and_not_a_run_raise(tmp_path):
     with pytest.raises(NotARunError):
         summarize_run(tmp_path / "nowhere")
     write_jsonl(titan_file(tmp_path / "run"), ["not json"])
-    with pytest.raises(NoRecordsError, match="1 unreadable lines skipped"):
+    with pytest.raises(NoRecordsError, match="1 unreadable line skipped"):
         summarize_run(tmp_path / "run", log_skipped=False)
 
 

@@ -37,8 +37,8 @@ def test_tables_show_processes_phases_and_the_phase_straggler(run_dir):
 def test_skipped_lines_and_lost_records_are_visible(run_dir):
     write_jsonl(titan_file(run_dir), [titan_record("a_start", 0, seq_id=1), "garbage", titan_record("a_end", 1, value=1.0, seq_id=3)])
     text = format_summary(summarize_run(run_dir, log_skipped=False))
-    assert "1 unreadable lines skipped" in text and "skipped: " in text and ":2: malformed JSON" in text
-    assert "0 (1 seq gaps, 1 unreadable)" in text
+    assert "1 unreadable line skipped" in text and "skipped: " in text and ":2: malformed JSON" in text
+    assert "0 (1 seq gap, 1 unreadable)" in text
 
 
 def _section(text, heading):

@@ -2,7 +2,7 @@
 // Usage: node report_page.js FILE.html CHROMIUM [SCREENSHOT.png]
 // Prints one JSON object: console errors, page errors, every request other than the file itself (all
 // aborted: the report must need none), per figure the number of drawn plot elements, and the time from
-// navigation to the last figure drawn. Used by tests/analysis/test_report.py, which kills the browser tree.
+// navigation to the last figure drawn, and what a reader sees (text, marks, axes, traces; see below). Used by tests/analysis/test_report.py, which kills the browser tree.
 'use strict';
 const puppeteer = require('puppeteer-core');
 const {pathToFileURL} = require('url');
@@ -51,6 +51,28 @@ async function main() {
       height: d.getBoundingClientRect().height,
     })));
     result.sections = await page.evaluate(() => Array.from(document.querySelectorAll('h2')).map((h) => h.textContent));
+    // What a reader sees, for the checks of tests/analysis/test_report.py: the page's text and every text the figures
+    // draw (axis labels, marks), the ranks the page marks as named, whether anything injected ran, sideways scrolling,
+    // and per figure its axes (type, range, tick labels as drawn) and traces (type, colours, points drawn).
+    Object.assign(result, await page.evaluate(() => ({
+      title: document.title,
+      pwned: typeof window.pwned === 'undefined' ? null : String(window.pwned),
+      text: document.body.innerText,
+      svg_text: Array.from(document.querySelectorAll('svg text')).map((t) => t.textContent).join('\n'),
+      named_ranks: Array.from(document.querySelectorAll('.named-rank')).map((e) => [e.dataset.source, Number(e.dataset.rank)]),
+      scroll_width: document.documentElement.scrollWidth,
+      client_width: document.documentElement.clientWidth,
+      table_headers: Array.from(document.querySelectorAll('th')).map((th) => th.textContent),
+      axes: Object.fromEntries(Array.from(document.querySelectorAll('div.plotly-graph-div')).map((d) => [d.id, {
+        x: {type: d._fullLayout.xaxis.type, range: d._fullLayout.xaxis.range, ticks: Array.from(d.querySelectorAll('.xtick text')).map((t) => t.textContent)},
+        y: {type: d._fullLayout.yaxis.type, range: d._fullLayout.yaxis.range, ticks: Array.from(d.querySelectorAll('.ytick text')).map((t) => t.textContent)},
+        traces: d._fullData.map((t) => ({type: t.type, name: t.name, mode: t.mode || null, boxpoints: t.boxpoints || null,
+          color: t.marker && typeof t.marker.color === 'string' ? t.marker.color : null,
+          line_color: t.line && typeof t.line.color === 'string' ? t.line.color : null,
+          points: t.y ? t.y.length : 0, text: Array.isArray(t.text) ? t.text : null})),
+        box_points_drawn: d.querySelectorAll('.boxlayer .trace .point').length,
+      }])),
+    })));
     if (screenshot) {
       await page.setViewport({width: 1400, height: 900});
       await page.screenshot({path: screenshot, fullPage: true});

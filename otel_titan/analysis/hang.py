@@ -2,7 +2,7 @@
 
 Read from what each process left (docs/hangs.md): its latest ``stall`` record
 (the black box: open spans, every thread's stack, torch's flight recorder), the
-faulthandler side file (``<file>.jsonl.stacks``: the stacks of a process whose
+faulthandler side file (``<file>.stacks``, `side_file_of`: the stacks of a process whose
 interpreter lock was held by a C call, so that Python could not write), and the
 summary's own facts (closed or not, open spans).
 
@@ -27,6 +27,8 @@ little memory.
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
 from collections import Counter
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from otel_titan.analysis.headline import compress
+from otel_titan.schema import MetaEvent, stacks_file_name
 
 __all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
@@ -136,6 +139,27 @@ def read_faulthandler_stacks(path: str) -> dict[str, Any] | None:
     return {"reason": "faulthandler", "threads": threads}
 
 
+def side_file_of(base: str) -> str:
+    """The faulthandler side file of the process whose active JSONL file is `base`.
+
+    Named by the ``stacks_file`` field of its opening record (the first line of
+    its oldest segment still on disk); else by `stacks_file_name` (the opening
+    record rotated away); else ``<base>.stacks``, the name older runs used (named
+    like a rotated segment, which ``*.jsonl*`` globs took for one).
+    """
+    folder = os.path.dirname(base)
+    oldest = max(glob.glob(glob.escape(base) + ".[0-9]*"), key=lambda p: int(p.rsplit(".", 1)[1]) if p.rsplit(".", 1)[1].isdigit() else -1, default=base)
+    try:
+        with open(oldest, "rb") as handle:
+            first = json.loads(handle.readline(64 << 10) or b"{}")
+    except (OSError, ValueError):
+        first = {}
+    named = first.get("stacks_file") if isinstance(first, dict) and first.get("log_type_name") == MetaEvent.OPENED else None
+    candidates = [os.path.join(folder, os.path.basename(named))] if isinstance(named, str) and named else []
+    candidates += [os.path.join(folder, stacks_file_name(os.path.basename(base))), base + ".stacks"]
+    return next((c for c in candidates if os.path.exists(c)), candidates[0])
+
+
 def _short(path: str) -> str:
     cwd = os.getcwd()
     return path[len(cwd) + 1 :] if path.startswith(cwd + os.sep) else path
@@ -221,7 +245,7 @@ def build_hang(processes: Sequence[Any], boxes: dict[str, dict[str, Any]], bases
         dump = None
         base = bases.get(process.label)
         if base and (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
-            dump = read_faulthandler_stacks(base + ".stacks")
+            dump = read_faulthandler_stacks(side_file_of(base))
         if dump is not None:
             main = next((t for t in dump["threads"] if t["main"]), None)
             frame = _program_frame((main or {}).get("frames") or [])

@@ -69,6 +69,7 @@ __all__ = [
     "BlackBoxBudget",
     "FaulthandlerArm",
     "stall_threshold",
+    "open_side_file",
 ]
 
 #: Frames kept per thread (the innermost), threads per record, flight-recorder entries (the latest).
@@ -249,6 +250,11 @@ class BlackBoxBudget:
         self.records_left -= 1
         self.bytes_left -= size
         return record
+
+
+def open_side_file(path: str) -> Any:
+    """Open (create) faulthandler's side file at `path` for `FaulthandlerArm`: unbuffered bytes, appended to."""
+    return open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the exporter
 
 
 class FaulthandlerArm:

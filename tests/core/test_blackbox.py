@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -31,6 +32,11 @@ for stall in range(2):
         read_shard()
 sl.shutdown_structured_logger()
 """
+
+
+def side_file(path):
+    """The faulthandler side file beside a JSONL file (its ``.jsonl`` replaced by ``.stacks``)."""
+    return path[: -len(".jsonl")] + ".stacks"
 
 
 def stalls(run_dir):
@@ -59,7 +65,7 @@ def test_a_stall_writes_one_black_box_per_stall_with_open_spans_and_named_stacks
     assert threads["MainThread"]["main"] and threads["MainThread"]["frames"][0]["function"] == "read_shard"
     assert threads["prefetcher"]["frames"][0]["function"] == "helper"
     assert first["flight_recorder"] is None  # no torch here
-    assert not os.path.exists(path + ".stacks")  # Python could write: faulthandler was cancelled, its empty side file removed
+    assert not os.path.exists(side_file(path))  # Python could write: faulthandler was cancelled, its empty side file removed
 
 
 GIL = """
@@ -79,12 +85,12 @@ def test_a_c_call_holding_the_interpreter_lock_still_gets_its_stacks_on_disk_thr
     assert result.returncode == 0, result.stderr
     (path,) = jsonl_files(run_dir)
     opened = read_records(path)[0]
-    assert opened["stacks_file"] == os.path.basename(path) + ".stacks"
-    dump = open(path + ".stacks", encoding="utf-8").read()
+    assert opened["stacks_file"] == os.path.basename(side_file(path))
+    dump = open(side_file(path), encoding="utf-8").read()
     assert "Timeout (0:00:02.500000)!" in dump or "Timeout (0:00:02" in dump
     assert "='MainThread'" in dump  # the names faulthandler does not write
     assert 'line 8 in <module>' in dump  # the C call's Python line
-    assert os.path.getsize(path + ".stacks") < blackbox.MAX_SIDE_FILE_BYTES
+    assert os.path.getsize(side_file(path)) < blackbox.MAX_SIDE_FILE_BYTES
 
 
 @pytest.mark.parametrize("armed", ["after_init", "before_init"])
@@ -217,3 +223,53 @@ def test_heartbeats_and_stalls_send_open_spans_as_pending_copies_to_exporters_of
     assert all(s.attributes.get("titan.incomplete") is True for s in pending)
     final = [s for s in memory.get_finished_spans() if s.name == "data_fetch" and not s.attributes.get("titan.incomplete")]
     assert len(final) == 1 and final[0].context.span_id == pending[0].context.span_id  # the real span, once it ended
+
+
+def test_side_files_left_by_sigterm_and_sigkill_are_never_taken_for_jsonl_segments(run_dir):
+    """Issue 18 item 14: a reader that globs ``*.jsonl*`` (to take in rotated ``X.jsonl.N``) must read JSONL only."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from otel_titan.analysis.hang import side_file_of
+
+    code = """
+import ctypes, sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=int(sys.argv[2]), world_size=2, stall_after_s=0.5)
+with sl.log_trace_span("warmup"):
+    pass
+with sl.log_trace_span("data_fetch"):
+    print("ready", flush=True)
+    if sys.argv[2] == "1":
+        ctypes.PyDLL(None).sleep(60)  # holds the interpreter lock: faulthandler dumps, then SIGKILL
+    time.sleep(60)
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(rank)], stdout=subprocess.PIPE, text=True, env=env) for rank in range(2)]
+    folder = os.path.join(str(run_dir), "structured_logs")
+    try:
+        for worker in workers:
+            assert worker.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(b"most recent call first" in open(p, "rb").read() for p in glob.glob(os.path.join(folder, "*.stacks"))):
+            time.sleep(0.2)
+        workers[0].send_signal(signal.SIGTERM)
+        workers[1].kill()
+        assert workers[0].wait(timeout=30) == -signal.SIGTERM and workers[1].wait(timeout=30) == -signal.SIGKILL
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+            worker.stdout.close()
+    side_files = glob.glob(os.path.join(folder, "*.stacks"))
+    assert len(side_files) == 2  # both left behind (neither closed cleanly), one holding a dump
+    taken = glob.glob(os.path.join(folder, "*.jsonl*"))
+    assert sorted(taken) == sorted(jsonl_files(run_dir))  # the JSONL files, and nothing else
+    for path in taken:
+        read_records(path)  # every line parses
+        opened = read_records(path)[0]
+        assert os.path.join(folder, opened["stacks_file"]) in side_files
+        assert side_file_of(path) == os.path.join(folder, opened["stacks_file"])  # the reader follows the opening record

@@ -3,7 +3,8 @@
 A stalled rank is usually not where its last record says: it is inside a
 collective, a data loader, a lock, a C call. So when the watchdog (the
 processor thread, `processor.py`) sees no span end for ``stall_after_s`` while
-spans are open, or an operator asks (a signal, a trigger file), or the launcher
+spans are open (or while none is, in the middle of a step: `TrainingLane`), or
+an operator asks (a signal, a trigger file), or the launcher
 sends SIGTERM, this module collects, with the interpreter lock (from Python):
 
 * every open span on every thread and task, with how long it has been open;
@@ -70,6 +71,7 @@ __all__ = [
     "FaulthandlerArm",
     "stall_threshold",
     "open_side_file",
+    "TrainingLane",
 ]
 
 #: Frames kept per thread (the innermost), threads per record, flight-recorder entries (the latest).
@@ -394,6 +396,85 @@ def _wrap_faulthandler() -> None:
 
 
 _wrap_faulthandler()
+
+
+class TrainingLane:
+    """What the training loop's thread did last, to tell *stuck between two spans of a step* from *idle*.
+
+    A rank blocked before its ``data_fetch`` opens (a data loader outside any
+    span) has no span open, exactly like a server between requests or a loop
+    that finished: the watchdog must write a black box for the first and not
+    for the others. Fed, on the processor thread, with the starts and ends of
+    the training loop's thread only (``step_context.training_loop_thread``), it
+    learns the shape of a step as the run goes:
+
+    * *closers*: the name of the last span that ended in each finished step
+      (``optimizer``, ``all_reduce``): after one of them the process is at a
+      step boundary, where waiting is idle (the loop ended, or the next step
+      has not been asked for);
+    * *followed*: names after which another span of the same step began.
+
+    `between_spans` is then True when a step is set and either it changed
+    since the last span of the loop (``set_step`` ran, none of the new step's
+    spans began) or the last span is one a step always went on after (in
+    *followed*, never a closer). Without a step, at a closer, or when the name
+    is both (cannot tell), it is False: an idle process is never reported.
+
+    Example:
+        >>> lane = TrainingLane()
+        >>> for step in (1, 2):
+        ...     for name in ("data_fetch", "all_reduce"):
+        ...         lane.started(name, step); lane.ended(name, step, 0)
+        >>> lane.between_spans(2), lane.between_spans(3), lane.between_spans(None)
+        (False, True, False)
+        >>> lane.started("data_fetch", 3); lane.ended("data_fetch", 3, 0); lane.between_spans(3)
+        True
+    """
+
+    #: Names remembered per set (span names are few per loop; dynamic ones stop being learned).
+    MAX_NAMES = 64
+
+    __slots__ = ("last_name", "last_end_ns", "last_step", "last_was_end", "closers", "followed")
+
+    def __init__(self) -> None:
+        self.last_name: str | None = None  # the last span of the loop that ended
+        self.last_end_ns = 0  # its end (perf_counter_ns)
+        self.last_step: Any = None  # the step of the loop's last start or end
+        self.last_was_end = False
+        self.closers: set[str] = set()
+        self.followed: set[str] = set()
+
+    def _step_changed(self, step: Any) -> None:
+        if step != self.last_step and self.last_was_end and self.last_name is not None and len(self.closers) < self.MAX_NAMES:
+            self.closers.add(self.last_name)  # the last span of the step that just finished
+
+    def started(self, name: str, step: Any) -> None:
+        """A span of the training loop began."""
+        if step != self.last_step:
+            self._step_changed(step)
+        elif self.last_was_end and self.last_name is not None and len(self.followed) < self.MAX_NAMES:
+            self.followed.add(self.last_name)
+        self.last_step, self.last_was_end = step, False
+
+    def ended(self, name: str, step: Any, end_ns: int) -> None:
+        """A span of the training loop ended (`step`: the step it began in)."""
+        if step != self.last_step:
+            self._step_changed(step)
+        self.last_name, self.last_end_ns, self.last_step, self.last_was_end = name, end_ns, step, True
+
+    def between_spans(self, step: Any) -> bool:
+        """Whether a process with no span open is stuck inside `step` (the loop's current step), not idle."""
+        if step is None:
+            return False
+        if step != self.last_step or self.last_name is None:
+            return True  # the step moved on (or began) and none of its spans started yet
+        return self.last_was_end and self.last_name in self.followed and self.last_name not in self.closers
+
+    def last_span(self, now_ns: int) -> dict[str, Any] | None:
+        """``{"name", "ended_s_ago"}`` of the loop's last span that ended, or None."""
+        if self.last_name is None:
+            return None
+        return {"name": self.last_name, "ended_s_ago": round(max(now_ns - self.last_end_ns, 0) / 1e9, 3)}
 
 
 def open_span_rows(spans: Sequence[Any], now_ns: int, thread_name: Any) -> list[dict[str, Any]]:

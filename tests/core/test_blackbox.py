@@ -273,3 +273,89 @@ with sl.log_trace_span("data_fetch"):
         opened = read_records(path)[0]
         assert os.path.join(folder, opened["stacks_file"]) in side_files
         assert side_file_of(path) == os.path.join(folder, opened["stacks_file"])  # the reader follows the opening record
+
+
+BETWEEN = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
+
+def load_batch():
+    time.sleep(1.5)  # stuck before the step's first span: a stall
+
+def compute_loss():
+    time.sleep(1.5)  # stuck between two spans of a step: a stall
+
+with sl.log_trace_span("warmup"):
+    pass
+time.sleep(1.5)  # no step set yet: idle
+for step in range(1, 5):
+    sl.set_step(step)
+    if step == 3:
+        load_batch()
+    with sl.log_trace_span("data_fetch"):
+        time.sleep(0.02)
+    if step == 4:
+        compute_loss()
+    with sl.log_trace_span("all_reduce"):
+        time.sleep(0.02)
+time.sleep(1.5)  # after the loop, at a step boundary: idle
+sl.set_step(None)
+time.sleep(1.5)  # no step: idle
+sl.shutdown_structured_logger()
+"""
+
+
+def test_a_process_stuck_between_spans_in_a_step_gets_its_black_box_and_an_idle_one_none(run_dir):
+    """Issue 18 item 1: no span open, but a step under way (set, its spans not all run): where, step, last span, stacks."""
+    result = run_python(BETWEEN, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    found, _ = stalls(run_dir)
+    assert [(r["where"], r["step"], (r["last_span"] or {}).get("name")) for r in found] == [("between_spans", 3, "all_reduce"), ("between_spans", 4, "data_fetch")], [r["message"] for r in found]
+    for record, function in zip(found, ("load_batch", "compute_loss")):
+        assert record["reason"] == "stall" and record["open_spans"] == []
+        assert 0.5 <= record["last_span"]["ended_s_ago"] < 1.5 and abs(record["last_span"]["ended_s_ago"] - record["stalled_s"]) < 0.1
+        main = record["threads"][0]
+        assert main["main"] and main["frames"][0]["function"] == function and main["frames"][0]["line"] == (7 if function == "load_batch" else 10)
+        assert f"no span open, at step {record['step']}" in record["message"]
+
+
+@pytest.mark.slow
+def test_a_rank_blocked_before_its_data_fetch_opens_writes_a_between_spans_black_box_under_torchrun(tmp_path):
+    """Issue 18 item 1, as found: torchrun, gloo, flight recorder on; rank 1 blocks before data_fetch, rank 0 waits in all_reduce."""
+    pytest.importorskip("torch")
+    import glob
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.helpers import processes
+
+    workload = REPO / "tests" / "helpers" / "hang_workload.py"
+    culprit = next(n for n, line in enumerate(workload.read_text().splitlines(), 1) if "culprit line of the `between`" in line)
+    launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "OTEL_TITAN_STALL_AFTER_S": "3", "TORCH_FR_BUFFER_SIZE": "200"}
+    with open(tmp_path / "torchrun.log", "wb") as log:
+        job = subprocess.Popen([launcher, "--standalone", "--nproc_per_node=2", str(workload), "between", "1", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 90
+        boxes: dict[int, list[dict]] = {}
+        while time.monotonic() < deadline and job.poll() is None:
+            boxes = {}
+            for path in glob.glob(str(tmp_path / "structured_logs" / "*.jsonl")):
+                boxes[int(path.split("global_rank_")[1].split(".")[0])] = [r for r in read_records(path) if r["log_type_name"] == "stall"]
+            if len(boxes) == 2 and all(boxes.values()):
+                break
+            time.sleep(0.5)
+    finally:
+        processes.kill_tree(job, timeout=30)
+    assert len(boxes) == 2 and all(boxes.values()), (boxes, (tmp_path / "torchrun.log").read_text(errors="replace")[-3000:])
+    victim, culprit_box = boxes[0][0], boxes[1][0]
+    assert victim["where"] == "in_span" and [s["name"] for s in victim["open_spans"]] == ["all_reduce"] and victim["step"] == 3
+    assert culprit_box["where"] == "between_spans" and culprit_box["open_spans"] == [] and culprit_box["step"] == 3
+    assert culprit_box["last_span"]["name"] == "all_reduce"  # step 2's last span: nothing of step 3 began
+    main = culprit_box["threads"][0]
+    assert main["main"] and (main["frames"][0]["file"], main["frames"][0]["line"], main["frames"][0]["function"]) == ("tests/helpers/hang_workload.py", culprit, "load_batch")
+    entries = culprit_box["flight_recorder"]["entries"]
+    assert max(e["collective_seq_id"] for e in entries if e["pg_id"] == 0) == 2  # it never entered the all_reduce rank 0 waits in

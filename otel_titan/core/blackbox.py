@@ -16,8 +16,9 @@ sends SIGTERM, this module collects, with the interpreter lock (from Python):
   here: only used when the program already did.
 
 Everything is bounded: frames per thread, threads, flight-recorder entries,
-bytes per record (`MAX_RECORD_BYTES`), records per run (`MAX_RECORDS`) and bytes
-per run (`MAX_RUN_BYTES`), so a black box stays under 1 MB per rank with the
+bytes per record (`MAX_RECORD_BYTES`), records and bytes per run in three pools
+(`BlackBoxBudget`: healthy pauses never spend what the real hang and SIGTERM need;
+`MAX_RUN_BYTES` in all), so a black box stays under 1 MB per rank with the
 faulthandler side file (`FaulthandlerArm`, `MAX_SIDE_FILE_BYTES`).
 
 When a C call holds the interpreter lock, none of this can run. `FaulthandlerArm`
@@ -62,6 +63,10 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_RUN_BYTES",
     "MAX_RECORDS",
+    "MAX_SHARED_BYTES",
+    "LIVE_RECORDS",
+    "LIVE_RECORD_BYTES",
+    "FINAL_RECORD_BYTES",
     "MAX_SIDE_FILE_BYTES",
     "DEFAULT_MIN_STALL_S",
     "STALL_FACTOR",
@@ -78,10 +83,18 @@ __all__ = [
 MAX_FRAMES = 48
 MAX_THREADS = 128
 MAX_FR_ENTRIES = 64
-#: One black-box record at most (trimmed down to it), all records of a run at most, and how many.
+#: One black-box record at most (trimmed down to it), all records of a run at most.
 MAX_RECORD_BYTES = 192 * 1024
 MAX_RUN_BYTES = 640 * 1024
+#: The budget's pools (`BlackBoxBudget`): SIGTERM's own record; the live reserve, for a stall longer
+#: than every one the run recovered from; the shared rest (stalls, dump signal, trigger) and its records.
+FINAL_RECORD_BYTES = 192 * 1024
+LIVE_RECORDS = 3
+LIVE_RECORD_BYTES = 64 * 1024
+MAX_SHARED_BYTES = MAX_RUN_BYTES - FINAL_RECORD_BYTES - LIVE_RECORDS * LIVE_RECORD_BYTES
 MAX_RECORDS = 8
+#: A pool with less room than this takes no record (a record trimmed to nothing says nothing).
+MIN_RECORD_BYTES = 8 * 1024
 #: faulthandler's side file: no arming once it is this large (a dump of 100 × 100 frames is ~300 KB more at worst).
 MAX_SIDE_FILE_BYTES = 64 * 1024
 #: The default threshold: the larger of this and `STALL_FACTOR` × the longest gap between progress seen so far.
@@ -215,25 +228,19 @@ def _encoded_size(record: dict[str, Any]) -> int:
     return len(json.dumps(record, separators=(",", ":"), default=str))
 
 
-class BlackBoxBudget:
-    """How many black-box records and bytes this run may still write; trims a record to fit.
+class _Pool:
+    """Records and bytes one kind of black box may still take."""
 
-    Example:
-        >>> budget = BlackBoxBudget(max_records=1)
-        >>> budget.fit({"threads": [], "open_spans": []}) is not None, budget.fit({"threads": []})
-        (True, None)
-    """
+    __slots__ = ("records_left", "bytes_left", "record_bytes")
 
-    def __init__(self, max_records: int = MAX_RECORDS, max_bytes: int = MAX_RUN_BYTES, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
-        self.records_left = max_records
-        self.bytes_left = max_bytes
-        self.max_record_bytes = max_record_bytes
+    def __init__(self, records: int, total_bytes: int, record_bytes: int) -> None:
+        self.records_left, self.bytes_left, self.record_bytes = records, total_bytes, record_bytes
 
-    def fit(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """`record`, trimmed until it fits (fewer frames, entries, threads), or None when the budget is spent."""
-        if self.records_left <= 0:
-            return None
-        limit = min(self.max_record_bytes, self.bytes_left)
+    def take(self, record: dict[str, Any]) -> bool:
+        """Trim `record` until it fits this pool (fewer frames, entries, threads) and charge it; False when it cannot."""
+        limit = min(self.record_bytes, self.bytes_left)
+        if self.records_left <= 0 or limit < MIN_RECORD_BYTES:
+            return False
         size = _encoded_size(record)
         for frames, entries, threads in ((16, 32, 64), (8, 16, 16), (4, 8, 4), (2, 4, 1), (0, 0, 0)):
             if size <= limit:
@@ -248,10 +255,95 @@ class BlackBoxBudget:
             del (record.get("open_spans") or [])[: max(0, len(record.get("open_spans") or []) - 32)]
             size = _encoded_size(record)
         if size > limit:
-            return None
+            return False
         self.records_left -= 1
         self.bytes_left -= size
-        return record
+        return True
+
+
+class BlackBoxBudget:
+    """How many black-box records and bytes this run may still write, in three pools; trims a record to fit.
+
+    A healthy pause longer than the threshold (an eval, a checkpoint) writes a
+    stall record too, and then progress ends it. If those spent the budget,
+    the real hang that comes later would write nothing. So:
+
+    * the *shared* pool (`max_records`, `max_bytes`) takes stalls, the dump
+      signal and the trigger file while it lasts;
+    * the *live* reserve (`live_records` of `live_record_bytes` each) takes
+      only a stall that has lasted longer than `ESCALATION` × the longest
+      stall the run recovered from (`stall_ended`): once the shared pool is
+      spent, nine 1.6 s evals write nothing more, and a hang is written when
+      it passes 3.2 s. Each stall from this reserve that then ends doubles
+      the bar, so it lasts for pauses growing 2, 4, 8 times;
+    * the *final* reserve (one record of `final_record_bytes`) is SIGTERM's:
+      whatever came before, the launcher's SIGTERM gets its black box.
+
+    Example:
+        >>> budget = BlackBoxBudget(max_records=1, live_records=1)
+        >>> budget.fit({"threads": [], "open_spans": []}) is not None, budget.fit({"threads": []})
+        (True, None)
+        >>> budget.stall_ended(1.6); budget.stall_bar_s(1.0)
+        3.2
+        >>> budget.fit_stall({"threads": []}, 3.3) is not None, budget.fit_final({"threads": []}) is not None
+        (True, True)
+    """
+
+    #: A stall from the live reserve must last this many times the longest stall that ended.
+    ESCALATION = 2.0
+
+    def __init__(
+        self,
+        max_records: int = MAX_RECORDS,
+        max_bytes: int = MAX_SHARED_BYTES,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        live_records: int = LIVE_RECORDS,
+        live_record_bytes: int = LIVE_RECORD_BYTES,
+        final_record_bytes: int = FINAL_RECORD_BYTES,
+    ) -> None:
+        self._shared = _Pool(max_records, max_bytes, max_record_bytes)
+        self._live = _Pool(live_records, live_records * live_record_bytes, live_record_bytes)
+        self._final = _Pool(1, final_record_bytes, final_record_bytes)
+        #: Stalls that progress ended, and the longest of them (seconds).
+        self.stalls_ended = 0
+        self.longest_ended_s = 0.0
+
+    @property
+    def records_left(self) -> int:
+        """Records the shared pool can still take."""
+        return self._shared.records_left
+
+    def stall_ended(self, lasted_s: float) -> None:
+        """A stall (written or not) ended after `lasted_s`: the run recovers from pauses that long."""
+        self.stalls_ended += 1
+        self.longest_ended_s = max(self.longest_ended_s, lasted_s)
+
+    def stall_bar_s(self, threshold_s: float) -> float:
+        """How long the current stall must last before its record is written (inf: no room left)."""
+        shared = self._shared
+        if shared.records_left > 0 and min(shared.bytes_left, shared.record_bytes) >= MIN_RECORD_BYTES:
+            return threshold_s
+        if self._live.records_left > 0:
+            return max(threshold_s, self.ESCALATION * self.longest_ended_s)
+        return float("inf")
+
+    def fit(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """`record` (the dump signal, the trigger), trimmed into the shared pool, or None when it is spent."""
+        return record if self._shared.take(record) else None
+
+    def fit_stall(self, record: dict[str, Any], stalled_s: float) -> dict[str, Any] | None:
+        """A stall's record: the shared pool, else the live reserve if it lasted past the bar; else None."""
+        if self._shared.take(record):
+            return record
+        if stalled_s >= self.ESCALATION * self.longest_ended_s and self._live.take(record):
+            return record
+        return None
+
+    def fit_final(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """SIGTERM's record: its own reserve (the first), else the shared pool."""
+        if self._final.take(record) or self._shared.take(record):
+            return record
+        return None
 
 
 def open_side_file(path: str) -> Any:

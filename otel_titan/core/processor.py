@@ -52,6 +52,9 @@ __all__ = ["BatchProcessor"]
 _log = logging.getLogger("otel_titan")
 
 
+_CALM, _IDLE, _WATCHED, _WRITTEN = range(4)  # the watchdog's view of the current stall (BatchProcessor._stall)
+
+
 class BatchProcessor:
     """Drain `queue` on a background thread and hand the spans to `exporters`.
 
@@ -109,7 +112,11 @@ class BatchProcessor:
         self._slowest_gap_s = 0.0
         self._gaps_seen = False  # a gap between two span ends was measured (the first step's length is unknown before)
         self._started_ns = 0
-        self._stalled = False
+        # The current stall (no span end for the threshold): _CALM, _IDLE (nothing open, no step under
+        # way: looked at again each tick), _WATCHED (a stall, its record deferred until it lasts past
+        # the budget's bar) or _WRITTEN (once per stall: the next span end starts a new watch).
+        self._stall = _CALM
+        self._stall_from_ns = 0  # when the current watch began: the last span end, or when an idle process got busy
         self._armed_progress_ns = -1
         self._budget = blackbox.BlackBoxBudget()
         # The training loop's thread (native id, refreshed each tick) and what it did last: a process
@@ -315,7 +322,10 @@ class BatchProcessor:
                 self._gaps_seen = True
                 if gap > self._slowest_gap_s:
                     self._slowest_gap_s = gap
-            self._stalled = False
+            if self._stall in (_WATCHED, _WRITTEN):
+                self._budget.stall_ended((progress - self._stall_from_ns) / 1e9)  # the run recovered: healthy pauses spend no reserve
+            self._stall = _CALM
+            self._stall_from_ns = progress
         threshold = self.stall_threshold()
         arm = self._faulthandler
         if arm is not None and progress != self._armed_progress_ns:
@@ -323,18 +333,27 @@ class BatchProcessor:
             arm.rearm(threshold + max(2.0, 0.25 * threshold))
             if arm.armed:
                 self._armed_progress_ns = progress
-        if self._stalled:
+        if self._stall == _WRITTEN:
             return
         now = time.perf_counter_ns()
-        stalled_s = (now - progress) / 1e9
+        stalled_s = (now - max(progress, self._stall_from_ns)) / 1e9
         if stalled_s < threshold:
             return
-        self._stalled = True  # once per stall: the next span end starts a new watch
-        if arm is not None:
+        if self._stall == _CALM and arm is not None:
             arm.cancel()  # Python can run: no frame walk without the lock
             self._armed_progress_ns = progress  # re-armed at the next span end, not before
-        if not self._builder.open_spans() and not self._lane.between_spans(self._step()):
-            return  # idle (nothing open, no step under way), not stuck
+        if self._stall != _WATCHED:
+            if not self._builder.open_spans() and not self._lane.between_spans(self._step()):
+                self._stall = _IDLE  # nothing open, no step under way: not stuck (looked at again next tick)
+                return
+            if self._stall == _IDLE:  # busy again (a span opened, a step began): a new watch, from now
+                self._stall, self._stall_from_ns = _CALM, now
+                self._armed_progress_ns = -1  # and faulthandler armed again at the next tick
+                return
+            self._stall = _WATCHED
+        if stalled_s < self._budget.stall_bar_s(threshold):
+            return  # the shared budget is spent: written once longer than every pause the run recovered from
+        self._stall = _WRITTEN
         self._write_black_box("stall", stalled_s, threshold)
 
     @staticmethod
@@ -365,11 +384,18 @@ class BatchProcessor:
             "where": where,
             "step": step,
             "last_span": last_span,
+            "stalls_ended": self._budget.stalls_ended,
+            "longest_ended_s": round(self._budget.longest_ended_s, 3),
             "open_spans": blackbox.open_span_rows(open_spans, now, thread_names.get),
             "threads": blackbox.thread_stacks(),
             "flight_recorder": blackbox.flight_recorder(),
         }
-        fitted = self._budget.fit(record)
+        if reason == "stall":
+            fitted = self._budget.fit_stall(record, stalled_s)
+        elif reason == "SIGTERM":
+            fitted = self._budget.fit_final(record)
+        else:
+            fitted = self._budget.fit(record)
         if fitted is None:
             return
         self.black_boxes += 1

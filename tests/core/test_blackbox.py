@@ -359,3 +359,62 @@ def test_a_rank_blocked_before_its_data_fetch_opens_writes_a_between_spans_black
     assert main["main"] and (main["frames"][0]["file"], main["frames"][0]["line"], main["frames"][0]["function"]) == ("tests/helpers/hang_workload.py", culprit, "load_batch")
     entries = culprit_box["flight_recorder"]["entries"]
     assert max(e["collective_seq_id"] for e in entries if e["pg_id"] == 0) == 2  # it never entered the all_reduce rank 0 waits in
+
+
+PAUSES_THEN_HANG = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=1)
+
+def evaluate():
+    time.sleep(1.6)  # a healthy pause past the threshold: a stall that progress ends
+
+def read_shard():
+    time.sleep(120)  # the real hang
+
+for step in range(1, 10):
+    sl.set_step(step)
+    with sl.log_trace_span("train"):
+        time.sleep(0.02)
+    with sl.log_trace_span("eval"):
+        evaluate()
+sl.set_step(10)
+with sl.log_trace_span("data_fetch"):
+    print("hung", flush=True)
+    read_shard()
+"""
+
+
+def test_healthy_pauses_never_spend_the_black_box_of_the_real_hang_nor_of_sigterm(run_dir):
+    """Issue 18 item 5: nine 1.6 s evals with stall_after_s=1, then a hang in read_shard, then SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    process = subprocess.Popen([sys.executable, "-c", PAUSES_THEN_HANG, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "hung"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if jsonl_files(run_dir) and any(s["open_spans"] and s["open_spans"][-1]["name"] == "data_fetch" for s in stalls(run_dir)[0]):
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    found, _ = stalls(run_dir)
+    evals = [s for s in found if s["reason"] == "stall" and s["open_spans"][-1]["name"] == "eval"]
+    assert len(evals) == blackbox.MAX_RECORDS  # the shared pool; the ninth pause, no longer than the others, writes nothing
+    hang = [s for s in found if s["reason"] == "stall" and s["open_spans"][-1]["name"] == "data_fetch"]
+    assert len(hang) == 1, [s["message"] for s in found]
+    (hang,) = hang
+    # Written once it lasted twice the longest pause the run recovered from (1.6 s), not lost.
+    assert hang["stalls_ended"] == 9 and 1.6 <= hang["longest_ended_s"] < 3 and hang["stalled_s"] >= 2 * hang["longest_ended_s"]
+    assert hang["threads"][0]["frames"][0]["function"] == "read_shard" and hang["step"] == 10
+    (term,) = [s for s in found if s["reason"] == "SIGTERM"]
+    assert term["threads"][0]["frames"][0]["function"] == "read_shard" and term["open_spans"][-1]["name"] == "data_fetch"

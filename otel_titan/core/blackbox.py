@@ -347,8 +347,16 @@ class BlackBoxBudget:
 
 
 def open_side_file(path: str) -> Any:
-    """Open (create) faulthandler's side file at `path` for `FaulthandlerArm`: unbuffered bytes, appended to."""
-    return open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+    """Open (create) faulthandler's side file at `path` for `FaulthandlerArm`: unbuffered bytes, at its end.
+
+    Not in append mode: `FaulthandlerArm` rewrites its own note in place when
+    no dump followed it, so the file grows only by dumps.
+    """
+    with open(path, "ab"):
+        pass
+    handle = open(path, "r+b", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+    handle.seek(0, os.SEEK_END)
+    return handle
 
 
 class FaulthandlerArm:
@@ -370,7 +378,8 @@ class FaulthandlerArm:
         self.file = file
         self.armed = False
         self._armed_at = 0.0
-        self._threads_written: tuple[Any, ...] = ()
+        # Where our note (threads, armed at, fires at) begins and ends in the file: a dump lands after it.
+        self._note_start = self._note_end = -1
         self._timeout_s = 0.0
         self._rearm_after_fork = False
         self.enabled = os.environ.get("OTEL_TITAN_FAULTHANDLER", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -393,26 +402,41 @@ class FaulthandlerArm:
         if not self._room():
             self.cancel()
             return
-        self._note_threads()
+        if self.armed:
+            _ORIGINAL[1]()  # first: a dump firing now finishes before the note moves
+            self.armed = False
+        self._write_note(timeout_s)
         try:
             _ORIGINAL[0](timeout_s, repeat=False, file=self.file)
         except (OSError, ValueError, RuntimeError):
             return
         self.armed, self._armed_at, self._timeout_s = True, now, timeout_s
 
-    def _note_threads(self) -> None:
-        # faulthandler names threads by ident only: write the names down, when they changed.
-        threads = tuple((t.ident, t.name) for t in threading.enumerate() if t.ident is not None)
-        if threads == self._threads_written:
-            return
-        self._threads_written = threads
+    def _write_note(self, timeout_s: float) -> None:
+        """Write, just before where a dump would land, the threads' names and when it was armed and will fire.
+
+        faulthandler names threads by ident only and never says when it wrote:
+        the note does both, so a reader can name the threads and tell a dump of
+        an old stall from one of the end (wall clock, µs). When nothing was
+        dumped after the previous note, the note replaces it, in place: the file
+        grows by dumps only, not by one line per second of a days-long run.
+        """
+        threads = " ".join(f"{t.ident:#018x}={t.name!r}" for t in threading.enumerate() if t.ident is not None)
         main = threading.main_thread().ident or 0
-        names = " ".join(f"{ident:#018x}={name!r}" for ident, name in threads)
+        armed_us = time.time_ns() // 1000
+        note = (
+            f"# otel-titan threads (pid {os.getpid()}, main {main:#018x}): {threads}\n"
+            f"# otel-titan armed at {armed_us} us, fires at {armed_us + round(timeout_s * 1e6)} us (wall clock; pid {os.getpid()})\n"
+        ).encode()
         try:
-            self.file.write(f"# otel-titan threads (pid {os.getpid()}, main {main:#018x}): {names}\n".encode())
-            self.file.flush()
+            end = os.fstat(self.file.fileno()).st_size
+            start = self._note_start if self._note_end == end else end  # bytes after our note: a dump, kept
+            self.file.seek(start)
+            self.file.write(note)
+            self.file.truncate(start + len(note))  # a longer note before (threads that ended) leaves no tail
+            self._note_start, self._note_end = start, start + len(note)
         except (OSError, ValueError):
-            pass
+            self._note_start = self._note_end = -1
 
     def cancel(self) -> None:
         """Disarm (the Python black box ran, or nothing is open)."""

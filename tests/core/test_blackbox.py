@@ -418,3 +418,77 @@ def test_healthy_pauses_never_spend_the_black_box_of_the_real_hang_nor_of_sigter
     assert hang["threads"][0]["frames"][0]["function"] == "read_shard" and hang["step"] == 10
     (term,) = [s for s in found if s["reason"] == "SIGTERM"]
     assert term["threads"][0]["frames"][0]["function"] == "read_shard" and term["open_spans"][-1]["name"] == "data_fetch"
+
+
+RECOVERED_GIL = """
+import ctypes, sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=1)
+
+def hold_the_gil():
+    ctypes.PyDLL(None).sleep(6)  # a C call holding the interpreter lock: faulthandler dumps (at 3 s), then it returns
+
+def read_shard():
+    time.sleep(120)
+
+for step in range(1, 6):
+    sl.set_step(step)
+    with sl.log_trace_span("data_fetch"):
+        if step == 5:
+            print("in data_fetch", flush=True)
+            read_shard()
+    with sl.log_trace_span("forward"):
+        if step == 2:
+            hold_the_gil()
+        time.sleep(0.05)
+"""
+
+
+def test_a_dump_of_a_c_call_the_process_recovered_from_is_never_shown_as_where_it_hangs(run_dir):
+    """Issue 18 item 7: a 6 s GIL-holding C call at step 2 returns; SIGKILL in data_fetch at step 5 (before its stall record)."""
+    import signal
+    import subprocess
+    import sys
+
+    from otel_titan.analysis.hang import read_faulthandler_stacks
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-c", RECOVERED_GIL, str(run_dir)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stdout.readline().strip() == "in data_fetch"
+        time.sleep(0.3)  # its _start record on disk; well before the 1 s threshold
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    (path,) = jsonl_files(run_dir)
+    records = read_records(path)
+    dump = read_faulthandler_stacks(side_file(path))
+    assert dump is not None  # the step-2 dump is there...
+    main = next(t for t in dump["threads"] if t["main"])
+    assert main["frames"][0]["function"] == "hold_the_gil"
+    assert all(t["thread_name"] and not t["thread_name"].startswith("otel-titan-") for t in dump["threads"])  # ours left out, none unnamed
+    assert not any("otel_titan/" in f["file"] for t in dump["threads"] for f in t["frames"])
+    # ...and it says when it fired: during step 2, before the records of steps 3 to 5.
+    forward_2 = next(r for r in records if r["log_type_name"] == "forward_start" and r["step"] == 2)
+    assert dump["armed_us"] <= forward_2["time_us"] + 1_500_000 and forward_2["time_us"] < dump["time_us"] < forward_2["time_us"] + 6_000_000
+    assert any(r["time_us"] > dump["time_us"] for r in records if r.get("step") == 5)
+    # One note before the dump, one after it: re-arming rewrites its note in place, so only dumps grow the file.
+    text = open(side_file(path), encoding="utf-8").read()
+    assert text.count("# otel-titan armed at ") == 2 and text.count("# otel-titan threads ") == 2 and text.count("most recent call first") >= 1
+    assert text.index("# otel-titan armed at ") < text.index("Timeout (") < text.rindex("# otel-titan armed at ")
+    summarize = [sys.executable, "-m", "otel_titan.cli", "summarize", str(run_dir)]
+    result = subprocess.run(summarize, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    hang = result.stdout[: result.stdout.index("\n\n")]
+    print(hang)
+    assert hang.startswith("Hang:") and "data_fetch" in hang and "interpreter lock" not in hang
+    (place,) = json.loads(subprocess.run(summarize + ["--json"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO).stdout)["hang"]["places"]
+    assert place["span"] == "data_fetch" and not place["evidence"].startswith("faulthandler")  # the stale dump is not the evidence
+    if not any(r["log_type_name"] == "stall" and r.get("step") == 2 for r in records):
+        # Nothing but the dump knew of the step-2 C call: nothing may blame it. (When the watchdog also
+        # wrote a record of it, once the lock came back, that record is history: analysis/hang.py's rules.)
+        assert "hold_the_gil" not in hang

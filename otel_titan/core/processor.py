@@ -419,7 +419,7 @@ class BatchProcessor:
         stop = False
         progress = 0
         longest = 0
-        lane, lane_tid = self._lane, self._lane_tid
+        lane, lane_tid = self._lane, self._lane_tid if self._watching else -1  # -1: no thread has it
         for event in batch:
             kind = event[0]
             try:

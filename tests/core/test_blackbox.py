@@ -492,3 +492,55 @@ def test_a_dump_of_a_c_call_the_process_recovered_from_is_never_shown_as_where_i
         # Nothing but the dump knew of the step-2 C call: nothing may blame it. (When the watchdog also
         # wrote a record of it, once the lock came back, that record is history: analysis/hang.py's rules.)
         assert "hold_the_gil" not in hang
+
+
+def test_the_budget_keeps_a_live_reserve_that_only_longer_stalls_reach_and_sigterms_own_record():
+    record = lambda: {"threads": [{"thread_name": "MainThread", "frames": [{"file": "x.py", "line": 1, "function": "f"}]}], "open_spans": []}  # noqa: E731
+    budget = blackbox.BlackBoxBudget(max_records=2, live_records=2)
+    assert budget.stall_bar_s(1.0) == 1.0
+    assert budget.fit_stall(record(), 1.0) and budget.fit(record())  # the shared pool: a stall, a trigger
+    budget.stall_ended(1.6)
+    assert budget.fit(record()) is None  # a trigger never reaches the reserves
+    assert budget.stall_bar_s(1.0) == 3.2 and budget.fit_stall(record(), 3.1) is None
+    assert budget.fit_stall(record(), 3.2) is not None  # the live reserve: longer than twice any recovered stall
+    budget.stall_ended(5.0)  # ...and it ended too: the bar doubles past it
+    assert budget.stall_bar_s(1.0) == 10.0 and budget.fit_stall(record(), 10.0) is not None
+    assert budget.stall_bar_s(1.0) == float("inf") and budget.fit_stall(record(), 1e9) is None  # every stall pool spent
+    assert budget.fit_final(record()) is not None  # SIGTERM's own record, whatever came before
+    assert budget.fit_final(record()) is None  # a second SIGTERM: the shared pool, spent
+    total = blackbox.MAX_SHARED_BYTES + blackbox.LIVE_RECORDS * blackbox.LIVE_RECORD_BYTES + blackbox.FINAL_RECORD_BYTES
+    assert total == blackbox.MAX_RUN_BYTES and blackbox.MAX_SHARED_BYTES >= 4 * 32 * 1024
+
+
+def test_between_spans_follows_the_training_loop_when_it_runs_on_a_thread_of_its_own(run_dir):
+    code = """
+import sys, threading, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
+
+def load_batch():
+    time.sleep(1.5)
+
+def train():
+    for step in range(1, 4):
+        sl.set_step(step)
+        if step == 3:
+            load_batch()
+        with sl.log_trace_span("data_fetch"):
+            time.sleep(0.02)
+        with sl.log_trace_span("optimizer"):
+            time.sleep(0.02)
+
+trainer = threading.Thread(target=train, name="trainer")
+trainer.start()
+with sl.log_trace_span("main_setup"):
+    pass
+trainer.join()
+sl.shutdown_structured_logger()
+"""
+    result = run_python(code, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    found, _ = stalls(run_dir)
+    assert [(r["where"], r["step"], r["last_span"]["name"]) for r in found] == [("between_spans", 3, "optimizer")]
+    trainer = next(t for t in found[0]["threads"] if t["thread_name"] == "trainer")
+    assert trainer["frames"][0]["function"] == "load_batch"

@@ -373,8 +373,9 @@ class BatchProcessor:
             where = "in_span"
             place = "open: " + ", ".join(span.name for span in open_spans[-4:])
         else:
-            where = "between_spans"
-            place = f"no span open, at step {step}" + (f", {last_span['ended_s_ago']:.1f} s after {last_span['name']} ended" if last_span else "")
+            # A stall is never written for an idle process; a dump signal, a trigger or SIGTERM may find one.
+            where = "between_spans" if self._lane.between_spans(step) else "idle"
+            place = f"no span open, {'at' if where == 'between_spans' else 'idle after'} step {step}" + (f", {last_span['ended_s_ago']:.1f} s after {last_span['name']} ended" if last_span else "")
         record: dict[str, Any] = {
             "reason": reason,
             "stalled_s": round(stalled_s, 3),

@@ -544,3 +544,38 @@ sl.shutdown_structured_logger()
     assert [(r["where"], r["step"], r["last_span"]["name"]) for r in found] == [("between_spans", 3, "optimizer")]
     trainer = next(t for t in found[0]["threads"] if t["thread_name"] == "trainer")
     assert trainer["frames"][0]["function"] == "load_batch"
+
+
+def test_sigterm_on_a_process_idle_after_its_loop_says_idle_not_between_spans(run_dir):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
+for step in (1, 2, 3):
+    sl.set_step(step)
+    with sl.log_trace_span("data_fetch"):
+        pass
+    with sl.log_trace_span("optimizer"):
+        pass
+print("done", flush=True)
+time.sleep(60)  # after the loop, at a step boundary: idle (waiting for the others, say)
+"""
+    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "done"
+        time.sleep(1.5)  # past the threshold: no stall record (idle)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    found, _ = stalls(run_dir)
+    assert [(r["reason"], r["where"], r["step"], r["last_span"]["name"]) for r in found] == [("SIGTERM", "idle", 3, "optimizer")]
+    assert "idle after step 3" in found[0]["message"]

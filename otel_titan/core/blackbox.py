@@ -380,6 +380,7 @@ class FaulthandlerArm:
         self._armed_at = 0.0
         # Where our note (threads, armed at, fires at) begins and ends in the file: a dump lands after it.
         self._note_start = self._note_end = -1
+        self._lock = threading.RLock()
         self._timeout_s = 0.0
         self._rearm_after_fork = False
         self.enabled = os.environ.get("OTEL_TITAN_FAULTHANDLER", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -399,18 +400,19 @@ class FaulthandlerArm:
         now = time.monotonic() if now is None else now
         if self.armed and now - self._armed_at < self.REARM_EVERY_S:
             return
-        if not self._room():
-            self.cancel()
-            return
-        if self.armed:
-            _ORIGINAL[1]()  # first: a dump firing now finishes before the note moves
-            self.armed = False
-        self._write_note(timeout_s)
-        try:
-            _ORIGINAL[0](timeout_s, repeat=False, file=self.file)
-        except (OSError, ValueError, RuntimeError):
-            return
-        self.armed, self._armed_at, self._timeout_s = True, now, timeout_s
+        with self._lock:  # the processor thread, and a forking thread re-arming after fork: one note at a time
+            if not self._room():
+                self.cancel()
+                return
+            if self.armed:
+                _ORIGINAL[1]()  # first: a dump firing now finishes before the note moves
+                self.armed = False
+            self._write_note(timeout_s)
+            try:
+                _ORIGINAL[0](timeout_s, repeat=False, file=self.file)
+            except (OSError, ValueError, RuntimeError):
+                return
+            self.armed, self._armed_at, self._timeout_s = True, now, timeout_s
 
     def _write_note(self, timeout_s: float) -> None:
         """Write, just before where a dump would land, the threads' names and when it was armed and will fire.
@@ -440,17 +442,18 @@ class FaulthandlerArm:
 
     def cancel(self) -> None:
         """Disarm (the Python black box ran, or nothing is open)."""
-        if self.armed and not self.user_owns:
-            _ORIGINAL[1]()
-        self.armed = False
-
+        with self._lock:
+            if self.armed and not self.user_owns:
+                _ORIGINAL[1]()
+            self.armed = False
 
     def before_fork(self) -> None:
         """A child must not inherit an armed dump: its watchdog thread does not survive fork, and the
         child's exit would then wait forever in faulthandler's cancel. Disarmed here, re-armed in the parent."""
-        if self.armed and not self.user_owns:
-            _ORIGINAL[1]()
-            self.armed, self._rearm_after_fork = False, True
+        with self._lock:
+            if self.armed and not self.user_owns:
+                _ORIGINAL[1]()
+                self.armed, self._rearm_after_fork = False, True
 
     def after_fork_in_parent(self) -> None:
         if self._rearm_after_fork:

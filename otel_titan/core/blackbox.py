@@ -35,6 +35,11 @@ Python black box cancels it whenever it could run itself. Its traps, handled:
   (cpython#140815). It therefore fires only when the Python black box could
   not run ``grace`` seconds after the threshold: the lock is held by a C call,
   so the other threads are parked and their frames do not move;
+* a dump says neither which thread is which nor when it was written, so a
+  dump of a C call the process came back from reads like the end: before
+  each arming a note gives the threads' names and when it was armed and
+  will fire (wall clock), rewritten in place while nothing was dumped after
+  it (`FaulthandlerArm._write_note`);
 * an armed dump must not cross a ``fork()`` (DataLoader workers): the child has
   no watchdog thread, and its exit would wait for it forever. It is disarmed
   before every fork and re-armed in the parent after;

@@ -281,10 +281,10 @@ from otel_titan import structured_logger as sl
 sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
 
 def load_batch():
-    time.sleep(1.5)  # stuck before the step's first span: a stall
+    time.sleep(2.5)  # stuck before the step's first span: a stall
 
 def compute_loss():
-    time.sleep(1.5)  # stuck between two spans of a step: a stall
+    time.sleep(2.5)  # stuck between two spans of a step: a stall
 
 with sl.log_trace_span("warmup"):
     pass
@@ -314,7 +314,7 @@ def test_a_process_stuck_between_spans_in_a_step_gets_its_black_box_and_an_idle_
     assert [(r["where"], r["step"], (r["last_span"] or {}).get("name")) for r in found] == [("between_spans", 3, "all_reduce"), ("between_spans", 4, "data_fetch")], [r["message"] for r in found]
     for record, function in zip(found, ("load_batch", "compute_loss")):
         assert record["reason"] == "stall" and record["open_spans"] == []
-        assert 0.5 <= record["last_span"]["ended_s_ago"] < 1.5 and abs(record["last_span"]["ended_s_ago"] - record["stalled_s"]) < 0.1
+        assert 0.5 <= record["last_span"]["ended_s_ago"] < 2.5 and abs(record["last_span"]["ended_s_ago"] - record["stalled_s"]) < 0.2
         main = record["threads"][0]
         assert main["main"] and main["frames"][0]["function"] == function and main["frames"][0]["line"] == (7 if function == "load_batch" else 10)
         assert f"no span open, at step {record['step']}" in record["message"]
@@ -372,13 +372,13 @@ def evaluate():
 def read_shard():
     time.sleep(120)  # the real hang
 
-for step in range(1, 10):
+for step in range(1, 13):
     sl.set_step(step)
     with sl.log_trace_span("train"):
         time.sleep(0.02)
     with sl.log_trace_span("eval"):
         evaluate()
-sl.set_step(10)
+sl.set_step(13)
 with sl.log_trace_span("data_fetch"):
     print("hung", flush=True)
     read_shard()
@@ -386,7 +386,8 @@ with sl.log_trace_span("data_fetch"):
 
 
 def test_healthy_pauses_never_spend_the_black_box_of_the_real_hang_nor_of_sigterm(run_dir):
-    """Issue 18 item 5: nine 1.6 s evals with stall_after_s=1, then a hang in read_shard, then SIGTERM."""
+    """Issue 18 item 5: 1.6 s evals with stall_after_s=1 (twelve: nine as in the issue, three to spare on a
+    loaded machine, where the watchdog may see one late), then a hang in read_shard, then SIGTERM."""
     import signal
     import subprocess
     import sys
@@ -409,13 +410,13 @@ def test_healthy_pauses_never_spend_the_black_box_of_the_real_hang_nor_of_sigter
         process.stdout.close()
     found, _ = stalls(run_dir)
     evals = [s for s in found if s["reason"] == "stall" and s["open_spans"][-1]["name"] == "eval"]
-    assert len(evals) == blackbox.MAX_RECORDS  # the shared pool; the ninth pause, no longer than the others, writes nothing
+    assert len(evals) == blackbox.MAX_RECORDS  # the shared pool; later pauses, no longer than the others, write nothing
     hang = [s for s in found if s["reason"] == "stall" and s["open_spans"][-1]["name"] == "data_fetch"]
     assert len(hang) == 1, [s["message"] for s in found]
     (hang,) = hang
     # Written once it lasted twice the longest pause the run recovered from (1.6 s), not lost.
-    assert hang["stalls_ended"] == 9 and 1.6 <= hang["longest_ended_s"] < 3 and hang["stalled_s"] >= 2 * hang["longest_ended_s"]
-    assert hang["threads"][0]["frames"][0]["function"] == "read_shard" and hang["step"] == 10
+    assert 9 <= hang["stalls_ended"] <= 12 and 1.6 <= hang["longest_ended_s"] < 3 and hang["stalled_s"] >= 2 * hang["longest_ended_s"]
+    assert hang["threads"][0]["frames"][0]["function"] == "read_shard" and hang["step"] == 13
     (term,) = [s for s in found if s["reason"] == "SIGTERM"]
     assert term["threads"][0]["frames"][0]["function"] == "read_shard" and term["open_spans"][-1]["name"] == "data_fetch"
 

@@ -580,3 +580,26 @@ time.sleep(60)  # after the loop, at a step boundary: idle (waiting for the othe
     found, _ = stalls(run_dir)
     assert [(r["reason"], r["where"], r["step"], r["last_span"]["name"]) for r in found] == [("SIGTERM", "idle", 3, "optimizer")]
     assert "idle after step 3" in found[0]["message"]
+
+
+def test_the_reader_finds_side_files_of_old_runs_and_dates_their_dumps_by_the_files_time(tmp_path):
+    """Runs written before the `.stacks` rule: ``<file>.jsonl.stacks``, no armed line (its time: the file's mtime)."""
+    import faulthandler
+
+    from otel_titan.analysis.hang import read_faulthandler_stacks, side_file_of
+
+    base = tmp_path / "training.global_rank_0.20260101-000000-abcdef.jsonl"
+    base.write_text(json.dumps({"log_type_name": "step_start"}) + "\n")  # the opening record rotated away
+    old = tmp_path / (base.name + ".stacks")
+    with open(old, "w", encoding="utf-8") as handle:
+        handle.write("# otel-titan threads (pid 1, main 0x0000000000000001): 0x0000000000000001='MainThread'\n")
+        handle.write("Timeout (0:00:03)!\n")
+        handle.flush()
+        faulthandler.dump_traceback(handle, all_threads=True)
+    os.utime(old, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    assert side_file_of(str(base)) == str(old)
+    dump = read_faulthandler_stacks(str(old))
+    assert dump is not None and dump["time_us"] == 1_700_000_000_000_000 and dump["armed_us"] is None
+    new = tmp_path / "training.global_rank_0.20260101-000000-abcdef.stacks"
+    new.write_text("")
+    assert side_file_of(str(base)) == str(new)  # the rule, when the opening record is gone

@@ -68,6 +68,9 @@ class ClockAlignment:
     steps: int = 0
     offsets_us: dict[str, float] = field(default_factory=dict)
     residual_p95_us: float | None = None
+    #: Every rank leaves `anchor` at one moment (its ends agree within `MAX_RESIDUAL_US` once aligned, or on one clock):
+    #: its end is then a reference on each rank's own clock, and evidence measured from it needs no shared clock.
+    simultaneous: bool = False
 
     def offset(self, host: str | None) -> float:
         """The offset of `host` in µs (0 when unknown or not applied)."""
@@ -112,7 +115,7 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
         # One clock: nothing to align, but which span is the collective is still worth knowing (arrival order).
         each = [ClosingSpans(str(i), p.key, p.steps, p.names, p.starts, p.ends) for i, p in enumerate(processes)]
         found = estimate_offsets(each) if len(each) > 1 else ClockAlignment(False, "")
-        return ClockAlignment(False, "all ranks on one host (one clock)", anchor=found.anchor if found.applied else None, hosts=1, steps=found.steps, residual_p95_us=found.residual_p95_us)
+        return ClockAlignment(False, "all ranks on one host (one clock)", anchor=found.anchor if found.applied else None, hosts=1, steps=found.steps, residual_p95_us=found.residual_p95_us, simultaneous=found.applied)
     best: ClockAlignment | None = None
     for name in sorted({n for p in processes for n in set(p.names)}):
         candidate = _estimate(processes, name, hosts)
@@ -165,6 +168,7 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str]) -> Clo
     return ClockAlignment(
         True,
         "",
+        simultaneous=True,
         anchor=name,
         hosts=int(present.size),
         steps=int(np.unique(step_idx).size),

@@ -15,7 +15,9 @@ closing record), from a simulation of synchronous data-parallel training:
   µs), then the next step begins;
 * every phase has multiplicative noise (lognormal, ``noise`` sigma);
 * every host's clock is off by a constant drawn from ±``offset_ms``: the
-  timestamps a rank writes are true time + its host's offset;
+  timestamps a rank writes are true time + its host's offset; the hosts in
+  ``drift_hosts`` also drift, linearly, by ``drift_ms`` over the run (NTP
+  leaves milliseconds of drift on multi-host jobs);
 * faults, each optional: a *straggler* rank slower by ``pct`` % in one phase;
   a *hung* rank that stops inside ``bwd`` at a step (the others then stop
   inside that step's ``all_reduce``, waiting for it); a *crashed* rank
@@ -80,6 +82,9 @@ class RunSpec:
     ranks_per_host: int = RANKS_PER_HOST
     scalars: int = 1
     host_offsets_us: list[float] = field(default_factory=list)
+    #: Hosts (indices) whose clocks drift by `drift_ms` from the start of the run to its end, on top of their offset.
+    drift_hosts: tuple[int, ...] = ()
+    drift_ms: float = 0.0
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -184,7 +189,9 @@ def _write_rank(job: tuple) -> int:
     suffix = hashlib.sha256(f"{spec.run_id}|{rank}|{attempt}".encode()).hexdigest()[:6]
     path = os.path.join(log_dir, f"training.global_rank_{rank}.{stamp}-{suffix}.jsonl")
     w = _Writer(path, identity, pid)
-    clock = lambda true_us: true_us + offset  # noqa: E731 - the host's wall clock
+    drift = spec.drift_ms * 1000.0 if host in spec.drift_hosts else 0.0
+    span = max(exits[-1] - begins[0], 1.0)
+    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span  # noqa: E731 - the host's wall clock
     w.write(
         {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
          "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
@@ -286,6 +293,9 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
     """
     rng = np.random.default_rng(spec.seed)
     spec.host_offsets_us = [float(x) for x in rng.uniform(-spec.offset_ms * 1000.0, spec.offset_ms * 1000.0, size=_hosts(spec))]
+    for host in spec.drift_hosts:
+        if not 0 <= host < _hosts(spec):
+            raise ValueError(f"drifting host {host} is not one of the {_hosts(spec)} hosts")
     for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart):
         if fault is not None and not 0 <= fault[0] < spec.ranks:
             raise ValueError(f"fault rank {fault[0]} is not one of the {spec.ranks} ranks")
@@ -376,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--offset-ms", type=float, default=5.0, help="host clock offsets drawn from ±this (default 5)")
+    parser.add_argument("--drift-ms", type=float, default=0.0, help="the --drift-hosts' clocks drift by this over the run (default 0)")
+    parser.add_argument("--drift-hosts", type=lambda text: tuple(int(x) for x in text.split(",")), default=(), metavar="H,H", help="hosts (0-based) whose clocks drift")
     parser.add_argument("--noise", type=float, default=0.03, help="lognormal sigma of every phase duration (default 0.03)")
     parser.add_argument("--run-id", default="gen-run")
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
@@ -387,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if sum(x is not None for x in (args.hung, args.crashed, args.restart)) > 1:
         parser.error("at most one of --hung, --crashed, --restart")
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
-                   straggler=args.straggler, hung=args.hung, crashed=args.crashed, restart=args.restart)
+                   straggler=args.straggler, hung=args.hung, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts)
     started = time.monotonic()
     try:
         truth = generate_run(args.out_dir, spec, jobs=args.jobs, progress=True)

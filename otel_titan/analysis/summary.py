@@ -342,7 +342,8 @@ def summarize_run(
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({logs.skipped.count} unreadable lines skipped)")
     alignment = estimate_offsets(spans for _, spans in collector.closing)
     if not align and alignment.applied:
-        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={})
+        # The times stay as written; evidence measured on each rank's own clock (`stragglers`) still stands.
+        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
     _apply_offsets(processes, alignment)
     stragglers = _stragglers(collector, alignment)
     return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
@@ -441,20 +442,18 @@ def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
 
 
 def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -> None:
-    """Every time shown on the aligned clock: the host's offset subtracted."""
+    """Every time shown on the aligned clock: the host's offset at that moment subtracted (it moves when the clocks drift)."""
     if not alignment.applied:
         return
     for p in processes:
-        offset = int(round(alignment.offset(p.host_name or p.label)))
-        p.clock_offset_ms = round(offset / 1000.0, 3)
-        if not offset:
-            continue
+        host = p.host_name or p.label
+        p.clock_offset_ms = round(alignment.offset(host) / 1000.0, 3)
         for name in ("first_us", "last_us", "last_event_us", "created_us"):
             value = getattr(p, name)
             if value is not None:
-                setattr(p, name, value - offset)
+                setattr(p, name, value - int(round(alignment.offset_at(host, value))))
         for span in p.open_spans:
-            span.start_us -= offset
+            span.start_us -= int(round(alignment.offset_at(host, span.start_us)))
 
 
 def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, black_boxes: dict[str, dict[str, Any]] | None = None) -> RunSummary:
@@ -654,9 +653,9 @@ def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int,
 def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int, groups: int) -> list[str]:
     """What was not concluded, and why (shown in the Stragglers section and ``--json``)."""
     out = []
-    why_clock = alignment.reason or "no step-closing collective every rank leaves together"
     if not anchored:
-        out.append(f"arrival at the step-closing collective: not judged: no step-closing span ends at one moment on every rank ({why_clock})")
+        why = "the last span of each step does not end at one moment on every rank" if one_clock or alignment.reason.startswith("turned off") else alignment.reason
+        out.append(f"arrival at the step-closing collective: not judged: no step-closing span ends at one moment on every rank ({why})")
     if not one_clock and not anchored:
         out.append(
             f"wait or work in each phase: not judged: {len(set(hosts.values()))} hosts whose clocks cannot be compared, and no collective every rank leaves at one moment "

@@ -18,6 +18,11 @@ closing record), from a simulation of synchronous data-parallel training:
   timestamps a rank writes are true time + its host's offset; the hosts in
   ``drift_hosts`` also drift, linearly, by ``drift_ms`` over the run (NTP
   leaves milliseconds of drift on multi-host jobs);
+* with ``pp`` > 1, a pipeline-parallel mesh ``{"pp": pp, "dp": ranks // pp}``
+  (laid out as ``init_device_mesh`` does: rank = stage × dp + dp index), each
+  rank's coordinates in its ``structured_logger_opened`` record; the last
+  stage's ``fwd`` is longer by ``last_stage_fwd_pct`` % on every rank of it
+  (by design, not a fault: it holds the loss);
 * faults, each optional: a *straggler* rank slower by ``pct`` % in one phase;
   a *hung* rank that stops inside ``bwd`` at a step (the others then stop
   inside that step's ``all_reduce``, waiting for it); a *crashed* rank
@@ -85,6 +90,9 @@ class RunSpec:
     #: Hosts (indices) whose clocks drift by `drift_ms` from the start of the run to its end, on top of their offset.
     drift_hosts: tuple[int, ...] = ()
     drift_ms: float = 0.0
+    #: Pipeline stages (a ``pp`` × ``dp`` mesh) and how much longer the last stage's forward is, by design.
+    pp: int = 1
+    last_stage_fwd_pct: float = 0.0
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -93,6 +101,12 @@ def _hosts(spec: RunSpec) -> int:
 
 def _host_name(host: int) -> str:
     return f"node-{host:03d}"
+
+
+def _stage_ranks(spec: RunSpec, stage: int) -> slice:
+    """The ranks of one pipeline stage (pp-major, as ``init_device_mesh(("pp", "dp"))`` lays them out)."""
+    per_stage = spec.ranks // spec.pp
+    return slice(stage * per_stage, (stage + 1) * per_stage)
 
 
 def _trace_id(run_id: str, attempt: int, step: int | None) -> str:
@@ -108,6 +122,8 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     speed = rng.lognormal(0.0, spec.noise / 6, size=(spec.ranks, 1))  # each rank's own small systematic speed
     for phase, ms in PHASES.items():
         durations[phase] = ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
+    if spec.pp > 1 and spec.last_stage_fwd_pct:
+        durations["fwd"][_stage_ranks(spec, spec.pp - 1)] *= 1.0 + spec.last_stage_fwd_pct / 100.0
     if spec.straggler is not None:
         rank, phase, pct = spec.straggler
         durations[phase][rank] *= 1.0 + pct / 100.0
@@ -195,7 +211,8 @@ def _write_rank(job: tuple) -> int:
     w.write(
         {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
          "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
-         "max_file_size_mb": 0.0, "backup_count": 0, "queue_size": 65536},
+         "max_file_size_mb": 0.0, "backup_count": 0, "queue_size": 65536,
+         **({"mesh": {"pp": rank // (spec.ranks // spec.pp), "dp": rank % (spec.ranks // spec.pp)}, "mesh_shape": {"pp": spec.pp, "dp": spec.ranks // spec.pp}} if spec.pp > 1 else {})},
         thread=False,
     )
     pre = _trace_id(spec.run_id, attempt, None)
@@ -293,6 +310,8 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
     """
     rng = np.random.default_rng(spec.seed)
     spec.host_offsets_us = [float(x) for x in rng.uniform(-spec.offset_ms * 1000.0, spec.offset_ms * 1000.0, size=_hosts(spec))]
+    if spec.pp < 1 or spec.ranks % spec.pp:
+        raise ValueError(f"pp={spec.pp} stages do not divide {spec.ranks} ranks")
     for host in spec.drift_hosts:
         if not 0 <= host < _hosts(spec):
             raise ValueError(f"drifting host {host} is not one of the {_hosts(spec)} hosts")

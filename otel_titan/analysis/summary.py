@@ -51,7 +51,6 @@ from otel_titan.analysis.stragglers import (
     STRAGGLER_RULE,
     arrivals,
     compare_ranks,
-    describe_group,
     finding,
     lateness,
     peer_groups,
@@ -627,7 +626,7 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
             result.arrival_collective = alignment.anchor
             result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
         result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
-        result.withheld = _withheld(alignment, hosts, one_clock, bool(anchors), cannot_tell, len(groups))
+        result.withheld = _withheld(alignment, hosts, one_clock, bool(anchors), cannot_tell)
         _legacy_lists(result, collector, source)
         out.append(result)
     return out
@@ -650,7 +649,7 @@ def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int,
     return (lateness(rank, ends, exits) if exits is not None else None), True
 
 
-def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int, groups: int) -> list[str]:
+def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int) -> list[str]:
     """What was not concluded, and why (shown in the Stragglers section and ``--json``)."""
     out = []
     if not anchored:
@@ -662,8 +661,6 @@ def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock
             f"to measure each rank on its own clock; a phase longer on one rank may be time spent waiting inside a collective"
             + (f" ({cannot_tell} such phase{'s' if cannot_tell != 1 else ''} listed as 'cannot tell'; nobody named)" if cannot_tell else "")
         )
-    if groups > 1:
-        out.append(f"ranks compared only with their peers: {groups} groups of the mesh (same coordinates but data-parallel)")
     return out
 
 

@@ -11,6 +11,7 @@ from otel_titan.analysis.headline import describe_cost, headline_data, headline_
 from otel_titan.analysis.hang import format_hang
 from otel_titan.analysis.runs import RunChoice
 from otel_titan.analysis.safe_text import printable
+from otel_titan.analysis.stragglers import describe_group
 from otel_titan.analysis.stragglers import HEADLINE_MIN_SHARE, MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
 from otel_titan.analysis.summary_model import ProcessSummary, RankSlowness, RunSummary, StragglerFinding, Stragglers
 
@@ -257,6 +258,11 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
     if not group.steps:
         return lines + ["  no step was completed by two or more ranks"]
+    if len(group.peer_groups) > 1:
+        # A declared mesh: a rank is compared only with ranks that should do the same work.
+        shown = "; ".join(f"{describe_group(tuple(g['group'].items())) or 'no mesh'}: ranks {compress_ranks(g['ranks'])}" for g in group.peer_groups[:6])
+        more = f"; … {len(group.peer_groups) - 6} more" if len(group.peer_groups) > 6 else ""
+        lines.append(f"  each rank compared only with its peers (same mesh coordinates but data-parallel): {len(group.peer_groups)} groups: {shown}{more}")
     rows = []
     for r in group.ranks_by_slowness[:RANK_COLUMNS]:
         rows.append(

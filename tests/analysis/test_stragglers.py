@@ -93,3 +93,35 @@ def test_peers_share_every_coordinate_but_data_parallel():
     groups = peer_groups({r: {"pp": r // 4, "dp": r % 4} for r in range(8)} | {8: None})
     assert groups == {(("pp", 0),): [0, 1, 2, 3], (("pp", 1),): [4, 5, 6, 7], (): [8]}
 
+
+
+# -- a declared mesh: ranks compared only with ranks that should do the same work (issue 18 item 12) ----
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_pipelines_longer_last_stage_is_no_straggler(tmp_path, seed):
+    # On 93dec39 the last stage's ranks (48-63, forward +40% by design) were named stragglers on every seed.
+    run = _generated(tmp_path, "run", seed=seed, pp=4, last_stage_fwd_pct=40.0)
+    summary = summarize_run(run, log_skipped=False)
+    assert _named(summary) == set() and headline_data(summary)["diagnosis"] == []
+    (group,) = summary.stragglers
+    assert group.peer_groups == [{"group": {"pp": stage}, "ranks": list(range(16 * stage, 16 * stage + 16))} for stage in range(4)]
+    assert "each rank compared only with its peers (same mesh coordinates but data-parallel): 4 groups: pp 0: ranks 0-15; pp 1: ranks 16-31" in format_summary(summary)
+
+
+def test_a_straggler_within_a_stage_is_still_named(tmp_path):
+    run = _generated(tmp_path, "run", seed=4, pp=4, last_stage_fwd_pct=40.0, straggler=(53, "bwd", 25.0))
+    summary = summarize_run(run, log_skipped=False)
+    assert _named(summary) == {53}
+    (item,) = [f for f in summary.straggler_findings(headline_only=True) if f.kind == "arrival"]
+    assert item.group == {"pp": 3} and item.peers == list(range(48, 64))
+    (line,) = [line for line in headline_data(summary)["diagnosis"] if line.startswith("straggler: ")]
+    assert line.startswith("straggler: training rank 53 [pp 3]: last to arrive at all_reduce") and "bwd +2" in line
+
+
+def test_two_peers_in_a_stage_show_a_difference_and_blame_nobody(tmp_path):
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=8, steps=30, seed=2, pp=4, straggler=(5, "bwd", 25.0)))  # 4 stages of 2 ranks
+    summary = summarize_run(run, log_skipped=False)
+    assert _named(summary) == set()
+    (item,) = [f for f in summary.straggler_findings(headline_only=True) if f.kind == "arrival"]
+    assert (item.rank, item.verdict, item.peers) == (5, "difference", [4, 5])
+    assert any(line.startswith("ranks differ (2 ranks: no majority, nobody blamed): training rank 5 [pp 2] vs rank 4: ") for line in headline_data(summary)["diagnosis"])

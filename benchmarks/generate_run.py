@@ -93,6 +93,8 @@ class RunSpec:
     #: Pipeline stages (a ``pp`` × ``dp`` mesh) and how much longer the last stage's forward is, by design.
     pp: int = 1
     last_stage_fwd_pct: float = 0.0
+    #: How far apart (µs, |normal| sigma) ranks leave the collective in true time: milliseconds make it no moment at all.
+    exit_jitter_us: float = EXIT_JITTER_US
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -137,7 +139,7 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
         arrival = t + work[:, i] * 1000.0
         exits[i] = arrival.max() + COLLECTIVE_MS * 1000.0 * float(rng.lognormal(0.0, spec.noise))
         t = exits[i] + GAP_MS * 1000.0
-    exit_jitter = np.abs(rng.normal(0.0, EXIT_JITTER_US, size=shape))
+    exit_jitter = np.abs(rng.normal(0.0, spec.exit_jitter_us, size=shape))
     return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt}
 
 

@@ -84,7 +84,7 @@ class ClockAlignment:
     simultaneous: bool = False
     #: Piecewise alignment (drifting clocks): per window of steps its middle (µs, median raw end) and offsets; empty: one offset per host.
     windows: list[dict] = field(default_factory=list)
-    #: Per host, how far its offset moved from the first window to the last (µs); empty without windows.
+    #: Per host, how far its offset moved from the first window to the last, relative to the median host's move (µs); empty without windows.
     drift_us: dict[str, float] = field(default_factory=dict)
 
     def offset(self, host: str | None) -> float:
@@ -129,7 +129,7 @@ class ClockAlignment:
             drifting = sorted(self.drift_us.items(), key=lambda item: -abs(item[1]))[:3]
             return (
                 f"aligned piecewise on the end of {self.anchor} (all ranks leave it together; one offset per host did not fit: the clocks drift) over {self.steps} steps "
-                f"in {len(self.windows)} windows: {self.hosts} hosts, largest drift from the first window to the last " + ", ".join(f"{host} {drift / 1000:+.2f} ms" for host, drift in drifting)
+                f"in {len(self.windows)} windows: {self.hosts} hosts, largest drift from the first window to the last (against the median host) " + ", ".join(f"{host} {drift / 1000:+.2f} ms" for host, drift in drifting)
                 + f"; offsets spread {self.spread_us / 1000:.2f} ms; residual p95 {(self.residual_p95_us or 0) / 1000:.3f} ms"
             )
         return (
@@ -234,7 +234,8 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecew
                 offsets_us={hosts[h]: round(float(np.median(row)), 3) for h, row in zip(present, every)},
                 residual_p95_us=round(p95, 3),
                 windows=table,
-                drift_us={hosts[h]: round(float(row[-1] - row[0]), 3) for h, row in zip(present, every)},
+                # Relative to the median host's drift: only differences between clocks can be known.
+                drift_us={hosts[h]: round(float(moved - np.median(every[:, -1] - every[:, 0])), 3) for h, moved in zip(present, every[:, -1] - every[:, 0])},
             )
         windows *= 2
     return None

@@ -290,7 +290,7 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     else:
         lines.append(f"  no straggler: no rank's step time is slower on evidence ({rule})")
     if group.arrival_collective is not None:
-        lines += ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from when all ranks left the previous one, aligned clocks; over {group.arrival_steps} steps)"]
+        lines += ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from leaving the previous one, which all ranks leave together, on each rank's own clock; over {group.arrival_steps} steps)"]
         last = ", ".join(f"rank {row['rank']} in {row['steps']}" for row in group.last_arrivals[:3]) or "nobody alone (ties)"
         lines.append(f"    last to arrive most often: {last} of {group.arrival_steps} steps")
         for item in (f for f in group.findings if f.kind == "arrival"):

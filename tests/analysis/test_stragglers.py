@@ -125,3 +125,14 @@ def test_two_peers_in_a_stage_show_a_difference_and_blame_nobody(tmp_path):
     (item,) = [f for f in summary.straggler_findings(headline_only=True) if f.kind == "arrival"]
     assert (item.rank, item.verdict, item.peers) == (5, "difference", [4, 5])
     assert any(line.startswith("ranks differ (2 ranks: no majority, nobody blamed): training rank 5 [pp 2] vs rank 4: ") for line in headline_data(summary)["diagnosis"])
+
+
+def test_workers_carry_the_mesh(tmp_path):
+    run = _generated(tmp_path, "run", seed=5, pp=4, last_stage_fwd_pct=40.0, straggler=(20, "fwd", 40.0))
+    one, two = (summarize_run(run, log_skipped=False, jobs=jobs).stragglers[0] for jobs in (1, 2))
+    assert one.peer_groups == two.peer_groups and len(one.peer_groups) == 4
+    assert [(f.rank, f.kind, f.what, f.verdict) for f in one.findings] == [(f.rank, f.kind, f.what, f.verdict) for f in two.findings] and _named_in(one) == {20}
+
+
+def _named_in(group) -> set[int]:
+    return {f.rank for f in group.findings if f.verdict == "straggler"}

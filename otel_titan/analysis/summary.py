@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets
 from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
+from otel_titan.analysis.headline import compress
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis import summary_parallel
 from otel_titan.analysis.runs import select_run
@@ -622,11 +623,14 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
                     if row.slowest_rank is not None:
                         last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
                 result.findings += [finding(slow, kind="arrival", what=alignment.anchor, per_rank=peers_arrivals, **common) for slow in arrival_slowness if slow.differs]  # type: ignore[arg-type]
-        if anchors:
+        if anchors and result.arrival_steps:
             result.arrival_collective = alignment.anchor
             result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
         result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
         result.withheld = _withheld(alignment, hosts, one_clock, bool(anchors), cannot_tell)
+        alone = [members[0] for members in groups.values() if len(members) == 1]
+        if alone:  # a declared mesh with no other rank at the same coordinates but dp: nothing to compare it with
+            result.withheld.append(f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones")
         _legacy_lists(result, collector, source)
         out.append(result)
     return out

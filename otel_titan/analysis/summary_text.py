@@ -260,7 +260,7 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
         return lines + ["  no step was completed by two or more ranks"]
     if len(group.peer_groups) > 1:
         # A declared mesh: a rank is compared only with ranks that should do the same work.
-        shown = "; ".join(f"{describe_group(tuple(g['group'].items())) or 'no mesh'}: ranks {compress_ranks(g['ranks'])}" for g in group.peer_groups[:6])
+        shown = "; ".join(f"{describe_group(tuple(g['group'].items())) or 'no mesh'}: rank{'s' if len(g['ranks']) > 1 else ''} {compress_ranks(g['ranks'])}" for g in group.peer_groups[:6])
         more = f"; … {len(group.peer_groups) - 6} more" if len(group.peer_groups) > 6 else ""
         lines.append(f"  each rank compared only with its peers (same mesh coordinates but data-parallel): {len(group.peer_groups)} groups: {shown}{more}")
     rows = []
@@ -278,7 +278,8 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
                 "← straggler" if r.straggler else ("← differs (no majority)" if r.differs else ""),
             ]
         )
-    lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
+    if rows:
+        lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
     if len(group.ranks_by_slowness) > RANK_COLUMNS:
         lines.append(f"  … {len(group.ranks_by_slowness) - RANK_COLUMNS} more ranks (see --json)")
     rule = f"≥ {MIN_STEPS} steps, a median ≥ {MIN_EFFECT:.0%} and ≥ {MIN_Z:g} × noise above the others' median"

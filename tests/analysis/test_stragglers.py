@@ -136,3 +136,11 @@ def test_workers_carry_the_mesh(tmp_path):
 
 def _named_in(group) -> set[int]:
     return {f.rank for f in group.findings if f.verdict == "straggler"}
+
+
+def test_a_rank_without_peers_is_not_compared_and_the_summary_says_so(tmp_path):
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=4, steps=20, seed=1, pp=4, last_stage_fwd_pct=40.0))  # pp=4, dp=1: every rank alone in its stage
+    (group,) = summarize_run(run, log_skipped=False).stragglers
+    assert group.findings == [] and group.ranks_by_slowness == []
+    assert "ranks 0-3: not compared: no other rank has the same mesh coordinates but data-parallel ones" in group.withheld

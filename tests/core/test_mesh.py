@@ -107,3 +107,11 @@ def test_a_real_device_mesh_is_read_on_every_rank(tmp_path):
     for path in glob.glob(str(tmp_path / "out" / "structured_logs" / "*.jsonl")):
         opened = json.loads(open(path).readline())
         assert (opened["mesh"]["pp"], opened["mesh"]["dp"]) == torch_says[opened["rank"]] and opened["mesh_shape"] == {"pp": 2, "dp": 2}
+
+
+def test_a_mesh_that_does_not_match_the_world_stops_init_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_TITAN_MESH", "pp=2,dp=2")
+    with pytest.raises(ValueError, match=r"OTEL_TITAN_MESH \{'pp': 2, 'dp': 2\} holds 4 ranks, but the world size is 8"):
+        sl.init_structured_logger("training", tmp_path, rank=1, world_size=8, run_id="bad-mesh")
+    assert not sl.is_initialized() and sl.get_run_identity() is None
+    assert list((tmp_path / "structured_logs").iterdir()) == []  # no file: nothing was created

@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from typing import Any, Iterable, Mapping
+from typing import Mapping
 
 from otel_titan.analysis.summary_model import RankSlowness, StepTimes, StragglerFinding
 from otel_titan.schema import DATA_PARALLEL_PREFIX
@@ -45,6 +45,8 @@ __all__ = [
     "compare_ranks",
     "peer_groups",
     "peer_key",
+    "describe_group",
+    "per_step_differences",
     "lateness",
     "arrivals",
     "finding",
@@ -56,6 +58,7 @@ __all__ = [
     "MIN_ARRIVAL_EFFECT",
     "MIN_MAJORITY",
     "HEADLINE_MIN_SHARE",
+    "PERSISTENT_SHARE",
     "STRAGGLER_RULE",
 ]
 
@@ -359,8 +362,3 @@ def finding(
         headline=headline,
         why_not_headline=None if headline else why,
     )
-
-
-def headline_order(findings: Iterable[StragglerFinding]) -> list[StragglerFinding]:
-    """The findings that reach "Look first at", most costly first."""
-    return sorted((f for f in findings if f.headline), key=lambda f: (-f.cost_per_step_ms, f.rank))

@@ -31,7 +31,6 @@ import dataclasses
 import os
 import statistics
 from array import array
-from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets

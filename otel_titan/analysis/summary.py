@@ -656,8 +656,8 @@ def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock
     """What was not concluded, and why (shown in the Stragglers section and ``--json``)."""
     out = []
     if not anchored:
-        why = "the last span of each step does not end at one moment on every rank" if one_clock or alignment.reason.startswith("turned off") else alignment.reason
-        out.append(f"arrival at the step-closing collective: not judged: no step-closing span ends at one moment on every rank ({why})")
+        why = "" if one_clock or alignment.reason.startswith("turned off") else f" ({alignment.reason})"
+        out.append(f"arrival at the step-closing collective: not judged: the last span of each step does not end at one moment on every rank (it is no collective they leave together){why}")
     if not one_clock and not anchored:
         out.append(
             f"wait or work in each phase: not judged: {len(set(hosts.values()))} hosts whose clocks cannot be compared, and no collective every rank leaves at one moment "

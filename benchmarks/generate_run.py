@@ -15,7 +15,14 @@ closing record), from a simulation of synchronous data-parallel training:
   µs), then the next step begins;
 * every phase has multiplicative noise (lognormal, ``noise`` sigma);
 * every host's clock is off by a constant drawn from ±``offset_ms``: the
-  timestamps a rank writes are true time + its host's offset;
+  timestamps a rank writes are true time + its host's offset; the hosts in
+  ``drift_hosts`` also drift, linearly, by ``drift_ms`` over the run (NTP
+  leaves milliseconds of drift on multi-host jobs);
+* with ``pp`` > 1, a pipeline-parallel mesh ``{"pp": pp, "dp": ranks // pp}``
+  (laid out as ``init_device_mesh`` does: rank = stage × dp + dp index), each
+  rank's coordinates in its ``structured_logger_opened`` record; the last
+  stage's ``fwd`` is longer by ``last_stage_fwd_pct`` % on every rank of it
+  (by design, not a fault: it holds the loss);
 * faults, each optional: a *straggler* rank slower by ``pct`` % in one phase;
   a *hung* rank that stops inside ``bwd`` at a step (the others then stop
   inside that step's ``all_reduce``, waiting for it); a *crashed* rank
@@ -80,6 +87,14 @@ class RunSpec:
     ranks_per_host: int = RANKS_PER_HOST
     scalars: int = 1
     host_offsets_us: list[float] = field(default_factory=list)
+    #: Hosts (indices) whose clocks drift by `drift_ms` from the start of the run to its end, on top of their offset.
+    drift_hosts: tuple[int, ...] = ()
+    drift_ms: float = 0.0
+    #: Pipeline stages (a ``pp`` × ``dp`` mesh) and how much longer the last stage's forward is, by design.
+    pp: int = 1
+    last_stage_fwd_pct: float = 0.0
+    #: How far apart (µs, |normal| sigma) ranks leave the collective in true time: milliseconds make it no moment at all.
+    exit_jitter_us: float = EXIT_JITTER_US
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -88,6 +103,12 @@ def _hosts(spec: RunSpec) -> int:
 
 def _host_name(host: int) -> str:
     return f"node-{host:03d}"
+
+
+def _stage_ranks(spec: RunSpec, stage: int) -> slice:
+    """The ranks of one pipeline stage (pp-major, as ``init_device_mesh(("pp", "dp"))`` lays them out)."""
+    per_stage = spec.ranks // spec.pp
+    return slice(stage * per_stage, (stage + 1) * per_stage)
 
 
 def _trace_id(run_id: str, attempt: int, step: int | None) -> str:
@@ -103,6 +124,8 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     speed = rng.lognormal(0.0, spec.noise / 6, size=(spec.ranks, 1))  # each rank's own small systematic speed
     for phase, ms in PHASES.items():
         durations[phase] = ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
+    if spec.pp > 1 and spec.last_stage_fwd_pct:
+        durations["fwd"][_stage_ranks(spec, spec.pp - 1)] *= 1.0 + spec.last_stage_fwd_pct / 100.0
     if spec.straggler is not None:
         rank, phase, pct = spec.straggler
         durations[phase][rank] *= 1.0 + pct / 100.0
@@ -116,7 +139,7 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
         arrival = t + work[:, i] * 1000.0
         exits[i] = arrival.max() + COLLECTIVE_MS * 1000.0 * float(rng.lognormal(0.0, spec.noise))
         t = exits[i] + GAP_MS * 1000.0
-    exit_jitter = np.abs(rng.normal(0.0, EXIT_JITTER_US, size=shape))
+    exit_jitter = np.abs(rng.normal(0.0, spec.exit_jitter_us, size=shape))
     return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt}
 
 
@@ -184,11 +207,14 @@ def _write_rank(job: tuple) -> int:
     suffix = hashlib.sha256(f"{spec.run_id}|{rank}|{attempt}".encode()).hexdigest()[:6]
     path = os.path.join(log_dir, f"training.global_rank_{rank}.{stamp}-{suffix}.jsonl")
     w = _Writer(path, identity, pid)
-    clock = lambda true_us: true_us + offset  # noqa: E731 - the host's wall clock
+    drift = spec.drift_ms * 1000.0 if host in spec.drift_hosts else 0.0
+    span = max(exits[-1] - begins[0], 1.0)
+    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span  # noqa: E731 - the host's wall clock
     w.write(
         {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
          "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
-         "max_file_size_mb": 0.0, "backup_count": 0, "queue_size": 65536},
+         "max_file_size_mb": 0.0, "backup_count": 0, "queue_size": 65536,
+         **({"mesh": {"pp": rank // (spec.ranks // spec.pp), "dp": rank % (spec.ranks // spec.pp)}, "mesh_shape": {"pp": spec.pp, "dp": spec.ranks // spec.pp}} if spec.pp > 1 else {})},
         thread=False,
     )
     pre = _trace_id(spec.run_id, attempt, None)
@@ -286,6 +312,11 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
     """
     rng = np.random.default_rng(spec.seed)
     spec.host_offsets_us = [float(x) for x in rng.uniform(-spec.offset_ms * 1000.0, spec.offset_ms * 1000.0, size=_hosts(spec))]
+    if spec.pp < 1 or spec.ranks % spec.pp:
+        raise ValueError(f"pp={spec.pp} stages do not divide {spec.ranks} ranks")
+    for host in spec.drift_hosts:
+        if not 0 <= host < _hosts(spec):
+            raise ValueError(f"drifting host {host} is not one of the {_hosts(spec)} hosts")
     for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart):
         if fault is not None and not 0 <= fault[0] < spec.ranks:
             raise ValueError(f"fault rank {fault[0]} is not one of the {spec.ranks} ranks")
@@ -376,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--offset-ms", type=float, default=5.0, help="host clock offsets drawn from ±this (default 5)")
+    parser.add_argument("--drift-ms", type=float, default=0.0, help="the --drift-hosts' clocks drift by this over the run (default 0)")
+    parser.add_argument("--drift-hosts", type=lambda text: tuple(int(x) for x in text.split(",")), default=(), metavar="H,H", help="hosts (0-based) whose clocks drift")
     parser.add_argument("--noise", type=float, default=0.03, help="lognormal sigma of every phase duration (default 0.03)")
     parser.add_argument("--run-id", default="gen-run")
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
@@ -387,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     if sum(x is not None for x in (args.hung, args.crashed, args.restart)) > 1:
         parser.error("at most one of --hung, --crashed, --restart")
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
-                   straggler=args.straggler, hung=args.hung, crashed=args.crashed, restart=args.restart)
+                   straggler=args.straggler, hung=args.hung, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts)
     started = time.monotonic()
     try:
         truth = generate_run(args.out_dir, spec, jobs=args.jobs, progress=True)

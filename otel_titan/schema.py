@@ -28,6 +28,9 @@ __all__ = [
     "INT64_MIN",
     "INT64_MAX",
     "stacks_file_name",
+    "MESH_DIMS",
+    "DATA_PARALLEL_PREFIX",
+    "MESH_ENV",
 ]
 
 #: Bumped when a field changes meaning or disappears (adding fields does not bump it).
@@ -40,6 +43,16 @@ LOGGER_NAME = "otel_titan.structured_logger"
 #: Signed 64-bit bounds: OpenTelemetry int attributes and the file's integers (steps, metric values).
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
+
+#: The parallelism dimensions a job can declare (`init_structured_logger(mesh=...)`), and the record fields
+#: ``mesh`` (this rank's coordinate per dimension) and ``mesh_shape`` (each dimension's size) hold them.
+MESH_DIMS = ("pp", "dp", "cp", "tp", "ep")
+#: Dimensions whose names start with this are data-parallel: ranks that differ only in them do the same work
+#: (``dp``, torchtitan's ``dp_replicate``, ``dp_shard``), so the straggler analysis compares them.
+DATA_PARALLEL_PREFIX = "dp"
+#: The environment variable that declares the mesh when the program does not (``pp=2,dp=4,tp=2``).
+MESH_ENV = "OTEL_TITAN_MESH"
 
 
 class RecordKind:
@@ -100,6 +113,8 @@ class Field:
     STEP_TAGS = "step_tags"
     DROPPED_RECORDS = "dropped_records"
     SKIPPED_VALUES = "skipped_values"
+    MESH = "mesh"
+    MESH_SHAPE = "mesh_shape"
 
 
 class ATTR:
@@ -120,5 +135,8 @@ class ATTR:
     ERROR_TYPE = "error.type"
     #: Prefix of fields the logger adds to its own instants (``titan.extra.signal``).
     EXTRA_PREFIX = "titan.extra."
+    #: Resource attributes: this rank's coordinate in each mesh dimension (``titan.mesh.pp``), each size (``titan.mesh_shape.pp``).
+    MESH_PREFIX = "titan.mesh."
+    MESH_SHAPE_PREFIX = "titan.mesh_shape."
     #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
     INCOMPLETE = "titan.incomplete"

@@ -17,6 +17,15 @@ once aligned, agree best (residual p95); it is used only when they agree
 within `MAX_RESIDUAL_US` over at least `MIN_STEPS` steps: an optimizer step
 that ends when each rank is done is not simultaneous, and no alignment is
 better than a wrong one. Ranks without a host name form their own host.
+
+Clocks drift (NTP leaves milliseconds over a long run): when one offset per
+host does not fit, the run is cut into windows of consecutive steps (2, 4,
+8, … of at least `MIN_STEPS` steps each), each window gets its own offsets,
+and a host's offset at a moment is interpolated between the windows' middles
+(`ClockAlignment.offset_at`); the fewest windows that fit are used. Only when
+no window size fits is alignment refused, and then the anchor is not taken
+for simultaneous (`ClockAlignment.simultaneous`): evidence measured from it is
+withheld rather than risked.
 """
 
 from __future__ import annotations
@@ -27,12 +36,14 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ClockAlignment", "ClosingSpans", "estimate_offsets", "MAX_RESIDUAL_US", "MIN_STEPS"]
+__all__ = ["ClockAlignment", "ClosingSpans", "estimate_offsets", "MAX_RESIDUAL_US", "MIN_STEPS", "MAX_WINDOWS"]
 
 #: The anchor's aligned ends must agree within this (µs, p95 over ranks and steps) to be used.
 MAX_RESIDUAL_US = 1000.0
 #: ... over at least this many steps.
 MIN_STEPS = 3
+#: Piecewise alignment (drifting clocks) tries up to this many windows of consecutive steps.
+MAX_WINDOWS = 64
 
 
 @dataclass
@@ -68,10 +79,37 @@ class ClockAlignment:
     steps: int = 0
     offsets_us: dict[str, float] = field(default_factory=dict)
     residual_p95_us: float | None = None
+    #: Every rank leaves `anchor` at one moment (its ends agree within `MAX_RESIDUAL_US` once aligned, or on one clock):
+    #: its end is then a reference on each rank's own clock, and evidence measured from it needs no shared clock.
+    simultaneous: bool = False
+    #: Piecewise alignment (drifting clocks): per window of steps its middle (µs, median raw end) and offsets; empty: one offset per host.
+    windows: list[dict] = field(default_factory=list)
+    #: Per host, how far its offset moved from the first window to the last, relative to the median host's move (µs); empty without windows.
+    drift_us: dict[str, float] = field(default_factory=dict)
 
     def offset(self, host: str | None) -> float:
-        """The offset of `host` in µs (0 when unknown or not applied)."""
+        """The offset of `host` in µs (0 when unknown or not applied); with windows, the median over the run."""
         return self.offsets_us.get(host or "", 0.0) if self.applied else 0.0
+
+    def offset_at(self, host: str | None, time_us: float) -> float:
+        """The offset of `host` at `time_us` (its own clock): interpolated between windows when the clocks drift, else `offset`.
+
+        Example:
+            >>> a = ClockAlignment(True, "", windows=[{"center_us": 0, "offsets_us": {"h": 0.0}}, {"center_us": 100, "offsets_us": {"h": 50.0}}], offsets_us={"h": 25.0})
+            >>> a.offset_at("h", 50), a.offset_at("h", 500), a.offset("h")
+            (25.0, 50.0, 25.0)
+        """
+        if not self.applied or not self.windows:
+            return self.offset(host)
+        points = [(w["center_us"], w["offsets_us"][host]) for w in self.windows if (host or "") in w["offsets_us"]]
+        if not points:
+            return self.offset(host)
+        if time_us <= points[0][0]:
+            return points[0][1]
+        for (t0, o0), (t1, o1) in zip(points, points[1:]):
+            if time_us <= t1:
+                return o0 + (o1 - o0) * (time_us - t0) / (t1 - t0) if t1 > t0 else o1
+        return points[-1][1]
 
     @property
     def spread_us(self) -> float:
@@ -87,6 +125,13 @@ class ClockAlignment:
         if not self.applied:
             return f"not aligned: {self.reason}"
         largest = ", ".join(f"{host} {offset / 1000:+.2f} ms" for host, offset in self.largest())
+        if self.windows:
+            drifting = sorted(self.drift_us.items(), key=lambda item: -abs(item[1]))[:3]
+            return (
+                f"aligned piecewise on the end of {self.anchor} (all ranks leave it together; one offset per host did not fit: the clocks drift) over {self.steps} steps "
+                f"in {len(self.windows)} windows: {self.hosts} hosts, largest drift from the first window to the last (against the median host) " + ", ".join(f"{host} {drift / 1000:+.2f} ms" for host, drift in drifting)
+                + f"; offsets spread {self.spread_us / 1000:.2f} ms; residual p95 {(self.residual_p95_us or 0) / 1000:.3f} ms"
+            )
         return (
             f"aligned on the end of {self.anchor} (all ranks leave it together) over {self.steps} steps: {self.hosts} hosts, "
             f"offsets spread {self.spread_us / 1000:.2f} ms (largest {largest}); residual p95 {(self.residual_p95_us or 0) / 1000:.3f} ms"
@@ -112,7 +157,7 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
         # One clock: nothing to align, but which span is the collective is still worth knowing (arrival order).
         each = [ClosingSpans(str(i), p.key, p.steps, p.names, p.starts, p.ends) for i, p in enumerate(processes)]
         found = estimate_offsets(each) if len(each) > 1 else ClockAlignment(False, "")
-        return ClockAlignment(False, "all ranks on one host (one clock)", anchor=found.anchor if found.applied else None, hosts=1, steps=found.steps, residual_p95_us=found.residual_p95_us)
+        return ClockAlignment(False, "all ranks on one host (one clock)", anchor=found.anchor if found.applied else None, hosts=1, steps=found.steps, residual_p95_us=found.residual_p95_us, simultaneous=found.applied)
     best: ClockAlignment | None = None
     for name in sorted({n for p in processes for n in set(p.names)}):
         candidate = _estimate(processes, name, hosts)
@@ -121,6 +166,9 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
     if best is None:
         return ClockAlignment(False, f"no step-closing span seen on two or more hosts in {MIN_STEPS} steps or more", hosts=len(hosts))
     if best.residual_p95_us > MAX_RESIDUAL_US:  # type: ignore[operator]
+        piecewise = _estimate(processes, best.anchor, hosts, piecewise=True)  # type: ignore[arg-type]
+        if piecewise is not None:
+            return piecewise
         return ClockAlignment(
             False,
             f"no step-closing span ends at the same moment on every rank (best: {best.anchor}, residual p95 {best.residual_p95_us / 1000:.2f} ms > {MAX_RESIDUAL_US / 1000:g} ms)",  # type: ignore[operator]
@@ -131,7 +179,8 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
     return best
 
 
-def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str]) -> ClockAlignment | None:
+def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecewise: bool = False) -> ClockAlignment | None:
+    """One offset per host from the ends of `name` (or, `piecewise`, offsets per window of steps that fit within `MAX_RESIDUAL_US`)."""
     import numpy as np  # noqa: PLC0415 - only when there is something to align (keeps `summarize --tail` quick to start)
 
     host_index = {h: i for i, h in enumerate(hosts)}
@@ -153,24 +202,90 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str]) -> Clo
     if np.unique(step[keep]).size < MIN_STEPS or np.unique(host[keep]).size < 2:
         return None
     proc, host, step_idx, end = proc[keep], host[keep], step_idx[keep], end[keep]
-    offsets = np.zeros(len(hosts))
-    for _ in range(2):  # the second pass takes the step medians on aligned clocks
+    present = np.unique(host)
+    if not piecewise:
+        offsets = _fit(host, step_idx, end, len(hosts))
+        offsets -= np.median(offsets[present])
+        p95 = _residual_p95(host, step_idx, end, offsets[host])
+        return ClockAlignment(
+            True,
+            "",
+            simultaneous=True,
+            anchor=name,
+            hosts=int(present.size),
+            steps=int(np.unique(step_idx).size),
+            offsets_us={hosts[h]: round(float(offsets[h]), 3) for h in present},
+            residual_p95_us=round(p95, 3),
+        )
+    kept_steps = np.unique(step_idx)
+    windows = 2
+    while windows <= MAX_WINDOWS and kept_steps.size // windows >= MIN_STEPS:
+        found = _fit_windows(host, step_idx, end, kept_steps, windows, hosts, present)
+        if found is not None:
+            offsets_at, table, p95 = found
+            every = np.array([[w["offsets_us"][hosts[h]] for w in table] for h in present])
+            return ClockAlignment(
+                True,
+                "",
+                simultaneous=True,
+                anchor=name,
+                hosts=int(present.size),
+                steps=int(kept_steps.size),
+                offsets_us={hosts[h]: round(float(np.median(row)), 3) for h, row in zip(present, every)},
+                residual_p95_us=round(p95, 3),
+                windows=table,
+                # Relative to the median host's drift: only differences between clocks can be known.
+                drift_us={hosts[h]: round(float(moved - np.median(every[:, -1] - every[:, 0])), 3) for h, moved in zip(present, every[:, -1] - every[:, 0])},
+            )
+        windows *= 2
+    return None
+
+
+def _fit(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, size: int) -> np.ndarray:
+    """Per host, the median of its ranks' differences from each step's median end (two passes: the second on aligned clocks)."""
+    import numpy as np  # noqa: PLC0415
+
+    offsets = np.zeros(size)
+    for _ in range(2):
         aligned = end - offsets[host]
         diff = end - _group_median(step_idx, aligned)[step_idx]
-        offsets = _group_median(host, diff, len(hosts))
-    present = np.unique(host)
-    offsets -= np.median(offsets[present])
-    residual = (end - offsets[host]) - _group_median(step_idx, end - offsets[host])[step_idx]
-    p95 = float(np.percentile(np.abs(residual), 95))
-    return ClockAlignment(
-        True,
-        "",
-        anchor=name,
-        hosts=int(present.size),
-        steps=int(np.unique(step_idx).size),
-        offsets_us={hosts[h]: round(float(offsets[h]), 3) for h in present},
-        residual_p95_us=round(p95, 3),
-    )
+        offsets = _group_median(host, diff, size)
+    return offsets
+
+
+def _residual_p95(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_of_row: np.ndarray) -> float:
+    import numpy as np  # noqa: PLC0415
+
+    aligned = end - offset_of_row
+    residual = aligned - _group_median(step_idx, aligned)[step_idx]
+    return float(np.percentile(np.abs(residual), 95))
+
+
+def _fit_windows(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, kept_steps: np.ndarray, windows: int, hosts: list[str], present: np.ndarray) -> tuple[np.ndarray, list[dict], float] | None:
+    """Offsets per window of consecutive steps, interpolated between the windows' middles; None when a window lacks a host or the fit is off."""
+    import numpy as np  # noqa: PLC0415
+
+    table: list[dict] = []
+    centers, per_window = [], []
+    for chunk in np.array_split(kept_steps, windows):
+        rows = np.isin(step_idx, chunk)
+        if np.unique(host[rows]).size != present.size:
+            return None  # a host missing from a window: its drift there is unknown
+        offsets = _fit(host[rows], step_idx[rows], end[rows], len(hosts))
+        offsets -= np.median(offsets[present])
+        center = float(np.median(end[rows]))
+        centers.append(center)
+        per_window.append(offsets)
+        table.append({"from_step_index": int(chunk[0]), "to_step_index": int(chunk[-1]), "center_us": round(center, 1), "offsets_us": {hosts[h]: round(float(offsets[h]), 3) for h in present}})
+    grid = np.array(per_window)  # window × host
+    offset_of_row = np.empty(len(end))
+    for h in present:
+        rows = host == h
+        offset_of_row[rows] = np.interp(end[rows], centers, grid[:, h])
+    p95 = _residual_p95(host, step_idx, end, offset_of_row)
+    if p95 > MAX_RESIDUAL_US:
+        return None
+    return offset_of_row, table, p95
 
 
 def _group_median(groups: np.ndarray, values: np.ndarray, size: int | None = None) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.record_lines import SkippedLines, file_records, loads_line
 from otel_titan.analysis.safe_text import escape_surrogates
-from otel_titan.schema import META_EVENTS
+from otel_titan.schema import META_EVENTS, Field
 
 __all__ = [
     "NotARunError",
@@ -80,6 +80,8 @@ class ProcessLog:
     run_id: str | None = None
     world_size: int | None = None
     modified_us: int | None = None
+    #: Its coordinates in the job's mesh (``{"pp": 1, "dp": 3}``), from the ``structured_logger_opened`` record; None if none declared.
+    mesh: dict[str, int] | None = None
     #: Subtracted from every record's ``time_us`` as it is read: its host's clock offset (`clock_align`), 0 for none.
     clock_offset_us: int = 0
     #: With no `run_id`: the id of the process tree the file is from (docs/schema.md), if it says.
@@ -269,7 +271,16 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         world_size=_int("world_size"),
         modified_us=modified_us,
         process_run_id=process_run_id if isinstance(process_run_id, str) and process_run_id else None,
+        mesh=_mesh(first.get(Field.MESH)),
     )
+
+
+def _mesh(value: Any) -> dict[str, int] | None:
+    """A record's ``mesh`` field as coordinates (name → int), None when absent or not of that shape."""
+    if not isinstance(value, dict) or not value:
+        return None
+    coords = {name: coord for name, coord in value.items() if isinstance(name, str) and type(coord) is int}
+    return coords if len(coords) == len(value) else None
 
 
 def _first_record(segments: list[str], limit: int = 64 << 10) -> dict[str, Any]:

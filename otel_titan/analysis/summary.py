@@ -13,21 +13,10 @@ Definitions (docs/analysis.md explains them at length):
   and is left out.
 * *phase time* of rank r, step N: the total duration of r's completed spans of
   that phase that started in step N.
-* a rank is a *straggler* (`compare_ranks`) only on evidence: at least
-  `MIN_STEPS` compared steps, a median at least `MIN_EFFECT` above the other
-  ranks' median (the difference of the two medians: the figure shown), and
-  that difference at least `MIN_Z` times the noise (a robust z: the noise is
-  the larger of the spread of the other ranks' medians, 1.4826 × MAD, and the
-  standard error of the rank's own median per-step difference). Ties are
-  nobody's: a step where the slowest time is shared has no slowest rank.
-* a phase straggler must also matter to the step: its difference is at least
-  `MIN_STEP_SHARE` of the median step time; and it must finish the phase
-  later than the others (on aligned clocks): its median *lateness* (per step,
-  its end of the phase minus the median end of the other ranks') at least
-  `MIN_LATENESS_SHARE` of its difference (unless its clocks cannot be
-  compared: several unaligned hosts, or ranks more than a step apart). A
-  longer phase that ends with the others' is a wait (the rank that reaches a collective first waits inside
-  it), not slowness.
+* stragglers: the rules are in `analysis.stragglers` (peers by mesh
+  coordinates, the statistic, wait or work on each rank's own clock, arrival
+  at the step-closing collective, the cost and whether it held in both halves
+  of the run); this module collects what they need in its one pass.
 * a *hang suspect* is a process whose file holds no record since it was
   created (empty, or only the logger's own ``structured_logger_opened``) and
   that did not close cleanly: it hung (or died) before its first record.
@@ -38,22 +27,34 @@ One run at a time (`runs.select_run`): the latest in the folder unless
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import math
 import os
 import statistics
 from array import array
-from dataclasses import asdict
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets
 from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
+from otel_titan.analysis.headline import compress
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis import summary_parallel
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.tails import ends_torn, tail_records
-from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers, utc
+from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
+from otel_titan.analysis.stragglers import (
+    MIN_ARRIVAL_EFFECT,
+    MIN_EFFECT,
+    MIN_LATENESS_SHARE,
+    MIN_STEP_SHARE,
+    MIN_STEPS,
+    MIN_Z,
+    STRAGGLER_RULE,
+    arrivals,
+    compare_ranks,
+    finding,
+    lateness,
+    peer_groups,
+)
 from otel_titan.analysis.timeline import OpenSpan, TimelineVisitor, walk_process
 from otel_titan.analysis.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
@@ -73,25 +74,6 @@ __all__ = [
     "STRAGGLER_RULE",
 ]
 
-#: A rank is a straggler only with at least this many steps compared with other ranks ...
-MIN_STEPS = 6
-#: ... a median at least this fraction above the other ranks' median ...
-MIN_EFFECT = 0.10
-#: ... and that difference at least this many times the noise (robust z; 3.5 is the usual outlier bar).
-MIN_Z = 3.5
-#: A phase straggler's difference must also be at least this fraction of the median step time.
-MIN_STEP_SHARE = 0.01
-#: ... and a phase straggler finishes the phase late by at least this share of its difference (else it waited).
-MIN_LATENESS_SHARE = 0.5
-#: A late arrival at the step-closing collective delays every rank: a smaller share of the others' arrival time counts.
-MIN_ARRIVAL_EFFECT = 0.10
-#: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
-STRAGGLER_RULE = {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": MIN_ARRIVAL_EFFECT * 100}
-#: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
-_MAD_TO_SD = 1.4826
-_MEDIAN_SE = 1.2533
-#: Up to this many ranks, the spread of "the other ranks" leaves each rank out exactly.
-_EXACT_SPREAD_UP_TO = 64
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
 _OPENED = MetaEvent.OPENED
@@ -120,6 +102,8 @@ class _Collector(TimelineVisitor):
         self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # (source, attempt, rank) → host (whose clock offset applies to its ends).
         self.rank_hosts: dict[tuple[str, int | None, int], str] = {}
+        # (source, attempt, rank) → its mesh coordinates, when the job declared a mesh (its peers share all but dp).
+        self.rank_meshes: dict[tuple[str, int | None, int], dict[str, int] | None] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
         # label → digest of its latest `stall` record (analysis/hang.py)
@@ -129,7 +113,7 @@ class _Collector(TimelineVisitor):
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -150,6 +134,7 @@ class _Collector(TimelineVisitor):
                 for rank, steps in per_rank.items():
                     ranks.setdefault(rank, {}).update(steps)
         self.rank_hosts.update(state.get("rank_hosts", {}))
+        self.rank_meshes.update(state.get("rank_meshes", {}))
         for key, offsets in state["phase_offsets"].items():
             self.phase_offsets.setdefault(key, array("d")).extend(offsets)
         self.closing.extend(state["closing"])
@@ -244,6 +229,7 @@ class _Collector(TimelineVisitor):
                 per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
                 per_rank_end.setdefault(process.rank, {}).update(ends)
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
+            self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
         summary.open_span_count = len(self.open)
         paths: dict[Any, list[str]] = {}
         listed = []
@@ -356,10 +342,10 @@ def summarize_run(
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
     alignment = estimate_offsets(spans for _, spans in collector.closing)
     if not align and alignment.applied:
-        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={})
+        # The times stay as written; evidence measured on each rank's own clock (`stragglers`) still stands.
+        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
     _apply_offsets(processes, alignment)
     stragglers = _stragglers(collector, alignment)
-    _arrivals(stragglers, collector.closing, alignment)
     return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
 
 
@@ -456,20 +442,18 @@ def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
 
 
 def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -> None:
-    """Every time shown on the aligned clock: the host's offset subtracted."""
+    """Every time shown on the aligned clock: the host's offset at that moment subtracted (it moves when the clocks drift)."""
     if not alignment.applied:
         return
     for p in processes:
-        offset = int(round(alignment.offset(p.host_name or p.label)))
-        p.clock_offset_ms = round(offset / 1000.0, 3)
-        if not offset:
-            continue
+        host = p.host_name or p.label
+        p.clock_offset_ms = round(alignment.offset(host) / 1000.0, 3)
         for name in ("first_us", "last_us", "last_event_us", "created_us"):
             value = getattr(p, name)
             if value is not None:
-                setattr(p, name, value - offset)
+                setattr(p, name, value - int(round(alignment.offset_at(host, value))))
         for span in p.open_spans:
-            span.start_us -= offset
+            span.start_us -= int(round(alignment.offset_at(host, span.start_us)))
 
 
 def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, black_boxes: dict[str, dict[str, Any]] | None = None) -> RunSummary:
@@ -565,204 +549,157 @@ def _stop_groups(processes: list[ProcessSummary]) -> list[StopGroup]:
     return [StopGroup(event=event, count=len(labels), processes=labels, odd_one_out=majority and len(groups) > 1 and len(labels) < largest) for event, labels in ordered]
 
 
-def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT) -> tuple[list[StepTimes], list[RankSlowness]]:
-    """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
 
-    A rank's *excess* is its median minus the median of the other ranks'
-    medians (over the steps it shares with another rank). It is a straggler
-    when it has `MIN_STEPS` such steps, its excess is at least `MIN_EFFECT` of
-    the others' median, at least `MIN_Z` times the noise, and (with `step_ms`,
-    for a phase) at least `MIN_STEP_SHARE` of the step. The noise is the
-    larger of the spread of the other ranks' medians (1.4826 × MAD) and the
-    standard error of the rank's median per-step difference from the others
-    (1.2533 × 1.4826 × MAD / √n); `robust_z` is None when both are 0.
-    Ranks come out stragglers first, then by excess.
 
-    Example:
-        >>> steps, ranks = compare_ranks({0: {s: 10.0 for s in range(1, 9)}, 1: {s: 15.0 + s % 2 for s in range(1, 9)}, 2: {s: 10.5 for s in range(1, 9)}})
-        >>> [(r.rank, r.median_ms, r.others_median_ms, r.median_excess_ms, r.straggler) for r in ranks]
-        [(1, 15.5, 10.25, 5.25, True), (2, 10.5, 12.75, -2.25, False), (0, 10.0, 13.0, -3.0, False)]
-        >>> compare_ranks({0: {1: 10.0, 2: 10.0}, 1: {1: 10.0, 2: 10.0}})[0][0].slowest_rank is None  # a tie is nobody's
-        True
-    """
-    steps: dict[int, dict[int, float]] = {}
-    for rank, by_step in per_rank.items():
-        for step, ms in by_step.items():
-            steps.setdefault(step, {})[rank] = ms
-    rows: list[StepTimes] = []
-    slowest_count: dict[int, int] = {}
-    own: dict[int, list[float]] = {}
-    differences: dict[int, list[float]] = {}
-    for step in sorted(steps):
-        times = steps[step]
-        if len(times) < 2:
+def _anchor_spans(collector: _Collector, source: str, attempt: int | None, anchor: str) -> dict[int, dict[int, tuple[int, int]]]:
+    """rank → step → (start, end) µs of its step-closing collective `anchor`, on its own clock."""
+    out: dict[int, dict[int, tuple[int, int]]] = {}
+    for process, spans in collector.closing:
+        if process.source != source or process.attempt != attempt or process.rank is None:
             continue
-        ordered = sorted(times.values())
-        slowest: int | None = None
-        excess = 0.0
-        if ordered[-2] < ordered[-1]:  # a shared slowest time is nobody's
-            slowest = max(times, key=times.__getitem__)
-            slowest_count[slowest] = slowest_count.get(slowest, 0) + 1
-            excess = ordered[-1] - _median_without(ordered, ordered[-1])
-        for rank, ms in times.items():
-            own.setdefault(rank, []).append(ms)
-            differences.setdefault(rank, []).append(ms - _median_without(ordered, ms))
-        rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
-    medians = {rank: statistics.median(values) for rank, values in own.items()}
-    ordered_medians = sorted(medians.values())
-    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
-    # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
-    shared_spread = _MAD_TO_SD * _mad(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
-    ranks = []
-    for rank, values in own.items():
-        others_median = _median_without(ordered_medians, medians[rank])
-        excess = medians[rank] - others_median
-        pct = 100.0 * excess / others_median if others_median > 0 else None
-        if shared_spread is not None:
-            spread = shared_spread
-        else:
-            others = [median for other, median in medians.items() if other != rank]
-            spread = _MAD_TO_SD * _mad(others) if len(others) > 1 else 0.0
-        standard_error = _MEDIAN_SE * _MAD_TO_SD * _mad(differences[rank]) / math.sqrt(len(values))
-        noise = max(spread, standard_error)
-        z = excess / noise if noise > 0 else None
-        straggler = (
-            len(values) >= MIN_STEPS
-            and excess > 0
-            and (pct is None or pct >= 100.0 * min_effect)
-            and (z is None or z >= MIN_Z)
-            and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
-        )
-        ranks.append(
-            RankSlowness(
-                rank=rank,
-                compared_steps=len(values),
-                slowest_steps=slowest_count.get(rank, 0),
-                median_ms=round(medians[rank], 6),
-                others_median_ms=round(others_median, 6),
-                median_excess_ms=round(excess, 6),
-                median_excess_pct=None if pct is None else round(pct, 2),
-                noise_ms=round(noise, 6),
-                robust_z=None if z is None else round(z, 2),
-                straggler=straggler,
-            )
-        )
-    ranks.sort(key=lambda r: (not r.straggler, -r.median_excess_ms, r.rank))
-    return rows, ranks
+        base = _attempt_step(process.attempt, 0)
+        own = out.setdefault(process.rank, {})
+        for step, name, start_us, end_us in zip(spans.steps, spans.names, spans.starts, spans.ends):
+            if name == anchor:
+                own[step - base] = (start_us, end_us)
+    return {rank: by_step for rank, by_step in out.items() if by_step}
 
 
-def _mad(values: list[float]) -> float:
-    """Median absolute deviation from the median."""
-    center = statistics.median(values)
-    return statistics.median([abs(v - center) for v in values])
-
-
-def _median_without(ordered: list[float], value: float) -> float:
-    """Median of sorted `ordered` with one occurrence of `value` left out (O(log n), not O(n))."""
-    skip = bisect.bisect_left(ordered, value)
-    n = len(ordered) - 1
-
-    def at(i: int) -> float:
-        return ordered[i if i < skip else i + 1]
-
-    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
-
-
-def _lateness_ms(rank: int, per_rank_end: dict[int, dict[int, int]], offsets: dict[int, float]) -> float | None:
-    """Median over steps of `rank`'s end of a phase minus the median end of the other ranks' (aligned; ms); None without a shared step."""
-    own = per_rank_end.get(rank, {})
-    late = []
-    for step, end_us in own.items():
-        others = sorted(ends[step] - offsets.get(other, 0.0) for other, ends in per_rank_end.items() if other != rank and step in ends)
-        if others:
-            late.append((end_us - offsets.get(rank, 0.0) - statistics.median(others)) / 1000.0)
-    return statistics.median(late) if late else None
-
-
-def _stragglers(collector: _Collector, alignment: ClockAlignment | None = None) -> list[Stragglers]:
+def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragglers]:
+    """Per source and attempt: every rank compared with its peers (`analysis.stragglers`), with the findings and what was withheld."""
     out = []
     for (source, attempt), per_rank in sorted(collector.step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
         if len(per_rank) < 2:
             continue
-        steps, ranks = compare_ranks(per_rank)
         all_steps = [ms for by_step in per_rank.values() for ms in by_step.values()]
         step_ms = statistics.median(all_steps) if all_steps else None
-        phase_rows = []
-        for (phase_source, phase_attempt, phase), phase_ranks in sorted(collector.phase_step_ms.items(), key=lambda item: item[0][2]):
-            if (phase_source, phase_attempt) != (source, attempt) or len(phase_ranks) < 2:
+        hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in per_rank}
+        groups = peer_groups({rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank})
+        one_clock = len(set(hosts.values())) == 1
+        # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
+        anchors = _anchor_spans(collector, source, attempt, alignment.anchor) if alignment.anchor is not None and alignment.simultaneous else {}
+        exits = {rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None
+        steps, _ = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
+        phases = {phase: ranks for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
+        result = Stragglers(source=source, attempt=attempt, ranks=sorted(per_rank), median_step_ms=None if step_ms is None else round(step_ms, 6), steps=steps, ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
+        result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in groups.items()]
+        cannot_tell = 0
+        last: dict[int, int] = {}
+        for key, members in groups.items():
+            common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=members, group=key)
+            mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
+            if len(mine) < 2:
                 continue
-            _, phase_slowness = compare_ranks(phase_ranks, step_ms=step_ms)
-            offsets = collector.phase_offsets.get((source, phase))
-            offset = statistics.median(offsets) if offsets else None
-            ends = collector.phase_step_end.get((source, attempt, phase), {})
-            hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in phase_ranks}
-            # Ends compare across ranks on one clock, or on hosts' clocks once aligned; else the durations decide alone.
-            comparable = len(set(hosts.values())) == 1 or (alignment is not None and alignment.applied)
-            clock = {rank: alignment.offset(host) if alignment is not None else 0.0 for rank, host in hosts.items()}
-            for slow in phase_slowness:
-                if not slow.straggler:
+            _, slowness = compare_ranks(mine)
+            result.ranks_by_slowness += slowness
+            result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
+            for phase, phase_ranks in sorted(phases.items()):
+                peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
+                if len(peers_times) < 2:
                     continue
-                lateness = _lateness_ms(slow.rank, ends, clock) if comparable else None
-                if lateness is not None and step_ms is not None and abs(lateness) > step_ms:
-                    lateness = None  # more than a step apart: these ranks did not run in lockstep on these clocks; no evidence either way
-                if lateness is not None and lateness < MIN_LATENESS_SHARE * slow.median_excess_ms:
-                    continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
-                row = {"phase": phase, "median_start_in_step_ms": None if offset is None else round(offset, 6), **asdict(slow)}
-                row["median_end_lateness_ms"] = None if lateness is None else round(lateness, 6)
-                phase_rows.append(row)
-        # In the order the phases run within a step: a delay shows up as waiting in the phases after it.
-        phase_rows.sort(key=lambda row: (row["median_start_in_step_ms"] is None, row["median_start_in_step_ms"] or 0.0, row["phase"], -row["median_excess_ms"]))
+                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms)
+                ends = {rank: by_step for rank, by_step in collector.phase_step_end.get((source, attempt, phase), {}).items() if rank in peers_times}
+                for slow in phase_slowness:
+                    if not slow.differs:
+                        continue
+                    late, lockstep = _phase_lateness(slow.rank, ends, exits, one_clock, step_ms)
+                    if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
+                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, **common))
+                        continue
+                    if late is None:
+                        cannot_tell += 1
+                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **common))
+                        continue
+                    if late < MIN_LATENESS_SHARE * slow.median_excess_ms:
+                        continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
+                    result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, late_ms=late, **common))
+            if anchors:
+                peers_arrivals = arrivals({rank: anchors[rank] for rank in members if rank in anchors})
+                if len(peers_arrivals) < 2:
+                    continue
+                arrival_steps, arrival_slowness = compare_ranks(peers_arrivals, step_ms=step_ms, min_effect=MIN_ARRIVAL_EFFECT)
+                result.arrival_steps = max(result.arrival_steps, len(arrival_steps))
+                for row in arrival_steps:
+                    if row.slowest_rank is not None:
+                        last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
+                result.findings += [finding(slow, kind="arrival", what=alignment.anchor, per_rank=peers_arrivals, **common) for slow in arrival_slowness if slow.differs]  # type: ignore[arg-type]
+        if anchors and result.arrival_steps:
+            result.arrival_collective = alignment.anchor
+            result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
+        result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
+        result.withheld = _withheld(alignment, hosts, one_clock, bool(anchors), cannot_tell)
+        alone = [members[0] for members in groups.values() if len(members) == 1]
+        if alone:  # a declared mesh with no other rank at the same coordinates but dp: nothing to compare it with
+            result.withheld.append(f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones")
+        _legacy_lists(result, collector, source)
+        out.append(result)
+    return out
+
+
+def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int, dict[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:
+    """How much later `rank` finished the phase than its peers (ms), on the best evidence there is (None: cannot tell), and whether in lockstep.
+
+    One clock: the ends compared as written (exact, no assumption); ranks
+    more than a step apart there are not in lockstep (False): no rank waits
+    for another, the durations decide. Several hosts: each end measured back
+    from the rank's exit of the step-closing collective, on its own clock (no
+    shared clock needed). Neither: None.
+    """
+    if one_clock:
+        late = lateness(rank, ends, None)
+        if late is not None and step_ms is not None and abs(late) > step_ms:
+            return None, False
+        return late, True
+    return (lateness(rank, ends, exits) if exits is not None else None), True
+
+
+def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int) -> list[str]:
+    """What was not concluded, and why (shown in the Stragglers section and ``--json``)."""
+    out = []
+    if not anchored:
+        why = "" if one_clock or alignment.reason.startswith("turned off") else f" ({alignment.reason})"
+        out.append(f"arrival at the step-closing collective: not judged: the last span of each step does not end at one moment on every rank (it is no collective they leave together){why}")
+    if not one_clock and not anchored:
         out.append(
-            Stragglers(
-                source=source,
-                attempt=attempt,
-                ranks=sorted(per_rank),
-                median_step_ms=None if step_ms is None else round(step_ms, 6),
-                steps=steps,
-                ranks_by_slowness=ranks,
-                straggler_ranks=[r.rank for r in ranks if r.straggler],
-                phase_stragglers=phase_rows,
-            )
+            f"wait or work in each phase: not judged: {len(set(hosts.values()))} hosts whose clocks cannot be compared, and no collective every rank leaves at one moment "
+            f"to measure each rank on its own clock; a phase longer on one rank may be time spent waiting inside a collective"
+            + (f" ({cannot_tell} such phase{'s' if cannot_tell != 1 else ''} listed as 'cannot tell'; nobody named)" if cannot_tell else "")
         )
     return out
 
 
-def _arrivals(groups: list[Stragglers], closing: list[tuple[ProcessLog, ClosingSpans]], alignment: ClockAlignment) -> None:
-    """Who arrives last at the step-closing collective, on aligned clocks; a straggler by the rule of `compare_ranks`.
-
-    A rank's *arrival* in step N = when it enters the collective (its span's
-    start, aligned) − when every rank left the previous one (the median of the
-    aligned ends of step N−1: one moment). In synchronous training every rank's
-    step takes as long as the slowest's, but the slowest arrives last: this is
-    where a straggler shows whatever phase it is slow in.
-    """
-    anchor = alignment.anchor
-    if anchor is None:
-        return
-    for group in groups:
-        starts: dict[int, dict[int, float]] = {}
-        ends: dict[int, list[float]] = {}
-        for process, spans in closing:
-            if process.source != group.source or process.attempt != group.attempt or process.rank is None:
-                continue
-            offset = alignment.offset(spans.host)
-            base = _attempt_step(process.attempt, 0)
-            own = starts.setdefault(process.rank, {})
-            for step, name, start_us, end_us in zip(spans.steps, spans.names, spans.starts, spans.ends):
-                if name == anchor:
-                    own[step - base] = start_us - offset
-                    ends.setdefault(step - base, []).append(end_us - offset)
-        boundary = {step: statistics.median(values) for step, values in ends.items() if len(values) >= 2}
-        per_rank = {rank: {step: (start - boundary[step - 1]) / 1000.0 for step, start in by_step.items() if step - 1 in boundary} for rank, by_step in starts.items()}
-        per_rank = {rank: by_step for rank, by_step in per_rank.items() if by_step}
-        if len(per_rank) < 2:
+def _legacy_lists(result: Stragglers, collector: _Collector, source: str) -> None:
+    """The per-kind lists kept from before the findings (``straggler_ranks``, ``phase_stragglers``, ``arrival_stragglers``): stragglers only."""
+    for item in result.findings:
+        if item.verdict != "straggler":
             continue
-        steps, ranks = compare_ranks(per_rank, step_ms=group.median_step_ms, min_effect=MIN_ARRIVAL_EFFECT)
-        last: dict[int, int] = {}
-        for row in steps:
-            if row.slowest_rank is not None:
-                last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
-        group.arrival_collective = anchor
-        group.arrival_steps = len(steps)
-        group.arrival_stragglers = [asdict(r) for r in ranks if r.straggler]
-        group.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
+        if item.kind == "step":
+            result.straggler_ranks.append(item.rank)
+        elif item.kind == "arrival":
+            result.arrival_stragglers.append(_row(item))
+        else:
+            offsets = collector.phase_offsets.get((source, item.what))
+            offset = statistics.median(offsets) if offsets else None
+            result.phase_stragglers.append({"phase": item.what, "median_start_in_step_ms": None if offset is None else round(offset, 6), **_row(item), "median_end_lateness_ms": item.lateness_ms})
+    # In the order the phases run within a step: a delay shows up as waiting in the phases after it.
+    result.phase_stragglers.sort(key=lambda row: (row["median_start_in_step_ms"] is None, row["median_start_in_step_ms"] or 0.0, row["phase"], -row["median_excess_ms"]))
+    result.straggler_ranks.sort(key=lambda rank: -next(f.excess_ms for f in result.findings if f.kind == "step" and f.rank == rank))
+
+
+def _row(item: StragglerFinding) -> dict[str, Any]:
+    """A finding in the shape of a `RankSlowness` row (the legacy lists' rows)."""
+    return {
+        "rank": item.rank,
+        "compared_steps": item.compared_steps,
+        "slowest_steps": item.slowest_steps,
+        "median_ms": item.median_ms,
+        "others_median_ms": item.others_median_ms,
+        "median_excess_ms": item.excess_ms,
+        "median_excess_pct": item.excess_pct,
+        "noise_ms": item.noise_ms,
+        "robust_z": item.robust_z,
+        "straggler": True,
+        "cost_per_step_ms": item.cost_per_step_ms,
+        "share_of_step": item.share_of_step,
+        "persistent": item.persistent,
+    }

@@ -14,7 +14,7 @@ from otel_titan.analysis.clock_align import ClockAlignment
 from otel_titan.analysis.headline import headline_data
 from otel_titan.analysis.runs import RunInfo
 
-__all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "Stragglers", "utc"]
+__all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "StragglerFinding", "Stragglers", "utc"]
 
 
 def utc(time_us: int | None) -> str | None:
@@ -154,7 +154,9 @@ class RankSlowness:
     other ranks' medians), `median_excess_pct` the same relative to
     `others_median_ms` (None when that is 0). `robust_z` = excess / `noise_ms`
     (None when the noise is 0). `slowest_steps`: steps in which it alone was
-    the slowest. `straggler`: the rule of `summary.compare_ranks` holds.
+    the slowest. `differs`: the rule of `stragglers.compare_ranks` holds;
+    `straggler`: it holds among at least three ranks (with two there is no
+    majority to call one of them abnormal).
     """
 
     rank: int
@@ -167,6 +169,55 @@ class RankSlowness:
     noise_ms: float
     robust_z: float | None
     straggler: bool
+    differs: bool = False
+
+
+@dataclass
+class StragglerFinding:
+    """One verdict of the straggler analysis (`analysis.stragglers`), with what it costs the run.
+
+    `kind`: ``step`` (its step time), ``phase`` (`what` is the phase) or
+    ``arrival`` (at the step-closing collective `what`). `verdict`:
+    ``straggler`` (slower than a majority of its peers, on evidence),
+    ``difference`` (fewer than three peers: shown, nobody blamed) or ``cannot
+    tell`` (longer, but whether it waited or worked cannot be known: see
+    `Stragglers.withheld`). `peers`: the ranks compared (same mesh `group`).
+    `cost_per_step_ms`: what the run would save per step without it (every
+    rank pays a straggler's delay at the collective); `cost_run_ms` that over
+    the steps compared; `share_of_step` against the median step. `persistent`:
+    large in both halves of the run (`first_half_excess_ms`,
+    `second_half_excess_ms`); `large_from_step`…`large_to_step`: where it was
+    large. `headline`: it reaches "Look first at" (else `why_not_headline`).
+    """
+
+    source: str
+    attempt: int | None
+    rank: int
+    kind: str
+    what: str
+    verdict: str
+    peers: list[int]
+    group: dict[str, int]
+    median_ms: float
+    others_median_ms: float
+    excess_ms: float
+    excess_pct: float | None
+    noise_ms: float
+    robust_z: float | None
+    compared_steps: int
+    slowest_steps: int
+    lateness_ms: float | None
+    cost_per_step_ms: float
+    cost_run_ms: float
+    share_of_step: float | None
+    persistent: bool
+    first_half_excess_ms: float | None
+    second_half_excess_ms: float | None
+    large_from_step: int | None
+    large_to_step: int | None
+    large_steps: int
+    headline: bool
+    why_not_headline: str | None
 
 
 @dataclass
@@ -186,6 +237,12 @@ class Stragglers:
     arrival_steps: int = 0
     arrival_stragglers: list[dict[str, Any]] = field(default_factory=list)
     last_arrivals: list[dict[str, int]] = field(default_factory=list)
+    #: Every verdict with its cost (`StragglerFinding`): what "Look first at" and the report show.
+    findings: list[StragglerFinding] = field(default_factory=list)
+    #: Conclusions not drawn, each with why (clocks that cannot be compared, no collective every rank leaves together).
+    withheld: list[str] = field(default_factory=list)
+    #: Ranks compared with each other (same mesh coordinates but data-parallel): ``{"group": {"pp": 1}, "ranks": [...]}``.
+    peer_groups: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -230,6 +287,15 @@ class RunSummary:
     tail_only: bool = False
     #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
     hang: Any = None
+
+    def straggler_findings(self, headline_only: bool = False) -> list[StragglerFinding]:
+        """Every straggler finding of the run (or only those for "Look first at"), most costly first.
+
+        Example:
+            >>> # [(f.rank, f.what, f.cost_per_step_ms) for f in summarize_run("outputs").straggler_findings()]
+        """
+        found = [f for group in self.stragglers for f in group.findings if f.headline or not headline_only]
+        return sorted(found, key=lambda f: (not f.headline, f.verdict != "straggler", -f.cost_per_step_ms, f.rank))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: times as µs and as UTC strings, open spans with their path.

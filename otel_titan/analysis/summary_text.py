@@ -7,12 +7,13 @@ import time
 from typing import Sequence
 
 from otel_titan.analysis.headline import compress as compress_ranks
-from otel_titan.analysis.headline import headline_data, headline_lines
+from otel_titan.analysis.headline import describe_cost, headline_data, headline_lines
 from otel_titan.analysis.hang import format_hang
 from otel_titan.analysis.runs import RunChoice
 from otel_titan.analysis.safe_text import printable
-from otel_titan.analysis.summary import MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
-from otel_titan.analysis.summary_model import ProcessSummary, RankSlowness, RunSummary, Stragglers
+from otel_titan.analysis.stragglers import describe_group
+from otel_titan.analysis.stragglers import HEADLINE_MIN_SHARE, MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
+from otel_titan.analysis.summary_model import ProcessSummary, RankSlowness, RunSummary, StragglerFinding, Stragglers
 from otel_titan.analysis.wording import plural
 
 __all__ = ["format_summary", "format_ms", "compress_ranks"]
@@ -267,6 +268,11 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
     if not group.steps:
         return lines + ["  no step was completed by two or more ranks"]
+    if len(group.peer_groups) > 1:
+        # A declared mesh: a rank is compared only with ranks that should do the same work.
+        shown = "; ".join(f"{describe_group(tuple(g['group'].items())) or 'no mesh'}: rank{'s' if len(g['ranks']) > 1 else ''} {compress_ranks(g['ranks'])}" for g in group.peer_groups[:6])
+        more = f"; … {len(group.peer_groups) - 6} more" if len(group.peer_groups) > 6 else ""
+        lines.append(f"  each rank compared only with its peers (same mesh coordinates but data-parallel): {len(group.peer_groups)} groups: {shown}{more}")
     rows = []
     for r in group.ranks_by_slowness[:RANK_COLUMNS]:
         rows.append(
@@ -279,27 +285,32 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
                 _excess(r.median_excess_ms, r.median_excess_pct),
                 format_ms(r.noise_ms),
                 _z(r),
-                "← straggler" if r.straggler else "",
+                "← straggler" if r.straggler else ("← differs (no majority)" if r.differs else ""),
             ]
         )
-    lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
+    if rows:
+        lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
     if len(group.ranks_by_slowness) > RANK_COLUMNS:
         lines.append(f"  … {len(group.ranks_by_slowness) - RANK_COLUMNS} more ranks (see --json)")
     rule = f"≥ {MIN_STEPS} steps, a median ≥ {MIN_EFFECT:.0%} and ≥ {MIN_Z:g} × noise above the others' median"
+    step_differs = [f.rank for f in group.findings if f.kind == "step" and f.verdict == "difference"]
     if group.straggler_ranks:
         lines.append(f"  straggler{'s' if len(group.straggler_ranks) > 1 else ''}: rank{'s' if len(group.straggler_ranks) > 1 else ''} {compress_ranks(group.straggler_ranks)} ({rule})")
+    elif step_differs:
+        lines.append(f"  no straggler: rank {compress_ranks(step_differs)}'s steps differ from its peers', but with fewer than {MIN_MAJORITY} ranks there is no majority to call one abnormal ({rule})")
     else:
         lines.append(f"  no straggler: no rank's step time is slower on evidence ({rule})")
     if group.arrival_collective is not None:
-        lines += ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from when all ranks left the previous one, aligned clocks; over {group.arrival_steps} steps)"]
+        lines += ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from leaving the previous one, which all ranks leave together, on each rank's own clock; over {group.arrival_steps} steps)"]
         last = ", ".join(f"rank {row['rank']} in {row['steps']}" for row in group.last_arrivals[:3]) or "nobody alone (ties)"
         lines.append(f"    last to arrive most often: {last} of {group.arrival_steps} steps")
-        for row in group.arrival_stragglers:
+        for item in (f for f in group.findings if f.kind == "arrival"):
             lines.append(
-                f"    rank {row['rank']} arrives {row['median_excess_ms']:+.2f} ms ({row['median_excess_pct']:+.1f}%) after the others' median, "
-                f"z {'∞' if row['robust_z'] is None else format(row['robust_z'], '.1f')} ← straggler"
+                f"    rank {item.rank} arrives {item.excess_ms:+.2f} ms ({item.excess_pct:+.1f}%) after the others' median, "
+                f"z {'∞' if item.robust_z is None else format(item.robust_z, '.1f')} {_verdict(item)}"
             )
-        if not group.arrival_stragglers:
+            lines.append(f"      {_cost_line(item)}")
+        if not any(f.kind == "arrival" for f in group.findings):
             lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {MIN_ARRIVAL_EFFECT:.0%} and ≥ {MIN_Z:g} × noise after the others' median)")
     shown = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
     lines += ["", f"  Steps with the largest excess, largest first ({len(shown)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
@@ -310,25 +321,55 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     else:
         rows = [[str(s.step), _slowest(s.slowest_rank), format_ms(max(s.ms.values())), f"+{format_ms(s.excess_ms)}"] for s in shown]
         lines += _table(["step", "slowest", "its ms", "excess"], rows, right=(0, 1, 2, 3), indent="    ")
-    if group.phase_stragglers:
-        lines += ["", f"  Phase stragglers (time per step in the phase; the same rule, and ≥ {MIN_STEP_SHARE:.0%} of the median step; in the order phases run in a step)"]
-        for row in group.phase_stragglers:
-            others = row["others_median_ms"]
+    phase_findings = [f for f in group.findings if f.kind == "phase"]
+    if phase_findings:
+        offsets = {row["phase"]: row["median_start_in_step_ms"] for row in group.phase_stragglers}
+        phase_findings.sort(key=lambda f: (offsets.get(f.what) is None, offsets.get(f.what) or 0.0, f.what, -f.excess_ms))
+        lines += ["", f"  Phase stragglers (time per step in the phase; the same rule, ≥ {MIN_STEP_SHARE:.0%} of the median step, and it ends the phase late: it did not wait)"]
+        for item in phase_findings:
+            others = item.others_median_ms
             # Twice the others' time or more reads better as a factor than as a percentage.
-            if others > 0 and row["median_ms"] >= 2 * others:
-                difference = f"{row['median_excess_ms']:+.2f} ms, {row['median_ms'] / others:.1f}×"
+            if others > 0 and item.median_ms >= 2 * others:
+                difference = f"{item.excess_ms:+.2f} ms, {item.median_ms / others:.1f}×"
             else:
-                difference = _excess(row["median_excess_ms"], row["median_excess_pct"], inline=True)
-            z = "∞" if row["robust_z"] is None else f"{row['robust_z']:.1f}"
+                difference = _excess(item.excess_ms, item.excess_pct, inline=True)
+            z = "∞" if item.robust_z is None else f"{item.robust_z:.1f}"
             lines.append(
-                f"    {row['phase']}: rank {row['rank']} median {format_ms(row['median_ms'])} ms vs {format_ms(others)} ms on the others "
-                f"({difference}; z {z}; alone slowest in {row['slowest_steps']}/{row['compared_steps']} steps)"
+                f"    {item.what}: rank {item.rank} median {format_ms(item.median_ms)} ms vs {format_ms(others)} ms on the others "
+                f"({difference}; z {z}; alone slowest in {item.slowest_steps}/{item.compared_steps} steps) {_verdict(item)}"
             )
-        lines.append("    In synchronous training, ranks waiting for a straggler spend the wait in a later collective phase")
-        lines.append("    (e.g. backward's all-reduce): the first phase listed is the likely cause.")
+            lines.append(f"      {_cost_line(item)}")
+        if any(f.verdict == "straggler" for f in phase_findings):
+            lines.append("    In synchronous training, ranks waiting for a straggler spend the wait in a later collective phase")
+            lines.append("    (e.g. backward's all-reduce): the first phase listed is the likely cause.")
     else:
         lines += ["", "  no phase straggler (no phase's time per step is slower on one rank on evidence)"]
+    for item in (f for f in group.findings if f.kind == "step"):
+        lines.append(f"  rank {item.rank}'s step time {_verdict(item)}: {_cost_line(item)}")
+    if group.withheld:
+        lines += ["", "  Withheld (not judged, and why):"]
+        lines += [f"    {line}" for line in group.withheld]
     return lines
+
+
+def _verdict(item: StragglerFinding) -> str:
+    if item.verdict == "straggler":
+        return "← straggler"
+    if item.verdict == "difference":
+        return f"(a difference: {len(item.peers)} ranks, no majority to call one abnormal; nobody blamed)"
+    return "(cannot tell whether it waited or worked: not judged)"
+
+
+def _cost_line(item: StragglerFinding) -> str:
+    """Its cost, and why it is or is not in "Look first at"."""
+    if item.verdict == "cannot tell":
+        return "no cost stated: it may be time spent waiting for another rank"
+    text = describe_cost(item)
+    if item.persistent:
+        text += f"; in both halves of the run (steps {item.large_from_step}–{item.large_to_step})"
+    if item.headline:
+        return text + "; in Look first at"
+    return text + f"; not in Look first at: {item.why_not_headline} (needs ≥ {HEADLINE_MIN_SHARE:.0%} of the step in both halves of the run)"
 
 
 def _slowest(rank: int | None) -> str:

@@ -52,6 +52,8 @@ from typing import Any, Callable, Mapping
 
 from opentelemetry.sdk.resources import Resource
 
+from otel_titan.schema import ATTR
+
 __all__ = ["RunIdentity", "discover_identity", "build_resource", "export_run_id", "RESOURCE_ATTR", "RUN_ID_ENV", "PROCESS_RUN_ID_ENV"]
 
 #: The run id a parent process shares with its children (or the user sets): read first after the argument.
@@ -76,6 +78,9 @@ class RESOURCE_ATTR:
     JOB_ID = "titan.job_id"
     #: Which of a step's traces this process's spans are in: rank // trace group size (absent when all ranks share one trace).
     TRACE_GROUP = "titan.trace_group"
+    #: Prefixes of the mesh coordinates (``titan.mesh.pp``) and sizes (``titan.mesh_shape.pp``), when the job declared a mesh.
+    MESH_PREFIX = ATTR.MESH_PREFIX
+    MESH_SHAPE_PREFIX = ATTR.MESH_SHAPE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,9 @@ class RunIdentity:
     service_instance_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     #: Where each field came from ("argument", "RANK", "torch.distributed", "default"...).
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: This rank's coordinate per mesh dimension and each dimension's size (`core.mesh`); None without a declared mesh.
+    mesh: Mapping[str, int] | None = None
+    mesh_shape: Mapping[str, int] | None = None
     #: The id this process's trace ids are made from and its children inherit: `run_id` when there is one,
     #: else the one an otel-titan parent shared (``OTEL_TITAN_PROCESS_RUN_ID``), else a random one (None: made here).
     process_run_id: str | None = None
@@ -326,6 +334,10 @@ def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Res
         attributes["host.name"] = identity.host_name
     if trace_group is not None:  # which of the step's traces this rank's spans are in (trace_ids.py)
         attributes[RESOURCE_ATTR.TRACE_GROUP] = trace_group
+    for name, coord in (identity.mesh or {}).items():
+        attributes[RESOURCE_ATTR.MESH_PREFIX + name] = coord
+    for name, size in (identity.mesh_shape or {}).items():
+        attributes[RESOURCE_ATTR.MESH_SHAPE_PREFIX + name] = size
     resource = Resource.create(attributes)
     service_name = resource.attributes.get("service.name")
     explicit = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence, Union
 
 from otel_titan.core.event_queue import DEFAULT_QUEUE_SIZE
+from otel_titan.core.mesh import check_mesh_option
 
 __all__ = ["LoggerOptions", "parse_options"]
 
@@ -59,6 +60,10 @@ class LoggerOptions:
     #: Ranks sharing one trace per step (rank // size); 0 = every rank in one trace per step.
     #: None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32 (keeps a 1,024-rank step's traces within Tempo's and Jaeger's limits).
     trace_group_size: int | None = None
+    #: The job's device mesh: sizes per dimension (``{"pp": 2, "dp": 4, "tp": 2}``, laid out as
+    #: ``init_device_mesh`` does) or torch's ``DeviceMesh``; None = ``OTEL_TITAN_MESH``, else none. Each
+    #: rank's coordinates are recorded, and the analysis compares a rank only with ranks that differ in dp alone.
+    mesh: Any = None
 
 
 _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
@@ -100,7 +105,10 @@ def parse_options(options: dict[str, Any]) -> LoggerOptions:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
             raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
-        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size"):
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size", "mesh"):
+            continue
+        if name == "mesh":  # a mapping of sizes or a DeviceMesh: not a type check
+            check_mesh_option(value)
             continue
         types, valid, expected = _CHECKS[name]
         if isinstance(value, bool) and bool not in types:

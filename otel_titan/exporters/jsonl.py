@@ -43,7 +43,7 @@ from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAware
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
-from otel_titan.schema import MetaEvent, stacks_file_name
+from otel_titan.schema import Field, MetaEvent, stacks_file_name
 from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
 
@@ -389,6 +389,8 @@ def register_jsonl_handler(
             "backup_count": options.backup_count,
             "queue_size": options.queue_size,
             "message": f"structured logger opened for {identity.source} rank {identity.rank}",
+            # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
+            **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
         },
         stacks_file=getattr(options, "stall_after_s", None) != 0,
     )

@@ -30,6 +30,8 @@ from otel_titan._version import __version__
 from otel_titan.core import blackbox, capture, otel_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
+from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
+from otel_titan.core.mesh import resolve_mesh
 from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
@@ -70,7 +72,9 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``include_hostname`` (True), ``handlers``, ``flush_interval_s``
             (0.05), ``heartbeat_interval_s`` (10), ``exit_timeout_s`` (5), ``handle_sigterm`` (True),
             ``join_otel_context`` (auto), ``propagate_otel_context`` (False),
-            ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all).
+            ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all),
+            ``mesh`` (the job's device mesh: ``{"pp": 2, "dp": 4}`` or a torch ``DeviceMesh``;
+            None = ``OTEL_TITAN_MESH``, e.g. ``pp=2,dp=4``; each rank's coordinates are recorded).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
@@ -127,6 +131,9 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         job_id=parsed.job_id,
         include_hostname=parsed.include_hostname,
     )
+    place = resolve_mesh(parsed.mesh, identity.rank, identity.world_size)
+    if place is not None:  # where this rank sits in the job's mesh: the analysis compares it with its peers only
+        identity = dataclasses.replace(identity, mesh=place[0], mesh_shape=place[1])
     trace_group = trace_group_of(identity.rank, resolve_trace_group_size(parsed.trace_group_size))
     resource = build_resource(identity, trace_group)
     parsed, stall_floor_s = _stall_settings(parsed)

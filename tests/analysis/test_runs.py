@@ -50,8 +50,8 @@ def test_the_latest_run_is_summarized_alone_and_says_so(two_runs):
     assert [(r.run_id, r.processes, r.ranks, r.selected) for r in summary.runs] == [("A", 2, [0, 1], False), ("B", 2, [0, 1], True)]
     assert summary.runs[0].start_us < summary.runs[1].start_us
     (group,) = summary.stragglers
-    assert group.straggler_ranks == [0] and len(group.steps) == 7  # B's steps only: A's step 9 is not mixed in
-    assert group.phase_stragglers[0]["phase"] == "data_fetch" and {row["rank"] for row in group.phase_stragglers} == {0}
+    assert [f.rank for f in group.findings if f.kind == "step"] == [0] and len(group.steps) == 7  # B's steps only: A's step 9 is not mixed in (2 ranks: a difference, nobody blamed)
+    assert {(f.what, f.rank) for f in group.findings if f.kind == "phase"} == {("data_fetch", 0)}
     assert "run B: the latest of 2 runs in this folder (others: A; pick one with --run RUN_ID)" in format_summary(summary)
     data = summary.to_dict()
     assert (data["run_id"], data["run_selection"], [(r["run_id"], r["selected"]) for r in data["runs"]]) == ("B", "latest", [("A", False), ("B", True)])
@@ -63,8 +63,8 @@ def test_another_run_is_summarized_on_request(two_runs):
     assert (summary.run_id, summary.run_selection) == ("A", "requested")
     assert [(p.run_id, p.last_step) for p in summary.processes] == [("A", 10), ("A", 10)]
     (group,) = summary.stragglers
-    assert group.straggler_ranks == [1] and len(group.steps) == 9
-    assert group.phase_stragglers[0]["phase"] == "data_fetch" and {row["rank"] for row in group.phase_stragglers} == {1}
+    assert [f.rank for f in group.findings if f.kind == "step"] == [1] and len(group.steps) == 9
+    assert {(f.what, f.rank) for f in group.findings if f.kind == "phase"} == {("data_fetch", 1)}
     with pytest.raises(UnknownRunError, match=r"no run 'C' here; runs found: A \(2 processes\), B \(2 processes\)"):
         summarize_run(two_runs, run_id="C")
 

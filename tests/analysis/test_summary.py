@@ -17,7 +17,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
 from otel_titan.analysis.summary import MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z, compare_ranks, percentile
-from tests.helpers.analysis import HANG_STEP, SLOW_MS, T0, TOY_STEPS, hung_toy_run, titan_file, titan_record, toy_run, write_jsonl
+from tests.helpers.analysis import HANG_STEP, SLOW_MS, T0, TOY_STEPS, healthy_toy_run, hung_toy_run, three_rank_toy_run, titan_file, titan_record, toy_run, write_jsonl
 from tests.analysis.runs import jittered, rank_file
 from tests.conftest import REPO
 
@@ -230,8 +230,8 @@ def test_toy_run_summary_finds_the_data_fetch_straggler():
     assert phases["gc_collect"].count == phases["checkpoint"].count == 2 * (TOY_STEPS // 4)
     assert phases["data_fetch"].slowest_rank == 1 and phases["data_fetch"].max_ms >= SLOW_MS
     (group,) = summary.stragglers
-    first = group.phase_stragglers[0]  # the phase that runs first in a step: the cause, not the wait
-    assert (first["phase"], first["rank"]) == ("data_fetch", 1) and first["median_excess_ms"] >= SLOW_MS * 0.9
+    (first,) = [f for f in group.findings if f.kind == "phase"]  # the cause, not the wait; two ranks: a difference, nobody blamed
+    assert (first.what, first.rank, first.verdict) == ("data_fetch", 1, "difference") and first.excess_ms >= SLOW_MS * 0.9
     assert len(group.steps) == TOY_STEPS - 1
 
 
@@ -267,11 +267,12 @@ def test_no_records_and_not_a_run_raise(tmp_path):
 
 
 # -- stragglers: figures that agree, verdicts only on evidence (issue 9, item 12) -------------------
-def healthy_ranks(run_dir, ranks=8, steps=50, slow=None, seed=0):
+def healthy_ranks(run_dir, ranks=8, steps=50, slow=None, seed=0, slow_steps=None):
     """A healthy run with realistic noise: every step data_fetch ≈ 5 ms, fwd_bwd ≈ 90 ms, optimizer ≈ 4 ms, gc_collect ≈ 277 ms every 10 steps.
 
     Ranks differ by small fixed offsets (≤ 1.4%); rank 1's gc_collect is 8% slower
-    (5 samples: not evidence). `slow` = (rank, phase, ms) adds ms to that phase on every step.
+    (5 samples: not evidence). `slow` = (rank, phase, ms) adds ms to that phase on every step
+    (or only on the steps in `slow_steps`).
     """
     for rank in range(ranks):
         rng = random.Random(seed * 1000 + rank)
@@ -283,7 +284,7 @@ def healthy_ranks(run_dir, ranks=8, steps=50, slow=None, seed=0):
             "gc_collect": [round((300.0 if rank == 1 else 277.0) + rng.gauss(0, 3.0), 3) if step % 10 == 0 else None for step in range(1, steps + 1)],
         }
         if slow is not None and slow[0] == rank:
-            phases[slow[1]] = [ms + slow[2] for ms in phases[slow[1]]]
+            phases[slow[1]] = [ms + (slow[2] if slow_steps is None or step in slow_steps else 0.0) for step, ms in enumerate(phases[slow[1]], start=1)]
         step_ms = [round(sum(p[i] for p in phases.values() if p[i] is not None) + 1.0, 3) for i in range(steps)]
         rank_file(run_dir, rank, step_ms, phases=phases, world_size=ranks)
 
@@ -327,7 +328,7 @@ def test_a_healthy_noisy_run_has_no_straggler(run_dir):
     assert group.straggler_ranks == [] and group.phase_stragglers == []  # not even rank 1's gc_collect: 5 samples, +8%
     gc = {r.rank: r for r in compare_ranks({rank: {s: ms for s, ms in by_step.items()} for rank, by_step in _phase_times(run_dir, "gc_collect").items()})[1]}
     assert gc[1].compared_steps == 5 and 7 < gc[1].median_excess_pct < 9 and not gc[1].straggler
-    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": 10.0}
+    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": 10.0, "min_ranks_for_majority": 3, "headline_min_cost_share_of_step_pct": 5.0}
 
 
 def _phase_times(run_dir, phase):
@@ -341,7 +342,7 @@ def _phase_times(run_dir, phase):
     return out
 
 
-@pytest.mark.parametrize("ranks", [2, 8])
+@pytest.mark.parametrize("ranks", [3, 8])
 def test_a_real_straggler_among_noisy_ranks_is_the_only_one_found(run_dir, ranks):
     healthy_ranks(run_dir, ranks=ranks, slow=(ranks - 1, "data_fetch", 12.0))  # +12 ms of a 100 ms step
     (group,) = summarize_run(run_dir).stragglers
@@ -350,6 +351,61 @@ def test_a_real_straggler_among_noisy_ranks_is_the_only_one_found(run_dir, ranks
     assert [(row["phase"], row["rank"]) for row in group.phase_stragglers] == [("data_fetch", ranks - 1)]
     (row,) = group.phase_stragglers
     assert row["median_excess_ms"] == pytest.approx(12.0, abs=0.5) and row["robust_z"] >= MIN_Z
+
+
+def test_a_straggler_that_costs_little_stays_in_the_stragglers_section_with_its_cost(run_dir):
+    # Issue 18 item 9: a finding reaches "Look first at" only when it costs ≥ 5 % of the step.
+    healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 3.0))  # data_fetch +60%, but 3 ms of a ~100 ms step
+    summary = summarize_run(run_dir)
+    (group,) = summary.stragglers
+    (row,) = group.phase_stragglers
+    (item,) = [f for f in group.findings if f.kind == "phase"]
+    assert (row["rank"], item.rank, item.verdict, item.persistent, item.headline) == (7, 7, "straggler", True, False)
+    assert item.cost_per_step_ms == pytest.approx(3.0, abs=0.3) and 0.02 < item.share_of_step < 0.04
+    assert item.why_not_headline.startswith("costs 3.") and summary.straggler_findings(headline_only=True) == []
+    text = format_summary(summary)
+    assert "nothing stands out" in text.split("Where the processes stopped")[0]
+    assert "not in Look first at: costs 3." in text and "per step (3." in text
+
+
+def test_a_straggler_that_came_and_went_says_when_and_stays_out_of_the_headline(run_dir):
+    # Slow in steps 1-30 of 50: a median straggler over the run, but not in the second half.
+    healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 30.0), slow_steps=range(1, 31))
+    summary = summarize_run(run_dir)
+    (group,) = summary.stragglers
+    (item,) = [f for f in group.findings if f.kind == "phase"]
+    assert (item.rank, item.what, item.verdict, item.persistent, item.headline) == (7, "data_fetch", "straggler", False, False)
+    assert (item.large_from_step, item.large_to_step, item.large_steps) == (1, 30, 30)
+    assert item.first_half_excess_ms > 25 and item.second_half_excess_ms < 5
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    assert "▶ straggler" not in look_first and "nothing stands out" in look_first
+    assert "came and went: large in 30 of 50 steps, steps 1–30; not in both halves of the run" in format_summary(summary)
+
+
+def test_a_straggler_in_both_halves_that_costs_the_run_is_named_with_its_cost(run_dir):
+    healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 12.0))
+    summary = summarize_run(run_dir)
+    found = summary.straggler_findings(headline_only=True)
+    assert {f.rank for f in found} == {7} and {f.what for f in found} == {"step time", "data_fetch"}  # its steps are longer too (not in lockstep)
+    (item,) = [f for f in found if f.what == "data_fetch"]
+    assert item.persistent and item.share_of_step >= 0.05
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    (line,) = [line for line in look_first.splitlines() if "▶ straggler" in line]
+    assert line.startswith("  ▶ straggler: training rank 7: slower steps +1") and "; data_fetch " in line and line.count("costs the run") == 1 and f"costs the run {max(f.cost_per_step_ms for f in found):.2f} ms per step" in line
+
+
+def test_with_two_ranks_the_difference_is_shown_and_nobody_is_blamed(run_dir):
+    # Issue 18 item 9: two ranks have no majority: either could be the odd one.
+    healthy_ranks(run_dir, ranks=2, slow=(1, "data_fetch", 12.0))
+    summary = summarize_run(run_dir)
+    (group,) = summary.stragglers
+    assert group.straggler_ranks == [] and group.phase_stragglers == [] and not any(r.straggler for r in group.ranks_by_slowness)
+    fetch = next(f for f in group.findings if f.kind == "phase" and f.what == "data_fetch")
+    assert (fetch.rank, fetch.verdict, fetch.peers) == (1, "difference", [0, 1]) and fetch.excess_ms == pytest.approx(12.0, abs=0.5)
+    text = format_summary(summary)
+    look_first = text.split("Where the processes stopped")[0]
+    assert "straggler:" not in look_first and "ranks differ (2 ranks: no majority, nobody blamed): training rank 1 vs rank 0: " in look_first
+    assert "(a difference: 2 ranks, no majority to call one abnormal; nobody blamed)" in text and "← straggler" not in text
 
 
 def test_ranks_that_all_differ_are_not_stragglers_below_the_rank_to_rank_spread(run_dir):
@@ -366,19 +422,21 @@ def test_too_few_steps_are_no_evidence():
     slow = {0: {s: 100.0 for s in range(1, 20)}, 1: {s: 150.0 for s in range(1, 20)}}
     few = {rank: {s: ms for s, ms in by_step.items() if s < MIN_STEPS} for rank, by_step in slow.items()}
     assert [r.straggler for r in compare_ranks(few)[1]] == [False, False]
-    assert [(r.rank, r.straggler) for r in compare_ranks(slow)[1]] == [(1, True), (0, False)]
+    assert [(r.rank, r.differs, r.straggler) for r in compare_ranks(slow)[1]] == [(1, True, False), (0, False, False)]  # two ranks: no majority
+    slow[2] = slow[0]
+    assert [(r.rank, r.straggler) for r in compare_ranks(slow)[1]] == [(1, True), (0, False), (2, False)]
 
 
 def test_restart_attempts_of_one_run_are_compared_apart(run_dir):
     # Attempt 0: rank 1 slow for 12 steps; attempt 1 (after a restart, steps 1-8 again): rank 0 slow.
-    for rank in (0, 1):
-        rank_file(run_dir, rank, [150.0 if rank == 1 else 100.0] * 12, run_id="r", attempt=0, world_size=2)
-        rank_file(run_dir, rank, [150.0 if rank == 0 else 100.0] * 8, run_id="r", attempt=1, world_size=2, start_us=T0 + 60_000_000)
+    for rank in (0, 1, 2):
+        rank_file(run_dir, rank, [150.0 if rank == 1 else 100.0] * 12, run_id="r", attempt=0, world_size=3)
+        rank_file(run_dir, rank, [150.0 if rank == 0 else 100.0] * 8, run_id="r", attempt=1, world_size=3, start_us=T0 + 60_000_000)
     summary = summarize_run(run_dir)
-    assert [p.attempt for p in summary.processes] == [0, 1, 0, 1] and summary.run_selection == "only"
+    assert [p.attempt for p in summary.processes] == [0, 1, 0, 1, 0, 1] and summary.run_selection == "only"
     assert [(g.attempt, g.straggler_ranks, len(g.steps)) for g in summary.stragglers] == [(0, [1], 12), (1, [0], 8)]
     text = format_summary(summary)
-    assert "Stragglers: training, attempt 0 (2 ranks;" in text and "Stragglers: training, attempt 1 (2 ranks;" in text
+    assert "Stragglers: training, attempt 0 (3 ranks;" in text and "Stragglers: training, attempt 1 (3 ranks;" in text
 
 
 # -- hang suspects: a file with no record since it was created (issue 9, item 7) --------------------
@@ -476,26 +534,49 @@ def test_the_rank_that_waits_inside_a_collective_is_not_a_phase_straggler(run_di
     summary = summarize_run(run_dir)
     (group,) = summary.stragglers
     by_rank = {r.rank: r for r in compare_ranks(_phase_times(run_dir, "bwd"))[1]}
-    assert by_rank[0].straggler and by_rank[0].median_excess_ms > 8  # by durations alone, rank 0's bwd looks slow ...
-    assert all(row["rank"] != 0 for row in group.phase_stragglers)  # ... but it ends with rank 1's: rank 0 waited
-    assert group.straggler_ranks == []  # lockstep: equal step times
-    if slow_in == "data_fetch":  # slow before the collective: longer and ends later, still found
-        (row,) = group.phase_stragglers
-        assert (row["phase"], row["rank"]) == ("data_fetch", 1) and row["median_end_lateness_ms"] == pytest.approx(row["median_excess_ms"], abs=1.0)
+    assert by_rank[0].differs and by_rank[0].median_excess_ms > 8  # by durations alone, rank 0's bwd looks slow ...
+    assert all(f.rank != 0 for f in group.findings)  # ... but it ends with rank 1's: rank 0 waited
+    assert group.straggler_ranks == [] and group.phase_stragglers == []  # lockstep: equal step times; two ranks: nobody blamed
+    if slow_in == "data_fetch":  # slow before the collective: longer and ends later, still found (a difference: two ranks)
+        (item,) = [f for f in group.findings if f.kind == "phase"]
+        assert (item.what, item.rank, item.verdict) == ("data_fetch", 1, "difference") and item.lateness_ms == pytest.approx(item.excess_ms, abs=1.0)
     else:
-        assert group.phase_stragglers == []
+        assert [f for f in group.findings if f.kind == "phase"] == []
     look_first = format_summary(summary).split("Where the processes stopped")[0]
     assert "straggler: training rank 0" not in look_first
 
 
 @pytest.mark.slow
-def test_toy_run_blames_the_data_fetch_straggler_not_the_rank_waiting_for_it_in_backward():
+def test_toy_run_shows_the_data_fetch_difference_and_never_blames_the_rank_waiting_for_it_in_backward():
     # Real torchrun: rank 1 sleeps in data_fetch; rank 0 reaches backward's gloo all-reduce first and waits there.
     summary = summarize_run(toy_run())
     (group,) = summary.stragglers
     backward = {r.rank: r for r in compare_ranks(_phase_times(toy_run(), "backward"))[1]}
     assert backward[0].median_excess_ms >= SLOW_MS * 0.5  # rank 0's backward holds the wait ...
-    assert [(row["phase"], row["rank"]) for row in group.phase_stragglers] == [("data_fetch", 1)]  # ... and is not blamed for it
-    assert group.phase_stragglers[0]["median_end_lateness_ms"] >= SLOW_MS * 0.9
+    # ... and is not blamed for it; with two ranks nobody is (no majority), the difference is shown
+    assert group.phase_stragglers == [] and [(f.kind, f.what, f.rank, f.verdict) for f in group.findings] == [("phase", "data_fetch", 1, "difference")]
+    assert group.findings[0].lateness_ms >= SLOW_MS * 0.9 and group.findings[0].headline
     look_first = format_summary(summary).split("Where the processes stopped")[0]
-    assert "straggler: training rank 1: data_fetch" in look_first and "straggler: training rank 0" not in look_first
+    assert "straggler:" not in look_first and "ranks differ (2 ranks: no majority, nobody blamed): training rank 1 vs rank 0: data_fetch" in look_first
+
+
+@pytest.mark.slow
+def test_make_trains_healthy_two_rank_run_names_no_straggler():
+    # Issue 18 item 9: `make train` opened with "straggler: training rank 0: forward +20% (+0.06 ms, z 5.0)" on a 3.6 ms step.
+    summary = summarize_run(healthy_toy_run())
+    (group,) = summary.stragglers
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    assert "▶ straggler" not in look_first and "ranks differ" not in look_first and "nothing stands out" in look_first
+    assert group.straggler_ranks == [] and group.phase_stragglers == [] and all(f.verdict != "straggler" and not f.headline for f in group.findings)
+
+
+@pytest.mark.slow
+def test_a_real_three_rank_run_names_its_straggler_with_the_cost():
+    summary = summarize_run(three_rank_toy_run())
+    (group,) = summary.stragglers
+    (item,) = summary.straggler_findings(headline_only=True)
+    assert (item.rank, item.kind, item.what, item.verdict, item.persistent) == (1, "phase", "data_fetch", "straggler", True)
+    assert item.cost_per_step_ms == pytest.approx(SLOW_MS, rel=0.15) and item.cost_run_ms == pytest.approx(item.cost_per_step_ms * item.compared_steps, rel=1e-3)
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    assert f"straggler: training rank 1: data_fetch " in look_first and f"costs the run {item.cost_per_step_ms:.2f} ms per step" in look_first
+    assert "straggler: training rank 0" not in look_first and "straggler: training rank 2" not in look_first

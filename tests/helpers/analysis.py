@@ -28,10 +28,10 @@ TOY_STEPS = 8
 HANG_STEP = 5
 
 
-def _torchrun_command(output: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+def _torchrun_command(output: Path, *args: str, ranks: int = 2) -> tuple[list[str], dict[str, str]]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    return [launcher, "--nproc_per_node=2", "examples/train_toy.py", "--output-dir", str(output), *args], env
+    return [launcher, f"--nproc_per_node={ranks}", "examples/train_toy.py", "--output-dir", str(output), *args], env
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,6 +39,26 @@ def toy_run() -> Path:
     """A finished 2-rank torchrun toy run, 8 steps, rank 1 a data_fetch straggler (+40 ms), gc and checkpoints every 4 steps."""
     output = _SESSION_DIR / "toy"
     command, env = _torchrun_command(output, "--steps", str(TOY_STEPS), "--slow-rank", "1", "--slow-ms", str(SLOW_MS), "--gc-every", "4", "--checkpoint-every", "4")
+    result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+@functools.lru_cache(maxsize=None)
+def healthy_toy_run() -> Path:
+    """What `make train` runs (scripts/train.sh): 2 ranks, no fault, 50 steps."""
+    output = _SESSION_DIR / "healthy"
+    command, env = _torchrun_command(output, "--steps", "50")
+    result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+@functools.lru_cache(maxsize=None)
+def three_rank_toy_run() -> Path:
+    """A finished 3-rank torchrun toy run, 12 steps, rank 1 a data_fetch straggler (+40 ms)."""
+    output = _SESSION_DIR / "three"
+    command, env = _torchrun_command(output, "--steps", "12", "--slow-rank", "1", "--slow-ms", str(SLOW_MS), ranks=3)
     result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return output

@@ -1,0 +1,117 @@
+"""A job's declared mesh: each rank's coordinates, laid out as torch lays them out, from the option or OTEL_TITAN_MESH (issue 18 item 12)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import sys
+
+import pytest
+import torch
+
+from otel_titan import structured_logger as sl
+from otel_titan.core.mesh import check_mesh_option, resolve_mesh
+from otel_titan.core.options import parse_options
+from tests.conftest import REPO
+from tests.helpers import processes
+
+
+@pytest.mark.parametrize("sizes", [{"pp": 2, "dp": 4}, {"pp": 2, "dp": 2, "tp": 2}, {"dp_replicate": 2, "dp_shard": 2, "cp": 1, "tp": 3}])
+def test_coordinates_follow_init_device_meshs_layout(sizes):
+    # init_device_mesh builds torch.arange(world).view(shape): rank r sits where r is in that tensor.
+    world = 1
+    for size in sizes.values():
+        world *= size
+    layout = torch.arange(world).view(*sizes.values())
+    for rank in range(world):
+        coords, shape = resolve_mesh(sizes, rank, world, environ={})
+        assert shape == sizes and list(coords) == list(sizes)
+        assert layout[tuple(coords.values())].item() == rank
+
+
+def test_the_environment_declares_the_mesh_when_the_program_does_not():
+    assert resolve_mesh(None, 6, 8, environ={"OTEL_TITAN_MESH": "pp=2, dp=2, tp=2"}) == ({"pp": 1, "dp": 1, "tp": 0}, {"pp": 2, "dp": 2, "tp": 2})
+    assert resolve_mesh(None, 1, 2, environ={"OTEL_TITAN_MESH": '{"ep": 2}'}) == ({"ep": 1}, {"ep": 2})
+    assert resolve_mesh({"dp": 2}, 1, 2, environ={"OTEL_TITAN_MESH": "pp=2"}) == ({"dp": 1}, {"dp": 2})  # the option first
+    assert resolve_mesh(None, 0, 1, environ={}) is None
+
+
+@pytest.mark.parametrize(
+    ("mesh", "env", "error"),
+    [
+        ({"pp": 2, "dp": 2}, None, r"option mesh \{'pp': 2, 'dp': 2\} holds 4 ranks, but the world size is 8"),
+        (None, "pp=2;dp=4", r"OTEL_TITAN_MESH='pp=2;dp=4': the size of 'pp' is not an integer"),
+        (None, "pp2", r"expected NAME=SIZE pairs"),
+        ({"pp": 0}, None, r"the size of dimension 'pp' must be an int >= 1, got 0"),
+        ({"p p": 2}, None, r"dimension name 'p p' must be a short identifier"),
+    ],
+)
+def test_a_mesh_that_cannot_hold_the_ranks_is_a_clear_error(mesh, env, error):
+    with pytest.raises(ValueError, match=error):
+        resolve_mesh(mesh, 3, 8, environ={} if env is None else {"OTEL_TITAN_MESH": env})
+
+
+def test_the_option_is_checked_up_front():
+    assert parse_options({"mesh": {"pp": 2, "dp": 4}}).mesh == {"pp": 2, "dp": 4} and parse_options({"mesh": None}).mesh is None
+    with pytest.raises(TypeError, match=r"option mesh must be a dict of dimension sizes .* or a torch DeviceMesh, got int 8"):
+        parse_options({"mesh": 8})
+    with pytest.raises(ValueError, match=r"option mesh: the size of dimension 'tp' must be an int >= 1, got '2'"):
+        check_mesh_option({"tp": "2"})
+
+
+def test_coordinates_reach_the_opened_record_and_the_resource(tmp_path):
+    sl.init_structured_logger("training", tmp_path, rank=5, world_size=8, run_id="mesh", mesh={"pp": 2, "dp": 2, "tp": 2})
+    try:
+        identity = sl.get_run_identity()
+        assert identity.mesh == {"pp": 1, "dp": 0, "tp": 1} and identity.mesh_shape == {"pp": 2, "dp": 2, "tp": 2}
+        sl.log_trace_instant("x")
+    finally:
+        sl.shutdown_structured_logger()
+    (path,) = glob.glob(str(tmp_path / "structured_logs" / "*.jsonl"))
+    opened = json.loads(open(path).readline())
+    assert opened["log_type_name"] == "structured_logger_opened" and opened["mesh"] == {"pp": 1, "dp": 0, "tp": 1} and opened["mesh_shape"] == {"pp": 2, "dp": 2, "tp": 2}
+    from otel_titan.core.identity import build_resource
+
+    attributes = build_resource(identity).attributes
+    assert (attributes["titan.mesh.pp"], attributes["titan.mesh.dp"], attributes["titan.mesh.tp"], attributes["titan.mesh_shape.pp"]) == (1, 0, 1, 2)
+
+
+_WITH_A_DEVICE_MESH = """
+import sys, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from otel_titan import structured_logger as sl
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+sl.init_structured_logger("training", sys.argv[1], mesh=mesh)
+sl.set_step(1)
+with sl.log_trace_span("fwd"):
+    pass
+sl.shutdown_structured_logger()
+print(dist.get_rank(), tuple(mesh.get_coordinate()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_real_device_mesh_is_read_on_every_rank(tmp_path):
+    script = tmp_path / "mesh_job.py"
+    script.write_text(_WITH_A_DEVICE_MESH)
+    launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    result = processes.run([launcher, "--nproc_per_node=4", str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch_says = {int(line.split()[0]): eval(line.split(" ", 1)[1]) for line in result.stdout.splitlines() if line[:1].isdigit()}  # noqa: S307 - our own print
+    assert sorted(torch_says) == [0, 1, 2, 3]
+    for path in glob.glob(str(tmp_path / "out" / "structured_logs" / "*.jsonl")):
+        opened = json.loads(open(path).readline())
+        assert (opened["mesh"]["pp"], opened["mesh"]["dp"]) == torch_says[opened["rank"]] and opened["mesh_shape"] == {"pp": 2, "dp": 2}
+
+
+def test_a_mesh_that_does_not_match_the_world_stops_init_before_anything_starts(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_TITAN_MESH", "pp=2,dp=2")
+    with pytest.raises(ValueError, match=r"OTEL_TITAN_MESH \{'pp': 2, 'dp': 2\} holds 4 ranks, but the world size is 8"):
+        sl.init_structured_logger("training", tmp_path, rank=1, world_size=8, run_id="bad-mesh")
+    assert not sl.is_initialized() and sl.get_run_identity() is None
+    assert list((tmp_path / "structured_logs").iterdir()) == []  # no file: nothing was created

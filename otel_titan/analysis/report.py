@@ -50,6 +50,7 @@ from otel_titan.analysis.headline import headline_data, headline_lines
 from otel_titan.analysis.reader import find_log_dir
 from otel_titan.analysis.sql import INSTALL_HINT, MissingDependencyError, open_run
 from otel_titan.analysis.summary import summarize_run
+from otel_titan.analysis.wording import plural
 
 __all__ = ["ReportResult", "NamedRank", "named_ranks", "write_report", "bin_size"]
 
@@ -457,50 +458,34 @@ def _ms(value: Any) -> str:
     return "" if value is None else f"{value:,.2f}"
 
 
-def _excess(row: dict[str, Any]) -> str:
-    ms, pct = row.get("median_excess_ms"), row.get("median_excess_pct")
-    if ms is None:
-        return ""
-    return f"{ms:+,.2f} ms" + (f" ({pct:+.0f}%)" if pct is not None else "")
-
-
-def _z(value: Any) -> str:
-    return "∞" if value is None else f"{value:.1f}"
-
-
 def _findings(summary: Any) -> str:
-    """summarize's straggler findings (step time, phases, arrival at the collective), as tables with human headings."""
+    """summarize's straggler findings (`StragglerFinding`: step time, phases, arrival), each with its verdict and cost.
+
+    Only a ``straggler`` verdict names (marks) its rank: a ``difference`` (fewer than three peers) or a ``cannot
+    tell`` is shown as summarize shows it, blaming no one, and what summarize withheld is said with its reason.
+    """
     parts = ["<h2 id=findings>Stragglers and clocks (summarize)</h2>"]
+    kinds = {"step": "step time", "phase": "phase", "arrival": "arrival at"}
     for group in summary.stragglers:
         label = f"{group.source}" + (f", attempt {group.attempt}" if group.attempt else "")
         parts.append(f"<h3>{html.escape(label)}</h3>")
-        step = f"median step time {group.median_step_ms:,.1f} ms over {len(group.ranks):,} rank{'s' if len(group.ranks) != 1 else ''}. " if group.median_step_ms is not None else ""
-        if group.straggler_ranks:
-            who = ", ".join(_rank(group.source, r).text for r in group.straggler_ranks)
-            parts.append(f"<p>{html.escape(step)}Slower steps (summarize's rule): {who}.</p>")
-        else:
-            parts.append(f"<p>{html.escape(step)}No rank has slower steps on evidence.</p>")
-        slow = [r for r in group.ranks_by_slowness if r.straggler]
-        if slow:
-            parts.append(_table(["rank", "median step (ms)", "other ranks' median (ms)", "difference", "z (noise)", "alone slowest in"],
-                                [[_rank(group.source, r.rank), _ms(r.median_ms), _ms(r.others_median_ms),
-                                  _excess({"median_excess_ms": r.median_excess_ms, "median_excess_pct": r.median_excess_pct}), _z(r.robust_z),
-                                  f"{r.slowest_steps} of {r.compared_steps} steps"] for r in slow]))
-        phase_rows = [d for d in group.phase_stragglers if d.get("straggler", True)]
-        if phase_rows:
-            parts.append("<p>Phase stragglers (summarize's rule; in the order phases run in a step: the first is the likely cause):</p>")
-            parts.append(_table(["phase", "rank", "median in the phase (ms)", "other ranks' median (ms)", "difference", "z (noise)", "alone slowest in"],
-                                [[d.get("phase"), _rank(group.source, d["rank"]), _ms(d.get("median_ms")), _ms(d.get("others_median_ms")), _excess(d),
-                                  _z(d.get("robust_z")), f"{d.get('slowest_steps')} of {d.get('compared_steps')} steps"] for d in phase_rows[:20]]))
-        if group.arrival_collective:
-            parts.append(f"<p>Arrival at {html.escape(group.arrival_collective)} over {group.arrival_steps:,} steps (aligned clocks).</p>")
-        arrival_rows = [d for d in group.arrival_stragglers if d.get("straggler", True)]
-        if arrival_rows:
-            parts.append(_table(["rank", "arrival after the step's start (ms)", "other ranks' median (ms)", "difference", "z (noise)", "last to arrive in"],
-                                [[_rank(group.source, d["rank"]), _ms(d.get("median_ms")), _ms(d.get("others_median_ms")), _excess(d), _z(d.get("robust_z")),
-                                  f"{d.get('slowest_steps')} of {d.get('compared_steps')} steps"] for d in arrival_rows[:20]]))
-        if not group.straggler_ranks and not phase_rows and not arrival_rows:
-            parts.append("<p>summarize names no straggler in this group.</p>")
+        step = f"median step time {group.median_step_ms:,.1f} ms over {plural(len(group.ranks), 'rank')}. " if group.median_step_ms is not None else ""
+        findings = list(group.findings)
+        named = [f for f in findings if f.verdict == "straggler"]
+        parts.append(f"<p>{html.escape(step)}" + (f"summarize names {plural(len(named), 'straggler finding')}." if named else "summarize names no straggler in this group.") + "</p>")
+        if findings:
+            rows = []
+            for f in findings[:40]:
+                who: Any = _rank(group.source, f.rank) if f.verdict == "straggler" else f"rank {int(f.rank)}"
+                pct = f" ({f.excess_pct:+.0f}%)" if f.excess_pct is not None else ""
+                share = f"{100 * f.share_of_step:.1f}% of the step" if f.share_of_step is not None else ""
+                look = "yes" if f.headline else (f.why_not_headline or "no")
+                rows.append([f.verdict, f"{kinds.get(f.kind, f.kind)} {f.what}".strip(), who, _ms(f.median_ms), _ms(f.others_median_ms),
+                             f"{f.excess_ms:+,.2f} ms{pct}", f"{f.cost_per_step_ms:,.2f} ms", f"{f.cost_run_ms / 1000:,.2f} s", share, look])
+            parts.append(_table(["verdict", "what", "rank", "its median (ms)", "peers' median (ms)", "difference", "cost per step",
+                                 "cost over the run", "share", "in Look first at"], rows))
+        for reason in group.withheld:
+            parts.append(f"<p>Withheld: {html.escape(str(reason))}</p>")
     if summary.clock is not None:
         parts.append(f"<p>Clocks: {html.escape(summary.clock.describe())}</p>")
     return "\n".join(parts)

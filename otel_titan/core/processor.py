@@ -76,6 +76,7 @@ class BatchProcessor:
         stacks_file: Any = None,
         stall_floor_s: float = blackbox.DEFAULT_MIN_STALL_S,
         trigger_path: str | None = None,
+        step_sampler: Any = None,
     ) -> None:
         self._queue = queue
         self._builder = builder
@@ -117,6 +118,8 @@ class BatchProcessor:
         self._trigger_checked = 0.0
         #: Black-box records written (stalls, signals, triggers).
         self.black_boxes = 0
+        # Per-step scalars written from this thread at step boundaries (step_sampler.py), or None.
+        self._step_sampler = step_sampler
 
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
@@ -429,6 +432,12 @@ class BatchProcessor:
             self._gaps_seen = True
             if longest / 1e9 > self._slowest_gap_s:
                 self._slowest_gap_s = longest / 1e9
+        if self._step_sampler is not None:
+            for span in self._step_sampler.after_batch(timeline.spans, final=stop):
+                started(span)
+                ended_flags(True)
+                if want_finished:
+                    finished.append(span)
         self._export(timeline, finished)
         return stop
 

@@ -31,8 +31,10 @@ from otel_titan.core import blackbox, capture, otel_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
 from otel_titan.core.options import LoggerOptions, parse_options
+from otel_titan.core.process_figures import ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.step_sampler import StepSampler
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
 from otel_titan.schema import LOGGER_NAME
 from otel_titan.structured_logger import process_hooks, runtime
@@ -70,7 +72,8 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``include_hostname`` (True), ``handlers``, ``flush_interval_s``
             (0.05), ``heartbeat_interval_s`` (10), ``exit_timeout_s`` (5), ``handle_sigterm`` (True),
             ``join_otel_context`` (auto), ``propagate_otel_context`` (False),
-            ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all).
+            ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all),
+            ``process_figures`` (None = ``OTEL_TITAN_PROCESS_FIGURES``, else on: memory and CPU figures as scalars of each step, docs/schema.md).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
@@ -148,7 +151,12 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         stacks_file=stacks_file,
         stall_floor_s=stall_floor_s,
         trigger_path=os.environ.get(DUMP_TRIGGER_ENV, "").strip() or None,
+        step_sampler=StepSampler(builder, ProcessFigures(identity.local_rank).read) if process_figures_on(parsed.process_figures) else None,
     )
+    for exporter in exporters:  # exporters that report the pipeline's own health (metrics.py)
+        observe = getattr(exporter, "observe_pipeline", None)
+        if callable(observe):
+            observe(exporters, processor)
     processor.start()
     STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory)
     process_hooks.install(parsed)

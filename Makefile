@@ -22,6 +22,7 @@ train: setup
 	bash scripts/train.sh
 
 test: setup
+	bash scripts/setup-prometheus.sh
 	.venv/bin/python -m pytest
 
 bench: setup

@@ -14,7 +14,8 @@ Which factories run, first match wins:
    scripts keep working);
 4. the defaults: the JSONL file, plus what ``OTEL_TRACES_EXPORTER`` asks for
    (``otlp``, ``console``), plus the metrics exporter when ``OTEL_METRICS_EXPORTER``
-   asks for one (``otlp``, ``prometheus``, ``console``); nothing of the
+   asks for one (``otlp``, ``prometheus``, ``console``), plus the training log as
+   OpenTelemetry logs when ``OTEL_LOGS_EXPORTER=otlp``; nothing of the
    OpenTelemetry side when ``OTEL_SDK_DISABLED=true``.
 
 When one of the variables is set, *only* the listed factories run.
@@ -35,6 +36,7 @@ from otel_titan.core.identity import RunIdentity
 from otel_titan.core.options import LoggerOptions
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.exporters.metrics import metrics_exporter_handler_specs
+from otel_titan.exporters.otel_logs import logs_exporter_handler_specs
 from otel_titan.exporters.otel_env import traces_exporter_handler_specs
 
 __all__ = [
@@ -82,7 +84,7 @@ def _split(value: str) -> list[str]:
 
 
 def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
-    """The factories that run when nothing names them: the JSONL file, plus ``OTEL_TRACES_EXPORTER``'s and ``OTEL_METRICS_EXPORTER``'s.
+    """The factories that run when nothing names them: the JSONL file, plus those of ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER``.
 
     Example:
         >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
@@ -90,7 +92,7 @@ def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
         >>> default_handler_specs({"OTEL_METRICS_EXPORTER": "prometheus"})[1]
         'otel_titan.exporters.metrics.register_metrics_handler'
     """
-    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ), *metrics_exporter_handler_specs(environ)]
+    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ), *metrics_exporter_handler_specs(environ), *logs_exporter_handler_specs(environ)]
 
 
 def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, str] | None = None) -> tuple[list[Any], str]:

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, jsonl_files, read_records
 from tests.helpers import processes
 from tests.helpers.collector import RotelCollector
 from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
@@ -37,11 +37,11 @@ def collector(backend, tmp_path):
     agent.kill()
 
 
-def torchrun_toy(out, env_extra: dict[str, str], steps: int = 6, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def torchrun_toy(out, env_extra: dict[str, str], steps: int = 6, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **env_extra})
-    command = [launcher, "--nproc_per_node=2", "examples/train_toy.py", "--output-dir", str(out), "--steps", str(steps), "--gc-every", "0"]
+    command = [launcher, "--nproc_per_node=2", "examples/train_toy.py", "--output-dir", str(out), "--steps", str(steps), "--gc-every", "0", *args]
     return processes.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
@@ -54,7 +54,7 @@ def by_rank(points, metric):
 
 
 @pytest.mark.slow
-def test_a_two_rank_job_loss_phase_times_and_memory_arrive_per_rank_through_the_collector(collector, backend, tmp_path):
+def test_a_two_rank_job_loss_phase_times_memory_and_logs_arrive_per_rank_through_the_collector(collector, backend, tmp_path):
     result = torchrun_toy(
         tmp_path / "run",
         {
@@ -64,7 +64,12 @@ def test_a_two_rank_job_loss_phase_times_and_memory_arrive_per_rank_through_the_
             "OTEL_METRIC_EXPORT_INTERVAL": "500",
             "OTEL_TITAN_PROCESS_FIGURES": "1",
             "OTEL_TITAN_METRICS_PER_RANK": "fwd_bwd",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_BLRP_SCHEDULE_DELAY": "200",
         },
+        6,
+        "--checkpoint-every",
+        "3",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     # The final export happens at shutdown: wait until both ranks' last loss arrived.
@@ -89,3 +94,13 @@ def test_a_two_rank_job_loss_phase_times_and_memory_arrive_per_rank_through_the_
         assert completed == 5
     # Never the step, a tag or an id as an attribute.
     assert not any({"titan.step", "titan.step_tags", "span_id"} & set(p.attributes) for p in points)
+
+    # The training log: rank 0's lines as OTLP logs, the checkpoint ones with their span's trace and span id.
+    assert backend.wait_for(lambda b: sum("checkpoint saved" in str(log.body) for log in b.logs()) == 2)
+    logs = backend.logs()
+    assert any(str(log.body).startswith("step 6/6 loss") for log in logs)
+    (rank0,) = [path for path in jsonl_files(tmp_path / "run") if "global_rank_0" in path]
+    spans = {(r["trace_id"], r["span_id"]) for r in read_records(rank0) if r["log_type_name"] == "checkpoint_start"}
+    saved = [log for log in logs if "checkpoint saved" in str(log.body)]
+    assert {(log.trace_id, log.span_id) for log in saved} == spans and len(spans) == 2
+    assert {log.resource["titan.rank"] for log in saved} == {0}

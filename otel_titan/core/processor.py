@@ -432,13 +432,7 @@ class BatchProcessor:
             self._gaps_seen = True
             if longest / 1e9 > self._slowest_gap_s:
                 self._slowest_gap_s = longest / 1e9
-        if self._step_sampler is not None:
-            for span in self._step_sampler.after_batch(timeline.spans, final=stop):
-                started(span)
-                ended_flags(True)
-                if want_finished:
-                    finished.append(span)
-        self._export(timeline, finished)
+        self._export(timeline, finished, final=stop)
         return stop
 
     def _heartbeat(self) -> None:
@@ -471,12 +465,26 @@ class BatchProcessor:
                 copy.extra = {**(copy.extra or {}), "pending": True, "pending_reason": pending}
         return copies
 
-    def _export(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
+    def _export(self, timeline: Timeline, finished: list[TitanSpan], final: bool = False) -> None:
+        if self._step_sampler is not None and (timeline or final):
+            self._add_step_figures(timeline, finished, final)
         self._exporting_since = time.monotonic()
         try:
             self._export_now(timeline, finished)
         finally:
             self._exporting_since = 0.0
+
+    def _add_step_figures(self, timeline: Timeline, finished: list[TitanSpan], final: bool) -> None:
+        """A step ended in `timeline` (or the last one, `final`): append its figures' scalars (step_sampler.py)."""
+        try:
+            spans = self._step_sampler.after_batch(timeline.spans, final=final)
+        except Exception:  # noqa: BLE001 - figures are a bonus: never lose the batch for them
+            self._report_failure(self._step_sampler, "after_batch")
+            return
+        for span in spans:
+            timeline.append(True, span)
+            if self._plain_exporters:
+                finished.append(span)
 
     def _export_now(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
         if timeline:

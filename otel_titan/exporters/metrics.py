@@ -23,7 +23,10 @@ OpenTelemetry metrics SDK (names as Prometheus shows them in docs/collectors.md)
 * ``titan.step`` (gauge: the latest step) and ``titan.steps.completed``
   (counter); the logger's own health as ``titan.logger.records`` (counter,
   attribute ``outcome``: written, dropped, skipped, failed) and
-  ``titan.metrics.overflow`` (names past the cap).
+  ``titan.metrics.overflow`` (names past the cap);
+* on local rank 0 only, the host's figures (host_metrics.py: CPU, memory,
+  network, disk, pressure, cgroup throttling, GPUs through NVML), unless
+  ``OTEL_TITAN_HOST_METRICS=0``.
 
 Cardinality, by design: the step, a step tag or a span id is never an
 attribute (a new series per step would be a new series per minute for days);
@@ -84,6 +87,8 @@ _log = logging.getLogger("otel_titan")
 METRICS_HANDLER = "otel_titan.exporters.metrics.register_metrics_handler"
 PER_RANK_ENV = "OTEL_TITAN_METRICS_PER_RANK"
 MAX_NAMES_ENV = "OTEL_TITAN_METRICS_MAX_NAMES"
+#: ``0`` turns the host's figures off (on local rank 0 they are on by default: host_metrics.py).
+HOST_METRICS_ENV = "OTEL_TITAN_HOST_METRICS"
 DEFAULT_PER_RANK = ("step", "train_step", "training_step")
 DEFAULT_MAX_NAMES = 1000
 #: Explicit bucket boundaries (ms) for phases from a millisecond to minutes: 20 boundaries, 21 buckets.
@@ -167,9 +172,12 @@ class MetricsSpanExporter(TitanSpanExporter):
         stats: PipelineStats | None = None,
         readers: Readers | None = None,
         shutdown_timeout_s: float = 3.0,
+        host: Any = None,
     ) -> None:
         self.provider = provider
         self._readers = readers
+        #: The host's instruments (host_metrics.py) on local rank 0, else None.
+        self.host = host
         self._per_rank = tuple(per_rank)
         self._max_names = max_names
         self._stats = stats
@@ -318,6 +326,8 @@ class MetricsSpanExporter(TitanSpanExporter):
         self._bounded(lambda: self.provider.shutdown(timeout_millis=timeout * 1000), timeout)
         if self._readers is not None:
             self._readers.close()
+        if self.host is not None:
+            self.host.close()
 
     def close_after_fork(self) -> None:
         """In a forked child: the parent's readers, threads and port are not ours; record nothing more."""
@@ -364,4 +374,9 @@ def register_metrics_handler(
         readers.close()
         raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
     provider = MeterProvider(resource=resource, metric_readers=readers.readers)
-    add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers))
+    host = None
+    if local_rank in (0, None) and environ.get(HOST_METRICS_ENV, "").strip().lower() not in ("0", "false", "no", "off"):
+        from otel_titan.exporters.host_metrics import HostMetrics  # psutil and NVML: loaded only here
+
+        host = HostMetrics(provider)
+    add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))

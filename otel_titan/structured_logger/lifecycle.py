@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -31,6 +31,7 @@ from otel_titan.core import blackbox, capture, otel_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
 from otel_titan.core.options import LoggerOptions, parse_options
+from otel_titan.core.host_figures import HostFigures
 from otel_titan.core.process_figures import ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
@@ -151,7 +152,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         stacks_file=stacks_file,
         stall_floor_s=stall_floor_s,
         trigger_path=os.environ.get(DUMP_TRIGGER_ENV, "").strip() or None,
-        step_sampler=StepSampler(builder, ProcessFigures(identity.local_rank).read) if process_figures_on(parsed.process_figures) else None,
+        step_sampler=StepSampler(builder, _step_figures(identity.local_rank)) if process_figures_on(parsed.process_figures) else None,
     )
     for exporter in exporters:  # exporters that report the pipeline's own health (metrics.py)
         observe = getattr(exporter, "observe_pipeline", None)
@@ -169,6 +170,15 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         trace_ids=trace_ids,
         span_ids=span_ids,
     )
+
+
+def _step_figures(local_rank: int | None) -> Callable[[], dict[str, int | float]]:
+    """What each step's figures read: the process's, plus the host's on local rank 0 (once per host)."""
+    process = ProcessFigures(local_rank)
+    if local_rank not in (0, None):
+        return process.read
+    host = HostFigures()
+    return lambda: {**process.read(), **host.read()}
 
 
 STALL_AFTER_ENV = "OTEL_TITAN_STALL_AFTER_S"

@@ -162,3 +162,27 @@ def test_cuda_figures_read_only_the_ranks_own_device_and_only_once_cuda_is_in_us
     stepped = _FakeCuda(initialized=True)
     figures = ProcessFigures(2, step_peak=True, modules={"torch": _FakeTorch(stepped)}).read()
     assert figures["memory/cuda_step_peak_allocated_bytes"] == 77 and ("reset_peak_memory_stats", 2) in stepped.asked
+
+
+def _host_names(records):
+    return {r["event_name"] for r in records if r["log_type_name"] == "metric_value" and r["event_name"].startswith("host/")}
+
+
+def test_host_pressure_figures_are_written_by_local_rank_0_only(logged, run_dir):
+    from otel_titan.core.host_figures import HostFigures
+
+    offered = {name for name in HostFigures().read()}
+    logged(process_figures=True, rank=1, world_size=2, local_rank=1)
+    sl.set_step(1)
+    with sl.log_trace_span("a"):
+        pass
+    assert not _host_names(logged.finish())
+    sl.shutdown_structured_logger()
+    import shutil
+
+    shutil.rmtree(run_dir)
+    logged(process_figures=True, rank=0, world_size=2, local_rank=0)
+    sl.set_step(1)
+    with sl.log_trace_span("a"):
+        pass
+    assert _host_names(logged.finish()) == offered

@@ -67,6 +67,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, PipelineStats, TitanSpanExporter
 from otel_titan.core.warn_once import WarnOnce
+from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
 from otel_titan.exporters.otel_env import sdk_disabled
 from otel_titan.schema import RecordKind
@@ -376,7 +377,5 @@ def register_metrics_handler(
     provider = MeterProvider(resource=resource, metric_readers=readers.readers)
     host = None
     if local_rank in (0, None) and environ.get(HOST_METRICS_ENV, "").strip().lower() not in ("0", "false", "no", "off"):
-        from otel_titan.exporters.host_metrics import HostMetrics  # psutil and NVML: loaded only here
-
-        host = HostMetrics(provider)
+        host = HostMetrics(provider)  # psutil and NVML are imported by it only now
     add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))

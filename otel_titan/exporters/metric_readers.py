@@ -34,9 +34,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult, MetricReader, PeriodicExportingMetricReader
 
-__all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "METRICS_EXPORTER_ENV"]
+__all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV"]
 
 _log = logging.getLogger("otel_titan")
 
@@ -134,6 +134,34 @@ class Readers:
                 pass
 
 
+class ForkSafeMetricExporter(MetricExporter):
+    """Delegate to `inner` in the process that made it; export nothing from a forked child.
+
+    The SDK's periodic reader restarts its thread in a forked child (a
+    DataLoader worker, say), which would then push the parent's inherited
+    figures under the parent's ``service.instance.id``: duplicate series that
+    contradict the parent's. The child has no logger of its own running, so
+    there is nothing true to send.
+    """
+
+    def __init__(self, inner: MetricExporter) -> None:
+        super().__init__(preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation)
+        self.inner = inner
+        self._pid = os.getpid()
+
+    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        if os.getpid() != self._pid:
+            return MetricExportResult.SUCCESS
+        return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return os.getpid() != self._pid or self.inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        if os.getpid() == self._pid:
+            self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
 def _otlp_exporter(environ: Mapping[str, str]) -> Any:
     if metrics_protocol(environ) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -152,9 +180,9 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
     out = Readers()
     for name in names:
         if name == "otlp":
-            out.readers.append(PeriodicExportingMetricReader(_otlp_exporter(env)))
+            out.readers.append(PeriodicExportingMetricReader(ForkSafeMetricExporter(_otlp_exporter(env))))
         elif name == "console":
-            out.readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+            out.readers.append(PeriodicExportingMetricReader(ForkSafeMetricExporter(ConsoleMetricExporter())))
         elif name == "prometheus":
             host, port = prometheus_address(local_rank, env)
             try:

@@ -176,3 +176,37 @@ def test_a_bad_metrics_variable_fails_init_naming_it(run_dir, monkeypatch):
     monkeypatch.setenv("OTEL_TITAN_METRICS_MAX_NAMES", "0")
     with pytest.raises(sl.HandlerFactoryError, match="OTEL_TITAN_METRICS_MAX_NAMES='0'"):
         sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="bad")
+
+
+def test_a_forked_child_never_exports_the_parents_metrics(run_dir, monkeypatch):
+    """A DataLoader-style fork: the SDK restarts its reader thread in the child; nothing may leave from there."""
+    import os
+
+    from tests.helpers import processes
+    from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
+
+    backend = OtlpSignalsReceiver()
+    try:
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="fork")
+        train(2)
+        assert sl.flush_structured_logger(5)
+        pid = os.fork()
+        if pid == 0:  # the child: live for a while, as a worker does, then leave without cleanup
+            time.sleep(1.5)
+            os._exit(0)
+        try:
+            assert sl.shutdown_structured_logger(10)  # the parent's last export; its reader stops
+            after_parent = len(backend.metric_requests)
+            assert after_parent >= 1
+            time.sleep(1.0)  # ten of the child's intervals
+            assert len(backend.metric_requests) == after_parent
+        finally:
+            os.waitpid(pid, 0)
+            processes.wait_gone([pid], 5)
+    finally:
+        backend.stop()

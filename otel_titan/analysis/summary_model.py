@@ -230,6 +230,8 @@ class RunSummary:
     tail_only: bool = False
     #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
     hang: Any = None
+    #: Slow steps next to a memory peak or a busy host, one line each (analysis/step_figures.py).
+    slow_steps: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: times as µs and as UTC strings, open spans with their path.

@@ -55,7 +55,7 @@ def test_log_lines_arrive_with_the_rank_resource_and_the_ids_of_their_span(backe
     with sl.log_trace_span("checkpoint"):
         root_logging.warning("saving %d shards", 4)
         with sl.log_trace_span("write"):
-            logging.getLogger("torch.checkpoint").error("slow disk")
+            logging.getLogger("trainer.checkpoint").error("slow disk")
     assert sl.shutdown_structured_logger(10)
     assert backend.wait_for(lambda b: len(b.logs()) >= 3)
     logs = {log.body: log for log in backend.logs()}
@@ -65,13 +65,13 @@ def test_log_lines_arrive_with_the_rank_resource_and_the_ids_of_their_span(backe
     assert (logs["slow disk"].trace_id, logs["slow disk"].span_id) == spans["write_start"]
     assert logs["outside any span"].trace_id == "" and logs["outside any span"].span_id == ""
     assert [logs[b].severity for b in ("outside any span", "saving 4 shards", "slow disk")] == ["INFO", "WARN", "ERROR"]
-    assert logs["slow disk"].attributes["logger.name"] == "torch.checkpoint"
+    assert logs["slow disk"].attributes["logger.name"] == "trainer.checkpoint"
     for log in logs.values():
         assert (log.resource["titan.rank"], log.resource["titan.run_id"], log.resource["service.name"]) == (1, "logs-run", "training")
     # The console shows the same lines as before, in torchtitan's format; shutdown removed the handler.
     (console,) = [h for h in root_logging.handlers if getattr(h, "_otel_titan_console", False)]
     lines = console.stream.getvalue().splitlines()
-    assert [line.split(" - ", 1)[1] for line in lines] == ["trainer.data - INFO - outside any span", "root - WARNING - saving 4 shards", "torch.checkpoint - ERROR - slow disk"]
+    assert [line.split(" - ", 1)[1] for line in lines] == ["trainer.data - INFO - outside any span", "root - WARNING - saving 4 shards", "trainer.checkpoint - ERROR - slow disk"]
     assert all(line.startswith("[titan] ") for line in lines)
     assert not any(isinstance(h, OtelLogHandler) for h in logging.getLogger().handlers)
 

@@ -10,18 +10,19 @@ from tests.conftest import run_python
 WORKLOAD = """
 import sys, time
 from otel_titan import structured_logger as sl
-sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, run_id="figures", process_figures=True)
+rank = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+sl.init_structured_logger("training", sys.argv[1], rank=rank, world_size=2 if len(sys.argv) > 2 else 1, local_rank=rank, run_id="figures", process_figures=True)
 keep = []
 for step in range(1, 13):
     sl.set_step(step)
     with sl.log_trace_span("fwd_bwd"):
         time.sleep(0.06)
-        if step == 6:  # slow, and 300 MB more resident memory than ever before
+        if step == 6 and rank == 0:  # slow, and 300 MB more resident memory than ever before
             block = bytearray(300 << 20)
             block[::4096] = b"x" * len(block[::4096])
             time.sleep(0.3)
             del block
-        if step == 9:  # slow for no reason the figures show
+        if step == 9 and rank == 0:  # slow for no reason the figures show
             time.sleep(0.3)
 sl.shutdown_structured_logger()
 """
@@ -52,3 +53,12 @@ def test_a_busy_host_is_named_for_the_ranks_on_it():
     assert figures.notes(step_ms) == ["training rank 3, step 4: 400 ms (median 100 ms); its host n2 was under CPU pressure (55 % of the time tasks waited for CPU)"]
     # No figures at all (process_figures off): nothing is said.
     assert StepFigures().notes(step_ms) == []
+
+
+def test_summary_workers_merge_the_figures_of_their_processes(tmp_path):
+    for rank in (0, 1):
+        result = run_python(WORKLOAD, str(tmp_path), str(rank), timeout=120)
+        assert result.returncode == 0, result.stderr
+    one, two = summarize_run(tmp_path, jobs=1), summarize_run(tmp_path, jobs=2)
+    assert any(n.startswith("training rank 0, step 6: ") and "resident memory" in n for n in two.slow_steps)
+    assert one.slow_steps == two.slow_steps

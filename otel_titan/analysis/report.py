@@ -308,6 +308,8 @@ def _findings(summary: Any, standouts: list[tuple[str, int, float, float]]) -> s
         if group.arrival_stragglers:
             keys = list(group.arrival_stragglers[0])
             parts.append(_table(keys, [[d.get(k) for k in keys] for d in group.arrival_stragglers[:10]]))
+    if getattr(summary, "slow_steps", None):  # slow steps next to a memory peak or a busy host (step_figures.py)
+        parts.append("<h3>Slow steps and the machine</h3><ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in summary.slow_steps) + "</ul>")
     if standouts:
         parts.append("<p>Ranks that stand out per phase (this report's rule: robust z of the rank's median ≥ "
                      f"{STANDOUT_Z:g}):</p>" + _table(["phase", "rank", "median ms", "robust z"], [list(s) for s in standouts[:20]]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from otel_titan.analysis.step_figures import StepFigures
 from otel_titan.analysis.summary import summarize_run
 from otel_titan.analysis.summary_text import format_summary
@@ -62,3 +64,19 @@ def test_summary_workers_merge_the_figures_of_their_processes(tmp_path):
     one, two = summarize_run(tmp_path, jobs=1), summarize_run(tmp_path, jobs=2)
     assert any(n.startswith("training rank 0, step 6: ") and "resident memory" in n for n in two.slow_steps)
     assert one.slow_steps == two.slow_steps
+
+
+def test_the_report_lists_the_same_slow_steps(tmp_path):
+    import html
+
+    pytest.importorskip("plotly")
+    pytest.importorskip("duckdb")
+    from otel_titan.analysis.report import write_report
+
+    result = run_python(WORKLOAD, str(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr
+    page = open(write_report(tmp_path).path, encoding="utf-8").read()
+    assert "<h3>Slow steps and the machine</h3>" in page
+    for note in summarize_run(tmp_path).slow_steps:
+        assert f"<li>{html.escape(note)}</li>" in page
+    assert "training rank 0, step 6: " in page

@@ -186,3 +186,22 @@ def test_host_pressure_figures_are_written_by_local_rank_0_only(logged, run_dir)
     with sl.log_trace_span("a"):
         pass
     assert _host_names(logged.finish()) == offered
+
+
+def test_the_figures_are_counters_of_the_exported_trace(logged, run_dir, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    logged(process_figures=True)
+    for step in (1, 2, 3):
+        sl.set_step(step)
+        with sl.log_trace_span("fwd_bwd"):
+            pass
+    logged.finish()
+    out = tmp_path / "trace.json"
+    result = subprocess.run([sys.executable, "-m", "otel_titan.cli", "export", str(run_dir), "-o", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    counters = {e["name"] for e in events if e.get("ph") == "C"}
+    assert BASE <= counters

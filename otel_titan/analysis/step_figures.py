@@ -71,7 +71,7 @@ class StepFigures:
     def observe(self, record: dict[str, Any], source: str, attempt: int | None, rank: int | None, host: str | None) -> None:
         """Take one ``metric_value`` record of `rank` (others are ignored after one set lookup)."""
         name = record.get("event_name")
-        if name not in _KEPT or rank is None:
+        if type(name) is not str or name not in _KEPT or rank is None:  # any record may be malformed
             return
         step, value = record.get("step"), record.get("value")
         if type(step) is not int or not isinstance(value, (int, float)):

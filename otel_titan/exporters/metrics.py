@@ -60,6 +60,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from opentelemetry import trace as trace_api
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
@@ -77,6 +78,7 @@ __all__ = [
     "register_metrics_handler",
     "metrics_exporter_handler_specs",
     "instrument_name",
+    "summary_views",
     "DURATION_BUCKETS_MS",
     "METRICS_HANDLER",
     "PER_RANK_ENV",
@@ -111,6 +113,20 @@ def metrics_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> 
     if sdk_disabled(environ) or not metrics_exporters(environ):
         return []
     return [METRICS_HANDLER]
+
+
+def summary_views() -> list[View]:
+    """The summary histogram keeps its sum and count even where the exporter prefers exponential histograms.
+
+    A View's aggregation beats the reader's preference
+    (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``), which
+    then applies to the bucketed histograms only, as intended.
+
+    Example:
+        >>> [v._instrument_name for v in summary_views()]
+        ['titan.span.duration.summary']
+    """
+    return [View(instrument_name="titan.span.duration.summary", aggregation=ExplicitBucketHistogramAggregation(boundaries=()))]
 
 
 def instrument_name(name: str) -> str:
@@ -377,7 +393,7 @@ def register_metrics_handler(
     if not readers.readers:
         readers.close()
         raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
-    provider = MeterProvider(resource=resource, metric_readers=readers.readers)
+    provider = MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views())
     host = None
     if local_rank in (0, None) and environ.get(HOST_METRICS_ENV, "").strip().lower() not in ("0", "false", "no", "off"):
         host = HostMetrics(provider)  # psutil and NVML are imported by it only now

@@ -41,7 +41,7 @@ def start(run_dir, reader: InMemoryMetricReader, **exporter_options: Any) -> lis
     made: list[MetricsSpanExporter] = []
 
     def factory(add_span_exporter, resource, stats, **_):
-        exporter = MetricsSpanExporter(MeterProvider(resource=resource, metric_readers=[reader]), stats=stats, **exporter_options)
+        exporter = MetricsSpanExporter(MeterProvider(resource=resource, metric_readers=[reader], views=metrics_module.summary_views()), stats=stats, **exporter_options)
         made.append(exporter)
         add_span_exporter(exporter)
 
@@ -208,5 +208,32 @@ def test_a_forked_child_never_exports_the_parents_metrics(run_dir, monkeypatch):
         finally:
             os.waitpid(pid, 0)
             processes.wait_gone([pid], 5)
+    finally:
+        backend.stop()
+
+
+def test_exponential_histograms_where_the_backend_takes_them(run_dir, monkeypatch):
+    """The standard variable turns the bucketed histograms exponential; the summary ones keep their sum and count."""
+    from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
+
+    backend = OtlpSignalsReceiver()
+    try:
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "base2_exponential_bucket_histogram")
+        monkeypatch.setenv("OTEL_TITAN_METRICS_PER_RANK", "fwd_bwd")
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="exp")
+        train(4)
+        assert sl.shutdown_structured_logger(10)
+        assert backend.wait_for(lambda b: any(p.metric == "titan.span.duration" for p in b.points()))
+        kinds = {p.metric: p.kind for p in backend.points()}
+        assert kinds["titan.span.duration"] == "exponential_histogram" and kinds["titan.step.duration"] == "exponential_histogram"
+        assert kinds["titan.span.duration.summary"] == "histogram"
+        (fetch,) = [p for p in backend.points() if p.metric == "titan.span.duration.summary"]
+        assert fetch.count == 4 and list(fetch.raw.explicit_bounds) == [] and len(fetch.raw.bucket_counts) == 1
+        (fwd,) = [p for p in backend.points() if p.metric == "titan.span.duration"]
+        assert fwd.count == 4 and fwd.exemplars
     finally:
         backend.stop()

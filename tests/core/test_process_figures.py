@@ -205,3 +205,22 @@ def test_the_figures_are_counters_of_the_exported_trace(logged, run_dir, tmp_pat
     events = json.loads(out.read_text())["traceEvents"]
     counters = {e["name"] for e in events if e.get("ph") == "C"}
     assert BASE <= counters
+
+
+def test_a_figure_that_cannot_be_read_costs_no_record_and_is_reported_once(logged, monkeypatch, caplog):
+    import logging
+
+    def broken(self):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr(ProcessFigures, "read", broken)
+    logged(process_figures=True)
+    with caplog.at_level(logging.ERROR, logger="otel_titan"):
+        for step in (1, 2, 3, 4):
+            sl.set_step(step)
+            with sl.log_trace_span("fwd_bwd"):
+                pass
+            assert sl.flush_structured_logger(5)
+        records = logged.finish()
+    assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 4 and not figures_by_step(records)
+    assert len([r for r in caplog.records if "per-step process figures" in r.getMessage()]) == 1

@@ -1,4 +1,4 @@
-"""A minimal OTLP/gRPC trace receiver that acknowledges and counts, for the benchmarks.
+"""A minimal OTLP/gRPC trace and metrics receiver that acknowledges and counts, for the benchmarks.
 
     python -m benchmarks.otlp_sink PORT_FILE
 
@@ -13,6 +13,7 @@ import time
 from concurrent import futures
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 
@@ -25,9 +26,15 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+class MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def Export(self, request, context):  # noqa: N802 - the gRPC method name
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
 def main() -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Sink(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsSink(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     with open(sys.argv[1], "w") as handle:

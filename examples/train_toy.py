@@ -107,6 +107,7 @@ def main() -> None:
             with sl.log_trace_span("checkpoint"):
                 if rank == 0:
                     torch.save(model.state_dict(), os.path.join(args.output_dir, "checkpoint.pt"))
+                    logger.info("step %d: checkpoint saved", step)  # inside the span: an OTLP log carries its trace id
                 dist.barrier()
             sl.log_trace_instant("checkpoint_saved")
         if rank == 0 and (step % 10 == 0 or step == args.steps):

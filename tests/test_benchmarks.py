@@ -112,3 +112,15 @@ def test_default_trace_granularity_keeps_a_1024_rank_step_within_tempo_and_jaege
     # And why the default is not one trace per step: all 1,024 ranks in one trace break both limits.
     whole = next(row for row in sizes["other_group_sizes"] if row["ranks_per_trace"] == 1024)
     assert whole["max_bytes_per_trace"] > limits["tempo_max_bytes_per_trace"] and whole["max_spans_per_trace"] > limits["jaeger_ui_spans_per_trace"]
+
+
+@pytest.mark.slow
+def test_the_metrics_benchmark_compares_off_figures_and_metrics_in_one_run(tmp_path):
+    """benchmarks/metrics_cost.py: every mode measured, ratios and both targets printed (figures not checked)."""
+    out = tmp_path / "metrics.json"
+    result = processes.run([sys.executable, "-m", "benchmarks.metrics_cost", "--rounds", "1", "--steps", "10", "--work", "2000", "--json", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary) == {"jsonl", "figures", "metrics"} and summary["jsonl"]["cpu_ratio"] == 1.0
+    assert all(row["cpu_ms_per_step"] > 0 and row["thread_cpu_ms_per_step"] > 0 for row in summary.values())
+    assert "target: training thread within +10 %" in result.stdout and "target: process CPU within 1.3x" in result.stdout

@@ -39,6 +39,7 @@ from otel_titan.analysis.headline import compress
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis import summary_parallel
 from otel_titan.analysis.runs import select_run
+from otel_titan.analysis.step_figures import StepFigures
 from otel_titan.analysis.tails import ends_torn, tail_records
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
 from otel_titan.analysis.stragglers import (
@@ -110,10 +111,12 @@ class _Collector(TimelineVisitor):
         self.black_boxes: dict[str, dict[str, Any]] = {}
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
+        # The memory/host figures that explain slow steps (step_figures.py).
+        self.figures = StepFigures()
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes, "figures": self.figures.state()}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -139,6 +142,7 @@ class _Collector(TimelineVisitor):
             self.phase_offsets.setdefault(key, array("d")).extend(offsets)
         self.closing.extend(state["closing"])
         self.black_boxes.update(state.get("black_boxes", {}))
+        self.figures.merge(state.get("figures", {}))
 
     def begin(self, process: ProcessLog, summary: ProcessSummary) -> None:
         self.process, self.summary = process, summary
@@ -187,6 +191,10 @@ class _Collector(TimelineVisitor):
                 if offsets is None:
                     offsets = self.phase_offsets[key] = array("d")
                 offsets.append((span.start_us - begin) / 1000.0)
+
+    def scalar(self, record: dict[str, Any], track: Any) -> None:
+        process = self.process
+        self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
         if span is None:
@@ -346,7 +354,9 @@ def summarize_run(
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
     _apply_offsets(processes, alignment)
     stragglers = _stragglers(collector, alignment)
-    return _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
+    summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
+    summary.slow_steps = collector.figures.notes(collector.step_ms)
+    return summary
 
 
 def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:

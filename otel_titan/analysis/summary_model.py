@@ -287,6 +287,8 @@ class RunSummary:
     tail_only: bool = False
     #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
     hang: Any = None
+    #: Slow steps next to a memory peak or a busy host, one line each (analysis/step_figures.py).
+    slow_steps: list[str] = field(default_factory=list)
 
     def straggler_findings(self, headline_only: bool = False) -> list[StragglerFinding]:
         """Every straggler finding of the run (or only those for "Look first at"), most costly first.

@@ -141,6 +141,8 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
         attempts[group.source] = attempts.get(group.source, 0) + 1
     for group in summary.stragglers:
         lines += _stragglers(group, show_attempt=attempts[group.source] > 1)
+    if summary.slow_steps:  # only steps the memory/host figures explain (step_figures.py)
+        lines += ["", "Slow steps and the machine"] + [f"  {note}" for note in summary.slow_steps]
     return "\n".join(map(printable, lines)) + "\n"  # the records' text is shown, never run by the terminal
 
 

@@ -64,6 +64,10 @@ class LoggerOptions:
     #: ``init_device_mesh`` does) or torch's ``DeviceMesh``; None = ``OTEL_TITAN_MESH``, else none. Each
     #: rank's coordinates are recorded, and the analysis compares a rank only with ranks that differ in dp alone.
     mesh: Any = None
+    #: Write the process's memory and CPU figures (and the rank's own CUDA memory, where the program uses CUDA)
+    #: as scalars of each step, from the background thread (``memory/…``, ``process/…``: docs/schema.md).
+    #: None = ``OTEL_TITAN_PROCESS_FIGURES`` (``0`` / ``false``: off), else on.
+    process_figures: bool | None = None
 
 
 _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
@@ -85,6 +89,7 @@ _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "join_otel_context": ((bool,), lambda v: True, "a bool or None"),
     "propagate_otel_context": ((bool,), lambda v: True, "a bool"),
     "trace_group_size": ((int,), lambda v: v >= 0, "an int >= 0 (ranks per trace; 0 = all ranks in one trace)"),
+    "process_figures": ((bool,), lambda v: True, "a bool"),
 }
 
 
@@ -105,7 +110,7 @@ def parse_options(options: dict[str, Any]) -> LoggerOptions:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
             raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
-        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size", "mesh"):
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size", "mesh", "process_figures"):
             continue
         if name == "mesh":  # a mapping of sizes or a DeviceMesh: not a type check
             check_mesh_option(value)

@@ -81,6 +81,7 @@ class BatchProcessor:
         stacks_file: Any = None,
         stall_floor_s: float = blackbox.DEFAULT_MIN_STALL_S,
         trigger_path: str | None = None,
+        step_sampler: Any = None,
     ) -> None:
         self._queue = queue
         self._builder = builder
@@ -130,6 +131,8 @@ class BatchProcessor:
         self._trigger_checked = 0.0
         #: Black-box records written (stalls, signals, triggers).
         self.black_boxes = 0
+        # Per-step scalars written from this thread at step boundaries (step_sampler.py), or None.
+        self._step_sampler = step_sampler
 
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
@@ -483,7 +486,7 @@ class BatchProcessor:
             self._gaps_seen = True
             if longest / 1e9 > self._slowest_gap_s:
                 self._slowest_gap_s = longest / 1e9
-        self._export(timeline, finished)
+        self._export(timeline, finished, final=stop)
         return stop
 
     def _heartbeat(self) -> None:
@@ -516,12 +519,26 @@ class BatchProcessor:
                 copy.extra = {**(copy.extra or {}), "pending": True, "pending_reason": pending}
         return copies
 
-    def _export(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
+    def _export(self, timeline: Timeline, finished: list[TitanSpan], final: bool = False) -> None:
+        if self._step_sampler is not None and (timeline or final):
+            self._add_step_figures(timeline, finished, final)
         self._exporting_since = time.monotonic()
         try:
             self._export_now(timeline, finished)
         finally:
             self._exporting_since = 0.0
+
+    def _add_step_figures(self, timeline: Timeline, finished: list[TitanSpan], final: bool) -> None:
+        """A step ended in `timeline` (or the last one, `final`): append its figures' scalars (step_sampler.py)."""
+        try:
+            spans = self._step_sampler.after_batch(timeline.spans, final=final)
+        except Exception:  # noqa: BLE001 - figures are a bonus: never lose the batch for them
+            self._report_failure(self._step_sampler, "after_batch")
+            return
+        for span in spans:
+            timeline.append(True, span)
+            if self._plain_exporters:
+                finished.append(span)
 
     def _export_now(self, timeline: Timeline, finished: list[TitanSpan]) -> None:
         if timeline:

@@ -42,6 +42,7 @@ from otel_titan.structured_logger.lifecycle import (
     shutdown_structured_logger,
 )
 from otel_titan.core.options import LoggerOptions
+from otel_titan.structured_logger.run_config import log_run_config
 from otel_titan.core.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "log_trace_span",
     "log_trace_instant",
     "log_trace_scalar",
+    "log_run_config",
     "set_step",
     "get_step",
     "get_relative_step",

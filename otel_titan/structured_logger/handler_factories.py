@@ -13,7 +13,10 @@ Which factories run, first match wins:
 3. ``TITAN_STRUCT_LOGGER_HANDLERS`` (torchtitan's name, so existing job
    scripts keep working);
 4. the defaults: the JSONL file, plus what ``OTEL_TRACES_EXPORTER`` asks for
-   (``otlp``, ``console``; nothing when ``OTEL_SDK_DISABLED=true``).
+   (``otlp``, ``console``), plus the metrics exporter when ``OTEL_METRICS_EXPORTER``
+   asks for one (``otlp``, ``prometheus``, ``console``), plus the training log as
+   OpenTelemetry logs when ``OTEL_LOGS_EXPORTER=otlp``; nothing of the
+   OpenTelemetry side when ``OTEL_SDK_DISABLED=true``.
 
 When one of the variables is set, *only* the listed factories run.
 """
@@ -32,6 +35,8 @@ from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped, Pipeli
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.options import LoggerOptions
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
+from otel_titan.exporters.metrics import metrics_exporter_handler_specs
+from otel_titan.exporters.otel_logs import logs_exporter_handler_specs
 from otel_titan.exporters.otel_env import traces_exporter_handler_specs
 
 __all__ = [
@@ -79,13 +84,15 @@ def _split(value: str) -> list[str]:
 
 
 def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
-    """The factories that run when nothing names them: the JSONL file, plus ``OTEL_TRACES_EXPORTER``'s.
+    """The factories that run when nothing names them: the JSONL file, plus those of ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER``.
 
     Example:
         >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
         'otel_titan.exporters.otlp.register_otlp_handler'
+        >>> default_handler_specs({"OTEL_METRICS_EXPORTER": "prometheus"})[1]
+        'otel_titan.exporters.metrics.register_metrics_handler'
     """
-    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ)]
+    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ), *metrics_exporter_handler_specs(environ), *logs_exporter_handler_specs(environ)]
 
 
 def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, str] | None = None) -> tuple[list[Any], str]:

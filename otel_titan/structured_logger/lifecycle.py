@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -33,8 +33,11 @@ from otel_titan.core.identity import RunIdentity, build_resource, discover_ident
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
 from otel_titan.core.mesh import resolve_mesh
 from otel_titan.core.options import LoggerOptions, parse_options
+from otel_titan.core.host_figures import HostFigures
+from otel_titan.core.process_figures import ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.step_sampler import StepSampler
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
 from otel_titan.schema import LOGGER_NAME
 from otel_titan.structured_logger import process_hooks, runtime
@@ -75,6 +78,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all),
             ``mesh`` (the job's device mesh: ``{"pp": 2, "dp": 4}`` or a torch ``DeviceMesh``;
             None = ``OTEL_TITAN_MESH``, e.g. ``pp=2,dp=4``; each rank's coordinates are recorded).
+            ``process_figures`` (None = ``OTEL_TITAN_PROCESS_FIGURES``, else on: memory and CPU figures as scalars of each step, docs/schema.md).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
@@ -155,7 +159,12 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         stacks_file=stacks_file,
         stall_floor_s=stall_floor_s,
         trigger_path=os.environ.get(DUMP_TRIGGER_ENV, "").strip() or None,
+        step_sampler=StepSampler(builder, _step_figures(identity.local_rank)) if process_figures_on(parsed.process_figures) else None,
     )
+    for exporter in exporters:  # exporters that report the pipeline's own health (metrics.py)
+        observe = getattr(exporter, "observe_pipeline", None)
+        if callable(observe):
+            observe(exporters, processor)
     processor.start()
     # Children started from now on (subprocesses, multiprocessing workers) name the same run; undone at shutdown.
     STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory,
@@ -170,6 +179,15 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         trace_ids=trace_ids,
         span_ids=span_ids,
     )
+
+
+def _step_figures(local_rank: int | None) -> Callable[[], dict[str, int | float]]:
+    """What each step's figures read: the process's, plus the host's on local rank 0 (once per host)."""
+    process = ProcessFigures(local_rank)
+    if local_rank not in (0, None):
+        return process.read
+    host = HostFigures()
+    return lambda: {**process.read(), **host.read()}
 
 
 STALL_AFTER_ENV = "OTEL_TITAN_STALL_AFTER_S"

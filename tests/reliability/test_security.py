@@ -74,7 +74,7 @@ def test_otlp_credentials_appear_in_no_record_log_line_or_error(tmp_path, protoc
     # Injected: a bearer token in OTEL_EXPORTER_OTLP_HEADERS and user:password in the endpoint,
     # with nothing listening there, so the exporter fails and logs its errors.
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") or k == "OTEL_TITAN_PROCESS_FIGURES"}
     env.update(
         {
             "PYTHONPATH": str(REPO),
@@ -181,7 +181,7 @@ def test_tls_to_the_collector_with_otel_exporter_otlp_certificate(certificate, t
     # to trust it only through OTEL_EXPORTER_OTLP_CERTIFICATE.
     cert, key = certificate
     receiver = _GrpcTlsReceiver(cert, key) if protocol == "grpc" else _HttpTlsReceiver(cert, key)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") or k == "OTEL_TITAN_PROCESS_FIGURES"}
     env.update(
         {
             "PYTHONPATH": str(REPO),

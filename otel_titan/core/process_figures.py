@@ -1,0 +1,147 @@
+"""The process's memory and CPU figures, read cheaply on the background thread once per step.
+
+Names (docs/schema.md): ``memory/rss_bytes`` and ``memory/rss_peak_bytes``
+(resident set and its high-water mark, ``/proc/self/status`` VmRSS/VmHWM;
+``getrusage`` where there is no /proc), ``process/cpu_user_s``,
+``process/cpu_system_s`` (CPU time of the whole process, all threads, since it
+started: a slow step with little CPU was waiting, one with much was computing
+or contending) and ``process/threads``.
+
+CUDA, only where the program already uses it: ``memory/cuda_allocated_bytes``,
+``memory/cuda_reserved_bytes``, ``memory/cuda_peak_allocated_bytes`` and
+``memory/cuda_peak_reserved_bytes`` (lifetime peaks, never reset: torchtitan's
+memory monitor reads the same statistics). The rules that keep this harmless:
+
+* torch is never imported here: a process that did not import it has no CUDA figures;
+* nothing is read unless ``torch.cuda.is_initialized()``: a call that creates a
+  context (the first ``memory_allocated()`` of a process, say) would cost
+  hundreds of MB of device memory in every rank that never used the GPU;
+* the device is always passed explicitly (the rank's own: ``local_rank`` when
+  the process sees that many devices, else its current one): a call without a
+  device reads, and may initialise, GPU 0 from every process of the host;
+* the caching allocator's counters are host-side reads: no synchronisation.
+
+``OTEL_TITAN_CUDA_STEP_PEAK=1`` also writes ``memory/cuda_step_peak_allocated_bytes``,
+the peak within each step, by resetting the allocator's peak counter after
+each reading (off by default: it changes what ``torch.cuda.max_memory_allocated``
+returns to the program).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from typing import Any, Callable
+
+__all__ = ["ProcessFigures", "cuda_device", "process_figures_on", "CUDA_STEP_PEAK_ENV", "PROCESS_FIGURES_ENV"]
+
+CUDA_STEP_PEAK_ENV = "OTEL_TITAN_CUDA_STEP_PEAK"
+PROCESS_FIGURES_ENV = "OTEL_TITAN_PROCESS_FIGURES"
+_STATUS = "/proc/self/status"
+
+
+def _status_fields(path: str = _STATUS) -> dict[str, int]:
+    """VmRSS, VmHWM (bytes) and Threads from /proc/self/status; empty where there is none."""
+    out: dict[str, int] = {}
+    try:
+        with open(path, "rb") as handle:
+            for line in handle:
+                key, _, rest = line.partition(b":")
+                if key in (b"VmRSS", b"VmHWM"):
+                    out[key.decode()] = int(rest.split()[0]) * 1024  # kB
+                elif key == b"Threads":
+                    out["Threads"] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def process_figures_on(option: bool | None, environ: Any = None) -> bool:
+    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES`` (``0``, ``false``, ``no``, ``off``: off), else on.
+
+    Example:
+        >>> process_figures_on(None, {}), process_figures_on(None, {"OTEL_TITAN_PROCESS_FIGURES": "0"}), process_figures_on(True, {"OTEL_TITAN_PROCESS_FIGURES": "0"})
+        (True, False, True)
+    """
+    if option is not None:
+        return option
+    env = os.environ if environ is None else environ
+    return env.get(PROCESS_FIGURES_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+
+
+def cuda_device(torch: Any, local_rank: int | None) -> int | None:
+    """The rank's own CUDA device index, or None when CUDA is not in use (never initialises it).
+
+    Example:
+        >>> cuda_device(None, 0) is None
+        True
+    """
+    if torch is None:
+        return None
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return None
+        count = cuda.device_count()
+        if local_rank is not None and 0 <= local_rank < count:
+            return local_rank
+        return int(cuda.current_device())
+    except Exception:  # noqa: BLE001 - a broken CUDA install must not stop the logger
+        return None
+
+
+class ProcessFigures:
+    """Read the figures of the module docstring; ``read()`` returns ``{name: value}``.
+
+    Example:
+        >>> figures = ProcessFigures(local_rank=0).read()
+        >>> figures["memory/rss_bytes"] > 0, "memory/cuda_allocated_bytes" in figures
+        (True, False)
+    """
+
+    def __init__(self, local_rank: int | None, step_peak: bool | None = None, modules: dict[str, Any] | None = None) -> None:
+        self.local_rank = local_rank
+        self.step_peak = os.environ.get(CUDA_STEP_PEAK_ENV, "").strip().lower() in ("1", "true", "yes") if step_peak is None else step_peak
+        self._modules = sys.modules if modules is None else modules
+        self._has_proc = os.path.exists(_STATUS)
+        #: Why CUDA figures stopped (an exception from torch.cuda), or None.
+        self.cuda_error: str | None = None
+
+    def read(self) -> dict[str, int | float]:
+        """The figures now: a few µs without CUDA (one small /proc read, one ``times()``)."""
+        figures: dict[str, int | float] = {}
+        status = _status_fields() if self._has_proc else {}
+        if "VmRSS" in status:
+            figures["memory/rss_bytes"] = status["VmRSS"]
+        if "VmHWM" in status:
+            figures["memory/rss_peak_bytes"] = status["VmHWM"]
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            figures["memory/rss_peak_bytes"] = peak if sys.platform == "darwin" else peak * 1024
+        times = os.times()
+        figures["process/cpu_user_s"] = round(times.user, 3)
+        figures["process/cpu_system_s"] = round(times.system, 3)
+        if "Threads" in status:
+            figures["process/threads"] = status["Threads"]
+        if self.cuda_error is None:
+            self._cuda(figures)
+        return figures
+
+    def _cuda(self, figures: dict[str, int | float]) -> None:
+        torch = self._modules.get("torch")  # imported by the program, or not at all
+        device = cuda_device(torch, self.local_rank)
+        if device is None:
+            return
+        cuda: Callable[..., Any] = torch.cuda  # type: ignore[union-attr]
+        try:
+            figures["memory/cuda_allocated_bytes"] = int(cuda.memory_allocated(device))
+            figures["memory/cuda_reserved_bytes"] = int(cuda.memory_reserved(device))
+            figures["memory/cuda_peak_allocated_bytes"] = int(cuda.max_memory_allocated(device))
+            figures["memory/cuda_peak_reserved_bytes"] = int(cuda.max_memory_reserved(device))
+            if self.step_peak:
+                stats = cuda.memory_stats(device)
+                figures["memory/cuda_step_peak_allocated_bytes"] = int(stats.get("allocated_bytes.all.peak", 0))
+                cuda.reset_peak_memory_stats(device)
+        except Exception as error:  # noqa: BLE001 - stop asking, say why once (the sampler logs it)
+            self.cuda_error = f"{type(error).__name__}: {error}"

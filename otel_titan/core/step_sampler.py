@@ -1,0 +1,84 @@
+"""Per-step scalars the logger writes itself, on the background thread, at each step boundary.
+
+The processor hands `StepSampler.after_batch` every batch's spans. When the
+step of the newest record differs from the step seen before, that step has
+ended (the training loop called ``set_step`` for the next one): the sampler
+reads its figures (`process_figures`) and returns them as scalar records *of
+the step that ended*, built by the same `SpanBuilder` as the user's own
+``log_trace_scalar`` calls. So they reach every exporter, the JSONL file, the
+metrics and the trace's counters alike, and the training thread does nothing
+at all: no call, no timer, no extra event in its queue.
+
+When it is read: up to one processor interval (50 ms by default) after the
+boundary, whenever the processor next wakes; at shutdown for the last step.
+A step faster than that interval shares its reading with the next one (the
+figures of the later step are written; none is invented).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from otel_titan.core.step_context import StepState
+from otel_titan.core.warn_once import WarnOnce
+
+__all__ = ["StepSampler"]
+
+_log = logging.getLogger("otel_titan")
+
+
+class StepSampler:
+    """Turn step boundaries seen in the span stream into scalar records of `read()`'s figures.
+
+    Args:
+        builder: the processor's `SpanBuilder` (ids, Resource, clock).
+        read: returns ``{name: number}`` (e.g. `ProcessFigures.read`).
+
+    Example:
+        >>> # built by init_structured_logger when process_figures=True; one per processor
+        >>> # sampler = StepSampler(builder, ProcessFigures(local_rank).read)
+    """
+
+    def __init__(self, builder: Any, read: Callable[[], dict[str, int | float]]) -> None:
+        self._builder = builder
+        self._read = read
+        self._state: StepState | None = None
+        self._failures = WarnOnce()
+        #: Step boundaries sampled.
+        self.samples = 0
+
+    def after_batch(self, spans: Sequence[Any], final: bool = False) -> list[Any]:
+        """Scalar spans for the step that ended in `spans` (or, `final`, for the last step)."""
+        newest: StepState | None = None
+        for span in reversed(spans):
+            step = getattr(span, "step", None)
+            if step is not None:
+                newest = StepState(step, getattr(span, "relative_step", None), getattr(span, "step_tags", ()) or ())
+                break
+        out: list[Any] = []
+        previous = self._state
+        if newest is not None:
+            self._state = newest  # the same step keeps its latest tags
+            if previous is not None and newest.step != previous.step:
+                out.extend(self._sample(previous))
+        if final and self._state is not None:
+            out.extend(self._sample(self._state))
+            self._state = None
+        return out
+
+    def _sample(self, state: StepState) -> list[Any]:
+        try:
+            figures = self._read()
+            if not figures:
+                return []
+            code = self._sample.__code__
+            spans = self._builder.scalars(figures, time.perf_counter_ns(), code, code.co_firstlineno, None, state, threading.get_ident(), None)
+        except Exception:  # noqa: BLE001 - a figure we cannot read must never stop the processor
+            if self._failures.first():
+                _log.exception("otel-titan: could not read the per-step process figures; later failures are not logged")
+            return []
+        self.samples += 1
+        return spans

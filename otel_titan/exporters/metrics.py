@@ -1,0 +1,400 @@
+"""Scalars and phase times as OpenTelemetry metrics, recorded on otel-titan's background thread.
+
+Selected with the standard variables (`metric_readers`)::
+
+    OTEL_METRICS_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 torchrun ... train.py
+
+`MetricsSpanExporter` is one more exporter of the processor: it receives the
+finished spans, scalars and instants on the processor thread, like OTLP, so
+the training thread still only appends to its queue. What it records into the
+OpenTelemetry metrics SDK (names as Prometheus shows them in docs/collectors.md):
+
+* every ``log_trace_scalar`` name as a **gauge** of the same name (the last
+  value in each export interval; ``memory/rss_bytes`` becomes
+  ``memory_rss_bytes`` in Prometheus);
+* every span's duration in ms in a **histogram** with attribute
+  ``titan.span.name``: ``titan.span.duration`` with buckets from 1 ms to
+  10 minutes for the span names of the per-rank allowlist, else
+  ``titan.span.duration.summary`` without buckets (its sum and count: the mean
+  per rank, host or job, at 3 series per name instead of 21);
+* ``titan.step.duration`` (histogram, ms, always bucketed: the step time is
+  the series a straggler dashboard needs per rank): from the first span
+  start of one step to the first of the next, as this thread sees them;
+* ``titan.step`` (gauge: the latest step) and ``titan.steps.completed``
+  (counter); the logger's own health as ``titan.logger.records`` (counter,
+  attribute ``outcome``: written, dropped, skipped, failed) and
+  ``titan.metrics.overflow`` (names past the cap);
+* on local rank 0 only, the host's figures (host_metrics.py: CPU, memory,
+  network, disk, pressure, cgroup throttling, GPUs through NVML), unless
+  ``OTEL_TITAN_HOST_METRICS=0``.
+
+Cardinality, by design: the step, a step tag or a span id is never an
+attribute (a new series per step would be a new series per minute for days);
+the rank, host and run are the Resource (one set per process), so the series
+per process are bounded by the names alone. The allowlist
+(``OTEL_TITAN_METRICS_PER_RANK``, comma-separated `fnmatch` patterns; default
+``step,train_step,training_step``) decides which phases get buckets: at 1,024
+ranks × 30 phases × 21 buckets, bucketed histograms for every phase would be
+645,000 series. At most ``OTEL_TITAN_METRICS_MAX_NAMES`` (1,000) distinct
+scalar names and as many span names are recorded; past that, scalars are
+dropped and span times go to the name ``_overflow``, both counted in
+``titan.metrics.overflow`` and warned about once (the SDK's own limit, 2,000
+attribute sets per instrument, is never reached; past it the SDK would fold
+the rest into one ``otel.metric.overflow=true`` series).
+
+Exemplars: each bucketed duration is recorded in the context of its span, so the
+SDK's trace-based exemplar filter (``OTEL_METRICS_EXEMPLAR_FILTER``) attaches
+the span's trace and span id to its bucket (OTLP carries them; the
+Prometheus text format does not).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import re
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+from opentelemetry import trace as trace_api
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from otel_titan._version import __version__
+from otel_titan.core.exporter import HandlerSkipped, PipelineStats, TitanSpanExporter
+from otel_titan.core.warn_once import WarnOnce
+from otel_titan.exporters.host_metrics import HostMetrics
+from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
+from otel_titan.exporters.otel_env import sdk_disabled
+from otel_titan.schema import RecordKind
+
+__all__ = [
+    "MetricsSpanExporter",
+    "register_metrics_handler",
+    "metrics_exporter_handler_specs",
+    "instrument_name",
+    "summary_views",
+    "DURATION_BUCKETS_MS",
+    "METRICS_HANDLER",
+    "PER_RANK_ENV",
+    "MAX_NAMES_ENV",
+]
+
+_log = logging.getLogger("otel_titan")
+
+METRICS_HANDLER = "otel_titan.exporters.metrics.register_metrics_handler"
+PER_RANK_ENV = "OTEL_TITAN_METRICS_PER_RANK"
+MAX_NAMES_ENV = "OTEL_TITAN_METRICS_MAX_NAMES"
+#: ``0`` turns the host's figures off (on local rank 0 they are on by default: host_metrics.py).
+HOST_METRICS_ENV = "OTEL_TITAN_HOST_METRICS"
+DEFAULT_PER_RANK = ("step", "train_step", "training_step")
+DEFAULT_MAX_NAMES = 1000
+#: Explicit bucket boundaries (ms) for phases from a millisecond to minutes: 20 boundaries, 21 buckets.
+DURATION_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000)
+OVERFLOW_NAME = "_overflow"
+_INVALID = re.compile(r"[^A-Za-z0-9_./-]")
+_SPAN, _SCALAR = RecordKind.SPAN, RecordKind.SCALAR
+
+
+def metrics_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The handler factory ``OTEL_METRICS_EXPORTER`` asks for (none when unset, ``none`` or the SDK is disabled).
+
+    Example:
+        >>> metrics_exporter_handler_specs({"OTEL_METRICS_EXPORTER": "prometheus"})
+        ['otel_titan.exporters.metrics.register_metrics_handler']
+        >>> metrics_exporter_handler_specs({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
+        []
+    """
+    if sdk_disabled(environ) or not metrics_exporters(environ):
+        return []
+    return [METRICS_HANDLER]
+
+
+def summary_views() -> list[View]:
+    """The summary histogram keeps its sum and count even where the exporter prefers exponential histograms.
+
+    A View's aggregation beats the reader's preference
+    (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``), which
+    then applies to the bucketed histograms only, as intended.
+
+    Example:
+        >>> [v._instrument_name for v in summary_views()]
+        ['titan.span.duration.summary']
+    """
+    return [View(instrument_name="titan.span.duration.summary", aggregation=ExplicitBucketHistogramAggregation(boundaries=()))]
+
+
+def instrument_name(name: str) -> str:
+    """A valid OpenTelemetry instrument name for a scalar name (at most 255 characters, starting with a letter).
+
+    Example:
+        >>> instrument_name("memory/rss_bytes"), instrument_name("2nd loss"), instrument_name("grad norm")
+        ('memory/rss_bytes', 'titan_2nd_loss', 'grad_norm')
+    """
+    cleaned = _INVALID.sub("_", name) or "unnamed"
+    if not cleaned[0].isalpha():
+        cleaned = "titan_" + cleaned
+    return cleaned[:255]
+
+
+def _patterns(environ: Mapping[str, str]) -> tuple[str, ...]:
+    raw = environ.get(PER_RANK_ENV)
+    if raw is None:
+        return DEFAULT_PER_RANK
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _max_names(environ: Mapping[str, str]) -> int:
+    raw = environ.get(MAX_NAMES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_NAMES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_NAMES_ENV}={raw!r} must be an int >= 1 (distinct scalar names, and span names, recorded as metrics)")
+    return value
+
+
+class MetricsSpanExporter(TitanSpanExporter):
+    """Turn finished spans and scalars into OpenTelemetry metrics (processor thread only).
+
+    Args:
+        provider: the `MeterProvider` (its readers decide where metrics go).
+        per_rank: `fnmatch` patterns of span names whose durations get buckets.
+        max_names: distinct scalar names, and span names, recorded at most.
+        stats: the capture queue's counters (dropped, skipped), for the health counter.
+        readers: what `build_readers` started (closed at shutdown).
+
+    Example:
+        >>> from opentelemetry.sdk.metrics import MeterProvider
+        >>> from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        >>> reader = InMemoryMetricReader()
+        >>> exporter = MetricsSpanExporter(MeterProvider(metric_readers=[reader]))
+        >>> exporter.shutdown()
+    """
+
+    def __init__(
+        self,
+        provider: MeterProvider,
+        *,
+        per_rank: Sequence[str] = DEFAULT_PER_RANK,
+        max_names: int = DEFAULT_MAX_NAMES,
+        stats: PipelineStats | None = None,
+        readers: Readers | None = None,
+        shutdown_timeout_s: float = 3.0,
+        host: Any = None,
+    ) -> None:
+        self.provider = provider
+        self._readers = readers
+        #: The host's instruments (host_metrics.py) on local rank 0, else None.
+        self.host = host
+        self._per_rank = tuple(per_rank)
+        self._max_names = max_names
+        self._stats = stats
+        self._shutdown_timeout_s = shutdown_timeout_s
+        self._pipeline: Sequence[Any] = ()
+        self._processor: Any = None
+        meter = provider.get_meter("otel_titan", __version__)
+        self._meter = meter
+        self._bucketed = meter.create_histogram(
+            "titan.span.duration", unit="ms", description="Span duration (per-rank allowlist: OTEL_TITAN_METRICS_PER_RANK)", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_MS
+        )
+        self._summary = meter.create_histogram("titan.span.duration.summary", unit="ms", description="Span duration, sum and count only (names outside the per-rank allowlist)", explicit_bucket_boundaries_advisory=())
+        self._step_duration = meter.create_histogram(
+            "titan.step.duration", unit="ms", description="From the first span start of a step to the first of the next", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_MS
+        )
+        self._step_gauge = meter.create_gauge("titan.step", description="The latest training step seen")
+        self._steps_completed = meter.create_counter("titan.steps.completed", description="Steps that ended (a later step began)")
+        self._overflow = meter.create_counter("titan.metrics.overflow", description=f"Values not recorded under their own name: more than {max_names} distinct names")
+        meter.create_observable_counter("titan.logger.records", callbacks=[self._observe_health], description="The logger's own records: written, dropped, skipped, failed")
+        self._gauges: dict[str, Any] = {}
+        self._span_attrs: dict[str, tuple[Any, dict[str, str]]] = {}
+        self._warned = WarnOnce()
+        self._step: int | None = None
+        self._step_start: int | None = None
+        self._shut = False
+        #: Values that could not be recorded under their own name (past `max_names`).
+        self.overflowed = 0
+
+    # -- wiring ------------------------------------------------------------------------------
+    def observe_pipeline(self, exporters: Sequence[Any], processor: Any) -> None:
+        """Know the other exporters and the processor, whose counters the health counter reports."""
+        self._pipeline = tuple(e for e in exporters if e is not self)
+        self._processor = processor
+
+    def _observe_health(self, _options: CallbackOptions) -> Iterable[Observation]:
+        # On the reader's thread, at export: plain int reads, no lock needed.
+        written = failed = dropped = 0
+        for exporter in self._pipeline:
+            written += int(getattr(exporter, "written_records", 0) or 0)
+            failed += int(getattr(exporter, "failed_records", 0) or 0) + int(getattr(exporter, "failed_spans", 0) or 0)
+            dropped += int(getattr(exporter, "dropped_spans", 0) or 0)
+        if self._processor is not None:
+            failed += int(getattr(self._processor, "failed_events", 0) or 0)
+        skipped = 0
+        if self._stats is not None:
+            dropped += int(self._stats.dropped_records)
+            skipped = int(self._stats.skipped_values)
+        return [
+            Observation(written, {"outcome": "written"}),
+            Observation(dropped, {"outcome": "dropped"}),
+            Observation(skipped, {"outcome": "skipped"}),
+            Observation(failed, {"outcome": "failed"}),
+        ]
+
+    # -- the processor thread -------------------------------------------------------------------
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Record each span's duration, each scalar's value and the step progress."""
+        if self._shut:
+            return SpanExportResult.FAILURE
+        for span in spans:
+            if getattr(span, "incomplete", False):
+                continue  # a copy of a span still open: its duration is not known yet
+            kind = getattr(span, "record_kind", None)
+            step = getattr(span, "step", None)
+            if step is not None and step != self._step and kind != _SCALAR:
+                # Spans and instants move the step; scalars follow it (the per-step
+                # process figures of step N arrive after step N+1 began).
+                self._new_step(step, span.start_time)
+            if kind == _SCALAR:
+                self._scalar(span.metric_name, span.metric_value)
+            elif kind == _SPAN or kind is None:
+                if span.end_time is not None and span.start_time is not None:
+                    self._duration(span)
+        return SpanExportResult.SUCCESS
+
+    def _new_step(self, step: int, start_ns: int | None) -> None:
+        previous, started = self._step, self._step_start
+        self._step, self._step_start = step, start_ns
+        self._step_gauge.set(step)
+        if previous is None:
+            return
+        self._steps_completed.add(1)
+        if started is not None and start_ns is not None and start_ns > started:
+            self._step_duration.record((start_ns - started) / 1e6)
+
+    def _scalar(self, name: str | None, value: Any) -> None:
+        if name is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        gauge = self._gauges.get(name)
+        if gauge is None:
+            if len(self._gauges) >= self._max_names:
+                self._overflowed("scalar", name)
+                return
+            gauge = self._gauges[name] = self._meter.create_gauge(instrument_name(name), description=f"log_trace_scalar {name!r}")
+        gauge.set(value)
+
+    def _duration(self, span: ReadableSpan) -> None:
+        name = span.name
+        entry = self._span_attrs.get(name)
+        if entry is None:
+            if len(self._span_attrs) >= self._max_names:
+                self._overflowed("span", name)
+                entry = self._span_attrs.get(OVERFLOW_NAME)
+                if entry is None:
+                    entry = self._span_attrs[OVERFLOW_NAME] = (self._summary, {"titan.span.name": OVERFLOW_NAME})
+            else:
+                bucketed = any(fnmatch.fnmatchcase(name, pattern) for pattern in self._per_rank)
+                entry = self._span_attrs[name] = (self._bucketed if bucketed else self._summary, {"titan.span.name": name})
+        instrument, attributes = entry
+        duration_ms = (span.end_time - span.start_time) / 1e6
+        if instrument is self._bucketed:
+            # In the span's context: the trace-based exemplar filter links the bucket to this trace.
+            instrument.record(duration_ms, attributes, context=trace_api.set_span_in_context(trace_api.NonRecordingSpan(span.get_span_context())))
+        else:  # no buckets to link: skip the context (a third of the cost of a record)
+            instrument.record(duration_ms, attributes)
+
+    def _overflowed(self, kind: str, name: str) -> None:
+        self.overflowed += 1
+        self._overflow.add(1, {"kind": kind})
+        if self._warned.first(kind):
+            _log.warning(
+                "otel-titan: more than %d distinct %s names; %r and later new names are %s (counted in titan.metrics.overflow). Raise %s if they are few and wanted",
+                self._max_names,
+                kind,
+                name,
+                "not exported as metrics" if kind == "scalar" else f"recorded as {OVERFLOW_NAME!r}",
+                MAX_NAMES_ENV,
+            )
+
+    # -- flush and shutdown -----------------------------------------------------------------------
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Nothing to push now: readers export every ``OTEL_METRIC_EXPORT_INTERVAL`` and at shutdown.
+
+        A synchronous export here would hold the processor thread (and the
+        JSONL file behind it) for as long as a dead collector takes to time out.
+        """
+        return True
+
+    def drain(self, timeout: float) -> bool:
+        """SIGTERM: push what was recorded, within `timeout` seconds (the signal watcher's thread)."""
+        return self._bounded(lambda: self.provider.force_flush(timeout_millis=int(timeout * 1000)), timeout)
+
+    def shutdown(self) -> None:
+        """Export once more and stop the readers, giving a backend at most `shutdown_timeout_s`."""
+        if self._shut:
+            return
+        self._shut = True
+        timeout = self._shutdown_timeout_s
+        self._bounded(lambda: self.provider.shutdown(timeout_millis=timeout * 1000), timeout)
+        if self._readers is not None:
+            self._readers.close()
+        if self.host is not None:
+            self.host.close()
+
+    def close_after_fork(self) -> None:
+        """In a forked child: the parent's readers, threads and port are not ours; record nothing more."""
+        self._shut = True
+
+    @staticmethod
+    def _bounded(call: Any, timeout: float) -> bool:
+        """Run `call` on a helper thread and wait at most `timeout` (+0.5 s): a hung backend never holds us."""
+        result: list[Any] = []
+
+        def run() -> None:
+            try:
+                result.append(call())
+            except Exception:  # noqa: BLE001 - a failing export at exit is reported by the SDK's own log
+                result.append(False)
+
+        thread = threading.Thread(target=run, name="otel-titan-metrics-stop", daemon=True)
+        thread.start()
+        thread.join(timeout + 0.5)
+        return bool(result and result[0] is not False)
+
+
+def register_metrics_handler(
+    add_span_exporter: Any,
+    resource: Resource,
+    local_rank: int | None = None,
+    stats: PipelineStats | None = None,
+    **_: Any,
+) -> None:
+    """Handler factory: OpenTelemetry metrics as ``OTEL_METRICS_EXPORTER`` asks (module docstring).
+
+    Raises `HandlerSkipped` when the variable is unset or ``none``, or
+    ``OTEL_SDK_DISABLED=true``; ``ValueError`` for a bad value of one of the variables.
+    """
+    if sdk_disabled():
+        raise HandlerSkipped("OTEL_SDK_DISABLED=true")
+    names = metrics_exporters()
+    if not names:
+        raise HandlerSkipped("OTEL_METRICS_EXPORTER is unset or none")
+    environ = os.environ
+    per_rank, max_names = _patterns(environ), _max_names(environ)
+    readers = build_readers(names, local_rank)
+    if not readers.readers:
+        readers.close()
+        raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
+    provider = MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views())
+    host = None
+    if local_rank in (0, None) and environ.get(HOST_METRICS_ENV, "").strip().lower() not in ("0", "false", "no", "off"):
+        host = HostMetrics(provider)  # psutil and NVML are imported by it only now
+    add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))

@@ -1,0 +1,102 @@
+"""The training log as OpenTelemetry logs (exporters/otel_logs.py), sent to a real OTLP/gRPC receiver."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+import pytest
+
+from otel_titan import structured_logger as sl
+from otel_titan.exporters.otel_logs import OtelLogHandler, OtelLogsExporter, logs_exporters
+from otel_titan.logging import init_logger
+from otel_titan.structured_logger.handler_factories import JSONL_HANDLER, default_handler_specs
+from tests.conftest import data_records, jsonl_files, read_records
+from tests.helpers.collector import free_port
+from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
+
+
+@pytest.fixture
+def backend():
+    receiver = OtlpSignalsReceiver()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture
+def root_logging():
+    """init_logger's console on the root logger, as a training script has it; restored after."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    init_logger()
+    (console,) = [h for h in root.handlers if getattr(h, "_otel_titan_console", False)]
+    previous = console.setStream(io.StringIO())
+    yield root
+    console.setStream(previous)
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def otlp_logs_env(monkeypatch, endpoint: str) -> None:
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "100")
+
+
+def test_log_lines_arrive_with_the_rank_resource_and_the_ids_of_their_span(backend, root_logging, run_dir, monkeypatch):
+    otlp_logs_env(monkeypatch, backend.endpoint)
+    sl.init_structured_logger("training", run_dir, rank=1, world_size=2, run_id="logs-run")
+    sl.set_step(7)
+    logging.getLogger("trainer.data").info("outside any span")
+    with sl.log_trace_span("checkpoint"):
+        root_logging.warning("saving %d shards", 4)
+        with sl.log_trace_span("write"):
+            logging.getLogger("trainer.checkpoint").error("slow disk")
+    assert sl.shutdown_structured_logger(10)
+    assert backend.wait_for(lambda b: len(b.logs()) >= 3)
+    logs = {log.body: log for log in backend.logs()}
+    assert set(logs) == {"outside any span", "saving 4 shards", "slow disk"}
+    spans = {r["log_type_name"]: (r["trace_id"], r["span_id"]) for r in data_records(read_records(jsonl_files(run_dir)[0]))}
+    assert (logs["saving 4 shards"].trace_id, logs["saving 4 shards"].span_id) == spans["checkpoint_start"]
+    assert (logs["slow disk"].trace_id, logs["slow disk"].span_id) == spans["write_start"]
+    assert logs["outside any span"].trace_id == "" and logs["outside any span"].span_id == ""
+    assert [logs[b].severity for b in ("outside any span", "saving 4 shards", "slow disk")] == ["INFO", "WARN", "ERROR"]
+    assert logs["slow disk"].attributes["logger.name"] == "trainer.checkpoint"
+    for log in logs.values():
+        assert (log.resource["titan.rank"], log.resource["titan.run_id"], log.resource["service.name"]) == (1, "logs-run", "training")
+    # The console shows the same lines as before, in torchtitan's format; shutdown removed the handler.
+    (console,) = [h for h in root_logging.handlers if getattr(h, "_otel_titan_console", False)]
+    lines = console.stream.getvalue().splitlines()
+    assert [line.split(" - ", 1)[1] for line in lines] == ["trainer.data - INFO - outside any span", "root - WARNING - saving 4 shards", "trainer.checkpoint - ERROR - slow disk"]
+    assert all(line.startswith("[titan] ") for line in lines)
+    assert not any(isinstance(h, OtelLogHandler) for h in logging.getLogger().handlers)
+
+
+def test_a_dead_collector_drops_and_counts_and_never_slows_the_writer(root_logging, run_dir, monkeypatch):
+    otlp_logs_env(monkeypatch, f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("OTEL_BLRP_MAX_QUEUE_SIZE", "100")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "30")
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="dead-logs")
+    (exporter,) = [e for e in sl.get_exporters() if isinstance(e, OtelLogsExporter)]
+    began = time.perf_counter()
+    for i in range(5000):
+        logging.getLogger("trainer").debug("not enabled: never formatted, never queued %d", i)
+        logging.getLogger("trainer").info("line %d", i)
+    spent = time.perf_counter() - began
+    assert exporter.dropped_logs >= 5000 - 100 - 512  # the queue bound, plus one batch taken by the blocked thread at most
+    assert spent < 10, spent  # 5,000 console lines plus queueing; a blocking handler would wait 30 s per batch
+    began = time.monotonic()
+    sl.shutdown_structured_logger(10)
+    assert time.monotonic() - began < 8
+
+
+def test_the_standard_variable_chooses_the_handler():
+    assert default_handler_specs({"OTEL_LOGS_EXPORTER": "otlp"})[-1] == "otel_titan.exporters.otel_logs.register_otel_logs_handler"
+    assert default_handler_specs({"OTEL_LOGS_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}) == [JSONL_HANDLER]
+    assert logs_exporters({"OTEL_LOGS_EXPORTER": "none"}) == []
+    with pytest.raises(ValueError, match="OTEL_LOGS_EXPORTER='loki'"):
+        logs_exporters({"OTEL_LOGS_EXPORTER": "loki"})

@@ -73,6 +73,23 @@ class PrometheusServer:
                 self.stop()
                 raise RuntimeError(f"prometheus did not start: {(workdir / 'prometheus.log').read_text()[-2000:]}")
             time.sleep(0.2)
+        # Ready is not scraping: Prometheus hands discovered targets to its scrapers at most every 5 s, so a
+        # job shorter than that (a quiet machine runs the toy in under 2 s) would end before its first scrape.
+        # Wait until every target has been tried once (down, as nothing listens yet) before the job starts.
+        deadline = time.monotonic() + 30
+        while not self._all_tried(len(targets)):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"prometheus never scraped its targets: {(workdir / 'prometheus.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+
+    def _all_tried(self, count: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v1/targets", timeout=1) as response:
+                active = json.load(response)["data"]["activeTargets"]
+        except OSError:
+            return False
+        return len(active) == count and all(not t.get("lastScrape", "").startswith("0001-") for t in active)
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})

@@ -176,6 +176,7 @@ def test_many_open_tasks_list_the_most_recent_with_full_paths(run_dir):
 def test_clean_close_drops_and_rotation_are_reported(run_dir):
     from tests.helpers import factories
 
+    factories.GATE.clear()  # closed: an earlier test's shutdown leaves the gate open, and nothing would be dropped
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1, queue_size=50, max_file_size_mb=0.01, backup_count=1, handlers=["tests.helpers.factories.register_gate", "otel_titan.exporters.jsonl.register_jsonl_handler"])
     for i in range(200):
         sl.log_trace_instant(f"i{i}")  # the writer is stuck: the queue fills, records are dropped

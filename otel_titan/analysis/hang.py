@@ -531,10 +531,20 @@ def _desync(source: str, attempt: Any, label: str, known: dict[int, dict[str, An
 
 
 def _describe(sig: tuple[Any, ...]) -> str:
+    """``all_reduce [[16]] Float``: the op, its input sizes and dtypes as torch's flight recorder gives them."""
     if len(sig) == 1:
         return str(sig[0])
     op, sizes, dtypes = sig
-    return f"{op} {list(sizes) if sizes is not None else ''} {','.join(dtypes) if dtypes else ''}".strip() if isinstance(dtypes, tuple) else f"{op} {sizes}"
+    parts = [str(op)]
+    if sizes is not None:
+        parts.append(str(_plain(sizes)).replace(" ", ""))
+    if dtypes:
+        parts.append(",".join(map(str, dtypes)) if isinstance(dtypes, tuple) else str(dtypes))
+    return " ".join(parts)
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
 def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str, known: dict[int, dict[str, Any] | None], by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:

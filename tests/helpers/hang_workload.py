@@ -8,6 +8,11 @@ BAD_RANK injects FAULT:
 * ``gil``: a C call that holds the interpreter lock (``ctypes.PyDLL(None).sleep``);
 * ``mismatch``: calls broadcast where the others call all_reduce;
 * ``deadlock``: its main thread and a ``ckpt-writer`` thread take two locks in opposite orders;
+* ``subgroup``: every step's all_reduce is on ``dist.new_group([0, 1])`` (as a device mesh's groups are);
+  rank BAD sleeps in `read_shard` inside ``data_fetch``;
+* ``sleep2``: ranks BAD and BAD + 1 sleep in `read_shard` (two culprits);
+* ``before_init``: rank BAD blocks in `load_checkpoint` before ``init_structured_logger`` (it writes no file);
+* ``recover``: every rank pauses `PAUSE_S` in ``all_reduce`` at step 2 (longer than the stall threshold), then goes on and closes;
 * ``healthy``: no fault, steps of ``STEP_S`` seconds each (slower than the stall floor), then a clean end;
 * ``live``: no fault, runs until killed (the dump trigger is tried on it).
 """
@@ -34,6 +39,30 @@ def read_shard() -> None:
     time.sleep(3600)  # the culprit line of the `sleep` fault
 
 
+def load_checkpoint() -> None:
+    time.sleep(3600)  # the culprit line of the `before_init` fault
+
+
+def sub_group() -> object:
+    """The group every step's all_reduce runs on: a sub-group for the `subgroup` fault, else the default one."""
+    return dist.new_group([0, 1]) if FAULT == "subgroup" else None
+
+
+def before_init(rank: int) -> None:
+    if FAULT == "before_init" and rank == BAD:
+        load_checkpoint()
+
+
+def is_bad(rank: int) -> bool:
+    return rank == BAD or (FAULT == "sleep2" and rank == BAD + 1)
+
+
+def pause(step: int) -> None:
+    """A healthy pause longer than the stall threshold (a checkpoint, an eval): the run then recovers."""
+    if FAULT == "recover" and step == 2:
+        time.sleep(float(os.environ.get("PAUSE_S", "4.5")))
+
+
 def hold_the_gil() -> None:
     ctypes.PyDLL(None).sleep(3600)  # the culprit line of the `gil` fault
 
@@ -58,6 +87,8 @@ def deadlock() -> None:
 def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    group = sub_group()
+    before_init(rank)
     sl.init_structured_logger("training", OUT)
     tensor = torch.ones(16)
     step = 0
@@ -66,18 +97,19 @@ def main() -> None:
         sl.set_step(step)
         with sl.log_trace_span("data_fetch"):
             time.sleep(STEP_S)
-            if step == 3 and rank == BAD:
-                if FAULT == "sleep":
+            if step == 3 and is_bad(rank):
+                if FAULT in ("sleep", "subgroup", "sleep2"):
                     read_shard()
                 elif FAULT == "gil":
                     hold_the_gil()
                 elif FAULT == "deadlock":
                     deadlock()
         with sl.log_trace_span("all_reduce"):
+            pause(step)
             if step == 3 and rank == BAD and FAULT == "mismatch":
                 dist.broadcast(tensor, src=BAD)
             else:
-                dist.all_reduce(tensor)
+                dist.all_reduce(tensor, group=group)
     sl.shutdown_structured_logger()
     dist.destroy_process_group()
 

@@ -600,14 +600,21 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
             if len(members) >= 2:
                 verdicts.note(f"{key[0]}: not every rank is here and stuck (missing, closed or still running): how far each got in the step is not compared")
             continue
-        ahead = [b for b in members if not any(_before(b, c) for c in members)]
-        behind = [a for a in members if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in members) and (a.source, a.attempt, a.rank) not in waiting]
+        # Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
+        classes: dict[tuple[Any, ...], list[RankPlace]] = {}
+        for m in members:
+            classes.setdefault((m.step, frozenset(m.entered), m.entered_complete), []).append(m)
+        reps = [group[0] for group in classes.values()]
+        size = {id(group[0]): len(group) for group in classes.values()}
+        ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
+        lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
+        behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting]
         if not behind:
             continue
         for place in behind:
-            leader = max((b for b in ahead if _before(place, b)), key=lambda b: len(b.entered))
+            leader = max((b for b in ahead if _before(place, b)), key=lambda b: (len(b.entered), size[id(b)]))
             inside = f"in {leader.span}" if leader.span else "between spans"
-            waits = [b for b in ahead if _before(place, b)]
+            waits = [m for b in ahead if _before(place, b) for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
             missed = [name for name in leader.entered if name not in place.entered] if leader.step == place.step else []
             if place.between_spans:
                 last = place.last_span or {}

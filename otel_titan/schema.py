@@ -27,6 +27,7 @@ __all__ = [
     "ATTR",
     "INT64_MIN",
     "INT64_MAX",
+    "stacks_file_name",
 ]
 
 #: Bumped when a field changes meaning or disappears (adding fields does not bump it).
@@ -62,6 +63,24 @@ class MetaEvent:
 
 #: The logger's own records: the reader shows them as process-level markers, never as phases.
 META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED})
+
+
+def stacks_file_name(jsonl_name: str) -> str:
+    """The faulthandler side file's name beside a JSONL file: its ``.jsonl`` suffix replaced by ``.stacks``.
+
+    Never ``<file>.jsonl.stacks``: readers that glob ``*.jsonl*`` to take in
+    rotated segments (``X.jsonl.1``) would read the side file's text as JSONL.
+    The writer names it in the opening record's ``stacks_file`` field; readers
+    use this rule only when that record is gone (rotated away).
+
+    Example:
+        >>> stacks_file_name("training.global_rank_0.20260101-000000-abcdef.jsonl")
+        'training.global_rank_0.20260101-000000-abcdef.stacks'
+        >>> stacks_file_name("mine.log")
+        'mine.log.stacks'
+    """
+    stem = jsonl_name[: -len(".jsonl")] if jsonl_name.endswith(".jsonl") else jsonl_name
+    return stem + ".stacks"
 
 
 class Field:

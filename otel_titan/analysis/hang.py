@@ -2,8 +2,9 @@
 
 Read from what each process left (docs/hangs.md): its latest *live* ``stall``
 record (the black box: open spans, or where it stopped between spans; every
-thread's stack; torch's flight recorder), the faulthandler side file (the
-stacks of a process whose interpreter lock was held by a C call), torch's own
+thread's stack; torch's flight recorder), the faulthandler side file
+(``<file>.stacks``, `side_file_of`: the stacks of a process whose
+interpreter lock was held by a C call), torch's own
 flight-recorder dump files where present (`flight_recorder`), and the
 summary's own facts (closed or not, open spans, the spans it entered in its
 last step, which ranks of the world wrote no file at all).
@@ -43,6 +44,8 @@ little memory.
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import re
 from collections import Counter
@@ -51,6 +54,7 @@ from typing import Any, Iterable, Sequence
 
 from otel_titan.analysis.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
 from otel_titan.analysis.headline import compress
+from otel_titan.schema import MetaEvent, stacks_file_name
 
 __all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace", "STUCK_STATES"]
 
@@ -111,17 +115,42 @@ def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
 
 
 _THREADS_NOTE = re.compile(r"^# otel-titan threads \(pid \d+, main (0x[0-9a-f]+)\): (.*)$")
+_ARMED_NOTE = re.compile(r"^# otel-titan armed at (\d+) us, fires at (\d+) us")
 _NAME = re.compile(r"(0x[0-9a-f]+)='((?:[^'\\]|\\.)*)'")
 _THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)(?: \[(.*?)\])? \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+_OUR_CODE = re.compile(r"(^|/)otel_titan/")
+_THREADING = re.compile(r"(^|/)threading\.py$")
+
+
+def _ours(name: Any, frames: Sequence[dict[str, Any]]) -> bool:
+    """otel-titan's own thread (its writer, its signal watcher): by name, or, unnamed, by what it runs.
+
+    The outermost frame past `threading`'s bootstrap is the thread's target:
+    in otel_titan, it is one of ours (a program's thread may call into
+    otel-titan, but never has it as its target).
+    """
+    if isinstance(name, str) and name.startswith("otel-titan-"):
+        return True
+    outer = [f for f in frames if not _THREADING.search(str(f.get("file", "")))]
+    return bool(outer) and len(outer) < len(frames) and bool(_OUR_CODE.search(str(outer[-1].get("file", ""))))
 
 
 def read_faulthandler_stacks(path: str) -> dict[str, Any] | None:
-    """The last faulthandler dump in a ``.stacks`` side file: every thread's frames, the main thread's marked; or None."""
+    """The last faulthandler dump in a ``.stacks`` side file, or None.
+
+    Returns ``{"reason": "faulthandler", "time_us", "armed_us", "threads"}``:
+    `time_us` is when the dump fired (the ``fires at`` of the note the writer
+    put before arming it; for files without one, older runs, the file's
+    modification time, which is never earlier), so a caller can tell a dump
+    of a stall the process recovered from (records after it) from one of the
+    end. `threads`: every thread's frames (innermost first), the main one
+    marked, otel-titan's own threads left out.
+    """
     try:
         with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - SIDE_FILE_TAIL))
+            info = os.fstat(handle.fileno())
+            handle.seek(max(0, info.st_size - SIDE_FILE_TAIL))
             text = handle.read().decode("utf-8", "replace")
     except OSError:
         return None
@@ -129,11 +158,16 @@ def read_faulthandler_stacks(path: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     main_ident, names = None, {}
+    time_us, armed_us = info.st_mtime_ns // 1000, None
     for line in text[:start].splitlines():
         note = _THREADS_NOTE.match(line)
         if note:
             main_ident = note.group(1)
             names = dict(_NAME.findall(note.group(2)))
+            continue
+        armed = _ARMED_NOTE.match(line)
+        if armed:
+            armed_us, time_us = int(armed.group(1)), int(armed.group(2))
     threads: list[dict[str, Any]] = []
     for line in text[start:].splitlines():
         head = _THREAD.match(line)
@@ -144,9 +178,31 @@ def read_faulthandler_stacks(path: str) -> dict[str, Any] | None:
         frame = _FRAME.match(line)
         if frame and threads:
             threads[-1]["frames"].append({"file": _short(frame.group(1)), "line": int(frame.group(2)), "function": frame.group(3)})
+    threads = [t for t in threads if t["main"] or not _ours(t["thread_name"], t["frames"])]
     if not threads:
         return None
-    return {"reason": "faulthandler", "threads": threads}
+    return {"reason": "faulthandler", "time_us": time_us, "armed_us": armed_us, "threads": threads}
+
+
+def side_file_of(base: str) -> str:
+    """The faulthandler side file of the process whose active JSONL file is `base`.
+
+    Named by the ``stacks_file`` field of its opening record (the first line of
+    its oldest segment still on disk); else by `stacks_file_name` (the opening
+    record rotated away); else ``<base>.stacks``, the name older runs used (named
+    like a rotated segment, which ``*.jsonl*`` globs took for one).
+    """
+    folder = os.path.dirname(base)
+    oldest = max(glob.glob(glob.escape(base) + ".[0-9]*"), key=lambda p: int(p.rsplit(".", 1)[1]) if p.rsplit(".", 1)[1].isdigit() else -1, default=base)
+    try:
+        with open(oldest, "rb") as handle:
+            first = json.loads(handle.readline(64 << 10) or b"{}")
+    except (OSError, ValueError):
+        first = {}
+    named = first.get("stacks_file") if isinstance(first, dict) and first.get("log_type_name") == MetaEvent.OPENED else None
+    candidates = [os.path.join(folder, os.path.basename(named))] if isinstance(named, str) and named else []
+    candidates += [os.path.join(folder, stacks_file_name(os.path.basename(base))), base + ".stacks"]
+    return next((c for c in candidates if os.path.exists(c)), candidates[0])
 
 
 def _short(path: str) -> str:
@@ -265,9 +321,9 @@ def build_hang(
         dump = None
         base = bases.get(process.label)
         if base and (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
-            dump = read_faulthandler_stacks(base + ".stacks")
-        if dump is not None and type(dump.get("time_us")) in (int, float) and process.last_event_us and dump["time_us"] < process.last_event_us:
-            dump = None  # taken before the process's last progress: not where it is now
+            dump = read_faulthandler_stacks(side_file_of(base))
+            if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
+                dump = None  # written before the process's last record: a stall it recovered from, not where it is
         fr = (box or {}).get("fr")
         if dump is not None:
             main = next((t for t in dump["threads"] if t["main"]), None)

@@ -3,7 +3,8 @@
 A stalled rank is usually not where its last record says: it is inside a
 collective, a data loader, a lock, a C call. So when the watchdog (the
 processor thread, `processor.py`) sees no span end for ``stall_after_s`` while
-spans are open, or an operator asks (a signal, a trigger file), or the launcher
+spans are open (or while none is, in the middle of a step: `TrainingLane`), or
+an operator asks (a signal, a trigger file), or the launcher
 sends SIGTERM, this module collects, with the interpreter lock (from Python):
 
 * every open span on every thread and task, with how long it has been open;
@@ -15,8 +16,9 @@ sends SIGTERM, this module collects, with the interpreter lock (from Python):
   here: only used when the program already did.
 
 Everything is bounded: frames per thread, threads, flight-recorder entries,
-bytes per record (`MAX_RECORD_BYTES`), records per run (`MAX_RECORDS`) and bytes
-per run (`MAX_RUN_BYTES`), so a black box stays under 1 MB per rank with the
+bytes per record (`MAX_RECORD_BYTES`), records and bytes per run in three pools
+(`BlackBoxBudget`: healthy pauses never spend what the real hang and SIGTERM need;
+`MAX_RUN_BYTES` in all), so a black box stays under 1 MB per rank with the
 faulthandler side file (`FaulthandlerArm`, `MAX_SIDE_FILE_BYTES`).
 
 When a C call holds the interpreter lock, none of this can run. `FaulthandlerArm`
@@ -61,6 +63,10 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_RUN_BYTES",
     "MAX_RECORDS",
+    "MAX_SHARED_BYTES",
+    "LIVE_RECORDS",
+    "LIVE_RECORD_BYTES",
+    "FINAL_RECORD_BYTES",
     "MAX_SIDE_FILE_BYTES",
     "DEFAULT_MIN_STALL_S",
     "STALL_FACTOR",
@@ -69,16 +75,26 @@ __all__ = [
     "BlackBoxBudget",
     "FaulthandlerArm",
     "stall_threshold",
+    "open_side_file",
+    "TrainingLane",
 ]
 
 #: Frames kept per thread (the innermost), threads per record, flight-recorder entries (the latest).
 MAX_FRAMES = 48
 MAX_THREADS = 128
 MAX_FR_ENTRIES = 64
-#: One black-box record at most (trimmed down to it), all records of a run at most, and how many.
+#: One black-box record at most (trimmed down to it), all records of a run at most.
 MAX_RECORD_BYTES = 192 * 1024
 MAX_RUN_BYTES = 640 * 1024
+#: The budget's pools (`BlackBoxBudget`): SIGTERM's own record; the live reserve, for a stall longer
+#: than every one the run recovered from; the shared rest (stalls, dump signal, trigger) and its records.
+FINAL_RECORD_BYTES = 192 * 1024
+LIVE_RECORDS = 3
+LIVE_RECORD_BYTES = 64 * 1024
+MAX_SHARED_BYTES = MAX_RUN_BYTES - FINAL_RECORD_BYTES - LIVE_RECORDS * LIVE_RECORD_BYTES
 MAX_RECORDS = 8
+#: A pool with less room than this takes no record (a record trimmed to nothing says nothing).
+MIN_RECORD_BYTES = 8 * 1024
 #: faulthandler's side file: no arming once it is this large (a dump of 100 × 100 frames is ~300 KB more at worst).
 MAX_SIDE_FILE_BYTES = 64 * 1024
 #: The default threshold: the larger of this and `STALL_FACTOR` × the longest gap between progress seen so far.
@@ -238,25 +254,19 @@ def _encoded_size(record: dict[str, Any]) -> int:
     return len(json.dumps(record, separators=(",", ":"), default=str))
 
 
-class BlackBoxBudget:
-    """How many black-box records and bytes this run may still write; trims a record to fit.
+class _Pool:
+    """Records and bytes one kind of black box may still take."""
 
-    Example:
-        >>> budget = BlackBoxBudget(max_records=1)
-        >>> budget.fit({"threads": [], "open_spans": []}) is not None, budget.fit({"threads": []})
-        (True, None)
-    """
+    __slots__ = ("records_left", "bytes_left", "record_bytes")
 
-    def __init__(self, max_records: int = MAX_RECORDS, max_bytes: int = MAX_RUN_BYTES, max_record_bytes: int = MAX_RECORD_BYTES) -> None:
-        self.records_left = max_records
-        self.bytes_left = max_bytes
-        self.max_record_bytes = max_record_bytes
+    def __init__(self, records: int, total_bytes: int, record_bytes: int) -> None:
+        self.records_left, self.bytes_left, self.record_bytes = records, total_bytes, record_bytes
 
-    def fit(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """`record`, trimmed until it fits (fewer frames, entries, threads), or None when the budget is spent."""
-        if self.records_left <= 0:
-            return None
-        limit = min(self.max_record_bytes, self.bytes_left)
+    def take(self, record: dict[str, Any]) -> bool:
+        """Trim `record` until it fits this pool (fewer frames, entries, threads) and charge it; False when it cannot."""
+        limit = min(self.record_bytes, self.bytes_left)
+        if self.records_left <= 0 or limit < MIN_RECORD_BYTES:
+            return False
         size = _encoded_size(record)
         for frames, entries, threads in ((16, 32, 64), (8, 16, 16), (4, 8, 4), (2, 4, 1), (0, 0, 0)):
             if size <= limit:
@@ -271,10 +281,108 @@ class BlackBoxBudget:
             del (record.get("open_spans") or [])[: max(0, len(record.get("open_spans") or []) - 32)]
             size = _encoded_size(record)
         if size > limit:
-            return None
+            return False
         self.records_left -= 1
         self.bytes_left -= size
-        return record
+        return True
+
+
+class BlackBoxBudget:
+    """How many black-box records and bytes this run may still write, in three pools; trims a record to fit.
+
+    A healthy pause longer than the threshold (an eval, a checkpoint) writes a
+    stall record too, and then progress ends it. If those spent the budget,
+    the real hang that comes later would write nothing. So:
+
+    * the *shared* pool (`max_records`, `max_bytes`) takes stalls, the dump
+      signal and the trigger file while it lasts;
+    * the *live* reserve (`live_records` of `live_record_bytes` each) takes
+      only a stall that has lasted longer than `ESCALATION` × the longest
+      stall the run recovered from (`stall_ended`): once the shared pool is
+      spent, nine 1.6 s evals write nothing more, and a hang is written when
+      it passes 3.2 s. Each stall from this reserve that then ends doubles
+      the bar, so it lasts for pauses growing 2, 4, 8 times;
+    * the *final* reserve (one record of `final_record_bytes`) is SIGTERM's:
+      whatever came before, the launcher's SIGTERM gets its black box.
+
+    Example:
+        >>> budget = BlackBoxBudget(max_records=1, live_records=1)
+        >>> budget.fit({"threads": [], "open_spans": []}) is not None, budget.fit({"threads": []})
+        (True, None)
+        >>> budget.stall_ended(1.6); budget.stall_bar_s(1.0)
+        3.2
+        >>> budget.fit_stall({"threads": []}, 3.3) is not None, budget.fit_final({"threads": []}) is not None
+        (True, True)
+    """
+
+    #: A stall from the live reserve must last this many times the longest stall that ended.
+    ESCALATION = 2.0
+
+    def __init__(
+        self,
+        max_records: int = MAX_RECORDS,
+        max_bytes: int = MAX_SHARED_BYTES,
+        max_record_bytes: int = MAX_RECORD_BYTES,
+        live_records: int = LIVE_RECORDS,
+        live_record_bytes: int = LIVE_RECORD_BYTES,
+        final_record_bytes: int = FINAL_RECORD_BYTES,
+    ) -> None:
+        self._shared = _Pool(max_records, max_bytes, max_record_bytes)
+        self._live = _Pool(live_records, live_records * live_record_bytes, live_record_bytes)
+        self._final = _Pool(1, final_record_bytes, final_record_bytes)
+        #: Stalls that progress ended, and the longest of them (seconds).
+        self.stalls_ended = 0
+        self.longest_ended_s = 0.0
+
+    @property
+    def records_left(self) -> int:
+        """Records the shared pool can still take."""
+        return self._shared.records_left
+
+    def stall_ended(self, lasted_s: float) -> None:
+        """A stall (written or not) ended after `lasted_s`: the run recovers from pauses that long."""
+        self.stalls_ended += 1
+        self.longest_ended_s = max(self.longest_ended_s, lasted_s)
+
+    def stall_bar_s(self, threshold_s: float) -> float:
+        """How long the current stall must last before its record is written (inf: no room left)."""
+        shared = self._shared
+        if shared.records_left > 0 and min(shared.bytes_left, shared.record_bytes) >= MIN_RECORD_BYTES:
+            return threshold_s
+        if self._live.records_left > 0:
+            return max(threshold_s, self.ESCALATION * self.longest_ended_s)
+        return float("inf")
+
+    def fit(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """`record` (the dump signal, the trigger), trimmed into the shared pool, or None when it is spent."""
+        return record if self._shared.take(record) else None
+
+    def fit_stall(self, record: dict[str, Any], stalled_s: float) -> dict[str, Any] | None:
+        """A stall's record: the shared pool, else the live reserve if it lasted past the bar; else None."""
+        if self._shared.take(record):
+            return record
+        if stalled_s >= self.ESCALATION * self.longest_ended_s and self._live.take(record):
+            return record
+        return None
+
+    def fit_final(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """SIGTERM's record: its own reserve (the first), else the shared pool."""
+        if self._final.take(record) or self._shared.take(record):
+            return record
+        return None
+
+
+def open_side_file(path: str) -> Any:
+    """Open (create) faulthandler's side file at `path` for `FaulthandlerArm`: unbuffered bytes, at its end.
+
+    Not in append mode: `FaulthandlerArm` rewrites its own note in place when
+    no dump followed it, so the file grows only by dumps.
+    """
+    with open(path, "ab"):
+        pass
+    handle = open(path, "r+b", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+    handle.seek(0, os.SEEK_END)
+    return handle
 
 
 class FaulthandlerArm:
@@ -296,7 +404,8 @@ class FaulthandlerArm:
         self.file = file
         self.armed = False
         self._armed_at = 0.0
-        self._threads_written: tuple[Any, ...] = ()
+        # Where our note (threads, armed at, fires at) begins and ends in the file: a dump lands after it.
+        self._note_start = self._note_end = -1
         self._timeout_s = 0.0
         self._rearm_after_fork = False
         self.enabled = os.environ.get("OTEL_TITAN_FAULTHANDLER", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -319,26 +428,41 @@ class FaulthandlerArm:
         if not self._room():
             self.cancel()
             return
-        self._note_threads()
+        if self.armed:
+            _ORIGINAL[1]()  # first: a dump firing now finishes before the note moves
+            self.armed = False
+        self._write_note(timeout_s)
         try:
             _ORIGINAL[0](timeout_s, repeat=False, file=self.file)
         except (OSError, ValueError, RuntimeError):
             return
         self.armed, self._armed_at, self._timeout_s = True, now, timeout_s
 
-    def _note_threads(self) -> None:
-        # faulthandler names threads by ident only: write the names down, when they changed.
-        threads = tuple((t.ident, t.name) for t in threading.enumerate() if t.ident is not None)
-        if threads == self._threads_written:
-            return
-        self._threads_written = threads
+    def _write_note(self, timeout_s: float) -> None:
+        """Write, just before where a dump would land, the threads' names and when it was armed and will fire.
+
+        faulthandler names threads by ident only and never says when it wrote:
+        the note does both, so a reader can name the threads and tell a dump of
+        an old stall from one of the end (wall clock, µs). When nothing was
+        dumped after the previous note, the note replaces it, in place: the file
+        grows by dumps only, not by one line per second of a days-long run.
+        """
+        threads = " ".join(f"{t.ident:#018x}={t.name!r}" for t in threading.enumerate() if t.ident is not None)
         main = threading.main_thread().ident or 0
-        names = " ".join(f"{ident:#018x}={name!r}" for ident, name in threads)
+        armed_us = time.time_ns() // 1000
+        note = (
+            f"# otel-titan threads (pid {os.getpid()}, main {main:#018x}): {threads}\n"
+            f"# otel-titan armed at {armed_us} us, fires at {armed_us + round(timeout_s * 1e6)} us (wall clock; pid {os.getpid()})\n"
+        ).encode()
         try:
-            self.file.write(f"# otel-titan threads (pid {os.getpid()}, main {main:#018x}): {names}\n".encode())
-            self.file.flush()
+            end = os.fstat(self.file.fileno()).st_size
+            start = self._note_start if self._note_end == end else end  # bytes after our note: a dump, kept
+            self.file.seek(start)
+            self.file.write(note)
+            self.file.truncate(start + len(note))  # a longer note before (threads that ended) leaves no tail
+            self._note_start, self._note_end = start, start + len(note)
         except (OSError, ValueError):
-            pass
+            self._note_start = self._note_end = -1
 
     def cancel(self) -> None:
         """Disarm (the Python black box ran, or nothing is open)."""
@@ -414,6 +538,85 @@ def _wrap_faulthandler() -> None:
 
 
 _wrap_faulthandler()
+
+
+class TrainingLane:
+    """What the training loop's thread did last, to tell *stuck between two spans of a step* from *idle*.
+
+    A rank blocked before its ``data_fetch`` opens (a data loader outside any
+    span) has no span open, exactly like a server between requests or a loop
+    that finished: the watchdog must write a black box for the first and not
+    for the others. Fed, on the processor thread, with the starts and ends of
+    the training loop's thread only (``step_context.training_loop_thread``), it
+    learns the shape of a step as the run goes:
+
+    * *closers*: the name of the last span that ended in each finished step
+      (``optimizer``, ``all_reduce``): after one of them the process is at a
+      step boundary, where waiting is idle (the loop ended, or the next step
+      has not been asked for);
+    * *followed*: names after which another span of the same step began.
+
+    `between_spans` is then True when a step is set and either it changed
+    since the last span of the loop (``set_step`` ran, none of the new step's
+    spans began) or the last span is one a step always went on after (in
+    *followed*, never a closer). Without a step, at a closer, or when the name
+    is both (cannot tell), it is False: an idle process is never reported.
+
+    Example:
+        >>> lane = TrainingLane()
+        >>> for step in (1, 2):
+        ...     for name in ("data_fetch", "all_reduce"):
+        ...         lane.started(name, step); lane.ended(name, step, 0)
+        >>> lane.between_spans(2), lane.between_spans(3), lane.between_spans(None)
+        (False, True, False)
+        >>> lane.started("data_fetch", 3); lane.ended("data_fetch", 3, 0); lane.between_spans(3)
+        True
+    """
+
+    #: Names remembered per set (span names are few per loop; dynamic ones stop being learned).
+    MAX_NAMES = 64
+
+    __slots__ = ("last_name", "last_end_ns", "last_step", "last_was_end", "closers", "followed")
+
+    def __init__(self) -> None:
+        self.last_name: str | None = None  # the last span of the loop that ended
+        self.last_end_ns = 0  # its end (perf_counter_ns)
+        self.last_step: Any = None  # the step of the loop's last start or end
+        self.last_was_end = False
+        self.closers: set[str] = set()
+        self.followed: set[str] = set()
+
+    def _step_changed(self, step: Any) -> None:
+        if step != self.last_step and self.last_was_end and self.last_name is not None and len(self.closers) < self.MAX_NAMES:
+            self.closers.add(self.last_name)  # the last span of the step that just finished
+
+    def started(self, name: str, step: Any) -> None:
+        """A span of the training loop began."""
+        if step != self.last_step:
+            self._step_changed(step)
+        elif self.last_was_end and self.last_name is not None and len(self.followed) < self.MAX_NAMES:
+            self.followed.add(self.last_name)
+        self.last_step, self.last_was_end = step, False
+
+    def ended(self, name: str, step: Any, end_ns: int) -> None:
+        """A span of the training loop ended (`step`: the step it began in)."""
+        if step != self.last_step:
+            self._step_changed(step)
+        self.last_name, self.last_end_ns, self.last_step, self.last_was_end = name, end_ns, step, True
+
+    def between_spans(self, step: Any) -> bool:
+        """Whether a process with no span open is stuck inside `step` (the loop's current step), not idle."""
+        if step is None:
+            return False
+        if step != self.last_step or self.last_name is None:
+            return True  # the step moved on (or began) and none of its spans started yet
+        return self.last_was_end and self.last_name in self.followed and self.last_name not in self.closers
+
+    def last_span(self, now_ns: int) -> dict[str, Any] | None:
+        """``{"name", "ended_s_ago"}`` of the loop's last span that ended, or None."""
+        if self.last_name is None:
+            return None
+        return {"name": self.last_name, "ended_s_ago": round(max(now_ns - self.last_end_ns, 0) / 1e9, 3)}
 
 
 def open_span_rows(spans: Sequence[Any], now_ns: int, thread_name: Any) -> list[dict[str, Any]]:

@@ -19,7 +19,9 @@ pending, so a hung span shows in Jaeger or Tempo while the job hangs).
 
 The same thread is the stall watchdog, at no cost to the training thread: it
 already sees every span's end. When no span ended for ``stall_after_s`` while
-spans are open, it writes the hang black box once per stall (blackbox.py) to
+spans are open, or while none is open but the training loop is inside a step
+(between two of its spans: `blackbox.TrainingLane`, fed with that thread's
+starts and ends), it writes the hang black box once per stall (blackbox.py) to
 exporters declaring `black_box`; a dump signal, a trigger or SIGTERM asks for
 one through a ``BLACK_BOX`` control event (`black_box`). One exporter
 raising never stops the others: the first failure of each exporter is logged
@@ -36,10 +38,10 @@ from typing import Any, Sequence
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.core import blackbox
+from otel_titan.core import blackbox, step_context
 from otel_titan.core.capture import thread_names
 from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
-from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, H_MONO, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
+from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, H_MONO, H_NAME, H_STATE, H_TID, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.titan_span import TitanSpan
@@ -48,6 +50,9 @@ from otel_titan.core.warn_once import WarnOnce
 __all__ = ["BatchProcessor"]
 
 _log = logging.getLogger("otel_titan")
+
+
+_CALM, _IDLE, _WATCHED, _WRITTEN = range(4)  # the watchdog's view of the current stall (BatchProcessor._stall)
 
 
 class BatchProcessor:
@@ -107,9 +112,17 @@ class BatchProcessor:
         self._slowest_gap_s = 0.0
         self._gaps_seen = False  # a gap between two span ends was measured (the first step's length is unknown before)
         self._started_ns = 0
-        self._stalled = False
+        # The current stall (no span end for the threshold): _CALM, _IDLE (nothing open, no step under
+        # way: looked at again each tick), _WATCHED (a stall, its record deferred until it lasts past
+        # the budget's bar) or _WRITTEN (once per stall: the next span end starts a new watch).
+        self._stall = _CALM
+        self._stall_from_ns = 0  # when the current watch began: the last span end, or when an idle process got busy
         self._armed_progress_ns = -1
         self._budget = blackbox.BlackBoxBudget()
+        # The training loop's thread (native id, refreshed each tick) and what it did last: a process
+        # with no span open is stuck between two spans of a step, or idle (blackbox.TrainingLane).
+        self._lane = blackbox.TrainingLane()
+        self._lane_tid = threading.main_thread().native_id
         self._faulthandler = blackbox.FaulthandlerArm(stacks_file) if stacks_file is not None and self._watching else None
         # ``OTEL_TITAN_DUMP_TRIGGER``: a file whose modification (touch) asks for the black box.
         self._trigger_path = trigger_path
@@ -301,6 +314,7 @@ class BatchProcessor:
             self._check_trigger()
         if not self._watching:
             return
+        self._lane_tid = step_context.training_loop_thread().native_id
         progress = self._progress_ns
         if progress != progress_before:
             gap = (progress - progress_before) / 1e9
@@ -308,7 +322,10 @@ class BatchProcessor:
                 self._gaps_seen = True
                 if gap > self._slowest_gap_s:
                     self._slowest_gap_s = gap
-            self._stalled = False
+            if self._stall in (_WATCHED, _WRITTEN):
+                self._budget.stall_ended((progress - self._stall_from_ns) / 1e9)  # the run recovered: healthy pauses spend no reserve
+            self._stall = _CALM
+            self._stall_from_ns = progress
         threshold = self.stall_threshold()
         arm = self._faulthandler
         if arm is not None and progress != self._armed_progress_ns:
@@ -316,19 +333,33 @@ class BatchProcessor:
             arm.rearm(threshold + max(2.0, 0.25 * threshold))
             if arm.armed:
                 self._armed_progress_ns = progress
-        if self._stalled:
+        if self._stall == _WRITTEN:
             return
         now = time.perf_counter_ns()
-        stalled_s = (now - progress) / 1e9
+        stalled_s = (now - max(progress, self._stall_from_ns)) / 1e9
         if stalled_s < threshold:
             return
-        self._stalled = True  # once per stall: the next span end starts a new watch
-        if arm is not None:
+        if self._stall == _CALM and arm is not None:
             arm.cancel()  # Python can run: no frame walk without the lock
             self._armed_progress_ns = progress  # re-armed at the next span end, not before
-        if not self._builder.open_spans():
-            return  # idle (nothing open), not stuck
+        if self._stall != _WATCHED:
+            if not self._builder.open_spans() and not self._lane.between_spans(self._step()):
+                self._stall = _IDLE  # nothing open, no step under way: not stuck (looked at again next tick)
+                return
+            if self._stall == _IDLE:  # busy again (a span opened, a step began): a new watch, from now
+                self._stall, self._stall_from_ns = _CALM, now
+                self._armed_progress_ns = -1  # and faulthandler armed again at the next tick
+                return
+            self._stall = _WATCHED
+        if stalled_s < self._budget.stall_bar_s(threshold):
+            return  # the shared budget is spent: written once longer than every pause the run recovered from
+        self._stall = _WRITTEN
         self._write_black_box("stall", stalled_s, threshold)
+
+    @staticmethod
+    def _step() -> Any:
+        """The training loop's current step (the default every thread without its own sees)."""
+        return step_context.default_state[0].step
 
     def _write_black_box(self, reason: str, stalled_s: float | None = None, threshold: float | None = None) -> None:
         """Collect the black box (blackbox.py) and hand it to the exporters that take it."""
@@ -336,18 +367,35 @@ class BatchProcessor:
         open_spans = self._builder.open_spans()
         if stalled_s is None:
             stalled_s = (time.perf_counter_ns() - self._progress_ns) / 1e9
-        names = ", ".join(span.name for span in open_spans[-4:]) or "no span"
+        step = self._step()
+        last_span = self._lane.last_span(time.perf_counter_ns())
+        if open_spans:
+            where = "in_span"
+            place = "open: " + ", ".join(span.name for span in open_spans[-4:])
+        else:
+            where = "between_spans"
+            place = f"no span open, at step {step}" + (f", {last_span['ended_s_ago']:.1f} s after {last_span['name']} ended" if last_span else "")
         record: dict[str, Any] = {
             "reason": reason,
             "stalled_s": round(stalled_s, 3),
             "stall_after_s": round(threshold if threshold is not None else self.stall_threshold(), 3),
-            "message": f"{reason}: no span ended for {stalled_s:.1f} s; open: {names}",
+            "message": f"{reason}: no span ended for {stalled_s:.1f} s; {place}",
             "log_level": "WARNING",
+            "where": where,
+            "step": step,
+            "last_span": last_span,
+            "stalls_ended": self._budget.stalls_ended,
+            "longest_ended_s": round(self._budget.longest_ended_s, 3),
             "open_spans": blackbox.open_span_rows(open_spans, now, thread_names.get),
             "threads": blackbox.thread_stacks(),
             "flight_recorder": blackbox.flight_recorder(),
         }
-        fitted = self._budget.fit(record)
+        if reason == "stall":
+            fitted = self._budget.fit_stall(record, stalled_s)
+        elif reason == "SIGTERM":
+            fitted = self._budget.fit_final(record)
+        else:
+            fitted = self._budget.fit(record)
         if fitted is None:
             return
         self.black_boxes += 1
@@ -371,17 +419,22 @@ class BatchProcessor:
         stop = False
         progress = 0
         longest = 0
+        lane, lane_tid = self._lane, self._lane_tid
         for event in batch:
             kind = event[0]
             try:
                 if kind == START:  # the event is the span's handle
                     started(builder.started(event))
                     ended_flags(False)
+                    if event[H_TID] == lane_tid:
+                        lane.started(event[H_NAME], event[H_STATE].step)
                 elif kind == END:
                     span = builder.ended(event[END_HANDLE], event[END_MONO], event[END_ERROR])
                     started(span)
                     ended_flags(True)
                     progress = event[END_MONO]
+                    if span.thread_id == lane_tid:
+                        lane.ended(span.name, span.step, progress)
                     if progress - event[END_HANDLE][H_MONO] > longest:  # the slowest span: the stall threshold's scale
                         longest = progress - event[END_HANDLE][H_MONO]
                     if want_finished:

@@ -44,6 +44,7 @@ __all__ = [
     "clear_step_tags",
     "get_step_tags",
     "current_step_state",
+    "training_loop_thread",
 ]
 
 
@@ -86,6 +87,17 @@ def current_step_state() -> StepState:
     """
     state = _context_state.get()
     return _default[0] if state is None else state
+
+
+def training_loop_thread() -> threading.Thread:
+    """The thread of the training loop that owns the default step (the main thread until another claims it).
+
+    For the stall watchdog (processor.py), which watches that thread's spans to
+    tell a process stuck between two spans of a step from one that is idle.
+    """
+    owner = _owner[0]
+    thread = owner[0]() if owner is not None else None
+    return thread if thread is not None and thread.is_alive() else _main_thread()
 
 
 def _owns_default(claim: bool) -> bool:

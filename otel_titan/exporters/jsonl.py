@@ -43,7 +43,8 @@ from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAware
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
-from otel_titan.schema import MetaEvent
+from otel_titan.schema import MetaEvent, stacks_file_name
+from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
 
 __all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
@@ -128,13 +129,15 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
         #: The side file faulthandler writes stacks to when a C call holds the interpreter lock
-        #: (core/blackbox.py): ``<file>.jsonl.stacks``, opened now, since it cannot be opened then.
+        #: (core/blackbox.py): ``<file>.stacks`` (`schema.stacks_file_name`: no ``*.jsonl*`` glob takes it
+        #: for a segment), opened now, since it cannot be opened then.
         self.stacks_file: Any = None
         opened_fields = dict(opened_fields or {})
         if stacks_file:
             try:
-                self.stacks_file = open(self.path + ".stacks", "ab", buffering=0)  # noqa: SIM115 - lives as long as the exporter
-                opened_fields["stacks_file"] = os.path.basename(self.path) + ".stacks"
+                name = stacks_file_name(os.path.basename(self.path))
+                self.stacks_file = blackbox.open_side_file(os.path.join(os.path.dirname(self.path), name))
+                opened_fields["stacks_file"] = name
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)

@@ -65,7 +65,7 @@ def black_boxes(output: Path) -> dict[int, dict[str, object]]:
                 if b'"log_type_name":"stall"' in line:
                     stalls.append(json.loads(line))
                     size += len(line)
-        side = path + ".stacks"
+        side = path[: -len(".jsonl")] + ".stacks"
         dump = open(side, encoding="utf-8", errors="replace").read() if os.path.exists(side) else ""
         out[rank] = {"stalls": stalls, "bytes": size + len(dump.encode()), "dumped": "most recent call first" in dump}
     return out

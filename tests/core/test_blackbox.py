@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -31,6 +32,11 @@ for stall in range(2):
         read_shard()
 sl.shutdown_structured_logger()
 """
+
+
+def side_file(path):
+    """The faulthandler side file beside a JSONL file (its ``.jsonl`` replaced by ``.stacks``)."""
+    return path[: -len(".jsonl")] + ".stacks"
 
 
 def stalls(run_dir):
@@ -59,7 +65,7 @@ def test_a_stall_writes_one_black_box_per_stall_with_open_spans_and_named_stacks
     assert threads["MainThread"]["main"] and threads["MainThread"]["frames"][0]["function"] == "read_shard"
     assert threads["prefetcher"]["frames"][0]["function"] == "helper"
     assert first["flight_recorder"] is None  # no torch here
-    assert not os.path.exists(path + ".stacks")  # Python could write: faulthandler was cancelled, its empty side file removed
+    assert not os.path.exists(side_file(path))  # Python could write: faulthandler was cancelled, its empty side file removed
 
 
 GIL = """
@@ -79,12 +85,12 @@ def test_a_c_call_holding_the_interpreter_lock_still_gets_its_stacks_on_disk_thr
     assert result.returncode == 0, result.stderr
     (path,) = jsonl_files(run_dir)
     opened = read_records(path)[0]
-    assert opened["stacks_file"] == os.path.basename(path) + ".stacks"
-    dump = open(path + ".stacks", encoding="utf-8").read()
+    assert opened["stacks_file"] == os.path.basename(side_file(path))
+    dump = open(side_file(path), encoding="utf-8").read()
     assert "Timeout (0:00:02.500000)!" in dump or "Timeout (0:00:02" in dump
     assert "='MainThread'" in dump  # the names faulthandler does not write
     assert 'line 8 in <module>' in dump  # the C call's Python line
-    assert os.path.getsize(path + ".stacks") < blackbox.MAX_SIDE_FILE_BYTES
+    assert os.path.getsize(side_file(path)) < blackbox.MAX_SIDE_FILE_BYTES
 
 
 @pytest.mark.parametrize("armed", ["after_init", "before_init"])
@@ -217,3 +223,272 @@ def test_heartbeats_and_stalls_send_open_spans_as_pending_copies_to_exporters_of
     assert all(s.attributes.get("titan.incomplete") is True for s in pending)
     final = [s for s in memory.get_finished_spans() if s.name == "data_fetch" and not s.attributes.get("titan.incomplete")]
     assert len(final) == 1 and final[0].context.span_id == pending[0].context.span_id  # the real span, once it ended
+
+
+def test_side_files_left_by_sigterm_and_sigkill_are_never_taken_for_jsonl_segments(run_dir):
+    """Issue 18 item 14: a reader that globs ``*.jsonl*`` (to take in rotated ``X.jsonl.N``) must read JSONL only."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from otel_titan.analysis.hang import side_file_of
+
+    code = """
+import ctypes, sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], rank=int(sys.argv[2]), world_size=2, stall_after_s=0.5)
+with sl.log_trace_span("warmup"):
+    pass
+with sl.log_trace_span("data_fetch"):
+    print("ready", flush=True)
+    if sys.argv[2] == "1":
+        ctypes.PyDLL(None).sleep(60)  # holds the interpreter lock: faulthandler dumps, then SIGKILL
+    time.sleep(60)
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [subprocess.Popen([sys.executable, "-c", code, str(run_dir), str(rank)], stdout=subprocess.PIPE, text=True, env=env) for rank in range(2)]
+    folder = os.path.join(str(run_dir), "structured_logs")
+    try:
+        for worker in workers:
+            assert worker.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(b"most recent call first" in open(p, "rb").read() for p in glob.glob(os.path.join(folder, "*.stacks"))):
+            time.sleep(0.2)
+        workers[0].send_signal(signal.SIGTERM)
+        workers[1].kill()
+        assert workers[0].wait(timeout=30) == -signal.SIGTERM and workers[1].wait(timeout=30) == -signal.SIGKILL
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
+            worker.stdout.close()
+    side_files = glob.glob(os.path.join(folder, "*.stacks"))
+    assert len(side_files) == 2  # both left behind (neither closed cleanly), one holding a dump
+    taken = glob.glob(os.path.join(folder, "*.jsonl*"))
+    assert sorted(taken) == sorted(jsonl_files(run_dir))  # the JSONL files, and nothing else
+    for path in taken:
+        read_records(path)  # every line parses
+        opened = read_records(path)[0]
+        assert os.path.join(folder, opened["stacks_file"]) in side_files
+        assert side_file_of(path) == os.path.join(folder, opened["stacks_file"])  # the reader follows the opening record
+
+
+BETWEEN = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=0.5)
+
+def load_batch():
+    time.sleep(1.5)  # stuck before the step's first span: a stall
+
+def compute_loss():
+    time.sleep(1.5)  # stuck between two spans of a step: a stall
+
+with sl.log_trace_span("warmup"):
+    pass
+time.sleep(1.5)  # no step set yet: idle
+for step in range(1, 5):
+    sl.set_step(step)
+    if step == 3:
+        load_batch()
+    with sl.log_trace_span("data_fetch"):
+        time.sleep(0.02)
+    if step == 4:
+        compute_loss()
+    with sl.log_trace_span("all_reduce"):
+        time.sleep(0.02)
+time.sleep(1.5)  # after the loop, at a step boundary: idle
+sl.set_step(None)
+time.sleep(1.5)  # no step: idle
+sl.shutdown_structured_logger()
+"""
+
+
+def test_a_process_stuck_between_spans_in_a_step_gets_its_black_box_and_an_idle_one_none(run_dir):
+    """Issue 18 item 1: no span open, but a step under way (set, its spans not all run): where, step, last span, stacks."""
+    result = run_python(BETWEEN, str(run_dir))
+    assert result.returncode == 0, result.stderr
+    found, _ = stalls(run_dir)
+    assert [(r["where"], r["step"], (r["last_span"] or {}).get("name")) for r in found] == [("between_spans", 3, "all_reduce"), ("between_spans", 4, "data_fetch")], [r["message"] for r in found]
+    for record, function in zip(found, ("load_batch", "compute_loss")):
+        assert record["reason"] == "stall" and record["open_spans"] == []
+        assert 0.5 <= record["last_span"]["ended_s_ago"] < 1.5 and abs(record["last_span"]["ended_s_ago"] - record["stalled_s"]) < 0.1
+        main = record["threads"][0]
+        assert main["main"] and main["frames"][0]["function"] == function and main["frames"][0]["line"] == (7 if function == "load_batch" else 10)
+        assert f"no span open, at step {record['step']}" in record["message"]
+
+
+@pytest.mark.slow
+def test_a_rank_blocked_before_its_data_fetch_opens_writes_a_between_spans_black_box_under_torchrun(tmp_path):
+    """Issue 18 item 1, as found: torchrun, gloo, flight recorder on; rank 1 blocks before data_fetch, rank 0 waits in all_reduce."""
+    pytest.importorskip("torch")
+    import glob
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.helpers import processes
+
+    workload = REPO / "tests" / "helpers" / "hang_workload.py"
+    culprit = next(n for n, line in enumerate(workload.read_text().splitlines(), 1) if "culprit line of the `between`" in line)
+    launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "OTEL_TITAN_STALL_AFTER_S": "3", "TORCH_FR_BUFFER_SIZE": "200"}
+    with open(tmp_path / "torchrun.log", "wb") as log:
+        job = subprocess.Popen([launcher, "--standalone", "--nproc_per_node=2", str(workload), "between", "1", str(tmp_path)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 90
+        boxes: dict[int, list[dict]] = {}
+        while time.monotonic() < deadline and job.poll() is None:
+            boxes = {}
+            for path in glob.glob(str(tmp_path / "structured_logs" / "*.jsonl")):
+                boxes[int(path.split("global_rank_")[1].split(".")[0])] = [r for r in read_records(path) if r["log_type_name"] == "stall"]
+            if len(boxes) == 2 and all(boxes.values()):
+                break
+            time.sleep(0.5)
+    finally:
+        processes.kill_tree(job, timeout=30)
+    assert len(boxes) == 2 and all(boxes.values()), (boxes, (tmp_path / "torchrun.log").read_text(errors="replace")[-3000:])
+    victim, culprit_box = boxes[0][0], boxes[1][0]
+    assert victim["where"] == "in_span" and [s["name"] for s in victim["open_spans"]] == ["all_reduce"] and victim["step"] == 3
+    assert culprit_box["where"] == "between_spans" and culprit_box["open_spans"] == [] and culprit_box["step"] == 3
+    assert culprit_box["last_span"]["name"] == "all_reduce"  # step 2's last span: nothing of step 3 began
+    main = culprit_box["threads"][0]
+    assert main["main"] and (main["frames"][0]["file"], main["frames"][0]["line"], main["frames"][0]["function"]) == ("tests/helpers/hang_workload.py", culprit, "load_batch")
+    entries = culprit_box["flight_recorder"]["entries"]
+    assert max(e["collective_seq_id"] for e in entries if e["pg_id"] == 0) == 2  # it never entered the all_reduce rank 0 waits in
+
+
+PAUSES_THEN_HANG = """
+import sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=1)
+
+def evaluate():
+    time.sleep(1.6)  # a healthy pause past the threshold: a stall that progress ends
+
+def read_shard():
+    time.sleep(120)  # the real hang
+
+for step in range(1, 10):
+    sl.set_step(step)
+    with sl.log_trace_span("train"):
+        time.sleep(0.02)
+    with sl.log_trace_span("eval"):
+        evaluate()
+sl.set_step(10)
+with sl.log_trace_span("data_fetch"):
+    print("hung", flush=True)
+    read_shard()
+"""
+
+
+def test_healthy_pauses_never_spend_the_black_box_of_the_real_hang_nor_of_sigterm(run_dir):
+    """Issue 18 item 5: nine 1.6 s evals with stall_after_s=1, then a hang in read_shard, then SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    process = subprocess.Popen([sys.executable, "-c", PAUSES_THEN_HANG, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert process.stdout.readline().strip() == "hung"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if jsonl_files(run_dir) and any(s["open_spans"] and s["open_spans"][-1]["name"] == "data_fetch" for s in stalls(run_dir)[0]):
+                break
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    found, _ = stalls(run_dir)
+    evals = [s for s in found if s["reason"] == "stall" and s["open_spans"][-1]["name"] == "eval"]
+    assert len(evals) == blackbox.MAX_RECORDS  # the shared pool; the ninth pause, no longer than the others, writes nothing
+    hang = [s for s in found if s["reason"] == "stall" and s["open_spans"][-1]["name"] == "data_fetch"]
+    assert len(hang) == 1, [s["message"] for s in found]
+    (hang,) = hang
+    # Written once it lasted twice the longest pause the run recovered from (1.6 s), not lost.
+    assert hang["stalls_ended"] == 9 and 1.6 <= hang["longest_ended_s"] < 3 and hang["stalled_s"] >= 2 * hang["longest_ended_s"]
+    assert hang["threads"][0]["frames"][0]["function"] == "read_shard" and hang["step"] == 10
+    (term,) = [s for s in found if s["reason"] == "SIGTERM"]
+    assert term["threads"][0]["frames"][0]["function"] == "read_shard" and term["open_spans"][-1]["name"] == "data_fetch"
+
+
+RECOVERED_GIL = """
+import ctypes, sys, time
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1, stall_after_s=1)
+
+def hold_the_gil():
+    ctypes.PyDLL(None).sleep(6)  # a C call holding the interpreter lock: faulthandler dumps (at 3 s), then it returns
+
+def read_shard():
+    time.sleep(120)
+
+for step in range(1, 6):
+    sl.set_step(step)
+    with sl.log_trace_span("data_fetch"):
+        if step == 5:
+            print("in data_fetch", flush=True)
+            read_shard()
+    with sl.log_trace_span("forward"):
+        if step == 2:
+            hold_the_gil()
+        time.sleep(0.05)
+"""
+
+
+def test_a_dump_of_a_c_call_the_process_recovered_from_is_never_shown_as_where_it_hangs(run_dir):
+    """Issue 18 item 7: a 6 s GIL-holding C call at step 2 returns; SIGKILL in data_fetch at step 5 (before its stall record)."""
+    import signal
+    import subprocess
+    import sys
+
+    from otel_titan.analysis.hang import read_faulthandler_stacks
+    from tests.conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-c", RECOVERED_GIL, str(run_dir)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert process.stdout.readline().strip() == "in data_fetch"
+        time.sleep(0.3)  # its _start record on disk; well before the 1 s threshold
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    (path,) = jsonl_files(run_dir)
+    records = read_records(path)
+    dump = read_faulthandler_stacks(side_file(path))
+    assert dump is not None  # the step-2 dump is there...
+    main = next(t for t in dump["threads"] if t["main"])
+    assert main["frames"][0]["function"] == "hold_the_gil"
+    assert all(t["thread_name"] and not t["thread_name"].startswith("otel-titan-") for t in dump["threads"])  # ours left out, none unnamed
+    assert not any("otel_titan/" in f["file"] for t in dump["threads"] for f in t["frames"])
+    # ...and it says when it fired: during step 2, before the records of steps 3 to 5.
+    forward_2 = next(r for r in records if r["log_type_name"] == "forward_start" and r["step"] == 2)
+    assert dump["armed_us"] <= forward_2["time_us"] + 1_500_000 and forward_2["time_us"] < dump["time_us"] < forward_2["time_us"] + 6_000_000
+    assert any(r["time_us"] > dump["time_us"] for r in records if r.get("step") == 5)
+    # One note before the dump, one after it: re-arming rewrites its note in place, so only dumps grow the file.
+    text = open(side_file(path), encoding="utf-8").read()
+    assert text.count("# otel-titan armed at ") == 2 and text.count("# otel-titan threads ") == 2 and text.count("most recent call first") >= 1
+    assert text.index("# otel-titan armed at ") < text.index("Timeout (") < text.rindex("# otel-titan armed at ")
+    summarize = [sys.executable, "-m", "otel_titan.cli", "summarize", str(run_dir)]
+    result = subprocess.run(summarize, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    hang = result.stdout[: result.stdout.index("\n\n")]
+    print(hang)
+    assert hang.startswith("Hang:") and "data_fetch" in hang and "interpreter lock" not in hang
+    (place,) = json.loads(subprocess.run(summarize + ["--json"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO).stdout)["hang"]["places"]
+    assert place["span"] == "data_fetch" and not place["evidence"].startswith("faulthandler")  # the stale dump is not the evidence
+    if not any(r["log_type_name"] == "stall" and r.get("step") == 2 for r in records):
+        # Nothing but the dump knew of the step-2 C call: nothing may blame it. (When the watchdog also
+        # wrote a record of it, once the lock came back, that record is history: analysis/hang.py's rules.)
+        assert "hold_the_gil" not in hang

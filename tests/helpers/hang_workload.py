@@ -5,6 +5,8 @@ rank runs steps of ``data_fetch`` then ``all_reduce``; at step 3 rank
 BAD_RANK injects FAULT:
 
 * ``sleep``: sleeps in `read_shard` inside ``data_fetch`` (the others wait in all_reduce);
+* ``between``: sleeps in `load_batch` *before* ``data_fetch`` opens, with no span open (a data
+  loader outside any span); the others wait in all_reduce;
 * ``gil``: a C call that holds the interpreter lock (``ctypes.PyDLL(None).sleep``);
 * ``mismatch``: calls broadcast where the others call all_reduce;
 * ``deadlock``: its main thread and a ``ckpt-writer`` thread take two locks in opposite orders;
@@ -37,6 +39,10 @@ STEP_S = float(os.environ.get("HANG_STEP_S", "0.05"))
 
 def read_shard() -> None:
     time.sleep(3600)  # the culprit line of the `sleep` fault
+
+
+def load_batch() -> None:
+    time.sleep(3600)  # the culprit line of the `between` fault
 
 
 def load_checkpoint() -> None:
@@ -95,6 +101,8 @@ def main() -> None:
     while FAULT == "live" or step < STEPS:
         step += 1
         sl.set_step(step)
+        if step == 3 and rank == BAD and FAULT == "between":
+            load_batch()
         with sl.log_trace_span("data_fetch"):
             time.sleep(STEP_S)
             if step == 3 and is_bad(rank):

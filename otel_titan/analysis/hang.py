@@ -735,12 +735,15 @@ def format_hang(report: HangReport | None) -> list[str]:
         lines.append(f" {mark} {group.count} × {who}: {'; '.join(where) or 'no location recorded'}" + ("   (victims)" if group.role == "victims" else ""))
     if len(report.groups) > GROUPS_SHOWN:
         lines.append(f"   … {len(report.groups) - GROUPS_SHOWN} more groups (--json)")
+    place_by_label = {p.label: p for p in report.places}
     if report.suspects:
         lines.append("Suspects:")
         for suspect in report.suspects[:SUSPECTS_SHOWN]:
             rank = f"rank {suspect.rank}" if suspect.rank is not None else suspect.label
             at = suspect.where or ("no stack" if suspect.rule == "missing" else "frame unknown")
-            lines.append(f"  {rank} ({suspect.source}): {at}" + (f" in span {suspect.span}" if suspect.span else "") + f": {suspect.why}")
+            place = place_by_label.get(suspect.label)
+            inside = f" in span {suspect.span}" if suspect.span else (f" between spans at step {place.step}" if place is not None and place.between_spans else "")
+            lines.append(f"  {rank} ({suspect.source}): {at}{inside}: {suspect.why}")
         if len(report.suspects) > SUSPECTS_SHOWN:
             lines.append(f"  … {len(report.suspects) - SUSPECTS_SHOWN} more (--json)")
     else:
@@ -748,7 +751,6 @@ def format_hang(report: HangReport | None) -> list[str]:
     shown_notes = [n for n in report.notes if n.startswith("desync")] if report.suspects else report.notes[1:]
     for note in shown_notes[:3]:
         lines.append(f"  note: {note}")
-    place_by_label = {p.label: p for p in report.places}
     for suspect in report.suspects[:2]:
         place = place_by_label.get(suspect.label)
         if place and len(place.threads) > 1:

@@ -307,3 +307,22 @@ def test_a_run_that_recovered_from_a_long_pause_and_closed_has_no_hang_section(t
     text = summarize(tmp_path)
     assert "Hang:" not in text and hang_of(tmp_path) is None
     assert "Stalls that ended (the process resumed: history, not a hang): 2" in text and "in all_reduce at step 2, then resumed" in text
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_rank_blocked_between_spans_is_named_not_the_rank_waiting_for_it(tmp_path, nproc):
+    """Issue 18 item 1 as found: rank 1 blocks before data_fetch opens (a data loader outside any span); the others wait in all_reduce."""
+    launcher = launch("between", tmp_path, nproc=nproc, bad=1)
+    try:
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=nproc)
+        text = "\n".join(summarize(tmp_path).splitlines()[:12])
+        hang, tail = hang_of(tmp_path), hang_of(tmp_path, "--tail")
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    print(text)
+    for report in (hang, tail):
+        assert [s["rank"] for s in report["suspects"]] == [1], text
+        assert f"hang_workload.py:{line_of('culprit line of the `between`')} load_batch" in report["suspects"][0]["where"]
+        assert "behind in pg 0: never entered seq 3 all_reduce" in report["suspects"][0]["why"]
+    assert " ▶ 1 × rank 1: last collective all_reduce (pg 0, seq 2, completed); between spans at step 3; main thread at " in text
+    assert "stalled in its own code" not in text and "frame unknown" not in text

@@ -50,7 +50,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Sequence
 
 from otel_titan.analysis.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
 from otel_titan.analysis.headline import compress
@@ -231,7 +231,8 @@ class RankPlace:
     entered: list[str] = field(default_factory=list)
     entered_complete: bool = True
     stuck: bool = False
-    fr: dict[str, Any] | None = field(default=None, repr=False)
+    #: Its flight-recorder digest (`flight_recorder.digest_recorder`): compared, never printed nor in --json.
+    fr: ClassVar[dict[str, Any] | None] = None
 
 
 @dataclass
@@ -352,9 +353,10 @@ def build_hang(
             RankPlace(
                 process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
                 _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
-                entered, complete, stuck, fr,
+                entered, complete, stuck,
             )
         )
+        places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
     present = {(p.source, p.attempt) for p in places}
     missing = [m for m in missing if (m["source"], m["attempt"]) in present]
     if not places and not missing:

@@ -215,3 +215,17 @@ def test_no_none_in_the_reasons_and_one_vocabulary_for_states(tmp_path):
     hang_line = text.splitlines()[0]
     summary_line = next(line for line in text.splitlines() if line.startswith("Summary:"))
     assert hang_line.startswith("Hang: 3 of 3 processes did not finish: 3 stalled;") and summary_line.endswith(": 3 stalled")
+
+
+def test_worker_processes_give_the_same_hang_verdict(tmp_path):
+    culprit = write_hang_run(tmp_path, "pp", 8, "p2p", "on", seed=2)
+    one, two = summarize_run(tmp_path).hang, summarize_run(tmp_path, jobs=2).hang
+    assert [(s.rank, s.why) for s in two.suspects] == [(s.rank, s.why) for s in one.suspects] and [s.rank for s in one.suspects] == [culprit]
+
+
+@pytest.mark.parametrize("recorder", ["on", "legacy"])
+def test_the_json_form_of_the_hang_section_serialises_and_carries_the_verdict(tmp_path, recorder):
+    write_hang_run(tmp_path, "tp", 8, "subgroup", recorder)
+    hang = json.loads(json.dumps(summarize_run(tmp_path).to_dict()))["hang"]
+    assert hang["verdict"] == "named" and hang["suspects"][0]["rule"] in ("behind", "behind in step")
+    assert "fr" not in hang["places"][0]  # the digest is compared, not shipped

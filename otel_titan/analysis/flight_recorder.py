@@ -102,7 +102,7 @@ def digest_recorder(recorder: Any, world: tuple[int, ...] | None = None) -> dict
         if not isinstance(entry, dict):
             continue
         name, desc = _identity(entry)
-        pg_id = entry.get("pg_id")
+        pg_id = entry.get("pg_id") if type(entry.get("pg_id")) is int else None
         if name is None and pg_id == 0:
             name = DEFAULT_GROUP
         key = name if name is not None else ("pg_id", pg_id)
@@ -144,9 +144,10 @@ def _identity(entry: dict[str, Any]) -> tuple[str | None, Any]:
 
 
 def _freeze(value: Any) -> Any:
-    if isinstance(value, list):
+    """Lists → tuples (hashable, compared across ranks); anything else not hashable → its text."""
+    if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
-    return value
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def group_label(name: Any, pg_id: Any, ranks: tuple[int, ...] | None, compress: Any) -> str:

@@ -50,7 +50,10 @@ class HangTracker:
 
     def stall(self, record: dict[str, Any]) -> None:
         """A black-box record: the live one now (a newer one replaces it: no progress came between)."""
-        self.box = digest_black_box(record)
+        try:
+            self.box = digest_black_box(record)
+        except Exception:  # noqa: BLE001 - a malformed black box (hand-edited, another writer): the records still place the process
+            self.box = None
 
     def progress(self) -> None:
         """A program record after the black box: the stall ended."""

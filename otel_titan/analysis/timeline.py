@@ -221,7 +221,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
                 tracks[lane] = visitor.lane_opened(lane)
             parent_id = record.get("parent_span_id")
             # Nesting from the records' own parent ids; without them (torchtitan's files), the lane's innermost.
-            if parent_id:
+            if parent_id and type(parent_id) is str:
                 parent = by_id.get(parent_id) or (stack[-1] if stack else None)  # a parent seen in no segment read: the lane's
             else:
                 parent = stack[-1] if stack and not record.get("span_id") else None

@@ -326,3 +326,22 @@ def test_a_rank_blocked_between_spans_is_named_not_the_rank_waiting_for_it(tmp_p
         assert "behind in pg 0: never entered seq 3 all_reduce" in report["suspects"][0]["why"]
     assert " ▶ 1 × rank 1: last collective all_reduce (pg 0, seq 2, completed); between spans at step 3; main thread at " in text
     assert "stalled in its own code" not in text and "frame unknown" not in text
+
+
+def test_torch_s_own_flight_recorder_dumps_beside_the_logs_name_the_rank_when_the_black_boxes_have_none(tmp_path):
+    launcher = launch("frdump", tmp_path, nproc=3, bad=1)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(glob.glob(str(tmp_path / "flight_recorder" / "rank_*"))) < 3:
+            time.sleep(0.5)
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=3)
+        boxes = black_boxes(tmp_path)
+        text = "\n".join(summarize(tmp_path).splitlines()[:10])
+        hang = hang_of(tmp_path)
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    print(text)
+    assert not any(s.get("flight_recorder") for box in boxes.values() for s in box["stalls"])  # the black boxes hold no recorder
+    assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(1, "behind")], text
+    assert "behind in pg 0: never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
+    assert all("torch flight-recorder dump rank_" in p["evidence"] for p in hang["places"])

@@ -15,6 +15,10 @@ BAD_RANK injects FAULT:
 * ``sleep2``: ranks BAD and BAD + 1 sleep in `read_shard` (two culprits);
 * ``before_init``: rank BAD blocks in `load_checkpoint` before ``init_structured_logger`` (it writes no file);
 * ``recover``: every rank pauses `PAUSE_S` in ``all_reduce`` at step 2 (longer than the stall threshold), then goes on and closes;
+* ``frdump``: the `sleep` fault, with torch's flight recorder kept out of the black boxes (its variable
+  unset after the process group is made) and, as torch's watchdog does on a timeout
+  (``TORCH_NCCL_DUMP_ON_TIMEOUT``), each rank's recorder dumped by torch (``_dump_fr_trace``) to
+  ``OUTPUT_DIR/flight_recorder/rank_<rank>`` after `DUMP_AFTER_S`;
 * ``healthy``: no fault, steps of ``STEP_S`` seconds each (slower than the stall floor), then a clean end;
 * ``live``: no fault, runs until killed (the dump trigger is tried on it).
 """
@@ -69,6 +73,23 @@ def pause(step: int) -> None:
         time.sleep(float(os.environ.get("PAUSE_S", "4.5")))
 
 
+def dump_like_torch_on_timeout(rank: int) -> None:
+    """For `frdump`: torch's own dump file, written from a thread while the main thread hangs (gloo has no dump on timeout)."""
+    if FAULT != "frdump":
+        return
+    os.environ.pop("TORCH_FR_BUFFER_SIZE", None)  # torch read it when the group was made; the black box now skips the recorder
+
+    def dump() -> None:
+        time.sleep(float(os.environ.get("DUMP_AFTER_S", "4")))
+        folder = os.path.join(OUT, "flight_recorder")
+        os.makedirs(folder, exist_ok=True)
+        data = torch._C._distributed_c10d._dump_fr_trace(includeCollectives=True, onlyActive=False)
+        with open(os.path.join(folder, f"rank_{rank}"), "wb") as handle:
+            handle.write(data)
+
+    threading.Thread(target=dump, name="fr-dump", daemon=True).start()
+
+
 def hold_the_gil() -> None:
     ctypes.PyDLL(None).sleep(3600)  # the culprit line of the `gil` fault
 
@@ -94,6 +115,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     group = sub_group()
+    dump_like_torch_on_timeout(rank)
     before_init(rank)
     sl.init_structured_logger("training", OUT)
     tensor = torch.ones(16)
@@ -106,7 +128,7 @@ def main() -> None:
         with sl.log_trace_span("data_fetch"):
             time.sleep(STEP_S)
             if step == 3 and is_bad(rank):
-                if FAULT in ("sleep", "subgroup", "sleep2"):
+                if FAULT in ("sleep", "subgroup", "sleep2", "frdump"):
                     read_shard()
                 elif FAULT == "gil":
                     hold_the_gil()

@@ -75,8 +75,13 @@ def _who(processes: list[ProcessSummary]) -> str:
 def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
     """Processes grouped by (attempt, state, last step, where they stopped), largest first within each attempt."""
     groups: dict[tuple, list[ProcessSummary]] = {}
+    hang = getattr(summary, "hang", None)
+    # Its black box says it is stuck between spans at a step its records never reached: say so, as the Hang section does.
+    between = {place.label: place for place in (hang.places if hang is not None else []) if place.between_spans}
     for p in summary.processes:
-        key = (p.attempt if p.attempt is not None else -1, p.source, p.state(now_us), p.last_step, _where(p))
+        place = between.get(p.label)
+        where, step = (f"between spans ({_where(p)})", place.step if place.step is not None else p.last_step) if place is not None else (_where(p), p.last_step)
+        key = (p.attempt if p.attempt is not None else -1, p.source, p.state(now_us), step, where)
         groups.setdefault(key, []).append(p)
     largest: dict[tuple, int] = {}
     for (attempt, source, *_), members in groups.items():

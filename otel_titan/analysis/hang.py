@@ -33,9 +33,13 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
 * **nothing logged** since its file was created;
 * the odd ones out of a strict majority in one (span, frame).
 
-A rank is named only when stuck: a live stall record, or no record for a
-minute, killed, crashed. Where no rule holds, the verdict is "cannot tell",
-with the reason (no flight recorder on the ranks that matter, an even split).
+A rank is named only for what *stuck* ranks wait on (a stall record or a
+heartbeat since their last record, a faulthandler or torch dump: never a
+missing closing record alone, which a healthy job killed mid-step also
+leaves), and only when it is stuck itself or went quiet before they wrote
+their stall records. Where no rule holds, the verdict is "cannot tell", with
+the reason (no flight recorder on the ranks that matter, an even split, no
+evidence that anyone is stuck).
 
 Only digests are kept per process (`digest_black_box`): a few frames, per
 process group its last collectives; never a whole record, so 1,000 ranks cost
@@ -56,7 +60,7 @@ from otel_titan.analysis.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, d
 from otel_titan.analysis.headline import compress
 from otel_titan.schema import MetaEvent, stacks_file_name
 
-__all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace", "STUCK_STATES"]
+__all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -64,10 +68,6 @@ SUSPECTS_SHOWN = 5
 #: Bytes read from the end of a faulthandler side file.
 SIDE_FILE_TAIL = 256 << 10
 _LIBRARY = re.compile(r"(^|/)(site-packages|dist-packages|otel_titan|lib/python\d+\.\d+)/|^<frozen |^<string>")
-#: Headline states (`ProcessSummary.state`) of a process that is not making progress.
-STUCK_STATES = ("stalled", "crashed", "hung before first record")
-#: Black-box reasons that mean "no progress for the threshold" (a signal or trigger dump is taken from a live process).
-_STALL_REASONS = ("stall", "SIGTERM")
 
 
 def _program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -231,6 +231,9 @@ class RankPlace:
     entered: list[str] = field(default_factory=list)
     entered_complete: bool = True
     stuck: bool = False
+    #: When its latest black box was written, and its last program record (µs): who was quiet before whom.
+    box_us: int | None = None
+    last_event_us: int | None = None
     #: Its flight-recorder digest (`flight_recorder.digest_recorder`): compared, never printed nor in --json.
     fr: ClassVar[dict[str, Any] | None] = None
 
@@ -348,12 +351,14 @@ def build_hang(
         between = bool(box and box.get("between_spans") and not process.open_spans)
         if between and type(box.get("step")) is int and (step is None or box["step"] > step):
             step, entered, complete = box["step"], [], True  # a step set, nothing started in it yet
-        stuck = (box is not None and box.get("reason") in _STALL_REASONS) or dump is not None or status in STUCK_STATES or status.startswith(("terminated", "killed"))
+        # Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed
+        # out, or it logged nothing. A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
+        stuck = bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
         places.append(
             RankPlace(
                 process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
                 _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
-                entered, complete, stuck,
+                entered, complete, stuck, (box or {}).get("time_us"), process.last_event_us,
             )
         )
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
@@ -475,6 +480,8 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
             missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
     waiting = _collectives(places, verdicts)
     if not verdicts.by_label:
+        _crashed(places, verdicts)
+    if not verdicts.by_label:
         _step_progress(places, processes, missing, waiting, verdicts)
     for place in places:
         if place.status == "hung before first record":
@@ -542,9 +549,12 @@ def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str,
             top = max(seqs.values())
             waiting = [r for r, last in lasts.items() if last and last["seq"] == top and last.get("state") != "completed"]
             top_ops = Counter(lasts[r]["op"] for r in waiting)  # type: ignore[index]
-            if waiting:
+            held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
+            if waiting and not held:
+                verdicts.note(f"{label}: rank(s) {compress(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
+            if held:
                 op = top_ops.most_common(1)[0][0]
-                behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere]
+                behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere and _held_back(by_rank[(source, attempt, r)], held)]
                 for rank in behind:
                     last = lasts[rank]
                     its = f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
@@ -579,9 +589,10 @@ def _desync(source: str, attempt: Any, label: str, known: dict[int, dict[str, An
         counts = Counter(calls.values())
         (common, n), = counts.most_common(1)
         described = "; ".join(f"rank{'s' if c > 1 else ''} {compress([r for r, s in calls.items() if s == sig])}: {_describe(sig)}" for sig, c in counts.most_common())
-        if n > len(calls) / 2 and n >= 2:
+        majority = [by_rank[(source, attempt, r)] for r, sig in calls.items() if sig == common and by_rank[(source, attempt, r)].stuck]
+        if n > len(calls) / 2 and n >= 2 and majority:
             for rank, sig in calls.items():
-                if sig != common:
+                if sig != common and _held_back(by_rank[(source, attempt, rank)], majority):
                     verdicts.add(by_rank[(source, attempt, rank)], f"desync in {label} seq {seq}: called {_describe(sig)} while {n} rank(s) called {_describe(common)}", "desync")
         else:
             verdicts.note(f"desync in {label} seq {seq} ({described}): no majority, cannot tell which side is wrong")
@@ -614,6 +625,8 @@ def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str,
         for op in (group or {}).get("p2p", []):
             if op["state"] == "completed" or op["op"] not in ("send", "recv") or type(op["peer"]) is not int or not 0 <= op["peer"] < len(members):
                 continue
+            if not by_rank[(source, attempt, rank)].stuck:
+                continue  # a send/recv in flight in a live snapshot is no evidence
             peer = members[op["peer"]]
             wanted = "send" if op["op"] == "recv" else "recv"
             peer_place = by_rank.get((source, attempt, peer))
@@ -621,9 +634,32 @@ def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str,
                 verdicts.note(f"rank {rank} waits in {op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer} ({label}); cannot tell more: no flight recorder from rank {peer}")
                 continue
             pending = [o for o in (known[peer] or {}).get("p2p", []) if o["op"] == wanted and o["peer"] == local[rank] and o["state"] != "completed"]
-            if not pending:
+            if not pending and _held_back(peer_place, [by_rank[(source, attempt, rank)]]):
                 what = "never sent what" if wanted == "send" else "never posted the receive for what"
                 verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
+
+
+def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
+    """Files that end mid-line while every other process received a terminating signal: they died first, the launcher stopped the rest.
+
+    Not when the others were not signalled: a SIGKILL of the whole job tears whichever files were being written.
+    """
+    crashed = [p for p in places if p.status == "crashed"]
+    others = [p for p in places if p.status != "crashed"]
+    if crashed and others and all(p.status.startswith("terminated") for p in others):
+        for place in crashed:
+            verdicts.add(place, f"crashed: its file ends mid-line (killed or died while writing) while the {len(others)} other(s) were then terminated by a signal", "crashed")
+
+
+def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:
+    """Whether `place` may be named for what the stuck `waiting` wait on: stuck itself, or quiet since before they wrote their stall records.
+
+    A rank still writing after the others' watchdogs fired is making progress (slowly): not the one they wait for, on this evidence.
+    """
+    if place.stuck:
+        return True
+    times = [w.box_us for w in waiting if w.stuck and w.box_us is not None]
+    return bool(times) and place.last_event_us is not None and place.last_event_us <= min(times)
 
 
 def _progress(place: RankPlace) -> tuple[int, frozenset[str]] | None:
@@ -649,14 +685,15 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
     """
     by_run: dict[tuple[str, Any], list[RankPlace]] = {}
     for place in places:
-        if place.stuck and place.rank is not None:
+        if place.rank is not None:
             by_run.setdefault((place.source, place.attempt), []).append(place)
     absent = {(m["source"], m["attempt"]) for m in missing}
     counts = Counter((p.source, p.attempt) for p in processes)
     for key, members in by_run.items():
-        if len(members) < 2 or key in absent or len(members) < counts[key]:
-            if len(members) >= 2:
-                verdicts.note(f"{key[0]}: not every rank is here and stuck (missing, closed or still running): how far each got in the step is not compared")
+        if len(members) < 2 or not any(m.stuck for m in members):
+            continue
+        if key in absent or len(members) < counts[key]:
+            verdicts.note(f"{key[0]}: not every rank is here (missing, or closed): how far each got in the step is not compared")
             continue
         # Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
         classes: dict[tuple[Any, ...], list[RankPlace]] = {}
@@ -665,8 +702,12 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
         reps = [group[0] for group in classes.values()]
         size = {id(group[0]): len(group) for group in classes.values()}
         ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
+        leaders = [m for b in ahead for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
+        if not all(m.stuck for m in leaders):
+            verdicts.note(f"{key[0]}: the most advanced ranks are not all stuck on the evidence (no stall record or heartbeat): how far each got is not compared")
+            continue
         lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
-        behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting]
+        behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
         if not behind:
             continue
         for place in behind:

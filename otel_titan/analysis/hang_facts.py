@@ -47,16 +47,27 @@ class HangTracker:
         self.complete = True
         self.partial = partial
         self.steps_seen = 0
+        # Evidence that it stopped making progress while alive: a stall record, or a heartbeat (10 s of quiet
+        # with spans open), since its last program record. A process killed mid-step has neither.
+        self.stalled = False
+        self.quiet = False
 
     def stall(self, record: dict[str, Any]) -> None:
         """A black-box record: the live one now (a newer one replaces it: no progress came between)."""
+        if record.get("reason") in _STALLS:
+            self.stalled = True
         try:
             self.box = digest_black_box(record)
         except Exception:  # noqa: BLE001 - a malformed black box (hand-edited, another writer): the records still place the process
             self.box = None
 
+    def heartbeat(self) -> None:
+        """The logger's heartbeat: quiet with spans open for its interval."""
+        self.quiet = True
+
     def progress(self) -> None:
         """A program record after the black box: the stall ended."""
+        self.stalled = self.quiet = False
         box = self.box
         if box is None:
             return
@@ -75,4 +86,4 @@ class HangTracker:
             self.entered.append(name)
 
     def end(self) -> None:
-        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete}
+        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet}

@@ -125,7 +125,8 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     for g in groups:
         if g["state"] == "hung before first record":
             lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
-    in_hang = {place.label for place in hang.places} if hang is not None else set()
+    # With suspects on evidence, the Hang section has compared these processes: "the odd group" would only echo or contradict it.
+    in_hang = {place.label for place in hang.places} if hang is not None and hang.suspects else set()
     for g in groups:
         if in_hang and set(g["processes"]) <= in_hang:
             continue  # the Hang section compared these on evidence (collectives, steps): its suspects are above, not "the odd group"

@@ -228,6 +228,8 @@ class _Collector(TimelineVisitor):
         name = record["log_type_name"]
         if name == "stall":
             self.hang.stall(record)
+        elif name == "heartbeat":
+            self.hang.heartbeat()
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"

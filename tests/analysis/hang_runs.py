@@ -221,9 +221,10 @@ def fr_entry(pg: str, seq: int, op: str = "all_reduce", state: str = "completed"
             "retired": state == "completed", "time_created_ns": (T0 + seq * 1000) * 1000}
 
 
-def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, closed: bool = False, run_id: str = "hang-rules") -> Path:
+def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, closed: bool = False, run_id: str = "hang-rules", torn: bool = False) -> Path:
     """One rank's file from a short script: ("span", name, step[, parent]) opens, ("end",) closes the innermost,
-    ("stall", fields) writes a black box, ("instant", name, step); each 1 ms after the last (("same",) keeps the time)."""
+    ("stall", fields) writes a black box, ("instant", name, step), ("heartbeat",) 10 s later; each 1 ms after the last
+    (("same",) keeps the next at this one's time, ("wait", s) adds s seconds)."""
     identity = {"schema_version": 1, "rank": rank, "global_rank": rank, "local_rank": rank, "world_size": world, "source": "training",
                 "host_name": "vm", "pid": 6000 + rank, "run_id": run_id, "attempt": 0, "job_id": None, "logger_name": "otel_titan.structured_logger"}
     out: list[dict[str, Any]] = []
@@ -260,12 +261,17 @@ def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, cl
             add("stall", "instant", **fields)
         elif kind == "instant":
             add(item[1], "instant", step=item[2])
+        elif kind == "signal":  # torchrun's agent stopping it
+            add("signal_received", "instant", signal="SIGTERM")
+        elif kind == "heartbeat":  # the logger's: 10 s of quiet with spans open
+            time_us += 10_000_000
+            add("heartbeat", "instant", open_spans=len(stack))
     if closed:
         time_us += 1000
         add("structured_logger_closed", "instant", closing=True)
     path = run_dir / "structured_logs" / f"training.global_rank_{rank}.20261130-000000-abcdef.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in out))
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in out) + (b'{"time_us": 1, "log_ty' if torn else b""))
     return path
 
 

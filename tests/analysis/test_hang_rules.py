@@ -196,7 +196,7 @@ def test_the_innermost_open_span_comes_from_parent_ids_even_when_parent_and_chil
     for rank in range(3):
         script: list[tuple] = [("span", "step", 1), ("end",), ("span", "step", 2)]
         script += [("same",), ("span", "data_fetch", 2)] if rank == 1 else [("span", "data_fetch", 2), ("end",), ("span", "all_reduce", 2)]
-        write_rank(tmp_path, rank, 3, script)
+        write_rank(tmp_path, rank, 3, script + [("heartbeat",)])
     summary = summarize_run(tmp_path)
     hung = next(p for p in summary.processes if p.rank == 1)
     assert hung.open_spans[0].start_us == hung.open_spans[1].start_us  # the same µs
@@ -209,7 +209,7 @@ def test_the_innermost_open_span_comes_from_parent_ids_even_when_parent_and_chil
 def test_no_none_in_the_reasons_and_one_vocabulary_for_states(tmp_path):
     # Three stuck ranks with no step, frame or flight recorder: the odd one out of the span majority.
     for rank in range(3):
-        write_rank(tmp_path, rank, 3, [("span", "data_fetch" if rank == 2 else "all_reduce", None)])
+        write_rank(tmp_path, rank, 3, [("span", "data_fetch" if rank == 2 else "all_reduce", None), ("heartbeat",)])
     text = format_summary(summarize_run(tmp_path))
     assert "None" not in text.split("Run ")[0]
     assert "rank 2 (training): frame unknown in span data_fetch: elsewhere than the 2 others (in all_reduce)" in text
@@ -230,3 +230,36 @@ def test_the_json_form_of_the_hang_section_serialises_and_carries_the_verdict(tm
     hang = json.loads(json.dumps(summarize_run(tmp_path).to_dict()))["hang"]
     assert hang["verdict"] == "named" and hang["suspects"][0]["rule"] in ("behind", "behind in step")
     assert "fr" not in hang["places"][0]  # the digest is compared, not shipped
+
+
+# -- no evidence of a hang, no name -----------------------------------------------------------------------
+def _killed_mid_step(run: Path, trigger: bool) -> None:
+    """8 healthy ranks stopped at once in step 4 (SIGKILL, a scheduler's cancel): each a few ms from the others."""
+    for rank in range(8):
+        script: list[tuple] = []
+        for step in range(1, 4):
+            script += [("span", "data_fetch", step), ("end",), ("span", "all_reduce", step), ("end",)]
+        ahead = rank % 3 != 0
+        script += [("span", "data_fetch", 4)] + ([("end",), ("span", "all_reduce", 4)] if ahead else [])
+        if trigger:  # an on-demand black box of the live run (OTEL_TITAN_DUMP_TRIGGER): where each rank is, not a stall
+            entries = [fr_entry("0", s) for s in range(1, 4)] + ([fr_entry("0", 4, state="scheduled")] if ahead else [])
+            script += [("stall", {"reason": "trigger", "threads": frames("main", 80), "flight_recorder": {"entries": entries}})]
+        write_rank(run, rank, 8, script)
+
+
+@pytest.mark.parametrize("trigger", [False, True])
+def test_a_healthy_run_killed_mid_step_names_no_one(tmp_path, trigger):
+    _killed_mid_step(tmp_path, trigger)
+    for reader in (summarize_run, summarize_tails):
+        report = reader(tmp_path).hang
+        assert report.suspects == [] and report.verdict == "cannot tell", [(s.rank, s.why) for s in report.suspects]
+    assert "Suspects: cannot tell" in head(tmp_path)
+
+
+def test_a_crashed_rank_is_named_when_the_launcher_then_stopped_the_others_and_not_when_the_whole_job_was_killed(tmp_path):
+    steps = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1)]
+    for rank in range(3):
+        write_rank(tmp_path / "agent", rank, 3, steps + ([] if rank == 1 else [("signal",)]), torn=rank == 1)
+        write_rank(tmp_path / "sigkill", rank, 3, steps, torn=rank == 1)  # every rank killed at once; one was writing
+    assert [(s.rank, s.rule) for s in summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects] == [(1, "crashed")]
+    assert summarize_run(tmp_path / "sigkill", log_skipped=False).hang.suspects == []

@@ -52,6 +52,7 @@ import glob
 import json
 import os
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Sequence
@@ -304,14 +305,13 @@ def build_hang(
 ) -> HangReport | None:
     """The Hang section, or None when every process closed cleanly (and no rank of a stuck world is missing).
 
-    `facts`: label → ``{"box": digest_black_box of its latest live stall record or None,
-    "history": [stalls that progress ended], "step": its last step, "entered": [spans started
-    in it], "entered_complete": bool}`` (summary._Collector); `bases`: label → its JSONL base
+    `facts`: label → what `hang_facts.HangTracker` gathered (``box``: the digest of its latest
+    live black box or None; ``history``: stalls that progress ended; ``step``, ``entered``,
+    ``entered_complete``: its last step and the spans it started there; ``stalled``, ``quiet``:
+    a stall record or a heartbeat since its last program record; ``world_size``); `bases`: label → its JSONL base
     path (for the faulthandler side file); `missing`: ranks with no file (``{"source",
     "attempt", "world_size", "ranks"}``); `dumps`: global rank → torch's flight-recorder dump.
     """
-    import time
-
     now_us = time.time() * 1e6 if now_us is None else now_us
     places: list[RankPlace] = []
     history = stall_history(processes, facts)
@@ -334,14 +334,14 @@ def build_hang(
             frame = _program_frame((main or {}).get("frames") or [])
             threads = [(t["thread_name"], _where(_program_frame(t["frames"]))) for t in dump["threads"] if not str(t.get("thread_name") or "").startswith("otel-titan-")][:8]
             evidence = "faulthandler (interpreter lock held)"
-            status = "stalled, interpreter lock held"
+            status = f"{status}, interpreter lock held"
         elif box is not None:
             frame, threads, evidence = box.get("frame"), box.get("thread_frames") or [], f"black box ({box.get('reason')})"
         else:
             frame, threads, evidence = None, [], "records only"
         torch_dump = (dumps or {}).get(process.rank) if process.rank is not None else None
         if torch_dump is not None:
-            world = tuple(range(process.world_size)) if getattr(process, "world_size", None) else None
+            world = tuple(range(fact["world_size"])) if type(fact.get("world_size")) is int and 0 < fact["world_size"] <= 1 << 20 else None
             fr = digest_recorder(torch_dump[1], world) or fr
             evidence += f"; torch flight-recorder dump {os.path.basename(torch_dump[0])}"
         span = process.last_phase or (box or {}).get("span")

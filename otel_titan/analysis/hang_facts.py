@@ -37,13 +37,15 @@ class HangTracker:
         self.facts: dict[str, dict[str, Any]] = {}
         self.begin("", partial=False)
 
-    def begin(self, label: str, partial: bool) -> None:
+    def begin(self, label: str, partial: bool, world_size: int | None = None) -> None:
         """A new process; `partial`: its records are a file's tail (its first step may be cut)."""
         self.label = label
+        self.world_size = world_size
         self.box: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
         self.step: int | None = None
         self.entered: list[str] = []
+        self.entered_set: set[str] = set()
         self.complete = True
         self.partial = partial
         self.steps_seen = 0
@@ -66,24 +68,28 @@ class HangTracker:
         self.quiet = True
 
     def progress(self) -> None:
-        """A program record after the black box: the stall ended."""
-        self.stalled = self.quiet = False
+        """A program record after the black box: the stall ended (called for nearly every record: the usual case returns at once)."""
         box = self.box
         if box is None:
+            if self.stalled or self.quiet:
+                self.stalled = self.quiet = False
             return
+        self.stalled = self.quiet = False
         self.box = None
         if box.get("reason") in _STALLS and len(self.history) < HISTORY_KEPT:
             self.history.append({"time_us": box.get("time_us"), "stalled_s": box.get("stalled_s"), "span": box.get("span"), "step": box.get("step"), "reason": box.get("reason"), "between_spans": box.get("between_spans")})
 
     def step_begun(self, step: int) -> None:
-        self.step, self.entered = step, []
+        self.step, self.entered, self.entered_set = step, [], set()
         self.complete = not (self.partial and self.steps_seen == 0)
         self.steps_seen += 1
 
     def span_begun(self, name: str, step: Any) -> None:
-        self.progress()
-        if step == self.step and name not in self.entered and len(self.entered) < ENTERED_KEPT:
+        if self.box is not None or self.stalled or self.quiet:
+            self.progress()
+        if step == self.step and name not in self.entered_set and len(self.entered) < ENTERED_KEPT:
             self.entered.append(name)
+            self.entered_set.add(name)
 
     def end(self) -> None:
-        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet}
+        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet, "world_size": self.world_size}

@@ -158,7 +158,7 @@ class _Collector(TimelineVisitor):
 
     def begin(self, process: ProcessLog, summary: ProcessSummary, whole: bool = True) -> None:
         self.process, self.summary = process, summary
-        self.hang.begin(process.label, partial=not whole)
+        self.hang.begin(process.label, partial=not whole, world_size=process.world_size)
         self.open: list[tuple[OpenSpan, float]] = []
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}

@@ -7,9 +7,10 @@ it from the timeline's callbacks, and it keeps, per process, a few fields:
   (any later record of the program: a span start or end, an instant, a
   scalar). One followed by progress is *history*: the process resumed, so it
   is kept apart (at most `HISTORY_KEPT`) and never shown as where it hangs;
-* the spans it started in its last step, in order (what the others entered
-  that it did not is the evidence against a rank stuck between spans), and
-  whether that step's start was read (a file tail may begin mid-step).
+* the spans it entered in its last step (ended or still open; what the
+  others entered that it did not is the evidence against a rank stuck
+  between spans), and whether that step's start was read (a file tail may
+  begin mid-step).
 
 File order decides "later", never timestamps.
 """
@@ -84,9 +85,13 @@ class HangTracker:
         self.complete = not (self.partial and self.steps_seen == 0)
         self.steps_seen += 1
 
-    def span_begun(self, name: str, step: Any) -> None:
+    def progress_at(self, *_: Any) -> None:
+        """`progress` with the timeline's callback arguments (a span start, an instant, a scalar), bound straight to them."""
         if self.box is not None or self.stalled or self.quiet:
             self.progress()
+
+    def entered_span(self, name: str, step: Any) -> None:
+        """A span that started in `step` ended, or is still open at the end: the step's spans, in the order they ended."""
         if step == self.step and name not in self.entered_set and len(self.entered) < ENTERED_KEPT:
             self.entered.append(name)
             self.entered_set.add(name)

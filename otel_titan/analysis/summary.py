@@ -125,6 +125,8 @@ class _Collector(TimelineVisitor):
         self.phase_offsets: dict[tuple[str, str], array] = {}
         # label → what the Hang section needs: its live black box, past stalls, spans entered in its last step
         self.hang = HangTracker()
+        # Bound straight to the tracker (one call per record, not two): a record after a black box is progress.
+        self.span_begun = self.instant = self.scalar = self.hang.progress_at  # type: ignore[method-assign,assignment]
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
 
@@ -172,14 +174,7 @@ class _Collector(TimelineVisitor):
         self.step_begins[step] = begin_us
         self.hang.step_begun(step)
 
-    def span_begun(self, span: OpenSpan) -> None:
-        self.hang.span_begun(span.name, (span.start or {}).get("step"))
 
-    def instant(self, record: dict[str, Any], track: Any) -> None:
-        self.hang.progress()
-
-    def scalar(self, record: dict[str, Any], track: Any) -> None:
-        self.hang.progress()
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         key = (self.process.source, span.name)
@@ -191,8 +186,11 @@ class _Collector(TimelineVisitor):
         if incomplete:
             acc.incomplete += 1
             self.open.append((span, dur_us))
+            self.hang.entered_span(span.name, (span.start or {}).get("step"))
             return
-        self.hang.progress()
+        hang = self.hang
+        if hang.box is not None or hang.stalled or hang.quiet:
+            hang.progress()
         ms = dur_us / 1000.0
         acc.durations.append(ms)
         first = span.start if span.start is not None else end
@@ -202,6 +200,8 @@ class _Collector(TimelineVisitor):
             acc.max_ms = ms
             acc.max_at = (self.process.label, self.process.rank, self.process.attempt, step)
         if step is not None:
+            if step == hang.step and span.name not in hang.entered_set:  # (inline: once per span)
+                hang.entered_span(span.name, step)
             if first.get("parent_span_id") is None:  # type: ignore[union-attr]
                 self.last_top = (step, span.name, span.start_us, end_us)
             sums = self.phase_sums.setdefault(span.name, {})

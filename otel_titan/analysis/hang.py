@@ -26,6 +26,8 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
   (recv from) it in flight: the peer never sent (posted the receive);
 * **no collective on record**: the members of a group wait in one and this
   member could not write a black box (its faulthandler dump: interpreter lock held);
+* **crashed**: its file ends mid-line while every other process was then
+  terminated by a signal (not a whole job SIGKILLed: that tears files at random);
 * **behind in the step**: without a flight recorder, a stuck rank at an earlier
   step, or at the same step having entered a strict subset of the spans the
   others entered (between spans, it entered none of the step's: it never

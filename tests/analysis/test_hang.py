@@ -5,6 +5,10 @@ Each test injects one fault on rank 2 (tests/helpers/hang_workload.py), with
 every rank's black box is on disk (within stall_after_s + 30 s), then runs the
 real ``otel-titan summarize`` and checks that its first 15 lines name rank 2
 and the culprit's frame, and that no rank's black box exceeds 1 MB.
+
+The issue-18 checks below run 2 or 3 ranks the same way: an all_reduce on a
+sub-group, a rank blocked between spans or before init, two culprits read
+with ``--tail``, torch's own dump files, and a pause the run recovered from.
 """
 
 from __future__ import annotations

@@ -368,6 +368,8 @@ def build_hang(
     missing = [m for m in missing if (m["source"], m["attempt"]) in present]
     if not places and not missing:
         return None
+    if not missing and all(p.status == "running" and not p.stuck for p in places):
+        return None  # a live run that is making progress, as far as any record says: no Hang section
     suspects, notes = _suspects(places, processes, missing)
     suspect_labels = {s.label for s in suspects}
     groups = _groups(places, suspect_labels)

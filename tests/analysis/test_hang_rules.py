@@ -263,3 +263,16 @@ def test_a_crashed_rank_is_named_when_the_launcher_then_stopped_the_others_and_n
         write_rank(tmp_path / "sigkill", rank, 3, steps, torn=rank == 1)  # every rank killed at once; one was writing
     assert [(s.rank, s.rule) for s in summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects] == [(1, "crashed")]
     assert summarize_run(tmp_path / "sigkill", log_skipped=False).hang.suspects == []
+
+
+def test_a_live_run_making_progress_has_no_hang_section(tmp_path):
+    import time
+
+    now = int(time.time() * 1e6)
+    for rank in range(2):
+        path = write_rank(tmp_path, rank, 2, [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1)])
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "time_us": r["time_us"] - T0 + now - 5_000}) + "\n" for r in lines))
+    summary = summarize_run(tmp_path)
+    assert {p.state(time.time() * 1e6) for p in summary.processes} == {"running"}
+    assert summary.hang is None and "Hang:" not in format_summary(summary)

@@ -317,7 +317,17 @@ def build_hang(
     now_us = time.time() * 1e6 if now_us is None else now_us
     places: list[RankPlace] = []
     history = stall_history(processes, facts)
+    # A restart ended the earlier attempts (their ranks were stopped to start again): the latest one is the run.
+    latest: dict[str, int] = {}
     for process in processes:
+        if process.attempt is not None:
+            latest[process.source] = max(latest.get(process.source, process.attempt), process.attempt)
+    earlier = 0
+    current = [p for p in processes if p.attempt is None or p.attempt >= latest[p.source]]
+    for process in processes:
+        if process.attempt is not None and process.attempt < latest[process.source]:
+            earlier += process.closed_cleanly is not True
+            continue
         fact = facts.get(process.label) or {}
         box = fact.get("box")
         status = _status(process, box, now_us)
@@ -366,19 +376,20 @@ def build_hang(
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
     present = {(p.source, p.attempt) for p in places}
     missing = [m for m in missing if (m["source"], m["attempt"]) in present]
+    restarted = [f"{earlier} process(es) of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
     if not places and not missing:
         return None
     if not missing and all(p.status == "running" and not p.stuck for p in places):
         return None  # a live run that is making progress, as far as any record says: no Hang section
-    suspects, notes = _suspects(places, processes, missing)
+    suspects, notes = _suspects(places, current, missing)
     suspect_labels = {s.label for s in suspects}
     groups = _groups(places, suspect_labels)
-    headline = _headline(places, processes, missing)
+    headline = _headline(places, current, missing)
     verdict = "named" if suspects else "cannot tell"
     if not suspects and not any(p.stuck for p in places):
         notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
-    return HangReport(affected=len(places), processes=len(processes), headline=headline, groups=groups, suspects=suspects, places=places,
-                      missing=list(missing), verdict=verdict, notes=notes, history=history)
+    return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
+                      missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)
 
 
 def stall_history(processes: Sequence[Any], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -276,3 +276,14 @@ def test_a_live_run_making_progress_has_no_hang_section(tmp_path):
     summary = summarize_run(tmp_path)
     assert {p.state(time.time() * 1e6) for p in summary.processes} == {"running"}
     assert summary.hang is None and "Hang:" not in format_summary(summary)
+
+
+def test_a_restart_that_then_closed_has_no_hang_section_for_the_attempt_it_replaced(tmp_path):
+    from tests.analysis.runs import rank_file
+
+    for rank in range(2):
+        # Attempt 0: stopped by torchrun mid-step (no close); attempt 1: ran to the end and closed.
+        rank_file(tmp_path, rank, [10.0] * 4, phases={"fwd": [5.0] * 4}, attempt=0, world_size=2, closed=False, run_id="r")
+        rank_file(tmp_path, rank, [10.0] * 4, phases={"fwd": [5.0] * 4}, attempt=1, world_size=2, run_id="r", start_us=T0 + 10_000_000)
+    summary = summarize_run(tmp_path)
+    assert summary.hang is None and summary.missing == []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # annotations only: the model imports this module to put the headline in its JSON
     from otel_titan.analysis.summary_model import ProcessSummary, RunSummary
 
-__all__ = ["headline_data", "headline_lines", "state_groups", "compress"]
+__all__ = ["headline_data", "headline_lines", "state_groups", "compress", "innermost_open"]
 
 
 def compress(ranks: list[int]) -> str:
@@ -42,10 +42,18 @@ def compress(ranks: list[int]) -> str:
     return ",".join(parts)
 
 
+def innermost_open(spans: list[Any]) -> Any:
+    """The innermost span of the most recently opened nest (`OpenSpanInfo`s in file order): the last leaf.
+
+    Never chosen by timestamp: a child can start in the same µs as its parent.
+    """
+    return next((span for span in reversed(spans) if getattr(span, "innermost", True)), spans[-1] if spans else None)
+
+
 def _where(p: ProcessSummary) -> str:
     """``inside fwd_bwd > bwd`` (the most recent nest of open spans) or ``after training_end``."""
-    if p.open_spans:
-        latest = max(p.open_spans, key=lambda s: s.start_us)
+    latest = innermost_open(p.open_spans)
+    if latest is not None:
         return "inside " + " > ".join(latest.path)
     if p.last_event is None:
         return "nothing logged"
@@ -67,8 +75,13 @@ def _who(processes: list[ProcessSummary]) -> str:
 def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
     """Processes grouped by (attempt, state, last step, where they stopped), largest first within each attempt."""
     groups: dict[tuple, list[ProcessSummary]] = {}
+    hang = getattr(summary, "hang", None)
+    # Its black box says it is stuck between spans at a step its records never reached: say so, as the Hang section does.
+    between = {place.label: place for place in (hang.places if hang is not None else []) if place.between_spans}
     for p in summary.processes:
-        key = (p.attempt if p.attempt is not None else -1, p.source, p.state(now_us), p.last_step, _where(p))
+        place = between.get(p.label)
+        where, step = (f"between spans ({_where(p)})", place.step if place.step is not None else p.last_step) if place is not None else (_where(p), p.last_step)
+        key = (p.attempt if p.attempt is not None else -1, p.source, p.state(now_us), step, where)
         groups.setdefault(key, []).append(p)
     largest: dict[tuple, int] = {}
     for (attempt, source, *_), members in groups.items():
@@ -97,13 +110,26 @@ def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
 def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     latest_attempt = max((g["attempt"] for g in groups if g["attempt"] is not None), default=None)
+    for m in getattr(summary, "missing", None) or []:
+        # First: a rank with no file is invisible everywhere else, and often the one the others wait for.
+        attempt = f" (attempt {m['attempt']})" if latest_attempt else ""
+        lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} (never reached init_structured_logger, or its logs are not in this folder)")
+    hang = getattr(summary, "hang", None)
+    if hang is not None:
+        for suspect in hang.suspects:
+            if suspect.rule != "missing" and len(lines) < 4:
+                lines.append(f"hang suspect: {suspect.source} rank {suspect.rank}: {suspect.why}" if suspect.rank is not None else f"hang suspect: {suspect.label}: {suspect.why}")
     for g in groups:
         if g["state"] == "crashed":
             lines.append(f"crashed (file ends mid-line: killed or died while writing): {g['who']} at step {g['step']}, {g['where']}")
     for g in groups:
         if g["state"] == "hung before first record":
             lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
+    # With suspects on evidence, the Hang section has compared these processes: "the odd group" would only echo or contradict it.
+    in_hang = {place.label for place in hang.places} if hang is not None and hang.suspects else set()
     for g in groups:
+        if in_hang and set(g["processes"]) <= in_hang:
+            continue  # the Hang section compared these on evidence (collectives, steps): its suspects are above, not "the odd group"
         if g["differs"] and g["state"] not in ("crashed", "hung before first record", "closed"):
             peers = [o for o in groups if o["attempt"] == g["attempt"] and o["source"] == g["source"] and not o["differs"]]
             rest = f", while {peers[0]['count']:,} {'processes' if peers[0]['count'] > 1 else 'process'} {peers[0]['state']} at step {peers[0]['step']}, {peers[0]['where']}" if peers else ""
@@ -174,8 +200,10 @@ def headline_data(summary: RunSummary, now_us: float | None = None) -> dict[str,
     for p in summary.processes:
         state = p.state(now_us)
         states[state] = states.get(state, 0) + 1
+    missing = sum(len(m["ranks"]) for m in getattr(summary, "missing", None) or [])
     return {
         "processes": len(summary.processes),
+        "missing": missing,
         "states": states,
         "attempts": sorted({p.attempt for p in summary.processes if p.attempt is not None}),
         "hosts": len({p.host_name for p in summary.processes if p.host_name}),
@@ -192,10 +220,12 @@ def headline_lines(summary: RunSummary, data: dict[str, Any], show_all_groups: b
     states = data["states"]
     order = sorted(states, key=lambda s: (_STATE_ORDER.index(s) if s in _STATE_ORDER else len(_STATE_ORDER), s))
     attempts = data["attempts"]
-    who = f"{data['processes']:,} process{'es' if data['processes'] != 1 else ''}" + (f" on {data['hosts']:,} host{'s' if data['hosts'] != 1 else ''}" if data["hosts"] else "")
+    missing = data.get("missing") or 0
+    count = f"{data['processes']:,} of {data['processes'] + missing:,}" if missing else f"{data['processes']:,}"
+    who = f"{count} process{'es' if data['processes'] + missing != 1 else ''}" + (f" on {data['hosts']:,} host{'s' if data['hosts'] != 1 else ''}" if data["hosts"] else "")
     if len(attempts) > 1:
         who += f", {len(attempts)} attempts (restarts: {', '.join(map(str, attempts))})"
-    lines = [f"Summary: {who}: " + ", ".join(f"{states[s]:,} {s}" for s in order)]
+    lines = [f"Summary: {who}: " + ", ".join(([f"{missing:,} missing (no file)"] if missing else []) + [f"{states[s]:,} {s}" for s in order])]
     diagnosis = data["diagnosis"]
     if diagnosis:
         lines.append("  Look first at:")

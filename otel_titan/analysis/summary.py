@@ -34,7 +34,9 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.clock_align import ClockAlignment, ClosingSpans, estimate_offsets
-from otel_titan.analysis.hang import bases_of, build_hang, digest_black_box
+from otel_titan.analysis.flight_recorder import find_torch_dumps
+from otel_titan.analysis.hang import bases_of, build_hang, stall_history
+from otel_titan.analysis.hang_facts import HangTracker
 from otel_titan.analysis.headline import compress
 from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis import summary_parallel
@@ -107,8 +109,10 @@ class _Collector(TimelineVisitor):
         self.rank_meshes: dict[tuple[str, int | None, int], dict[str, int] | None] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
-        # label → digest of its latest `stall` record (analysis/hang.py)
-        self.black_boxes: dict[str, dict[str, Any]] = {}
+        # label → what the Hang section needs: its live black box, past stalls, spans entered in its last step
+        self.hang = HangTracker()
+        # Bound straight to the tracker (one call per record, not two): a record after a black box is progress.
+        self.span_begun = self.instant = self.hang.progress_at  # type: ignore[method-assign,assignment]
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
         # The memory/host figures that explain slow steps (step_figures.py).
@@ -116,7 +120,7 @@ class _Collector(TimelineVisitor):
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "black_boxes": self.black_boxes, "figures": self.figures.state()}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state()}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -141,11 +145,12 @@ class _Collector(TimelineVisitor):
         for key, offsets in state["phase_offsets"].items():
             self.phase_offsets.setdefault(key, array("d")).extend(offsets)
         self.closing.extend(state["closing"])
-        self.black_boxes.update(state.get("black_boxes", {}))
+        self.hang.facts.update(state.get("hang_facts", {}))
         self.figures.merge(state.get("figures", {}))
 
-    def begin(self, process: ProcessLog, summary: ProcessSummary) -> None:
+    def begin(self, process: ProcessLog, summary: ProcessSummary, whole: bool = True) -> None:
         self.process, self.summary = process, summary
+        self.hang.begin(process.label, partial=not whole, world_size=process.world_size)
         self.open: list[tuple[OpenSpan, float]] = []
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
@@ -157,6 +162,9 @@ class _Collector(TimelineVisitor):
 
     def step_begun(self, step: int, begin_us: int) -> None:
         self.step_begins[step] = begin_us
+        self.hang.step_begun(step)
+
+
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         key = (self.process.source, span.name)
@@ -168,7 +176,11 @@ class _Collector(TimelineVisitor):
         if incomplete:
             acc.incomplete += 1
             self.open.append((span, dur_us))
+            self.hang.entered_span(span.name, (span.start or {}).get("step"))
             return
+        hang = self.hang
+        if hang.box is not None or hang.stalled or hang.quiet:
+            hang.progress()
         ms = dur_us / 1000.0
         acc.durations.append(ms)
         first = span.start if span.start is not None else end
@@ -178,6 +190,8 @@ class _Collector(TimelineVisitor):
             acc.max_ms = ms
             acc.max_at = (self.process.label, self.process.rank, self.process.attempt, step)
         if step is not None:
+            if step == hang.step and span.name not in hang.entered_set:  # (inline: once per span)
+                hang.entered_span(span.name, step)
             if first.get("parent_span_id") is None:  # type: ignore[union-attr]
                 self.last_top = (step, span.name, span.start_us, end_us)
             sums = self.phase_sums.setdefault(span.name, {})
@@ -193,10 +207,12 @@ class _Collector(TimelineVisitor):
                 offsets.append((span.start_us - begin) / 1000.0)
 
     def scalar(self, record: dict[str, Any], track: Any) -> None:
+        self.hang.progress_at()  # a scalar after a black box is progress too
         process = self.process
         self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
+        self.hang.progress()
         if span is None:
             name = record["log_type_name"][:-6]
             acc = self.phases.setdefault((self.process.source, name), _PhaseAcc())
@@ -206,7 +222,9 @@ class _Collector(TimelineVisitor):
         summary = self.summary
         name = record["log_type_name"]
         if name == "stall":
-            self.black_boxes[self.process.label] = digest_black_box(record)
+            self.hang.stall(record)
+        elif name == "heartbeat":
+            self.hang.heartbeat()
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"
@@ -238,25 +256,30 @@ class _Collector(TimelineVisitor):
                 per_rank_end.setdefault(process.rank, {}).update(ends)
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
             self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
+        self.hang.end()
         summary.open_span_count = len(self.open)
-        paths: dict[Any, list[str]] = {}
+        open_now = {id(span) for span, _ in self.open}
+        parents = {id(span.parent) for span, _ in self.open if span.parent is not None}
         listed = []
-        for index, (span, dur_us) in enumerate(self.open):  # in start order, so a lane's outer spans come first
-            path = paths.setdefault(span.lane, [])
-            path.append(span.name)
+        for index, (span, dur_us) in enumerate(self.open):  # in file order, so a span's parents come before it
             if index >= len(self.open) - OPEN_SPANS_LISTED:  # the most recent ones; each has its full path
+                path, outer = [span.name], span.parent
+                while outer is not None and id(outer) in open_now and len(path) < 64:
+                    path.append(outer.name)
+                    outer = outer.parent
                 first = span.start or {}
                 step = first.get("step")
                 listed.append(
                     OpenSpanInfo(
                         name=span.name,
-                        path=list(path),
+                        path=path[::-1],
                         step=step if type(step) is int else None,
                         start_us=span.start_us,
                         open_s=round(dur_us / 1e6, 6),
                         task_name=span.lane[1],
                         thread=span.lane[0] if type(span.lane[0]) is int else None,
                         failed=span.error is not None,
+                        innermost=id(span) not in parents,
                     )
                 )
         summary.open_spans = listed
@@ -354,7 +377,7 @@ def summarize_run(
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
     _apply_offsets(processes, alignment)
     stragglers = _stragglers(collector, alignment)
-    summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, black_boxes=collector.black_boxes)
+    summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     return summary
 
@@ -401,7 +424,7 @@ def summarize_tails(
         summary = _new_summary(process)
         skipped_before = logs.skipped.count
         records, whole = tail_records(process, logs.skipped)
-        collector.begin(process, summary)
+        collector.begin(process, summary, whole=whole)
         extent = walk_process(_observe(records, summary, whole=whole), collector)
         collector.end(extent.last_us)
         summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
@@ -409,7 +432,7 @@ def summarize_tails(
         _finish_process(summary, process)
         processes.append(summary)
     alignment = ClockAlignment(False, "not estimated from file tails")
-    summary = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes))
+    summary = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes), hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.tail_only = True
     return summary
 
@@ -466,7 +489,7 @@ def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -
             span.start_us -= int(round(alignment.offset_at(host, span.start_us)))
 
 
-def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, black_boxes: dict[str, dict[str, Any]] | None = None) -> RunSummary:
+def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, hang_facts: dict[str, dict[str, Any]] | None = None, rank_filter: Iterable[int] | None = None) -> RunSummary:
     # Every file empty: each process hung (or died) before its first record; that is the summary.
     last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
@@ -494,8 +517,49 @@ def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignm
         hang_suspects=[p.label for p in processes if p.hang_suspect],
         straggler_rule=dict(STRAGGLER_RULE),
         clock=alignment,
-        hang=build_hang(processes, black_boxes or {}, bases_of(logs.processes)),
+        missing=(missing := missing_ranks(logs.processes, rank_filter)),
+        hang=build_hang(processes, hang_facts or {}, bases_of(logs.processes), missing, _torch_dumps(logs, processes, first_us)),
+        stalls_ended=stall_history(processes, hang_facts or {}),
     )
+
+
+def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """Per (source, attempt) whose records say ``world_size`` N: the ranks below N with no file (never reached init).
+
+    Example:
+        >>> missing_ranks([ProcessLog("a", [], "training", 0, world_size=3, attempt=0), ProcessLog("b", [], "training", 1, world_size=3, attempt=0)])
+        [{'source': 'training', 'attempt': 0, 'world_size': 3, 'ranks': [2]}]
+    """
+    wanted = None if rank_filter is None else set(rank_filter)
+    present: dict[tuple[str, Any], set[int]] = {}
+    sizes: dict[tuple[str, Any], int] = {}
+    for process in processes:
+        key = (process.source, process.attempt)
+        if process.rank is not None:
+            present.setdefault(key, set()).add(process.rank)
+        if type(process.world_size) is int and 0 < process.world_size <= 1 << 20:
+            sizes[key] = max(sizes.get(key, 0), process.world_size)
+    out = []
+    for (source, attempt), size in sorted(sizes.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
+        absent = [r for r in range(size) if r not in present.get((source, attempt), set()) and (wanted is None or r in wanted)]
+        if absent:
+            out.append({"source": source, "attempt": attempt, "world_size": size, "ranks": absent})
+    return out
+
+
+def _torch_dumps(logs: Any, processes: list[ProcessSummary], first_us: int | None) -> dict[int, tuple[str, dict[str, Any]]]:
+    """torch's own flight-recorder dumps of this run (beside the logs, or at ``TORCH_FR_DUMP_TEMP_FILE``), only when a process did not close."""
+    if all(p.closed_cleanly for p in processes):
+        return {}
+    folders = [logs.log_dir, logs.run_dir, os.path.join(logs.run_dir, "flight_recorder")]
+    found = find_torch_dumps(folders, os.environ.get("TORCH_FR_DUMP_TEMP_FILE"))
+    # A dump of an earlier job in the same folder is not this run's: its collectives began before this run did.
+    out = {}
+    for rank, (path, dump) in found.items():
+        created = [e.get("time_created_ns") for e in dump["entries"] if isinstance(e, dict) and type(e.get("time_created_ns")) is int]
+        if first_us is None or (created and max(created) / 1000 >= first_us):
+            out[rank] = (path, dump)
+    return out
 
 
 def _modified_us(segments: list[str]) -> int | None:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from otel_titan.analysis.clock_align import ClockAlignment
-from otel_titan.analysis.headline import headline_data
+from otel_titan.analysis.headline import headline_data, innermost_open
 from otel_titan.analysis.runs import RunInfo
 
 __all__ = ["OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "StragglerFinding", "Stragglers", "utc"]
@@ -42,6 +42,8 @@ class OpenSpanInfo:
     task_name: str | None = None
     thread: int | None = None
     failed: bool = False
+    #: No other open span is nested in it (by parent id, else LIFO on its lane): a leaf of the open nest.
+    innermost: bool = True
 
 
 @dataclass
@@ -103,9 +105,8 @@ class ProcessSummary:
     @property
     def last_phase(self) -> str | None:
         """The innermost open span of the most recently started nest, or None when nothing is open."""
-        if not self.open_spans:
-            return None
-        return max(self.open_spans, key=lambda s: s.start_us).name
+        span = innermost_open(self.open_spans)
+        return span.name if span is not None else None
 
     @property
     def stop_key(self) -> str:
@@ -287,6 +288,10 @@ class RunSummary:
     tail_only: bool = False
     #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
     hang: Any = None
+    #: Ranks the records' ``world_size`` says exist but that wrote no file (`summary.missing_ranks`).
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    #: Stalls that progress ended (the process resumed): history, not hangs (`hang.stall_history`).
+    stalls_ended: list[dict[str, Any]] = field(default_factory=list)
     #: Slow steps next to a memory peak or a busy host, one line each (analysis/step_figures.py).
     slow_steps: list[str] = field(default_factory=list)
 

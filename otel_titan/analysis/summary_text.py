@@ -8,7 +8,7 @@ from typing import Sequence
 
 from otel_titan.analysis.headline import compress as compress_ranks
 from otel_titan.analysis.headline import describe_cost, headline_data, headline_lines
-from otel_titan.analysis.hang import format_hang
+from otel_titan.analysis.hang import format_hang, format_history
 from otel_titan.analysis.runs import RunChoice
 from otel_titan.analysis.safe_text import printable
 from otel_titan.analysis.stragglers import describe_group
@@ -124,6 +124,8 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
         lines.append(f"    skipped: {example}")
     data = headline_data(summary)
     lines += headline_lines(summary, data, show_all_groups=show_all)
+    if summary.hang is None and summary.stalls_ended:  # (with a Hang section, they are listed in it)
+        lines += [""] + format_history(summary.stalls_ended)
     every = show_all or len(summary.processes) <= ROWS_PER_PROCESS_UP_TO
     if every:
         lines += ["", "Processes"]

@@ -16,7 +16,10 @@ last-in-first-out per *lane* and name, as torchtitan's Gantt generator does
 ``_end`` with no ``_start`` (its segment rotated away, or a torchtitan file)
 starts at end − ``value``. An ``_error`` marks its open span as failed. A
 ``_start`` still open when the records end is reported as incomplete,
-extended to the process's last timestamp.
+extended to the process's last timestamp, in the order the ``_start``s were
+read. Nesting (`OpenSpan.parent`) comes from ``parent_span_id``, else from
+the lane's LIFO stack; never from timestamps (a child can start in the same
+µs as its parent).
 
 Steps: step N begins at the first ``_start``, instant or scalar stamped with
 a step above every earlier one, and ends where the next begins (the last one
@@ -49,9 +52,9 @@ class OpenSpan:
     `lane_opened` returned for the span's lane.
     """
 
-    __slots__ = ("name", "start_us", "start", "lane", "track", "error", "children_end")
+    __slots__ = ("name", "start_us", "start", "lane", "track", "error", "children_end", "parent", "order")
 
-    def __init__(self, name: str, start_us: int, start: dict[str, Any] | None, lane: Lane, track: Any) -> None:
+    def __init__(self, name: str, start_us: int, start: dict[str, Any] | None, lane: Lane, track: Any, parent: "OpenSpan | None" = None, order: int = 0) -> None:
         self.name = name
         self.start_us = start_us
         self.start = start
@@ -59,6 +62,10 @@ class OpenSpan:
         self.track = track
         self.error: dict[str, Any] | None = None
         self.children_end = 0  # the latest end of a span nested in this one on its lane
+        #: The open span it is nested in when it started: by ``parent_span_id``, else its lane's innermost (LIFO).
+        self.parent = parent
+        #: Its ``_start``'s position in the file: orders spans that started in the same µs.
+        self.order = order
 
     def __repr__(self) -> str:
         return f"OpenSpan({self.name!r}, start_us={self.start_us}, lane={self.lane!r})"
@@ -212,7 +219,13 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
             if not stack:
                 stack = stacks[lane] = []
                 tracks[lane] = visitor.lane_opened(lane)
-            span = OpenSpan(name[:-6] or _UNNAMED, time_us, record, lane, tracks[lane])
+            parent_id = record.get("parent_span_id")
+            # Nesting from the records' own parent ids; without them (torchtitan's files), the lane's innermost.
+            if parent_id and type(parent_id) is str:
+                parent = by_id.get(parent_id) or (stack[-1] if stack else None)  # a parent seen in no segment read: the lane's
+            else:
+                parent = stack[-1] if stack and not record.get("span_id") else None
+            span = OpenSpan(name[:-6] or _UNNAMED, time_us, record, lane, tracks[lane], parent, count)
             stack.append(span)
             span_id = record.get("span_id")
             if span_id:
@@ -227,7 +240,8 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
 
     if last_us is None:
         return ProcessExtent(0, None, None)
-    still_open = sorted((span for stack in stacks.values() for span in stack), key=lambda s: s.start_us)
+    # In file order (never by timestamp: a child can start in its parent's µs), so a parent comes before its children.
+    still_open = sorted((span for stack in stacks.values() for span in stack), key=lambda s: s.order)
     for span in still_open:
         end_us = max(last_us, span.children_end)
         visitor.span(span, None, end_us, max(end_us - span.start_us, 0), True)

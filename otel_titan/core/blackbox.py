@@ -211,13 +211,16 @@ def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:
         entries.append(
             {
                 "pg_id": entry.get("pg_id"),
-                "pg_name": pg[1] if isinstance(pg, list) and len(pg) > 1 else None,
+                # torch's group name: the same on every member (pg_id is not: it counts this rank's groups).
+                "pg_name": pg[0] if isinstance(pg, list) and pg else None,
+                "pg_desc": pg[1] if isinstance(pg, list) and len(pg) > 1 else None,
                 "collective_seq_id": entry.get("collective_seq_id"),
                 "p2p_seq_id": entry.get("p2p_seq_id"),
                 "is_p2p": entry.get("is_p2p"),
                 "op": entry.get("profiling_name"),
                 "input_sizes": entry.get("input_sizes"),
                 "output_sizes": entry.get("output_sizes"),
+                "input_dtypes": entry.get("input_dtypes"),
                 "state": entry.get("state"),
                 "retired": entry.get("retired"),
                 "time_created_ns": entry.get("time_created_ns"),
@@ -226,7 +229,30 @@ def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:
                 "thread_name": entry.get("thread_name"),
             }
         )
-    return {"version": data.get("version"), "pg_status": data.get("pg_status"), "entries": entries}
+    return {"version": data.get("version"), "pg_status": data.get("pg_status"), "pg_config": _group_members(dist, data.get("pg_config")), "entries": entries}
+
+
+#: Sub-groups whose members the black box lists (the default group's are implied by world_size).
+MAX_GROUPS_LISTED = 64
+
+
+def _group_members(dist: Any, torch_config: Any) -> dict[str, Any]:
+    """Group name → {"desc", "ranks"} of this rank's groups: torch's ``pg_config`` when it has members, else asked of torch.
+
+    torch 2.13 leaves ``pg_config`` empty for gloo; the analysis compares ranks by group membership, never by pg_id.
+    """
+    if isinstance(torch_config, dict) and any(isinstance(v, dict) and v.get("ranks") not in (None, "", "[]") for v in torch_config.values()):
+        return {str(k): v for k, v in list(torch_config.items())[:MAX_GROUPS_LISTED]}
+    out: dict[str, Any] = {}
+    try:
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        for group, name in list(getattr(getattr(c10d, "_world", None), "pg_names", {}).items())[: MAX_GROUPS_LISTED + 1]:
+            if str(name) == "0":
+                continue
+            out[str(name)] = {"desc": getattr(group, "group_desc", None), "ranks": list(dist.get_process_group_ranks(group))}
+    except Exception:  # noqa: BLE001 - a torch without these: the analysis infers members from the entries
+        return out
+    return out
 
 
 def _encoded_size(record: dict[str, Any]) -> int:

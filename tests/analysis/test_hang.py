@@ -5,6 +5,10 @@ Each test injects one fault on rank 2 (tests/helpers/hang_workload.py), with
 every rank's black box is on disk (within stall_after_s + 30 s), then runs the
 real ``otel-titan summarize`` and checks that its first 15 lines name rank 2
 and the culprit's frame, and that no rank's black box exceeds 1 MB.
+
+The issue-18 checks below run 2 or 3 ranks the same way: an all_reduce on a
+sub-group, a rank blocked between spans or before init, two culprits read
+with ``--tail``, torch's own dump files, and a pause the run recovered from.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ def line_of(marker: str) -> int:
     raise AssertionError(marker)
 
 
-def launch(fault: str, output: Path, **extra: str) -> subprocess.Popen[bytes]:
+def launch(fault: str, output: Path, nproc: int = 4, bad: int = BAD, **extra: str) -> subprocess.Popen[bytes]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {
         **os.environ,
@@ -51,7 +55,7 @@ def launch(fault: str, output: Path, **extra: str) -> subprocess.Popen[bytes]:
         **extra,
     }
     log = open(output / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([launcher, "--standalone", "--nproc_per_node=4", WORKLOAD, fault, str(BAD), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    return subprocess.Popen([launcher, "--standalone", f"--nproc_per_node={nproc}", WORKLOAD, fault, str(bad), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
 def black_boxes(output: Path) -> dict[int, dict[str, object]]:
@@ -71,12 +75,12 @@ def black_boxes(output: Path) -> dict[int, dict[str, object]]:
     return out
 
 
-def wait_for_black_boxes(output: Path, launcher: subprocess.Popen[bytes], ready) -> dict[int, dict[str, object]]:
+def wait_for_black_boxes(output: Path, launcher: subprocess.Popen[bytes], ready, files: int = 4) -> dict[int, dict[str, object]]:
     deadline = time.monotonic() + STALL_AFTER_S + 30
     boxes: dict[int, dict[str, object]] = {}
     while time.monotonic() < deadline:
         boxes = black_boxes(output)
-        if len(boxes) == 4 and all(ready(rank, box) for rank, box in boxes.items()):
+        if len(boxes) == files and all(ready(rank, box) for rank, box in boxes.items()):
             return boxes
         if launcher.poll() is not None:
             break
@@ -146,7 +150,7 @@ def test_a_rank_stuck_in_a_c_call_holding_the_interpreter_lock_is_named_from_its
 
 
 def test_a_rank_calling_another_collective_is_named_from_the_flight_recorder(tmp_path):
-    launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "mismatch in pg 0 seq 3: called broadcast while 3 rank(s) called all_reduce")
+    launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "desync in pg 0 seq 3: called broadcast [[16]] Float while 3 rank(s) called all_reduce [[16]] Float")
     processes.kill_tree(launcher, timeout=30)
     # The export: stalls as instants carrying the stacks, collectives as slices on a per-rank track.
     result = processes.run([sys.executable, "-m", "otel_titan.cli", "export", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -241,3 +245,107 @@ def test_without_a_flight_recorder_the_odd_one_out_of_a_majority_is_the_suspect(
     print(head)
     assert " 2 × ranks 0,2: span sync; main thread at <string>:7 wait_for_peers" in head
     assert "rank 1 (training): <string>:9 parse_batch in span data_fetch: elsewhere than the 2 others (in sync at <string>:7 wait_for_peers)" in head
+
+
+# -- issue 18: the analysis names the right rank on real jobs (2 and 3 ranks, sub-groups, missing ranks, --tail, recovery) --
+def hang_of(output: Path, *args: str) -> dict[str, object]:
+    return json.loads(summarize(output, "--json", *args))["hang"]
+
+
+def test_a_collective_on_a_sub_group_names_the_rank_that_never_entered_it(tmp_path):
+    """Every step's all_reduce on dist.new_group([0, 1]); rank 1 hangs in data_fetch: pg 0 holds only a stale barrier."""
+    launcher = launch("subgroup", tmp_path, nproc=2, bad=1)
+    try:
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=2)
+        text = "\n".join(summarize(tmp_path).splitlines()[:12])
+        hang = hang_of(tmp_path)
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    print(text)
+    assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(1, "behind")], text
+    assert "behind in pg 1 (ranks 0-1): never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
+    assert f"hang_workload.py:{line_of('culprit line of the `sleep`')} read_shard" in hang["suspects"][0]["where"]
+    assert "1 × rank 0: waits in all_reduce (pg 1 (ranks 0-1), seq 3, scheduled)" in text
+    assert text.index(" ▶ 1 × rank 1") < text.index("1 × rank 0")  # the culprit first, its victim after
+
+
+def test_a_rank_that_never_reached_init_is_listed_missing_first(tmp_path):
+    launcher = launch("before_init", tmp_path, nproc=3, bad=2)
+    try:
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=2)
+        text = summarize(tmp_path)
+        hang = hang_of(tmp_path)
+        tail = summarize(tmp_path, "--tail")
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    head = "\n".join(text.splitlines()[:10])
+    print(head)
+    assert head.splitlines()[0].startswith("Hang: 3 of 3 processes did not finish: 1 missing (no file), 2 ")
+    assert head.splitlines()[1] == " ▶ 1 × training rank 2: missing: no file (world_size 3)"
+    assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(2, "missing")]
+    assert "Summary: 2 of 3 processes" in text and "▶ missing: training rank 2" in text
+    assert "rank 0 (training)" not in tail.split("Suspects:")[1].split("\n\n")[0] and "rank 2 (training): no stack: no file" in tail
+
+
+def test_summarize_tail_gives_the_same_hang_verdict_as_a_full_read(tmp_path):
+    launcher = launch("sleep2", tmp_path, nproc=3, bad=1)
+    try:
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=3)
+        full, tail = hang_of(tmp_path), hang_of(tmp_path, "--tail")
+        text = summarize(tmp_path, "--tail")
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    print("\n".join(text.splitlines()[:10]))
+    assert [s["rank"] for s in full["suspects"]] == [1, 2] and [s["rank"] for s in tail["suspects"]] == [1, 2]
+    assert [s["why"] for s in tail["suspects"]] == [s["why"] for s in full["suspects"]]
+    assert "no black box" not in text and "black box from 3 of 3" in text
+
+
+def test_a_run_that_recovered_from_a_long_pause_and_closed_has_no_hang_section(tmp_path):
+    launcher = launch("recover", tmp_path, nproc=2, HANG_STEPS="4")
+    try:
+        assert launcher.wait(timeout=120) == 0, (tmp_path / "torchrun.log").read_text()[-3000:]
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    assert all(box["stalls"] for box in black_boxes(tmp_path).values())  # each rank's watchdog did write a stall
+    text = summarize(tmp_path)
+    assert "Hang:" not in text and hang_of(tmp_path) is None
+    assert "Stalls that ended (the process resumed: history, not a hang): 2" in text and "in all_reduce at step 2, then resumed" in text
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_rank_blocked_between_spans_is_named_not_the_rank_waiting_for_it(tmp_path, nproc):
+    """Issue 18 item 1 as found: rank 1 blocks before data_fetch opens (a data loader outside any span); the others wait in all_reduce."""
+    launcher = launch("between", tmp_path, nproc=nproc, bad=1)
+    try:
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=nproc)
+        text = "\n".join(summarize(tmp_path).splitlines()[:12])
+        hang, tail = hang_of(tmp_path), hang_of(tmp_path, "--tail")
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    print(text)
+    for report in (hang, tail):
+        assert [s["rank"] for s in report["suspects"]] == [1], text
+        assert f"hang_workload.py:{line_of('culprit line of the `between`')} load_batch" in report["suspects"][0]["where"]
+        assert "behind in pg 0: never entered seq 3 all_reduce" in report["suspects"][0]["why"]
+    assert " ▶ 1 × rank 1: last collective all_reduce (pg 0, seq 2, completed); between spans at step 3; main thread at " in text
+    assert "stalled in its own code" not in text and "frame unknown" not in text
+
+
+def test_torch_s_own_flight_recorder_dumps_beside_the_logs_name_the_rank_when_the_black_boxes_have_none(tmp_path):
+    launcher = launch("frdump", tmp_path, nproc=3, bad=1)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(glob.glob(str(tmp_path / "flight_recorder" / "rank_*"))) < 3:
+            time.sleep(0.5)
+        wait_for_black_boxes(tmp_path, launcher, stalled, files=3)
+        boxes = black_boxes(tmp_path)
+        text = "\n".join(summarize(tmp_path).splitlines()[:10])
+        hang = hang_of(tmp_path)
+    finally:
+        processes.kill_tree(launcher, timeout=30)
+    print(text)
+    assert not any(s.get("flight_recorder") for box in boxes.values() for s in box["stalls"])  # the black boxes hold no recorder
+    assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(1, "behind")], text
+    assert "behind in pg 0: never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
+    assert all("torch flight-recorder dump rank_" in p["evidence"] for p in hang["places"])

@@ -30,6 +30,8 @@ def test_hung_rank_and_phase_straggler_are_named_in_the_first_15_lines(tmp_path)
     summary = summarize_run(run, log_skipped=False)
     head = _first(format_summary(summary))
     assert "training rank 17: stalled at step 25, inside fwd_bwd > bwd, while 63 processes stalled at step 25, inside all_reduce → look at training rank 17 first" in head
+    # No black box and no heartbeat in these generated files: nothing says the ranks were stuck rather than killed mid-step.
+    assert summary.hang.suspects == [] and summary.hang.verdict == "cannot tell"
     assert "straggler: training rank 40: last to arrive at all_reduce" in head and "bwd +2" in head
     assert "Processes" not in format_summary(summary)  # no row per process at 64 ranks ...
     assert "training rank 33 " in format_summary(summary, show_all=True)  # ... unless asked

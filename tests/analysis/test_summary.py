@@ -168,7 +168,7 @@ def test_many_open_tasks_list_the_most_recent_with_full_paths(run_dir):
     sl.shutdown_structured_logger()
     (process,) = summarize_run(run_dir).processes
     assert process.open_span_count == 31 and len(process.open_spans) == 20
-    assert process.open_spans[-1].path == ["rollout", "generate"] and process.open_spans[-1].task_name.startswith("Task-")
+    assert process.open_spans[-1].path == ["gather", "rollout", "generate"] and process.open_spans[-1].task_name.startswith("Task-")
     assert all(s.step == 9 for s in process.open_spans)
     assert "rollouter rank 0: … and 11 open spans that started earlier" in format_summary(summarize_run(run_dir))
 

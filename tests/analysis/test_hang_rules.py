@@ -1,0 +1,289 @@
+"""The Hang section's rules on written records (tests/analysis/hang_runs.py): one test per defect of issue 18, items 1-4, 6, 8.
+
+The real-process versions (torchrun, gloo) are in test_hang.py; these pin
+each rule down where a real job cannot be steered: two ranks at the same
+µs, a pg id that means different groups on different ranks, a desync by
+dtype, torch's own dump file, a hostile pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from otel_titan.analysis import format_summary, summarize_run
+from otel_titan.analysis.summary import summarize_tails
+from tests.analysis.hang_runs import fr_entry, frames, write_hang_run, write_rank
+from tests.helpers.analysis import T0
+
+
+def suspects(run: Path, reader=summarize_run) -> list[int | None]:
+    report = reader(run).hang
+    assert report is not None
+    return [s.rank for s in report.suspects]
+
+
+def head(run: Path, reader=summarize_run, lines: int = 15) -> str:
+    return "\n".join(format_summary(reader(run)).splitlines()[:lines])
+
+
+# -- item 1: a rank stuck between spans -------------------------------------------------------------
+@pytest.mark.parametrize("recorder", ["on", "off"])
+@pytest.mark.parametrize("culprit_box", [True, False])
+def test_a_rank_stuck_between_spans_mid_step_is_the_suspect_not_the_rank_waiting_for_it(tmp_path, recorder, culprit_box):
+    culprit = write_hang_run(tmp_path, "world", 2, "between", recorder, culprit_box=culprit_box)
+    assert culprit == 1
+    for reader in (summarize_run, summarize_tails):
+        assert suspects(tmp_path, reader) == [1]
+        text = head(tmp_path, reader)
+        assert "rank 0 (training)" not in text.split("Suspects:")[1].split("\n\n")[0]
+        assert "stalled in its own code" not in text
+    if culprit_box:  # told apart from idle or dead: stuck between spans at step 6, after all_reduce; the headline says the same
+        text = format_summary(summarize_run(tmp_path))
+        assert "between spans at step 6" in text and "stalled at step 6, between spans (after all_reduce_end)  (training rank 1)" in text
+    why = summarize_run(tmp_path).hang.suspects[0].why
+    assert ("never entered seq 6 all_reduce" in why) if recorder == "on" and culprit_box else ("never entered" in why or "never reached step 6" in why)
+
+
+# -- item 2: every process group, by membership; p2p; desync; torch's dump files --------------------
+def test_a_sub_group_collective_is_compared_by_membership_not_by_pg_id(tmp_path):
+    # Tensor-parallel pairs [0,1], [2,3], ...: every rank's pair is its pg 1, yet pg 1 is a different group on each pair.
+    culprit = write_hang_run(tmp_path, "tp", 8, "subgroup", "on", seed=0)
+    report = summarize_run(tmp_path).hang
+    assert [s.rank for s in report.suspects] == [culprit]
+    assert f"behind in pg {culprit // 2 + 1} (ranks {culprit // 2 * 2}-{culprit // 2 * 2 + 1}): never entered seq 6 all_reduce" in report.suspects[0].why
+    text = head(tmp_path)
+    assert "wait in all_reduce (pg 0, seq 6, scheduled)" in text and "(victims)" in text
+
+
+def test_a_stuck_recv_is_followed_to_the_rank_that_never_sent(tmp_path):
+    culprit = write_hang_run(tmp_path, "pp", 2, "p2p", "on")
+    report = summarize_run(tmp_path).hang
+    assert [(s.rank, s.rule) for s in report.suspects] == [(culprit, "p2p")]
+    assert "never sent what rank 1 waits to recv (pg 1 (ranks 0-1), p2p seq 6)" in report.suspects[0].why
+    assert "waits in recv from rank 0 (pg 1 (ranks 0-1), p2p seq 6, scheduled)" in head(tmp_path)
+
+
+def _desync_run(run: Path, odd: dict[str, object], world: int = 4) -> None:
+    for rank in range(world):
+        call = dict(op="all_reduce", sizes=[[16]], dtype="Float") | (odd if rank == 2 else {})
+        entries = [fr_entry("0", 1), fr_entry("0", 2), fr_entry("0", 3, state="scheduled", **call)]  # type: ignore[arg-type]
+        box = {"threads": frames("main", 80), "flight_recorder": {"entries": entries, "pg_config": {"0": {"ranks": list(range(world))}}}}
+        write_rank(run, rank, world, [("span", "all_reduce", 3), ("stall", box)])
+
+
+@pytest.mark.parametrize("odd,said", [({"op": "broadcast"}, "called broadcast"), ({"dtype": "Double"}, "called all_reduce [[16]] Double while 3 rank(s) called all_reduce [[16]] Float"), ({"sizes": [[8]]}, "called all_reduce [[8]] Float")])
+def test_a_desync_same_seq_other_op_size_or_dtype_is_named(tmp_path, odd, said):
+    _desync_run(tmp_path, odd)
+    report = summarize_run(tmp_path).hang
+    assert [(s.rank, s.rule) for s in report.suspects] == [(2, "desync")]
+    assert report.suspects[0].why.startswith(f"desync in pg 0 seq 3: {said}")
+
+
+def test_a_desync_without_a_majority_is_reported_and_nobody_is_named(tmp_path):
+    for rank in range(2):
+        entries = [fr_entry("0", 1), fr_entry("0", 2, state="scheduled", op="broadcast" if rank else "all_reduce")]
+        write_rank(tmp_path, rank, 2, [("span", "sync", 2), ("stall", {"threads": frames("main", 80), "flight_recorder": {"entries": entries}})])
+    report = summarize_run(tmp_path).hang
+    assert report.suspects == [] and report.verdict == "cannot tell"
+    assert any(n.startswith("desync in pg 0 seq 2") and "cannot tell which side" in n for n in report.notes)
+    assert "Suspects: cannot tell: desync in pg 0 seq 2" in head(tmp_path)
+
+
+def _torch_entry(pg: str, seq: int, state: str, record_id: int) -> dict[str, object]:
+    """An entry as torch 2.13 writes it (keys and values as `_dump_fr_trace` gave on gloo)."""
+    return {"record_id": record_id, "pg_id": int(pg), "process_group": [pg, "default_pg" if pg == "0" else "undefined"], "collective_seq_id": seq,
+            "p2p_seq_id": 0, "op_id": seq, "profiling_name": "nccl:all_reduce", "time_created_ns": (T0 + seq * 1000) * 1000, "input_sizes": [[16]],
+            "input_dtypes": ["Float"], "output_sizes": [[16]], "output_dtypes": ["Float"], "state": state, "retired": state == "completed",
+            "timeout_ms": 600000, "is_p2p": False, "frames": [], "thread_id": "1", "thread_name": "main"}
+
+
+class _Hostile:
+    def __reduce__(self):
+        return (Path.touch, (Path("/nonexistent-dir/never"),))
+
+
+def test_torch_s_own_flight_recorder_dump_files_are_read_and_a_hostile_pickle_runs_nothing(tmp_path):
+    # No flight recorder in the black boxes (Python wedged, or off); torch's watchdog wrote its dumps beside the logs.
+    for rank in range(3):
+        write_rank(tmp_path, rank, 3, [("span", "all_reduce" if rank != 1 else "data_fetch", 3), ("stall", {"threads": frames("main", 80 if rank != 1 else 34)})])
+        last = 3 if rank != 1 else 2
+        entries = [_torch_entry("0", seq, "completed" if seq < 3 else "scheduled", seq - 1) for seq in range(1, last + 1)]
+        dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}, "pg_status": {}, "entries": entries}
+        (tmp_path / f"fr_trace_rank_{rank}").write_bytes(pickle.dumps(dump))
+    (tmp_path / "structured_logs" / "evil_rank_7").write_bytes(pickle.dumps(_Hostile()))
+    report = summarize_run(tmp_path).hang
+    assert [(s.rank, s.rule) for s in report.suspects] == [(1, "behind")]
+    assert "torch flight-recorder dump fr_trace_rank_1" in next(p for p in report.places if p.rank == 1).evidence
+
+
+# -- item 3: ranks that never reached init ----------------------------------------------------------
+def test_ranks_with_no_file_are_listed_missing_first_in_the_headline_the_hang_section_and_json(tmp_path):
+    culprit = write_hang_run(tmp_path, "world", 3, "before_init", "on", seed=0)
+    assert culprit == 1
+    summary = summarize_run(tmp_path)
+    lines = format_summary(summary).splitlines()
+    assert lines[0].startswith("Hang: 3 of 3 processes did not finish: 1 missing (no file), 2 stalled")
+    assert lines[1] == " ▶ 1 × training rank 1: missing: no file (world_size 3)"
+    assert lines[lines.index("Suspects:") + 1].startswith("  rank 1 (training): no stack: no file: never reached init_structured_logger")
+    summary_line = next(i for i, line in enumerate(lines) if line.startswith("Summary:"))
+    assert lines[summary_line] == "Summary: 2 of 3 processes on 1 host: 1 missing (no file), 2 stalled"
+    assert lines[summary_line + 2].startswith("  ▶ missing: training rank 1: no file, of world_size 3")
+    data = json.loads(json.dumps(summary.to_dict(), default=str))
+    assert data["missing"] == [{"source": "training", "attempt": 0, "world_size": 3, "ranks": [1]}]
+    assert data["hang"]["suspects"][0]["rank"] == 1 and data["hang"]["suspects"][0]["rule"] == "missing"
+    assert data["headline"]["missing"] == 1 and data["headline"]["diagnosis"][0].startswith("missing: training rank 1")
+    assert suspects(tmp_path, summarize_tails) == [1]
+    # Asked for some ranks only: only those can be missing.
+    assert summarize_run(tmp_path, ranks=[0, 2]).missing == []
+
+
+# -- item 4: --tail reads the black boxes ------------------------------------------------------------
+def test_summarize_tail_reads_the_black_boxes_and_names_the_same_suspects_as_a_full_read(tmp_path):
+    for rank in range(3):
+        hung = rank in (1, 2)
+        script: list[tuple] = []
+        for step in range(1, 9):  # enough steps that the tail is not the whole file
+            script += [("span", "data_fetch", step), ("end",), ("span", "all_reduce", step), ("end",)]
+        script += [("span", "data_fetch", 9)] + ([] if hung else [("end",), ("span", "all_reduce", 9)])
+        entries = [fr_entry("0", s) for s in range(1, 9)] + ([] if hung else [fr_entry("0", 9, state="scheduled")])
+        script += [("stall", {"threads": frames("read_shard" if hung else "main", 34 if hung else 80), "flight_recorder": {"entries": entries}})]
+        write_rank(tmp_path, rank, 3, script)
+    assert suspects(tmp_path) == [1, 2]
+    assert suspects(tmp_path, summarize_tails) == [1, 2]
+    tail = head(tmp_path, summarize_tails)
+    assert "no black box" not in tail and "black box from 3 of 3" in tail
+    assert "rank 0 (training)" not in tail.split("Suspects:")[1]
+
+
+# -- item 6: a stall that progress ended is history ----------------------------------------------------
+def _recovered(run: Path, closed: bool) -> None:
+    script: list[tuple] = []
+    for step in range(1, 4):
+        script += [("span", "eval", step), ("wait", 1.6)]
+        if step == 2:
+            script += [("stall", {"threads": frames("evaluate", 12), "reason": "stall"})]
+        script += [("end",), ("span", "step", step), ("end",)]
+    if not closed:
+        script += [("span", "read_shard", 4)]  # a later hang, whose watchdog wrote nothing (its budget, or SIGKILL)
+    write_rank(run, 0, 1, script, closed=closed)
+
+
+def test_a_run_that_recovered_from_a_stall_and_closed_has_no_hang_section_and_says_the_stall_ended(tmp_path):
+    _recovered(tmp_path, closed=True)
+    summary = summarize_run(tmp_path)
+    assert summary.hang is None
+    text = format_summary(summary)
+    assert "Hang:" not in text
+    assert "Stalls that ended (the process resumed: history, not a hang): 1" in text and "in eval at step 2, then resumed" in text
+    assert summarize_tails(tmp_path).hang is None
+
+
+def test_a_stall_that_progress_ended_never_gives_the_frame_of_a_later_hang(tmp_path):
+    _recovered(tmp_path, closed=False)
+    report = summarize_run(tmp_path).hang
+    (place,) = report.places
+    assert place.span == "read_shard" and place.where is None and place.evidence == "records only"
+    assert "evaluate" not in "\n".join(format_summary(summarize_run(tmp_path)).splitlines()[:8])
+    assert len(report.history) == 1
+
+
+# -- item 8: nesting from parent ids; one vocabulary ---------------------------------------------------------
+def test_the_innermost_open_span_comes_from_parent_ids_even_when_parent_and_child_start_in_the_same_microsecond(tmp_path):
+    for rank in range(3):
+        script: list[tuple] = [("span", "step", 1), ("end",), ("span", "step", 2)]
+        script += [("same",), ("span", "data_fetch", 2)] if rank == 1 else [("span", "data_fetch", 2), ("end",), ("span", "all_reduce", 2)]
+        write_rank(tmp_path, rank, 3, script + [("heartbeat",)])
+    summary = summarize_run(tmp_path)
+    hung = next(p for p in summary.processes if p.rank == 1)
+    assert hung.open_spans[0].start_us == hung.open_spans[1].start_us  # the same µs
+    assert hung.last_phase == "data_fetch" and hung.open_spans[-1].path == ["step", "data_fetch"]
+    text = format_summary(summary)
+    assert "inside step > data_fetch  (training rank 1)" in text and "inside step  (" not in text
+    assert " ▶ 1 × rank 1: span data_fetch" in text
+
+
+def test_no_none_in_the_reasons_and_one_vocabulary_for_states(tmp_path):
+    # Three stuck ranks with no step, frame or flight recorder: the odd one out of the span majority.
+    for rank in range(3):
+        write_rank(tmp_path, rank, 3, [("span", "data_fetch" if rank == 2 else "all_reduce", None), ("heartbeat",)])
+    text = format_summary(summarize_run(tmp_path))
+    assert "None" not in text.split("Run ")[0]
+    assert "rank 2 (training): frame unknown in span data_fetch: elsewhere than the 2 others (in all_reduce)" in text
+    hang_line = text.splitlines()[0]
+    summary_line = next(line for line in text.splitlines() if line.startswith("Summary:"))
+    assert hang_line.startswith("Hang: 3 of 3 processes did not finish: 3 stalled;") and summary_line.endswith(": 3 stalled")
+
+
+def test_worker_processes_give_the_same_hang_verdict(tmp_path):
+    culprit = write_hang_run(tmp_path, "pp", 8, "p2p", "on", seed=2)
+    one, two = summarize_run(tmp_path).hang, summarize_run(tmp_path, jobs=2).hang
+    assert [(s.rank, s.why) for s in two.suspects] == [(s.rank, s.why) for s in one.suspects] and [s.rank for s in one.suspects] == [culprit]
+
+
+@pytest.mark.parametrize("recorder", ["on", "legacy"])
+def test_the_json_form_of_the_hang_section_serialises_and_carries_the_verdict(tmp_path, recorder):
+    write_hang_run(tmp_path, "tp", 8, "subgroup", recorder)
+    hang = json.loads(json.dumps(summarize_run(tmp_path).to_dict()))["hang"]
+    assert hang["verdict"] == "named" and hang["suspects"][0]["rule"] in ("behind", "behind in step")
+    assert "fr" not in hang["places"][0]  # the digest is compared, not shipped
+
+
+# -- no evidence of a hang, no name -----------------------------------------------------------------------
+def _killed_mid_step(run: Path, trigger: bool) -> None:
+    """8 healthy ranks stopped at once in step 4 (SIGKILL, a scheduler's cancel): each a few ms from the others."""
+    for rank in range(8):
+        script: list[tuple] = []
+        for step in range(1, 4):
+            script += [("span", "data_fetch", step), ("end",), ("span", "all_reduce", step), ("end",)]
+        ahead = rank % 3 != 0
+        script += [("span", "data_fetch", 4)] + ([("end",), ("span", "all_reduce", 4)] if ahead else [])
+        if trigger:  # an on-demand black box of the live run (OTEL_TITAN_DUMP_TRIGGER): where each rank is, not a stall
+            entries = [fr_entry("0", s) for s in range(1, 4)] + ([fr_entry("0", 4, state="scheduled")] if ahead else [])
+            script += [("stall", {"reason": "trigger", "threads": frames("main", 80), "flight_recorder": {"entries": entries}})]
+        write_rank(run, rank, 8, script)
+
+
+@pytest.mark.parametrize("trigger", [False, True])
+def test_a_healthy_run_killed_mid_step_names_no_one(tmp_path, trigger):
+    _killed_mid_step(tmp_path, trigger)
+    for reader in (summarize_run, summarize_tails):
+        report = reader(tmp_path).hang
+        assert report.suspects == [] and report.verdict == "cannot tell", [(s.rank, s.why) for s in report.suspects]
+    assert "Suspects: cannot tell" in head(tmp_path)
+
+
+def test_a_crashed_rank_is_named_when_the_launcher_then_stopped_the_others_and_not_when_the_whole_job_was_killed(tmp_path):
+    steps = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1)]
+    for rank in range(3):
+        write_rank(tmp_path / "agent", rank, 3, steps + ([] if rank == 1 else [("signal",)]), torn=rank == 1)
+        write_rank(tmp_path / "sigkill", rank, 3, steps, torn=rank == 1)  # every rank killed at once; one was writing
+    assert [(s.rank, s.rule) for s in summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects] == [(1, "crashed")]
+    assert summarize_run(tmp_path / "sigkill", log_skipped=False).hang.suspects == []
+
+
+def test_a_live_run_making_progress_has_no_hang_section(tmp_path):
+    import time
+
+    now = int(time.time() * 1e6)
+    for rank in range(2):
+        path = write_rank(tmp_path, rank, 2, [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1)])
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**r, "time_us": r["time_us"] - T0 + now - 5_000}) + "\n" for r in lines))
+    summary = summarize_run(tmp_path)
+    assert {p.state(time.time() * 1e6) for p in summary.processes} == {"running"}
+    assert summary.hang is None and "Hang:" not in format_summary(summary)
+
+
+def test_a_restart_that_then_closed_has_no_hang_section_for_the_attempt_it_replaced(tmp_path):
+    from tests.analysis.runs import rank_file
+
+    for rank in range(2):
+        # Attempt 0: stopped by torchrun mid-step (no close); attempt 1: ran to the end and closed.
+        rank_file(tmp_path, rank, [10.0] * 4, phases={"fwd": [5.0] * 4}, attempt=0, world_size=2, closed=False, run_id="r")
+        rank_file(tmp_path, rank, [10.0] * 4, phases={"fwd": [5.0] * 4}, attempt=1, world_size=2, run_id="r", start_us=T0 + 10_000_000)
+    summary = summarize_run(tmp_path)
+    assert summary.hang is None and summary.missing == []

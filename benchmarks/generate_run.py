@@ -95,6 +95,10 @@ class RunSpec:
     last_stage_fwd_pct: float = 0.0
     #: How far apart (µs, |normal| sigma) ranks leave the collective in true time: milliseconds make it no moment at all.
     exit_jitter_us: float = EXIT_JITTER_US
+    #: With `hung`: each stuck rank (the hung one and those waiting for it) also writes its black box, the
+    #: ``stall`` record the real writer's watchdog writes after `stall_after_s` with no progress (120 s, the
+    #: default floor), naming its open spans. Off by default: a run killed before the watchdog fired has none.
+    black_boxes: bool = False
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -177,6 +181,8 @@ class _Writer:
         self.handle.close()
 
 
+#: The watchdog's threshold in generated black boxes: the default floor (`core.blackbox.DEFAULT_MIN_STALL_S`).
+STALL_AFTER_US = 120e6
 _CALLER = {"caller": "train.py:88:train_step", "log_file": "train.py", "log_function": "train_step"}
 
 
@@ -246,6 +252,18 @@ def _write_rank(job: tuple) -> int:
         def stopping(where: str) -> bool:
             return stop_step == step and stop_kind == where
 
+        def black_box(t_us: float, open_spans: list[tuple[str, str, float]]) -> None:
+            """The watchdog's ``stall`` record, `STALL_AFTER_US` after the last progress at `t_us` (docs/schema.md)."""
+            if not spec.black_boxes:
+                return
+            at = t_us + STALL_AFTER_US
+            rows = [{"name": name, "span_id": span_id, "tid": w.tid, "thread_name": "MainThread", "task_name": None, "step": step,
+                     "caller": _CALLER["caller"], "open_s": round((at - began) / 1e6, 3)} for name, span_id, began in open_spans]
+            w.write({"time_us": clock(at), "log_type": "instant", "log_type_name": "stall", "event_name": None, "log_level": "WARNING",
+                     "message": f"stall: no span ended for {STALL_AFTER_US / 1e6:.1f} s; open: {', '.join(r['name'] for r in rows)}",
+                     "reason": "stall", "stalled_s": STALL_AFTER_US / 1e6, "stall_after_s": STALL_AFTER_US / 1e6, "where": "in_span",
+                     "step": step, "last_span": None, "open_spans": rows, "threads": [], "flight_recorder": None}, thread=False)
+
         sid = start("data_fetch", t, None)
         t1 = t + durations["data_fetch"][i] * 1000.0
         end("data_fetch", sid, None, t, t1)
@@ -267,6 +285,7 @@ def _write_rank(job: tuple) -> int:
         t = t1 + g[2]
         sid = start("bwd", t, outer)
         if stopping("hang"):
+            black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
             return w.bytes
         t1 = t + durations["bwd"][i] * 1000.0
@@ -285,6 +304,7 @@ def _write_rank(job: tuple) -> int:
         t += g[6]
         sid = start(COLLECTIVE, t, None)
         if stopping("wait"):
+            black_box(t, [(COLLECTIVE, sid, t)])
             w.close()
             return w.bytes
         if stopping("terminated"):
@@ -413,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="gen-run")
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
     parser.add_argument("--hung", type=_fault, metavar="RANK@STEP", help="RANK hangs inside bwd at STEP; the others wait in all_reduce")
+    parser.add_argument("--black-boxes", action="store_true", help="with --hung: the stuck ranks also write the watchdog's stall record (120 s later)")
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
     parser.add_argument("--restart", type=_fault, metavar="RANK@STEP", help="as --crashed, then a second attempt of every rank from the last checkpoint")
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per CPU for big runs)")
@@ -420,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     if sum(x is not None for x in (args.hung, args.crashed, args.restart)) > 1:
         parser.error("at most one of --hung, --crashed, --restart")
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
-                   straggler=args.straggler, hung=args.hung, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts)
+                   straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts)
     started = time.monotonic()
     try:
         truth = generate_run(args.out_dir, spec, jobs=args.jobs, progress=True)

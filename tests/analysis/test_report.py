@@ -179,7 +179,7 @@ def test_a_straggler_is_named_exactly_as_summarize_names_it(tmp_path) -> None:
 @browser
 def test_a_hung_rank_is_named_as_summarize_names_it(tmp_path) -> None:
     out = tmp_path / "hung"
-    generate_run(str(out), RunSpec(ranks=16, steps=20, seed=3, hung=(9, 12), start_us=1_796_000_000_000_000))
+    generate_run(str(out), RunSpec(ranks=16, steps=20, seed=3, hung=(9, 12), black_boxes=True, start_us=1_796_000_000_000_000))
     assert _ranks_named_by_summarize(out) == {9}
     page = open_in_browser(Path(write_report(out, tmp_path / "hung.html").path))
     assert _ranks_named_on_the_page(page) == {9}

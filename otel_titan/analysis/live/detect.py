@@ -454,16 +454,20 @@ class Detector:
                     self._hold(hkey, hold, last, now, excess, step_med)
                     if hold:
                         flagged.append((p, "arrival", excess, center))
-        # Keep a rank's most specific finding per phase family: a nested phase over its parent (fwd over fwd_bwd).
+        # One finding per rank: the one already raised (a stable alert), else the innermost phase (fwd, not
+        # the fwd_bwd around it), else the largest.
+        top_names = {name for p in group for s in list(p.steps)[-1:] for name in s.top}
         best: dict[str, tuple[ProcessState, str, float, float]] = {}
+        ranked: dict[str, tuple] = {}
         for item in flagged:
             p, name, excess, _ = item
             held = self._held[("slow", gkey, p.key, name)]
-            if last - held.since_step < rules.sustain_steps and ("slow", gkey, p.rank, name) not in self.book.active and not self._active_host(gkey, p, name):
+            active = ("slow", gkey, p.rank, name) in self.book.active or self._active_host(gkey, p, name)
+            if last - held.since_step < rules.sustain_steps and not active:
                 continue
-            old = best.get(p.key)
-            if old is None or (name != "arrival" and (old[1] == "arrival" or excess < old[2])):
-                best[p.key] = item
+            order = (active, name != "arrival", name not in top_names, excess)
+            if p.key not in ranked or order > ranked[p.key]:
+                ranked[p.key], best[p.key] = order, item
         # A whole host slow in one phase: one alert for the host.
         alerts: list[Alert] = []
         by_host: dict[tuple, list] = {}

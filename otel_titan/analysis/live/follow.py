@@ -83,6 +83,9 @@ class FileCursor:
     #: The active file's modification time (epoch seconds) at the last refresh, and whether it has been read yet.
     mtime: float | None = None
     reads: int = 0
+    #: The file's first bytes: a file deleted and created again can get the same inode (backup_count=0 rotation),
+    #: its first line (time, pid) cannot be the same.
+    head: bytes = b""
 
 
 @dataclass
@@ -186,15 +189,19 @@ class RunFollower:
             else:
                 cursor.lost_bytes += max(0, cursor.size - cursor.offset)
             cursor.rotations += 1
-            cursor.identity, cursor.offset, cursor.size = identity, 0, 0
+            cursor.identity, cursor.offset, cursor.size, cursor.head = identity, 0, 0, b""
             cursor.torn_since, cursor.nul_at, cursor.nul_seen = None, None, 0
-        elif info.st_size < cursor.offset:
-            cursor.restarts += 1  # rewritten in place: a new file under the same name
-            cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at = 0, 0, None, None
+        elif info.st_size < cursor.offset or (cursor.head and info.st_size != cursor.size and self._head(base, len(cursor.head)) != cursor.head):
+            # A new file under the same name and inode (rewritten in place, or deleted and created again).
+            cursor.restarts += 1
+            cursor.lost_bytes += max(0, cursor.size - cursor.offset)
+            cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head = 0, 0, None, None, b""
         if info.st_size != cursor.size:
             cursor.grew_at = now
         if info.st_size > cursor.offset:
             records.extend(self._read(cursor, base, now, final=False))
+        if len(cursor.head) < 64 and info.st_size > len(cursor.head):
+            cursor.head = self._head(base, 64)
         cursor.size = info.st_size
         cursor.reads += 1
         return records
@@ -208,6 +215,14 @@ class RunFollower:
             if (info.st_dev, info.st_ino) == cursor.identity:
                 return path
         return None
+
+    @staticmethod
+    def _head(path: str, size: int) -> bytes:
+        try:
+            with open(path, "rb") as handle:
+                return handle.read(size)
+        except OSError:
+            return b""
 
     @staticmethod
     def _line_start(path: str, offset: int) -> int:

@@ -121,10 +121,12 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     scale = 1.0 if spec.step_ms is None else spec.step_ms / (sum(PHASES.values()) + COLLECTIVE_MS)
     for phase, ms in PHASES.items():
         durations[phase] = scale * ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
+    tokens = None
     if spec.variable:
         shared = rng.lognormal(0.0, spec.variable, size=(1, n_steps))
         for phase in PHASES:
             durations[phase] = durations[phase] * shared
+        tokens = np.round(4096 * shared[0])  # the job logs its tokens per step (a `tokens` scalar)
     if spec.pp > 1:
         stage = (np.arange(spec.ranks) % spec.pp).reshape(-1, 1)
         for phase in ("fwd", "bwd"):
@@ -152,7 +154,7 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
         exits[i] = arrival.max() + scale * COLLECTIVE_MS * 1000.0 * float(rng.lognormal(0.0, spec.noise))
         t = exits[i] + GAP_MS * 1000.0
     exit_jitter = np.abs(rng.normal(0.0, EXIT_JITTER_US, size=shape))
-    return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt, "pauses": pauses}
+    return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt, "pauses": pauses, "tokens": tokens}
 
 
 class _Writer:
@@ -298,6 +300,9 @@ def _write_rank(job: tuple) -> int:
             sid = start("checkpoint", t, None)
             end("checkpoint", sid, None, t, t + pauses[i] * 1000.0)
             t += pauses[i] * 1000.0
+        if sim["tokens"] is not None:
+            w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "metric_value", "event_name": "tokens", **_CALLER, "log_level": "INFO",
+                     "message": f"[step {step}] tokens", "value": float(sim["tokens"][i]), "span_id": w.span_id(rank), "parent_span_id": None, **common})
         t += g[6]
         sid = start(COLLECTIVE, t, None)
         if stopping("wait"):

@@ -63,12 +63,12 @@ class Rules:
     shared_pause_s: float = 300.0
     stall_floor_s: float = 3.0
     confirm_evaluations: int = 2
-    crash_after_s: float = 10.0
+    crash_after_s: float = 5.0
     missing_grace_s: float = 30.0
     slow_pct: float = 10.0
     slow_min_z: float = 3.5
     slow_min_step_share: float = 0.01
-    window: int = 8
+    window: int = 10
     baseline: int = 32
     sustain_steps: int = 5
 
@@ -85,7 +85,7 @@ class _Held:
     since_step: int
     since_time: float
     excess_ms: float = 0.0
-    share: float = 0.0
+    raised: bool = False
 
 
 class Detector:
@@ -165,7 +165,9 @@ class Detector:
                 alerts.append(Alert("missing", ("missing", source, attempt), f"{source}: {len(ranks)} of {world} ranks have no file ({compress_ranks(ranks)})",
                                     ranks=ranks, source=source, attempt=attempt, detected=now, since=self.first_arrival,
                                     cost={"ranks": len(ranks)}, evidence=["world_size"]))
-        hang = self._hang(live, missing, now, hang_after)
+        # A crash explains the stop that follows it: the crashed alert names the rank, no hang is raised on top.
+        crashed = any(state == "crashed" for state in ended.values())
+        hang = None if crashed else self._hang(live, missing, now, hang_after)
         hung_keys: set[str] = set()
         if hang is not None:
             alerts.append(hang)
@@ -369,6 +371,7 @@ class Detector:
         return True
 
     def _slow_group(self, gkey: tuple, group: list[ProcessState], last: int, now: float) -> list[Alert]:
+        """Slow ranks and hosts of one peer group at its newest common step `last`."""
         rules = self.rules
         if len(group) < 3:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
@@ -376,10 +379,12 @@ class Detector:
         series: dict[str, dict[str, list[float]]] = {}
         by_step: dict[int, dict[str, StepFacts]] = {}
         step_times: list[float] = []
+        top_names: set[str] = set()
         for p in group:
             facts = [s for s in p.steps if s.step <= last]
             for s in facts[-window:]:
                 by_step.setdefault(s.step, {})[p.key] = s
+                top_names |= s.top
                 if s.duration_ms is not None:
                     step_times.append(s.duration_ms)
             per = series.setdefault(p.key, {})
@@ -387,12 +392,10 @@ class Detector:
                 for name, ms in s.phases.items():
                     if name != s.closing and not is_collective(name):
                         per.setdefault(name, []).append(ms)
-                per.setdefault("\0steps", []).append(float(s.step))
         if not step_times:
             return []
         step_med = statistics.median(step_times)
         # Arrival lateness per step, on each rank's own clock: the others' median wait minus its own.
-        lateness: dict[str, list[float]] = {}
         for step, facts in by_step.items():
             waits = [f.closing_ms for f in facts.values() if f.closing_ms is not None]
             if len(waits) < 3:
@@ -400,114 +403,108 @@ class Detector:
             mid = statistics.median(waits)
             for key, f in facts.items():
                 if f.closing_ms is not None:
-                    lateness.setdefault(key, []).append(mid - f.closing_ms)
-        flagged: list[tuple[ProcessState, str, float, float]] = []
-        phases = {name for per in series.values() for name in per if name != "\0steps"}
-        for name in phases:
-            recent = {}
-            past = {}
+                    series[key].setdefault("arrival", []).append(mid - f.closing_ms)
+        hosts: dict[Any, list[ProcessState]] = {}
+        for p in group:
+            hosts.setdefault(p.host, []).append(p)
+        whole_hosts = {h: members for h, members in hosts.items() if h is not None and len(members) >= 2} if len([h for h in hosts if h is not None]) >= 3 else {}
+        names = {name for per in series.values() for name in per}
+        findings: list[tuple[str, Any, list[ProcessState], str, float]] = []  # (unit kind, unit, members, phase, excess)
+        host_flagged: set = set()
+        for name in sorted(names, key=lambda n: n == "arrival"):
+            recent: dict[str, float] = {}
+            past: dict[str, float] = {}
+            need = max(3, window // 2) if name == "arrival" else window
             for p in group:
                 values = series.get(p.key, {}).get(name)
-                if not values or len(values) < window:
+                if not values or len(values) < need:
                     continue
                 recent[p.key] = statistics.median(values[-window:])
-                if len(values) >= window + window:
+                if len(values) >= 2 * window:
                     past[p.key] = statistics.median(values[:-window])
             if len(recent) < 3:
                 continue
-            ordered = sorted(recent.values())
-            peers = statistics.median(ordered)
-            spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
-            for p in group:
-                r = recent.get(p.key)
-                if r is None:
-                    continue
-                excess = r - peers
-                hkey = ("slow", gkey, p.key, name)
-                active = any(a.key == ("slow", gkey, p.rank, name) or (a.key[:2] == ("slow", gkey) and p.rank in a.ranks and a.phase == name) for a in self.book.active.values())
-                if active:
-                    hold = peers > 0 and excess >= 0.5 * rules.slow_pct / 100.0 * peers
-                else:
-                    own = past.get(p.key)
-                    hold = (own is not None and peers > 0 and r >= own * (1 + rules.slow_pct / 100.0) and excess >= rules.slow_pct / 100.0 * peers
-                            and excess >= rules.slow_min_z * max(spread, 0.01 * peers) and excess >= rules.slow_min_step_share * step_med)
-                self._hold(hkey, hold, last, now, excess, step_med)
-                if hold:
-                    flagged.append((p, name, excess, peers))
-        # Arrival: the rank the others wait for at the step-closing collective.
-        phase_flagged = {p.key for p, _, _, _ in flagged}
-        if len(lateness) >= 3:
-            recent = {k: statistics.median(v) for k, v in lateness.items() if len(v) >= max(3, window // 2)}
-            if len(recent) >= 3:
-                ordered = sorted(recent.values())
-                center = statistics.median(ordered)
-                spread = _MAD_TO_SD * statistics.median(abs(v - center) for v in ordered)
-                for p in group:
-                    r = recent.get(p.key)
-                    if r is None or p.key in phase_flagged:
-                        continue
-                    excess = r - center
-                    hkey = ("slow", gkey, p.key, "arrival")
-                    active = ("slow", gkey, p.rank, "arrival") in self.book.active
-                    threshold = (0.5 if active else 1.0) * rules.slow_pct / 100.0 * step_med
-                    hold = excess >= threshold and (active or excess >= rules.slow_min_z * max(spread, 0.001 * step_med))
-                    self._hold(hkey, hold, last, now, excess, step_med)
-                    if hold:
-                        flagged.append((p, "arrival", excess, center))
-        # One finding per rank: the one already raised (a stable alert), else the innermost phase (fwd, not
-        # the fwd_bwd around it), else the largest.
-        top_names = {name for p in group for s in list(p.steps)[-1:] for name in s.top}
-        best: dict[str, tuple[ProcessState, str, float, float]] = {}
-        ranked: dict[str, tuple] = {}
-        for item in flagged:
-            p, name, excess, _ = item
-            held = self._held[("slow", gkey, p.key, name)]
-            active = ("slow", gkey, p.rank, name) in self.book.active or self._active_host(gkey, p, name)
-            if last - held.since_step < rules.sustain_steps and not active:
-                continue
+            if whole_hosts:
+                # A host as one unit: its ranks' median against the other hosts'.
+                h_recent = {h: statistics.median(recent[p.key] for p in m if p.key in recent) for h, m in whole_hosts.items() if any(p.key in recent for p in m)}
+                h_past = {h: statistics.median(past[p.key] for p in m if p.key in past) for h, m in whole_hosts.items() if any(p.key in past for p in m)}
+                for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now):
+                    findings.append(("host", host, whole_hosts[host], name, excess))
+                    host_flagged.add(host)
+            for key, excess in self._judge(("rank", gkey), recent, past, name, step_med, last, now):
+                findings.append(("rank", key, [self.processes[key]], name, excess))
+        # A host slow as a whole is one finding: its ranks are not named one by one besides.
+        findings = [f for f in findings if f[0] == "host" or f[2][0].host not in host_flagged]
+        # One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd
+        # around it), else the largest; a rank's arrival only when no phase of its own explains it.
+        best: dict[tuple, tuple] = {}
+        for kind, unit, members, name, excess in findings:
+            ukey = (kind, unit)
+            active = self._alert_key(gkey, kind, unit, members, name) in self.book.active
             order = (active, name != "arrival", name not in top_names, excess)
-            if p.key not in ranked or order > ranked[p.key]:
-                ranked[p.key], best[p.key] = order, item
-        # A whole host slow in one phase: one alert for the host.
-        alerts: list[Alert] = []
-        by_host: dict[tuple, list] = {}
-        for item in best.values():
-            by_host.setdefault((item[0].host, item[1]), []).append(item)
-        host_size: dict[Any, int] = {}
-        for p in group:
-            host_size[p.host] = host_size.get(p.host, 0) + 1
-        for (host, name), items in by_host.items():
-            if host is not None and len(items) >= 2 and len(items) == host_size.get(host):
-                ranks = sorted(i[0].rank for i in items)
-                excess = statistics.median(i[2] for i in items)
-                alerts.append(self._slow_alert(gkey, ("slow", gkey, host, name), items[0][0], ranks, name, excess, step_med, last, now, host=host))
-            else:
-                for p, _, excess, _ in items:
-                    alerts.append(self._slow_alert(gkey, ("slow", gkey, p.rank, name), p, [p.rank], name, excess, step_med, last, now))
+            if ukey not in best or order > best[ukey][0]:
+                best[ukey] = (order, kind, unit, members, name, excess)
+        alerts = []
+        for _, kind, unit, members, name, excess in best.values():
+            alerts.append(self._slow_alert(gkey, kind, unit, members, name, excess, step_med, last, now))
         return alerts
 
-    def _active_host(self, gkey: tuple, p: ProcessState, name: str) -> bool:
-        return ("slow", gkey, p.host, name) in self.book.active
+    def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float) -> list[tuple[Any, float]]:
+        """Units (ranks or hosts) slow in `name`, held for `sustain_steps` (or already raised): [(unit, excess ms)].
 
-    def _hold(self, hkey: tuple, hold: bool, step: int, now: float, excess: float, step_med: float) -> None:
-        if not hold:
-            self._held.pop(hkey, None)
-            return
-        held = self._held.get(hkey)
-        if held is None:
-            held = self._held[hkey] = _Held(step, now)
-        held.excess_ms, held.share = excess, excess / step_med if step_med else 0.0
+        Raise: ``0.75 × slow_pct`` above both its own past and the peers' median (a median of a few noisy steps
+        understates a +10 % rise half the time), at least ``slow_min_z`` × the peers' spread and
+        ``slow_min_step_share`` of the step. Keep while ``0.5 × slow_pct`` above the peers.
+        """
+        rules = self.rules
+        ordered = sorted(recent.values())
+        peers = statistics.median(ordered)
+        spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
+        arrival = name == "arrival"
+        # Lateness is ~0 for everyone but the late one: its yardstick is the step, not the peers' lateness.
+        yardstick = step_med if arrival else peers
+        raise_at = 0.75 * rules.slow_pct / 100.0 * yardstick
+        out = []
+        for unit, r in recent.items():
+            excess = r - peers
+            hkey = (scope, unit, name)
+            held = self._held.get(hkey)
+            if held is not None and held.raised:
+                hold = excess >= 0.5 * rules.slow_pct / 100.0 * yardstick
+            else:
+                # Its own past is asked only to start: once the rise is seen, the slow steps entering its past must not undo it.
+                own = past.get(unit)
+                rose = held is not None or (own is not None and (r - own >= raise_at if arrival else r >= own + raise_at))
+                hold = (yardstick > 0 and rose and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
+                        and excess >= rules.slow_min_step_share * step_med)
+            if not hold:
+                self._held.pop(hkey, None)
+                continue
+            if held is None:
+                held = self._held[hkey] = _Held(last, now)
+            held.excess_ms = excess
+            if held.raised or last - held.since_step >= rules.sustain_steps:
+                held.raised = True
+                out.append((unit, excess))
+        return out
 
-    def _slow_alert(self, gkey: tuple, key: tuple, p: ProcessState, ranks: list[int], name: str, excess: float, step_med: float, last: int, now: float, host: str | None = None) -> Alert:
-        held = self._held.get(("slow", gkey, p.key, name))
+    @staticmethod
+    def _alert_key(gkey: tuple, kind: str, unit: Any, members: list[ProcessState], name: str) -> tuple:
+        return ("slow", gkey, unit if kind == "host" else members[0].rank, name)
+
+    def _slow_alert(self, gkey: tuple, kind: str, unit: Any, members: list[ProcessState], name: str, excess: float, step_med: float, last: int, now: float) -> Alert:
+        held = self._held.get((("host" if kind == "host" else "rank", gkey), unit, name))
         since_step = held.since_step - self.rules.window // 2 if held else last
         steps = max(1, last - since_step)
-        what = f"host {host} ({len(ranks)} ranks)" if host else f"{p.source} rank {p.rank}" + (f" on {p.host}" if p.host else "")
-        phase = "arrives last at the step-closing collective" if name == "arrival" else f"{name}"
+        p = members[0]
+        ranks = sorted(m.rank for m in members if m.rank is not None)
+        what = f"host {unit} (ranks {compress_ranks(ranks)})" if kind == "host" else f"{p.source} rank {p.rank}" + (f" on {p.host}" if p.host else "")
+        phase = "arrives last at the step-closing collective" if name == "arrival" else name
         pct = 100.0 * excess / step_med if step_med else 0.0
         message = f"slow: {what}: {phase} +{excess:,.1f} ms a step ({pct:.1f}% of the step; every rank waits for it)"
-        return Alert("slow", key, message, ranks=ranks, source=p.source, attempt=p.attempt, host=host or p.host, step=last, phase=name,
-                     where=phase, since=held.since_time if held else now, detected=now, evidence=["phase times" if name != "arrival" else "collective wait (own clock)"],
+        return Alert("slow", self._alert_key(gkey, kind, unit, members, name), message, ranks=ranks, source=p.source, attempt=p.attempt,
+                     host=unit if kind == "host" else p.host, step=last, phase=name, where=phase, since=held.since_time if held else now, detected=now,
+                     evidence=["collective wait (own clock)" if name == "arrival" else "phase times"],
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps / 1000.0, 2), "steps": steps})
 
     def _job_slow(self, live: list[ProcessState], now: float) -> Alert | None:
@@ -520,15 +517,19 @@ class Detector:
                 if s.duration_ms is not None:
                     by_step.setdefault(s.step, []).append(s)
         steps = sorted(by_step)
-        if len(steps) < rules.window * 2:
-            return None
         def per_token(s: StepFacts) -> float:
             return s.duration_ms / s.tokens if s.tokens else s.duration_ms  # type: ignore[operator]
         medians = [statistics.median(per_token(s) for s in by_step[k]) for k in steps]
-        recent = statistics.median(medians[-rules.window:])
-        base = statistics.median(medians[-(rules.window + rules.baseline):-rules.window])
+        window = 2 * rules.window  # the job's own past is the only yardstick: a longer window, less noise
+        if len(medians) < window + rules.baseline // 2:
+            return None
+        recent = statistics.median(medians[-window:])
+        past = medians[-(window + rules.baseline):-window]
+        base = statistics.median(past)
+        # Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
+        noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * 1.2533 / window ** 0.5
         active = any(k[0] == "job_slow" for k in self.book.active)
-        grew = recent >= base * (1 + (0.5 if active else 1.0) * rules.slow_pct / 100.0)
+        grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
         if grew and not active:
             # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
             if any(a.kind == "slow" for a in self.book.active.values()):
@@ -545,22 +546,22 @@ class Detector:
         growth: dict[str, float] = {}
         names = {n for s in by_step[last] for n in s.phases}
         for name in names:
-            r = [s.phases.get(name, 0.0) for k in steps[-rules.window:] for s in by_step[k]]
-            b = [s.phases.get(name, 0.0) for k in steps[-(rules.window + rules.baseline):-rules.window] for s in by_step[k]]
+            r = [s.phases.get(name, 0.0) for k in steps[-window:] for s in by_step[k]]
+            b = [s.phases.get(name, 0.0) for k in steps[-(window + rules.baseline):-window] for s in by_step[k]]
             if r and b:
                 growth[name] = statistics.median(r) - statistics.median(b)
         if any(is_collective(n) for n in growth):
             # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
             for name in [n for n in growth if is_collective(n)]:
-                r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in steps[-rules.window:]]
-                b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in steps[-(rules.window + rules.baseline):-rules.window]]
+                r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in steps[-window:]]
+                b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in steps[-(window + rules.baseline):-window]]
                 growth[name] = statistics.median(r) - statistics.median(b)
         phase = max(growth, key=growth.__getitem__) if growth else None
         if phase is not None and growth[phase] <= 0:
             phase = None
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
-        steps_so_far = max(1, last - self._job_held.since_step + rules.window // 2)
+        steps_so_far = max(1, last - self._job_held.since_step + window // 2)
         message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if by_step[last][0].tokens else ''})" + (f"; {phase} grew most (+{growth[phase]:,.1f} ms)" if phase else "")
         return Alert("job_slow", ("job_slow", live[0].source, live[0].attempt), message, ranks=[], source=live[0].source, attempt=live[0].attempt, step=last,
                      phase=phase, since=self._job_held.since_time, detected=now, evidence=["step times"],

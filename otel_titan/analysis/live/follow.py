@@ -185,26 +185,32 @@ class RunFollower:
             # Rotated: finish the old file (now a numbered segment, found by inode), then the new one from 0.
             old = self._find_inode(cursor)
             if old is not None:
-                records.extend(self._read(cursor, old, now, final=True))
+                records.extend(self._read(cursor, old, now, final=True) or [])
             else:
                 cursor.lost_bytes += max(0, cursor.size - cursor.offset)
             cursor.rotations += 1
             cursor.identity, cursor.offset, cursor.size, cursor.head = identity, 0, 0, b""
             cursor.torn_since, cursor.nul_at, cursor.nul_seen = None, None, 0
-        elif info.st_size < cursor.offset or (cursor.head and info.st_size != cursor.size and self._head(base, len(cursor.head)) != cursor.head):
-            # A new file under the same name and inode (rewritten in place, or deleted and created again).
-            cursor.restarts += 1
-            cursor.lost_bytes += max(0, cursor.size - cursor.offset)
-            cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head = 0, 0, None, None, b""
+        elif info.st_size < cursor.offset:
+            self._restart(cursor)
         if info.st_size != cursor.size:
             cursor.grew_at = now
         if info.st_size > cursor.offset:
-            records.extend(self._read(cursor, base, now, final=False))
-        if len(cursor.head) < 64 and info.st_size > len(cursor.head):
-            cursor.head = self._head(base, 64)
+            got = self._read(cursor, base, now, final=False)
+            if got is None:  # its first bytes changed: a new file under the same name and inode
+                self._restart(cursor)
+                got = self._read(cursor, base, now, final=False) or []
+            records.extend(got)
         cursor.size = info.st_size
         cursor.reads += 1
         return records
+
+    @staticmethod
+    def _restart(cursor: FileCursor) -> None:
+        """A new file under the same name and inode (rewritten in place, or deleted and created again)."""
+        cursor.restarts += 1
+        cursor.lost_bytes += max(0, cursor.size - cursor.offset)
+        cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head = 0, 0, None, None, b""
 
     def _find_inode(self, cursor: FileCursor) -> str | None:
         for path in cursor.process.segments:
@@ -215,14 +221,6 @@ class RunFollower:
             if (info.st_dev, info.st_ino) == cursor.identity:
                 return path
         return None
-
-    @staticmethod
-    def _head(path: str, size: int) -> bytes:
-        try:
-            with open(path, "rb") as handle:
-                return handle.read(size)
-        except OSError:
-            return b""
 
     @staticmethod
     def _line_start(path: str, offset: int) -> int:
@@ -236,11 +234,20 @@ class RunFollower:
         index = chunk.find(b"\n")
         return offset if index < 0 else max(0, offset - 1) + index + 1
 
-    def _read(self, cursor: FileCursor, path: str, now: float, *, final: bool) -> list[dict[str, Any]]:
+    def _read(self, cursor: FileCursor, path: str, now: float, *, final: bool) -> list[dict[str, Any]] | None:
+        """The complete lines after `cursor.offset`; None when the file's first bytes are not the ones seen before."""
         try:
             with open(path, "rb") as handle:
+                if cursor.head and cursor.offset and not final:
+                    # A file deleted and created again can get the same inode (backup_count=0 rotation);
+                    # its first line (time, pid) cannot be the same. Checked in the same open as the read.
+                    if handle.read(len(cursor.head)) != cursor.head:
+                        return None
                 handle.seek(cursor.offset)
                 data = handle.read(MAX_READ_BYTES)
+                if len(cursor.head) < 64 and not final:
+                    handle.seek(0)
+                    cursor.head = handle.read(64)
         except OSError as error:
             self.skipped.add(path, 0, f"cannot read ({error.strerror or error})")
             return []
@@ -266,7 +273,7 @@ class RunFollower:
                 records = self._parse(path, complete[:line_start])
                 cursor.offset += line_end
                 cursor.nul_at, cursor.nul_seen = None, 0
-                return records + self._read(cursor, path, now, final=final) if line_end < len(complete) else records
+                return records + (self._read(cursor, path, now, final=final) or []) if line_end < len(complete) else records
             cursor.nul_seen = cursor.nul_seen + 1 if cursor.nul_at == at else 1
             cursor.nul_at = at
             complete = complete[:line_start]

@@ -50,7 +50,18 @@ def is_collective(name: str | None) -> bool:
         >>> is_collective("all_reduce"), is_collective("grad_sync"), is_collective("data_fetch"), is_collective(None)
         (True, True, False, False)
     """
-    return bool(name) and _COLLECTIVE.search(name) is not None  # type: ignore[arg-type]
+    if not name:
+        return False
+    known = _COLLECTIVE_NAMES.get(name)
+    if known is None:
+        known = _COLLECTIVE.search(name) is not None
+        if len(_COLLECTIVE_NAMES) < 4096:  # a run with a new span name per step must not grow it without bound
+            _COLLECTIVE_NAMES[name] = known
+    return known
+
+
+#: Span name → is_collective (a refresh at 1,024 ranks asks it a quarter of a million times).
+_COLLECTIVE_NAMES: dict[str, bool] = {}
 
 
 def mesh_coordinates(record: dict[str, Any]) -> dict[str, int]:

@@ -121,14 +121,17 @@ class Screen:
         """Draw one frame (plain output also prints each raised or resolved alert as its own line first)."""
         lines = frame_lines(frame)
         if self.live is not None:
+            from rich.console import Group
+            from rich.padding import Padding
             from rich.text import Text
 
-            body = Text()
-            for index, (text, style) in enumerate(lines):
-                if index:
-                    body.append("\n")
-                body.append(text, style=style or "")
-            self.live.update(body, refresh=True)
+            # One renderable a line, indented ones padded: on a narrow window an alert wraps under itself.
+            parts = []
+            for text, style in lines:
+                indent = len(text) - len(text.lstrip(" "))
+                line = Text(text.lstrip(" "), style=style or "")
+                parts.append(Padding(line, (0, 0, 0, indent)) if indent else line)
+            self.live.update(Group(*parts), refresh=True)
             return
         if self.clear:
             self.out.write("\x1b[H\x1b[2J" + "\n".join(text for text, _ in lines) + "\n")

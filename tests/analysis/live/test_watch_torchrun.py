@@ -4,7 +4,8 @@ Each test starts the job and, once its files exist, the real command
 ``otel-titan watch RUN --json --exit-on hang --interval 1``, with the ranks
 launched with ``OTEL_TITAN_DUMP_TRIGGER`` so that the watch's request brings
 their black boxes. It checks: the command exits 3 on its own; the alert names
-the culprit rank and only it, in the right phase, with its line of code;
+the culprit rank and only it, in the right phase, with its line of code (a rank
+that slows down by 30 % in data_fetch: named with its cost, nobody else);
 and it came within the issue's target, max(15 s, 3 × the median step), of
 the culprit's last record. The job's whole process tree is killed after.
 """
@@ -139,3 +140,42 @@ def test_a_healthy_job_raises_no_alert(tmp_path):
     assert len(frames) >= 10
     assert [line for line in lines if line["type"] == "alert"] == []
     assert frames[-1]["states"] == {"running": 3}, frames[-1]
+
+
+def test_a_rank_that_slows_down_is_named_with_its_phase_and_cost_and_nobody_else(tmp_path):
+    fault_step = 25
+    job = launch("slow", tmp_path, WATCH_FAULT_STEP=str(fault_step), WATCH_SLOW_FACTOR="1.3")
+    try:
+        wait_for_files(tmp_path, job)
+        command = [sys.executable, "-m", "otel_titan.cli", "watch", str(tmp_path), "--json", "--interval", "1"]
+        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True)
+        alerts: list[dict] = []
+        try:
+            deadline = time.monotonic() + 90
+            for line in watcher.stdout:  # type: ignore[union-attr]
+                event = json.loads(line)
+                if event["type"] == "alert":
+                    alerts.append(event)
+                    if event["kind"] == "slow":
+                        break
+                if time.monotonic() > deadline:
+                    break
+        finally:
+            processes.kill_tree(watcher)
+            watcher.stdout.close()  # type: ignore[union-attr]
+        onset = None
+        path = glob.glob(str(tmp_path / "structured_logs" / f"training.global_rank_{BAD}.*.jsonl"))[0]
+        for raw in open(path, "rb"):
+            record = json.loads(raw)
+            if record["log_type_name"] == "data_fetch_start" and record.get("step") == fault_step:
+                onset = record["time_us"] / 1e6
+                break
+    finally:
+        processes.kill_tree(job)
+    assert [(a["kind"], a["ranks"], a["phase"]) for a in alerts] == [("slow", [BAD], "data_fetch")], alerts
+    slow = alerts[0]
+    step_s = STEP_S * 1.3  # the job runs at the slow rank's pace
+    latency = parse_utc(slow["detected_utc"]) - onset
+    print(f"slow named {latency:.1f} s after its onset: {slow['message']}")
+    assert 0 < latency <= max(60.0, 30 * step_s), latency
+    assert 40 <= slow["cost"]["ms_per_step"] <= 80 and slow["cost"]["pct_of_step"] > 10, slow["cost"]

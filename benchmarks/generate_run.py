@@ -97,6 +97,8 @@ class RunSpec:
     #: Every `pause_every` steps every rank runs a `checkpoint` span of `pause_ms` (a long pause all ranks share).
     pause_every: int = 0
     pause_ms: float = 0.0
+    #: Every rank slower in one phase from one step on (storage, network): ``(phase, pct, from_step)``.
+    job_slow: tuple[str, float, int] | None = None
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -137,6 +139,9 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
         onset = 0 if spec.slow_from is None else max(0, spec.slow_from - first_step)
         for r in slow_ranks:
             durations[phase][r, onset:] *= 1.0 + pct / 100.0
+    if spec.job_slow is not None:
+        phase, pct, from_step = spec.job_slow
+        durations[phase][:, max(0, from_step - first_step):] *= 1.0 + pct / 100.0
     gaps = 0.010 * rng.lognormal(0.0, 0.3, size=(spec.ranks, n_steps, 8))  # between consecutive records, ms
     work = sum(durations.values()) + gaps.sum(axis=2)
     pauses = np.zeros(n_steps)
@@ -421,6 +426,8 @@ def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
             out[kind] = float(t if kind == "hang" else t - gaps[rank, i, 2] * 1000.0)
     if spec.straggler is not None:
         out["slow"] = float(begins[max(0, (spec.slow_from or first) - first)])
+    if spec.job_slow is not None:
+        out["job_slow"] = float(begins[max(0, spec.job_slow[2] - first)])
     return out
 
 

@@ -109,6 +109,7 @@ class Detector:
         self._last_slow_step: dict[tuple, int] = {}
         self._slow_alerts: list[Alert] = []
         self._job_held: _Held | None = None
+        self._job_steps: dict[int, tuple[float, Any, bool]] = {}
         self.first_arrival: float | None = None
         #: Set when a hang is first suspected: the caller asks the ranks for their black box (trigger file) once.
         self.want_black_box = False
@@ -381,17 +382,15 @@ class Detector:
         step_times: list[float] = []
         top_names: set[str] = set()
         for p in group:
-            facts = [s for s in p.steps if s.step <= last]
-            for s in facts[-window:]:
+            for s in list(p.steps)[-window:]:
+                if s.step > last:
+                    continue
                 by_step.setdefault(s.step, {})[p.key] = s
                 top_names |= s.top
                 if s.duration_ms is not None:
                     step_times.append(s.duration_ms)
-            per = series.setdefault(p.key, {})
-            for s in facts[-(window + baseline):]:
-                for name, ms in s.phases.items():
-                    if name != s.closing and not is_collective(name):
-                        per.setdefault(name, []).append(ms)
+            # The phases' series end at the rank's newest step; `last` is at most a step or two behind it.
+            series[p.key] = {name: list(values)[-(window + baseline):] for name, values in p.series.items()}
         if not step_times:
             return []
         step_med = statistics.median(step_times)
@@ -511,15 +510,28 @@ class Detector:
         rules = self.rules
         if len(live) < 2:
             return None
+        # Per step, the median over ranks of its time (per token where logged): computed once, when every rank finished it.
+        done = min(p.steps[-1].step for p in live if p.steps) if all(p.steps for p in live) else None
+        if done is None:
+            return None
+        cache = self._job_steps
+        if cache and next(iter(cache.values()))[1] != live[0].attempt:
+            cache.clear()
+        newest = max(cache) if cache else None
         by_step: dict[int, list[StepFacts]] = {}
         for p in live:
-            for s in p.steps:
-                if s.duration_ms is not None:
+            for s in reversed(p.steps):
+                if newest is not None and s.step <= newest:
+                    break
+                if s.step <= done and s.duration_ms is not None:
                     by_step.setdefault(s.step, []).append(s)
-        steps = sorted(by_step)
-        def per_token(s: StepFacts) -> float:
-            return s.duration_ms / s.tokens if s.tokens else s.duration_ms  # type: ignore[operator]
-        medians = [statistics.median(per_token(s) for s in by_step[k]) for k in steps]
+        for k in sorted(by_step):
+            values = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[operator]
+            cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
+        while len(cache) > 4 * (2 * rules.window + rules.baseline):
+            del cache[min(cache)]
+        steps = sorted(cache)
+        medians = [cache[k][0] for k in steps]
         window = 2 * rules.window  # the job's own past is the only yardstick: a longer window, less noise
         if len(medians) < window + rules.baseline // 2:
             return None
@@ -543,18 +555,23 @@ class Detector:
         if last - self._job_held.since_step < rules.sustain_steps and not active:
             return None
         # The phase that grew on most ranks: the median over ranks of each rank's own growth.
+        by_step = {}
+        for p in live:
+            for s in p.steps:
+                by_step.setdefault(s.step, []).append(s)
+        recent_steps = [k for k in steps[-window:] if k in by_step]
+        past_steps = [k for k in steps[-(window + rules.baseline):-window] if k in by_step]
         growth: dict[str, float] = {}
-        names = {n for s in by_step[last] for n in s.phases}
+        names = {n for k in recent_steps for s in by_step[k] for n in s.phases}
         for name in names:
-            r = [s.phases.get(name, 0.0) for k in steps[-window:] for s in by_step[k]]
-            b = [s.phases.get(name, 0.0) for k in steps[-(window + rules.baseline):-window] for s in by_step[k]]
+            if is_collective(name):
+                # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
+                r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent_steps]
+                b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past_steps]
+            else:
+                r = [s.phases.get(name, 0.0) for k in recent_steps for s in by_step[k]]
+                b = [s.phases.get(name, 0.0) for k in past_steps for s in by_step[k]]
             if r and b:
-                growth[name] = statistics.median(r) - statistics.median(b)
-        if any(is_collective(n) for n in growth):
-            # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
-            for name in [n for n in growth if is_collective(n)]:
-                r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in steps[-window:]]
-                b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in steps[-(window + rules.baseline):-window]]
                 growth[name] = statistics.median(r) - statistics.median(b)
         phase = max(growth, key=growth.__getitem__) if growth else None
         if phase is not None and growth[phase] <= 0:
@@ -562,7 +579,7 @@ class Detector:
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
         steps_so_far = max(1, last - self._job_held.since_step + window // 2)
-        message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if by_step[last][0].tokens else ''})" + (f"; {phase} grew most (+{growth[phase]:,.1f} ms)" if phase else "")
+        message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if cache[last][2] else ''})" + (f"; {phase} grew most (+{growth[phase]:,.1f} ms)" if phase else "")
         return Alert("job_slow", ("job_slow", live[0].source, live[0].attempt), message, ranks=[], source=live[0].source, attempt=live[0].attempt, step=last,
                      phase=phase, since=self._job_held.since_time, detected=now, evidence=["step times"],
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps_so_far / 1000.0, 2)})

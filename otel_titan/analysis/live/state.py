@@ -28,6 +28,8 @@ __all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective",
 
 #: Steps whose facts are kept per process (the detectors look at most this far back).
 STEPS_KEPT = 96
+#: Values kept per phase for the slow rule (its recent window and baseline fit in it).
+SERIES_KEPT = 64
 #: Span names whose longest duration is learned, per process (a run logging a new name per step stays bounded).
 NAMES_KEPT = 256
 
@@ -166,6 +168,9 @@ class ProcessState:
         self.open: dict[Any, LiveSpan] = {}
         self._order = 0
         self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
+        #: Per phase (not the step-closing collective, not a collective): its time in each finished step that had it,
+        #: the newest last: what the slow rule takes medians of, kept as steps finish (not rebuilt per refresh).
+        self.series: dict[str, deque[float]] = {}
         self._current: StepFacts | None = None
         self._last_top: tuple[str, float] | None = None
         #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
@@ -267,6 +272,14 @@ class ProcessState:
             if self._last_top is not None:
                 current.closing, current.closing_ms = self._last_top
             self.steps.append(current)
+            for name, ms in current.phases.items():
+                if name != current.closing and not is_collective(name):
+                    series = self.series.get(name)
+                    if series is None:
+                        if len(self.series) >= NAMES_KEPT:
+                            continue
+                        series = self.series[name] = deque(maxlen=SERIES_KEPT)
+                    series.append(ms)
         self.step = step
         self._current = StepFacts(step=step, begin_us=time_us)
         self._last_top = None

@@ -162,3 +162,12 @@ def test_every_rank_waiting_in_the_same_collective_blames_nobody():
         events += new
     hangs = [e for e in events if e["kind"] == "hang"]
     assert len(hangs) == 1 and hangs[0]["ranks"] == [] and "cannot be told" in hangs[0]["message"]
+
+
+def test_every_rank_slower_is_a_job_slowdown_with_the_phase_that_grew_not_a_straggler(tmp_path):
+    path, truth = run(tmp_path, "job", seed=8, job_slow=("data_fetch", 400.0, 60), steps=140)
+    result = replay(path)
+    alerts = raised(result)
+    assert [(a["kind"], a["phase"]) for a in alerts] == [("job_slow", "data_fetch")], alerts
+    assert alerts[0]["ranks"] == [] and alerts[0]["cost"]["pct_of_step"] > 10
+    assert alerts[0]["at"] - truth["onset_us"]["job_slow"] / 1e6 <= max(60.0, 30 * STEP_MS / 1000)

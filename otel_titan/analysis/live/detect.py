@@ -93,8 +93,8 @@ class Detector:
 
     Example:
         >>> d = Detector()
-        >>> d.observe("a", {"label": "training rank 0", "source": "training", "rank": 0, "world_size": 1},
-        ...           [{"log_type_name": "structured_logger_opened", "log_type": "instant", "time_us": 0}], arrival=0.0)
+        >>> _ = d.observe("a", {"label": "training rank 0", "source": "training", "rank": 0, "world_size": 1},
+        ...               [{"log_type_name": "structured_logger_opened", "log_type": "instant", "time_us": 0}], arrival=0.0)
         >>> frame, events = d.evaluate(1.0)
         >>> frame["states"], events
         ({'running': 1}, [])
@@ -114,6 +114,8 @@ class Detector:
         #: Set when a hang is first suspected: the caller asks the ranks for their black box (trigger file) once.
         self.want_black_box = False
         self._asked_for: tuple | None = None
+        #: A hang suspected at the last evaluation and not confirmed yet (one line), else None.
+        self.suspected: str | None = None
 
     # -- input ---------------------------------------------------------------------------------
     def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float) -> ProcessState:
@@ -154,6 +156,7 @@ class Detector:
         """(the frame, the alert / resolved events) at watcher time `now`."""
         procs = self.current()
         rules = self.rules
+        self.suspected = None
         step_ms = self._median_step_ms(procs)
         hang_after = max(rules.hang_floor_s, rules.hang_steps * step_ms / 1000.0 if step_ms else 0.0)
         alerts: list[Alert] = []
@@ -246,6 +249,7 @@ class Detector:
             return None
         last_progress = max(p.progress_arrival or 0.0 for p in live)
         quiet = now - last_progress
+        self.suspected = None
         if quiet < hang_after:
             self._suspect = None
             return None
@@ -265,6 +269,9 @@ class Detector:
         backed = "black box" in evidence or "flight recorder" in evidence
         confirmed = self._suspect.seen >= rules.confirm_evaluations or backed
         if not confirmed and key not in self.book.active:
+            # Shown in the frame (a `--once` sees it), raised as an alert on the next refresh.
+            who = f"{live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {compress_ranks(culprits)}" if culprits else "every process"
+            self.suspected = f"{who} {where} (no progress for {quiet:,.0f} s; confirming at the next refresh)"
             return None
         if self._suspect.seen >= rules.confirm_evaluations:
             evidence = ["no progress on 2 refreshes", *evidence]
@@ -637,6 +644,7 @@ class Detector:
             "phases": phase_rows[:8],
             "last_arrivals": last_arrivals,
             "hang_after_s": round(hang_after, 1),
+            "suspected_hang": self.suspected,
             "alerts": [a.to_json("alert") for a in self.book.newest_first()],
             "resolved": [a.to_json("resolved") for a in reversed(self.book.history[-5:])],
         }

@@ -94,6 +94,8 @@ class AlertBook:
         self.active: dict[tuple, Alert] = {}
         self.history: list[Alert] = []
         self.keep = keep
+        #: Active alerts whose culprits or line of code changed at the last `update` (a black box arrived): shown again.
+        self.updated: list[Alert] = []
 
     def update(self, current: list[Alert], now: float, *, keep_keys: set | None = None) -> tuple[list[Alert], list[Alert]]:
         """Alerts now true → (newly raised, newly resolved). An active one seen again is refreshed in place.
@@ -101,6 +103,7 @@ class AlertBook:
         `keep_keys`: keys that stay active even when absent from `current` (their detector did not run this refresh).
         """
         raised, resolved = [], []
+        self.updated = []
         seen = set()
         for alert in current:
             seen.add(alert.key)
@@ -111,6 +114,8 @@ class AlertBook:
             else:
                 # Same condition: its facts may sharpen (a black box arrived, the cost grew); it is not raised again.
                 alert.detected, alert.since = old.detected, old.since if old.since is not None else alert.since
+                if (alert.ranks, alert.line, alert.where) != (old.ranks, old.line, old.where):
+                    self.updated.append(alert)
                 self.active[alert.key] = alert
         for key in list(self.active):
             if key in seen or (keep_keys is not None and key in keep_keys):

@@ -180,7 +180,7 @@ class Detector:
         alerts.extend(self._slow_alerts)
         keep = set() if slow_ran else {k for k in self.book.active if k[0] in ("slow", "job_slow")}
         raised, resolved = self.book.update(alerts, now, keep_keys=keep)
-        events = [a.to_json("alert") for a in raised] + [a.to_json("resolved") for a in resolved]
+        events = [a.to_json("alert") for a in raised] + [a.to_json("update") for a in self.book.updated] + [a.to_json("resolved") for a in resolved]
         frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after)
         return frame, events
 
@@ -341,7 +341,16 @@ class Detector:
                 line = inner.caller
                 evidence = evidence + ["span start"]
             return ranks, where, "outside the collective the others wait in", min(p.progress_arrival or now for p in culprits), phase, first.step, line, evidence
-        # Every process in the same place: a shared pause, or a collective that never completes.
+        # Every process in the same place: a shared pause, or a collective that never completes. The flight
+        # recorder can still tell: on the default process group (every rank is a member, so ranks compare by
+        # sequence number without knowing the group layout) the rank that enqueued fewer collectives is behind.
+        behind = _behind_in_default_group(live)
+        if behind:
+            ranks, low, high = behind
+            members = [p for p in live if p.rank in ranks]
+            line, evidence = _box_line(members)
+            where = f"behind in process group 0 (its last collective is #{low}, the others' #{high})"
+            return ranks, where, "behind in a process group", min(p.progress_arrival or now for p in members), _inner(members[0]), members[0].step, line, ["flight recorder", *evidence]
         names = {(_inner(p)) for p in live}
         name = next(iter(names)) if len(names) == 1 else None
         learned = max((p.span_max_ms.get(name, 0.0) for p in live[:64]), default=0.0) if name else 0.0
@@ -677,6 +686,27 @@ _STATE_ORDER = {"running": 0, "stalled": 1, "hung": 2, "crashed": 3, "terminated
 def _inner(p: ProcessState) -> str | None:
     inner = p.innermost()
     return inner.name if inner is not None else None
+
+
+def _behind_in_default_group(live: list[ProcessState]) -> tuple[list[int], int, int] | None:
+    """(ranks behind, their last collective's sequence number, the others') from black boxes written since each one's last progress.
+
+    Only when every live process has such a box with a flight recorder (one missing could be the one behind),
+    and the ones behind are fewer than half (a minority cannot have run ahead of everyone else).
+    """
+    seqs = {}
+    for p in live:
+        box = p.black_box
+        if box is None or box.default_pg_enqueued is None or box.arrival < (p.progress_arrival or 0.0) or p.rank is None:
+            return None
+        seqs[p.rank] = box.default_pg_enqueued
+    if len(seqs) < 2:
+        return None
+    low, high = min(seqs.values()), max(seqs.values())
+    ranks = sorted(r for r, s in seqs.items() if s == low)
+    if low == high or len(ranks) >= len(seqs) / 2:
+        return None
+    return ranks, low, high
 
 
 def _box_line(culprits: list[ProcessState]) -> tuple[str | None, list[str]]:

@@ -139,7 +139,7 @@ class Screen:
             self.out.write("\x1b[H\x1b[2J" + "\n".join(text for text, _ in lines) + "\n")
         else:
             for event in events:
-                mark = "ALERT" if event["type"] == "alert" else "RESOLVED"
+                mark = {"alert": "ALERT", "update": "UPDATE"}.get(event["type"], "RESOLVED")
                 self.out.write(f"{mark} {event['kind']}: {printable(event['message'])}\n")
             self.out.write("\n".join(text for text, _ in lines) + "\n\n")
         self.out.flush()

@@ -133,6 +133,8 @@ class BlackBox:
     frame: str | None
     open_spans: list[str]
     flight_recorder: bool
+    #: The flight recorder's last collective enqueued on the default process group (pg 0: every rank is in it).
+    default_pg_enqueued: int | None = None
 
 
 _TOKEN_SCALARS = frozenset({"tokens", "num_tokens", "ntokens", "n_tokens", "tokens_per_step", "batch_tokens"})
@@ -327,5 +329,11 @@ def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
     names = [s.get("name") for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
     where = record.get("where") if isinstance(record.get("where"), str) else None
     fr = record.get("flight_recorder")
+    enqueued = None
+    status = fr.get("pg_status") if isinstance(fr, dict) else None
+    if isinstance(status, dict):
+        pg0 = status.get("0", status.get(0))  # type: ignore[call-overload]
+        if isinstance(pg0, dict) and type(pg0.get("last_enqueued_collective")) is int:
+            enqueued = pg0["last_enqueued_collective"]
     return BlackBox(arrival=arrival, time_us=record["time_us"], reason=record.get("reason") if isinstance(record.get("reason"), str) else None,
-                    where=where, frame=frame, open_spans=names, flight_recorder=isinstance(fr, dict) and "error" not in fr)
+                    where=where, frame=frame, open_spans=names, flight_recorder=isinstance(fr, dict) and "error" not in fr, default_pg_enqueued=enqueued)

@@ -171,3 +171,40 @@ def test_every_rank_slower_is_a_job_slowdown_with_the_phase_that_grew_not_a_stra
     assert [(a["kind"], a["phase"]) for a in alerts] == [("job_slow", "data_fetch")], alerts
     assert alerts[0]["ranks"] == [] and alerts[0]["cost"]["pct_of_step"] > 10
     assert alerts[0]["at"] - truth["onset_us"]["job_slow"] / 1e6 <= max(60.0, 30 * STEP_MS / 1000)
+
+
+def stall(t_us, enqueued, frame=("train.py", 7, "step")):
+    return {"log_type_name": "stall", "log_type": "instant", "time_us": t_us, "reason": "trigger",
+            "threads": [{"main": True, "frames": [{"file": frame[0], "line": frame[1], "function": frame[2]}]}], "open_spans": [{"name": "all_reduce"}],
+            "flight_recorder": {"version": "2.x", "pg_status": {"0": {"last_enqueued_collective": enqueued, "last_started_collective": enqueued, "last_completed_collective": enqueued - 1}}, "entries": []}}
+
+
+def test_all_ranks_in_one_collective_the_flight_recorder_names_the_one_behind_in_the_default_group():
+    detector = Detector()
+    t = feed_step_loop(detector, [0, 1, 2, 3], 6, hang=(9, 4, "data_fetch"))  # everyone waits in all_reduce (NCCL-like)
+    events = []
+    for k in range(4):
+        events += detector.evaluate(t + 10 + k)[1]
+    assert detector.want_black_box or any(e["kind"] == "hang" for e in events)
+    # The black boxes the trigger brought: rank 2 enqueued one collective fewer on pg 0.
+    for r in range(4):
+        detector.observe(f"r{r}", {}, [stall(int((t + 14) * 1e6), 9 if r == 2 else 10, ("train.py", 50 + r, "step"))], t + 14.5)
+    for k in range(3):
+        events += detector.evaluate(t + 15 + k)[1]
+    hangs = [e for e in detector.evaluate(t + 19)[0]["alerts"] if e["kind"] == "hang"]
+    assert hangs and hangs[0]["ranks"] == [2] and "behind in process group 0" in hangs[0]["where"], hangs
+    assert "flight recorder" in hangs[0]["evidence"] and hangs[0]["line"] == "train.py:52 step"
+    # A script reading --json learns of the culprit too: the alert raised with nobody named is updated once.
+    updates = [e for e in events if e["type"] == "update"]
+    assert [e["ranks"] for e in updates] == [[2]]
+
+
+def test_the_flight_recorder_blames_nobody_when_a_box_is_missing():
+    detector = Detector()
+    t = feed_step_loop(detector, [0, 1, 2, 3], 6, hang=(9, 4, "data_fetch"))
+    for r in range(3):  # rank 3 wrote no box: it could be the one behind
+        detector.observe(f"r{r}", {}, [stall(int((t + 14) * 1e6), 9 if r == 2 else 10)], t + 14.5)
+    frame, _ = detector.evaluate(t + 20)
+    frame, _ = detector.evaluate(t + 21)
+    hangs = [e for e in frame["alerts"] if e["kind"] == "hang"]
+    assert hangs and hangs[0]["ranks"] == []

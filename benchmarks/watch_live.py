@@ -144,7 +144,7 @@ def live(work: str, name: str, args: list[str], kind: str | None, seconds: float
             time.sleep(0.2)
         command = [sys.executable, "-m", "otel_titan.cli", "watch", out, "--json", "--interval", "1", "--no-trigger"]
         watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        alerts, started, cpu = [], time.monotonic(), []
+        alerts, started, cpu, steps = [], time.monotonic(), [], None
         try:
             for line in watcher.stdout:  # type: ignore[union-attr]
                 event = json.loads(line)
@@ -154,6 +154,7 @@ def live(work: str, name: str, args: list[str], kind: str | None, seconds: float
                         break
                 elif event["type"] == "frame":
                     cpu.append(event["read"]["cpu_s"])
+                    steps = event["steps"]
                 if time.monotonic() - started > seconds:
                     break
         finally:
@@ -164,7 +165,9 @@ def live(work: str, name: str, args: list[str], kind: str | None, seconds: float
         processes.kill_tree(player)
         shutil.rmtree(out, ignore_errors=True)
     row = {"scenario": name, "alerts": [a["message"] for a in alerts], "refresh_cpu_s_median": round(statistics.median(cpu), 4) if cpu else None,
-           "watched_s": round(time.monotonic() - started, 1)}
+           "watched_s": round(time.monotonic() - started, 1),
+           # How far the played run got: on a loaded machine the player can fall behind real time.
+           "last_step_seen": None if steps is None else steps["max"]}
     if kind is not None:
         hit = [a for a in alerts if a["kind"] == kind]
         onset = truth["onset_us"].get({"hang": "hang", "slow": "slow"}[kind])
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nlive (the real command beside a run played in real time, 32 ranks, 250 ms steps):")
         for row in figures["live"]:
             what = f"latency {row['latency_s']} s" if "latency_s" in row else f"{len(row['alerts'])} alerts in {row['watched_s']} s"
-            print(f"  {row['scenario']:<10} {what}; refresh CPU median {row['refresh_cpu_s_median']} s" + (f"; {row['alerts'][0]}" if row["alerts"] else ""), flush=True)
+            print(f"  {row['scenario']:<10} {what} (to step {row['last_step_seen']}); refresh CPU median {row['refresh_cpu_s_median']} s" + (f"; {row['alerts'][0]}" if row["alerts"] else ""), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["seconds"] = round(time.monotonic() - started, 1)

@@ -46,7 +46,7 @@ class Alert:
         out: dict[str, Any] = {
             "type": kind,
             "kind": self.kind,
-            "id": "/".join(str(k) for k in self.key),
+            "id": _alert_id(self.key),
             "message": self.message,
             "ranks": self.ranks,
             "source": self.source,
@@ -67,6 +67,26 @@ class Alert:
             out["resolved_utc"] = _utc(self.resolved)
             out["lasted_s"] = round(self.resolved - (self.since if self.since is not None else self.detected or self.resolved), 3)
         return out
+
+
+def _alert_id(key: tuple) -> str:
+    """``slow/training/0/pp=1/11/bwd``: the key's parts, a peer group's mesh coordinates spelled out.
+
+    Example:
+        >>> _alert_id(("slow", ("training", 0, (("pp", 1),)), 11, "bwd")), _alert_id(("hang", "training", 0))
+        ('slow/training/0/pp=1/11/bwd', 'hang/training/0')
+    """
+    parts: list[str] = []
+    for part in key:
+        if isinstance(part, tuple):
+            for item in part:
+                if isinstance(item, tuple):
+                    parts.extend(f"{k}={v}" for k, v in item) if item and isinstance(item[0], tuple) else parts.append("=".join(map(str, item)) if item else "")
+                else:
+                    parts.append(str(item))
+        else:
+            parts.append(str(part))
+    return "/".join(p for p in parts if p)
 
 
 def _utc(seconds: float | None) -> str | None:

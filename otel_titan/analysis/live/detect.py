@@ -104,16 +104,16 @@ class Detector:
         self.rules = rules or Rules()
         self.processes: dict[str, ProcessState] = {}
         self.book = AlertBook()
-        self._suspect: _Suspect | None = None
+        self._suspects: dict[Any, _Suspect] = {}
         self._held: dict[tuple, _Held] = {}
         self._last_slow_step: dict[tuple, int] = {}
         self._slow_alerts: list[Alert] = []
-        self._job_held: _Held | None = None
-        self._job_steps: dict[int, tuple[float, Any, bool]] = {}
+        self._job_held_by: dict[Any, _Held | None] = {}
+        self._job_steps_by: dict[Any, dict[int, tuple[float, Any, bool]]] = {}
         self.first_arrival: float | None = None
         #: Set when a hang is first suspected: the caller asks the ranks for their black box (trigger file) once.
         self.want_black_box = False
-        self._asked_for: tuple | None = None
+        self._asked_for: dict[Any, tuple] = {}
         #: A hang suspected at the last evaluation and not confirmed yet (one line), else None.
         self.suspected: str | None = None
 
@@ -156,7 +156,6 @@ class Detector:
         """(the frame, the alert / resolved events) at watcher time `now`."""
         procs = self.current()
         rules = self.rules
-        self.suspected = None
         step_ms = self._median_step_ms(procs)
         hang_after = max(rules.hang_floor_s, rules.hang_steps * step_ms / 1000.0 if step_ms else 0.0)
         alerts: list[Alert] = []
@@ -170,12 +169,27 @@ class Detector:
                                     ranks=ranks, source=source, attempt=attempt, detected=now, since=self.first_arrival,
                                     cost={"ranks": len(ranks)}, evidence=["world_size"]))
         # A crash explains the stop that follows it: the crashed alert names the rank, no hang is raised on top.
-        crashed = any(state == "crashed" for state in ended.values())
-        hang = None if crashed else self._hang(live, missing, now, hang_after)
+        # Each source (trainer, rollouter, reward, …) is judged on its own: a rollouter idle between spans is
+        # not the culprit of trainers waiting in their all_reduce.
         hung_keys: set[str] = set()
-        if hang is not None:
-            alerts.append(hang)
-            hung_keys = {p.key for p in live if p.rank in hang.ranks} if hang.ranks else {p.key for p in live}
+        self.suspected = None
+        suspected = []
+        for source in sorted({p.source for p in procs}):
+            members = [p for p in procs if p.source == source]
+            if any(ended.get(p.key) == "crashed" for p in members):
+                self._suspects.pop(source, None)
+                continue
+            source_live = [p for p in live if p.source == source]
+            source_step = self._median_step_ms(members)
+            source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
+            hang = self._hang(source_live, missing, now, source_after)
+            if self.suspected:
+                suspected.append(self.suspected)
+            if hang is not None:
+                alerts.append(hang)
+                hung = {p.key for p in source_live if p.rank in hang.ranks} if hang.ranks else {p.key for p in source_live}
+                hung_keys |= hung
+        self.suspected = "; ".join(suspected) or None
         slow_ran = self._slow(live, now, step_ms)
         alerts.extend(self._slow_alerts)
         keep = set() if slow_ran else {k for k in self.book.active if k[0] in ("slow", "job_slow")}
@@ -244,36 +258,37 @@ class Detector:
     # -- hang ----------------------------------------------------------------------------------
     def _hang(self, live: list[ProcessState], missing: list, now: float, hang_after: float) -> Alert | None:
         rules = self.rules
+        self.suspected = None
         if not live:
-            self._suspect = None
             return None
+        source = live[0].source
         last_progress = max(p.progress_arrival or 0.0 for p in live)
         quiet = now - last_progress
-        self.suspected = None
         if quiet < hang_after:
-            self._suspect = None
+            self._suspects.pop(source, None)
             return None
         candidate = self._culprits(live, missing, now, hang_after)
         if candidate is None:
-            self._suspect = None
+            self._suspects.pop(source, None)
             return None
         culprits, where, reason, since, phase, step, line, evidence = candidate
         key = ("hang", live[0].source, live[0].attempt)
         ident = (key, tuple(culprits))
-        if self._suspect is None or self._suspect.key != ident:
-            self._suspect = _Suspect(ident, 0, now)
-        self._suspect.seen += 1
-        if self._asked_for != ident:
-            self._asked_for = ident
+        suspect = self._suspects.get(source)
+        if suspect is None or suspect.key != ident:
+            suspect = self._suspects[source] = _Suspect(ident, 0, now)
+        suspect.seen += 1
+        if self._asked_for.get(source) != ident:
+            self._asked_for[source] = ident
             self.want_black_box = True
         backed = "black box" in evidence or "flight recorder" in evidence
-        confirmed = self._suspect.seen >= rules.confirm_evaluations or backed
+        confirmed = suspect.seen >= rules.confirm_evaluations or backed
         if not confirmed and key not in self.book.active:
             # Shown in the frame (a `--once` sees it), raised as an alert on the next refresh.
             who = f"{live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {compress_ranks(culprits)}" if culprits else "every process"
             self.suspected = f"{who} {where} (no progress for {quiet:,.0f} s; confirming at the next refresh)"
             return None
-        if self._suspect.seen >= rules.confirm_evaluations:
+        if suspect.seen >= rules.confirm_evaluations:
             evidence = ["no progress on 2 refreshes", *evidence]
         victims = sorted(p.rank for p in live if p.rank is not None and p.rank not in culprits)
         waiting = len(victims) if culprits else len(live)
@@ -379,11 +394,10 @@ class Detector:
             self._last_slow_step[gkey] = last
             ran = True
             alerts.extend(self._slow_group(gkey, group, last, now))
-        job = self._job_slow(live, now)
-        if job is not None:
-            alerts.append(job)
-        elif not ran:
-            alerts.extend(a for a in self._slow_alerts if a.kind == "job_slow")
+        for source in sorted({p.source for p in live}):
+            job = self._job_slow([p for p in live if p.source == source], now)
+            if job is not None:
+                alerts.append(job)
         self._slow_alerts = alerts
         return True
 
@@ -530,7 +544,8 @@ class Detector:
         done = min(p.steps[-1].step for p in live if p.steps) if all(p.steps for p in live) else None
         if done is None:
             return None
-        cache = self._job_steps
+        source = live[0].source
+        cache = self._job_steps_by.setdefault(source, {})
         if cache and next(iter(cache.values()))[1] != live[0].attempt:
             cache.clear()
         newest = max(cache) if cache else None
@@ -556,19 +571,20 @@ class Detector:
         base = statistics.median(past)
         # Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
         noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * 1.2533 / window ** 0.5
-        active = any(k[0] == "job_slow" for k in self.book.active)
+        active = ("job_slow", source, live[0].attempt) in self.book.active
         grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
         if grew and not active:
             # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
-            if any(a.kind == "slow" for a in self.book.active.values()):
+            if any(a.kind == "slow" and a.source == source for a in self.book.active.values()):
                 grew = False
         if not grew:
-            self._job_held = None
+            self._job_held_by.pop(source, None)
             return None
         last = steps[-1]
-        if self._job_held is None:
-            self._job_held = _Held(last, now)
-        if last - self._job_held.since_step < rules.sustain_steps and not active:
+        held = self._job_held_by.get(source)
+        if held is None:
+            held = self._job_held_by[source] = _Held(last, now)
+        if last - held.since_step < rules.sustain_steps and not active:
             return None
         # The phase that grew on most ranks: the median over ranks of each rank's own growth.
         by_step = {}
@@ -594,10 +610,10 @@ class Detector:
             phase = None
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
-        steps_so_far = max(1, last - self._job_held.since_step + window // 2)
+        steps_so_far = max(1, last - held.since_step + window // 2)
         message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if cache[last][2] else ''})" + (f"; {phase} grew most (+{growth[phase]:,.1f} ms)" if phase else "")
         return Alert("job_slow", ("job_slow", live[0].source, live[0].attempt), message, ranks=[], source=live[0].source, attempt=live[0].attempt, step=last,
-                     phase=phase, since=self._job_held.since_time, detected=now, evidence=["step times"],
+                     phase=phase, since=held.since_time, detected=now, evidence=["step times"],
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps_so_far / 1000.0, 2)})
 
     # -- the frame -----------------------------------------------------------------------------

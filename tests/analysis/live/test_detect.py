@@ -208,3 +208,16 @@ def test_the_flight_recorder_blames_nobody_when_a_box_is_missing():
     frame, _ = detector.evaluate(t + 21)
     hangs = [e for e in frame["alerts"] if e["kind"] == "hang"]
     assert hangs and hangs[0]["ranks"] == []
+
+
+def test_each_source_is_judged_on_its_own():
+    """An RL job: trainers hang waiting for trainer rank 1; a rollouter idle between spans meanwhile is not blamed."""
+    detector = Detector()
+    t = feed_step_loop(detector, [0, 1], 6, hang=(1, 4, "data_fetch"))
+    detector.observe("roll", {"label": "rollouter rank 0", "source": "rollouter", "rank": 0, "world_size": 1, "run_id": "x", "attempt": 0},
+                     [record("structured_logger_opened", 0), record("generate_start", 1, step=1, span_id="g"), record("generate_end", 2, step=1, span_id="g", value=0.001)], 0.0)
+    events = []
+    for k in range(40):
+        events += detector.evaluate(t + k * 0.5)[1]
+    hangs = [e for e in events if e["kind"] == "hang"]
+    assert [(h["source"], h["ranks"]) for h in hangs] == [("training", [1])], hangs

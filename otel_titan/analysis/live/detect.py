@@ -308,11 +308,16 @@ class Detector:
         rules = self.rules
         source_missing = [m for m in missing if m[0] == live[0].source]
         if source_missing:
+            # A rank slow to start (imports, a checkpoint read before init) is not missing at once.
+            if self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s:
+                return None
             ranks = source_missing[0][2]
             return ranks, "has no file (never reached init_structured_logger)", "missing", self.first_arrival, None, None, None, ["world_size"]
         talking = [p for p in live if not p.silent]
         silent = [p for p in live if p.silent]
-        if silent and talking:
+        # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
+        # often logs while the others are still building the model, and that is no hang.
+        if silent and any(is_collective(_inner(p)) for p in talking):
             ranks = sorted(p.rank for p in silent if p.rank is not None)
             bb = _box_line(silent)
             return ranks, "has written no record since init", "silent", min(p.first_arrival or now for p in silent), None, None, bb[0], bb[1]

@@ -221,3 +221,21 @@ def test_each_source_is_judged_on_its_own():
         events += detector.evaluate(t + k * 0.5)[1]
     hangs = [e for e in events if e["kind"] == "hang"]
     assert [(h["source"], h["ranks"]) for h in hangs] == [("training", [1])], hangs
+
+
+def test_at_start_up_a_rank_that_logged_while_the_others_build_the_model_blames_nobody():
+    detector = Detector()
+    for r in range(4):
+        detector.observe(f"r{r}", {"label": f"rank {r}", "source": "training", "rank": r, "world_size": 4, "run_id": "x", "attempt": 0},
+                         [record("structured_logger_opened", 0)], 0.0)
+    detector.observe("r0", {}, [record("config_loaded", 1000)], 0.5)  # rank 0 logs; the others are silent, building the model
+    events = []
+    for k in range(1, 60):
+        events += detector.evaluate(float(k))[1]
+    assert [e for e in events if e["kind"] == "hang"] == []
+    # Once rank 0 waits in a collective for the silent ones, they are the culprits.
+    detector.observe("r0", {}, [record("barrier_start", 61_000_000, step=1, span_id="b")], 61.0)
+    for k in range(62, 90):
+        events += detector.evaluate(float(k))[1]
+    hangs = [e for e in events if e["kind"] == "hang"]
+    assert len(hangs) == 1 and hangs[0]["ranks"] == [1, 2, 3] and "no record since init" in hangs[0]["where"]

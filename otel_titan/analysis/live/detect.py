@@ -8,34 +8,46 @@ false alarm counted, and the live `watch` gives the same answers.
 
 The rules (docs/watch.md says them for users):
 
-* **hang**: no process of the current attempt made progress (ended a span,
-  began a step) for ``hang_after = max(hang_floor_s, hang_steps × median step
-  time)``. The culprit, in this order: a rank of ``world_size`` with no file
-  (missing); a process with no record since init (silent); a process that is
-  *not* waiting in a collective while the others are (in another span, or
-  between spans: the others wait for it); a process behind the others' step.
-  Those waiting in the collective are the victims, never named. A culprit in
-  a span it has finished before must have been in it longer than
-  ``3 ×`` its longest finished duration; in a span never seen to finish, at
-  least ``unknown_span_s``; between spans, ``3 ×`` its longest gap between
-  records. When every process is in the same place (a checkpoint, an eval,
-  one collective that never completes) nobody is blamed: after ``3 ×`` that
+* **hang** (per source): no process of the current attempt made progress
+  (ended a span, began a step) for ``hang_after = max(hang_floor_s,
+  hang_steps × median step time)``. The culprit, in this order: a rank of
+  ``world_size`` with no file (missing, once the run is ``missing_grace_s``
+  old); a process with no record since init while the others wait in a
+  collective (silent); a process that is *not* waiting in a collective while
+  the others are (in another span, or between spans: the others wait for
+  it); a process behind the others' step. Those waiting in the collective are
+  the victims, never named. A culprit in a span it has finished before must
+  have been in it longer than ``3 ×`` its longest finished duration; in a span
+  never seen to finish, at least ``unknown_span_s``; between spans, ``3 ×``
+  its longest gap between records. When every process is in the same place,
+  the flight recorders of their black boxes may name a minority behind on the
+  default process group; otherwise nobody is blamed: after ``3 ×`` that
   span's learned duration (``shared_pause_s`` when never seen) the alert says
   the job is stuck there and that the culprit cannot be told from the records.
   Confirmed on a second evaluation, or at once by the culprit's black box.
-* **slow**: a rank whose phase time over the last ``window`` steps is
-  ``slow_pct`` % above both its own earlier steps and its peers' (ranks with
-  the same mesh coordinates but data parallel), at least 3.5 × the peers'
-  spread and 1 % of the step, for ``sustain_steps`` steps; or one that arrives
-  last at the step-closing collective by as much (lateness measured on each
-  rank's own clock: the others' wait minus its own). Its cost: what every rank
-  waits for it per step, in ms and % of the step, and seconds so far. When all
-  ranks of a host are slow in the same phase, one alert names the host.
-* **job_slow**: the job's step time ``slow_pct`` % above its own earlier
-  steps, sustained, with the phase that grew on most ranks.
+* **slow**: a rank (or a whole host, as one unit) whose phase time over the
+  last ``window`` steps rose by ``0.75 × slow_pct`` % against both its own
+  earlier steps and its peers' (ranks with the same mesh coordinates but data
+  parallel), at least 3.5 × the peers' spread and 1 % of the step, for
+  ``sustain_steps`` steps; or one that arrives last at the step-closing
+  collective by as much of the step (lateness on each rank's own clock: the
+  others' wait minus its own). Its cost: what every rank waits for it per
+  step, in ms and % of the step, and seconds so far.
+* **job_slow** (per source): the step time (per token where logged) over
+  twice the window ``0.75 × slow_pct`` % above its own earlier steps and 3.5 ×
+  their spread, sustained, with the phase that grew on most ranks.
 * **crashed** (a torn last line that stays, or stopped silent while the others
   were sent SIGTERM), **terminated** (SIGTERM received), **missing** (ranks of
   ``world_size`` with no file after ``missing_grace_s``).
+
+To unify with the after-the-fact rules (issue 19's ``model/``): the step
+definition (first record of step N to first record of step N + 1, as
+`summary`), the step-closing collective (the last top-level span of a step,
+as `clock_align`), the collective names (`state.is_collective`; `summary`
+has no such list), the straggler thresholds (`summary.MIN_EFFECT`,
+`MIN_Z`, `MIN_STEP_SHARE` here re-expressed for a sliding window), the mesh
+grouping (the `straggler` work's coordinates: `state.mesh_coordinates` reads
+the spellings it may write) and the hang culprit order (`hang.py`).
 """
 
 from __future__ import annotations

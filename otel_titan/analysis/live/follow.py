@@ -178,14 +178,38 @@ class RunFollower:
         records: list[dict[str, Any]] = []
         if cursor.identity is None:
             cursor.identity = identity
+            # The older segments already there are read first (oldest first), within FIRST_READ_BYTES from the end.
+            budget = self.first_read_bytes - info.st_size
+            older = []
+            for path in reversed(cursor.process.segments[:-1]):
+                if budget <= 0:
+                    break
+                try:
+                    size = os.path.getsize(path)
+                except OSError:
+                    continue
+                older.append((path, max(0, size - budget)))
+                budget -= size
+            for path, start in reversed(older):
+                cursor.offset = self._line_start(path, start) if start else 0
+                cursor.skipped_head += cursor.offset
+                records.extend(self._read(cursor, path, now, final=True) or [])
+            cursor.offset = 0
             if info.st_size > self.first_read_bytes:
                 start = self._line_start(base, info.st_size - self.first_read_bytes)
-                cursor.offset = cursor.skipped_head = start
+                cursor.offset = start
+                cursor.skipped_head += start
         elif identity != cursor.identity:
-            # Rotated: finish the old file (now a numbered segment, found by inode), then the new one from 0.
+            # Rotated: finish the old file (now a numbered segment, found by inode), then every segment rotated
+            # after it (several rotations can happen between two refreshes), then the new active file from 0.
             old = self._find_inode(cursor)
             if old is not None:
                 records.extend(self._read(cursor, old, now, final=True) or [])
+                segments = cursor.process.segments
+                for path in segments[segments.index(old) + 1 : -1]:
+                    cursor.offset = 0
+                    records.extend(self._read(cursor, path, now, final=True) or [])
+                    cursor.rotations += 1
             else:
                 cursor.lost_bytes += max(0, cursor.size - cursor.offset)
             cursor.rotations += 1

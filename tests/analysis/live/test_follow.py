@@ -164,3 +164,27 @@ def test_invalid_utf8_and_garbage_lines_are_skipped_with_the_rest_read(tmp_path)
     got = names(follower.poll(1.0))
     assert got[0] == "a_start" and len(got) == 2 and got[1].isprintable()
     assert follower.skipped.count == 1
+
+
+def test_the_real_writer_rotating_under_a_follower_loses_and_repeats_nothing(tmp_path):
+    """The library itself writes and rotates (10 kB segments) while the follower polls between bursts: every seq_id once."""
+    from otel_titan import structured_logger as sl
+
+    sl.init_structured_logger("training", str(tmp_path), rank=0, world_size=1, max_file_size_mb=0.01, backup_count=1000)
+    follower = RunFollower(tmp_path)
+    seen: list[int] = []
+    try:
+        for burst in range(30):
+            for i in range(20):
+                sl.set_step(burst * 20 + i + 1)
+                with sl.log_trace_span("fwd"):
+                    pass
+            sl.flush_structured_logger()
+            seen += [r["seq_id"] for _, rs in follower.poll(float(burst)).records for r in rs]
+    finally:
+        sl.shutdown_structured_logger()
+    seen += [r["seq_id"] for _, rs in follower.poll(99.0).records for r in rs]
+    cursor = next(iter(follower.cursors.values()))
+    assert cursor.rotations >= 10, cursor.rotations
+    assert seen == list(range(1, len(seen) + 1)) and len(seen) >= 1200, (len(seen), seen[:5])
+    assert cursor.lost_bytes == 0 and follower.skipped.count == 0

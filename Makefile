@@ -13,7 +13,7 @@
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
 #   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
-#   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (about 3 minutes)
+#   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (3 to 5 minutes)
 .PHONY: setup train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto bench-watch clean
 
 setup:

@@ -17,7 +17,8 @@
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
 #   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
-.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto clean
+#   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (3 to 5 minutes)
+.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto bench-watch clean
 
 setup:
 	bash scripts/setup.sh
@@ -52,6 +53,9 @@ bench-start: setup
 
 bench-perfetto: setup
 	.venv/bin/python benchmarks/perfetto_size.py
+
+bench-watch: setup
+	.venv/bin/python benchmarks/watch_live.py
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

@@ -99,6 +99,26 @@ class RunSpec:
     #: ``stall`` record the real writer's watchdog writes after `stall_after_s` with no progress (120 s, the
     #: default floor), naming its open spans. Off by default: a run killed before the watchdog fired has none.
     black_boxes: bool = False
+    host_drifts: list[float] = field(default_factory=list)
+    # -- for `otel-titan watch` (benchmarks/watch_live.py); every default leaves the run as it was -----------
+    #: Median step time in ms (the phases scaled to it); None: the phases' own sum, about 104 ms.
+    step_ms: float | None = None
+    #: The straggler's slowdown starts at this step (a fail-slow onset); None: from the first step.
+    slow_from: int | None = None
+    #: The straggler's whole host is slow (every rank on it), not only its rank.
+    slow_host: bool = False
+    #: Every host's clock drifts by a random amount of up to ±this many ms over the run (NTP drift; `drift_ms`
+    #: with `drift_hosts` drifts chosen hosts by exactly that much).
+    host_drift_ms: float = 0.0
+    #: With `pp` > 1: stage k's fwd and bwd take (1 + k × stage_pct / 100) times as long (stages differ by design).
+    stage_pct: float = 0.0
+    #: Step lengths that vary together (variable sequence lengths): a per-step factor shared by every rank (lognormal sigma).
+    variable: float = 0.0
+    #: Every `pause_every` steps every rank runs a `checkpoint` span of `pause_ms` (a long pause all ranks share).
+    pause_every: int = 0
+    pause_ms: float = 0.0
+    #: Every rank slower in one phase from one step on (storage, network): ``(phase, pct, from_step)``.
+    job_slow: tuple[str, float, int] | None = None
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -126,25 +146,48 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     shape = (spec.ranks, n_steps)
     durations = {}
     speed = rng.lognormal(0.0, spec.noise / 6, size=(spec.ranks, 1))  # each rank's own small systematic speed
+    scale = 1.0 if spec.step_ms is None else spec.step_ms / (sum(PHASES.values()) + COLLECTIVE_MS)
     for phase, ms in PHASES.items():
-        durations[phase] = ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
+        durations[phase] = scale * ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
+    tokens = None
+    if spec.variable:
+        shared = rng.lognormal(0.0, spec.variable, size=(1, n_steps))
+        for phase in PHASES:
+            durations[phase] = durations[phase] * shared
+        tokens = np.round(4096 * shared[0])  # the job logs its tokens per step (a `tokens` scalar)
     if spec.pp > 1 and spec.last_stage_fwd_pct:
         durations["fwd"][_stage_ranks(spec, spec.pp - 1)] *= 1.0 + spec.last_stage_fwd_pct / 100.0
+    if spec.pp > 1 and spec.stage_pct:
+        for stage in range(1, spec.pp):
+            for phase in ("fwd", "bwd"):
+                durations[phase][_stage_ranks(spec, stage)] *= 1.0 + stage * spec.stage_pct / 100.0
     if spec.straggler is not None:
         rank, phase, pct = spec.straggler
-        durations[phase][rank] *= 1.0 + pct / 100.0
+        slow_ranks = [r for r in range(spec.ranks) if r // spec.ranks_per_host == rank // spec.ranks_per_host] if spec.slow_host else [rank]
+        onset = 0 if spec.slow_from is None else max(0, spec.slow_from - first_step)
+        for r in slow_ranks:
+            durations[phase][r, onset:] *= 1.0 + pct / 100.0
+    if spec.job_slow is not None:
+        phase, pct, from_step = spec.job_slow
+        durations[phase][:, max(0, from_step - first_step):] *= 1.0 + pct / 100.0
     gaps = 0.010 * rng.lognormal(0.0, 0.3, size=(spec.ranks, n_steps, 8))  # between consecutive records, ms
     work = sum(durations.values()) + gaps.sum(axis=2)
+    pauses = np.zeros(n_steps)
+    if spec.pause_every and spec.pause_ms:
+        for i in range(n_steps):
+            if (first_step + i) % spec.pause_every == 0:
+                pauses[i] = spec.pause_ms
+        work = work + pauses.reshape(1, -1)
     exits = np.empty(n_steps)
     begins = np.empty(n_steps)
     t = start_us
     for i in range(n_steps):
         begins[i] = t
         arrival = t + work[:, i] * 1000.0
-        exits[i] = arrival.max() + COLLECTIVE_MS * 1000.0 * float(rng.lognormal(0.0, spec.noise))
+        exits[i] = arrival.max() + scale * COLLECTIVE_MS * 1000.0 * float(rng.lognormal(0.0, spec.noise))
         t = exits[i] + GAP_MS * 1000.0
     exit_jitter = np.abs(rng.normal(0.0, spec.exit_jitter_us, size=shape))
-    return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt}
+    return {"durations": durations, "gaps": gaps, "begins": begins, "exits": exits, "exit_jitter": exit_jitter, "first_step": first_step, "attempt": attempt, "pauses": pauses, "tokens": tokens}
 
 
 class _Writer:
@@ -191,6 +234,7 @@ def _write_rank(job: tuple) -> int:
     spec, rank, attempt, log_dir, sim, stop = job
     host = rank // spec.ranks_per_host
     offset = spec.host_offsets_us[host]
+    host_drift = spec.host_drifts[host] if spec.host_drifts else 0.0  # µs of drift per µs of true time
     pid = 10_000 + rank + 100_000 * attempt
     identity = {
         "schema_version": 1,
@@ -215,7 +259,7 @@ def _write_rank(job: tuple) -> int:
     w = _Writer(path, identity, pid)
     drift = spec.drift_ms * 1000.0 if host in spec.drift_hosts else 0.0
     span = max(exits[-1] - begins[0], 1.0)
-    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span  # noqa: E731 - the host's wall clock
+    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span + host_drift * (true_us - start_true)  # noqa: E731 - the host's wall clock
     w.write(
         {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
          "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
@@ -223,6 +267,7 @@ def _write_rank(job: tuple) -> int:
          **({"mesh": {"pp": rank // (spec.ranks // spec.pp), "dp": rank % (spec.ranks // spec.pp)}, "mesh_shape": {"pp": spec.pp, "dp": spec.ranks // spec.pp}} if spec.pp > 1 else {})},
         thread=False,
     )
+    pauses = sim["pauses"].tolist()
     pre = _trace_id(spec.run_id, attempt, None)
     w.write({"time_us": clock(start_true + 1000.0), "log_type": "instant", "log_type_name": "training_start", "event_name": None, **_CALLER, "log_level": "INFO",
              "message": "training_start", "trace_id": pre, "span_id": w.span_id(rank), "parent_span_id": None})
@@ -301,6 +346,13 @@ def _write_rank(job: tuple) -> int:
             name = "loss" if k == 0 else f"metric_{k}"
             w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "metric_value", "event_name": name, **_CALLER, "log_level": "INFO",
                      "message": f"[step {step}] {name}=2.5", "value": round(2.5 + 0.01 * k, 4), "span_id": w.span_id(rank), "parent_span_id": None, **common})
+        if pauses[i]:
+            sid = start("checkpoint", t, None)
+            end("checkpoint", sid, None, t, t + pauses[i] * 1000.0)
+            t += pauses[i] * 1000.0
+        if sim["tokens"] is not None:
+            w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "metric_value", "event_name": "tokens", **_CALLER, "log_level": "INFO",
+                     "message": f"[step {step}] tokens", "value": float(sim["tokens"][i]), "span_id": w.span_id(rank), "parent_span_id": None, **common})
         t += g[6]
         sid = start(COLLECTIVE, t, None)
         if stopping("wait"):
@@ -337,6 +389,10 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
     for host in spec.drift_hosts:
         if not 0 <= host < _hosts(spec):
             raise ValueError(f"drifting host {host} is not one of the {_hosts(spec)} hosts")
+    if spec.host_drift_ms:
+        # A rate per host: up to ±host_drift_ms over the run's length (its steps at the nominal step time).
+        length_us = spec.steps * (spec.step_ms or sum(PHASES.values()) + COLLECTIVE_MS) * 1000.0
+        spec.host_drifts = [float(x) for x in np.random.default_rng(spec.seed + 7919).uniform(-spec.host_drift_ms * 1000.0, spec.host_drift_ms * 1000.0, size=_hosts(spec)) / length_us]
     for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart):
         if fault is not None and not 0 <= fault[0] < spec.ranks:
             raise ValueError(f"fault rank {fault[0]} is not one of the {spec.ranks} ranks")
@@ -359,8 +415,10 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
             resume = (stop_step - 1) // _CKPT_EVERY * _CKPT_EVERY + 1
             attempts.append((1, resume, spec.steps))
     t = start_us
+    sims = []
     for attempt, first, last in attempts:
         sim = _simulate(spec, attempt, first, last, t, rng)
+        sims.append(sim)
         for rank in range(spec.ranks):
             jobs_list.append((spec, rank, attempt, log_dir, sim, stops.get(rank) if attempt == 0 else None))
         t = float(sim["exits"][-1]) + 60e6  # the agent restarts a minute later
@@ -387,7 +445,7 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         if show:
             sys.stderr.write("\r\x1b[K")
     truth = {
-        "spec": {k: v for k, v in asdict(spec).items() if k != "host_offsets_us"},
+        "spec": {k: v for k, v in asdict(spec).items() if k not in ("host_offsets_us", "host_drifts")},
         "host_offsets_us": {_host_name(h): off for h, off in enumerate(spec.host_offsets_us)},
         "rank_host": {r: _host_name(r // spec.ranks_per_host) for r in range(spec.ranks)},
         "bytes": total,
@@ -396,10 +454,32 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         "hung": None if spec.hung is None else {"rank": spec.hung[0], "step": spec.hung[1]},
         "crashed": None if (spec.crashed or spec.restart) is None else {"rank": (spec.crashed or spec.restart)[0], "step": (spec.crashed or spec.restart)[1]},  # type: ignore[index]
         "restarted": spec.restart is not None,
+        "onset_us": _onsets(spec, sims[0]),
     }
     with open(os.path.join(out_dir, "ground_truth.json"), "wb") as handle:
         handle.write(orjson.dumps(truth, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
     return truth
+
+
+def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
+    """When each injected fault began, true time in µs (the live benchmark's detection latency is measured from it).
+
+    hang: the hung rank's last record (its ``bwd`` start); crash: its torn write; slow: the first slow step's start.
+    """
+    out: dict[str, float] = {}
+    first = sim["first_step"]
+    d, gaps, begins = sim["durations"], sim["gaps"], sim["begins"]
+    for kind, fault in (("hang", spec.hung), ("crash", spec.crashed or spec.restart)):
+        if fault is not None:
+            rank, step = fault
+            i = step - first
+            t = begins[i] + (d["data_fetch"][rank, i] + d["fwd"][rank, i] + gaps[rank, i, :3].sum()) * 1000.0
+            out[kind] = float(t if kind == "hang" else t - gaps[rank, i, 2] * 1000.0)
+    if spec.straggler is not None:
+        out["slow"] = float(begins[max(0, (spec.slow_from or first) - first)])
+    if spec.job_slow is not None:
+        out["job_slow"] = float(begins[max(0, spec.job_slow[2] - first)])
+    return out
 
 
 def _fault(text: str) -> tuple[int, int]:
@@ -437,16 +517,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
     parser.add_argument("--restart", type=_fault, metavar="RANK@STEP", help="as --crashed, then a second attempt of every rank from the last checkpoint")
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per CPU for big runs)")
+    live = parser.add_argument_group("live runs (for otel-titan watch)")
+    live.add_argument("--live", action="store_true", help="write in real time: the run starts in 3 s and every line reaches its file at its time (benchmarks/live_run.py)")
+    live.add_argument("--step-ms", type=float, help="median step time in ms (default: about 104)")
+    live.add_argument("--slow-from", type=int, metavar="STEP", help="the --straggler's slowdown begins at STEP (a fail-slow onset)")
+    live.add_argument("--slow-host", action="store_true", help="the --straggler's whole host is slow, not only its rank")
+    live.add_argument("--host-drift-ms", type=float, default=0.0, help="every host's clock also drifts by up to ±this over the run")
+    live.add_argument("--pp", type=int, default=1, help="pipeline stages (pp-major, as init_device_mesh; ranks record their mesh)")
+    live.add_argument("--stage-pct", type=float, default=0.0, help="with --pp: stage k's fwd/bwd longer by k times this %%")
+    live.add_argument("--variable", type=float, default=0.0, help="step lengths that vary together (lognormal sigma of a per-step factor)")
+    live.add_argument("--pause-every", type=int, default=0, metavar="N", help="every N steps, a checkpoint span every rank shares")
+    live.add_argument("--pause-ms", type=float, default=0.0, help="the checkpoint's length in ms")
     args = parser.parse_args(argv)
     if sum(x is not None for x in (args.hung, args.crashed, args.restart)) > 1:
         parser.error("at most one of --hung, --crashed, --restart")
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
-                   straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts)
+                   straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
+                   step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
+                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms)
+    if args.live:
+        spec.start_us = int((time.time() + 3.0) * 1e6)
     started = time.monotonic()
+    target = os.path.join(args.out_dir, ".generated") if args.live else args.out_dir
     try:
-        truth = generate_run(args.out_dir, spec, jobs=args.jobs, progress=True)
+        truth = generate_run(target, spec, jobs=args.jobs, progress=True)
     except ValueError as error:
         parser.error(str(error))
+    if args.live:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from benchmarks.live_run import play  # noqa: PLC0415 - only the live mode needs it
+
+        os.replace(os.path.join(target, "ground_truth.json"), os.path.join(args.out_dir, "ground_truth.json"))
+        print(f"{args.out_dir}: playing {truth['files']} files in real time (ground truth in ground_truth.json)", flush=True)
+        lines = play(target, args.out_dir, truth)
+        print(f"{args.out_dir}: {lines:,} lines written live in {time.monotonic() - started:.1f} s")
+        return 0
     print(f"{args.out_dir}: {truth['files']} files, {truth['bytes'] / 1e6:,.1f} MB in {time.monotonic() - started:.1f} s; ground truth in ground_truth.json")
     return 0
 

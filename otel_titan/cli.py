@@ -1,8 +1,8 @@
-"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`).
+"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`).
 
 Exit codes: 0 done; 1 the run has no readable records (or none match the
 filters), or the output could not be written; 2 the path is not a run, or the
-command line is wrong.
+command line is wrong; 3 (`watch --exit-on`) an alert of the kinds named was confirmed.
 
 Every line printed for a person goes through `safe_text.printable` (the
 records' text, file names and paths are shown, control characters escaped,
@@ -24,6 +24,8 @@ import orjson
 from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
 from otel_titan.analysis.filters import parse_rank_list
+from otel_titan.analysis.live.watch import EXIT_ON_KINDS, default_trigger, run_watch
+from otel_titan.analysis.reader import find_log_dir
 from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
 from otel_titan.analysis.report import write_report
 from otel_titan.analysis.runs import find_run
@@ -115,6 +117,18 @@ The file works offline (the plotting library's JavaScript is inside; no
 network request). Big runs are binned (steps and ranks) to stay small.
 """
 
+_WATCH_EPILOG = """\
+examples:
+  otel-titan watch outputs                         # the screen, refreshed every 2 s
+  otel-titan watch outputs --json | jq -c 'select(.type == "alert")'
+  otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
+  otel-titan watch outputs --once                  # one frame, then exit
+
+launch the ranks with OTEL_TITAN_DUMP_TRIGGER=RUN_DIR/dump-now (or pass --trigger) so that a
+suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
+exit codes: 0 done (or Ctrl-C), 2 not a run or bad arguments, 3 an --exit-on alert was confirmed.
+"""
+
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
 
@@ -194,7 +208,26 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     report.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned, as summarize)")
     report.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     _add_filters(report)
-    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report}
+
+    watch = commands.add_parser(
+        "watch",
+        help="follow a running job: name the hung, crashed or slowing rank within seconds",
+        description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read) and name "
+        "the hung, crashed, missing or slowing rank while it runs, with what it costs (docs/watch.md). On a suspected hang it "
+        "touches the dump trigger file so every rank writes its black box.",
+        epilog=_WATCH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    watch.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
+    watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
+    watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
+    watch.add_argument("--exit-on", metavar="KINDS", help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing")
+    watch.add_argument("--trigger", metavar="FILE", help="the dump trigger file to touch on a suspected hang (default: $OTEL_TITAN_DUMP_TRIGGER, else RUN_DIR/dump-now)")
+    watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
+    watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
+    watch.set_defaults(ranks=None, sources=None, run=None)
+    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch}
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
@@ -305,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sql(args, command, ranks, sources)
         if args.command == "report":
             return _report(args, command, ranks, sources)
+        if args.command == "watch":
+            return _watch(args, command)
         return _summarize(args, ranks, sources)
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
@@ -494,6 +529,21 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     print(f"report: {printable(result.path)} ({_size(result.bytes)}, {plural(result.figures, 'figure')}; {printable(result.binning)})")
     print(f"  {plural(result.ranks, 'rank')}, {plural(result.steps, 'step')}, read in {result.seconds:.1f} s; open it in a browser (works offline)")
     return EXIT_OK
+
+
+def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    kinds = tuple(k.strip() for k in (args.exit_on or "").split(",") if k.strip())
+    wrong = [k for k in kinds if k not in EXIT_ON_KINDS]
+    if wrong:
+        parser.error(f"--exit-on: {', '.join(wrong)} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
+    if not args.interval > 0:
+        parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
+    try:
+        run_dir = find_log_dir(args.run_dir)[0]
+    except NotARunError as error:
+        return _fail(str(error), EXIT_NOT_A_RUN)
+    trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
+    return run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None)
 
 
 def _size(count: int) -> str:

@@ -7,6 +7,7 @@
 #      puppeteer-core (npm ci, pinned by tests/browser/package-lock.json, into tests/browser/node_modules):
 #      the Perfetto UI tests (tests/analysis/test_perfetto_ui.py) and the report tests
 #      (tests/analysis/test_report.py) open pages in headless Chromium driven by puppeteer-core.
+#      tmux, for the tests that read a real terminal (tests/analysis/live/test_screen.py, test_worker_io.py).
 #   2. scripts/setup-prometheus.sh, where it exists: the Prometheus server of the metrics tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +27,9 @@ if [ -f tests/browser/package-lock.json ]; then
   missing=""
   command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
   command -v npm >/dev/null 2>&1 || missing="$missing nodejs npm"
+  command -v tmux >/dev/null 2>&1 || missing="$missing tmux"  # the terminal tests (watch's screen, escaping)
   if [ -z "$missing" ]; then
-    say "chromium and npm: found"
+    say "chromium, npm and tmux: found"
   elif $as_root_with_apt; then
     begin "installing$missing with apt-get, for the browser tests (a few minutes on a fresh machine) ..."
     { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing; } \

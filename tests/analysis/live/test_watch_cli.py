@@ -1,0 +1,72 @@
+"""`otel-titan watch` on the command line: help, bad arguments, --once, --json fields, the trigger file, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.cli import main
+
+
+def test_help_names_every_option_and_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["watch", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--interval", "--once", "--json", "--exit-on", "--trigger", "--no-trigger", "--plain", "OTEL_TITAN_DUMP_TRIGGER", "3 an --exit-on alert"):
+        assert option in text
+
+
+def test_exit_on_slow_is_refused_with_the_reason(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["watch", "/tmp", "--exit-on", "hang,slow"])
+    assert exit_info.value.code == 2
+    assert "slow is not one of hang, crashed, terminated, missing" in capsys.readouterr().err
+
+
+def test_a_path_that_is_not_a_run_exits_2(tmp_path, capsys):
+    assert main(["watch", str(tmp_path / "nope"), "--once"]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_once_json_prints_one_frame_with_the_documented_fields(tmp_path, capsys):
+    generate_run(str(tmp_path), RunSpec(ranks=4, steps=12, seed=1))
+    assert main(["watch", str(tmp_path), "--once", "--json", "--no-trigger"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    frame = json.loads(lines[0])
+    for field in ("type", "time_utc", "run_id", "attempt", "age_s", "processes", "world_size", "states", "ranks_by_state", "steps", "step_ms",
+                  "steps_per_min", "phases", "last_arrivals", "hang_after_s", "suspected_hang", "alerts", "resolved", "run_dir", "black_box_requested_utc", "read"):
+        assert field in frame, field
+    assert frame["type"] == "frame" and frame["states"] == {"closed": 4} and frame["steps"]["max"] == 12
+
+
+def test_a_suspected_hang_touches_the_trigger_file_once_and_exit_on_hang_exits_3(tmp_path, capsys):
+    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15)))
+    old = time.time() - 60
+    for name in os.listdir(tmp_path / "structured_logs"):
+        os.utime(tmp_path / "structured_logs" / name, (old, old))
+    trigger = tmp_path / "dump-now"
+    assert main(["watch", str(tmp_path), "--json", "--interval", "0.1", "--exit-on", "hang", "--trigger", str(trigger)]) == 3
+    assert trigger.exists()
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    alert = [e for e in events if e["type"] == "alert"][0]
+    for field in ("kind", "id", "message", "ranks", "source", "attempt", "host", "step", "phase", "where", "line", "since_utc", "detected_utc", "cost", "evidence", "victims", "confirmed"):
+        assert field in alert, field
+    assert alert["ranks"] == [3] and alert["kind"] == "hang"
+    requested = [e["black_box_requested_utc"] for e in events if e["type"] == "frame"]
+    assert len(requested[-1]) == 1, "the trigger is touched once per suspected hang, not at every refresh"
+
+
+def test_once_on_a_job_stuck_for_a_minute_shows_the_suspect_it_will_confirm_at_the_next_refresh(tmp_path, capsys):
+    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15)))
+    old = time.time() - 60
+    for name in os.listdir(tmp_path / "structured_logs"):
+        os.utime(tmp_path / "structured_logs" / name, (old, old))
+    assert main(["watch", str(tmp_path), "--once", "--no-trigger"]) == 0
+    out = capsys.readouterr().out
+    assert "suspected hang: training rank 3 in bwd (step 15)" in out and "alerts: none" in out

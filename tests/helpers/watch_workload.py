@@ -1,0 +1,59 @@
+"""A gloo training loop for `otel-titan watch` (tests/analysis/live/test_watch_torchrun.py): one fault at a time.
+
+``python watch_workload.py FAULT BAD_RANK OUTPUT_DIR`` under torchrun. Every
+rank runs steps of ``data_fetch`` (``STEP_S`` seconds) then ``all_reduce``,
+until killed; from step ``FAULT_STEP`` (default 4) rank BAD_RANK injects FAULT:
+
+* ``peer_phase``: sleeps in `read_shard` inside ``data_fetch`` (the others wait in all_reduce);
+* ``between_spans``: sleeps in `load_batch` after `set_step`, before its ``data_fetch`` span opens;
+* ``slow``: its ``data_fetch`` takes ``SLOW_FACTOR`` (default 1.5) times as long, from then on;
+* ``healthy``: no fault.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from otel_titan import structured_logger as sl
+
+FAULT, BAD, OUT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+STEP_S = float(os.environ.get("WATCH_STEP_S", "0.2"))
+FAULT_STEP = int(os.environ.get("WATCH_FAULT_STEP", "4"))
+SLOW_FACTOR = float(os.environ.get("WATCH_SLOW_FACTOR", "1.5"))
+
+
+def read_shard() -> None:
+    time.sleep(3600)  # watch: the culprit line of the peer_phase fault
+
+
+def load_batch() -> None:
+    time.sleep(3600)  # watch: the culprit line of the between_spans fault
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    sl.init_structured_logger("training", OUT)
+    tensor = torch.ones(16)
+    step = 0
+    while True:
+        step += 1
+        sl.set_step(step)
+        faulty = rank == BAD and step >= FAULT_STEP
+        if faulty and FAULT == "between_spans":
+            load_batch()
+        with sl.log_trace_span("data_fetch"):
+            time.sleep(STEP_S * (SLOW_FACTOR if faulty and FAULT == "slow" else 1.0))
+            if faulty and FAULT == "peer_phase":
+                read_shard()
+        with sl.log_trace_span("all_reduce"):
+            dist.all_reduce(tensor)
+
+
+if __name__ == "__main__":
+    main()

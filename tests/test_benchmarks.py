@@ -112,3 +112,21 @@ def test_default_trace_granularity_keeps_a_1024_rank_step_within_tempo_and_jaege
     # And why the default is not one trace per step: all 1,024 ranks in one trace break both limits.
     whole = next(row for row in sizes["other_group_sizes"] if row["ranks_per_trace"] == 1024)
     assert whole["max_bytes_per_trace"] > limits["tempo_max_bytes_per_trace"] and whole["max_spans_per_trace"] > limits["jaeger_ui_spans_per_trace"]
+
+
+@pytest.mark.slow
+def test_analysis_scale_quick_measures_every_command_against_duckdb(tmp_path):
+    """benchmarks/analysis_scale.py --quick: every command, each size, a median and a peak; figures not checked (no timed tests)."""
+    out = tmp_path / "analysis.json"
+    result = processes.run([sys.executable, "benchmarks/analysis_scale.py", "--quick", "--workdir", str(tmp_path), "--json", str(out)],
+                           capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [row["ranks"] for row in data["rows"]] == [8, 16] and data["repeat"] == 1
+    for row in data["rows"]:
+        assert row["bytes"] > 0
+        assert set(row["commands"]) == {"duckdb", "summarize", "summarize --jobs 2", "export", "report", "sql"}
+        assert all(c["median_s"] > 0 and c["peak_mb"] > 10 and len(c["rounds_s"]) == 1 for c in row["commands"].values())
+    assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | peak MB |" in result.stdout
+    assert "| 16 | 0 | summarize --jobs 2 |" in result.stdout
+    assert list(tmp_path.iterdir()) == [out]  # the generated runs are deleted

@@ -52,6 +52,8 @@ class Workers:
     executor: Executor
     slots: int
     where: str
+    what: str = "worker"
+    cluster: bool = False
 
 
 @contextmanager
@@ -70,7 +72,7 @@ def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable
     if scheduler is None:
         pool = InterpreterPool(jobs, what, on_bytes)
         try:
-            yield Workers(pool, jobs, f"{jobs} local workers")
+            yield Workers(pool, jobs, f"{jobs} local workers", what)
         except BaseException:
             pool.shutdown(cancel_futures=True)
             raise
@@ -81,7 +83,7 @@ def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable
         slots = sum(client.nthreads().values())
         if slots == 0:
             raise ClusterError(f"the Dask scheduler at {scheduler} has no worker (start some: dask worker {scheduler})")
-        yield Workers(client.get_executor(pure=False), slots, f"the Dask cluster at {scheduler} ({slots} threads)")
+        yield Workers(client.get_executor(pure=False), slots, f"the Dask cluster at {scheduler}", what, cluster=True)
     finally:
         client.close()
 
@@ -102,7 +104,8 @@ def run_shares(workers: Workers, function: str, shares: list[tuple[Any, ...]], o
 
     A share's warnings are logged here as it finishes, and the bytes it read
     that it could not report live. The first failure cancels what has not
-    run and is raised.
+    run and is raised (on a cluster as `ClusterError`, naming the cluster:
+    most often its workers do not see the run at the same path).
     """
     logger = logging.getLogger(LOGGER)
     futures = [workers.executor.submit(run_task, function, *share) for share in shares]
@@ -118,8 +121,13 @@ def run_shares(workers: Workers, function: str, shares: list[tuple[Any, ...]], o
                     if total > live:
                         on_bytes(total - live)
             for future in done:
-                if future.exception() is not None:
-                    raise future.exception()  # type: ignore[misc]
+                error = future.exception()
+                if error is not None and workers.cluster:
+                    # A worker elsewhere: its error names its own view of the files, which may not be ours.
+                    raise ClusterError(f"a {workers.what} on {workers.where} failed: {type(error).__name__}: {error} "
+                                       "(the workers must see the run's files, and the export's output folder, at the same paths)") from error
+                if error is not None:
+                    raise error
     finally:
         for future in pending:
             future.cancel()

@@ -196,3 +196,15 @@ def test_a_closed_cluster_leaves_no_process(run) -> None:
     while (left := set(processes.started_by(os.getpid(), token)) - before) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, left
+
+
+def test_a_file_the_cluster_cannot_read_is_an_error_naming_the_cluster(run, cluster, tmp_path) -> None:
+    """As when the workers do not see the run's folder: the error says where it failed and what the workers need."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    db = open_run(copy, scheduler=cluster)
+    next((copy / "structured_logs").glob("*rank_3*.jsonl")).unlink()  # listed here, gone for the workers
+    with pytest.raises(executors.ClusterError, match=f"(?s)a sql worker on the Dask cluster at {cluster} failed: IOException.*at the same paths"):
+        db.load()

@@ -130,3 +130,13 @@ def test_analysis_scale_quick_measures_every_command_against_duckdb(tmp_path):
     assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | peak MB |" in result.stdout
     assert "| 16 | 0 | summarize --jobs 2 |" in result.stdout
     assert list(tmp_path.iterdir()) == [out]  # the generated runs are deleted
+
+
+@pytest.mark.slow
+def test_parse_speed_quick_measures_every_decoder():
+    """benchmarks/parse_speed.py --quick: a row per case, DuckDB the reference; figures not checked."""
+    result = processes.run([sys.executable, "benchmarks/parse_speed.py", "--quick"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows[:2] == ["duckdb", "orjson"] and rows[-2:] == ["reader", "summarize"]
+    assert "| duckdb | " in result.stdout and " | 1.00 |" in result.stdout

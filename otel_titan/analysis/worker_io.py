@@ -82,8 +82,6 @@ def _install_filter() -> None:
     with _filter_lock:
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
-        if logger.level == logging.NOTSET or logger.level > logging.WARNING:
-            logger.setLevel(logging.WARNING)
 
 
 def _function(name: str) -> Callable[..., Any]:

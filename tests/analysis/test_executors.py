@@ -208,3 +208,46 @@ def test_a_file_the_cluster_cannot_read_is_an_error_naming_the_cluster(run, clus
     next((copy / "structured_logs").glob("*rank_3*.jsonl")).unlink()  # listed here, gone for the workers
     with pytest.raises(executors.ClusterError, match=f"(?s)a sql worker on the Dask cluster at {cluster} failed: IOException.*at the same paths"):
         db.load()
+
+
+def test_export_and_sql_commands_on_the_cluster_print_what_they_print_locally(run, cluster, tmp_path) -> None:
+    local = _cli("export", str(run), "-o", str(tmp_path / "local.json"), "--jobs", "1")
+    dask = _cli("export", str(run), "-o", str(tmp_path / "dask.json"), "--scheduler", cluster)
+    assert local.returncode == dask.returncode == 0, dask.stderr
+    assert _canonical(load_trace(tmp_path / "dask.json")) == _canonical(load_trace(tmp_path / "local.json"))
+    query = "SELECT rank, name, count(*), round(sum(duration_ms), 3) FROM spans GROUP BY ALL ORDER BY ALL"
+    local = _cli("sql", str(run), query, "--format", "csv")
+    dask = _cli("sql", str(run), query, "--format", "csv", env={"DASK_SCHEDULER_ADDRESS": cluster})
+    assert local.returncode == dask.returncode == 0, dask.stderr
+    assert dask.stdout == local.stdout and dask.stdout.count(b"\n") > 8
+
+
+def test_an_explicit_jobs_runs_here_whatever_dask_scheduler_address_says(run) -> None:
+    """``--jobs N`` asks for this machine: an unreachable DASK_SCHEDULER_ADDRESS is not even tried."""
+    done = _cli("summarize", str(run), "--jobs", "1", env={"DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:9"})
+    assert done.returncode == 0, done.stderr
+    assert b"Dask" not in done.stderr
+
+
+def log_many(name: str, count: int, on_bytes) -> str:
+    """A task for `run_task`: logs `count` warnings naming itself, slowly, so that two tasks on two threads interleave."""
+    for index in range(count):
+        logging.getLogger("otel_titan.analysis").warning("%s %d%s", name, index, RED)
+        on_bytes(10)
+        time.sleep(0.001)
+    return name
+
+
+def test_tasks_on_threads_of_one_worker_get_their_own_warnings_only(caplog) -> None:
+    """A Dask worker runs several tasks at once, on threads: each task's result carries its own warnings, escaped, and nothing leaks to this logger."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from otel_titan.analysis.worker_io import run_task
+
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        with ThreadPoolExecutor(2) as pool:
+            a, b = pool.map(lambda name: run_task("tests.analysis.test_executors:log_many", name, 50), ["a", "b"])
+    for name, (value, warnings, total, live) in (("a", a), ("b", b)):
+        assert value == name and total == 500 and live == 0
+        assert warnings == [f"{name} {i}\\x1b[31m" for i in range(50)]
+    assert not [r for r in caplog.records if r.name == "otel_titan.analysis"]

@@ -251,3 +251,20 @@ def test_tasks_on_threads_of_one_worker_get_their_own_warnings_only(caplog) -> N
         assert value == name and total == 500 and live == 0
         assert warnings == [f"{name} {i}\\x1b[31m" for i in range(50)]
     assert not [r for r in caplog.records if r.name == "otel_titan.analysis"]
+
+
+def test_an_undecodable_file_name_survives_the_trip_to_the_cluster(run, cluster, tmp_path) -> None:
+    """A file name with bytes that are not UTF-8 (surrogates in Python) is sent to the workers and back exactly."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    logs = os.fsencode(copy / "structured_logs")
+    victim = sorted(os.listdir(logs))[2]
+    os.rename(os.path.join(logs, victim), os.path.join(logs, victim.replace(b"global_rank_2", b"global_rank_2\xff\xfe")))
+    serial = _timeless(summarize_run(copy, log_skipped=False).to_dict())
+    assert "global_rank_2\\udcff\\udcfe" in json.dumps(serial)  # the summary names the file, surrogates and all
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == serial
+    local = generate_gantt_trace(copy, tmp_path / "local.json", jobs=1, log_skipped=False)
+    dask = generate_gantt_trace(copy, tmp_path / "dask.json", scheduler=cluster, log_skipped=False)
+    assert _canonical(load_trace(tmp_path / "dask.json")) == _canonical(load_trace(tmp_path / "local.json")) and local.spans == dask.spans

@@ -12,13 +12,15 @@
 #                      summarize before issue 12 (about 15 minutes, 2 GB of /tmp, deleted after)
 #   make bench-sql     set up, then time `otel-titan sql` (per-phase, per-rank p50/p99) against summarize on a
 #                      generated 2 GB 1,024-rank run (about 15 minutes, 2 GB of /tmp, deleted after)
+#   make bench-analysis  set up, then summarize, --jobs 2, export, report and sql against DuckDB's read_ndjson
+#                      at 64, 256 and 1,024 ranks, with peak memory (under 10 minutes on 2 cores; docs/performance.md)
 #   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
 #                      with 4 threads spinning for the interpreter lock (under a minute; also part of make bench)
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
 #   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
 #   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (3 to 5 minutes)
-.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-sql bench-start bench-stall bench-perfetto bench-watch clean
+.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-analysis bench-sql bench-start bench-stall bench-perfetto bench-watch clean
 
 setup:
 	bash scripts/setup.sh
@@ -44,6 +46,9 @@ bench-export: setup
 
 bench-summarize: setup
 	.venv/bin/python benchmarks/summarize_scale.py
+
+bench-analysis: setup
+	.venv/bin/python benchmarks/analysis_scale.py
 
 bench-sql: setup
 	.venv/bin/python benchmarks/sql_scale.py /tmp/otel-titan-sql-bench --ranks 1024 --steps 200

@@ -23,6 +23,7 @@ import orjson
 
 from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
+from otel_titan.analysis.executors import ClusterError, MissingClusterError
 from otel_titan.analysis.filters import parse_rank_list
 from otel_titan.analysis.live.watch import EXIT_ON_KINDS, default_trigger, run_watch
 from otel_titan.analysis.reader import find_log_dir
@@ -154,6 +155,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     export.add_argument("--steps", metavar="A:B", help="only steps A to B, both included (A:, :B and N work too)")
     _add_filters(export)
     export.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)")
+    _add_scheduler(export, "convert the files; they write their parts beside OUT, which they must see")
     export.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     export.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
     export.add_argument("--force", action="store_true", help="write the trace even when it would be too big for Perfetto's UI (about 1 GB)")
@@ -173,6 +175,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
     summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     summarize.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)")
+    _add_scheduler(summarize, "read the files")
     _add_filters(summarize)
 
     sql = commands.add_parser(
@@ -191,6 +194,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     sql.add_argument("--parquet", metavar="DIR", help="also write every view as DIR/<view>.parquet")
     sql.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective, as summarize)")
     sql.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    _add_scheduler(sql, "load the files (each worker's DuckDB reads a share, the rows come back here)")
     _add_filters(sql)
 
     report = commands.add_parser(
@@ -228,6 +232,23 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
     watch.set_defaults(ranks=None, sources=None, run=None)
     return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch}
+
+
+def _add_scheduler(parser: argparse.ArgumentParser, work: str) -> None:
+    parser.add_argument(
+        "--scheduler", metavar="ADDRESS",
+        help=f"a Dask scheduler (tcp://host:8786) whose workers {work}: the same result as here (docs/analysis.md; "
+        "needs pip install 'otel-titan[cluster]'). Default: $DASK_SCHEDULER_ADDRESS unless --jobs is given",
+    )
+
+
+def _scheduler(args: argparse.Namespace) -> str | None:
+    """--scheduler, else Dask's own DASK_SCHEDULER_ADDRESS (unless --jobs asks for local workers), else None: this machine."""
+    if args.scheduler:
+        return str(args.scheduler)
+    if getattr(args, "jobs", None) is None:
+        return os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    return None
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
@@ -383,7 +404,10 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         stats = generate_gantt_trace(
             args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs, run_id=args.run,
             align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES, native=native,
+            scheduler=_scheduler(args),
         )
+    except (MissingClusterError, ClusterError) as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
     except TraceTooBigError as error:
         return _fail(f"{error}", EXIT_NO_RECORDS)
     except NotARunError as error:
@@ -428,7 +452,12 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         if args.tail:
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
         else:
-            summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs)
+            summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs,
+                                    scheduler=_scheduler(args))
+    except (MissingClusterError, ClusterError) as error:
+        return _fail(f"{error}", EXIT_NOT_A_RUN)
+    except RuntimeError as error:  # a summary worker died (out of memory, killed): its own error is above
+        return _fail(f"{error}", EXIT_NO_RECORDS)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NoRecordsError as error:
@@ -458,7 +487,8 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     stop_warnings = _show_warnings(progress)
     try:
         duckdb = require_duckdb()
-        db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources)
+        db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources,
+                                                             scheduler=_scheduler(args))
         if query is None and not args.save and not args.parquet:
             _print_views(db, VIEW_HELP)
             return EXIT_OK
@@ -474,7 +504,7 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
             sys.stderr.write(f"sql: saved the database to {printable(args.save)} (query it with: otel-titan sql {printable(args.save)} QUERY)\n")
         if query is not None:
             write_result(db.con, query, args.format, sys.stdout, max_rows=args.max_rows)
-    except MissingDependencyError as error:
+    except (MissingDependencyError, MissingClusterError, ClusterError) as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)
     except NotARunError as error:
         return _fail(f"{error}", EXIT_NOT_A_RUN)

@@ -124,3 +124,31 @@ def test_the_metrics_benchmark_compares_off_figures_and_metrics_in_one_run(tmp_p
     assert set(summary) == {"jsonl", "figures", "metrics"} and summary["jsonl"]["cpu_ratio"] == 1.0
     assert all(row["cpu_ms_per_step"] > 0 and row["thread_cpu_ms_per_step"] > 0 for row in summary.values())
     assert "target: training thread within +10 %" in result.stdout and "target: process CPU within 1.3x" in result.stdout
+
+
+@pytest.mark.slow
+def test_analysis_scale_quick_measures_every_command_against_duckdb(tmp_path):
+    """benchmarks/analysis_scale.py --quick: every command, each size, a median and a peak; figures not checked (no timed tests)."""
+    out = tmp_path / "analysis.json"
+    result = processes.run([sys.executable, "benchmarks/analysis_scale.py", "--quick", "--workdir", str(tmp_path), "--json", str(out)],
+                           capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [row["ranks"] for row in data["rows"]] == [8, 16] and data["repeat"] == 1
+    for row in data["rows"]:
+        assert row["bytes"] > 0
+        assert set(row["commands"]) == {"duckdb", "summarize", "summarize --jobs 2", "export", "report", "sql"}
+        assert all(c["median_s"] > 0 and c["peak_mb"] > 10 and len(c["rounds_s"]) == 1 for c in row["commands"].values())
+    assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | peak MB |" in result.stdout
+    assert "| 16 | 0 | summarize --jobs 2 |" in result.stdout
+    assert list(tmp_path.iterdir()) == [out]  # the generated runs are deleted
+
+
+@pytest.mark.slow
+def test_parse_speed_quick_measures_every_decoder():
+    """benchmarks/parse_speed.py --quick: a row per case, DuckDB the reference; figures not checked."""
+    result = processes.run([sys.executable, "benchmarks/parse_speed.py", "--quick"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows[:2] == ["duckdb", "orjson"] and rows[-2:] == ["reader", "summarize"]
+    assert "| duckdb | " in result.stdout and " | 1.00 |" in result.stdout

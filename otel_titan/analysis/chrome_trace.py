@@ -159,6 +159,7 @@ def generate_gantt_trace(
     align: bool = True,
     max_output_bytes: int | None = PERFETTO_MAX_TRACE_BYTES,
     native: bool | None = None,
+    scheduler: str | None = None,
 ) -> ExportStats:
     """Write a run's Chrome Trace JSON (open it in https://ui.perfetto.dev); returns what was written.
 
@@ -172,6 +173,9 @@ def generate_gantt_trace(
     `progress(bytes_read, bytes_total)` is called as the input is read.
     `jobs`: worker processes (default: one per CPU, up to 8, for runs of
     64 MB or more with several processes; 1 converts in this process).
+    `scheduler`: the address of a Dask scheduler (``tcp://host:8786``) whose
+    workers convert instead (`executors`; `jobs` is then ignored): the same
+    trace. They write their parts beside `output_path`, which they must see.
     `run_id`: the run to export when the folder holds several (default: the
     latest; ``otherData`` names it and lists the runs found).
     `align`: shift each host's times by its clock offset (`export_checks.tail_alignment`).
@@ -211,8 +215,8 @@ def generate_gantt_trace(
     out = _PerfettoFile(output) if native else _TraceFile(output)
     stats.replaced = out.existed
     try:
-        if jobs > 1:
-            first_us = export_parallel.convert_in_workers(groups, jobs, step_range, out, stats, run.skipped, on_bytes, log_skipped, native)
+        if jobs > 1 or scheduler is not None:
+            first_us = export_parallel.convert_in_workers(groups, jobs, step_range, out, stats, run.skipped, on_bytes, log_skipped, native, scheduler)
         else:
             first_us = write_groups(groups, out, stats, step_range, run.skipped, on_bytes, native)
         stats.skipped_lines = run.skipped.count

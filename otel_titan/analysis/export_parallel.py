@@ -7,41 +7,32 @@ copies the parts into the trace. Each worker holds what one streaming
 conversion holds (open spans, tracks, a batch of events); the parent holds
 nothing per record.
 
-Workers are fresh interpreters running `_worker_main` (`worker_io.start_process`),
-not forks: a fork of a threaded program (a training process with its logger
-thread) can deadlock, and a fresh interpreter needs no ``__main__`` guard in the
-caller's script. They report progress, warnings and results as lines on
-stdout (`worker_io`: a worker's skipped-line warnings reach the person by the
-parent's one warning path, escaped). The job and the results travel as JSON
-written by the standard library with ``ensure_ascii``: a file name's
-undecodable bytes (surrogates in Python) survive the trip exactly, where
-orjson would refuse them.
+Each share is one task of `executors.run_shares`: in a fresh local
+interpreter (``--jobs N``: `worker_io.InterpreterPool`, never a fork of a
+possibly threaded caller) or on a Dask cluster's worker (``--scheduler``),
+one code path; its warnings reach the person by the parent's one warning
+path, escaped. On a cluster the part files are written beside the output,
+which the workers must see (a shared filesystem, as the run's own files).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
-from dataclasses import asdict, fields
 from typing import Any, Callable
 
 from otel_titan.analysis.chrome_events import EventStream, ExportStats
+from otel_titan.analysis.executors import open_workers, run_shares
 from otel_titan.analysis.filters import StepRange
 from otel_titan.analysis.perfetto_trace import MAX_SEQUENCES, PerfettoStream
-from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
 from otel_titan.analysis.trace_groups import TraceGroup, write_groups
-from otel_titan.analysis.worker_io import encode, read_workers, start_process, start_worker
 
-__all__ = ["default_jobs", "convert_in_workers", "PARALLEL_MIN_BYTES", "MAX_JOBS"]
+__all__ = ["default_jobs", "convert_in_workers", "convert_share", "skipped_result", "merge_skipped", "PARALLEL_MIN_BYTES", "MAX_JOBS"]
 
 #: Below this much JSONL, starting interpreters costs more than it saves.
 PARALLEL_MIN_BYTES = 64 << 20
 MAX_JOBS = 8
-#: A worker reports progress after this many bytes read.
-_PROGRESS_BYTES = 8 << 20
 _ADDITIVE = ("processes", "records", "spans", "incomplete_spans", "failed_spans", "instants", "counters", "steps")
 
 
@@ -79,103 +70,71 @@ def convert_in_workers(
     on_bytes: Callable[[int], None],
     log_skipped: bool = True,
     native: bool = False,
+    scheduler: str | None = None,
 ) -> int | None:
-    """Convert `groups` in `jobs` worker processes and append their events to `out`; returns the earliest timestamp.
+    """Convert `groups` in `jobs` local workers (or on the Dask cluster at `scheduler`) and append their events to `out`; returns the earliest timestamp.
 
     Counts go into `stats` and `skipped`, bytes read to `on_bytes` as workers
-    report them. Raises RuntimeError when a worker fails (its error is on stderr).
+    report them. The part files are written beside the output, so a cluster's
+    workers must see that folder (a shared filesystem, as the run's).
+    Raises RuntimeError when a worker fails (its error is logged first).
 
     Example:
         >>> # called by generate_gantt_trace(..., jobs=2):
         >>> # first_us = convert_in_workers(trace_groups(run.processes), 2, None, trace_file, stats, run.skipped, print)
     """
     with tempfile.TemporaryDirectory(prefix="otel-titan-export-", dir=os.path.dirname(os.path.abspath(getattr(out, "path", ".")))) as work_dir:
-        workers: list[tuple[subprocess.Popen[bytes], str]] = []
-        try:
+        with open_workers(jobs, scheduler, "export worker", on_bytes) as workers:
+            slots = min(workers.slots, len(groups))
             if native:
-                jobs = min(jobs, MAX_SEQUENCES - 1)  # one packet sequence each, the parent's is 1: track uuids stay unique
-            for index, bucket in enumerate(_balance(groups, jobs)):
+                slots = min(slots, MAX_SEQUENCES - 1)  # one packet sequence each, the parent's is 1: track uuids stay unique
+            shares = []
+            for index, bucket in enumerate(_balance(groups, slots)):
                 part = os.path.join(work_dir, f"part-{index}")
-                spec = {
-                    "part": part,
-                    "steps": None if steps is None else [steps.first, steps.last],
-                    "log_skipped": log_skipped,
-                    "native": native,
-                    "sequence_id": index + 2,  # native parts: one packet sequence each (the parent's is 1)
-                    "groups": [[pid, [asdict(p) for p in processes]] for pid, processes in bucket],
-                }
-                workers.append((start_process(__name__, "_worker_main", spec), part))
-            results = read_workers([worker for worker, _ in workers], on_bytes, "export worker")
-        finally:
-            for worker, _ in workers:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait()
+                # native parts: one packet sequence each (the parent's is 1)
+                shares.append((part, None if steps is None else (steps.first, steps.last), log_skipped, native, index + 2, bucket))
+            results = run_shares(workers, f"{__name__}:convert_share", shares, on_bytes)
         first_us: int | None = None
-        for (_, part), result in zip(workers, results, strict=True):
-            if result is None:
-                raise RuntimeError("an export worker exited without its result; its error is above")
+        for (part, *_), result in zip(shares, results, strict=True):
             out.add_encoded(part, result["events"])
             os.unlink(part)
             for name in _ADDITIVE:
                 setattr(stats, name, getattr(stats, name) + result["stats"][name])
             stats.max_async_slots = max(stats.max_async_slots, result["stats"]["max_async_slots"])
-            skipped.count += result["skipped"]
-            skipped.repaired += result["repaired"]
-            for path, count in result["repaired_by_file"].items():
-                skipped.repaired_by_file[path] += count
-            skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
-            for path, count in result["skipped_by_file"].items():
-                skipped.by_file[path] += count
+            merge_skipped(skipped, result)
             if result["first_us"] is not None and (first_us is None or result["first_us"] < first_us):
                 first_us = result["first_us"]
         return first_us
 
 
-def process_logs(items: list[dict[str, Any]]) -> list[ProcessLog]:
-    """`ProcessLog`s back from their ``asdict`` form, as sent to a worker (unknown keys ignored)."""
-    names = {f.name for f in fields(ProcessLog)}
-    return [ProcessLog(**{k: v for k, v in p.items() if k in names}) for p in items]
-
-
-def _worker_main() -> int:
-    spec = start_worker()
-    steps = None if spec["steps"] is None else StepRange(*spec["steps"])
-    groups = [(pid, process_logs(processes)) for pid, processes in spec["groups"]]
-    stats = ExportStats(output_path=spec["part"])
-    skipped = SkippedLines(log=spec["log_skipped"])
-    unreported = 0
-    stdout = sys.stdout.buffer
-
-    def on_bytes(count: int) -> None:
-        nonlocal unreported
-        unreported += count
-        if unreported >= _PROGRESS_BYTES:
-            stdout.write(b"P %d\n" % unreported)
-            stdout.flush()
-            unreported = 0
-
-    with open(spec["part"], "wb") as handle:
-        native = spec.get("native", False)
-        out = PerfettoStream(handle, spec["sequence_id"]) if native else EventStream(handle)
-        first_us = write_groups(groups, out, stats, steps, skipped, on_bytes, native)
-        out.flush()
-    if unreported:
-        stdout.write(b"P %d\n" % unreported)
-    result = {
-        "events": out.events,
-        "first_us": first_us,
-        "stats": {name: getattr(stats, name) for name in (*_ADDITIVE, "max_async_slots")},
+def skipped_result(skipped: SkippedLines) -> dict[str, Any]:
+    """What a worker sends back of its `SkippedLines` (for `merge_skipped`)."""
+    return {
         "skipped": skipped.count,
         "skipped_examples": skipped.examples,
         "skipped_by_file": dict(skipped.by_file),
         "repaired": skipped.repaired,
         "repaired_by_file": dict(skipped.repaired_by_file),
     }
-    stdout.write(b"R " + encode(result) + b"\n")
-    stdout.flush()
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(_worker_main())
+def merge_skipped(skipped: SkippedLines, result: dict[str, Any]) -> None:
+    """Add a worker's `skipped_result` into `skipped` (at most 100 examples kept, as one reader keeps)."""
+    skipped.count += result["skipped"]
+    skipped.repaired += result["repaired"]
+    for path, count in result["repaired_by_file"].items():
+        skipped.repaired_by_file[path] += count
+    skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
+    for path, count in result["skipped_by_file"].items():
+        skipped.by_file[path] += count
+
+
+def convert_share(part: str, steps: tuple[int, int] | None, log_skipped: bool, native: bool, sequence_id: int, groups: list[TraceGroup], on_bytes: Callable[[int], None]) -> dict[str, Any]:
+    """One worker's share: convert `groups` into the part file `part`; its counts (a task of `executors.run_shares`)."""
+    stats = ExportStats(output_path=part)
+    skipped = SkippedLines(log=log_skipped)
+    with open(part, "wb") as handle:
+        out = PerfettoStream(handle, sequence_id) if native else EventStream(handle)
+        first_us = write_groups(groups, out, stats, None if steps is None else StepRange(*steps), skipped, on_bytes, native)
+        out.flush()
+    return {"events": out.events, "first_us": first_us, "stats": {name: getattr(stats, name) for name in (*_ADDITIVE, "max_async_slots")}, **skipped_result(skipped)}

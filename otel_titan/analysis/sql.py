@@ -25,19 +25,21 @@ Example:
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from otel_titan.analysis.clock_align import ClosingSpans, estimate_offsets
+from otel_titan.analysis.executors import open_workers, run_shares
 from otel_titan.analysis.reader import NoRecordsError, read_run
 from otel_titan.analysis.runs import RunChoice, select_run
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["MissingDependencyError", "RunDatabase", "open_run", "open_saved", "require_duckdb", "VIEWS", "INSTALL_HINT"]
+__all__ = ["MissingDependencyError", "RunDatabase", "load_share", "open_run", "open_saved", "require_duckdb", "VIEWS", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install otel-titan[analysis]"
 
@@ -203,28 +205,55 @@ class RunDatabase:
     loaded: bool = False
     load_seconds: float = 0.0
     align: bool = False
+    scheduler: str | None = None
 
     def load(self, progress: Callable[[float], None] | None = None) -> None:
-        """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100."""
+        """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100.
+
+        With `scheduler` (a Dask scheduler's address) the files are read on
+        the cluster's workers instead, a share each, by the same query
+        (`load_share`); their rows come back as Parquet: the same records.
+        """
         if self.loaded:
             return
         started = time.monotonic()
-        if self.paths:
-            files = "[" + ", ".join(_quote(p) for p in self.paths) + "]"
-            columns = "{" + ", ".join(f"{_quote(k)}: {_quote(v)}" for k, v in RECORD_COLUMNS.items()) + "}"
-            names = [k for k in RECORD_COLUMNS if k != "time_us"]
-            sql = (
-                f"INSERT INTO records SELECT f.process_id, r.time_us, {', '.join('r.' + n for n in names)}, "
-                f"r.time_us "
-                f"FROM read_json({files}, format = 'newline_delimited', ignore_errors = true, filename = true, "
-                f"maximum_object_size = 67108864, columns = {columns}) r "
-                f"JOIN files f ON r.filename = f.filename JOIN process_info p ON p.process_id = f.process_id"
-            )
+        if self.paths and self.scheduler is not None:
+            self._load_on_cluster(progress)
+        elif self.paths:
+            sql = "INSERT INTO records " + _records_query(self.paths, "JOIN process_info p ON p.process_id = f.process_id")
             _run_with_progress(self.con, sql, progress)
         if self.align:
             self._align()
         self.loaded = True
         self.load_seconds = time.monotonic() - started
+
+    def _load_on_cluster(self, progress: Callable[[float], None] | None) -> None:
+        assert self.scheduler is not None
+        files = self.con.execute("SELECT filename, process_id FROM files ORDER BY process_id, segment").fetchall()
+        sizes = {path: os.path.getsize(path) if os.path.exists(path) else 0 for path, _ in files}
+        read = 0
+
+        def on_bytes(count: int) -> None:
+            nonlocal read
+            read += count
+            if progress is not None and self.total_bytes:
+                progress(min(100.0, 100.0 * read / self.total_bytes))
+
+        with open_workers(1, self.scheduler, "sql worker", on_bytes) as workers:
+            buckets: list[list[tuple[str, int]]] = [[] for _ in range(min(workers.slots, len(files)))]
+            loads = [0] * len(buckets)
+            for path, process_id in sorted(files, key=lambda f: -sizes[f[0]]):  # largest first onto the least loaded
+                target = loads.index(min(loads))
+                buckets[target].append((path, process_id))
+                loads[target] += sizes[path]
+            parts = run_shares(workers, f"{__name__}:load_share", [(bucket,) for bucket in buckets if bucket], on_bytes)
+        with tempfile.TemporaryDirectory(prefix="otel-titan-sql-") as folder:
+            names = []
+            for index, part in enumerate(parts):
+                names.append(os.path.join(folder, f"part-{index}.parquet"))
+                with open(names[-1], "wb") as handle:
+                    handle.write(part)
+            self.con.execute(f"INSERT INTO records SELECT * FROM read_parquet([{', '.join(_quote(n) for n in names)}])")
 
     def _align(self) -> None:
         """Estimate each host's clock offset as ``summarize`` does (`clock_align`), then shift every record's time by it.
@@ -281,6 +310,42 @@ class RunDatabase:
         return written
 
 
+def _records_query(paths: list[str], join: str = "") -> str:
+    """The SELECT of ``records``' rows from `paths` (each joined to its process by the ``files`` table): one query for every loader."""
+    files = "[" + ", ".join(_quote(p) for p in paths) + "]"
+    columns = "{" + ", ".join(f"{_quote(k)}: {_quote(v)}" for k, v in RECORD_COLUMNS.items()) + "}"
+    names = [k for k in RECORD_COLUMNS if k != "time_us"]
+    return (
+        f"SELECT f.process_id, r.time_us, {', '.join('r.' + n for n in names)}, r.time_us "
+        f"FROM read_json({files}, format = 'newline_delimited', ignore_errors = true, filename = true, "
+        f"maximum_object_size = 67108864, columns = {columns}) r "
+        f"JOIN files f ON r.filename = f.filename {join}"
+    )
+
+
+def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) -> bytes:
+    """One Dask worker's share of `RunDatabase.load`: ``records``' rows of `files` ((path, process id) pairs), as Parquet bytes.
+
+    The same query as the local load (`_records_query`), in a DuckDB of the
+    worker's own; the bytes travel back to the command (no shared folder
+    needed), which inserts them.
+    """
+    duckdb = require_duckdb()
+    con = duckdb.connect()
+    try:
+        con.execute(_FILES)
+        _insert_columns(con, "files", [(path, process_id, 0) for path, process_id in files], 3)
+        with tempfile.TemporaryDirectory(prefix="otel-titan-sql-share-") as folder:
+            part = os.path.join(folder, "part.parquet")
+            con.execute(f"COPY ({_records_query([path for path, _ in files])}) TO {_quote(part)} (FORMAT parquet)")
+            with open(part, "rb") as handle:
+                data = handle.read()
+    finally:
+        con.close()
+    on_bytes(sum(os.path.getsize(path) for path, _ in files if os.path.exists(path)))
+    return data
+
+
 def _insert_columns(con: "duckdb.DuckDBPyConnection", table: str, rows: list[tuple], width: int) -> None:
     """Insert `rows` in one statement (one list parameter per column: executemany is a round trip per row)."""
     if not rows:
@@ -328,13 +393,15 @@ def open_run(
     database: str | None = None,
     ranks: list[int] | None = None,
     sources: list[str] | None = None,
+    scheduler: str | None = None,
 ) -> RunDatabase:
     """A `RunDatabase` for the run at `path` (a run directory, its ``structured_logs/``, or one .jsonl file).
 
     `run_id`: the run when the folder holds several (default: the latest, as
     ``summarize``). `align`: subtract each host's clock offset from its times.
     `database`: a ``.duckdb`` file to build the database in (``--save``; it
-    must not exist yet), else in memory. Reads one line per process;
+    must not exist yet), else in memory. `scheduler`: a Dask scheduler's
+    address; its workers read the files on `RunDatabase.load`. Reads one line per process;
     `RunDatabase.load` reads the rest and aligns the clocks.
     Raises `NotARunError` / `NoRecordsError` as ``summarize``, `MissingDependencyError`
     without duckdb, `FileExistsError` when `database` exists.
@@ -364,7 +431,7 @@ def open_run(
         total += process.size
     _insert_columns(con, "process_info", info_rows, 12)
     _insert_columns(con, "files", file_rows, 3)
-    return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align,
+    return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align, scheduler=scheduler,
                        clock="turned off (--no-align)" if not align else "")
 
 

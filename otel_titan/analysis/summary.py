@@ -339,6 +339,7 @@ def summarize_run(
     align: bool = True,
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
+    scheduler: str | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
@@ -349,6 +350,9 @@ def summarize_run(
     `progress(bytes_read, bytes_total)` is called as the input is read.
     `jobs`: worker processes (default 1, this process: on 2 busy cores two
     workers were no faster and held twice the memory; on more cores try more).
+    `scheduler`: the address of a Dask scheduler (``tcp://host:8786``) whose
+    workers read the files instead (`executors`; `jobs` is then ignored):
+    the same summary.
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `runs.UnknownRunError`).
@@ -363,8 +367,8 @@ def summarize_run(
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
     jobs = 1 if jobs is None else max(1, min(jobs, len(logs.processes)))
-    if jobs > 1:
-        collector, processes = summary_parallel.collect_in_workers(_Collector(), logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped)
+    if jobs > 1 or scheduler is not None:
+        collector, processes = summary_parallel.collect_in_workers(_Collector(), logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped, scheduler)
     else:
         collector = _Collector()
         processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)

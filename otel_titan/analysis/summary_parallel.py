@@ -2,34 +2,27 @@
 
 Why: at 1,000 ranks and gigabytes the summary is bound by parsing and pairing
 records, which is independent per process, as in the export
-(`export_parallel`, whose process model this follows, by `worker_io`: fresh
-interpreters, never forks of a possibly threaded caller; progress and
-warnings as lines on stdout, the warnings logged here, on the one path). Each worker runs `summary.collect_processes`
-on its share and pickles its process summaries and run-wide accumulators
-(per-phase durations, per-rank step and phase times, step-closing spans: a
-few MB at 1,000 ranks) into a file of a private temporary folder; the parent
-merges them (`_Collector.merge`) and computes the figures exactly as a
-single pass would. Process order is kept.
+(`export_parallel`). Each share is one task of `executors.run_shares`, in a
+fresh local interpreter (``--jobs N``) or on a Dask cluster's worker
+(``--scheduler``), one code path: `summary_worker.collect_share` runs
+`summary.collect_processes` on its share and returns its process summaries
+and run-wide accumulators (per-phase durations, per-rank step and phase
+times, step-closing spans: a few MB at 1,000 ranks); the parent merges them
+(`_Collector.merge`) and computes the figures exactly as a single pass
+would. Process order is kept.
 """
 
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import tempfile
-from dataclasses import asdict
 from typing import Any, Callable
 
+from otel_titan.analysis.executors import open_workers, run_shares
 from otel_titan.analysis.export_parallel import default_jobs as export_jobs
+from otel_titan.analysis.export_parallel import merge_skipped
 from otel_titan.analysis.reader import ProcessLog
 from otel_titan.analysis.record_lines import SkippedLines
-from otel_titan.analysis.worker_io import read_workers, start_process
 
 __all__ = ["default_jobs", "collect_in_workers"]
-
-PROGRESS_BYTES = 8 << 20
-
 
 def default_jobs(total_bytes: int, processes: int) -> int:
     """As the export: one worker per CPU (at most 8) for runs of 64 MB or more with several processes, else 1.
@@ -52,40 +45,27 @@ def _balance(processes: list[ProcessLog], jobs: int) -> list[list[int]]:
     return [sorted(bucket) for bucket in buckets if bucket]
 
 
-def collect_in_workers(collector: Any, processes: list[ProcessLog], jobs: int, skipped: SkippedLines, on_bytes: Callable[[int], None], log_skipped: bool = True) -> tuple[Any, list[Any]]:
-    """(`collector` with the workers' accumulators merged in, process summaries in the order of `processes`), computed in `jobs` workers.
+def collect_in_workers(
+    collector: Any, processes: list[ProcessLog], jobs: int, skipped: SkippedLines, on_bytes: Callable[[int], None], log_skipped: bool = True, scheduler: str | None = None
+) -> tuple[Any, list[Any]]:
+    """(`collector` with the workers' accumulators merged in, process summaries in the order of `processes`), computed in `jobs` local workers or on the Dask cluster at `scheduler`.
 
     `collector` is a fresh `summary._Collector`, passed in so that this module
     sits below `summary` (which calls it) and `summary_worker` (which each worker runs).
 
-    Raises RuntimeError when a worker fails (its error is on stderr).
+    Raises RuntimeError when a worker fails (its error is logged first).
 
     Example:
         >>> # collector, summaries = collect_in_workers(_Collector(), run.processes, 2, run.skipped, print)
     """
-    buckets = _balance(processes, jobs)
-    with tempfile.TemporaryDirectory(prefix="otel-titan-summary-") as work_dir:
-        workers: list[subprocess.Popen[bytes]] = []
-        try:
-            for index, bucket in enumerate(buckets):
-                spec = {"result": os.path.join(work_dir, f"part-{index}"), "log_skipped": log_skipped, "processes": [asdict(processes[i]) for i in bucket]}
-                workers.append(start_process("otel_titan.analysis.summary_worker", "worker_main", spec))
-            read_workers(workers, on_bytes, "summary worker")
-        finally:
-            for worker in workers:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait()
-        summaries: list[Any] = [None] * len(processes)
-        for index, bucket in enumerate(buckets):
-            with open(os.path.join(work_dir, f"part-{index}"), "rb") as handle:
-                result = pickle.load(handle)  # written just now by our own worker, in our private folder
-            collector.merge(result["state"])
-            for position, summary in zip(bucket, result["summaries"], strict=True):
-                summaries[position] = summary
-            skipped.count += result["skipped"]
-            skipped.repaired += result["repaired"]
-            skipped.by_file.update(result["skipped_by_file"])
-            skipped.repaired_by_file.update(result["repaired_by_file"])
-            skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
-        return collector, summaries
+    with open_workers(jobs, scheduler, "summary worker", on_bytes) as workers:
+        buckets = _balance(processes, min(workers.slots, len(processes)))
+        shares = [([processes[i] for i in bucket], log_skipped) for bucket in buckets]
+        results = run_shares(workers, "otel_titan.analysis.summary_worker:collect_share", shares, on_bytes)
+    summaries: list[Any] = [None] * len(processes)
+    for bucket, result in zip(buckets, results, strict=True):
+        collector.merge(result["state"])
+        for position, summary in zip(bucket, result["summaries"], strict=True):
+            summaries[position] = summary
+        merge_skipped(skipped, result)
+    return collector, summaries

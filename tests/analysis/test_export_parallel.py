@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -71,8 +72,8 @@ def test_progress_is_reported_up_to_the_total(run_dir):
 
 def test_a_worker_that_dies_is_an_error_and_leaves_no_trace(run_dir, monkeypatch):
     real_run(run_dir, ranks=2)
-    monkeypatch.setattr(export_parallel.sys, "executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="export worker 0 failed"):
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"export worker \d failed"):
         generate_gantt_trace(run_dir, run_dir / "t.json", jobs=2)
     assert not (run_dir / "t.json").exists() and [p.name for p in run_dir.iterdir()] == ["structured_logs"]
 

@@ -163,7 +163,7 @@ def test_the_tests_setup_says_what_it_does_and_runs_the_prometheus_setup(tmp_pat
     result = processes.run(["bash", str(root / "scripts" / "setup-tests.sh")], capture_output=True, text=True, env=env, cwd=root, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "setup-tests: chromium and npm: found"
+    assert lines[0] == "setup-tests: chromium, npm and tmux: found"
     assert "setup-tests: puppeteer-core: already installed" in lines
     assert any(line.startswith("setup-tests: running scripts/setup-prometheus.sh") for line in lines) and "prometheus: ok" in lines
     assert marker.exists() and lines[-1] == "setup-tests: ready"

@@ -75,8 +75,10 @@ def test_bars_tracks_args_counters_and_steps_of_a_real_run(logged, run_dir):
     assert len(spans) == len(starts) == 7
     for bar in spans:
         start, end = starts[bar["args"]["span_id"]], ends[bar["args"]["span_id"]]
-        assert (bar["name"], bar["ts"], bar["dur"], bar["tid"]) == (start["log_type_name"][:-6], start["time_us"], end["time_us"] - start["time_us"], os_pid)
-        assert bar["dur"] == pytest.approx(end["value"] * 1000, abs=1.0)  # the monotonic duration, to the µs
+        # A parent whose last child ends in the same µs is drawn 1 µs longer, to contain it strictly (chrome_events).
+        same_us = any(ends[c]["time_us"] >= end["time_us"] for c, s in starts.items() if s.get("parent_span_id") == bar["args"]["span_id"])
+        assert (bar["name"], bar["ts"], bar["dur"], bar["tid"]) == (start["log_type_name"][:-6], start["time_us"], end["time_us"] - start["time_us"] + same_us, os_pid)
+        assert bar["dur"] == pytest.approx(end["value"] * 1000, abs=1.0 + same_us)  # the monotonic duration, to the µs
         for key in ("step", "caller", "trace_id", "parent_span_id"):
             assert bar["args"].get(key) == start.get(key), key
     assert_properly_nested(spans)

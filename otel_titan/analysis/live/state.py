@@ -22,7 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.schema import META_EVENTS, MetaEvent
+from otel_titan.analysis.reader import read_mesh
+from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
 __all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT"]
 
@@ -40,10 +41,6 @@ _COLLECTIVE = re.compile(
     r"send|recv|isend|irecv|p2p|collective|allreduce|sync|wait|nccl|gloo)",
     re.IGNORECASE,
 )
-
-#: Mesh dimensions a job may record (the trust issue's coordinates); data parallel is the one peers differ in.
-MESH_DIMS = ("pp", "tp", "ep", "cp", "dp")
-
 
 def is_collective(name: str | None) -> bool:
     """Whether a span's name says it waits for other ranks (``all_reduce``, ``barrier``, ``recv``, …).
@@ -67,28 +64,19 @@ _COLLECTIVE_NAMES: dict[str, bool] = {}
 
 
 def mesh_coordinates(record: dict[str, Any]) -> dict[str, int]:
-    """A process's mesh coordinates (dp, tp, pp, ep, cp) from its opening record, where it recorded them.
+    """A process's mesh coordinates from its opening record's ``mesh`` field (docs/schema.md); empty without one.
 
-    Accepted spellings: a ``mesh`` / ``mesh_coordinates`` object (``{"pp": 1, "dp": 3}``), or top-level
-    ``pp``/``pp_rank``/``mesh_pp`` fields. Empty when the job declared no mesh.
+    Every dimension the job declared is kept, whatever its name (``pp``,
+    ``dp_shard``, ``cp``, ``tp``, ``ep``, or one of the job's own): dropping a
+    name the watcher does not know would put ranks that do different work in
+    one peer group. Read as the reader reads it (`reader`), so `watch` and
+    `summarize` group the same ranks; a malformed field counts as no mesh.
 
     Example:
-        >>> mesh_coordinates({"mesh": {"pp": 1, "dp": 3}}), mesh_coordinates({"tp_rank": 2}), mesh_coordinates({})
-        ({'pp': 1, 'dp': 3}, {'tp': 2}, {})
+        >>> mesh_coordinates({"mesh": {"pp": 1, "dp_shard": 3, "stage": 0}}), mesh_coordinates({"mesh": {"pp": "1"}}), mesh_coordinates({})
+        ({'pp': 1, 'dp_shard': 3, 'stage': 0}, {}, {})
     """
-    found: dict[str, int] = {}
-    for key in ("mesh", "mesh_coordinates", "mesh_coords", "parallel_dims"):
-        value = record.get(key)
-        if isinstance(value, dict):
-            for dim in MESH_DIMS:
-                for name in (dim, f"{dim}_rank"):
-                    if type(value.get(name)) is int:
-                        found[dim] = value[name]
-    for dim in MESH_DIMS:
-        for name in (dim, f"{dim}_rank", f"mesh_{dim}", f"titan.mesh.{dim}"):
-            if dim not in found and type(record.get(name)) is int:
-                found[dim] = record[name]
-    return found
+    return read_mesh(record.get(Field.MESH)) or {}
 
 
 @dataclass

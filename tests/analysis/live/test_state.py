@@ -44,6 +44,7 @@ def test_a_black_box_gives_the_main_thread_s_innermost_frame():
 
 def test_mesh_coordinates_and_collective_names():
     assert mesh_coordinates({"mesh": {"pp": 1, "dp": 3, "tp": 0}}) == {"pp": 1, "tp": 0, "dp": 3}
+    assert mesh_coordinates({"mesh": {"stage": 1, "dp_shard": 3}, "tp_rank": 2}) == {"stage": 1, "dp_shard": 3}  # the field alone, every name
     assert [is_collective(n) for n in ("all_reduce", "barrier", "pp_recv", "grad_sync", "fwd", "optimizer", "data_fetch")] == [True, True, True, True, False, False, False]
 
 

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_titan.analysis.hang import program_line
 from otel_titan.analysis.reader import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
@@ -304,15 +305,14 @@ class ProcessState:
 
 
 def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
-    """The facts of a stall record that `watch` shows: the main thread's innermost frame, the open spans."""
+    """The facts of a stall record that `watch` shows: the main thread's innermost frame of the program's code, the open spans."""
     frame = where = None
     threads = record.get("threads")
     if isinstance(threads, list):
         main = next((t for t in threads if isinstance(t, dict) and t.get("main")), None) or next((t for t in threads if isinstance(t, dict)), None)
         frames = main.get("frames") if isinstance(main, dict) else None
-        if isinstance(frames, list) and frames and isinstance(frames[0], dict):
-            top = frames[0]
-            frame = f"{top.get('file')}:{top.get('line')} {top.get('function')}"
+        if isinstance(frames, list) and frames:
+            frame = program_line([f for f in frames if isinstance(f, dict)])
     spans = record.get("open_spans")
     names = [s.get("name") for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
     where = record.get("where") if isinstance(record.get("where"), str) else None

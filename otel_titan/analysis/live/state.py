@@ -218,6 +218,23 @@ class ProcessState:
                 if type(value) in (int, float):
                     self._current.tokens = float(value)
 
+    def apply_stacks(self, dump: dict[str, Any], arrival: float) -> bool:
+        """Take a faulthandler dump of its side file (`hang.read_faulthandler_stacks`) as its black box; True when taken.
+
+        The side file is the black box of a process whose C call held the
+        interpreter lock past the threshold, so that no ``stall`` record could
+        be written. Taken only when dumped after the process's last record and
+        after any black box already held (same host, same wall clock): a dump
+        of a stall it recovered from is not where it is now.
+        """
+        time_us = dump.get("time_us")
+        if type(time_us) is not int or (self.last_us is not None and time_us <= self.last_us):
+            return False
+        if self.black_box is not None and self.black_box.time_us >= time_us:
+            return False
+        self.black_box = _black_box({"time_us": time_us, "reason": "faulthandler", "threads": dump.get("threads"), "open_spans": [], "flight_recorder": None}, arrival)
+        return True
+
     def _meta(self, name: str, record: dict[str, Any], arrival: float) -> None:
         if name == MetaEvent.OPENED:
             self.opened_us = record["time_us"]

@@ -63,7 +63,7 @@ from otel_titan.analysis.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, d
 from otel_titan.analysis.headline import compress
 from otel_titan.schema import MetaEvent, stacks_file_name
 
-__all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
+__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -79,6 +79,21 @@ def _program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         if not _LIBRARY.search(str(frame.get("file", ""))):
             return frame
     return frames[0] if frames else None
+
+
+def program_line(frames: Sequence[dict[str, Any]]) -> str | None:
+    """``file:line function`` of the innermost frame of the program's own code in a black box's stack (innermost first).
+
+    Why: a stuck rank's innermost frame is nearly always a library's (a queue's
+    ``get``, torch's collective wrapper, ``selectors``): the line to read is the
+    program's call into it. The one rule for `summarize` and `watch`.
+
+    Example:
+        >>> program_line([{"file": "/usr/lib/python3.11/queue.py", "line": 171, "function": "get"}, {"file": "train.py", "line": 42, "function": "load_batch"}])
+        'train.py:42 load_batch'
+        >>> program_line([])
+    """
+    return _where(_program_frame(frames))
 
 
 def _where(frame: dict[str, Any] | None) -> str | None:

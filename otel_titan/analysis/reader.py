@@ -30,6 +30,7 @@ __all__ = [
     "SkippedLines",
     "find_log_dir",
     "read_run",
+    "read_mesh",
     "META_EVENTS",
 ]
 
@@ -271,12 +272,21 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         world_size=_int("world_size"),
         modified_us=modified_us,
         process_run_id=process_run_id if isinstance(process_run_id, str) and process_run_id else None,
-        mesh=_mesh(first.get(Field.MESH)),
+        mesh=read_mesh(first.get(Field.MESH)),
     )
 
 
-def _mesh(value: Any) -> dict[str, int] | None:
-    """A record's ``mesh`` field as coordinates (name → int), None when absent or not of that shape."""
+def read_mesh(value: Any) -> dict[str, int] | None:
+    """A record's ``mesh`` field as coordinates (name → int), None when absent or not of that shape.
+
+    The one reading of the field for `summarize` and `watch`: every dimension
+    is kept whatever its name; one value that is not an int makes the whole
+    field untrusted (a half-read mesh would group the wrong ranks).
+
+    Example:
+        >>> read_mesh({"pp": 1, "dp_shard": 2}), read_mesh({"pp": 1, "dp": "2"}), read_mesh(None)
+        ({'pp': 1, 'dp_shard': 2}, None, None)
+    """
     if not isinstance(value, dict) or not value:
         return None
     coords = {name: coord for name, coord in value.items() if isinstance(name, str) and type(coord) is int}

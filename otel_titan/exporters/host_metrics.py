@@ -58,6 +58,9 @@ class HostMetrics:
         self.nvml_status: str | None = None
         self._figures = host_figures or HostFigures()
         self._names = sorted(self._figures.read())
+        #: The step scalars (``host/…``, core/step_sampler.py) this process already exports as the host's gauges:
+        #: the metrics handler leaves them out, so one figure is one series, not two that Prometheus names alike.
+        self.names = frozenset(self._names)
         meter = provider.get_meter("otel_titan.host")
         for name in self._names:
             meter.create_observable_gauge(name.replace("/", "."), callbacks=[self._observer(name)])

@@ -26,7 +26,8 @@ OpenTelemetry metrics SDK (names as Prometheus shows them in docs/collectors.md)
   ``titan.metrics.overflow`` (names past the cap);
 * on local rank 0 only, the host's figures (host_metrics.py: CPU, memory,
   network, disk, pressure, cgroup throttling, GPUs through NVML), unless
-  ``OTEL_TITAN_HOST_METRICS=0``.
+  ``OTEL_TITAN_HOST_METRICS=0``; the same pressure and throttling figures
+  written as step scalars (``host/…``) are then not also gauges of their own.
 
 Cardinality, by design: the step, a step tag or a span id is never an
 attribute (a new series per step would be a new series per minute for days);
@@ -195,6 +196,7 @@ class MetricsSpanExporter(TitanSpanExporter):
         self._readers = readers
         #: The host's instruments (host_metrics.py) on local rank 0, else None.
         self.host = host
+        self._host_names: frozenset[str] = getattr(host, "names", frozenset())
         self._per_rank = tuple(per_rank)
         self._max_names = max_names
         self._stats = stats
@@ -281,8 +283,8 @@ class MetricsSpanExporter(TitanSpanExporter):
             self._step_duration.record((start_ns - started) / 1e6)
 
     def _scalar(self, name: str | None, value: Any) -> None:
-        if name is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            return
+        if name is None or isinstance(value, bool) or not isinstance(value, (int, float)) or name in self._host_names:
+            return  # a host figure: already the host's own gauge (``host.…``), read at each export
         gauge = self._gauges.get(name)
         if gauge is None:
             if len(self._gauges) >= self._max_names:

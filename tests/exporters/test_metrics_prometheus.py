@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from otel_titan.core.host_figures import HostFigures
 from tests.exporters.test_metrics_collector import torchrun_toy
 from tests.helpers import processes
 from tests.helpers.collector import free_port
@@ -136,5 +137,11 @@ def test_prometheus_scrapes_loss_and_phase_times_of_each_rank(tmp_path):
         assert sorted(r["metric"]["titan_rank"] for r in counts) == ["0", "1"] and all(float(r["value"][1]) >= 1 for r in counts), counts
         memory = server.query(f"last_over_time(memory_rss_bytes[10m]) * {rank_of}")
         assert sorted(r["metric"]["titan_rank"] for r in memory) == ["0", "1"] and all(float(r["value"][1]) > 10e6 for r in memory)
+        # The host's figures: once per host (local rank 0), one series each. They are both a gauge of the host's
+        # (host_metrics.py, `host.cpu_pressure_some_pct`) and a scalar of each step (`host/cpu_pressure_some_pct`):
+        # both names become `host_cpu_pressure_some_pct` here, and must not arrive as two series of one figure.
+        if HostFigures().read().get("host/cpu_pressure_some_pct") is not None:  # Linux PSI readable here
+            pressure = server.query(f"last_over_time(host_cpu_pressure_some_pct[10m]) * {rank_of}")
+            assert [r["metric"]["titan_rank"] for r in pressure] == ["0"], pressure
     finally:
         server.stop()

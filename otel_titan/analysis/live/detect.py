@@ -45,9 +45,9 @@ definition (first record of step N to first record of step N + 1, as
 `summary`), the step-closing collective (the last top-level span of a step,
 as `clock_align`), the collective names (`state.is_collective`; `summary`
 has no such list), the straggler thresholds (`summary.MIN_EFFECT`,
-`MIN_Z`, `MIN_STEP_SHARE` here re-expressed for a sliding window), the mesh
-grouping (the `straggler` work's coordinates: `state.mesh_coordinates` reads
-the spellings it may write) and the hang culprit order (`hang.py`).
+`MIN_Z`, `MIN_STEP_SHARE` here re-expressed for a sliding window) and the
+hang culprit order (`hang.py`). The mesh grouping is already shared: the
+``mesh`` field read by `reader.read_mesh`, peers by `stragglers.peer_key`.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from typing import Any, Iterable
 from otel_titan.analysis.headline import compress as compress_ranks
 from otel_titan.analysis.live.alerts import Alert, AlertBook
 from otel_titan.analysis.live.state import ProcessState, StepFacts, is_collective
+from otel_titan.analysis.stragglers import peer_key
 
 __all__ = ["Detector", "Rules"]
 
@@ -400,7 +401,7 @@ class Detector:
         groups: dict[tuple, list[ProcessState]] = {}
         for p in live:
             if p.steps:
-                groups.setdefault((p.source, p.attempt, tuple(sorted((k, v) for k, v in p.coords.items() if k != "dp"))), []).append(p)
+                groups.setdefault((p.source, p.attempt, peer_key(p.coords)), []).append(p)
         ran = False
         alerts: list[Alert] = []
         for gkey, group in groups.items():

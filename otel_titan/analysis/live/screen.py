@@ -125,13 +125,23 @@ class Screen:
         if self.live is not None:
             from rich.console import Group
             from rich.padding import Padding
+            from rich.table import Table
             from rich.text import Text
 
-            # One renderable a line, indented ones padded: on a narrow window an alert wraps under itself.
-            parts = []
+            # One renderable a line, indented ones padded: on a narrow window a line wraps under itself, and an
+            # alert's message under its message, not under its "▲ time" (where it would read as the next alert).
+            parts: list[Any] = []
             for text, style in lines:
                 indent = len(text) - len(text.lstrip(" "))
-                line = Text(text.lstrip(" "), style=style or "")
+                body = text.lstrip(" ")
+                line: Any = Text(body, style=style or "")
+                mark, _, rest = body.partition(" ")
+                when, _, message = rest.partition(" ")
+                if mark in ("▲", "✓") and message:
+                    line = Table.grid(padding=(0, 1, 0, 0))
+                    line.add_column(no_wrap=True)
+                    line.add_column()
+                    line.add_row(Text(f"{mark} {when}", style=style or ""), Text(message, style=style or ""))
                 parts.append(Padding(line, (0, 0, 0, indent)) if indent else line)
             self.live.update(Group(*parts), refresh=True)
             return

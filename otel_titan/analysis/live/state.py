@@ -22,7 +22,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.schema import META_EVENTS, MetaEvent
+from otel_titan.analysis.hang import program_line
+from otel_titan.analysis.reader import read_mesh
+from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
 __all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT"]
 
@@ -40,10 +42,6 @@ _COLLECTIVE = re.compile(
     r"send|recv|isend|irecv|p2p|collective|allreduce|sync|wait|nccl|gloo)",
     re.IGNORECASE,
 )
-
-#: Mesh dimensions a job may record (the trust issue's coordinates); data parallel is the one peers differ in.
-MESH_DIMS = ("pp", "tp", "ep", "cp", "dp")
-
 
 def is_collective(name: str | None) -> bool:
     """Whether a span's name says it waits for other ranks (``all_reduce``, ``barrier``, ``recv``, …).
@@ -67,28 +65,19 @@ _COLLECTIVE_NAMES: dict[str, bool] = {}
 
 
 def mesh_coordinates(record: dict[str, Any]) -> dict[str, int]:
-    """A process's mesh coordinates (dp, tp, pp, ep, cp) from its opening record, where it recorded them.
+    """A process's mesh coordinates from its opening record's ``mesh`` field (docs/schema.md); empty without one.
 
-    Accepted spellings: a ``mesh`` / ``mesh_coordinates`` object (``{"pp": 1, "dp": 3}``), or top-level
-    ``pp``/``pp_rank``/``mesh_pp`` fields. Empty when the job declared no mesh.
+    Every dimension the job declared is kept, whatever its name (``pp``,
+    ``dp_shard``, ``cp``, ``tp``, ``ep``, or one of the job's own): dropping a
+    name the watcher does not know would put ranks that do different work in
+    one peer group. Read as the reader reads it (`reader`), so `watch` and
+    `summarize` group the same ranks; a malformed field counts as no mesh.
 
     Example:
-        >>> mesh_coordinates({"mesh": {"pp": 1, "dp": 3}}), mesh_coordinates({"tp_rank": 2}), mesh_coordinates({})
-        ({'pp': 1, 'dp': 3}, {'tp': 2}, {})
+        >>> mesh_coordinates({"mesh": {"pp": 1, "dp_shard": 3, "stage": 0}}), mesh_coordinates({"mesh": {"pp": "1"}}), mesh_coordinates({})
+        ({'pp': 1, 'dp_shard': 3, 'stage': 0}, {}, {})
     """
-    found: dict[str, int] = {}
-    for key in ("mesh", "mesh_coordinates", "mesh_coords", "parallel_dims"):
-        value = record.get(key)
-        if isinstance(value, dict):
-            for dim in MESH_DIMS:
-                for name in (dim, f"{dim}_rank"):
-                    if type(value.get(name)) is int:
-                        found[dim] = value[name]
-    for dim in MESH_DIMS:
-        for name in (dim, f"{dim}_rank", f"mesh_{dim}", f"titan.mesh.{dim}"):
-            if dim not in found and type(record.get(name)) is int:
-                found[dim] = record[name]
-    return found
+    return read_mesh(record.get(Field.MESH)) or {}
 
 
 @dataclass
@@ -229,6 +218,23 @@ class ProcessState:
                 if type(value) in (int, float):
                     self._current.tokens = float(value)
 
+    def apply_stacks(self, dump: dict[str, Any], arrival: float) -> bool:
+        """Take a faulthandler dump of its side file (`hang.read_faulthandler_stacks`) as its black box; True when taken.
+
+        The side file is the black box of a process whose C call held the
+        interpreter lock past the threshold, so that no ``stall`` record could
+        be written. Taken only when dumped after the process's last record and
+        after any black box already held (same host, same wall clock): a dump
+        of a stall it recovered from is not where it is now.
+        """
+        time_us = dump.get("time_us")
+        if type(time_us) is not int or (self.last_us is not None and time_us <= self.last_us):
+            return False
+        if self.black_box is not None and self.black_box.time_us >= time_us:
+            return False
+        self.black_box = _black_box({"time_us": time_us, "reason": "faulthandler", "threads": dump.get("threads"), "open_spans": [], "flight_recorder": None}, arrival)
+        return True
+
     def _meta(self, name: str, record: dict[str, Any], arrival: float) -> None:
         if name == MetaEvent.OPENED:
             self.opened_us = record["time_us"]
@@ -316,15 +322,14 @@ class ProcessState:
 
 
 def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
-    """The facts of a stall record that `watch` shows: the main thread's innermost frame, the open spans."""
+    """The facts of a stall record that `watch` shows: the main thread's innermost frame of the program's code, the open spans."""
     frame = where = None
     threads = record.get("threads")
     if isinstance(threads, list):
         main = next((t for t in threads if isinstance(t, dict) and t.get("main")), None) or next((t for t in threads if isinstance(t, dict)), None)
         frames = main.get("frames") if isinstance(main, dict) else None
-        if isinstance(frames, list) and frames and isinstance(frames[0], dict):
-            top = frames[0]
-            frame = f"{top.get('file')}:{top.get('line')} {top.get('function')}"
+        if isinstance(frames, list) and frames:
+            frame = program_line([f for f in frames if isinstance(f, dict)])
     spans = record.get("open_spans")
     names = [s.get("name") for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
     where = record.get("where") if isinstance(record.get("where"), str) else None

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from otel_titan.analysis.hang import read_faulthandler_stacks, side_file_of
 from otel_titan.analysis.live.detect import Detector, Rules
 from otel_titan.analysis.live.follow import RunFollower
 from otel_titan.analysis.live.screen import Screen
@@ -49,6 +50,9 @@ class Watch:
         self.clock = clock
         self.triggered: list[float] = []
         self.trigger_error: str | None = None
+        #: Per process (its active JSONL path): its faulthandler side file, and that file's mtime when last parsed.
+        self._side_files: dict[str, str] = {}
+        self._side_file_seen: dict[str, int] = {}
 
     def refresh(self, now: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """Read what is new, evaluate, and return (frame, events)."""
@@ -62,6 +66,8 @@ class Watch:
             detector.observe(cursor.process.base, _identity(cursor.process), records, self._arrival(cursor, now))
         for cursor in self.follower.cursors.values():
             detector.file_facts(cursor.process.base, torn_since=cursor.torn_since, gone=cursor.gone)
+        if detector.suspected or any(key[0] == "hang" for key in detector.book.active):
+            self._read_side_files(now)
         frame, events = detector.evaluate(now)
         if detector.want_black_box:
             detector.want_black_box = False
@@ -74,6 +80,34 @@ class Watch:
         frame["read"] = {"files": len(self.follower.cursors), "bytes": batch.bytes_read, "skipped_lines": self.follower.skipped.count,
                          "cpu_s": round(time.process_time() - cpu, 4)}
         return frame, events
+
+    def _read_side_files(self, now: float) -> None:
+        """While a hang is suspected or raised: the faulthandler side files of the processes with no black box since their last progress.
+
+        A rank stuck in a C call that holds the interpreter lock cannot write
+        its ``stall`` record; its faulthandler dump (the side file beside its
+        JSONL file, named as `hang.side_file_of` finds it: the opening record's
+        ``stacks_file``, else `schema.stacks_file_name`) is then the only
+        line of code there is. One ``stat`` per such process and refresh; a
+        file is parsed again only when it changed.
+        """
+        for process in self.detector.current():
+            box = process.black_box
+            if box is not None and box.arrival >= (process.progress_arrival or 0.0):
+                continue
+            path = self._side_files.get(process.key)
+            if path is None:
+                path = self._side_files[process.key] = side_file_of(process.key)
+            try:
+                changed = os.stat(path).st_mtime_ns
+            except OSError:
+                continue
+            if self._side_file_seen.get(process.key) == changed:
+                continue
+            self._side_file_seen[process.key] = changed
+            dump = read_faulthandler_stacks(path)
+            if dump is not None:
+                process.apply_stacks(dump, now)
 
     @staticmethod
     def _arrival(cursor: Any, now: float) -> float:

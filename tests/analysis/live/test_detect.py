@@ -10,6 +10,7 @@ every rank shares.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -239,3 +240,24 @@ def test_at_start_up_a_rank_that_logged_while_the_others_build_the_model_blames_
         events += detector.evaluate(float(k))[1]
     hangs = [e for e in events if e["kind"] == "hang"]
     assert len(hangs) == 1 and hangs[0]["ranks"] == [1, 2, 3] and "no record since init" in hangs[0]["where"]
+
+
+def test_peers_are_grouped_by_every_declared_mesh_dimension_whatever_its_name(tmp_path):
+    # The writer records the mesh under the names the job gave (core/mesh.py: any identifier), e.g. torchtitan's
+    # `dp_shard`. A dimension the watcher ignored would put two pipeline stages in one peer group; a data-parallel
+    # one it kept would leave every rank alone. Same run as a pp run, its dimensions renamed `stage` and `dp_shard`.
+    path, truth = run(tmp_path, "renamed", seed=1, pp=2, stage_pct=15.0, straggler=(20, "bwd", 10.0), slow_from=50)
+    logs = os.path.join(path, "structured_logs")
+    for name in os.listdir(logs):
+        with open(os.path.join(logs, name), "rb") as handle:
+            first, rest = handle.readline(), handle.read()
+        opened = json.loads(first)
+        assert set(opened["mesh"]) == {"pp", "dp"}, opened["mesh"]
+        opened["mesh"] = {"stage": opened["mesh"]["pp"], "dp_shard": opened["mesh"]["dp"]}
+        with open(os.path.join(logs, name), "wb") as handle:
+            handle.write(json.dumps(opened).encode() + b"\n" + rest)
+    result = replay(path)
+    alerts = raised(result)
+    assert [(a["kind"], a["ranks"], a["phase"]) for a in alerts] == [("slow", [20], "bwd")], alerts
+    # Compared with the other ranks of stage 1 only: the group is in the alert's id, dp_shard is not.
+    assert alerts[0]["id"] == "slow/training/0/stage=1/20/bwd", alerts[0]["id"]

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
+
 from otel_titan.analysis.live.detect import Detector
 from otel_titan.analysis.live.state import NAMES_KEPT, SERIES_KEPT, STEPS_KEPT, ProcessState, is_collective, mesh_coordinates
+from otel_titan.core.blackbox import thread_stacks
 
 
 def rec(name, t, **extra):
@@ -42,8 +47,38 @@ def test_a_black_box_gives_the_main_thread_s_innermost_frame():
     assert p.black_box.frame == "train.py:42 load_batch" and p.black_box.reason == "trigger" and not p.black_box.flight_recorder
 
 
+def test_a_black_box_names_the_program_s_line_not_the_library_frame_it_is_stuck_in():
+    # A real stack: a thread blocked in queue.get (a data loader's wait), read by the writer's own black box code.
+    # Its innermost frames are the standard library's (threading.py's wait); the line a user must read is the
+    # program's call into it, as summarize's Hang section shows it (hang.program_line).
+    jobs: queue.Queue = queue.Queue()
+    started = threading.Event()
+
+    def load_batch():
+        started.set()
+        jobs.get(timeout=30)
+
+    loader = threading.Thread(target=load_batch, name="stuck-loader")
+    loader.start()
+    try:
+        started.wait(5)
+        time.sleep(0.05)
+        stacks = [t for t in thread_stacks() if t["thread_name"] == "stuck-loader"]
+    finally:
+        jobs.put(None)
+        loader.join(5)
+    assert stacks and "threading.py" in stacks[0]["frames"][0]["file"], stacks
+    stacks[0]["main"] = True
+    p = ProcessState("k", label="r0", source="training", rank=0)
+    p.apply({"log_type_name": "stall", "log_type": "instant", "time_us": 5, "reason": "trigger", "where": "between_spans",
+             "threads": stacks, "open_spans": [], "flight_recorder": None}, 2.0)
+    assert p.black_box.frame is not None and p.black_box.frame.endswith(" load_batch"), p.black_box.frame
+    assert "test_state.py:" in p.black_box.frame and p.black_box.where == "between_spans"
+
+
 def test_mesh_coordinates_and_collective_names():
     assert mesh_coordinates({"mesh": {"pp": 1, "dp": 3, "tp": 0}}) == {"pp": 1, "tp": 0, "dp": 3}
+    assert mesh_coordinates({"mesh": {"stage": 1, "dp_shard": 3}, "tp_rank": 2}) == {"stage": 1, "dp_shard": 3}  # the field alone, every name
     assert [is_collective(n) for n in ("all_reduce", "barrier", "pp_recv", "grad_sync", "fwd", "optimizer", "data_fetch")] == [True, True, True, True, False, False, False]
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
 
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.cli import main
+from otel_titan.schema import stacks_file_name
 
 
 def test_help_names_every_option_and_the_exit_codes(capsys):
@@ -70,3 +74,32 @@ def test_once_on_a_job_stuck_for_a_minute_shows_the_suspect_it_will_confirm_at_t
     assert main(["watch", str(tmp_path), "--once", "--no-trigger"]) == 0
     out = capsys.readouterr().out
     assert "suspected hang: training rank 3 in bwd (step 15)" in out and "alerts: none" in out
+
+
+def test_a_rank_whose_c_call_held_the_interpreter_lock_is_named_with_the_line_of_its_faulthandler_dump(tmp_path, capsys):
+    # Such a rank cannot write its stall record: the writer's faulthandler dump in the side file beside its
+    # JSONL file (schema.stacks_file_name) is its only black box, and must give the alert its line of code.
+    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15)))
+    logs = tmp_path / "structured_logs"
+    old = time.time() - 60
+    for name in os.listdir(logs):
+        os.utime(logs / name, (old, old))
+    rank3 = next(name for name in os.listdir(logs) if ".global_rank_3." in name)
+    script = tmp_path / "stuck.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        from otel_titan.core.blackbox import FaulthandlerArm, open_side_file
+        arm = FaulthandlerArm(open_side_file(sys.argv[1]))
+        arm.rearm(0.3)
+        def read_batch():
+            time.sleep(1.5)  # the dump fires from faulthandler's own thread while this call runs
+        read_batch()
+    """))
+    # The writer's own arming code, in a real process: its note (threads, when it fires) and faulthandler's dump.
+    subprocess.run([sys.executable, str(script), str(logs / stacks_file_name(rank3))], check=True, timeout=60)
+    assert main(["watch", str(tmp_path), "--json", "--interval", "0.1", "--exit-on", "hang", "--no-trigger"]) == 3
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    alerts = [e for e in events if e["type"] in ("alert", "update") and e["kind"] == "hang"]
+    assert alerts and alerts[-1]["ranks"] == [3], alerts
+    assert alerts[-1]["line"] is not None and alerts[-1]["line"].endswith(" read_batch") and "stuck.py:" in alerts[-1]["line"], alerts[-1]
+    assert "black box" in alerts[-1]["evidence"]

@@ -125,11 +125,18 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     for g in groups:
         if g["state"] == "hung before first record":
             lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
-    # With suspects on evidence, the Hang section has compared these processes: "the odd group" would only echo or contradict it.
-    in_hang = {place.label for place in hang.places} if hang is not None and hang.suspects else set()
+    # The Hang section has compared these processes on evidence (black boxes, collectives, steps): "the odd group"
+    # would only echo its suspects or, where it cannot tell, contradict it. A healthy job killed mid-step stops each
+    # rank wherever it was, so a smaller group there is no evidence: the headline says what the Hang section says.
+    in_hang = {place.label for place in hang.places} if hang is not None else set()
+    cannot_tell = False
     for g in groups:
         if in_hang and set(g["processes"]) <= in_hang:
-            continue  # the Hang section compared these on evidence (collectives, steps): its suspects are above, not "the odd group"
+            if not hang.suspects and g["differs"] and not cannot_tell:
+                cannot_tell = True
+                why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"
+                lines.append(f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one")
+            continue
         if g["differs"] and g["state"] not in ("crashed", "hung before first record", "closed"):
             peers = [o for o in groups if o["attempt"] == g["attempt"] and o["source"] == g["source"] and not o["differs"]]
             rest = f", while {peers[0]['count']:,} {'processes' if peers[0]['count'] > 1 else 'process'} {peers[0]['state']} at step {peers[0]['step']}, {peers[0]['where']}" if peers else ""

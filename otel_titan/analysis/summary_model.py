@@ -84,6 +84,9 @@ class ProcessSummary:
     torn_last_line: bool = False
     #: Its host's clock offset, subtracted from every time shown (`clock_align`); 0 when not aligned.
     clock_offset_ms: float = 0.0
+    #: Its watchdog's ``stall`` record is its latest news (no program record since): stuck, however fresh its
+    #: heartbeats keep the file. Set from the hang facts (`hang_facts`), so "running" never stands beside a hang.
+    stalled_now: bool = False
 
     def state(self, now_us: float, running_s: float = 60.0) -> str:
         """How the process ended: ``closed``, ``hung before first record``, ``crashed``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``ended``."""
@@ -98,7 +101,7 @@ class ProcessSummary:
         if self.closed_cleanly is None:
             return "ended"  # torchtitan/pimm files have no closing record
         last = self.last_us if self.last_us is not None else self.created_us
-        if last is not None and now_us - last < running_s * 1e6:
+        if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"
         return "stalled"
 

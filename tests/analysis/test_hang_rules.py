@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,26 @@ def test_a_restart_that_then_closed_has_no_hang_section_for_the_attempt_it_repla
         rank_file(tmp_path, rank, [10.0] * 4, phases={"fwd": [5.0] * 4}, attempt=1, world_size=2, run_id="r", start_us=T0 + 10_000_000)
     summary = summarize_run(tmp_path)
     assert summary.hang is None and summary.missing == []
+
+
+def test_a_live_process_its_watchdog_found_stuck_is_stalled_everywhere_not_running(tmp_path):
+    """Read while the hang is on (the usual case): heartbeats keep the files fresh, but the stall record is the latest news.
+
+    The Hang section, the Summary line and the groups said "3 running" above a named culprit.
+    """
+    paths = [write_rank(tmp_path, rank, 3, [("span", "data_fetch", 3), ("stall", {"threads": frames("read_shard")}), ("heartbeat",)] if rank == 2
+                        else [("span", "data_fetch", 3), ("end",), ("span", "all_reduce", 3), ("stall", {}), ("heartbeat",)]) for rank in range(3)]
+    shift = int(time.time() * 1e6) - 2_000_000 - max(json.loads(line)["time_us"] for path in paths for line in path.read_text().splitlines())
+    for path in paths:  # written 2 s ago: alive, by the clock
+        path.write_text("".join(json.dumps({**json.loads(line), "time_us": json.loads(line)["time_us"] + shift}) + "\n" for line in path.read_text().splitlines()))
+    for reader in (summarize_run, summarize_tails):
+        summary = reader(tmp_path)
+        text = format_summary(summary)
+        assert [s.rank for s in summary.hang.suspects] == [2]
+        summary_line = next(line for line in text.splitlines() if line.startswith("Summary:"))
+        assert text.splitlines()[0].startswith("Hang: 3 of 3 processes did not finish: 3 stalled;") and summary_line.endswith(": 3 stalled"), text
+        assert "running" not in text.split("Processes")[0], text
+    # A live process whose stall record progress followed is running again.
+    path = paths[0]
+    path.write_text(path.read_text() + json.dumps({**json.loads(path.read_text().splitlines()[-1]), "log_type": "event", "log_type_name": "all_reduce_end", "seq_id": 99}) + "\n")
+    assert "1 running" in next(line for line in format_summary(summarize_run(tmp_path)).splitlines() if line.startswith("Summary:"))

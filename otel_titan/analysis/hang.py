@@ -61,6 +61,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 from otel_titan.analysis.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
 from otel_titan.analysis.headline import compress
+from otel_titan.analysis.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
 __all__ = ["digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
@@ -376,7 +377,7 @@ def build_hang(
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
     present = {(p.source, p.attempt) for p in places}
     missing = [m for m in missing if (m["source"], m["attempt"]) in present]
-    restarted = [f"{earlier} process(es) of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
+    restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
     if not places and not missing:
         return None
     if not missing and all(p.status == "running" and not p.stuck for p in places):
@@ -566,21 +567,21 @@ def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str,
             top_ops = Counter(lasts[r]["op"] for r in waiting)  # type: ignore[index]
             held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
             if waiting and not held:
-                verdicts.note(f"{label}: rank(s) {compress(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
+                verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
             if held:
                 op = top_ops.most_common(1)[0][0]
                 behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere and _held_back(by_rank[(source, attempt, r)], held)]
                 for rank in behind:
                     last = lasts[rank]
                     its = f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
-                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {len(waiting)} rank(s) wait in ({its})", "behind")
+                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({its})", "behind")
                 if not behind and not any(seq < top for seq in seqs.values()):
                     for rank in unknown:
                         place = by_rank.get((source, attempt, rank))
                         if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
                             verdicts.add(place, f"the others wait in seq {top} {op} ({label}); it has no collective on record ({place.evidence})", "no collective")
                     if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
-                        verdicts.note(f"{label}: {len(waiting)} rank(s) wait in seq {top} {op}; cannot tell who is behind: no flight recorder from rank(s) {compress(unknown)}")
+                        verdicts.note(f"{label}: {_count(len(waiting), 'wait')} in seq {top} {op}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
         _desync(source, attempt, label, known, by_rank, verdicts)
         _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
     return waits_somewhere
@@ -608,7 +609,7 @@ def _desync(source: str, attempt: Any, label: str, known: dict[int, dict[str, An
         if n > len(calls) / 2 and n >= 2 and majority:
             for rank, sig in calls.items():
                 if sig != common and _held_back(by_rank[(source, attempt, rank)], majority):
-                    verdicts.add(by_rank[(source, attempt, rank)], f"desync in {label} seq {seq}: called {_describe(sig)} while {n} rank(s) called {_describe(common)}", "desync")
+                    verdicts.add(by_rank[(source, attempt, rank)], f"desync in {label} seq {seq}: called {_describe(sig)} while {plural(n, 'rank')} called {_describe(common)}", "desync")
         else:
             verdicts.note(f"desync in {label} seq {seq} ({described}): no majority, cannot tell which side is wrong")
         return
@@ -738,7 +739,7 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
             else:
                 at = f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
             never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
-            verdicts.add(place, f"behind in the step: {at}; {never}, where {len(waits)} other rank(s) are ({inside})", "behind in step")
+            verdicts.add(place, f"behind in the step: {at}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})", "behind in step")
 
 
 def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
@@ -753,6 +754,16 @@ def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
         for place in stuck:
             if (place.span, place.where) != common:
                 verdicts.add(place, f"elsewhere than the {n} others ({where})", "odd one out")
+
+
+def _named(ranks: Sequence[int]) -> str:
+    """``rank 3`` or ``ranks 1,3-5``: the ranks with their noun, singular for one."""
+    return f"rank{'s' if len(set(ranks)) != 1 else ''} {compress(list(ranks))}"
+
+
+def _count(count: int, verb: str) -> str:
+    """``1 rank waits`` or ``3 ranks wait``: a count of ranks and the verb agreeing with it."""
+    return f"{plural(count, 'rank')} {verb}{'s' if count == 1 else ''}"
 
 
 def _ranks(ranks: Sequence[int]) -> str:

@@ -664,7 +664,7 @@ def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
     others = [p for p in places if p.status != "crashed"]
     if crashed and others and all(p.status.startswith("terminated") for p in others):
         for place in crashed:
-            verdicts.add(place, f"crashed: its file ends mid-line (killed or died while writing) while the {len(others)} other(s) were then terminated by a signal", "crashed")
+            verdicts.add(place, f"crashed: its file ends mid-line (killed or died while writing) while the {plural(len(others), 'other')} {'was' if len(others) == 1 else 'were'} then terminated by a signal", "crashed")
 
 
 def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:

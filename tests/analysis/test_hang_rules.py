@@ -262,7 +262,8 @@ def test_a_crashed_rank_is_named_when_the_launcher_then_stopped_the_others_and_n
     for rank in range(3):
         write_rank(tmp_path / "agent", rank, 3, steps + ([] if rank == 1 else [("signal",)]), torn=rank == 1)
         write_rank(tmp_path / "sigkill", rank, 3, steps, torn=rank == 1)  # every rank killed at once; one was writing
-    assert [(s.rank, s.rule) for s in summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects] == [(1, "crashed")]
+    (crashed,) = summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects
+    assert (crashed.rank, crashed.rule) == (1, "crashed") and crashed.why.endswith("while the 2 others were then terminated by a signal"), crashed.why
     assert summarize_run(tmp_path / "sigkill", log_skipped=False).hang.suspects == []
 
 

@@ -376,7 +376,11 @@ def build_hang(
         )
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
     present = {(p.source, p.attempt) for p in places}
-    missing = [m for m in missing if (m["source"], m["attempt"]) in present]
+    # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
+    # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
+    # It stays listed, marked so, and is never the one that "never reached init_structured_logger".
+    ran = {(p.source, p.attempt) for p in current if ((facts.get(p.label) or {}).get("steps_seen") or 0) >= 2}
+    missing = [{**m, "ran_with_others": (m["source"], m["attempt"]) in ran} for m in missing if (m["source"], m["attempt"]) in present]
     restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
     if not places and not missing:
         return None
@@ -492,6 +496,10 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
     verdicts = _Verdicts()
     missing_suspects = []
     for m in missing:
+        if m.get("ran_with_others"):
+            verdicts.note(f"{m['source']}: {_named(m['ranks'])} of world_size {m['world_size']} wrote no file here but took part in the steps (the others began later steps with them): "
+                          "their logs are elsewhere or they log nothing; the ranks here are not compared without them")
+            continue
         for rank in m["ranks"]:
             missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
     waiting = _collectives(places, verdicts)
@@ -502,9 +510,10 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
     for place in places:
         if place.status == "hung before first record":
             verdicts.add(place, "logged nothing since its file was created", "nothing logged")
-    if not verdicts.by_label and not missing_suspects:
+    # Not with ranks missing, even ones that ran: the odd one out may be waiting for one of them (in a sub-group).
+    if not verdicts.by_label and not missing:
         _odd_ones_out(places, verdicts)
-    if not verdicts.by_label and not missing_suspects and len(processes) == 1 and places and places[0].stuck and places[0].evidence != "records only":
+    if not verdicts.by_label and not missing and len(processes) == 1 and places and places[0].stuck and places[0].evidence != "records only":
         place = places[0]
         verdicts.add(place, f"the only process, stuck {'between spans' if place.between_spans else 'in span ' + str(place.span)}", "alone")
     named = sorted(verdicts.by_label.values(), key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.label))
@@ -785,7 +794,8 @@ def format_hang(report: HangReport | None) -> list[str]:
         return []
     lines = [f"Hang: {report.headline}"]
     for m in report.missing:
-        lines.append(f" ▶ {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: no file (world_size {m['world_size']})")
+        mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
+        lines.append(f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})")
     for group in report.groups[:GROUPS_SHOWN]:
         who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
         where = []

@@ -110,11 +110,14 @@ def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
 def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     latest_attempt = max((g["attempt"] for g in groups if g["attempt"] is not None), default=None)
+    hang = getattr(summary, "hang", None)
+    # The Hang section knows whether the others ran steps with a rank that has no file (then it got past init).
+    ran = {(m["source"], m["attempt"]) for m in (hang.missing if hang is not None else []) if m.get("ran_with_others")}
     for m in getattr(summary, "missing", None) or []:
         # First: a rank with no file is invisible everywhere else, and often the one the others wait for.
         attempt = f" (attempt {m['attempt']})" if latest_attempt else ""
-        lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} (never reached init_structured_logger, or its logs are not in this folder)")
-    hang = getattr(summary, "hang", None)
+        why = "took part in the steps: its logs are not in this folder, or it logs nothing" if (m["source"], m["attempt"]) in ran else "never reached init_structured_logger, or its logs are not in this folder"
+        lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} ({why})")
     if hang is not None:
         for suspect in hang.suspects:
             if suspect.rule != "missing" and len(lines) < 4:

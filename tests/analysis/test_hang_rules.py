@@ -323,3 +323,30 @@ def test_the_reasons_count_ranks_as_a_person_writes_them(tmp_path, layout, world
         said = [s.why for s in report.suspects] + list(report.notes)
         assert report.suspects and not any("(s)" in text or "(es)" in text for text in said), said
         assert not any(bad in text for text in said for bad in ("1 ranks", "1 other ranks", "1 rank wait ", "1 other rank are")), said
+
+
+def test_ranks_whose_logs_are_elsewhere_are_listed_missing_but_never_blamed_when_the_others_ran_steps_with_them(tmp_path):
+    """One node's folder of a 64-rank job (node-local disks): 8 files, world_size 64.
+
+    The 56 other ranks completed every step's collective with these 8, so none of them "never reached init":
+    naming them (56 suspects, the real culprit listed among the victims) is wrong. They stay listed as missing,
+    with why they are not blamed; the present ranks cannot be compared without them, so nobody is named.
+    """
+    culprit = write_hang_run(tmp_path, "world", 16, "span", "on", seed=1)
+    kept = [r for r in range(16) if r // 8 == culprit // 8]
+    for path in (tmp_path / "structured_logs").glob("*.jsonl"):
+        if int(path.name.split("global_rank_")[1].split(".")[0]) not in kept:
+            path.unlink()
+    for reader in (summarize_run, summarize_tails):
+        summary = reader(tmp_path)
+        report = summary.hang
+        assert [s.rank for s in report.suspects if s.rule == "missing"] == [], [(s.rank, s.rule) for s in report.suspects]
+        assert {s.rank for s in report.suspects} <= {culprit}  # the flight recorder shows it never entered what the others wait in
+        assert sum(len(m["ranks"]) for m in report.missing) == 8
+    text = format_summary(summarize_run(tmp_path))
+    assert "took part in the steps" in text.split("Run ")[0] and "never reached init_structured_logger" not in text, text[:3000]
+    assert "look at" not in text.split("Run ")[0]
+    # A rank that really never reached init: the others are stuck in their first step, waiting for it.
+    before = tmp_path / "before"
+    culprit = write_hang_run(before, "world", 4, "before_init", "on")
+    assert [(s.rank, s.rule) for s in summarize_run(before).hang.suspects] == [(culprit, "missing")]

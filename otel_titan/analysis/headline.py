@@ -116,7 +116,9 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     for m in getattr(summary, "missing", None) or []:
         # First: a rank with no file is invisible everywhere else, and often the one the others wait for.
         attempt = f" (attempt {m['attempt']})" if latest_attempt else ""
-        why = "took part in the steps: its logs are not in this folder, or it logs nothing" if (m["source"], m["attempt"]) in ran else "never reached init_structured_logger, or its logs are not in this folder"
+        one = len(m["ranks"]) == 1
+        its, it, log = ("its", "it", "logs") if one else ("their", "they", "log")
+        why = f"took part in the steps: {its} logs are not in this folder, or {it} {log} nothing" if (m["source"], m["attempt"]) in ran else "never reached init_structured_logger, or its logs are not in this folder"
         lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} ({why})")
     if hang is not None:
         for suspect in hang.suspects:

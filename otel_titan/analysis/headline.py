@@ -194,7 +194,8 @@ def straggler_lines(group: Any, show_attempt: bool) -> list[str]:
         what = "; ".join(describe_finding(f) for f in found)
         where = f" [{', '.join(f'{k} {v}' for k, v in costliest.group.items())}]" if costliest.group else ""
         if all(f.verdict == "straggler" for f in found):
-            lines.append(f"straggler: {group.source} rank {rank}{attempt}{where}: {what}; {describe_cost(costliest)}")
+            since = f", since step {costliest.since_step}, to the end of the run" if costliest.since_step is not None else ""
+            lines.append(f"straggler: {group.source} rank {rank}{attempt}{where}: {what}; {describe_cost(costliest)}{since}")
         else:
             others = ",".join(str(r) for r in costliest.peers if r != rank)
             lines.append(
@@ -245,7 +246,9 @@ def headline_lines(summary: RunSummary, data: dict[str, Any], show_all_groups: b
         if len(diagnosis) > 8:
             lines.append(f"    … {len(diagnosis) - 8} more (see below)")
     else:
-        no_straggler = "" if summary.tail_only else "; no straggler on evidence"
+        # A straggler kept out of the headline (small, or it came and went) is still one: never "no straggler" above it.
+        kept_out = any(f.verdict == "straggler" for group in summary.stragglers for f in group.findings)
+        no_straggler = "" if summary.tail_only else ("; no straggler costs the run enough for here (see Stragglers)" if kept_out else "; no straggler on evidence")
         lines.append(f"  nothing stands out: every group of processes ended the same way{no_straggler}")
     if summary.clock is not None and not summary.tail_only:
         lines.append(f"  clocks: {summary.clock.describe()}")

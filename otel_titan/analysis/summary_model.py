@@ -191,7 +191,8 @@ class StragglerFinding:
     the steps compared; `share_of_step` against the median step. `persistent`:
     large in both halves of the run (`first_half_excess_ms`,
     `second_half_excess_ms`); `large_from_step`…`large_to_step`: where it was
-    large. `headline`: it reaches "Look first at" (else `why_not_headline`).
+    large; `since_step`: large from there to the end (an onset that lasted). `headline`: it reaches
+    "Look first at" (else `why_not_headline`).
     """
 
     source: str
@@ -222,6 +223,8 @@ class StragglerFinding:
     large_steps: int
     headline: bool
     why_not_headline: str | None
+    #: Not in both halves, but large from this step to the last one compared (a fail-slow onset that keeps costing): None otherwise.
+    since_step: int | None = None
 
 
 @dataclass

@@ -486,7 +486,11 @@ def test_a_dump_of_a_c_call_the_process_recovered_from_is_never_shown_as_where_i
     text = open(side_file(path), encoding="utf-8").read()
     assert text.count("# otel-titan armed at ") == 2 and text.count("# otel-titan threads ") == 2 and text.count("most recent call first") >= 1
     assert text.index("# otel-titan armed at ") < text.index("Timeout (") < text.rindex("# otel-titan armed at ")
-    summarize = [sys.executable, "-m", "otel_titan.cli", "summarize", str(run_dir)]
+    # Read two minutes later, as a user who finds the job dead does: read at once, a process killed 0.3 s into
+    # data_fetch with no stall record is "running" and, rightly, no hang (a healthy job killed mid-step names no
+    # one), so the stale dump would never be put to the test. The clock moves; the records and the reader are real.
+    later = "import sys, time; real = time.time; time.time = lambda: real() + 120; from otel_titan.cli import main; sys.exit(main(sys.argv[1:]))"
+    summarize = [sys.executable, "-c", later, "summarize", str(run_dir)]
     result = subprocess.run(summarize, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr
     hang = result.stdout[: result.stdout.index("\n\n")]

@@ -61,6 +61,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 from otel_titan.analysis.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
 from otel_titan.analysis.headline import compress
+from otel_titan.analysis.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
 __all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
@@ -390,8 +391,12 @@ def build_hang(
         )
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
     present = {(p.source, p.attempt) for p in places}
-    missing = [m for m in missing if (m["source"], m["attempt"]) in present]
-    restarted = [f"{earlier} process(es) of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
+    # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
+    # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
+    # It stays listed, marked so, and is never the one that "never reached init_structured_logger".
+    ran = {(p.source, p.attempt) for p in current if ((facts.get(p.label) or {}).get("steps_seen") or 0) >= 2}
+    missing = [{**m, "ran_with_others": (m["source"], m["attempt"]) in ran} for m in missing if (m["source"], m["attempt"]) in present]
+    restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
     if not places and not missing:
         return None
     if not missing and all(p.status == "running" and not p.stuck for p in places):
@@ -506,6 +511,10 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
     verdicts = _Verdicts()
     missing_suspects = []
     for m in missing:
+        if m.get("ran_with_others"):
+            verdicts.note(f"{m['source']}: {_named(m['ranks'])} of world_size {m['world_size']} wrote no file here but took part in the steps (the others began later steps with them): "
+                          "their logs are elsewhere or they log nothing; the ranks here are not compared without them")
+            continue
         for rank in m["ranks"]:
             missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
     waiting = _collectives(places, verdicts)
@@ -516,9 +525,10 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
     for place in places:
         if place.status == "hung before first record":
             verdicts.add(place, "logged nothing since its file was created", "nothing logged")
-    if not verdicts.by_label and not missing_suspects:
+    # Not with ranks missing, even ones that ran: the odd one out may be waiting for one of them (in a sub-group).
+    if not verdicts.by_label and not missing:
         _odd_ones_out(places, verdicts)
-    if not verdicts.by_label and not missing_suspects and len(processes) == 1 and places and places[0].stuck and places[0].evidence != "records only":
+    if not verdicts.by_label and not missing and len(processes) == 1 and places and places[0].stuck and places[0].evidence != "records only":
         place = places[0]
         verdicts.add(place, f"the only process, stuck {'between spans' if place.between_spans else 'in span ' + str(place.span)}", "alone")
     named = sorted(verdicts.by_label.values(), key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.label))
@@ -581,21 +591,21 @@ def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str,
             top_ops = Counter(lasts[r]["op"] for r in waiting)  # type: ignore[index]
             held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
             if waiting and not held:
-                verdicts.note(f"{label}: rank(s) {compress(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
+                verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
             if held:
                 op = top_ops.most_common(1)[0][0]
                 behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere and _held_back(by_rank[(source, attempt, r)], held)]
                 for rank in behind:
                     last = lasts[rank]
                     its = f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
-                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {len(waiting)} rank(s) wait in ({its})", "behind")
+                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({its})", "behind")
                 if not behind and not any(seq < top for seq in seqs.values()):
                     for rank in unknown:
                         place = by_rank.get((source, attempt, rank))
                         if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
                             verdicts.add(place, f"the others wait in seq {top} {op} ({label}); it has no collective on record ({place.evidence})", "no collective")
                     if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
-                        verdicts.note(f"{label}: {len(waiting)} rank(s) wait in seq {top} {op}; cannot tell who is behind: no flight recorder from rank(s) {compress(unknown)}")
+                        verdicts.note(f"{label}: {_count(len(waiting), 'wait')} in seq {top} {op}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
         _desync(source, attempt, label, known, by_rank, verdicts)
         _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
     return waits_somewhere
@@ -623,7 +633,7 @@ def _desync(source: str, attempt: Any, label: str, known: dict[int, dict[str, An
         if n > len(calls) / 2 and n >= 2 and majority:
             for rank, sig in calls.items():
                 if sig != common and _held_back(by_rank[(source, attempt, rank)], majority):
-                    verdicts.add(by_rank[(source, attempt, rank)], f"desync in {label} seq {seq}: called {_describe(sig)} while {n} rank(s) called {_describe(common)}", "desync")
+                    verdicts.add(by_rank[(source, attempt, rank)], f"desync in {label} seq {seq}: called {_describe(sig)} while {plural(n, 'rank')} called {_describe(common)}", "desync")
         else:
             verdicts.note(f"desync in {label} seq {seq} ({described}): no majority, cannot tell which side is wrong")
         return
@@ -678,7 +688,7 @@ def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
     others = [p for p in places if p.status != "crashed"]
     if crashed and others and all(p.status.startswith("terminated") for p in others):
         for place in crashed:
-            verdicts.add(place, f"crashed: its file ends mid-line (killed or died while writing) while the {len(others)} other(s) were then terminated by a signal", "crashed")
+            verdicts.add(place, f"crashed: its file ends mid-line (killed or died while writing) while the {plural(len(others), 'other')} {'was' if len(others) == 1 else 'were'} then terminated by a signal", "crashed")
 
 
 def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:
@@ -753,7 +763,7 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
             else:
                 at = f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
             never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
-            verdicts.add(place, f"behind in the step: {at}; {never}, where {len(waits)} other rank(s) are ({inside})", "behind in step")
+            verdicts.add(place, f"behind in the step: {at}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})", "behind in step")
 
 
 def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
@@ -768,6 +778,16 @@ def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
         for place in stuck:
             if (place.span, place.where) != common:
                 verdicts.add(place, f"elsewhere than the {n} others ({where})", "odd one out")
+
+
+def _named(ranks: Sequence[int]) -> str:
+    """``rank 3`` or ``ranks 1,3-5``: the ranks with their noun, singular for one."""
+    return f"rank{'s' if len(set(ranks)) != 1 else ''} {compress(list(ranks))}"
+
+
+def _count(count: int, verb: str) -> str:
+    """``1 rank waits`` or ``3 ranks wait``: a count of ranks and the verb agreeing with it."""
+    return f"{plural(count, 'rank')} {verb}{'s' if count == 1 else ''}"
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -789,7 +809,8 @@ def format_hang(report: HangReport | None) -> list[str]:
         return []
     lines = [f"Hang: {report.headline}"]
     for m in report.missing:
-        lines.append(f" ▶ {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: no file (world_size {m['world_size']})")
+        mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
+        lines.append(f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})")
     for group in report.groups[:GROUPS_SHOWN]:
         who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
         where = []

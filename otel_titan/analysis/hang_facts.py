@@ -97,4 +97,4 @@ class HangTracker:
             self.entered_set.add(name)
 
     def end(self) -> None:
-        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet, "world_size": self.world_size}
+        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet, "world_size": self.world_size, "steps_seen": self.steps_seen}

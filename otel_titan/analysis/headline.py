@@ -110,11 +110,16 @@ def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
 def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     latest_attempt = max((g["attempt"] for g in groups if g["attempt"] is not None), default=None)
+    hang = getattr(summary, "hang", None)
+    # The Hang section knows whether the others ran steps with a rank that has no file (then it got past init).
+    ran = {(m["source"], m["attempt"]) for m in (hang.missing if hang is not None else []) if m.get("ran_with_others")}
     for m in getattr(summary, "missing", None) or []:
         # First: a rank with no file is invisible everywhere else, and often the one the others wait for.
         attempt = f" (attempt {m['attempt']})" if latest_attempt else ""
-        lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} (never reached init_structured_logger, or its logs are not in this folder)")
-    hang = getattr(summary, "hang", None)
+        one = len(m["ranks"]) == 1
+        its, it, log = ("its", "it", "logs") if one else ("their", "they", "log")
+        why = f"took part in the steps: {its} logs are not in this folder, or {it} {log} nothing" if (m["source"], m["attempt"]) in ran else "never reached init_structured_logger, or its logs are not in this folder"
+        lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} ({why})")
     if hang is not None:
         for suspect in hang.suspects:
             if suspect.rule != "missing" and len(lines) < 4:
@@ -125,11 +130,18 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     for g in groups:
         if g["state"] == "hung before first record":
             lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
-    # With suspects on evidence, the Hang section has compared these processes: "the odd group" would only echo or contradict it.
-    in_hang = {place.label for place in hang.places} if hang is not None and hang.suspects else set()
+    # The Hang section has compared these processes on evidence (black boxes, collectives, steps): "the odd group"
+    # would only echo its suspects or, where it cannot tell, contradict it. A healthy job killed mid-step stops each
+    # rank wherever it was, so a smaller group there is no evidence: the headline says what the Hang section says.
+    in_hang = {place.label for place in hang.places} if hang is not None else set()
+    cannot_tell = False
     for g in groups:
         if in_hang and set(g["processes"]) <= in_hang:
-            continue  # the Hang section compared these on evidence (collectives, steps): its suspects are above, not "the odd group"
+            if not hang.suspects and g["differs"] and not cannot_tell:
+                cannot_tell = True
+                why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"
+                lines.append(f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one")
+            continue
         if g["differs"] and g["state"] not in ("crashed", "hung before first record", "closed"):
             peers = [o for o in groups if o["attempt"] == g["attempt"] and o["source"] == g["source"] and not o["differs"]]
             rest = f", while {peers[0]['count']:,} {'processes' if peers[0]['count'] > 1 else 'process'} {peers[0]['state']} at step {peers[0]['step']}, {peers[0]['where']}" if peers else ""
@@ -182,7 +194,8 @@ def straggler_lines(group: Any, show_attempt: bool) -> list[str]:
         what = "; ".join(describe_finding(f) for f in found)
         where = f" [{', '.join(f'{k} {v}' for k, v in costliest.group.items())}]" if costliest.group else ""
         if all(f.verdict == "straggler" for f in found):
-            lines.append(f"straggler: {group.source} rank {rank}{attempt}{where}: {what}; {describe_cost(costliest)}")
+            since = f", since step {costliest.since_step}, to the end of the run" if costliest.since_step is not None else ""
+            lines.append(f"straggler: {group.source} rank {rank}{attempt}{where}: {what}; {describe_cost(costliest)}{since}")
         else:
             others = ",".join(str(r) for r in costliest.peers if r != rank)
             lines.append(
@@ -233,7 +246,9 @@ def headline_lines(summary: RunSummary, data: dict[str, Any], show_all_groups: b
         if len(diagnosis) > 8:
             lines.append(f"    … {len(diagnosis) - 8} more (see below)")
     else:
-        no_straggler = "" if summary.tail_only else "; no straggler on evidence"
+        # A straggler kept out of the headline (small, or it came and went) is still one: never "no straggler" above it.
+        kept_out = any(f.verdict == "straggler" for group in summary.stragglers for f in group.findings)
+        no_straggler = "" if summary.tail_only else ("; no straggler costs the run enough for here (see Stragglers)" if kept_out else "; no straggler on evidence")
         lines.append(f"  nothing stands out: every group of processes ended the same way{no_straggler}")
     if summary.clock is not None and not summary.tail_only:
         lines.append(f"  clocks: {summary.clock.describe()}")

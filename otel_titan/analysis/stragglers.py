@@ -80,6 +80,8 @@ MIN_MAJORITY = 3
 HEADLINE_MIN_SHARE = 0.05
 #: ... in both halves of the run: in each, its median per-step difference is at least this share of the whole run's.
 PERSISTENT_SHARE = 0.5
+#: ... or, begun mid-run, large in at least this share of the steps from its first large one to the last step (it lasted).
+LASTED_SHARE = 0.8
 #: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
 STRAGGLER_RULE = {
     "min_steps": MIN_STEPS,
@@ -321,9 +323,13 @@ def finding(
     second = statistics.median([d for _, d in differences[half:]]) if differences[half:] else None
     persistent = slow.median_excess_ms > 0 and first is not None and second is not None and first >= bar and second >= bar
     large = [step for step, d in differences if slow.median_excess_ms > 0 and d >= bar]
+    # Not in both halves, but large from one step to the last (nearly every step since): it began then and keeps
+    # costing the run, which is what "both halves" is there to find; one that came and went does not qualify.
+    since = [step for step, _ in differences if large and step >= large[0]]
+    lasted = not persistent and bool(large) and second is not None and second >= bar and large[-1] == differences[-1][0] and len(large) >= LASTED_SHARE * len(since)
     share = cost / step_ms if step_ms else None
     verdict = verdict or ("straggler" if slow.straggler else "difference")
-    headline = verdict in ("straggler", "difference") and persistent and share is not None and share >= HEADLINE_MIN_SHARE
+    headline = verdict in ("straggler", "difference") and (persistent or lasted) and share is not None and share >= HEADLINE_MIN_SHARE
     if why is None and not headline:
         if verdict == "cannot tell":
             why = "cannot tell"
@@ -361,4 +367,5 @@ def finding(
         large_steps=len(large),
         headline=headline,
         why_not_headline=None if headline else why,
+        since_step=large[0] if lasted else None,
     )

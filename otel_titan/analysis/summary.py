@@ -498,6 +498,7 @@ def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignm
     last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
     for summary in processes:
+        summary.stalled_now = bool((hang_facts or {}).get(summary.label, {}).get("stalled"))
         seen = summary.last_us if summary.last_us is not None else summary.created_us
         if last_us is not None and seen is not None:
             summary.behind_s = round(max(last_us - seen, 0) / 1e6, 6)

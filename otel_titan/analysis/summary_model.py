@@ -84,6 +84,9 @@ class ProcessSummary:
     torn_last_line: bool = False
     #: Its host's clock offset, subtracted from every time shown (`clock_align`); 0 when not aligned.
     clock_offset_ms: float = 0.0
+    #: Its watchdog's ``stall`` record is its latest news (no program record since): stuck, however fresh its
+    #: heartbeats keep the file. Set from the hang facts (`hang_facts`), so "running" never stands beside a hang.
+    stalled_now: bool = False
 
     def state(self, now_us: float, running_s: float = 60.0) -> str:
         """How the process ended: ``closed``, ``hung before first record``, ``crashed``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``ended``."""
@@ -98,7 +101,7 @@ class ProcessSummary:
         if self.closed_cleanly is None:
             return "ended"  # torchtitan/pimm files have no closing record
         last = self.last_us if self.last_us is not None else self.created_us
-        if last is not None and now_us - last < running_s * 1e6:
+        if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"
         return "stalled"
 
@@ -188,7 +191,8 @@ class StragglerFinding:
     the steps compared; `share_of_step` against the median step. `persistent`:
     large in both halves of the run (`first_half_excess_ms`,
     `second_half_excess_ms`); `large_from_step`…`large_to_step`: where it was
-    large. `headline`: it reaches "Look first at" (else `why_not_headline`).
+    large; `since_step`: large from there to the end (an onset that lasted). `headline`: it reaches
+    "Look first at" (else `why_not_headline`).
     """
 
     source: str
@@ -219,6 +223,8 @@ class StragglerFinding:
     large_steps: int
     headline: bool
     why_not_headline: str | None
+    #: Not in both halves, but large from this step to the last one compared (a fail-slow onset that keeps costing): None otherwise.
+    since_step: int | None = None
 
 
 @dataclass

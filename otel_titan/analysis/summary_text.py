@@ -371,9 +371,11 @@ def _cost_line(item: StragglerFinding) -> str:
     text = describe_cost(item)
     if item.persistent:
         text += f"; in both halves of the run (steps {item.large_from_step}–{item.large_to_step})"
+    elif item.since_step is not None:
+        text += f"; since step {item.since_step}, to the end of the run (steps {item.since_step}–{item.large_to_step})"
     if item.headline:
         return text + "; in Look first at"
-    return text + f"; not in Look first at: {item.why_not_headline} (needs ≥ {HEADLINE_MIN_SHARE:.0%} of the step in both halves of the run)"
+    return text + f"; not in Look first at: {item.why_not_headline} (needs ≥ {HEADLINE_MIN_SHARE:.0%} of the step in both halves of the run, or from its start to the end)"
 
 
 def _slowest(rank: int | None) -> str:

@@ -137,7 +137,7 @@ class BatchProcessor:
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
         """Start the daemon thread (once)."""
-        self._progress_ns = self._started_ns = time.perf_counter_ns()
+        self._progress_ns = self._started_ns = self._stall_from_ns = time.perf_counter_ns()
         arm = self._faulthandler
         if arm is not None:
             # Armed now, on the caller's thread: a C call that takes the interpreter lock right
@@ -326,7 +326,11 @@ class BatchProcessor:
                 if gap > self._slowest_gap_s:
                     self._slowest_gap_s = gap
             if self._stall in (_WATCHED, _WRITTEN):
-                self._budget.stall_ended((progress - self._stall_from_ns) / 1e9)  # the run recovered: healthy pauses spend no reserve
+                # The run recovered: healthy pauses spend no reserve. The stall began where its watch did (the
+                # last span end, or when an idle process got busy), never before the start: measured from 0,
+                # a first stall before any span ended "lasted" the machine's uptime and put the reserve out of reach.
+                began = max(progress_before, self._stall_from_ns, self._started_ns)
+                self._budget.stall_ended((progress - began) / 1e9)
             self._stall = _CALM
             self._stall_from_ns = progress
         threshold = self.stall_threshold()

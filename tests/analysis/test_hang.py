@@ -150,7 +150,7 @@ def test_a_rank_stuck_in_a_c_call_holding_the_interpreter_lock_is_named_from_its
 
 
 def test_a_rank_calling_another_collective_is_named_from_the_flight_recorder(tmp_path):
-    launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "desync in pg 0 seq 3: called broadcast [[16]] Float while 3 rank(s) called all_reduce [[16]] Float")
+    launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "desync in pg 0 seq 3: called broadcast [[16]] Float while 3 ranks called all_reduce [[16]] Float")
     processes.kill_tree(launcher, timeout=30)
     # The export: stalls as instants carrying the stacks, collectives as slices on a per-rank track.
     result = processes.run([sys.executable, "-m", "otel_titan.cli", "export", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})

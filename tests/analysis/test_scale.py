@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
@@ -29,15 +30,39 @@ def test_hung_rank_and_phase_straggler_are_named_in_the_first_15_lines(tmp_path)
     run, truth = _run(tmp_path, ranks=64, steps=30, hung=(17, 25), straggler=(40, "bwd", 25.0), seed=3)
     summary = summarize_run(run, log_skipped=False)
     head = _first(format_summary(summary))
-    assert "training rank 17: stalled at step 25, inside fwd_bwd > bwd, while 63 processes stalled at step 25, inside all_reduce → look at training rank 17 first" in head
-    # No black box and no heartbeat in these generated files: nothing says the ranks were stuck rather than killed mid-step.
+    # No black box and no heartbeat in these generated files: nothing says the ranks were stuck rather than killed mid-step,
+    # so the Hang section names no one, and "Look first at" does not contradict it by blaming the odd group.
     assert summary.hang.suspects == [] and summary.hang.verdict == "cannot tell"
+    assert "look at training rank 17 first" not in head and "hang: cannot tell who holds the others up: no process is stuck on the evidence" in head
+    assert "▶ 1 process: stalled at step 25, inside fwd_bwd > bwd  (training rank 17)" in format_summary(summary)  # the fact stays, below
     assert "straggler: training rank 40: last to arrive at all_reduce" in head and "bwd +2" in head
     assert "Processes" not in format_summary(summary)  # no row per process at 64 ranks ...
     assert "training rank 33 " in format_summary(summary, show_all=True)  # ... unless asked
     (group,) = summary.stragglers
     assert [row["rank"] for row in group.arrival_stragglers] == [40]
     assert group.last_arrivals[0]["rank"] == 40 and group.last_arrivals[0]["steps"] >= 12
+
+
+def test_a_healthy_job_killed_mid_step_has_no_rank_to_look_at_first(tmp_path):
+    """A scheduler SIGKILLs a healthy 64-rank job at one instant: each rank stops wherever it was (fwd, bwd, between).
+
+    Nothing says any rank was stuck, so the Hang section cannot tell; the headline must not then blame the
+    ranks that happened to be in a smaller group ("→ look at … first" named 27 innocent ranks).
+    """
+    run, _ = _run(tmp_path, ranks=64, steps=20, seed=0)
+    files = sorted(glob.glob(os.path.join(run, "structured_logs", "*.jsonl")))
+    first = [json.loads(line) for line in open(files[0], encoding="utf-8")]
+    cut = next(r["time_us"] for r in first if r["log_type_name"] == "fwd_start" and r.get("step") == 15) + 30_000  # near fwd's end
+    for path in files:
+        kept = [line for line in open(path, encoding="utf-8") if json.loads(line)["time_us"] <= cut]
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(kept)
+    summary = summarize_run(run, log_skipped=False)
+    data = headline_data(summary)
+    assert len([g for g in data["groups"] if g["differs"]]) >= 1  # the ranks did stop in different places
+    assert summary.hang is not None and summary.hang.suspects == []
+    assert not any("look at" in line for line in data["diagnosis"]), data["diagnosis"]
+    assert [line for line in data["diagnosis"] if line.startswith("hang: cannot tell who")] == [data["diagnosis"][0]]
 
 
 def test_crashed_rank_is_named_with_its_torn_line(tmp_path):

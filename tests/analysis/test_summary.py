@@ -383,6 +383,26 @@ def test_a_straggler_that_came_and_went_says_when_and_stays_out_of_the_headline(
     assert "came and went: large in 30 of 50 steps, steps 1–30; not in both halves of the run" in format_summary(summary)
 
 
+def test_a_straggler_that_began_mid_run_and_lasted_to_the_end_is_named_since_when_not_came_and_went(run_dir):
+    # Slow from step 16 to the end (35 of 50 steps): a fail-slow rank that keeps costing the run, the case users look for.
+    healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 30.0), slow_steps=range(16, 51))
+    summary = summarize_run(run_dir)
+    (item,) = [f for g in summary.stragglers for f in g.findings if f.kind == "phase"]
+    assert (item.rank, item.verdict, item.persistent, item.headline, item.since_step) == (7, "straggler", False, True, 16)
+    text = format_summary(summary)
+    look_first = text.split("Where the processes stopped")[0]
+    (line,) = [line for line in look_first.splitlines() if "▶ straggler" in line]
+    assert line.startswith("  ▶ straggler: training rank 7: ") and line.endswith("since step 16, to the end of the run"), line
+    assert "came and went" not in text and "since step 16, to the end of the run (steps 16–50); in Look first at" in text
+
+
+def test_the_summary_line_never_says_no_straggler_above_a_straggler_it_kept_out_of_the_headline(run_dir):
+    healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 30.0), slow_steps=range(1, 31))  # came and went
+    text = format_summary(summarize_run(run_dir))
+    assert "← straggler" in text and "no straggler on evidence" not in text
+    assert "nothing stands out: every group of processes ended the same way; no straggler costs the run enough for here (see Stragglers)" in text
+
+
 def test_a_straggler_in_both_halves_that_costs_the_run_is_named_with_its_cost(run_dir):
     healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 12.0))
     summary = summarize_run(run_dir)

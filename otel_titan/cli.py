@@ -257,15 +257,28 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", metavar="RUN_ID", help="the run to read when the folder holds several (default: the latest; the output names the others)")
 
 
-class _Progress:
-    """A self-overwriting progress line on a terminal, at most 5 updates a second."""
+class _Line:
+    """One self-overwriting line on a terminal, cleared before anything else is printed."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = False
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
+class _Progress(_Line):
+    """A progress line in MB read, at most 5 updates a second."""
 
     def __init__(self, stream: TextIO, command: str = "export") -> None:
-        self.stream = stream
+        super().__init__(stream)
         self.command = command
         self.started = time.monotonic()
         self.last = 0.0
-        self.shown = False
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
@@ -278,30 +291,14 @@ class _Progress:
         self.stream.flush()
         self.shown = True
 
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.shown = False
 
-
-class _TextProgress:
-    """`report`'s progress: one self-overwriting line of text on a terminal."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.shown = False
+class _TextProgress(_Line):
+    """`report`'s progress: a line of text."""
 
     def __call__(self, text: str) -> None:
         self.stream.write(f"\rreport: {text}\x1b[K")
         self.stream.flush()
         self.shown = True
-
-    def clear(self) -> None:
-        if self.shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.shown = False
 
 
 class _WarningHandler(logging.Handler):

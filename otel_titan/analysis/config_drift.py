@@ -61,6 +61,15 @@ class ConfigDrift:
         if "config" in record:
             self._contents.setdefault((name, digest), record["config"])
 
+    def merge(self, other: "ConfigDrift") -> None:
+        """Add another pass's records (a worker's disjoint processes, `summary_parallel`) to these."""
+        for name, by_hash in other._ranks.items():
+            mine = self._ranks.setdefault(name, {})
+            for digest, ranks in by_hash.items():
+                mine.setdefault(digest, set()).update(ranks)
+        for key, content in other._contents.items():
+            self._contents.setdefault(key, content)
+
     def findings(self) -> list[DriftFinding]:
         """Every name with more than one hash, with the odd ranks named when a strict majority says which they are."""
         out = []

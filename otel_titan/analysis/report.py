@@ -488,6 +488,8 @@ def _findings(summary: Any) -> str:
             parts.append(f"<p>Withheld: {html.escape(str(reason))}</p>")
     if getattr(summary, "slow_steps", None):  # slow steps next to a memory peak or a busy host (step_figures.py)
         parts.append("<h3>Slow steps and the machine</h3><ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in summary.slow_steps) + "</ul>")
+    if getattr(summary, "config_drift", None):  # ranks whose logged configuration differs (config_drift.py)
+        parts.append("<h3>Configuration drift</h3><ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in summary.config_drift) + "</ul>")
     if summary.clock is not None:
         parts.append(f"<p>Clocks: {html.escape(summary.clock.describe())}</p>")
     return "\n".join(parts)

@@ -42,6 +42,7 @@ from otel_titan.analysis.reader import META_EVENTS, NoRecordsError, ProcessLog, 
 from otel_titan.analysis import summary_parallel
 from otel_titan.analysis.runs import select_run
 from otel_titan.analysis.step_figures import StepFigures
+from otel_titan.analysis.config_drift import RUN_CONFIG, ConfigDrift
 from otel_titan.analysis.tails import ends_torn, tail_records
 from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
 from otel_titan.analysis.stragglers import (
@@ -112,15 +113,17 @@ class _Collector(TimelineVisitor):
         # label → what the Hang section needs: its live black box, past stalls, spans entered in its last step
         self.hang = HangTracker()
         # Bound straight to the tracker (one call per record, not two): a record after a black box is progress.
-        self.span_begun = self.instant = self.hang.progress_at  # type: ignore[method-assign,assignment]
+        self.span_begun = self.hang.progress_at  # type: ignore[method-assign,assignment]
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
         # The memory/host figures that explain slow steps (step_figures.py).
         self.figures = StepFigures()
+        # Every rank's `run_config` hashes: the ranks whose configuration differs (config_drift.py).
+        self.config_drift = ConfigDrift()
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`summary_parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state()}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -147,6 +150,8 @@ class _Collector(TimelineVisitor):
         self.closing.extend(state["closing"])
         self.hang.facts.update(state.get("hang_facts", {}))
         self.figures.merge(state.get("figures", {}))
+        if "config_drift" in state:
+            self.config_drift.merge(state["config_drift"])
 
     def begin(self, process: ProcessLog, summary: ProcessSummary, whole: bool = True) -> None:
         self.process, self.summary = process, summary
@@ -205,6 +210,11 @@ class _Collector(TimelineVisitor):
                 if offsets is None:
                     offsets = self.phase_offsets[key] = array("d")
                 offsets.append((span.start_us - begin) / 1000.0)
+
+    def instant(self, record: dict[str, Any], track: Any) -> None:
+        self.hang.progress_at()  # an instant after a black box is progress
+        if record["log_type_name"] == RUN_CONFIG:
+            self.config_drift.observe(record, self.process.rank)
 
     def scalar(self, record: dict[str, Any], track: Any) -> None:
         self.hang.progress_at()  # a scalar after a black box is progress too
@@ -383,6 +393,7 @@ def summarize_run(
     stragglers = _stragglers(collector, alignment)
     summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.slow_steps = collector.figures.notes(collector.step_ms)
+    summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
     return summary
 
 

@@ -300,6 +300,8 @@ class RunSummary:
     stalls_ended: list[dict[str, Any]] = field(default_factory=list)
     #: Slow steps next to a memory peak or a busy host, one line each (analysis/step_figures.py).
     slow_steps: list[str] = field(default_factory=list)
+    #: Configurations (``sl.log_run_config``) whose hash differs between ranks, one line each (analysis/config_drift.py).
+    config_drift: list[str] = field(default_factory=list)
 
     def straggler_findings(self, headline_only: bool = False) -> list[StragglerFinding]:
         """Every straggler finding of the run (or only those for "Look first at"), most costly first.

@@ -145,6 +145,8 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
         lines += _stragglers(group, show_attempt=attempts[group.source] > 1)
     if summary.slow_steps:  # only steps the memory/host figures explain (step_figures.py)
         lines += ["", "Slow steps and the machine"] + [f"  {note}" for note in summary.slow_steps]
+    if summary.config_drift:  # ranks whose logged configuration differs (config_drift.py)
+        lines += ["", "Configuration drift"] + [f"  {note}" for note in summary.config_drift]
     return "\n".join(map(printable, lines)) + "\n"  # the records' text is shown, never run by the terminal
 
 

@@ -70,6 +70,15 @@ def test_six_ranks_write_the_content_once_every_rank_its_hash_and_the_odd_rank_i
     (finding,) = find_config_drift(str(out))
     assert finding.name == "job_config" and finding.odd_ranks == [4] and finding.differing_keys == ["lr"]
     assert finding.message == "configuration 'job_config': rank 4 differs from the other 5 ranks (in lr)"
+    # summarize says it too, from its one read (serial and with workers), in its text and --json.
+    from otel_titan.analysis.summary import summarize_run
+    from otel_titan.analysis.summary_text import format_summary
+
+    for jobs in (1, 2):
+        summary = summarize_run(str(out), jobs=jobs)
+        assert summary.config_drift == [finding.message], jobs
+    assert "Configuration drift\n  configuration 'job_config': rank 4 differs" in format_summary(summary)
+    assert summary.to_dict()["config_drift"] == [finding.message]
 
 
 def test_no_majority_says_it_cannot_tell(tmp_path):

@@ -134,8 +134,17 @@ def test_a_rank_sleeping_in_data_fetch_is_named_and_sigterm_still_ends_the_ranks
         took = time.monotonic() - started
         print(f"torchrun and its ranks gone {took:.1f} s after SIGTERM")
         assert took < 15
-        # Each rank wrote its SIGTERM black box on the way out.
-        assert all(any(s["reason"] == "SIGTERM" for s in box["stalls"]) for box in black_boxes(tmp_path).values())
+        # Each rank wrote its SIGTERM black box on the way out, or, when a peer died first, its collective
+        # failed (gloo: the connection closed) and it ended on its own, closing its file: a race between
+        # torchrun's signals and gloo, seen once in a full run. Either way nothing is lost.
+        ended = {}
+        for path in glob.glob(str(tmp_path / "structured_logs" / "*.jsonl")):
+            names = [json.loads(line)["log_type_name"] for line in open(path, encoding="utf-8") if line.strip()]
+            ended[int(path.split("global_rank_")[1].split(".")[0])] = names[-1] == "structured_logger_closed" and any(n.endswith("_error") for n in names)
+        boxes = black_boxes(tmp_path)
+        assert sorted(boxes) == [0, 1, 2, 3]
+        assert all(any(s["reason"] == "SIGTERM" for s in box["stalls"]) or ended[rank] for rank, box in boxes.items()), ended
+        assert any(s["reason"] == "SIGTERM" for s in boxes[BAD]["stalls"])  # the culprit never left read_shard: signalled
     finally:
         processes.kill_tree(launcher, timeout=30)
 

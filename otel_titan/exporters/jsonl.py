@@ -43,6 +43,7 @@ from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAware
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
+from otel_titan.exporters.step_rollups import StepRollups
 from otel_titan.schema import Field, MetaEvent, stacks_file_name
 from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
@@ -125,6 +126,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         stats: PipelineStats | None = None,
         opened_fields: dict[str, Any] | None = None,
         stacks_file: bool = False,
+        step_rollups: bool = True,
     ) -> None:
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
@@ -141,6 +143,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)
+        #: Sums each step's spans as they pass, for its ``step_rollup`` record (step_rollups.py); None = off.
+        self.rollups: StepRollups | None = StepRollups() if step_rollups else None
         self._stats = stats
         self._opened_fields = opened_fields or {}
         self._opened_at_ns = time.time_ns()  # the opening record carries the creation time
@@ -206,11 +210,21 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             lines.append(report)
         meta = len(lines)
         self._encoder.encode_timeline(timeline, lines)
-        result = self._write(lines, len(lines) - meta)
+        data_records = len(lines) - meta
+        if self.rollups is not None:
+            self._add_rollups(self.rollups.observe(timeline), lines)
+        result = self._write(lines, data_records)
         if result is SpanExportResult.FAILURE:
             # The opening line and the loss report were lost with the batch: write them next time.
             self._opened, self._reported_loss = was_opened, reported
         return result
+
+    def _add_rollups(self, due: list[dict[str, Any]], lines: list[bytes]) -> None:
+        """Append the ``step_rollup`` lines of the steps `due` (after the records they sum)."""
+        if due:
+            now = time.time_ns()
+            for fields in due:
+                lines.append(self._encoder.rollup_line(fields, now))
 
     def _write(self, lines: list[bytes], data_records: int) -> SpanExportResult:
         try:
@@ -296,6 +310,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         report = self._loss_report()
         if report is not None:
             lines.append(report)
+        if self.rollups is not None:
+            # The last step has no next step to end it: written now, marked not complete, before the closing line.
+            self._add_rollups(self.rollups.final("close"), lines)
         lines.append(
             self._encoder.meta_line(
                 MetaEvent.CLOSED,

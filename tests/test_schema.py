@@ -17,7 +17,7 @@ def test_what_the_writer_writes_is_what_the_schema_says(tmp_path):
     code = """
 import sys
 from otel_titan import structured_logger as sl
-sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1)
+sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, step_rollups=True)
 sl.set_step(1)
 with sl.log_trace_span("fwd_bwd"):
     sl.log_trace_scalar({"loss": 1.0})

@@ -43,7 +43,7 @@ from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAware
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
-from otel_titan.exporters.step_rollups import StepRollups
+from otel_titan.exporters.step_rollups import StepRollups, step_rollups_on
 from otel_titan.schema import Field, MetaEvent, stacks_file_name
 from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
@@ -410,6 +410,7 @@ def register_jsonl_handler(
             **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
         },
         stacks_file=getattr(options, "stall_after_s", None) != 0,
+        step_rollups=step_rollups_on(getattr(options, "step_rollups", None)),
     )
     add_span_exporter(exporter)
     return exporter

@@ -26,12 +26,16 @@ Memory: the totals of at most three steps, one entry per span name.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Iterable
 
 from otel_titan.core.titan_span import TitanSpan
 from otel_titan.schema import META_EVENTS, MetaEvent, RecordKind, StepCloser, rollup_fields
 
-__all__ = ["StepRollups", "WAIT_STEPS"]
+__all__ = ["StepRollups", "WAIT_STEPS", "STEP_ROLLUPS_ENV", "step_rollups_on"]
+
+#: Set to ``0`` / ``false`` / ``no`` / ``off`` to write no ``step_rollup`` records (the ``step_rollups`` option wins).
+STEP_ROLLUPS_ENV = "OTEL_TITAN_STEP_ROLLUPS"
 
 #: A step whose spans are still open waits for them until this many later steps have begun.
 WAIT_STEPS = 2
@@ -39,6 +43,19 @@ WAIT_STEPS = 2
 _SPAN = RecordKind.SPAN
 _INSTANT = RecordKind.INSTANT
 _SIGNAL = MetaEvent.SIGNAL_RECEIVED
+
+
+def step_rollups_on(option: bool | None, environ: Any = None) -> bool:
+    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (``0``, ``false``, ``no``, ``off``: off), else on.
+
+    Example:
+        >>> step_rollups_on(None, {}), step_rollups_on(None, {"OTEL_TITAN_STEP_ROLLUPS": "off"}), step_rollups_on(True, {"OTEL_TITAN_STEP_ROLLUPS": "0"})
+        (True, False, True)
+    """
+    if option is not None:
+        return option
+    env = os.environ if environ is None else environ
+    return env.get(STEP_ROLLUPS_ENV, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 class _Step:

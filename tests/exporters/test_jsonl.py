@@ -19,7 +19,7 @@ def segments_oldest_first(run_dir):
 
 
 def test_rotation_bounds_disk_and_keeps_records_in_order_across_segments(run_dir):
-    sl.init_structured_logger("training", run_dir, world_size=1, max_file_size_mb=0.05, backup_count=2)
+    sl.init_structured_logger("training", run_dir, world_size=1, max_file_size_mb=0.05, backup_count=2, step_rollups=True)
     for step in range(1, 1001):
         sl.set_step(step)
         with sl.log_trace_span("fwd_bwd"):

@@ -1,0 +1,52 @@
+"""What a file's spans say per step, as the reader pairs them: the ground truth a ``step_rollup`` record must match."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from otel_titan.analysis.timeline import TimelineVisitor, walk_process
+from otel_titan.schema import MetaEvent, StepCloser
+
+
+def rollups_by_step(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """step → its ``step_rollup`` record (the last one written: a rollup after SIGTERM is superseded by a later one)."""
+    out: dict[int, dict[str, Any]] = {}
+    for record in records:
+        if record["log_type_name"] == MetaEvent.STEP_ROLLUP:
+            out[record["step"]] = record
+    return out
+
+
+class _Truth(TimelineVisitor):
+    def __init__(self) -> None:
+        self.steps: dict[int, dict[str, Any]] = {}
+        self.phases: dict[int, dict[str, list[int]]] = {}
+        self.closer = StepCloser()
+
+    def span(self, span: Any, end: Any, end_us: int, dur_us: float, incomplete: bool) -> None:
+        if incomplete:
+            return
+        first = span.start if span.start is not None else end
+        step = first.get("step")
+        if type(step) is not int:
+            return
+        self.closer.span_ended(step, span.name, span.start_us, end_us, first.get("parent_span_id") is None)
+        phase = self.phases.setdefault(step, {}).setdefault(span.name, [0, 0])
+        phase[0] += 1
+        phase[1] += int(dur_us)
+
+    def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
+        self.steps[step] = {"begin_us": begin_us, "end_us": end_us, "closing": self.closer.closing(step)}
+
+
+def spans_by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """step → {"phases": {name: [count, total µs]}, "begin_us", "end_us", "closing": (name, start, end) | None} from the spans."""
+    truth = _Truth()
+    walk_process(records, truth)
+    return {step: {**extent, "phases": truth.phases.get(step, {})} for step, extent in truth.steps.items()}
+
+
+def closing_of(rollup: dict[str, Any]) -> tuple[str, int, int] | None:
+    """A rollup's ``closing`` field as the tuple `StepCloser.closing` gives."""
+    closing = rollup.get("closing")
+    return None if closing is None else (closing["name"], closing["start_us"], closing["end_us"])

@@ -222,9 +222,11 @@ class JsonlSpanExporter(StartAwareSpanExporter):
     def _add_rollups(self, due: list[dict[str, Any]], lines: list[bytes]) -> None:
         """Append the ``step_rollup`` lines of the steps `due` (after the records they sum)."""
         if due:
-            now = time.time_ns()
+            # Stamped with the latest record it has seen, not the clock: a rollup written late (SIGTERM,
+            # shutdown) never stretches the process's last timestamp, to which readers extend open spans.
+            at_ns = self.rollups.last_us * 1000 if self.rollups is not None and self.rollups.last_us else time.time_ns()
             for fields in due:
-                lines.append(self._encoder.rollup_line(fields, now))
+                lines.append(self._encoder.rollup_line(fields, at_ns))
 
     def _write(self, lines: list[bytes], data_records: int) -> SpanExportResult:
         try:

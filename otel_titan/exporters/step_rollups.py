@@ -96,6 +96,11 @@ class StepRollups:
         #: Rollup records handed out so far.
         self.written = 0
 
+    @property
+    def last_us(self) -> int:
+        """The latest time (µs) of a record seen so far: a rollup's own time, so that it never extends the process's time."""
+        return self._last_us
+
     def observe(self, timeline: Iterable[tuple[bool, Any]]) -> list[dict[str, Any]]:
         """Take one exported timeline; the fields of every rollup now due, oldest step first."""
         steps = self._steps

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import re
+import shutil
+from pathlib import Path
 from typing import Any, Iterable
 
-from otel_titan.analysis.timeline import TimelineVisitor, walk_process
+from otel_titan.analysis.model.timeline import TimelineVisitor, walk_process
 from otel_titan.schema import MetaEvent, StepCloser
+from tests.conftest import REPO
+from tests.helpers import processes
+from tests.helpers.analysis import _SESSION_DIR, SLOW_MS, TOY_STEPS, _torchrun_command
 
 
 def rollups_by_step(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -50,3 +58,35 @@ def closing_of(rollup: dict[str, Any]) -> tuple[str, int, int] | None:
     """A rollup's ``closing`` field as the tuple `StepCloser.closing` gives."""
     closing = rollup.get("closing")
     return None if closing is None else (closing["name"], closing["start_us"], closing["end_us"])
+
+
+@functools.lru_cache(maxsize=None)
+def toy_run_with_rollups() -> Path:
+    """A finished 2-rank torchrun (gloo) toy run with rollups on: 8 steps, rank 1 slower in data_fetch, gc and checkpoints every 4 steps.
+
+    Made once per session (tests/helpers/analysis.py's session folder, removed at exit).
+    """
+    output = _SESSION_DIR / "toy-rollups"
+    command, env = _torchrun_command(output, "--steps", str(TOY_STEPS), "--slow-rank", "1", "--slow-ms", str(SLOW_MS), "--gc-every", "4", "--checkpoint-every", "4")
+    env["OTEL_TITAN_STEP_ROLLUPS"] = "1"
+    result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output
+
+
+def strip_rollups(run_dir: Path, into: Path) -> Path:
+    """A copy of `run_dir`'s logs without their rollup lines, ``seq_id`` renumbered: the same run as written without rollups.
+
+    Every other line is kept byte for byte but for its ``seq_id``.
+    """
+    logs = into / "structured_logs"
+    logs.mkdir(parents=True)
+    for path in sorted((run_dir / "structured_logs").iterdir()):
+        kept: list[bytes] = []
+        for line in path.read_bytes().splitlines():
+            if json.loads(line)["log_type_name"] == MetaEvent.STEP_ROLLUP:
+                continue
+            kept.append(re.sub(rb'"seq_id":\d+', b'"seq_id":%d' % (len(kept) + 1), line, count=1))
+        (logs / path.name).write_bytes(b"".join(line + b"\n" for line in kept))
+        shutil.copystat(path, logs / path.name)
+    return into

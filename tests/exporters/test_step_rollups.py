@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,12 +11,15 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from otel_titan import structured_logger as sl
 from otel_titan.exporters.step_rollups import StepRollups, WAIT_STEPS
 from otel_titan.schema import ROLLUP_VERSION, MetaEvent
 from tests.conftest import REPO, jsonl_files, read_records
 from tests.helpers import processes
-from tests.helpers.rollups import closing_of, rollups_by_step, spans_by_step
+from tests.helpers.analysis import TOY_STEPS
+from tests.helpers.rollups import closing_of, rollups_by_step, spans_by_step, toy_run_with_rollups
 
 
 def _records(run_dir) -> list[dict]:
@@ -206,3 +210,26 @@ def test_spans_of_other_kinds_and_steps_are_left_alone():
     rollups = StepRollups()
     assert rollups.observe([(False, Foreign()), (True, Foreign())]) == []
     assert rollups.final("close") == [] and rollups.written == 0
+
+
+@pytest.mark.slow
+def test_a_real_torchrun_run_has_one_rollup_per_rank_and_step_equal_to_its_spans():
+    pytest.importorskip("torch")
+    run = toy_run_with_rollups()  # 2 ranks, gloo, 8 steps, rank 1 slower in data_fetch
+    files = jsonl_files(run)
+    assert len(files) == 2
+    for path in files:
+        records = read_records(path)
+        rollups = [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
+        assert [r["step"] for r in rollups] == list(range(1, TOY_STEPS + 1))  # one per step, in order
+        assert {r["rank"] for r in rollups} == {records[0]["rank"]}
+        by_step = _assert_rollups_match_spans(records, complete_steps=set(range(1, TOY_STEPS)))
+        assert by_step[TOY_STEPS]["ended_by"] == "close" and records[-1]["log_type_name"] == MetaEvent.CLOSED
+        for step, rollup in by_step.items():
+            assert set(rollup["phases"]) >= {"data_fetch", "fwd_bwd", "forward", "backward", "optimizer"}
+            # The step-closing span: the last top-level span of the step (the checkpoint's barrier every 4 steps).
+            assert rollup["closing"]["name"] == ("checkpoint" if step % 4 == 0 else "optimizer")
+        # A few percent of the bytes (process figures off in tests): the spans are the bulk.
+        size = os.path.getsize(path)
+        rollup_bytes = sum(len(json.dumps(r, separators=(",", ":"))) + 1 for r in rollups)
+        assert rollup_bytes < 0.06 * size, (rollup_bytes, size)

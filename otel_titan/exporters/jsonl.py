@@ -212,12 +212,24 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._encoder.encode_timeline(timeline, lines)
         data_records = len(lines) - meta
         if self.rollups is not None:
-            self._add_rollups(self.rollups.observe(timeline), lines)
+            self._add_rollups(self._rollups_due(timeline), lines)
         result = self._write(lines, data_records)
         if result is SpanExportResult.FAILURE:
             # The opening line and the loss report were lost with the batch: write them next time.
             self._opened, self._reported_loss = was_opened, reported
         return result
+
+    def _rollups_due(self, timeline: Sequence[TimelineItem] | None) -> list[dict[str, Any]]:
+        """The rollups `timeline` completes (None: the last ones, at shutdown); a failure turns rollups off, never loses the batch."""
+        rollups = self.rollups
+        if rollups is None:
+            return []
+        try:
+            return rollups.observe(timeline) if timeline is not None else rollups.final("close")
+        except Exception:  # noqa: BLE001 - totals are a bonus: the records they sum must still be written
+            self.rollups = None
+            _log.exception("otel-titan: step rollups failed; %s gets no more step_rollup records (every other record is still written)", self.path)
+            return []
 
     def _add_rollups(self, due: list[dict[str, Any]], lines: list[bytes]) -> None:
         """Append the ``step_rollup`` lines of the steps `due` (after the records they sum)."""
@@ -314,7 +326,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             lines.append(report)
         if self.rollups is not None:
             # The last step has no next step to end it: written now, marked not complete, before the closing line.
-            self._add_rollups(self.rollups.final("close"), lines)
+            self._add_rollups(self._rollups_due(None), lines)
         lines.append(
             self._encoder.meta_line(
                 MetaEvent.CLOSED,

@@ -233,3 +233,25 @@ def test_a_real_torchrun_run_has_one_rollup_per_rank_and_step_equal_to_its_spans
         size = os.path.getsize(path)
         rollup_bytes = sum(len(json.dumps(r, separators=(",", ":"))) + 1 for r in rollups)
         assert rollup_bytes < 0.06 * size, (rollup_bytes, size)
+
+
+def test_a_failing_rollup_never_costs_a_record(run_dir, caplog):
+    """Rollups are a bonus: if summing raises, the batch is written all the same, once warned, and rollups stop."""
+
+    class Broken(StepRollups):
+        def observe(self, timeline):
+            raise RuntimeError("rollup bug")
+
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    (exporter,) = [e for e in sl.get_exporters() if hasattr(e, "rollups")]
+    exporter.rollups = Broken()
+    for step in (1, 2, 3):
+        sl.set_step(step)
+        with sl.log_trace_span("fwd_bwd"):
+            pass
+    sl.shutdown_structured_logger()
+    records = _records(run_dir)
+    assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 3 and records[-1]["log_type_name"] == MetaEvent.CLOSED
+    assert not [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
+    assert exporter.rollups is None
+    assert [r.getMessage() for r in caplog.records if "step rollups failed" in r.getMessage()] != []

@@ -35,6 +35,7 @@ from otel_titan.analysis.sql_output import write_result
 from otel_titan.analysis.summary import summarize_tails
 from otel_titan.analysis.safe_text import json_bytes, printable
 from otel_titan.analysis.wording import plural
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 
 __all__ = ["main"]
 
@@ -125,7 +126,7 @@ examples:
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
   otel-titan watch outputs --once                  # one frame, then exit
 
-launch the ranks with OTEL_TITAN_DUMP_TRIGGER=RUN_DIR/dump-now (or pass --trigger) so that a
+launch the ranks with {trigger}=RUN_DIR/dump-now (or pass --trigger) so that a
 suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
 exit codes: 0 done (or Ctrl-C), 2 not a run or bad arguments, 3 an --exit-on alert was confirmed.
 """
@@ -219,7 +220,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read) and name "
         "the hung, crashed, missing or slowing rank while it runs, with what it costs (docs/watch.md). On a suspected hang it "
         "touches the dump trigger file so every rank writes its black box.",
-        epilog=_WATCH_EPILOG,
+        epilog=_WATCH_EPILOG.format(trigger=OTEL_TITAN_DUMP_TRIGGER),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
@@ -227,7 +228,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
     watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
     watch.add_argument("--exit-on", metavar="KINDS", help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing")
-    watch.add_argument("--trigger", metavar="FILE", help="the dump trigger file to touch on a suspected hang (default: $OTEL_TITAN_DUMP_TRIGGER, else RUN_DIR/dump-now)")
+    watch.add_argument("--trigger", metavar="FILE", help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)")
     watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
     watch.set_defaults(ranks=None, sources=None, run=None)

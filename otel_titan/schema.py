@@ -30,7 +30,6 @@ __all__ = [
     "stacks_file_name",
     "MESH_DIMS",
     "DATA_PARALLEL_PREFIX",
-    "MESH_ENV",
 ]
 
 #: Bumped when a field changes meaning or disappears (adding fields does not bump it).
@@ -51,8 +50,6 @@ MESH_DIMS = ("pp", "dp", "cp", "tp", "ep")
 #: Dimensions whose names start with this are data-parallel: ranks that differ only in them do the same work
 #: (``dp``, torchtitan's ``dp_replicate``, ``dp_shard``), so the straggler analysis compares them.
 DATA_PARALLEL_PREFIX = "dp"
-#: The environment variable that declares the mesh when the program does not (``pp=2,dp=4,tp=2``).
-MESH_ENV = "OTEL_TITAN_MESH"
 
 
 class RecordKind:

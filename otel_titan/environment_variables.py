@@ -154,7 +154,7 @@ OTEL_TITAN_DUMP_TRIGGER = "OTEL_TITAN_DUMP_TRIGGER"
 
 `otel-titan watch` touches it on a suspected hang (its ``--trigger`` default).
 Default: unset (none). Read in `otel_titan.structured_logger.lifecycle` and
-`otel_titan.analysis.live.watch`.
+`otel_titan.analysis.watch.loop`.
 """
 
 # -- metrics (OTEL_METRICS_EXPORTER) -----------------------------------------------------------------

@@ -26,7 +26,7 @@ import orjson
 
 from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
-from otel_titan.analysis.workers import ClusterError, MissingClusterError
+from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
 from otel_titan.analysis.read.filters import parse_rank_list
 from otel_titan.analysis.watch.loop import EXIT_ALERT, EXIT_ON_KINDS, default_trigger, run_watch
 from otel_titan.analysis.read.records import find_log_dir
@@ -82,10 +82,6 @@ class UsageError(Exception):
 
 class QueryError(Exception):
     """DuckDB refused the query (`ExitCode.USAGE`); the message is DuckDB's, its lines kept so the caret still points."""
-
-
-class WorkerDiedError(Exception):
-    """A worker process (``--jobs``) died without its result, out of memory or killed (`ExitCode.UNAVAILABLE`)."""
 
 
 #: What each expected failure means, first match wins (a subclass before its base: `UnknownRunError` is a
@@ -508,8 +504,6 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
             align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES, native=native,
             scheduler=_scheduler(args),
         )
-    except RuntimeError as error:
-        raise _worker_died(error) from error
     finally:
         if progress is not None:
             progress.clear()
@@ -545,8 +539,6 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         else:
             summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs,
                                     scheduler=_scheduler(args))
-    except RuntimeError as error:
-        raise _worker_died(error) from error
     finally:
         if progress is not None:
             progress.clear()
@@ -647,13 +639,6 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _size(count: int) -> str:
     return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} kB"
 
-
-def _worker_died(error: RuntimeError) -> Exception:
-    """A worker's death (`worker_io` raises RuntimeError: "... failed (exit status N)", "... exited without its result") as `WorkerDiedError`; any other RuntimeError stays itself (a bug: `ExitCode.INTERNAL`)."""
-    if isinstance(error, ClusterError):
-        return error
-    text = str(error)
-    return WorkerDiedError(text) if ("failed (exit status" in text or "exited without its result" in text) else error
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m otel_titan.cli`

@@ -50,7 +50,7 @@ def convert_in_workers(
     Counts go into `stats` and `skipped`, bytes read to `on_bytes` as workers
     report them. The part files are written beside the output, so a cluster's
     workers must see that folder (a shared filesystem, as the run's).
-    Raises RuntimeError when a worker fails (its error is logged first).
+    Raises `WorkerDiedError` (a RuntimeError) when a worker fails (its error is logged first).
 
     Example:
         >>> # called by generate_gantt_trace(..., jobs=2):

@@ -41,7 +41,7 @@ def collect_in_workers(
     `collector` is a fresh `collect._Collector`, passed in so that this module
     sits below `collect` (which calls it) and `share` (which each worker runs).
 
-    Raises RuntimeError when a worker fails (its error is logged first).
+    Raises `WorkerDiedError` (a RuntimeError) when a worker fails (its error is logged first).
 
     Example:
         >>> # collector, summaries = collect_in_workers(_Collector(), run.processes, 2, run.skipped, print)

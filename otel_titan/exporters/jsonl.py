@@ -137,7 +137,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             try:
                 name = stacks_file_name(os.path.basename(self.path))
                 self.stacks_file = blackbox.open_side_file(os.path.join(os.path.dirname(self.path), name))
-                opened_fields["stacks_file"] = name
+                opened_fields[Field.STACKS_FILE] = name
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)
@@ -181,11 +181,11 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         line = self._encoder.meta_line(
             MetaEvent.DROPPED,
             {
-                "value": lost - self._reported_loss,
-                "dropped_records": self.dropped_records,
-                "failed_records": self.failed_records,
-                "message": f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
-                "log_level": "WARNING",
+                Field.VALUE: lost - self._reported_loss,
+                Field.DROPPED_RECORDS: self.dropped_records,
+                Field.FAILED_RECORDS: self.failed_records,
+                Field.MESSAGE: f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
+                Field.LOG_LEVEL: "WARNING",
             },
         )
         self._reported_loss = lost
@@ -260,9 +260,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         line = self._encoder.meta_line(
             MetaEvent.HEARTBEAT,
             {
-                "open_spans": len(open_spans),
-                "open_span_names": names,
-                "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
+                Field.OPEN_SPANS: len(open_spans),
+                Field.OPEN_SPAN_NAMES: names,
+                Field.MESSAGE: f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
             },
             time_ns,
         )
@@ -300,13 +300,13 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             self._encoder.meta_line(
                 MetaEvent.CLOSED,
                 {
-                    "closing": True,
-                    "written_records": self.written_records,
-                    "dropped_records": self.dropped_records,
-                    "failed_records": self.failed_records,
+                    Field.CLOSING: True,
+                    Field.WRITTEN_RECORDS: self.written_records,
+                    Field.DROPPED_RECORDS: self.dropped_records,
+                    Field.FAILED_RECORDS: self.failed_records,
                     # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
-                    "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
-                    "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
+                    Field.SKIPPED_VALUES: self._stats.skipped_values if self._stats is not None else 0,
+                    Field.MESSAGE: f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
                 },
             )
         )
@@ -383,12 +383,12 @@ def register_jsonl_handler(
         backup_count=options.backup_count,
         stats=stats,
         opened_fields={
-            "otel_titan_version": __version__,
-            "python_version": sys.version.split()[0],
-            "max_file_size_mb": options.max_file_size_mb,
-            "backup_count": options.backup_count,
-            "queue_size": options.queue_size,
-            "message": f"structured logger opened for {identity.source} rank {identity.rank}",
+            Field.OTEL_TITAN_VERSION: __version__,
+            Field.PYTHON_VERSION: sys.version.split()[0],
+            Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
+            Field.BACKUP_COUNT: options.backup_count,
+            Field.QUEUE_SIZE: options.queue_size,
+            Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
             # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
             **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
         },

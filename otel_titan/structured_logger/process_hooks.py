@@ -30,7 +30,7 @@ from otel_titan.core import capture
 from otel_titan.core.exporter import close_exporter_after_fork, drain_exporter
 from otel_titan.core.options import LoggerOptions
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_SIGNAL
-from otel_titan.schema import MetaEvent
+from otel_titan.schema import Field, MetaEvent
 from otel_titan.structured_logger import sigterm
 from otel_titan.structured_logger.runtime import STATE, shutdown
 
@@ -132,7 +132,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
         return
     if not runtime.is_ours() or not runtime.options.handle_sigterm:
         return
-    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {"signal": "SIGTERM", "signal_number": int(signum)})
+    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {Field.SIGNAL: "SIGTERM", Field.SIGNAL_NUMBER: int(signum)})
     deadline = time.monotonic() + runtime.options.exit_timeout_s
     # The hang black box first (where every thread is, open spans, collectives), bounded:
     # a launcher's SIGTERM is most often the end of a hang.

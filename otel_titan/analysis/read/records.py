@@ -135,7 +135,7 @@ class RunLogs:
 def _shifted(records: Iterator[dict[str, Any]], offset_us: int) -> Iterator[dict[str, Any]]:
     """Records with their host's clock offset taken off ``time_us`` (the aligned clock)."""
     for record in records:
-        record["time_us"] -= offset_us
+        record[Field.TIME_US] -= offset_us
         yield record
 
 
@@ -236,8 +236,8 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         # A file name's undecodable bytes arrive as surrogates: escaped, so the label prints and encodes.
         source, rank, stamp = escape_surrogates(match.group("source")), int(match.group("rank")), match.group("stamp")
     else:
-        source = first.get("source") if isinstance(first.get("source"), str) else escape_surrogates(os.path.basename(base).split(".")[0])
-        rank_value = first.get("global_rank", first.get("rank"))
+        source = first.get(Field.SOURCE) if isinstance(first.get(Field.SOURCE), str) else escape_surrogates(os.path.basename(base).split(".")[0])
+        rank_value = first.get(Field.GLOBAL_RANK, first.get(Field.RANK))
         rank = rank_value if type(rank_value) is int else None
         stamp = ""
     size = 0
@@ -255,15 +255,15 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         value = first.get(key)
         return value if type(value) is int else None
 
-    host = first.get("host_name")
-    run_id = first.get("run_id")
-    process_run_id = first.get("process_run_id")
+    host = first.get(Field.HOST_NAME)
+    run_id = first.get(Field.RUN_ID)
+    process_run_id = first.get(Field.PROCESS_RUN_ID)
     return ProcessLog(
         base=base,
         segments=segments,
         source=source,
         rank=rank,
-        stamp=stamp or str(first.get("time_us", "")),
+        stamp=stamp or str(first.get(Field.TIME_US, "")),
         size=size,
         attempt=_int("attempt"),
         pid=_int("pid"),

@@ -43,6 +43,7 @@ from typing import Any, Iterable
 
 from otel_titan.analysis.read.records import NoRecordsError, ProcessLog, RunLogs, _first_record, read_run
 from otel_titan.analysis.read.lines import loads_line
+from otel_titan.schema import Field
 
 __all__ = ["RunInfo", "RunChoice", "UnknownRunError", "select_run", "find_run"]
 
@@ -252,7 +253,7 @@ def _choose(run: RunLogs, groups: dict[str | None, list[ProcessLog]], infos: lis
 
 def _span_us(process: ProcessLog) -> tuple[int, int] | None:
     """(first, last) record time of the process (µs); None when its files hold no record."""
-    first = _first_record(process.segments).get("time_us")
+    first = _first_record(process.segments).get(Field.TIME_US)
     if type(first) is not int:
         return None
     last = _last_time_us(process)
@@ -278,8 +279,8 @@ def _last_time_us(process: ProcessLog, limit: int = 64 << 10) -> int | None:
                 break
             for raw in reversed(tail.split(b"\n")):
                 record = loads_line(raw)
-                if type(record) is dict and type(record.get("time_us")) is int:
-                    return record["time_us"]
+                if type(record) is dict and type(record.get(Field.TIME_US)) is int:
+                    return record[Field.TIME_US]
             if end <= size:
                 break  # the whole file was read: no record in it
     return None
@@ -287,7 +288,7 @@ def _last_time_us(process: ProcessLog, limit: int = 64 << 10) -> int | None:
 
 def _start_us(process: ProcessLog) -> int:
     """When the process began: its first record's time, else its oldest file's modification time (µs)."""
-    time_us = _first_record(process.segments).get("time_us")
+    time_us = _first_record(process.segments).get(Field.TIME_US)
     if type(time_us) is int:
         return time_us
     for path in process.segments:

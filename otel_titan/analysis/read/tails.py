@@ -23,6 +23,7 @@ from typing import Any
 
 from otel_titan.analysis.read.records import META_EVENTS, ProcessLog
 from otel_titan.analysis.read.lines import SkippedLines, file_records
+from otel_titan.schema import Field
 
 __all__ = ["tail_records", "ends_torn", "TAIL_BLOCK", "MIN_LINES"]
 
@@ -66,7 +67,7 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
         records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program)
         chunks.append(records)
         lines += len(records)
-        program = program or any(r["log_type_name"] not in META_EVENTS for r in records)
+        program = program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)
         if not at_start:
             whole = False
             break
@@ -102,7 +103,7 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
                 break
             window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
             records = list(file_records(path, quiet, None, source=io.BytesIO(window)))
-            if len(records) >= min_lines and (not need_program or any(r["log_type_name"] not in META_EVENTS for r in records)):
+            if len(records) >= min_lines and (not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)):
                 break
     if position > 0:
         data = data[data.index(b"\n") + 1 :]  # drop the partial first line

@@ -110,9 +110,18 @@ def jsonl_file_path(output_dir: str, source: str, rank: int, now: float | None =
 class JsonlSpanExporter(StartAwareSpanExporter):
     """Write every start, end, instant and scalar as JSONL records, as they happen.
 
+    `register_jsonl_handler` makes one per process; standalone, the file opens
+    with its ``structured_logger_opened`` record and closes with ``structured_logger_closed``.
+
     Example:
-        >>> # registered by `register_jsonl_handler`; standalone use:
-        >>> # exporter = JsonlSpanExporter("run/structured_logs/x.jsonl", identity, max_bytes=128 << 20, backup_count=3)
+        >>> import json, os, tempfile
+        >>> from otel_titan.core.identity import discover_identity
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     exporter = JsonlSpanExporter(os.path.join(folder, "x.jsonl"), discover_identity("training", environ={}), max_bytes=128 << 20, backup_count=3)
+        ...     exporter.shutdown()
+        ...     with open(exporter.path) as lines:
+        ...         [json.loads(line)["log_type_name"] for line in lines]
+        ['structured_logger_opened', 'structured_logger_closed']
     """
 
     def __init__(
@@ -370,8 +379,9 @@ def register_jsonl_handler(
 ) -> JsonlSpanExporter:
     """Handler factory of the default JSONL file (the default of ``TITAN_STRUCT_LOGGER_HANDLERS``).
 
-    Example:
-        >>> # export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
+    Named in a handler list beside others, in the job's shell (an illustration, not Python)::
+
+        export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
     """
 
     check_file_name(output_dir, identity.source, identity.rank, options.backup_count)

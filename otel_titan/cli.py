@@ -429,7 +429,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
     Example:
-        >>> # main(["summarize", "outputs", "--json"])
+        >>> main(["export", "outputs", "-o", "outputs/analysis/trace.json"])
+        trace: outputs/analysis/trace.json...
+        <ExitCode.OK: 0>
+        >>> main(["summarize", "outputs/nowhere"])
+        <ExitCode.USAGE: 2>
     """
     parser, commands = _build_parser()
     args, extra = parser.parse_known_args(argv)

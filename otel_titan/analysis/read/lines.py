@@ -208,7 +208,11 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
     `source`: read these bytes (the tail of `path`, see `read.tails`) instead of opening `path`.
 
     Example:
-        >>> # for record in file_records("run/structured_logs/x.jsonl", SkippedLines()): ...
+        >>> import glob
+        >>> path = sorted(glob.glob("outputs/structured_logs/*.jsonl"))[0]
+        >>> skipped = SkippedLines()
+        >>> sum(1 for record in file_records(path, skipped)), skipped.count
+        (23, 0)
     """
     if source is not None:
         handle = source

@@ -102,7 +102,9 @@ class ProcessLog:
         """Every readable record of this process, in the order written; unreadable lines go to `skipped`.
 
         Example:
-            >>> # for record in process.records(SkippedLines()): print(record["log_type_name"])
+            >>> process = read_run("outputs").processes[0]
+            >>> [record["log_type_name"] for record in process.records(SkippedLines())][:3]
+            ['structured_logger_opened', 'data_fetch_start', 'data_fetch_end']
         """
         # chain, not `yield from`: no extra Python frame to resume per record.
         records = itertools.chain.from_iterable(file_records(path, skipped, on_bytes) for path in self.segments)
@@ -114,9 +116,9 @@ class RunLogs:
     """A run's log folder: its processes (sorted by source, rank, start) and what was skipped.
 
     Example:
-        >>> # run = read_run("outputs")
-        >>> # for process in run.processes:
-        >>> #     for record in process.records(run.skipped): ...
+        >>> run = read_run("outputs")
+        >>> [sum(1 for record in process.records(run.skipped)) for process in run.processes], run.skipped.count
+        ([23, 23], 0)
     """
 
     run_dir: str
@@ -192,8 +194,9 @@ def read_run(
     files, `NoRecordsError` when no process matches the filters.
 
     Example:
-        >>> # run = read_run("outputs", ranks=[0, 1], sources=["training"])
-        >>> # [p.label for p in run.processes]  → ['training rank 0', 'training rank 1']
+        >>> run = read_run("outputs", ranks=[0, 1], sources=["training"])
+        >>> [p.label for p in run.processes]
+        ['training rank 0', 'training rank 1']
     """
     run_dir, log_dir, only_base = find_log_dir(path)
     chains: dict[str, list[tuple[int, str]]] = {}

@@ -116,9 +116,10 @@ def select_run(run: RunLogs, run_id: str | None = None) -> tuple[RunLogs, RunCho
     Raises `UnknownRunError` (a `NoRecordsError`) when `run_id` names no run
     here; its message lists the runs found.
 
-    Example:
-        >>> # run, choice = select_run(read_run("outputs"))
-        >>> # choice.describe()  → 'run 314b…: the latest of 2 runs in this folder (others: 8f14…; …)'
+    Example (with several runs in the folder: ``'run B: the latest of 2 runs in this folder (others: A; …)'``):
+        >>> run, choice = select_run(read_run("outputs"))
+        >>> choice.describe(), len(run.processes)
+        ('run doc-run', 2)
     """
     named: dict[str, list[ProcessLog]] = {}
     unnamed: list[ProcessLog] = []
@@ -231,8 +232,9 @@ def _info(key: str | None, processes: list[ProcessLog], start_us: int | None, en
 def find_run(path: str | os.PathLike[str], *, run_id: str | None = None, ranks: Iterable[int] | None = None, sources: Iterable[str] | None = None) -> RunChoice:
     """Which run `summarize_run` / `generate_gantt_trace` would take from `path` (reads one line per process).
 
-    Example:
-        >>> # find_run("outputs").describe()  → 'run B: the latest of 2 runs in this folder (others: A; …)'
+    Example (one run here; with two, ``'run B: the latest of 2 runs in this folder (others: A; …)'``):
+        >>> find_run("outputs").describe()
+        'run doc-run'
     """
     return select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=False), run_id)[1]
 

@@ -36,8 +36,10 @@ MIN_LINES = 24
 def ends_torn(process: ProcessLog) -> bool:
     """Whether the newest non-empty segment ends without a newline: a write cut short (SIGKILL, crash) or still in progress.
 
-    Example:
-        >>> # ends_torn(process)  → True for a SIGKILLed process's file
+    Example (True for a SIGKILLed process's file; this run closed cleanly):
+        >>> from otel_titan.analysis import read_run
+        >>> ends_torn(read_run("outputs").processes[0])
+        False
     """
     for path in reversed(process.segments):
         try:
@@ -55,9 +57,11 @@ def ends_torn(process: ProcessLog) -> bool:
 def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES) -> tuple[list[dict[str, Any]], bool]:
     """(the last records of `process`, in file order; whether they are all of them).
 
-    Example:
-        >>> # records, whole = tail_records(process, SkippedLines(log=False))
-        >>> # records[-1]["log_type_name"]   → 'all_reduce_start'
+    Example (a hung rank's last record is its collective's ``_start``; this one closed):
+        >>> from otel_titan.analysis import read_run
+        >>> records, whole = tail_records(read_run("outputs").processes[0], SkippedLines(log=False))
+        >>> records[-1]["log_type_name"], whole
+        ('structured_logger_closed', True)
     """
     chunks: list[list[dict[str, Any]]] = []
     lines = 0

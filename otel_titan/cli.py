@@ -61,7 +61,8 @@ class ExitCode(enum.IntEnum):
 EXIT_CODE_MEANINGS = {
     ExitCode.OK: "done",
     ExitCode.NO_RECORDS: "no records: the run has none readable, or none is left after --steps, --ranks, --sources or --run",
-    ExitCode.USAGE: "bad input: the command line (argparse's own exit), a path that is not a run, a query DuckDB refuses",
+    ExitCode.USAGE: "bad input: the command line (argparse's own exit), a path that is not a run, a query DuckDB refuses, "
+    "a --save file that exists",
     ExitCode.ALERT: "watch --exit-on: an alert of the kinds named was confirmed",
     ExitCode.CANNOT_WRITE: "the output cannot be written: a folder not writable, the disk full, a directory or file in the way, "
     "a trace too big for Perfetto's UI (--force writes it)",

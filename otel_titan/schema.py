@@ -151,7 +151,7 @@ class Field:
     ERROR_TYPE = "error_type"
     ERROR_MESSAGE = "error_message"
     # -- the logger's own records (MetaEvent) ----------------------------------------------------
-    OTEL_TITAN_VERSION = "otel_titan_version"
+    LIBRARY_VERSION = "otel_titan_version"
     PYTHON_VERSION = "python_version"
     MAX_FILE_SIZE_MB = "max_file_size_mb"
     BACKUP_COUNT = "backup_count"

@@ -11,7 +11,10 @@ constant belongs.
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -112,3 +115,16 @@ def test_the_module_imports_only_the_standard_library():
     imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     outside = [name for name in imported if name != "__future__" and name.split(".")[0] not in sys.stdlib_module_names]
     assert outside == []
+
+
+def test_the_contract_catches_the_module_importing_otel_titan(tmp_path):
+    """pyproject.toml's leaf contract fails when the module imports anything of the package (here, the schema)."""
+    shutil.copytree(PACKAGE, tmp_path / "otel_titan", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    module = tmp_path / "otel_titan" / "environment_variables.py"
+    module.write_text(module.read_text(encoding="utf-8") + "\nfrom otel_titan import schema  # a leaf reaching sideways\n", encoding="utf-8")
+    lint = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())", "--no-cache"]
+    result = subprocess.run(lint, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "The environment variables' names are a leaf" in result.stdout and "BROKEN" in result.stdout, result.stdout[-3000:]
+    assert "otel_titan.environment_variables -> otel_titan.schema" in result.stdout, result.stdout[-3000:]

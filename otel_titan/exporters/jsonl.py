@@ -393,7 +393,7 @@ def register_jsonl_handler(
         backup_count=options.backup_count,
         stats=stats,
         opened_fields={
-            Field.OTEL_TITAN_VERSION: __version__,
+            Field.LIBRARY_VERSION: __version__,
             Field.PYTHON_VERSION: sys.version.split()[0],
             Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
             Field.BACKUP_COUNT: options.backup_count,

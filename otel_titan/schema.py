@@ -1,11 +1,14 @@
 """The file format, defined once: what the writer (`exporters/`) writes and the reader (`analysis/`) reads.
 
 A leaf module, standard library only, so that both sides (and the CLI, which
-must start without loading OpenTelemetry) can import it. A name that appears
-in a JSONL record or on a span is spelled here and nowhere else: the writer's
-meta records and the reader's set of them cannot drift apart, and
-``closed_cleanly`` (summary) compares the logger name the writer wrote with
-this very string. docs/schema.md describes every field.
+must start without loading OpenTelemetry) can import it. The writer's record
+encoder and file (`exporters.records`, `exporters.jsonl`) write every field
+under its `Field` name, the reader's record layer (`analysis.read`: lines,
+records, runs, tails) reads them by the same names, and both name the logger's
+own records by `MetaEvent`: tests/test_schema.py checks that a real run writes
+no field `Field` lacks, that docs/schema.md lists every one, and that none of
+those modules spells a field out. ``closed_cleanly`` (summary) compares the
+logger name the writer wrote with `LOGGER_NAME`, this very string.
 
 Example:
     >>> from otel_titan import schema
@@ -24,13 +27,13 @@ __all__ = [
     "MetaEvent",
     "META_EVENTS",
     "Field",
+    "FIELDS",
     "ATTR",
     "INT64_MIN",
     "INT64_MAX",
     "stacks_file_name",
     "MESH_DIMS",
     "DATA_PARALLEL_PREFIX",
-    "MESH_ENV",
     "ROLLUP_VERSION",
     "RollupField",
     "StepCloser",
@@ -55,8 +58,6 @@ MESH_DIMS = ("pp", "dp", "cp", "tp", "ep")
 #: Dimensions whose names start with this are data-parallel: ranks that differ only in them do the same work
 #: (``dp``, torchtitan's ``dp_replicate``, ``dp_shard``), so the straggler analysis compares them.
 DATA_PARALLEL_PREFIX = "dp"
-#: The environment variable that declares the mesh when the program does not (``pp=2,dp=4,tp=2``).
-MESH_ENV = "OTEL_TITAN_MESH"
 
 
 class RecordKind:
@@ -104,24 +105,80 @@ def stacks_file_name(jsonl_name: str) -> str:
 
 
 class Field:
-    """Record field names that both sides use by name (the complete list is docs/schema.md)."""
+    """The name of every field of a record, and of the logger's own records' fields (docs/schema.md's table, the same list).
 
+    The writer (`exporters.records`, `exporters.jsonl`) writes these names and
+    the reader (`analysis.read`) reads them, both through this class:
+    tests/test_schema.py checks that every field a real run writes is here, that
+    docs/schema.md lists every one, and that neither side spells one out.
+    The black box's ``stall`` record has fields of its own (docs/schema.md,
+    `core.blackbox`); ``run_config``'s are `structured_logger.run_config`'s.
+    """
+
+    # -- every record --------------------------------------------------------------------------
+    SCHEMA_VERSION = "schema_version"
     LOG_TYPE = "log_type"
     LOG_TYPE_NAME = "log_type_name"
     EVENT_NAME = "event_name"
-    LOGGER_NAME = "logger_name"
-    SCHEMA_VERSION = "schema_version"
-    SEQ_ID = "seq_id"
+    VALUE = "value"
+    TIME = "time"
     TIME_MS = "time_ms"
     TIME_US = "time_us"
+    LOG_LEVEL = "log_level"
+    MESSAGE = "message"
+    SEQ_ID = "seq_id"
+    # The process's identity (the same on every record of a file).
     RANK = "rank"
+    GLOBAL_RANK = "global_rank"
+    LOCAL_RANK = "local_rank"
+    WORLD_SIZE = "world_size"
     SOURCE = "source"
+    HOST_NAME = "host_name"
+    PID = "pid"
+    RUN_ID = "run_id"
+    PROCESS_RUN_ID = "process_run_id"
+    ATTEMPT = "attempt"
+    JOB_ID = "job_id"
+    LOGGER_NAME = "logger_name"
+    # -- span, instant and scalar records ------------------------------------------------------
+    DELTA_MS = "delta_ms"
+    TID = "tid"
+    THREAD_NAME = "thread_name"
+    TASK_NAME = "task_name"
+    DESCRIPTION = "description"
+    CALLER = "caller"
+    LOG_FILE = "log_file"
+    LOG_FUNCTION = "log_function"
     STEP = "step"
+    RELATIVE_STEP = "relative_step"
     STEP_TAGS = "step_tags"
-    DROPPED_RECORDS = "dropped_records"
-    SKIPPED_VALUES = "skipped_values"
+    TRACE_ID = "trace_id"
+    SPAN_ID = "span_id"
+    PARENT_SPAN_ID = "parent_span_id"
+    ERROR_TYPE = "error_type"
+    ERROR_MESSAGE = "error_message"
+    # -- the logger's own records (MetaEvent) ----------------------------------------------------
+    LIBRARY_VERSION = "otel_titan_version"
+    PYTHON_VERSION = "python_version"
+    MAX_FILE_SIZE_MB = "max_file_size_mb"
+    BACKUP_COUNT = "backup_count"
+    QUEUE_SIZE = "queue_size"
     MESH = "mesh"
     MESH_SHAPE = "mesh_shape"
+    STACKS_FILE = "stacks_file"
+    OPEN_SPANS = "open_spans"
+    OPEN_SPAN_NAMES = "open_span_names"
+    DROPPED_RECORDS = "dropped_records"
+    FAILED_RECORDS = "failed_records"
+    WRITTEN_RECORDS = "written_records"
+    SKIPPED_VALUES = "skipped_values"
+    CLOSING = "closing"
+    SIGNAL = "signal"
+    SIGNAL_NUMBER = "signal_number"
+
+
+#: Every field name of `Field`, for checks ("is this a record field?").
+FIELDS = frozenset(value for name, value in vars(Field).items() if name.isupper())
 
 
 class ATTR:

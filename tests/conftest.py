@@ -19,6 +19,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.core import capture, step_context
+from otel_titan.structured_logger import sigterm
 from tests.helpers import process_check, processes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,13 +41,16 @@ def _clean_logger_state() -> Iterator[None]:
     """Every test starts and ends with no logger, no step and no current span.
 
     (A test that leaves a span entered on purpose, a hung phase, would otherwise
-    make the next test's spans its children, in the next test's trace.)
+    make the next test's spans its children, in the next test's trace. And no
+    SIGTERM state from an earlier test: no handler, no callback, nothing owed.)
     """
     sl.shutdown_structured_logger()
+    sigterm.reset()
     step_context._reset_for_tests()
     capture._current_span.set(None)
     yield
     sl.shutdown_structured_logger()
+    sigterm.reset()
     step_context._reset_for_tests()
     capture._current_span.set(None)
 

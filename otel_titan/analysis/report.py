@@ -96,8 +96,10 @@ class NamedRank:
 def named_ranks(summary: Any) -> list[NamedRank]:
     """The ranks summarize names (stragglers: steps, phases, arrival; hang suspects), in its order.
 
-    Example:
-        >>> # [n.rank for n in named_ranks(summarize_run("outputs"))]
+    Example (a healthy run: no rank is named):
+        >>> from otel_titan.analysis import summarize_run
+        >>> [n.rank for n in named_ranks(summarize_run("outputs"))]
+        []
     """
     named: list[NamedRank] = []
     for group in summary.stragglers:

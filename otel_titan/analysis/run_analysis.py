@@ -12,11 +12,16 @@ they need.
 
 Example:
     >>> from otel_titan.analysis import RunAnalysis
-    >>> # run = RunAnalysis("outputs")
-    >>> # run.headline()["diagnosis"]      # what to look at first
-    >>> # run.hang()                       # None unless the run stopped in a hang
-    >>> # [(f.rank, f.cost_per_step_ms) for f in run.stragglers()]
-    >>> # print(run.text())                # what `otel-titan summarize` prints
+    >>> run = RunAnalysis("outputs")
+    >>> run.headline()["diagnosis"]      # what to look at first: nothing, in a healthy run
+    []
+    >>> run.hang() is None               # None unless the run stopped in a hang
+    True
+    >>> [(f.rank, f.cost_per_step_ms) for f in run.stragglers()]
+    []
+    >>> print(run.text())                # what `otel-titan summarize` prints
+    Run outputs  (2 processes, logs in outputs/structured_logs)
+    ...
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ class RunAnalysis:
     in seconds on a huge run; step and phase questions are then unanswered).
 
     Example:
-        >>> # RunAnalysis("outputs", ranks=[0, 1, 2, 3]).hang()
+        >>> RunAnalysis("outputs", ranks=[0, 1]).hang() is None
+        True
     """
 
     def __init__(

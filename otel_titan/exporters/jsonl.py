@@ -111,9 +111,18 @@ def jsonl_file_path(output_dir: str, source: str, rank: int, now: float | None =
 class JsonlSpanExporter(StartAwareSpanExporter):
     """Write every start, end, instant and scalar as JSONL records, as they happen.
 
+    `register_jsonl_handler` makes one per process; standalone, the file opens
+    with its ``structured_logger_opened`` record and closes with ``structured_logger_closed``.
+
     Example:
-        >>> # registered by `register_jsonl_handler`; standalone use:
-        >>> # exporter = JsonlSpanExporter("run/structured_logs/x.jsonl", identity, max_bytes=128 << 20, backup_count=3)
+        >>> import json, os, tempfile
+        >>> from otel_titan.core.identity import discover_identity
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     exporter = JsonlSpanExporter(os.path.join(folder, "x.jsonl"), discover_identity("training", environ={}), max_bytes=128 << 20, backup_count=3)
+        ...     exporter.shutdown()
+        ...     with open(exporter.path) as lines:
+        ...         [json.loads(line)["log_type_name"] for line in lines]
+        ['structured_logger_opened', 'structured_logger_closed']
     """
 
     def __init__(
@@ -139,7 +148,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             try:
                 name = stacks_file_name(os.path.basename(self.path))
                 self.stacks_file = blackbox.open_side_file(os.path.join(os.path.dirname(self.path), name))
-                opened_fields["stacks_file"] = name
+                opened_fields[Field.STACKS_FILE] = name
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)
@@ -185,11 +194,11 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         line = self._encoder.meta_line(
             MetaEvent.DROPPED,
             {
-                "value": lost - self._reported_loss,
-                "dropped_records": self.dropped_records,
-                "failed_records": self.failed_records,
-                "message": f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
-                "log_level": "WARNING",
+                Field.VALUE: lost - self._reported_loss,
+                Field.DROPPED_RECORDS: self.dropped_records,
+                Field.FAILED_RECORDS: self.failed_records,
+                Field.MESSAGE: f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
+                Field.LOG_LEVEL: "WARNING",
             },
         )
         self._reported_loss = lost
@@ -288,9 +297,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         line = self._encoder.meta_line(
             MetaEvent.HEARTBEAT,
             {
-                "open_spans": len(open_spans),
-                "open_span_names": names,
-                "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
+                Field.OPEN_SPANS: len(open_spans),
+                Field.OPEN_SPAN_NAMES: names,
+                Field.MESSAGE: f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
             },
             time_ns,
         )
@@ -331,13 +340,13 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             self._encoder.meta_line(
                 MetaEvent.CLOSED,
                 {
-                    "closing": True,
-                    "written_records": self.written_records,
-                    "dropped_records": self.dropped_records,
-                    "failed_records": self.failed_records,
+                    Field.CLOSING: True,
+                    Field.WRITTEN_RECORDS: self.written_records,
+                    Field.DROPPED_RECORDS: self.dropped_records,
+                    Field.FAILED_RECORDS: self.failed_records,
                     # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
-                    "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
-                    "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
+                    Field.SKIPPED_VALUES: self._stats.skipped_values if self._stats is not None else 0,
+                    Field.MESSAGE: f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
                 },
             )
         )
@@ -401,8 +410,9 @@ def register_jsonl_handler(
 ) -> JsonlSpanExporter:
     """Handler factory of the default JSONL file (the default of ``TITAN_STRUCT_LOGGER_HANDLERS``).
 
-    Example:
-        >>> # export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
+    Named in a handler list beside others, in the job's shell (an illustration, not Python)::
+
+        export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
     """
 
     check_file_name(output_dir, identity.source, identity.rank, options.backup_count)
@@ -414,12 +424,12 @@ def register_jsonl_handler(
         backup_count=options.backup_count,
         stats=stats,
         opened_fields={
-            "otel_titan_version": __version__,
-            "python_version": sys.version.split()[0],
-            "max_file_size_mb": options.max_file_size_mb,
-            "backup_count": options.backup_count,
-            "queue_size": options.queue_size,
-            "message": f"structured logger opened for {identity.source} rank {identity.rank}",
+            Field.LIBRARY_VERSION: __version__,
+            Field.PYTHON_VERSION: sys.version.split()[0],
+            Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
+            Field.BACKUP_COUNT: options.backup_count,
+            Field.QUEUE_SIZE: options.queue_size,
+            Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
             # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
             **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
         },

@@ -30,12 +30,13 @@ import os
 from typing import Any, Iterable
 
 from otel_titan.core.titan_span import TitanSpan
+from otel_titan.environment_variables import OTEL_TITAN_STEP_ROLLUPS
 from otel_titan.schema import META_EVENTS, MetaEvent, RecordKind, StepCloser, rollup_fields
 
 __all__ = ["StepRollups", "WAIT_STEPS", "STEP_ROLLUPS_ENV", "step_rollups_on"]
 
 #: Set to ``0`` / ``false`` / ``no`` / ``off`` to write no ``step_rollup`` records (the ``step_rollups`` option wins).
-STEP_ROLLUPS_ENV = "OTEL_TITAN_STEP_ROLLUPS"
+STEP_ROLLUPS_ENV = OTEL_TITAN_STEP_ROLLUPS
 
 #: A step whose spans are still open waits for them until this many later steps have begun.
 WAIT_STEPS = 2

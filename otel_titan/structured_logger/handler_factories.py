@@ -34,14 +34,13 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped, PipelineStats, discard_exporter
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.options import LoggerOptions
+from otel_titan.environment_variables import OTEL_TITAN_HANDLERS, TITAN_STRUCT_LOGGER_HANDLERS
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.exporters.metrics import metrics_exporter_handler_specs
 from otel_titan.exporters.otel_logs import logs_exporter_handler_specs
 from otel_titan.exporters.otel_env import traces_exporter_handler_specs
 
 __all__ = [
-    "HANDLERS_ENV",
-    "TORCHTITAN_HANDLERS_ENV",
     "JSONL_HANDLER",
     "HandlerFactoryError",
     "HandlerSkipped",
@@ -55,8 +54,6 @@ __all__ = [
 
 _log = logging.getLogger("otel_titan")
 
-HANDLERS_ENV = "OTEL_TITAN_HANDLERS"
-TORCHTITAN_HANDLERS_ENV = "TITAN_STRUCT_LOGGER_HANDLERS"
 JSONL_HANDLER = "otel_titan.exporters.jsonl.register_jsonl_handler"
 
 #: Keyword arguments every factory receives (and ``**kw`` for those added later).
@@ -105,7 +102,7 @@ def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, 
     env = os.environ if environ is None else environ
     if explicit is not None:
         return list(explicit), "handlers= option"
-    for name in (HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV):
+    for name in (OTEL_TITAN_HANDLERS, TITAN_STRUCT_LOGGER_HANDLERS):
         value = env.get(name, "")
         if value.strip():
             return _split(value), name

@@ -40,7 +40,9 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
     """Per-host clock offsets from the last steps of every process (reads only the files' tails).
 
     Example:
-        >>> # alignment = tail_alignment(run); alignment.describe()
+        >>> from otel_titan.analysis import read_run
+        >>> tail_alignment(read_run("outputs")).describe()
+        'not aligned: all ranks on one host (one clock)'
     """
     collector = _Collector()
     skipped = SkippedLines(log=False)
@@ -89,8 +91,9 @@ def no_match_message(run: RunLogs, steps: StepRange | None, processes: int) -> s
     """Why an export wrote nothing: the filter, and what the run holds instead (its steps, its processes).
 
     Example:
-        >>> # no_match_message(run, StepRange(100, 200), 2)
-        >>> # → '…: no records match the filters: --steps 100:200, but the run's steps are 1–50 (2 processes selected)'
+        >>> from otel_titan.analysis import read_run
+        >>> no_match_message(read_run("outputs"), StepRange(100, 200), 2)
+        "outputs/structured_logs: no records match the filters: --steps 100:200, but the run's steps are 1–3 (2 processes selected)"
     """
     what = f"{run.log_dir}: no records match the filters"
     if steps is not None:
@@ -104,7 +107,14 @@ def check_size(run: RunLogs, steps: StepRange | None, limit: int = PERFETTO_MAX_
     """The estimated trace size in bytes; raises `TraceTooBigError` (with a window that fits) above `limit`.
 
     Example:
-        >>> # check_size(run, None)   → 412_000_000, or TraceTooBigError("… try --steps 151:200 …")
+        >>> from otel_titan.analysis import read_run
+        >>> run = read_run("outputs")
+        >>> 0 < check_size(run, None) < 100_000
+        True
+        >>> check_size(run, None, limit=1_000)
+        Traceback (most recent call last):
+        ...
+        otel_titan.analysis.export.checks.TraceTooBigError: the trace would be about ... Export a window instead: --steps ...; or --force to write it anyway.
     """
     last = _last_step(run)
     fraction = 1.0

@@ -369,10 +369,13 @@ def summarize_run(
     names no run here: `read.runs.UnknownRunError`).
 
     Example:
-        >>> # from otel_titan.analysis import summarize_run, format_summary
-        >>> # summary = summarize_run("outputs")
-        >>> # print(format_summary(summary))          # the tables
-        >>> # [p.last_event for p in summary.processes]  # e.g. ['optimizer_end', 'data_fetch_start']
+        >>> from otel_titan.analysis import summarize_run, format_summary
+        >>> summary = summarize_run("outputs")
+        >>> print(format_summary(summary))          # the tables
+        Run outputs  (2 processes, logs in outputs/structured_logs)
+        ...
+        >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
+        [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
 
@@ -429,8 +432,10 @@ def summarize_tails(
     record, signal, torn last line, hang suspects (their files are read whole:
     they are tiny). No phases, stragglers or clock alignment (`tail_only` is True).
 
-    Example:
-        >>> # summary = summarize_tails("outputs"); [g.event for g in summary.stopped_at]
+    Example (both ranks of the run stopped after their last step's scalar):
+        >>> summary = summarize_tails("outputs")
+        >>> summary.tail_only, [g.event for g in summary.stopped_at]
+        (True, ['metric_value'])
     """
 
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)

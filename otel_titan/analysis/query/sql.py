@@ -18,8 +18,9 @@ DuckDB is an optional dependency (``pip install otel-titan[analysis]``): the
 library and the other commands never import it.
 
 Example:
-    >>> # db = open_run("outputs"); db.load()
-    >>> # db.con.sql("SELECT name, quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name").show()
+    >>> db = open_run("outputs"); db.load()
+    >>> db.con.sql("SELECT name, count(*) AS spans FROM spans GROUP BY name ORDER BY name").fetchall()
+    [('data_fetch', 6), ('fwd_bwd', 6), ('optimizer', 6)]
 """
 
 from __future__ import annotations

@@ -139,7 +139,10 @@ def process_rollups(process: ProcessLog) -> dict[int, StepRollup]:
     """step → the rollup that counts (the last written) in one process's files, oldest segment first.
 
     Example:
-        >>> # process_rollups(read_run("outputs").processes[0])[5].phases["fwd_bwd"]   → (1, 110234)
+        >>> from otel_titan.analysis import read_run
+        >>> count, total_us = process_rollups(read_run("outputs").processes[0])[2].phases["fwd_bwd"]
+        >>> count, total_us >= 0
+        (1, True)
     """
     out: dict[int, StepRollup] = {}
     for path in process.segments:
@@ -159,8 +162,10 @@ def read_rollups(run: RunLogs) -> dict[tuple[str, int | None, int | None], dict[
     steps winning.
 
     Example:
-        >>> # rollups = read_rollups(read_run("outputs"))
-        >>> # {key: len(steps) for key, steps in rollups.items()}   → {('training', 0, 0): 200, ('training', 1, 0): 200}
+        >>> from otel_titan.analysis import read_run
+        >>> rollups = read_rollups(read_run("outputs"))
+        >>> sorted((key, len(steps)) for key, steps in rollups.items())
+        [(('training', 0, 0), 3), (('training', 1, 0), 3)]
     """
     out: dict[tuple[str, int | None, int | None], dict[int, StepRollup]] = {}
     for process in run.processes:

@@ -23,6 +23,7 @@ from typing import Any
 
 from otel_titan.analysis.read.records import META_EVENTS, ProcessLog
 from otel_titan.analysis.read.lines import SkippedLines, file_records
+from otel_titan.schema import Field
 
 __all__ = ["tail_records", "ends_torn", "TAIL_BLOCK", "MIN_LINES"]
 
@@ -35,8 +36,10 @@ MIN_LINES = 24
 def ends_torn(process: ProcessLog) -> bool:
     """Whether the newest non-empty segment ends without a newline: a write cut short (SIGKILL, crash) or still in progress.
 
-    Example:
-        >>> # ends_torn(process)  → True for a SIGKILLed process's file
+    Example (True for a SIGKILLed process's file; this run closed cleanly):
+        >>> from otel_titan.analysis import read_run
+        >>> ends_torn(read_run("outputs").processes[0])
+        False
     """
     for path in reversed(process.segments):
         try:
@@ -54,9 +57,11 @@ def ends_torn(process: ProcessLog) -> bool:
 def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES) -> tuple[list[dict[str, Any]], bool]:
     """(the last records of `process`, in file order; whether they are all of them).
 
-    Example:
-        >>> # records, whole = tail_records(process, SkippedLines(log=False))
-        >>> # records[-1]["log_type_name"]   → 'all_reduce_start'
+    Example (a hung rank's last record is its collective's ``_start``; this one closed):
+        >>> from otel_titan.analysis import read_run
+        >>> records, whole = tail_records(read_run("outputs").processes[0], SkippedLines(log=False))
+        >>> records[-1]["log_type_name"], whole
+        ('structured_logger_closed', True)
     """
     chunks: list[list[dict[str, Any]]] = []
     lines = 0
@@ -66,7 +71,7 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
         records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program)
         chunks.append(records)
         lines += len(records)
-        program = program or any(r["log_type_name"] not in META_EVENTS for r in records)
+        program = program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)
         if not at_start:
             whole = False
             break
@@ -102,7 +107,7 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
                 break
             window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
             records = list(file_records(path, quiet, None, source=io.BytesIO(window)))
-            if len(records) >= min_lines and (not need_program or any(r["log_type_name"] not in META_EVENTS for r in records)):
+            if len(records) >= min_lines and (not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)):
                 break
     if position > 0:
         data = data[data.index(b"\n") + 1 :]  # drop the partial first line

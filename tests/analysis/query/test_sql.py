@@ -187,4 +187,4 @@ def test_cli_errors(tmp_path, run) -> None:
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['duckdb'] = None\n")
     without = cli("sql", str(run[0]), "SELECT 1", env={"PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"})
-    assert without.returncode == 2 and "pip install otel-titan[analysis]" in without.stderr, without.stderr
+    assert without.returncode == 5 and "pip install otel-titan[analysis]" in without.stderr, without.stderr  # ExitCode.UNAVAILABLE

@@ -1,4 +1,4 @@
-"""`otel-titan report` on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
+"""`otel-titan report` (report/write.py, and the page it writes) on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
 
 The browser driver is `tests/browser/report_page.js` (the set-up of the Perfetto
 UI tests: scripts/setup-tests.sh installs Chromium and puppeteer-core; where they are
@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("duckdb")
 pytest.importorskip("plotly")
 
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis.report import _heatmap_bins, bin_size, write_report  # noqa: E402
-from otel_titan.analysis.query.sql import open_run  # noqa: E402
-from otel_titan.analysis.model.collect import summarize_run  # noqa: E402
+from otel_titan.analysis.model.collect import read_model, summarize_run  # noqa: E402
+from otel_titan.analysis.report import bin_size, write_report  # noqa: E402
+from otel_titan.analysis.report.axes import heatmap_bins  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import processes  # noqa: E402
 
@@ -100,21 +99,20 @@ def test_binning_keeps_the_slowest(tmp_path) -> None:
     out = tmp_path / "wide"
     generate_run(str(out), RunSpec(ranks=64, steps=300, seed=9, start_us=1_796_000_000_000_000))
     result = write_report(out, tmp_path / "wide.html", max_cells=1000)
-    rank_bin, step_bin = _heatmap_bins(64, 300, 1000)
+    rank_bin, step_bin = heatmap_bins(64, 300, 1000)
     assert (rank_bin, step_bin) == (11, 2)
     page = open_in_browser(Path(result.path))
     assert page["console_errors"] == [] and page["requests"] == []
     heat = next(f for f in page["figures"] if f["id"] == "fig-heatmap")
     assert (heat["rows"], heat["cols"]) == (6, 150) and heat["rows"] * heat["cols"] <= 1000
-    db = open_run(out)
-    db.load()
-    slowest = db.con.execute("SELECT max(duration_ms) FROM steps").fetchone()[0]
+    _, grid = read_model(out)
+    slowest = max(ms for per_rank in grid.step_ms.values() for steps in per_rank.values() for ms in steps.values())
     assert heat["zmax"] == pytest.approx(round(slowest, 1), abs=0.051)
 
 
 def test_bins_for_the_target_size() -> None:
     # 1,024 ranks x 10,000 steps: 200 step columns of 50 steps, ranks in pairs: about 100,000 cells.
-    rank_bin, step_bin = _heatmap_bins(1024, 10_000, 200_000)
+    rank_bin, step_bin = heatmap_bins(1024, 10_000, 200_000)
     assert (rank_bin, step_bin) == (2, 50)
     assert bin_size(10_000, 2000) == 5
 

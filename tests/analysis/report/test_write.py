@@ -299,3 +299,43 @@ def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
     assert "0.001" in axes["fig-scalar-0"]["y"]["ticks"]
     # The findings tables speak to people: no field names.
     assert page["table_headers"] and not [h for h in page["table_headers"] if "_" in h]
+
+
+def _page_without_clock(path: str) -> str:
+    """The page less the moment it was written (the one thing that differs between two writes of one run)."""
+    return re.sub(r"written \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "written", Path(path).read_text())
+
+
+def test_the_same_page_from_workers(tmp_path, run) -> None:
+    """`--jobs 2` (worker interpreters: the grid's accumulators merged) draws the very page one process draws."""
+    one = write_report(run, tmp_path / "one.html")
+    two = write_report(run, tmp_path / "two.html", jobs=2)
+    assert (one.figures, one.ranks, one.steps) == (two.figures, two.ranks, two.steps) == (5, 32, 30)
+    assert _page_without_clock(one.path) == _page_without_clock(two.path)
+
+
+def test_the_figures_are_the_models(tmp_path, run) -> None:
+    """What the page draws is the model's: the heatmap's cells are summarize's step times, the phase points its per-step phase times."""
+    from otel_titan.analysis.report.data import ReportData
+    from otel_titan.analysis.report.heatmap import heatmap_sections
+    from otel_titan.analysis.report.phases import phase_sections
+    import numpy as np
+    import plotly.graph_objects as go
+
+    summary, grid = read_model(run)
+    data = ReportData.of(summary, grid)
+    assert (data.source, data.ranks, data.first_step, data.last_step) == ("training", 32, 1, 30)
+    (heat, arrival), binning = heatmap_sections(go, np, data, 200_000)
+    z = np.asarray(heat[3].data[0].z, dtype=float)
+    assert binning == "heatmap: one cell per rank and step" and z.shape == (32, 30)
+    for rank, steps in grid.step_ms[("training", 0)].items():
+        for step, ms in steps.items():
+            assert z[rank, step - 1] == pytest.approx(round(ms, 1), abs=0.051)
+    assert np.isnan(z[:, -1]).all()  # the last step has no end, so no time
+    assert arrival[0] == "arrival" and grid.anchor == "all_reduce"
+    (phases,) = phase_sections(go, np, data)
+    fwd = next(trace for trace in phases[3].data if trace.name == "fwd")
+    per_step = grid.phases_by_rank("training")["fwd"]
+    assert list(fwd.y) == pytest.approx([round(float(np.median(per_step[r])), 4) for r in sorted(per_step)])
+    rank, phase, _ = STRAGGLER
+    assert max(zip(fwd.y, fwd.text))[1] == f"rank {rank}"

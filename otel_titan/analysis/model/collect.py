@@ -257,6 +257,7 @@ class _Collector(TimelineVisitor):
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
+        # The step-closing span (`rules.CLOSING_SPAN_SQL`, which SQL's alignment applies too): the last top-level span of the step to end.
         top = self.last_top
         if top is not None and top[0] == step:
             # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.

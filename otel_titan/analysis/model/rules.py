@@ -89,8 +89,11 @@ STEP_BEGIN_SQL = (
 #: The step-closing span of a process's step: the top-level span (no parent) started in the step that ended
 #: last, once complete. In synchronous training that is the collective every rank leaves together (the clocks
 #: are aligned on its end, `model.clocks`), and arriving late at it is what a straggler does to the others.
-#: Every step counts, the process's last included (it may end in its closing span before the process stops).
-#: In SQL, over the ``spans`` view: the condition on a span, then per (process, step) ``arg_max(name, end_us)``.
+#: Only spans that ended before the next step began count (`model.timeline` reads records in file order: a
+#: later end belongs to no closed step). Every step counts, the process's last included (it may end in its closing
+#: span before the process stops). In SQL, over the ``spans`` view: this condition on a span, the end before the
+#: next step's start (the ``steps`` view), then per (process, step) ``arg_max(name, end_us)``
+#: (`query.sql.CLOSING_SPANS_QUERY`).
 CLOSING_SPAN_SQL = "parent_span_id IS NULL AND NOT incomplete AND step IS NOT NULL"
 
 #: The median absolute deviation (MAD) × this estimates a standard deviation for normal data, robust to outliers.

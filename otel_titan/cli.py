@@ -297,8 +297,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "report",
         help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
         description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
-        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own). "
-        "Needs Plotly and DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
+        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own), from one read of the run, as summarize reads it. "
+        "Needs Plotly (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -307,6 +307,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     report.add_argument("--max-cells", type=int, default=200_000, metavar="N", help="most heatmap cells; steps and ranks are binned above it (default 200,000)")
     report.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned, as summarize)")
     report.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    report.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files, as summarize's --jobs (default 1)")
+    _add_scheduler(report, "read the files (as summarize's)")
     _add_filters(report)
 
     watch = commands.add_parser(
@@ -615,11 +617,13 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs: must be at least 1, got {args.jobs}")
     progress = _TextProgress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
     try:
         result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
-                              max_cells=args.max_cells, progress=progress)
+                              max_cells=args.max_cells, progress=progress, jobs=args.jobs, scheduler=_scheduler(args))
     finally:
         if progress is not None:
             progress.clear()

@@ -41,7 +41,9 @@ from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.model.scalar_steps import ScalarSteps
 from otel_titan.analysis.model.step_figures import StepFigures
+from otel_titan.analysis.model.step_grid import StepGrid
 from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
@@ -59,6 +61,7 @@ from otel_titan.analysis.model.stragglers import (
     lateness,
     peer_groups,
 )
+from otel_titan.analysis.model.rules import attempt_step as _attempt_step
 from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, walk_process
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
@@ -66,6 +69,7 @@ from otel_titan.schema import MetaEvent, StepCloser
 
 __all__ = [
     "summarize_run",
+    "read_model",
     "summarize_tails",
     "compare_ranks",
     "percentile",
@@ -120,10 +124,14 @@ class _Collector(TimelineVisitor):
         self.figures = StepFigures()
         # Every rank's `run_config` hashes: the ranks whose configuration differs (config_drift.py).
         self.config_drift = ConfigDrift()
+        # For the report's figures (step_grid.py): (source, attempt) → rank → step → when it began (µs, own clock) ...
+        self.step_starts: dict[tuple[str, int | None], dict[int, dict[int, int]]] = {}
+        # ... and the scalars over steps (scalar_steps.py).
+        self.scalar_steps = ScalarSteps()
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`model.parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift, "step_starts": self.step_starts, "scalar_steps": self.scalar_steps}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -137,7 +145,7 @@ class _Collector(TimelineVisitor):
             mine.incomplete += acc.incomplete
             if acc.max_ms > mine.max_ms:
                 mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
-        for name in ("step_ms", "phase_step_ms", "phase_step_end"):
+        for name in ("step_ms", "phase_step_ms", "phase_step_end", "step_starts"):
             target = getattr(self, name)
             for key, per_rank in state.get(name, {}).items():
                 ranks = target.setdefault(key, {})
@@ -152,6 +160,8 @@ class _Collector(TimelineVisitor):
         self.figures.merge(state.get("figures", {}))
         if "config_drift" in state:
             self.config_drift.merge(state["config_drift"])
+        if "scalar_steps" in state:
+            self.scalar_steps.merge(state["scalar_steps"])
 
     def begin(self, process: ProcessLog, summary: ProcessSummary, whole: bool = True) -> None:
         self.process, self.summary = process, summary
@@ -221,6 +231,7 @@ class _Collector(TimelineVisitor):
         self.hang.progress_at()  # a scalar after a black box is progress too
         process = self.process
         self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
+        self.scalar_steps.observe(record)
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
         self.hang.progress()
@@ -247,6 +258,7 @@ class _Collector(TimelineVisitor):
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
+        # The step-closing span (`schema.StepCloser`; SQL's alignment applies it too, `rules.CLOSING_SPAN_SQL`).
         top = self.closer.closing(step)
         if top is not None:
             # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
@@ -266,6 +278,7 @@ class _Collector(TimelineVisitor):
                 per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
                 per_rank_end.setdefault(process.rank, {}).update(ends)
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
+            self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {}).update(self.step_begins)
             self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
         self.hang.end()
         summary.open_span_count = len(self.open)
@@ -294,14 +307,6 @@ class _Collector(TimelineVisitor):
                     )
                 )
         summary.open_spans = listed
-
-
-def _attempt_step(attempt: int | None, step: int) -> int:
-    """One number per (attempt, step), so that a restart's step N is not the first attempt's."""
-    return (attempt or 0) * _ATTEMPT_STRIDE + step
-
-
-_ATTEMPT_STRIDE = 1 << 40
 
 
 def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True) -> Iterator[dict[str, Any]]:
@@ -377,6 +382,31 @@ def summarize_run(
         >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
         [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
+    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler)[0]
+
+
+def read_model(
+    path: str | os.PathLike[str],
+    *,
+    ranks: Iterable[int] | None = None,
+    sources: Iterable[str] | None = None,
+    run_id: str | None = None,
+    log_skipped: bool = True,
+    align: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> tuple[RunSummary, StepGrid]:
+    """`summarize_run`'s summary and the grid of ranks × steps it was drawn from (`model.step_grid`), from one read.
+
+    What ``report`` draws: the same read, the same rules, so the page and
+    ``summarize`` agree. Arguments and errors as `summarize_run`.
+
+    Example:
+        >>> summary, grid = read_model("outputs")
+        >>> grid.source_steps("training"), len(summary.processes)
+        ((1, 3), 2)
+    """
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
@@ -398,7 +428,7 @@ def summarize_run(
     summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
-    return summary
+    return summary, _step_grid(collector, alignment, logs.total_bytes)
 
 
 def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:
@@ -730,6 +760,20 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
         _legacy_lists(result, collector, source)
         out.append(result)
     return out
+
+
+def _step_grid(collector: _Collector, alignment: ClockAlignment, bytes_read: int) -> StepGrid:
+    """The collector's per-rank, per-step facts as the report draws them (`model.step_grid`); arrivals at the anchor, when there is one."""
+    arrival: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
+    if alignment.anchor is not None:
+        for key, per_rank in collector.step_starts.items():
+            for rank, by_step in _anchor_spans(collector, key[0], key[1], alignment.anchor).items():
+                starts = per_rank.get(rank, {})
+                arrived = {step: (start_us - starts[step]) / 1000.0 for step, (start_us, _) in by_step.items() if step in starts}
+                if arrived:
+                    arrival.setdefault(key, {})[rank] = arrived
+    return StepGrid(step_ms=collector.step_ms, step_starts=collector.step_starts, phase_step_ms=collector.phase_step_ms, arrival_ms=arrival,
+                    anchor=alignment.anchor, scalars=collector.scalar_steps.series, bytes_read=bytes_read)
 
 
 def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int, dict[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:

@@ -39,6 +39,7 @@ import statistics
 from typing import Mapping
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
+from otel_titan.analysis.model.rules import MEDIAN_SE, robust_sd
 from otel_titan.schema import DATA_PARALLEL_PREFIX
 
 __all__ = [
@@ -92,9 +93,6 @@ STRAGGLER_RULE = {
     "min_ranks_for_majority": MIN_MAJORITY,
     "headline_min_cost_share_of_step_pct": HEADLINE_MIN_SHARE * 100,
 }
-#: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
-_MAD_TO_SD = 1.4826
-_MEDIAN_SE = 1.2533
 #: Up to this many ranks, the spread of "the other ranks" leaves each rank out exactly.
 _EXACT_SPREAD_UP_TO = 64
 
@@ -141,8 +139,9 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
     a phase) at least `MIN_STEP_SHARE` of the step; it is a *straggler* when it
     differs among at least `MIN_MAJORITY` ranks (with two, either could be the
     odd one). The noise is the larger of the spread of the other ranks'
-    medians (1.4826 × MAD) and the standard error of the rank's median
-    per-step difference from the others (1.2533 × 1.4826 × MAD / √n);
+    medians (`rules.robust_sd`: 1.4826 × MAD) and the standard error of the
+    rank's median per-step difference from the others (`rules.MEDIAN_SE` ×
+    that spread / √n: 1.2533 × 1.4826 × MAD / √n);
     `robust_z` is None when both are 0. Ranks come out stragglers first, then
     by excess.
 
@@ -180,7 +179,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
     ordered_medians = sorted(medians.values())
     # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
     # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
-    shared_spread = _MAD_TO_SD * _mad(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
+    shared_spread = robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
     majority = len(medians) >= MIN_MAJORITY
     ranks = []
     for rank, values in own.items():
@@ -191,8 +190,8 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             spread = shared_spread
         else:
             others = [median for other, median in medians.items() if other != rank]
-            spread = _MAD_TO_SD * _mad(others) if len(others) > 1 else 0.0
-        standard_error = _MEDIAN_SE * _MAD_TO_SD * _mad(differences[rank]) / math.sqrt(len(values))
+            spread = robust_sd(others) if len(others) > 1 else 0.0
+        standard_error = MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values))
         noise = max(spread, standard_error)
         z = excess / noise if noise > 0 else None
         differs = (
@@ -219,12 +218,6 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         )
     ranks.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
     return rows, ranks
-
-
-def _mad(values: list[float]) -> float:
-    """Median absolute deviation from the median."""
-    center = statistics.median(values)
-    return statistics.median([abs(v - center) for v in values])
 
 
 def _median_without(ordered: list[float], value: float) -> float:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
@@ -95,11 +96,11 @@ _RECORDS = (
     + ", time_us BIGINT)"
 )
 
-#: The logger's own records (schema.META_EVENTS, one list for every reader), as an SQL list.
-_LOGGER_RECORDS = ", ".join(f"'{name}'" for name in sorted(META_EVENTS))
 
 # The views: what docs/sql.md documents. Identity columns first, in the same order everywhere.
+# The rules in them (which records begin a step, which are the logger's own) are `model.rules`', as SQL text.
 _IDENTITY = "p.run_id, p.source, p.rank, p.host_name, p.attempt"
+_LOGGER_RECORDS = sql_in_list(LOGGER_RECORDS)
 VIEWS: dict[str, str] = {
     "spans": f"""
 CREATE VIEW spans AS
@@ -139,7 +140,7 @@ WHERE s.start_us IS NOT NULL
     "instants": f"""
 CREATE VIEW instants AS
 SELECT {_IDENTITY}, r.step, r.relative_step, r.step_tags, r.log_type_name AS name, r.time_us,
-       r.log_type_name IN ({_LOGGER_RECORDS}) AS logger_record,
+       r.log_type_name IN {_LOGGER_RECORDS} AS logger_record,
        r.span_id, r.parent_span_id, r.tid AS thread, r.task_name AS task, r.caller, r.signal, r.process_id
 FROM records r JOIN process_info p USING (process_id)
 WHERE r.log_type = 'instant' AND r.log_type_name NOT IN ('metric_value', '{MetaEvent.STEP_ROLLUP}')
@@ -153,12 +154,15 @@ WHERE r.log_type_name = 'metric_value'
 """,
     "steps": f"""
 CREATE VIEW steps AS
-WITH firsts AS (SELECT process_id, step, min(time_us) AS start_us FROM records WHERE step IS NOT NULL GROUP BY process_id, step)
+WITH firsts AS (SELECT process_id, step, min(time_us) AS start_us FROM records WHERE step IS NOT NULL AND {STEP_BEGIN_SQL} GROUP BY process_id, step),
+ordered AS (SELECT *, max(step) OVER (PARTITION BY process_id ORDER BY start_us, step ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS above
+            FROM firsts),
+begun AS (SELECT process_id, step, start_us FROM ordered WHERE above IS NULL OR step > above)
 SELECT {_IDENTITY}, f.step, f.start_us,
        lead(f.start_us) OVER (PARTITION BY f.process_id ORDER BY f.step) AS end_us,
        (lead(f.start_us) OVER (PARTITION BY f.process_id ORDER BY f.step) - f.start_us) / 1000.0 AS duration_ms,
        f.process_id
-FROM firsts f JOIN process_info p USING (process_id)
+FROM begun f JOIN process_info p USING (process_id)
 """,
     "processes": f"""
 CREATE VIEW processes AS
@@ -168,7 +172,7 @@ WITH agg AS (
            count(*) FILTER (WHERE log_type_name IS NULL) AS unreadable_lines,
            min(time_us) AS first_us, max(time_us) AS last_us,
            arg_max(log_type_name, (time_us, seq_id)) AS last_record,
-           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN ({_LOGGER_RECORDS})) AS last_event,
+           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN {_LOGGER_RECORDS}) AS last_event,
            max(step) AS last_step,
            bool_or(log_type_name = 'structured_logger_closed') AS closed,
            any_value(signal) FILTER (WHERE signal IS NOT NULL) AS signal
@@ -180,12 +184,28 @@ FROM process_info p LEFT JOIN agg a USING (process_id)
 """,
 }
 
+#: SQL functions of the rules (docs/sql.md): `robust_sd(x)`, the spread a robust z is measured in (`model.rules.robust_sd`).
+MACROS: dict[str, str] = {
+    "robust_sd": f"CREATE MACRO robust_sd(x) AS {MAD_TO_SD!r} * mad(x)",
+}
+
+#: Per process and step, its step-closing span (`model.rules.CLOSING_SPAN_SQL`: the top-level span started in
+#: the step that ended last, before the next step began, as `model.timeline` sees them in file order), as
+#: (process_id, host, attempt, step, name, start_us, end_us): what the clocks are aligned on, as in summarize.
+CLOSING_SPANS_QUERY = f"""
+SELECT s.process_id, coalesce(s.host_name, 'process ' || s.process_id) AS host, s.attempt, s.step,
+       arg_max(s.name, s.end_us), arg_max(s.start_us, s.end_us), max(s.end_us)
+FROM (SELECT * FROM spans WHERE {CLOSING_SPAN_SQL}) s JOIN steps t ON t.process_id = s.process_id AND t.step = s.step
+WHERE t.end_us IS NULL OR s.end_us <= t.end_us
+GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
+"""
+
 #: One line per view, for `describe` and docs/sql.md.
 VIEW_HELP = {
     "spans": "one row per span (_start paired with its _end / _error by span id); incomplete spans end at the process's last record",
     "instants": "one row per instant (sl.log_trace_instant and the logger's own records: logger_record = true)",
     "scalars": "one row per scalar value (log_trace_scalar); NaN / ±Infinity are DOUBLE nan / ±inf",
-    "steps": "one row per (process, step): first record of step N to first record of step N+1, as summarize's step time",
+    "steps": "one row per (process, step): the step's first _start, instant or scalar to the next step's, as summarize's step time",
     "processes": "one row per process: identity, first and last record, closed or not, unreadable lines",
     "clock_offsets": "per host, the clock offset subtracted from its times (empty when not aligned)",
     "records": "every line read (torn lines are rows of NULLs): the base table of the views",
@@ -262,26 +282,15 @@ class RunDatabase:
     def _align(self) -> None:
         """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift every record's time by it.
 
-        The step-closing spans: per process and step, the top-level span that
-        ended last, for every step but the process's last (summarize's rule:
-        a step ends when the next begins), on the clocks as written.
+        The step-closing spans (`CLOSING_SPANS_QUERY`, the rule of
+        `model.rules.CLOSING_SPAN_SQL`), on the clocks as written.
         """
-        rows = self.con.execute(
-            """
-            WITH last_step AS (SELECT process_id, max(step) AS last FROM records WHERE step IS NOT NULL GROUP BY process_id)
-            SELECT s.process_id, coalesce(s.host_name, 'process ' || s.process_id) AS host, s.attempt, s.step,
-                   arg_max(s.name, s.end_us), arg_max(s.start_us, s.end_us), max(s.end_us)
-            FROM spans s JOIN last_step l USING (process_id)
-            WHERE s.parent_span_id IS NULL AND NOT s.incomplete AND s.step IS NOT NULL AND s.step < l.last
-            GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
-            """
-        ).fetchall()
         groups: dict[int, ClosingSpans] = {}
-        for process_id, host, attempt, step, name, start_us, end_us in rows:
+        for process_id, host, attempt, step, name, start_us, end_us in self.con.execute(CLOSING_SPANS_QUERY).fetchall():
             spans = groups.get(process_id)
             if spans is None:
                 spans = groups[process_id] = ClosingSpans(host=host, key=process_id)
-            spans.add((attempt or 0) * (1 << 40) + step, name, start_us, end_us)
+            spans.add(attempt_step(attempt, step), name, start_us, end_us)
         alignment = estimate_offsets(groups.values())
         self.clock = alignment.describe()
         if not alignment.applied:
@@ -423,7 +432,7 @@ def open_run(
     # query_progress needs the progress bar on; DuckDB must not print its own (it would mix into the output).
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
-    for ddl in (_PROCESS_INFO, _FILES, _CLOCK, _RECORDS, *VIEWS.values()):
+    for ddl in (_PROCESS_INFO, _FILES, _CLOCK, _RECORDS, *VIEWS.values(), *MACROS.values()):
         con.execute(ddl)
     info_rows, file_rows, paths, total = [], [], [], 0
     for index, process in enumerate(run.processes):

@@ -35,6 +35,7 @@ COMMANDS = [
     ["summarize", "--jobs", "2", "--json"],
     ["summarize", "--tail"],
     ["report"],
+    ["report", "--jobs", "2"],
     ["sql", "SELECT count(*) FROM spans"],
 ]
 
@@ -59,7 +60,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[bytes]:
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
 def test_no_control_character_reaches_the_terminal(run, tmp_path, command) -> None:
     name, *options = command
-    target = [str(run), *options] if name != "report" else [str(run), "-o", str(tmp_path / "r.html")]
+    target = [str(run), *options] + (["-o", str(tmp_path / "r.html")] if name == "report" else [])
     if name == "export":
         target += ["-o", str(tmp_path / ("t.pftrace" if "perfetto" in options else "t.json"))]
     done = _cli(name, *target)

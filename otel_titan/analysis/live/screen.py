@@ -59,6 +59,14 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     if read:
         head += f" · refresh {read.get('cpu_s', 0):.2f} s CPU, {read.get('bytes', 0) / 1e6:,.1f} MB"
     lines.append((head, "bold"))
+    receive = frame.get("receive")
+    if receive:
+        # `watch --otlp`: where the records come from, and what was lost on the way (docs/watch.md).
+        text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
+                + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in ("duplicates", "lost", "malformed", "refused") if receive.get(k)))
+        lines.append((text, None))
+        if receive.get("write_error"):
+            lines.append((printable(str(receive["write_error"])), "bold red"))
     states = frame.get("states") or {}
     by_state = frame.get("ranks_by_state") or {}
     parts = []

@@ -7,11 +7,11 @@ interleaved (the order rotates every round), medians of ``--repeat`` rounds,
 the files read from memory (each read once first):
 
 * ``duckdb``: ``read_ndjson`` of summarize's 15 columns (`analysis_scale.SUMMARY_COLUMNS`), grouped;
-* ``orjson``: ``orjson.loads`` per line, one dict each (what `record_lines` does at its core);
+* ``orjson``: ``orjson.loads`` per line, one dict each (what `read.lines` does at its core);
 * ``msgspec dict``: ``msgspec.json.Decoder()`` per line, one dict each;
 * ``msgspec Struct``: ``msgspec.json.Decoder(Record)`` per line, a typed Struct of the 15 fields (others skipped unparsed);
 * ``msgspec Struct lines``: the same, a whole file at a time (``decode_lines``);
-* ``reader``: `record_lines.file_records`, today's reader with every tolerance;
+* ``read.records``: `read.lines.file_records`, today's reader with every tolerance;
 * ``summarize``: `summarize_run`, the whole command but its start and text.
 
 msgspec is not a dependency of otel-titan: ``pip install msgspec`` to run this (skipped without it).
@@ -43,7 +43,7 @@ import orjson  # noqa: E402
 from benchmarks.analysis_scale import SUMMARY_COLUMNS  # noqa: E402
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
 from otel_titan.analysis import summarize_run  # noqa: E402
-from otel_titan.analysis.record_lines import SkippedLines, file_records  # noqa: E402
+from otel_titan.analysis.read.lines import SkippedLines, file_records  # noqa: E402
 
 
 def cases(run: str) -> dict[str, Callable[[], Any]]:

@@ -52,7 +52,7 @@ DEFAULT_BASELINE_REF = "e580921"
 
 _CHILD = {
     "summarize": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False)))",
-    "tail": "from otel_titan.analysis.summary import summarize_tails\nfrom otel_titan.analysis import format_summary\ndef work(run, out): return len(format_summary(summarize_tails(run, log_skipped=False)))",
+    "tail": "from otel_titan.analysis.model.collect import summarize_tails\nfrom otel_titan.analysis import format_summary\ndef work(run, out): return len(format_summary(summarize_tails(run, log_skipped=False)))",
     "export": "from otel_titan.analysis import generate_gantt_trace\ndef work(run, out): return generate_gantt_trace(run, out, log_skipped=False, max_output_bytes=None).events",
     "baseline": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False)))",
 }

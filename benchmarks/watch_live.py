@@ -45,8 +45,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis.live.replay import replay  # noqa: E402
-from otel_titan.analysis.live.watch import Watch  # noqa: E402
+from otel_titan.analysis.watch.replay import replay  # noqa: E402
+from otel_titan.analysis.watch.loop import Watch  # noqa: E402
 from tests.helpers import processes  # noqa: E402
 
 SCENARIOS = {

@@ -4,10 +4,10 @@ Exit codes: 0 done; 1 the run has no readable records (or none match the
 filters), or the output could not be written; 2 the path is not a run, or the
 command line is wrong; 3 (`watch --exit-on`) an alert of the kinds named was confirmed.
 
-Every line printed for a person goes through `safe_text.printable` (the
+Every line printed for a person goes through `read.safe_text.printable` (the
 records' text, file names and paths are shown, control characters escaped,
 never executed by the terminal), and the ``--json`` document through
-`safe_text.json_bytes` (it never fails on odd data).
+`read.safe_text.json_bytes` (it never fails on odd data).
 """
 
 from __future__ import annotations
@@ -23,18 +23,19 @@ import orjson
 
 from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
-from otel_titan.analysis.executors import ClusterError, MissingClusterError
-from otel_titan.analysis.filters import parse_rank_list
-from otel_titan.analysis.live.watch import EXIT_ON_KINDS, default_trigger, run_watch
-from otel_titan.analysis.reader import find_log_dir
-from otel_titan.analysis.export_checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
+from otel_titan.analysis.workers import ClusterError, MissingClusterError
+from otel_titan.analysis.read.filters import parse_rank_list
+from otel_titan.analysis.watch.loop import EXIT_ON_KINDS, default_trigger, run_watch
+from otel_titan.analysis.read.records import find_log_dir
+from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
 from otel_titan.analysis.report import write_report
-from otel_titan.analysis.runs import find_run
-from otel_titan.analysis.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
-from otel_titan.analysis.sql_output import write_result
-from otel_titan.analysis.summary import summarize_tails
-from otel_titan.analysis.safe_text import json_bytes, printable
-from otel_titan.analysis.wording import plural
+from otel_titan.analysis.read.runs import find_run
+from otel_titan.analysis.query.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
+from otel_titan.analysis.query.output import write_result
+from otel_titan.analysis.model.collect import summarize_tails
+from otel_titan.analysis.read.safe_text import json_bytes, printable
+from otel_titan.analysis.model.wording import plural
+from otel_titan.analysis.summarize import summary_json
 from otel_titan.receive import OtlpHttpReceiver, ReceiverError, Spool, parse_address
 
 __all__ = ["main"]
@@ -379,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callable[[], None]:
-    """Install the one path of every warning while a command runs, its workers' included (`worker_io`); returns its undo.
+    """Install the one path of every warning while a command runs, its workers' included (`workers.interpreters`); returns its undo.
 
     On stderr, escaped (`printable`), the progress line cleared first; never
     the raw text Python's last-resort handler would print.
@@ -477,7 +478,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
             progress.clear()
         stop_warnings()
     if args.json:
-        sys.stdout.buffer.write(json_bytes(summary.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.buffer.write(json_bytes(summary_json(summary), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
         sys.stdout.flush()
     else:
         sys.stdout.write(format_summary(summary, show_all=args.all))

@@ -7,7 +7,7 @@
 #      puppeteer-core (npm ci, pinned by tests/browser/package-lock.json, into tests/browser/node_modules):
 #      the Perfetto UI tests (tests/analysis/test_perfetto_ui.py) and the report tests
 #      (tests/analysis/test_report.py) open pages in headless Chromium driven by puppeteer-core.
-#      tmux, for the tests that read a real terminal (tests/analysis/live/test_screen.py, test_worker_io.py).
+#      tmux, for the tests that read a real terminal (tests/analysis/watch/test_screen.py, tests/analysis/test_workers_io.py).
 #   2. scripts/setup-prometheus.sh, where it exists: the Prometheus server of the metrics tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."

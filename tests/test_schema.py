@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from otel_titan import schema
-from otel_titan.analysis import reader, summary, timeline
+from otel_titan.analysis.model import collect as summary
+from otel_titan.analysis.model import timeline
+from otel_titan.analysis.read import records as reader
 from tests.conftest import jsonl_files, read_records, run_python
 
 

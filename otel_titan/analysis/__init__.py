@@ -1,26 +1,38 @@
-"""Analysis of structured-log runs: Chrome Trace export for Perfetto, and a run summary.
+"""The reader: what `otel-titan export`, `summarize`, `sql`, `report` and `watch` do, as a library.
 
-The command line (`otel-titan export`, `otel-titan summarize`) calls these.
-Modules: `reader` (run → processes → records) and `record_lines` (tolerant
-line parsing); `timeline` (span pairing, steps); `chrome_events`,
-`chrome_trace` and `export_parallel` (the trace); `summary`,
-`summary_model` and `summary_text` (the summary); `filters`.
+Layered as the data flows, each layer importing only those below
+(pyproject.toml's analysis contract, tests/test_layers.py):
+
+* `read` — finding runs and their files, lines (torn lines, lone surrogates,
+  rotated segments), run selection, tails, filters, following growing files;
+* `workers` — where the per-file work runs: in-process, ``--jobs N`` worker
+  interpreters, or a Dask cluster (``--scheduler``), one code path;
+* `model` — the model of a run, built once per read: spans paired into a
+  timeline, steps, per-process facts (`RunSummary`), clock alignment, and the
+  rules (straggler, stall, step-closing span), each written once;
+* `summarize`, `export`, `query` — one command's question each, from the model;
+* `report` (HTML) and `watch` (the live view) — on top of those;
+* `RunAnalysis` — the front: one run, read once, one method per question.
 
 Example:
-    >>> from otel_titan.analysis import generate_gantt_trace, summarize_run, format_summary
+    >>> from otel_titan.analysis import RunAnalysis, generate_gantt_trace, summarize_run, format_summary
     >>> # generate_gantt_trace("outputs", "outputs/analysis/trace.json")   # → ExportStats
     >>> # print(format_summary(summarize_run("outputs")))
+    >>> # RunAnalysis("outputs").hang()
 """
 
-from otel_titan.analysis.chrome_events import ExportStats
-from otel_titan.analysis.chrome_trace import generate_gantt_trace
-from otel_titan.analysis.filters import StepRange, parse_rank_list, parse_step_range
-from otel_titan.analysis.reader import NoRecordsError, NotARunError, ProcessLog, RunLogs, find_log_dir, read_run
-from otel_titan.analysis.record_lines import SkippedLines
-from otel_titan.analysis.summary import summarize_run
-from otel_titan.analysis.summary_model import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers
-from otel_titan.analysis.summary_text import format_summary
-from otel_titan.analysis.timeline import OpenSpan, ProcessExtent, TimelineVisitor, walk_process
+
+from otel_titan.analysis.export.chrome_events import ExportStats
+from otel_titan.analysis.export.chrome_trace import generate_gantt_trace
+from otel_titan.analysis.read.filters import StepRange, parse_rank_list, parse_step_range
+from otel_titan.analysis.read.records import NoRecordsError, NotARunError, ProcessLog, RunLogs, find_log_dir, read_run
+from otel_titan.analysis.read.lines import SkippedLines
+from otel_titan.analysis.model.collect import summarize_run
+from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RankSlowness, RunSummary, StepTimes, StopGroup, Stragglers
+from otel_titan.analysis.summarize.text import format_summary
+from otel_titan.analysis.model.timeline import OpenSpan, ProcessExtent, TimelineVisitor, walk_process
+from otel_titan.analysis.run_analysis import RunAnalysis
+from otel_titan.analysis.summarize.json_form import summary_json
 
 __all__ = [
     "ExportStats",
@@ -34,6 +46,7 @@ __all__ = [
     "ProcessSummary",
     "RankSlowness",
     "RunLogs",
+    "RunAnalysis",
     "RunSummary",
     "SkippedLines",
     "StepRange",
@@ -48,5 +61,6 @@ __all__ = [
     "parse_step_range",
     "read_run",
     "summarize_run",
+    "summary_json",
     "walk_process",
 ]

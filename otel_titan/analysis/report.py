@@ -10,7 +10,7 @@ bins; a bin shows its *slowest* step time, so one slow rank or step is never
 averaged away).
 
 The data come from the SQL views (`sql.open_run`: spans, steps, scalars) and
-every verdict from ``summarize`` (`summary.summarize_run`: the headline, the
+every verdict from ``summarize`` (`model.collect.summarize_run`: the headline, the
 Hang section, the stragglers, the clock offsets). The report runs no rule of
 its own: a rank is marked or named only where summarize names it, so the
 page and the terminal never disagree about who is slow (a second rule over
@@ -45,12 +45,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from otel_titan.analysis.hang import format_hang
-from otel_titan.analysis.headline import headline_data, headline_lines
-from otel_titan.analysis.reader import find_log_dir
-from otel_titan.analysis.sql import INSTALL_HINT, MissingDependencyError, open_run
-from otel_titan.analysis.summary import summarize_run
-from otel_titan.analysis.wording import plural
+from otel_titan.analysis.model.hang import format_hang
+from otel_titan.analysis.model.headline import headline_data, headline_lines
+from otel_titan.analysis.read.records import find_log_dir
+from otel_titan.analysis.query.sql import INSTALL_HINT, MissingDependencyError, open_run
+from otel_titan.analysis.model.collect import summarize_run
+from otel_titan.analysis.model.wording import plural
 
 __all__ = ["ReportResult", "NamedRank", "named_ranks", "write_report", "bin_size"]
 

@@ -27,7 +27,7 @@ it has processes. Such a process still has a ``process_run_id`` of its own (for
 its trace ids): the one its otel-titan parent shared through
 ``OTEL_TITAN_PROCESS_RUN_ID``, else a new random one; the reader groups
 processes with no run id by that id and by overlapping time
-(``otel_titan.analysis.runs``).
+(``otel_titan.analysis.read.runs``).
 
 A world size or local rank that no source gives stays unknown (None, written
 as ``null``), never guessed: ``rank=3`` alone says nothing about how many ranks

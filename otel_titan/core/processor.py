@@ -533,7 +533,7 @@ class BatchProcessor:
             self._exporting_since = 0.0
 
     def _add_step_figures(self, timeline: Timeline, finished: list[TitanSpan], final: bool) -> None:
-        """A step ended in `timeline` (or the last one, `final`): append its figures' scalars (step_sampler.py)."""
+        """A step ended in `model.timeline` (or the last one, `final`): append its figures' scalars (step_sampler.py)."""
         try:
             spans = self._step_sampler.after_batch(timeline.spans, final=final)
         except Exception:  # noqa: BLE001 - figures are a bonus: never lose the batch for them

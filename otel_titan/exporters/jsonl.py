@@ -193,7 +193,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
 
     # -- exporting ----------------------------------------------------------------------------
     def export_timeline(self, timeline: Sequence[TimelineItem]) -> SpanExportResult:
-        """Encode and append the records of `timeline` (called on the processor thread)."""
+        """Encode and append the records of `model.timeline` (called on the processor thread)."""
         if self._closed:
             return SpanExportResult.FAILURE
         lines: list[bytes] = []

@@ -10,7 +10,7 @@ is (rank 0 may never start): the ranks race for a claim file
 run's shared output directory, and exactly one wins per distinct content. A
 rank whose configuration differs has another hash, so it wins the claim of its
 own content too: its file has the full differing configuration, and
-`otel_titan.analysis.config_drift` names it (configuration drift).
+`otel_titan.analysis.model.config_drift` names it (configuration drift).
 
 ``per="host"`` writes the content once per host instead (host facts: CPU
 model, driver versions): the claim name then carries the host name.

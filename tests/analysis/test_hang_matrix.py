@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from otel_titan.analysis import summarize_run
-from otel_titan.analysis.summary import summarize_tails
+from otel_titan.analysis.model.collect import summarize_tails
 from tests.analysis.hang_runs import FAULTS, LAYOUT_OF_FAULT, write_hang_run
 
 WORLDS = (2, 3, 8, 64)

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from otel_titan.analysis import format_summary, summarize_run
-from otel_titan.analysis.summary import summarize_tails
+from otel_titan.analysis.summarize import summary_json
+from otel_titan.analysis.model.collect import summarize_tails
 from tests.analysis.hang_runs import fr_entry, frames, write_hang_run, write_rank
 from tests.helpers.analysis import T0
 
@@ -133,7 +134,7 @@ def test_ranks_with_no_file_are_listed_missing_first_in_the_headline_the_hang_se
     summary_line = next(i for i, line in enumerate(lines) if line.startswith("Summary:"))
     assert lines[summary_line] == "Summary: 2 of 3 processes on 1 host: 1 missing (no file), 2 stalled"
     assert lines[summary_line + 2].startswith("  ▶ missing: training rank 1: no file, of world_size 3")
-    data = json.loads(json.dumps(summary.to_dict(), default=str))
+    data = json.loads(json.dumps(summary_json(summary), default=str))
     assert data["missing"] == [{"source": "training", "attempt": 0, "world_size": 3, "ranks": [1]}]
     assert data["hang"]["suspects"][0]["rank"] == 1 and data["hang"]["suspects"][0]["rule"] == "missing"
     assert data["headline"]["missing"] == 1 and data["headline"]["diagnosis"][0].startswith("missing: training rank 1")

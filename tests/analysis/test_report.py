@@ -23,8 +23,8 @@ pytest.importorskip("plotly")
 
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
 from otel_titan.analysis.report import _heatmap_bins, bin_size, write_report  # noqa: E402
-from otel_titan.analysis.sql import open_run  # noqa: E402
-from otel_titan.analysis.summary import summarize_run  # noqa: E402
+from otel_titan.analysis.query.sql import open_run  # noqa: E402
+from otel_titan.analysis.model.collect import summarize_run  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import processes  # noqa: E402
 

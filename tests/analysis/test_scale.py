@@ -11,9 +11,9 @@ import pytest
 
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis import format_summary, generate_gantt_trace, summarize_run
-from otel_titan.analysis.export_checks import TraceTooBigError
-from otel_titan.analysis.headline import headline_data
-from otel_titan.analysis.summary import summarize_tails
+from otel_titan.analysis.export.checks import TraceTooBigError
+from otel_titan.analysis.model.headline import headline_data
+from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.cli import main
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis import summarize_run
-from otel_titan.analysis.headline import headline_data
+from otel_titan.analysis.model.headline import headline_data
 
 #: (phase, % slower): each about 12 ms, 11 % of a ~104 ms step (well above the 5 % of "Look first at" whatever the noise).
 _FAULTS = [("data_fetch", 300.0), ("fwd", 40.0), ("bwd", 20.0), ("optimizer", 150.0)]

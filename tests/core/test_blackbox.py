@@ -1,6 +1,6 @@
 """The hang black box in one process (core/blackbox.py, the watchdog of core/processor.py): real processes, real files.
 
-The multi-rank faults (collectives, torchrun) are tests/analysis/test_hang.py.
+The multi-rank faults (collectives, torchrun) are tests/analysis/model/test_hang.py.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def test_side_files_left_by_sigterm_and_sigkill_are_never_taken_for_jsonl_segmen
     import sys
 
     from tests.conftest import REPO
-    from otel_titan.analysis.hang import side_file_of
+    from otel_titan.analysis.model.hang import side_file_of
 
     code = """
 import ctypes, sys, time
@@ -456,7 +456,7 @@ def test_a_dump_of_a_c_call_the_process_recovered_from_is_never_shown_as_where_i
     import subprocess
     import sys
 
-    from otel_titan.analysis.hang import read_faulthandler_stacks
+    from otel_titan.analysis.model.hang import read_faulthandler_stacks
     from tests.conftest import REPO
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -595,7 +595,7 @@ def test_the_reader_finds_side_files_of_old_runs_and_dates_their_dumps_by_the_fi
     """Runs written before the `.stacks` rule: ``<file>.jsonl.stacks``, no armed line (its time: the file's mtime)."""
     import faulthandler
 
-    from otel_titan.analysis.hang import read_faulthandler_stacks, side_file_of
+    from otel_titan.analysis.model.hang import read_faulthandler_stacks, side_file_of
 
     base = tmp_path / "training.global_rank_0.20260101-000000-abcdef.jsonl"
     base.write_text(json.dumps({"log_type_name": "step_start"}) + "\n")  # the opening record rotated away

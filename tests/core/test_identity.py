@@ -123,7 +123,7 @@ print("ok")
     assert "global_rank_3." in path and len(records) == 4  # opened, start, end, closed
     assert all(r["rank"] == 3 and r["world_size"] is None and r["local_rank"] is None for r in records)
     assert "Invalid type" not in result.stderr  # no attribute dropped by the OpenTelemetry SDK for being null
-    from otel_titan.analysis.summary import summarize_run
+    from otel_titan.analysis.model.collect import summarize_run
 
     (process,) = summarize_run(tmp_path / "run").processes
     assert process.rank == 3

@@ -1,4 +1,4 @@
-"""A 4-rank gloo training loop that hangs on purpose, one fault at a time (tests/analysis/test_hang.py).
+"""A 4-rank gloo training loop that hangs on purpose, one fault at a time (tests/analysis/model/test_hang.py).
 
 ``python hang_workload.py FAULT BAD_RANK OUTPUT_DIR`` under torchrun. Every
 rank runs steps of ``data_fetch`` then ``all_reduce``; at step 3 rank

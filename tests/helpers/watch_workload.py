@@ -1,4 +1,4 @@
-"""A gloo training loop for `otel-titan watch` (tests/analysis/live/test_watch_torchrun.py): one fault at a time.
+"""A gloo training loop for `otel-titan watch` (tests/analysis/watch/test_watch_torchrun.py): one fault at a time.
 
 ``python watch_workload.py FAULT BAD_RANK OUTPUT_DIR`` under torchrun. Every
 rank runs steps of ``data_fetch`` (``STEP_S`` seconds) then ``all_reduce``,

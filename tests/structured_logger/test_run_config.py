@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from otel_titan import structured_logger as sl
-from otel_titan.analysis.config_drift import find_config_drift
+from otel_titan.analysis.model.config_drift import find_config_drift
 from tests.conftest import REPO, data_records, jsonl_files, read_records
 from tests.helpers import processes
 
@@ -71,8 +71,8 @@ def test_six_ranks_write_the_content_once_every_rank_its_hash_and_the_odd_rank_i
     assert finding.name == "job_config" and finding.odd_ranks == [4] and finding.differing_keys == ["lr"]
     assert finding.message == "configuration 'job_config': rank 4 differs from the other 5 ranks (in lr)"
     # summarize says it too, from its one read (serial and with workers), in its text and --json.
-    from otel_titan.analysis.summary import summarize_run
-    from otel_titan.analysis.summary_text import format_summary
+    from otel_titan.analysis.model.collect import summarize_run
+    from otel_titan.analysis.summarize.text import format_summary
 
     for jobs in (1, 2):
         summary = summarize_run(str(out), jobs=jobs)

@@ -1,0 +1,1 @@
+"""What `otel-titan export` writes: Chrome/Perfetto JSON and native Perfetto traces."""

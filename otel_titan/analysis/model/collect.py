@@ -1,0 +1,795 @@
+"""A run's summary: where every process stopped, what is still open, phase timings, stragglers.
+
+Computed in one streaming pass over each process (see `model.timeline.walk_process`).
+What is kept: per process a few fields and its open spans; per phase a
+compact array of durations (8 bytes per span, for exact percentiles) and
+per (phase, rank) the total per step; per rank its step times. Nothing per
+record.
+
+Definitions (docs/analysis.md explains them at length):
+
+* *step time* of rank r, step N: from the first record of step N on r to the
+  first record of the next step on r. A process's last step has no next step
+  and is left out.
+* *phase time* of rank r, step N: the total duration of r's completed spans of
+  that phase that started in step N.
+* stragglers: the rules are in `model.stragglers` (peers by mesh
+  coordinates, the statistic, wait or work on each rank's own clock, arrival
+  at the step-closing collective, the cost and whether it held in both halves
+  of the run); this module collects what they need in its one pass.
+* a *hang suspect* is a process whose file holds no record since it was
+  created (empty, or only the logger's own ``structured_logger_opened``) and
+  that did not close cleanly: it hung (or died) before its first record.
+
+One run at a time (`read.runs.select_run`): the latest in the folder unless
+``run_id`` names another; restart attempts of a run are compared separately.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+from array import array
+from typing import Any, Callable, Iterable, Iterator
+
+from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.flight_recorder import find_torch_dumps
+from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
+from otel_titan.analysis.model.hang_facts import HangTracker
+from otel_titan.analysis.model.headline import compress
+from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_run
+from otel_titan.analysis.model import parallel as summary_parallel
+from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.model.step_figures import StepFigures
+from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift
+from otel_titan.analysis.read.tails import ends_torn, tail_records
+from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
+from otel_titan.analysis.model.stragglers import (
+    MIN_ARRIVAL_EFFECT,
+    MIN_EFFECT,
+    MIN_LATENESS_SHARE,
+    MIN_STEP_SHARE,
+    MIN_STEPS,
+    MIN_Z,
+    STRAGGLER_RULE,
+    arrivals,
+    compare_ranks,
+    finding,
+    lateness,
+    peer_groups,
+)
+from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, walk_process
+from otel_titan.analysis.model.wording import plural
+from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
+from otel_titan.schema import MetaEvent
+
+__all__ = [
+    "summarize_run",
+    "summarize_tails",
+    "compare_ranks",
+    "percentile",
+    "utc",
+    "MIN_STEPS",
+    "MIN_EFFECT",
+    "MIN_Z",
+    "MIN_STEP_SHARE",
+    "MIN_LATENESS_SHARE",
+    "STRAGGLER_RULE",
+]
+
+#: Open spans listed per process, the most recently started (all are counted).
+OPEN_SPANS_LISTED = 20
+_OPENED = MetaEvent.OPENED
+
+# -- collection -----------------------------------------------------------------------------------
+class _PhaseAcc:
+    __slots__ = ("durations", "errors", "incomplete", "max_ms", "max_at")
+
+    def __init__(self) -> None:
+        self.durations = array("d")
+        self.errors = 0
+        self.incomplete = 0
+        self.max_ms = -1.0
+        self.max_at: tuple[str, int | None, int | None, int | None] = ("", None, None, None)
+
+
+class _Collector(TimelineVisitor):
+    """Run-wide accumulators, fed one process at a time."""
+
+    def __init__(self) -> None:
+        self.phases: dict[tuple[str, str], _PhaseAcc] = {}
+        # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never merged.
+        self.step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
+        self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
+        # The same keys → rank → step → when the rank's last span of the phase in that step ended (µs, its host's clock).
+        self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
+        # (source, attempt, rank) → host (whose clock offset applies to its ends).
+        self.rank_hosts: dict[tuple[str, int | None, int], str] = {}
+        # (source, attempt, rank) → its mesh coordinates, when the job declared a mesh (its peers share all but dp).
+        self.rank_meshes: dict[tuple[str, int | None, int], dict[str, int] | None] = {}
+        # When a phase starts, in ms after its step began: orders the phase stragglers.
+        self.phase_offsets: dict[tuple[str, str], array] = {}
+        # label → what the Hang section needs: its live black box, past stalls, spans entered in its last step
+        self.hang = HangTracker()
+        # Bound straight to the tracker (one call per record, not two): a record after a black box is progress.
+        self.span_begun = self.hang.progress_at  # type: ignore[method-assign,assignment]
+        # Per process, the last top-level span of each step: the step-closing collective (clock_align).
+        self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
+        # The memory/host figures that explain slow steps (step_figures.py).
+        self.figures = StepFigures()
+        # Every rank's `run_config` hashes: the ranks whose configuration differs (config_drift.py).
+        self.config_drift = ConfigDrift()
+
+    def state(self) -> dict[str, Any]:
+        """What a worker sends back (`model.parallel`): the run-wide accumulators."""
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift}
+
+    def merge(self, state: dict[str, Any]) -> None:
+        """Add a worker's accumulators (disjoint processes) to these."""
+        for key, acc in state["phases"].items():
+            mine = self.phases.get(key)
+            if mine is None:
+                self.phases[key] = acc
+                continue
+            mine.durations.extend(acc.durations)
+            mine.errors += acc.errors
+            mine.incomplete += acc.incomplete
+            if acc.max_ms > mine.max_ms:
+                mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
+        for name in ("step_ms", "phase_step_ms", "phase_step_end"):
+            target = getattr(self, name)
+            for key, per_rank in state.get(name, {}).items():
+                ranks = target.setdefault(key, {})
+                for rank, steps in per_rank.items():
+                    ranks.setdefault(rank, {}).update(steps)
+        self.rank_hosts.update(state.get("rank_hosts", {}))
+        self.rank_meshes.update(state.get("rank_meshes", {}))
+        for key, offsets in state["phase_offsets"].items():
+            self.phase_offsets.setdefault(key, array("d")).extend(offsets)
+        self.closing.extend(state["closing"])
+        self.hang.facts.update(state.get("hang_facts", {}))
+        self.figures.merge(state.get("figures", {}))
+        if "config_drift" in state:
+            self.config_drift.merge(state["config_drift"])
+
+    def begin(self, process: ProcessLog, summary: ProcessSummary, whole: bool = True) -> None:
+        self.process, self.summary = process, summary
+        self.hang.begin(process.label, partial=not whole, world_size=process.world_size)
+        self.open: list[tuple[OpenSpan, float]] = []
+        self.steps_seen: list[tuple[int, float]] = []
+        self.phase_sums: dict[str, dict[int, float]] = {}
+        self.phase_ends: dict[str, dict[int, int]] = {}
+        self.step_begins: dict[int, int] = {}
+        self.last_top: tuple[int, str, int, int] | None = None
+        self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
+        self.closing.append((process, self.closing_spans))
+
+    def step_begun(self, step: int, begin_us: int) -> None:
+        self.step_begins[step] = begin_us
+        self.hang.step_begun(step)
+
+
+
+    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        key = (self.process.source, span.name)
+        acc = self.phases.get(key)
+        if acc is None:
+            acc = self.phases[key] = _PhaseAcc()
+        if span.error is not None:
+            acc.errors += 1
+        if incomplete:
+            acc.incomplete += 1
+            self.open.append((span, dur_us))
+            self.hang.entered_span(span.name, (span.start or {}).get("step"))
+            return
+        hang = self.hang
+        if hang.box is not None or hang.stalled or hang.quiet:
+            hang.progress()
+        ms = dur_us / 1000.0
+        acc.durations.append(ms)
+        first = span.start if span.start is not None else end
+        step = first.get("step") if first is not None else None
+        step = step if type(step) is int else None
+        if ms > acc.max_ms:
+            acc.max_ms = ms
+            acc.max_at = (self.process.label, self.process.rank, self.process.attempt, step)
+        if step is not None:
+            if step == hang.step and span.name not in hang.entered_set:  # (inline: once per span)
+                hang.entered_span(span.name, step)
+            if first.get("parent_span_id") is None:  # type: ignore[union-attr]
+                self.last_top = (step, span.name, span.start_us, end_us)
+            sums = self.phase_sums.setdefault(span.name, {})
+            sums[step] = sums.get(step, 0.0) + ms
+            ends = self.phase_ends.setdefault(span.name, {})
+            if end_us > ends.get(step, end_us - 1):
+                ends[step] = end_us
+            begin = self.step_begins.get(step)
+            if begin is not None and span.start is not None:
+                offsets = self.phase_offsets.get(key)
+                if offsets is None:
+                    offsets = self.phase_offsets[key] = array("d")
+                offsets.append((span.start_us - begin) / 1000.0)
+
+    def instant(self, record: dict[str, Any], track: Any) -> None:
+        self.hang.progress_at()  # an instant after a black box is progress
+        if record["log_type_name"] == RUN_CONFIG:
+            self.config_drift.observe(record, self.process.rank)
+
+    def scalar(self, record: dict[str, Any], track: Any) -> None:
+        self.hang.progress_at()  # a scalar after a black box is progress too
+        process = self.process
+        self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
+
+    def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
+        self.hang.progress()
+        if span is None:
+            name = record["log_type_name"][:-6]
+            acc = self.phases.setdefault((self.process.source, name), _PhaseAcc())
+            acc.errors += 1
+
+    def meta(self, record: dict[str, Any]) -> None:
+        summary = self.summary
+        name = record["log_type_name"]
+        if name == "stall":
+            self.hang.stall(record)
+        elif name == "heartbeat":
+            self.hang.heartbeat()
+        if name == "signal_received":
+            signal = record.get("signal")
+            summary.signal = signal if isinstance(signal, str) else "signal"
+        dropped, failed = record.get("dropped_records"), record.get("failed_records")
+        if type(dropped) is int:
+            summary.records_dropped = max(summary.records_dropped, dropped)
+        if type(failed) is int:
+            summary.records_failed = max(summary.records_failed, failed)
+
+    def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
+        self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
+        top = self.last_top
+        if top is not None and top[0] == step:
+            # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
+            self.closing_spans.add(_attempt_step(self.process.attempt, step), top[1], top[2], top[3])
+
+    def end(self, last_us: int | None) -> None:
+        process, summary = self.process, self.summary
+        if process.rank is not None:
+            # The last step has no next step to end it: its time is unknown.
+            step_ms = self.step_ms.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {})
+            for step, ms in self.steps_seen[:-1]:
+                step_ms[step] = ms
+            for phase, sums in self.phase_sums.items():
+                per_rank = self.phase_step_ms.setdefault((process.source, process.attempt, phase), {})
+                per_rank.setdefault(process.rank, {}).update(sums)
+            for phase, ends in self.phase_ends.items():
+                per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
+                per_rank_end.setdefault(process.rank, {}).update(ends)
+            self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
+            self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
+        self.hang.end()
+        summary.open_span_count = len(self.open)
+        open_now = {id(span) for span, _ in self.open}
+        parents = {id(span.parent) for span, _ in self.open if span.parent is not None}
+        listed = []
+        for index, (span, dur_us) in enumerate(self.open):  # in file order, so a span's parents come before it
+            if index >= len(self.open) - OPEN_SPANS_LISTED:  # the most recent ones; each has its full path
+                path, outer = [span.name], span.parent
+                while outer is not None and id(outer) in open_now and len(path) < 64:
+                    path.append(outer.name)
+                    outer = outer.parent
+                first = span.start or {}
+                step = first.get("step")
+                listed.append(
+                    OpenSpanInfo(
+                        name=span.name,
+                        path=path[::-1],
+                        step=step if type(step) is int else None,
+                        start_us=span.start_us,
+                        open_s=round(dur_us / 1e6, 6),
+                        task_name=span.lane[1],
+                        thread=span.lane[0] if type(span.lane[0]) is int else None,
+                        failed=span.error is not None,
+                        innermost=id(span) not in parents,
+                    )
+                )
+        summary.open_spans = listed
+
+
+def _attempt_step(attempt: int | None, step: int) -> int:
+    """One number per (attempt, step), so that a restart's step N is not the first attempt's."""
+    return (attempt or 0) * _ATTEMPT_STRIDE + step
+
+
+_ATTEMPT_STRIDE = 1 << 40
+
+
+def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True) -> Iterator[dict[str, Any]]:
+    """Pass records through, noting last event, last step, sequence gaps and the closing record.
+
+    `whole` False: `records` are a file's tail (`read.tails`), so the first one is not where the file began.
+    """
+    expected_seq: int | None = None
+    last_name: str | None = None
+    writer: Any = None
+    for record in records:
+        name = record["log_type_name"]
+        last_name = name
+        if writer is None:
+            writer = record.get("logger_name", "")
+            if name == _OPENED:  # the first line of an otel-titan file: when the file was created
+                summary.created_us = record["time_us"]
+        seq = record.get("seq_id")
+        if type(seq) is int and whole:
+            if expected_seq is None:
+                summary.first_seq_id = seq
+            elif seq > expected_seq:
+                summary.lost_lines += seq - expected_seq
+            expected_seq = seq + 1
+        if name not in META_EVENTS:
+            summary.last_event, summary.last_event_us = name, record["time_us"]
+            step = record.get("step")
+            summary.last_event_step = step if type(step) is int else None
+            if type(step) is int and (summary.last_step is None or step >= summary.last_step):
+                summary.last_step = step
+                relative = record.get("relative_step")
+                summary.last_relative_step = relative if type(relative) is int else None
+        yield record
+    if last_name is not None:
+        # Only otel-titan writes a closing record; for torchtitan's and pimm's files it is unknown.
+        summary.closed_cleanly = True if last_name == "structured_logger_closed" else (False if writer == _OTEL_TITAN_LOGGER else None)
+
+
+def summarize_run(
+    path: str | os.PathLike[str],
+    *,
+    ranks: Iterable[int] | None = None,
+    sources: Iterable[str] | None = None,
+    run_id: str | None = None,
+    log_skipped: bool = True,
+    align: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+) -> RunSummary:
+    """Read a run (directory or its ``structured_logs/``) and summarize it.
+
+    A folder can hold several runs (a re-launch into the same ``output_dir``):
+    one is summarized, the latest unless `run_id` names another;
+    `RunSummary.runs` lists them all. Hosts' clocks are aligned on the
+    step-closing collective (`model.clocks`) unless `align` is False.
+    `progress(bytes_read, bytes_total)` is called as the input is read.
+    `jobs`: worker processes (default 1, this process: on 2 busy cores two
+    workers were no faster and held twice the memory; on more cores try more).
+    `scheduler`: the address of a Dask scheduler (``tcp://host:8786``) whose
+    workers read the files instead (`workers.executors`; `jobs` is then ignored):
+    the same summary.
+    Raises `NotARunError` for a path that is
+    not a run, `NoRecordsError` when no record could be read (or `run_id`
+    names no run here: `read.runs.UnknownRunError`).
+
+    Example:
+        >>> # from otel_titan.analysis import summarize_run, format_summary
+        >>> # summary = summarize_run("outputs")
+        >>> # print(format_summary(summary))          # the tables
+        >>> # [p.last_event for p in summary.processes]  # e.g. ['optimizer_end', 'data_fetch_start']
+    """
+    logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
+
+    on_bytes = _byte_counter(logs.total_bytes, progress)
+    jobs = 1 if jobs is None else max(1, min(jobs, len(logs.processes)))
+    if jobs > 1 or scheduler is not None:
+        collector, processes = summary_parallel.collect_in_workers(_Collector(), logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped, scheduler)
+    else:
+        collector = _Collector()
+        processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)
+    records = sum(p.records for p in processes)
+    if records == 0 and logs.skipped.count:
+        raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
+    alignment = estimate_offsets(spans for _, spans in collector.closing)
+    if not align and alignment.applied:
+        # The times stay as written; evidence measured on each rank's own clock (`model.stragglers`) still stands.
+        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
+    _apply_offsets(processes, alignment)
+    stragglers = _stragglers(collector, alignment)
+    summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
+    summary.slow_steps = collector.figures.notes(collector.step_ms)
+    summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
+    return summary
+
+
+def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:
+    """One streaming pass over each process into `collector`; their summaries (what each worker of `model.parallel` runs)."""
+    out: list[ProcessSummary] = []
+    for process in processes:
+        summary = _new_summary(process)
+        skipped_before = skipped.count
+        collector.begin(process, summary)
+        extent = walk_process(_observe(process.records(skipped, on_bytes), summary), collector)
+        collector.end(extent.last_us)
+        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
+        summary.skipped_lines = skipped.count - skipped_before
+        _finish_process(summary, process)
+        out.append(summary)
+    return out
+
+
+def summarize_tails(
+    path: str | os.PathLike[str],
+    *,
+    ranks: Iterable[int] | None = None,
+    sources: Iterable[str] | None = None,
+    run_id: str | None = None,
+    log_skipped: bool = True,
+) -> RunSummary:
+    """Where every process stopped, from the ends of its files only (`read.tails`): seconds for thousands of ranks.
+
+    The same `RunSummary` as `summarize_run` with what the tails hold: last
+    event, last step, open spans (those that started within the tail), closing
+    record, signal, torn last line, hang suspects (their files are read whole:
+    they are tiny). No phases, stragglers or clock alignment (`tail_only` is True).
+
+    Example:
+        >>> # summary = summarize_tails("outputs"); [g.event for g in summary.stopped_at]
+    """
+
+    logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
+    collector = _Collector()
+    processes: list[ProcessSummary] = []
+    for process in logs.processes:
+        summary = _new_summary(process)
+        skipped_before = logs.skipped.count
+        records, whole = tail_records(process, logs.skipped)
+        collector.begin(process, summary, whole=whole)
+        extent = walk_process(_observe(records, summary, whole=whole), collector)
+        collector.end(extent.last_us)
+        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
+        summary.skipped_lines = logs.skipped.count - skipped_before
+        _finish_process(summary, process)
+        processes.append(summary)
+    alignment = ClockAlignment(False, "not estimated from file tails")
+    summary = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes), hang_facts=collector.hang.facts, rank_filter=ranks)
+    summary.tail_only = True
+    return summary
+
+
+def _byte_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
+    if progress is None:
+        return None
+    done = 0
+
+    def on_bytes(count: int) -> None:
+        nonlocal done
+        done += count
+        progress(done, total)
+
+    return on_bytes
+
+
+def _new_summary(process: ProcessLog) -> ProcessSummary:
+    return ProcessSummary(
+        label=process.label,
+        source=process.source,
+        rank=process.rank,
+        attempt=process.attempt,
+        pid=process.pid,
+        host_name=process.host_name,
+        run_id=process.run_id,
+        files=[os.path.basename(p) for p in process.segments],
+    )
+
+
+def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
+
+    if summary.last_event is None and summary.closed_cleanly is not True:
+        # Nothing but the logger's own records since the file was created: it hung (or died) before its first record.
+        summary.hang_suspect = True
+        if summary.created_us is None and summary.records == 0:
+            summary.created_us = _modified_us(process.segments)
+    if summary.closed_cleanly is not True:
+        summary.torn_last_line = ends_torn(process)
+
+
+def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -> None:
+    """Every time shown on the aligned clock: the host's offset at that moment subtracted (it moves when the clocks drift)."""
+    if not alignment.applied:
+        return
+    for p in processes:
+        host = p.host_name or p.label
+        p.clock_offset_ms = round(alignment.offset(host) / 1000.0, 3)
+        for name in ("first_us", "last_us", "last_event_us", "created_us"):
+            value = getattr(p, name)
+            if value is not None:
+                setattr(p, name, value - int(round(alignment.offset_at(host, value))))
+        for span in p.open_spans:
+            span.start_us -= int(round(alignment.offset_at(host, span.start_us)))
+
+
+def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, hang_facts: dict[str, dict[str, Any]] | None = None, rank_filter: Iterable[int] | None = None) -> RunSummary:
+    # Every file empty: each process hung (or died) before its first record; that is the summary.
+    last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
+    first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
+    for summary in processes:
+        summary.stalled_now = bool((hang_facts or {}).get(summary.label, {}).get("stalled"))
+        seen = summary.last_us if summary.last_us is not None else summary.created_us
+        if last_us is not None and seen is not None:
+            summary.behind_s = round(max(last_us - seen, 0) / 1e6, 6)
+    return RunSummary(
+        run_dir=logs.run_dir,
+        log_dir=logs.log_dir,
+        run_ids=sorted({p.run_id for p in processes if p.run_id}),
+        first_us=first_us,
+        last_us=last_us,
+        records=records,
+        skipped_lines=logs.skipped.count,
+        skipped_examples=logs.skipped.examples[:20],
+        repaired_lines=logs.skipped.repaired,
+        processes=processes,
+        stopped_at=_stop_groups(processes),
+        phases=phases,
+        stragglers=stragglers,
+        run_id=choice.run_id,
+        run_selection=choice.how,
+        runs=choice.runs,
+        hang_suspects=[p.label for p in processes if p.hang_suspect],
+        straggler_rule=dict(STRAGGLER_RULE),
+        clock=alignment,
+        missing=(missing := missing_ranks(logs.processes, rank_filter)),
+        hang=build_hang(processes, hang_facts or {}, bases_of(logs.processes), missing, _torch_dumps(logs, processes, first_us)),
+        stalls_ended=stall_history(processes, hang_facts or {}),
+    )
+
+
+def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None) -> list[dict[str, Any]]:
+    """Per (source, attempt) whose records say ``world_size`` N: the ranks below N with no file (never reached init).
+
+    Example:
+        >>> missing_ranks([ProcessLog("a", [], "training", 0, world_size=3, attempt=0), ProcessLog("b", [], "training", 1, world_size=3, attempt=0)])
+        [{'source': 'training', 'attempt': 0, 'world_size': 3, 'ranks': [2]}]
+    """
+    wanted = None if rank_filter is None else set(rank_filter)
+    present: dict[tuple[str, Any], set[int]] = {}
+    sizes: dict[tuple[str, Any], int] = {}
+    for process in processes:
+        key = (process.source, process.attempt)
+        if process.rank is not None:
+            present.setdefault(key, set()).add(process.rank)
+        if type(process.world_size) is int and 0 < process.world_size <= 1 << 20:
+            sizes[key] = max(sizes.get(key, 0), process.world_size)
+    out = []
+    for (source, attempt), size in sorted(sizes.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
+        absent = [r for r in range(size) if r not in present.get((source, attempt), set()) and (wanted is None or r in wanted)]
+        if absent:
+            out.append({"source": source, "attempt": attempt, "world_size": size, "ranks": absent})
+    return out
+
+
+def _torch_dumps(logs: Any, processes: list[ProcessSummary], first_us: int | None) -> dict[int, tuple[str, dict[str, Any]]]:
+    """torch's own flight-recorder dumps of this run (beside the logs, or at ``TORCH_FR_DUMP_TEMP_FILE``), only when a process did not close."""
+    if all(p.closed_cleanly for p in processes):
+        return {}
+    folders = [logs.log_dir, logs.run_dir, os.path.join(logs.run_dir, "flight_recorder")]
+    found = find_torch_dumps(folders, os.environ.get("TORCH_FR_DUMP_TEMP_FILE"))
+    # A dump of an earlier job in the same folder is not this run's: its collectives began before this run did.
+    out = {}
+    for rank, (path, dump) in found.items():
+        created = [e.get("time_created_ns") for e in dump["entries"] if isinstance(e, dict) and type(e.get("time_created_ns")) is int]
+        if first_us is None or (created and max(created) / 1000 >= first_us):
+            out[rank] = (path, dump)
+    return out
+
+
+def _modified_us(segments: list[str]) -> int | None:
+    """An empty file's modification time: when it was created (nothing was written since)."""
+    for path in segments:
+        try:
+            return int(os.stat(path).st_mtime * 1e6)
+        except OSError:
+            continue
+    return None
+
+
+# -- figures --------------------------------------------------------------------------------------
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Linear-interpolated percentile of sorted values (numpy's default method).
+
+    Example:
+        >>> percentile([1.0, 2.0, 3.0, 4.0], 0.5), percentile([1.0, 2.0, 3.0, 4.0], 0.95)
+        (2.5, 3.85)
+    """
+    if not sorted_values:
+        return 0.0
+    position = (len(sorted_values) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return round(sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low), 9)
+
+
+def _phase_stats(phases: dict[tuple[str, str], _PhaseAcc]) -> list[PhaseStats]:
+    out = []
+    for (source, name), acc in sorted(phases.items()):
+        values = sorted(acc.durations)
+        label, rank, attempt, step = acc.max_at
+        out.append(
+            PhaseStats(
+                source=source,
+                name=name,
+                count=len(values),
+                errors=acc.errors,
+                incomplete=acc.incomplete,
+                total_ms=round(sum(values), 6),
+                p50_ms=percentile(values, 0.5),
+                p95_ms=percentile(values, 0.95),
+                max_ms=values[-1] if values else 0.0,
+                slowest=label,
+                slowest_rank=rank,
+                slowest_attempt=attempt,
+                slowest_step=step,
+            )
+        )
+    return out
+
+
+def _stop_groups(processes: list[ProcessSummary]) -> list[StopGroup]:
+    groups: dict[str, list[str]] = {}
+    for process in processes:
+        groups.setdefault(process.stop_key, []).append(process.label)
+    largest = max((len(v) for v in groups.values()), default=0)
+    majority = sum(1 for v in groups.values() if len(v) == largest) == 1
+    ordered = sorted(groups.items(), key=lambda item: (len(item[1]), item[0]))
+    return [StopGroup(event=event, count=len(labels), processes=labels, odd_one_out=majority and len(groups) > 1 and len(labels) < largest) for event, labels in ordered]
+
+
+
+
+def _anchor_spans(collector: _Collector, source: str, attempt: int | None, anchor: str) -> dict[int, dict[int, tuple[int, int]]]:
+    """rank → step → (start, end) µs of its step-closing collective `anchor`, on its own clock."""
+    out: dict[int, dict[int, tuple[int, int]]] = {}
+    for process, spans in collector.closing:
+        if process.source != source or process.attempt != attempt or process.rank is None:
+            continue
+        base = _attempt_step(process.attempt, 0)
+        own = out.setdefault(process.rank, {})
+        for step, name, start_us, end_us in zip(spans.steps, spans.names, spans.starts, spans.ends):
+            if name == anchor:
+                own[step - base] = (start_us, end_us)
+    return {rank: by_step for rank, by_step in out.items() if by_step}
+
+
+def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragglers]:
+    """Per source and attempt: every rank compared with its peers (`model.stragglers`), with the findings and what was withheld."""
+    out = []
+    for (source, attempt), per_rank in sorted(collector.step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
+        if len(per_rank) < 2:
+            continue
+        all_steps = [ms for by_step in per_rank.values() for ms in by_step.values()]
+        step_ms = statistics.median(all_steps) if all_steps else None
+        hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in per_rank}
+        groups = peer_groups({rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank})
+        one_clock = len(set(hosts.values())) == 1
+        # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
+        anchors = _anchor_spans(collector, source, attempt, alignment.anchor) if alignment.anchor is not None and alignment.simultaneous else {}
+        exits = {rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None
+        steps, _ = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
+        phases = {phase: ranks for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
+        result = Stragglers(source=source, attempt=attempt, ranks=sorted(per_rank), median_step_ms=None if step_ms is None else round(step_ms, 6), steps=steps, ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
+        result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in groups.items()]
+        cannot_tell = 0
+        last: dict[int, int] = {}
+        for key, members in groups.items():
+            common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=members, group=key)
+            mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
+            if len(mine) < 2:
+                continue
+            _, slowness = compare_ranks(mine)
+            result.ranks_by_slowness += slowness
+            result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
+            for phase, phase_ranks in sorted(phases.items()):
+                peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
+                if len(peers_times) < 2:
+                    continue
+                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms)
+                ends = {rank: by_step for rank, by_step in collector.phase_step_end.get((source, attempt, phase), {}).items() if rank in peers_times}
+                for slow in phase_slowness:
+                    if not slow.differs:
+                        continue
+                    late, lockstep = _phase_lateness(slow.rank, ends, exits, one_clock, step_ms)
+                    if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
+                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, **common))
+                        continue
+                    if late is None:
+                        cannot_tell += 1
+                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **common))
+                        continue
+                    if late < MIN_LATENESS_SHARE * slow.median_excess_ms:
+                        continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
+                    result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, late_ms=late, **common))
+            if anchors:
+                peers_arrivals = arrivals({rank: anchors[rank] for rank in members if rank in anchors})
+                if len(peers_arrivals) < 2:
+                    continue
+                arrival_steps, arrival_slowness = compare_ranks(peers_arrivals, step_ms=step_ms, min_effect=MIN_ARRIVAL_EFFECT)
+                result.arrival_steps = max(result.arrival_steps, len(arrival_steps))
+                for row in arrival_steps:
+                    if row.slowest_rank is not None:
+                        last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
+                result.findings += [finding(slow, kind="arrival", what=alignment.anchor, per_rank=peers_arrivals, **common) for slow in arrival_slowness if slow.differs]  # type: ignore[arg-type]
+        if anchors and result.arrival_steps:
+            result.arrival_collective = alignment.anchor
+            result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
+        result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
+        result.withheld = _withheld(alignment, hosts, one_clock, bool(anchors), cannot_tell)
+        alone = [members[0] for members in groups.values() if len(members) == 1]
+        if alone:  # a declared mesh with no other rank at the same coordinates but dp: nothing to compare it with
+            result.withheld.append(f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones")
+        _legacy_lists(result, collector, source)
+        out.append(result)
+    return out
+
+
+def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int, dict[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:
+    """How much later `rank` finished the phase than its peers (ms), on the best evidence there is (None: cannot tell), and whether in lockstep.
+
+    One clock: the ends compared as written (exact, no assumption); ranks
+    more than a step apart there are not in lockstep (False): no rank waits
+    for another, the durations decide. Several hosts: each end measured back
+    from the rank's exit of the step-closing collective, on its own clock (no
+    shared clock needed). Neither: None.
+    """
+    if one_clock:
+        late = lateness(rank, ends, None)
+        if late is not None and step_ms is not None and abs(late) > step_ms:
+            return None, False
+        return late, True
+    return (lateness(rank, ends, exits) if exits is not None else None), True
+
+
+def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int) -> list[str]:
+    """What was not concluded, and why (shown in the Stragglers section and ``--json``)."""
+    out = []
+    if not anchored:
+        why = "" if one_clock or alignment.reason.startswith("turned off") else f" ({alignment.reason})"
+        out.append(f"arrival at the step-closing collective: not judged: the last span of each step does not end at one moment on every rank (it is no collective they leave together){why}")
+    if not one_clock and not anchored:
+        out.append(
+            f"wait or work in each phase: not judged: {len(set(hosts.values()))} hosts whose clocks cannot be compared, and no collective every rank leaves at one moment "
+            f"to measure each rank on its own clock; a phase longer on one rank may be time spent waiting inside a collective"
+            + (f" ({cannot_tell} such phase{'s' if cannot_tell != 1 else ''} listed as 'cannot tell'; nobody named)" if cannot_tell else "")
+        )
+    return out
+
+
+def _legacy_lists(result: Stragglers, collector: _Collector, source: str) -> None:
+    """The per-kind lists kept from before the findings (``straggler_ranks``, ``phase_stragglers``, ``arrival_stragglers``): stragglers only."""
+    for item in result.findings:
+        if item.verdict != "straggler":
+            continue
+        if item.kind == "step":
+            result.straggler_ranks.append(item.rank)
+        elif item.kind == "arrival":
+            result.arrival_stragglers.append(_row(item))
+        else:
+            offsets = collector.phase_offsets.get((source, item.what))
+            offset = statistics.median(offsets) if offsets else None
+            result.phase_stragglers.append({"phase": item.what, "median_start_in_step_ms": None if offset is None else round(offset, 6), **_row(item), "median_end_lateness_ms": item.lateness_ms})
+    # In the order the phases run within a step: a delay shows up as waiting in the phases after it.
+    result.phase_stragglers.sort(key=lambda row: (row["median_start_in_step_ms"] is None, row["median_start_in_step_ms"] or 0.0, row["phase"], -row["median_excess_ms"]))
+    result.straggler_ranks.sort(key=lambda rank: -next(f.excess_ms for f in result.findings if f.kind == "step" and f.rank == rank))
+
+
+def _row(item: StragglerFinding) -> dict[str, Any]:
+    """A finding in the shape of a `RankSlowness` row (the legacy lists' rows)."""
+    return {
+        "rank": item.rank,
+        "compared_steps": item.compared_steps,
+        "slowest_steps": item.slowest_steps,
+        "median_ms": item.median_ms,
+        "others_median_ms": item.others_median_ms,
+        "median_excess_ms": item.excess_ms,
+        "median_excess_pct": item.excess_pct,
+        "noise_ms": item.noise_ms,
+        "robust_z": item.robust_z,
+        "straggler": True,
+        "cost_per_step_ms": item.cost_per_step_ms,
+        "share_of_step": item.share_of_step,
+        "persistent": item.persistent,
+    }

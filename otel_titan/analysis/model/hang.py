@@ -1,0 +1,871 @@
+"""The Hang section of `otel-titan summarize`: which rank, which frame, which collective; or "cannot tell", and why.
+
+Read from what each process left (docs/hangs.md): its latest *live* ``stall``
+record (the black box: open spans, or where it stopped between spans; every
+thread's stack; torch's flight recorder), the faulthandler side file
+(``<file>.stacks``, `side_file_of`: the stacks of a process whose
+interpreter lock was held by a C call), torch's own
+flight-recorder dump files where present (`model.flight_recorder`), and the
+summary's own facts (closed or not, open spans, the spans it entered in its
+last step, which ranks of the world wrote no file at all).
+
+A stall record followed by progress (any later record of the program) is
+history: the process resumed. It is listed as such, never as where the
+process hangs, and a process that then closed cleanly is not in the section.
+
+Suspects, strongest evidence first; a rule names a rank only on its own evidence:
+
+* **missing**: the records say world_size N and rank k wrote no file (it never
+  reached ``init_structured_logger``);
+* **behind in a group**: per process group (compared by torch's group name and
+  membership, never by ``pg_id``), members wait in collective seq S while a
+  member's last is below S: it never entered it;
+* **desync**: members of a group at the same seq in different ops, sizes or
+  dtypes (a strict minority is named; an even split is reported, no one named);
+* **p2p**: a rank waits in a recv from (a send to) a peer that has no send to
+  (recv from) it in flight: the peer never sent (posted the receive);
+* **no collective on record**: the members of a group wait in one and this
+  member could not write a black box (its faulthandler dump: interpreter lock held);
+* **crashed**: its file ends mid-line while every other process was then
+  terminated by a signal (not a whole job SIGKILLed: that tears files at random);
+* **behind in the step**: without a flight recorder, a stuck rank at an earlier
+  step, or at the same step having entered a strict subset of the spans the
+  others entered (between spans, it entered none of the step's: it never
+  reached the ``all_reduce`` the others wait in);
+* **nothing logged** since its file was created;
+* the odd ones out of a strict majority in one (span, frame).
+
+A rank is named only for what *stuck* ranks wait on (a stall record or a
+heartbeat since their last record, a faulthandler or torch dump: never a
+missing closing record alone, which a healthy job killed mid-step also
+leaves), and only when it is stuck itself or went quiet before they wrote
+their stall records. Where no rule holds, the verdict is "cannot tell", with
+the reason (no flight recorder on the ranks that matter, an even split, no
+evidence that anyone is stuck).
+
+Only digests are kept per process (`digest_black_box`): a few frames, per
+process group its last collectives; never a whole record, so 1,000 ranks cost
+little memory.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Sequence
+
+from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
+from otel_titan.analysis.model.headline import compress
+from otel_titan.analysis.model.wording import plural
+from otel_titan.schema import MetaEvent, stacks_file_name
+
+__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
+
+#: Groups listed in the text (all are in --json); suspects listed in the text.
+GROUPS_SHOWN = 4
+SUSPECTS_SHOWN = 5
+#: Bytes read from the end of a faulthandler side file.
+SIDE_FILE_TAIL = 256 << 10
+_LIBRARY = re.compile(r"(^|/)(site-packages|dist-packages|otel_titan|lib/python\d+\.\d+)/|^<frozen |^<string>")
+
+
+def _program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The innermost frame of the program's own code (`frames` innermost first), else the innermost."""
+    for frame in frames:
+        if not _LIBRARY.search(str(frame.get("file", ""))):
+            return frame
+    return frames[0] if frames else None
+
+
+def program_line(frames: Sequence[dict[str, Any]]) -> str | None:
+    """``file:line function`` of the innermost frame of the program's own code in a black box's stack (innermost first).
+
+    Why: a stuck rank's innermost frame is nearly always a library's (a queue's
+    ``get``, torch's collective wrapper, ``selectors``): the line to read is the
+    program's call into it. The one rule for `summarize` and `watch`.
+
+    Example:
+        >>> program_line([{"file": "/usr/lib/python3.11/queue.py", "line": 171, "function": "get"}, {"file": "train.py", "line": 42, "function": "load_batch"}])
+        'train.py:42 load_batch'
+        >>> program_line([])
+    """
+    return _where(_program_frame(frames))
+
+
+def _where(frame: dict[str, Any] | None) -> str | None:
+    if not frame:
+        return None
+    return f"{frame.get('file')}:{frame.get('line')} {frame.get('function')}"
+
+
+def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
+    """What the Hang section needs from one ``stall`` record (small: kept per process)."""
+    threads = record.get("threads") or []
+    main = next((t for t in threads if t.get("main")), None)
+    frames = (main or {}).get("frames") or []
+    recorder = record.get("flight_recorder")
+    world_size = record.get("world_size")
+    world = tuple(range(world_size)) if type(world_size) is int and 0 < world_size <= 1 << 20 else None
+    open_spans = record.get("open_spans") or []
+    last_span = record.get("last_span") if isinstance(record.get("last_span"), dict) else None
+    step = record.get("step")
+    if type(step) is not int:
+        step = next((s.get("step") for s in reversed(open_spans) if type(s.get("step")) is int), None)
+    return {
+        "reason": record.get("reason"),
+        "time_us": record.get("time_us"),
+        "stalled_s": record.get("stalled_s"),
+        "frame": _program_frame(frames),
+        "top_frame": frames[0] if frames else None,
+        "thread_frames": [(t.get("thread_name"), _where(_program_frame(t.get("frames") or []))) for t in threads[:8]],
+        "fr": digest_recorder(recorder, world),
+        # Innermost open span: the last row (the writer lists them oldest first, parents before children).
+        "span": open_spans[-1].get("name") if open_spans else None,
+        "between_spans": record.get("where") == "between_spans" or (not open_spans and record.get("where") is None and step is not None),
+        "last_span": {"name": last_span.get("name"), "ended_s_ago": last_span.get("ended_s_ago")} if last_span else None,
+        "step": step,
+        "recorder": "on" if isinstance(recorder, dict) and "entries" in recorder else ("error" if isinstance(recorder, dict) else "off"),
+    }
+
+
+_THREADS_NOTE = re.compile(r"^# otel-titan threads \(pid \d+, main (0x[0-9a-f]+)\): (.*)$")
+_ARMED_NOTE = re.compile(r"^# otel-titan armed at (\d+) us, fires at (\d+) us")
+_NAME = re.compile(r"(0x[0-9a-f]+)='((?:[^'\\]|\\.)*)'")
+_THREAD = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-f]+)(?: \[(.*?)\])? \(most recent call first\):")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+_OUR_CODE = re.compile(r"(^|/)otel_titan/")
+_THREADING = re.compile(r"(^|/)threading\.py$")
+
+
+def _ours(name: Any, frames: Sequence[dict[str, Any]]) -> bool:
+    """otel-titan's own thread (its writer, its signal watcher): by name, or, unnamed, by what it runs.
+
+    The outermost frame past `threading`'s bootstrap is the thread's target:
+    in otel_titan, it is one of ours (a program's thread may call into
+    otel-titan, but never has it as its target).
+    """
+    if isinstance(name, str) and name.startswith("otel-titan-"):
+        return True
+    outer = [f for f in frames if not _THREADING.search(str(f.get("file", "")))]
+    return bool(outer) and len(outer) < len(frames) and bool(_OUR_CODE.search(str(outer[-1].get("file", ""))))
+
+
+def read_faulthandler_stacks(path: str) -> dict[str, Any] | None:
+    """The last faulthandler dump in a ``.stacks`` side file, or None.
+
+    Returns ``{"reason": "faulthandler", "time_us", "armed_us", "threads"}``:
+    `time_us` is when the dump fired (the ``fires at`` of the note the writer
+    put before arming it; for files without one, older runs, the file's
+    modification time, which is never earlier), so a caller can tell a dump
+    of a stall the process recovered from (records after it) from one of the
+    end. `threads`: every thread's frames (innermost first), the main one
+    marked, otel-titan's own threads left out.
+    """
+    try:
+        with open(path, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            handle.seek(max(0, info.st_size - SIDE_FILE_TAIL))
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    start = text.rfind("Timeout (")
+    if start < 0:
+        return None
+    main_ident, names = None, {}
+    time_us, armed_us = info.st_mtime_ns // 1000, None
+    for line in text[:start].splitlines():
+        note = _THREADS_NOTE.match(line)
+        if note:
+            main_ident = note.group(1)
+            names = dict(_NAME.findall(note.group(2)))
+            continue
+        armed = _ARMED_NOTE.match(line)
+        if armed:
+            armed_us, time_us = int(armed.group(1)), int(armed.group(2))
+    threads: list[dict[str, Any]] = []
+    for line in text[start:].splitlines():
+        head = _THREAD.match(line)
+        if head:
+            ident = head.group(1)
+            threads.append({"thread_id": ident, "thread_name": names.get(ident, head.group(2)), "main": ident == main_ident, "frames": []})
+            continue
+        frame = _FRAME.match(line)
+        if frame and threads:
+            threads[-1]["frames"].append({"file": _short(frame.group(1)), "line": int(frame.group(2)), "function": frame.group(3)})
+    threads = [t for t in threads if t["main"] or not _ours(t["thread_name"], t["frames"])]
+    if not threads:
+        return None
+    return {"reason": "faulthandler", "time_us": time_us, "armed_us": armed_us, "threads": threads}
+
+
+def side_file_of(base: str) -> str:
+    """The faulthandler side file of the process whose active JSONL file is `base`.
+
+    Named by the ``stacks_file`` field of its opening record (the first line of
+    its oldest segment still on disk); else by `stacks_file_name` (the opening
+    record rotated away); else ``<base>.stacks``, the name older runs used (named
+    like a rotated segment, which ``*.jsonl*`` globs took for one).
+    """
+    folder = os.path.dirname(base)
+    oldest = max(glob.glob(glob.escape(base) + ".[0-9]*"), key=lambda p: int(p.rsplit(".", 1)[1]) if p.rsplit(".", 1)[1].isdigit() else -1, default=base)
+    try:
+        with open(oldest, "rb") as handle:
+            first = json.loads(handle.readline(64 << 10) or b"{}")
+    except (OSError, ValueError):
+        first = {}
+    named = first.get("stacks_file") if isinstance(first, dict) and first.get("log_type_name") == MetaEvent.OPENED else None
+    candidates = [os.path.join(folder, os.path.basename(named))] if isinstance(named, str) and named else []
+    candidates += [os.path.join(folder, stacks_file_name(os.path.basename(base))), base + ".stacks"]
+    return next((c for c in candidates if os.path.exists(c)), candidates[0])
+
+
+def _short(path: str) -> str:
+    cwd = os.getcwd()
+    return path[len(cwd) + 1 :] if path.startswith(cwd + os.sep) else path
+
+
+@dataclass
+class RankPlace:
+    """Where one process is: its state, innermost open span (or between spans), frame, collectives, progress in its step."""
+
+    label: str
+    source: str
+    rank: int | None
+    attempt: int | None
+    status: str
+    span: str | None
+    where: str | None
+    evidence: str
+    collective: dict[str, Any] | None = None
+    threads: list[Any] = field(default_factory=list)
+    step: int | None = None
+    between_spans: bool = False
+    last_span: dict[str, Any] | None = None
+    #: Names of the spans it started in `step`, in order; `entered_complete` False when the step's start was not read (a file tail).
+    entered: list[str] = field(default_factory=list)
+    entered_complete: bool = True
+    stuck: bool = False
+    #: When its latest black box was written, and its last program record (µs): who was quiet before whom.
+    box_us: int | None = None
+    last_event_us: int | None = None
+    #: Its flight-recorder digest (`model.flight_recorder.digest_recorder`): compared, never printed nor in --json.
+    fr: ClassVar[dict[str, Any] | None] = None
+
+
+@dataclass
+class HangGroup:
+    """Processes in the same place."""
+
+    count: int
+    ranks: list[int]
+    labels: list[str]
+    span: str | None
+    where: str | None
+    collective: dict[str, Any] | None
+    role: str
+    between_spans: bool = False
+    step: int | None = None
+
+
+@dataclass
+class Suspect:
+    """A process the evidence points at, and why (`rule`: missing, behind, desync, p2p, no collective, behind in step, nothing logged, odd one out)."""
+
+    source: str
+    rank: int | None
+    label: str
+    where: str | None
+    span: str | None
+    why: str
+    rule: str = ""
+
+
+@dataclass
+class HangReport:
+    """The Hang section: `groups` (largest first), `suspects` (missing ranks first), per-process places (in --json only).
+
+    `verdict`: "named" (suspects on evidence) or "cannot tell" (`notes` say why); `notes` also
+    hold each desync found; `history`: stalls that progress ended (not hangs).
+    """
+
+    affected: int
+    processes: int
+    headline: str
+    groups: list[HangGroup]
+    suspects: list[Suspect]
+    places: list[RankPlace]
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    verdict: str = "cannot tell"
+    notes: list[str] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _status(process: Any, box: dict[str, Any] | None, now_us: float) -> str | None:
+    if process.closed_cleanly is True:
+        return None  # it ended well: any earlier stall is history
+    if process.closed_cleanly is None and box is None and not process.hang_suspect:
+        return None  # torchtitan's and pimm's files have no closing record: their end says nothing
+    return process.state(now_us)
+
+
+def build_hang(
+    processes: Sequence[Any],
+    facts: dict[str, dict[str, Any]],
+    bases: dict[str, str],
+    missing: Sequence[dict[str, Any]] = (),
+    dumps: dict[int, tuple[str, dict[str, Any]]] | None = None,
+    now_us: float | None = None,
+) -> HangReport | None:
+    """The Hang section, or None when every process closed cleanly (and no rank of a stuck world is missing).
+
+    `facts`: label → what `model.hang_facts.HangTracker` gathered (``box``: the digest of its latest
+    live black box or None; ``history``: stalls that progress ended; ``step``, ``entered``,
+    ``entered_complete``: its last step and the spans it started there; ``stalled``, ``quiet``:
+    a stall record or a heartbeat since its last program record; ``world_size``); `bases`: label → its JSONL base
+    path (for the faulthandler side file); `missing`: ranks with no file (``{"source",
+    "attempt", "world_size", "ranks"}``); `dumps`: global rank → torch's flight-recorder dump.
+    """
+    now_us = time.time() * 1e6 if now_us is None else now_us
+    places: list[RankPlace] = []
+    history = stall_history(processes, facts)
+    # A restart ended the earlier attempts (their ranks were stopped to start again): the latest one is the run.
+    latest: dict[str, int] = {}
+    for process in processes:
+        if process.attempt is not None:
+            latest[process.source] = max(latest.get(process.source, process.attempt), process.attempt)
+    earlier = 0
+    current = [p for p in processes if p.attempt is None or p.attempt >= latest[p.source]]
+    for process in processes:
+        if process.attempt is not None and process.attempt < latest[process.source]:
+            earlier += process.closed_cleanly is not True
+            continue
+        fact = facts.get(process.label) or {}
+        box = fact.get("box")
+        status = _status(process, box, now_us)
+        if status is None:
+            continue
+        # A faulthandler dump, when no black box followed the last event: the interpreter lock was held.
+        dump = None
+        base = bases.get(process.label)
+        if base and (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
+            dump = read_faulthandler_stacks(side_file_of(base))
+            if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
+                dump = None  # written before the process's last record: a stall it recovered from, not where it is
+        fr = (box or {}).get("fr")
+        if dump is not None:
+            main = next((t for t in dump["threads"] if t["main"]), None)
+            frame = _program_frame((main or {}).get("frames") or [])
+            threads = [(t["thread_name"], _where(_program_frame(t["frames"]))) for t in dump["threads"] if not str(t.get("thread_name") or "").startswith("otel-titan-")][:8]
+            evidence = "faulthandler (interpreter lock held)"
+            status = f"{status}, interpreter lock held"
+        elif box is not None:
+            frame, threads, evidence = box.get("frame"), box.get("thread_frames") or [], f"black box ({box.get('reason')})"
+        else:
+            frame, threads, evidence = None, [], "records only"
+        torch_dump = (dumps or {}).get(process.rank) if process.rank is not None else None
+        if torch_dump is not None:
+            world = tuple(range(fact["world_size"])) if type(fact.get("world_size")) is int and 0 < fact["world_size"] <= 1 << 20 else None
+            fr = digest_recorder(torch_dump[1], world) or fr
+            evidence += f"; torch flight-recorder dump {os.path.basename(torch_dump[0])}"
+        span = process.last_phase or (box or {}).get("span")
+        step = fact.get("step")
+        entered = list(fact.get("entered") or [])
+        complete = bool(fact.get("entered_complete", True))
+        between = bool(box and box.get("between_spans") and not process.open_spans)
+        if between and type(box.get("step")) is int and (step is None or box["step"] > step):
+            step, entered, complete = box["step"], [], True  # a step set, nothing started in it yet
+        # Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed
+        # out, or it logged nothing. A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
+        stuck = bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
+        places.append(
+            RankPlace(
+                process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
+                _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
+                entered, complete, stuck, (box or {}).get("time_us"), process.last_event_us,
+            )
+        )
+        places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
+    present = {(p.source, p.attempt) for p in places}
+    # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
+    # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
+    # It stays listed, marked so, and is never the one that "never reached init_structured_logger".
+    ran = {(p.source, p.attempt) for p in current if ((facts.get(p.label) or {}).get("steps_seen") or 0) >= 2}
+    missing = [{**m, "ran_with_others": (m["source"], m["attempt"]) in ran} for m in missing if (m["source"], m["attempt"]) in present]
+    restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
+    if not places and not missing:
+        return None
+    if not missing and all(p.status == "running" and not p.stuck for p in places):
+        return None  # a live run that is making progress, as far as any record says: no Hang section
+    suspects, notes = _suspects(places, current, missing)
+    suspect_labels = {s.label for s in suspects}
+    groups = _groups(places, suspect_labels)
+    headline = _headline(places, current, missing)
+    verdict = "named" if suspects else "cannot tell"
+    if not suspects and not any(p.stuck for p in places):
+        notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
+    return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
+                      missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)
+
+
+def stall_history(processes: Sequence[Any], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stalls that progress ended, per process in order: history, not hangs (`format_history` prints them)."""
+    out = []
+    for process in processes:
+        for past in (facts.get(process.label) or {}).get("history") or []:
+            out.append({"label": process.label, "rank": process.rank, "source": process.source, **past})
+    return out
+
+
+def _headline(places: list[RankPlace], processes: Sequence[Any], missing: Sequence[dict[str, Any]]) -> str:
+    """One vocabulary with the summary's headline (its states), then where the evidence came from."""
+    states = Counter(p.status.split(",")[0] for p in places)
+    boxes = sum(1 for p in places if p.evidence.startswith(("black box", "faulthandler")))
+    missing_count = sum(len(m["ranks"]) for m in missing)
+    parts = ([f"{missing_count} missing (no file)"] if missing_count else []) + [f"{n} {state}" for state, n in states.most_common()]
+    text = f"{len(places) + missing_count} of {len(processes) + missing_count} processes did not finish: " + ", ".join(parts)
+    if places:
+        text += f"; black box from {boxes} of {len(places)}"
+        if not boxes:
+            text += " (still running, or killed before a stall was detected: places from the records only)"
+    return text
+
+
+def _shown_collective(fr: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The collective to show for a process: one it waits in (the latest such), else its latest; over all groups."""
+    if not fr:
+        return None
+    best = None
+    for group in fr["groups"].values():
+        last = group.get("last")
+        if last is None:
+            continue
+        shown = {"pg": group["name"] if group["name"] is not None else group["pg_id"], "pg_id": group["pg_id"], "ranks": list(group["ranks"]) if group.get("ranks") else None, **last}
+        waiting = last.get("state") != "completed"
+        rank = (waiting, group["name"] != DEFAULT_GROUP)
+        if best is None or rank > best[0]:
+            best = (rank, shown)
+    for group in fr["groups"].values():
+        for op in group.get("p2p", []):
+            if op["state"] != "completed" and op["op"] in ("send", "recv"):
+                ranks = group.get("ranks")
+                peer = ranks[op["peer"]] if ranks and type(op["peer"]) is int and 0 <= op["peer"] < len(ranks) else None
+                name = f"{op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer}" if peer is not None else op["op"]
+                shown = {"pg": group["name"] if group["name"] is not None else group["pg_id"], "pg_id": group["pg_id"], "ranks": list(ranks) if ranks else None, "seq": op["seq"], "op": name, "state": op["state"], "p2p": True}
+                best = ((True, True), shown)
+    return best[1] if best else None
+
+
+def _key(place: RankPlace) -> tuple[Any, ...]:
+    c = place.collective or {}
+    return (place.source, place.span, place.between_spans, place.where, c.get("pg"), c.get("seq"), c.get("op"), c.get("state"))
+
+
+def _groups(places: list[RankPlace], suspect_labels: set[str]) -> list[HangGroup]:
+    by_key: dict[tuple[Any, ...], list[RankPlace]] = {}
+    for place in places:
+        by_key.setdefault(_key(place), []).append(place)
+    # Suspects' groups first among equals: the culprit is never listed below its victims for want of size.
+    ordered = sorted(by_key.values(), key=lambda g: (-len(g), not any(m.label in suspect_labels for m in g)))
+    out = []
+    for members in ordered:
+        first = members[0]
+        role = "suspect" if any(m.label in suspect_labels for m in members) else ("victims" if suspect_labels else "other")
+        out.append(
+            HangGroup(
+                count=len(members),
+                ranks=sorted(m.rank for m in members if m.rank is not None),
+                labels=[m.label for m in members],
+                span=first.span,
+                where=first.where,
+                collective=first.collective,
+                role=role,
+                between_spans=first.between_spans,
+                step=first.step,
+            )
+        )
+    return out
+
+
+class _Verdicts:
+    """Suspects in the order found (missing first), one per process, with the first rule that named it."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[str, Suspect] = {}
+        self.notes: list[str] = []
+
+    def add(self, place: RankPlace, why: str, rule: str) -> None:
+        if place.label not in self.by_label:
+            self.by_label[place.label] = Suspect(place.source, place.rank, place.label, place.where, place.span, why, rule)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequence[dict[str, Any]]) -> tuple[list[Suspect], list[str]]:
+    verdicts = _Verdicts()
+    missing_suspects = []
+    for m in missing:
+        if m.get("ran_with_others"):
+            verdicts.note(f"{m['source']}: {_named(m['ranks'])} of world_size {m['world_size']} wrote no file here but took part in the steps (the others began later steps with them): "
+                          "their logs are elsewhere or they log nothing; the ranks here are not compared without them")
+            continue
+        for rank in m["ranks"]:
+            missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
+    waiting = _collectives(places, verdicts)
+    if not verdicts.by_label:
+        _crashed(places, verdicts)
+    if not verdicts.by_label:
+        _step_progress(places, processes, missing, waiting, verdicts)
+    for place in places:
+        if place.status == "hung before first record":
+            verdicts.add(place, "logged nothing since its file was created", "nothing logged")
+    # Not with ranks missing, even ones that ran: the odd one out may be waiting for one of them (in a sub-group).
+    if not verdicts.by_label and not missing:
+        _odd_ones_out(places, verdicts)
+    if not verdicts.by_label and not missing and len(processes) == 1 and places and places[0].stuck and places[0].evidence != "records only":
+        place = places[0]
+        verdicts.add(place, f"the only process, stuck {'between spans' if place.between_spans else 'in span ' + str(place.span)}", "alone")
+    named = sorted(verdicts.by_label.values(), key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0, s.label))
+    return missing_suspects + named, verdicts.notes
+
+
+def _label(group: dict[str, Any]) -> str:
+    return group_label(group["name"], group["pg_id"], group.get("ranks"), compress)
+
+
+def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str, Any, int]]:
+    """The flight-recorder rules: per group by identity, who is behind, who desynced, who never sent."""
+    by_rank: dict[tuple[str, Any, int], RankPlace] = {}
+    tables: dict[tuple[str, Any, Any], dict[str, Any]] = {}
+    for place in places:
+        if place.rank is None:
+            continue
+        by_rank[(place.source, place.attempt, place.rank)] = place
+        if not place.fr:
+            continue
+        for key, group in place.fr["groups"].items():
+            if group["name"] is None:
+                continue  # an older black box: a sub-group whose identity is unknown is never compared
+            table = tables.setdefault((place.source, place.attempt, group["name"]), {"members": None, "ranks": {}, "any": group})
+            if group.get("ranks"):
+                table["members"] = tuple(group["ranks"])
+            table["ranks"][place.rank] = group
+    # A rank that waits in a collective or a send/recv of some group is held there by someone else: behind
+    # elsewhere because of it (a tensor-parallel peer of the culprit waits in their sub-group, so it never
+    # reaches the default group's all_reduce): a victim, never "behind".
+    waits_somewhere = {
+        (place.source, place.attempt, place.rank)
+        for place in places
+        if place.fr and place.rank is not None
+        and any((g.get("last") and g["last"].get("state") != "completed") or any(o["state"] != "completed" for o in g.get("p2p", [])) for g in place.fr["groups"].values())
+    }
+    for (source, attempt, name), table in tables.items():
+        members = table["members"] or tuple(sorted(table["ranks"]))
+        label = _label({**table["any"], "ranks": table["members"]})
+        known: dict[int, dict[str, Any] | None] = {}
+        unknown: list[int] = []
+        for rank in members:
+            place = by_rank.get((source, attempt, rank))
+            if place is None or not place.fr:
+                unknown.append(rank)
+                continue
+            group = table["ranks"].get(rank)
+            if group is None:
+                if place.fr["complete"]:
+                    known[rank] = None  # its whole recorder is here: it never called a collective of this group
+                else:
+                    unknown.append(rank)
+                continue
+            known[rank] = group
+        lasts = {rank: (g["last"] if g else None) for rank, g in known.items()}
+        seqs = {rank: (last["seq"] if last else 0) for rank, last in lasts.items()}
+        if seqs:
+            top = max(seqs.values())
+            waiting = [r for r, last in lasts.items() if last and last["seq"] == top and last.get("state") != "completed"]
+            top_ops = Counter(lasts[r]["op"] for r in waiting)  # type: ignore[index]
+            held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
+            if waiting and not held:
+                verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
+            if held:
+                op = top_ops.most_common(1)[0][0]
+                behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere and _held_back(by_rank[(source, attempt, r)], held)]
+                for rank in behind:
+                    last = lasts[rank]
+                    its = f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
+                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({its})", "behind")
+                if not behind and not any(seq < top for seq in seqs.values()):
+                    for rank in unknown:
+                        place = by_rank.get((source, attempt, rank))
+                        if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
+                            verdicts.add(place, f"the others wait in seq {top} {op} ({label}); it has no collective on record ({place.evidence})", "no collective")
+                    if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
+                        verdicts.note(f"{label}: {_count(len(waiting), 'wait')} in seq {top} {op}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
+        _desync(source, attempt, label, known, by_rank, verdicts)
+        _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
+    return waits_somewhere
+
+
+def _signature(entry: tuple[Any, Any, Any]) -> tuple[Any, ...]:
+    op, sizes, dtypes = entry
+    return (op, sizes, dtypes) if op in COMPARED_SIZES else (op,)
+
+
+def _desync(source: str, attempt: Any, label: str, known: dict[int, dict[str, Any] | None], by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:
+    """Members at one sequence number in different ops (or sizes, dtypes): torch's fr_trace calls it a mismatch."""
+    at: dict[int, dict[int, tuple[Any, ...]]] = {}
+    for rank, group in known.items():
+        for seq, entry in (group or {}).get("recent", {}).items():
+            at.setdefault(seq, {})[rank] = _signature(entry)
+    for seq in sorted(at):
+        calls = at[seq]
+        if len(calls) < 2 or len(set(calls.values())) < 2:
+            continue
+        counts = Counter(calls.values())
+        (common, n), = counts.most_common(1)
+        described = "; ".join(f"rank{'s' if c > 1 else ''} {compress([r for r, s in calls.items() if s == sig])}: {_describe(sig)}" for sig, c in counts.most_common())
+        majority = [by_rank[(source, attempt, r)] for r, sig in calls.items() if sig == common and by_rank[(source, attempt, r)].stuck]
+        if n > len(calls) / 2 and n >= 2 and majority:
+            for rank, sig in calls.items():
+                if sig != common and _held_back(by_rank[(source, attempt, rank)], majority):
+                    verdicts.add(by_rank[(source, attempt, rank)], f"desync in {label} seq {seq}: called {_describe(sig)} while {plural(n, 'rank')} called {_describe(common)}", "desync")
+        else:
+            verdicts.note(f"desync in {label} seq {seq} ({described}): no majority, cannot tell which side is wrong")
+        return
+
+
+def _describe(sig: tuple[Any, ...]) -> str:
+    """``all_reduce [[16]] Float``: the op, its input sizes and dtypes as torch's flight recorder gives them."""
+    if len(sig) == 1:
+        return str(sig[0])
+    op, sizes, dtypes = sig
+    parts = [str(op)]
+    if sizes is not None:
+        parts.append(str(_plain(sizes)).replace(" ", ""))
+    if dtypes:
+        parts.append(",".join(map(str, dtypes)) if isinstance(dtypes, tuple) else str(dtypes))
+    return " ".join(parts)
+
+
+def _plain(value: Any) -> Any:
+    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str, known: dict[int, dict[str, Any] | None], by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:
+    """A rank waiting in a recv (send) whose peer has no send to (recv from) it in flight: the peer is the one."""
+    if members is None:
+        return
+    local = {rank: index for index, rank in enumerate(members)}
+    for rank, group in known.items():
+        for op in (group or {}).get("p2p", []):
+            if op["state"] == "completed" or op["op"] not in ("send", "recv") or type(op["peer"]) is not int or not 0 <= op["peer"] < len(members):
+                continue
+            if not by_rank[(source, attempt, rank)].stuck:
+                continue  # a send/recv in flight in a live snapshot is no evidence
+            peer = members[op["peer"]]
+            wanted = "send" if op["op"] == "recv" else "recv"
+            peer_place = by_rank.get((source, attempt, peer))
+            if peer not in known or peer_place is None:
+                verdicts.note(f"rank {rank} waits in {op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer} ({label}); cannot tell more: no flight recorder from rank {peer}")
+                continue
+            pending = [o for o in (known[peer] or {}).get("p2p", []) if o["op"] == wanted and o["peer"] == local[rank] and o["state"] != "completed"]
+            if not pending and _held_back(peer_place, [by_rank[(source, attempt, rank)]]):
+                what = "never sent what" if wanted == "send" else "never posted the receive for what"
+                verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
+
+
+def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
+    """Files that end mid-line while every other process received a terminating signal: they died first, the launcher stopped the rest.
+
+    Not when the others were not signalled: a SIGKILL of the whole job tears whichever files were being written.
+    """
+    crashed = [p for p in places if p.status == "crashed"]
+    others = [p for p in places if p.status != "crashed"]
+    if crashed and others and all(p.status.startswith("terminated") for p in others):
+        for place in crashed:
+            verdicts.add(place, f"crashed: its file ends mid-line (killed or died while writing) while the {plural(len(others), 'other')} {'was' if len(others) == 1 else 'were'} then terminated by a signal", "crashed")
+
+
+def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:
+    """Whether `place` may be named for what the stuck `waiting` wait on: stuck itself, or quiet since before they wrote their stall records.
+
+    A rank still writing after the others' watchdogs fired is making progress (slowly): not the one they wait for, on this evidence.
+    """
+    if place.stuck:
+        return True
+    times = [w.box_us for w in waiting if w.stuck and w.box_us is not None]
+    return bool(times) and place.last_event_us is not None and place.last_event_us <= min(times)
+
+
+def _progress(place: RankPlace) -> tuple[int, frozenset[str]] | None:
+    return None if place.step is None else (place.step, frozenset(place.entered))
+
+
+def _before(a: RankPlace, b: RankPlace) -> bool:
+    """Whether `a` got strictly less far than `b` in the run: an earlier step, or the same step with a strict subset of b's spans entered."""
+    pa, pb = _progress(a), _progress(b)
+    if pa is None or pb is None:
+        return False
+    if pa[0] != pb[0]:
+        return pa[0] < pb[0]
+    return a.entered_complete and pa[1] < pb[1]
+
+
+def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: Sequence[dict[str, Any]], waiting: set[tuple[str, Any, int]], verdicts: _Verdicts) -> None:
+    """No flight-recorder verdict: among the stuck ranks of one source and attempt, the least advanced are behind the others.
+
+    Only when every rank of that world is here and stuck: a rank with no file, or one that closed, can be
+    what the least advanced waits for (in a sub-group's collective), so it would be blamed wrongly.
+    A rank the flight recorder shows waiting in a collective or send/recv is never "behind".
+    """
+    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
+    for place in places:
+        if place.rank is not None:
+            by_run.setdefault((place.source, place.attempt), []).append(place)
+    absent = {(m["source"], m["attempt"]) for m in missing}
+    counts = Counter((p.source, p.attempt) for p in processes)
+    for key, members in by_run.items():
+        if len(members) < 2 or not any(m.stuck for m in members):
+            continue
+        if key in absent or len(members) < counts[key]:
+            verdicts.note(f"{key[0]}: not every rank is here (missing, or closed): how far each got in the step is not compared")
+            continue
+        # Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
+        classes: dict[tuple[Any, ...], list[RankPlace]] = {}
+        for m in members:
+            classes.setdefault((m.step, frozenset(m.entered), m.entered_complete), []).append(m)
+        reps = [group[0] for group in classes.values()]
+        size = {id(group[0]): len(group) for group in classes.values()}
+        ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
+        leaders = [m for b in ahead for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
+        if not all(m.stuck for m in leaders):
+            verdicts.note(f"{key[0]}: the most advanced ranks are not all stuck on the evidence (no stall record or heartbeat): how far each got is not compared")
+            continue
+        lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
+        behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
+        if not behind:
+            continue
+        for place in behind:
+            leader = max((b for b in ahead if _before(place, b)), key=lambda b: (len(b.entered), size[id(b)]))
+            inside = f"in {leader.span}" if leader.span else "between spans"
+            waits = [m for b in ahead if _before(place, b) for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
+            missed = [name for name in leader.entered if name not in place.entered] if leader.step == place.step else []
+            if place.between_spans:
+                last = place.last_span or {}
+                at = f"between spans at step {place.step}" + (f" (after {last.get('name')}, ended {last.get('ended_s_ago')} s before its black box)" if last.get("name") else "")
+            elif place.span:
+                at = f"in {place.span} at step {place.step}"
+            else:
+                at = f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
+            never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
+            verdicts.add(place, f"behind in the step: {at}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})", "behind in step")
+
+
+def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
+    """Without anything else: the stuck processes outside a strict majority's (span, frame) (at least 3 stuck)."""
+    stuck = [p for p in places if p.stuck]
+    if len(stuck) < 3:
+        return
+    counts = Counter((p.span, p.where) for p in stuck)
+    (common, n), = counts.most_common(1)
+    if n >= 2 and n > len(stuck) / 2 and any(common):
+        where = " at ".join(part for part in (f"in {common[0]}" if common[0] else "between spans", common[1]) if part)
+        for place in stuck:
+            if (place.span, place.where) != common:
+                verdicts.add(place, f"elsewhere than the {n} others ({where})", "odd one out")
+
+
+def _named(ranks: Sequence[int]) -> str:
+    """``rank 3`` or ``ranks 1,3-5``: the ranks with their noun, singular for one."""
+    return f"rank{'s' if len(set(ranks)) != 1 else ''} {compress(list(ranks))}"
+
+
+def _count(count: int, verb: str) -> str:
+    """``1 rank waits`` or ``3 ranks wait``: a count of ranks and the verb agreeing with it."""
+    return f"{plural(count, 'rank')} {verb}{'s' if count == 1 else ''}"
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    text = compress(list(ranks))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _collective(c: dict[str, Any] | None) -> str:
+    if not c:
+        return ""
+    pg = c.get("pg")
+    group = group_label(pg, c.get("pg_id"), tuple(c["ranks"]) if c.get("ranks") else None, compress) if pg is not None else f"pg id {c.get('pg_id')}"
+    return f"{c.get('op')} ({group}, {'p2p seq' if c.get('p2p') else 'seq'} {c.get('seq')}, {c.get('state')})"
+
+
+def format_hang(report: HangReport | None) -> list[str]:
+    """The Hang section as text lines (empty when there was no hang); printed before everything else."""
+    if report is None:
+        return []
+    lines = [f"Hang: {report.headline}"]
+    for m in report.missing:
+        mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
+        lines.append(f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})")
+    for group in report.groups[:GROUPS_SHOWN]:
+        who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
+        where = []
+        if group.collective:
+            if group.collective.get("state") == "completed":
+                where.append(f"last collective {_collective(group.collective)}")
+            else:
+                where.append(f"{'waits' if group.count == 1 else 'wait'} in {_collective(group.collective)}")
+        if group.between_spans:
+            where.append(f"between spans at step {group.step}" if group.step is not None else "between spans")
+        elif group.span:
+            where.append(f"span {group.span}")
+        if group.where:
+            where.append(f"main thread at {group.where}")
+        mark = "▶" if group.role == "suspect" else " "
+        lines.append(f" {mark} {group.count} × {who}: {'; '.join(where) or 'no location recorded'}" + ("   (victims)" if group.role == "victims" else ""))
+    if len(report.groups) > GROUPS_SHOWN:
+        lines.append(f"   … {len(report.groups) - GROUPS_SHOWN} more groups (--json)")
+    place_by_label = {p.label: p for p in report.places}
+    if report.suspects:
+        lines.append("Suspects:")
+        for suspect in report.suspects[:SUSPECTS_SHOWN]:
+            rank = f"rank {suspect.rank}" if suspect.rank is not None else suspect.label
+            at = suspect.where or ("no stack" if suspect.rule == "missing" else "frame unknown")
+            place = place_by_label.get(suspect.label)
+            inside = f" in span {suspect.span}" if suspect.span else (f" between spans at step {place.step}" if place is not None and place.between_spans else "")
+            lines.append(f"  {rank} ({suspect.source}): {at}{inside}: {suspect.why}")
+        if len(report.suspects) > SUSPECTS_SHOWN:
+            lines.append(f"  … {len(report.suspects) - SUSPECTS_SHOWN} more (--json)")
+    else:
+        lines.append("Suspects: cannot tell" + (f": {report.notes[0]}" if report.notes else ": every stuck process is in the same place and no record shows one behind"))
+    shown_notes = [n for n in report.notes if n.startswith("desync")] if report.suspects else report.notes[1:]
+    for note in shown_notes[:3]:
+        lines.append(f"  note: {note}")
+    for suspect in report.suspects[:2]:
+        place = place_by_label.get(suspect.label)
+        if place and len(place.threads) > 1:
+            lines.append(f"  threads of {suspect.label}: " + "; ".join(f"{name}: {where}" for name, where in place.threads[:4]))
+    lines += format_history(report.history)
+    lines.append("")
+    return lines
+
+
+def format_history(history: Sequence[dict[str, Any]], shown: int = 3) -> list[str]:
+    """Stalls that progress ended: history, not a hang (one line each, the first `shown`)."""
+    if not history:
+        return []
+    lines = [f"Stalls that ended (the process resumed: history, not a hang): {len(history)}"]
+    for past in history[:shown]:
+        lines.append(f"  {past['label']}: no span ended for {past.get('stalled_s')} s" + (f" in {past['span']}" if past.get("span") else "") + (f" at step {past['step']}" if past.get("step") is not None else "") + f", then resumed ({past.get('reason')} record)")
+    if len(history) > shown:
+        lines.append(f"  … {len(history) - shown} more (--json)")
+    return lines
+
+
+def bases_of(processes: Iterable[Any]) -> dict[str, str]:
+    """label → base JSONL path of each `ProcessLog`."""
+    return {p.label: p.base for p in processes}

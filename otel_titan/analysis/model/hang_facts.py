@@ -1,0 +1,100 @@
+"""What the Hang section needs from one process's records, gathered during the summary's single pass.
+
+Why a separate tracker: the summary's collector (`model.collect._Collector`) feeds
+it from the timeline's callbacks, and it keeps, per process, a few fields:
+
+* the latest *live* black box: a ``stall`` record not followed by progress
+  (any later record of the program: a span start or end, an instant, a
+  scalar). One followed by progress is *history*: the process resumed, so it
+  is kept apart (at most `HISTORY_KEPT`) and never shown as where it hangs;
+* the spans it entered in its last step (ended or still open; what the
+  others entered that it did not is the evidence against a rank stuck
+  between spans), and whether that step's start was read (a file tail may
+  begin mid-step).
+
+File order decides "later", never timestamps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_titan.analysis.model.hang import digest_black_box
+
+__all__ = ["HangTracker", "HISTORY_KEPT", "ENTERED_KEPT"]
+
+#: Past stalls kept per process (the writer writes at most 8 black boxes per run).
+HISTORY_KEPT = 8
+#: Span names kept per step (distinct, in the order first started).
+ENTERED_KEPT = 64
+#: Black-box reasons that describe a stall; a ``signal`` or ``trigger`` dump of a live process followed by progress is simply dropped.
+_STALLS = ("stall",)
+
+
+class HangTracker:
+    """One process at a time: `begin`, then the callbacks in file order, then `end` → its facts."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.begin("", partial=False)
+
+    def begin(self, label: str, partial: bool, world_size: int | None = None) -> None:
+        """A new process; `partial`: its records are a file's tail (its first step may be cut)."""
+        self.label = label
+        self.world_size = world_size
+        self.box: dict[str, Any] | None = None
+        self.history: list[dict[str, Any]] = []
+        self.step: int | None = None
+        self.entered: list[str] = []
+        self.entered_set: set[str] = set()
+        self.complete = True
+        self.partial = partial
+        self.steps_seen = 0
+        # Evidence that it stopped making progress while alive: a stall record, or a heartbeat (10 s of quiet
+        # with spans open), since its last program record. A process killed mid-step has neither.
+        self.stalled = False
+        self.quiet = False
+
+    def stall(self, record: dict[str, Any]) -> None:
+        """A black-box record: the live one now (a newer one replaces it: no progress came between)."""
+        if record.get("reason") in _STALLS:
+            self.stalled = True
+        try:
+            self.box = digest_black_box(record)
+        except Exception:  # noqa: BLE001 - a malformed black box (hand-edited, another writer): the records still place the process
+            self.box = None
+
+    def heartbeat(self) -> None:
+        """The logger's heartbeat: quiet with spans open for its interval."""
+        self.quiet = True
+
+    def progress(self) -> None:
+        """A program record after the black box: the stall ended (called for nearly every record: the usual case returns at once)."""
+        box = self.box
+        if box is None:
+            if self.stalled or self.quiet:
+                self.stalled = self.quiet = False
+            return
+        self.stalled = self.quiet = False
+        self.box = None
+        if box.get("reason") in _STALLS and len(self.history) < HISTORY_KEPT:
+            self.history.append({"time_us": box.get("time_us"), "stalled_s": box.get("stalled_s"), "span": box.get("span"), "step": box.get("step"), "reason": box.get("reason"), "between_spans": box.get("between_spans")})
+
+    def step_begun(self, step: int) -> None:
+        self.step, self.entered, self.entered_set = step, [], set()
+        self.complete = not (self.partial and self.steps_seen == 0)
+        self.steps_seen += 1
+
+    def progress_at(self, *_: Any) -> None:
+        """`progress` with the timeline's callback arguments (a span start, an instant, a scalar), bound straight to them."""
+        if self.box is not None or self.stalled or self.quiet:
+            self.progress()
+
+    def entered_span(self, name: str, step: Any) -> None:
+        """A span that started in `step` ended, or is still open at the end: the step's spans, in the order they ended."""
+        if step == self.step and name not in self.entered_set and len(self.entered) < ENTERED_KEPT:
+            self.entered.append(name)
+            self.entered_set.add(name)
+
+    def end(self) -> None:
+        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet, "world_size": self.world_size, "steps_seen": self.steps_seen}

@@ -1,0 +1,371 @@
+"""Straggler verdicts: which rank is slower than its peers, on what evidence, and what it costs the run.
+
+Why a module of its own: a verdict that names a rank must be right (a wrong
+culprit costs more trust than a missing one), so each step of the reasoning is
+spelled out here and every later analysis (summarize, the report) reads the
+same findings:
+
+* *peers* (`peer_groups`): a rank is compared only with ranks that should do
+  the same work: the same mesh coordinates but data-parallel (a pipeline's
+  last stage always runs a longer forward; an expert or tensor-parallel
+  position differs by design). Without a declared mesh every rank is a peer.
+* *the statistic* (`compare_ranks`): a median at least `MIN_EFFECT` above the
+  peers' median and at least `MIN_Z` times the noise, over at least
+  `MIN_STEPS` steps. With fewer than `MIN_MAJORITY` peers there is no majority
+  to call one rank abnormal: the difference is shown, nobody is blamed.
+* *wait or work* (`lateness`): a longer phase that ends when the others' ends
+  is a wait (the rank that reaches a collective first waits inside it). On one
+  clock the ends are compared directly; across hosts, on each rank's own
+  clock, against the moment every rank leaves the step-closing collective (its
+  end is one instant on every rank): no shared clock is needed, so drifting
+  or unaligned clocks cannot make the waiting rank look late. Where neither
+  holds, nothing is judged and the summary says what was withheld and why.
+* *arrival* (`arrivals`): when a rank enters the step-closing collective,
+  measured from when it left the previous one, both on its own clock: the last
+  to arrive waits least, and delays everyone.
+* *cost* (`finding`): in synchronous training every rank pays a straggler's
+  delay at the collective: the run would save the rank's lateness per step,
+  times the steps. Only a finding that costs at least `HEADLINE_MIN_SHARE` of
+  the step and holds in both halves of the run reaches "Look first at"; the
+  others stay in the Stragglers section (a finding that came and went says
+  when).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from typing import Mapping
+
+from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
+from otel_titan.schema import DATA_PARALLEL_PREFIX
+
+__all__ = [
+    "compare_ranks",
+    "peer_groups",
+    "peer_key",
+    "describe_group",
+    "per_step_differences",
+    "lateness",
+    "arrivals",
+    "finding",
+    "MIN_STEPS",
+    "MIN_EFFECT",
+    "MIN_Z",
+    "MIN_STEP_SHARE",
+    "MIN_LATENESS_SHARE",
+    "MIN_ARRIVAL_EFFECT",
+    "MIN_MAJORITY",
+    "HEADLINE_MIN_SHARE",
+    "PERSISTENT_SHARE",
+    "STRAGGLER_RULE",
+]
+
+#: A rank is a straggler only with at least this many steps compared with other ranks ...
+MIN_STEPS = 6
+#: ... a median at least this fraction above the other ranks' median ...
+MIN_EFFECT = 0.10
+#: ... and that difference at least this many times the noise (robust z; 3.5 is the usual outlier bar).
+MIN_Z = 3.5
+#: A phase straggler's difference must also be at least this fraction of the median step time.
+MIN_STEP_SHARE = 0.01
+#: ... and a phase straggler finishes the phase late by at least this share of its difference (else it waited).
+MIN_LATENESS_SHARE = 0.5
+#: A late arrival at the step-closing collective delays every rank: a smaller share of the others' arrival time counts.
+MIN_ARRIVAL_EFFECT = 0.10
+#: With fewer peers than this there is no majority to call one abnormal: a difference, nobody blamed.
+MIN_MAJORITY = 3
+#: A finding reaches "Look first at" only when it costs the run at least this share of the step ...
+HEADLINE_MIN_SHARE = 0.05
+#: ... in both halves of the run: in each, its median per-step difference is at least this share of the whole run's.
+PERSISTENT_SHARE = 0.5
+#: ... or, begun mid-run, large in at least this share of the steps from its first large one to the last step (it lasted).
+LASTED_SHARE = 0.8
+#: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
+STRAGGLER_RULE = {
+    "min_steps": MIN_STEPS,
+    "min_effect_pct": MIN_EFFECT * 100,
+    "min_robust_z": MIN_Z,
+    "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100,
+    "arrival_min_effect_pct": MIN_ARRIVAL_EFFECT * 100,
+    "min_ranks_for_majority": MIN_MAJORITY,
+    "headline_min_cost_share_of_step_pct": HEADLINE_MIN_SHARE * 100,
+}
+#: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
+_MAD_TO_SD = 1.4826
+_MEDIAN_SE = 1.2533
+#: Up to this many ranks, the spread of "the other ranks" leaves each rank out exactly.
+_EXACT_SPREAD_UP_TO = 64
+
+
+# -- peers ----------------------------------------------------------------------------------------
+def peer_key(mesh: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
+    """What a rank must share with its peers: its mesh coordinates but the data-parallel ones (names starting ``dp``).
+
+    Example:
+        >>> peer_key({"pp": 1, "dp": 3, "tp": 0}), peer_key(None)
+        ((('pp', 1), ('tp', 0)), ())
+    """
+    if not mesh:
+        return ()
+    return tuple(sorted((name, coord) for name, coord in mesh.items() if not name.startswith(DATA_PARALLEL_PREFIX)))
+
+
+def peer_groups(meshes: Mapping[int, Mapping[str, int] | None]) -> dict[tuple[tuple[str, int], ...], list[int]]:
+    """Ranks that should do the same work, by `peer_key`; ranks without a mesh are all peers of each other.
+
+    Example:
+        >>> peer_groups({0: {"pp": 0, "dp": 0}, 1: {"pp": 0, "dp": 1}, 2: {"pp": 1, "dp": 0}, 3: {"pp": 1, "dp": 1}})
+        {(('pp', 0),): [0, 1], (('pp', 1),): [2, 3]}
+    """
+    groups: dict[tuple[tuple[str, int], ...], list[int]] = {}
+    for rank in sorted(meshes):
+        groups.setdefault(peer_key(meshes[rank]), []).append(rank)
+    return groups
+
+
+def describe_group(key: tuple[tuple[str, int], ...]) -> str:
+    """``pp 1, tp 0`` (empty for all ranks)."""
+    return ", ".join(f"{name} {coord}" for name, coord in key)
+
+
+# -- the statistic ---------------------------------------------------------------------------------
+def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT) -> tuple[list[StepTimes], list[RankSlowness]]:
+    """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
+
+    A rank's *excess* is its median minus the median of the other ranks'
+    medians (over the steps it shares with another rank). It *differs* when it
+    has `MIN_STEPS` such steps, its excess is at least `MIN_EFFECT` of the
+    others' median, at least `MIN_Z` times the noise, and (with `step_ms`, for
+    a phase) at least `MIN_STEP_SHARE` of the step; it is a *straggler* when it
+    differs among at least `MIN_MAJORITY` ranks (with two, either could be the
+    odd one). The noise is the larger of the spread of the other ranks'
+    medians (1.4826 × MAD) and the standard error of the rank's median
+    per-step difference from the others (1.2533 × 1.4826 × MAD / √n);
+    `robust_z` is None when both are 0. Ranks come out stragglers first, then
+    by excess.
+
+    Example:
+        >>> steps, ranks = compare_ranks({0: {s: 10.0 for s in range(1, 9)}, 1: {s: 15.0 + s % 2 for s in range(1, 9)}, 2: {s: 10.5 for s in range(1, 9)}})
+        >>> [(r.rank, r.median_ms, r.others_median_ms, r.median_excess_ms, r.straggler) for r in ranks]
+        [(1, 15.5, 10.25, 5.25, True), (2, 10.5, 12.75, -2.25, False), (0, 10.0, 13.0, -3.0, False)]
+        >>> compare_ranks({0: {1: 10.0, 2: 10.0}, 1: {1: 10.0, 2: 10.0}})[0][0].slowest_rank is None  # a tie is nobody's
+        True
+    """
+    steps: dict[int, dict[int, float]] = {}
+    for rank, by_step in per_rank.items():
+        for step, ms in by_step.items():
+            steps.setdefault(step, {})[rank] = ms
+    rows: list[StepTimes] = []
+    slowest_count: dict[int, int] = {}
+    own: dict[int, list[float]] = {}
+    differences: dict[int, list[float]] = {}
+    for step in sorted(steps):
+        times = steps[step]
+        if len(times) < 2:
+            continue
+        ordered = sorted(times.values())
+        slowest: int | None = None
+        excess = 0.0
+        if ordered[-2] < ordered[-1]:  # a shared slowest time is nobody's
+            slowest = max(times, key=times.__getitem__)
+            slowest_count[slowest] = slowest_count.get(slowest, 0) + 1
+            excess = ordered[-1] - _median_without(ordered, ordered[-1])
+        for rank, ms in times.items():
+            own.setdefault(rank, []).append(ms)
+            differences.setdefault(rank, []).append(ms - _median_without(ordered, ms))
+        rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
+    medians = {rank: statistics.median(values) for rank, values in own.items()}
+    ordered_medians = sorted(medians.values())
+    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
+    # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
+    shared_spread = _MAD_TO_SD * _mad(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
+    majority = len(medians) >= MIN_MAJORITY
+    ranks = []
+    for rank, values in own.items():
+        others_median = _median_without(ordered_medians, medians[rank])
+        excess = medians[rank] - others_median
+        pct = 100.0 * excess / others_median if others_median > 0 else None
+        if shared_spread is not None:
+            spread = shared_spread
+        else:
+            others = [median for other, median in medians.items() if other != rank]
+            spread = _MAD_TO_SD * _mad(others) if len(others) > 1 else 0.0
+        standard_error = _MEDIAN_SE * _MAD_TO_SD * _mad(differences[rank]) / math.sqrt(len(values))
+        noise = max(spread, standard_error)
+        z = excess / noise if noise > 0 else None
+        differs = (
+            len(values) >= MIN_STEPS
+            and excess > 0
+            and (pct is None or pct >= 100.0 * min_effect)
+            and (z is None or z >= MIN_Z)
+            and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
+        )
+        ranks.append(
+            RankSlowness(
+                rank=rank,
+                compared_steps=len(values),
+                slowest_steps=slowest_count.get(rank, 0),
+                median_ms=round(medians[rank], 6),
+                others_median_ms=round(others_median, 6),
+                median_excess_ms=round(excess, 6),
+                median_excess_pct=None if pct is None else round(pct, 2),
+                noise_ms=round(noise, 6),
+                robust_z=None if z is None else round(z, 2),
+                straggler=differs and majority,
+                differs=differs,
+            )
+        )
+    ranks.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
+    return rows, ranks
+
+
+def _mad(values: list[float]) -> float:
+    """Median absolute deviation from the median."""
+    center = statistics.median(values)
+    return statistics.median([abs(v - center) for v in values])
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """Median of sorted `ordered` with one occurrence of `value` left out (O(log n), not O(n))."""
+    skip = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(i: int) -> float:
+        return ordered[i if i < skip else i + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+def per_step_differences(rank: int, per_rank: Mapping[int, Mapping[int, float]]) -> list[tuple[int, float]]:
+    """Per step the rank shares with another: its value minus the median of the others' (step order)."""
+    out = []
+    for step, value in sorted(per_rank.get(rank, {}).items()):
+        others = [by_step[step] for other, by_step in per_rank.items() if other != rank and step in by_step]
+        if others:
+            out.append((step, value - statistics.median(others)))
+    return out
+
+
+# -- wait or work ------------------------------------------------------------------------------------
+def lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None) -> float | None:
+    """Median over steps of how much later `rank` finished a phase than its peers (ms); None without a shared step.
+
+    `ends`: rank → step → when its last span of the phase in that step ended
+    (µs, its own clock). With `exits` (rank → step → when it left the
+    step-closing collective, its own clock: one instant on every rank), each
+    rank's end is measured back from its exit, so no clock is compared with
+    another (drift and offsets cancel). Without, the ends are compared as they
+    are: only valid when every rank writes on one clock.
+    """
+    def before_exit(other: int, step: int) -> float | None:
+        end = ends.get(other, {}).get(step)
+        if exits is None:
+            return None if end is None else -float(end)
+        exit_us = exits.get(other, {}).get(step)
+        return None if end is None or exit_us is None else float(exit_us - end)
+
+    late = []
+    for step in ends.get(rank, {}):
+        mine = before_exit(rank, step)
+        if mine is None:
+            continue
+        others = [value for other in ends if other != rank for value in (before_exit(other, step),) if value is not None]
+        if others:
+            late.append((statistics.median(others) - mine) / 1000.0)
+    return statistics.median(late) if late else None
+
+
+def arrivals(anchors: Mapping[int, Mapping[int, tuple[int, int]]]) -> dict[int, dict[int, float]]:
+    """rank → step → ms from leaving step N−1's closing collective to entering step N's, on the rank's own clock.
+
+    `anchors`: rank → step → (start, end) µs of its step-closing collective.
+    Every rank leaves the collective at one instant, so this is every rank's
+    arrival measured from one moment, with no clock compared with another.
+    """
+    out: dict[int, dict[int, float]] = {}
+    for rank, by_step in anchors.items():
+        own = {step: (start - by_step[step - 1][1]) / 1000.0 for step, (start, _) in by_step.items() if step - 1 in by_step}
+        if own:
+            out[rank] = own
+    return out
+
+
+# -- cost and persistence ------------------------------------------------------------------------------
+def finding(
+    slow: RankSlowness,
+    *,
+    kind: str,
+    what: str,
+    source: str,
+    attempt: int | None,
+    per_rank: Mapping[int, Mapping[int, float]],
+    step_ms: float | None,
+    peers: list[int],
+    group: tuple[tuple[str, int], ...],
+    late_ms: float | None = None,
+    verdict: str | None = None,
+    why: str | None = None,
+) -> StragglerFinding:
+    """One finding with its cost (what the run would save without it) and whether it held in both halves of the run.
+
+    The cost per step is the rank's excess, or for a phase its lateness when
+    smaller (what the others wait for at the collective); over the run, that
+    times the steps compared. `verdict` defaults to ``straggler`` (a majority
+    of peers) or ``difference`` (fewer than `MIN_MAJORITY` peers).
+    """
+    cost = slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
+    differences = per_step_differences(slow.rank, per_rank)
+    half = len(differences) // 2
+    bar = PERSISTENT_SHARE * slow.median_excess_ms
+    first = statistics.median([d for _, d in differences[:half]]) if half else None
+    second = statistics.median([d for _, d in differences[half:]]) if differences[half:] else None
+    persistent = slow.median_excess_ms > 0 and first is not None and second is not None and first >= bar and second >= bar
+    large = [step for step, d in differences if slow.median_excess_ms > 0 and d >= bar]
+    # Not in both halves, but large from one step to the last (nearly every step since): it began then and keeps
+    # costing the run, which is what "both halves" is there to find; one that came and went does not qualify.
+    since = [step for step, _ in differences if large and step >= large[0]]
+    lasted = not persistent and bool(large) and second is not None and second >= bar and large[-1] == differences[-1][0] and len(large) >= LASTED_SHARE * len(since)
+    share = cost / step_ms if step_ms else None
+    verdict = verdict or ("straggler" if slow.straggler else "difference")
+    headline = verdict in ("straggler", "difference") and (persistent or lasted) and share is not None and share >= HEADLINE_MIN_SHARE
+    if why is None and not headline:
+        if verdict == "cannot tell":
+            why = "cannot tell"
+        elif share is None or share < HEADLINE_MIN_SHARE:
+            why = f"costs {0.0 if share is None else share:.1%} of the step (< {HEADLINE_MIN_SHARE:.0%})"
+        else:
+            where = f"steps {large[0]}–{large[-1]}" if large else "no step"
+            why = f"came and went: large in {len(large)} of {len(differences)} steps, {where}; not in both halves of the run"
+    return StragglerFinding(
+        source=source,
+        attempt=attempt,
+        rank=slow.rank,
+        kind=kind,
+        what=what,
+        verdict=verdict,
+        peers=list(peers),
+        group=dict(group),
+        median_ms=slow.median_ms,
+        others_median_ms=slow.others_median_ms,
+        excess_ms=slow.median_excess_ms,
+        excess_pct=slow.median_excess_pct,
+        noise_ms=slow.noise_ms,
+        robust_z=slow.robust_z,
+        compared_steps=slow.compared_steps,
+        slowest_steps=slow.slowest_steps,
+        lateness_ms=None if late_ms is None else round(late_ms, 6),
+        cost_per_step_ms=round(cost, 6),
+        cost_run_ms=round(cost * slow.compared_steps, 3),
+        share_of_step=None if share is None else round(share, 4),
+        persistent=persistent,
+        first_half_excess_ms=None if first is None else round(first, 6),
+        second_half_excess_ms=None if second is None else round(second, 6),
+        large_from_step=large[0] if large else None,
+        large_to_step=large[-1] if large else None,
+        large_steps=len(large),
+        headline=headline,
+        why_not_headline=None if headline else why,
+        since_step=large[0] if lasted else None,
+    )

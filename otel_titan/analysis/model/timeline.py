@@ -1,0 +1,308 @@
+"""One process's records → spans, instants, scalars, markers and steps, in one streaming pass.
+
+Shared by the Chrome-trace export and the summary: both see the same spans.
+
+Durations: end − start of the two records' ``time_us`` (whole µs, so nested
+spans stay nested to the µs), unless that disagrees with the ``_end``'s
+``value`` (a monotonic clock) by more than rounding: then the wall clock
+jumped, and ``value`` is the duration. A span never ends before a span nested
+in it on its lane ended (ends are start + a monotonic duration, so a child's
+can come out a few µs after its parent's): it is stretched to cover it, so
+the bars nest as the spans did.
+
+Pairing: by ``span_id`` when the record has one (otel-titan's files); else
+last-in-first-out per *lane* and name, as torchtitan's Gantt generator does
+(a lane is a thread, or an asyncio task on it: ``(tid, task_name)``). An
+``_end`` with no ``_start`` (its segment rotated away, or a torchtitan file)
+starts at end − ``value``. An ``_error`` marks its open span as failed. A
+``_start`` still open when the records end is reported as incomplete,
+extended to the process's last timestamp, in the order the ``_start``s were
+read. Nesting (`OpenSpan.parent`) comes from ``parent_span_id``, else from
+the lane's LIFO stack; never from timestamps (a child can start in the same
+µs as its parent).
+
+Steps: step N begins at the first ``_start``, instant or scalar stamped with
+a step above every earlier one, and ends where the next begins (the last one
+at the process's last record). ``_end`` and ``_error`` records never move the
+step: they carry the step their span started in.
+
+State is per open span and per lane; nothing is kept per record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, NamedTuple
+
+from otel_titan.analysis.read.records import META_EVENTS
+
+__all__ = ["OpenSpan", "TimelineVisitor", "ProcessExtent", "walk_process", "error_details"]
+
+Lane = tuple  # (tid, task_name): a thread, or an asyncio task on it
+#: A span ``value`` (ms) at or above this (~30 years) is not a duration: the timestamps are used instead.
+_MAX_MS = 1e12
+#: The name of a span whose records are just ``_start`` / ``_end``.
+_UNNAMED = "(unnamed)"
+
+
+class OpenSpan:
+    """A span between its ``_start`` and ``_end``: what the visitors get for every span.
+
+    `start` is the ``_start`` record (None when it was never seen), `error`
+    the ``_error`` record when the span failed, `track` whatever the visitor's
+    `lane_opened` returned for the span's lane.
+    """
+
+    __slots__ = ("name", "start_us", "start", "lane", "track", "error", "children_end", "parent", "order")
+
+    def __init__(self, name: str, start_us: int, start: dict[str, Any] | None, lane: Lane, track: Any, parent: "OpenSpan | None" = None, order: int = 0) -> None:
+        self.name = name
+        self.start_us = start_us
+        self.start = start
+        self.lane = lane
+        self.track = track
+        self.error: dict[str, Any] | None = None
+        self.children_end = 0  # the latest end of a span nested in this one on its lane
+        #: The open span it is nested in when it started: by ``parent_span_id``, else its lane's innermost (LIFO).
+        self.parent = parent
+        #: Its ``_start``'s position in the file: orders spans that started in the same µs.
+        self.order = order
+
+    def __repr__(self) -> str:
+        return f"OpenSpan({self.name!r}, start_us={self.start_us}, lane={self.lane!r})"
+
+
+class TimelineVisitor:
+    """Receives what `walk_process` finds; override what you need (every method is a no-op here)."""
+
+    def lane_opened(self, lane: Lane) -> Any:
+        """A lane gets its first open span: return the track its spans go on."""
+        return None
+
+    def lane_closed(self, lane: Lane, track: Any) -> None:
+        """The lane's last open span ended."""
+
+    def span_begun(self, span: OpenSpan) -> None:
+        """A span's ``_start`` was read (its lane's track is `span.track`); `span` is reported again when it ends.
+
+        For writers that emit a begin and an end (Perfetto's native slices): in file order, a parent's begin
+        comes before its children's, so nesting holds even when they share a timestamp to the nanosecond.
+        """
+
+    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        """A span ended (`end` is its ``_end`` record), or is still open at the end (`incomplete`).
+
+        `dur_us` is an int when it comes from the timestamps, a float when from ``value``.
+        """
+
+    def instant(self, record: dict[str, Any], track: Any) -> None:
+        """A user instant; `track` is its lane's open track, or None when the lane has no open span."""
+
+    def scalar(self, record: dict[str, Any], track: Any) -> None:
+        """A ``metric_value`` record (``event_name`` = metric, ``value`` = number or "NaN"/"Infinity" string)."""
+
+    def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
+        """An ``_error`` record; `span` is the span it failed (None when its ``_start`` was not seen)."""
+
+    def meta(self, record: dict[str, Any]) -> None:
+        """A record the logger wrote about itself (opened, records_dropped, signal_received, closed)."""
+
+    def step_begun(self, step: int, begin_us: int) -> None:
+        """Step `step` begins at `begin_us` on this process (called before any of its records)."""
+
+    def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
+        """Step `step` ran from `begin_us` to `end_us` on this process (`first`: its first record)."""
+
+
+class ProcessExtent(NamedTuple):
+    """How many records a process had, and its first and last timestamps (µs; None without records)."""
+
+    records: int
+    first_us: int | None
+    last_us: int | None
+
+
+def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) -> ProcessExtent:
+    """Feed one process's records (in file order) through the pairing rules; returns their count and time extent.
+
+    Example:
+        >>> class Bars(TimelineVisitor):
+        ...     def span(self, span, end, end_us, dur_us, incomplete):
+        ...         print(span.name, span.start_us, dur_us, incomplete)
+        >>> walk_process([
+        ...     {"log_type": "event", "log_type_name": "fwd_start", "time_us": 10, "tid": 1},
+        ...     {"log_type": "event", "log_type_name": "fwd_end", "time_us": 30, "tid": 1, "value": 0.02},
+        ...     {"log_type": "event", "log_type_name": "opt_start", "time_us": 40, "tid": 1},
+        ... ], Bars())
+        fwd 10 20 False
+        opt 40 0 True
+        ProcessExtent(records=3, first_us=10, last_us=40)
+    """
+    by_id: dict[str, OpenSpan] = {}
+    stacks: dict[Lane, list[OpenSpan]] = {}
+    tracks: dict[Lane, Any] = {}
+    last_us: int | None = None
+    first_us: int | None = None
+    count = 0
+    step: int | None = None
+    step_begin = 0
+    step_first: dict[str, Any] | None = None
+    meta_events = META_EVENTS
+    # Bound once: these run for nearly every record.
+    on_span, on_scalar, on_instant, on_begun = visitor.span, visitor.scalar, visitor.instant, visitor.span_begun
+
+    for record in records:
+        time_us = record["time_us"]
+        count += 1
+        if last_us is None:
+            first_us = last_us = time_us
+        elif time_us > last_us:
+            last_us = time_us
+        elif time_us < first_us:  # type: ignore[operator]
+            first_us = time_us
+        name = record["log_type_name"]
+        is_start = False
+        if record["log_type"] == "event":
+            if name.endswith("_end"):
+                span_id = record.get("span_id")
+                span = by_id.pop(span_id, None) if span_id else _pop_lifo(stacks, (record.get("tid"), record.get("task_name")), name[:-4] or _UNNAMED)
+                value = record.get("value")
+                if span is None:
+                    _orphan_end(record, name[:-4] or _UNNAMED, time_us, value, stacks, tracks, visitor)
+                    continue
+                stack = stacks[span.lane]
+                if stack[-1] is span:
+                    stack.pop()
+                else:
+                    stack.remove(span)
+                elapsed = time_us - span.start_us
+                if type(value) in (int, float) and 0 <= value < _MAX_MS:
+                    monotonic = value * 1000.0
+                    # Both timestamps are whole µs, rounded alike, so a child never pokes out of its parent;
+                    # `value` (a monotonic clock) is only needed when the wall clock jumped during the span.
+                    dur_us = elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
+                else:
+                    dur_us = max(elapsed, 0)
+                end_us = span.start_us + int(dur_us)
+                if span.children_end > end_us:
+                    # A child's end, computed from another clock reading, can come a few µs later: cover it.
+                    end_us = span.children_end
+                    dur_us = end_us - span.start_us
+                on_span(span, record, end_us, dur_us, False)
+                if stack:
+                    enclosing = stack[-1]
+                    if end_us > enclosing.children_end:
+                        enclosing.children_end = end_us
+                else:
+                    del stacks[span.lane]
+                    visitor.lane_closed(span.lane, tracks.pop(span.lane))
+                continue
+            if name.endswith("_error"):
+                lane = (record.get("tid"), record.get("task_name"))
+                span = _find_open(by_id, stacks, lane, record.get("span_id"), name[:-6] or _UNNAMED)
+                if span is not None:
+                    span.error = record
+                visitor.error(record, span, span.track if span is not None else tracks.get(lane))
+                continue
+            is_start = name.endswith("_start")
+
+        # A _start, an instant or a scalar stamped with a higher step begins that step.
+        record_step = record.get("step")
+        if record_step != step and type(record_step) is int and (step is None or record_step > step) and name not in meta_events:
+            if step is not None and step_first is not None:
+                visitor.step(step, step_begin, time_us, step_first)
+            step, step_begin, step_first = record_step, time_us, record
+            visitor.step_begun(step, time_us)
+
+        lane = (record.get("tid"), record.get("task_name"))
+        if is_start:
+            stack = stacks.get(lane)
+            if not stack:
+                stack = stacks[lane] = []
+                tracks[lane] = visitor.lane_opened(lane)
+            parent_id = record.get("parent_span_id")
+            # Nesting from the records' own parent ids; without them (torchtitan's files), the lane's innermost.
+            if parent_id and type(parent_id) is str:
+                parent = by_id.get(parent_id) or (stack[-1] if stack else None)  # a parent seen in no segment read: the lane's
+            else:
+                parent = stack[-1] if stack and not record.get("span_id") else None
+            span = OpenSpan(name[:-6] or _UNNAMED, time_us, record, lane, tracks[lane], parent, count)
+            stack.append(span)
+            span_id = record.get("span_id")
+            if span_id:
+                by_id[span_id] = span
+            on_begun(span)
+        elif name == "metric_value":
+            on_scalar(record, tracks.get(lane))
+        elif name in meta_events:
+            visitor.meta(record)
+        else:
+            on_instant(record, tracks.get(lane))
+
+    if last_us is None:
+        return ProcessExtent(0, None, None)
+    # In file order (never by timestamp: a child can start in its parent's µs), so a parent comes before its children.
+    still_open = sorted((span for stack in stacks.values() for span in stack), key=lambda s: s.order)
+    for span in still_open:
+        end_us = max(last_us, span.children_end)
+        visitor.span(span, None, end_us, max(end_us - span.start_us, 0), True)
+    for lane in list(stacks):
+        visitor.lane_closed(lane, tracks.pop(lane))
+    if step is not None and step_first is not None:
+        visitor.step(step, step_begin, last_us, step_first)
+    return ProcessExtent(count, first_us, last_us)
+
+
+def _find_open(by_id: dict[str, OpenSpan], stacks: dict[Lane, list[OpenSpan]], lane: Lane, span_id: Any, base: str) -> OpenSpan | None:
+    """The open span an ``_error`` belongs to: by id, else the latest open one of that name in its lane."""
+    if span_id:
+        return by_id.get(span_id)
+    stack = stacks.get(lane)
+    if stack:
+        for span in reversed(stack):
+            if span.name == base and (span.start is None or not span.start.get("span_id")):
+                return span
+    return None
+
+
+def _pop_lifo(stacks: dict[Lane, list[OpenSpan]], lane: Lane, base: str) -> OpenSpan | None:
+    """For an ``_end`` without a span id: the latest open span of that name in its lane (torchtitan's rule)."""
+    stack = stacks.get(lane)
+    if stack:
+        for span in reversed(stack):
+            if span.name == base and (span.start is None or not span.start.get("span_id")):
+                return span  # the caller removes it from its lane
+    return None
+
+
+def _orphan_end(record: dict[str, Any], base: str, time_us: int, value: Any, stacks: dict[Lane, list[OpenSpan]], tracks: dict[Lane, Any], visitor: TimelineVisitor) -> None:
+    """An ``_end`` whose ``_start`` was never seen (rotated away, or never written): it began `value` ms before."""
+    dur_us = float(value) * 1000.0 if type(value) in (int, float) and 0 <= value < _MAX_MS else 0.0
+    lane = (record.get("tid"), record.get("task_name"))
+    if stacks.get(lane):
+        track = tracks[lane]
+    else:
+        track = visitor.lane_opened(lane)
+        visitor.lane_closed(lane, track)
+    visitor.span(OpenSpan(base, int(time_us - dur_us), None, lane, track), record, time_us, dur_us, False)
+
+
+def error_details(record: dict[str, Any]) -> tuple[str, str]:
+    """(type, message) of an ``_error`` record; torchtitan's only say it in ``message``.
+
+    Example:
+        >>> error_details({"message": "[step 5] optim_error: ValueError: boom"})
+        ('ValueError', 'boom')
+        >>> error_details({"error_type": "KeyError", "error_message": "'x'"})
+        ('KeyError', "'x'")
+    """
+    error_type, error_message = record.get("error_type"), record.get("error_message")
+    if isinstance(error_type, str):
+        return error_type, error_message if isinstance(error_message, str) else ""
+    message = record.get("message")
+    if not isinstance(message, str):
+        return "error", ""
+    name = record.get("log_type_name", "")
+    _, found, detail = message.partition(f"{name}: ")
+    detail = detail if found else message
+    error_type, sep, error_message = detail.partition(": ")
+    return (error_type, error_message) if sep else (detail or "error", "")

@@ -1,0 +1,1 @@
+"""What `otel-titan sql` runs: the run loaded into DuckDB, and its output."""

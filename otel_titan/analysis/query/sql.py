@@ -1,0 +1,450 @@
+"""SQL over a run: an embedded DuckDB database whose views are the run's spans, instants, scalars, steps and processes.
+
+Why: every team asks questions the summary did not foresee ("p99 of
+`data_fetch` on host 12 after step 5,000"). Rather than a flag per question,
+`open_run` gives them a database: the run's JSONL files are read in place by
+DuckDB's own JSON reader (``read_json``, newline-delimited, every segment of
+every process, rotated ones included; torn and unreadable lines become empty
+rows that the views leave out and `processes.unreadable_lines` counts), into
+one ``records`` table, and documented views (docs/sql.md) turn the records
+into spans (``_start`` / ``_end`` / ``_error`` paired by span id within a
+process), instants, scalars, steps and processes. Times are aligned across
+hosts as in ``summarize``: the per-host offsets are estimated by
+`model.clocks.estimate_offsets` from the step-closing spans (found with SQL
+once the records are in) and subtracted from every time (``host_time_us``
+keeps the time as written); the ``clock_offsets`` table says what was applied.
+
+DuckDB is an optional dependency (``pip install otel-titan[analysis]``): the
+library and the other commands never import it.
+
+Example:
+    >>> # db = open_run("outputs"); db.load()
+    >>> # db.con.sql("SELECT name, quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name").show()
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
+from otel_titan.analysis.workers import open_workers, run_shares
+from otel_titan.analysis.read.records import NoRecordsError, read_run
+from otel_titan.analysis.read.runs import RunChoice, select_run
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = ["MissingDependencyError", "RunDatabase", "load_share", "open_run", "open_saved", "require_duckdb", "VIEWS", "INSTALL_HINT"]
+
+INSTALL_HINT = "pip install otel-titan[analysis]"
+
+
+class MissingDependencyError(ImportError):
+    """An optional dependency of the analysis commands is not installed (the message says how to install it)."""
+
+
+def require_duckdb() -> Any:
+    """Import duckdb, or raise `MissingDependencyError` naming the extra to install."""
+    try:
+        import duckdb  # noqa: PLC0415 - optional
+    except ImportError as error:
+        raise MissingDependencyError(f"`otel-titan sql` needs DuckDB, which is not installed: {INSTALL_HINT} (or pip install duckdb)") from error
+    return duckdb
+
+
+#: The fields read from every line (docs/schema.md), and their SQL types. Other fields are not read.
+RECORD_COLUMNS: dict[str, str] = {
+    "time_us": "BIGINT",
+    "log_type": "VARCHAR",
+    "log_type_name": "VARCHAR",
+    "event_name": "VARCHAR",
+    "value": "VARCHAR",  # a number, or "NaN" / "Infinity" / "-Infinity": cast with TRY_CAST(value AS DOUBLE)
+    "step": "BIGINT",
+    "relative_step": "BIGINT",
+    "step_tags": "VARCHAR[]",
+    "trace_id": "VARCHAR",
+    "span_id": "VARCHAR",
+    "parent_span_id": "VARCHAR",
+    "error_type": "VARCHAR",
+    "error_message": "VARCHAR",
+    "tid": "BIGINT",
+    "task_name": "VARCHAR",
+    "seq_id": "BIGINT",
+    "caller": "VARCHAR",
+    "description": "VARCHAR",
+    "signal": "VARCHAR",
+}
+
+_PROCESS_INFO = """
+CREATE TABLE process_info (
+    process_id INTEGER PRIMARY KEY, run_id VARCHAR, source VARCHAR, rank INTEGER, host_name VARCHAR, pid BIGINT,
+    attempt INTEGER, world_size INTEGER, file VARCHAR, segments INTEGER, bytes BIGINT, clock_offset_us BIGINT)
+"""
+_FILES = "CREATE TABLE files (filename VARCHAR PRIMARY KEY, process_id INTEGER, segment INTEGER)"
+_CLOCK = "CREATE TABLE clock_offsets (host_name VARCHAR, offset_us DOUBLE, anchor VARCHAR, applied BOOLEAN, note VARCHAR)"
+_RECORDS = (
+    "CREATE TABLE records (process_id INTEGER, host_time_us BIGINT, "
+    + ", ".join(f"{name} {kind}" for name, kind in RECORD_COLUMNS.items() if name != "time_us")
+    + ", time_us BIGINT)"
+)
+
+# The views: what docs/sql.md documents. Identity columns first, in the same order everywhere.
+_IDENTITY = "p.run_id, p.source, p.rank, p.host_name, p.attempt"
+VIEWS: dict[str, str] = {
+    "spans": f"""
+CREATE VIEW spans AS
+WITH ev AS (
+    SELECT process_id, span_id, time_us, log_type_name, value, step, relative_step, step_tags, parent_span_id, error_type,
+           error_message, tid, task_name, caller, description, trace_id,
+           CASE WHEN suffix(log_type_name, '_start') THEN 's' WHEN suffix(log_type_name, '_end') THEN 'e'
+                WHEN suffix(log_type_name, '_error') THEN 'x' END AS kind
+    FROM records WHERE log_type = 'event' AND span_id IS NOT NULL),
+paired AS (
+    SELECT process_id, span_id,
+           min(time_us) FILTER (WHERE kind = 's') AS start_us,
+           max(time_us) FILTER (WHERE kind = 'e') AS end_us,
+           max(TRY_CAST(value AS DOUBLE)) FILTER (WHERE kind = 'e') AS end_ms,
+           arg_min(log_type_name, time_us) FILTER (WHERE kind = 's') AS start_name,
+           arg_min(step, time_us) FILTER (WHERE kind = 's') AS step,
+           arg_min(relative_step, time_us) FILTER (WHERE kind = 's') AS relative_step,
+           arg_min(step_tags, time_us) FILTER (WHERE kind = 's') AS step_tags,
+           arg_min(parent_span_id, time_us) FILTER (WHERE kind = 's') AS parent_span_id,
+           arg_min(tid, time_us) FILTER (WHERE kind = 's') AS thread,
+           arg_min(task_name, time_us) FILTER (WHERE kind = 's') AS task,
+           arg_min(caller, time_us) FILTER (WHERE kind = 's') AS caller,
+           arg_min(description, time_us) FILTER (WHERE kind = 's') AS description,
+           arg_min(trace_id, time_us) FILTER (WHERE kind = 's') AS trace_id,
+           any_value(error_type) FILTER (WHERE kind = 'x') AS error_type,
+           any_value(error_message) FILTER (WHERE kind = 'x') AS error_message
+    FROM ev GROUP BY process_id, span_id),
+last AS (SELECT process_id, max(time_us) AS last_us FROM records WHERE log_type_name IS NOT NULL GROUP BY process_id)
+SELECT {_IDENTITY}, s.step, s.relative_step, s.step_tags, left(s.start_name, length(s.start_name) - 6) AS name,
+       s.start_us, coalesce(s.end_us, l.last_us) AS end_us,
+       coalesce(s.end_ms, (coalesce(s.end_us, l.last_us) - s.start_us) / 1000.0) AS duration_ms,
+       s.span_id, s.parent_span_id, s.error_type, s.error_message, s.end_us IS NULL AS incomplete,
+       s.thread, s.task, s.caller, s.description, s.trace_id, s.process_id
+FROM paired s JOIN process_info p USING (process_id) LEFT JOIN last l USING (process_id)
+WHERE s.start_us IS NOT NULL
+""",
+    "instants": f"""
+CREATE VIEW instants AS
+SELECT {_IDENTITY}, r.step, r.relative_step, r.step_tags, r.log_type_name AS name, r.time_us,
+       r.log_type_name IN ('structured_logger_opened', 'records_dropped', 'signal_received', 'heartbeat', 'structured_logger_closed') AS logger_record,
+       r.span_id, r.parent_span_id, r.tid AS thread, r.task_name AS task, r.caller, r.signal, r.process_id
+FROM records r JOIN process_info p USING (process_id)
+WHERE r.log_type = 'instant' AND r.log_type_name <> 'metric_value'
+""",
+    "scalars": f"""
+CREATE VIEW scalars AS
+SELECT {_IDENTITY}, r.step, r.relative_step, r.step_tags, r.event_name AS name, TRY_CAST(r.value AS DOUBLE) AS value, r.time_us,
+       r.tid AS thread, r.task_name AS task, r.process_id
+FROM records r JOIN process_info p USING (process_id)
+WHERE r.log_type_name = 'metric_value'
+""",
+    "steps": f"""
+CREATE VIEW steps AS
+WITH firsts AS (SELECT process_id, step, min(time_us) AS start_us FROM records WHERE step IS NOT NULL GROUP BY process_id, step)
+SELECT {_IDENTITY}, f.step, f.start_us,
+       lead(f.start_us) OVER (PARTITION BY f.process_id ORDER BY f.step) AS end_us,
+       (lead(f.start_us) OVER (PARTITION BY f.process_id ORDER BY f.step) - f.start_us) / 1000.0 AS duration_ms,
+       f.process_id
+FROM firsts f JOIN process_info p USING (process_id)
+""",
+    "processes": f"""
+CREATE VIEW processes AS
+WITH agg AS (
+    SELECT process_id,
+           count(*) FILTER (WHERE log_type_name IS NOT NULL) AS records,
+           count(*) FILTER (WHERE log_type_name IS NULL) AS unreadable_lines,
+           min(time_us) AS first_us, max(time_us) AS last_us,
+           arg_max(log_type_name, (time_us, seq_id)) AS last_record,
+           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN
+               ('structured_logger_opened', 'records_dropped', 'signal_received', 'heartbeat', 'structured_logger_closed')) AS last_event,
+           max(step) AS last_step,
+           bool_or(log_type_name = 'structured_logger_closed') AS closed,
+           any_value(signal) FILTER (WHERE signal IS NOT NULL) AS signal
+    FROM records GROUP BY process_id)
+SELECT {_IDENTITY}, p.pid, p.world_size, a.first_us, a.last_us, a.last_record, a.last_event, a.last_step,
+       coalesce(a.closed, false) AS closed, a.signal, coalesce(a.records, 0) AS records,
+       coalesce(a.unreadable_lines, 0) AS unreadable_lines, p.file, p.segments, p.bytes, p.clock_offset_us, p.process_id
+FROM process_info p LEFT JOIN agg a USING (process_id)
+""",
+}
+
+#: One line per view, for `describe` and docs/sql.md.
+VIEW_HELP = {
+    "spans": "one row per span (_start paired with its _end / _error by span id); incomplete spans end at the process's last record",
+    "instants": "one row per instant (sl.log_trace_instant and the logger's own records: logger_record = true)",
+    "scalars": "one row per scalar value (log_trace_scalar); NaN / ±Infinity are DOUBLE nan / ±inf",
+    "steps": "one row per (process, step): first record of step N to first record of step N+1, as summarize's step time",
+    "processes": "one row per process: identity, first and last record, closed or not, unreadable lines",
+    "clock_offsets": "per host, the clock offset subtracted from its times (empty when not aligned)",
+    "records": "every line read (torn lines are rows of NULLs): the base table of the views",
+}
+
+
+@dataclass
+class RunDatabase:
+    """A DuckDB connection holding one run: tables ``process_info``, ``files``, ``clock_offsets``, ``records``, and the views.
+
+    `load` reads the JSONL into ``records`` (once); until then the views are
+    empty, so their columns can be listed without reading anything.
+    """
+
+    con: "duckdb.DuckDBPyConnection"
+    paths: list[str] = field(default_factory=list)
+    total_bytes: int = 0
+    processes: int = 0
+    choice: RunChoice | None = None
+    clock: str = ""
+    loaded: bool = False
+    load_seconds: float = 0.0
+    align: bool = False
+    scheduler: str | None = None
+
+    def load(self, progress: Callable[[float], None] | None = None) -> None:
+        """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100.
+
+        With `scheduler` (a Dask scheduler's address) the files are read on
+        the cluster's workers instead, a share each, by the same query
+        (`load_share`); their rows come back as Parquet: the same records.
+        """
+        if self.loaded:
+            return
+        started = time.monotonic()
+        if self.paths and self.scheduler is not None:
+            self._load_on_cluster(progress)
+        elif self.paths:
+            sql = "INSERT INTO records " + _records_query(self.paths, "JOIN process_info p ON p.process_id = f.process_id")
+            _run_with_progress(self.con, sql, progress)
+        if self.align:
+            self._align()
+        self.loaded = True
+        self.load_seconds = time.monotonic() - started
+
+    def _load_on_cluster(self, progress: Callable[[float], None] | None) -> None:
+        assert self.scheduler is not None
+        files = self.con.execute("SELECT filename, process_id FROM files ORDER BY process_id, segment").fetchall()
+        sizes = {path: os.path.getsize(path) if os.path.exists(path) else 0 for path, _ in files}
+        read = 0
+
+        def on_bytes(count: int) -> None:
+            nonlocal read
+            read += count
+            if progress is not None and self.total_bytes:
+                progress(min(100.0, 100.0 * read / self.total_bytes))
+
+        with open_workers(1, self.scheduler, "sql worker", on_bytes) as workers:
+            buckets: list[list[tuple[str, int]]] = [[] for _ in range(min(workers.slots, len(files)))]
+            loads = [0] * len(buckets)
+            for path, process_id in sorted(files, key=lambda f: -sizes[f[0]]):  # largest first onto the least loaded
+                target = loads.index(min(loads))
+                buckets[target].append((path, process_id))
+                loads[target] += sizes[path]
+            parts = run_shares(workers, f"{__name__}:load_share", [(bucket,) for bucket in buckets if bucket], on_bytes)
+        with tempfile.TemporaryDirectory(prefix="otel-titan-sql-") as folder:
+            names = []
+            for index, part in enumerate(parts):
+                names.append(os.path.join(folder, f"part-{index}.parquet"))
+                with open(names[-1], "wb") as handle:
+                    handle.write(part)
+            self.con.execute(f"INSERT INTO records SELECT * FROM read_parquet([{', '.join(_quote(n) for n in names)}])")
+
+    def _align(self) -> None:
+        """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift every record's time by it.
+
+        The step-closing spans: per process and step, the top-level span that
+        ended last, for every step but the process's last (summarize's rule:
+        a step ends when the next begins), on the clocks as written.
+        """
+        rows = self.con.execute(
+            """
+            WITH last_step AS (SELECT process_id, max(step) AS last FROM records WHERE step IS NOT NULL GROUP BY process_id)
+            SELECT s.process_id, coalesce(s.host_name, 'process ' || s.process_id) AS host, s.attempt, s.step,
+                   arg_max(s.name, s.end_us), arg_max(s.start_us, s.end_us), max(s.end_us)
+            FROM spans s JOIN last_step l USING (process_id)
+            WHERE s.parent_span_id IS NULL AND NOT s.incomplete AND s.step IS NOT NULL AND s.step < l.last
+            GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
+            """
+        ).fetchall()
+        groups: dict[int, ClosingSpans] = {}
+        for process_id, host, attempt, step, name, start_us, end_us in rows:
+            spans = groups.get(process_id)
+            if spans is None:
+                spans = groups[process_id] = ClosingSpans(host=host, key=process_id)
+            spans.add((attempt or 0) * (1 << 40) + step, name, start_us, end_us)
+        alignment = estimate_offsets(groups.values())
+        self.clock = alignment.describe()
+        if not alignment.applied:
+            return
+        _insert_columns(self.con, "clock_offsets", [(h, o, alignment.anchor, True, self.clock) for h, o in sorted(alignment.offsets_us.items())], 5)
+        self.con.execute(
+            "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM clock_offsets o "
+            "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = o.host_name"
+        )
+        self.con.execute(
+            "UPDATE records SET time_us = records.host_time_us - p.clock_offset_us FROM process_info p "
+            "WHERE records.process_id = p.process_id AND p.clock_offset_us <> 0"
+        )
+
+    def view_columns(self) -> dict[str, list[tuple[str, str]]]:
+        """View (and table) name → [(column, type)], for `describe`."""
+        out = {}
+        for name in [*VIEWS, "clock_offsets", "records"]:
+            out[name] = [(row[0], row[1]) for row in self.con.execute(f"DESCRIBE {name}").fetchall()]
+        return out
+
+    def save_parquet(self, folder: str) -> list[str]:
+        """Write every view and the clock offsets as ``folder/<view>.parquet``; returns the paths."""
+        os.makedirs(folder, exist_ok=True)
+        written = []
+        for name in [*VIEWS, "clock_offsets"]:
+            path = os.path.join(folder, f"{name}.parquet")
+            self.con.execute(f"COPY (SELECT * FROM {name}) TO {_quote(path)} (FORMAT parquet)")
+            written.append(path)
+        return written
+
+
+def _records_query(paths: list[str], join: str = "") -> str:
+    """The SELECT of ``records``' rows from `paths` (each joined to its process by the ``files`` table): one query for every loader."""
+    files = "[" + ", ".join(_quote(p) for p in paths) + "]"
+    columns = "{" + ", ".join(f"{_quote(k)}: {_quote(v)}" for k, v in RECORD_COLUMNS.items()) + "}"
+    names = [k for k in RECORD_COLUMNS if k != "time_us"]
+    return (
+        f"SELECT f.process_id, r.time_us, {', '.join('r.' + n for n in names)}, r.time_us "
+        f"FROM read_json({files}, format = 'newline_delimited', ignore_errors = true, filename = true, "
+        f"maximum_object_size = 67108864, columns = {columns}) r "
+        f"JOIN files f ON r.filename = f.filename {join}"
+    )
+
+
+def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) -> bytes:
+    """One Dask worker's share of `RunDatabase.load`: ``records``' rows of `files` ((path, process id) pairs), as Parquet bytes.
+
+    The same query as the local load (`_records_query`), in a DuckDB of the
+    worker's own; the bytes travel back to the command (no shared folder
+    needed), which inserts them.
+    """
+    duckdb = require_duckdb()
+    con = duckdb.connect()
+    try:
+        con.execute(_FILES)
+        _insert_columns(con, "files", [(path, process_id, 0) for path, process_id in files], 3)
+        with tempfile.TemporaryDirectory(prefix="otel-titan-sql-share-") as folder:
+            part = os.path.join(folder, "part.parquet")
+            con.execute(f"COPY ({_records_query([path for path, _ in files])}) TO {_quote(part)} (FORMAT parquet)")
+            with open(part, "rb") as handle:
+                data = handle.read()
+    finally:
+        con.close()
+    on_bytes(sum(os.path.getsize(path) for path, _ in files if os.path.exists(path)))
+    return data
+
+
+def _insert_columns(con: "duckdb.DuckDBPyConnection", table: str, rows: list[tuple], width: int) -> None:
+    """Insert `rows` in one statement (one list parameter per column: executemany is a round trip per row)."""
+    if not rows:
+        return
+    columns = [list(column) for column in zip(*rows)]
+    con.execute(f"INSERT INTO {table} SELECT {', '.join(f'unnest(${i + 1})' for i in range(width))}", columns)
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _run_with_progress(con: "duckdb.DuckDBPyConnection", sql: str, progress: Callable[[float], None] | None) -> None:
+    """Run `sql`; while it runs, report DuckDB's own progress estimate (`query_progress`) every 0.2 s."""
+    if progress is None:
+        con.execute(sql)
+        return
+    error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            con.execute(sql)
+        except BaseException as caught:  # noqa: BLE001 - re-raised in the caller's thread
+            error.append(caught)
+
+    worker = threading.Thread(target=work, name="otel-titan-sql-load", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+        try:
+            done = con.query_progress()
+        except Exception:  # noqa: BLE001 - progress is best effort
+            done = -1
+        if done >= 0:
+            progress(float(done))
+    if error:
+        raise error[0]
+
+
+def open_run(
+    path: str | os.PathLike[str],
+    *,
+    run_id: str | None = None,
+    align: bool = True,
+    database: str | None = None,
+    ranks: list[int] | None = None,
+    sources: list[str] | None = None,
+    scheduler: str | None = None,
+) -> RunDatabase:
+    """A `RunDatabase` for the run at `path` (a run directory, its ``structured_logs/``, or one .jsonl file).
+
+    `run_id`: the run when the folder holds several (default: the latest, as
+    ``summarize``). `align`: subtract each host's clock offset from its times.
+    `database`: a ``.duckdb`` file to build the database in (``--save``; it
+    must not exist yet), else in memory. `scheduler`: a Dask scheduler's
+    address; its workers read the files on `RunDatabase.load`. Reads one line per process;
+    `RunDatabase.load` reads the rest and aligns the clocks.
+    Raises `NotARunError` / `NoRecordsError` as ``summarize``, `MissingDependencyError`
+    without duckdb, `FileExistsError` when `database` exists.
+    """
+    duckdb = require_duckdb()
+    run, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=False), run_id)
+    if not run.processes:
+        raise NoRecordsError(f"{run.log_dir}: no process left after the filters")
+    if database is not None:
+        if os.path.exists(database):
+            raise FileExistsError(f"{database} exists already (--save writes a new database; remove it or pick another name)")
+        con = duckdb.connect(database)
+    else:
+        con = duckdb.connect()
+    # query_progress needs the progress bar on; DuckDB must not print its own (it would mix into the output).
+    con.execute("SET enable_progress_bar = true")
+    con.execute("SET enable_progress_bar_print = false")
+    for ddl in (_PROCESS_INFO, _FILES, _CLOCK, _RECORDS, *VIEWS.values()):
+        con.execute(ddl)
+    info_rows, file_rows, paths, total = [], [], [], 0
+    for index, process in enumerate(run.processes):
+        info_rows.append((index, process.run_id, process.source, process.rank, process.host_name, process.pid, process.attempt,
+                          process.world_size, os.path.basename(process.base), len(process.segments), process.size, 0))
+        for segment, file_path in enumerate(process.segments):
+            file_rows.append((file_path, index, segment))
+            paths.append(file_path)
+        total += process.size
+    _insert_columns(con, "process_info", info_rows, 12)
+    _insert_columns(con, "files", file_rows, 3)
+    return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align, scheduler=scheduler,
+                       clock="turned off (--no-align)" if not align else "")
+
+
+def open_saved(path: str) -> RunDatabase:
+    """Open a database written by ``--save`` (read-only): its tables and views as they were saved."""
+    duckdb = require_duckdb()
+    try:
+        con = duckdb.connect(path, read_only=True)
+    except duckdb.Error as error:
+        raise NoRecordsError(f"{path}: not a DuckDB database written by `otel-titan sql --save` ({error})") from error
+    tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    missing = sorted({*VIEWS, "records", "process_info"} - tables)
+    if missing:
+        con.close()
+        raise NoRecordsError(f"{path}: not a database written by `otel-titan sql --save` (no {', '.join(missing)})")
+    return RunDatabase(con=con, loaded=True)

@@ -1,0 +1,111 @@
+"""The last records of a process, read from the end of its files: where it stopped, without reading the rest.
+
+Why: "where did every rank stop" is the first question after a hang, and at
+1,000 ranks of gigabytes each a full read takes minutes where the answer sits
+in the last few kB of each file. `tail_records` seeks to the end of the
+newest segment and reads backwards in blocks until it holds at least
+`MIN_LINES` complete lines, one of them a program record (not the logger's
+own ``heartbeat`` / ``signal_received`` / ``closed``), continuing into older
+segments when the newest has too little, down to the whole chain when
+needed (a process that logged nothing: a full read is the only way to be
+sure, and such files are tiny).
+
+The lines come back in file order, parsed and checked exactly as a full read
+would (`read.lines.file_records` on the bytes read), so a summary of the
+tails agrees with one of the whole files on everything the tails hold.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+from otel_titan.analysis.read.records import META_EVENTS, ProcessLog
+from otel_titan.analysis.read.lines import SkippedLines, file_records
+
+__all__ = ["tail_records", "ends_torn", "TAIL_BLOCK", "MIN_LINES"]
+
+#: Bytes read per step backwards.
+TAIL_BLOCK = 32 << 10
+#: Complete lines wanted before stopping (covers a step's nest of open spans in a training loop).
+MIN_LINES = 24
+
+
+def ends_torn(process: ProcessLog) -> bool:
+    """Whether the newest non-empty segment ends without a newline: a write cut short (SIGKILL, crash) or still in progress.
+
+    Example:
+        >>> # ends_torn(process)  → True for a SIGKILLed process's file
+    """
+    for path in reversed(process.segments):
+        try:
+            with open(path, "rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                if size == 0:
+                    continue
+                handle.seek(size - 1)
+                return handle.read(1) != b"\n"
+        except OSError:
+            continue
+    return False
+
+
+def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES) -> tuple[list[dict[str, Any]], bool]:
+    """(the last records of `process`, in file order; whether they are all of them).
+
+    Example:
+        >>> # records, whole = tail_records(process, SkippedLines(log=False))
+        >>> # records[-1]["log_type_name"]   → 'all_reduce_start'
+    """
+    chunks: list[list[dict[str, Any]]] = []
+    lines = 0
+    program = False
+    whole = True
+    for index in range(len(process.segments) - 1, -1, -1):
+        records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program)
+        chunks.append(records)
+        lines += len(records)
+        program = program or any(r["log_type_name"] not in META_EVENTS for r in records)
+        if not at_start:
+            whole = False
+            break
+        if lines >= min_lines and program:
+            whole = index == 0
+            break
+    out: list[dict[str, Any]] = []
+    for records in reversed(chunks):
+        out.extend(records)
+    return out, whole
+
+
+def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool) -> tuple[list[dict[str, Any]], bool]:
+    """The last complete lines of one file, parsed; and whether the file was read from its start."""
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        skipped.add(path, 0, f"cannot open ({error.strerror or error})")
+        return [], True
+    quiet = SkippedLines(log=False)
+    with handle:
+        size = handle.seek(0, os.SEEK_END)
+        position = size
+        data = b""
+        block = TAIL_BLOCK
+        while position > 0:
+            read = min(block, position)
+            position -= read
+            handle.seek(position)
+            data = handle.read(read) + data
+            block *= 2  # a file of long lines needs few rounds
+            if position == 0:
+                break
+            window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
+            records = list(file_records(path, quiet, None, source=io.BytesIO(window)))
+            if len(records) >= min_lines and (not need_program or any(r["log_type_name"] not in META_EVENTS for r in records)):
+                break
+    if position > 0:
+        data = data[data.index(b"\n") + 1 :]  # drop the partial first line
+    # Parsed again, now counting what is skipped, exactly as a full read parses (torn last line, bad lines and all).
+    records = list(file_records(path, skipped, None, source=io.BytesIO(data)))
+    return records, position == 0

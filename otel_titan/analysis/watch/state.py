@@ -1,0 +1,344 @@
+"""What one process is doing, as its records say: updated record by record, bounded in memory.
+
+`ProcessState.apply` is the only way a record changes it, and it looks at
+nothing but the record and the time the watcher read it (`arrival`, seconds
+on the watcher's clock): a process's state is a pure function of what it
+wrote, so a run replayed from its files gives the states it gave live.
+
+Two clocks, each for what it is good at. Durations (a step, a phase, the wait
+inside the step-closing collective) come from the process's own timestamps:
+differences on one clock, untouched by host clock offsets and drift.
+Liveness ("nothing new for 20 s") comes from `arrival`: the watcher's clock
+alone, so a host whose clock is off by a minute does not look hung.
+
+Memory: the last `STEPS_KEPT` steps' facts, the spans open now, and one
+learned longest duration per span name (at most `NAMES_KEPT` names).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_titan.analysis.model.hang import program_line
+from otel_titan.analysis.read.records import read_mesh
+from otel_titan.schema import META_EVENTS, Field, MetaEvent
+
+__all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT"]
+
+#: Steps whose facts are kept per process (the detectors look at most this far back).
+STEPS_KEPT = 96
+#: Values kept per phase for the slow rule (its recent window and baseline fit in it).
+SERIES_KEPT = 64
+#: Span names whose longest duration is learned, per process (a run logging a new name per step stays bounded).
+NAMES_KEPT = 256
+
+#: Names of spans that wait for other ranks (torch.distributed's collectives and point-to-point, and the
+#: usual wrappers). A rank waiting in one is a victim of a hang, not its cause.
+_COLLECTIVE = re.compile(
+    r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|barrier|\breduce\b|^reduce|scatter|gather|"
+    r"send|recv|isend|irecv|p2p|collective|allreduce|sync|wait|nccl|gloo)",
+    re.IGNORECASE,
+)
+
+def is_collective(name: str | None) -> bool:
+    """Whether a span's name says it waits for other ranks (``all_reduce``, ``barrier``, ``recv``, …).
+
+    Example:
+        >>> is_collective("all_reduce"), is_collective("grad_sync"), is_collective("data_fetch"), is_collective(None)
+        (True, True, False, False)
+    """
+    if not name:
+        return False
+    known = _COLLECTIVE_NAMES.get(name)
+    if known is None:
+        known = _COLLECTIVE.search(name) is not None
+        if len(_COLLECTIVE_NAMES) < 4096:  # a run with a new span name per step must not grow it without bound
+            _COLLECTIVE_NAMES[name] = known
+    return known
+
+
+#: Span name → is_collective (a refresh at 1,024 ranks asks it a quarter of a million times).
+_COLLECTIVE_NAMES: dict[str, bool] = {}
+
+
+def mesh_coordinates(record: dict[str, Any]) -> dict[str, int]:
+    """A process's mesh coordinates from its opening record's ``mesh`` field (docs/schema.md); empty without one.
+
+    Every dimension the job declared is kept, whatever its name (``pp``,
+    ``dp_shard``, ``cp``, ``tp``, ``ep``, or one of the job's own): dropping a
+    name the watcher does not know would put ranks that do different work in
+    one peer group. Read as the reader reads it (`read.records`), so `watch` and
+    `summarize` group the same ranks; a malformed field counts as no mesh.
+
+    Example:
+        >>> mesh_coordinates({"mesh": {"pp": 1, "dp_shard": 3, "stage": 0}}), mesh_coordinates({"mesh": {"pp": "1"}}), mesh_coordinates({})
+        ({'pp': 1, 'dp_shard': 3, 'stage': 0}, {}, {})
+    """
+    return read_mesh(record.get(Field.MESH)) or {}
+
+
+@dataclass
+class LiveSpan:
+    """A span open now: started, not ended."""
+
+    name: str
+    span_id: Any
+    parent: Any
+    start_us: int
+    step: int | None
+    caller: str | None
+    #: Order of its start among this process's records (nesting follows parent ids, then this order; never timestamps).
+    order: int
+    arrival: float
+
+
+@dataclass
+class StepFacts:
+    """One finished step of one process, on its own clock."""
+
+    step: int
+    begin_us: int
+    duration_ms: float | None = None
+    #: Phase name → total ms in this step (spans that ended in it); and the names that were top level.
+    phases: dict[str, float] = field(default_factory=dict)
+    top: set = field(default_factory=set)
+    #: The step-closing collective (the last top-level span that ended in the step), and the ms spent in it.
+    closing: str | None = None
+    closing_ms: float | None = None
+    tokens: float | None = None
+
+
+@dataclass
+class BlackBox:
+    """The newest black box (``stall`` record) of a process: why it was written and where the process was."""
+
+    arrival: float
+    time_us: int
+    reason: str | None
+    where: str | None
+    frame: str | None
+    open_spans: list[str]
+    flight_recorder: bool
+    #: The flight recorder's last collective enqueued on the default process group (pg 0: every rank is in it).
+    default_pg_enqueued: int | None = None
+
+
+_TOKEN_SCALARS = frozenset({"tokens", "num_tokens", "ntokens", "n_tokens", "tokens_per_step", "batch_tokens"})
+
+
+class ProcessState:
+    """One process as its records describe it (see the module docstring).
+
+    Example:
+        >>> p = ProcessState("x.jsonl", label="training rank 0", source="training", rank=0)
+        >>> p.apply({"log_type_name": "fwd_start", "log_type": "event", "span_id": "a", "time_us": 10, "step": 1}, arrival=1.0)
+        >>> p.innermost().name, p.step
+        ('fwd', 1)
+        >>> p.apply({"log_type_name": "fwd_end", "log_type": "event", "span_id": "a", "time_us": 30, "value": 0.02, "step": 1}, arrival=1.1)
+        >>> p.innermost() is None, p.progress_arrival
+        (True, 1.1)
+    """
+
+    def __init__(self, key: str, *, label: str, source: str, rank: int | None, attempt: int | None = None, run_id: str | None = None,
+                 host: str | None = None, world_size: int | None = None, pid: int | None = None) -> None:
+        self.key, self.label, self.source, self.rank = key, label, source, rank
+        self.attempt, self.run_id, self.host, self.world_size, self.pid = attempt, run_id, host, world_size, pid
+        self.coords: dict[str, int] = {}
+        self.first_arrival: float | None = None
+        self.last_arrival: float | None = None
+        #: Watcher time of the last progress: a span that ended, a new step, a program instant.
+        self.progress_arrival: float | None = None
+        self.opened_us: int | None = None
+        self.last_us: int | None = None
+        self.program_records = 0
+        self.records = 0
+        self.step: int | None = None
+        self.open: dict[Any, LiveSpan] = {}
+        self._order = 0
+        self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
+        #: Per phase (not the step-closing collective, not a collective): its time in each finished step that had it,
+        #: the newest last: what the slow rule takes medians of, kept as steps finish (not rebuilt per refresh).
+        self.series: dict[str, deque[float]] = {}
+        self._current: StepFacts | None = None
+        self._last_top: tuple[str, float] | None = None
+        #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
+        self.span_max_ms: dict[str, float] = {}
+        self.gap_max_ms = 0.0
+        self._last_program_us: int | None = None
+        self.closed = False
+        self.signal: str | None = None
+        self.signal_arrival: float | None = None
+        self.black_box: BlackBox | None = None
+        self.last_end: str | None = None
+        #: Facts the follower adds (not from records): since when its last line sits torn, whether its file vanished.
+        self.torn_since: float | None = None
+        self.gone = False
+
+    # -- reading records -----------------------------------------------------------------------
+    def apply(self, record: dict[str, Any], arrival: float) -> None:
+        """Update from one record read at watcher time `arrival` (seconds)."""
+        self.records += 1
+        if self.first_arrival is None:
+            self.first_arrival = arrival
+        self.last_arrival = arrival
+        name = record["log_type_name"]
+        time_us = record["time_us"]
+        if self.last_us is None or time_us > self.last_us:
+            self.last_us = time_us
+        if name in META_EVENTS:
+            self._meta(name, record, arrival)
+            return
+        self.program_records += 1
+        if self._last_program_us is not None:
+            gap = (time_us - self._last_program_us) / 1000.0
+            if gap > self.gap_max_ms:
+                self.gap_max_ms = gap
+        self._last_program_us = time_us
+        step = record.get("step")
+        if type(step) is int and (self.step is None or step > self.step):
+            self._new_step(step, time_us)
+            self.progress_arrival = arrival
+        kind = record["log_type"]
+        if kind == "event" and name.endswith("_start"):
+            self._order += 1
+            span_id = record.get("span_id") or (name[:-6], self._order)
+            self.open[span_id] = LiveSpan(name[:-6], span_id, record.get("parent_span_id"), time_us, step if type(step) is int else None,
+                                          record.get("caller") if isinstance(record.get("caller"), str) else None, self._order, arrival)
+        elif kind == "event" and name.endswith("_end"):
+            self._end(name[:-4], record, arrival)
+        elif kind == "event":
+            pass  # _error: its _end follows
+        else:
+            self.progress_arrival = arrival
+            if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
+                value = record.get("value")
+                if type(value) in (int, float):
+                    self._current.tokens = float(value)
+
+    def apply_stacks(self, dump: dict[str, Any], arrival: float) -> bool:
+        """Take a faulthandler dump of its side file (`hang.read_faulthandler_stacks`) as its black box; True when taken.
+
+        The side file is the black box of a process whose C call held the
+        interpreter lock past the threshold, so that no ``stall`` record could
+        be written. Taken only when dumped after the process's last record and
+        after any black box already held (same host, same wall clock): a dump
+        of a stall it recovered from is not where it is now.
+        """
+        time_us = dump.get("time_us")
+        if type(time_us) is not int or (self.last_us is not None and time_us <= self.last_us):
+            return False
+        if self.black_box is not None and self.black_box.time_us >= time_us:
+            return False
+        self.black_box = _black_box({"time_us": time_us, "reason": "faulthandler", "threads": dump.get("threads"), "open_spans": [], "flight_recorder": None}, arrival)
+        return True
+
+    def _meta(self, name: str, record: dict[str, Any], arrival: float) -> None:
+        if name == MetaEvent.OPENED:
+            self.opened_us = record["time_us"]
+            self.coords = mesh_coordinates(record) or self.coords
+            if type(record.get("world_size")) is int:
+                self.world_size = record["world_size"]
+        elif name == MetaEvent.CLOSED:
+            self.closed = True
+        elif name == MetaEvent.SIGNAL_RECEIVED:
+            self.signal = record.get("signal") if isinstance(record.get("signal"), str) else "signal"
+            self.signal_arrival = arrival
+        elif name == MetaEvent.STALL:
+            self.black_box = _black_box(record, arrival)
+
+    def _end(self, name: str, record: dict[str, Any], arrival: float) -> None:
+        span_id = record.get("span_id")
+        span = self.open.pop(span_id, None) if span_id is not None else None
+        if span is None:  # no span id (torchtitan's files): the newest open span of that name
+            for key in sorted((k for k, s in self.open.items() if s.name == name), key=lambda k: -self.open[k].order)[:1]:
+                span = self.open.pop(key)
+        self.progress_arrival = arrival
+        self.last_end = name
+        value = record.get("value")
+        ms = float(value) if type(value) in (int, float) else (None if span is None else (record["time_us"] - span.start_us) / 1000.0)
+        if ms is None or ms != ms:
+            return
+        if name in self.span_max_ms or len(self.span_max_ms) < NAMES_KEPT:
+            if ms > self.span_max_ms.get(name, 0.0):
+                self.span_max_ms[name] = ms
+        step = record.get("step")
+        current = self._current
+        if current is not None and step == current.step:
+            current.phases[name] = current.phases.get(name, 0.0) + ms
+            top = (span.parent is None) if span is not None else (record.get("parent_span_id") is None)
+            if top:
+                current.top.add(name)
+                self._last_top = (name, ms)
+
+    def _new_step(self, step: int, time_us: int) -> None:
+        current = self._current
+        if current is not None:
+            current.duration_ms = (time_us - current.begin_us) / 1000.0
+            if self._last_top is not None:
+                current.closing, current.closing_ms = self._last_top
+            self.steps.append(current)
+            for name, ms in current.phases.items():
+                if name != current.closing and not is_collective(name):
+                    series = self.series.get(name)
+                    if series is None:
+                        if len(self.series) >= NAMES_KEPT:
+                            continue
+                        series = self.series[name] = deque(maxlen=SERIES_KEPT)
+                    series.append(ms)
+        self.step = step
+        self._current = StepFacts(step=step, begin_us=time_us)
+        self._last_top = None
+
+    # -- questions -----------------------------------------------------------------------------
+    def innermost(self) -> LiveSpan | None:
+        """The innermost open span: one no other open span names as parent, the latest started of those."""
+        if not self.open:
+            return None
+        parents = {s.parent for s in self.open.values()}
+        leaves = [s for s in self.open.values() if s.span_id not in parents]
+        return max(leaves or self.open.values(), key=lambda s: s.order)
+
+    def open_names(self) -> list[str]:
+        """Open spans, outermost first (by start order)."""
+        return [s.name for s in sorted(self.open.values(), key=lambda s: s.order)]
+
+    @property
+    def silent(self) -> bool:
+        """Nothing but the logger's own records so far: it has done nothing since init."""
+        return self.program_records == 0
+
+    def ended(self) -> str | None:
+        """``closed``, ``terminated`` or ``crashed`` once the process is known to be over, else None."""
+        if self.closed:
+            return "closed"
+        if self.signal is not None:
+            return "terminated"
+        if self.torn_since is not None:
+            return "crashed"
+        return None
+
+
+def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
+    """The facts of a stall record that `watch` shows: the main thread's innermost frame of the program's code, the open spans."""
+    frame = where = None
+    threads = record.get("threads")
+    if isinstance(threads, list):
+        main = next((t for t in threads if isinstance(t, dict) and t.get("main")), None) or next((t for t in threads if isinstance(t, dict)), None)
+        frames = main.get("frames") if isinstance(main, dict) else None
+        if isinstance(frames, list) and frames:
+            frame = program_line([f for f in frames if isinstance(f, dict)])
+    spans = record.get("open_spans")
+    names = [s.get("name") for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
+    where = record.get("where") if isinstance(record.get("where"), str) else None
+    fr = record.get("flight_recorder")
+    enqueued = None
+    status = fr.get("pg_status") if isinstance(fr, dict) else None
+    if isinstance(status, dict):
+        pg0 = status.get("0", status.get(0))  # type: ignore[call-overload]
+        if isinstance(pg0, dict) and type(pg0.get("last_enqueued_collective")) is int:
+            enqueued = pg0["last_enqueued_collective"]
+    return BlackBox(arrival=arrival, time_us=record["time_us"], reason=record.get("reason") if isinstance(record.get("reason"), str) else None,
+                    where=where, frame=frame, open_spans=names, flight_recorder=isinstance(fr, dict) and "error" not in fr, default_pg_enqueued=enqueued)

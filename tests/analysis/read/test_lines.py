@@ -1,0 +1,169 @@
+"""One file → its usable records: whatever the bytes, nothing crashes, and every skipped line is named."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import orjson
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otel_titan import structured_logger as sl
+from otel_titan.analysis.read import lines as record_lines
+from otel_titan.analysis.read.lines import SkippedLines, file_records
+from tests.helpers.analysis import titan_record, write_jsonl
+from tests.conftest import jsonl_files
+
+
+def read(path, **kwargs):
+    skipped = SkippedLines(**kwargs)
+    return list(file_records(str(path), skipped)), skipped
+
+
+def test_a_real_file_reads_back_record_for_record(logged, run_dir):
+    logged()
+    sl.set_step(1)
+    with sl.log_trace_span("fwd_bwd"):
+        sl.log_trace_scalar({"loss": 2.5})
+    sl.shutdown_structured_logger()
+    (path,) = jsonl_files(run_dir)
+    records, skipped = read(path)
+    with open(path) as handle:
+        assert records == [json.loads(line) for line in handle]
+    assert skipped.count == 0 and [r["log_type_name"] for r in records][1:4] == ["fwd_bwd_start", "metric_value", "fwd_bwd_end"]
+
+
+def test_torn_last_line_is_skipped_with_file_and_line_and_the_rest_kept(tmp_path, caplog):
+    good = [titan_record("a_start", 0), titan_record("a_end", 1, value=1.0)]
+    path = write_jsonl(tmp_path / "x.jsonl", good)
+    with open(path, "ab") as handle:
+        handle.write(json.dumps(titan_record("b_start", 2)).encode()[:57])  # a crash mid-write: no newline
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        records, skipped = read(path)
+    assert records == good
+    assert skipped.count == 1 and skipped.by_file[str(path)] == 1
+    assert f"{path}:3: truncated last line" in caplog.text
+
+
+def test_every_kind_of_bad_line_is_skipped_counted_and_named(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(record_lines, "WARNINGS_PER_FILE", 20)
+    lines = [
+        titan_record("ok_start", 0),  # 1
+        b"\xff\xfe not utf-8 \xc3\x28",  # 2
+        "[1, 2, 3]",  # 3: JSON, not an object
+        '{"time_us": 5, "log_type": "event"}',  # 4: no log_type_name
+        '{"log_type_name": "x_start", "log_type": "event"}',  # 5: no timestamp
+        '{"log_type_name": "x_start", "time_us": "soon"}',  # 6: timestamp of the wrong type
+        "",  # 7: blank: nothing lost, not counted
+        '{"unterminated": ',  # 8
+        "null",  # 9
+        titan_record("ok_end", 1, value=1.0),  # 10
+    ]
+    path = write_jsonl(tmp_path / "x.jsonl", lines)
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        records, skipped = read(path)
+    assert [r["log_type_name"] for r in records] == ["ok_start", "ok_end"]
+    assert skipped.count == 7
+    messages = [r.getMessage() for r in caplog.records]
+    for line_no, reason in [(2, "malformed JSON or invalid UTF-8"), (3, "not a JSON object (list)"), (4, "no log_type_name"), (5, "no timestamp"), (6, "no timestamp"), (8, "malformed JSON")]:
+        assert any(m.startswith(f"{path}:{line_no}: {reason}") for m in messages), (line_no, messages)
+
+
+def test_warnings_stop_after_a_few_per_file_but_counting_goes_on(tmp_path, caplog):
+    path = write_jsonl(tmp_path / "garbage.jsonl", ["not json"] * 50 + [titan_record("a_start", 0)])
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        records, skipped = read(path)
+    assert len(records) == 1 and skipped.count == 50
+    assert len(caplog.records) == record_lines.WARNINGS_PER_FILE + 1
+    assert "only counting them from now on" in caplog.records[-1].getMessage()
+
+
+def test_torchtitan_bare_nan_and_infinity_are_read(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"log_type": "instant", "log_type_name": "metric_value", "event_name": "loss", "value": NaN, "time_us": 5}\n{"log_type": "instant", "log_type_name": "metric_value", "event_name": "gnorm", "value": Infinity, "time_us": 6}\n')
+    records, skipped = read(path)
+    assert skipped.count == 0 and records[0]["value"] != records[0]["value"] and records[1]["value"] == float("inf")
+
+
+def test_missing_time_us_and_log_type_are_derived(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [{"log_type_name": "fwd_start", "time_ms": 12}, {"log_type_name": "ping", "time": 3.5}])
+    records, _ = read(path)
+    assert [(r["time_us"], r["log_type"]) for r in records] == [(12_000, "event"), (3_500_000, "instant")]
+
+
+def test_crlf_and_a_final_line_without_newline_that_parses_are_kept(tmp_path):
+    path = tmp_path / "t.jsonl"
+    first, second = (json.dumps(titan_record(n, i)) for i, n in enumerate(["a_start", "a_end"]))
+    path.write_bytes(first.encode() + b"\r\n" + second.encode())
+    records, skipped = read(path)
+    assert [r["log_type_name"] for r in records] == ["a_start", "a_end"] and skipped.count == 0
+
+
+def test_a_line_longer_than_the_limit_is_skipped_without_being_held(tmp_path, monkeypatch):
+    monkeypatch.setattr(record_lines, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(record_lines, "BLOCK_BYTES", 256)
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(titan_record("a_start", 0)).encode()
+    path.write_bytes(good + b"\n" + b"x" * 5000 + b"\n" + good + b"\n" + b"y" * 3000)
+    records, skipped = read(path, log=False)
+    assert len(records) == 2 and skipped.count == 2
+    assert skipped.examples == [f"{path}:2: line longer than 0 MiB; line skipped", f"{path}:4: line longer than 0 MiB; line skipped"]
+
+
+def test_lines_spanning_block_boundaries_are_reassembled(tmp_path, monkeypatch):
+    monkeypatch.setattr(record_lines, "BLOCK_BYTES", 7)  # every line crosses several blocks
+    wanted = [titan_record(f"s{i}_start", i) for i in range(20)]
+    records, skipped = read(write_jsonl(tmp_path / "t.jsonl", wanted))
+    assert records == wanted and skipped.count == 0
+
+
+def test_an_unreadable_file_is_skipped_and_named(tmp_path):
+    records, skipped = read(tmp_path / "gone.jsonl", log=False)
+    assert records == [] and skipped.count == 1 and "gone.jsonl:0: cannot open" in skipped.examples[0]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(noise=st.lists(st.binary(max_size=80), max_size=8), position=st.integers(min_value=0, max_value=3))
+def test_random_bytes_between_good_lines_never_crash_and_never_lose_the_good_lines(tmp_path, noise, position):
+    good = [json.dumps(titan_record(f"p{i}_start", i)).encode() for i in range(3)]
+    garbage = [n.replace(b"\n", b" ") for n in noise]
+    lines = good[:position] + garbage + good[position:]
+    path = tmp_path / "fuzz.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    records, skipped = read(path, log=False)
+    names = [r["log_type_name"] for r in records]
+    assert [n for n in names if n in ("p0_start", "p1_start", "p2_start")] == ["p0_start", "p1_start", "p2_start"]
+    assert len(records) + skipped.count <= len(lines)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(blob=st.binary(max_size=2000))
+def test_any_file_content_reads_without_an_exception(tmp_path, blob):
+    path = tmp_path / "blob.jsonl"
+    path.write_bytes(blob)
+    records, skipped = read(path, log=False)
+    assert all(isinstance(r, dict) and type(r["time_us"]) is int for r in records)
+
+
+def test_lone_surrogates_in_valid_json_are_escaped_counted_and_the_line_kept(tmp_path, caplog):
+    """``"\\ud800"`` is valid JSON (our writer writes it for a lone surrogate), but no encoder can write it back."""
+    lines = [
+        titan_record("fwd\ud800_start", 0, step_tags=["a\udc80"]),  # json.dumps writes the \ud800 escapes
+        b'{"log_type_name": "raw\xed\xa0\x80_start", "time_us": 7, "k\\udfff": 1}',  # a surrogate as raw bytes, one in a key
+        titan_record("ok_end", 1, value=1.0),
+    ]
+    path = write_jsonl(tmp_path / "x.jsonl", lines)
+    with open(path, "ab") as handle:
+        handle.write(b'{"log_type_name": "torn\\udfff", "time_us": 9}')  # the last line, without its newline
+    with caplog.at_level(logging.WARNING, logger="otel_titan.analysis"):
+        records, skipped = read(path)
+    assert [r["log_type_name"] for r in records] == ["fwd\\ud800_start", "raw\\ud800_start", "ok_end", "torn\\udfff"]
+    assert records[0]["step_tags"] == ["a\\udc80"] and records[1]["k\\udfff"] == 1
+    assert skipped.count == 0 and skipped.repaired == 3 and skipped.repaired_by_file[str(path)] == 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"{path}:1: 3 strings with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept" in messages  # name, message, tag
+    assert any(m.startswith(f"{path}:2: 2 strings") for m in messages) and any(m.startswith(f"{path}:4: 1 string ") for m in messages)
+    for record in records:
+        orjson.dumps(record)  # nothing left that an encoder refuses

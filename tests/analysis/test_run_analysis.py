@@ -1,0 +1,54 @@
+"""`RunAnalysis`, the front: one run read once, the same answers as the commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis import RunAnalysis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_a_hung_run_is_answered_from_one_read_and_agrees_with_summarize(tmp_path):
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=8, steps=12, seed=1, hung=(5, 9), black_boxes=True))
+    analysis = RunAnalysis(run, log_skipped=False)
+    assert "not read yet" in repr(analysis)
+    hang = analysis.hang()
+    assert hang is not None and "read" in repr(analysis)
+    # The model is kept: with the files gone, every later question is still answered, the same way.
+    shutil.rmtree(run)
+    assert analysis.hang() is hang
+    assert any(line.startswith("hung:") or "rank 5" in line for line in analysis.headline()["diagnosis"]), analysis.headline()["diagnosis"]
+    assert "rank 5" in analysis.text()
+    assert [p.rank for p in analysis.processes()] == list(range(8))
+    assert analysis.missing() == []
+
+
+def test_the_front_gives_what_the_commands_give(tmp_path):
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=16, steps=30, seed=3, noise=0.05, straggler=(11, "bwd", 25.0)))
+    analysis = RunAnalysis(run, log_skipped=False)
+    findings = analysis.stragglers(headline_only=True)
+    assert {f.rank for f in findings if f.verdict == "straggler"} == {11}
+    assert "rank 11" in analysis.text().split("Look first at", 1)[1]
+    command = subprocess.run([sys.executable, "-m", "otel_titan.cli", "summarize", run, "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert command.returncode == 0, command.stderr
+    printed = json.loads(command.stdout)
+    mine = json.loads(json.dumps(analysis.to_json(), default=str))
+    assert printed["headline"]["diagnosis"] == mine["headline"]["diagnosis"]
+    assert list(printed)[0] == list(mine)[0] == "headline"
+    assert printed["stragglers"] == mine["stragglers"]
+
+
+def test_tail_mode_answers_where_each_rank_stopped(tmp_path):
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=8, steps=12, seed=2, hung=(3, 7), black_boxes=True))
+    full, tail = RunAnalysis(run, log_skipped=False), RunAnalysis(run, tail=True, log_skipped=False)
+    assert tail.summary.tail_only and not full.summary.tail_only
+    assert tail.headline()["groups"] == full.headline()["groups"]

@@ -1,0 +1,125 @@
+"""One process's live state: nesting by parent ids, steps, black boxes, mesh coordinates, bounded memory."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+from otel_titan.analysis.watch.detect import Detector
+from otel_titan.analysis.watch.state import NAMES_KEPT, SERIES_KEPT, STEPS_KEPT, ProcessState, is_collective, mesh_coordinates
+from otel_titan.core.blackbox import thread_stacks
+
+
+def rec(name, t, **extra):
+    return {"log_type_name": name, "log_type": "event" if name.endswith(("_start", "_end")) else "instant", "time_us": t, **extra}
+
+
+def test_nesting_follows_parent_ids_not_timestamps():
+    p = ProcessState("k", label="r0", source="training", rank=0)
+    # The child starts in the same microsecond as its parent, and its record comes first (another thread wrote it).
+    p.apply(rec("bwd_start", 100, span_id="c", parent_span_id="p", step=1), 1.0)
+    p.apply(rec("fwd_bwd_start", 100, span_id="p", step=1), 1.0)
+    assert p.innermost().name == "bwd" and p.open_names() == ["bwd", "fwd_bwd"]
+
+
+def test_a_step_s_facts_phases_and_the_closing_collective_wait():
+    p = ProcessState("k", label="r0", source="training", rank=0)
+    for step, t in ((1, 0), (2, 100_000)):
+        p.apply(rec("fwd_start", t, span_id=f"f{step}", step=step), 1.0)
+        p.apply(rec("fwd_end", t + 60_000, span_id=f"f{step}", step=step, value=60.0), 1.0)
+        p.apply(rec("all_reduce_start", t + 60_000, span_id=f"a{step}", step=step), 1.0)
+        p.apply(rec("all_reduce_end", t + 99_000, span_id=f"a{step}", step=step, value=39.0), 1.0)
+    p.apply(rec("fwd_start", 200_000, span_id="f3", step=3), 1.0)
+    first, second = p.steps
+    assert first.duration_ms == 100.0 and first.phases == {"fwd": 60.0, "all_reduce": 39.0}
+    assert first.closing == "all_reduce" and first.closing_ms == 39.0
+    assert list(p.series) == ["fwd"], "the collective is not a phase of the slow rule"
+    assert p.span_max_ms == {"fwd": 60.0, "all_reduce": 39.0}
+
+
+def test_a_black_box_gives_the_main_thread_s_innermost_frame():
+    p = ProcessState("k", label="r0", source="training", rank=0)
+    p.apply({"log_type_name": "stall", "log_type": "instant", "time_us": 5, "reason": "trigger",
+             "threads": [{"thread_name": "loader", "main": False, "frames": [{"file": "x.py", "line": 1, "function": "f"}]},
+                         {"thread_name": "MainThread", "main": True, "frames": [{"file": "train.py", "line": 42, "function": "load_batch"}]}],
+             "open_spans": [], "flight_recorder": None}, 2.0)
+    assert p.black_box.frame == "train.py:42 load_batch" and p.black_box.reason == "trigger" and not p.black_box.flight_recorder
+
+
+def test_a_black_box_names_the_program_s_line_not_the_library_frame_it_is_stuck_in():
+    # A real stack: a thread blocked in queue.get (a data loader's wait), read by the writer's own black box code.
+    # Its innermost frames are the standard library's (threading.py's wait); the line a user must read is the
+    # program's call into it, as summarize's Hang section shows it (hang.program_line).
+    jobs: queue.Queue = queue.Queue()
+    started = threading.Event()
+
+    def load_batch():
+        started.set()
+        jobs.get(timeout=30)
+
+    loader = threading.Thread(target=load_batch, name="stuck-loader")
+    loader.start()
+    try:
+        started.wait(5)
+        time.sleep(0.05)
+        stacks = [t for t in thread_stacks() if t["thread_name"] == "stuck-loader"]
+    finally:
+        jobs.put(None)
+        loader.join(5)
+    assert stacks and "threading.py" in stacks[0]["frames"][0]["file"], stacks
+    stacks[0]["main"] = True
+    p = ProcessState("k", label="r0", source="training", rank=0)
+    p.apply({"log_type_name": "stall", "log_type": "instant", "time_us": 5, "reason": "trigger", "where": "between_spans",
+             "threads": stacks, "open_spans": [], "flight_recorder": None}, 2.0)
+    assert p.black_box.frame is not None and p.black_box.frame.endswith(" load_batch"), p.black_box.frame
+    assert "test_state.py:" in p.black_box.frame and p.black_box.where == "between_spans"
+
+
+def test_mesh_coordinates_and_collective_names():
+    assert mesh_coordinates({"mesh": {"pp": 1, "dp": 3, "tp": 0}}) == {"pp": 1, "tp": 0, "dp": 3}
+    assert mesh_coordinates({"mesh": {"stage": 1, "dp_shard": 3}, "tp_rank": 2}) == {"stage": 1, "dp_shard": 3}  # the field alone, every name
+    assert [is_collective(n) for n in ("all_reduce", "barrier", "pp_recv", "grad_sync", "fwd", "optimizer", "data_fetch")] == [True, True, True, True, False, False, False]
+
+
+def test_memory_stays_bounded_however_long_the_job_runs():
+    p = ProcessState("k", label="r0", source="training", rank=0)
+    for step in range(1, 5001):
+        t = step * 1000
+        name = f"phase_{step}"  # a new span name every step: the worst case
+        p.apply(rec(f"{name}_start", t, span_id=f"s{step}", step=step), float(step))
+        p.apply(rec(f"{name}_end", t + 500, span_id=f"s{step}", step=step, value=0.5), float(step))
+    assert len(p.steps) == STEPS_KEPT and len(p.span_max_ms) == NAMES_KEPT and len(p.series) <= NAMES_KEPT
+    assert all(len(v) <= SERIES_KEPT for v in p.series.values()) and not p.open
+
+
+def feed(detector, ranks, steps, t0=0.0, step_s=0.2):
+    for r in ranks:
+        detector.observe(f"r{r}", {"label": f"rank {r}", "source": "training", "rank": r, "world_size": len(ranks), "run_id": "x", "attempt": 0},
+                         [rec("structured_logger_opened", 0)], t0)
+    t = t0
+    for step in range(1, steps + 1):
+        for r in ranks:
+            us = int(t * 1e6)
+            detector.observe(f"r{r}", {}, [rec("fwd_start", us, step=step, span_id=f"f{r}{step}"), rec("fwd_end", us + 100_000, step=step, span_id=f"f{r}{step}", value=100.0),
+                                           rec("barrier_start", us + 100_000, step=step, span_id=f"b{r}{step}"), rec("barrier_end", us + 190_000, step=step, span_id=f"b{r}{step}", value=90.0)], t + 0.2)
+        t += step_s
+    return t
+
+
+def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
+    """Rank 0 alone runs a first eval (20 s) while the others wait in a barrier: not a hang at 8 s; one past 30 s is."""
+    detector = Detector()
+    t = feed(detector, [0, 1, 2], 10)
+    step = 11
+    detector.observe("r0", {}, [rec("eval_start", int(t * 1e6), step=step, span_id="e")], t)
+    for r in (1, 2):
+        detector.observe(f"r{r}", {}, [rec("barrier_start", int(t * 1e6), step=step, span_id=f"w{r}")], t)
+    events = []
+    for k in range(1, 21):
+        events += detector.evaluate(t + k)[1]
+    assert [e for e in events if e["kind"] == "hang"] == [], "a first eval of 20 s is not a hang"
+    for k in range(21, 40):
+        events += detector.evaluate(t + k)[1]
+    hangs = [e for e in events if e["kind"] == "hang"]
+    assert len(hangs) == 1 and hangs[0]["ranks"] == [0] and hangs[0]["phase"] == "eval"

@@ -82,7 +82,7 @@ def one_round(senders: int, batch: int, seconds: float, max_requests: int) -> tu
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
     try:
         line = watch.stderr.readline()  # type: ignore[union-attr]
-        endpoint = line.split("receiving OTLP on ", 1)[1].split(";", 1)[0]
+        endpoint = line.split(" on ", 1)[1].split(";", 1)[0]
         out: multiprocessing.Queue = multiprocessing.Queue()
         ready = multiprocessing.Event()
         workers = [multiprocessing.Process(target=sender, args=(endpoint, rank, batch, seconds, max_requests, ready, out)) for rank in range(senders)]

@@ -36,7 +36,7 @@ from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
-from otel_titan.receive import OtlpHttpReceiver, ReceiverError, Spool, parse_address
+from otel_titan.receive import OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, parse_address, receive_facts
 
 __all__ = ["main"]
 
@@ -127,6 +127,7 @@ examples:
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
   otel-titan watch outputs --once                  # one frame, then exit
   otel-titan watch --otlp 0.0.0.0:4318 --spool /tmp/job42 --json   # NFS or node-local files: receive over OTLP
+  otel-titan watch --otlp-grpc 0.0.0.0:4317 --spool /tmp/job42      # the same, OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)
 
 with --otlp, launch the ranks with OTEL_TITAN_OTLP_RECORDS=true and
 OTEL_EXPORTER_OTLP_ENDPOINT=http://THIS_HOST:PORT (or point a collector's logs there): every
@@ -236,6 +237,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--otlp", metavar="HOST:PORT",
                        help="receive the records over OTLP/HTTP on HOST:PORT (0.0.0.0:4318; port 0: any free one) from ranks launched with "
                        "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of reading their files")
+    watch.add_argument("--otlp-grpc", metavar="HOST:PORT",
+                       help="the same over OTLP/gRPC on HOST:PORT (0.0.0.0:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp")
     watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
     watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
@@ -579,10 +582,10 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--exit-on: {', '.join(wrong)} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
     if not args.interval > 0:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
-    if args.otlp is not None:
+    if args.otlp is not None or args.otlp_grpc is not None:
         return _watch_otlp(args, parser, kinds)
     if args.spool is not None:
-        parser.error("--spool: only with --otlp (without it, watch reads RUN_DIR's files)")
+        parser.error("--spool: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
     if args.run_dir is None:
         parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
     try:
@@ -594,11 +597,14 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: tuple[str, ...]) -> int:
-    """``watch --otlp HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
-    try:
-        host, port = parse_address(args.otlp)
-    except ValueError as error:
-        parser.error(f"--otlp: {error}")
+    """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
+    addresses = []
+    for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
+        if value is not None:
+            try:
+                addresses.append((option, kind, *parse_address(value)))
+            except ValueError as error:
+                parser.error(f"{option}: {error}")
     if args.run_dir is not None and args.spool is not None:
         parser.error("give the spool folder once: RUN_DIR or --spool, not both")
     folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -606,19 +612,24 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
         spool = Spool(folder)
     except OSError as error:
         return _fail(f"--spool: cannot create {printable(folder)}/structured_logs: {error.strerror or error}", EXIT_NOT_A_RUN)
+    receivers = []
     try:
-        receiver = OtlpHttpReceiver(host, port, spool).start()
-    except ReceiverError as error:
-        return _fail(f"--otlp: {error.strerror}", EXIT_NOT_A_RUN)
-    try:
-        print(f"watch: receiving OTLP on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
-              f"OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+        for option, kind, host, port in addresses:
+            try:
+                receivers.append(kind(host, port, spool).start())
+            except ReceiverError as error:
+                return _fail(f"{option}: {error.strerror}", EXIT_NOT_A_RUN)
+        for receiver in receivers:
+            protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
+            print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
+                  f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
         # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
         trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
         return run_watch(spool.folder, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger,
-                         plain=args.plain or None, frame_facts=receiver.facts)
+                         plain=args.plain or None, frame_facts=lambda: receive_facts(receivers))
     finally:
-        receiver.stop()
+        for receiver in receivers:
+            receiver.stop()
 
 
 def _size(count: int) -> str:

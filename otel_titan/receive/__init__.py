@@ -14,7 +14,8 @@ Layers, each importing only those below: `decode` (OTLP/protobuf or OTLP/JSON
 bytes → records; the only module that imports ``opentelemetry.proto``, and
 nothing else of OpenTelemetry) → `spool` (order by ``seq_id``, drop
 duplicates, skip lost records after a short hold, append) → `http_server` (the
-OTLP/HTTP endpoint, standard library). It imports no part of the writer (pyproject.toml's
+OTLP/HTTP endpoint, standard library) and `grpc_server` (OTLP/gRPC, with
+grpcio, loaded when it starts). It imports no part of the writer (pyproject.toml's
 import contracts): a watcher machine needs the protobuf classes, not the SDK.
 
 Example:
@@ -22,7 +23,8 @@ Example:
     >>> # receiver = OtlpHttpReceiver("0.0.0.0", 4318, Spool("watch-spool")).start()
 """
 
-from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError, parse_address
+from otel_titan.receive.grpc_server import OtlpGrpcReceiver
+from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError, parse_address, receive_facts
 from otel_titan.receive.spool import Spool
 
-__all__ = ["OtlpHttpReceiver", "ReceiverError", "Spool", "parse_address"]
+__all__ = ["OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "parse_address", "receive_facts"]

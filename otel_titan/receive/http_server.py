@@ -32,7 +32,7 @@ from typing import Any
 from otel_titan.receive.decode import DecodeError, count_spans, decode_logs
 from otel_titan.receive.spool import Spool
 
-__all__ = ["OtlpHttpReceiver", "ReceiverError", "parse_address", "MAX_BODY"]
+__all__ = ["OtlpHttpReceiver", "ReceiverError", "parse_address", "receive_facts", "MAX_BODY"]
 
 #: The largest request body taken, before and after decompression (the SDK exporters' batches are far smaller).
 MAX_BODY = 64 << 20
@@ -185,9 +185,12 @@ class OtlpHttpReceiver:
         self.log_requests = 0
         self.refused = 0
 
+    #: The ranks' ``OTEL_EXPORTER_OTLP_PROTOCOL`` for this endpoint.
+    protocol = "http/protobuf"
+
     @property
     def endpoint(self) -> str:
-        """The URL to give the ranks (``OTEL_EXPORTER_OTLP_ENDPOINT``), with the port actually bound."""
+        """The ranks' ``OTEL_EXPORTER_OTLP_ENDPOINT`` (``http://HOST:PORT``, for gRPC too), with the port actually bound."""
         host = self.host if self.host not in ("", "0.0.0.0", "::") else socket.gethostname()
         return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
 
@@ -208,11 +211,15 @@ class OtlpHttpReceiver:
         self._server = server
         self.port = server.server_address[1]
         serve = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="otel-titan-receive", daemon=True)
-        tick = threading.Thread(target=self._tick, name="otel-titan-receive-tick", daemon=True)
-        self._threads = [serve, tick]
-        for thread in self._threads:
-            thread.start()
+        serve.start()
+        self._threads.append(serve)
+        self._start_tick()
         return self
+
+    def _start_tick(self) -> None:
+        tick = threading.Thread(target=self._tick, name="otel-titan-receive-tick", daemon=True)
+        tick.start()
+        self._threads.append(tick)
 
     def _tick(self) -> None:
         while not self._stopped.wait(0.25):
@@ -230,10 +237,23 @@ class OtlpHttpReceiver:
 
     def facts(self) -> dict[str, Any]:
         """What the frame shows about the receiver (docs/watch.md, ``receive``)."""
-        spool = self.spool
-        facts: dict[str, Any] = {"endpoint": self.endpoint, "spool": spool.folder, "processes": spool.processes, "records": self.received,
-                                 "written": spool.written, "duplicates": spool.duplicates, "lost": spool.lost, "malformed": spool.malformed,
-                                 "other_logs": self.foreign_logs, "spans": self.spans, "refused": self.refused}
-        if spool.write_error:
-            facts["write_error"] = spool.write_error
-        return facts
+        return receive_facts([self])
+
+
+def receive_facts(receivers: list[OtlpHttpReceiver]) -> dict[str, Any]:
+    """The frame's ``receive`` object for the endpoints of one watch (HTTP, gRPC or both), which share one spool.
+
+    Example:
+        >>> import tempfile
+        >>> receive_facts([OtlpHttpReceiver("127.0.0.1", 4318, Spool(tempfile.mkdtemp()))])["endpoint"]
+        'http://127.0.0.1:4318'
+    """
+    spool = receivers[0].spool
+    facts: dict[str, Any] = {"endpoint": ", ".join(r.endpoint + ("" if r.protocol == "http/protobuf" else f" ({r.protocol})") for r in receivers),
+                             "spool": spool.folder, "processes": spool.processes, "records": sum(r.received for r in receivers),
+                             "written": spool.written, "duplicates": spool.duplicates, "lost": spool.lost, "malformed": spool.malformed,
+                             "other_logs": sum(r.foreign_logs for r in receivers), "spans": sum(r.spans for r in receivers),
+                             "refused": sum(r.refused for r in receivers)}
+    if spool.write_error:
+        facts["write_error"] = spool.write_error
+    return facts

@@ -44,8 +44,8 @@ def start_watch(spool: Path) -> tuple[subprocess.Popen[str], str]:
                "--interval", "1", "--no-trigger"]
     watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True)
     line = watcher.stderr.readline()  # type: ignore[union-attr]
-    assert "receiving OTLP on http://127.0.0.1:" in line, line + watcher.stderr.read()  # type: ignore[union-attr]
-    endpoint = line.split("receiving OTLP on ", 1)[1].split(";", 1)[0]
+    assert "receiving OTLP (http/protobuf) on http://127.0.0.1:" in line, line + watcher.stderr.read()  # type: ignore[union-attr]
+    endpoint = line.split(" on ", 1)[1].split(";", 1)[0]
     return watcher, endpoint
 
 

@@ -16,6 +16,12 @@ is skipped and counted as lost (a full queue on the rank, a collector that
 dropped a batch). A record without a number is written as it comes. At most
 `MAX_HELD` records wait per process: past that the gap is skipped at once.
 
+Size. Each process's spool file rotates as the ranks' own files do (at
+`max_bytes`, 128 MB by default, into ``X.jsonl.1`` … ``X.jsonl.<backup_count>``,
+3 by default, the oldest deleted), so a job of days fills the watching
+machine's disk no more than its ranks' files fill theirs; the follower reads
+through rotation as it does for any run.
+
 File names come from the network: a name that is not a plain file name
 (separators, ``..``, control characters, too long) is made one (each
 offending character becomes ``_``), so nothing is ever written outside the
@@ -60,6 +66,7 @@ def safe_file_name(name: str) -> str:
 @dataclass
 class _Process:
     path: str
+    size: int = 0
     next_seq: int = 1
     held: dict[int, bytes] = field(default_factory=dict)
     held_since: float | None = None
@@ -78,13 +85,18 @@ class Spool:
         '{"seq_id": 1}\\n{"seq_id": 2}\\n'
     """
 
-    def __init__(self, folder: str, *, hold_s: float = 1.0) -> None:
+    def __init__(self, folder: str, *, hold_s: float = 1.0, max_bytes: int = 128 << 20, backup_count: int = 3) -> None:
         self.folder = os.path.abspath(folder)
         self.log_dir = os.path.join(self.folder, "structured_logs")
         os.makedirs(self.log_dir, exist_ok=True)  # OSError: the caller says which folder could not be made
         self.hold_s = hold_s
+        self.max_bytes = max_bytes
+        self.backup_count = backup_count
+        #: Rotations done (all processes).
+        self.rotations = 0
         self._lock = threading.Lock()
         self._processes: dict[str, _Process] = {}
+        self._by_path: dict[str, _Process] = {}
         #: Records written; numbers received twice (dropped); numbers never received (skipped after `hold_s`);
         #: records whose line is not one JSON object on one line (dropped); failed writes (records lost).
         self.written = 0
@@ -139,8 +151,30 @@ class Spool:
     def _process(self, name: str) -> _Process:
         process = self._processes.get(name)
         if process is None:
-            process = self._processes[name] = _Process(os.path.join(self.log_dir, safe_file_name(name)))
+            path = os.path.join(self.log_dir, safe_file_name(name))
+            try:
+                size = os.path.getsize(path)  # a watch restarted on its spool appends to what is there
+            except OSError:
+                size = 0
+            process = self._processes[name] = self._by_path[path] = _Process(path, size=size)
         return process
+
+    def _rotate(self, process: _Process) -> None:
+        """``X.jsonl`` → ``X.jsonl.1`` (older segments shifted, the oldest past `backup_count` deleted), as the writer rotates."""
+        path = process.path
+        try:
+            if self.backup_count <= 0:
+                os.unlink(path)
+            else:
+                for index in range(self.backup_count - 1, 0, -1):
+                    if os.path.exists(f"{path}.{index}"):
+                        os.replace(f"{path}.{index}", f"{path}.{index + 1}")
+                os.replace(path, f"{path}.1")
+        except OSError as error:
+            self.write_error = f"cannot rotate {path}: {error.strerror or error}"  # written on past max_bytes until it can
+            return
+        process.size = 0
+        self.rotations += 1
 
     @staticmethod
     def _release(process: _Process, lines: list[bytes]) -> None:
@@ -160,10 +194,14 @@ class Spool:
             process.held_since = now  # the next gap waits its own hold
 
     def _write(self, out: dict[str, list[bytes]]) -> None:
+        by_path = self._by_path
         for path, lines in out.items():
             if not lines:
                 continue
             data = b"\n".join(lines) + b"\n"
+            process = by_path[path]
+            if process.size and process.size + len(data) > self.max_bytes:
+                self._rotate(process)
             try:
                 # One append per process and request: the follower never sees half a batch's line (O_APPEND, one write).
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -177,5 +215,6 @@ class Spool:
                 self.failed += len(lines)
                 self.write_error = f"cannot write {path}: {error.strerror or error}"
                 continue
+            process.size += len(data)
             self.written += len(lines)
             self.write_error = None

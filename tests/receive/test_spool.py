@@ -12,7 +12,7 @@ NAME = "training.global_rank_0.20260101-000000-abcdef.jsonl"
 
 
 def rec(seq: int, name: str = NAME) -> ReceivedRecord:
-    return ReceivedRecord(name, seq, json.dumps({"seq_id": seq, "log_type_name": "x"}).encode())
+    return ReceivedRecord(name, seq, json.dumps({"seq_id": seq, "log_type_name": "x", "log_type": "instant", "time_us": 1_000_000 + seq}).encode())
 
 
 def seqs(spool: Spool, name: str = NAME) -> list[int]:
@@ -101,3 +101,32 @@ def test_a_failed_write_is_counted_and_said_and_writing_resumes(tmp_path):
     os.mkdir(spool.log_dir)
     spool.add([rec(2)], now=0.1)
     assert seqs(spool) == [2] and spool.write_error is None
+
+
+def test_a_process_file_rotates_as_the_writer_s_and_the_follower_reads_through_it(tmp_path):
+    from otel_titan.analysis.read.follow import RunFollower
+
+    spool = Spool(str(tmp_path), max_bytes=2_000, backup_count=2)
+    follower = RunFollower(str(tmp_path))
+    seen = []
+    for seq in range(1, 301):
+        spool.add([rec(seq)], now=float(seq))
+        if seq % 7 == 0:
+            seen.extend(r["seq_id"] for _, records in follower.poll(now=float(seq)).records for r in records)
+    seen.extend(r["seq_id"] for _, records in follower.poll(now=1e4).records for r in records)
+    assert spool.rotations >= 10
+    assert sorted(os.listdir(spool.log_dir)) == [NAME, NAME + ".1", NAME + ".2"]  # the oldest beyond backup_count deleted
+    assert all(os.path.getsize(os.path.join(spool.log_dir, n)) <= 2_000 for n in os.listdir(spool.log_dir))
+    assert seen == list(range(1, 301))  # followed across every rotation, nothing lost, nothing twice
+
+
+def test_a_restarted_watch_appends_to_its_spool_and_rotates_by_the_size_there(tmp_path):
+    line = b'{"pad": "' + b"x" * 988 + b'"}'  # 1,000 bytes and a newline
+    Spool(str(tmp_path), max_bytes=2_500).add([ReceivedRecord(NAME, 0, line), ReceivedRecord(NAME, 0, line)], now=0.0)
+    again = Spool(str(tmp_path), max_bytes=2_500)  # a new watch on the same spool: 2,000 bytes already there
+    again.add([ReceivedRecord(NAME, 0, b'{"new": 1}')], now=0.0)
+    assert again.rotations == 0 and os.path.getsize(os.path.join(again.log_dir, NAME)) == 2_011
+    again.add([ReceivedRecord(NAME, 0, line)], now=0.0)
+    assert again.rotations == 1
+    assert open(os.path.join(again.log_dir, NAME), "rb").read() == line + b"\n"
+    assert os.path.getsize(os.path.join(again.log_dir, NAME + ".1")) == 2_011

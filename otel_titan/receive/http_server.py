@@ -256,4 +256,7 @@ def receive_facts(receivers: list[OtlpHttpReceiver]) -> dict[str, Any]:
                              "refused": sum(r.refused for r in receivers)}
     if spool.write_error:
         facts["write_error"] = spool.write_error
+    if facts["spans"] and not facts["records"]:
+        # Ranks that export their spans here but not their records: the spans alone carry no start (a hung span never ends).
+        facts["hint"] = "spans arrive but no records: launch the ranks with OTEL_TITAN_OTLP_RECORDS=true (spans alone cannot show a hang)"
     return facts

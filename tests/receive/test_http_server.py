@@ -96,6 +96,14 @@ def test_other_logs_spans_and_metrics_are_answered_and_counted_not_written(recei
     assert post(receiver, "/v1/metrics", b"")[0] == 200
     assert (receiver.foreign_logs, receiver.spans, receiver.received) == (1, 2, 1)
     assert spooled(receiver) == ['{"a": 1}']
+    assert "hint" not in receiver.facts()
+
+
+def test_spans_without_records_bring_a_hint_naming_the_variable(receiver):
+    traces = ExportTraceServiceRequest()
+    traces.resource_spans.add().scope_spans.add().spans.add().name = "data_fetch"
+    assert post(receiver, "/v1/traces", traces.SerializeToString())[0] == 200
+    assert "OTEL_TITAN_OTLP_RECORDS=true" in receiver.facts()["hint"]
 
 
 def test_refusals_say_why(receiver):

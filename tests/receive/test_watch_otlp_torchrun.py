@@ -1,4 +1,4 @@
-"""`otel-titan watch --otlp` beside real jobs whose files it cannot read: 3 ranks (torchrun, gloo on CPU), one hang at a time.
+"""`otel-titan watch --otlp` beside real jobs whose files it cannot read: 3 ranks (torchrun, gloo on CPU), one fault at a time.
 
 The ranks write their files to a folder the watch is never given (a
 node-local disk, as far as the watch knows) and send their records over OTLP
@@ -10,7 +10,8 @@ checks: ``watch --otlp --json --exit-on hang`` exits 3 on its own; the alert
 names the culprit rank and only it, in the right phase; within the issue's
 target, max(15 s, 3 × the median step), of the culprit's last record (read
 from its own file afterwards); and the spool holds the very records the files
-hold, in their order. The job's and the collector's process trees are killed after.
+hold, in their order. A rank that slows down by 30 % is named alone, with its
+phase, within max(60 s, 30 steps). The job's and the collector's process trees are killed after.
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ def start_watch(spool: Path) -> tuple[subprocess.Popen[str], str]:
     return watcher, endpoint
 
 
-def launch(fault: str, files: Path, endpoint: str) -> subprocess.Popen[bytes]:
+def launch(fault: str, files: Path, endpoint: str, **extra: str) -> subprocess.Popen[bytes]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
     env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WATCH_STEP_S": str(STEP_S), "OTEL_TITAN_OTLP_RECORDS": "true",
-                "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"})
+                "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200", **extra})
     env.pop("OTEL_TITAN_DUMP_TRIGGER", None)
     files.mkdir(parents=True, exist_ok=True)
     log = open(files / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
@@ -160,3 +161,37 @@ def test_a_hang_is_named_through_a_collector_that_fans_the_records_out(tmp_path)
     print(f"hang named {latency:.1f} s after the culprit's last record, through rotel: {hang['message']}")
     assert hang["ranks"] == [BAD] and hang["phase"] == "data_fetch" and hang["victims"] == 2, hang
     assert latency <= max(15.0, 3 * STEP_S), latency
+
+
+def test_a_rank_that_slows_down_is_named_over_otlp_with_its_phase_and_nobody_else(tmp_path):
+    """Its phases' durations come from its own clock inside the records, not from when the batches arrived."""
+    spool, files = tmp_path / "spool", tmp_path / "node-local"
+    command = [sys.executable, "-m", "otel_titan.cli", "watch", "--otlp", "127.0.0.1:0", "--spool", str(spool), "--json", "--interval", "1", "--no-trigger"]
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True)
+    job = None
+    alerts: list[dict] = []
+    fault_step = 25
+    try:
+        first = json.loads(watcher.stdout.readline())  # type: ignore[union-attr]
+        endpoint = first["receive"]["endpoint"]
+        job = launch("slow", files, endpoint, WATCH_FAULT_STEP=str(fault_step), WATCH_SLOW_FACTOR="1.3")
+        deadline = time.monotonic() + 120
+        for line in watcher.stdout:  # type: ignore[union-attr]
+            event = json.loads(line)
+            if event["type"] == "alert":
+                alerts.append(event)
+                if event["kind"] == "slow":
+                    break
+            if time.monotonic() > deadline:
+                break
+        onset = next(r[3] / 1e6 for r in program_records(glob.glob(str(files / "structured_logs" / f"training.global_rank_{BAD}.*.jsonl"))[0])
+                     if r[0] == "data_fetch_start" and r[2] == fault_step)
+    finally:
+        if job is not None:
+            processes.kill_tree(job)
+        processes.kill_tree(watcher)
+        watcher.stdout.close()  # type: ignore[union-attr]
+    assert [(a["kind"], a["ranks"], a["phase"]) for a in alerts] == [("slow", [BAD], "data_fetch")], alerts
+    latency = parse_utc(alerts[0]["detected_utc"]) - onset
+    print(f"slow named {latency:.1f} s after its onset, over OTLP: {alerts[0]['message']}")
+    assert 0 < latency <= max(60.0, 30 * STEP_S * 1.3), latency

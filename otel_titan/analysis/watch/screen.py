@@ -65,8 +65,9 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
         text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
                 + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in ("duplicates", "lost", "malformed", "refused") if receive.get(k)))
         lines.append((text, None))
-        if receive.get("write_error"):
-            lines.append((printable(str(receive["write_error"])), "bold red"))
+        for key in ("write_error", "hint"):
+            if receive.get(key):
+                lines.append((printable(str(receive[key])), "bold red"))
     states = frame.get("states") or {}
     by_state = frame.get("ranks_by_state") or {}
     parts = []

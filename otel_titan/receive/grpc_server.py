@@ -18,7 +18,7 @@ import errno
 from concurrent import futures
 from typing import Any
 
-from otel_titan.receive.decode import DecodeError, count_spans, decode_logs
+from otel_titan.receive.decode import DecodeError
 from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError
 from otel_titan.receive.spool import Spool
 
@@ -55,9 +55,9 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
         def handler(kind: str) -> Any:
             def export(request: bytes, context: Any) -> bytes:
                 try:
-                    self._take(kind, request)
+                    self.take(kind, request)
                 except DecodeError as error:
-                    self.refused += 1
+                    self.count(refused=1)
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
                 return b""  # the empty Export*ServiceResponse: full success
             return grpc.method_handlers_generic_handler(_SERVICES[kind], {"Export": grpc.unary_unary_rpc_method_handler(export)})
@@ -79,18 +79,6 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
         self._grpc = server
         self._start_tick()
         return self
-
-    def _take(self, kind: str, request: bytes) -> None:
-        if kind == "logs":
-            decoded = decode_logs(request)
-            self.foreign_logs += decoded.foreign
-            self.spool.add(decoded.records, self.clock())
-            self.received += len(decoded.records)
-            self.log_requests += 1
-        elif kind == "traces":
-            self.spans += count_spans(request)
-        else:
-            self.metric_requests += 1
 
     def stop(self) -> None:
         """Stop listening (requests in flight get 1 s); what was held past a gap is written."""

@@ -71,6 +71,9 @@ def parse_address(text: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
     return host or default_host, int(port_text)
 
 
+_PATHS = {"/v1/logs": "logs", "/v1/traces": "traces", "/v1/metrics": "metrics"}
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True  # a watch restarted at once may listen again (TIME_WAIT), never beside a live one (SO_REUSEPORT is not set)
@@ -92,27 +95,19 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._body()
         except _Refused as refused:
-            receiver.refused += 1
+            receiver.count(refused=1)
             self._answer(refused.status, refused.message.encode(), "text/plain; charset=utf-8", close=True)
             return
         json_body = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() == "application/json"
+        kind = _PATHS.get(path)
+        if kind is None:
+            receiver.count(refused=1)
+            self._answer(404, f"no such OTLP path {path!r} (this receiver takes /v1/logs, /v1/traces, /v1/metrics)".encode(), "text/plain; charset=utf-8")
+            return
         try:
-            if path == "/v1/logs":
-                decoded = decode_logs(body, json_body=json_body)
-                receiver.foreign_logs += decoded.foreign
-                receiver.spool.add(decoded.records, receiver.clock())
-                receiver.received += len(decoded.records)
-                receiver.log_requests += 1
-            elif path == "/v1/traces":
-                receiver.spans += count_spans(body, json_body=json_body)
-            elif path == "/v1/metrics":
-                receiver.metric_requests += 1
-            else:
-                receiver.refused += 1
-                self._answer(404, f"no such OTLP path {path!r} (this receiver takes /v1/logs, /v1/traces, /v1/metrics)".encode(), "text/plain; charset=utf-8")
-                return
+            receiver.take(kind, body, json_body=json_body)
         except DecodeError as error:
-            receiver.refused += 1
+            receiver.count(refused=1)
             self._answer(400, str(error).encode(), "text/plain; charset=utf-8")
             return
         # The empty Export*ServiceResponse: full success (protobuf: no bytes at all).
@@ -176,6 +171,7 @@ class OtlpHttpReceiver:
         self._server: _Server | None = None
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
+        self._counting = threading.Lock()  # requests are served on several threads: no increment lost
         #: Our records received; other log records; spans seen (not used: the records have them); metric requests;
         #: log requests; requests refused (bad path, body, encoding or size).
         self.received = 0
@@ -187,6 +183,23 @@ class OtlpHttpReceiver:
 
     #: The ranks' ``OTEL_EXPORTER_OTLP_PROTOCOL`` for this endpoint.
     protocol = "http/protobuf"
+
+    def take(self, kind: str, body: bytes, *, json_body: bool = False) -> None:
+        """One request's body (``logs``, ``traces`` or ``metrics``): our records to the spool, the rest counted; `DecodeError` if it does not decode."""
+        if kind == "logs":
+            decoded = decode_logs(body, json_body=json_body)
+            self.spool.add(decoded.records, self.clock())
+            self.count(received=len(decoded.records), foreign_logs=decoded.foreign, log_requests=1)
+        elif kind == "traces":
+            self.count(spans=count_spans(body, json_body=json_body))
+        else:
+            self.count(metric_requests=1)
+
+    def count(self, **deltas: int) -> None:
+        """Add to the counters (any thread)."""
+        with self._counting:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
 
     @property
     def endpoint(self) -> str:

@@ -8,7 +8,8 @@ exporter sends 512 a request), on keep-alive connections, as fast as the
 answers come, for `--seconds`. Reported: records/s answered (written to the
 spool: an answer means written), and the watch process's CPU per record
 (decode + spool + its refreshes following the spool), as the median of
-`--rounds` rounds. Timings are on whatever machine runs it, with whatever
+`--rounds` rounds; and, on the rank's side, the CPU a record of the records
+stream's sender thread, its bytes written directly and through the SDK. Timings are on whatever machine runs it, with whatever
 else runs there: the load average is printed beside them.
 
 Usage::
@@ -105,6 +106,51 @@ def one_round(senders: int, batch: int, seconds: float, max_requests: int) -> tu
     return total / elapsed, cpu / total * 1e6
 
 
+def rank_side(rounds: int = 7, batch: int = 512) -> tuple[float, float]:
+    """CPU µs a record of a rank's records-stream sender thread: its bytes written directly, and through the SDK's log records (medians)."""
+    import orjson
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.sdk.resources import Resource
+
+    from otel_titan.core.identity import discover_identity
+    from otel_titan.exporters.otlp_records import OtlpRecordsExporter
+
+    class Wire:
+        fast = True
+
+        def export_request(self, count: int, data: bytes) -> bool:
+            return True
+
+        def shutdown(self) -> None:
+            pass
+
+    class Sdk:
+        def export(self, records: Any) -> Any:
+            encode_logs(records).SerializeToString()
+            return type("Result", (), {"name": "SUCCESS"})()
+
+        def shutdown(self) -> None:
+            pass
+
+    identity = discover_identity("training", environ={"RANK": "3", "WORLD_SIZE": "1024", "TORCHELASTIC_RUN_ID": "bench"})
+    line = orjson.dumps({"time": 1, "time_ms": 1, "time_us": 1767225600000000, "log_type": "event", "log_type_name": "data_fetch_end", "event_name": None,
+                         "log_level": "INFO", "message": "data_fetch", "value": 12.5, "step": 4, "span_id": "a" * 16, "parent_span_id": None, "trace_id": "0" * 32,
+                         "caller": "train.py:42:main", "seq_id": 9, "rank": 3, "world_size": 1024, "source": "training", "host_name": "node-001", "pid": 4242,
+                         "run_id": "bench"}) + b"\n"
+    figures = []
+    for transport in (Wire(), Sdk()):
+        exporter = OtlpRecordsExporter(transport, Resource.create({"service.name": "bench"}), identity, "training.global_rank_3.bench.jsonl", opened={})
+        samples = []
+        for _ in range(rounds):
+            started = time.process_time()
+            for _ in range(10):
+                exporter._send([line] * batch)
+            samples.append((time.process_time() - started) / (10 * batch) * 1e6)
+        exporter.discard()
+        figures.append(statistics.median(samples))
+    return figures[0], figures[1]
+
+
 def _cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
@@ -125,6 +171,8 @@ def main() -> None:
         rates.append(rate)
         costs.append(cost)
         print(f"  round: {rate:,.0f} records/s, {cost:.1f} µs of watch CPU per record", flush=True)
+    wire, sdk = rank_side()
+    print(f"rank: the records stream's sender thread, {wire:.1f} µs of CPU a record (its OTLP bytes written directly; {sdk:.1f} µs through the SDK's log records)")
     print(f"watch --otlp: {statistics.median(rates):,.0f} records/s (median of {args.rounds} rounds, {args.senders} senders, {args.batch} records a request), "
           f"{statistics.median(costs):.1f} µs of its CPU per record; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 

@@ -152,3 +152,12 @@ def test_parse_speed_quick_measures_every_decoder():
     rows = [line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert rows[:2] == ["duckdb", "orjson"] and rows[-2:] == ["reader", "summarize"]
     assert "| duckdb | " in result.stdout and " | 1.00 |" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_receive_benchmark_measures_the_watch_and_the_rank_side():
+    """benchmarks/receive_rate.py: the real watch --otlp fed by sender processes; figures not checked (no timed tests)."""
+    result = processes.run([sys.executable, "-m", "benchmarks.receive_rate", "--seconds", "1", "--rounds", "1", "--requests", "4", "--batch", "64"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "records/s (median of 1 rounds" in result.stdout and "µs of CPU a record (its OTLP bytes written directly;" in result.stdout, result.stdout

@@ -336,15 +336,15 @@ def _log_exporter() -> Any:
 def register_otlp_records_handler(*, identity: RunIdentity, resource: Resource, add_span_exporter: Any, stats: PipelineStats, options: Any, output_dir: str = ".", **_: Any) -> OtlpRecordsExporter:
     """Handler factory: every record also as an OTLP log record, for ``otel-titan watch --otlp`` (module docstring).
 
-    Skipped (not an error) unless ``OTEL_TITAN_OTLP_RECORDS=true``, and when ``OTEL_SDK_DISABLED=true``.
+    Among the defaults it runs when ``OTEL_TITAN_OTLP_RECORDS=true``; named in a
+    handler list (``OTEL_TITAN_HANDLERS``) it runs as named. Skipped (not an
+    error) when ``OTEL_SDK_DISABLED=true``.
 
     Example:
         >>> # OTEL_TITAN_OTLP_RECORDS=true OTEL_EXPORTER_OTLP_ENDPOINT=http://watch-host:4318 torchrun ... train.py
     """
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")
-    if not records_enabled():
-        raise HandlerSkipped(f"{RECORDS_ENV} is not true")
     exporter = OtlpRecordsExporter(
         _log_exporter(),
         resource,

@@ -130,3 +130,18 @@ def test_a_receiver_that_is_down_costs_the_training_nothing(run_dir, monkeypatch
     assert spent < 5, spent  # not a speed figure: a send that blocked the training would take 200 × the 1 s timeout
     (path,) = jsonl_files(run_dir)
     assert sum(1 for r in read_records(path) if r["log_type_name"] == "data_fetch_end") == 200
+
+
+def test_named_in_a_handler_list_it_runs_without_the_variable(receiver, run_dir, monkeypatch):
+    monkeypatch.delenv("OTEL_TITAN_OTLP_RECORDS", raising=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_TITAN_HANDLERS", f"otel_titan.exporters.jsonl.register_jsonl_handler,{RECORDS_HANDLER}")
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1)
+    with sl.log_trace_span("data_fetch"):
+        pass
+    assert sl.shutdown_structured_logger(timeout=10)
+    assert wait_for(lambda: [r["log_type_name"] for r in spooled(receiver)] == ["structured_logger_opened", "data_fetch_start", "data_fetch_end", "structured_logger_closed"])
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    sl.init_structured_logger("training", run_dir / "off", rank=0, world_size=1)
+    assert sl.shutdown_structured_logger(timeout=10)
+    assert len(spooled(receiver)) == 4  # the OpenTelemetry side off: nothing more sent

@@ -137,18 +137,18 @@ def rank_side(rounds: int = 7, batch: int = 512) -> tuple[float, float]:
                          "log_level": "INFO", "message": "data_fetch", "value": 12.5, "step": 4, "span_id": "a" * 16, "parent_span_id": None, "trace_id": "0" * 32,
                          "caller": "train.py:42:main", "seq_id": 9, "rank": 3, "world_size": 1024, "source": "training", "host_name": "node-001", "pid": 4242,
                          "run_id": "bench"}) + b"\n"
-    figures = []
-    for transport in (Wire(), Sdk()):
-        exporter = OtlpRecordsExporter(transport, Resource.create({"service.name": "bench"}), identity, "training.global_rank_3.bench.jsonl", opened={})
-        samples = []
-        for _ in range(rounds):
+    exporters = [OtlpRecordsExporter(transport, Resource.create({"service.name": "bench"}), identity, "training.global_rank_3.bench.jsonl", opened={})
+                 for transport in (Wire(), Sdk())]
+    samples: list[list[float]] = [[], []]
+    for _ in range(rounds):  # interleaved rounds: a load change hits both alike
+        for index, exporter in enumerate(exporters):
             started = time.process_time()
             for _ in range(10):
                 exporter._send([line] * batch)
-            samples.append((time.process_time() - started) / (10 * batch) * 1e6)
+            samples[index].append((time.process_time() - started) / (10 * batch) * 1e6)
+    for exporter in exporters:
         exporter.discard()
-        figures.append(statistics.median(samples))
-    return figures[0], figures[1]
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 def _cpu(pid: int) -> float:

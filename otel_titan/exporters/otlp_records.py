@@ -196,14 +196,15 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
             self._wake.set()
 
     def _drop_report(self) -> bytes | None:
-        """A ``records_dropped`` record when records were lost since the last one (queue full here, or the capture queue's)."""
+        """A ``records_dropped`` record when records were lost since the last one (the capture queue's, this stream's queue, or a failed send)."""
         capture = self._stats.dropped_records if self._stats is not None else 0
-        lost = self.dropped_records + capture
+        unsent = self.dropped_records + self.failed_records  # this stream's own losses: its queue full, or a send that failed
+        lost = unsent + capture
         if lost == self._reported_drops or len(self._queue) >= self.max_queue_size:
             return None
         line = self._encoder.meta_line(MetaEvent.DROPPED, {
-            "value": lost - self._reported_drops, "dropped_records": capture, "failed_records": self.dropped_records,
-            "message": f"{lost - self._reported_drops} records lost (capture queue full: {capture} in total, OTLP records queue full: {self.dropped_records} in total)",
+            "value": lost - self._reported_drops, "dropped_records": capture, "failed_records": unsent,
+            "message": f"{lost - self._reported_drops} records lost (capture queue full: {capture} in total; not sent over OTLP, queue full or send failed: {unsent} in total)",
             "log_level": "WARNING"})
         self._reported_drops = lost
         return line

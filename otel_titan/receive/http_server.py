@@ -82,6 +82,10 @@ class _Server(ThreadingHTTPServer):
     receiver: OtlpHttpReceiver
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
@@ -209,10 +213,9 @@ class OtlpHttpReceiver:
 
     def start(self) -> OtlpHttpReceiver:
         """Listen and serve on background threads."""
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        _Server.address_family = family
+        server_class = _Server6 if ":" in self.host else _Server
         try:
-            server = _Server((self.host, self.port), _Handler)
+            server = server_class((self.host, self.port), _Handler)
         except socket.gaierror as error:
             raise ReceiverError(errno.EADDRNOTAVAIL, f"cannot listen on {self.host}:{self.port}: unknown host ({error.strerror or error})") from None
         except OSError as error:

@@ -147,3 +147,20 @@ def test_decode_refuses_what_is_not_a_logs_request():
     with pytest.raises(DecodeError):
         decode_logs(b"{", json_body=True)
     assert decode_logs(b"").records == []  # an empty request is a valid one
+
+
+def test_an_ipv6_loopback_endpoint(tmp_path):
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    try:
+        receiver = OtlpHttpReceiver("::1", 0, Spool(str(tmp_path / "spool"))).start()
+    except ReceiverError as error:
+        pytest.skip(f"IPv6 loopback unavailable: {error}")
+    try:
+        request = urllib.request.Request(f"http://[::1]:{receiver.port}/v1/logs", data=logs_request((NAME, 1, '{"a": 1}')), method="POST",
+                                         headers={"Content-Type": "application/x-protobuf"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+        assert spooled(receiver) == ['{"a": 1}'] and receiver.endpoint == f"http://[::1]:{receiver.port}"
+    finally:
+        receiver.stop()

@@ -145,6 +145,8 @@ def test_a_rank_hung_in_the_peer_phase_is_named_over_otlp_from_files_the_watch_c
     assert hang["confirmed"] is True
     assert [line for line in lines if line["type"] == "frame"][-1]["states"].get("hung") == 1
     assert latency <= max(15.0, 3 * STEP_S), latency
+    # No black box crossed (no shared trigger): its line is where its open span began, from that span's _start record.
+    assert hang["line"] is not None and "watch_workload.py" in hang["line"], hang
     assert not (tmp_path / "node-local" / "dump-now").exists()
 
 

@@ -32,6 +32,10 @@ __all__ = [
     "DATA_PARALLEL_PREFIX",
     "MESH_ENV",
     "OtlpRecords",
+    "ROLLUP_VERSION",
+    "RollupField",
+    "StepCloser",
+    "rollup_fields",
 ]
 
 #: Bumped when a field changes meaning or disappears (adding fields does not bump it).
@@ -73,10 +77,13 @@ class MetaEvent:
     HEARTBEAT = "heartbeat"
     STALL = "stall"
     CLOSED = "structured_logger_closed"
+    #: One per rank and step, written by the background thread: the step's totals (`rollup_fields`).
+    STEP_ROLLUP = "step_rollup"
 
 
-#: The logger's own records: the reader shows them as process-level markers, never as phases.
-META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED})
+#: The logger's own records: the reader shows them as process-level markers, never as phases
+#: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
+META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
 
 
 class OtlpRecords:
@@ -159,3 +166,105 @@ class ATTR:
     MESH_SHAPE_PREFIX = "titan.mesh_shape."
     #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
     INCOMPLETE = "titan.incomplete"
+
+
+# -- step rollups ---------------------------------------------------------------------------------
+#: Version of the ``step_rollup`` record's own fields (bumped when one changes meaning or disappears).
+ROLLUP_VERSION = 1
+
+
+class RollupField:
+    """Fields of a ``step_rollup`` record (docs/schema.md, "Step rollups")."""
+
+    VERSION = "rollup_version"
+    #: True when the step is over: the next step began (``end_us`` is then that step's begin).
+    COMPLETE = "complete"
+    #: ``"next_step"``, ``"close"`` (the last step, at a clean shutdown) or ``"signal"`` (SIGTERM).
+    ENDED_BY = "ended_by"
+    BEGIN_US = "begin_us"
+    END_US = "end_us"
+    DURATION_MS = "duration_ms"
+    #: ``{span name: [count, total µs]}`` over the step's spans that ended.
+    PHASES = "phases"
+    #: The step-closing span (`StepCloser`): ``{"name", "start_us", "end_us"}``, or absent.
+    CLOSING = "closing"
+    #: Spans of the step still open when the record was written (not in ``phases``).
+    OPEN_SPANS = "open_spans"
+
+
+class StepCloser:
+    """Which span closes each step, the one rule for the writer's rollups and the reader's analysis.
+
+    The *step-closing span* of step N on a process is the last top-level span
+    (no parent) of step N to end before step N+1 begins, in the order the
+    records were written. In synchronous training it is the collective every
+    rank leaves together (an all-reduce, a barrier): the reader checks that
+    (`analysis.clock_align` keeps a name only if its ends agree across ranks),
+    the writer cannot. Feed it every span end; ask for a step's span when the
+    next step begins.
+
+    Example:
+        >>> closer = StepCloser()
+        >>> closer.span_ended(5, "fwd", 10, 20, top_level=True)
+        >>> closer.span_ended(5, "inner", 21, 22, top_level=False)
+        >>> closer.span_ended(5, "all_reduce", 25, 40, top_level=True)
+        >>> closer.closing(5), closer.closing(6)
+        (('all_reduce', 25, 40), None)
+    """
+
+    __slots__ = ("step", "name", "start_us", "end_us")
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.name = ""
+        self.start_us = 0
+        self.end_us = 0
+
+    def span_ended(self, step: int | None, name: str, start_us: int, end_us: int, top_level: bool) -> None:
+        """A span of `step` ended (a span with no step, or a nested one, never closes a step)."""
+        if top_level and step is not None:
+            self.step, self.name, self.start_us, self.end_us = step, name, start_us, end_us
+
+    def closing(self, step: int) -> tuple[str, int, int] | None:
+        """``(name, start_us, end_us)`` of the span that closed `step` so far, or None."""
+        return (self.name, self.start_us, self.end_us) if self.step == step else None
+
+
+def rollup_fields(
+    step: int,
+    begin_us: int,
+    end_us: int,
+    phases: dict[str, list[int]],
+    closing: tuple[str, int, int] | None,
+    *,
+    complete: bool,
+    ended_by: str,
+    open_spans: int = 0,
+    step_tags: tuple[str, ...] | list[str] = (),
+) -> dict[str, object]:
+    """The fields of one ``step_rollup`` record (without time, identity and ``seq_id``), as every writer spells them.
+
+    Example:
+        >>> fields = rollup_fields(5, 1000, 3500, {"fwd": [2, 1800]}, ("all_reduce", 3000, 3400), complete=True, ended_by="next_step")
+        >>> fields["duration_ms"], fields["phases"], fields["closing"]["name"], fields["message"]
+        (2.5, {'fwd': [2, 1800]}, 'all_reduce', '[step 5] step_rollup 2.500 ms')
+    """
+    duration_ms = round((end_us - begin_us) / 1000.0, 3)
+    fields: dict[str, object] = {
+        RollupField.VERSION: ROLLUP_VERSION,
+        Field.STEP: step,
+        RollupField.COMPLETE: complete,
+        RollupField.ENDED_BY: ended_by,
+        RollupField.BEGIN_US: begin_us,
+        RollupField.END_US: end_us,
+        RollupField.DURATION_MS: duration_ms,
+        RollupField.PHASES: phases,
+        "message": f"[step {step}] {MetaEvent.STEP_ROLLUP} {duration_ms:.3f} ms" + ("" if complete else f" ({ended_by}, step not over)"),
+    }
+    if closing is not None:
+        fields[RollupField.CLOSING] = {"name": closing[0], "start_us": closing[1], "end_us": closing[2]}
+    if open_spans:
+        fields[RollupField.OPEN_SPANS] = open_spans
+    if step_tags:
+        fields[Field.STEP_TAGS] = list(step_tags)
+    return fields

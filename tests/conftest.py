@@ -28,6 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The per-step memory/CPU scalars (on by default in the product) would add records to every
     # test's exact expectations; the tests of that feature turn it on (process_figures=True or the variable).
     os.environ.setdefault("OTEL_TITAN_PROCESS_FIGURES", "0")
+    # Likewise the per-step `step_rollup` records: the tests of rollups turn them on (step_rollups=True or the
+    # variable), and tests/analysis/test_rollup_blind.py checks that the analysis answers the same with them.
+    os.environ.setdefault("OTEL_TITAN_STEP_ROLLUPS", "0")
     if sys.platform.startswith("linux") and not config.pluginmanager.has_plugin("otel-titan-process-check"):
         config.pluginmanager.register(process_check.LeakCheck(), "otel-titan-process-check")
 

@@ -161,3 +161,43 @@ def test_the_receive_benchmark_measures_the_watch_and_the_rank_side():
                            capture_output=True, text=True, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "records/s (median of 1 rounds" in result.stdout and "µs of CPU a record (its OTLP bytes written directly;" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("fault", [{}, {"crashed": (2, 3)}, {"hung": (1, 4)}, {"restart": (3, 4)}, {"straggler": (1, "fwd", 30.0)}])
+def test_generated_runs_have_the_librarys_rollups_equal_to_their_spans(tmp_path, fault):
+    """benchmarks/generate_run.py writes rollups as the library does (docs/schema.md): one per rank and step, equal to the spans."""
+    from benchmarks.generate_run import RunSpec, generate_run
+    from otel_titan.analysis.read.records import read_run
+    from otel_titan.analysis.read.rollups import read_rollups
+    from tests.helpers.rollups import closing_of, rollups_by_step, spans_by_step
+
+    generate_run(str(tmp_path / "run"), RunSpec(ranks=4, steps=6, seed=2, **fault))
+    run = read_run(tmp_path / "run", log_skipped=False)
+    parsed = read_rollups(run)
+    for process in run.processes:
+        records = [json.loads(line) for path in process.segments for line in open(path, "rb") if line.endswith(b"\n")]
+        truth, rollups = spans_by_step(records), rollups_by_step(records)
+        stopped = records[-1]["log_type_name"] != "structured_logger_closed"
+        signalled = any(r["log_type_name"] == "signal_received" for r in records)
+        # A step a rank crashed or hung in has none (nothing wrote it); one it was killed in by SIGTERM has its totals so far.
+        assert set(rollups) == (set(truth) - {max(truth)} if stopped and not signalled else set(truth)), process.label
+        for step, rollup in rollups.items():
+            assert rollup["phases"] == truth[step]["phases"] and rollup["begin_us"] == truth[step]["begin_us"], (process.label, step)
+            assert closing_of(rollup) == truth[step]["closing"]
+            last = step == max(truth)
+            assert rollup["complete"] is not last and rollup["ended_by"] == ("next_step" if not last else "signal" if signalled else "close")
+            if not last:
+                assert rollup["end_us"] == truth[step]["end_us"] and closing_of(rollup)[0] == "all_reduce"
+        assert sorted(parsed.get((process.source, process.rank, process.attempt), {})) == sorted(rollups)
+    if not fault:
+        closed = [json.loads(open(p.segments[0], "rb").read().splitlines()[-1]) for p in run.processes]
+        assert all(c["written_records"] == c["seq_id"] - 2 - 6 for c in closed)  # opened, closing and rollup lines are the logger's own
+
+
+def test_the_run_generator_writes_no_rollups_when_told(tmp_path):
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path / "run"), RunSpec(ranks=2, steps=3, rollups=False))
+    assert not [line for path in (tmp_path / "run" / "structured_logs").iterdir() for line in path.read_bytes().splitlines() if b"step_rollup" in line]
+    result = processes.run([sys.executable, "benchmarks/generate_run.py", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert "--no-rollups" in result.stdout

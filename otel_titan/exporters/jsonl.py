@@ -43,6 +43,7 @@ from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAware
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
+from otel_titan.exporters.step_rollups import StepRollups, step_rollups_on
 from otel_titan.schema import Field, MetaEvent, stacks_file_name
 from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
@@ -125,6 +126,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         stats: PipelineStats | None = None,
         opened_fields: dict[str, Any] | None = None,
         stacks_file: bool = False,
+        step_rollups: bool = True,
     ) -> None:
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
@@ -141,6 +143,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)
+        #: Sums each step's spans as they pass, for its ``step_rollup`` record (step_rollups.py); None = off.
+        self.rollups: StepRollups | None = StepRollups() if step_rollups else None
         self._stats = stats
         self._opened_fields = opened_fields or {}
         self._opened_at_ns = time.time_ns()  # the opening record carries the creation time
@@ -206,11 +210,35 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             lines.append(report)
         meta = len(lines)
         self._encoder.encode_timeline(timeline, lines)
-        result = self._write(lines, len(lines) - meta)
+        data_records = len(lines) - meta
+        if self.rollups is not None:
+            self._add_rollups(self._rollups_due(timeline), lines)
+        result = self._write(lines, data_records)
         if result is SpanExportResult.FAILURE:
             # The opening line and the loss report were lost with the batch: write them next time.
             self._opened, self._reported_loss = was_opened, reported
         return result
+
+    def _rollups_due(self, timeline: Sequence[TimelineItem] | None) -> list[dict[str, Any]]:
+        """The rollups `timeline` completes (None: the last ones, at shutdown); a failure turns rollups off, never loses the batch."""
+        rollups = self.rollups
+        if rollups is None:
+            return []
+        try:
+            return rollups.observe(timeline) if timeline is not None else rollups.final("close")
+        except Exception:  # noqa: BLE001 - totals are a bonus: the records they sum must still be written
+            self.rollups = None
+            _log.exception("otel-titan: step rollups failed; %s gets no more step_rollup records (every other record is still written)", self.path)
+            return []
+
+    def _add_rollups(self, due: list[dict[str, Any]], lines: list[bytes]) -> None:
+        """Append the ``step_rollup`` lines of the steps `due` (after the records they sum)."""
+        if due:
+            # Stamped with the latest record it has seen, not the clock: a rollup written late (SIGTERM,
+            # shutdown) never stretches the process's last timestamp, to which readers extend open spans.
+            at_ns = self.rollups.last_us * 1000 if self.rollups is not None and self.rollups.last_us else time.time_ns()
+            for fields in due:
+                lines.append(self._encoder.rollup_line(fields, at_ns))
 
     def _write(self, lines: list[bytes], data_records: int) -> SpanExportResult:
         try:
@@ -296,6 +324,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         report = self._loss_report()
         if report is not None:
             lines.append(report)
+        if self.rollups is not None:
+            # The last step has no next step to end it: written now, marked not complete, before the closing line.
+            self._add_rollups(self._rollups_due(None), lines)
         lines.append(
             self._encoder.meta_line(
                 MetaEvent.CLOSED,
@@ -405,6 +436,7 @@ def register_jsonl_handler(
         stats=stats,
         opened_fields=opened_fields(identity, options),
         stacks_file=getattr(options, "stall_after_s", None) != 0,
+        step_rollups=step_rollups_on(getattr(options, "step_rollups", None)),
     )
     add_span_exporter(exporter)
     return exporter

@@ -6,7 +6,8 @@ runs. OTLP spans arrive only when they end, and a file on NFS can reach
 another host tens of seconds late, on a node-local disk never. This exporter
 sends each record the JSONL file holds (the same dict, built by the same
 `RecordEncoder`: opened, every ``_start``/``_end``/``_error``, instants,
-scalars, ``heartbeat``, ``stall``, ``records_dropped``, ``closed``) as one OTLP
+scalars, ``heartbeat``, ``stall``, ``records_dropped``, ``closed``; not the
+``step_rollup`` totals, which sum spans the stream already carries) as one OTLP
 log record, in the order they happened, to the OTLP endpoint; ``otel-titan
 watch --otlp`` (or any collector that forwards logs to it) turns them back
 into the same files (otel_titan/receive/).

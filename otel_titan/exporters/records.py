@@ -22,7 +22,7 @@ import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION
+from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION, MetaEvent
 from otel_titan.core.capture import thread_names as capture_thread_names
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
@@ -81,6 +81,8 @@ class RecordEncoder:
         self.constants = constants
         # `{...variable...,` + this + `}\n`
         self._tail = b"," + orjson.dumps(constants)[1:-1] + b"}\n"
+        # A step rollup's identity: who and which attempt, no more (the file says the rest; docs/schema.md).
+        self._rollup_tail = b"," + orjson.dumps({key: constants[key] for key in ("schema_version", "rank", "source", "attempt")})[1:-1] + b"}\n"
         self._seq = 0
         self._last_us_by_thread: dict[int, int] = {}
         # Encoded pieces of the fields a span's records share (see encode_timeline).
@@ -111,6 +113,21 @@ class RecordEncoder:
         }
         record.update(fields)
         return self._line(record)
+
+    def rollup_line(self, fields: Mapping[str, Any], time_ns: int | None = None) -> bytes:
+        """A ``step_rollup`` record (`schema.rollup_fields`), with the short identity it carries."""
+        now = time.time_ns() if time_ns is None else time_ns
+        record: dict[str, Any] = {
+            "time": now // 1_000_000_000,
+            "time_ms": now // 1_000_000,
+            "time_us": now // 1_000,
+            "log_type": "instant",
+            "log_type_name": MetaEvent.STEP_ROLLUP,
+        }
+        record.update(fields)
+        self._seq += 1
+        record["seq_id"] = self._seq
+        return _json(record)[:-1] + self._rollup_tail
 
     def full_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """`record` with the constant identity fields merged in (for logging handlers)."""

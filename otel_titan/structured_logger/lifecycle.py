@@ -79,6 +79,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``mesh`` (the job's device mesh: ``{"pp": 2, "dp": 4}`` or a torch ``DeviceMesh``;
             None = ``OTEL_TITAN_MESH``, e.g. ``pp=2,dp=4``; each rank's coordinates are recorded).
             ``process_figures`` (None = ``OTEL_TITAN_PROCESS_FIGURES``, else on: memory and CPU figures as scalars of each step, docs/schema.md).
+            ``step_rollups`` (None = ``OTEL_TITAN_STEP_ROLLUPS``, else on: one ``step_rollup`` record per step in the JSONL file, docs/schema.md).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).

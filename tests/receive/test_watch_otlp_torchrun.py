@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 WORKLOAD = str(REPO / "tests" / "helpers" / "watch_workload.py")
 BAD = 1
 STEP_S = 0.2
-META = ("heartbeat", "stall", "structured_logger_opened", "structured_logger_closed", "signal_received", "records_dropped")
+META = ("heartbeat", "stall", "structured_logger_opened", "structured_logger_closed", "signal_received", "records_dropped", "step_rollup")
 
 
 def start_watch(spool: Path) -> tuple[subprocess.Popen[str], str]:

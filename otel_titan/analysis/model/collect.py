@@ -62,7 +62,7 @@ from otel_titan.analysis.model.stragglers import (
 from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, walk_process
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
-from otel_titan.schema import MetaEvent
+from otel_titan.schema import MetaEvent, StepCloser
 
 __all__ = [
     "summarize_run",
@@ -161,7 +161,8 @@ class _Collector(TimelineVisitor):
         self.phase_sums: dict[str, dict[int, float]] = {}
         self.phase_ends: dict[str, dict[int, int]] = {}
         self.step_begins: dict[int, int] = {}
-        self.last_top: tuple[int, str, int, int] | None = None
+        # The step-closing span of each step: the one rule the writer's rollups use too (schema.StepCloser).
+        self.closer = StepCloser()
         self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
         self.closing.append((process, self.closing_spans))
 
@@ -198,7 +199,7 @@ class _Collector(TimelineVisitor):
             if step == hang.step and span.name not in hang.entered_set:  # (inline: once per span)
                 hang.entered_span(span.name, step)
             if first.get("parent_span_id") is None:  # type: ignore[union-attr]
-                self.last_top = (step, span.name, span.start_us, end_us)
+                self.closer.span_ended(step, span.name, span.start_us, end_us, True)
             sums = self.phase_sums.setdefault(span.name, {})
             sums[step] = sums.get(step, 0.0) + ms
             ends = self.phase_ends.setdefault(span.name, {})
@@ -246,10 +247,10 @@ class _Collector(TimelineVisitor):
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
-        top = self.last_top
-        if top is not None and top[0] == step:
+        top = self.closer.closing(step)
+        if top is not None:
             # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
-            self.closing_spans.add(_attempt_step(self.process.attempt, step), top[1], top[2], top[3])
+            self.closing_spans.add(_attempt_step(self.process.attempt, step), *top)
 
     def end(self, last_us: int | None) -> None:
         process, summary = self.process, self.summary

@@ -35,6 +35,7 @@ from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
+from otel_titan.schema import META_EVENTS, MetaEvent
 
 if TYPE_CHECKING:
     import duckdb
@@ -93,6 +94,9 @@ _RECORDS = (
     + ", time_us BIGINT)"
 )
 
+#: The logger's own records (schema.META_EVENTS, one list for every reader), as an SQL list.
+_LOGGER_RECORDS = ", ".join(f"'{name}'" for name in sorted(META_EVENTS))
+
 # The views: what docs/sql.md documents. Identity columns first, in the same order everywhere.
 _IDENTITY = "p.run_id, p.source, p.rank, p.host_name, p.attempt"
 VIEWS: dict[str, str] = {
@@ -134,10 +138,10 @@ WHERE s.start_us IS NOT NULL
     "instants": f"""
 CREATE VIEW instants AS
 SELECT {_IDENTITY}, r.step, r.relative_step, r.step_tags, r.log_type_name AS name, r.time_us,
-       r.log_type_name IN ('structured_logger_opened', 'records_dropped', 'signal_received', 'heartbeat', 'structured_logger_closed') AS logger_record,
+       r.log_type_name IN ({_LOGGER_RECORDS}) AS logger_record,
        r.span_id, r.parent_span_id, r.tid AS thread, r.task_name AS task, r.caller, r.signal, r.process_id
 FROM records r JOIN process_info p USING (process_id)
-WHERE r.log_type = 'instant' AND r.log_type_name <> 'metric_value'
+WHERE r.log_type = 'instant' AND r.log_type_name NOT IN ('metric_value', '{MetaEvent.STEP_ROLLUP}')
 """,
     "scalars": f"""
 CREATE VIEW scalars AS
@@ -163,8 +167,7 @@ WITH agg AS (
            count(*) FILTER (WHERE log_type_name IS NULL) AS unreadable_lines,
            min(time_us) AS first_us, max(time_us) AS last_us,
            arg_max(log_type_name, (time_us, seq_id)) AS last_record,
-           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN
-               ('structured_logger_opened', 'records_dropped', 'signal_received', 'heartbeat', 'structured_logger_closed')) AS last_event,
+           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN ({_LOGGER_RECORDS})) AS last_event,
            max(step) AS last_step,
            bool_or(log_type_name = 'structured_logger_closed') AS closed,
            any_value(signal) FILTER (WHERE signal IS NOT NULL) AS signal

@@ -40,6 +40,7 @@ from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
+from otel_titan.receive import OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, parse_address, receive_facts
 
 __all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
 
@@ -219,6 +220,13 @@ examples:
   otel-titan watch outputs --json | jq -c 'select(.type == "alert")'
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
   otel-titan watch outputs --once                  # one frame, then exit
+  otel-titan watch --otlp 0.0.0.0:4318 --spool /tmp/job42 --json   # NFS or node-local files: receive over OTLP
+  otel-titan watch --otlp-grpc 0.0.0.0:4317 --spool /tmp/job42      # the same, OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)
+
+with --otlp, launch the ranks with OTEL_TITAN_OTLP_RECORDS=true and
+OTEL_EXPORTER_OTLP_ENDPOINT=http://THIS_HOST:PORT (or point a collector's logs there): every
+record, each span's start included, arrives as an OTLP log record and is written to the spool
+folder as the run's files (summarize, export and report read it afterwards).
 
 launch the ranks with {trigger}=RUN_DIR/dump-now (or pass --trigger) so that a
 suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
@@ -314,13 +322,21 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch = commands.add_parser(
         "watch",
         help="follow a running job: name the hung, crashed or slowing rank within seconds",
-        description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read) and name "
+        description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read), or with --otlp "
+        "from the records its ranks send over OTLP (for NFS and node-local folders), and name "
         "the hung, crashed, missing or slowing rank while it runs, with what it costs (docs/watch.md). On a suspected hang it "
         "touches the dump trigger file so every rank writes its black box.",
         epilog=_WATCH_EPILOG.format(trigger=OTEL_TITAN_DUMP_TRIGGER),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    watch.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
+    watch.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
+                       help="run directory, its structured_logs/ folder, or one .jsonl file; with --otlp, the folder the received records are written to (as --spool)")
+    watch.add_argument("--otlp", metavar="HOST:PORT",
+                       help="receive the records over OTLP/HTTP on HOST:PORT (0.0.0.0:4318; port 0: any free one) from ranks launched with "
+                       "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of reading their files")
+    watch.add_argument("--otlp-grpc", metavar="HOST:PORT",
+                       help="the same over OTLP/gRPC on HOST:PORT (0.0.0.0:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp")
+    watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
     watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
     watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
@@ -640,9 +656,51 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--exit-on: {', '.join(wrong)} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
     if not args.interval > 0:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
+    if args.otlp is not None or args.otlp_grpc is not None:
+        return _watch_otlp(args, parser, kinds)
+    if args.spool is not None:
+        parser.error("--spool: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
+    if args.run_dir is None:
+        parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
     run_dir = find_log_dir(args.run_dir)[0]
     trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
     return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None))
+
+
+def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: tuple[str, ...]) -> int:
+    """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
+    addresses = []
+    for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
+        if value is not None:
+            try:
+                addresses.append((option, kind, *parse_address(value)))
+            except ValueError as error:
+                parser.error(f"{option}: {error}")
+    if args.run_dir is not None and args.spool is not None:
+        parser.error("give the spool folder once: RUN_DIR or --spool, not both")
+    folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        spool = Spool(folder)
+    except OSError as error:
+        raise UsageError(f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}") from error
+    receivers = []
+    try:
+        for option, kind, host, port in addresses:
+            try:
+                receivers.append(kind(host, port, spool).start())
+            except ReceiverError as error:
+                raise UsageError(f"{option}: {error.strerror}") from error
+        for receiver in receivers:
+            protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
+            print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
+                  f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+        # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
+        trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
+        return ExitCode(run_watch(spool.folder, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger,
+                         plain=args.plain or None, frame_facts=lambda: receive_facts(receivers)))
+    finally:
+        for receiver in receivers:
+            receiver.stop()
 
 
 def _size(count: int) -> str:

@@ -45,6 +45,9 @@ __all__ = [
     "OTEL_TITAN_METRICS_MAX_NAMES",
     "OTEL_TITAN_HOST_METRICS",
     "OTEL_TITAN_STEP_ROLLUPS",
+    "OTEL_TITAN_OTLP_RECORDS",
+    "OTEL_TITAN_OTLP_RECORDS_QUEUE",
+    "OTEL_TITAN_OTLP_RECORDS_DELAY_MS",
     "ALL",
 ]
 
@@ -116,6 +119,27 @@ OTEL_TITAN_STEP_ROLLUPS = "OTEL_TITAN_STEP_ROLLUPS"
 Default: on (one line per rank and step: the step's time, each phase's total
 and count, the step-closing span; docs/schema.md "Step rollups").
 Read in `otel_titan.exporters.step_rollups`.
+"""
+
+OTEL_TITAN_OTLP_RECORDS = "OTEL_TITAN_OTLP_RECORDS"
+"""``true``, ``1``, ``yes`` or ``on``: every record of the JSONL file also as an OTLP log record, in order.
+
+For ``otel-titan watch --otlp`` where the files cannot be read (NFS, node-local
+folders; docs/watch.md): each span's start, heartbeats and the black box
+included. Default: off (it doubles what a rank sends to a collector).
+Read in `otel_titan.exporters.otlp_records`.
+"""
+
+OTEL_TITAN_OTLP_RECORDS_QUEUE = "OTEL_TITAN_OTLP_RECORDS_QUEUE"
+"""How many records the OTLP records stream holds while its receiver is slow or down; more are dropped and counted.
+
+Default: 65536. Read in `otel_titan.exporters.otlp_records`.
+"""
+
+OTEL_TITAN_OTLP_RECORDS_DELAY_MS = "OTEL_TITAN_OTLP_RECORDS_DELAY_MS"
+"""Milliseconds between two sends of the OTLP records stream (or sooner, at 512 records).
+
+Default: 200. Read in `otel_titan.exporters.otlp_records`.
 """
 
 OTEL_TITAN_CUDA_STEP_PEAK = "OTEL_TITAN_CUDA_STEP_PEAK"

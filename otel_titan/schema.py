@@ -34,6 +34,7 @@ __all__ = [
     "stacks_file_name",
     "MESH_DIMS",
     "DATA_PARALLEL_PREFIX",
+    "OtlpRecords",
     "ROLLUP_VERSION",
     "RollupField",
     "StepCloser",
@@ -84,6 +85,24 @@ class MetaEvent:
 #: The logger's own records: the reader shows them as process-level markers, never as phases
 #: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
 META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
+
+
+class OtlpRecords:
+    """The records over OTLP (``OTEL_TITAN_OTLP_RECORDS=true``): one log record per JSONL record, for `otel-titan watch --otlp`.
+
+    The writer (exporters/otlp_records.py) and the receiver (receive/decode.py)
+    agree on these names and on nothing else: ``body`` is the JSONL line itself
+    (a JSON object as a string), ``time_unix_nano`` the record's time.
+    """
+
+    #: Instrumentation scope of the log records.
+    SCOPE = "otel_titan.records"
+    #: The process's file name under the schema's naming rule: the receiver writes its records to that file.
+    FILE = "otel_titan.file"
+    #: The record's ``seq_id``: orders the records, tells a duplicate (a retry) or a loss (a gap).
+    SEQ = "otel_titan.seq"
+    #: The record's ``log_type_name`` (for a collector's routing or filtering).
+    RECORD = "otel_titan.record"
 
 
 def stacks_file_name(jsonl_name: str) -> str:

@@ -154,6 +154,15 @@ def test_parse_speed_quick_measures_every_decoder():
     assert "| duckdb | " in result.stdout and " | 1.00 |" in result.stdout
 
 
+@pytest.mark.slow
+def test_the_receive_benchmark_measures_the_watch_and_the_rank_side():
+    """benchmarks/receive_rate.py: the real watch --otlp fed by sender processes; figures not checked (no timed tests)."""
+    result = processes.run([sys.executable, "-m", "benchmarks.receive_rate", "--seconds", "1", "--rounds", "1", "--requests", "4", "--batch", "64"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "records/s (median of 1 rounds" in result.stdout and "µs of CPU a record (its OTLP bytes written directly;" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("fault", [{}, {"crashed": (2, 3)}, {"hung": (1, 4)}, {"restart": (3, 4)}, {"straggler": (1, "fwd", 30.0)}])
 def test_generated_runs_have_the_librarys_rollups_equal_to_their_spans(tmp_path, fault):
     """benchmarks/generate_run.py writes rollups as the library does (docs/schema.md): one per rank and step, equal to the spans."""

@@ -48,7 +48,7 @@ from otel_titan.schema import Field, MetaEvent, stacks_file_name
 from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
 
-__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
+__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name", "opened_fields"]
 
 _log = logging.getLogger("otel_titan")
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -399,6 +399,27 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         return self._file.segment_paths()
 
 
+def opened_fields(identity: RunIdentity, options: Any) -> dict[str, Any]:
+    """The fields of this process's ``structured_logger_opened`` record (the file's, and the OTLP records stream's: exporters/otlp_records.py).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from otel_titan.core.identity import discover_identity
+        >>> opened_fields(discover_identity("training", environ={}), SimpleNamespace(max_file_size_mb=128, backup_count=3, queue_size=65536))["message"]
+        'structured logger opened for training rank 0'
+    """
+    return {
+        Field.LIBRARY_VERSION: __version__,
+        Field.PYTHON_VERSION: sys.version.split()[0],
+        Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
+        Field.BACKUP_COUNT: options.backup_count,
+        Field.QUEUE_SIZE: options.queue_size,
+        Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
+        # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
+        **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
+    }
+
+
 def register_jsonl_handler(
     *,
     identity: RunIdentity,
@@ -423,16 +444,7 @@ def register_jsonl_handler(
         max_bytes=int(options.max_file_size_mb * 1024 * 1024),
         backup_count=options.backup_count,
         stats=stats,
-        opened_fields={
-            Field.LIBRARY_VERSION: __version__,
-            Field.PYTHON_VERSION: sys.version.split()[0],
-            Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
-            Field.BACKUP_COUNT: options.backup_count,
-            Field.QUEUE_SIZE: options.queue_size,
-            Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
-            # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
-            **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
-        },
+        opened_fields=opened_fields(identity, options),
         stacks_file=getattr(options, "stall_after_s", None) != 0,
         step_rollups=step_rollups_on(getattr(options, "step_rollups", None)),
     )

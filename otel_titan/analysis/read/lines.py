@@ -198,10 +198,12 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
+def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, offset_us: int = 0) -> Iterator[dict[str, Any]]:
     """Every usable record of one file, in order; unusable lines are counted in `skipped` with file and line.
 
     `source`: read these bytes (the tail of `path`, see `read.tails`) instead of opening `path`.
+    `offset_us`: taken off each record's ``time_us`` (its host's clock offset: the aligned clock), after the
+    checks, which are on the time as written.
 
     Example:
         >>> # for record in file_records("run/structured_logs/x.jsonl", SkippedLines()): ...
@@ -268,10 +270,14 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                         and type(record.get("span_id")) in _KEY_TYPES
                         and type(record.get("task_name")) in _KEY_TYPES
                     ):
+                        if offset_us:
+                            record["time_us"] = time_us - offset_us
                         yield record
                         continue
                 reason = record_problem(record)
                 if reason is None:
+                    if offset_us:
+                        record["time_us"] -= offset_us
                     yield record
                 else:
                     skipped.add(path, line_no, reason)
@@ -288,6 +294,8 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
             if reason is None:
                 if repaired:
                     skipped.repair(path, line_no, repaired)
+                if offset_us:
+                    record["time_us"] -= offset_us
                 yield record
             else:
                 skipped.add(path, line_no, reason)

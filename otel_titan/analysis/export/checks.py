@@ -45,7 +45,7 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
     collector = _Collector()
     skipped = SkippedLines(log=False)
     for process in run.processes:
-        records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES)
+        records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES, trimmed=True)
         summary = _new_summary(process)
         collector.begin(process, summary)
         walk_process(records, collector)
@@ -57,7 +57,7 @@ def _last_step(run: RunLogs) -> int | None:
     best = None
     skipped = SkippedLines(log=False)
     for process in run.processes[:64]:  # the steps a run reached: a sample of processes says it
-        records, _ = tail_records(process, skipped, min_lines=16)
+        records, _ = tail_records(process, skipped, min_lines=16, trimmed=True)
         steps = [r["step"] for r in records if type(r.get("step")) is int]
         if steps and (best is None or max(steps) > best):
             best = max(steps)

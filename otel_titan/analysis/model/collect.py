@@ -434,7 +434,7 @@ def collect_processes(processes: list[ProcessLog], collector: _Collector, skippe
         summary = _new_summary(process)
         skipped_before = skipped.count
         collector.begin(process, summary)
-        extent = walk_process(_observe(process.records(skipped, on_bytes), summary), collector)
+        extent = walk_process(_observe(process.records(skipped, on_bytes, trimmed=True), summary), collector)
         collector.end(extent.last_us)
         summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
         summary.skipped_lines = skipped.count - skipped_before
@@ -468,7 +468,7 @@ def summarize_tails(
     for process in logs.processes:
         summary = _new_summary(process)
         skipped_before = logs.skipped.count
-        records, whole = tail_records(process, logs.skipped)
+        records, whole = tail_records(process, logs.skipped, trimmed=True)
         collector.begin(process, summary, whole=whole)
         extent = walk_process(_observe(records, summary, whole=whole), collector)
         collector.end(extent.last_us)

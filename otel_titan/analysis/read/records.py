@@ -98,8 +98,11 @@ class ProcessLog:
         """Source, then rank, then start (restarts of one rank in order)."""
         return (self.source, -1 if self.rank is None else self.rank, self.stamp, self.attempt or 0)
 
-    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, trimmed: bool = False) -> Iterator[dict[str, Any]]:
         """Every readable record of this process, in the order written; unreadable lines go to `skipped`.
+
+        `trimmed`: span, instant and scalar records hold only the fields the analysis reads
+        (`read.lines.ANALYSIS_FIELDS`, decoded by a typed decoder: what summarize and export read).
 
         Example:
             >>> # for record in process.records(SkippedLines()): print(record["log_type_name"])
@@ -107,7 +110,7 @@ class ProcessLog:
         # chain, not `yield from`: no extra Python frame to resume per record; the clock offset is taken off as
         # each line is read (no generator of its own either).
         offset_us = self.clock_offset_us
-        return itertools.chain.from_iterable(file_records(path, skipped, on_bytes, offset_us=offset_us) for path in self.segments)
+        return itertools.chain.from_iterable(file_records(path, skipped, on_bytes, offset_us=offset_us, trimmed=trimmed) for path in self.segments)
 
 
 @dataclass

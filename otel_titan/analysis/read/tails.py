@@ -51,8 +51,10 @@ def ends_torn(process: ProcessLog) -> bool:
     return False
 
 
-def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES) -> tuple[list[dict[str, Any]], bool]:
+def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
     """(the last records of `process`, in file order; whether they are all of them).
+
+    `trimmed`: as `ProcessLog.records`' (only the fields the analysis reads).
 
     Example:
         >>> # records, whole = tail_records(process, SkippedLines(log=False))
@@ -63,7 +65,7 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
     program = False
     whole = True
     for index in range(len(process.segments) - 1, -1, -1):
-        records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program)
+        records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program, trimmed=trimmed)
         chunks.append(records)
         lines += len(records)
         program = program or any(r["log_type_name"] not in META_EVENTS for r in records)
@@ -79,7 +81,7 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
     return out, whole
 
 
-def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool) -> tuple[list[dict[str, Any]], bool]:
+def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
     """The last complete lines of one file, parsed; and whether the file was read from its start.
 
     Each window read is parsed only once it holds enough lines (newlines are counted first, in C), and the
@@ -107,13 +109,13 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
                 continue  # at most that many complete lines after the cut one (and a last without newline): too few
             window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
             noted = _Noted()
-            records = list(file_records(path, noted, None, source=io.BytesIO(window)))
+            records = list(file_records(path, noted, None, source=io.BytesIO(window), trimmed=trimmed))
             if len(records) >= min_lines and (not need_program or any(r["log_type_name"] not in META_EVENTS for r in records)):
                 # The window is the tail: parsed exactly as a full read parses (torn last line, bad lines and all).
                 noted.replay(skipped)
                 return records, False
     # Read from its start: the whole file, parsed as a full read parses it.
-    records = list(file_records(path, skipped, None, source=io.BytesIO(data)))
+    records = list(file_records(path, skipped, None, source=io.BytesIO(data), trimmed=trimmed))
     return records, True
 
 

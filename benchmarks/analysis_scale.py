@@ -21,7 +21,9 @@ steps, a 20 % straggler, host clock offsets), read once first so that every
 command reads from the page cache, measured, then deleted. Each command runs
 in a fresh interpreter, the order rotating every round (interleaved), and
 the figure is the median over ``--repeat`` rounds. The time is the child's
-own around the work (imports excluded); peak memory is the child's
+own around the work (imports excluded), beside its CPU time (its own and
+its waited-for workers': steadier than the wall clock on a shared machine,
+but DuckDB's threads add up); peak memory is the child's
 ``ru_maxrss`` from ``wait4`` (its ``getrusage``), or for a command with
 worker processes the sum of each process's peak over its tree.
 
@@ -92,12 +94,15 @@ COMMANDS = list(CHILDREN)
 #: What a measured child runs: the command's snippet (argv[1]) on the run (argv[2]), timed around `work` only.
 #: Run with ``-c`` from the checkout measured (its folder first on the path): nothing of this script is imported,
 #: so a ``--baseline`` checkout's own otel_titan is what runs.
-_CHILD = """import json, sys, time
+_CHILD = """import json, resource, sys, time
 namespace = {}
 exec(sys.argv[1], namespace)
-started = time.perf_counter()
+def cpu():
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+started, cpu_started = time.perf_counter(), cpu()
 result = namespace["work"](sys.argv[2], sys.argv[3])
-print(json.dumps({"seconds": time.perf_counter() - started, "size": len(result) if isinstance(result, list) else result}))
+print(json.dumps({"seconds": time.perf_counter() - started, "cpu_seconds": cpu() - cpu_started, "size": len(result) if isinstance(result, list) else result}))
 """
 
 
@@ -147,13 +152,13 @@ def _read_once(run: str) -> int:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of docs/performance.md: per size and command, median time, MB/s, the rate as a fraction of DuckDB's, peak memory."""
-    lines = ["| ranks | MB | command | median s | MB/s | × DuckDB's rate | peak MB |", "| ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| ranks | MB | command | median s | MB/s | × DuckDB's rate | CPU s | peak MB |", "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
         base = row["commands"]["duckdb"]["median_s"]
         for which, figures in row["commands"].items():
             rate = row["bytes"] / 1e6 / figures["median_s"] if figures["median_s"] > 0 else 0.0
             ratio = base / figures["median_s"] if figures["median_s"] > 0 else 0.0
-            lines.append(f"| {row['ranks']:,} | {row['bytes'] / 1e6:,.0f} | {which} | {figures['median_s']:.2f} | {rate:,.0f} | {ratio:.2f} | {figures['peak_mb']:,.0f} |")
+            lines.append(f"| {row['ranks']:,} | {row['bytes'] / 1e6:,.0f} | {which} | {figures['median_s']:.2f} | {rate:,.0f} | {ratio:.2f} | {figures.get('median_cpu_s', 0.0):.2f} | {figures['peak_mb']:,.0f} |")
     return "\n".join(lines)
 
 
@@ -189,10 +194,11 @@ def main(argv: list[str] | None = None) -> int:
                 for which in order:
                     result = measure(which, run, os.path.join(work, "out"), args.baseline)
                     results[which].append(result)
-                    print(f"  {which}: {result['seconds']:.2f} s, {result['peak_rss_bytes'] / 1e6:.0f} MB", file=sys.stderr, flush=True)
+                    print(f"  {which}: {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), {result['peak_rss_bytes'] / 1e6:.0f} MB", file=sys.stderr, flush=True)
             rows.append({
                 "ranks": ranks, "steps": args.steps, "bytes": size,
                 "commands": {c: {"median_s": statistics.median(r["seconds"] for r in results[c]),
+                                 "median_cpu_s": statistics.median(r["cpu_seconds"] for r in results[c]),
                                  "peak_mb": statistics.median(r["peak_rss_bytes"] for r in results[c]) / 1e6,
                                  "rounds_s": [r["seconds"] for r in results[c]]} for c in commands},
             })

@@ -42,7 +42,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Annotated, Any, BinaryIO, Callable, Iterator, TypedDict, Union
+from typing import Annotated, Any, BinaryIO, Callable, Iterator, Required, TypedDict, Union
 
 import orjson
 
@@ -82,9 +82,29 @@ ANALYSIS_FIELDS = (
 WHOLE_RECORDS = frozenset(META_EVENTS | {"run_config"})
 #: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints beyond
 #: 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take orjson's path).
-_Scalar = Union[Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)] if msgspec is not None else int, float, str, bool, None]
+def _bounded(kind: Any, **bounds: int) -> Any:
+    return Annotated[kind, msgspec.Meta(**bounds)] if msgspec is not None else kind
+
+
+_Int64 = _bounded(int, ge=-(1 << 63), le=(1 << 63) - 1)
+_Scalar = Union[_Int64, float, str, bool, None]
 #: A record as the typed decoder reads it: a plain dict of the `ANALYSIS_FIELDS` present, in the line's order.
-AnalysisRecord = TypedDict("AnalysisRecord", {name: (list[_Scalar] if name == "step_tags" else _Scalar) for name in ANALYSIS_FIELDS}, total=False)  # type: ignore[misc]
+#: The fields every record must have, and those a lane or pairing key is made of, are typed as the reader
+#: requires them (the checks of `file_records`, in C): a record it decodes needs no check, nor any repair
+#: (`record_problem`), which a line that fails them gets on orjson's path.
+AnalysisRecord = TypedDict(  # type: ignore[misc]
+    "AnalysisRecord",
+    {
+        **{name: (list[_Scalar] if name == "step_tags" else _Scalar) for name in ANALYSIS_FIELDS},
+        "time_us": Required[_bounded(int, ge=0, lt=_MAX_TIME_US)],
+        "log_type_name": Required[_bounded(str, min_length=1)],
+        "log_type": Required[str],
+        "tid": _Int64,
+        "span_id": Union[str, None],
+        "task_name": Union[str, None],
+    },
+    total=False,
+)
 _typed_decode = msgspec.json.Decoder(AnalysisRecord).decode if msgspec is not None else None
 
 
@@ -300,28 +320,29 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                 carry, overlong = b"", True
             for raw in lines:
                 line_no += 1
-                record = None
                 if typed is not None:
                     try:
                         record = typed(raw)
                     except Exception:  # noqa: BLE001 - whatever it refuses (or chokes on, nested too deep), orjson's path decides
-                        record = None
+                        pass
                     else:
                         # Valid UTF-8 in the fields it skipped too (it only decodes those it keeps): else orjson's path.
-                        if record.get("log_type_name") in whole_records or not (raw.isascii() or _utf8(raw)):
-                            record = None
-                if record is None:
-                    try:
-                        record = loads(raw)
-                    except decode_error:
-                        if not raw.strip():
-                            continue  # blank line: nothing lost
-                        record, repaired = _loads_fallback(raw)
-                        if record is None:
-                            skipped.add(path, line_no, "malformed JSON or invalid UTF-8")
+                        if record["log_type_name"] not in whole_records and (raw.isascii() or _utf8(raw)):
+                            if offset_us:
+                                record["time_us"] -= offset_us
+                            yield record  # checked by its type (`AnalysisRecord`)
                             continue
-                        if repaired and record_problem(record) is None:
-                            skipped.repair(path, line_no, repaired)
+                try:
+                    record = loads(raw)
+                except decode_error:
+                    if not raw.strip():
+                        continue  # blank line: nothing lost
+                    record, repaired = _loads_fallback(raw)
+                    if record is None:
+                        skipped.add(path, line_no, "malformed JSON or invalid UTF-8")
+                        continue
+                    if repaired and record_problem(record) is None:
+                        skipped.repair(path, line_no, repaired)
                 if type(record) is dict:
                     time_us = record.get("time_us")
                     if (

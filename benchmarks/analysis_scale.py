@@ -131,7 +131,8 @@ def measure(which: str, run: str, out: str, baseline: str | None = None) -> dict
         sampler.stop()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{which} failed on {run}")
-    result = json.loads(output)
+    # The figures are the child's last line (a worker or library that also writes to stdout must not break it).
+    result = json.loads(output.strip().splitlines()[-1])
     own = usage.ru_maxrss * 1024
     result["peak_rss_bytes"] = max(sum(sampler.peaks.values()), own) if len(sampler.peaks) > 1 else own
     for suffix in (".json", ".html"):

@@ -42,7 +42,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Annotated, Any, BinaryIO, Callable, Iterator, Required, TypedDict, Union
+from typing import Annotated, Any, BinaryIO, Callable, Iterator, TypedDict, Union
 
 import orjson
 
@@ -50,6 +50,10 @@ try:  # the analysis extra; without it, trimmed records are read by orjson (the 
     import msgspec
 except ImportError:  # pragma: no cover - the project's set-up installs it
     msgspec = None  # type: ignore[assignment]
+try:
+    from typing import Required
+except ImportError:  # pragma: no cover - Python 3.10 (typing_extensions comes with opentelemetry-api)
+    from typing_extensions import Required
 
 from otel_titan.analysis.read.safe_text import escape_surrogates
 from otel_titan.schema import META_EVENTS
@@ -80,13 +84,16 @@ ANALYSIS_FIELDS = (
 #: Records read whole even when trimmed: the logger's own (every field is shown, the black box is digested) and a
 #: ``run_config`` (its configuration is compared between ranks).
 WHOLE_RECORDS = frozenset(META_EVENTS | {"run_config"})
-#: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints beyond
-#: 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take orjson's path).
+
+
 def _bounded(kind: Any, **bounds: int) -> Any:
+    """`kind` within `bounds` (msgspec's constraints), checked as the typed decoder reads it."""
     return Annotated[kind, msgspec.Meta(**bounds)] if msgspec is not None else kind
 
 
 _Int64 = _bounded(int, ge=-(1 << 63), le=(1 << 63) - 1)
+#: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints beyond
+#: 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take orjson's path).
 _Scalar = Union[_Int64, float, str, bool, None]
 #: A record as the typed decoder reads it: a plain dict of the `ANALYSIS_FIELDS` present, in the line's order.
 #: The fields every record must have, and those a lane or pairing key is made of, are typed as the reader

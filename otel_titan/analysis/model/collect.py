@@ -34,6 +34,7 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.clocks import attempt_step as _attempt_step
 from otel_titan.analysis.model.flight_recorder import find_torch_dumps
 from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
 from otel_titan.analysis.model.hang_facts import HangTracker
@@ -201,7 +202,7 @@ class _Collector(TimelineVisitor):
         if step is not None:
             if step == hang.step and name not in hang.entered_set:  # (inline: once per span)
                 hang.entered_span(name, step)
-            if first.get("parent_span_id") is None:  # type: ignore[union-attr]
+            if first.get("parent_span_id") is None:  # type: ignore[union-attr]  # the step-closing span's rule (clocks.ClosingVisitor), inline
                 self.last_top = (step, name, span.start_us, end_us)
             sums = self.phase_sums.get(name)
             if sums is None:
@@ -311,14 +312,6 @@ class _Collector(TimelineVisitor):
                     )
                 )
         summary.open_spans = listed
-
-
-def _attempt_step(attempt: int | None, step: int) -> int:
-    """One number per (attempt, step), so that a restart's step N is not the first attempt's."""
-    return (attempt or 0) * _ATTEMPT_STRIDE + step
-
-
-_ATTEMPT_STRIDE = 1 << 40
 
 
 def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True) -> Iterator[dict[str, Any]]:

@@ -137,11 +137,23 @@ def test_analysis_scale_quick_measures_every_command_against_duckdb(tmp_path):
     assert [row["ranks"] for row in data["rows"]] == [8, 16] and data["repeat"] == 1
     for row in data["rows"]:
         assert row["bytes"] > 0
-        assert set(row["commands"]) == {"duckdb", "summarize", "summarize --jobs 2", "export", "report", "sql"}
-        assert all(c["median_s"] > 0 and c["peak_mb"] > 10 and len(c["rounds_s"]) == 1 for c in row["commands"].values())
-    assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | peak MB |" in result.stdout
+        assert set(row["commands"]) == {"duckdb", "summarize", "summarize --jobs 2", "export", "export --jobs 1", "report", "sql"}
+        assert all(c["median_s"] > 0 and c["median_cpu_s"] > 0 and c["peak_mb"] > 10 and len(c["rounds_s"]) == 1 for c in row["commands"].values())
+    assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | CPU s | peak MB |" in result.stdout
     assert "| 16 | 0 | summarize --jobs 2 |" in result.stdout
     assert list(tmp_path.iterdir()) == [out]  # the generated runs are deleted
+
+
+@pytest.mark.slow
+def test_analysis_scale_baseline_measures_the_same_commands_from_another_checkout(tmp_path):
+    """--baseline DIR: each command also from that checkout (here this one), interleaved, named '<command> (baseline)'."""
+    out = tmp_path / "analysis.json"
+    result = processes.run([sys.executable, "benchmarks/analysis_scale.py", "--quick", "--commands", "summarize", "--baseline", REPO, "--workdir", str(tmp_path), "--json", str(out)],
+                           capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for row in json.loads(out.read_text())["rows"]:
+        assert set(row["commands"]) == {"duckdb", "summarize", "summarize (baseline)"}
+    assert "| 16 | 0 | summarize (baseline) |" in result.stdout
 
 
 @pytest.mark.slow
@@ -150,7 +162,7 @@ def test_parse_speed_quick_measures_every_decoder():
     result = processes.run([sys.executable, "benchmarks/parse_speed.py", "--quick"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert rows[:2] == ["duckdb", "orjson"] and rows[-2:] == ["reader", "summarize"]
+    assert rows[:2] == ["duckdb", "orjson"] and rows[-3:] == ["reader", "reader trimmed", "summarize"]
     assert "| duckdb | " in result.stdout and " | 1.00 |" in result.stdout
 
 

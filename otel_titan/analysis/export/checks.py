@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import math
 
-from otel_titan.analysis.model.clocks import ClockAlignment, estimate_offsets
+from otel_titan.analysis.model.clocks import ClockAlignment, ClosingVisitor, estimate_offsets
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.records import RunLogs
 from otel_titan.analysis.read.lines import SkippedLines, file_records
-from otel_titan.analysis.model.collect import _Collector, _new_summary
 from otel_titan.analysis.read.tails import tail_records
 from otel_titan.analysis.model.timeline import walk_process
 
@@ -44,14 +43,13 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
         >>> tail_alignment(read_run("outputs")).describe()
         'not aligned: all ranks on one host (one clock)'
     """
-    collector = _Collector()
+    visitor = ClosingVisitor()  # the step-closing spans alone: nothing else of the summary's collector is needed here
     skipped = SkippedLines(log=False)
     for process in run.processes:
-        records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES)
-        summary = _new_summary(process)
-        collector.begin(process, summary)
-        walk_process(records, collector)
-    return estimate_offsets(spans for _, spans in collector.closing)
+        records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES, trimmed=True)
+        visitor.begin(process.host_name or process.label, process.label, process.attempt)
+        walk_process(records, visitor)
+    return estimate_offsets(visitor.closing)
 
 
 def _last_step(run: RunLogs) -> int | None:
@@ -59,7 +57,7 @@ def _last_step(run: RunLogs) -> int | None:
     best = None
     skipped = SkippedLines(log=False)
     for process in run.processes[:64]:  # the steps a run reached: a sample of processes says it
-        records, _ = tail_records(process, skipped, min_lines=16)
+        records, _ = tail_records(process, skipped, min_lines=16, trimmed=True)
         steps = [r["step"] for r in records if type(r.get("step")) is int]
         if steps and (best is None or max(steps) > best):
             best = max(steps)

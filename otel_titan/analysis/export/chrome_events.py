@@ -224,6 +224,17 @@ class ExportVisitor(TimelineVisitor):
 
     # -- events ---------------------------------------------------------------------------------
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        first = span.start
+        if first is not None and span.error is None and not incomplete:
+            # The common case (`span_event`'s first return), inline: one per span.
+            if self.steps is not None and first.get("step") not in self.steps:
+                return
+            self.stats.spans += 1
+            dur = dur_us if type(dur_us) is int else round(dur_us, 3)
+            if span.children_end >= end_us:
+                dur += 1  # strictly contain the children (module docstring)
+            self.add({"name": span.name, "cat": "span", "ph": "X", "ts": span.start_us, "dur": dur, "pid": self.pid, "tid": span.track, "args": {key: first[key] for key in ARG_FIELDS if key in first}})
+            return
         event = self.span_event(span, end, end_us, dur_us, incomplete)
         if event is not None:
             if span.children_end >= end_us:

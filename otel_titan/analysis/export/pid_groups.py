@@ -82,7 +82,7 @@ def write_groups(groups: Iterable[PidGroup], out: EventStream | PerfettoStream, 
         last_us: int | None = None
         for process in processes:
             visitor.begin_process(tracks, process.pid, process.modified_us)
-            extent = walk_process(process.records(skipped, on_bytes), visitor)
+            extent = walk_process(process.records(skipped, on_bytes, trimmed=True), visitor)
             stats.records += extent.records
             if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
                 first_us = extent.first_us

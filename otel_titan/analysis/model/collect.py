@@ -85,6 +85,7 @@ __all__ = [
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
 _OPENED = MetaEvent.OPENED
+_ROLLUP = MetaEvent.STEP_ROLLUP
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:
@@ -167,6 +168,8 @@ class _Collector(TimelineVisitor):
         self.process, self.summary = process, summary
         self.hang.begin(process.label, partial=not whole, world_size=process.world_size)
         self.open: list[tuple[OpenSpan, float]] = []
+        #: Span name → its (source, name) accumulator in `phases`, for this process (one lookup per span, no key built).
+        self.process_phases: dict[str, _PhaseAcc] = {}
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
         self.phase_ends: dict[str, dict[int, int]] = {}
@@ -183,44 +186,60 @@ class _Collector(TimelineVisitor):
 
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
-        key = (self.process.source, span.name)
-        acc = self.phases.get(key)
+        name = span.name
+        acc = self.process_phases.get(name)
         if acc is None:
-            acc = self.phases[key] = _PhaseAcc()
+            acc = self._phase(name)
         if span.error is not None:
             acc.errors += 1
         if incomplete:
             acc.incomplete += 1
             self.open.append((span, dur_us))
-            self.hang.entered_span(span.name, (span.start or {}).get("step"))
+            self.hang.entered_span(name, (span.start or {}).get("step"))
             return
         hang = self.hang
         if hang.box is not None or hang.stalled or hang.quiet:
             hang.progress()
         ms = dur_us / 1000.0
         acc.durations.append(ms)
-        first = span.start if span.start is not None else end
+        start = span.start
+        first = start if start is not None else end
         step = first.get("step") if first is not None else None
-        step = step if type(step) is int else None
+        if type(step) is not int:
+            step = None
         if ms > acc.max_ms:
             acc.max_ms = ms
             acc.max_at = (self.process.label, self.process.rank, self.process.attempt, step)
         if step is not None:
-            if step == hang.step and span.name not in hang.entered_set:  # (inline: once per span)
-                hang.entered_span(span.name, step)
-            if first.get("parent_span_id") is None:  # type: ignore[union-attr]
-                self.closer.span_ended(step, span.name, span.start_us, end_us, True)
-            sums = self.phase_sums.setdefault(span.name, {})
+            if step == hang.step and name not in hang.entered_set:  # (inline: once per span)
+                hang.entered_span(name, step)
+            if first.get("parent_span_id") is None:  # type: ignore[union-attr]  # the step-closing span's rule (schema.StepCloser)
+                self.closer.span_ended(step, name, span.start_us, end_us, True)
+            sums = self.phase_sums.get(name)
+            if sums is None:
+                sums = self.phase_sums[name] = {}
             sums[step] = sums.get(step, 0.0) + ms
-            ends = self.phase_ends.setdefault(span.name, {})
+            ends = self.phase_ends.get(name)
+            if ends is None:
+                ends = self.phase_ends[name] = {}
             if end_us > ends.get(step, end_us - 1):
                 ends[step] = end_us
-            begin = self.step_begins.get(step)
-            if begin is not None and span.start is not None:
-                offsets = self.phase_offsets.get(key)
-                if offsets is None:
-                    offsets = self.phase_offsets[key] = array("d")
-                offsets.append((span.start_us - begin) / 1000.0)
+            if start is not None:
+                begin = self.step_begins.get(step)
+                if begin is not None:
+                    offsets = self.phase_offsets.get((self.process.source, name))
+                    if offsets is None:
+                        offsets = self.phase_offsets[(self.process.source, name)] = array("d")
+                    offsets.append((span.start_us - begin) / 1000.0)
+
+    def _phase(self, name: str) -> _PhaseAcc:
+        """The run-wide accumulator of this process's source and phase `name`, remembered for the process."""
+        key = (self.process.source, name)
+        acc = self.phases.get(key)
+        if acc is None:
+            acc = self.phases[key] = _PhaseAcc()
+        self.process_phases[name] = acc
+        return acc
 
     def instant(self, record: dict[str, Any], track: Any) -> None:
         self.hang.progress_at()  # an instant after a black box is progress
@@ -317,29 +336,41 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
     expected_seq: int | None = None
     last_name: str | None = None
     writer: Any = None
-    for record in records:
-        name = record["log_type_name"]
-        last_name = name
-        if writer is None:
-            writer = record.get("logger_name", "")
-            if name == _OPENED:  # the first line of an otel-titan file: when the file was created
-                summary.created_us = record["time_us"]
-        seq = record.get("seq_id")
-        if type(seq) is int and whole:
-            if expected_seq is None:
-                summary.first_seq_id = seq
-            elif seq > expected_seq:
-                summary.lost_lines += seq - expected_seq
-            expected_seq = seq + 1
-        if name not in META_EVENTS:
-            summary.last_event, summary.last_event_us = name, record["time_us"]
-            step = record.get("step")
-            summary.last_event_step = step if type(step) is int else None
-            if type(step) is int and (summary.last_step is None or step >= summary.last_step):
-                summary.last_step = step
-                relative = record.get("relative_step")
-                summary.last_relative_step = relative if type(relative) is int else None
-        yield record
+    # The last program record, and the last one with the highest step so far: their fields are read once, at
+    # the end, instead of being copied into `summary` for every record.
+    last_program: dict[str, Any] | None = None
+    last_step: int | None = None
+    last_step_record: dict[str, Any] | None = None
+    meta_events = META_EVENTS
+    try:
+        for record in records:
+            name = record["log_type_name"]
+            last_name = name
+            if writer is None and name != _ROLLUP:  # a rollup carries a short identity, no logger name (a tail may begin with one)
+                writer = record.get("logger_name", "")
+                if name == _OPENED:  # the first line of an otel-titan file: when the file was created
+                    summary.created_us = record["time_us"]
+            seq = record.get("seq_id")
+            if type(seq) is int and whole:
+                if expected_seq is None:
+                    summary.first_seq_id = seq
+                elif seq > expected_seq:
+                    summary.lost_lines += seq - expected_seq
+                expected_seq = seq + 1
+            if name not in meta_events:
+                last_program = record
+                step = record.get("step")
+                if type(step) is int and (last_step is None or step >= last_step):
+                    last_step, last_step_record = step, record
+            yield record
+    finally:
+        if last_program is not None:
+            step = last_program.get("step")
+            summary.last_event, summary.last_event_us, summary.last_event_step = last_program["log_type_name"], last_program["time_us"], step if type(step) is int else None
+        if last_step_record is not None:
+            summary.last_step = last_step
+            relative = last_step_record.get("relative_step")
+            summary.last_relative_step = relative if type(relative) is int else None
     if last_name is not None:
         # Only otel-titan writes a closing record; for torchtitan's and pimm's files it is unknown.
         summary.closed_cleanly = True if last_name == "structured_logger_closed" else (False if writer == _OTEL_TITAN_LOGGER else None)
@@ -438,7 +469,7 @@ def collect_processes(processes: list[ProcessLog], collector: _Collector, skippe
         summary = _new_summary(process)
         skipped_before = skipped.count
         collector.begin(process, summary)
-        extent = walk_process(_observe(process.records(skipped, on_bytes), summary), collector)
+        extent = walk_process(_observe(process.records(skipped, on_bytes, trimmed=True), summary), collector)
         collector.end(extent.last_us)
         summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
         summary.skipped_lines = skipped.count - skipped_before
@@ -474,7 +505,7 @@ def summarize_tails(
     for process in logs.processes:
         summary = _new_summary(process)
         skipped_before = logs.skipped.count
-        records, whole = tail_records(process, logs.skipped)
+        records, whole = tail_records(process, logs.skipped, trimmed=True)
         collector.begin(process, summary, whole=whole)
         extent = walk_process(_observe(records, summary, whole=whole), collector)
         collector.end(extent.last_us)
@@ -705,7 +736,7 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
         # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
         anchors = _anchor_spans(collector, source, attempt, alignment.anchor) if alignment.anchor is not None and alignment.simultaneous else {}
         exits = {rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None
-        steps, _ = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
+        steps, everyone = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
         phases = {phase: ranks for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
         result = Stragglers(source=source, attempt=attempt, ranks=sorted(per_rank), median_step_ms=None if step_ms is None else round(step_ms, 6), steps=steps, ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
         result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in groups.items()]
@@ -716,14 +747,15 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
             mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
             if len(mine) < 2:
                 continue
-            _, slowness = compare_ranks(mine)
+            # One group of every rank (no mesh, or one stage): its verdicts are the table's.
+            _, slowness = ([], everyone) if len(mine) == len(per_rank) else compare_ranks(mine, table=False)
             result.ranks_by_slowness += slowness
             result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
             for phase, phase_ranks in sorted(phases.items()):
                 peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
                 if len(peers_times) < 2:
                     continue
-                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms)
+                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms, table=False)
                 ends = {rank: by_step for rank, by_step in collector.phase_step_end.get((source, attempt, phase), {}).items() if rank in peers_times}
                 for slow in phase_slowness:
                     if not slow.differs:

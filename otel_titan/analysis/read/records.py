@@ -98,17 +98,21 @@ class ProcessLog:
         """Source, then rank, then start (restarts of one rank in order)."""
         return (self.source, -1 if self.rank is None else self.rank, self.stamp, self.attempt or 0)
 
-    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, trimmed: bool = False) -> Iterator[dict[str, Any]]:
         """Every readable record of this process, in the order written; unreadable lines go to `skipped`.
+
+        `trimmed`: span, instant and scalar records hold only the fields the analysis reads
+        (`read.lines.ANALYSIS_FIELDS`, decoded by a typed decoder: what summarize and export read).
 
         Example:
             >>> process = read_run("outputs").processes[0]
             >>> [record["log_type_name"] for record in process.records(SkippedLines())][:3]
             ['structured_logger_opened', 'data_fetch_start', 'data_fetch_end']
         """
-        # chain, not `yield from`: no extra Python frame to resume per record.
-        records = itertools.chain.from_iterable(file_records(path, skipped, on_bytes) for path in self.segments)
-        return _shifted(records, self.clock_offset_us) if self.clock_offset_us else records
+        # chain, not `yield from`: no extra Python frame to resume per record; the clock offset is taken off as
+        # each line is read (no generator of its own either).
+        offset_us = self.clock_offset_us
+        return itertools.chain.from_iterable(file_records(path, skipped, on_bytes, offset_us=offset_us, trimmed=trimmed) for path in self.segments)
 
 
 @dataclass
@@ -132,13 +136,6 @@ class RunLogs:
     def total_bytes(self) -> int:
         """Bytes of JSONL in the selected processes' files."""
         return sum(p.size for p in self.processes)
-
-
-def _shifted(records: Iterator[dict[str, Any]], offset_us: int) -> Iterator[dict[str, Any]]:
-    """Records with their host's clock offset taken off ``time_us`` (the aligned clock)."""
-    for record in records:
-        record[Field.TIME_US] -= offset_us
-        yield record
 
 
 def find_log_dir(path: str | os.PathLike[str]) -> tuple[str, str, str | None]:

@@ -54,8 +54,10 @@ def ends_torn(process: ProcessLog) -> bool:
     return False
 
 
-def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES) -> tuple[list[dict[str, Any]], bool]:
+def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
     """(the last records of `process`, in file order; whether they are all of them).
+
+    `trimmed`: as `ProcessLog.records`' (only the fields the analysis reads).
 
     Example (a hung rank's last record is its collective's ``_start``; this one closed):
         >>> from otel_titan.analysis import read_run
@@ -68,7 +70,7 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
     program = False
     whole = True
     for index in range(len(process.segments) - 1, -1, -1):
-        records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program)
+        records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program, trimmed=trimmed)
         chunks.append(records)
         lines += len(records)
         program = program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)
@@ -84,14 +86,17 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
     return out, whole
 
 
-def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool) -> tuple[list[dict[str, Any]], bool]:
-    """The last complete lines of one file, parsed; and whether the file was read from its start."""
+def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
+    """The last complete lines of one file, parsed; and whether the file was read from its start.
+
+    Each window read is parsed only once it holds enough lines (newlines are counted first, in C), and the
+    window kept is not parsed again: what it skipped is counted in `skipped` then (`_Noted`), in order.
+    """
     try:
         handle = open(path, "rb")
     except OSError as error:
         skipped.add(path, 0, f"cannot open ({error.strerror or error})")
         return [], True
-    quiet = SkippedLines(log=False)
     with handle:
         size = handle.seek(0, os.SEEK_END)
         position = size
@@ -105,12 +110,33 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
             block *= 2  # a file of long lines needs few rounds
             if position == 0:
                 break
+            if data.count(b"\n") < min_lines:
+                continue  # at most that many complete lines after the cut one (and a last without newline): too few
             window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
-            records = list(file_records(path, quiet, None, source=io.BytesIO(window)))
+            noted = _Noted()
+            records = list(file_records(path, noted, None, source=io.BytesIO(window), trimmed=trimmed))
             if len(records) >= min_lines and (not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)):
-                break
-    if position > 0:
-        data = data[data.index(b"\n") + 1 :]  # drop the partial first line
-    # Parsed again, now counting what is skipped, exactly as a full read parses (torn last line, bad lines and all).
-    records = list(file_records(path, skipped, None, source=io.BytesIO(data)))
-    return records, position == 0
+                # The window is the tail: parsed exactly as a full read parses (torn last line, bad lines and all).
+                noted.replay(skipped)
+                return records, False
+    # Read from its start: the whole file, parsed as a full read parses it.
+    records = list(file_records(path, skipped, None, source=io.BytesIO(data), trimmed=trimmed))
+    return records, True
+
+
+class _Noted(SkippedLines):
+    """What a window's parse skipped or repaired, noted but not counted: replayed into the caller's if the window is kept."""
+
+    def __init__(self) -> None:
+        super().__init__(log=False)
+        self.calls: list[tuple[bool, str, int, Any]] = []
+
+    def add(self, path: str, line_no: int, reason: str) -> None:
+        self.calls.append((False, path, line_no, reason))
+
+    def repair(self, path: str, line_no: int, strings: int) -> None:
+        self.calls.append((True, path, line_no, strings))
+
+    def replay(self, skipped: SkippedLines) -> None:
+        for repaired, path, line_no, detail in self.calls:
+            (skipped.repair if repaired else skipped.add)(path, line_no, detail)

@@ -102,6 +102,8 @@ class _Collector(TimelineVisitor):
         # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never merged.
         self.step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
+        # The same keys → rank → step → how many of its spans were summed there (the step table's counts, `model.step_table`).
+        self.phase_step_count: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # The same keys → rank → step → when the rank's last span of the phase in that step ended (µs, its host's clock).
         self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # (source, attempt, rank) → host (whose clock offset applies to its ends).
@@ -123,7 +125,7 @@ class _Collector(TimelineVisitor):
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`model.parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_count": self.phase_step_count, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -137,7 +139,7 @@ class _Collector(TimelineVisitor):
             mine.incomplete += acc.incomplete
             if acc.max_ms > mine.max_ms:
                 mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
-        for name in ("step_ms", "phase_step_ms", "phase_step_end"):
+        for name in ("step_ms", "phase_step_ms", "phase_step_count", "phase_step_end"):
             target = getattr(self, name)
             for key, per_rank in state.get(name, {}).items():
                 ranks = target.setdefault(key, {})
@@ -159,6 +161,7 @@ class _Collector(TimelineVisitor):
         self.open: list[tuple[OpenSpan, float]] = []
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
+        self.phase_counts: dict[str, dict[int, int]] = {}
         self.phase_ends: dict[str, dict[int, int]] = {}
         self.step_begins: dict[int, int] = {}
         # The step-closing span of each step: the one rule the writer's rollups use too (schema.StepCloser).
@@ -202,6 +205,8 @@ class _Collector(TimelineVisitor):
                 self.closer.span_ended(step, span.name, span.start_us, end_us, True)
             sums = self.phase_sums.setdefault(span.name, {})
             sums[step] = sums.get(step, 0.0) + ms
+            counts = self.phase_counts.setdefault(span.name, {})
+            counts[step] = counts.get(step, 0) + 1
             ends = self.phase_ends.setdefault(span.name, {})
             if end_us > ends.get(step, end_us - 1):
                 ends[step] = end_us
@@ -262,6 +267,9 @@ class _Collector(TimelineVisitor):
             for phase, sums in self.phase_sums.items():
                 per_rank = self.phase_step_ms.setdefault((process.source, process.attempt, phase), {})
                 per_rank.setdefault(process.rank, {}).update(sums)
+            for phase, counts in self.phase_counts.items():
+                per_rank_count = self.phase_step_count.setdefault((process.source, process.attempt, phase), {})
+                per_rank_count.setdefault(process.rank, {}).update(counts)
             for phase, ends in self.phase_ends.items():
                 per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
                 per_rank_end.setdefault(process.rank, {}).update(ends)
@@ -351,6 +359,7 @@ def summarize_run(
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    on_collected: Callable[[Any], None] | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
@@ -364,6 +373,9 @@ def summarize_run(
     `scheduler`: the address of a Dask scheduler (``tcp://host:8786``) whose
     workers read the files instead (`workers.executors`; `jobs` is then ignored):
     the same summary.
+    `on_collected(collector)` is called once the run is read, with the
+    accumulators the summary is made from (per rank, step and phase): what a
+    caller keeps beyond the summary (`RunAnalysis.steps`, `model.step_table`).
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `read.runs.UnknownRunError`).
@@ -383,6 +395,8 @@ def summarize_run(
     else:
         collector = _Collector()
         processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)
+    if on_collected is not None:
+        on_collected(collector)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")

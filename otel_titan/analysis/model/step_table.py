@@ -40,7 +40,7 @@ __all__ = ["StepRow", "StepTable", "rows_from_collected", "rows_from_rollups"]
 _Key = tuple[str, "int | None", int]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepRow:
     """One rank's step: its time, its phases' counts and totals, its step-closing span.
 
@@ -85,9 +85,10 @@ def rows_from_collected(collected: tuple[Any, Any, Any, Any]) -> list[StepRow]:
     """The rows from the model's accumulators: `(step_ms, phase_step_ms, phase_step_count, closing)` of `model.collect`'s collector."""
     step_ms, phase_ms, phase_count, closing = collected
     times: dict[_Key, dict[int, float]] = {}
+    # Rounded to the µs here: sums of float ms (the rollups' totals are whole µs already).
     for (source, attempt), per_rank in step_ms.items():
         for rank, steps in per_rank.items():
-            times.setdefault((source, attempt, rank), {}).update(steps)
+            times.setdefault((source, attempt, rank), {}).update((step, round(ms, 3)) for step, ms in steps.items())
     phases: dict[_Key, dict[int, dict[str, tuple[int, float]]]] = {}
     for (source, attempt, name), per_rank in phase_ms.items():
         counts_of = phase_count.get((source, attempt, name), {})
@@ -95,7 +96,7 @@ def rows_from_collected(collected: tuple[Any, Any, Any, Any]) -> list[StepRow]:
             counts = counts_of.get(rank, {})
             own = phases.setdefault((source, attempt, rank), {})
             for step, ms in steps.items():
-                own.setdefault(step, {})[name] = (counts.get(step, 0), ms)
+                own.setdefault(step, {})[name] = (counts.get(step, 0), round(ms, 3))
     closers: dict[_Key, dict[int, tuple[str, int, int]]] = {}
     for process, spans in closing:
         if process.rank is None:
@@ -144,8 +145,8 @@ def _rows(times: dict[_Key, dict[int, float]], phases: dict[_Key, dict[int, dict
                     attempt=attempt,
                     rank=rank,
                     step=step,
-                    step_ms=None if ms is None else round(ms, 3),
-                    phases={name: (count, round(total, 3)) for name, (count, total) in sorted(own_phases.get(step, {}).items())},
+                    step_ms=ms,
+                    phases=dict(sorted(own_phases.get(step, {}).items())),
                     closing=None if closing is None else closing[0],
                     closing_enter_us=None if closing is None else closing[1],
                     closing_exit_us=None if closing is None else closing[2],

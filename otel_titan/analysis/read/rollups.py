@@ -47,7 +47,7 @@ LATE_SPANS_VERSION = 2
 _MARKER = b'"' + MetaEvent.STEP_ROLLUP.encode() + b'"'
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepRollup:
     """One process's totals for one step, as its writer summed them.
 
@@ -91,14 +91,15 @@ def parse_rollup(record: Any, offset_us: int = 0) -> StepRollup | None:
     if type(record) is not dict or record.get(Field.LOG_TYPE_NAME) != MetaEvent.STEP_ROLLUP:
         return None
     version, step, begin, end = record.get(RollupField.VERSION), record.get(Field.STEP), record.get(RollupField.BEGIN_US), record.get(RollupField.END_US)
-    if not (_int(version) and 1 <= version <= ROLLUP_VERSION and _int(step) and _int(begin) and _int(end)):
+    # `type(x) is int` inline, not a helper: one rollup per rank and step, the whole cost of a step table from rollups.
+    if not (type(version) is int and 1 <= version <= ROLLUP_VERSION and type(step) is int and type(begin) is int and type(end) is int):
         return None
     raw_phases = record.get(RollupField.PHASES)
-    if not isinstance(raw_phases, dict):
+    if type(raw_phases) is not dict:
         return None
     phases: dict[str, tuple[int, int]] = {}
     for name, pair in raw_phases.items():
-        if not (isinstance(pair, list) and len(pair) == 2 and _int(pair[0]) and _int(pair[1])):
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not int:
             return None
         phases[name] = (pair[0], pair[1])
     closing = record.get(RollupField.CLOSING)
@@ -202,6 +203,7 @@ def scan_rollups(process: ProcessLog) -> ProcessRollups:
     steps: dict[int, StepRollup] = {}
     last: StepRollup | None = None
     parsed = 0
+    unusable = 0
     first_edges: _Edges | None = None
     edges = _Edges()
     for index, path in enumerate(process.segments):
@@ -211,15 +213,19 @@ def scan_rollups(process: ProcessLog) -> ProcessRollups:
             rollup = parse_rollup(loads_line(line), process.clock_offset_us)
             if rollup is not None:
                 steps[rollup.step] = last = rollup
+            else:
+                unusable += 1  # torn, of a newer version, or a user's text that names one: its step is not known from rollups
         if index == 0:
             first_edges = edges
     parsed += sum(len(line) + 1 for line in ((first_edges.first if first_edges else None), edges.last) if line)
-    return ProcessRollups(process, steps, _why_not(steps, last, first_edges, edges), parsed)
+    return ProcessRollups(process, steps, _why_not(steps, last, first_edges, edges, unusable), parsed)
 
 
-def _why_not(steps: dict[int, StepRollup], last: StepRollup | None, first_edges: _Edges | None, last_edges: _Edges) -> str | None:
+def _why_not(steps: dict[int, StepRollup], last: StepRollup | None, first_edges: _Edges | None, last_edges: _Edges, unusable: int) -> str | None:
     if not steps or last is None:
         return "no step_rollup records (torchtitan's, pimm's or an older otel-titan's files, or step_rollups off)"
+    if unusable:
+        return f"{unusable} line{'s' if unusable != 1 else ''} naming step_rollup could not be used (torn, of a newer version, or not a rollup)"
     opened = _record(first_edges.first if first_edges is not None else None)
     if opened is None or opened.get(Field.LOG_TYPE_NAME) != MetaEvent.OPENED or opened.get(Field.SEQ_ID) != 1:
         return "its files do not begin with the logger's opened record (a segment rotated away, or not read)"

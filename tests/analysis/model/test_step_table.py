@@ -166,3 +166,14 @@ def test_tail_reads_no_spans(tmp_path):
     generate_run(str(tmp_path / "old"), RunSpec(ranks=4, steps=6, seed=1, rollups=False))
     with pytest.raises(ValueError, match="tail=True"):
         RunAnalysis(str(tmp_path / "old"), log_skipped=False, tail=True).steps()
+
+
+def test_the_spans_path_is_the_same_in_worker_processes(tmp_path):
+    """The counts and totals merge across `--jobs` workers as every accumulator does: the same table as one process reads."""
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=6, steps=8, seed=6, straggler=(2, "fwd", 30.0), rollups=False))
+    serial = RunAnalysis(run, log_skipped=False).steps()
+    parallel = RunAnalysis(run, log_skipped=False, jobs=2).steps()
+    assert serial.source == parallel.source == "spans"
+    assert parallel.rows == serial.rows and len(serial.rows) == 6 * 8
+    assert {row.phases["fwd"][0] for row in serial.rows} == {1}

@@ -115,6 +115,7 @@ def _whole_file(path, rollups, *, first_seq=1, closed=True, **closing):
         ({"version": 1}, "version 1"),
         ({"last": "next_step"}, "stop before its end"),
         ({"late": 2}, "2 of its spans ended after"),
+        ({"newer": True}, "1 line naming step_rollup could not be used"),
     ],
 )
 def test_whether_the_rollups_hold_every_span_is_read_from_the_file_itself(tmp_path, change, why):
@@ -122,7 +123,8 @@ def test_whether_the_rollups_hold_every_span_is_read_from_the_file_itself(tmp_pa
     version, last, late = change.pop("version", ROLLUP_VERSION), change.pop("last", "close"), change.pop("late", 0)
     closing = {key: change.pop(key) for key in ("dropped_records", "failed_records") if key in change}
     final = {**_rollup_line(3, 5000), "complete": False, "ended_by": last, "rollup_version": version, **({"late_spans": late} if late else {})}
-    _whole_file(titan_file(tmp_path), [{**_rollup_line(1, 1000), "rollup_version": version}, {**_rollup_line(2, 3000), "rollup_version": version}, final], **change, **closing)
+    newer = [{**_rollup_line(2, 3500), "rollup_version": ROLLUP_VERSION + 1}] if change.pop("newer", False) else []  # a newer writer's rollup of step 2, after this one
+    _whole_file(titan_file(tmp_path), [{**_rollup_line(1, 1000), "rollup_version": version}, {**_rollup_line(2, 3000), "rollup_version": version}, *newer, final], **change, **closing)
     scan = scan_rollups(read_run(tmp_path, log_skipped=False).processes[0])
     assert sorted(scan.steps) == [1, 2, 3]
     assert (scan.why_not is None) if why is None else (why in scan.why_not), scan.why_not

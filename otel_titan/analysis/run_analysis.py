@@ -79,6 +79,7 @@ class RunAnalysis:
         self.log_skipped = log_skipped
         # The model's per (rank, step, phase) accumulators, kept when it is built: the step table from the spans.
         self._collected: tuple[Any, Any, Any, Any] | None = None
+        self._step_table: StepTable | None = None
 
     @cached_property
     def summary(self) -> RunSummary:
@@ -99,12 +100,18 @@ class RunAnalysis:
         every other question); `StepTable.source` says which, `why_spans` why.
         The same table either way (docs/analysis.md, "The step table"). Times
         are each rank's own clock as written. With `tail` the spans are not
-        read: a run whose rollups do not cover it raises ValueError.
+        read: a run whose rollups do not cover it raises ValueError. Read
+        once, then kept, like the model.
 
         Example:
             >>> # table = RunAnalysis("outputs").steps()
             >>> # max((r for r in table.rows if r.step == 5), key=lambda r: r.step_ms).rank   → the slowest rank in step 5
         """
+        if self._step_table is None:
+            self._step_table = self._read_steps()
+        return self._step_table
+
+    def _read_steps(self) -> StepTable:
         logs, _ = select_run(read_run(self.path, ranks=self.ranks, sources=self.sources, log_skipped=False), self.run_id)
         ranked = [process for process in logs.processes if process.rank is not None]
         why: list[str] = []

@@ -13,7 +13,9 @@ from otel_titan.analysis import RunAnalysis
 from otel_titan.analysis.model.step_table import StepTable, rows_from_collected, rows_from_rollups
 from otel_titan.analysis.read.records import read_run
 from otel_titan.analysis.read.rollups import scan_rollups
-from tests.helpers.analysis import TOY_STEPS
+from tests.conftest import REPO
+from tests.helpers import processes
+from tests.helpers.analysis import TOY_STEPS, _torchrun_command
 from tests.helpers.rollups import strip_rollups, toy_run_with_rollups
 
 
@@ -177,3 +179,18 @@ def test_the_spans_path_is_the_same_in_worker_processes(tmp_path):
     assert serial.source == parallel.source == "spans"
     assert parallel.rows == serial.rows and len(serial.rows) == 6 * 8
     assert {row.phases["fwd"][0] for row in serial.rows} == {1}
+
+
+@pytest.mark.slow
+def test_a_real_torchrun_run_with_the_default_process_figures_the_same_table(tmp_path):
+    """The defaults users run with: process figures on (scalars stamped by the logger's thread), a checkpoint every 4 steps; rollups and spans agree."""
+    output = tmp_path / "toy"
+    command, env = _torchrun_command(output, "--steps", "12", "--slow-rank", "1", "--slow-ms", "20", "--checkpoint-every", "4")
+    env.update(OTEL_TITAN_PROCESS_FIGURES="1", OTEL_TITAN_STEP_ROLLUPS="1")
+    result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert any("memory/" in line for path in (output / "structured_logs").glob("*.jsonl") for line in path.open(encoding="utf-8"))
+    table = RunAnalysis(output, log_skipped=False).steps()
+    assert table.source == "rollups", table.why_spans
+    assert table.rows == _from_spans(output)
+    _check_rows(table, 2, 12)

@@ -123,9 +123,11 @@ def rows_from_rollups(scans: Iterable[ProcessRollups]) -> list[StepRow]:
             if rollup.complete:
                 own_times[step] = (rollup.end_us - rollup.begin_us) / 1000.0
             if rollup.phases:
-                merged = own_phases.setdefault(step, {})
-                for name, (count, total_us) in rollup.phases.items():
-                    merged[name] = (count, total_us / 1000.0)
+                merged = {name: (count, total_us / 1000.0) for name, (count, total_us) in rollup.phases.items()}
+                if step in own_phases:  # another process of this rank had the step: phase by phase, as the model merges
+                    own_phases[step].update(merged)
+                else:
+                    own_phases[step] = merged
             if rollup.closing is not None:
                 own_closing[step] = rollup.closing
     return _rows(times, phases, closers)
@@ -133,23 +135,15 @@ def rows_from_rollups(scans: Iterable[ProcessRollups]) -> list[StepRow]:
 
 def _rows(times: dict[_Key, dict[int, float]], phases: dict[_Key, dict[int, dict[str, tuple[int, float]]]], closers: dict[_Key, dict[int, tuple[str, int, int]]]) -> list[StepRow]:
     out: list[StepRow] = []
+    nothing: dict[str, tuple[int, float]] = {}
     for key in sorted({*times, *phases, *closers}, key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])):
         source, attempt, rank = key
         own_times, own_phases, own_closing = times.get(key, {}), phases.get(key, {}), closers.get(key, {})
         for step in sorted({*own_times, *own_phases, *own_closing}):
-            ms = own_times.get(step)
             closing = own_closing.get(step)
-            out.append(
-                StepRow(
-                    source=source,
-                    attempt=attempt,
-                    rank=rank,
-                    step=step,
-                    step_ms=ms,
-                    phases=dict(sorted(own_phases.get(step, {}).items())),
-                    closing=None if closing is None else closing[0],
-                    closing_enter_us=None if closing is None else closing[1],
-                    closing_exit_us=None if closing is None else closing[2],
-                )
-            )
+            # Positional, in the fields' order: one row per rank and step. Each row's phases are its own dict (built per step above).
+            if closing is None:
+                out.append(StepRow(source, attempt, rank, step, own_times.get(step), own_phases.get(step) or dict(nothing)))
+            else:
+                out.append(StepRow(source, attempt, rank, step, own_times.get(step), own_phases.get(step) or dict(nothing), closing[0], closing[1], closing[2]))
     return out

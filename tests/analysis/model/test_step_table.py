@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import pytest
 
@@ -194,3 +200,43 @@ def test_a_real_torchrun_run_with_the_default_process_figures_the_same_table(tmp
     assert table.source == "rollups", table.why_spans
     assert table.rows == _from_spans(output)
     _check_rows(table, 2, 12)
+
+
+def test_a_rank_killed_by_sigterm_mid_step_is_answered_as_its_spans_say(tmp_path):
+    """The launcher's SIGTERM mid-step (torchrun tearing a job down): whatever the file's end, the table is the one its spans give."""
+    code = textwrap.dedent(
+        """
+        import sys, time
+        from otel_titan import structured_logger as sl
+        sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, step_rollups=True)
+        for step in (1, 2, 3):
+            sl.set_step(step)
+            with sl.log_trace_span("fwd_bwd"):
+                with sl.log_trace_span("fwd"):
+                    pass
+            with sl.log_trace_span("all_reduce"):
+                pass
+        sl.set_step(4)
+        with sl.log_trace_span("all_reduce"):
+            print("ready", flush=True)
+            time.sleep(60)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OTEL_TITAN_STEP_ROLLUPS": "0"}
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run")], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(0.3)  # the _start of step 4's all_reduce is in the file
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(30) == -signal.SIGTERM
+    finally:
+        processes.kill_tree(child)
+    table = RunAnalysis(tmp_path / "run", log_skipped=False).steps()
+    assert table.rows == _from_spans(tmp_path / "run")
+    # It died of the signal, with no closing record: its rollups cannot promise every span (here they would: the spans say).
+    assert table.source == "spans" and "did not close cleanly" in table.why_spans[0]
+    # Step 4 holds only the open all_reduce: nothing known of it (no time, no span ended), so no row; step 3 ended when 4 began.
+    assert [row.step for row in table.rows] == [1, 2, 3] and table.rows[-1].step_ms is not None
+    assert [row.closing for row in table.rows] == ["all_reduce"] * 3 and all(row.phases["fwd"][0] == 1 for row in table.rows)
+    scans = [scan_rollups(process) for process in read_run(tmp_path / "run", log_skipped=False).processes]
+    assert rows_from_rollups(scans) == table.rows  # what its rollups say agrees, as far as they go

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -37,7 +38,8 @@ def test_a_real_run_gives_one_rollup_per_rank_and_step_equal_to_its_spans():
             assert rollup.complete is (step < TOY_STEPS)
         assert steps[4].step_tags == ("gc",) and "checkpoint" in steps[4].phases
         # rank 1 is the data_fetch straggler (+40 ms per step): its rollups say so without a span being read.
-    assert all(found[("training", 1, 0)][s].phases["data_fetch"][1] > found[("training", 0, 0)][s].phases["data_fetch"][1] + 30_000 for s in range(1, TOY_STEPS + 1))
+    # (the median over the steps: on a busy machine rank 0's first data_fetch can take as long)
+    assert statistics.median(found[("training", 1, 0)][s].phases["data_fetch"][1] - found[("training", 0, 0)][s].phases["data_fetch"][1] for s in range(1, TOY_STEPS + 1)) > 30_000
 
 
 def test_files_without_rollups_give_none(tmp_path):

@@ -227,7 +227,9 @@ class ATTR:
 
 # -- step rollups ---------------------------------------------------------------------------------
 #: Version of the ``step_rollup`` record's own fields (bumped when one changes meaning or disappears).
-ROLLUP_VERSION = 1
+#: 2: ``late_spans`` (its absence means 0; in version 1 it meant "not counted", so a version-1 file cannot
+#: promise that its rollups hold every span: readers answer from its spans).
+ROLLUP_VERSION = 2
 
 
 class RollupField:
@@ -247,6 +249,8 @@ class RollupField:
     CLOSING = "closing"
     #: Spans of the step still open when the record was written (not in ``phases``).
     OPEN_SPANS = "open_spans"
+    #: Spans of this file so far that ended after their step's rollup was written (in no rollup's ``phases``): cumulative.
+    LATE_SPANS = "late_spans"
 
 
 class StepCloser:
@@ -298,6 +302,7 @@ def rollup_fields(
     ended_by: str,
     open_spans: int = 0,
     step_tags: tuple[str, ...] | list[str] = (),
+    late_spans: int = 0,
 ) -> dict[str, object]:
     """The fields of one ``step_rollup`` record (without time, identity and ``seq_id``), as every writer spells them.
 
@@ -322,6 +327,8 @@ def rollup_fields(
         fields[RollupField.CLOSING] = {"name": closing[0], "start_us": closing[1], "end_us": closing[2]}
     if open_spans:
         fields[RollupField.OPEN_SPANS] = open_spans
+    if late_spans:
+        fields[RollupField.LATE_SPANS] = late_spans
     if step_tags:
         fields[Field.STEP_TAGS] = list(step_tags)
     return fields

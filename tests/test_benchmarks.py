@@ -64,6 +64,19 @@ def test_summarize_scale_measures_every_command_side_by_side(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["scale.json"]  # the generated run is gone
 
 
+def test_step_table_benchmark_checks_both_tables_equal_then_measures(tmp_path):
+    """benchmarks/step_table.py on a tiny run: both paths taken (rollups, spans), their tables equal, figures written; figures not checked."""
+    out = tmp_path / "figures.json"
+    result = processes.run(
+        [sys.executable, "benchmarks/step_table.py", "--ranks", "8", "--steps", "6", "--repeat", "1", "--workdir", str(tmp_path), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["rows"] == 8 * 6 and figures["rollups"]["parsed_mb"] < figures["spans"]["parsed_mb"]
+    assert [p.name for p in tmp_path.iterdir()] == ["figures.json"]  # the runs are deleted
+
+
 def test_the_run_generator_has_help_and_refuses_a_bad_fault():
     result = processes.run([sys.executable, "benchmarks/generate_run.py", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0 and "--straggler RANK:PHASE:PCT" in result.stdout

@@ -16,7 +16,11 @@ rollup says what the reader would compute from the spans it sums:
 A step's rollup is written once the next step has begun and every span
 that started in it has ended (an asynchronous checkpoint span may end
 later); a step waits for its open spans only until two more steps have
-begun, and then goes out with their count in ``open_spans``. `final` writes
+begun, and then goes out with their count in ``open_spans``. A span that
+ends after its step's rollup is out (one of those, or a span a thread
+stamped with an older step) is in no rollup: ``late_spans`` counts them,
+for the whole file so far, so that a reader knows the rollups no longer hold
+every span the file does. `final` writes
 what is left: at a clean shutdown the last step (``complete`` false: it has
 no next step to end it), at SIGTERM the step under way so far (and, if the
 process lives on, a later rollup of the same step supersedes it).
@@ -96,6 +100,8 @@ class StepRollups:
         self._signalled = False
         #: Rollup records handed out so far.
         self.written = 0
+        #: Spans that ended after their step's rollup was out (in no rollup): every later rollup says how many, so far.
+        self.late = 0
 
     @property
     def last_us(self) -> int:
@@ -133,7 +139,8 @@ class StepRollups:
                     span_ended(step, name, start_us, end_us, True)
                 totals = current if step == current_step else steps.get(step)
                 if totals is None:
-                    continue  # its step's rollup is out already (a thread with an older step of its own)
+                    self.late += 1  # its step's rollup is out already (a span outlived the wait, or a thread with an older step of its own)
+                    continue
                 if totals.open > 0:
                     totals.open -= 1
                 phase = totals.phases.get(name)
@@ -214,4 +221,4 @@ class StepRollups:
         self.written += 1
         # Copies: a step kept after SIGTERM goes on summing into its own lists.
         phases = {name: list(pair) for name, pair in totals.phases.items()}
-        return rollup_fields(totals.step, totals.begin_us, totals.end_us, phases, totals.closing, complete=complete, ended_by=ended_by, open_spans=totals.open, step_tags=totals.tags)
+        return rollup_fields(totals.step, totals.begin_us, totals.end_us, phases, totals.closing, complete=complete, ended_by=ended_by, open_spans=totals.open, step_tags=totals.tags, late_spans=self.late)

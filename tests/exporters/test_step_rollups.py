@@ -132,9 +132,46 @@ def test_a_step_waits_for_an_open_span_only_so_long(run_dir):
     written = [r for r in read_records(jsonl_files(run_dir)[0]) if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
     assert [r["step"] for r in written] == [1, 2, 3, 4]  # step 1 went out when step 2 + WAIT_STEPS began; 5 is under way
     assert written[0]["open_spans"] == 1 and "stuck_io" not in written[0]["phases"]
+    assert not any("late_spans" in r for r in written)
     release.set()
     thread.join()
+    sl.set_step(2 + WAIT_STEPS + 2)
     sl.shutdown_structured_logger()
+    later = [r for r in read_records(jsonl_files(run_dir)[0]) if r["log_type_name"] == MetaEvent.STEP_ROLLUP][len(written) :]
+    # Its span ended after step 1's rollup was out: in no rollup's totals, and every later rollup says so (the last one too).
+    assert later and all(r["late_spans"] == 1 for r in later) and later[-1]["ended_by"] == "close"
+
+
+def test_a_span_of_a_step_whose_rollup_is_out_is_counted_late(run_dir):
+    """A thread with an older step of its own adds nothing to a rollup already written: later rollups count it in late_spans."""
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    go = threading.Event()
+
+    def loader() -> None:
+        sl.set_step(1)  # a step of its own, from now on
+        go.wait(20)
+        with sl.log_trace_span("loader"):
+            pass
+
+    thread = threading.Thread(target=loader)
+    thread.start()
+    for step in range(1, 5):
+        sl.set_step(step)
+        with sl.log_trace_span("fwd"):
+            pass
+        sl.flush_structured_logger()
+    go.set()
+    thread.join()
+    sl.set_step(5)
+    with sl.log_trace_span("fwd"):
+        pass
+    sl.shutdown_structured_logger()
+    records = read_records(jsonl_files(run_dir)[0])
+    written = [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
+    assert [r["step"] for r in written] == [1, 2, 3, 4, 5]
+    assert any(r["log_type_name"] == "loader_start" and r["step"] == 1 for r in records)  # the reader counts it in step 1
+    assert "loader" not in written[0]["phases"] and written[-1]["late_spans"] == 1
+
 
 
 def test_no_rollups_when_turned_off(run_dir):

@@ -107,6 +107,8 @@ class _Collector(TimelineVisitor):
         # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never merged.
         self.step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
+        # The same keys → rank → step → how many of its spans were summed there (the step table's counts, `model.step_table`).
+        self.phase_step_count: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # The same keys → rank → step → when the rank's last span of the phase in that step ended (µs, its host's clock).
         self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # (source, attempt, rank) → host (whose clock offset applies to its ends).
@@ -132,7 +134,7 @@ class _Collector(TimelineVisitor):
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`model.parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift, "step_starts": self.step_starts, "scalar_steps": self.scalar_steps}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_count": self.phase_step_count, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift, "step_starts": self.step_starts, "scalar_steps": self.scalar_steps}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -146,7 +148,7 @@ class _Collector(TimelineVisitor):
             mine.incomplete += acc.incomplete
             if acc.max_ms > mine.max_ms:
                 mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
-        for name in ("step_ms", "phase_step_ms", "phase_step_end", "step_starts"):
+        for name in ("step_ms", "phase_step_ms", "phase_step_count", "phase_step_end", "step_starts"):
             target = getattr(self, name)
             for key, per_rank in state.get(name, {}).items():
                 ranks = target.setdefault(key, {})
@@ -172,6 +174,7 @@ class _Collector(TimelineVisitor):
         self.process_phases: dict[str, _PhaseAcc] = {}
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
+        self.phase_counts: dict[str, dict[int, int]] = {}
         self.phase_ends: dict[str, dict[int, int]] = {}
         self.step_begins: dict[int, int] = {}
         # The step-closing span of each step: the one rule the writer's rollups use too (schema.StepCloser).
@@ -219,6 +222,10 @@ class _Collector(TimelineVisitor):
             if sums is None:
                 sums = self.phase_sums[name] = {}
             sums[step] = sums.get(step, 0.0) + ms
+            counts = self.phase_counts.get(name)
+            if counts is None:
+                counts = self.phase_counts[name] = {}
+            counts[step] = counts.get(step, 0) + 1
             ends = self.phase_ends.get(name)
             if ends is None:
                 ends = self.phase_ends[name] = {}
@@ -293,6 +300,9 @@ class _Collector(TimelineVisitor):
             for phase, sums in self.phase_sums.items():
                 per_rank = self.phase_step_ms.setdefault((process.source, process.attempt, phase), {})
                 per_rank.setdefault(process.rank, {}).update(sums)
+            for phase, counts in self.phase_counts.items():
+                per_rank_count = self.phase_step_count.setdefault((process.source, process.attempt, phase), {})
+                per_rank_count.setdefault(process.rank, {}).update(counts)
             for phase, ends in self.phase_ends.items():
                 per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
                 per_rank_end.setdefault(process.rank, {}).update(ends)
@@ -387,6 +397,7 @@ def summarize_run(
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    on_collected: Callable[[Any], None] | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
@@ -400,6 +411,9 @@ def summarize_run(
     `scheduler`: the address of a Dask scheduler (``tcp://host:8786``) whose
     workers read the files instead (`workers.executors`; `jobs` is then ignored):
     the same summary.
+    `on_collected(collector)` is called once the run is read, with the
+    accumulators the summary is made from (per rank, step and phase): what a
+    caller keeps beyond the summary (`RunAnalysis.steps`, `model.step_table`).
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `read.runs.UnknownRunError`).
@@ -413,7 +427,7 @@ def summarize_run(
         >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
         [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
-    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler)[0]
+    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, on_collected=on_collected)[0]
 
 
 def read_model(
@@ -427,6 +441,7 @@ def read_model(
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    on_collected: Callable[[Any], None] | None = None,
 ) -> tuple[RunSummary, StepGrid]:
     """`summarize_run`'s summary and the grid of ranks × steps it was drawn from (`model.step_grid`), from one read.
 
@@ -447,6 +462,8 @@ def read_model(
     else:
         collector = _Collector()
         processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)
+    if on_collected is not None:
+        on_collected(collector)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")

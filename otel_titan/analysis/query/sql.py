@@ -37,7 +37,7 @@ from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MA
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
-from otel_titan.schema import META_EVENTS, MetaEvent
+from otel_titan.schema import META_EVENTS, ROLLUP_VERSION, MetaEvent
 
 if TYPE_CHECKING:
     import duckdb
@@ -81,6 +81,16 @@ RECORD_COLUMNS: dict[str, str] = {
     "caller": "VARCHAR",
     "description": "VARCHAR",
     "signal": "VARCHAR",
+    # The `step_rollup` records' own fields (docs/schema.md, "Step rollups"): the `step_rollups` view. JSON where
+    # another record uses the name for something else (`closing` is a boolean on the closed record).
+    "rollup_version": "BIGINT",
+    "complete": "BOOLEAN",
+    "ended_by": "VARCHAR",
+    "begin_us": "BIGINT",
+    "end_us": "BIGINT",
+    "phases": "JSON",
+    "closing": "JSON",
+    "late_spans": "BIGINT",
 }
 
 _PROCESS_INFO = """
@@ -200,6 +210,27 @@ WHERE t.end_us IS NULL OR s.end_us <= t.end_us
 GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
 """
 
+# The writer's rollups, the last one written of each (process, step) (one after SIGTERM is superseded), of a version
+# this reader knows; times moved by the process's clock offset as every `time_us` is (host_time_us - time_us).
+VIEWS["step_rollups"] = f"""
+CREATE VIEW step_rollups AS
+WITH r AS (
+    SELECT *, host_time_us - time_us AS offset_us,
+           row_number() OVER (PARTITION BY process_id, step ORDER BY seq_id DESC) AS latest
+    FROM records
+    WHERE log_type_name = '{MetaEvent.STEP_ROLLUP}' AND rollup_version BETWEEN 1 AND {ROLLUP_VERSION} AND step IS NOT NULL
+      AND begin_us IS NOT NULL AND end_us IS NOT NULL)
+SELECT {_IDENTITY}, r.step, r.complete, r.ended_by, r.begin_us - r.offset_us AS begin_us, r.end_us - r.offset_us AS end_us,
+       CASE WHEN r.complete THEN (r.end_us - r.begin_us) / 1000.0 END AS step_ms,
+       r.phases,
+       json_extract_string(r.closing, '$.name') AS closing,
+       TRY_CAST(json_extract(r.closing, '$.start_us') AS BIGINT) - r.offset_us AS closing_enter_us,
+       TRY_CAST(json_extract(r.closing, '$.end_us') AS BIGINT) - r.offset_us AS closing_exit_us,
+       coalesce(r.late_spans, 0) AS late_spans, r.rollup_version, r.process_id
+FROM r JOIN process_info p USING (process_id)
+WHERE r.latest = 1
+"""
+
 #: One line per view, for `describe` and docs/sql.md.
 VIEW_HELP = {
     "spans": "one row per span (_start paired with its _end / _error by span id); incomplete spans end at the process's last record",
@@ -207,6 +238,7 @@ VIEW_HELP = {
     "scalars": "one row per scalar value (log_trace_scalar); NaN / ±Infinity are DOUBLE nan / ±inf",
     "steps": "one row per (process, step): the step's first _start, instant or scalar to the next step's, as summarize's step time",
     "processes": "one row per process: identity, first and last record, closed or not, unreadable lines",
+    "step_rollups": "one row per (process, step) from the writer's step_rollup records (the last of each): step time, phases' [count, total µs], the step-closing span",
     "clock_offsets": "per host, the clock offset subtracted from its times (empty when not aligned)",
     "records": "every line read (torn lines are rows of NULLs): the base table of the views",
 }

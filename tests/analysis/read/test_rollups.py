@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis.read import lines as read_lines
 from otel_titan.analysis.read.records import read_run
-from otel_titan.analysis.read.rollups import StepRollup, parse_rollup, process_rollups, read_rollups
+from otel_titan.analysis.read.rollups import StepRollup, parse_rollup, process_rollups, read_rollups, scan_rollups
 from otel_titan.schema import ROLLUP_VERSION, rollup_fields
 from tests.conftest import jsonl_files, read_records
 from tests.helpers.analysis import TOY_STEPS, titan_file, titan_span, write_jsonl
@@ -37,7 +38,8 @@ def test_a_real_run_gives_one_rollup_per_rank_and_step_equal_to_its_spans():
             assert rollup.complete is (step < TOY_STEPS)
         assert steps[4].step_tags == ("gc",) and "checkpoint" in steps[4].phases
         # rank 1 is the data_fetch straggler (+40 ms per step): its rollups say so without a span being read.
-    assert all(found[("training", 1, 0)][s].phases["data_fetch"][1] > found[("training", 0, 0)][s].phases["data_fetch"][1] + 30_000 for s in range(1, TOY_STEPS + 1))
+    # (the median over the steps: on a busy machine rank 0's first data_fetch can take as long)
+    assert statistics.median(found[("training", 1, 0)][s].phases["data_fetch"][1] - found[("training", 0, 0)][s].phases["data_fetch"][1] for s in range(1, TOY_STEPS + 1)) > 30_000
 
 
 def test_files_without_rollups_give_none(tmp_path):
@@ -96,3 +98,43 @@ def test_lines_across_read_blocks_and_rotated_segments(run_dir, monkeypatch):
 @pytest.mark.parametrize("record", [None, [], {"log_type_name": "fwd_end"}, {"log_type_name": "step_rollup", "rollup_version": 1, "step": "5"}])
 def test_what_is_no_rollup_parses_to_none(record):
     assert parse_rollup(record) is None
+
+
+def _whole_file(path, rollups, *, first_seq=1, closed=True, **closing):
+    opened = {"time_us": 1, "log_type": "instant", "log_type_name": "structured_logger_opened", "seq_id": first_seq, "rank": 0, "source": "training", "attempt": 0}
+    end = {"time_us": 10**9, "log_type": "instant", "log_type_name": "structured_logger_closed", "dropped_records": 0, "failed_records": 0, **closing}
+    write_jsonl(path, [opened, *rollups, *([end] if closed else [])])
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({}, None),
+        ({"first_seq": 40}, "do not begin with the logger's opened record"),
+        ({"closed": False}, "did not close cleanly"),
+        ({"dropped_records": 3}, "lost records"),
+        ({"failed_records": 1}, "lost records"),
+        ({"version": 1}, "version 1"),
+        ({"last": "next_step"}, "stop before its end"),
+        ({"late": 2}, "2 of its spans ended after"),
+        ({"newer": True}, "1 line naming step_rollup could not be used"),
+    ],
+)
+def test_whether_the_rollups_hold_every_span_is_read_from_the_file_itself(tmp_path, change, why):
+    """Only a file that began with its opened record, closed cleanly, lost nothing and whose writer's last rollup says nothing was left out is answered from rollups."""
+    version, last, late = change.pop("version", ROLLUP_VERSION), change.pop("last", "close"), change.pop("late", 0)
+    closing = {key: change.pop(key) for key in ("dropped_records", "failed_records") if key in change}
+    final = {**_rollup_line(3, 5000), "complete": False, "ended_by": last, "rollup_version": version, **({"late_spans": late} if late else {})}
+    newer = [{**_rollup_line(2, 3500), "rollup_version": ROLLUP_VERSION + 1}] if change.pop("newer", False) else []  # a newer writer's rollup of step 2, after this one
+    _whole_file(titan_file(tmp_path), [{**_rollup_line(1, 1000), "rollup_version": version}, {**_rollup_line(2, 3000), "rollup_version": version}, *newer, final], **change, **closing)
+    scan = scan_rollups(read_run(tmp_path, log_skipped=False).processes[0])
+    assert sorted(scan.steps) == [1, 2, 3]
+    assert (scan.why_not is None) if why is None else (why in scan.why_not), scan.why_not
+
+
+def test_a_torn_last_line_is_no_clean_close(tmp_path):
+    path = titan_file(tmp_path)
+    _whole_file(path, [_rollup_line(1, 1000), {**_rollup_line(2, 3000), "complete": False, "ended_by": "close"}])
+    with open(path, "ab") as handle:
+        handle.write(b'{"log_type_name":"fwd_start","ti')
+    assert "did not close cleanly" in scan_rollups(read_run(tmp_path, log_skipped=False).processes[0]).why_not

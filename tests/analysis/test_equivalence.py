@@ -102,6 +102,7 @@ _TEXT_RULES = [
     (re.compile(r"read in \d+(?:\.\d+)? s"), "read in <s> s"),
     # A trace's size: it holds the run's path, whose length is the machine's.
     (re.compile(r"at most; [\d.]+ [kMG]?B\b"), "at most; <size>"),
+    (re.compile(r"\.html \([\d.]+ [kMG]?B,"), ".html (<size>,"),
 ]
 _COUNT_RULES = [(re.compile(r"[\d,]+ records\b"), "<n> records"),
                 (re.compile(r"\(?[\d.]+ [kMG]?B\)?( of JSONL)?"), r"<size>\1"),

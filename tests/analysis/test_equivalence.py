@@ -13,8 +13,9 @@ digits). Traces and the report's figures are stored as digests (`_trace_digest`,
 diff, plus a hash of every event or point, so a golden file stays a few KB.
 
 Runs: healthy, a straggler, a hang (with and without the watchdog's black
-boxes), a crash, a restart, clock offsets and drift, a pipeline mesh, and two
-runs in one folder; each without and with the writer's step rollups (which
+boxes), a crash, a restart, clock offsets and drift, a pipeline mesh, two
+runs in one folder, and torchtitan's own files (no span ids, a torn line, a
+lone surrogate, a line that is no UTF-8); each without and with the writer's step rollups (which
 must not change an answer: the rollup runs are compared with the same golden,
 less the counts of lines and bytes read, `_COUNTED`).
 
@@ -64,15 +65,40 @@ RUNS: dict[str, dict[str, Any]] = {
     "clock_drift": {"offset_ms": 40.0, "drift_ms": 8.0, "drift_hosts": (1,)},
     "pp_mesh": {"pp": 3, "last_stage_fwd_pct": 15.0},
     "two_runs": {},  # `_make_run`: a healthy run-a, then a later run-b with a straggler, in one folder
+    "torchtitan_files": {},  # `_torchtitan_files`: as torchtitan writes them (no span ids, no run id), a torn line, a lone surrogate
 }
 
 #: Output keys that count lines and bytes read: the rollup lines add to them, and nothing else may change.
 _COUNTED = {"records", "input_bytes", "bytes", "seq_id", "lines"}
 
 
+def _torchtitan_files(out: Path) -> None:
+    """4 ranks × 8 steps of torchtitan's records (tests/helpers/analysis.py), rank 2 slower in data_fetch; rank 3's
+    last line torn mid-write, rank 1's last record named with a lone surrogate, a line of rank 0 not UTF-8 at all."""
+    from tests.helpers.analysis import titan_file, titan_record, titan_span  # noqa: PLC0415
+
+    (out / "structured_logs").mkdir(parents=True)
+    for rank in range(4):
+        records, late = [], 30.0 if rank == 2 else 0.0
+        for step in range(1, 9):
+            t = (step - 1) * 100.0
+            records += titan_span("data_fetch", t, t + 5 + late, rank=rank, step=step)
+            records += titan_span("fwd_bwd", t + 5 + late, t + 60 + late, rank=rank, step=step)
+            records.append(titan_record("metric_value", t + 61 + late, log_type="scalar", rank=rank, step=step, event_name="loss", value=2.5 - step / 10))
+            records += titan_span("optimizer", t + 61 + late, t + 70 + late, rank=rank, step=step)
+        records.append(titan_record("note\udcff" if rank == 1 else "note", 800.0, log_type="instant", rank=rank, step=8))
+        lines = [json.dumps(record).encode() for record in records]  # the surrogate as JSON writes it: "\udcff"
+        if rank == 0:
+            lines.insert(10, b'{"log_type": "event", "log_type_name": "bad\xff\xfe"}')  # not UTF-8: skipped, said
+        text = b"\n".join(lines) + (b"\n" + lines[-2][:40] if rank == 3 else b"\n")
+        titan_file(out, rank).write_bytes(text)
+
+
 def _make_run(kind: str, out: Path, rollups: bool) -> Path:
     """Write run `kind` under `out` (deterministic: the same bytes every time)."""
-    if kind == "two_runs":
+    if kind == "torchtitan_files":
+        _torchtitan_files(out)
+    elif kind == "two_runs":
         generate_run(str(out), RunSpec(**{**_BASE, "run_id": "run-a", "seed": 1, "rollups": rollups}), jobs=1)
         later = out.parent / f"{out.name}-b"
         generate_run(str(later), RunSpec(**{**_BASE, "run_id": "run-b", "seed": 2, "start_us": START_US + 3_600_000_000,
@@ -82,7 +108,7 @@ def _make_run(kind: str, out: Path, rollups: bool) -> Path:
         shutil.rmtree(later)
     else:
         generate_run(str(out), RunSpec(**{**_BASE, **RUNS[kind], "rollups": rollups}), jobs=1)
-    (out / "ground_truth.json").unlink()
+    (out / "ground_truth.json").unlink(missing_ok=True)
     # Files last written long ago (two hours after the start), not seconds before the command: `watch` and the
     # process states read liveness from the files' times, which must not depend on how fast this machine is.
     written = START_US / 1e6 + 7200

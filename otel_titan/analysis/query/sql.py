@@ -181,7 +181,8 @@ WITH agg AS (
            count(*) FILTER (WHERE log_type_name IS NOT NULL) AS records,
            count(*) FILTER (WHERE log_type_name IS NULL) AS unreadable_lines,
            min(time_us) AS first_us, max(time_us) AS last_us,
-           arg_max(log_type_name, (time_us, seq_id)) AS last_record,
+           -- Not a step_rollup: totals of records already here, written after them (after SIGTERM's record too).
+           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name <> '{MetaEvent.STEP_ROLLUP}') AS last_record,
            arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN {_LOGGER_RECORDS}) AS last_event,
            max(step) AS last_step,
            bool_or(log_type_name = 'structured_logger_closed') AS closed,

@@ -34,7 +34,8 @@ def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, An
     body = ["<h1>otel-titan report</h1>"]
     steps = "no steps" if data.first_step is None else f"steps {data.first_step}–{data.last_step}"
     processes = len(summary.processes)
-    body.append(f"<p class=meta>{html.escape(os.path.abspath(os.fspath(path)))} · run {html.escape(str(summary.run_id or ''))} · "
+    run_id = f"run {html.escape(str(summary.run_id))}" if summary.run_id else "no run id"  # torchtitan's files name none
+    body.append(f"<p class=meta>{html.escape(os.path.abspath(os.fspath(path)))} · {run_id} · "
                 f"{data.ranks:,} rank{'s' if data.ranks != 1 else ''} · {steps} · {processes:,} process{'es' if processes != 1 else ''} · "
                 f"{data.grid.bytes_read / 1e6:,.1f} MB of JSONL · written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>")
     body.append("<h2 id=headline>Headline</h2>")

@@ -220,3 +220,23 @@ def test_step_rollups_view_is_empty_without_rollups(tmp_path):
     database.load()
     assert database.con.execute("SELECT count(*) FROM step_rollups").fetchone() == (0,)
     assert database.con.execute("SELECT count(*) FROM steps").fetchone()[0] == 4 * 6
+
+
+@pytest.mark.parametrize("fault", [{"crashed": (2, 6)}, {"hung": (1, 5), "black_boxes": True}])
+def test_processes_last_record_is_not_a_rollup(tmp_path, fault) -> None:
+    """A process's `last_record` is what it last wrote, as in a run without rollups: `signal_received`, never the step_rollup after it.
+
+    The writer writes the step under way's rollup right after SIGTERM's record (and a step's rollup after the next
+    step's first record): totals of records already counted, which would hide why the process stopped.
+    """
+    answers = []
+    for rollups in (True, False):
+        out = tmp_path / f"rollups-{rollups}"
+        generate_run(str(out), RunSpec(ranks=4, steps=8, seed=1, ranks_per_host=2, start_us=1_796_000_000_000_000, rollups=rollups, **fault))
+        database = open_run(out)
+        database.load()
+        answers.append(rows(database, "SELECT rank, last_record, last_event, last_us, last_step, signal FROM processes ORDER BY rank"))
+        database.con.close()
+    with_rollups, without = answers
+    assert with_rollups == without
+    assert "step_rollup" not in {row[1] for row in with_rollups}

@@ -339,3 +339,15 @@ def test_the_figures_are_the_models(tmp_path, run) -> None:
     assert list(fwd.y) == pytest.approx([round(float(np.median(per_step[r])), 4) for r in sorted(per_step)])
     rank, phase, _ = STRAGGLER
     assert max(zip(fwd.y, fwd.text))[1] == f"rank {rank}"
+
+
+def test_a_run_without_an_id_says_so(tmp_path) -> None:
+    """torchtitan's files name no run: the page says "no run id", never "run None" or an empty "run ·"."""
+    from tests.helpers.analysis import titan_file, titan_span, write_jsonl  # noqa: PLC0415
+
+    for rank in range(2):
+        write_jsonl(titan_file(tmp_path, rank), [record for step in (1, 2, 3) for record in titan_span("fwd", step * 100.0, step * 100.0 + 50, rank=rank, step=step)])
+    page = Path(write_report(tmp_path, tmp_path / "titan.html").path).read_text()
+    meta = re.search(r"<p class=meta>(.*?)</p>", page).group(1)
+    assert " · no run id · 2 ranks" in meta
+    assert "run None" not in meta and "run  ·" not in meta

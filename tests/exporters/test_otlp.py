@@ -40,7 +40,7 @@ def collector(backend, tmp_path):
 
 
 def otel_env(endpoint: str, protocol: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TITAN_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "LOCAL_RANK")) or k == "OTEL_TITAN_PROCESS_FIGURES"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TITAN_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "LOCAL_RANK")) or k in ("OTEL_TITAN_PROCESS_FIGURES", "OTEL_TITAN_STEP_ROLLUPS")}  # the suite's settings (tests/conftest.py)
     env.update(
         {
             "PYTHONPATH": str(REPO),

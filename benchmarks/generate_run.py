@@ -25,7 +25,8 @@ closing record), from a simulation of synchronous data-parallel training:
   (by design, not a fault: it holds the loss);
 * faults, each optional: a *straggler* rank slower by ``pct`` % in one phase;
   a *hung* rank that stops inside ``bwd`` at a step (the others then stop
-  inside that step's ``all_reduce``, waiting for it); a *crashed* rank
+  inside that step's ``all_reduce``, waiting for it), or between spans after
+  ``optimizer`` (``hung_between``); *missing* ranks with no file; a *crashed* rank
   (SIGKILL-like: its last line torn mid-write, no closing record; torchrun's
   agent then sends SIGTERM to the others, stuck in ``all_reduce``); a
   *restart* (the crash, then a second attempt of every rank from the last
@@ -119,6 +120,11 @@ class RunSpec:
     pause_ms: float = 0.0
     #: Every rank slower in one phase from one step on (storage, network): ``(phase, pct, from_step)``.
     job_slow: tuple[str, float, int] | None = None
+    #: With `hung`: the hung rank stops *between spans* after its step's ``optimizer`` (host code outside any span: a
+    #: data loader, a Python loop), never reaching the ``all_reduce`` the others wait in; its black box says ``between_spans``.
+    hung_between: bool = False
+    #: Ranks that write no file at all (never reached ``init_structured_logger``); the others still record ``world_size``.
+    missing: tuple[int, ...] = ()
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -297,17 +303,18 @@ def _write_rank(job: tuple) -> int:
         def stopping(where: str) -> bool:
             return stop_step == step and stop_kind == where
 
-        def black_box(t_us: float, open_spans: list[tuple[str, str, float]]) -> None:
-            """The watchdog's ``stall`` record, `STALL_AFTER_US` after the last progress at `t_us` (docs/schema.md)."""
+        def black_box(t_us: float, open_spans: list[tuple[str, str, float]], between: tuple[str, float] | None = None) -> None:
+            """The watchdog's ``stall`` record, `STALL_AFTER_US` after the last progress at `t_us` (docs/schema.md); `between`: (last span, its end)."""
             if not spec.black_boxes:
                 return
             at = t_us + STALL_AFTER_US
             rows = [{"name": name, "span_id": span_id, "tid": w.tid, "thread_name": "MainThread", "task_name": None, "step": step,
                      "caller": _CALLER["caller"], "open_s": round((at - began) / 1e6, 3)} for name, span_id, began in open_spans]
+            last = {"name": between[0], "ended_s_ago": round((at - between[1]) / 1e6, 3)} if between else None
             w.write({"time_us": clock(at), "log_type": "instant", "log_type_name": "stall", "event_name": None, "log_level": "WARNING",
-                     "message": f"stall: no span ended for {STALL_AFTER_US / 1e6:.1f} s; open: {', '.join(r['name'] for r in rows)}",
-                     "reason": "stall", "stalled_s": STALL_AFTER_US / 1e6, "stall_after_s": STALL_AFTER_US / 1e6, "where": "in_span",
-                     "step": step, "last_span": None, "open_spans": rows, "threads": [], "flight_recorder": None}, thread=False)
+                     "message": f"stall: no span ended for {STALL_AFTER_US / 1e6:.1f} s; " + (f"between spans after {between[0]}" if between else f"open: {', '.join(r['name'] for r in rows)}"),
+                     "reason": "stall", "stalled_s": STALL_AFTER_US / 1e6, "stall_after_s": STALL_AFTER_US / 1e6, "where": "between_spans" if between else "in_span",
+                     "step": step, "last_span": last, "open_spans": rows, "threads": [], "flight_recorder": None}, thread=False)
 
         sid = start("data_fetch", t, None)
         t1 = t + durations["data_fetch"][i] * 1000.0
@@ -329,7 +336,7 @@ def _write_rank(job: tuple) -> int:
         end("fwd", sid, outer, t, t1)
         t = t1 + g[2]
         sid = start("bwd", t, outer)
-        if stopping("hang"):
+        if stopping("hang") and not spec.hung_between:
             black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
             return w.bytes
@@ -341,6 +348,10 @@ def _write_rank(job: tuple) -> int:
         sid = start("optimizer", t, None)
         t1 = t + durations["optimizer"][i] * 1000.0
         end("optimizer", sid, None, t, t1)
+        if stopping("hang") and spec.hung_between:
+            black_box(t1, [], between=("optimizer", t1))
+            w.close()  # stuck between spans: nothing more is written
+            return w.bytes
         t = t1 + g[5]
         for k in range(spec.scalars):
             name = "loss" if k == 0 else f"metric_{k}"
@@ -393,7 +404,7 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         # A rate per host: up to ±host_drift_ms over the run's length (its steps at the nominal step time).
         length_us = spec.steps * (spec.step_ms or sum(PHASES.values()) + COLLECTIVE_MS) * 1000.0
         spec.host_drifts = [float(x) for x in np.random.default_rng(spec.seed + 7919).uniform(-spec.host_drift_ms * 1000.0, spec.host_drift_ms * 1000.0, size=_hosts(spec)) / length_us]
-    for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart):
+    for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart, *((r,) for r in spec.missing)):
         if fault is not None and not 0 <= fault[0] < spec.ranks:
             raise ValueError(f"fault rank {fault[0]} is not one of the {spec.ranks} ranks")
     start_us = spec.start_us if spec.start_us is not None else time.time() * 1e6 - (spec.steps * 0.2 + 600) * 1e6
@@ -420,7 +431,8 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         sim = _simulate(spec, attempt, first, last, t, rng)
         sims.append(sim)
         for rank in range(spec.ranks):
-            jobs_list.append((spec, rank, attempt, log_dir, sim, stops.get(rank) if attempt == 0 else None))
+            if rank not in spec.missing:
+                jobs_list.append((spec, rank, attempt, log_dir, sim, stops.get(rank) if attempt == 0 else None))
         t = float(sim["exits"][-1]) + 60e6  # the agent restarts a minute later
     total = 0
     started = time.monotonic()
@@ -454,6 +466,7 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         "hung": None if spec.hung is None else {"rank": spec.hung[0], "step": spec.hung[1]},
         "crashed": None if (spec.crashed or spec.restart) is None else {"rank": (spec.crashed or spec.restart)[0], "step": (spec.crashed or spec.restart)[1]},  # type: ignore[index]
         "restarted": spec.restart is not None,
+        "missing": list(spec.missing),
         "onset_us": _onsets(spec, sims[0]),
     }
     with open(os.path.join(out_dir, "ground_truth.json"), "wb") as handle:
@@ -464,7 +477,8 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
 def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
     """When each injected fault began, true time in µs (the live benchmark's detection latency is measured from it).
 
-    hang: the hung rank's last record (its ``bwd`` start); crash: its torn write; slow: the first slow step's start.
+    hang: the hung rank's last record (its ``bwd`` start, or between spans its ``optimizer`` end); crash: its torn
+    write; slow: the first slow step's start.
     """
     out: dict[str, float] = {}
     first = sim["first_step"]
@@ -474,6 +488,8 @@ def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
             rank, step = fault
             i = step - first
             t = begins[i] + (d["data_fetch"][rank, i] + d["fwd"][rank, i] + gaps[rank, i, :3].sum()) * 1000.0
+            if kind == "hang" and spec.hung_between:
+                t += (d["bwd"][rank, i] + d["optimizer"][rank, i] + gaps[rank, i, 3:5].sum()) * 1000.0
             out[kind] = float(t if kind == "hang" else t - gaps[rank, i, 2] * 1000.0)
     if spec.straggler is not None:
         out["slow"] = float(begins[max(0, (spec.slow_from or first) - first)])
@@ -513,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="gen-run")
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
     parser.add_argument("--hung", type=_fault, metavar="RANK@STEP", help="RANK hangs inside bwd at STEP; the others wait in all_reduce")
+    parser.add_argument("--hung-between", action="store_true", help="with --hung: the rank stops between spans after optimizer, not inside bwd")
+    parser.add_argument("--missing", type=lambda text: tuple(int(x) for x in text.split(",")), default=(), metavar="R,R", help="ranks that write no file (never reached init)")
     parser.add_argument("--black-boxes", action="store_true", help="with --hung: the stuck ranks also write the watchdog's stall record (120 s later)")
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
     parser.add_argument("--restart", type=_fault, metavar="RANK@STEP", help="as --crashed, then a second attempt of every rank from the last checkpoint")
@@ -534,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
                    straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
                    step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
-                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms)
+                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, missing=args.missing)
     if args.live:
         spec.start_us = int((time.time() + 3.0) * 1e6)
     started = time.monotonic()

@@ -56,6 +56,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
@@ -91,6 +92,21 @@ class _Suspect:
     key: tuple
     seen: int
     first: float
+
+
+@dataclass
+class _Verdict:
+    """A hang's culprits and where they are (`Detector._culprits`); `rule` and `why`: the model's rule that named them, in its words."""
+
+    ranks: list[int]
+    where: str
+    why: str
+    rule: str
+    since: float | None
+    phase: str | None
+    step: int | None
+    line: str | None
+    evidence: list[str]
 
 
 @dataclass
@@ -195,7 +211,7 @@ class Detector:
             source_live = [p for p in live if p.source == source]
             source_step = self._median_step_ms(members)
             source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
-            hang = self._hang(source_live, missing, now, source_after)
+            hang = self._hang(source_live, members, missing, now, source_after)
             if self.suspected:
                 suspected.append(self.suspected)
             if hang is not None:
@@ -269,7 +285,7 @@ class Detector:
         return statistics.median(values) if values else None
 
     # -- hang ----------------------------------------------------------------------------------
-    def _hang(self, live: list[ProcessState], missing: list, now: float, hang_after: float) -> Alert | None:
+    def _hang(self, live: list[ProcessState], members: list[ProcessState], missing: list, now: float, hang_after: float) -> Alert | None:
         rules = self.rules
         self.suspected = None
         if not live:
@@ -280,11 +296,11 @@ class Detector:
         if quiet < hang_after:
             self._suspects.pop(source, None)
             return None
-        candidate = self._culprits(live, missing, now, hang_after)
-        if candidate is None:
+        verdict = self._culprits(live, members, missing, now, hang_after)
+        if verdict is None:
             self._suspects.pop(source, None)
             return None
-        culprits, where, reason, since, phase, step, line, evidence = candidate
+        culprits, where, since, phase, step, line, evidence = verdict.ranks, verdict.where, verdict.since, verdict.phase, verdict.step, verdict.line, verdict.evidence
         key = ("hang", live[0].source, live[0].attempt)
         ident = (key, tuple(culprits))
         suspect = self._suspects.get(source)
@@ -308,91 +324,106 @@ class Detector:
         quiet_culprit = now - since if since is not None else quiet
         label = compress_ranks(culprits) if culprits else None
         if culprits:
-            message = f"hang: {live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {label} {where}" + (f" at {line}" if line else "") + (
-                f"; {len(victims)} ranks wait for {'it' if len(culprits) == 1 else 'them'}" if victims else "")
+            # The rule's name first (the model's wording: "behind in the step", "behind in pg 1 (ranks 0-3)", …), its details in `why`.
+            rule = verdict.why.split(": ", 1)[0]
+            message = f"hang: {live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {label} {where}" + (f", {rule}" if rule and rule not in where else "") + (
+                f" at {line}" if line else "") + (f"; {len(victims)} ranks wait for {'it' if len(culprits) == 1 else 'them'}" if victims else "")
         else:
-            message = f"hang: every process {where}; the culprit cannot be told from the records ({reason})"
+            message = f"hang: every process {where}; the culprit cannot be told from the records ({verdict.why})"
         return Alert("hang", key, message, ranks=culprits, source=live[0].source, attempt=live[0].attempt, step=step, phase=phase, where=where,
-                     line=line, since=since, detected=now, victims=victims, evidence=evidence,
+                     line=line, since=since, detected=now, victims=victims, evidence=evidence, rule=verdict.rule, why=verdict.why,
                      cost={"stopped_s": round(quiet_culprit, 1), "ranks_waiting": waiting, "rank_seconds_lost": round(waiting * quiet, 1)})
 
-    def _culprits(self, live: list[ProcessState], missing: list, now: float, hang_after: float):
-        """(culprit ranks, where, reason, since, phase, step, line, evidence) or None when not (yet) a hang."""
+    def _culprits(self, live: list[ProcessState], members: list[ProcessState], missing: list, now: float, hang_after: float) -> _Verdict | None:
+        """Who the evidence names, by `summarize`'s rules (`model.hang.name_suspects`), or None when it is not (yet) a hang.
+
+        The places are built from the records read so far (`_place`): every live
+        process is stuck on `watch`'s evidence (no progress for `hang_after`), so
+        the model's rules run as they do on a run that ended in a hang, and the
+        culprit named live is the one `summarize` names at the end.
+        """
         rules = self.rules
-        source_missing = [m for m in missing if m[0] == live[0].source]
-        if source_missing:
-            # A rank slow to start (imports, a checkpoint read before init) is not missing at once.
-            if self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s:
-                return None
-            ranks = source_missing[0][2]
-            return ranks, "has no file (never reached init_structured_logger)", "missing", self.first_arrival, None, None, None, ["world_size"]
+        source, attempt = live[0].source, live[0].attempt
+        source_missing = [m for m in missing if m[0] == source]
+        if source_missing and (self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s):
+            return None  # a rank slow to start (imports, a checkpoint read before init) is not missing at once
         talking = [p for p in live if not p.silent]
-        silent = [p for p in live if p.silent]
         # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
         # often logs while the others are still building the model, and that is no hang.
-        if silent and any(is_collective(_inner(p)) for p in talking):
-            ranks = sorted(p.rank for p in silent if p.rank is not None)
-            bb = _box_line(silent)
-            return ranks, "has written no record since init", "silent", min(p.first_arrival or now for p in silent), None, None, bb[0], bb[1]
-        top_step = max((p.step for p in live if p.step is not None), default=None)
-        waiting = [p for p in live if is_collective(_inner(p))]
-        others = [p for p in live if not is_collective(_inner(p))]
-        if waiting and others:
-            culprits = others
-        elif top_step is not None:
-            behind = [p for p in live if p.step is not None and p.step < top_step]
-            culprits = behind if behind and len(behind) < len(live) / 2 else []
-        else:
-            culprits = []
-        if culprits:
-            # Each culprit must have been where it is longer than it ever took there before.
-            for p in culprits:
-                inner = p.innermost()
-                stuck = now - (p.progress_arrival or now)
-                if inner is None:
-                    need = max(hang_after, 3.0 * p.gap_max_ms / 1000.0)
-                elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
-                    learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
-                    need = max(hang_after, 3.0 * learned / 1000.0)
-                else:
-                    need = max(hang_after, rules.unknown_span_s)
-                if stuck < need:
-                    return None
-            ranks = sorted(p.rank for p in culprits if p.rank is not None)
-            first = culprits[0]
-            inner = first.innermost()
-            if inner is not None:
-                where = f"in {inner.name}" + (f" (step {inner.step})" if inner.step is not None else "")
-                phase = inner.name
-            else:
-                where = "between spans" + (f", after {first.last_end}" if first.last_end else "") + (f" (step {first.step})" if first.step is not None else "")
-                phase = "between spans"
-            if first.step is not None and top_step is not None and first.step < top_step:
-                where += f", behind the others' step {top_step}"
-            line, evidence = _box_line(culprits)
-            if line is None and inner is not None:
-                line = inner.caller
-                evidence = evidence + ["span start"]
-            return ranks, where, "outside the collective the others wait in", min(p.progress_arrival or now for p in culprits), phase, first.step, line, evidence
-        # Every process in the same place: a shared pause, or a collective that never completes. The flight
-        # recorder can still tell: on the default process group (every rank is a member, so ranks compare by
-        # sequence number without knowing the group layout) the rank that enqueued fewer collectives is behind.
-        behind = _behind_in_default_group(live)
-        if behind:
-            ranks, low, high = behind
-            members = [p for p in live if p.rank in ranks]
-            line, evidence = _box_line(members)
-            where = f"behind in process group 0 (its last collective is #{low}, the others' #{high})"
-            return ranks, where, "behind in a process group", min(p.progress_arrival or now for p in members), _inner(members[0]), members[0].step, line, ["flight recorder", *evidence]
+        placed = live if any(is_collective(_inner(p)) for p in talking) else talking
+        places = {p.label: _place(p) for p in placed}
+        if len({place.where is None for place in places.values()}) > 1:
+            # Black boxes arrive rank by rank after the trigger: a rank whose box has not come yet differs from the
+            # others in having no frame, not in where it is. Frames are compared only once every one is in.
+            for place in places.values():
+                place.where = None
+        steps_seen = {(source, attempt): max((p.steps_seen for p in members), default=0)}
+        missing_rows = flag_missing_that_ran([{"source": s, "attempt": a, "world_size": w, "ranks": list(r)} for s, a, r, w in source_missing], steps_seen)
+        suspects, notes = name_suspects(list(places.values()), members, missing_rows)
+        if suspects:
+            return self._named(suspects, {p.label: p for p in placed}, places, live, now, hang_after)
+        # Nobody named: every process in the same place (a shared pause, or a collective that never completes), or
+        # places the rules cannot order. After 3 × that span's learned duration it is a hang nobody can be blamed for.
         names = {(_inner(p)) for p in live}
         name = next(iter(names)) if len(names) == 1 else None
         learned = max((p.span_max_ms.get(name, 0.0) for p in live[:64]), default=0.0) if name else 0.0
         need = max(hang_after, 3.0 * learned / 1000.0) if learned else max(hang_after, rules.shared_pause_s)
         if now - max(p.progress_arrival or now for p in live) < need:
             return None
+        top_step = max((p.step for p in live if p.step is not None), default=None)
         where = f"waits in {name}" if name else "is stopped in different places"
-        evidence = ["black box"] if any(p.black_box is not None and p.black_box.arrival >= (p.progress_arrival or 0.0) for p in live) else []
-        return [], where, "no process stands out: look at the network, the collective library, or the black boxes", max(p.progress_arrival or now for p in live), name, top_step, None, evidence
+        evidence = ["black box"] if any(p.box_live for p in live) else []
+        why = "no process stands out: look at the network, the collective library, or the black boxes" + (f" ({notes[0]})" if notes else "")
+        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence)
+
+    def _named(self, suspects: list, by_label: dict[str, ProcessState], places: dict[str, RankPlace], live: list[ProcessState], now: float, hang_after: float) -> _Verdict | None:
+        """The alert's facts for the suspects the model named; None while a culprit has not been where it is long enough."""
+        rules = self.rules
+        culprits = [by_label[s.label] for s in suspects if s.label in by_label]
+        # Each culprit must have been where it is longer than it ever took there before (the model judges
+        # where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
+        for p in culprits:
+            if p.silent:
+                continue
+            inner = p.innermost()
+            stuck = now - (p.progress_arrival or now)
+            if inner is None:
+                need = max(hang_after, 3.0 * p.gap_max_ms / 1000.0)
+            elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
+                learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
+                need = max(hang_after, 3.0 * learned / 1000.0)
+            else:
+                need = max(hang_after, rules.unknown_span_s)
+            if stuck < need:
+                return None
+        ranks = sorted({s.rank for s in suspects if s.rank is not None})
+        first = suspects[0]
+        if first.rule == "missing":
+            return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"])
+        if first.rule == "nothing logged":
+            line, evidence = _box_line(culprits)
+            return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence)
+        p = by_label[first.label]
+        place = places[first.label]
+        top_step = max((q.step for q in live if q.step is not None), default=None)
+        inner = p.innermost()
+        step = place.step if place.step is not None else p.step
+        if inner is not None:
+            where = f"in {inner.name}" + (f" (step {inner.step})" if inner.step is not None else "")
+            phase = inner.name
+        else:
+            after = p.last_end or (place.last_span or {}).get("name")
+            where = "between spans" + (f", after {after}" if after else "") + (f" (step {step})" if step is not None else "")
+            phase = "between spans"
+        if step is not None and top_step is not None and step < top_step:
+            where += f", behind the others' step {top_step}"
+        line, evidence = _box_line(culprits)
+        if line is None and inner is not None:
+            line = inner.caller
+            evidence = evidence + ["span start"]
+        if first.rule in ("behind", "desync", "p2p", "no collective"):
+            evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
+        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence)
 
     # -- slow ----------------------------------------------------------------------------------
     def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:
@@ -722,32 +753,36 @@ def _inner(p: ProcessState) -> str | None:
     return inner.name if inner is not None else None
 
 
-def _behind_in_default_group(live: list[ProcessState]) -> tuple[list[int], int, int] | None:
-    """(ranks behind, their last collective's sequence number, the others') from black boxes written since each one's last progress.
+def _place(p: ProcessState) -> RankPlace:
+    """Where a stopped process is, as `summarize`'s Hang section places it (`model.hang.RankPlace`), from the records read so far.
 
-    Only when every live process has such a box with a flight recorder (one missing could be the one behind),
-    and the ones behind are fewer than half (a minority cannot have run ahead of everyone else).
+    Stuck: `watch` asks only once no process made progress for ``hang_after``.
+    Its live black box (no program record after it) gives the frame, the
+    flight recorder's digest and, between spans, the step it set.
     """
-    seqs = {}
-    for p in live:
-        box = p.black_box
-        if box is None or box.default_pg_enqueued is None or box.arrival < (p.progress_arrival or 0.0) or p.rank is None:
-            return None
-        seqs[p.rank] = box.default_pg_enqueued
-    if len(seqs) < 2:
-        return None
-    low, high = min(seqs.values()), max(seqs.values())
-    ranks = sorted(r for r, s in seqs.items() if s == low)
-    if low == high or len(ranks) >= len(seqs) / 2:
-        return None
-    return ranks, low, high
+    box = p.black_box if p.box_live else None
+    digest = box.digest if box is not None else None
+    inner = p.innermost()
+    between, step, entered, complete = place_in_step(digest, p.step, list(p.entered), True, bool(p.open))
+    if box is None:
+        evidence = "records only"
+    elif box.reason == "faulthandler":
+        evidence = "faulthandler (interpreter lock held)"
+    else:
+        evidence = f"black box ({box.reason})"
+    span = inner.name if inner is not None else (digest or {}).get("span")
+    place = RankPlace(p.label, p.source, p.rank, p.attempt, "hung before first record" if p.silent else "stalled", None if between else span,
+                      box.frame if box is not None else None, evidence, None, [], step, between, (digest or {}).get("last_span") if between else None,
+                      entered, complete, True, box.time_us if box is not None else None, p.last_program_us)
+    place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it
+    return place
 
 
 def _box_line(culprits: list[ProcessState]) -> tuple[str | None, list[str]]:
     """The culprit's line of code from a black box written since its last progress, and the evidence named."""
     for p in culprits:
         box = p.black_box
-        if box is not None and box.arrival >= (p.progress_arrival or 0.0) and box.frame:
+        if box is not None and p.box_live and box.frame:
             return box.frame, ["black box"] + (["flight recorder"] if box.flight_recorder else [])
     return None, []
 

@@ -779,11 +779,18 @@ def _place(p: ProcessState) -> RankPlace:
 
 
 def _box_line(culprits: list[ProcessState]) -> tuple[str | None, list[str]]:
-    """The culprit's line of code from a black box written since its last progress, and the evidence named."""
-    for p in culprits:
+    """The culprit's line of code from a black box written since its last progress, and the evidence named.
+
+    A box without a frame of the program's own (the watchdog's, with no
+    stacks) still backs the verdict: the process itself says it is stalled, and where.
+    """
+    boxed = [p for p in culprits if p.black_box is not None and p.box_live]
+    for p in boxed:
         box = p.black_box
-        if box is not None and p.box_live and box.frame:
+        if box is not None and box.frame:
             return box.frame, ["black box"] + (["flight recorder"] if box.flight_recorder else [])
+    if boxed:
+        return None, ["black box"] + (["flight recorder"] if any(p.black_box.flight_recorder for p in boxed if p.black_box) else [])
     return None, []
 
 

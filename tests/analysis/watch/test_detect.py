@@ -43,6 +43,19 @@ def test_a_hung_rank_is_named_alone_within_the_target(tmp_path, seed):
     assert 0 < latency <= max(15.0, 3 * STEP_MS / 1000), latency
 
 
+def test_a_rank_stopped_between_spans_is_named_behind_in_the_step_with_its_black_box(tmp_path):
+    # Rank 13 stops after its optimizer (host code outside any span), never reaching the all_reduce the others wait in.
+    path, truth = run(tmp_path, "between", seed=3, hung=(13, 60), hung_between=True, black_boxes=True)
+    result = replay(path, tail_s=150)
+    hangs = raised(result, "hang")
+    assert [(a["ranks"], a["phase"], a["rule"]) for a in hangs] == [([13], "between spans", "behind in step")], hangs
+    assert "between spans, after optimizer (step 60), behind in the step" in hangs[0]["message"], hangs[0]["message"]
+    assert 0 < hangs[0]["at"] - truth["onset_us"]["hang"] / 1e6 <= max(15.0, 3 * STEP_MS / 1000)
+    # The watchdog's black box (120 s later) says between_spans: the alert stays on rank 13, now backed by it.
+    final = [a for a in result.last_frame["alerts"] if a["kind"] == "hang"]
+    assert final and final[0]["ranks"] == [13] and "black box" in final[0]["evidence"], final
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_rank_slower_by_ten_percent_in_one_phase_is_named_within_the_target_with_its_cost(tmp_path, seed):
     path, truth = run(tmp_path, "slow", seed=seed, straggler=(9, "fwd", 10.0), slow_from=50)

@@ -60,7 +60,7 @@ from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, nam
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
-from otel_titan.analysis.model.stragglers import peer_key
+from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, peer_key
 
 __all__ = ["Detector", "Rules"]
 
@@ -79,9 +79,10 @@ class Rules:
     confirm_evaluations: int = 2
     crash_after_s: float = 5.0
     missing_grace_s: float = 30.0
-    slow_pct: float = 10.0
-    slow_min_z: float = 3.5
-    slow_min_step_share: float = 0.01
+    #: The straggler rule's thresholds are `summarize`'s (`model.stragglers`): one definition of "slow".
+    slow_pct: float = MIN_EFFECT * 100.0
+    slow_min_z: float = MIN_Z
+    slow_min_step_share: float = MIN_STEP_SHARE
     window: int = 10
     baseline: int = 32
     sustain_steps: int = 5
@@ -453,7 +454,7 @@ class Detector:
     def _slow_group(self, gkey: tuple, group: list[ProcessState], last: int, now: float) -> list[Alert]:
         """Slow ranks and hosts of one peer group at its newest common step `last`."""
         rules = self.rules
-        if len(group) < 3:
+        if len(group) < MIN_MAJORITY:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
         window, baseline = rules.window, rules.baseline
         series: dict[str, dict[str, list[float]]] = {}
@@ -492,6 +493,7 @@ class Detector:
         for name in sorted(names, key=lambda n: n == "arrival"):
             recent: dict[str, float] = {}
             past: dict[str, float] = {}
+            whole: dict[str, float] = {}
             need = max(3, window // 2) if name == "arrival" else window
             for p in group:
                 values = series.get(p.key, {}).get(name)
@@ -500,16 +502,18 @@ class Detector:
                 recent[p.key] = statistics.median(values[-window:])
                 if len(values) >= 2 * window:
                     past[p.key] = statistics.median(values[:-window])
+                    whole[p.key] = statistics.median(values)
             if len(recent) < 3:
                 continue
             if whole_hosts:
                 # A host as one unit: its ranks' median against the other hosts'.
                 h_recent = {h: statistics.median(recent[p.key] for p in m if p.key in recent) for h, m in whole_hosts.items() if any(p.key in recent for p in m)}
                 h_past = {h: statistics.median(past[p.key] for p in m if p.key in past) for h, m in whole_hosts.items() if any(p.key in past for p in m)}
-                for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now):
+                h_whole = {h: statistics.median(whole[p.key] for p in m if p.key in whole) for h, m in whole_hosts.items() if any(p.key in whole for p in m)}
+                for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now, h_whole):
                     findings.append(("host", host, whole_hosts[host], name, excess))
                     host_flagged.add(host)
-            for key, excess in self._judge(("rank", gkey), recent, past, name, step_med, last, now):
+            for key, excess in self._judge(("rank", gkey), recent, past, name, step_med, last, now, whole):
                 findings.append(("rank", key, [self.processes[key]], name, excess))
         # A host slow as a whole is one finding: its ranks are not named one by one besides.
         findings = [f for f in findings if f[0] == "host" or f[2][0].host not in host_flagged]
@@ -527,17 +531,29 @@ class Detector:
             alerts.append(self._slow_alert(gkey, kind, unit, members, name, excess, step_med, last, now))
         return alerts
 
-    def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float) -> list[tuple[Any, float]]:
+    def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float,
+               whole: dict[Any, float] | None = None) -> list[tuple[Any, float]]:
         """Units (ranks or hosts) slow in `name`, held for `sustain_steps` (or already raised): [(unit, excess ms)].
 
-        Raise: ``0.75 × slow_pct`` above both its own past and the peers' median (a median of a few noisy steps
-        understates a +10 % rise half the time), at least ``slow_min_z`` × the peers' spread and
-        ``slow_min_step_share`` of the step. Keep while ``0.5 × slow_pct`` above the peers.
+        Raise: ``0.75 × slow_pct`` above the peers' median over the last `window` steps (a median of a few noisy
+        steps understates a +10 % rise half the time), at least ``slow_min_z`` × the peers' spread and
+        ``slow_min_step_share`` of the step; and either risen as much against its own past (a fail-slow onset:
+        seen within a few steps), or as much above its peers over all the steps kept (`whole`: up to
+        ``window + baseline``; `summarize`'s rule, a rank slower than its peers whatever its own past). Without
+        the second, a rise the noise hid for its first steps was never found: once its slow steps filled the
+        rank's own past, it no longer "rose". Keep while ``0.5 × slow_pct`` above the peers.
         """
         rules = self.rules
         ordered = sorted(recent.values())
         peers = statistics.median(ordered)
         spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
+        whole = whole or {}
+        if len(whole) >= MIN_MAJORITY:
+            whole_ordered = sorted(whole.values())
+            whole_peers = statistics.median(whole_ordered)
+            whole_spread = _MAD_TO_SD * statistics.median(abs(v - whole_peers) for v in whole_ordered)
+        else:
+            whole_peers = whole_spread = None
         arrival = name == "arrival"
         # Lateness is ~0 for everyone but the late one: its yardstick is the step, not the peers' lateness.
         yardstick = step_med if arrival else peers
@@ -553,6 +569,9 @@ class Detector:
                 # Its own past is asked only to start: once the rise is seen, the slow steps entering its past must not undo it.
                 own = past.get(unit)
                 rose = held is not None or (own is not None and (r - own >= raise_at if arrival else r >= own + raise_at))
+                if not rose and whole_peers is not None and unit in whole:
+                    above = whole[unit] - whole_peers
+                    rose = above >= raise_at and above >= rules.slow_min_z * max(whole_spread or 0.0, 0.005 * yardstick)
                 hold = (yardstick > 0 and rose and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
                         and excess >= rules.slow_min_step_share * step_med)
             if not hold:

@@ -69,6 +69,16 @@ def test_a_rank_slower_by_ten_percent_in_one_phase_is_named_within_the_target_wi
     assert slow["cost"]["seconds_so_far"] > 0 and slow["host"] == "node-001"
 
 
+def test_a_fail_slow_the_noise_hid_at_its_onset_is_still_found_once_its_slow_steps_fill_its_own_past(tmp_path):
+    # Seed 2 of a 2-stage run: rank 20's +10 % bwd rise held for 4 steps after onset, then a noisy window dipped under
+    # the bar before 5; from then on its own past held its slow steps, "risen against its own past" never held again,
+    # and the fail-slow went unnamed to the end of the run. Against its peers over every step kept it is plain.
+    path, truth = run(tmp_path, "hidden", seed=2, pp=2, stage_pct=15.0, straggler=(20, "bwd", 10.0), slow_from=50)
+    result = replay(path)
+    assert [(a["kind"], a["ranks"], a["phase"]) for a in raised(result)] == [("slow", [20], "bwd")], raised(result)
+    assert raised(result)[0]["at"] - truth["onset_us"]["slow"] / 1e6 <= max(60.0, 30 * STEP_MS / 1000)
+
+
 def test_a_whole_host_slower_is_named_as_the_host(tmp_path):
     path, truth = run(tmp_path, "host", seed=4, straggler=(17, "bwd", 10.0), slow_from=50, slow_host=True)
     result = replay(path)

@@ -125,6 +125,17 @@ class RunSpec:
     hung_between: bool = False
     #: Ranks that write no file at all (never reached ``init_structured_logger``); the others still record ``world_size``.
     missing: tuple[int, ...] = ()
+    # -- one long run generated in chunks (benchmarks/watch_false_alarms.py: a job-day does not fit on disk at once) ---
+    #: The first step's number (a chunk continues the steps of the one before).
+    first_step: int = 1
+    #: Whether the files begin with the opening record (the first chunk) and end with the closing one (the last).
+    opened: bool = True
+    closed: bool = True
+    #: The phases' noise from this seed (one per chunk), the clock offsets and each rank's own speed still from `seed`.
+    noise_seed: int | None = None
+    #: With `host_drift_ms`: the drift's origin (true time, µs) and the steps it spreads over (default: this run's).
+    clock_origin_us: float | None = None
+    drift_steps: int | None = None
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -152,6 +163,8 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     shape = (spec.ranks, n_steps)
     durations = {}
     speed = rng.lognormal(0.0, spec.noise / 6, size=(spec.ranks, 1))  # each rank's own small systematic speed
+    if spec.noise_seed is not None:
+        rng = np.random.default_rng(spec.noise_seed)  # a chunk of a longer run: its own noise, the run's ranks
     scale = 1.0 if spec.step_ms is None else spec.step_ms / (sum(PHASES.values()) + COLLECTIVE_MS)
     for phase, ms in PHASES.items():
         durations[phase] = scale * ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
@@ -256,7 +269,6 @@ def _write_rank(job: tuple) -> int:
         "job_id": None,
         "logger_name": "otel_titan.structured_logger",
     }
-    first_step = sim["first_step"]
     begins, exits = sim["begins"].tolist(), sim["exits"].tolist()
     start_true = begins[0] - 2000.0
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(start_true / 1e6))
@@ -265,7 +277,20 @@ def _write_rank(job: tuple) -> int:
     w = _Writer(path, identity, pid)
     drift = spec.drift_ms * 1000.0 if host in spec.drift_hosts else 0.0
     span = max(exits[-1] - begins[0], 1.0)
-    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span + host_drift * (true_us - start_true)  # noqa: E731 - the host's wall clock
+    origin = spec.clock_origin_us if spec.clock_origin_us is not None else start_true
+    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span + host_drift * (true_us - origin)  # noqa: E731 - the host's wall clock
+    if spec.opened:
+        _opening(w, spec, rank, clock, start_true)
+    pre = _trace_id(spec.run_id, attempt, None)
+    if spec.opened:
+        w.write({"time_us": clock(start_true + 1000.0), "log_type": "instant", "log_type_name": "training_start", "event_name": None, **_CALLER, "log_level": "INFO",
+                 "message": "training_start", "trace_id": pre, "span_id": w.span_id(rank), "parent_span_id": None})
+    _steps(spec, rank, attempt, w, sim, stop, clock)
+    return w.bytes
+
+
+def _opening(w: _Writer, spec: RunSpec, rank: int, clock: Any, start_true: float) -> None:
+    """The ``structured_logger_opened`` record (docs/schema.md), with the rank's mesh coordinates under ``pp``."""
     w.write(
         {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
          "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
@@ -273,10 +298,13 @@ def _write_rank(job: tuple) -> int:
          **({"mesh": {"pp": rank // (spec.ranks // spec.pp), "dp": rank % (spec.ranks // spec.pp)}, "mesh_shape": {"pp": spec.pp, "dp": spec.ranks // spec.pp}} if spec.pp > 1 else {})},
         thread=False,
     )
+
+
+def _steps(spec: RunSpec, rank: int, attempt: int, w: _Writer, sim: dict[str, Any], stop: tuple[int, str] | None, clock: Any) -> None:
+    """Every step of one rank's file, its fault if any, then (unless a later chunk follows) training_end and the closing record."""
+    first_step = sim["first_step"]
+    begins, exits = sim["begins"].tolist(), sim["exits"].tolist()
     pauses = sim["pauses"].tolist()
-    pre = _trace_id(spec.run_id, attempt, None)
-    w.write({"time_us": clock(start_true + 1000.0), "log_type": "instant", "log_type_name": "training_start", "event_name": None, **_CALLER, "log_level": "INFO",
-             "message": "training_start", "trace_id": pre, "span_id": w.span_id(rank), "parent_span_id": None})
     durations = {phase: values[rank].tolist() for phase, values in sim["durations"].items()}
     gaps = sim["gaps"][rank].tolist()
     jitter = sim["exit_jitter"][rank].tolist()
@@ -332,14 +360,14 @@ def _write_rank(job: tuple) -> int:
             w.handle.truncate()
             w.handle.write(line[: len(line) // 2])  # SIGKILL mid-write: a torn last line, no newline
             w.close()
-            return w.bytes
+            return
         end("fwd", sid, outer, t, t1)
         t = t1 + g[2]
         sid = start("bwd", t, outer)
         if stopping("hang") and not spec.hung_between:
             black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
-            return w.bytes
+            return
         t1 = t + durations["bwd"][i] * 1000.0
         end("bwd", sid, outer, t, t1)
         t = t1 + g[3]
@@ -351,7 +379,7 @@ def _write_rank(job: tuple) -> int:
         if stopping("hang") and spec.hung_between:
             black_box(t1, [], between=("optimizer", t1))
             w.close()  # stuck between spans: nothing more is written
-            return w.bytes
+            return
         t = t1 + g[5]
         for k in range(spec.scalars):
             name = "loss" if k == 0 else f"metric_{k}"
@@ -369,13 +397,16 @@ def _write_rank(job: tuple) -> int:
         if stopping("wait"):
             black_box(t, [(COLLECTIVE, sid, t)])
             w.close()
-            return w.bytes
+            return
         if stopping("terminated"):
             w.write({"time_us": clock(t + 30e6), "log_type": "instant", "log_type_name": "signal_received", "event_name": None, "log_level": "WARNING",
                      "message": "received SIGTERM", "signal": "SIGTERM", "signal_number": 15}, thread=False)
             w.close()
-            return w.bytes
+            return
         end(COLLECTIVE, sid, None, t, exits[i] + jitter[i])
+    if not spec.closed:
+        w.close()  # a later chunk continues the run
+        return
     t = exits[-1] + jitter[-1] + 1000.0
     w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "training_end", "event_name": None, **_CALLER, "log_level": "INFO",
              "message": "training_end", "trace_id": _trace_id(spec.run_id, attempt, first_step + len(begins) - 1), "span_id": w.span_id(rank), "parent_span_id": None,
@@ -383,7 +414,6 @@ def _write_rank(job: tuple) -> int:
     w.write({"time_us": clock(t + 500.0), "log_type": "instant", "log_type_name": "structured_logger_closed", "event_name": None, "log_level": "INFO",
              "message": "structured logger closed", "dropped_records": 0, "failed_records": 0, "written_records": w.seq - 1, "closing": True, "skipped_values": 0}, thread=False)
     w.close()
-    return w.bytes
 
 
 def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progress: bool = False) -> dict[str, Any]:
@@ -402,7 +432,7 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
             raise ValueError(f"drifting host {host} is not one of the {_hosts(spec)} hosts")
     if spec.host_drift_ms:
         # A rate per host: up to ±host_drift_ms over the run's length (its steps at the nominal step time).
-        length_us = spec.steps * (spec.step_ms or sum(PHASES.values()) + COLLECTIVE_MS) * 1000.0
+        length_us = (spec.drift_steps or spec.steps) * (spec.step_ms or sum(PHASES.values()) + COLLECTIVE_MS) * 1000.0
         spec.host_drifts = [float(x) for x in np.random.default_rng(spec.seed + 7919).uniform(-spec.host_drift_ms * 1000.0, spec.host_drift_ms * 1000.0, size=_hosts(spec)) / length_us]
     for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart, *((r,) for r in spec.missing)):
         if fault is not None and not 0 <= fault[0] < spec.ranks:
@@ -412,8 +442,10 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
     os.makedirs(log_dir, exist_ok=True)
     jobs_list: list[tuple] = []
     stop_step = spec.steps
-    attempts = [(0, 1, spec.steps)]
+    attempts = [(0, spec.first_step, spec.first_step + spec.steps - 1)]
     stops: dict[int, tuple[int, str] | None] = {}
+    if spec.first_step != 1 and any(f is not None for f in (spec.hung, spec.crashed, spec.restart)):
+        raise ValueError("a run generated in chunks (first_step > 1) has no hang, crash or restart")
     if spec.hung is not None:
         rank, stop_step = spec.hung
         stops = {r: (stop_step, "hang" if r == rank else "wait") for r in range(spec.ranks)}
@@ -468,6 +500,8 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         "restarted": spec.restart is not None,
         "missing": list(spec.missing),
         "onset_us": _onsets(spec, sims[0]),
+        #: When the last step's collective ended (true time, µs): where the next chunk of the run begins.
+        "end_us": float(sims[-1]["exits"][-1]),
     }
     with open(os.path.join(out_dir, "ground_truth.json"), "wb") as handle:
         handle.write(orjson.dumps(truth, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))

@@ -182,8 +182,8 @@ class Detector:
                 latest[p.source] = max(latest.get(p.source, -1), p.attempt or 0)
         return [p for p in self.processes.values() if p.run_id == run and (p.attempt or 0) == latest[p.source]]
 
-    def evaluate(self, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """(the frame, the alert / resolved events) at watcher time `now`."""
+    def evaluate(self, now: float, *, with_frame: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """(the frame, the alert / resolved events) at watcher time `now`; `with_frame` False: no frame (None), the same events."""
         procs = self.current()
         rules = self.rules
         step_ms = self._median_step_ms(procs)
@@ -225,7 +225,7 @@ class Detector:
         keep = set() if slow_ran else {k for k in self.book.active if k[0] in ("slow", "job_slow")}
         raised, resolved = self.book.update(alerts, now, keep_keys=keep)
         events = [a.to_json("alert") for a in raised] + [a.to_json("update") for a in self.book.updated] + [a.to_json("resolved") for a in resolved]
-        frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after)
+        frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after) if with_frame else None
         return frame, events
 
     # -- states --------------------------------------------------------------------------------

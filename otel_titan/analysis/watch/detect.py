@@ -10,29 +10,40 @@ The rules (docs/watch.md says them for users):
 
 * **hang** (per source): no process of the current attempt made progress
   (ended a span, began a step) for ``hang_after = max(hang_floor_s,
-  hang_steps × median step time)``. The culprit, in this order: a rank of
-  ``world_size`` with no file (missing, once the run is ``missing_grace_s``
-  old); a process with no record since init while the others wait in a
-  collective (silent); a process that is *not* waiting in a collective while
-  the others are (in another span, or between spans: the others wait for
-  it); a process behind the others' step. Those waiting in the collective are
-  the victims, never named. A culprit in a span it has finished before must
-  have been in it longer than ``3 ×`` its longest finished duration; in a span
-  never seen to finish, at least ``unknown_span_s``; between spans, ``3 ×``
-  its longest gap between records. When every process is in the same place,
-  the flight recorders of their black boxes may name a minority behind on the
-  default process group; otherwise nobody is blamed: after ``3 ×`` that
-  span's learned duration (``shared_pause_s`` when never seen) the alert says
-  the job is stuck there and that the culprit cannot be told from the records.
-  Confirmed on a second evaluation, or at once by the culprit's black box.
+  hang_steps × median step time)``. The culprit is named by `summarize`'s
+  rules (`model.hang.name_suspects`), on places built from the records read
+  so far (`_place`: the innermost open span, or between spans; the step and
+  the spans entered in it; the live black box's frame, its flight recorder's
+  digest and, between spans, the step it set): a rank of ``world_size`` with
+  no file (once the run is ``missing_grace_s`` old, and not when the others
+  ran steps with it: its logs are elsewhere); per process group, compared by
+  torch's group name and members (never ``pg_id``), a member that never
+  entered the collective the others wait in, a desync, a peer that never
+  sent; a rank behind in the step (an earlier step, or a strict subset of the
+  spans the others entered: between spans, it never reached their
+  collective); one with no record since init while the others wait in a
+  collective; the odd ones out of a strict majority's place. Those waiting
+  are the victims, never named. `watch` adds only *when*: a culprit in a span
+  it has finished before must have been in it longer than ``3 ×`` its longest
+  finished duration; in a span never seen to finish, at least
+  ``unknown_span_s``; between spans, ``3 ×`` its longest gap between records.
+  When the rules name nobody, after ``3 ×`` the shared span's learned duration
+  (``shared_pause_s`` when never seen) the alert says the job is stuck there
+  and that the culprit cannot be told from the records. Confirmed on a second
+  evaluation, or at once by the culprit's black box.
 * **slow**: a rank (or a whole host, as one unit) whose phase time over the
-  last ``window`` steps rose by ``0.75 × slow_pct`` % against both its own
-  earlier steps and its peers' (ranks with the same mesh coordinates but data
-  parallel), at least 3.5 × the peers' spread and 1 % of the step, for
-  ``sustain_steps`` steps; or one that arrives last at the step-closing
+  last ``window`` steps is ``0.75 × slow_pct`` % above its peers' (ranks with
+  the same mesh coordinates but data parallel, `model.stragglers.peer_key`),
+  at least ``slow_min_z`` × the peers' spread and ``slow_min_step_share`` of
+  the step, for ``sustain_steps`` steps, and either risen as much against its
+  own earlier steps (an onset, seen within a few steps) or as much above its
+  peers over every step kept (`summarize`'s comparison: found even when the
+  noise hid the onset); or one that arrives last at the step-closing
   collective by as much of the step (lateness on each rank's own clock: the
-  others' wait minus its own). Its cost: what every rank waits for it per
-  step, in ms and % of the step, and seconds so far.
+  others' wait minus its own). The thresholds are `model.stragglers`'
+  (``MIN_EFFECT``, ``MIN_Z``, ``MIN_STEP_SHARE``, ``MIN_MAJORITY``). Its cost:
+  what every rank waits for it per step, in ms and % of the step, and seconds
+  so far.
 * **job_slow** (per source): the step time (per token where logged) over
   twice the window ``0.75 × slow_pct`` % above its own earlier steps and 3.5 ×
   their spread, sustained, with the phase that grew on most ranks.
@@ -40,14 +51,16 @@ The rules (docs/watch.md says them for users):
   were sent SIGTERM), **terminated** (SIGTERM received), **missing** (ranks of
   ``world_size`` with no file after ``missing_grace_s``).
 
-To unify with the after-the-fact rules (issue 19's ``model/``): the step
-definition (first record of step N to first record of step N + 1, as
-`model.collect`), the step-closing collective (the last top-level span of a step,
-as `model.clocks`), the collective names (`state.is_collective`; `model.collect`
-has no such list), the straggler thresholds (`model.stragglers.MIN_EFFECT`,
-`MIN_Z`, `MIN_STEP_SHARE` here re-expressed for a sliding window) and the
-hang culprit order (`hang.py`). The mesh grouping is already shared: the
-``mesh`` field read by `read.records.read_mesh`, peers by `model.stragglers.peer_key`.
+Shared with `summarize` (``model/``): the hang rules (`model.hang.name_suspects`,
+`place_in_step`, `flag_missing_that_ran`), the flight-recorder digest
+(`model.hang.digest_black_box`, `model.flight_recorder`), the program's line
+(`model.hang.program_line`), the straggler thresholds and peer groups
+(`model.stragglers`), the mesh (`read.records.read_mesh`). Still `watch`'s
+own, because they judge records still arriving: *when* a stop is a hang (the
+learned durations above), the sliding window and its onset test, the
+collective names (`state.is_collective`: only to tell a start-up from a
+hang, as the model orders ranks by the spans they entered, not by span
+names), and the job-wide slowdown's rule.
 """
 
 from __future__ import annotations

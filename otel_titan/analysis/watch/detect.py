@@ -506,7 +506,7 @@ class Detector:
         for name in sorted(names, key=lambda n: n == "arrival"):
             recent: dict[str, float] = {}
             past: dict[str, float] = {}
-            whole: dict[str, float] = {}
+            longs: dict[str, list[float]] = {}
             need = max(3, window // 2) if name == "arrival" else window
             for p in group:
                 values = series.get(p.key, {}).get(name)
@@ -515,14 +515,16 @@ class Detector:
                 recent[p.key] = statistics.median(values[-window:])
                 if len(values) >= 2 * window:
                     past[p.key] = statistics.median(values[:-window])
-                    whole[p.key] = statistics.median(values)
+                    longs[p.key] = values
             if len(recent) < 3:
                 continue
+            # Medians over every step kept: asked only for a unit slow now that has not risen against its own past (rare).
+            whole = _Lazy(lambda longs=longs: {k: statistics.median(v) for k, v in longs.items()})
             if whole_hosts:
                 # A host as one unit: its ranks' median against the other hosts'.
                 h_recent = {h: statistics.median(recent[p.key] for p in m if p.key in recent) for h, m in whole_hosts.items() if any(p.key in recent for p in m)}
                 h_past = {h: statistics.median(past[p.key] for p in m if p.key in past) for h, m in whole_hosts.items() if any(p.key in past for p in m)}
-                h_whole = {h: statistics.median(whole[p.key] for p in m if p.key in whole) for h, m in whole_hosts.items() if any(p.key in whole for p in m)}
+                h_whole = _Lazy(lambda whole=whole: {h: statistics.median(whole()[p.key] for p in m if p.key in whole()) for h, m in whole_hosts.items() if any(p.key in whole() for p in m)})
                 for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now, h_whole):
                     findings.append(("host", host, whole_hosts[host], name, excess))
                     host_flagged.add(host)
@@ -545,7 +547,7 @@ class Detector:
         return alerts
 
     def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float,
-               whole: dict[Any, float] | None = None) -> list[tuple[Any, float]]:
+               whole: _Lazy | None = None) -> list[tuple[Any, float]]:
         """Units (ranks or hosts) slow in `name`, held for `sustain_steps` (or already raised): [(unit, excess ms)].
 
         Raise: ``0.75 × slow_pct`` above the peers' median over the last `window` steps (a median of a few noisy
@@ -560,13 +562,15 @@ class Detector:
         ordered = sorted(recent.values())
         peers = statistics.median(ordered)
         spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
-        whole = whole or {}
-        if len(whole) >= MIN_MAJORITY:
-            whole_ordered = sorted(whole.values())
-            whole_peers = statistics.median(whole_ordered)
-            whole_spread = _MAD_TO_SD * statistics.median(abs(v - whole_peers) for v in whole_ordered)
-        else:
-            whole_peers = whole_spread = None
+        def above_peers_over_all_steps(unit: Any, raise_at: float, yardstick: float) -> bool:
+            values = whole() if whole is not None else {}
+            if len(values) < MIN_MAJORITY or unit not in values:
+                return False
+            ordered_all = sorted(values.values())
+            peers_all = statistics.median(ordered_all)
+            spread_all = _MAD_TO_SD * statistics.median(abs(v - peers_all) for v in ordered_all)
+            above = values[unit] - peers_all
+            return above >= raise_at and above >= rules.slow_min_z * max(spread_all, 0.005 * yardstick)
         arrival = name == "arrival"
         # Lateness is ~0 for everyone but the late one: its yardstick is the step, not the peers' lateness.
         yardstick = step_med if arrival else peers
@@ -582,11 +586,9 @@ class Detector:
                 # Its own past is asked only to start: once the rise is seen, the slow steps entering its past must not undo it.
                 own = past.get(unit)
                 rose = held is not None or (own is not None and (r - own >= raise_at if arrival else r >= own + raise_at))
-                if not rose and whole_peers is not None and unit in whole:
-                    above = whole[unit] - whole_peers
-                    rose = above >= raise_at and above >= rules.slow_min_z * max(whole_spread or 0.0, 0.005 * yardstick)
-                hold = (yardstick > 0 and rose and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
-                        and excess >= rules.slow_min_step_share * step_med)
+                slow_now = (yardstick > 0 and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
+                            and excess >= rules.slow_min_step_share * step_med)
+                hold = slow_now and (rose or above_peers_over_all_steps(unit, raise_at, yardstick))
             if not hold:
                 self._held.pop(hkey, None)
                 continue
@@ -783,6 +785,18 @@ _STATE_ORDER = {"running": 0, "stalled": 1, "hung": 2, "crashed": 3, "terminated
 def _inner(p: ProcessState) -> str | None:
     inner = p.innermost()
     return inner.name if inner is not None else None
+
+
+class _Lazy:
+    """A value computed on first call, then kept (the slow rule's medians over every step kept are rarely needed)."""
+
+    def __init__(self, compute: Any) -> None:
+        self._compute, self._value, self._done = compute, None, False
+
+    def __call__(self) -> Any:
+        if not self._done:
+            self._value, self._done = self._compute(), True
+        return self._value
 
 
 def _place(p: ProcessState) -> RankPlace:

@@ -3,7 +3,8 @@
 Four measurements, each on runs written by `benchmarks/generate_run.py`:
 
 1. **Detection latency, replayed** (the detector is a pure function of the
-   records read, so runs replay faster than real time): a hang, a +10 %
+   records read, so runs replay faster than real time): a hang (in a span,
+   and between spans), a +10 %
    fail-slow of one rank's ``fwd``, a +10 % slowdown of a whole host's
    ``bwd``, a crash; several seeds; latency from the fault's onset (ground
    truth) to the alert, median and worst, and whether the alert named the
@@ -53,6 +54,7 @@ from tests.helpers import processes  # noqa: E402
 
 SCENARIOS = {
     "hang": (dict(hung=(17, 80)), "hang", "hang", [17]),
+    "hang between spans": (dict(hung=(17, 80), hung_between=True), "hang", "hang", [17]),
     "fail-slow rank +10% fwd": (dict(straggler=(9, "fwd", 10.0), slow_from=60), "slow", "slow", [9]),
     "slow host +10% bwd": (dict(straggler=(41, "bwd", 10.0), slow_from=60, slow_host=True), "slow", "slow", list(range(40, 48))),
     "crash": (dict(crashed=(5, 80)), "crashed", "crash", [5]),

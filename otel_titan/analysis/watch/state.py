@@ -204,7 +204,8 @@ class ProcessState:
             self._meta(name, record, arrival)
             return
         self.program_records += 1
-        self.box_live = False
+        if self.box_live:
+            self.box_live = False
         if self.last_program_us is not None:
             gap = (time_us - self.last_program_us) / 1000.0
             if gap > self.gap_max_ms:
@@ -217,12 +218,15 @@ class ProcessState:
         kind = record["log_type"]
         if kind == "event" and name.endswith("_start"):
             self._order += 1
-            span_id = record.get("span_id") or (name[:-6], self._order)
-            self.open[span_id] = LiveSpan(name[:-6], span_id, record.get("parent_span_id"), time_us, step if type(step) is int else None,
+            span = name[:-6]
+            span_id = record.get("span_id") or (span, self._order)
+            stepped = type(step) is int
+            self.open[span_id] = LiveSpan(span, span_id, record.get("parent_span_id"), time_us, step if stepped else None,
                                           record.get("caller") if isinstance(record.get("caller"), str) else None, self._order, arrival)
-            if step == self.step and type(step) is int and name[:-6] not in self._entered_set and len(self.entered) < ENTERED_KEPT:
-                self.entered.append(name[:-6])
-                self._entered_set.add(name[:-6])
+            entered = self._entered_set
+            if stepped and span not in entered and step == self.step and len(entered) < ENTERED_KEPT:
+                self.entered.append(span)
+                entered.add(span)
         elif kind == "event" and name.endswith("_end"):
             self._end(name[:-4], record, arrival)
         elif kind == "event":

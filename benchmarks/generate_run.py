@@ -525,9 +525,10 @@ def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
             if kind == "hang" and spec.hung_between:
                 t += (d["bwd"][rank, i] + d["optimizer"][rank, i] + gaps[rank, i, 3:5].sum()) * 1000.0
             out[kind] = float(t if kind == "hang" else t - gaps[rank, i, 2] * 1000.0)
-    if spec.straggler is not None:
+    # A chunk of a longer run (`first_step`) has an onset only when it holds the onset's step.
+    if spec.straggler is not None and max(0, (spec.slow_from or first) - first) < len(begins):
         out["slow"] = float(begins[max(0, (spec.slow_from or first) - first)])
-    if spec.job_slow is not None:
+    if spec.job_slow is not None and max(0, spec.job_slow[2] - first) < len(begins):
         out["job_slow"] = float(begins[max(0, spec.job_slow[2] - first)])
     return out
 

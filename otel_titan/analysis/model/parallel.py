@@ -41,10 +41,11 @@ def collect_in_workers(
     `collector` is a fresh `collect._Collector`, passed in so that this module
     sits below `collect` (which calls it) and `share` (which each worker runs).
 
-    Raises RuntimeError when a worker fails (its error is logged first).
+    Raises `WorkerDiedError` (a RuntimeError) when a worker fails (its error is logged first).
 
-    Example:
-        >>> # collector, summaries = collect_in_workers(_Collector(), run.processes, 2, run.skipped, print)
+    Example (not run here: it starts worker interpreters; `summarize_run(..., jobs=2)` is the call
+    to make, and tests/analysis/workers/test_executors.py runs it):
+        >>> collector, summaries = collect_in_workers(_Collector(), run.processes, 2, run.skipped, print)  # doctest: +SKIP
     """
     with open_workers(jobs, scheduler, "summary worker", on_bytes) as workers:
         buckets = balance(processes, min(workers.slots, len(processes)), lambda p: p.size)

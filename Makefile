@@ -21,8 +21,11 @@
 #   make bench-perfetto  set up, then compare the native Perfetto trace with the JSON trace of one run
 #                      (size, size gzipped, time per span; a few minutes)
 #   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
-#   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (3 to 5 minutes)
-.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-analysis bench-steps bench-sql bench-start bench-stall bench-perfetto bench-watch clean
+#   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (3 to 5 minutes);
+#                      WATCH_LIVE_S=600 WATCH_LIVE_RANKS=64 WATCH_ONLY=live-healthy: the 10 minutes of a healthy run watched live
+#   make bench-watch-day  set up, then count false alarms over one long healthy 1,024-rank job replayed in chunks
+#                      (a job-day is hours of CPU: WATCH_DAY_BUDGET_S, default 1800, stops it and says how far it got)
+.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-analysis bench-steps bench-sql bench-start bench-stall bench-perfetto bench-watch bench-watch-day clean
 
 setup:
 	bash scripts/setup.sh
@@ -64,8 +67,17 @@ bench-start: setup
 bench-perfetto: setup
 	.venv/bin/python benchmarks/perfetto_size.py
 
+# make bench-watch WATCH_LIVE_S=600 WATCH_LIVE_RANKS=64 WATCH_ONLY=live-healthy: the issue's 10 minutes of a healthy run watched live, alone.
+WATCH_LIVE_S ?= 30
+WATCH_LIVE_RANKS ?= 32
+WATCH_ONLY ?= latency,false-alarms,cpu,live
 bench-watch: setup
-	.venv/bin/python benchmarks/watch_live.py
+	.venv/bin/python benchmarks/watch_live.py --live-healthy-s $(WATCH_LIVE_S) --live-ranks $(WATCH_LIVE_RANKS) --only $(WATCH_ONLY)
+
+# make bench-watch-day: false alarms over one long healthy 1,024-rank job replayed (toward a job-day; hours of CPU, WATCH_DAY_BUDGET_S caps it).
+WATCH_DAY_BUDGET_S ?= 1800
+bench-watch-day: setup
+	.venv/bin/python benchmarks/watch_false_alarms.py --ranks 1024 --hours 24 --budget-s $(WATCH_DAY_BUDGET_S)
 
 clean:
 	rm -rf .venv outputs .pytest_cache .hypothesis

@@ -25,7 +25,8 @@ closing record), from a simulation of synchronous data-parallel training:
   (by design, not a fault: it holds the loss);
 * faults, each optional: a *straggler* rank slower by ``pct`` % in one phase;
   a *hung* rank that stops inside ``bwd`` at a step (the others then stop
-  inside that step's ``all_reduce``, waiting for it); a *crashed* rank
+  inside that step's ``all_reduce``, waiting for it), or between spans after
+  ``optimizer`` (``hung_between``); *missing* ranks with no file; a *crashed* rank
   (SIGKILL-like: its last line torn mid-write, no closing record; torchrun's
   agent then sends SIGTERM to the others, stuck in ``all_reduce``); a
   *restart* (the crash, then a second attempt of every rank from the last
@@ -127,6 +128,22 @@ class RunSpec:
     pause_ms: float = 0.0
     #: Every rank slower in one phase from one step on (storage, network): ``(phase, pct, from_step)``.
     job_slow: tuple[str, float, int] | None = None
+    #: With `hung`: the hung rank stops *between spans* after its step's ``optimizer`` (host code outside any span: a
+    #: data loader, a Python loop), never reaching the ``all_reduce`` the others wait in; its black box says ``between_spans``.
+    hung_between: bool = False
+    #: Ranks that write no file at all (never reached ``init_structured_logger``); the others still record ``world_size``.
+    missing: tuple[int, ...] = ()
+    # -- one long run generated in chunks (benchmarks/watch_false_alarms.py: a job-day does not fit on disk at once) ---
+    #: The first step's number (a chunk continues the steps of the one before).
+    first_step: int = 1
+    #: Whether the files begin with the opening record (the first chunk) and end with the closing one (the last).
+    opened: bool = True
+    closed: bool = True
+    #: The phases' noise from this seed (one per chunk), the clock offsets and each rank's own speed still from `seed`.
+    noise_seed: int | None = None
+    #: With `host_drift_ms`: the drift's origin (true time, µs) and the steps it spreads over (default: this run's).
+    clock_origin_us: float | None = None
+    drift_steps: int | None = None
     #: Write one ``step_rollup`` record per rank and step, as the library does by default (docs/schema.md,
     #: "Step rollups"): at the next step's first record, the last step's before the closing record, the
     #: step under way after a SIGTERM; none for a step a rank crashed or hung in. False: files as written
@@ -159,6 +176,8 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
     shape = (spec.ranks, n_steps)
     durations = {}
     speed = rng.lognormal(0.0, spec.noise / 6, size=(spec.ranks, 1))  # each rank's own small systematic speed
+    if spec.noise_seed is not None:
+        rng = np.random.default_rng(spec.noise_seed)  # a chunk of a longer run: its own noise, the run's ranks
     scale = 1.0 if spec.step_ms is None else spec.step_ms / (sum(PHASES.values()) + COLLECTIVE_MS)
     for phase, ms in PHASES.items():
         durations[phase] = scale * ms * speed * rng.lognormal(0.0, spec.noise, size=shape)
@@ -276,7 +295,6 @@ def _write_rank(job: tuple) -> int:
         "job_id": None,
         "logger_name": "otel_titan.structured_logger",
     }
-    first_step = sim["first_step"]
     begins, exits = sim["begins"].tolist(), sim["exits"].tolist()
     start_true = begins[0] - 2000.0
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(start_true / 1e6))
@@ -285,7 +303,20 @@ def _write_rank(job: tuple) -> int:
     w = _Writer(path, identity, pid)
     drift = spec.drift_ms * 1000.0 if host in spec.drift_hosts else 0.0
     span = max(exits[-1] - begins[0], 1.0)
-    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span + host_drift * (true_us - start_true)  # noqa: E731 - the host's wall clock
+    origin = spec.clock_origin_us if spec.clock_origin_us is not None else start_true
+    clock = lambda true_us: true_us + offset + drift * (true_us - begins[0]) / span + host_drift * (true_us - origin)  # noqa: E731 - the host's wall clock
+    if spec.opened:
+        _opening(w, spec, rank, clock, start_true)
+    pre = _trace_id(spec.run_id, attempt, None)
+    if spec.opened:
+        w.write({"time_us": clock(start_true + 1000.0), "log_type": "instant", "log_type_name": "training_start", "event_name": None, **_CALLER, "log_level": "INFO",
+                 "message": "training_start", "trace_id": pre, "span_id": w.span_id(rank), "parent_span_id": None})
+    _steps(spec, rank, attempt, w, sim, stop, clock)
+    return w.bytes
+
+
+def _opening(w: _Writer, spec: RunSpec, rank: int, clock: Any, start_true: float) -> None:
+    """The ``structured_logger_opened`` record (docs/schema.md), with the rank's mesh coordinates under ``pp``."""
     w.write(
         {"time_us": clock(start_true), "log_type": "instant", "log_type_name": "structured_logger_opened", "event_name": None, "log_level": "INFO",
          "message": f"structured logger opened for training rank {rank}", "otel_titan_version": "0.1.0", "python_version": "3.11.7",
@@ -293,10 +324,13 @@ def _write_rank(job: tuple) -> int:
          **({"mesh": {"pp": rank // (spec.ranks // spec.pp), "dp": rank % (spec.ranks // spec.pp)}, "mesh_shape": {"pp": spec.pp, "dp": spec.ranks // spec.pp}} if spec.pp > 1 else {})},
         thread=False,
     )
+
+
+def _steps(spec: RunSpec, rank: int, attempt: int, w: _Writer, sim: dict[str, Any], stop: tuple[int, str] | None, clock: Any) -> None:
+    """Every step of one rank's file, its fault if any, then (unless a later chunk follows) training_end and the closing record."""
+    first_step = sim["first_step"]
+    begins, exits = sim["begins"].tolist(), sim["exits"].tolist()
     pauses = sim["pauses"].tolist()
-    pre = _trace_id(spec.run_id, attempt, None)
-    w.write({"time_us": clock(start_true + 1000.0), "log_type": "instant", "log_type_name": "training_start", "event_name": None, **_CALLER, "log_level": "INFO",
-             "message": "training_start", "trace_id": pre, "span_id": w.span_id(rank), "parent_span_id": None})
     durations = {phase: values[rank].tolist() for phase, values in sim["durations"].items()}
     gaps = sim["gaps"][rank].tolist()
     jitter = sim["exit_jitter"][rank].tolist()
@@ -346,17 +380,18 @@ def _write_rank(job: tuple) -> int:
         def stopping(where: str) -> bool:
             return stop_step == step and stop_kind == where
 
-        def black_box(t_us: float, open_spans: list[tuple[str, str, float]]) -> None:
-            """The watchdog's ``stall`` record, `STALL_AFTER_US` after the last progress at `t_us` (docs/schema.md)."""
+        def black_box(t_us: float, open_spans: list[tuple[str, str, float]], between: tuple[str, float] | None = None) -> None:
+            """The watchdog's ``stall`` record, `STALL_AFTER_US` after the last progress at `t_us` (docs/schema.md); `between`: (last span, its end)."""
             if not spec.black_boxes:
                 return
             at = t_us + STALL_AFTER_US
             rows = [{"name": name, "span_id": span_id, "tid": w.tid, "thread_name": "MainThread", "task_name": None, "step": step,
                      "caller": _CALLER["caller"], "open_s": round((at - began) / 1e6, 3)} for name, span_id, began in open_spans]
+            last = {"name": between[0], "ended_s_ago": round((at - between[1]) / 1e6, 3)} if between else None
             w.write({"time_us": clock(at), "log_type": "instant", "log_type_name": "stall", "event_name": None, "log_level": "WARNING",
-                     "message": f"stall: no span ended for {STALL_AFTER_US / 1e6:.1f} s; open: {', '.join(r['name'] for r in rows)}",
-                     "reason": "stall", "stalled_s": STALL_AFTER_US / 1e6, "stall_after_s": STALL_AFTER_US / 1e6, "where": "in_span",
-                     "step": step, "last_span": None, "open_spans": rows, "threads": [], "flight_recorder": None}, thread=False)
+                     "message": f"stall: no span ended for {STALL_AFTER_US / 1e6:.1f} s; " + (f"between spans after {between[0]}" if between else f"open: {', '.join(r['name'] for r in rows)}"),
+                     "reason": "stall", "stalled_s": STALL_AFTER_US / 1e6, "stall_after_s": STALL_AFTER_US / 1e6, "where": "between_spans" if between else "in_span",
+                     "step": step, "last_span": last, "open_spans": rows, "threads": [], "flight_recorder": None}, thread=False)
 
         sid = start("data_fetch", t, None)
         t1 = t + durations["data_fetch"][i] * 1000.0
@@ -374,14 +409,14 @@ def _write_rank(job: tuple) -> int:
             w.handle.truncate()
             w.handle.write(line[: len(line) // 2])  # SIGKILL mid-write: a torn last line, no newline
             w.close()
-            return w.bytes
+            return
         end("fwd", sid, outer, t, t1)
         t = t1 + g[2]
         sid = start("bwd", t, outer)
-        if stopping("hang"):
+        if stopping("hang") and not spec.hung_between:
             black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
-            return w.bytes
+            return
         t1 = t + durations["bwd"][i] * 1000.0
         end("bwd", sid, outer, t, t1)
         t = t1 + g[3]
@@ -390,6 +425,10 @@ def _write_rank(job: tuple) -> int:
         sid = start("optimizer", t, None)
         t1 = t + durations["optimizer"][i] * 1000.0
         end("optimizer", sid, None, t, t1)
+        if stopping("hang") and spec.hung_between:
+            black_box(t1, [], between=("optimizer", t1))
+            w.close()  # stuck between spans: nothing more is written
+            return
         t = t1 + g[5]
         for k in range(spec.scalars):
             name = "loss" if k == 0 else f"metric_{k}"
@@ -407,15 +446,18 @@ def _write_rank(job: tuple) -> int:
         if stopping("wait"):
             black_box(t, [(COLLECTIVE, sid, t)])
             w.close()
-            return w.bytes
+            return
         if stopping("terminated"):
             w.write({"time_us": clock(t + 30e6), "log_type": "instant", "log_type_name": "signal_received", "event_name": None, "log_level": "WARNING",
                      "message": "received SIGTERM", "signal": "SIGTERM", "signal_number": 15}, thread=False)
             rolling[4] = int(clock(t + 30e6))
             roll(rolling[4], False, "signal")  # the step under way, as it stood (its collective still open)
             w.close()
-            return w.bytes
+            return
         end(COLLECTIVE, sid, None, t, exits[i] + jitter[i])
+    if not spec.closed:
+        w.close()  # a later chunk continues the run
+        return
     t = exits[-1] + jitter[-1] + 1000.0
     if rolling:
         rolling[4] = max(rolling[4], int(clock(t)))
@@ -427,7 +469,6 @@ def _write_rank(job: tuple) -> int:
     w.write({"time_us": clock(t + 500.0), "log_type": "instant", "log_type_name": "structured_logger_closed", "event_name": None, "log_level": "INFO",
              "message": "structured logger closed", "dropped_records": 0, "failed_records": 0, "written_records": w.seq - 1 - w.rollups, "closing": True, "skipped_values": 0}, thread=False)
     w.close()
-    return w.bytes
 
 
 def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progress: bool = False) -> dict[str, Any]:
@@ -446,9 +487,9 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
             raise ValueError(f"drifting host {host} is not one of the {_hosts(spec)} hosts")
     if spec.host_drift_ms:
         # A rate per host: up to ±host_drift_ms over the run's length (its steps at the nominal step time).
-        length_us = spec.steps * (spec.step_ms or sum(PHASES.values()) + COLLECTIVE_MS) * 1000.0
+        length_us = (spec.drift_steps or spec.steps) * (spec.step_ms or sum(PHASES.values()) + COLLECTIVE_MS) * 1000.0
         spec.host_drifts = [float(x) for x in np.random.default_rng(spec.seed + 7919).uniform(-spec.host_drift_ms * 1000.0, spec.host_drift_ms * 1000.0, size=_hosts(spec)) / length_us]
-    for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart):
+    for fault in (spec.straggler, spec.hung, spec.crashed, spec.restart, *((r,) for r in spec.missing)):
         if fault is not None and not 0 <= fault[0] < spec.ranks:
             raise ValueError(f"fault rank {fault[0]} is not one of the {spec.ranks} ranks")
     start_us = spec.start_us if spec.start_us is not None else time.time() * 1e6 - (spec.steps * 0.2 + 600) * 1e6
@@ -456,8 +497,10 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
     os.makedirs(log_dir, exist_ok=True)
     jobs_list: list[tuple] = []
     stop_step = spec.steps
-    attempts = [(0, 1, spec.steps)]
+    attempts = [(0, spec.first_step, spec.first_step + spec.steps - 1)]
     stops: dict[int, tuple[int, str] | None] = {}
+    if spec.first_step != 1 and any(f is not None for f in (spec.hung, spec.crashed, spec.restart)):
+        raise ValueError("a run generated in chunks (first_step > 1) has no hang, crash or restart")
     if spec.hung is not None:
         rank, stop_step = spec.hung
         stops = {r: (stop_step, "hang" if r == rank else "wait") for r in range(spec.ranks)}
@@ -475,7 +518,8 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         sim = _simulate(spec, attempt, first, last, t, rng)
         sims.append(sim)
         for rank in range(spec.ranks):
-            jobs_list.append((spec, rank, attempt, log_dir, sim, stops.get(rank) if attempt == 0 else None))
+            if rank not in spec.missing:
+                jobs_list.append((spec, rank, attempt, log_dir, sim, stops.get(rank) if attempt == 0 else None))
         t = float(sim["exits"][-1]) + 60e6  # the agent restarts a minute later
     total = 0
     started = time.monotonic()
@@ -509,7 +553,10 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
         "hung": None if spec.hung is None else {"rank": spec.hung[0], "step": spec.hung[1]},
         "crashed": None if (spec.crashed or spec.restart) is None else {"rank": (spec.crashed or spec.restart)[0], "step": (spec.crashed or spec.restart)[1]},  # type: ignore[index]
         "restarted": spec.restart is not None,
+        "missing": list(spec.missing),
         "onset_us": _onsets(spec, sims[0]),
+        #: When the last step's collective ended (true time, µs): where the next chunk of the run begins.
+        "end_us": float(sims[-1]["exits"][-1]),
     }
     with open(os.path.join(out_dir, "ground_truth.json"), "wb") as handle:
         handle.write(orjson.dumps(truth, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
@@ -519,7 +566,8 @@ def generate_run(out_dir: str, spec: RunSpec, *, jobs: int | None = None, progre
 def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
     """When each injected fault began, true time in µs (the live benchmark's detection latency is measured from it).
 
-    hang: the hung rank's last record (its ``bwd`` start); crash: its torn write; slow: the first slow step's start.
+    hang: the hung rank's last record (its ``bwd`` start, or between spans its ``optimizer`` end); crash: its torn
+    write; slow: the first slow step's start.
     """
     out: dict[str, float] = {}
     first = sim["first_step"]
@@ -529,10 +577,13 @@ def _onsets(spec: RunSpec, sim: dict[str, Any]) -> dict[str, float]:
             rank, step = fault
             i = step - first
             t = begins[i] + (d["data_fetch"][rank, i] + d["fwd"][rank, i] + gaps[rank, i, :3].sum()) * 1000.0
+            if kind == "hang" and spec.hung_between:
+                t += (d["bwd"][rank, i] + d["optimizer"][rank, i] + gaps[rank, i, 3:5].sum()) * 1000.0
             out[kind] = float(t if kind == "hang" else t - gaps[rank, i, 2] * 1000.0)
-    if spec.straggler is not None:
+    # A chunk of a longer run (`first_step`) has an onset only when it holds the onset's step.
+    if spec.straggler is not None and max(0, (spec.slow_from or first) - first) < len(begins):
         out["slow"] = float(begins[max(0, (spec.slow_from or first) - first)])
-    if spec.job_slow is not None:
+    if spec.job_slow is not None and max(0, spec.job_slow[2] - first) < len(begins):
         out["job_slow"] = float(begins[max(0, spec.job_slow[2] - first)])
     return out
 
@@ -568,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="gen-run")
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
     parser.add_argument("--hung", type=_fault, metavar="RANK@STEP", help="RANK hangs inside bwd at STEP; the others wait in all_reduce")
+    parser.add_argument("--hung-between", action="store_true", help="with --hung: the rank stops between spans after optimizer, not inside bwd")
+    parser.add_argument("--missing", type=lambda text: tuple(int(x) for x in text.split(",")), default=(), metavar="R,R", help="ranks that write no file (never reached init)")
     parser.add_argument("--black-boxes", action="store_true", help="with --hung: the stuck ranks also write the watchdog's stall record (120 s later)")
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
     parser.add_argument("--restart", type=_fault, metavar="RANK@STEP", help="as --crashed, then a second attempt of every rank from the last checkpoint")
@@ -591,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
                    straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
                    step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
-                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, rollups=args.rollups)
+                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, missing=args.missing, rollups=args.rollups)
     if args.live:
         spec.start_us = int((time.time() + 3.0) * 1e6)
     started = time.monotonic()

@@ -3,7 +3,8 @@
 Four measurements, each on runs written by `benchmarks/generate_run.py`:
 
 1. **Detection latency, replayed** (the detector is a pure function of the
-   records read, so runs replay faster than real time): a hang, a +10 %
+   records read, so runs replay faster than real time): a hang (in a span,
+   and between spans), a +10 %
    fail-slow of one rank's ``fwd``, a +10 % slowdown of a whole host's
    ``bwd``, a crash; several seeds; latency from the fault's onset (ground
    truth) to the alert, median and worst, and whether the alert named the
@@ -28,6 +29,8 @@ Usage::
 
     python benchmarks/watch_live.py                  # 3 to 5 minutes on 2 busy cores
     python benchmarks/watch_live.py --live-healthy-s 600 --seeds 5   # the issue's 10 minutes live
+    python benchmarks/watch_live.py --only live-healthy --live-healthy-s 600 --live-ranks 64   # only that
+    make bench-watch WATCH_LIVE_S=600 WATCH_LIVE_RANKS=64 WATCH_ONLY=live-healthy               # the same through make
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from tests.helpers import processes  # noqa: E402
 
 SCENARIOS = {
     "hang": (dict(hung=(17, 80)), "hang", "hang", [17]),
+    "hang between spans": (dict(hung=(17, 80), hung_between=True), "hang", "hang", [17]),
     "fail-slow rank +10% fwd": (dict(straggler=(9, "fwd", 10.0), slow_from=60), "slow", "slow", [9]),
     "slow host +10% bwd": (dict(straggler=(41, "bwd", 10.0), slow_from=60, slow_host=True), "slow", "slow", list(range(40, 48))),
     "crash": (dict(crashed=(5, 80)), "crashed", "crash", [5]),
@@ -137,7 +141,7 @@ def live(work: str, name: str, args: list[str], kind: str | None, seconds: float
     out = os.path.join(work, f"live-{name}")
     player = subprocess.Popen([sys.executable, "benchmarks/generate_run.py", out, "--live", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # the run is generated first: minutes for a long one on a busy machine
         while not os.path.isdir(os.path.join(out, "structured_logs")) or not os.listdir(os.path.join(out, "structured_logs")):
             if time.monotonic() > deadline:
                 raise RuntimeError("the live run never started")
@@ -184,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=2, help="seeds per replayed scenario and healthy 64-rank runs (default 2)")
     parser.add_argument("--live-healthy-s", type=float, default=30.0, help="seconds of a healthy run watched live (default 30; the issue's figure is 600)")
     parser.add_argument("--cpu-ranks", default="64,256,1024", help="rank counts for the CPU per refresh (default 64,256,1024)")
+    parser.add_argument("--live-ranks", type=int, default=32, help="ranks of the runs played live (default 32; 64 to 256 for the 10-minute healthy run)")
+    parser.add_argument("--only", default="latency,false-alarms,cpu,live", metavar="PARTS",
+                        help="the parts to run, comma-separated, of latency, false-alarms, cpu, live, live-healthy (default: all but live-healthy's own "
+                             "run, which live includes); e.g. --only live-healthy --live-healthy-s 600 --live-ranks 64")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="otel-titan-watch-bench-")
@@ -191,30 +199,45 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         print(f"load average {figures['load_average'][0]:.1f} on {figures['cpus']} CPUs (timings are noisy under load)", flush=True)
-        figures["latency_replayed"] = latency_replayed(work, args.seeds, 64, 200.0)
-        print("\ndetection latency (replayed, 64 ranks, 200 ms steps; from the fault's onset):")
-        for row in figures["latency_replayed"]:
-            fmt = lambda v: "-" if v is None else f"{v:.1f} s"  # noqa: E731
-            print(f"  {row['scenario']:<26} median {fmt(row['median_s'])}, worst {fmt(row['worst_s'])} (target {row['target_s']:.0f} s); "
-                  f"missed {row['missed']}/{row['seeds']}; wrong-rank alerts {row['wrong_rank_alerts']}", flush=True)
-        figures["false_alarms_replayed"] = [false_alarms_replayed(work, args.seeds, 64, 600, 500.0), false_alarms_replayed(work, 1, 1024, 40, 500.0)]
-        print("\nfalse alarms on healthy runs (replayed: noise, offsets ±5 ms + drift 3 ms, 4 pipeline stages, variable steps, 60 s checkpoints):")
-        for row in figures["false_alarms_replayed"]:
-            print(f"  {row['ranks']:>5} ranks: {row['alerts']} alerts in {row['simulated_h']:.2f} simulated h ({row['rank_hours']:,.0f} rank-hours)"
-                  + (f"; e.g. {row['examples'][0]}" if row["examples"] else ""), flush=True)
-        figures["refresh_cpu"] = [refresh_cpu(work, int(n)) for n in args.cpu_ranks.split(",")]
-        print("\nCPU per refresh (read what was appended + detect; files growing by about 2 steps of 500 ms between refreshes):")
-        for row in figures["refresh_cpu"]:
-            print(f"  {row['ranks']:>5} ranks: median {row['cpu_s_median']:.3f} s, max {row['cpu_s_max']:.3f} s, {row['mb_per_refresh']} MB read; idle refresh {row['idle_refresh_cpu_s']:.3f} s", flush=True)
-        figures["live"] = [
-            live(work, "hang", ["--ranks", "32", "--steps", "400", "--step-ms", "250", "--hung", "11@60"], "hang", 60),
-            live(work, "fail-slow", ["--ranks", "32", "--steps", "400", "--step-ms", "250", "--straggler", "11:bwd:10", "--slow-from", "60"], "slow", 90),
-            live(work, "healthy", ["--ranks", "32", "--steps", str(int(args.live_healthy_s * 4 + 400)), "--step-ms", "250"], None, args.live_healthy_s),
-        ]
-        print("\nlive (the real command beside a run played in real time, 32 ranks, 250 ms steps):")
-        for row in figures["live"]:
-            what = f"latency {row['latency_s']} s" if "latency_s" in row else f"{len(row['alerts'])} alerts in {row['watched_s']} s"
-            print(f"  {row['scenario']:<10} {what} (to step {row['last_step_seen']}); refresh CPU median {row['refresh_cpu_s_median']} s" + (f"; {row['alerts'][0]}" if row["alerts"] else ""), flush=True)
+        parts = set(args.only.split(","))
+        unknown = parts - {"latency", "false-alarms", "cpu", "live", "live-healthy"}
+        if unknown:
+            parser.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
+        if "latency" in parts:
+            figures["latency_replayed"] = latency_replayed(work, args.seeds, 64, 200.0)
+            print("\ndetection latency (replayed, 64 ranks, 200 ms steps; from the fault's onset):")
+            for row in figures["latency_replayed"]:
+                fmt = lambda v: "-" if v is None else f"{v:.1f} s"  # noqa: E731
+                print(f"  {row['scenario']:<26} median {fmt(row['median_s'])}, worst {fmt(row['worst_s'])} (target {row['target_s']:.0f} s); "
+                      f"missed {row['missed']}/{row['seeds']}; wrong-rank alerts {row['wrong_rank_alerts']}", flush=True)
+        if "false-alarms" in parts:
+            figures["false_alarms_replayed"] = [false_alarms_replayed(work, args.seeds, 64, 600, 500.0), false_alarms_replayed(work, 1, 1024, 40, 500.0)]
+            print("\nfalse alarms on healthy runs (replayed: noise, offsets ±5 ms + drift 3 ms, 4 pipeline stages, variable steps, 60 s checkpoints;"
+                  " a job-day at 1,024 ranks: benchmarks/watch_false_alarms.py):")
+            for row in figures["false_alarms_replayed"]:
+                print(f"  {row['ranks']:>5} ranks: {row['alerts']} alerts in {row['simulated_h']:.2f} simulated h ({row['rank_hours']:,.0f} rank-hours)"
+                      + (f"; e.g. {row['examples'][0]}" if row["examples"] else ""), flush=True)
+        if "cpu" in parts:
+            figures["refresh_cpu"] = [refresh_cpu(work, int(n)) for n in args.cpu_ranks.split(",")]
+            print("\nCPU per refresh (read what was appended + detect; files growing by about 2 steps of 500 ms between refreshes):")
+            for row in figures["refresh_cpu"]:
+                print(f"  {row['ranks']:>5} ranks: median {row['cpu_s_median']:.3f} s, max {row['cpu_s_max']:.3f} s, {row['mb_per_refresh']} MB read; idle refresh {row['idle_refresh_cpu_s']:.3f} s", flush=True)
+        n = str(args.live_ranks)
+        # The healthy run played live has the nuisances of the replayed ones: drift, pipeline stages, steps varying together, a shared pause.
+        healthy = ["--ranks", n, "--steps", str(int(args.live_healthy_s * 4 + 400)), "--step-ms", "250", "--host-drift-ms", "3", "--pp", "4", "--stage-pct", "15",
+                   "--variable", "0.1", "--pause-every", "600", "--pause-ms", "30000"]
+        live_runs = []
+        if "live" in parts:
+            live_runs += [("hang", ["--ranks", n, "--steps", "400", "--step-ms", "250", "--hung", "11@60"], "hang", 60),
+                          ("fail-slow", ["--ranks", n, "--steps", "400", "--step-ms", "250", "--straggler", "11:bwd:10", "--slow-from", "60"], "slow", 90)]
+        if "live" in parts or "live-healthy" in parts:
+            live_runs.append(("healthy", healthy, None, args.live_healthy_s))
+        if live_runs:
+            figures["live"] = [live(work, name, run_args, kind, seconds) for name, run_args, kind, seconds in live_runs]
+            print(f"\nlive (the real command beside a run played in real time, {n} ranks, 250 ms steps; the healthy one with drift, 4 stages, variable steps, a 30 s pause every 600 steps):")
+            for row in figures["live"]:
+                what = f"latency {row['latency_s']} s" if "latency_s" in row else f"{len(row['alerts'])} alerts in {row['watched_s']} s"
+                print(f"  {row['scenario']:<10} {what} (to step {row['last_step_seen']}); refresh CPU median {row['refresh_cpu_s_median']} s" + (f"; {row['alerts'][0]}" if row["alerts"] else ""), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures["seconds"] = round(time.monotonic() - started, 1)

@@ -138,8 +138,8 @@ _COUNT_RULES = [(re.compile(r"[\d,]+ records\b"), "<n> records"),
                 (re.compile(r"\.jsonl:\d+:"), ".jsonl:<line>:")]
 #: With `_COUNTED` also out: where a tail's window begins (the first record of the last bytes read).
 _TAIL_WINDOW = {"first_us", "first_utc", "duration_s"}
-#: JSON keys whose value is measured against now or by the read itself.
-_CLOCK_KEYS = re.compile(r"(_before_now|^age_s|^time_utc|^detected_utc|^since_utc|^cpu_s|^elapsed_s|^read_s)$")
+#: JSON keys whose value is measured against now or by the read itself (a hang alert's cost grows with the time since it stopped).
+_CLOCK_KEYS = re.compile(r"(_before_now|^age_s|^time_utc|^detected_utc|^since_utc|^cpu_s|^elapsed_s|^read_s|^stopped_s|^rank_seconds_lost)$")
 
 
 def normalise_text(text: str, run: Path, counted: bool = True) -> str:

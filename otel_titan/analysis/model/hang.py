@@ -64,7 +64,7 @@ from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
-__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
+__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -380,9 +380,7 @@ def build_hang(
         step = fact.get("step")
         entered = list(fact.get("entered") or [])
         complete = bool(fact.get("entered_complete", True))
-        between = bool(box and box.get("between_spans") and not process.open_spans)
-        if between and type(box.get("step")) is int and (step is None or box["step"] > step):
-            step, entered, complete = box["step"], [], True  # a step set, nothing started in it yet
+        between, step, entered, complete = place_in_step(box, step, entered, complete, bool(process.open_spans))
         # Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed
         # out, or it logged nothing. A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
         stuck = bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
@@ -398,8 +396,11 @@ def build_hang(
     # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
     # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
     # It stays listed, marked so, and is never the one that "never reached init_structured_logger".
-    ran = {(p.source, p.attempt) for p in current if ((facts.get(p.label) or {}).get("steps_seen") or 0) >= 2}
-    missing = [{**m, "ran_with_others": (m["source"], m["attempt"]) in ran} for m in missing if (m["source"], m["attempt"]) in present]
+    steps_seen: dict[tuple[str, Any], int] = {}
+    for p in current:
+        key = (p.source, p.attempt)
+        steps_seen[key] = max(steps_seen.get(key, 0), (facts.get(p.label) or {}).get("steps_seen") or 0)
+    missing = flag_missing_that_ran([m for m in missing if (m["source"], m["attempt"]) in present], steps_seen)
     restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
     if not places and not missing:
         return None
@@ -414,6 +415,58 @@ def build_hang(
         notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
     return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
                       missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)
+
+
+def place_in_step(box: dict[str, Any] | None, step: int | None, entered: list[str], complete: bool, has_open_spans: bool) -> tuple[bool, int | None, list[str], bool]:
+    """(between spans, step, spans entered in it, whether its start was read) of a process, its black box considered.
+
+    Why: a process stopped between spans has no open span to say where it is;
+    its black box does (``where: between_spans``), and its ``step`` field may be
+    a step set (``set_step``) with nothing started in it yet, which its records
+    do not show: it is then at that step with nothing entered, behind the
+    ranks that entered that step's collective. The one rule for `summarize`
+    (`build_hang`) and `watch`.
+
+    Example:
+        >>> place_in_step({"between_spans": True, "step": 8}, 7, ["fwd", "all_reduce"], True, False)
+        (True, 8, [], True)
+        >>> place_in_step({"between_spans": True, "step": 8}, 8, ["fwd"], True, True)  # a span is open: not between spans
+        (False, 8, ['fwd'], True)
+    """
+    between = bool(box and box.get("between_spans") and not has_open_spans)
+    if between and type(box.get("step")) is int and (step is None or box["step"] > step):  # type: ignore[union-attr]
+        step, entered, complete = box["step"], [], True  # type: ignore[index]  # a step set, nothing started in it yet
+    return between, step, entered, complete
+
+
+def flag_missing_that_ran(missing: Sequence[dict[str, Any]], steps_seen: dict[tuple[str, Any], int]) -> list[dict[str, Any]]:
+    """`missing` (ranks of ``world_size`` with no file), each marked ``ran_with_others`` when its source and attempt began 2 steps or more.
+
+    Why: in synchronous training every step's collective needs every rank, so
+    a rank the others ran steps with got past init: its logs are elsewhere (one
+    node's folder) or it logs nothing. It is then never "the rank that never
+    reached init_structured_logger". `steps_seen`: (source, attempt) → the most
+    steps any of its processes began.
+
+    Example:
+        >>> flag_missing_that_ran([{"source": "training", "attempt": 0, "world_size": 4, "ranks": [3]}], {("training", 0): 1})[0]["ran_with_others"]
+        False
+    """
+    return [{**m, "ran_with_others": steps_seen.get((m["source"], m["attempt"]), 0) >= 2} for m in missing]
+
+
+def name_suspects(places: Sequence[RankPlace], processes: Sequence[Any], missing: Sequence[dict[str, Any]] = ()) -> tuple[list[Suspect], list[str]]:
+    """The Hang section's rules alone (the module docstring's list): the processes the evidence names, and the notes; shared by `summarize` and `watch`.
+
+    `places`: where each stopped process is (`RankPlace`, with its
+    flight-recorder digest in ``fr`` where it has one); `processes`: every
+    process of the run's current attempt (anything with ``source`` and
+    ``attempt``: a rank closed, or not placed, makes the step comparison of
+    its world refuse, as it could be what the others wait for); `missing`: as
+    `flag_missing_that_ran` returns. `watch` builds its places from the records
+    read so far, so it names the culprit `summarize` names from the same records.
+    """
+    return _suspects(list(places), processes, missing)
 
 
 def stall_history(processes: Sequence[Any], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -40,6 +40,10 @@ class Alert:
     evidence: list[str] = field(default_factory=list)
     victims: list[int] = field(default_factory=list)
     confirmed: bool = True
+    #: For a hang: the model's rule that named the culprits (`model.hang`: ``behind in step``, ``behind``, ``desync``, ``p2p``,
+    #: ``missing``, ``nothing logged``, ``odd one out``, …, or ``cannot tell``) and its reasoning, as `summarize` words it.
+    rule: str | None = None
+    why: str | None = None
 
     def to_json(self, kind: str = "alert") -> dict[str, Any]:
         """The ``{"type": "alert", …}`` (or ``"resolved"``) line of ``watch --json`` (docs/watch.md lists the fields)."""
@@ -63,6 +67,8 @@ class Alert:
             "victims": len(self.victims),
             "confirmed": self.confirmed,
         }
+        if self.rule is not None:
+            out["rule"], out["why"] = self.rule, self.why
         if self.resolved is not None:
             out["resolved_utc"] = _utc(self.resolved)
             out["lasted_s"] = round(self.resolved - (self.since if self.since is not None else self.detected or self.resolved), 3)

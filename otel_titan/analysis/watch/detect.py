@@ -10,29 +10,40 @@ The rules (docs/watch.md says them for users):
 
 * **hang** (per source): no process of the current attempt made progress
   (ended a span, began a step) for ``hang_after = max(hang_floor_s,
-  hang_steps × median step time)``. The culprit, in this order: a rank of
-  ``world_size`` with no file (missing, once the run is ``missing_grace_s``
-  old); a process with no record since init while the others wait in a
-  collective (silent); a process that is *not* waiting in a collective while
-  the others are (in another span, or between spans: the others wait for
-  it); a process behind the others' step. Those waiting in the collective are
-  the victims, never named. A culprit in a span it has finished before must
-  have been in it longer than ``3 ×`` its longest finished duration; in a span
-  never seen to finish, at least ``unknown_span_s``; between spans, ``3 ×``
-  its longest gap between records. When every process is in the same place,
-  the flight recorders of their black boxes may name a minority behind on the
-  default process group; otherwise nobody is blamed: after ``3 ×`` that
-  span's learned duration (``shared_pause_s`` when never seen) the alert says
-  the job is stuck there and that the culprit cannot be told from the records.
-  Confirmed on a second evaluation, or at once by the culprit's black box.
+  hang_steps × median step time)``. The culprit is named by `summarize`'s
+  rules (`model.hang.name_suspects`), on places built from the records read
+  so far (`_place`: the innermost open span, or between spans; the step and
+  the spans entered in it; the live black box's frame, its flight recorder's
+  digest and, between spans, the step it set): a rank of ``world_size`` with
+  no file (once the run is ``missing_grace_s`` old, and not when the others
+  ran steps with it: its logs are elsewhere); per process group, compared by
+  torch's group name and members (never ``pg_id``), a member that never
+  entered the collective the others wait in, a desync, a peer that never
+  sent; a rank behind in the step (an earlier step, or a strict subset of the
+  spans the others entered: between spans, it never reached their
+  collective); one with no record since init while the others wait in a
+  collective; the odd ones out of a strict majority's place. Those waiting
+  are the victims, never named. `watch` adds only *when*: a culprit in a span
+  it has finished before must have been in it longer than ``3 ×`` its longest
+  finished duration; in a span never seen to finish, at least
+  ``unknown_span_s``; between spans, ``3 ×`` its longest gap between records.
+  When the rules name nobody, after ``3 ×`` the shared span's learned duration
+  (``shared_pause_s`` when never seen) the alert says the job is stuck there
+  and that the culprit cannot be told from the records. Confirmed on a second
+  evaluation, or at once by the culprit's black box.
 * **slow**: a rank (or a whole host, as one unit) whose phase time over the
-  last ``window`` steps rose by ``0.75 × slow_pct`` % against both its own
-  earlier steps and its peers' (ranks with the same mesh coordinates but data
-  parallel), at least 3.5 × the peers' spread and 1 % of the step, for
-  ``sustain_steps`` steps; or one that arrives last at the step-closing
+  last ``window`` steps is ``0.75 × slow_pct`` % above its peers' (ranks with
+  the same mesh coordinates but data parallel, `model.stragglers.peer_key`),
+  at least ``slow_min_z`` × the peers' spread and ``slow_min_step_share`` of
+  the step, for ``sustain_steps`` steps, and either risen as much against its
+  own earlier steps (an onset, seen within a few steps) or as much above its
+  peers over every step kept (`summarize`'s comparison: found even when the
+  noise hid the onset); or one that arrives last at the step-closing
   collective by as much of the step (lateness on each rank's own clock: the
-  others' wait minus its own). Its cost: what every rank waits for it per
-  step, in ms and % of the step, and seconds so far.
+  others' wait minus its own). The thresholds are `model.stragglers`'
+  (``MIN_EFFECT``, ``MIN_Z``, ``MIN_STEP_SHARE``, ``MIN_MAJORITY``). Its cost:
+  what every rank waits for it per step, in ms and % of the step, and seconds
+  so far.
 * **job_slow** (per source): the step time (per token where logged) over
   twice the window ``0.75 × slow_pct`` % above its own earlier steps and 3.5 ×
   their spread, sustained, with the phase that grew on most ranks.
@@ -40,14 +51,16 @@ The rules (docs/watch.md says them for users):
   were sent SIGTERM), **terminated** (SIGTERM received), **missing** (ranks of
   ``world_size`` with no file after ``missing_grace_s``).
 
-To unify with the after-the-fact rules (issue 19's ``model/``): the step
-definition (first record of step N to first record of step N + 1, as
-`model.collect`), the step-closing collective (the last top-level span of a step,
-as `model.clocks`), the collective names (`state.is_collective`; `model.collect`
-has no such list), the straggler thresholds (`model.stragglers.MIN_EFFECT`,
-`MIN_Z`, `MIN_STEP_SHARE` here re-expressed for a sliding window) and the
-hang culprit order (`hang.py`). The mesh grouping is already shared: the
-``mesh`` field read by `read.records.read_mesh`, peers by `model.stragglers.peer_key`.
+Shared with `summarize` (``model/``): the hang rules (`model.hang.name_suspects`,
+`place_in_step`, `flag_missing_that_ran`), the flight-recorder digest
+(`model.hang.digest_black_box`, `model.flight_recorder`), the program's line
+(`model.hang.program_line`), the straggler thresholds and peer groups
+(`model.stragglers`), the mesh (`read.records.read_mesh`). Still `watch`'s
+own, because they judge records still arriving: *when* a stop is a hang (the
+learned durations above), the sliding window and its onset test, the
+collective names (`state.is_collective`: only to tell a start-up from a
+hang, as the model orders ranks by the spans they entered, not by span
+names), and the job-wide slowdown's rule.
 """
 
 from __future__ import annotations
@@ -56,11 +69,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
 from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
-from otel_titan.analysis.model.stragglers import peer_key
+from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, peer_key
 
 __all__ = ["Detector", "Rules"]
 
@@ -78,9 +92,10 @@ class Rules:
     confirm_evaluations: int = 2
     crash_after_s: float = 5.0
     missing_grace_s: float = 30.0
-    slow_pct: float = 10.0
-    slow_min_z: float = 3.5
-    slow_min_step_share: float = 0.01
+    #: The straggler rule's thresholds are `summarize`'s (`model.stragglers`): one definition of "slow".
+    slow_pct: float = MIN_EFFECT * 100.0
+    slow_min_z: float = MIN_Z
+    slow_min_step_share: float = MIN_STEP_SHARE
     window: int = 10
     baseline: int = 32
     sustain_steps: int = 5
@@ -91,6 +106,21 @@ class _Suspect:
     key: tuple
     seen: int
     first: float
+
+
+@dataclass
+class _Verdict:
+    """A hang's culprits and where they are (`Detector._culprits`); `rule` and `why`: the model's rule that named them, in its words."""
+
+    ranks: list[int]
+    where: str
+    why: str
+    rule: str
+    since: float | None
+    phase: str | None
+    step: int | None
+    line: str | None
+    evidence: list[str]
 
 
 @dataclass
@@ -165,8 +195,8 @@ class Detector:
                 latest[p.source] = max(latest.get(p.source, -1), p.attempt or 0)
         return [p for p in self.processes.values() if p.run_id == run and (p.attempt or 0) == latest[p.source]]
 
-    def evaluate(self, now: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """(the frame, the alert / resolved events) at watcher time `now`."""
+    def evaluate(self, now: float, *, with_frame: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """(the frame, the alert / resolved events) at watcher time `now`; `with_frame` False: no frame (None), the same events."""
         procs = self.current()
         rules = self.rules
         step_ms = self._median_step_ms(procs)
@@ -195,7 +225,7 @@ class Detector:
             source_live = [p for p in live if p.source == source]
             source_step = self._median_step_ms(members)
             source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
-            hang = self._hang(source_live, missing, now, source_after)
+            hang = self._hang(source_live, members, missing, now, source_after)
             if self.suspected:
                 suspected.append(self.suspected)
             if hang is not None:
@@ -208,7 +238,7 @@ class Detector:
         keep = set() if slow_ran else {k for k in self.book.active if k[0] in ("slow", "job_slow")}
         raised, resolved = self.book.update(alerts, now, keep_keys=keep)
         events = [a.to_json("alert") for a in raised] + [a.to_json("update") for a in self.book.updated] + [a.to_json("resolved") for a in resolved]
-        frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after)
+        frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after) if with_frame else None
         return frame, events
 
     # -- states --------------------------------------------------------------------------------
@@ -269,7 +299,7 @@ class Detector:
         return statistics.median(values) if values else None
 
     # -- hang ----------------------------------------------------------------------------------
-    def _hang(self, live: list[ProcessState], missing: list, now: float, hang_after: float) -> Alert | None:
+    def _hang(self, live: list[ProcessState], members: list[ProcessState], missing: list, now: float, hang_after: float) -> Alert | None:
         rules = self.rules
         self.suspected = None
         if not live:
@@ -280,11 +310,11 @@ class Detector:
         if quiet < hang_after:
             self._suspects.pop(source, None)
             return None
-        candidate = self._culprits(live, missing, now, hang_after)
-        if candidate is None:
+        verdict = self._culprits(live, members, missing, now, hang_after)
+        if verdict is None:
             self._suspects.pop(source, None)
             return None
-        culprits, where, reason, since, phase, step, line, evidence = candidate
+        culprits, where, since, phase, step, line, evidence = verdict.ranks, verdict.where, verdict.since, verdict.phase, verdict.step, verdict.line, verdict.evidence
         key = ("hang", live[0].source, live[0].attempt)
         ident = (key, tuple(culprits))
         suspect = self._suspects.get(source)
@@ -308,91 +338,106 @@ class Detector:
         quiet_culprit = now - since if since is not None else quiet
         label = compress_ranks(culprits) if culprits else None
         if culprits:
-            message = f"hang: {live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {label} {where}" + (f" at {line}" if line else "") + (
-                f"; {len(victims)} ranks wait for {'it' if len(culprits) == 1 else 'them'}" if victims else "")
+            # The rule's name first (the model's wording: "behind in the step", "behind in pg 1 (ranks 0-3)", …), its details in `why`.
+            rule = verdict.why.split(": ", 1)[0]
+            message = f"hang: {live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {label} {where}" + (f", {rule}" if rule and rule not in where else "") + (
+                f" at {line}" if line else "") + (f"; {len(victims)} ranks wait for {'it' if len(culprits) == 1 else 'them'}" if victims else "")
         else:
-            message = f"hang: every process {where}; the culprit cannot be told from the records ({reason})"
+            message = f"hang: every process {where}; the culprit cannot be told from the records ({verdict.why})"
         return Alert("hang", key, message, ranks=culprits, source=live[0].source, attempt=live[0].attempt, step=step, phase=phase, where=where,
-                     line=line, since=since, detected=now, victims=victims, evidence=evidence,
+                     line=line, since=since, detected=now, victims=victims, evidence=evidence, rule=verdict.rule, why=verdict.why,
                      cost={"stopped_s": round(quiet_culprit, 1), "ranks_waiting": waiting, "rank_seconds_lost": round(waiting * quiet, 1)})
 
-    def _culprits(self, live: list[ProcessState], missing: list, now: float, hang_after: float):
-        """(culprit ranks, where, reason, since, phase, step, line, evidence) or None when not (yet) a hang."""
+    def _culprits(self, live: list[ProcessState], members: list[ProcessState], missing: list, now: float, hang_after: float) -> _Verdict | None:
+        """Who the evidence names, by `summarize`'s rules (`model.hang.name_suspects`), or None when it is not (yet) a hang.
+
+        The places are built from the records read so far (`_place`): every live
+        process is stuck on `watch`'s evidence (no progress for `hang_after`), so
+        the model's rules run as they do on a run that ended in a hang, and the
+        culprit named live is the one `summarize` names at the end.
+        """
         rules = self.rules
-        source_missing = [m for m in missing if m[0] == live[0].source]
-        if source_missing:
-            # A rank slow to start (imports, a checkpoint read before init) is not missing at once.
-            if self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s:
-                return None
-            ranks = source_missing[0][2]
-            return ranks, "has no file (never reached init_structured_logger)", "missing", self.first_arrival, None, None, None, ["world_size"]
+        source, attempt = live[0].source, live[0].attempt
+        source_missing = [m for m in missing if m[0] == source]
+        if source_missing and (self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s):
+            return None  # a rank slow to start (imports, a checkpoint read before init) is not missing at once
         talking = [p for p in live if not p.silent]
-        silent = [p for p in live if p.silent]
         # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
         # often logs while the others are still building the model, and that is no hang.
-        if silent and any(is_collective(_inner(p)) for p in talking):
-            ranks = sorted(p.rank for p in silent if p.rank is not None)
-            bb = _box_line(silent)
-            return ranks, "has written no record since init", "silent", min(p.first_arrival or now for p in silent), None, None, bb[0], bb[1]
-        top_step = max((p.step for p in live if p.step is not None), default=None)
-        waiting = [p for p in live if is_collective(_inner(p))]
-        others = [p for p in live if not is_collective(_inner(p))]
-        if waiting and others:
-            culprits = others
-        elif top_step is not None:
-            behind = [p for p in live if p.step is not None and p.step < top_step]
-            culprits = behind if behind and len(behind) < len(live) / 2 else []
-        else:
-            culprits = []
-        if culprits:
-            # Each culprit must have been where it is longer than it ever took there before.
-            for p in culprits:
-                inner = p.innermost()
-                stuck = now - (p.progress_arrival or now)
-                if inner is None:
-                    need = max(hang_after, 3.0 * p.gap_max_ms / 1000.0)
-                elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
-                    learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
-                    need = max(hang_after, 3.0 * learned / 1000.0)
-                else:
-                    need = max(hang_after, rules.unknown_span_s)
-                if stuck < need:
-                    return None
-            ranks = sorted(p.rank for p in culprits if p.rank is not None)
-            first = culprits[0]
-            inner = first.innermost()
-            if inner is not None:
-                where = f"in {inner.name}" + (f" (step {inner.step})" if inner.step is not None else "")
-                phase = inner.name
-            else:
-                where = "between spans" + (f", after {first.last_end}" if first.last_end else "") + (f" (step {first.step})" if first.step is not None else "")
-                phase = "between spans"
-            if first.step is not None and top_step is not None and first.step < top_step:
-                where += f", behind the others' step {top_step}"
-            line, evidence = _box_line(culprits)
-            if line is None and inner is not None:
-                line = inner.caller
-                evidence = evidence + ["span start"]
-            return ranks, where, "outside the collective the others wait in", min(p.progress_arrival or now for p in culprits), phase, first.step, line, evidence
-        # Every process in the same place: a shared pause, or a collective that never completes. The flight
-        # recorder can still tell: on the default process group (every rank is a member, so ranks compare by
-        # sequence number without knowing the group layout) the rank that enqueued fewer collectives is behind.
-        behind = _behind_in_default_group(live)
-        if behind:
-            ranks, low, high = behind
-            members = [p for p in live if p.rank in ranks]
-            line, evidence = _box_line(members)
-            where = f"behind in process group 0 (its last collective is #{low}, the others' #{high})"
-            return ranks, where, "behind in a process group", min(p.progress_arrival or now for p in members), _inner(members[0]), members[0].step, line, ["flight recorder", *evidence]
+        placed = live if any(is_collective(_inner(p)) for p in talking) else talking
+        places = {p.label: _place(p) for p in placed}
+        if len({place.where is None for place in places.values()}) > 1:
+            # Black boxes arrive rank by rank after the trigger: a rank whose box has not come yet differs from the
+            # others in having no frame, not in where it is. Frames are compared only once every one is in.
+            for place in places.values():
+                place.where = None
+        steps_seen = {(source, attempt): max((p.steps_seen for p in members), default=0)}
+        missing_rows = flag_missing_that_ran([{"source": s, "attempt": a, "world_size": w, "ranks": list(r)} for s, a, r, w in source_missing], steps_seen)
+        suspects, notes = name_suspects(list(places.values()), members, missing_rows)
+        if suspects:
+            return self._named(suspects, {p.label: p for p in placed}, places, live, now, hang_after)
+        # Nobody named: every process in the same place (a shared pause, or a collective that never completes), or
+        # places the rules cannot order. After 3 × that span's learned duration it is a hang nobody can be blamed for.
         names = {(_inner(p)) for p in live}
         name = next(iter(names)) if len(names) == 1 else None
         learned = max((p.span_max_ms.get(name, 0.0) for p in live[:64]), default=0.0) if name else 0.0
         need = max(hang_after, 3.0 * learned / 1000.0) if learned else max(hang_after, rules.shared_pause_s)
         if now - max(p.progress_arrival or now for p in live) < need:
             return None
+        top_step = max((p.step for p in live if p.step is not None), default=None)
         where = f"waits in {name}" if name else "is stopped in different places"
-        evidence = ["black box"] if any(p.black_box is not None and p.black_box.arrival >= (p.progress_arrival or 0.0) for p in live) else []
-        return [], where, "no process stands out: look at the network, the collective library, or the black boxes", max(p.progress_arrival or now for p in live), name, top_step, None, evidence
+        evidence = ["black box"] if any(p.box_live for p in live) else []
+        why = "no process stands out: look at the network, the collective library, or the black boxes" + (f" ({notes[0]})" if notes else "")
+        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence)
+
+    def _named(self, suspects: list, by_label: dict[str, ProcessState], places: dict[str, RankPlace], live: list[ProcessState], now: float, hang_after: float) -> _Verdict | None:
+        """The alert's facts for the suspects the model named; None while a culprit has not been where it is long enough."""
+        rules = self.rules
+        culprits = [by_label[s.label] for s in suspects if s.label in by_label]
+        # Each culprit must have been where it is longer than it ever took there before (the model judges
+        # where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
+        for p in culprits:
+            if p.silent:
+                continue
+            inner = p.innermost()
+            stuck = now - (p.progress_arrival or now)
+            if inner is None:
+                need = max(hang_after, 3.0 * p.gap_max_ms / 1000.0)
+            elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
+                learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
+                need = max(hang_after, 3.0 * learned / 1000.0)
+            else:
+                need = max(hang_after, rules.unknown_span_s)
+            if stuck < need:
+                return None
+        ranks = sorted({s.rank for s in suspects if s.rank is not None})
+        first = suspects[0]
+        if first.rule == "missing":
+            return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"])
+        if first.rule == "nothing logged":
+            line, evidence = _box_line(culprits)
+            return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence)
+        p = by_label[first.label]
+        place = places[first.label]
+        top_step = max((q.step for q in live if q.step is not None), default=None)
+        inner = p.innermost()
+        step = place.step if place.step is not None else p.step
+        if inner is not None:
+            where = f"in {inner.name}" + (f" (step {inner.step})" if inner.step is not None else "")
+            phase = inner.name
+        else:
+            after = p.last_end or (place.last_span or {}).get("name")
+            where = "between spans" + (f", after {after}" if after else "") + (f" (step {step})" if step is not None else "")
+            phase = "between spans"
+        if step is not None and top_step is not None and step < top_step:
+            where += f", behind the others' step {top_step}"
+        line, evidence = _box_line(culprits)
+        if line is None and inner is not None:
+            line = inner.caller
+            evidence = evidence + ["span start"]
+        if first.rule in ("behind", "desync", "p2p", "no collective"):
+            evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
+        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence)
 
     # -- slow ----------------------------------------------------------------------------------
     def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:
@@ -422,7 +467,7 @@ class Detector:
     def _slow_group(self, gkey: tuple, group: list[ProcessState], last: int, now: float) -> list[Alert]:
         """Slow ranks and hosts of one peer group at its newest common step `last`."""
         rules = self.rules
-        if len(group) < 3:
+        if len(group) < MIN_MAJORITY:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
         window, baseline = rules.window, rules.baseline
         series: dict[str, dict[str, list[float]]] = {}
@@ -461,6 +506,7 @@ class Detector:
         for name in sorted(names, key=lambda n: n == "arrival"):
             recent: dict[str, float] = {}
             past: dict[str, float] = {}
+            longs: dict[str, list[float]] = {}
             need = max(3, window // 2) if name == "arrival" else window
             for p in group:
                 values = series.get(p.key, {}).get(name)
@@ -469,16 +515,20 @@ class Detector:
                 recent[p.key] = statistics.median(values[-window:])
                 if len(values) >= 2 * window:
                     past[p.key] = statistics.median(values[:-window])
+                    longs[p.key] = values
             if len(recent) < 3:
                 continue
+            # Medians over every step kept: asked only for a unit slow now that has not risen against its own past (rare).
+            whole = _Lazy(lambda longs=longs: {k: statistics.median(v) for k, v in longs.items()})
             if whole_hosts:
                 # A host as one unit: its ranks' median against the other hosts'.
                 h_recent = {h: statistics.median(recent[p.key] for p in m if p.key in recent) for h, m in whole_hosts.items() if any(p.key in recent for p in m)}
                 h_past = {h: statistics.median(past[p.key] for p in m if p.key in past) for h, m in whole_hosts.items() if any(p.key in past for p in m)}
-                for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now):
+                h_whole = _Lazy(lambda whole=whole: {h: statistics.median(whole()[p.key] for p in m if p.key in whole()) for h, m in whole_hosts.items() if any(p.key in whole() for p in m)})
+                for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now, h_whole):
                     findings.append(("host", host, whole_hosts[host], name, excess))
                     host_flagged.add(host)
-            for key, excess in self._judge(("rank", gkey), recent, past, name, step_med, last, now):
+            for key, excess in self._judge(("rank", gkey), recent, past, name, step_med, last, now, whole):
                 findings.append(("rank", key, [self.processes[key]], name, excess))
         # A host slow as a whole is one finding: its ranks are not named one by one besides.
         findings = [f for f in findings if f[0] == "host" or f[2][0].host not in host_flagged]
@@ -496,17 +546,31 @@ class Detector:
             alerts.append(self._slow_alert(gkey, kind, unit, members, name, excess, step_med, last, now))
         return alerts
 
-    def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float) -> list[tuple[Any, float]]:
+    def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float,
+               whole: _Lazy | None = None) -> list[tuple[Any, float]]:
         """Units (ranks or hosts) slow in `name`, held for `sustain_steps` (or already raised): [(unit, excess ms)].
 
-        Raise: ``0.75 × slow_pct`` above both its own past and the peers' median (a median of a few noisy steps
-        understates a +10 % rise half the time), at least ``slow_min_z`` × the peers' spread and
-        ``slow_min_step_share`` of the step. Keep while ``0.5 × slow_pct`` above the peers.
+        Raise: ``0.75 × slow_pct`` above the peers' median over the last `window` steps (a median of a few noisy
+        steps understates a +10 % rise half the time), at least ``slow_min_z`` × the peers' spread and
+        ``slow_min_step_share`` of the step; and either risen as much against its own past (a fail-slow onset:
+        seen within a few steps), or as much above its peers over all the steps kept (`whole`: up to
+        ``window + baseline``; `summarize`'s rule, a rank slower than its peers whatever its own past). Without
+        the second, a rise the noise hid for its first steps was never found: once its slow steps filled the
+        rank's own past, it no longer "rose". Keep while ``0.5 × slow_pct`` above the peers.
         """
         rules = self.rules
         ordered = sorted(recent.values())
         peers = statistics.median(ordered)
         spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
+        def above_peers_over_all_steps(unit: Any, raise_at: float, yardstick: float) -> bool:
+            values = whole() if whole is not None else {}
+            if len(values) < MIN_MAJORITY or unit not in values:
+                return False
+            ordered_all = sorted(values.values())
+            peers_all = statistics.median(ordered_all)
+            spread_all = _MAD_TO_SD * statistics.median(abs(v - peers_all) for v in ordered_all)
+            above = values[unit] - peers_all
+            return above >= raise_at and above >= rules.slow_min_z * max(spread_all, 0.005 * yardstick)
         arrival = name == "arrival"
         # Lateness is ~0 for everyone but the late one: its yardstick is the step, not the peers' lateness.
         yardstick = step_med if arrival else peers
@@ -522,8 +586,9 @@ class Detector:
                 # Its own past is asked only to start: once the rise is seen, the slow steps entering its past must not undo it.
                 own = past.get(unit)
                 rose = held is not None or (own is not None and (r - own >= raise_at if arrival else r >= own + raise_at))
-                hold = (yardstick > 0 and rose and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
-                        and excess >= rules.slow_min_step_share * step_med)
+                slow_now = (yardstick > 0 and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
+                            and excess >= rules.slow_min_step_share * step_med)
+                hold = slow_now and (rose or above_peers_over_all_steps(unit, raise_at, yardstick))
             if not hold:
                 self._held.pop(hkey, None)
                 continue
@@ -722,33 +787,56 @@ def _inner(p: ProcessState) -> str | None:
     return inner.name if inner is not None else None
 
 
-def _behind_in_default_group(live: list[ProcessState]) -> tuple[list[int], int, int] | None:
-    """(ranks behind, their last collective's sequence number, the others') from black boxes written since each one's last progress.
+class _Lazy:
+    """A value computed on first call, then kept (the slow rule's medians over every step kept are rarely needed)."""
 
-    Only when every live process has such a box with a flight recorder (one missing could be the one behind),
-    and the ones behind are fewer than half (a minority cannot have run ahead of everyone else).
+    def __init__(self, compute: Any) -> None:
+        self._compute, self._value, self._done = compute, None, False
+
+    def __call__(self) -> Any:
+        if not self._done:
+            self._value, self._done = self._compute(), True
+        return self._value
+
+
+def _place(p: ProcessState) -> RankPlace:
+    """Where a stopped process is, as `summarize`'s Hang section places it (`model.hang.RankPlace`), from the records read so far.
+
+    Stuck: `watch` asks only once no process made progress for ``hang_after``.
+    Its live black box (no program record after it) gives the frame, the
+    flight recorder's digest and, between spans, the step it set.
     """
-    seqs = {}
-    for p in live:
-        box = p.black_box
-        if box is None or box.default_pg_enqueued is None or box.arrival < (p.progress_arrival or 0.0) or p.rank is None:
-            return None
-        seqs[p.rank] = box.default_pg_enqueued
-    if len(seqs) < 2:
-        return None
-    low, high = min(seqs.values()), max(seqs.values())
-    ranks = sorted(r for r, s in seqs.items() if s == low)
-    if low == high or len(ranks) >= len(seqs) / 2:
-        return None
-    return ranks, low, high
+    box = p.black_box if p.box_live else None
+    digest = box.digest if box is not None else None
+    inner = p.innermost()
+    between, step, entered, complete = place_in_step(digest, p.step, list(p.entered), True, bool(p.open))
+    if box is None:
+        evidence = "records only"
+    elif box.reason == "faulthandler":
+        evidence = "faulthandler (interpreter lock held)"
+    else:
+        evidence = f"black box ({box.reason})"
+    span = inner.name if inner is not None else (digest or {}).get("span")
+    place = RankPlace(p.label, p.source, p.rank, p.attempt, "hung before first record" if p.silent else "stalled", None if between else span,
+                      box.frame if box is not None else None, evidence, None, [], step, between, (digest or {}).get("last_span") if between else None,
+                      entered, complete, True, box.time_us if box is not None else None, p.last_program_us)
+    place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it
+    return place
 
 
 def _box_line(culprits: list[ProcessState]) -> tuple[str | None, list[str]]:
-    """The culprit's line of code from a black box written since its last progress, and the evidence named."""
-    for p in culprits:
+    """The culprit's line of code from a black box written since its last progress, and the evidence named.
+
+    A box without a frame of the program's own (the watchdog's, with no
+    stacks) still backs the verdict: the process itself says it is stalled, and where.
+    """
+    boxed = [p for p in culprits if p.black_box is not None and p.box_live]
+    for p in boxed:
         box = p.black_box
-        if box is not None and box.arrival >= (p.progress_arrival or 0.0) and box.frame:
+        if box is not None and box.frame:
             return box.frame, ["black box"] + (["flight recorder"] if box.flight_recorder else [])
+    if boxed:
+        return None, ["black box"] + (["flight recorder"] if any(p.black_box.flight_recorder for p in boxed if p.black_box) else [])
     return None, []
 
 

@@ -12,7 +12,10 @@ Liveness ("nothing new for 20 s") comes from `arrival`: the watcher's clock
 alone, so a host whose clock is off by a minute does not look hung.
 
 Memory: the last `STEPS_KEPT` steps' facts, the spans open now, and one
-learned longest duration per span name (at most `NAMES_KEPT` names).
+learned longest duration per span name (at most `NAMES_KEPT` names), the
+names of the spans entered in the current step (at most
+`model.hang_facts.ENTERED_KEPT`), and the digest of the newest black box (a
+few frames, per process group its last collectives: `model.hang.digest_black_box`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.analysis.model.hang import program_line
+from otel_titan.analysis.model.hang import digest_black_box, program_line
+from otel_titan.analysis.model.hang_facts import ENTERED_KEPT
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
@@ -122,8 +126,9 @@ class BlackBox:
     frame: str | None
     open_spans: list[str]
     flight_recorder: bool
-    #: The flight recorder's last collective enqueued on the default process group (pg 0: every rank is in it).
-    default_pg_enqueued: int | None = None
+    #: What `summarize`'s Hang section keeps of the same record (`model.hang.digest_black_box`): its flight
+    #: recorder per process group (compared by name and members), whether it stopped between spans, its step.
+    digest: dict[str, Any] | None = None
 
 
 _TOKEN_SCALARS = frozenset({"tokens", "num_tokens", "ntokens", "n_tokens", "tokens_per_step", "batch_tokens"})
@@ -167,11 +172,18 @@ class ProcessState:
         #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
         self.span_max_ms: dict[str, float] = {}
         self.gap_max_ms = 0.0
-        self._last_program_us: int | None = None
+        self.last_program_us: int | None = None
         self.closed = False
         self.signal: str | None = None
         self.signal_arrival: float | None = None
         self.black_box: BlackBox | None = None
+        #: Whether `black_box` still says where the process is: no program record came after it (file order, as
+        #: `model.hang_facts`: a stall the process recovered from is history, not where it hangs).
+        self.box_live = False
+        #: Spans started in the current step (distinct names, in order): how far it got in the step, against its peers.
+        self.entered: list[str] = []
+        self._entered_set: set[str] = set()
+        self.steps_seen = 0
         self.last_end: str | None = None
         #: Facts the follower adds (not from records): since when its last line sits torn, whether its file vanished.
         self.torn_since: float | None = None
@@ -192,11 +204,13 @@ class ProcessState:
             self._meta(name, record, arrival)
             return
         self.program_records += 1
-        if self._last_program_us is not None:
-            gap = (time_us - self._last_program_us) / 1000.0
+        if self.box_live:
+            self.box_live = False
+        if self.last_program_us is not None:
+            gap = (time_us - self.last_program_us) / 1000.0
             if gap > self.gap_max_ms:
                 self.gap_max_ms = gap
-        self._last_program_us = time_us
+        self.last_program_us = time_us
         step = record.get("step")
         if type(step) is int and (self.step is None or step > self.step):
             self._new_step(step, time_us)
@@ -204,9 +218,15 @@ class ProcessState:
         kind = record["log_type"]
         if kind == "event" and name.endswith("_start"):
             self._order += 1
-            span_id = record.get("span_id") or (name[:-6], self._order)
-            self.open[span_id] = LiveSpan(name[:-6], span_id, record.get("parent_span_id"), time_us, step if type(step) is int else None,
+            span = name[:-6]
+            span_id = record.get("span_id") or (span, self._order)
+            stepped = type(step) is int
+            self.open[span_id] = LiveSpan(span, span_id, record.get("parent_span_id"), time_us, step if stepped else None,
                                           record.get("caller") if isinstance(record.get("caller"), str) else None, self._order, arrival)
+            entered = self._entered_set
+            if stepped and span not in entered and step == self.step and len(entered) < ENTERED_KEPT:
+                self.entered.append(span)
+                entered.add(span)
         elif kind == "event" and name.endswith("_end"):
             self._end(name[:-4], record, arrival)
         elif kind == "event":
@@ -233,6 +253,7 @@ class ProcessState:
         if self.black_box is not None and self.black_box.time_us >= time_us:
             return False
         self.black_box = _black_box({"time_us": time_us, "reason": "faulthandler", "threads": dump.get("threads"), "open_spans": [], "flight_recorder": None}, arrival)
+        self.box_live = True
         return True
 
     def _meta(self, name: str, record: dict[str, Any], arrival: float) -> None:
@@ -248,6 +269,7 @@ class ProcessState:
             self.signal_arrival = arrival
         elif name == MetaEvent.STALL:
             self.black_box = _black_box(record, arrival)
+            self.box_live = True
 
     def _end(self, name: str, record: dict[str, Any], arrival: float) -> None:
         span_id = record.get("span_id")
@@ -289,6 +311,8 @@ class ProcessState:
                         series = self.series[name] = deque(maxlen=SERIES_KEPT)
                     series.append(ms)
         self.step = step
+        self.steps_seen += 1
+        self.entered, self._entered_set = [], set()
         self._current = StepFacts(step=step, begin_us=time_us)
         self._last_top = None
 
@@ -334,11 +358,9 @@ def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
     names = [s.get("name") for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
     where = record.get("where") if isinstance(record.get("where"), str) else None
     fr = record.get("flight_recorder")
-    enqueued = None
-    status = fr.get("pg_status") if isinstance(fr, dict) else None
-    if isinstance(status, dict):
-        pg0 = status.get("0", status.get(0))  # type: ignore[call-overload]
-        if isinstance(pg0, dict) and type(pg0.get("last_enqueued_collective")) is int:
-            enqueued = pg0["last_enqueued_collective"]
+    try:
+        digest = digest_black_box(record)
+    except Exception:  # noqa: BLE001 - a malformed black box (hand-edited, another writer): the records still place the process
+        digest = None
     return BlackBox(arrival=arrival, time_us=record["time_us"], reason=record.get("reason") if isinstance(record.get("reason"), str) else None,
-                    where=where, frame=frame, open_spans=names, flight_recorder=isinstance(fr, dict) and "error" not in fr, default_pg_enqueued=enqueued)
+                    where=where, frame=frame, open_spans=names, flight_recorder=isinstance(fr, dict) and "error" not in fr, digest=digest)

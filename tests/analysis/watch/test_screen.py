@@ -71,7 +71,7 @@ def test_the_screen_in_a_real_terminal_narrow_and_wide(tmp_path, width, height):
     assert "15 ranks waiting" in flat, "the alert's cost is shown"
     assert all(len(line) <= width for line in screen.splitlines())
     if width >= 200:
-        assert any("hang: training rank 5 in bwd (step 30) at train.py:88:train_step; 15 ranks wait for it" in line for line in screen.splitlines()), "a wide window keeps the alert on one line"
+        assert any("hang: training rank 5 in bwd (step 30), behind in the step at train.py:88:train_step; 15 ranks wait for it" in line for line in screen.splitlines()), "a wide window keeps the alert on one line"
     else:
         # The alert wraps under its message ("hang: …"), not under its "▲ time": at that column it would read as the next alert.
         rows = screen.splitlines()

@@ -198,10 +198,13 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None) -> Iterator[dict[str, Any]]:
+def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, first_line: int = 0) -> Iterator[dict[str, Any]]:
     """Every usable record of one file, in order; unusable lines are counted in `skipped` with file and line.
 
-    `source`: read these bytes (the tail of `path`, see `read.tails`) instead of opening `path`.
+    `source`: read these bytes (the tail of `path`, see `read.tails`, or a range
+    of it, see `read.content.RangeReader`) instead of opening `path`;
+    `first_line`: how many lines of the file come before them (for the line
+    numbers of what is skipped).
 
     Example:
         >>> # for record in file_records("run/structured_logs/x.jsonl", SkippedLines()): ...
@@ -218,7 +221,7 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     with handle:
-        line_no = 0
+        line_no = first_line
         carry = b""
         overlong = False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
         while True:

@@ -1,0 +1,182 @@
+"""The analysis cache: what a read of each process learned, kept so that a second question of the same run is free.
+
+What is kept, per process (one file group): the read itself, stopped after
+its last complete line (`model.collect.ProcessRead`: the timeline's open
+spans and current step, the collector's accumulators for this process, its
+summary so far, the lines it skipped), pickled. Facts on the clocks as
+written, never verdicts: clock alignment, stragglers, the hang and the
+headline are computed again from the facts on every command, so a change of
+a rule (or of ``--no-align``) needs no new read.
+
+Keyed by content (`read.content.ContentKey`: per segment, the length up to
+its last complete line and hashes of its first and last 64 KiB), never by
+device, inode or mtime; the entry is found by the process's file name.
+A later read of the process is then one of:
+
+* a *hit*: every segment holds the same content: nothing is read but the
+  partial last line, if any (never cached: it is "not written yet");
+* a *resume*: the run grew (appended to, or rotated: a rotated segment keeps
+  its bytes under a new name) and the cached content is still where it was,
+  its first and last blocks hashing the same: the read goes on from the
+  cached offset, and only the bytes appended since are read;
+* a *miss*: anything else (no entry, another version, a rewritten or
+  truncated file, a segment rotated away): the process is read whole.
+
+Versioned by the rules and the reader that made it: `cache_version` hashes the
+source of ``analysis/read/`` and ``analysis/model/`` and the schema, so any
+change to how records are read or facts are gathered misses.
+
+Where, and why no command sees half an entry: `read.cache_folder`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from otel_titan.analysis.read.cache_folder import CacheFolder
+from otel_titan.analysis.read.content import ContentKey, content_key, is_prefix
+from otel_titan.analysis.read.records import ProcessLog
+
+__all__ = ["CACHE_FORMAT", "ProcessCache", "ReadPlan", "cache_version", "plan_reads"]
+
+#: Bumped when an entry's layout changes in a way the source hash would not see.
+CACHE_FORMAT = 1
+_SUFFIX = ".summary"
+
+
+@lru_cache(maxsize=1)
+def cache_version() -> str:
+    """A hash of what makes the cached facts: the reader (``analysis/read``), the model (``analysis/model``), the schema, the entry format and Python's version.
+
+    Example:
+        >>> len(cache_version())
+        32
+    """
+    import otel_titan.analysis.model as model_package  # noqa: PLC0415 - their folders, not their contents
+    import otel_titan.analysis.read as read_package  # noqa: PLC0415
+    import otel_titan.schema as schema  # noqa: PLC0415
+
+    digest = hashlib.blake2b(f"{CACHE_FORMAT}|{sys.version_info[:2]}|{pickle.HIGHEST_PROTOCOL}".encode(), digest_size=16)
+    files = [schema.__file__]
+    for package in (read_package, model_package):
+        folder = os.path.dirname(package.__file__ or "")
+        files += [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".py")]
+    for path in files:
+        try:
+            with open(path, "rb") as handle:
+                digest.update(os.path.basename(path).encode() + b"\0" + handle.read())
+        except OSError:
+            digest.update(b"?")  # no source (a zipped install): still one version per build
+    return digest.hexdigest()
+
+
+@dataclass
+class ReadPlan:
+    """What to read of one process, and what to go on from.
+
+    `keys`: each segment's content now (None when one cannot be read: the
+    process is then read whole, to the end of its files, and not cached).
+    The cacheable read covers segments ``0 .. stop`` up to their keys'
+    lengths; ``stop`` is the first segment with bytes after its last complete
+    line (or the last one): what follows it is read again on every command.
+    `resume`: the pickled read to go on from (a hit or a resume), which
+    covers up to `start_offset` of segment `start_segment` (`start_line`
+    lines of it). `hit`: it covers all of ``0 .. stop``: nothing to read.
+    """
+
+    keys: list[ContentKey] | None
+    stop: int
+    resume: bytes | None = None
+    start_segment: int = 0
+    start_offset: int = 0
+    start_line: int = 0
+    lines: tuple[int, ...] = ()
+    hit: bool = False
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of the process the resumed read already covers (for progress)."""
+        if self.resume is None or self.keys is None:
+            return 0
+        return sum(key.length for key in self.keys[: self.start_segment]) + self.start_offset
+
+    @property
+    def bytes_to_read(self) -> int:
+        """Bytes of its written content still to read."""
+        if self.keys is None:
+            return 1
+        return sum(key.length for key in self.keys[: self.stop + 1]) - self.cached_bytes
+
+
+def _entry_name(process: ProcessLog) -> str:
+    return hashlib.blake2b(os.fsencode(os.path.basename(process.base)), digest_size=16).hexdigest() + _SUFFIX
+
+
+class ProcessCache:
+    """One run's cached reads, per process: `lookup` the entries of a process, `save` a new one.
+
+    Example:
+        >>> # cache = ProcessCache(run.run_dir, run.log_dir); plans = plan_reads(run.processes, cache)
+    """
+
+    def __init__(self, run_dir: str, log_dir: str) -> None:
+        self.folder = CacheFolder(run_dir, log_dir)
+        self.version = cache_version()
+
+    def lookup(self, process: ProcessLog) -> list[tuple[list[ContentKey], tuple[int, ...], bytes]]:
+        """(content keys, lines per segment, pickled read) of every entry of `process` of this version; a torn one is left out."""
+        out = []
+        for payload in self.folder.read(_entry_name(process)):
+            try:
+                version, keys, lines, blob = pickle.loads(payload)
+            except Exception:  # noqa: BLE001 - a signed entry of another layout: a miss
+                continue
+            if version == self.version and isinstance(blob, bytes):
+                out.append((keys, lines, blob))
+        return out
+
+    def save(self, process: ProcessLog, keys: list[ContentKey], lines: tuple[int, ...], blob: bytes) -> bool:
+        """Keep the read `blob` of `process`, which covers `keys` (its segments ``0 .. len(keys) - 1``); False when nowhere to write."""
+        return self.folder.write(_entry_name(process), pickle.dumps((self.version, keys, lines, blob), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def plan_reads(processes: list[ProcessLog], cache: ProcessCache | None) -> list[ReadPlan]:
+    """One `ReadPlan` per process: a hit, a resume from its cached read, or a read from the start (always, without `cache`)."""
+    return [_plan(process, cache) for process in processes]
+
+
+def _plan(process: ProcessLog, cache: ProcessCache | None) -> ReadPlan:
+    keys = [content_key(path) for path in process.segments]
+    if any(key is None for key in keys) or process.clock_offset_us:
+        return ReadPlan(keys=None, stop=-1)
+    current: list[ContentKey] = keys  # type: ignore[assignment]
+    stop = next((index for index, key in enumerate(current) if key.size > key.length), len(current) - 1)
+    plan = ReadPlan(keys=current, stop=stop)
+    if cache is None or stop < 0:
+        return plan
+    for cached, lines, blob in cache.lookup(process):
+        resumed = _resume_point(process, current, stop, cached)
+        if resumed is not None:
+            segment, hit = resumed
+            return ReadPlan(keys=current, stop=stop, resume=blob, start_segment=segment, start_offset=cached[segment].length,
+                            start_line=lines[segment], lines=tuple(lines), hit=hit)
+    return plan
+
+
+def _resume_point(process: ProcessLog, current: list[ContentKey], stop: int, cached: list[ContentKey]) -> tuple[int, bool] | None:
+    """(the segment the cached read ends in, whether it covers everything readable now), or None when it is no prefix of the files now."""
+    last = len(cached) - 1
+    if last < 0 or last > stop:
+        return None  # it read further than what is complete now: the files were truncated or rewritten
+    if any(not mine.same_content(theirs) for mine, theirs in zip(current[:last], cached[:last])):
+        return None  # an older segment changed (rotated away, or rewritten)
+    if current[last].same_content(cached[last]):
+        return last, last == stop and current[last].length == cached[last].length
+    if current[last].length > cached[last].length and is_prefix(process.segments[last], cached[last]):
+        return last, False  # appended to since: go on from where the cached read ended
+    return None
+

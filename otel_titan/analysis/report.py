@@ -225,8 +225,12 @@ def write_report(
     sources: list[str] | None = None,
     max_cells: int = 200_000,
     progress: Callable[[str], None] | None = None,
+    cache: bool = True,
 ) -> ReportResult:
-    """Write the report of the run at `path` (default ``RUN_DIR/analysis/report.html``); returns what was written."""
+    """Write the report of the run at `path` (default ``RUN_DIR/analysis/report.html``); returns what was written.
+
+    `cache`: use and keep the analysis cache (docs/analysis.md), as ``summarize`` and ``sql`` do (False: ``--no-cache``).
+    """
     import numpy as np  # noqa: PLC0415 - only when a report is written: the CLI starts without it
 
     go = _require_plotly()
@@ -234,10 +238,10 @@ def write_report(
     started = time.monotonic()
     say = progress or (lambda text: None)
     say("reading the run (SQL) ...")
-    db = open_run(path, run_id=run_id, align=align, ranks=ranks, sources=sources)
+    db = open_run(path, run_id=run_id, align=align, ranks=ranks, sources=sources, cache=cache)
     db.load()
     say("summarizing ...")
-    summary = summarize_run(path, ranks=ranks, sources=sources, run_id=db.choice.run_id if db.choice else run_id, align=align)
+    summary = summarize_run(path, ranks=ranks, sources=sources, run_id=db.choice.run_id if db.choice else run_id, align=align, cache=cache)
     named = named_ranks(summary)
     con = db.con
     say("drawing ...")

@@ -89,10 +89,31 @@ def _timeless(value: Any) -> Any:
 
 
 def test_summarize_on_the_cluster_is_the_serial_summary(run, cluster) -> None:
-    serial = _timeless(summarize_run(run, log_skipped=False).to_dict())
+    serial = _timeless(summarize_run(run, log_skipped=False, cache=False).to_dict())
     assert serial["stragglers"] and serial["skipped_lines"] == 1  # the run has something to find
-    assert _timeless(summarize_run(run, jobs=2, log_skipped=False).to_dict()) == serial
-    assert _timeless(summarize_run(run, scheduler=cluster, log_skipped=False).to_dict()) == serial
+    assert _timeless(summarize_run(run, jobs=2, log_skipped=False, cache=False).to_dict()) == serial
+    assert _timeless(summarize_run(run, scheduler=cluster, log_skipped=False, cache=False).to_dict()) == serial
+
+
+def test_reads_cached_on_the_cluster_and_resumed_there_give_the_serial_summary(run, cluster, tmp_path) -> None:
+    """The cluster's workers send back each process's read, which is cached; a grown run is read on from there, on the cluster too."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("analysis"))
+    files = sorted((copy / "structured_logs").glob("*.jsonl"))
+    whole = {path: path.read_bytes() for path in files}
+    for path, data in whole.items():  # the run as it was halfway: every file cut after a line
+        path.write_bytes(data[: data.rindex(b"\n", 0, len(data) // 2) + 1])
+    half = _timeless(summarize_run(copy, log_skipped=False, cache=False).to_dict())
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == half  # read there, cached here
+    assert len(list((copy / "analysis" / "cache").glob("*.summary"))) == len(files)
+    for path, data in whole.items():  # it grew
+        path.write_bytes(data)
+    serial = _timeless(summarize_run(copy, log_skipped=False, cache=False).to_dict())
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == serial  # the appended bytes read there
+    assert _timeless(summarize_run(copy, jobs=2, log_skipped=False).to_dict()) == serial  # all cached now
+    assert _timeless(summarize_run(copy, log_skipped=False).to_dict()) == serial
 
 
 def _canonical(trace: dict) -> list[str]:
@@ -151,9 +172,9 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_a_cluster_workers_warning_reaches_the_terminal_once_escaped(run, cluster, how) -> None:
     """The torn line is seen on a Dask worker; its warning comes back with the result to the command's one path."""
     if how == "--scheduler":
-        done = _cli("summarize", str(run), "--scheduler", cluster)
+        done = _cli("summarize", str(run), "--no-cache", "--scheduler", cluster)
     else:
-        done = _cli("summarize", str(run), env={"DASK_SCHEDULER_ADDRESS": cluster})
+        done = _cli("summarize", str(run), "--no-cache", env={"DASK_SCHEDULER_ADDRESS": cluster})
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert b"\x1b" not in done.stderr and b"\x1b" not in done.stdout
     warnings = [line for line in done.stderr.decode().splitlines() if "truncated last line" in line]
@@ -164,7 +185,7 @@ def test_a_cluster_workers_warning_reaches_the_terminal_once_escaped(run, cluste
 def test_an_unreachable_scheduler_is_a_clear_error(run, monkeypatch, capsys) -> None:
     monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    assert main(["summarize", str(run), "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    assert main(["summarize", str(run), "--no-cache", "--scheduler", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err
     assert "otel-titan: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err and "Traceback" not in err
 
@@ -265,7 +286,7 @@ def test_an_undecodable_file_name_survives_the_trip_to_the_cluster(run, cluster,
     os.rename(os.path.join(logs, victim), os.path.join(logs, victim.replace(b"global_rank_2", b"global_rank_2\xff\xfe")))
     serial = _timeless(summarize_run(copy, log_skipped=False).to_dict())
     assert "global_rank_2\\udcff\\udcfe" in json.dumps(serial)  # the summary names the file, surrogates and all
-    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == serial
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False, cache=False).to_dict()) == serial
     local = generate_gantt_trace(copy, tmp_path / "local.json", jobs=1, log_skipped=False)
     dask = generate_gantt_trace(copy, tmp_path / "dask.json", scheduler=cluster, log_skipped=False)
     assert _canonical(load_trace(tmp_path / "dask.json")) == _canonical(load_trace(tmp_path / "local.json")) and local.spans == dask.spans

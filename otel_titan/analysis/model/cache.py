@@ -9,7 +9,7 @@ headline are computed again from the facts on every command, so a change of
 a rule (or of ``--no-align``) needs no new read.
 
 Keyed by content (`read.content.ContentKey`: per segment, the length up to
-its last complete line and hashes of its first and last 64 KiB), never by
+its last complete line and hashes of its first and last 16 KiB), never by
 device, inode or mtime; the entry is found by the process's file name.
 A later read of the process is then one of:
 

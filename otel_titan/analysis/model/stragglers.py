@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from typing import Mapping
+from typing import Callable, Mapping
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
 from otel_titan.schema import DATA_PARALLEL_PREFIX
@@ -172,9 +172,10 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             slowest = max(times, key=times.__getitem__)
             slowest_count[slowest] = slowest_count.get(slowest, 0) + 1
             excess = ordered[-1] - _median_without(ordered, ordered[-1])
+        without = _median_without_each(ordered)
         for rank, ms in times.items():
             own.setdefault(rank, []).append(ms)
-            differences.setdefault(rank, []).append(ms - _median_without(ordered, ms))
+            differences.setdefault(rank, []).append(ms - without(ms))
         rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
     medians = {rank: statistics.median(values) for rank, values in own.items()}
     ordered_medians = sorted(medians.values())
@@ -236,6 +237,28 @@ def _median_without(ordered: list[float], value: float) -> float:
         return ordered[i if i < skip else i + 1]
 
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+def _median_without_each(ordered: list[float]) -> Callable[[float], float]:
+    """`_median_without(ordered, value)` for any `value` of sorted `ordered`, each in one or two comparisons.
+
+    Why: it is asked for every rank of every step (51,200 times per statistic
+    at 1,024 ranks × 50 steps). Leaving one value out moves the median by at
+    most one position, so the answer is one of two (odd count left) or three
+    (even) values known once per step; the same operands are added in the same
+    order as `_median_without`, so the result is the same to the bit.
+    """
+    n = len(ordered) - 1
+    if n < 2:
+        return lambda value: _median_without(ordered, value)
+    if n % 2:
+        h = n // 2
+        pivot, above = ordered[h], ordered[h + 1]
+        return lambda value: pivot if value > pivot else above
+    a = n // 2 - 1
+    low, high, next_high = ordered[a], ordered[a + 1], ordered[a + 2]
+    both_low, mixed, both_high = (low + high) / 2, (low + next_high) / 2, (high + next_high) / 2
+    return lambda value: both_low if value > high else (mixed if value > low else both_high)
 
 
 def per_step_differences(rank: int, per_rank: Mapping[int, Mapping[int, float]]) -> list[tuple[int, float]]:

@@ -144,3 +144,17 @@ def test_a_rank_without_peers_is_not_compared_and_the_summary_says_so(tmp_path):
     (group,) = summarize_run(run, log_skipped=False).stragglers
     assert group.findings == [] and group.ranks_by_slowness == []
     assert "ranks 0-3: not compared: no other rank has the same mesh coordinates but data-parallel ones" in group.withheld
+
+
+def test_the_median_without_each_value_is_the_slow_rules_to_the_bit() -> None:
+    """`compare_ranks` asks every rank of every step for the median of the others: the one-comparison form must be exact, duplicates included."""
+    import random
+
+    from otel_titan.analysis.model.stragglers import _median_without, _median_without_each
+
+    rng = random.Random(7)
+    for size in [*range(2, 12), 63, 64, 1024, 1025]:  # (never asked of one value: there is no other)
+        for _ in range(20):
+            values = sorted(rng.choice([rng.random() * 100, round(rng.random() * 5, 1)]) for _ in range(size))
+            without = _median_without_each(values)
+            assert [without(v) for v in values] == [_median_without(values, v) for v in values], (size, values)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+from collections import defaultdict
 from typing import Callable, Mapping
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
@@ -153,14 +154,15 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         >>> compare_ranks({0: {1: 10.0, 2: 10.0}, 1: {1: 10.0, 2: 10.0}})[0][0].slowest_rank is None  # a tie is nobody's
         True
     """
-    steps: dict[int, dict[int, float]] = {}
+    # defaultdicts, not setdefault: one call per rank and step, without a new empty container each time.
+    steps: dict[int, dict[int, float]] = defaultdict(dict)
     for rank, by_step in per_rank.items():
         for step, ms in by_step.items():
-            steps.setdefault(step, {})[rank] = ms
+            steps[step][rank] = ms
     rows: list[StepTimes] = []
     slowest_count: dict[int, int] = {}
-    own: dict[int, list[float]] = {}
-    differences: dict[int, list[float]] = {}
+    own: dict[int, list[float]] = defaultdict(list)
+    differences: dict[int, list[float]] = defaultdict(list)
     for step in sorted(steps):
         times = steps[step]
         if len(times) < 2:
@@ -174,8 +176,8 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             excess = ordered[-1] - _median_without(ordered, ordered[-1])
         without = _median_without_each(ordered)
         for rank, ms in times.items():
-            own.setdefault(rank, []).append(ms)
-            differences.setdefault(rank, []).append(ms - without(ms))
+            own[rank].append(ms)
+            differences[rank].append(ms - without(ms))
         rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
     medians = {rank: statistics.median(values) for rank, values in own.items()}
     ordered_medians = sorted(medians.values())

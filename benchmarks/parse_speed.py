@@ -66,7 +66,7 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
     try:
         import msgspec  # noqa: PLC0415
     except ImportError:
-        return {**found, "reader": lambda: _reader(files), "summarize": lambda: summarize_run(run, log_skipped=False)}
+        return {**found, "reader": lambda: _reader(files), "summarize": lambda: summarize_run(run, log_skipped=False, cache=False)}
 
     class Record(msgspec.Struct):
         time_us: int | None = None
@@ -90,7 +90,7 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
     found["msgspec Struct"] = lambda: sum(1 for blob in blobs for line in blob.splitlines() if typed.decode(line))
     found["msgspec Struct lines"] = lambda: sum(len(typed.decode_lines(blob)) for blob in blobs)
     found["reader"] = lambda: _reader(files)
-    found["summarize"] = lambda: summarize_run(run, log_skipped=False)
+    found["summarize"] = lambda: summarize_run(run, log_skipped=False, cache=False)
     return found
 
 

@@ -22,6 +22,13 @@ A later read of the process is then one of:
 * a *miss*: anything else (no entry, another version, a rewritten or
   truncated file, a segment rotated away): the process is read whole.
 
+When every process of a command is a hit, and every partial last line is
+the same too, the facts merged from all of them (what the reads merge into,
+before any verdict) are kept as one more entry per selection of processes
+(`ProcessCache.lookup_run`): an unchanged run is then one file to read,
+not one per process (on a parallel filesystem, where each file opened costs
+a round trip to the metadata server, that is the difference).
+
 Versioned by the rules and the reader that made it: `cache_version` hashes the
 source of ``analysis/read/`` and ``analysis/model/`` and the schema, so any
 change to how records are read or facts are gathered misses.
@@ -142,6 +149,32 @@ class ProcessCache:
     def save(self, process: ProcessLog, keys: list[ContentKey], lines: tuple[int, ...], blob: bytes) -> bool:
         """Keep the read `blob` of `process`, which covers `keys` (its segments ``0 .. len(keys) - 1``); False when nowhere to write."""
         return self.folder.write(_entry_name(process), pickle.dumps((self.version, keys, lines, blob), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+    def _run_entry(self, processes: list[ProcessLog], plans: list["ReadPlan"]) -> tuple[str, str] | None:
+        """(entry name, key) of the merged facts of these processes as their files are now; None when a file cannot be keyed."""
+        if any(plan.keys is None for plan in plans):
+            return None
+        names = [os.path.basename(process.base) for process in processes]
+        content = [[(k.length, k.head, k.tail, k.size, k.rest) for k in plan.keys or []] for plan in plans]
+        name = "run-" + hashlib.blake2b(pickle.dumps(names), digest_size=16).hexdigest() + ".facts"
+        key = hashlib.blake2b(pickle.dumps((self.version, self.folder.log_dir, names, content)), digest_size=16).hexdigest()
+        return name, key
+
+    def lookup_run(self, processes: list[ProcessLog], plans: list["ReadPlan"]) -> bytes | None:
+        """The merged facts of all of `processes` (`collect.collect_run`'s), when kept for exactly the files as they are now, in this folder."""
+        entry = self._run_entry(processes, plans)
+        if entry is None:
+            return None
+        for payload in self.folder.read(entry[0]):
+            if payload[:32] == entry[1].encode():
+                return payload[32:]
+        return None
+
+    def save_run(self, processes: list[ProcessLog], plans: list["ReadPlan"], payload: bytes) -> bool:
+        """Keep the merged facts of all of `processes` (one entry per selection of processes, replaced as the files change)."""
+        entry = self._run_entry(processes, plans)
+        return entry is not None and self.folder.write(entry[0], entry[1].encode() + payload)
 
 
 def plan_reads(processes: list[ProcessLog], cache: ProcessCache | None) -> list[ReadPlan]:

@@ -560,11 +560,13 @@ def finish_read(state: ProcessRead, process: ProcessLog, plan: ReadPlan, on_byte
 
 def _replay_warnings(skipped: SkippedLines) -> None:
     """The warnings a cached read logged when it read its lines: logged again, as a read of the files would."""
-    for example in skipped.examples:
-        _LOG.warning("%s", example)
-    for path, count in skipped.by_file.items():
-        if count > WARNINGS_PER_FILE:
-            _LOG.warning("%s: more unreadable lines; only counting them from now on", path)
+    for message in _warnings_of(skipped):
+        _LOG.warning("%s", message)
+
+
+def _warnings_of(skipped: SkippedLines) -> list[str]:
+    """The warnings a read logs about the lines it skipped (the first few of each file, then that it only counts)."""
+    return [*skipped.examples, *(f"{path}: more unreadable lines; only counting them from now on" for path, count in skipped.by_file.items() if count > WARNINGS_PER_FILE)]
 
 
 _LOG = logging.getLogger("otel_titan.analysis")
@@ -593,6 +595,11 @@ def collect_run(
     store = ProcessCache(run_dir, log_dir) if cache else None
     plans = plan_reads(processes, store)
     count = on_bytes or (lambda _: None)
+    if store is not None and all(plan.hit for plan in plans):
+        merged = _merged_from_cache(store, processes, plans, skipped, log_skipped)
+        if merged is not None:
+            count(sum(plan.cached_bytes for plan in plans))
+            return merged
     for plan in plans:
         if plan.cached_bytes:
             count(plan.cached_bytes)
@@ -607,6 +614,8 @@ def collect_run(
             reads[index] = read_process(processes[index], plans[index], log_skipped, on_bytes)
     collector = _Collector()
     summaries: list[ProcessSummary] = []
+    replayed: list[str] = []
+    complete = True
     for index, (process, plan) in enumerate(zip(processes, plans)):
         fresh = reads.get(index)
         if isinstance(fresh, bytes):
@@ -625,10 +634,38 @@ def collect_run(
             if blob is None:
                 blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
             store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+        complete = complete and state.complete
         own, summary, own_skipped = finish_read(state, process, plan, on_bytes)
+        replayed += _warnings_of(own_skipped)
         collector.merge(own.state())
         merge_skipped(skipped, skipped_result(own_skipped))
         summaries.append(summary)
+    if store is not None and complete:
+        # Pickled now, before any verdict shifts a time: the facts on the clocks as written.
+        state = collector.state()
+        state["closing"] = [spans for _, spans in state["closing"]]
+        store.save_run(processes, plans, pickle.dumps((state, summaries, skipped_result(skipped), replayed), protocol=pickle.HIGHEST_PROTOCOL))
+    return collector, summaries
+
+
+def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], plans: list[ReadPlan], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:
+    """What `collect_run` returns, from the merged facts kept for exactly these files (None: not kept, or torn)."""
+    payload = store.lookup_run(processes, plans)
+    if payload is None:
+        return None
+    try:
+        state, summaries, skipped_lines, replayed = pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
+        return None
+    if len(state["closing"]) != len(processes) or len(summaries) != len(processes):
+        return None
+    state["closing"] = list(zip(processes, state["closing"]))
+    collector = _Collector()
+    collector.merge(state)
+    merge_skipped(skipped, skipped_lines)
+    if log_skipped:
+        for message in replayed:
+            _LOG.warning("%s", message)
     return collector, summaries
 
 

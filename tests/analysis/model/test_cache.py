@@ -207,6 +207,10 @@ def test_torn_and_forged_entries_are_misses_never_errors(run: Path) -> None:
     entries[1].write_bytes(b"")  # empty
     entries[2].write_bytes(b"OTCACHE1" + bytes(32) + pickle.dumps("not ours"))  # another key's (or nobody's) signature
     assert _summary(run) == expected
+    (merged,) = (run / CACHE_FOLDER).glob("run-*.facts")  # all hits: the facts merged from every process, one entry
+    assert _summary(run) == expected
+    merged.write_bytes(merged.read_bytes()[:-200])
+    assert _summary(run) == expected
     assert all(plan.hit for plan in _plans(run))  # rewritten by that read
 
 

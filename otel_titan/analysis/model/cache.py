@@ -63,15 +63,15 @@ def cache_version() -> str:
         >>> len(cache_version())
         32
     """
-    import otel_titan.analysis.model as model_package  # noqa: PLC0415 - their folders, not their contents
-    import otel_titan.analysis.read as read_package  # noqa: PLC0415
-    import otel_titan.schema as schema  # noqa: PLC0415
-
+    analysis = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # otel_titan/analysis
     digest = hashlib.blake2b(f"{CACHE_FORMAT}|{sys.version_info[:2]}|{pickle.HIGHEST_PROTOCOL}".encode(), digest_size=16)
-    files = [schema.__file__]
-    for package in (read_package, model_package):
-        folder = os.path.dirname(package.__file__ or "")
-        files += [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".py")]
+    files = [os.path.join(os.path.dirname(analysis), "schema.py")]
+    for package in ("read", "model"):
+        folder = os.path.join(analysis, package)
+        try:
+            files += [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".py")]
+        except OSError:
+            files.append(folder)
     for path in files:
         try:
             with open(path, "rb") as handle:

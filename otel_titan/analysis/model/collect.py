@@ -426,22 +426,6 @@ def summarize_run(
     return summary
 
 
-def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:
-    """One streaming pass over each process into `collector`; their summaries (what each worker of `model.parallel` runs)."""
-    out: list[ProcessSummary] = []
-    for process in processes:
-        summary = _new_summary(process)
-        skipped_before = skipped.count
-        collector.begin(process, summary)
-        extent = walk_process(_observe(process.records(skipped, on_bytes), summary), collector)
-        collector.end(extent.last_us)
-        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
-        summary.skipped_lines = skipped.count - skipped_before
-        _finish_process(summary, process)
-        out.append(summary)
-    return out
-
-
 # -- one process's read, resumable (the analysis cache, `model.cache`) ----------------------------
 class ProcessRead:
     """One process read up to a point: everything needed to go on reading it where it stopped, or to finish it.

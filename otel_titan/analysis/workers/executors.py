@@ -67,7 +67,7 @@ def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable
 
     Example:
         >>> # with open_workers(2, None, "summary worker", print) as workers:
-        >>> #     results = run_shares(workers, "otel_titan.analysis.model.share:collect_share", shares, print)
+        >>> #     results = run_shares(workers, "otel_titan.analysis.model.share:read_share", shares, print)
     """
     if scheduler is None:
         pool = InterpreterPool(jobs, what, on_bytes)

@@ -154,9 +154,10 @@ QUERIES = [
 
 
 def test_sql_loaded_on_the_cluster_answers_as_the_local_load(run, cluster) -> None:
-    local, dask = open_run(run), open_run(run, scheduler=cluster)
+    local, dask = open_run(run, cache=False), open_run(run, scheduler=cluster, cache=False)
     local.load()
     dask.load()
+    assert not dask.from_cache  # loaded there
     assert local.clock == dask.clock and "aligned" in local.clock
     for query in QUERIES:
         assert dask.con.execute(query).fetchall() == local.con.execute(query).fetchall(), query
@@ -212,7 +213,7 @@ def test_a_closed_cluster_leaves_no_process(run) -> None:
         pids = _worker_pids(local.scheduler_address)
         started = set(processes.started_by(os.getpid(), token)) - before
         assert set(pids) <= started  # the workers are this test's processes, and the check can see them
-        summarize_run(run, scheduler=local.scheduler_address, log_skipped=False)
+        summarize_run(run, scheduler=local.scheduler_address, log_skipped=False, cache=False)
     assert _gone(pids)
     deadline = time.monotonic() + 20
     while (left := set(processes.started_by(os.getpid(), token)) - before) and time.monotonic() < deadline:
@@ -226,7 +227,7 @@ def test_a_file_the_cluster_cannot_read_is_an_error_naming_the_cluster(run, clus
 
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    db = open_run(copy, scheduler=cluster)
+    db = open_run(copy, scheduler=cluster, cache=False)
     next((copy / "structured_logs").glob("*rank_3*.jsonl")).unlink()  # listed here, gone for the workers
     with pytest.raises(executors.ClusterError, match=f"(?s)a sql worker on the Dask cluster at {cluster} failed: IOException.*at the same paths"):
         db.load()
@@ -239,7 +240,7 @@ def test_export_and_sql_commands_on_the_cluster_print_what_they_print_locally(ru
     assert _canonical(load_trace(tmp_path / "dask.json")) == _canonical(load_trace(tmp_path / "local.json"))
     query = "SELECT rank, name, count(*), sum(duration_ms::DECIMAL(18, 6)) FROM spans GROUP BY ALL ORDER BY ALL"  # exact: a float sum's order (DuckDB's threads) moves round(…, 3) across .0005
     local = _cli("sql", str(run), query, "--format", "csv")
-    dask = _cli("sql", str(run), query, "--format", "csv", env={"DASK_SCHEDULER_ADDRESS": cluster})
+    dask = _cli("sql", str(run), query, "--format", "csv", "--no-cache", env={"DASK_SCHEDULER_ADDRESS": cluster})
     assert local.returncode == dask.returncode == 0, dask.stderr
     assert dask.stdout == local.stdout and dask.stdout.count(b"\n") > 8
 

@@ -589,19 +589,18 @@ def collect_run(
             count(plan.cached_bytes)
     wanted = [index for index, plan in enumerate(plans) if not plan.hit]
     jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
-    reads: dict[int, ProcessRead | bytes] = {}
+    reads: dict[int, bytes] = {}
     if wanted and (jobs > 1 or scheduler is not None):
         blobs = summary_parallel.read_in_workers([processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
         reads.update(zip(wanted, blobs))
-    else:
-        for index in wanted:
-            reads[index] = read_process(processes[index], plans[index], log_skipped, on_bytes)
+    here = set(wanted) - set(reads)
     collector = _Collector()
     summaries: list[ProcessSummary] = []
     replayed: list[str] = []
     complete = True
     for index, (process, plan) in enumerate(zip(processes, plans)):
-        fresh = reads.get(index)
+        # Read here in turn, merged and let go: one process's read in memory at a time, as without the cache.
+        fresh: ProcessRead | bytes | None = reads.pop(index, None) if index not in here else read_process(process, plan, log_skipped, on_bytes)
         if isinstance(fresh, bytes):
             blob: bytes | None = fresh
             state: ProcessRead = pickle.loads(fresh)

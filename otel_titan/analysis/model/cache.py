@@ -44,6 +44,7 @@ import pickle
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 from otel_titan.analysis.read.cache_folder import CacheFolder
 from otel_titan.analysis.read.content import ContentKey, content_key, is_prefix
 from otel_titan.analysis.read.records import ProcessLog
@@ -52,7 +53,6 @@ __all__ = ["CACHE_FORMAT", "ProcessCache", "ReadPlan", "cache_version", "plan_re
 
 #: Bumped when an entry's layout changes in a way the source hash would not see.
 CACHE_FORMAT = 1
-_SUFFIX = ".summary"
 
 
 @lru_cache(maxsize=1)
@@ -119,37 +119,61 @@ class ReadPlan:
         return sum(key.length for key in self.keys[: self.stop + 1]) - self.cached_bytes
 
 
-def _entry_name(process: ProcessLog) -> str:
-    return hashlib.blake2b(os.fsencode(os.path.basename(process.base)), digest_size=16).hexdigest() + _SUFFIX
+#: All processes' reads in one entry: one file written per command, not one per rank (on ext4 a rename over a
+#: file costs milliseconds under load; on a parallel filesystem each file is a metadata round trip).
+_READS = "reads.pack"
 
 
 class ProcessCache:
-    """One run's cached reads, per process: `lookup` the entries of a process, `save` a new one.
+    """One run's cached reads, per process: `lookup` the entries of a process, `save` a new one, `flush` what was saved.
+
+    The reads of every process of the log folder are one entry (`_READS`: file
+    name → version, content keys, lines, pickled read), read once and written
+    once per command that read something. Two commands that save at once: the
+    last one's entry stands (the other's reads are read again next time: a
+    miss, never a wrong answer).
 
     Example:
-        >>> # cache = ProcessCache(run.run_dir, run.log_dir); plans = plan_reads(run.processes, cache)
+        >>> # cache = ProcessCache(run.run_dir, run.log_dir); plans = plan_reads(run.processes, cache); ...; cache.flush()
     """
 
     def __init__(self, run_dir: str, log_dir: str) -> None:
         self.folder = CacheFolder(run_dir, log_dir)
         self.version = cache_version()
+        self._found: dict[str, list[tuple[Any, ...]]] | None = None
+        self._saved: dict[str, tuple[Any, ...]] = {}
+
+    def _entries(self) -> dict[str, list[tuple[Any, ...]]]:
+        if self._found is None:
+            self._found = {}
+            for payload in self.folder.read(_READS):  # beside the run first, then the user's folder
+                try:
+                    entries = pickle.loads(payload)
+                except Exception:  # noqa: BLE001 - a signed entry of another layout: a miss
+                    continue
+                if not isinstance(entries, dict):
+                    continue
+                for name, entry in entries.items():
+                    if isinstance(entry, tuple) and len(entry) == 4 and entry[0] == self.version and isinstance(entry[3], bytes):
+                        self._found.setdefault(name, []).append(entry)
+        return self._found
 
     def lookup(self, process: ProcessLog) -> list[tuple[list[ContentKey], tuple[int, ...], bytes]]:
-        """(content keys, lines per segment, pickled read) of every entry of `process` of this version; a torn one is left out."""
-        out = []
-        for payload in self.folder.read(_entry_name(process)):
-            try:
-                version, keys, lines, blob = pickle.loads(payload)
-            except Exception:  # noqa: BLE001 - a signed entry of another layout: a miss
-                continue
-            if version == self.version and isinstance(blob, bytes):
-                out.append((keys, lines, blob))
-        return out
+        """(content keys, lines per segment, pickled read) of every entry of `process` of this version."""
+        return [(keys, lines, blob) for _, keys, lines, blob in self._entries().get(os.path.basename(process.base), [])]
 
-    def save(self, process: ProcessLog, keys: list[ContentKey], lines: tuple[int, ...], blob: bytes) -> bool:
-        """Keep the read `blob` of `process`, which covers `keys` (its segments ``0 .. len(keys) - 1``); False when nowhere to write."""
-        return self.folder.write(_entry_name(process), pickle.dumps((self.version, keys, lines, blob), protocol=pickle.HIGHEST_PROTOCOL))
+    def save(self, process: ProcessLog, keys: list[ContentKey], lines: tuple[int, ...], blob: bytes) -> None:
+        """Keep the read `blob` of `process`, which covers `keys` (its segments ``0 .. len(keys) - 1``), on the next `flush`."""
+        self._saved[os.path.basename(process.base)] = (self.version, keys, lines, blob)
 
+    def flush(self) -> bool:
+        """Write the saved reads with the others kept (of this version: older ones are dropped); False when nothing to write or nowhere to."""
+        if not self._saved:
+            return False
+        kept = {name: entries[0] for name, entries in self._entries().items() if name not in self._saved}
+        kept.update(self._saved)
+        self._saved = {}
+        return self.folder.write(_READS, pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
 
     def _run_entry(self, processes: list[ProcessLog], plans: list["ReadPlan"]) -> tuple[str, str] | None:
         """(entry name, key) of the merged facts of these processes as their files are now; None when a file cannot be keyed."""

@@ -623,6 +623,8 @@ def collect_run(
         collector.merge(own.state())
         merge_skipped(skipped, skipped_result(own_skipped))
         summaries.append(summary)
+    if store is not None:
+        store.flush()
     if store is not None and complete:
         # Pickled now, before any verdict shifts a time: the facts on the clocks as written.
         state = collector.state()

@@ -46,6 +46,13 @@ def _full(run: Path) -> dict[str, Any]:
     return _summary(run, cache=False)
 
 
+def _cached(run: Path) -> int:
+    """How many of the run's processes have a cached read."""
+    logs = read_run(run)
+    cache = ProcessCache(logs.run_dir, logs.log_dir)
+    return sum(1 for process in logs.processes if cache.lookup(process))
+
+
 def _plans(run: Path) -> list[Any]:
     logs = read_run(run)
     return plan_reads(logs.processes, ProcessCache(logs.run_dir, logs.log_dir))
@@ -72,7 +79,7 @@ def test_a_second_read_is_all_hits_and_gives_the_same_summary(run: Path) -> None
     assert full["stragglers"] and full["skipped_lines"] == 1  # a straggler and a torn line: something to find
     assert not (run / CACHE_FOLDER).exists()  # cache=False keeps nothing
     assert _summary(run) == full
-    assert len(list((run / CACHE_FOLDER).glob("*.summary"))) == len(_files(run))
+    assert (run / CACHE_FOLDER / "reads.pack").is_file() and _cached(run) == len(_files(run))
     plans = _plans(run)
     assert all(plan.hit for plan in plans) and all(plan.bytes_to_read == 0 for plan in plans)
     assert _summary(run) == full
@@ -202,11 +209,13 @@ def test_nuls_not_written_yet_are_never_cached(run: Path) -> None:
 def test_torn_and_forged_entries_are_misses_never_errors(run: Path) -> None:
     expected = _full(run)
     _summary(run)
-    entries = sorted((run / CACHE_FOLDER).glob("*.summary"))
-    entries[0].write_bytes(entries[0].read_bytes()[:100])  # torn
-    entries[1].write_bytes(b"")  # empty
-    entries[2].write_bytes(b"OTCACHE1" + bytes(32) + pickle.dumps("not ours"))  # another key's (or nobody's) signature
-    assert _summary(run) == expected
+    pack = run / CACHE_FOLDER / "reads.pack"
+    whole = pack.read_bytes()
+    for broken in (whole[: len(whole) // 2], b"", b"OTCACHE1" + bytes(32) + pickle.dumps({"x": "not ours"})):  # torn, empty, not signed by us
+        pack.write_bytes(broken)
+        assert _cached(run) == 0
+        assert _summary(run) == expected
+        assert _cached(run) == len(_files(run))  # written again by that read
     (merged,) = (run / CACHE_FOLDER).glob("run-*.facts")  # all hits: the facts merged from every process, one entry
     assert _summary(run) == expected
     merged.write_bytes(merged.read_bytes()[:-200])
@@ -228,8 +237,7 @@ def test_a_read_only_run_is_cached_in_the_users_cache_folder(run: Path, tmp_path
     (run / "analysis").write_text("not a folder")
     expected = _full(run)
     assert _summary(run) == expected
-    kept = list((tmp_path / "xdg" / "otel-titan" / "runs").glob("*/*.summary"))
-    assert len(kept) == len(_files(run))
+    assert list((tmp_path / "xdg" / "otel-titan" / "runs").glob("*/reads.pack")) and _cached(run) == len(_files(run))
     assert all(plan.hit for plan in _plans(run)) and _summary(run) == expected
 
 
@@ -266,7 +274,7 @@ def test_no_cache_on_the_command_line_reads_all_and_keeps_nothing(run: Path) -> 
     assert done.returncode == 0, done.stderr
     assert not (run / CACHE_FOLDER).exists()
     done = processes.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(run)], capture_output=True, env=env, timeout=180)
-    assert done.returncode == 0 and len(list((run / CACHE_FOLDER).glob("*.summary"))) == len(_files(run))
+    assert done.returncode == 0 and _cached(run) == len(_files(run))
 
 
 def test_a_cached_read_logs_the_warnings_a_read_logs(run: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -49,7 +49,7 @@ from otel_titan.analysis.read.cache_folder import CacheFolder
 from otel_titan.analysis.read.content import ContentKey, content_key, is_prefix
 from otel_titan.analysis.read.records import ProcessLog
 
-__all__ = ["CACHE_FORMAT", "ProcessCache", "ReadPlan", "cache_version", "plan_reads"]
+__all__ = ["CACHE_FORMAT", "ProcessCache", "ReadPlan", "cache_version", "plan_reads", "segment_keys"]
 
 #: Bumped when an entry's layout changes in a way the source hash would not see.
 CACHE_FORMAT = 1
@@ -175,19 +175,23 @@ class ProcessCache:
         self._saved = {}
         return self.folder.write(_READS, pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
 
-    def _run_entry(self, processes: list[ProcessLog], plans: list["ReadPlan"]) -> tuple[str, str] | None:
-        """(entry name, key) of the merged facts of these processes as their files are now; None when a file cannot be keyed."""
-        if any(plan.keys is None for plan in plans):
+    def _run_entry(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None]) -> tuple[str, str] | None:
+        """(entry name, key) of the merged facts of these processes, whose segments' keys are `keys`; None when a file cannot be keyed."""
+        if any(segment_keys is None for segment_keys in keys) or any(process.clock_offset_us for process in processes):
             return None
         names = [os.path.basename(process.base) for process in processes]
-        content = [[(k.length, k.head, k.tail, k.size, k.rest) for k in plan.keys or []] for plan in plans]
+        content = [[(k.length, k.head, k.tail, k.size, k.rest) for k in segment_keys or []] for segment_keys in keys]
         name = "run-" + hashlib.blake2b(pickle.dumps(names), digest_size=16).hexdigest() + ".facts"
         key = hashlib.blake2b(pickle.dumps((self.version, self.folder.log_dir, names, content)), digest_size=16).hexdigest()
         return name, key
 
-    def lookup_run(self, processes: list[ProcessLog], plans: list["ReadPlan"]) -> bytes | None:
-        """The merged facts of all of `processes` (`collect.collect_run`'s), when kept for exactly the files as they are now, in this folder."""
-        entry = self._run_entry(processes, plans)
+    def lookup_run(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None]) -> bytes | None:
+        """The merged facts of all of `processes` (`collect.collect_run`'s), when kept for exactly the files as they are now (`keys`, partial lines included), in this folder.
+
+        Checked before any process's read is looked up: an unchanged run
+        needs neither `reads.pack` nor any per-process work.
+        """
+        entry = self._run_entry(processes, keys)
         if entry is None:
             return None
         for payload in self.folder.read(entry[0]):
@@ -195,22 +199,31 @@ class ProcessCache:
                 return payload[32:]
         return None
 
-    def save_run(self, processes: list[ProcessLog], plans: list["ReadPlan"], payload: bytes) -> bool:
+    def save_run(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], payload: bytes) -> bool:
         """Keep the merged facts of all of `processes` (one entry per selection of processes, replaced as the files change)."""
-        entry = self._run_entry(processes, plans)
+        entry = self._run_entry(processes, keys)
         return entry is not None and self.folder.write(entry[0], entry[1].encode() + payload)
 
 
-def plan_reads(processes: list[ProcessLog], cache: ProcessCache | None) -> list[ReadPlan]:
-    """One `ReadPlan` per process: a hit, a resume from its cached read, or a read from the start (always, without `cache`)."""
-    return [_plan(process, cache) for process in processes]
-
-
-def _plan(process: ProcessLog, cache: ProcessCache | None) -> ReadPlan:
+def segment_keys(process: ProcessLog) -> list[ContentKey] | None:
+    """The content keys of `process`'s segments now, oldest first; None when one cannot be read."""
     keys = [content_key(path) for path in process.segments]
-    if any(key is None for key in keys) or process.clock_offset_us:
+    return None if any(key is None for key in keys) else keys  # type: ignore[return-value]
+
+
+def plan_reads(processes: list[ProcessLog], cache: ProcessCache | None, keys: list[list[ContentKey] | None] | None = None) -> list[ReadPlan]:
+    """One `ReadPlan` per process: a hit, a resume from its cached read, or a read from the start (always, without `cache`).
+
+    `keys`: the processes' `segment_keys`, when known already.
+    """
+    keys = [segment_keys(process) for process in processes] if keys is None else keys
+    return [_plan(process, segment, cache) for process, segment in zip(processes, keys, strict=True)]
+
+
+def _plan(process: ProcessLog, keys: list[ContentKey] | None, cache: ProcessCache | None) -> ReadPlan:
+    if keys is None or process.clock_offset_us:
         return ReadPlan(keys=None, stop=-1)
-    current: list[ContentKey] = keys  # type: ignore[assignment]
+    current = keys
     stop = next((index for index, key in enumerate(current) if key.size > key.length), len(current) - 1)
     plan = ReadPlan(keys=current, stop=stop)
     if cache is None or stop < 0:

@@ -36,7 +36,7 @@ from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
-from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads
+from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads, segment_keys
 from otel_titan.analysis.model.flight_recorder import find_torch_dumps
 from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
 from otel_titan.analysis.model.hang_facts import HangTracker
@@ -577,13 +577,14 @@ def collect_run(
     (`model.parallel`); which, and what was cached, never changes the result.
     """
     store = ProcessCache(run_dir, log_dir) if cache else None
-    plans = plan_reads(processes, store)
+    keys = [segment_keys(process) for process in processes]
     count = on_bytes or (lambda _: None)
-    if store is not None and all(plan.hit for plan in plans):
-        merged = _merged_from_cache(store, processes, plans, skipped, log_skipped)
+    if store is not None:
+        merged = _merged_from_cache(store, processes, keys, skipped, log_skipped)
         if merged is not None:
-            count(sum(plan.cached_bytes for plan in plans))
+            count(sum(key.length for segment in keys for key in segment or []))
             return merged
+    plans = plan_reads(processes, store, keys)
     for plan in plans:
         if plan.cached_bytes:
             count(plan.cached_bytes)
@@ -625,17 +626,18 @@ def collect_run(
         summaries.append(summary)
     if store is not None:
         store.flush()
-    if store is not None and complete:
+    # (Not with an empty file: its creation time is its mtime, which no content key covers.)
+    if store is not None and complete and all(summary.records for summary in summaries):
         # Pickled now, before any verdict shifts a time: the facts on the clocks as written.
         state = collector.state()
         state["closing"] = [spans for _, spans in state["closing"]]
-        store.save_run(processes, plans, pickle.dumps((state, summaries, skipped_result(skipped), replayed), protocol=pickle.HIGHEST_PROTOCOL))
+        store.save_run(processes, keys, pickle.dumps((state, summaries, skipped_result(skipped), replayed), protocol=pickle.HIGHEST_PROTOCOL))
     return collector, summaries
 
 
-def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], plans: list[ReadPlan], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:
+def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:
     """What `collect_run` returns, from the merged facts kept for exactly these files (None: not kept, or torn)."""
-    payload = store.lookup_run(processes, plans)
+    payload = store.lookup_run(processes, keys)
     if payload is None:
         return None
     try:

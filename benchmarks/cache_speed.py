@@ -15,8 +15,9 @@ included: what a user waits for), wall time, the files in the page cache
   filled from that (not timed), the rest appended, then the command timed:
   it reads the appended 5 % only (summarize; sql and report load again).
 
-The figures are medians over ``--repeat`` rounds. On a busy machine (the
-load is printed) every figure is slower; compare them within one run.
+The figures are medians over ``--repeat`` rounds, and each command's CPU
+time (user + system) beside them: on a busy machine (the load is printed)
+every wall time is slower, the CPU time much less so; compare within one run.
 
 Usage::
 
@@ -30,6 +31,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -57,13 +59,24 @@ def _command(name: str, run: str, out: str) -> list[str]:
     raise ValueError(name)
 
 
-def _timed(command: list[str]) -> float:
+CPU: list[tuple[str, float]] = []  # (what, user + system seconds of the command): less bent by other work on the machine than wall time
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(command: list[str], what: str = "") -> float:
     env = {**os.environ, "PYTHONPATH": REPO}
+    cpu = _children_cpu()
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, env=env, timeout=1800)
     elapsed = time.perf_counter() - started
     if done.returncode not in (0, 1):  # 1: the summary found something to look at (a hang, a straggler)
         raise RuntimeError(f"{command}: exit {done.returncode}: {done.stderr.decode(errors='replace')[-2000:]}")
+    if what:
+        CPU.append((what, _children_cpu() - cpu))
     return elapsed
 
 
@@ -93,16 +106,16 @@ def measure(run: str, commands: list[str], repeat: int, grown_from: float) -> di
         for _ in range(repeat):
             for name in commands:
                 command = _command(name, run, out)
-                times[name]["full"].append(_timed([*command, "--no-cache"]))
+                times[name]["full"].append(_timed([*command, "--no-cache"], f"{name} full"))
                 _timed(command)  # fills the cache (not timed)
-                times[name]["second"].append(_timed(command))
+                times[name]["second"].append(_timed(command, f"{name} second"))
                 for path in files:  # the run as it was at `grown_from` ...
                     os.truncate(path, cuts[path])
                 _timed(command)  # ... cached (not timed) ...
                 for path in files:  # ... and grown since
                     with open(path, "ab") as handle:
                         handle.write(tails[path])
-                times[name]["grown"].append(_timed(command))
+                times[name]["grown"].append(_timed(command, f"{name} grown"))
     return {name: {kind: statistics.median(values) for kind, values in kinds.items()} for name, kinds in times.items()}
 
 
@@ -133,6 +146,10 @@ def main() -> int:
         print(f"{'command':<10} {'--no-cache':>11} {'second':>8} {f'grown ({100 - 100 * args.grown_from:.0f} % appended)':>22}")
         for name, kinds in result.items():
             print(f"{name:<10} {kinds['full']:>10.2f}s {kinds['second']:>7.2f}s {kinds['grown']:>21.2f}s")
+        cpu: dict[str, list[float]] = {}
+        for what, seconds in CPU:
+            cpu.setdefault(what, []).append(seconds)
+        print("CPU time (user + system, median; DuckDB's threads add up):", ", ".join(f"{what} {statistics.median(v):.2f}s" for what, v in cpu.items()))
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

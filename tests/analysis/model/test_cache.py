@@ -285,3 +285,17 @@ def test_a_cached_read_logs_the_warnings_a_read_logs(run: Path, caplog: pytest.L
     summarize_run(run)
     again = [r.getMessage() for r in caplog.records if "truncated last line" in r.getMessage()]
     assert len(fresh) == 1 and again == fresh * 2
+
+
+def test_report_uses_the_cache_of_both_its_reads_and_no_cache_keeps_none(run: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    pytest.importorskip("duckdb")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = processes.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / "a.html"), "--no-cache"], capture_output=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not (run / CACHE_FOLDER).exists()
+    for name in ("b.html", "c.html"):
+        done = processes.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / name)], capture_output=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+    assert _cached(run) == len(_files(run)) and list((run / CACHE_FOLDER).glob("sql-*.duckdb"))  # summarize's reads and sql's records
+    assert (tmp_path / "c.html").stat().st_size > 100_000

@@ -471,10 +471,13 @@ class ProcessRead:
         except OSError:
             self.complete = False
             records = file_records(path, self.skipped, on_bytes)  # counts it as "cannot open", as a read of the whole run would
+            records = _shifted(records, process.clock_offset_us) if process.clock_offset_us else records
             walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
             return
         reader = RangeReader(handle, start, stop)
         records = file_records(path, self.skipped, on_bytes, source=reader, first_line=first_line)  # type: ignore[arg-type]
+        if process.clock_offset_us:  # on the aligned clock, as `ProcessLog.records` gives them (never cached: `plan_reads`)
+            records = _shifted(records, process.clock_offset_us)
         walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
         self.lines[segment] = first_line + reader.newlines
         if stop is not None and reader.left:
@@ -490,6 +493,12 @@ class ProcessRead:
         summary.skipped_lines = self.skipped.count
         _finish_process(summary, process)
         return self.collector, summary, self.skipped
+
+
+def _shifted(records: Iterator[dict[str, Any]], offset_us: int) -> Iterator[dict[str, Any]]:
+    for record in records:
+        record["time_us"] -= offset_us
+        yield record
 
 
 def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:

@@ -921,7 +921,7 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
         # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
         anchors = _anchor_spans(collector, source, attempt, alignment.anchor) if alignment.anchor is not None and alignment.simultaneous else {}
         exits = {rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None
-        steps, _ = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
+        steps, everyone = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
         phases = {phase: ranks for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
         result = Stragglers(source=source, attempt=attempt, ranks=sorted(per_rank), median_step_ms=None if step_ms is None else round(step_ms, 6), steps=steps, ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
         result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in groups.items()]
@@ -932,14 +932,14 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
             mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
             if len(mine) < 2:
                 continue
-            _, slowness = compare_ranks(mine)
+            _, slowness = (None, everyone) if mine.keys() == per_rank.keys() else compare_ranks(mine, rows=False)  # one group of all: computed above
             result.ranks_by_slowness += slowness
             result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
             for phase, phase_ranks in sorted(phases.items()):
                 peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
                 if len(peers_times) < 2:
                     continue
-                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms)
+                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms, rows=False)
                 ends = {rank: by_step for rank, by_step in collector.phase_step_end.get((source, attempt, phase), {}).items() if rank in peers_times}
                 for slow in phase_slowness:
                     if not slow.differs:

@@ -72,3 +72,11 @@ def test_readers_never_see_half_an_entry_while_others_write_it(tmp_path: Path) -
             writer.join(60)
     assert seen > 0 and all(writer.exitcode == 0 for writer in writers)
     assert not [name for name in os.listdir(tmp_path / CACHE_FOLDER) if name.endswith(".tmp")]
+
+
+def test_without_a_key_of_ones_own_nothing_is_kept_or_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "not-a-folder").write_text("x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))  # no cache folder of one's own can be made
+    folder = CacheFolder(str(tmp_path), str(tmp_path))
+    assert not folder.write("a.summary", b"payload") and folder.read("a.summary") == [] and folder.signature("k") == ""
+    assert not (tmp_path / CACHE_FOLDER).exists()

@@ -12,7 +12,9 @@ the first that can be written.
 How: an entry is written to a temporary file in the same folder and renamed
 over the old one (`os.replace`, atomic on POSIX filesystems, Lustre, GPFS
 and NFS included): a reader sees the old entry or the new one, never half of
-either. A truncated, corrupt or foreign entry is a miss, never a crash.
+either. A truncated, corrupt or foreign entry is a miss, never a crash. A
+command killed mid-write leaves its temporary file; the next write removes
+those older than an hour.
 
 Trust: an entry is pickled state, and unpickling runs code, while run folders
 are often shared (a project folder on the cluster). So every entry is signed
@@ -29,6 +31,7 @@ import hmac
 import os
 import secrets
 import tempfile
+import time
 
 __all__ = ["CACHE_FOLDER", "CacheFolder", "user_cache_home"]
 
@@ -70,6 +73,23 @@ def _user_key() -> bytes | None:
         return key if len(key) >= 32 else None
     except OSError:
         return None
+
+
+#: A temporary file older than this is a command's that was killed mid-write: removed by the next write.
+STALE_TEMP_S = 3600
+
+
+def _sweep(folder: str) -> None:
+    """Remove the temporary files of commands killed mid-write (never a live one: those are younger than `STALE_TEMP_S`)."""
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith(".") and name.endswith(".tmp")]
+        now = time.time()
+        for name in names:
+            path = os.path.join(folder, name)
+            if now - os.stat(path).st_mtime > STALE_TEMP_S:
+                os.unlink(path)
+    except OSError:
+        pass
 
 
 class CacheFolder:
@@ -130,6 +150,7 @@ class CacheFolder:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(data)
                 os.replace(temp, os.path.join(folder, name))
+                _sweep(folder)
                 return True
             except OSError:
                 try:

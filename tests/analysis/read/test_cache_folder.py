@@ -80,3 +80,14 @@ def test_without_a_key_of_ones_own_nothing_is_kept_or_trusted(tmp_path: Path, mo
     folder = CacheFolder(str(tmp_path), str(tmp_path))
     assert not folder.write("a.summary", b"payload") and folder.read("a.summary") == [] and folder.signature("k") == ""
     assert not (tmp_path / CACHE_FOLDER).exists()
+
+
+def test_a_killed_writers_temporary_file_is_swept_once_stale(tmp_path: Path) -> None:
+    folder = CacheFolder(str(tmp_path), str(tmp_path))
+    folder.write("a.summary", b"1")
+    stale, live = tmp_path / CACHE_FOLDER / ".a.summary-x.tmp", tmp_path / CACHE_FOLDER / ".a.summary-y.tmp"
+    stale.write_bytes(b"half")
+    live.write_bytes(b"being written")
+    os.utime(stale, (1, 1))
+    folder.write("a.summary", b"2")
+    assert not stale.exists() and live.exists() and folder.read("a.summary") == [b"2"]

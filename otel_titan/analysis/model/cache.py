@@ -22,12 +22,14 @@ A later read of the process is then one of:
 * a *miss*: anything else (no entry, another version, a rewritten or
   truncated file, a segment rotated away): the process is read whole.
 
-When every process of a command is a hit, and every partial last line is
-the same too, the facts merged from all of them (what the reads merge into,
-before any verdict) are kept as one more entry per selection of processes
-(`ProcessCache.lookup_run`): an unchanged run is then one file to read,
-not one per process (on a parallel filesystem, where each file opened costs
-a round trip to the metadata server, that is the difference).
+The reads of all the folder's processes are one entry (``reads.pack``),
+read once and written once per command. The facts merged from all of a
+command's processes (what their reads merge into, before any verdict) are
+one more entry per selection of processes (`ProcessCache.lookup_run`),
+looked up first, from the content keys alone (partial last lines included):
+an unchanged run is then one entry read and no per-process work (on a
+parallel filesystem, where each file opened costs a round trip to the
+metadata server, that is the difference).
 
 Versioned by the rules and the reader that made it: `cache_version` hashes the
 source of ``analysis/read/`` and ``analysis/model/`` and the schema, so any
@@ -45,6 +47,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
+
 from otel_titan.analysis.read.cache_folder import CacheFolder
 from otel_titan.analysis.read.content import ContentKey, content_key, is_prefix
 from otel_titan.analysis.read.records import ProcessLog

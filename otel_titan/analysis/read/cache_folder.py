@@ -96,13 +96,10 @@ class CacheFolder:
     """The cache folders of one run (`run_dir`, whose files are in `log_dir`): `read` the entries called `name`, `write` one atomically.
 
     Example:
-        >>> import tempfile
-        >>> run = tempfile.mkdtemp()
-        >>> folder = CacheFolder(run, run)
-        >>> folder.write("x.summary", b"facts")
-        True
-        >>> folder.read("x.summary")
-        [b'facts']
+        >>> # Not run here: the first use makes your signing key in ~/.cache/otel-titan (tests/analysis/read/test_cache_folder.py runs it).
+        >>> # folder = CacheFolder("outputs", "outputs/structured_logs")
+        >>> # folder.write("x.summary", b"facts")   → True (outputs/analysis/cache/x.summary)
+        >>> # folder.read("x.summary")              → [b'facts']
     """
 
     def __init__(self, run_dir: str, log_dir: str) -> None:

@@ -23,7 +23,8 @@ these files does that; they append).
 
 Example:
     >>> import os, tempfile
-    >>> path = os.path.join(tempfile.mkdtemp(), "x.jsonl")
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(folder.name, "x.jsonl")
     >>> _ = open(path, "wb").write(b'{"a": 1}\\n{"b": 2}\\n{"c":')
     >>> key = content_key(path)
     >>> key.length, key.size      # two complete lines; the third is not written yet
@@ -31,6 +32,7 @@ Example:
     >>> _ = open(path, "ab").write(b' 3}\\n')
     >>> is_prefix(path, key), content_key(path).length
     (True, 27)
+    >>> folder.cleanup()
 """
 
 from __future__ import annotations
@@ -105,9 +107,10 @@ def content_key(path: str) -> ContentKey | None:
 
     Example:
         >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "x.jsonl")
-        >>> _ = open(path, "wb").write(b'{"a": 1}\\n' + bytes(100))
-        >>> content_key(path).length  # the NULs after the last line are not written yet
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     path = os.path.join(folder, "x.jsonl")
+        ...     _ = open(path, "wb").write(b'{"a": 1}\\n' + bytes(100))
+        ...     content_key(path).length  # the NULs after the last line are not written yet
         9
     """
     try:

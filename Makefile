@@ -12,6 +12,8 @@
 #                      summarize before issue 12 (about 15 minutes, 2 GB of /tmp, deleted after)
 #   make bench-sql     set up, then time `otel-titan sql` (per-phase, per-rank p50/p99) against summarize on a
 #                      generated 2 GB 1,024-rank run (about 15 minutes, 2 GB of /tmp, deleted after)
+#   make bench-steps   set up, then the step table (RunAnalysis.steps) from rollups against from the spans on a
+#                      generated 256-rank run (about 3 minutes on 2 cores, 500 MB of /tmp, deleted after)
 #   make bench-analysis  set up, then summarize, --jobs 2, export, report and sql against DuckDB's read_ndjson
 #                      at 64, 256 and 1,024 ranks, with peak memory (under 10 minutes on 2 cores; docs/performance.md)
 #   make bench-start   set up, then measure how soon a span's _start record reaches its file, idle and
@@ -20,7 +22,7 @@
 #                      (size, size gzipped, time per span; a few minutes)
 #   make bench-stall   set up, then measure stall detection on against off, per span (a few minutes)
 #   make bench-watch   set up, then measure `otel-titan watch`: detection latency, false alarms, CPU per refresh (3 to 5 minutes)
-.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-analysis bench-sql bench-start bench-stall bench-perfetto bench-watch clean
+.PHONY: setup setup-tests train test bench bench-export bench-summarize bench-analysis bench-steps bench-sql bench-start bench-stall bench-perfetto bench-watch clean
 
 setup:
 	bash scripts/setup.sh
@@ -49,6 +51,9 @@ bench-summarize: setup
 
 bench-analysis: setup
 	.venv/bin/python benchmarks/analysis_scale.py
+
+bench-steps: setup
+	.venv/bin/python benchmarks/step_table.py
 
 bench-sql: setup
 	.venv/bin/python benchmarks/sql_scale.py /tmp/otel-titan-sql-bench --ranks 1024 --steps 200

@@ -31,6 +31,12 @@ closing record), from a simulation of synchronous data-parallel training:
   *restart* (the crash, then a second attempt of every rank from the last
   checkpoint, to the end).
 
+Every rank also writes its ``step_rollup`` records, as the library does by
+default (docs/schema.md, "Step rollups"; ``--no-rollups`` / ``RunSpec.rollups``
+leaves them out), summed from the records written with the library's own
+rule for the step-closing span (`schema.StepCloser`), so that scale tests and
+benchmarks meet the files users have.
+
 The ground truth (offsets, fault ranks) is returned and written to
 ``<out>/ground_truth.json`` (outside ``structured_logs/``).
 
@@ -53,6 +59,8 @@ from typing import Any
 
 import numpy as np
 import orjson
+
+from otel_titan.schema import MetaEvent, StepCloser, rollup_fields
 
 __all__ = ["RunSpec", "generate_run", "PHASES", "COLLECTIVE", "RANKS_PER_HOST"]
 
@@ -119,6 +127,11 @@ class RunSpec:
     pause_ms: float = 0.0
     #: Every rank slower in one phase from one step on (storage, network): ``(phase, pct, from_step)``.
     job_slow: tuple[str, float, int] | None = None
+    #: Write one ``step_rollup`` record per rank and step, as the library does by default (docs/schema.md,
+    #: "Step rollups"): at the next step's first record, the last step's before the closing record, the
+    #: step under way after a SIGTERM; none for a step a rank crashed or hung in. False: files as written
+    #: with ``step_rollups=False`` (or by a version before rollups).
+    rollups: bool = True
 
 
 def _hosts(spec: RunSpec) -> int:
@@ -196,11 +209,14 @@ class _Writer:
     def __init__(self, path: str, identity: dict[str, Any], tid: int) -> None:
         self.handle = open(path, "wb", buffering=1 << 20)
         self.tail = b"," + orjson.dumps(identity)[1:]
+        # A rollup's short identity (docs/schema.md): who and which attempt.
+        self.rollup_tail = b"," + orjson.dumps({key: identity[key] for key in ("schema_version", "rank", "source", "attempt")})[1:]
         self.seq = 0
         self.tid = tid
         self.last_us: float | None = None
         self.span_counter = 0
         self.bytes = 0
+        self.rollups = 0  # the logger's own lines, not counted in ``written_records``
 
     def span_id(self, rank: int) -> str:
         self.span_counter += 1
@@ -219,6 +235,16 @@ class _Writer:
         self.handle.write(line)
         self.bytes += len(line)
         return line
+
+    def rollup(self, time_us: float, fields: dict[str, Any]) -> None:
+        """A ``step_rollup`` record (`schema.rollup_fields`), stamped `time_us` (the latest record before it, as the library does)."""
+        self.seq += 1
+        self.rollups += 1
+        time_us = int(time_us)
+        record = {"time": time_us // 1_000_000, "time_ms": time_us // 1000, "time_us": time_us, "log_type": "instant", "log_type_name": MetaEvent.STEP_ROLLUP, **fields, "seq_id": self.seq}
+        line = orjson.dumps(record)[:-1] + self.rollup_tail + b"\n"
+        self.handle.write(line)
+        self.bytes += len(line)
 
     def close(self) -> None:
         self.handle.close()
@@ -275,6 +301,16 @@ def _write_rank(job: tuple) -> int:
     gaps = sim["gaps"][rank].tolist()
     jitter = sim["exit_jitter"][rank].tolist()
     stop_step, stop_kind = stop if stop is not None else (None, None)
+    # The step being summed for its rollup: [step, begin_us, phases, open spans, latest record µs], and the rule for its closing span.
+    rolling: list[Any] = []
+    closer = StepCloser()
+
+    def roll(end_us: int, complete: bool, ended_by: str) -> None:
+        if spec.rollups and rolling:
+            step_of, begin_us, phases, open_spans, _ = rolling
+            w.rollup(max(end_us, rolling[4]), rollup_fields(step_of, begin_us, end_us, phases, closer.closing(step_of), complete=complete, ended_by=ended_by, open_spans=open_spans))
+        rolling.clear()
+
     for i in range(len(begins)):
         step = first_step + i
         trace = _trace_id(spec.run_id, attempt, step)
@@ -284,15 +320,28 @@ def _write_rank(job: tuple) -> int:
 
         def start(name: str, t_us: float, parent: str | None) -> str:
             sid = w.span_id(rank)
-            w.write({"time_us": clock(t_us), "log_type": "event", "log_type_name": f"{name}_start", "event_name": None, **_CALLER, "log_level": "INFO",
+            line_us = int(clock(t_us))
+            w.write({"time_us": line_us, "log_type": "event", "log_type_name": f"{name}_start", "event_name": None, **_CALLER, "log_level": "INFO",
                      "message": f"[step {step}] {name} {name}_start", "span_id": sid, "parent_span_id": parent, **common})
+            if not rolling or rolling[0] != step:  # the step's first record: the one before is over
+                roll(line_us, True, "next_step")
+                rolling.extend([step, line_us, {}, 0, line_us])
+            rolling[3] += 1
+            rolling[4] = max(rolling[4], line_us)
             return sid
 
         def end(name: str, sid: str, parent: str | None, t0: float, t1: float) -> None:
             start_us = int(clock(t0))
             dur = (t1 - t0) / 1000.0
-            w.write({"time_us": start_us + round(t1 - t0), "log_type": "event", "log_type_name": f"{name}_end", "event_name": None, **_CALLER, "log_level": "INFO",
+            end_us = start_us + round(t1 - t0)
+            w.write({"time_us": end_us, "log_type": "event", "log_type_name": f"{name}_end", "event_name": None, **_CALLER, "log_level": "INFO",
                      "message": f"[step {step}] {name} {name}_end took {dur:.3f} ms", "value": round(dur, 6), "span_id": sid, "parent_span_id": parent, **common})
+            closer.span_ended(step, name, start_us, end_us, parent is None)
+            phase = rolling[2].setdefault(name, [0, 0])
+            phase[0] += 1
+            phase[1] += end_us - start_us
+            rolling[3] -= 1
+            rolling[4] = max(rolling[4], end_us)
 
         def stopping(where: str) -> bool:
             return stop_step == step and stop_kind == where
@@ -362,15 +411,21 @@ def _write_rank(job: tuple) -> int:
         if stopping("terminated"):
             w.write({"time_us": clock(t + 30e6), "log_type": "instant", "log_type_name": "signal_received", "event_name": None, "log_level": "WARNING",
                      "message": "received SIGTERM", "signal": "SIGTERM", "signal_number": 15}, thread=False)
+            rolling[4] = int(clock(t + 30e6))
+            roll(rolling[4], False, "signal")  # the step under way, as it stood (its collective still open)
             w.close()
             return w.bytes
         end(COLLECTIVE, sid, None, t, exits[i] + jitter[i])
     t = exits[-1] + jitter[-1] + 1000.0
+    if rolling:
+        rolling[4] = max(rolling[4], int(clock(t)))
     w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "training_end", "event_name": None, **_CALLER, "log_level": "INFO",
              "message": "training_end", "trace_id": _trace_id(spec.run_id, attempt, first_step + len(begins) - 1), "span_id": w.span_id(rank), "parent_span_id": None,
              "step": first_step + len(begins) - 1, "relative_step": len(begins)})
+    if rolling:
+        roll(rolling[4], False, "close")  # the last step: no next step ended it
     w.write({"time_us": clock(t + 500.0), "log_type": "instant", "log_type_name": "structured_logger_closed", "event_name": None, "log_level": "INFO",
-             "message": "structured logger closed", "dropped_records": 0, "failed_records": 0, "written_records": w.seq - 1, "closing": True, "skipped_values": 0}, thread=False)
+             "message": "structured logger closed", "dropped_records": 0, "failed_records": 0, "written_records": w.seq - 1 - w.rollups, "closing": True, "skipped_values": 0}, thread=False)
     w.close()
     return w.bytes
 
@@ -517,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
     parser.add_argument("--restart", type=_fault, metavar="RANK@STEP", help="as --crashed, then a second attempt of every rank from the last checkpoint")
     parser.add_argument("--jobs", type=int, help="worker processes (default: one per CPU for big runs)")
+    parser.add_argument("--no-rollups", dest="rollups", action="store_false",
+                        help="write no step_rollup records (as step_rollups=False, or files from before rollups); default: one per rank and step, as the library writes them")
     live = parser.add_argument_group("live runs (for otel-titan watch)")
     live.add_argument("--live", action="store_true", help="write in real time: the run starts in 3 s and every line reaches its file at its time (benchmarks/live_run.py)")
     live.add_argument("--step-ms", type=float, help="median step time in ms (default: about 104)")
@@ -534,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
                    straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
                    step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
-                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms)
+                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, rollups=args.rollups)
     if args.live:
         spec.start_us = int((time.time() + 3.0) * 1e6)
     started = time.monotonic()

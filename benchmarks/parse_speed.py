@@ -11,10 +11,12 @@ the files read from memory (each read once first):
 * ``msgspec dict``: ``msgspec.json.Decoder()`` per line, one dict each;
 * ``msgspec Struct``: ``msgspec.json.Decoder(Record)`` per line, a typed Struct of the 15 fields (others skipped unparsed);
 * ``msgspec Struct lines``: the same, a whole file at a time (``decode_lines``);
-* ``read.records``: `read.lines.file_records`, today's reader with every tolerance;
+* ``reader``: `read.lines.file_records`, the reader with every tolerance, each record whole (orjson);
+* ``reader trimmed``: the same with ``trimmed=True``, as summarize and export read (msgspec into a TypedDict
+  of the fields the analysis reads; odd lines take the tolerant path);
 * ``summarize``: `summarize_run`, the whole command but its start and text.
 
-msgspec is not a dependency of otel-titan: ``pip install msgspec`` to run this (skipped without it).
+msgspec is in the analysis extra (requirements-dev.txt pins it); without it the msgspec cases are skipped.
 
 Usage::
 
@@ -90,13 +92,14 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
     found["msgspec Struct"] = lambda: sum(1 for blob in blobs for line in blob.splitlines() if typed.decode(line))
     found["msgspec Struct lines"] = lambda: sum(len(typed.decode_lines(blob)) for blob in blobs)
     found["reader"] = lambda: _reader(files)
+    found["reader trimmed"] = lambda: _reader(files, trimmed=True)
     found["summarize"] = lambda: summarize_run(run, log_skipped=False, cache=False)
     return found
 
 
-def _reader(files: list[str]) -> int:
+def _reader(files: list[str], trimmed: bool = False) -> int:
     skipped = SkippedLines(log=False)
-    return sum(1 for path in files for _ in file_records(path, skipped))
+    return sum(1 for path in files for _ in file_records(path, skipped, trimmed=trimmed))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,20 +118,22 @@ def main(argv: list[str] | None = None) -> int:
         size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(run, "structured_logs", "*")))
         measured = cases(run)
         times: dict[str, list[float]] = {name: [] for name in measured}
+        cpu: dict[str, list[float]] = {name: [] for name in measured}
         names = list(measured)
         for round_ in range(args.repeat):
             for name in names[round_ % len(names):] + names[: round_ % len(names)]:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 measured[name]()
                 times[name].append(time.perf_counter() - started)
+                cpu[name].append(time.process_time() - cpu_started)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(times["duckdb"])
     print(f"{args.ranks} ranks x {args.steps} steps, {size / 1e6:,.0f} MB; load average {os.getloadavg()[0]:.1f}; medians of {args.repeat} interleaved rounds\n")
-    print("| case | median s | MB/s | × DuckDB's rate |\n| --- | ---: | ---: | ---: |")
+    print("| case | median s | MB/s | × DuckDB's rate | CPU s (DuckDB's: all its threads) |\n| --- | ---: | ---: | ---: | ---: |")
     for name, samples in times.items():
         median = statistics.median(samples)
-        print(f"| {name} | {median:.3f} | {size / 1e6 / median:,.0f} | {base / median:.2f} |")
+        print(f"| {name} | {median:.3f} | {size / 1e6 / median:,.0f} | {base / median:.2f} | {statistics.median(cpu[name]):.3f} |")
     return 0
 
 

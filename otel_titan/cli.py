@@ -1,8 +1,8 @@
 """`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`).
 
-Exit codes: 0 done; 1 the run has no readable records (or none match the
-filters), or the output could not be written; 2 the path is not a run, or the
-command line is wrong; 3 (`watch --exit-on`) an alert of the kinds named was confirmed.
+Exit codes: `ExitCode`, one meaning each, and `_failure`, the one place where
+an error becomes its exit code and its one line on stderr: every command raises,
+`main` maps (``otel-titan --help`` and docs/analysis.md list the codes).
 
 Every line printed for a person goes through `read.safe_text.printable` (the
 records' text, file names and paths are shown, control characters escaped,
@@ -13,19 +13,22 @@ never executed by the terminal), and the ``--json`` document through
 from __future__ import annotations
 
 import argparse
+import enum
 import logging
 import os
 import sys
+import textwrap
 import time
-from typing import Callable, Sequence, TextIO
+import traceback
+from typing import Callable, NoReturn, Sequence, TextIO
 
 import orjson
 
 from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
-from otel_titan.analysis.workers import ClusterError, MissingClusterError
+from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
 from otel_titan.analysis.read.filters import parse_rank_list
-from otel_titan.analysis.watch.loop import EXIT_ON_KINDS, default_trigger, run_watch
+from otel_titan.analysis.watch.loop import EXIT_ALERT, EXIT_ON_KINDS, default_trigger, run_watch
 from otel_titan.analysis.read.records import find_log_dir
 from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
 from otel_titan.analysis.report import write_report
@@ -36,10 +39,102 @@ from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
+from otel_titan.receive import OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, parse_address, receive_facts
 
-__all__ = ["main"]
+__all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
 
-EXIT_OK, EXIT_NO_RECORDS, EXIT_NOT_A_RUN = 0, 1, 2
+
+class ExitCode(enum.IntEnum):
+    """The exit status of every command, one meaning each (scripts and schedulers branch on them): `EXIT_CODE_MEANINGS`."""
+
+    OK = 0
+    NO_RECORDS = 1
+    USAGE = 2
+    ALERT = EXIT_ALERT
+    CANNOT_WRITE = 4
+    UNAVAILABLE = 5
+    INTERNAL = 70
+    INTERRUPTED = 130
+
+
+#: When each code is given: ``otel-titan --help`` prints this, docs/analysis.md's table says the same (tests/test_cli.py).
+EXIT_CODE_MEANINGS = {
+    ExitCode.OK: "done",
+    ExitCode.NO_RECORDS: "no records: the run has none readable, or none is left after --steps, --ranks, --sources or --run",
+    ExitCode.USAGE: "bad input: the command line (argparse's own exit), a path that is not a run, a query DuckDB refuses, "
+    "a --save file that exists",
+    ExitCode.ALERT: "watch --exit-on: an alert of the kinds named was confirmed",
+    ExitCode.CANNOT_WRITE: "the output cannot be written: a folder not writable, the disk full, a directory or file in the way, "
+    "a trace too big for Perfetto's UI (--force writes it)",
+    ExitCode.UNAVAILABLE: "something the command needs is not there: a library not installed (DuckDB, Plotly, Dask), "
+    "a Dask scheduler that cannot be reached, a worker process that died (out of memory, killed)",
+    ExitCode.INTERNAL: "internal error: a bug in otel-titan; the traceback is printed above the error line, for a report",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C: 128 + SIGINT, as a shell says); watch ends on Ctrl-C with 0",
+}
+
+_EXIT_CODES_HELP = "exit codes:\n" + "".join(
+    textwrap.fill(meaning, width=100, initial_indent=f"  {int(code):<4} ", subsequent_indent=" " * 7) + "\n" for code, meaning in EXIT_CODE_MEANINGS.items()
+)
+
+
+class UsageError(Exception):
+    """A command line that cannot be meant, found by a command rather than by argparse (`ExitCode.USAGE`)."""
+
+
+class QueryError(Exception):
+    """DuckDB refused the query (`ExitCode.USAGE`); the message is DuckDB's, its lines kept so the caret still points."""
+
+
+#: What each expected failure means, first match wins (a subclass before its base: `UnknownRunError` is a
+#: `NoRecordsError`, `TraceTooBigError` a `ValueError`). Anything else is `ExitCode.INTERNAL`.
+_FAILURES: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
+    ((NoRecordsError,), ExitCode.NO_RECORDS),
+    ((NotARunError, UsageError, QueryError), ExitCode.USAGE),
+    ((TraceTooBigError, OSError), ExitCode.CANNOT_WRITE),
+    ((MissingDependencyError, MissingClusterError, ClusterError, WorkerDiedError), ExitCode.UNAVAILABLE),
+)
+
+
+def _failure(error: BaseException, output: str | None = None) -> tuple[ExitCode, str]:
+    """The exit code of `error` and its one line on stderr (`main` prints it): the one mapping of every command.
+
+    `output` names what the command writes, for an `OSError` that names no file.
+
+    Example:
+        >>> _failure(NotARunError("outputs/x: no such file or directory"))
+        (<ExitCode.USAGE: 2>, 'otel-titan: error: outputs/x: no such file or directory')
+        >>> _failure(PermissionError(13, "Permission denied", "/ro/trace.json"))
+        (<ExitCode.CANNOT_WRITE: 4>, 'otel-titan: error: cannot write /ro/trace.json: Permission denied')
+        >>> _failure(KeyboardInterrupt())
+        (<ExitCode.INTERRUPTED: 130>, 'otel-titan: interrupted')
+        >>> _failure(ZeroDivisionError("division by zero"))[0]
+        <ExitCode.INTERNAL: 70>
+    """
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED, "otel-titan: interrupted"
+    code = next((code for kinds, code in _FAILURES if isinstance(error, kinds)), ExitCode.INTERNAL)
+    if code is ExitCode.INTERNAL:
+        what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return code, f"otel-titan: internal error (a bug in otel-titan; please report it with the traceback above): {printable(what)}"
+    if isinstance(error, QueryError):
+        # Each line escaped on its own, the line breaks kept: only DuckDB's own message keeps them (a line break
+        # in a file name or a span name could otherwise forge a line of output).
+        lines = [printable(line.rstrip()) for line in ("SQL: " + str(error).strip()).splitlines()]
+        return code, "otel-titan: error: " + "\n".join(lines)
+    if isinstance(error, OSError):
+        message = f"cannot write {error.filename or output or 'the output'}: {error.strerror or error}"
+    else:
+        message = str(error)
+    return code, "otel-titan: error: " + printable(message)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its exit on a bad command line spelled as ours (`ExitCode.USAGE`, its usual 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
 
 _EXPORT_EPILOG = """\
 examples:
@@ -125,19 +220,27 @@ examples:
   otel-titan watch outputs --json | jq -c 'select(.type == "alert")'
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
   otel-titan watch outputs --once                  # one frame, then exit
+  otel-titan watch --otlp 0.0.0.0:4318 --spool /tmp/job42 --json   # NFS or node-local files: receive over OTLP
+  otel-titan watch --otlp-grpc 0.0.0.0:4317 --spool /tmp/job42      # the same, OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)
 
-launch the ranks with OTEL_TITAN_DUMP_TRIGGER=RUN_DIR/dump-now (or pass --trigger) so that a
+with --otlp, launch the ranks with OTEL_TITAN_OTLP_RECORDS=true and
+OTEL_EXPORTER_OTLP_ENDPOINT=http://THIS_HOST:PORT (or point a collector's logs there): every
+record, each span's start included, arrives as an OTLP log record and is written to the spool
+folder as the run's files (summarize, export and report read it afterwards).
+
+launch the ranks with {trigger}=RUN_DIR/dump-now (or pass --trigger) so that a
 suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
-exit codes: 0 done (or Ctrl-C), 2 not a run or bad arguments, 3 an --exit-on alert was confirmed.
+exit codes: 0 done (or Ctrl-C), 2 not a run or bad arguments, 3 an --exit-on alert was confirmed
+(otel-titan --help lists every code).
 """
 
 
 def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="otel-titan",
         description="Analysis of otel-titan (and torchtitan / pimm) structured-log runs.",
-        epilog="run `otel-titan COMMAND --help` for a command's options and examples.\nexit codes: 0 done, 1 no records (or none match the filters, or the output cannot be written), 2 not a run or bad arguments.",
+        epilog="run `otel-titan COMMAND --help` for a command's options and examples.\n\n" + _EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"otel-titan {__version__}")
@@ -204,8 +307,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "report",
         help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
         description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
-        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own). "
-        "Needs Plotly and DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
+        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own), from one read of the run, as summarize reads it. "
+        "Needs Plotly (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -215,23 +318,33 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     report.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned, as summarize)")
     report.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     _add_no_cache(report)
+    report.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files, as summarize's --jobs (default 1)")
+    _add_scheduler(report, "read the files (as summarize's)")
     _add_filters(report)
 
     watch = commands.add_parser(
         "watch",
         help="follow a running job: name the hung, crashed or slowing rank within seconds",
-        description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read) and name "
+        description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read), or with --otlp "
+        "from the records its ranks send over OTLP (for NFS and node-local folders), and name "
         "the hung, crashed, missing or slowing rank while it runs, with what it costs (docs/watch.md). On a suspected hang it "
         "touches the dump trigger file so every rank writes its black box.",
-        epilog=_WATCH_EPILOG,
+        epilog=_WATCH_EPILOG.format(trigger=OTEL_TITAN_DUMP_TRIGGER),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    watch.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
+    watch.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
+                       help="run directory, its structured_logs/ folder, or one .jsonl file; with --otlp, the folder the received records are written to (as --spool)")
+    watch.add_argument("--otlp", metavar="HOST:PORT",
+                       help="receive the records over OTLP/HTTP on HOST:PORT (0.0.0.0:4318; port 0: any free one) from ranks launched with "
+                       "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of reading their files")
+    watch.add_argument("--otlp-grpc", metavar="HOST:PORT",
+                       help="the same over OTLP/gRPC on HOST:PORT (0.0.0.0:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp")
+    watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
     watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
     watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
     watch.add_argument("--exit-on", metavar="KINDS", help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing")
-    watch.add_argument("--trigger", metavar="FILE", help="the dump trigger file to touch on a suspected hang (default: $OTEL_TITAN_DUMP_TRIGGER, else RUN_DIR/dump-now)")
+    watch.add_argument("--trigger", metavar="FILE", help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)")
     watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
     watch.set_defaults(ranks=None, sources=None, run=None)
@@ -347,7 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
     Example:
-        >>> # main(["summarize", "outputs", "--json"])
+        >>> main(["export", "outputs", "-o", "outputs/analysis/trace.json"])
+        trace: outputs/analysis/trace.json...
+        <ExitCode.OK: 0>
+        >>> main(["summarize", "outputs/nowhere"])
+        <ExitCode.USAGE: 2>
     """
     parser, commands = _build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -359,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help(sys.stderr)
-        return EXIT_NOT_A_RUN
+        return ExitCode.USAGE
     command = commands[args.command]
     ranks, sources = _filters(args, command)
     try:
@@ -375,7 +492,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return ExitCode.OK
+    except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - every failure leaves through the one mapping
+        code, line = _failure(error, getattr(args, "output", None) or getattr(args, "save", None))
+        if code is ExitCode.INTERNAL:
+            sys.stderr.write("".join(printable(text.rstrip("\n")) + "\n" for text in traceback.format_exception(error)))
+        sys.stderr.write(line + "\n")
+        return code
 
 
 def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callable[[], None]:
@@ -416,19 +539,6 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
             align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES, native=native,
             scheduler=_scheduler(args),
         )
-    except (MissingClusterError, ClusterError) as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except TraceTooBigError as error:
-        return _fail(f"{error}", EXIT_NO_RECORDS)
-    except NotARunError as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except NoRecordsError as error:
-        return _fail(f"{error}", EXIT_NO_RECORDS)
-    except OSError as error:
-        target = error.filename or args.output or "the output"
-        return _fail(f"cannot write {target}: {error.strerror or error}", EXIT_NO_RECORDS)
-    except RuntimeError as error:  # an export worker died (out of memory, killed): its own error is above
-        return _fail(f"{error}", EXIT_NO_RECORDS)
     finally:
         if progress is not None:
             progress.clear()
@@ -451,7 +561,7 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         print(f"  clocks: {printable(stats.clock)}")
     native = stats.output_path.endswith((".pftrace", ".perfetto-trace")) or args.format == "perfetto"
     print("  open it in https://ui.perfetto.dev" + ("" if native else " (or chrome://tracing)"))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
@@ -464,14 +574,6 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         else:
             summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs,
                                     scheduler=_scheduler(args), cache=not args.no_cache)
-    except (MissingClusterError, ClusterError) as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except RuntimeError as error:  # a summary worker died (out of memory, killed): its own error is above
-        return _fail(f"{error}", EXIT_NO_RECORDS)
-    except NotARunError as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except NoRecordsError as error:
-        return _fail(f"{error}", EXIT_NO_RECORDS)
     finally:
         if progress is not None:
             progress.clear()
@@ -481,7 +583,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
         sys.stdout.flush()
     else:
         sys.stdout.write(format_summary(summary, show_all=args.all))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
@@ -495,13 +597,14 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
         parser.error("--save, --run, --ranks and --sources apply to a run directory, not to a saved .duckdb file")
     progress = _Progress(sys.stderr, "sql") if not args.no_progress and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
+    duckdb = None
     try:
         duckdb = require_duckdb()
         db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources,
                                                              scheduler=_scheduler(args), cache=not args.no_cache)
         if query is None and not args.save and not args.parquet:
             _print_views(db, VIEW_HELP)
-            return EXIT_OK
+            return ExitCode.OK
         if not db.loaded:
             db.load((lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes)) if progress is not None else None)
             if progress is not None:
@@ -514,24 +617,17 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
             sys.stderr.write(f"sql: saved the database to {printable(args.save)} (query it with: otel-titan sql {printable(args.save)} QUERY)\n")
         if query is not None:
             write_result(db.con, query, args.format, sys.stdout, max_rows=args.max_rows)
-    except (MissingDependencyError, MissingClusterError, ClusterError) as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except NotARunError as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except NoRecordsError as error:
-        return _fail(f"{error}", EXIT_NO_RECORDS)
-    except FileExistsError as error:
-        return _fail(f"--save: {error}", EXIT_NOT_A_RUN)
-    except duckdb.Error as error:
-        # DuckDB's message as DuckDB wrote it: its lines kept, so the caret under "LINE 1: ..." still points at the error.
-        return _fail("SQL: " + str(error).strip(), EXIT_NOT_A_RUN, keep_lines=True)
-    except OSError as error:
-        return _fail(f"cannot write {error.filename or 'the output'}: {error.strerror or error}", EXIT_NO_RECORDS)
+    except FileExistsError as error:  # --save names a file that is there: a command line to change, not a disk to fix
+        raise UsageError(f"--save: {error}") from error
+    except Exception as error:
+        if duckdb is not None and isinstance(error, duckdb.Error):
+            raise QueryError(str(error)) from error
+        raise
     finally:
         if progress is not None:
             progress.clear()
         stop_warnings()
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _print_views(db, help_lines: dict[str, str]) -> None:
@@ -549,26 +645,20 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs: must be at least 1, got {args.jobs}")
     progress = _TextProgress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
     try:
         result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
-                              max_cells=args.max_cells, progress=progress, cache=not args.no_cache)
-    except MissingDependencyError as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except NotARunError as error:
-        return _fail(f"{error}", EXIT_NOT_A_RUN)
-    except NoRecordsError as error:
-        return _fail(f"{error}", EXIT_NO_RECORDS)
-    except OSError as error:
-        return _fail(f"cannot write {error.filename or args.output or 'the report'}: {error.strerror or error}", EXIT_NO_RECORDS)
+                              max_cells=args.max_cells, progress=progress, jobs=args.jobs, scheduler=_scheduler(args), cache=not args.no_cache)
     finally:
         if progress is not None:
             progress.clear()
         stop_warnings()
     print(f"report: {printable(result.path)} ({_size(result.bytes)}, {plural(result.figures, 'figure')}; {printable(result.binning)})")
     print(f"  {plural(result.ranks, 'rank')}, {plural(result.steps, 'step')}, read in {result.seconds:.1f} s; open it in a browser (works offline)")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -578,28 +668,56 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--exit-on: {', '.join(wrong)} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
     if not args.interval > 0:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
-    try:
-        run_dir = find_log_dir(args.run_dir)[0]
-    except NotARunError as error:
-        return _fail(str(error), EXIT_NOT_A_RUN)
+    if args.otlp is not None or args.otlp_grpc is not None:
+        return _watch_otlp(args, parser, kinds)
+    if args.spool is not None:
+        parser.error("--spool: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
+    if args.run_dir is None:
+        parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
+    run_dir = find_log_dir(args.run_dir)[0]
     trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
-    return run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None)
+    return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None))
+
+
+def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: tuple[str, ...]) -> int:
+    """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
+    addresses = []
+    for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
+        if value is not None:
+            try:
+                addresses.append((option, kind, *parse_address(value)))
+            except ValueError as error:
+                parser.error(f"{option}: {error}")
+    if args.run_dir is not None and args.spool is not None:
+        parser.error("give the spool folder once: RUN_DIR or --spool, not both")
+    folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        spool = Spool(folder)
+    except OSError as error:
+        raise UsageError(f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}") from error
+    receivers = []
+    try:
+        for option, kind, host, port in addresses:
+            try:
+                receivers.append(kind(host, port, spool).start())
+            except ReceiverError as error:
+                raise UsageError(f"{option}: {error.strerror}") from error
+        for receiver in receivers:
+            protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
+            print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
+                  f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+        # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
+        trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
+        return ExitCode(run_watch(spool.folder, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger,
+                         plain=args.plain or None, frame_facts=lambda: receive_facts(receivers)))
+    finally:
+        for receiver in receivers:
+            receiver.stop()
 
 
 def _size(count: int) -> str:
     return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} kB"
 
-
-def _fail(message: str, code: int, keep_lines: bool = False) -> int:
-    """The error on stderr, escaped; with `keep_lines`, each line escaped on its own and the line breaks kept.
-
-    Only a message whose lines are the tool's own keeps them (DuckDB's caret
-    under ``LINE 1: ...``): a line break in a file name or a span name could
-    otherwise forge a line of output.
-    """
-    lines = [printable(line.rstrip()) for line in message.splitlines()] if keep_lines else [printable(message)]
-    sys.stderr.write("otel-titan: error: " + "\n".join(lines or [""]) + "\n")
-    return code
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m otel_titan.cli`

@@ -1,6 +1,7 @@
 """The console logger: stdout, with torchtitan's ``[titan]`` prefix.
 
-Example:
+Example (the last line not run by the doctests: the handler writes to the stdout of the first
+`init_logger` in the process, not the test's, and the line carries the clock's time):
     >>> from otel_titan.logging import init_logger, logger
     >>> _ = init_logger()
     >>> logger.info("hello")  # doctest: +SKIP

@@ -1,11 +1,14 @@
 """The file format, defined once: what the writer (`exporters/`) writes and the reader (`analysis/`) reads.
 
 A leaf module, standard library only, so that both sides (and the CLI, which
-must start without loading OpenTelemetry) can import it. A name that appears
-in a JSONL record or on a span is spelled here and nowhere else: the writer's
-meta records and the reader's set of them cannot drift apart, and
-``closed_cleanly`` (summary) compares the logger name the writer wrote with
-this very string. docs/schema.md describes every field.
+must start without loading OpenTelemetry) can import it. The writer's record
+encoder and file (`exporters.records`, `exporters.jsonl`) write every field
+under its `Field` name, the reader's record layer (`analysis.read`: lines,
+records, runs, tails) reads them by the same names, and both name the logger's
+own records by `MetaEvent`: tests/test_schema.py checks that a real run writes
+no field `Field` lacks, that docs/schema.md lists every one, and that none of
+those modules spells a field out. ``closed_cleanly`` (summary) compares the
+logger name the writer wrote with `LOGGER_NAME`, this very string.
 
 Example:
     >>> from otel_titan import schema
@@ -24,13 +27,18 @@ __all__ = [
     "MetaEvent",
     "META_EVENTS",
     "Field",
+    "FIELDS",
     "ATTR",
     "INT64_MIN",
     "INT64_MAX",
     "stacks_file_name",
     "MESH_DIMS",
     "DATA_PARALLEL_PREFIX",
-    "MESH_ENV",
+    "OtlpRecords",
+    "ROLLUP_VERSION",
+    "RollupField",
+    "StepCloser",
+    "rollup_fields",
 ]
 
 #: Bumped when a field changes meaning or disappears (adding fields does not bump it).
@@ -51,8 +59,6 @@ MESH_DIMS = ("pp", "dp", "cp", "tp", "ep")
 #: Dimensions whose names start with this are data-parallel: ranks that differ only in them do the same work
 #: (``dp``, torchtitan's ``dp_replicate``, ``dp_shard``), so the straggler analysis compares them.
 DATA_PARALLEL_PREFIX = "dp"
-#: The environment variable that declares the mesh when the program does not (``pp=2,dp=4,tp=2``).
-MESH_ENV = "OTEL_TITAN_MESH"
 
 
 class RecordKind:
@@ -72,10 +78,31 @@ class MetaEvent:
     HEARTBEAT = "heartbeat"
     STALL = "stall"
     CLOSED = "structured_logger_closed"
+    #: One per rank and step, written by the background thread: the step's totals (`rollup_fields`).
+    STEP_ROLLUP = "step_rollup"
 
 
-#: The logger's own records: the reader shows them as process-level markers, never as phases.
-META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED})
+#: The logger's own records: the reader shows them as process-level markers, never as phases
+#: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
+META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
+
+
+class OtlpRecords:
+    """The records over OTLP (``OTEL_TITAN_OTLP_RECORDS=true``): one log record per JSONL record, for `otel-titan watch --otlp`.
+
+    The writer (exporters/otlp_records.py) and the receiver (receive/decode.py)
+    agree on these names and on nothing else: ``body`` is the JSONL line itself
+    (a JSON object as a string), ``time_unix_nano`` the record's time.
+    """
+
+    #: Instrumentation scope of the log records.
+    SCOPE = "otel_titan.records"
+    #: The process's file name under the schema's naming rule: the receiver writes its records to that file.
+    FILE = "otel_titan.file"
+    #: The record's ``seq_id``: orders the records, tells a duplicate (a retry) or a loss (a gap).
+    SEQ = "otel_titan.seq"
+    #: The record's ``log_type_name`` (for a collector's routing or filtering).
+    RECORD = "otel_titan.record"
 
 
 def stacks_file_name(jsonl_name: str) -> str:
@@ -97,24 +124,80 @@ def stacks_file_name(jsonl_name: str) -> str:
 
 
 class Field:
-    """Record field names that both sides use by name (the complete list is docs/schema.md)."""
+    """The name of every field of a record, and of the logger's own records' fields (docs/schema.md's table, the same list).
 
+    The writer (`exporters.records`, `exporters.jsonl`) writes these names and
+    the reader (`analysis.read`) reads them, both through this class:
+    tests/test_schema.py checks that every field a real run writes is here, that
+    docs/schema.md lists every one, and that neither side spells one out.
+    The black box's ``stall`` record has fields of its own (docs/schema.md,
+    `core.blackbox`); ``run_config``'s are `structured_logger.run_config`'s.
+    """
+
+    # -- every record --------------------------------------------------------------------------
+    SCHEMA_VERSION = "schema_version"
     LOG_TYPE = "log_type"
     LOG_TYPE_NAME = "log_type_name"
     EVENT_NAME = "event_name"
-    LOGGER_NAME = "logger_name"
-    SCHEMA_VERSION = "schema_version"
-    SEQ_ID = "seq_id"
+    VALUE = "value"
+    TIME = "time"
     TIME_MS = "time_ms"
     TIME_US = "time_us"
+    LOG_LEVEL = "log_level"
+    MESSAGE = "message"
+    SEQ_ID = "seq_id"
+    # The process's identity (the same on every record of a file).
     RANK = "rank"
+    GLOBAL_RANK = "global_rank"
+    LOCAL_RANK = "local_rank"
+    WORLD_SIZE = "world_size"
     SOURCE = "source"
+    HOST_NAME = "host_name"
+    PID = "pid"
+    RUN_ID = "run_id"
+    PROCESS_RUN_ID = "process_run_id"
+    ATTEMPT = "attempt"
+    JOB_ID = "job_id"
+    LOGGER_NAME = "logger_name"
+    # -- span, instant and scalar records ------------------------------------------------------
+    DELTA_MS = "delta_ms"
+    TID = "tid"
+    THREAD_NAME = "thread_name"
+    TASK_NAME = "task_name"
+    DESCRIPTION = "description"
+    CALLER = "caller"
+    LOG_FILE = "log_file"
+    LOG_FUNCTION = "log_function"
     STEP = "step"
+    RELATIVE_STEP = "relative_step"
     STEP_TAGS = "step_tags"
-    DROPPED_RECORDS = "dropped_records"
-    SKIPPED_VALUES = "skipped_values"
+    TRACE_ID = "trace_id"
+    SPAN_ID = "span_id"
+    PARENT_SPAN_ID = "parent_span_id"
+    ERROR_TYPE = "error_type"
+    ERROR_MESSAGE = "error_message"
+    # -- the logger's own records (MetaEvent) ----------------------------------------------------
+    LIBRARY_VERSION = "otel_titan_version"
+    PYTHON_VERSION = "python_version"
+    MAX_FILE_SIZE_MB = "max_file_size_mb"
+    BACKUP_COUNT = "backup_count"
+    QUEUE_SIZE = "queue_size"
     MESH = "mesh"
     MESH_SHAPE = "mesh_shape"
+    STACKS_FILE = "stacks_file"
+    OPEN_SPANS = "open_spans"
+    OPEN_SPAN_NAMES = "open_span_names"
+    DROPPED_RECORDS = "dropped_records"
+    FAILED_RECORDS = "failed_records"
+    WRITTEN_RECORDS = "written_records"
+    SKIPPED_VALUES = "skipped_values"
+    CLOSING = "closing"
+    SIGNAL = "signal"
+    SIGNAL_NUMBER = "signal_number"
+
+
+#: Every field name of `Field`, for checks ("is this a record field?").
+FIELDS = frozenset(value for name, value in vars(Field).items() if name.isupper())
 
 
 class ATTR:
@@ -140,3 +223,112 @@ class ATTR:
     MESH_SHAPE_PREFIX = "titan.mesh_shape."
     #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
     INCOMPLETE = "titan.incomplete"
+
+
+# -- step rollups ---------------------------------------------------------------------------------
+#: Version of the ``step_rollup`` record's own fields (bumped when one changes meaning or disappears).
+#: 2: ``late_spans`` (its absence means 0; in version 1 it meant "not counted", so a version-1 file cannot
+#: promise that its rollups hold every span: readers answer from its spans).
+ROLLUP_VERSION = 2
+
+
+class RollupField:
+    """Fields of a ``step_rollup`` record (docs/schema.md, "Step rollups")."""
+
+    VERSION = "rollup_version"
+    #: True when the step is over: the next step began (``end_us`` is then that step's begin).
+    COMPLETE = "complete"
+    #: ``"next_step"``, ``"close"`` (the last step, at a clean shutdown) or ``"signal"`` (SIGTERM).
+    ENDED_BY = "ended_by"
+    BEGIN_US = "begin_us"
+    END_US = "end_us"
+    DURATION_MS = "duration_ms"
+    #: ``{span name: [count, total µs]}`` over the step's spans that ended.
+    PHASES = "phases"
+    #: The step-closing span (`StepCloser`): ``{"name", "start_us", "end_us"}``, or absent.
+    CLOSING = "closing"
+    #: Spans of the step still open when the record was written (not in ``phases``).
+    OPEN_SPANS = "open_spans"
+    #: Spans of this file so far that ended after their step's rollup was written (in no rollup's ``phases``): cumulative.
+    LATE_SPANS = "late_spans"
+
+
+class StepCloser:
+    """Which span closes each step, the one rule for the writer's rollups and the reader's analysis.
+
+    The *step-closing span* of step N on a process is the last top-level span
+    (no parent) of step N to end before step N+1 begins, in the order the
+    records were written. In synchronous training it is the collective every
+    rank leaves together (an all-reduce, a barrier): the reader checks that
+    (`analysis.clock_align` keeps a name only if its ends agree across ranks),
+    the writer cannot. Feed it every span end; ask for a step's span when the
+    next step begins.
+
+    Example:
+        >>> closer = StepCloser()
+        >>> closer.span_ended(5, "fwd", 10, 20, top_level=True)
+        >>> closer.span_ended(5, "inner", 21, 22, top_level=False)
+        >>> closer.span_ended(5, "all_reduce", 25, 40, top_level=True)
+        >>> closer.closing(5), closer.closing(6)
+        (('all_reduce', 25, 40), None)
+    """
+
+    __slots__ = ("step", "name", "start_us", "end_us")
+
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.name = ""
+        self.start_us = 0
+        self.end_us = 0
+
+    def span_ended(self, step: int | None, name: str, start_us: int, end_us: int, top_level: bool) -> None:
+        """A span of `step` ended (a span with no step, or a nested one, never closes a step)."""
+        if top_level and step is not None:
+            self.step, self.name, self.start_us, self.end_us = step, name, start_us, end_us
+
+    def closing(self, step: int) -> tuple[str, int, int] | None:
+        """``(name, start_us, end_us)`` of the span that closed `step` so far, or None."""
+        return (self.name, self.start_us, self.end_us) if self.step == step else None
+
+
+def rollup_fields(
+    step: int,
+    begin_us: int,
+    end_us: int,
+    phases: dict[str, list[int]],
+    closing: tuple[str, int, int] | None,
+    *,
+    complete: bool,
+    ended_by: str,
+    open_spans: int = 0,
+    step_tags: tuple[str, ...] | list[str] = (),
+    late_spans: int = 0,
+) -> dict[str, object]:
+    """The fields of one ``step_rollup`` record (without time, identity and ``seq_id``), as every writer spells them.
+
+    Example:
+        >>> fields = rollup_fields(5, 1000, 3500, {"fwd": [2, 1800]}, ("all_reduce", 3000, 3400), complete=True, ended_by="next_step")
+        >>> fields["duration_ms"], fields["phases"], fields["closing"]["name"], fields["message"]
+        (2.5, {'fwd': [2, 1800]}, 'all_reduce', '[step 5] step_rollup 2.500 ms')
+    """
+    duration_ms = round((end_us - begin_us) / 1000.0, 3)
+    fields: dict[str, object] = {
+        RollupField.VERSION: ROLLUP_VERSION,
+        Field.STEP: step,
+        RollupField.COMPLETE: complete,
+        RollupField.ENDED_BY: ended_by,
+        RollupField.BEGIN_US: begin_us,
+        RollupField.END_US: end_us,
+        RollupField.DURATION_MS: duration_ms,
+        RollupField.PHASES: phases,
+        "message": f"[step {step}] {MetaEvent.STEP_ROLLUP} {duration_ms:.3f} ms" + ("" if complete else f" ({ended_by}, step not over)"),
+    }
+    if closing is not None:
+        fields[RollupField.CLOSING] = {"name": closing[0], "start_us": closing[1], "end_us": closing[2]}
+    if open_spans:
+        fields[RollupField.OPEN_SPANS] = open_spans
+    if late_spans:
+        fields[RollupField.LATE_SPANS] = late_spans
+    if step_tags:
+        fields[Field.STEP_TAGS] = list(step_tags)
+    return fields

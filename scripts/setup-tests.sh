@@ -6,7 +6,7 @@
 #   1. Chromium and Node.js/npm (apt-get, as root; elsewhere the browser tests are skipped and say why), and
 #      puppeteer-core (npm ci, pinned by tests/browser/package-lock.json, into tests/browser/node_modules):
 #      the Perfetto UI tests (tests/analysis/test_perfetto_ui.py) and the report tests
-#      (tests/analysis/test_report.py) open pages in headless Chromium driven by puppeteer-core.
+#      (tests/analysis/report/test_write.py) open pages in headless Chromium driven by puppeteer-core.
 #      tmux, for the tests that read a real terminal (tests/analysis/watch/test_screen.py, tests/analysis/test_workers_io.py).
 #   2. scripts/setup-prometheus.sh, where it exists: the Prometheus server of the metrics tests.
 set -euo pipefail

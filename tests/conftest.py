@@ -21,6 +21,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.core import capture, step_context
+from otel_titan.structured_logger import sigterm
 from tests.helpers import process_check, processes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # removed at its end, so that no test writes into ~/.cache (the commands run by tests inherit it).
     config._otel_titan_cache_home = tempfile.mkdtemp(prefix="otel-titan-test-cache-")  # type: ignore[attr-defined]
     os.environ["XDG_CACHE_HOME"] = config._otel_titan_cache_home  # type: ignore[attr-defined]
+    # Likewise the per-step `step_rollup` records: the tests of rollups turn them on (step_rollups=True or the
+    # variable), and tests/analysis/test_rollup_blind.py checks that the analysis answers the same with them.
+    os.environ.setdefault("OTEL_TITAN_STEP_ROLLUPS", "0")
     if sys.platform.startswith("linux") and not config.pluginmanager.has_plugin("otel-titan-process-check"):
         config.pluginmanager.register(process_check.LeakCheck(), "otel-titan-process-check")
 
@@ -49,13 +53,16 @@ def _clean_logger_state() -> Iterator[None]:
     """Every test starts and ends with no logger, no step and no current span.
 
     (A test that leaves a span entered on purpose, a hung phase, would otherwise
-    make the next test's spans its children, in the next test's trace.)
+    make the next test's spans its children, in the next test's trace. And no
+    SIGTERM state from an earlier test: no handler, no callback, nothing owed.)
     """
     sl.shutdown_structured_logger()
+    sigterm.reset()
     step_context._reset_for_tests()
     capture._current_span.set(None)
     yield
     sl.shutdown_structured_logger()
+    sigterm.reset()
     step_context._reset_for_tests()
     capture._current_span.set(None)
 

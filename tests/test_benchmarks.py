@@ -64,6 +64,19 @@ def test_summarize_scale_measures_every_command_side_by_side(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["scale.json"]  # the generated run is gone
 
 
+def test_step_table_benchmark_checks_both_tables_equal_then_measures(tmp_path):
+    """benchmarks/step_table.py on a tiny run: both paths taken (rollups, spans), their tables equal, figures written; figures not checked."""
+    out = tmp_path / "figures.json"
+    result = processes.run(
+        [sys.executable, "benchmarks/step_table.py", "--ranks", "8", "--steps", "6", "--repeat", "1", "--workdir", str(tmp_path), "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert figures["rows"] == 8 * 6 and figures["rollups"]["parsed_mb"] < figures["spans"]["parsed_mb"]
+    assert [p.name for p in tmp_path.iterdir()] == ["figures.json"]  # the runs are deleted
+
+
 def test_the_run_generator_has_help_and_refuses_a_bad_fault():
     result = processes.run([sys.executable, "benchmarks/generate_run.py", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert result.returncode == 0 and "--straggler RANK:PHASE:PCT" in result.stdout
@@ -137,11 +150,23 @@ def test_analysis_scale_quick_measures_every_command_against_duckdb(tmp_path):
     assert [row["ranks"] for row in data["rows"]] == [8, 16] and data["repeat"] == 1
     for row in data["rows"]:
         assert row["bytes"] > 0
-        assert set(row["commands"]) == {"duckdb", "summarize", "summarize --jobs 2", "export", "report", "sql"}
-        assert all(c["median_s"] > 0 and c["peak_mb"] > 10 and len(c["rounds_s"]) == 1 for c in row["commands"].values())
-    assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | peak MB |" in result.stdout
+        assert set(row["commands"]) == {"duckdb", "summarize", "summarize --jobs 2", "export", "export --jobs 1", "report", "sql"}
+        assert all(c["median_s"] > 0 and c["median_cpu_s"] > 0 and c["peak_mb"] > 10 and len(c["rounds_s"]) == 1 for c in row["commands"].values())
+    assert "| ranks | MB | command | median s | MB/s | × DuckDB's rate | CPU s | peak MB |" in result.stdout
     assert "| 16 | 0 | summarize --jobs 2 |" in result.stdout
     assert list(tmp_path.iterdir()) == [out]  # the generated runs are deleted
+
+
+@pytest.mark.slow
+def test_analysis_scale_baseline_measures_the_same_commands_from_another_checkout(tmp_path):
+    """--baseline DIR: each command also from that checkout (here this one), interleaved, named '<command> (baseline)'."""
+    out = tmp_path / "analysis.json"
+    result = processes.run([sys.executable, "benchmarks/analysis_scale.py", "--quick", "--commands", "summarize", "--baseline", REPO, "--workdir", str(tmp_path), "--json", str(out)],
+                           capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for row in json.loads(out.read_text())["rows"]:
+        assert set(row["commands"]) == {"duckdb", "summarize", "summarize (baseline)"}
+    assert "| 16 | 0 | summarize (baseline) |" in result.stdout
 
 
 @pytest.mark.slow
@@ -150,5 +175,54 @@ def test_parse_speed_quick_measures_every_decoder():
     result = processes.run([sys.executable, "benchmarks/parse_speed.py", "--quick"], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split("|")[1].strip() for line in result.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert rows[:2] == ["duckdb", "orjson"] and rows[-2:] == ["reader", "summarize"]
+    assert rows[:2] == ["duckdb", "orjson"] and rows[-3:] == ["reader", "reader trimmed", "summarize"]
     assert "| duckdb | " in result.stdout and " | 1.00 |" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_receive_benchmark_measures_the_watch_and_the_rank_side():
+    """benchmarks/receive_rate.py: the real watch --otlp fed by sender processes; figures not checked (no timed tests)."""
+    result = processes.run([sys.executable, "-m", "benchmarks.receive_rate", "--seconds", "1", "--rounds", "1", "--requests", "4", "--batch", "64"],
+                           capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "records/s (median of 1 rounds" in result.stdout and "µs of CPU a record (its OTLP bytes written directly;" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("fault", [{}, {"crashed": (2, 3)}, {"hung": (1, 4)}, {"restart": (3, 4)}, {"straggler": (1, "fwd", 30.0)}])
+def test_generated_runs_have_the_librarys_rollups_equal_to_their_spans(tmp_path, fault):
+    """benchmarks/generate_run.py writes rollups as the library does (docs/schema.md): one per rank and step, equal to the spans."""
+    from benchmarks.generate_run import RunSpec, generate_run
+    from otel_titan.analysis.read.records import read_run
+    from otel_titan.analysis.read.rollups import read_rollups
+    from tests.helpers.rollups import closing_of, rollups_by_step, spans_by_step
+
+    generate_run(str(tmp_path / "run"), RunSpec(ranks=4, steps=6, seed=2, **fault))
+    run = read_run(tmp_path / "run", log_skipped=False)
+    parsed = read_rollups(run)
+    for process in run.processes:
+        records = [json.loads(line) for path in process.segments for line in open(path, "rb") if line.endswith(b"\n")]
+        truth, rollups = spans_by_step(records), rollups_by_step(records)
+        stopped = records[-1]["log_type_name"] != "structured_logger_closed"
+        signalled = any(r["log_type_name"] == "signal_received" for r in records)
+        # A step a rank crashed or hung in has none (nothing wrote it); one it was killed in by SIGTERM has its totals so far.
+        assert set(rollups) == (set(truth) - {max(truth)} if stopped and not signalled else set(truth)), process.label
+        for step, rollup in rollups.items():
+            assert rollup["phases"] == truth[step]["phases"] and rollup["begin_us"] == truth[step]["begin_us"], (process.label, step)
+            assert closing_of(rollup) == truth[step]["closing"]
+            last = step == max(truth)
+            assert rollup["complete"] is not last and rollup["ended_by"] == ("next_step" if not last else "signal" if signalled else "close")
+            if not last:
+                assert rollup["end_us"] == truth[step]["end_us"] and closing_of(rollup)[0] == "all_reduce"
+        assert sorted(parsed.get((process.source, process.rank, process.attempt), {})) == sorted(rollups)
+    if not fault:
+        closed = [json.loads(open(p.segments[0], "rb").read().splitlines()[-1]) for p in run.processes]
+        assert all(c["written_records"] == c["seq_id"] - 2 - 6 for c in closed)  # opened, closing and rollup lines are the logger's own
+
+
+def test_the_run_generator_writes_no_rollups_when_told(tmp_path):
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path / "run"), RunSpec(ranks=2, steps=3, rollups=False))
+    assert not [line for path in (tmp_path / "run" / "structured_logs").iterdir() for line in path.read_bytes().splitlines() if b"step_rollup" in line]
+    result = processes.run([sys.executable, "benchmarks/generate_run.py", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert "--no-rollups" in result.stdout

@@ -1,17 +1,22 @@
-"""`otel-titan export` / `otel-titan summarize`: outputs, exit codes, messages (never a traceback for user errors)."""
+"""The `otel-titan` command line: outputs, messages (never a traceback for a user's error) and the exit codes, one mapping for every command."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from otel_titan import structured_logger as sl
-from otel_titan.cli import main
+from otel_titan.cli import EXIT_CODE_MEANINGS, ExitCode, main
+from tests.conftest import REPO
+from tests.helpers import processes
 from tests.helpers.analysis import load_trace, titan_file, write_jsonl
 
 
@@ -126,10 +131,10 @@ def test_bad_arguments_exit_2_naming_the_option(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_an_unwritable_output_exits_1_naming_it(run, tmp_path, capsys):
+def test_an_unwritable_output_exits_4_naming_it(run, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert main(["export", str(run), "-o", str(blocker / "t.json")]) == 1
+    assert main(["export", str(run), "-o", str(blocker / "t.json")]) == ExitCode.CANNOT_WRITE == 4
     err = capsys.readouterr().err
     assert err.startswith("otel-titan: error: cannot write ") and str(blocker) in err and "Traceback" not in err
 
@@ -185,7 +190,7 @@ def test_two_runs_in_one_folder_the_latest_by_default_and_run_picks_another(run,
 def test_export_to_an_existing_directory_fails_naming_it_and_leaves_nothing(run, tmp_path, capsys):
     target = tmp_path / "traces"
     target.mkdir()
-    assert main(["export", str(run), "-o", str(target)]) == 1
+    assert main(["export", str(run), "-o", str(target)]) == ExitCode.CANNOT_WRITE
     err = capsys.readouterr().err
     assert err == f"otel-titan: error: cannot write {target}: is a directory (give a file name, e.g. -o DIR/trace.json)\n"
     assert os.listdir(target) == [] and sorted(os.listdir(tmp_path)) == sorted(["traces", run.name])
@@ -270,3 +275,128 @@ def test_one_of_a_thing_is_said_in_the_singular(run_dir, capsys, tmp_path):
     assert "1 process," in said and "(1 process," in said and "1 rank," in said
     for wrong in ("1 processes", "1 ranks", "1 steps", "1 records", "1 figures", "1 spans", "1 hosts"):
         assert f" {wrong}" not in said and f"({wrong}" not in said, wrong
+
+
+# -- exit codes: one mapping, every command through it, in real processes --------------------------------
+def _cli(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.CompletedProcess[str]:
+    """`python -m otel_titan.cli ARGS` in a fresh process: the exit status and stderr a script sees."""
+    return processes.run([sys.executable, "-m", "otel_titan.cli", *args], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, cwd=REPO, **popen)
+
+
+def _blocking(tmp_path, *modules: str) -> dict[str, str]:
+    """An environment whose interpreter cannot import `modules` (as on a machine where they are not installed)."""
+    folder = tmp_path / "block"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in modules))
+    return {"PYTHONPATH": f"{folder}{os.pathsep}{REPO}"}
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in result.stderr, result.stderr
+    (line,) = result.stderr.splitlines()
+    return line
+
+
+def test_help_lists_every_exit_code_and_docs_say_the_same():
+    result = _cli("--help")
+    assert result.returncode == 0
+    epilog = result.stdout[result.stdout.index("exit codes:"):]
+    listed = [int(line.split()[0]) for line in epilog.splitlines()[1:] if line[:6].strip().isdigit()]
+    assert listed == [int(code) for code in ExitCode] == [int(code) for code in EXIT_CODE_MEANINGS]
+    analysis = (REPO / "docs" / "analysis.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\d+)` \| `([A-Z_]+)` \|", analysis, flags=re.M)
+    assert rows == [(str(int(code)), code.name) for code in ExitCode], "docs/analysis.md's exit-code table differs from ExitCode"
+
+
+@pytest.mark.parametrize("command", ["export", "summarize", "sql", "report", "watch"])
+def test_every_command_says_bad_input_the_same_way(tmp_path, command):
+    result = _cli(command, str(tmp_path / "nope"), *(["SELECT 1"] if command == "sql" else []), *(["--once"] if command == "watch" else []))
+    assert result.returncode == ExitCode.USAGE == 2, result.stderr
+    assert _one_error_line(result) == f"otel-titan: error: {tmp_path / 'nope'}: no such file or directory"
+
+
+def test_no_records_exits_1(run_dir):
+    write_jsonl(titan_file(run_dir), ["{broken"])
+    result = _cli("summarize", str(run_dir))
+    assert result.returncode == ExitCode.NO_RECORDS == 1, result.stderr
+    assert result.stderr.splitlines()[-1].startswith("otel-titan: error: ") and "no readable records" in result.stderr.splitlines()[-1]
+
+
+def test_a_command_line_argparse_refuses_exits_2(run):
+    result = _cli("summarize", str(run), "--ranks", "a-b")
+    assert result.returncode == ExitCode.USAGE and result.stderr.splitlines()[-1] == "otel-titan summarize: error: --ranks: bad rank 'a-b' (expected N or A-B, e.g. 0,3,8-11)"
+
+
+def test_an_existing_save_file_is_bad_input_not_a_disk_to_fix(run, tmp_path):
+    taken = tmp_path / "taken.duckdb"
+    taken.write_text("x")
+    result = _cli("sql", str(run), "--save", str(taken), "SELECT 1")
+    assert result.returncode == ExitCode.USAGE, result.stderr
+    assert _one_error_line(result).startswith(f"otel-titan: error: --save: {taken} exists already")
+
+
+def test_output_that_cannot_be_written_exits_4(run, tmp_path):
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    blocker = folder / "file"
+    blocker.write_text("x")
+    result = _cli("report", str(run), "-o", str(blocker / "report.html"))
+    assert result.returncode == ExitCode.CANNOT_WRITE == 4, result.stderr
+    assert _one_error_line(result).startswith(f"otel-titan: error: cannot write {blocker}")
+
+
+@pytest.mark.parametrize("argv, missing, says", [
+    (["summarize", "{run}", "--scheduler", "tcp://127.0.0.1:9"], ("distributed",), "pip install 'otel-titan[cluster]'"),
+    (["sql", "{run}", "SELECT 1"], ("duckdb",), "pip install otel-titan[analysis]"),
+])
+def test_something_needed_that_is_not_there_exits_5(run, tmp_path, argv, missing, says):
+    result = _cli(*[a.format(run=run) for a in argv], env=_blocking(tmp_path, *missing))
+    assert result.returncode == ExitCode.UNAVAILABLE == 5, result.stderr
+    line = _one_error_line(result)
+    assert line.startswith("otel-titan: error: ") and says in line
+
+
+def test_a_bug_exits_70_with_the_traceback_then_one_error_line(run):
+    # A bug, planted where summarize computes (the command, its mapping and the process are the real ones).
+    code = ("import sys; import otel_titan.cli as cli\n"
+            "def broken(*args, **kwargs):\n    return {}['no such key']\n"
+            "cli.summarize_run = broken\nsys.exit(cli.main(sys.argv[1:]))\n")
+    result = processes.run([sys.executable, "-c", code, "summarize", str(run)], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == ExitCode.INTERNAL == 70, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and "in broken" in result.stderr
+    assert lines[-1] == "otel-titan: internal error (a bug in otel-titan; please report it with the traceback above): KeyError: 'no such key'"
+
+
+def test_ctrl_c_exits_130_with_one_line(run):
+    # `sql RUN -` waits for its query on stdin: Ctrl-C (SIGINT) there, once the process sleeps in that read.
+    process = subprocess.Popen([sys.executable, "-m", "otel_titan.cli", "sql", str(run), "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        _wait_until_asleep(process.pid)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        processes.kill_tree(process)
+    assert process.returncode == ExitCode.INTERRUPTED == 130, err
+    assert err == "otel-titan: interrupted\n"
+
+
+def _wait_until_asleep(pid: int, timeout: float = 60.0) -> None:
+    """Until the process has slept in the kernel for 0.5 s on end: past its imports, in its blocking read."""
+    deadline = time.monotonic() + timeout
+    asleep_since = None
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+        now = time.monotonic()
+        if state != b"S":
+            asleep_since = None
+        elif asleep_since is None:
+            asleep_since = now
+        elif now - asleep_since >= 0.5:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the command never waited for its query")

@@ -113,3 +113,26 @@ def test_no_function_local_import_of_the_package() -> None:
                     if any(n == "otel_titan" or n.startswith("otel_titan.") for n in names):
                         offenders.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_the_receiver_reads_only_otlps_protobuf_classes_of_opentelemetry() -> None:
+    """otel_titan.receive may import `opentelemetry.proto` (decoding), in `decode` only: never the SDK nor an exporter.
+
+    The import contracts cannot say it (grimp sees every ``opentelemetry.*``
+    import as ``opentelemetry``), so it is checked here on the source.
+    """
+    found = {}
+    folder = os.path.join(ROOT, "otel_titan", "receive")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        path = os.path.join(folder, name)
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for module in names:
+                if module == "opentelemetry" or module.startswith("opentelemetry."):
+                    found.setdefault(name, set()).add(module)
+    assert set(found) == {"decode.py"}, found
+    assert all(module.startswith("opentelemetry.proto.") for module in found["decode.py"]), found

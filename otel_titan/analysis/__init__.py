@@ -16,9 +16,13 @@ Layered as the data flows, each layer importing only those below
 
 Example:
     >>> from otel_titan.analysis import RunAnalysis, generate_gantt_trace, summarize_run, format_summary
-    >>> # generate_gantt_trace("outputs", "outputs/analysis/trace.json")   # → ExportStats
-    >>> # print(format_summary(summarize_run("outputs")))
-    >>> # RunAnalysis("outputs").hang()
+    >>> generate_gantt_trace("outputs", "outputs/analysis/trace.json").spans
+    18
+    >>> print(format_summary(summarize_run("outputs")))
+    Run outputs  (2 processes, logs in outputs/structured_logs)
+    ...
+    >>> RunAnalysis("outputs").hang() is None   # it did not stop in a hang
+    True
 """
 
 

@@ -12,11 +12,18 @@ they need.
 
 Example:
     >>> from otel_titan.analysis import RunAnalysis
-    >>> # run = RunAnalysis("outputs")
-    >>> # run.headline()["diagnosis"]      # what to look at first
-    >>> # run.hang()                       # None unless the run stopped in a hang
-    >>> # [(f.rank, f.cost_per_step_ms) for f in run.stragglers()]
-    >>> # print(run.text())                # what `otel-titan summarize` prints
+    >>> run = RunAnalysis("outputs")
+    >>> run.headline()["diagnosis"]      # what to look at first: nothing, in a healthy run
+    []
+    >>> run.hang() is None               # None unless the run stopped in a hang
+    True
+    >>> [(f.rank, f.cost_per_step_ms) for f in run.stragglers()]
+    []
+    >>> run.steps().source               # "rollups": the step table from the writer's rollups alone
+    'rollups'
+    >>> print(run.text())                # what `otel-titan summarize` prints
+    Run outputs  (2 processes, logs in outputs/structured_logs)
+    ...
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ from otel_titan.analysis.export.chrome_trace import generate_gantt_trace
 from otel_titan.analysis.model.collect import summarize_run, summarize_tails
 from otel_titan.analysis.model.facts import ProcessSummary, RunSummary, StragglerFinding
 from otel_titan.analysis.model.headline import headline_data
+from otel_titan.analysis.model.step_table import StepTable, rows_from_collected, rows_from_rollups
+from otel_titan.analysis.read.records import read_run
+from otel_titan.analysis.read.rollups import scan_rollups
+from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.summarize.json_form import summary_json
 from otel_titan.analysis.summarize.text import format_summary
 
@@ -51,7 +62,8 @@ class RunAnalysis:
     reads only what was appended; docs/analysis.md).
 
     Example:
-        >>> # RunAnalysis("outputs", ranks=[0, 1, 2, 3]).hang()
+        >>> RunAnalysis("outputs", ranks=[0, 1]).hang() is None
+        True
     """
 
     def __init__(
@@ -78,13 +90,61 @@ class RunAnalysis:
         self.tail = tail
         self.log_skipped = log_skipped
         self.cache = cache
+        # The model's per (rank, step, phase) accumulators, kept when it is built: the step table from the spans.
+        self._collected: tuple[Any, Any, Any, Any] | None = None
+        self._step_table: StepTable | None = None
 
     @cached_property
     def summary(self) -> RunSummary:
         """The model of the run (read on first use, then kept): what every other question is answered from."""
         if self.tail:
             return summarize_tails(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped)
-        return summarize_run(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped, align=self.align, jobs=self.jobs, scheduler=self.scheduler, cache=self.cache)
+        return summarize_run(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped, align=self.align, jobs=self.jobs, scheduler=self.scheduler, cache=self.cache, on_collected=self._keep_steps)
+
+    def _keep_steps(self, collector: Any) -> None:
+        self._collected = (collector.step_ms, collector.phase_step_ms, collector.phase_step_count, collector.closing)
+
+    def steps(self) -> StepTable:
+        """Per (source, attempt, rank, step): the step time, each phase's count and total, the step-closing span's enter and exit (`model.step_table`).
+
+        From the writer's rollups alone when every process's rollups hold
+        everything its spans do (only their lines are parsed: a few percent of
+        the bytes), else from the spans, through the model (read once, as for
+        every other question); `StepTable.source` says which, `why_spans` why.
+        The same table either way (docs/analysis.md, "The step table"). Times
+        are each rank's own clock as written. With `tail` the spans are not
+        read: a run whose rollups do not cover it raises ValueError. Read
+        once, then kept, like the model.
+
+        Example:
+            >>> table = RunAnalysis("outputs").steps()
+            >>> table.source, sorted({r.rank for r in table.rows if r.step == 2})   # the ranks of step 2, from the rollups
+            ('rollups', [0, 1])
+        """
+        if self._step_table is None:
+            self._step_table = self._read_steps()
+        return self._step_table
+
+    def _read_steps(self) -> StepTable:
+        logs, _ = select_run(read_run(self.path, ranks=self.ranks, sources=self.sources, log_skipped=False), self.run_id)
+        ranked = [process for process in logs.processes if process.rank is not None]
+        why: list[str] = []
+        scans = []
+        parsed = 0
+        for process in ranked:
+            scan = scan_rollups(process)
+            parsed += scan.parsed_bytes
+            if scan.why_not is not None:
+                why.append(f"{process.label}: {scan.why_not}")
+                break  # one process without is enough: the spans answer; the first one says why
+            scans.append(scan)
+        if ranked and not why:
+            return StepTable(rows_from_rollups(scans), "rollups", parsed_bytes=parsed, total_bytes=logs.total_bytes)
+        if self.tail:
+            raise ValueError(f"the step table needs the spans ({why[0] if why else 'no rank has rollups'}), and tail=True reads only the ends of the files")
+        self.summary  # noqa: B018 - builds the model, keeping its accumulators, unless it is built already
+        rows = rows_from_collected(self._collected) if self._collected is not None else []
+        return StepTable(rows, "spans", why_spans=why or ["no process has a rank"], parsed_bytes=logs.total_bytes, total_bytes=logs.total_bytes)
 
     def headline(self) -> dict[str, Any]:
         """How many processes ended how, the groups they stopped in, and ``diagnosis``: what to look at first, most telling first."""

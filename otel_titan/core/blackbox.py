@@ -61,6 +61,8 @@ import threading
 import time
 from typing import Any, Sequence
 
+from otel_titan.environment_variables import OTEL_TITAN_FAULTHANDLER, OTEL_TITAN_STALL_MIN_S
+
 __all__ = [
     "MAX_FRAMES",
     "MAX_THREADS",
@@ -113,9 +115,9 @@ _CWD = os.getcwd()
 def min_stall_s() -> float:
     """The automatic threshold's floor: ``OTEL_TITAN_STALL_MIN_S`` (for short jobs and tests), else 120 s."""
     try:
-        value = float(os.environ.get("OTEL_TITAN_STALL_MIN_S", "") or DEFAULT_MIN_STALL_S)
+        value = float(os.environ.get(OTEL_TITAN_STALL_MIN_S, "") or DEFAULT_MIN_STALL_S)
     except ValueError:
-        raise ValueError(f"OTEL_TITAN_STALL_MIN_S must be a number of seconds, got {os.environ.get('OTEL_TITAN_STALL_MIN_S')!r}") from None
+        raise ValueError(f"{OTEL_TITAN_STALL_MIN_S} must be a number of seconds, got {os.environ.get(OTEL_TITAN_STALL_MIN_S)!r}") from None
     return value if value > 0 else DEFAULT_MIN_STALL_S
 
 
@@ -414,7 +416,7 @@ class FaulthandlerArm:
         self._lock = threading.RLock()
         self._timeout_s = 0.0
         self._rearm_after_fork = False
-        self.enabled = os.environ.get("OTEL_TITAN_FAULTHANDLER", "1").strip().lower() not in ("0", "false", "no", "off")
+        self.enabled = os.environ.get(OTEL_TITAN_FAULTHANDLER, "1").strip().lower() not in ("0", "false", "no", "off")
         if self.enabled:
             _watch_user_calls(self)
 

@@ -52,14 +52,10 @@ from typing import Any, Callable, Mapping
 
 from opentelemetry.sdk.resources import Resource
 
+from otel_titan.environment_variables import OTEL_TITAN_PROCESS_RUN_ID, OTEL_TITAN_RUN_ID
 from otel_titan.schema import ATTR
 
-__all__ = ["RunIdentity", "discover_identity", "build_resource", "export_run_id", "RESOURCE_ATTR", "RUN_ID_ENV", "PROCESS_RUN_ID_ENV"]
-
-#: The run id a parent process shares with its children (or the user sets): read first after the argument.
-RUN_ID_ENV = "OTEL_TITAN_RUN_ID"
-#: A parent with no run id shares its `RunIdentity.process_run_id` here, so its children's trace ids and files go with its own.
-PROCESS_RUN_ID_ENV = "OTEL_TITAN_PROCESS_RUN_ID"
+__all__ = ["RunIdentity", "discover_identity", "build_resource", "export_run_id", "RESOURCE_ATTR"]
 
 _log = logging.getLogger("otel_titan")
 
@@ -243,10 +239,10 @@ def _pick_run_id(explicit: str | None, env: Mapping[str, str], origins: dict[str
         origins["run_id"] = origins["process_run_id"] = "argument"
         return explicit, explicit
     run_value: str | None = None
-    shared = env.get(RUN_ID_ENV, "").strip()
+    shared = env.get(OTEL_TITAN_RUN_ID, "").strip()
     elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
     if shared:
-        run_value, origins["run_id"] = shared, RUN_ID_ENV
+        run_value, origins["run_id"] = shared, OTEL_TITAN_RUN_ID
     elif elastic not in ("", "none"):
         run_value, origins["run_id"] = elastic, "TORCHELASTIC_RUN_ID"
     elif env.get("SLURM_JOB_ID", "").strip():
@@ -259,9 +255,9 @@ def _pick_run_id(explicit: str | None, env: Mapping[str, str], origins: dict[str
         origins["process_run_id"] = "run_id"
         return run_value, run_value
     origins["run_id"] = "none"
-    inherited = env.get(PROCESS_RUN_ID_ENV, "").strip()
+    inherited = env.get(OTEL_TITAN_PROCESS_RUN_ID, "").strip()
     if inherited:
-        origins["process_run_id"] = PROCESS_RUN_ID_ENV
+        origins["process_run_id"] = OTEL_TITAN_PROCESS_RUN_ID
         return None, inherited
     origins["process_run_id"] = "random"
     return None, uuid.uuid4().hex
@@ -282,7 +278,7 @@ def export_run_id(identity: RunIdentity, environ: Any = None) -> Callable[[], No
         (['OTEL_TITAN_PROCESS_RUN_ID'], None, {})
     """
     target = os.environ if environ is None else environ
-    name, value = (RUN_ID_ENV, identity.run_id) if identity.run_id is not None else (PROCESS_RUN_ID_ENV, identity.process_run_id)
+    name, value = (OTEL_TITAN_RUN_ID, identity.run_id) if identity.run_id is not None else (OTEL_TITAN_PROCESS_RUN_ID, identity.process_run_id)
     assert value is not None
     before = target.get(name)
     target[name] = value

@@ -24,9 +24,9 @@ import os
 import re
 from typing import Any, Mapping
 
-from otel_titan.schema import MESH_ENV
+from otel_titan.environment_variables import OTEL_TITAN_MESH
 
-__all__ = ["MeshPlace", "check_mesh_option", "resolve_mesh", "MESH_ENV"]
+__all__ = ["MeshPlace", "check_mesh_option", "resolve_mesh"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 #: A mesh of more dimensions than this is a mistake (torchtitan's has at most 6).
@@ -77,20 +77,20 @@ def _from_env(raw: str) -> dict[str, int]:
         try:
             sizes = json.loads(text)
         except ValueError as error:
-            raise ValueError(f"{MESH_ENV}={raw!r} is not valid JSON: {error}") from None
+            raise ValueError(f"{OTEL_TITAN_MESH}={raw!r} is not valid JSON: {error}") from None
         if not isinstance(sizes, dict):
-            raise ValueError(f"{MESH_ENV}={raw!r} must be an object of dimension sizes")
-        return _check_sizes(sizes, MESH_ENV)
+            raise ValueError(f"{OTEL_TITAN_MESH}={raw!r} must be an object of dimension sizes")
+        return _check_sizes(sizes, OTEL_TITAN_MESH)
     sizes: dict[str, Any] = {}
     for part in text.split(","):
         name, sep, size = part.partition("=")
         if not sep:
-            raise ValueError(f"{MESH_ENV}={raw!r}: expected NAME=SIZE pairs separated by commas (e.g. pp=2,dp=4,tp=2), got {part!r}")
+            raise ValueError(f"{OTEL_TITAN_MESH}={raw!r}: expected NAME=SIZE pairs separated by commas (e.g. pp=2,dp=4,tp=2), got {part!r}")
         try:
             sizes[name.strip()] = int(size.strip())
         except ValueError:
-            raise ValueError(f"{MESH_ENV}={raw!r}: the size of {name.strip()!r} is not an integer: {size.strip()!r}") from None
-    return _check_sizes(sizes, MESH_ENV)
+            raise ValueError(f"{OTEL_TITAN_MESH}={raw!r}: the size of {name.strip()!r} is not an integer: {size.strip()!r}") from None
+    return _check_sizes(sizes, OTEL_TITAN_MESH)
 
 
 def resolve_mesh(mesh: object, rank: int, world_size: int | None, environ: Mapping[str, str] | None = None) -> MeshPlace | None:
@@ -115,10 +115,10 @@ def resolve_mesh(mesh: object, rank: int, world_size: int | None, environ: Mappi
         sizes = _check_sizes(dict(mesh), "option mesh")  # type: ignore[call-overload]
         where = "option mesh"
     else:
-        raw = env.get(MESH_ENV, "").strip()
+        raw = env.get(OTEL_TITAN_MESH, "").strip()
         if not raw:
             return None
-        sizes, where = _from_env(raw), MESH_ENV
+        sizes, where = _from_env(raw), OTEL_TITAN_MESH
     total = 1
     for size in sizes.values():
         total *= size

@@ -68,6 +68,10 @@ class LoggerOptions:
     #: as scalars of each step, from the background thread (``memory/…``, ``process/…``: docs/schema.md).
     #: None = ``OTEL_TITAN_PROCESS_FIGURES`` (``0`` / ``false``: off), else on.
     process_figures: bool | None = None
+    #: Write one ``step_rollup`` record per step into the JSONL file, from the background thread: the step's time,
+    #: each phase's total and count, its step-closing span (docs/schema.md). None = ``OTEL_TITAN_STEP_ROLLUPS``
+    #: (``0`` / ``false``: off), else on.
+    step_rollups: bool | None = None
 
 
 _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
@@ -90,6 +94,7 @@ _CHECKS: dict[str, tuple[tuple[type, ...], Callable[[Any], bool], str]] = {
     "propagate_otel_context": ((bool,), lambda v: True, "a bool"),
     "trace_group_size": ((int,), lambda v: v >= 0, "an int >= 0 (ranks per trace; 0 = all ranks in one trace)"),
     "process_figures": ((bool,), lambda v: True, "a bool"),
+    "step_rollups": ((bool,), lambda v: True, "a bool"),
 }
 
 
@@ -110,7 +115,7 @@ def parse_options(options: dict[str, Any]) -> LoggerOptions:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else f"; known options: {', '.join(sorted(known))}"
             raise TypeError(f"init_structured_logger() got an unknown option {name!r}{hint}")
-        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size", "mesh", "process_figures"):
+        if value is None and name in ("world_size", "local_rank", "run_id", "attempt", "job_id", "handlers", "join_otel_context", "stall_after_s", "trace_group_size", "mesh", "process_figures", "step_rollups"):
             continue
         if name == "mesh":  # a mapping of sizes or a DeviceMesh: not a type check
             check_mesh_option(value)

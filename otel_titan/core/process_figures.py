@@ -34,10 +34,10 @@ import resource
 import sys
 from typing import Any, Callable
 
-__all__ = ["ProcessFigures", "cuda_device", "process_figures_on", "CUDA_STEP_PEAK_ENV", "PROCESS_FIGURES_ENV"]
+from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES
 
-CUDA_STEP_PEAK_ENV = "OTEL_TITAN_CUDA_STEP_PEAK"
-PROCESS_FIGURES_ENV = "OTEL_TITAN_PROCESS_FIGURES"
+__all__ = ["ProcessFigures", "cuda_device", "process_figures_on"]
+
 _STATUS = "/proc/self/status"
 
 
@@ -67,7 +67,7 @@ def process_figures_on(option: bool | None, environ: Any = None) -> bool:
     if option is not None:
         return option
     env = os.environ if environ is None else environ
-    return env.get(PROCESS_FIGURES_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return env.get(OTEL_TITAN_PROCESS_FIGURES, "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def cuda_device(torch: Any, local_rank: int | None) -> int | None:
@@ -102,7 +102,7 @@ class ProcessFigures:
 
     def __init__(self, local_rank: int | None, step_peak: bool | None = None, modules: dict[str, Any] | None = None) -> None:
         self.local_rank = local_rank
-        self.step_peak = os.environ.get(CUDA_STEP_PEAK_ENV, "").strip().lower() in ("1", "true", "yes") if step_peak is None else step_peak
+        self.step_peak = os.environ.get(OTEL_TITAN_CUDA_STEP_PEAK, "").strip().lower() in ("1", "true", "yes") if step_peak is None else step_peak
         self._modules = sys.modules if modules is None else modules
         self._has_proc = os.path.exists(_STATUS)
         #: Why CUDA figures stopped (an exception from torch.cuda), or None.

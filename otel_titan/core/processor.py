@@ -61,10 +61,12 @@ class BatchProcessor:
     `STUCK_AFTER_S`: an export call running longer than this means the thread is
     blocked (I/O), not busy, and callers stop yielding the GIL to it.
 
-    Example:
-        >>> # built by init_structured_logger; shown for the shape of the API
-        >>> # processor = BatchProcessor(queue, builder, [JsonlSpanExporter(...)])
-        >>> # processor.start(); ...; processor.flush(timeout=5); processor.shutdown(timeout=5)
+    Example (not run: `init_structured_logger` builds the one processor of a process from its
+    queue, span builder and exporters; tests/core/test_processor.py runs it):
+        >>> processor = BatchProcessor(queue, builder, [exporter])  # doctest: +SKIP
+        >>> processor.start()  # doctest: +SKIP
+        >>> processor.flush(timeout=5), processor.shutdown(timeout=5)  # doctest: +SKIP
+        (True, True)
     """
 
     STUCK_AFTER_S = 0.2

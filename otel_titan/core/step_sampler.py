@@ -37,9 +37,9 @@ class StepSampler:
         builder: the processor's `SpanBuilder` (ids, Resource, clock).
         read: returns ``{name: number}`` (e.g. `ProcessFigures.read`).
 
-    Example:
-        >>> # built by init_structured_logger when process_figures=True; one per processor
-        >>> # sampler = StepSampler(builder, ProcessFigures(local_rank).read)
+    Example (not run: `init_structured_logger` builds one per processor when ``process_figures``
+    is on, from the processor's span builder; tests/core/test_process_figures.py runs it):
+        >>> sampler = StepSampler(builder, ProcessFigures(local_rank).read)  # doctest: +SKIP
     """
 
     def __init__(self, builder: Any, read: Callable[[], dict[str, int | float]]) -> None:

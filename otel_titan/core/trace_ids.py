@@ -37,15 +37,15 @@ import secrets
 from typing import Any, Mapping
 
 from otel_titan.core.events import H_GEN, H_PARENT, H_REMOTE, H_STATE
+from otel_titan.environment_variables import OTEL_TITAN_TRACE_GROUP_SIZE
 
-__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle", "trace_group_of", "resolve_trace_group_size", "DEFAULT_TRACE_GROUP_SIZE", "TRACE_GROUP_SIZE_ENV"]
+__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle", "trace_group_of", "resolve_trace_group_size", "DEFAULT_TRACE_GROUP_SIZE"]
 
 _MASK = (1 << 64) - 1
 
 #: Ranks per trace and step by default: 32 ranks × ~20-40 spans per step stays far below
 #: Jaeger's ~2,000 spans per trace and Tempo's 5 MB per trace (docs/collectors.md, "Traces that fit").
 DEFAULT_TRACE_GROUP_SIZE = 32
-TRACE_GROUP_SIZE_ENV = "OTEL_TITAN_TRACE_GROUP_SIZE"
 
 
 def resolve_trace_group_size(option: int | None, environ: Mapping[str, str] | None = None) -> int:
@@ -57,15 +57,15 @@ def resolve_trace_group_size(option: int | None, environ: Mapping[str, str] | No
     """
     if option is not None:
         return option
-    raw = (os.environ if environ is None else environ).get(TRACE_GROUP_SIZE_ENV, "").strip()
+    raw = (os.environ if environ is None else environ).get(OTEL_TITAN_TRACE_GROUP_SIZE, "").strip()
     if not raw:
         return DEFAULT_TRACE_GROUP_SIZE
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{TRACE_GROUP_SIZE_ENV}={raw!r} is not an integer (ranks per trace; 0 = all ranks in one trace)") from None
+        raise ValueError(f"{OTEL_TITAN_TRACE_GROUP_SIZE}={raw!r} is not an integer (ranks per trace; 0 = all ranks in one trace)") from None
     if value < 0:
-        raise ValueError(f"{TRACE_GROUP_SIZE_ENV}={raw!r} must be >= 0 (ranks per trace; 0 = all ranks in one trace)")
+        raise ValueError(f"{OTEL_TITAN_TRACE_GROUP_SIZE}={raw!r} must be >= 0 (ranks per trace; 0 = all ranks in one trace)")
     return value
 
 

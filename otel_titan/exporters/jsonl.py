@@ -43,11 +43,12 @@ from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAware
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
+from otel_titan.exporters.step_rollups import StepRollups, step_rollups_on
 from otel_titan.schema import Field, MetaEvent, stacks_file_name
 from otel_titan.core import blackbox
 from otel_titan.core.identity import RunIdentity
 
-__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name"]
+__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name", "opened_fields"]
 
 _log = logging.getLogger("otel_titan")
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -110,9 +111,18 @@ def jsonl_file_path(output_dir: str, source: str, rank: int, now: float | None =
 class JsonlSpanExporter(StartAwareSpanExporter):
     """Write every start, end, instant and scalar as JSONL records, as they happen.
 
+    `register_jsonl_handler` makes one per process; standalone, the file opens
+    with its ``structured_logger_opened`` record and closes with ``structured_logger_closed``.
+
     Example:
-        >>> # registered by `register_jsonl_handler`; standalone use:
-        >>> # exporter = JsonlSpanExporter("run/structured_logs/x.jsonl", identity, max_bytes=128 << 20, backup_count=3)
+        >>> import json, os, tempfile
+        >>> from otel_titan.core.identity import discover_identity
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     exporter = JsonlSpanExporter(os.path.join(folder, "x.jsonl"), discover_identity("training", environ={}), max_bytes=128 << 20, backup_count=3)
+        ...     exporter.shutdown()
+        ...     with open(exporter.path) as lines:
+        ...         [json.loads(line)["log_type_name"] for line in lines]
+        ['structured_logger_opened', 'structured_logger_closed']
     """
 
     def __init__(
@@ -125,6 +135,7 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         stats: PipelineStats | None = None,
         opened_fields: dict[str, Any] | None = None,
         stacks_file: bool = False,
+        step_rollups: bool = True,
     ) -> None:
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
@@ -137,10 +148,12 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             try:
                 name = stacks_file_name(os.path.basename(self.path))
                 self.stacks_file = blackbox.open_side_file(os.path.join(os.path.dirname(self.path), name))
-                opened_fields["stacks_file"] = name
+                opened_fields[Field.STACKS_FILE] = name
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)
+        #: Sums each step's spans as they pass, for its ``step_rollup`` record (step_rollups.py); None = off.
+        self.rollups: StepRollups | None = StepRollups() if step_rollups else None
         self._stats = stats
         self._opened_fields = opened_fields or {}
         self._opened_at_ns = time.time_ns()  # the opening record carries the creation time
@@ -181,11 +194,11 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         line = self._encoder.meta_line(
             MetaEvent.DROPPED,
             {
-                "value": lost - self._reported_loss,
-                "dropped_records": self.dropped_records,
-                "failed_records": self.failed_records,
-                "message": f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
-                "log_level": "WARNING",
+                Field.VALUE: lost - self._reported_loss,
+                Field.DROPPED_RECORDS: self.dropped_records,
+                Field.FAILED_RECORDS: self.failed_records,
+                Field.MESSAGE: f"{lost - self._reported_loss} records lost (queue full: {self.dropped_records} in total, failed writes: {self.failed_records} in total)",
+                Field.LOG_LEVEL: "WARNING",
             },
         )
         self._reported_loss = lost
@@ -206,11 +219,35 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             lines.append(report)
         meta = len(lines)
         self._encoder.encode_timeline(timeline, lines)
-        result = self._write(lines, len(lines) - meta)
+        data_records = len(lines) - meta
+        if self.rollups is not None:
+            self._add_rollups(self._rollups_due(timeline), lines)
+        result = self._write(lines, data_records)
         if result is SpanExportResult.FAILURE:
             # The opening line and the loss report were lost with the batch: write them next time.
             self._opened, self._reported_loss = was_opened, reported
         return result
+
+    def _rollups_due(self, timeline: Sequence[TimelineItem] | None) -> list[dict[str, Any]]:
+        """The rollups `timeline` completes (None: the last ones, at shutdown); a failure turns rollups off, never loses the batch."""
+        rollups = self.rollups
+        if rollups is None:
+            return []
+        try:
+            return rollups.observe(timeline) if timeline is not None else rollups.final("close")
+        except Exception:  # noqa: BLE001 - totals are a bonus: the records they sum must still be written
+            self.rollups = None
+            _log.exception("otel-titan: step rollups failed; %s gets no more step_rollup records (every other record is still written)", self.path)
+            return []
+
+    def _add_rollups(self, due: list[dict[str, Any]], lines: list[bytes]) -> None:
+        """Append the ``step_rollup`` lines of the steps `due` (after the records they sum)."""
+        if due:
+            # Stamped with the latest record it has seen, not the clock: a rollup written late (SIGTERM,
+            # shutdown) never stretches the process's last timestamp, to which readers extend open spans.
+            at_ns = self.rollups.last_us * 1000 if self.rollups is not None and self.rollups.last_us else time.time_ns()
+            for fields in due:
+                lines.append(self._encoder.rollup_line(fields, at_ns))
 
     def _write(self, lines: list[bytes], data_records: int) -> SpanExportResult:
         try:
@@ -260,9 +297,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         line = self._encoder.meta_line(
             MetaEvent.HEARTBEAT,
             {
-                "open_spans": len(open_spans),
-                "open_span_names": names,
-                "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
+                Field.OPEN_SPANS: len(open_spans),
+                Field.OPEN_SPAN_NAMES: names,
+                Field.MESSAGE: f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
             },
             time_ns,
         )
@@ -296,17 +333,20 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         report = self._loss_report()
         if report is not None:
             lines.append(report)
+        if self.rollups is not None:
+            # The last step has no next step to end it: written now, marked not complete, before the closing line.
+            self._add_rollups(self._rollups_due(None), lines)
         lines.append(
             self._encoder.meta_line(
                 MetaEvent.CLOSED,
                 {
-                    "closing": True,
-                    "written_records": self.written_records,
-                    "dropped_records": self.dropped_records,
-                    "failed_records": self.failed_records,
+                    Field.CLOSING: True,
+                    Field.WRITTEN_RECORDS: self.written_records,
+                    Field.DROPPED_RECORDS: self.dropped_records,
+                    Field.FAILED_RECORDS: self.failed_records,
                     # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
-                    "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
-                    "message": f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
+                    Field.SKIPPED_VALUES: self._stats.skipped_values if self._stats is not None else 0,
+                    Field.MESSAGE: f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
                 },
             )
         )
@@ -359,6 +399,27 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         return self._file.segment_paths()
 
 
+def opened_fields(identity: RunIdentity, options: Any) -> dict[str, Any]:
+    """The fields of this process's ``structured_logger_opened`` record (the file's, and the OTLP records stream's: exporters/otlp_records.py).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from otel_titan.core.identity import discover_identity
+        >>> opened_fields(discover_identity("training", environ={}), SimpleNamespace(max_file_size_mb=128, backup_count=3, queue_size=65536))["message"]
+        'structured logger opened for training rank 0'
+    """
+    return {
+        Field.LIBRARY_VERSION: __version__,
+        Field.PYTHON_VERSION: sys.version.split()[0],
+        Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
+        Field.BACKUP_COUNT: options.backup_count,
+        Field.QUEUE_SIZE: options.queue_size,
+        Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
+        # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
+        **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
+    }
+
+
 def register_jsonl_handler(
     *,
     identity: RunIdentity,
@@ -370,8 +431,9 @@ def register_jsonl_handler(
 ) -> JsonlSpanExporter:
     """Handler factory of the default JSONL file (the default of ``TITAN_STRUCT_LOGGER_HANDLERS``).
 
-    Example:
-        >>> # export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
+    Named in a handler list beside others, in the job's shell (an illustration, not Python)::
+
+        export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
     """
 
     check_file_name(output_dir, identity.source, identity.rank, options.backup_count)
@@ -382,17 +444,9 @@ def register_jsonl_handler(
         max_bytes=int(options.max_file_size_mb * 1024 * 1024),
         backup_count=options.backup_count,
         stats=stats,
-        opened_fields={
-            "otel_titan_version": __version__,
-            "python_version": sys.version.split()[0],
-            "max_file_size_mb": options.max_file_size_mb,
-            "backup_count": options.backup_count,
-            "queue_size": options.queue_size,
-            "message": f"structured logger opened for {identity.source} rank {identity.rank}",
-            # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
-            **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
-        },
+        opened_fields=opened_fields(identity, options),
         stacks_file=getattr(options, "stall_after_s", None) != 0,
+        step_rollups=step_rollups_on(getattr(options, "step_rollups", None)),
     )
     add_span_exporter(exporter)
     return exporter

@@ -69,6 +69,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, PipelineStats, TitanSpanExporter
 from otel_titan.core.warn_once import WarnOnce
+from otel_titan.environment_variables import OTEL_TITAN_HOST_METRICS, OTEL_TITAN_METRICS_MAX_NAMES, OTEL_TITAN_METRICS_PER_RANK
 from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
 from otel_titan.exporters.otel_env import sdk_disabled
@@ -82,17 +83,11 @@ __all__ = [
     "summary_views",
     "DURATION_BUCKETS_MS",
     "METRICS_HANDLER",
-    "PER_RANK_ENV",
-    "MAX_NAMES_ENV",
 ]
 
 _log = logging.getLogger("otel_titan")
 
 METRICS_HANDLER = "otel_titan.exporters.metrics.register_metrics_handler"
-PER_RANK_ENV = "OTEL_TITAN_METRICS_PER_RANK"
-MAX_NAMES_ENV = "OTEL_TITAN_METRICS_MAX_NAMES"
-#: ``0`` turns the host's figures off (on local rank 0 they are on by default: host_metrics.py).
-HOST_METRICS_ENV = "OTEL_TITAN_HOST_METRICS"
 DEFAULT_PER_RANK = ("step", "train_step", "training_step")
 DEFAULT_MAX_NAMES = 1000
 #: Explicit bucket boundaries (ms) for phases from a millisecond to minutes: 20 boundaries, 21 buckets.
@@ -144,14 +139,14 @@ def instrument_name(name: str) -> str:
 
 
 def _patterns(environ: Mapping[str, str]) -> tuple[str, ...]:
-    raw = environ.get(PER_RANK_ENV)
+    raw = environ.get(OTEL_TITAN_METRICS_PER_RANK)
     if raw is None:
         return DEFAULT_PER_RANK
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
 def _max_names(environ: Mapping[str, str]) -> int:
-    raw = environ.get(MAX_NAMES_ENV, "").strip()
+    raw = environ.get(OTEL_TITAN_METRICS_MAX_NAMES, "").strip()
     if not raw:
         return DEFAULT_MAX_NAMES
     try:
@@ -159,7 +154,7 @@ def _max_names(environ: Mapping[str, str]) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"{MAX_NAMES_ENV}={raw!r} must be an int >= 1 (distinct scalar names, and span names, recorded as metrics)")
+        raise ValueError(f"{OTEL_TITAN_METRICS_MAX_NAMES}={raw!r} must be an int >= 1 (distinct scalar names, and span names, recorded as metrics)")
     return value
 
 
@@ -323,7 +318,7 @@ class MetricsSpanExporter(TitanSpanExporter):
                 kind,
                 name,
                 "not exported as metrics" if kind == "scalar" else f"recorded as {OVERFLOW_NAME!r}",
-                MAX_NAMES_ENV,
+                OTEL_TITAN_METRICS_MAX_NAMES,
             )
 
     # -- flush and shutdown -----------------------------------------------------------------------
@@ -397,6 +392,6 @@ def register_metrics_handler(
         raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
     provider = MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views())
     host = None
-    if local_rank in (0, None) and environ.get(HOST_METRICS_ENV, "").strip().lower() not in ("0", "false", "no", "off"):
+    if local_rank in (0, None) and environ.get(OTEL_TITAN_HOST_METRICS, "").strip().lower() not in ("0", "false", "no", "off"):
         host = HostMetrics(provider)  # psutil and NVML are imported by it only now
     add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))

@@ -180,8 +180,9 @@ def register_otlp_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExpo
 
     Skipped (not an error) when ``OTEL_SDK_DISABLED=true``.
 
-    Example:
-        >>> # OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 python train.py
+    Chosen by the standard variables, in the job's shell (an illustration, not Python; docs/collectors.md)::
+
+        OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 python train.py
     """
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")
@@ -199,8 +200,9 @@ def register_otlp_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExpo
 def register_console_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExporter:
     """Handler factory: print every span as JSON on stdout (``OTEL_TRACES_EXPORTER=console``).
 
-    Example:
-        >>> # OTEL_TRACES_EXPORTER=console python train.py
+    Chosen by the standard variable, in the job's shell (an illustration, not Python)::
+
+        OTEL_TRACES_EXPORTER=console python train.py
     """
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")

@@ -22,7 +22,7 @@ import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION
+from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION, Field, MetaEvent
 from otel_titan.core.capture import thread_names as capture_thread_names
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
@@ -57,30 +57,32 @@ class RecordEncoder:
 
     def __init__(self, identity: RunIdentity) -> None:
         constants: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "rank": identity.rank,
-            "global_rank": identity.rank,
-            "local_rank": identity.local_rank,
-            "world_size": identity.world_size,
-            "source": identity.source,
+            Field.SCHEMA_VERSION: SCHEMA_VERSION,
+            Field.RANK: identity.rank,
+            Field.GLOBAL_RANK: identity.rank,
+            Field.LOCAL_RANK: identity.local_rank,
+            Field.WORLD_SIZE: identity.world_size,
+            Field.SOURCE: identity.source,
         }
         if identity.host_name is not None:
-            constants["host_name"] = identity.host_name
+            constants[Field.HOST_NAME] = identity.host_name
         constants.update(
             {
-                "pid": identity.pid,
-                "run_id": identity.run_id,
-                "attempt": identity.attempt,
-                "job_id": identity.job_id,
-                "logger_name": LOGGER_NAME,
+                Field.PID: identity.pid,
+                Field.RUN_ID: identity.run_id,
+                Field.ATTEMPT: identity.attempt,
+                Field.JOB_ID: identity.job_id,
+                Field.LOGGER_NAME: LOGGER_NAME,
             }
         )
         if identity.run_id is None:
             # Nobody named the run: `run_id` is null, and this says which process tree the record is from.
-            constants["process_run_id"] = identity.process_run_id
+            constants[Field.PROCESS_RUN_ID] = identity.process_run_id
         self.constants = constants
         # `{...variable...,` + this + `}\n`
         self._tail = b"," + orjson.dumps(constants)[1:-1] + b"}\n"
+        # A step rollup's identity: who and which attempt, no more (the file says the rest; docs/schema.md).
+        self._rollup_tail = b"," + orjson.dumps({key: constants[key] for key in ("schema_version", "rank", "source", "attempt")})[1:-1] + b"}\n"
         self._seq = 0
         self._last_us_by_thread: dict[int, int] = {}
         # Encoded pieces of the fields a span's records share (see encode_timeline).
@@ -93,24 +95,39 @@ class RecordEncoder:
     # -- encoding ---------------------------------------------------------------------------
     def _line(self, record: dict[str, Any]) -> bytes:
         self._seq += 1
-        record["seq_id"] = self._seq
+        record[Field.SEQ_ID] = self._seq
         return _json(record)[:-1] + self._tail
 
     def meta_line(self, event: str, fields: Mapping[str, Any], time_ns: int | None = None) -> bytes:
         """A record the logger writes about itself (opened, dropped, closed)."""
         now = time.time_ns() if time_ns is None else time_ns
         record: dict[str, Any] = {
-            "time": now // 1_000_000_000,
-            "time_ms": now // 1_000_000,
-            "time_us": now // 1_000,
-            "log_type": "instant",
-            "log_type_name": event,
-            "event_name": None,
-            "log_level": "INFO",
-            "message": event,
+            Field.TIME: now // 1_000_000_000,
+            Field.TIME_MS: now // 1_000_000,
+            Field.TIME_US: now // 1_000,
+            Field.LOG_TYPE: "instant",
+            Field.LOG_TYPE_NAME: event,
+            Field.EVENT_NAME: None,
+            Field.LOG_LEVEL: "INFO",
+            Field.MESSAGE: event,
         }
         record.update(fields)
         return self._line(record)
+
+    def rollup_line(self, fields: Mapping[str, Any], time_ns: int | None = None) -> bytes:
+        """A ``step_rollup`` record (`schema.rollup_fields`), with the short identity it carries."""
+        now = time.time_ns() if time_ns is None else time_ns
+        record: dict[str, Any] = {
+            Field.TIME: now // 1_000_000_000,
+            Field.TIME_MS: now // 1_000_000,
+            Field.TIME_US: now // 1_000,
+            Field.LOG_TYPE: "instant",
+            Field.LOG_TYPE_NAME: MetaEvent.STEP_ROLLUP,
+        }
+        record.update(fields)
+        self._seq += 1
+        record[Field.SEQ_ID] = self._seq
+        return _json(record)[:-1] + self._rollup_tail
 
     def full_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
         """`record` with the constant identity fields merged in (for logging handlers)."""
@@ -149,7 +166,7 @@ class RecordEncoder:
                 self._seq = seq
                 for record in self.records(ended, span):
                     self._seq += 1
-                    record["seq_id"] = self._seq
+                    record[Field.SEQ_ID] = self._seq
                     append(_json(record)[:-1] + tail)
                 seq = self._seq
                 continue
@@ -172,7 +189,7 @@ class RecordEncoder:
                     step_part = self._step_fragment(step_key)
                 context = span._context
                 parent = span._parent
-                shared_json = b"%b%b,\"trace_id\":\"%032x\",\"span_id\":\"%016x\",\"parent_span_id\":%b%b" % (
+                shared_json = _IDS_FORMAT % (
                     site,
                     step_part,
                     context.trace_id,
@@ -202,16 +219,16 @@ class RecordEncoder:
             last_us[tid] = time_us
             seq += 1
             record = {
-                "delta_ms": 0.0 if previous is None else (time_us - previous) / 1000,
-                "time": time_ns // 1_000_000_000,
-                "time_ms": time_ns // 1_000_000,
-                "time_us": time_us,
-                "log_type_name": type_name,
-                "message": message,
-                "seq_id": seq,
+                _DELTA_MS: 0.0 if previous is None else (time_us - previous) / 1000,
+                _TIME: time_ns // 1_000_000_000,
+                _TIME_MS: time_ns // 1_000_000,
+                _TIME_US: time_us,
+                _LOG_TYPE_NAME: type_name,
+                _MESSAGE: message,
+                _SEQ_ID: seq,
             }
             if ended:
-                record["value"] = value
+                record[_VALUE] = value
             try:
                 append(dumps(record)[:-1] + shared_json)
             except (orjson.JSONEncodeError, TypeError):  # a name UTF-8 cannot carry
@@ -240,21 +257,21 @@ class RecordEncoder:
     def _site_fragment(self, key: tuple[Any, ...]) -> bytes:
         code_file, code_line, code_function, tid, task_name, description = key
         fields: dict[str, Any] = {
-            "log_type": "event",
-            "event_name": None,
-            "log_level": "INFO",
-            "tid": tid,
-            "caller": f"{code_file}:{code_line}:{code_function}",
-            "log_file": code_file,
-            "log_function": code_function,
+            Field.LOG_TYPE: "event",
+            Field.EVENT_NAME: None,
+            Field.LOG_LEVEL: "INFO",
+            Field.TID: tid,
+            Field.CALLER: f"{code_file}:{code_line}:{code_function}",
+            Field.LOG_FILE: code_file,
+            Field.LOG_FUNCTION: code_function,
         }
         thread_name = self.thread_name(tid)
         if thread_name is not None:
-            fields["thread_name"] = thread_name
+            fields[Field.THREAD_NAME] = thread_name
         if task_name is not None:
-            fields["task_name"] = task_name
+            fields[Field.TASK_NAME] = task_name
         if description is not None:
-            fields["description"] = description
+            fields[Field.DESCRIPTION] = description
         fragment = b"," + _json(fields)[1:-1]
         if len(self._site_fragments) > 4096:  # task names can be unbounded (one per asyncio task)
             self._site_fragments.clear()
@@ -265,11 +282,11 @@ class RecordEncoder:
         step, relative_step, step_tags = key
         fields: dict[str, Any] = {}
         if step is not None:
-            fields["step"] = step
+            fields[Field.STEP] = step
         if relative_step is not None:
-            fields["relative_step"] = relative_step
+            fields[Field.RELATIVE_STEP] = relative_step
         if step_tags:
-            fields["step_tags"] = step_tags
+            fields[Field.STEP_TAGS] = step_tags
         fragment = b"," + _json(fields)[1:-1] if fields else b""
         if len(self._step_fragments) > 64:  # steps move forward: keep only recent ones
             self._step_fragments.clear()
@@ -324,8 +341,8 @@ class RecordEncoder:
                     error_message = fields.error_message or ""
                     detail = f"{error_type}: {error_message}" if error_message else error_type
                     error_record = self._record(time_ns, fields, "event", f"{name}_error", None, "ERROR", f"{prefix}{name}_error: {detail}", None, shared)
-                    error_record["error_type"] = error_type
-                    error_record["error_message"] = error_message
+                    error_record[Field.ERROR_TYPE] = error_type
+                    error_record[Field.ERROR_MESSAGE] = error_message
         elif kind == _SCALAR:
             time_ns = span.start_time or 0
             event_name = fields.metric_name or name
@@ -350,44 +367,50 @@ class RecordEncoder:
         last[tid] = time_us
         caller, trace_hex, span_hex, parent_hex = shared
         record: dict[str, Any] = {
-            "delta_ms": 0.0 if previous is None else (time_us - previous) / 1000,
-            "tid": tid,
-            "time": time_ns // 1_000_000_000,
-            "time_ms": time_ns // 1_000_000,
-            "time_us": time_us,
-            "log_type": log_type,
-            "log_type_name": type_name,
-            "event_name": event_name,
-            "caller": caller,
-            "log_file": fields.code_file,
-            "log_function": fields.code_function,
-            "log_level": level,
-            "message": message,
-            "trace_id": trace_hex,
-            "span_id": span_hex,
-            "parent_span_id": parent_hex,
+            Field.DELTA_MS: 0.0 if previous is None else (time_us - previous) / 1000,
+            Field.TID: tid,
+            Field.TIME: time_ns // 1_000_000_000,
+            Field.TIME_MS: time_ns // 1_000_000,
+            Field.TIME_US: time_us,
+            Field.LOG_TYPE: log_type,
+            Field.LOG_TYPE_NAME: type_name,
+            Field.EVENT_NAME: event_name,
+            Field.CALLER: caller,
+            Field.LOG_FILE: fields.code_file,
+            Field.LOG_FUNCTION: fields.code_function,
+            Field.LOG_LEVEL: level,
+            Field.MESSAGE: message,
+            Field.TRACE_ID: trace_hex,
+            Field.SPAN_ID: span_hex,
+            Field.PARENT_SPAN_ID: parent_hex,
         }
         if value is not None:
-            record["value"] = value
+            record[Field.VALUE] = value
         if fields.step is not None:
-            record["step"] = fields.step
+            record[Field.STEP] = fields.step
         if fields.relative_step is not None:
-            record["relative_step"] = fields.relative_step
+            record[Field.RELATIVE_STEP] = fields.relative_step
         if fields.step_tags:
-            record["step_tags"] = fields.step_tags
+            record[Field.STEP_TAGS] = fields.step_tags
         thread_name = self.thread_name(tid)
         if thread_name is not None:
-            record["thread_name"] = thread_name
+            record[Field.THREAD_NAME] = thread_name
         if fields.task_name is not None:
-            record["task_name"] = fields.task_name
+            record[Field.TASK_NAME] = fields.task_name
         if fields.description is not None:
-            record["description"] = fields.description
+            record[Field.DESCRIPTION] = fields.description
         return record
 
 
 _SPAN = RecordKind.SPAN
 _SCALAR = RecordKind.SCALAR
 _ERROR = StatusCode.ERROR
+# The hot path's field names as module globals: each use is one specialised global load (a class
+# attribute, `Field.TIME_US`, would be a lookup per use, per record).
+_DELTA_MS, _TIME, _TIME_MS, _TIME_US, _LOG_TYPE_NAME, _MESSAGE, _SEQ_ID, _VALUE = (
+    Field.DELTA_MS, Field.TIME, Field.TIME_MS, Field.TIME_US, Field.LOG_TYPE_NAME, Field.MESSAGE, Field.SEQ_ID, Field.VALUE)
+#: The ids' part of a span record: site, step, the three ids, then the per-process tail.
+_IDS_FORMAT = f'%b%b,"{Field.TRACE_ID}":"%032x","{Field.SPAN_ID}":"%016x","{Field.PARENT_SPAN_ID}":%b%b'.encode()
 
 
 def _json(value: Any) -> bytes:

@@ -31,7 +31,8 @@ Example:
 from otel_titan.core.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
 from otel_titan.exporters.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
 from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped
-from otel_titan.structured_logger.handler_factories import HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV
+# The variables' public names since the first release (otel_titan.environment_variables defines them).
+from otel_titan.environment_variables import OTEL_TITAN_HANDLERS as HANDLERS_ENV, TITAN_STRUCT_LOGGER_HANDLERS as TORCHTITAN_HANDLERS_ENV
 from otel_titan.core.identity import RunIdentity
 from otel_titan.structured_logger.lifecycle import (
     flush_structured_logger,

@@ -15,7 +15,9 @@ Which factories run, first match wins:
 4. the defaults: the JSONL file, plus what ``OTEL_TRACES_EXPORTER`` asks for
    (``otlp``, ``console``), plus the metrics exporter when ``OTEL_METRICS_EXPORTER``
    asks for one (``otlp``, ``prometheus``, ``console``), plus the training log as
-   OpenTelemetry logs when ``OTEL_LOGS_EXPORTER=otlp``; nothing of the
+   OpenTelemetry logs when ``OTEL_LOGS_EXPORTER=otlp``, plus every record as
+   an OTLP log record when ``OTEL_TITAN_OTLP_RECORDS=true`` (for
+   ``otel-titan watch --otlp``: exporters/otlp_records.py); nothing of the
    OpenTelemetry side when ``OTEL_SDK_DISABLED=true``.
 
 When one of the variables is set, *only* the listed factories run.
@@ -34,14 +36,14 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped, PipelineStats, discard_exporter
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.options import LoggerOptions
+from otel_titan.environment_variables import OTEL_TITAN_HANDLERS, TITAN_STRUCT_LOGGER_HANDLERS
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.exporters.metrics import metrics_exporter_handler_specs
 from otel_titan.exporters.otel_logs import logs_exporter_handler_specs
 from otel_titan.exporters.otel_env import traces_exporter_handler_specs
+from otel_titan.exporters.otlp_records import RECORDS_HANDLER, records_enabled
 
 __all__ = [
-    "HANDLERS_ENV",
-    "TORCHTITAN_HANDLERS_ENV",
     "JSONL_HANDLER",
     "HandlerFactoryError",
     "HandlerSkipped",
@@ -55,8 +57,6 @@ __all__ = [
 
 _log = logging.getLogger("otel_titan")
 
-HANDLERS_ENV = "OTEL_TITAN_HANDLERS"
-TORCHTITAN_HANDLERS_ENV = "TITAN_STRUCT_LOGGER_HANDLERS"
 JSONL_HANDLER = "otel_titan.exporters.jsonl.register_jsonl_handler"
 
 #: Keyword arguments every factory receives (and ``**kw`` for those added later).
@@ -84,7 +84,7 @@ def _split(value: str) -> list[str]:
 
 
 def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
-    """The factories that run when nothing names them: the JSONL file, plus those of ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER``.
+    """The factories that run when nothing names them: the JSONL file, plus those of ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_LOGS_EXPORTER`` and ``OTEL_TITAN_OTLP_RECORDS``.
 
     Example:
         >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
@@ -92,7 +92,8 @@ def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
         >>> default_handler_specs({"OTEL_METRICS_EXPORTER": "prometheus"})[1]
         'otel_titan.exporters.metrics.register_metrics_handler'
     """
-    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ), *metrics_exporter_handler_specs(environ), *logs_exporter_handler_specs(environ)]
+    records = [RECORDS_HANDLER] if records_enabled(environ) else []
+    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ), *metrics_exporter_handler_specs(environ), *logs_exporter_handler_specs(environ), *records]
 
 
 def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, str] | None = None) -> tuple[list[Any], str]:
@@ -105,7 +106,7 @@ def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, 
     env = os.environ if environ is None else environ
     if explicit is not None:
         return list(explicit), "handlers= option"
-    for name in (HANDLERS_ENV, TORCHTITAN_HANDLERS_ENV):
+    for name in (OTEL_TITAN_HANDLERS, TITAN_STRUCT_LOGGER_HANDLERS):
         value = env.get(name, "")
         if value.strip():
             return _split(value), name

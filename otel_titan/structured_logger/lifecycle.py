@@ -39,6 +39,7 @@ from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.step_sampler import StepSampler
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_STALL_AFTER_S
 from otel_titan.schema import LOGGER_NAME
 from otel_titan.structured_logger import process_hooks, runtime
 from otel_titan.structured_logger.handler_factories import run_factories
@@ -79,6 +80,7 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``mesh`` (the job's device mesh: ``{"pp": 2, "dp": 4}`` or a torch ``DeviceMesh``;
             None = ``OTEL_TITAN_MESH``, e.g. ``pp=2,dp=4``; each rank's coordinates are recorded).
             ``process_figures`` (None = ``OTEL_TITAN_PROCESS_FIGURES``, else on: memory and CPU figures as scalars of each step, docs/schema.md).
+            ``step_rollups`` (None = ``OTEL_TITAN_STEP_ROLLUPS``, else on: one ``step_rollup`` record per step in the JSONL file, docs/schema.md).
 
     Raises:
         TypeError / ValueError: a bad source, rank or option (named in the message).
@@ -158,7 +160,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         stall_after_s=parsed.stall_after_s,
         stacks_file=stacks_file,
         stall_floor_s=stall_floor_s,
-        trigger_path=os.environ.get(DUMP_TRIGGER_ENV, "").strip() or None,
+        trigger_path=os.environ.get(OTEL_TITAN_DUMP_TRIGGER, "").strip() or None,
         step_sampler=StepSampler(builder, _step_figures(identity.local_rank)) if process_figures_on(parsed.process_figures) else None,
     )
     for exporter in exporters:  # exporters that report the pipeline's own health (metrics.py)
@@ -190,11 +192,6 @@ def _step_figures(local_rank: int | None) -> Callable[[], dict[str, int | float]
     return lambda: {**process.read(), **host.read()}
 
 
-STALL_AFTER_ENV = "OTEL_TITAN_STALL_AFTER_S"
-#: A file path: touching it makes every process of the run write its black box (checked every 2 s).
-DUMP_TRIGGER_ENV = "OTEL_TITAN_DUMP_TRIGGER"
-
-
 def _stall_settings(parsed: LoggerOptions) -> tuple[LoggerOptions, float]:
     """``stall_after_s`` from the option, else ``OTEL_TITAN_STALL_AFTER_S``; and the automatic threshold's floor.
 
@@ -203,7 +200,7 @@ def _stall_settings(parsed: LoggerOptions) -> tuple[LoggerOptions, float]:
     floor = blackbox.min_stall_s()
     if parsed.stall_after_s is not None:
         return parsed, floor
-    raw = os.environ.get(STALL_AFTER_ENV, "").strip()
+    raw = os.environ.get(OTEL_TITAN_STALL_AFTER_S, "").strip()
     if not raw:
         return parsed, floor
     try:
@@ -211,7 +208,7 @@ def _stall_settings(parsed: LoggerOptions) -> tuple[LoggerOptions, float]:
     except ValueError:
         value = -1.0
     if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{STALL_AFTER_ENV} must be a number of seconds >= 0 (0: no stall detection), got {raw!r}")
+        raise ValueError(f"{OTEL_TITAN_STALL_AFTER_S} must be a number of seconds >= 0 (0: no stall detection), got {raw!r}")
     return dataclasses.replace(parsed, stall_after_s=value), floor
 
 

@@ -29,7 +29,8 @@ import time
 from otel_titan.core import capture
 from otel_titan.core.exporter import close_exporter_after_fork, drain_exporter
 from otel_titan.core.options import LoggerOptions
-from otel_titan.schema import MetaEvent
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_SIGNAL
+from otel_titan.schema import Field, MetaEvent
 from otel_titan.structured_logger import sigterm
 from otel_titan.structured_logger.runtime import STATE, shutdown
 
@@ -52,21 +53,18 @@ def install(options: LoggerOptions) -> None:
     _install_dump_signal()
 
 
-DUMP_SIGNAL_ENV = "OTEL_TITAN_DUMP_SIGNAL"
-
-
 def _install_dump_signal() -> None:
     """``OTEL_TITAN_DUMP_SIGNAL=SIGUSR2`` (a name or a number): that signal writes the black box, nothing else."""
-    raw = os.environ.get(DUMP_SIGNAL_ENV, "").strip()
+    raw = os.environ.get(OTEL_TITAN_DUMP_SIGNAL, "").strip()
     if not raw:
         return
     try:
         signum = int(raw) if raw.isdigit() else int(getattr(signal.Signals, raw.upper() if raw.upper().startswith("SIG") else "SIG" + raw.upper()))
     except (AttributeError, ValueError):
-        _log.warning("otel-titan: %s must name a signal (SIGUSR2, USR1, 12), got %r; no dump signal", DUMP_SIGNAL_ENV, raw)
+        _log.warning("otel-titan: %s must name a signal (SIGUSR2, USR1, 12), got %r; no dump signal", OTEL_TITAN_DUMP_SIGNAL, raw)
         return
     if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
-        _log.warning("otel-titan: %s=%s: that signal has another job; use SIGUSR1 or SIGUSR2", DUMP_SIGNAL_ENV, raw)
+        _log.warning("otel-titan: %s=%s: that signal has another job; use SIGUSR1 or SIGUSR2", OTEL_TITAN_DUMP_SIGNAL, raw)
         return
     sigterm.install_dump_signal(signum, _dump_black_box)
 
@@ -134,7 +132,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
         return
     if not runtime.is_ours() or not runtime.options.handle_sigterm:
         return
-    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {"signal": "SIGTERM", "signal_number": int(signum)})
+    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {Field.SIGNAL: "SIGTERM", Field.SIGNAL_NUMBER: int(signum)})
     deadline = time.monotonic() + runtime.options.exit_timeout_s
     # The hang black box first (where every thread is, open spans, collectives), bounded:
     # a launcher's SIGTERM is most often the end of a hang.

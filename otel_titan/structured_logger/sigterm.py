@@ -41,7 +41,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-__all__ = ["install", "uninstall", "after_fork_in_child", "is_installed", "install_dump_signal"]
+__all__ = ["install", "uninstall", "after_fork_in_child", "is_installed", "install_dump_signal", "reset", "SignalState", "STATE"]
 
 _log = logging.getLogger("otel_titan")
 
@@ -88,17 +88,13 @@ class _Watcher:
                 own = min(terms, self.self_trips - self.self_trips_seen)
                 self.self_trips_seen += own
                 self.forward(data.replace(_STOP, b""))
-                for signum, callback in list(_dump_callbacks.items()):
+                for signum, callback in list(STATE.dump_callbacks.items()):
                     if bytes((signum,)) in data:
                         _run_dump(callback)
                 if terms > own:
                     _episode_in_watcher(self)
         finally:
             _close(read_fd)
-
-
-#: Signal number → callback, for the operator's "write your black box now" signal (run on the watcher).
-_dump_callbacks: dict[int, Callable[[], None]] = {}
 
 
 def _run_dump(callback: Callable[[], None]) -> None:
@@ -120,7 +116,7 @@ def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
         return False
 
     def on_dump_signal(number: int, frame: Any) -> None:
-        if _watching(_watcher):
+        if _watching(STATE.watcher):
             return  # the watcher saw the byte and runs the callback
         _run_dump(callback)
 
@@ -129,21 +125,56 @@ def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
     except (ValueError, OSError) as error:
         _log.warning("otel-titan: cannot install the dump signal %s: %s", signum, error)
         return False
-    _dump_callbacks.clear()
-    _dump_callbacks[signum] = callback
+    STATE.dump_callbacks.clear()
+    STATE.dump_callbacks[signum] = callback
     return True
 
 
-_install_lock = threading.Lock()
-_watcher: _Watcher | None = None
-_previous: Any = None  # the Python-level SIGTERM disposition before ours (None: set from C)
-_on_signal: Callable[[int, bool], None] | None = None
-# The watcher asks the main thread to finish a signal's course (call the earlier handler,
-# or die when the watcher could not): `_owed_given` is written by the watcher only,
-# `_owed_taken` by the main thread only.
-_owed_given = 0
-_owed_taken = 0
-_dying = False
+class SignalState:
+    """What `install`, the watcher, the handlers and fork share, in one place (as `runtime.LoggerState`).
+
+    * ``lock``: held by `install` and `uninstall`;
+    * ``watcher``: the running `_Watcher`, or None;
+    * ``previous``: the Python-level SIGTERM disposition before ours (None: one set from C);
+    * ``on_signal``: the flush callback `install` was given;
+    * ``owed_given``, ``owed_taken``: the watcher asks the main thread to finish a signal's
+      course (call the earlier handler, or die when the watcher could not); ``owed_given`` is
+      written by the watcher only, ``owed_taken`` by the main thread only, so neither needs a lock;
+    * ``dying``: the process is on its way to dying of SIGTERM (a second one changes nothing);
+    * ``dump_callbacks``: signal number → callback, for the operator's "write your black box
+      now" signal (run on the watcher).
+
+    `STATE` is the process's instance; `reset_after_fork` its reset in a fork child, and
+    `reset` (module level) the one tests use between installs in one interpreter.
+    """
+
+    __slots__ = ("lock", "watcher", "previous", "on_signal", "owed_given", "owed_taken", "dying", "dump_callbacks")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.watcher: _Watcher | None = None
+        self.previous: Any = None
+        self.on_signal: Callable[[int, bool], None] | None = None
+        self.owed_given = 0
+        self.owed_taken = 0
+        self.dying = False
+        self.dump_callbacks: dict[int, Callable[[], None]] = {}
+
+    def reset_after_fork(self) -> _Watcher | None:
+        """In a fork child: a new lock (another thread may have held it at fork time), nothing owed, not dying, no watcher.
+
+        Returns the parent's watcher (its pipe is the child's to let go of); the
+        disposition from before `install` (``previous``) is kept, for the child to restore.
+        """
+        inherited = self.watcher
+        self.lock = threading.Lock()
+        self.watcher = None
+        self.owed_given = self.owed_taken = 0
+        self.dying = False
+        return inherited
+
+
+STATE = SignalState()
 
 
 def _fd_identity(fd: int) -> tuple[int, int] | None:
@@ -165,7 +196,7 @@ def _close(fd: int) -> None:
 
 def is_installed() -> bool:
     """Whether our SIGTERM handler and watcher are in place in this process."""
-    watcher = _watcher
+    watcher = STATE.watcher
     return watcher is not None and watcher.pid == os.getpid()
 
 
@@ -177,11 +208,10 @@ def install(on_signal: Callable[[int, bool], None]) -> bool:
     on the watcher thread, or on the main thread when the watcher could not
     see the signal (its wakeup fd was replaced).
     """
-    global _watcher, _previous, _on_signal, _dying
     if threading.current_thread() is not threading.main_thread():
         return False
-    with _install_lock:
-        _on_signal = on_signal
+    with STATE.lock:
+        STATE.on_signal = on_signal
         if is_installed() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
             return True
         _uninstall_locked()
@@ -207,9 +237,9 @@ def install(on_signal: Callable[[int, bool], None]) -> bool:
             _stop_watcher(watcher)
             _log.debug("otel-titan: SIGTERM handler not installed: %s", error)
             return False
-        _previous = previous if previous is not _on_sigterm else signal.SIG_DFL
-        _watcher = watcher
-        _dying = False
+        STATE.previous = previous if previous is not _on_sigterm else signal.SIG_DFL
+        STATE.watcher = watcher
+        STATE.dying = False
         return True
 
 
@@ -221,16 +251,15 @@ def uninstall() -> None:
     """
     if threading.current_thread() is not threading.main_thread():
         return
-    with _install_lock:
+    with STATE.lock:
         _uninstall_locked()
 
 
 def _uninstall_locked() -> None:
-    global _watcher
-    watcher = _watcher
+    watcher = STATE.watcher
     if watcher is None:
         return
-    _watcher = None
+    STATE.watcher = None
     if watcher.pid != os.getpid():
         return
     _restore_disposition()
@@ -241,7 +270,7 @@ def _restore_disposition() -> None:
     """SIGTERM's disposition from before `install`, only if ours is still the installed handler (one installed after us stays)."""
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, STATE.previous if STATE.previous is not None else signal.SIG_DFL)
     except (ValueError, OSError):
         pass
 
@@ -273,12 +302,7 @@ def _stop_watcher(watcher: _Watcher) -> None:
 
 def after_fork_in_child() -> None:
     """In a fork child: the disposition and wakeup fd from before `install`; no pipe to the parent."""
-    global _watcher, _install_lock, _dying, _owed_given, _owed_taken
-    _install_lock = threading.Lock()  # another thread may have held it at fork time
-    _dying = False
-    _owed_given = _owed_taken = 0
-    watcher = _watcher
-    _watcher = None
+    watcher = STATE.reset_after_fork()
     if watcher is None:
         return
     # Without the watcher, a SIGTERM that lands just before a blocking C call
@@ -300,15 +324,34 @@ def after_fork_in_child() -> None:
     _close(watcher.read_fd)
 
 
+def reset() -> None:
+    """Back to as if `install` had never run in this process (main thread only); for tests that install again.
+
+    SIGTERM's disposition and the wakeup fd are given back and the watcher
+    stopped (as `uninstall`), then the state is the initial one: no flush
+    callback, no dump callback, nothing owed, not dying. A dump signal's
+    Python-level handler stays installed (its disposition from before was never
+    kept), and with no watcher it runs its callback on the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("sigterm.reset() runs on the main thread only (signal dispositions can be changed there only)")
+    with STATE.lock:
+        _uninstall_locked()
+        STATE.previous = STATE.on_signal = None
+        STATE.owed_given = STATE.owed_taken = 0
+        STATE.dying = False
+        STATE.dump_callbacks.clear()
+
+
 # -- what a SIGTERM does ------------------------------------------------------------------------------
 def _dies_of_it() -> bool:
     """Whether the signal's usual course is the process's death (default action, or a C handler Python cannot call)."""
-    previous = _previous
+    previous = STATE.previous
     return not callable(previous) and previous != signal.SIG_IGN
 
 
 def _run_callback(signum: int, dying: bool) -> None:
-    callback = _on_signal
+    callback = STATE.on_signal
     if callback is None:
         return
     try:
@@ -319,13 +362,13 @@ def _run_callback(signum: int, dying: bool) -> None:
 
 def _episode_in_watcher(watcher: _Watcher) -> None:
     """On the watcher thread: write the queue, then the signal's usual course."""
-    if _dying:
+    if STATE.dying:
         return
     ours = signal.getsignal(signal.SIGTERM) is _on_sigterm
     # A handler installed after ours decides what the signal does; writing the queue still helps.
     dying = ours and _dies_of_it()
     _run_callback(signal.SIGTERM, dying)
-    if not ours or _previous == signal.SIG_IGN:
+    if not ours or STATE.previous == signal.SIG_IGN:
         return
     if dying and _die_of_sigterm():
         return
@@ -342,9 +385,8 @@ def _hand_to_main_thread(watcher: _Watcher) -> None:
     handler to run at its next bytecode instead. Either writes one SIGTERM
     byte to our wakeup fd, which the watcher then skips.
     """
-    global _owed_given
     main = threading.main_thread()
-    _owed_given += 1
+    STATE.owed_given += 1
     watcher.self_trips += 1
     try:
         if _blocks_sigterm(main.native_id) is False and main.ident is not None:
@@ -375,8 +417,7 @@ def _die_of_sigterm() -> bool:
     never come back from its native call: the C library's `signal()` has no
     such rule. Returns False when that is not available.
     """
-    global _dying
-    _dying = True
+    STATE.dying = True
     try:
         import ctypes  # noqa: PLC0415 - only on the way out
 
@@ -387,7 +428,7 @@ def _die_of_sigterm() -> bool:
             raise OSError(ctypes.get_errno(), "signal() failed")
         os.kill(os.getpid(), signal.SIGTERM)
     except Exception as error:  # noqa: BLE001 - the main thread does it when it runs Python again
-        _dying = False
+        STATE.dying = False
         _log.debug("otel-titan: could not re-raise SIGTERM from the watcher: %s", error)
         return False
     return True
@@ -414,14 +455,13 @@ def _watching(watcher: _Watcher | None) -> bool:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     """The Python-level handler, on the main thread: see the module docstring."""
-    global _owed_taken
-    if _owed_given > _owed_taken:
-        _owed_taken += 1  # the watcher has flushed: finish the course here
-    elif _watching(_watcher):
+    if STATE.owed_given > STATE.owed_taken:
+        STATE.owed_taken += 1  # the watcher has flushed: finish the course here
+    elif _watching(STATE.watcher):
         return  # the watcher flushes, then kills the process or calls us again
     else:
         _run_callback(signum, _dies_of_it())
-    previous = _previous
+    previous = STATE.previous
     if callable(previous):
         previous(signum, frame)
         return

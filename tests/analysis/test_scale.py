@@ -206,3 +206,62 @@ def test_the_summary_on_two_workers_is_the_summary_in_one_process(tmp_path):
         for process in data["processes"]:
             process.pop("created_s_before_now")
     assert one == two and one["skipped_lines"] == 1
+
+
+def _odd_lines(run: str) -> None:
+    """What real files hold besides clean records: torn, NaN and lone-surrogate lines, torchtitan-style files
+    without span ids, a rotated segment, a NUL tail, a torn last line."""
+    files = sorted(glob.glob(os.path.join(run, "structured_logs", "*.jsonl")))
+    for index, path in enumerate(files):
+        lines = open(path, "rb").read().splitlines()
+        odd = []
+        for number, line in enumerate(lines):
+            if number % 97 == 13:
+                odd.append(line[: len(line) // 2])  # torn
+            elif number % 89 == 7:
+                odd.append(line.replace(b'"event_name":null', b'"event_name":"x\\ud800"'))  # a lone surrogate, kept escaped
+            elif number % 83 == 5:
+                odd.append(line.replace(b'"log_level"', b'"ratio":NaN,"log_level"'))  # torchtitan's bare NaN
+            else:
+                odd.append(line)
+        if index % 3 == 0:  # torchtitan's files: no span ids, spans paired per lane
+            odd = [line.replace(b'"span_id"', b'"no_span_id"').replace(b'"parent_span_id"', b'"no_parent_span_id"') for line in odd]
+        if index % 4 == 1:  # rotated: the first half in the older segment
+            half = len(odd) // 2
+            with open(path + ".1", "wb") as handle:
+                handle.write(b"\n".join(odd[:half]) + b"\n")
+            odd = odd[half:]
+        data = b"\n".join(odd) + b"\n"
+        data = data + b"\0" * 64 if index % 5 == 2 else data[:-30] if index % 5 == 3 else data
+        with open(path, "wb") as handle:
+            handle.write(data)
+
+
+def _outputs(run: str, out: str) -> dict[str, object]:
+    summary = summarize_run(run, log_skipped=False)
+    data = summary.to_dict(now_us=2e15)
+    trace, native = os.path.join(out, "trace.json"), os.path.join(out, "trace.pftrace")
+    generate_gantt_trace(run, trace, log_skipped=False, max_output_bytes=None, jobs=1)
+    generate_gantt_trace(run, native, log_skipped=False, max_output_bytes=None, jobs=1)
+    tails = summarize_tails(run, log_skipped=False).to_dict(now_us=2e15)
+    return {"summary": data, "text": format_summary(summary, show_all=True), "tails": tails, "trace": open(trace, "rb").read(), "native": open(native, "rb").read()}
+
+
+@pytest.mark.parametrize("spec", [dict(ranks=16, steps=20, seed=21, hung=(9, 15), straggler=(3, "bwd", 30.0), black_boxes=True, pp=2, scalars=3),
+                                  dict(ranks=12, steps=24, seed=22, restart=(4, 12), drift_hosts=(1,), drift_ms=3.0)], ids=["hung", "restart"])
+def test_every_command_answers_the_same_with_the_typed_decoder_and_without(tmp_path, monkeypatch, spec):
+    """summarize, its tails and both traces: byte for byte the same whether lines are read by msgspec into trimmed
+    records or by orjson whole (the tolerant path), on runs with odd lines, torchtitan files and rotated segments."""
+    from otel_titan.analysis.read import lines as record_lines
+
+    run, _ = _run(tmp_path, **spec)
+    _odd_lines(run)
+    monkeypatch.setattr("time.time", lambda: 1.9e9)  # the text says how long ago the last record was
+    (tmp_path / "typed").mkdir()
+    (tmp_path / "whole").mkdir()
+    typed = _outputs(run, str(tmp_path / "typed"))
+    monkeypatch.setattr(record_lines, "_typed_decode", None)
+    whole = _outputs(run, str(tmp_path / "whole"))
+    assert typed["summary"]["skipped_lines"] > 0 and typed["summary"]["repaired_lines"] > 0  # the odd lines are there
+    for name in typed:
+        assert typed[name] == whole[name], name

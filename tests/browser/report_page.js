@@ -2,7 +2,7 @@
 // Usage: node report_page.js FILE.html CHROMIUM [SCREENSHOT.png]
 // Prints one JSON object: console errors, page errors, every request other than the file itself (all
 // aborted: the report must need none), per figure the number of drawn plot elements, and the time from
-// navigation to the last figure drawn, and what a reader sees (text, marks, axes, traces; see below). Used by tests/analysis/test_report.py, which kills the browser tree.
+// navigation to the last figure drawn, and what a reader sees (text, marks, axes, traces; see below). Used by tests/analysis/report/test_write.py, which kills the browser tree.
 'use strict';
 const puppeteer = require('puppeteer-core');
 const {pathToFileURL} = require('url');
@@ -51,7 +51,7 @@ async function main() {
       height: d.getBoundingClientRect().height,
     })));
     result.sections = await page.evaluate(() => Array.from(document.querySelectorAll('h2')).map((h) => h.textContent));
-    // What a reader sees, for the checks of tests/analysis/test_report.py: the page's text and every text the figures
+    // What a reader sees, for the checks of tests/analysis/report/test_write.py: the page's text and every text the figures
     // draw (axis labels, marks), the ranks the page marks as named, whether anything injected ran, sideways scrolling,
     // and per figure its axes (type, range, tick labels as drawn) and traces (type, colours, points drawn).
     Object.assign(result, await page.evaluate(() => ({

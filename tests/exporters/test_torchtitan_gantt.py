@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -30,9 +31,9 @@ def torchtitan_gantt():
     return titan_generate
 
 
-def _every_record_kind(run_dir, *scalars: dict) -> None:
-    """A run with every kind of record: nested spans, a failed span, asyncio tasks, instants, scalars, a heartbeat."""
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="titan", heartbeat_interval_s=0.1)
+def _every_record_kind(run_dir, *scalars: dict, step_rollups: bool = False) -> None:
+    """A run with every kind of record: nested spans, a failed span, asyncio tasks, instants, scalars, a heartbeat (and, asked, step rollups)."""
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="titan", heartbeat_interval_s=0.1, step_rollups=step_rollups)
     sl.log_trace_instant("training_start")
     for step in (1, 2):
         sl.set_step(step)
@@ -77,6 +78,31 @@ def test_torchtitans_gantt_generator_reads_every_kind_of_record_we_write(run_dir
     # Its bars agree with ours: same spans, same start times.
     ours = load_trace(generate_gantt_trace(run_dir, run_dir / "ours.json", log_skipped=False).output_path)
     assert sorted((e["name"], e["ts"]) for e in ours["traceEvents"] if e.get("cat") == "span") == sorted((e["name"], e["ts"]) for e in trace["traceEvents"] if e["ph"] == "X")
+
+
+def test_torchtitans_gantt_generator_still_reads_files_with_step_rollups(run_dir):
+    """A rollup line is one more instant to it; its bars, the spans, are the same as without rollups."""
+    _every_record_kind(run_dir, step_rollups=True)
+    records = read_records(jsonl_files(run_dir)[0])
+    rollups = [r for r in records if r["log_type_name"] == "step_rollup"]
+    assert [r["step"] for r in rollups] == [1, 2]
+
+    trace = torchtitan_gantt()(str(run_dir / "structured_logs"), str(run_dir / "titan.json"))
+
+    bars = sorted((e["name"], e["args"].get("step"), e["ts"]) for e in trace["traceEvents"] if e["ph"] == "X")
+    starts = {r["span_id"]: r["time_us"] for r in records if r["log_type_name"].endswith("_start")}
+    ends = sorted((r["log_type_name"][: -len("_end")], r.get("step"), starts[r["span_id"]]) for r in records if r["log_type_name"].endswith("_end"))
+    assert bars == ends and len(bars) == 9
+    instants = [e for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert sorted(e["args"].get("step") for e in instants if e["name"] == "step_rollup") == [1, 2]
+    assert {"training_start", "loss=2.5000", "ERROR: optim"} <= {e["name"] for e in instants}
+    # And the same file, with its rollup lines taken out, gives torchtitan the same bars and other instants.
+    stripped = run_dir / "stripped" / "structured_logs"
+    stripped.mkdir(parents=True)
+    (stripped / os.path.basename(jsonl_files(run_dir)[0])).write_text("".join(json.dumps(r) + "\n" for r in records if r not in rollups))
+    without = torchtitan_gantt()(str(stripped), str(run_dir / "titan-without.json"))
+    assert sorted((e["name"], e["ts"]) for e in without["traceEvents"] if e["ph"] == "X") == sorted((e["name"], e["ts"]) for e in trace["traceEvents"] if e["ph"] == "X")
+    assert sorted(e["name"] for e in without["traceEvents"] if e["ph"] == "i") == sorted(e["name"] for e in instants if e["name"] != "step_rollup")
 
 
 @pytest.mark.parametrize("value, written", [(float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")])

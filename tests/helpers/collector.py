@@ -37,8 +37,9 @@ def _accepting(port: int) -> bool:
 class RotelCollector:
     """Run ``rotel-agent start`` forwarding to `forward_to` (``http://127.0.0.1:<port>``)."""
 
-    def __init__(self, forward_to: str, workdir: Path) -> None:
+    def __init__(self, forward_to: str, workdir: Path, protocol: str = "grpc") -> None:
         self.forward_to = forward_to
+        self.protocol = protocol  # how it forwards: grpc, or http (OTLP/HTTP protobuf, gzip: rotel's default)
         self.workdir = workdir
         self.grpc_port = free_port()
         self.http_port = free_port()
@@ -69,7 +70,7 @@ class RotelCollector:
                 "--otlp-exporter-endpoint",
                 self.forward_to,
                 "--otlp-exporter-protocol",
-                "grpc",
+                self.protocol,
                 "--pid-file",
                 str(self.workdir / "rotel.pid"),
                 "--log-file",

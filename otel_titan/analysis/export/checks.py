@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import math
 
-from otel_titan.analysis.model.clocks import ClockAlignment, estimate_offsets
+from otel_titan.analysis.model.clocks import ClockAlignment, ClosingVisitor, estimate_offsets
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.records import RunLogs
 from otel_titan.analysis.read.lines import SkippedLines, file_records
-from otel_titan.analysis.model.collect import _Collector, _new_summary
 from otel_titan.analysis.read.tails import tail_records
 from otel_titan.analysis.model.timeline import walk_process
 
@@ -40,16 +39,17 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
     """Per-host clock offsets from the last steps of every process (reads only the files' tails).
 
     Example:
-        >>> # alignment = tail_alignment(run); alignment.describe()
+        >>> from otel_titan.analysis import read_run
+        >>> tail_alignment(read_run("outputs")).describe()
+        'not aligned: all ranks on one host (one clock)'
     """
-    collector = _Collector()
+    visitor = ClosingVisitor()  # the step-closing spans alone: nothing else of the summary's collector is needed here
     skipped = SkippedLines(log=False)
     for process in run.processes:
-        records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES)
-        summary = _new_summary(process)
-        collector.begin(process, summary)
-        walk_process(records, collector)
-    return estimate_offsets(spans for _, spans in collector.closing)
+        records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES, trimmed=True)
+        visitor.begin(process.host_name or process.label, process.label, process.attempt)
+        walk_process(records, visitor)
+    return estimate_offsets(visitor.closing)
 
 
 def _last_step(run: RunLogs) -> int | None:
@@ -57,7 +57,7 @@ def _last_step(run: RunLogs) -> int | None:
     best = None
     skipped = SkippedLines(log=False)
     for process in run.processes[:64]:  # the steps a run reached: a sample of processes says it
-        records, _ = tail_records(process, skipped, min_lines=16)
+        records, _ = tail_records(process, skipped, min_lines=16, trimmed=True)
         steps = [r["step"] for r in records if type(r.get("step")) is int]
         if steps and (best is None or max(steps) > best):
             best = max(steps)
@@ -89,8 +89,9 @@ def no_match_message(run: RunLogs, steps: StepRange | None, processes: int) -> s
     """Why an export wrote nothing: the filter, and what the run holds instead (its steps, its processes).
 
     Example:
-        >>> # no_match_message(run, StepRange(100, 200), 2)
-        >>> # → '…: no records match the filters: --steps 100:200, but the run's steps are 1–50 (2 processes selected)'
+        >>> from otel_titan.analysis import read_run
+        >>> no_match_message(read_run("outputs"), StepRange(100, 200), 2)
+        "outputs/structured_logs: no records match the filters: --steps 100:200, but the run's steps are 1–3 (2 processes selected)"
     """
     what = f"{run.log_dir}: no records match the filters"
     if steps is not None:
@@ -104,7 +105,14 @@ def check_size(run: RunLogs, steps: StepRange | None, limit: int = PERFETTO_MAX_
     """The estimated trace size in bytes; raises `TraceTooBigError` (with a window that fits) above `limit`.
 
     Example:
-        >>> # check_size(run, None)   → 412_000_000, or TraceTooBigError("… try --steps 151:200 …")
+        >>> from otel_titan.analysis import read_run
+        >>> run = read_run("outputs")
+        >>> 0 < check_size(run, None) < 100_000
+        True
+        >>> check_size(run, None, limit=1_000)
+        Traceback (most recent call last):
+        ...
+        otel_titan.analysis.export.checks.TraceTooBigError: the trace would be about ... Export a window instead: --steps ...; or --force to write it anyway.
     """
     last = _last_step(run)
     fraction = 1.0

@@ -37,8 +37,12 @@ import orjson
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.safe_text import json_bytes
 from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, error_details
+from otel_titan.schema import MetaEvent
 
 __all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT_TID_BASE", "STEP_TID", "UNKNOWN_TID", "ARG_FIELDS", "FAILED_COLOR", "INCOMPLETE_COLOR"]
+
+#: The logger's records that are no marker: `heartbeat` (it extends open spans) and `step_rollup` (totals of spans drawn as bars).
+_UNDRAWN = frozenset({MetaEvent.HEARTBEAT, MetaEvent.STEP_ROLLUP})
 
 #: Track ids: threads on their real tid (< 2**22 on Linux), steps and unknown threads just below the
 #: asyncio slots, which are above every possible tid (tid 0 would be shown as the process's main thread).
@@ -220,6 +224,17 @@ class ExportVisitor(TimelineVisitor):
 
     # -- events ---------------------------------------------------------------------------------
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        first = span.start
+        if first is not None and span.error is None and not incomplete:
+            # The common case (`span_event`'s first return), inline: one per span.
+            if self.steps is not None and first.get("step") not in self.steps:
+                return
+            self.stats.spans += 1
+            dur = dur_us if type(dur_us) is int else round(dur_us, 3)
+            if span.children_end >= end_us:
+                dur += 1  # strictly contain the children (module docstring)
+            self.add({"name": span.name, "cat": "span", "ph": "X", "ts": span.start_us, "dur": dur, "pid": self.pid, "tid": span.track, "args": {key: first[key] for key in ARG_FIELDS if key in first}})
+            return
         event = self.span_event(span, end, end_us, dur_us, incomplete)
         if event is not None:
             if span.children_end >= end_us:
@@ -306,8 +321,8 @@ class ExportVisitor(TimelineVisitor):
     def meta(self, record: dict[str, Any]) -> None:
         if self.steps is not None and record.get("step") not in self.steps:
             return
-        if record["log_type_name"] == "heartbeat":
-            return  # it only extends the process's last timestamp (and so its open spans)
+        if record["log_type_name"] in _UNDRAWN:
+            return  # a heartbeat only extends the process's last timestamp (and so its open spans); a rollup sums bars already drawn
         skip = ("log_type", "log_type_name", "event_name", "time", "time_ms", "time_us", "logger_name", "schema_version")
         args = {key: value for key, value in record.items() if key not in skip}
         event: dict[str, Any] = {"name": record["log_type_name"], "cat": "logger", "ph": "i", "s": "p", "ts": record["time_us"], "pid": self.pid, "tid": STEP_TID, "args": args}

@@ -189,9 +189,10 @@ def generate_gantt_trace(
     is written then).
 
     Example:
-        >>> # from otel_titan.analysis import generate_gantt_trace
-        >>> # stats = generate_gantt_trace("outputs/structured_logs/", "outputs/analysis/gantt.json")
-        >>> # print(stats.spans, stats.skipped_lines)
+        >>> from otel_titan.analysis import generate_gantt_trace
+        >>> stats = generate_gantt_trace("outputs/structured_logs/", "outputs/analysis/gantt.json")
+        >>> print(stats.spans, stats.skipped_lines, stats.output_path)
+        18 0 outputs/analysis/gantt.json
     """
 
     started = time.perf_counter()

@@ -50,11 +50,11 @@ def convert_in_workers(
     Counts go into `stats` and `skipped`, bytes read to `on_bytes` as workers
     report them. The part files are written beside the output, so a cluster's
     workers must see that folder (a shared filesystem, as the run's).
-    Raises RuntimeError when a worker fails (its error is logged first).
+    Raises `WorkerDiedError` (a RuntimeError) when a worker fails (its error is logged first).
 
-    Example:
-        >>> # called by generate_gantt_trace(..., jobs=2):
-        >>> # first_us = convert_in_workers(pid_groups(run.processes), 2, None, trace_file, stats, run.skipped, print)
+    Example (not run here: it starts worker interpreters; `generate_gantt_trace(..., jobs=2)`
+    calls it, and tests/analysis/export/test_parallel.py runs that):
+        >>> first_us = convert_in_workers(pid_groups(run.processes), 2, None, trace_file, stats, run.skipped, print)  # doctest: +SKIP
     """
     with tempfile.TemporaryDirectory(prefix="otel-titan-export-", dir=os.path.dirname(os.path.abspath(getattr(out, "path", ".")))) as work_dir:
         with open_workers(jobs, scheduler, "export worker", on_bytes) as workers:

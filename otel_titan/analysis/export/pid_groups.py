@@ -62,8 +62,13 @@ def write_groups(groups: Iterable[PidGroup], out: EventStream | PerfettoStream, 
     What `generate_gantt_trace` and each export worker run, one process after the other.
 
     Example:
-        >>> # with open("part", "wb") as handle:
-        >>> #     write_groups(pid_groups(run.processes), EventStream(handle), stats, None, run.skipped, None)
+        >>> import io
+        >>> from otel_titan.analysis import ExportStats, read_run
+        >>> from otel_titan.analysis.export.chrome_events import EventStream
+        >>> run, stats = read_run("outputs"), ExportStats(output_path="part")
+        >>> first_us = write_groups(pid_groups(run.processes), EventStream(io.BytesIO()), stats, None, run.skipped, None)
+        >>> stats.processes, stats.spans, first_us > 0
+        (2, 18, True)
     """
     visitor = (NativeVisitor if native else ExportVisitor)(out, stats, steps)  # type: ignore[arg-type]
     first_us: int | None = None
@@ -77,7 +82,7 @@ def write_groups(groups: Iterable[PidGroup], out: EventStream | PerfettoStream, 
         last_us: int | None = None
         for process in processes:
             visitor.begin_process(tracks, process.pid, process.modified_us)
-            extent = walk_process(process.records(skipped, on_bytes), visitor)
+            extent = walk_process(process.records(skipped, on_bytes, trimmed=True), visitor)
             stats.records += extent.records
             if extent.first_us is not None and (first_us is None or extent.first_us < first_us):
                 first_us = extent.first_us

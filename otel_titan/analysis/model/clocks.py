@@ -31,12 +31,16 @@ withheld rather than risked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
+
+from otel_titan.analysis.model.rules import attempt_step
+from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor
+from otel_titan.schema import StepCloser
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ClockAlignment", "ClosingSpans", "estimate_offsets", "MAX_RESIDUAL_US", "MIN_STEPS", "MAX_WINDOWS"]
+__all__ = ["ClockAlignment", "ClosingSpans", "ClosingVisitor", "estimate_offsets", "MAX_RESIDUAL_US", "MIN_STEPS", "MAX_WINDOWS"]
 
 #: The anchor's aligned ends must agree within this (µs, p95 over ranks and steps) to be used.
 MAX_RESIDUAL_US = 1000.0
@@ -62,6 +66,56 @@ class ClosingSpans:
         self.names.append(name)
         self.starts.append(start_us)
         self.ends.append(end_us)
+
+
+
+class ClosingVisitor(TimelineVisitor):
+    """A walk's step-closing spans and nothing else: per process, the last top-level span that ended in each step.
+
+    What clock alignment reads (`estimate_offsets`). The summary's collector
+    (`model.collect._Collector`) gathers the same, by the same rule, inline
+    with everything else it keeps (one pass; tests/analysis/model/test_clocks.py
+    checks that both find the same spans); the export's alignment from the
+    files' tails (`export.checks.tail_alignment`) walks them with this alone.
+
+    Example:
+        >>> from otel_titan.analysis.model.timeline import walk_process
+        >>> visitor = ClosingVisitor()
+        >>> visitor.begin("node-0", "rank 0", None)
+        >>> _ = walk_process([
+        ...     {"log_type": "event", "log_type_name": "fwd_start", "time_us": 10, "step": 1, "span_id": "a"},
+        ...     {"log_type": "event", "log_type_name": "fwd_end", "time_us": 30, "step": 1, "span_id": "a", "parent_span_id": None},
+        ...     {"log_type": "event", "log_type_name": "fwd_start", "time_us": 40, "step": 2, "span_id": "b"},
+        ... ], visitor)
+        >>> spans = visitor.closing[0]; spans.steps, spans.names, spans.starts, spans.ends
+        ([1], ['fwd'], [10], [30])
+    """
+
+    def __init__(self) -> None:
+        self.closing: list[ClosingSpans] = []
+        self._closer = StepCloser()
+        self._spans = ClosingSpans(host="", key=None)
+        self._attempt: int | None = None
+
+    def begin(self, host: str, key: object, attempt: int | None) -> None:
+        """The next records are one process's: `host` (whose clock they are on), `key` (its label), its `attempt`."""
+        self._spans = ClosingSpans(host=host, key=key)
+        self.closing.append(self._spans)
+        self._closer, self._attempt = StepCloser(), attempt
+
+    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+        if incomplete:
+            return
+        first = span.start if span.start is not None else end
+        step = first.get("step") if first is not None else None
+        if type(step) is int:  # the step-closing span's rule: schema.StepCloser, as the collector and the writer's rollups
+            self._closer.span_ended(step, span.name, span.start_us, end_us, first.get("parent_span_id") is None)  # type: ignore[union-attr]
+
+    def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
+        top = self._closer.closing(step)
+        if top is not None:
+            # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
+            self._spans.add(attempt_step(self._attempt, step), *top)
 
 
 @dataclass

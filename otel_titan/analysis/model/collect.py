@@ -46,7 +46,9 @@ from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file
 from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.model.scalar_steps import ScalarSteps
 from otel_titan.analysis.model.step_figures import StepFigures
+from otel_titan.analysis.model.step_grid import StepGrid
 from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
@@ -64,14 +66,16 @@ from otel_titan.analysis.model.stragglers import (
     lateness,
     peer_groups,
 )
+from otel_titan.analysis.model.rules import attempt_step as _attempt_step
 from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, WalkState, finish_walk, walk_process
 from otel_titan.analysis.workers import merge_skipped, skipped_result
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
-from otel_titan.schema import MetaEvent
+from otel_titan.schema import MetaEvent, StepCloser
 
 __all__ = [
     "summarize_run",
+    "read_model",
     "summarize_tails",
     "compare_ranks",
     "percentile",
@@ -87,6 +91,7 @@ __all__ = [
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
 _OPENED = MetaEvent.OPENED
+_ROLLUP = MetaEvent.STEP_ROLLUP
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:
@@ -108,6 +113,8 @@ class _Collector(TimelineVisitor):
         # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never merged.
         self.step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
+        # The same keys → rank → step → how many of its spans were summed there (the step table's counts, `model.step_table`).
+        self.phase_step_count: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # The same keys → rank → step → when the rank's last span of the phase in that step ended (µs, its host's clock).
         self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # (source, attempt, rank) → host (whose clock offset applies to its ends).
@@ -126,10 +133,14 @@ class _Collector(TimelineVisitor):
         self.figures = StepFigures()
         # Every rank's `run_config` hashes: the ranks whose configuration differs (config_drift.py).
         self.config_drift = ConfigDrift()
+        # For the report's figures (step_grid.py): (source, attempt) → rank → step → when it began (µs, own clock) ...
+        self.step_starts: dict[tuple[str, int | None], dict[int, dict[int, int]]] = {}
+        # ... and the scalars over steps (scalar_steps.py).
+        self.scalar_steps = ScalarSteps()
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`model.parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift}
+        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_count": self.phase_step_count, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift, "step_starts": self.step_starts, "scalar_steps": self.scalar_steps}
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -143,7 +154,7 @@ class _Collector(TimelineVisitor):
             mine.incomplete += acc.incomplete
             if acc.max_ms > mine.max_ms:
                 mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
-        for name in ("step_ms", "phase_step_ms", "phase_step_end"):
+        for name in ("step_ms", "phase_step_ms", "phase_step_count", "phase_step_end", "step_starts"):
             target = getattr(self, name)
             for key, per_rank in state.get(name, {}).items():
                 ranks = target.setdefault(key, {})
@@ -158,16 +169,22 @@ class _Collector(TimelineVisitor):
         self.figures.merge(state.get("figures", {}))
         if "config_drift" in state:
             self.config_drift.merge(state["config_drift"])
+        if "scalar_steps" in state:
+            self.scalar_steps.merge(state["scalar_steps"])
 
     def begin(self, process: ProcessLog, summary: ProcessSummary, whole: bool = True) -> None:
         self.process, self.summary = process, summary
         self.hang.begin(process.label, partial=not whole, world_size=process.world_size)
         self.open: list[tuple[OpenSpan, float]] = []
+        #: Span name → its (source, name) accumulator in `phases`, for this process (one lookup per span, no key built).
+        self.process_phases: dict[str, _PhaseAcc] = {}
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
+        self.phase_counts: dict[str, dict[int, int]] = {}
         self.phase_ends: dict[str, dict[int, int]] = {}
         self.step_begins: dict[int, int] = {}
-        self.last_top: tuple[int, str, int, int] | None = None
+        # The step-closing span of each step: the one rule the writer's rollups use too (schema.StepCloser).
+        self.closer = StepCloser()
         self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
         self.closing.append((process, self.closing_spans))
 
@@ -178,44 +195,64 @@ class _Collector(TimelineVisitor):
 
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
-        key = (self.process.source, span.name)
-        acc = self.phases.get(key)
+        name = span.name
+        acc = self.process_phases.get(name)
         if acc is None:
-            acc = self.phases[key] = _PhaseAcc()
+            acc = self._phase(name)
         if span.error is not None:
             acc.errors += 1
         if incomplete:
             acc.incomplete += 1
             self.open.append((span, dur_us))
-            self.hang.entered_span(span.name, (span.start or {}).get("step"))
+            self.hang.entered_span(name, (span.start or {}).get("step"))
             return
         hang = self.hang
         if hang.box is not None or hang.stalled or hang.quiet:
             hang.progress()
         ms = dur_us / 1000.0
         acc.durations.append(ms)
-        first = span.start if span.start is not None else end
+        start = span.start
+        first = start if start is not None else end
         step = first.get("step") if first is not None else None
-        step = step if type(step) is int else None
+        if type(step) is not int:
+            step = None
         if ms > acc.max_ms:
             acc.max_ms = ms
             acc.max_at = (self.process.label, self.process.rank, self.process.attempt, step)
         if step is not None:
-            if step == hang.step and span.name not in hang.entered_set:  # (inline: once per span)
-                hang.entered_span(span.name, step)
-            if first.get("parent_span_id") is None:  # type: ignore[union-attr]
-                self.last_top = (step, span.name, span.start_us, end_us)
-            sums = self.phase_sums.setdefault(span.name, {})
+            if step == hang.step and name not in hang.entered_set:  # (inline: once per span)
+                hang.entered_span(name, step)
+            if first.get("parent_span_id") is None:  # type: ignore[union-attr]  # the step-closing span's rule (schema.StepCloser)
+                self.closer.span_ended(step, name, span.start_us, end_us, True)
+            sums = self.phase_sums.get(name)
+            if sums is None:
+                sums = self.phase_sums[name] = {}
             sums[step] = sums.get(step, 0.0) + ms
-            ends = self.phase_ends.setdefault(span.name, {})
+            counts = self.phase_counts.get(name)
+            if counts is None:
+                counts = self.phase_counts[name] = {}
+            counts[step] = counts.get(step, 0) + 1
+            ends = self.phase_ends.get(name)
+            if ends is None:
+                ends = self.phase_ends[name] = {}
             if end_us > ends.get(step, end_us - 1):
                 ends[step] = end_us
-            begin = self.step_begins.get(step)
-            if begin is not None and span.start is not None:
-                offsets = self.phase_offsets.get(key)
-                if offsets is None:
-                    offsets = self.phase_offsets[key] = array("d")
-                offsets.append((span.start_us - begin) / 1000.0)
+            if start is not None:
+                begin = self.step_begins.get(step)
+                if begin is not None:
+                    offsets = self.phase_offsets.get((self.process.source, name))
+                    if offsets is None:
+                        offsets = self.phase_offsets[(self.process.source, name)] = array("d")
+                    offsets.append((span.start_us - begin) / 1000.0)
+
+    def _phase(self, name: str) -> _PhaseAcc:
+        """The run-wide accumulator of this process's source and phase `name`, remembered for the process."""
+        key = (self.process.source, name)
+        acc = self.phases.get(key)
+        if acc is None:
+            acc = self.phases[key] = _PhaseAcc()
+        self.process_phases[name] = acc
+        return acc
 
     def instant(self, record: dict[str, Any], track: Any) -> None:
         self.hang.progress_at()  # an instant after a black box is progress
@@ -226,6 +263,7 @@ class _Collector(TimelineVisitor):
         self.hang.progress_at()  # a scalar after a black box is progress too
         process = self.process
         self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
+        self.scalar_steps.observe(record)
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
         self.hang.progress()
@@ -252,10 +290,11 @@ class _Collector(TimelineVisitor):
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
-        top = self.last_top
-        if top is not None and top[0] == step:
+        # The step-closing span (`schema.StepCloser`; SQL's alignment applies it too, `rules.CLOSING_SPAN_SQL`).
+        top = self.closer.closing(step)
+        if top is not None:
             # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
-            self.closing_spans.add(_attempt_step(self.process.attempt, step), top[1], top[2], top[3])
+            self.closing_spans.add(_attempt_step(self.process.attempt, step), *top)
 
     def end(self, last_us: int | None) -> None:
         process, summary = self.process, self.summary
@@ -267,10 +306,14 @@ class _Collector(TimelineVisitor):
             for phase, sums in self.phase_sums.items():
                 per_rank = self.phase_step_ms.setdefault((process.source, process.attempt, phase), {})
                 per_rank.setdefault(process.rank, {}).update(sums)
+            for phase, counts in self.phase_counts.items():
+                per_rank_count = self.phase_step_count.setdefault((process.source, process.attempt, phase), {})
+                per_rank_count.setdefault(process.rank, {}).update(counts)
             for phase, ends in self.phase_ends.items():
                 per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
                 per_rank_end.setdefault(process.rank, {}).update(ends)
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
+            self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {}).update(self.step_begins)
             self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
         self.hang.end()
         summary.open_span_count = len(self.open)
@@ -301,29 +344,26 @@ class _Collector(TimelineVisitor):
         summary.open_spans = listed
 
 
-def _attempt_step(attempt: int | None, step: int) -> int:
-    """One number per (attempt, step), so that a restart's step N is not the first attempt's."""
-    return (attempt or 0) * _ATTEMPT_STRIDE + step
-
-
-_ATTEMPT_STRIDE = 1 << 40
-
-
 class _Observed:
     """Where `_observe` stands between two records (picklable: the cache resumes a process where its cached read ended)."""
 
-    __slots__ = ("expected_seq", "last_name", "writer")
+    __slots__ = ("expected_seq", "last_name", "writer", "last_program", "last_step", "last_step_record")
 
     def __init__(self) -> None:
         self.expected_seq: int | None = None
         self.last_name: str | None = None
         self.writer: Any = None
+        # The last program record, and the last one with the highest step so far: their fields are read once, at
+        # the end of a pass, instead of being copied into the summary for every record.
+        self.last_program: dict[str, Any] | None = None
+        self.last_step: int | None = None
+        self.last_step_record: dict[str, Any] | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.expected_seq, self.last_name, self.writer)
+        return (self.expected_seq, self.last_name, self.writer, self.last_program, self.last_step, self.last_step_record)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.expected_seq, self.last_name, self.writer = state
+        self.expected_seq, self.last_name, self.writer, self.last_program, self.last_step, self.last_step_record = state
 
 
 def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True, state: _Observed | None = None) -> Iterator[dict[str, Any]]:
@@ -335,30 +375,39 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
     """
     state = _Observed() if state is None else state
     expected_seq, last_name, writer = state.expected_seq, state.last_name, state.writer
-    for record in records:
-        name = record["log_type_name"]
-        last_name = name
-        if writer is None:
-            writer = record.get("logger_name", "")
-            if name == _OPENED:  # the first line of an otel-titan file: when the file was created
-                summary.created_us = record["time_us"]
-        seq = record.get("seq_id")
-        if type(seq) is int and whole:
-            if expected_seq is None:
-                summary.first_seq_id = seq
-            elif seq > expected_seq:
-                summary.lost_lines += seq - expected_seq
-            expected_seq = seq + 1
-        if name not in META_EVENTS:
-            summary.last_event, summary.last_event_us = name, record["time_us"]
-            step = record.get("step")
-            summary.last_event_step = step if type(step) is int else None
-            if type(step) is int and (summary.last_step is None or step >= summary.last_step):
-                summary.last_step = step
-                relative = record.get("relative_step")
-                summary.last_relative_step = relative if type(relative) is int else None
-        yield record
-    state.expected_seq, state.last_name, state.writer = expected_seq, last_name, writer
+    last_program, last_step, last_step_record = state.last_program, state.last_step, state.last_step_record
+    meta_events = META_EVENTS
+    try:
+        for record in records:
+            name = record["log_type_name"]
+            last_name = name
+            if writer is None and name != _ROLLUP:  # a rollup carries a short identity, no logger name (a tail may begin with one)
+                writer = record.get("logger_name", "")
+                if name == _OPENED:  # the first line of an otel-titan file: when the file was created
+                    summary.created_us = record["time_us"]
+            seq = record.get("seq_id")
+            if type(seq) is int and whole:
+                if expected_seq is None:
+                    summary.first_seq_id = seq
+                elif seq > expected_seq:
+                    summary.lost_lines += seq - expected_seq
+                expected_seq = seq + 1
+            if name not in meta_events:
+                last_program = record
+                step = record.get("step")
+                if type(step) is int and (last_step is None or step >= last_step):
+                    last_step, last_step_record = step, record
+            yield record
+    finally:
+        state.expected_seq, state.last_name, state.writer = expected_seq, last_name, writer
+        state.last_program, state.last_step, state.last_step_record = last_program, last_step, last_step_record
+        if last_program is not None:
+            step = last_program.get("step")
+            summary.last_event, summary.last_event_us, summary.last_event_step = last_program["log_type_name"], last_program["time_us"], step if type(step) is int else None
+        if last_step_record is not None:
+            summary.last_step = last_step
+            relative = last_step_record.get("relative_step")
+            summary.last_relative_step = relative if type(relative) is int else None
     _observed_end(state, summary)
 
 
@@ -380,6 +429,7 @@ def summarize_run(
     jobs: int | None = None,
     scheduler: str | None = None,
     cache: bool = True,
+    on_collected: Callable[[Any], None] | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
@@ -397,20 +447,55 @@ def summarize_run(
     read kept, in the analysis cache (`model.cache`: beside the run, or in the
     user's cache folder): an unchanged run is not read again, a grown one only
     from where it was; False reads every byte and keeps nothing (``--no-cache``).
+    `on_collected(collector)` is called once the run is read, with the
+    accumulators the summary is made from (per rank, step and phase): what a
+    caller keeps beyond the summary (`RunAnalysis.steps`, `model.step_table`).
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `read.runs.UnknownRunError`).
 
     Example:
-        >>> # from otel_titan.analysis import summarize_run, format_summary
-        >>> # summary = summarize_run("outputs")
-        >>> # print(format_summary(summary))          # the tables
-        >>> # [p.last_event for p in summary.processes]  # e.g. ['optimizer_end', 'data_fetch_start']
+        >>> from otel_titan.analysis import summarize_run, format_summary
+        >>> summary = summarize_run("outputs")
+        >>> print(format_summary(summary))          # the tables
+        Run outputs  (2 processes, logs in outputs/structured_logs)
+        ...
+        >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
+        [('training rank 0', 3, True), ('training rank 1', 3, True)]
+    """
+    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, cache=cache, on_collected=on_collected)[0]
+
+
+def read_model(
+    path: str | os.PathLike[str],
+    *,
+    ranks: Iterable[int] | None = None,
+    sources: Iterable[str] | None = None,
+    run_id: str | None = None,
+    log_skipped: bool = True,
+    align: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    cache: bool = True,
+    on_collected: Callable[[Any], None] | None = None,
+) -> tuple[RunSummary, StepGrid]:
+    """`summarize_run`'s summary and the grid of ranks × steps it was drawn from (`model.step_grid`), from one read.
+
+    What ``report`` draws: the same read, the same rules, so the page and
+    ``summarize`` agree. Arguments and errors as `summarize_run`.
+
+    Example:
+        >>> summary, grid = read_model("outputs")
+        >>> grid.source_steps("training"), len(summary.processes)
+        ((1, 3), 2)
     """
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
     collector, processes = collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, jobs=jobs, scheduler=scheduler, cache=cache, on_bytes=on_bytes, log_skipped=log_skipped)
+    if on_collected is not None:
+        on_collected(collector)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
@@ -423,7 +508,7 @@ def summarize_run(
     summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
-    return summary
+    return summary, _step_grid(collector, alignment, logs.total_bytes)
 
 
 # -- one process's read, resumable (the analysis cache, `model.cache`) ----------------------------
@@ -471,13 +556,11 @@ class ProcessRead:
         except OSError:
             self.complete = False
             records = file_records(path, self.skipped, on_bytes)  # counts it as "cannot open", as a read of the whole run would
-            records = _shifted(records, process.clock_offset_us) if process.clock_offset_us else records
             walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
             return
         reader = RangeReader(handle, start, stop)
-        records = file_records(path, self.skipped, on_bytes, source=reader, first_line=first_line)  # type: ignore[arg-type]
-        if process.clock_offset_us:  # on the aligned clock, as `ProcessLog.records` gives them (never cached: `plan_reads`)
-            records = _shifted(records, process.clock_offset_us)
+        # On the aligned clock, as `ProcessLog.records` gives them (a shifted read is never cached: `plan_reads`).
+        records = file_records(path, self.skipped, on_bytes, source=reader, first_line=first_line, offset_us=process.clock_offset_us, trimmed=True)  # type: ignore[arg-type]
         walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
         self.lines[segment] = first_line + reader.newlines
         if stop is not None and reader.left:
@@ -493,12 +576,6 @@ class ProcessRead:
         summary.skipped_lines = self.skipped.count
         _finish_process(summary, process)
         return self.collector, summary, self.skipped
-
-
-def _shifted(records: Iterator[dict[str, Any]], offset_us: int) -> Iterator[dict[str, Any]]:
-    for record in records:
-        record["time_us"] -= offset_us
-        yield record
 
 
 def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:
@@ -680,8 +757,10 @@ def summarize_tails(
     record, signal, torn last line, hang suspects (their files are read whole:
     they are tiny). No phases, stragglers or clock alignment (`tail_only` is True).
 
-    Example:
-        >>> # summary = summarize_tails("outputs"); [g.event for g in summary.stopped_at]
+    Example (both ranks of the run stopped after their last step's scalar):
+        >>> summary = summarize_tails("outputs")
+        >>> summary.tail_only, [g.event for g in summary.stopped_at]
+        (True, ['metric_value'])
     """
 
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
@@ -690,7 +769,7 @@ def summarize_tails(
     for process in logs.processes:
         summary = _new_summary(process)
         skipped_before = logs.skipped.count
-        records, whole = tail_records(process, logs.skipped)
+        records, whole = tail_records(process, logs.skipped, trimmed=True)
         collector.begin(process, summary, whole=whole)
         extent = walk_process(_observe(records, summary, whole=whole), collector)
         collector.end(extent.last_us)
@@ -932,14 +1011,15 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
             mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
             if len(mine) < 2:
                 continue
-            _, slowness = (None, everyone) if mine.keys() == per_rank.keys() else compare_ranks(mine, rows=False)  # one group of all: computed above
+            # One group of every rank (no mesh, or one stage): its verdicts are the table's.
+            _, slowness = ([], everyone) if len(mine) == len(per_rank) else compare_ranks(mine, table=False)
             result.ranks_by_slowness += slowness
             result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
             for phase, phase_ranks in sorted(phases.items()):
                 peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
                 if len(peers_times) < 2:
                     continue
-                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms, rows=False)
+                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms, table=False)
                 ends = {rank: by_step for rank, by_step in collector.phase_step_end.get((source, attempt, phase), {}).items() if rank in peers_times}
                 for slow in phase_slowness:
                     if not slow.differs:
@@ -976,6 +1056,20 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
         _legacy_lists(result, collector, source)
         out.append(result)
     return out
+
+
+def _step_grid(collector: _Collector, alignment: ClockAlignment, bytes_read: int) -> StepGrid:
+    """The collector's per-rank, per-step facts as the report draws them (`model.step_grid`); arrivals at the anchor, when there is one."""
+    arrival: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
+    if alignment.anchor is not None:
+        for key, per_rank in collector.step_starts.items():
+            for rank, by_step in _anchor_spans(collector, key[0], key[1], alignment.anchor).items():
+                starts = per_rank.get(rank, {})
+                arrived = {step: (start_us - starts[step]) / 1000.0 for step, (start_us, _) in by_step.items() if step in starts}
+                if arrived:
+                    arrival.setdefault(key, {})[rank] = arrived
+    return StepGrid(step_ms=collector.step_ms, step_starts=collector.step_starts, phase_step_ms=collector.phase_step_ms, arrival_ms=arrival,
+                    anchor=alignment.anchor, scalars=collector.scalar_steps.series, bytes_read=bytes_read)
 
 
 def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int, dict[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:

@@ -112,8 +112,9 @@ _MISSING = object()
 def find_config_drift(path: str, ranks: Iterable[int] | None = None) -> list[DriftFinding]:
     """Read a run's files (every record: a full pass) and return its configuration drift findings.
 
-    Example:
-        >>> # for finding in find_config_drift("outputs"): print(finding.message)
+    Example (a run whose ranks all logged the same configuration, or none: nothing to say):
+        >>> [finding.message for finding in find_config_drift("outputs")]
+        []
     """
     run = read_run(path, ranks=ranks)
     drift = ConfigDrift()

@@ -313,8 +313,10 @@ class RunSummary:
     def straggler_findings(self, headline_only: bool = False) -> list[StragglerFinding]:
         """Every straggler finding of the run (or only those for "Look first at"), most costly first.
 
-        Example:
-            >>> # [(f.rank, f.what, f.cost_per_step_ms) for f in summarize_run("outputs").straggler_findings()]
+        Example (a run of 3 steps: too few to call anyone a straggler):
+            >>> from otel_titan.analysis import summarize_run
+            >>> [(f.rank, f.what, f.cost_per_step_ms) for f in summarize_run("outputs").straggler_findings()]
+            []
         """
         found = [f for group in self.stragglers for f in group.findings if f.headline or not headline_only]
         return sorted(found, key=lambda f: (not f.headline, f.verdict != "straggler", -f.cost_per_step_ms, f.rank))
@@ -327,7 +329,11 @@ class RunSummary:
         computed from these facts, so this module sits below it.
 
         Example:
-            >>> # json.dumps(summarize_run("outputs").to_dict())
+            >>> import json
+            >>> from otel_titan.analysis import summarize_run
+            >>> facts = json.loads(json.dumps(summarize_run("outputs").to_dict()))
+            >>> [p["label"] for p in facts["processes"]]
+            ['training rank 0', 'training rank 1']
         """
         data = asdict(self)
         now_us = time.time() * 1e6 if now_us is None else now_us

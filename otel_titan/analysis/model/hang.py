@@ -203,16 +203,19 @@ def read_faulthandler_stacks(path: str) -> dict[str, Any] | None:
     return {"reason": "faulthandler", "time_us": time_us, "armed_us": armed_us, "threads": threads}
 
 
-def side_file_of(base: str) -> str:
+def side_file_of(base: str, oldest: str | None = None) -> str:
     """The faulthandler side file of the process whose active JSONL file is `base`.
 
     Named by the ``stacks_file`` field of its opening record (the first line of
     its oldest segment still on disk); else by `stacks_file_name` (the opening
     record rotated away); else ``<base>.stacks``, the name older runs used (named
     like a rotated segment, which ``*.jsonl*`` globs took for one).
+    `oldest`: that segment, when the caller knows it (the reader listed the
+    folder once: listing it again per process is O(ranks²) at 1,000 ranks).
     """
     folder = os.path.dirname(base)
-    oldest = max(glob.glob(glob.escape(base) + ".[0-9]*"), key=lambda p: int(p.rsplit(".", 1)[1]) if p.rsplit(".", 1)[1].isdigit() else -1, default=base)
+    if oldest is None:
+        oldest = max(glob.glob(glob.escape(base) + ".[0-9]*"), key=lambda p: int(p.rsplit(".", 1)[1]) if p.rsplit(".", 1)[1].isdigit() else -1, default=base)
     try:
         with open(oldest, "rb") as handle:
             first = json.loads(handle.readline(64 << 10) or b"{}")
@@ -353,7 +356,8 @@ def build_hang(
         dump = None
         base = bases.get(process.label)
         if base and (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
-            dump = read_faulthandler_stacks(side_file_of(base))
+            files = getattr(process, "files", None)  # a ProcessSummary's segments, oldest first (names only)
+            dump = read_faulthandler_stacks(side_file_of(base, os.path.join(os.path.dirname(base), files[0]) if files else None))
             if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
                 dump = None  # written before the process's last record: a stall it recovered from, not where it is
         fr = (box or {}).get("fr")

@@ -40,7 +40,12 @@ def read_in_workers(processes: list[ProcessLog], plans: list[ReadPlan], jobs: in
     """Each process read as its `ReadPlan` says, in `jobs` local workers or on the Dask cluster at `scheduler`: the pickled reads, in the order of `processes`.
 
     Shares are cut by the bytes left to read (a resumed read costs only what
-    was appended). Raises RuntimeError when a worker fails (its error is logged first).
+    was appended). Raises `WorkerDiedError` (a RuntimeError) when a worker
+    fails (its error is logged first).
+
+    Example (not run here: it starts worker interpreters; `summarize_run(..., jobs=2)` is the call
+    to make, and tests/analysis/workers/test_executors.py runs it):
+        >>> blobs = read_in_workers(run.processes, plans, 2, print)  # doctest: +SKIP
     """
     with open_workers(jobs, scheduler, "summary worker", on_bytes) as workers:
         buckets = balance(plans, min(workers.slots, len(plans)), lambda plan: plan.bytes_to_read)

@@ -40,6 +40,7 @@ from collections import defaultdict
 from typing import Callable, Mapping
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
+from otel_titan.analysis.model.rules import MEDIAN_SE, robust_sd
 from otel_titan.schema import DATA_PARALLEL_PREFIX
 
 __all__ = [
@@ -93,9 +94,6 @@ STRAGGLER_RULE = {
     "min_ranks_for_majority": MIN_MAJORITY,
     "headline_min_cost_share_of_step_pct": HEADLINE_MIN_SHARE * 100,
 }
-#: MAD × this estimates a standard deviation (normal data); × 1.2533 / √n more: the standard error of a median.
-_MAD_TO_SD = 1.4826
-_MEDIAN_SE = 1.2533
 #: Up to this many ranks, the spread of "the other ranks" leaves each rank out exactly.
 _EXACT_SPREAD_UP_TO = 64
 
@@ -132,7 +130,7 @@ def describe_group(key: tuple[tuple[str, int], ...]) -> str:
 
 
 # -- the statistic ---------------------------------------------------------------------------------
-def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, rows: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
+def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, table: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
     """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
 
     A rank's *excess* is its median minus the median of the other ranks'
@@ -142,11 +140,12 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
     a phase) at least `MIN_STEP_SHARE` of the step; it is a *straggler* when it
     differs among at least `MIN_MAJORITY` ranks (with two, either could be the
     odd one). The noise is the larger of the spread of the other ranks'
-    medians (1.4826 × MAD) and the standard error of the rank's median
-    per-step difference from the others (1.2533 × 1.4826 × MAD / √n);
+    medians (`rules.robust_sd`: 1.4826 × MAD) and the standard error of the
+    rank's median per-step difference from the others (`rules.MEDIAN_SE` ×
+    that spread / √n: 1.2533 × 1.4826 × MAD / √n);
     `robust_z` is None when both are 0. Ranks come out stragglers first, then
-    by excess. `rows` False: the per-step table is not built (an empty list:
-    the verdicts only, at a sixth less cost at 1,024 ranks).
+    by excess. `table` False: the per-step rows are not built (an empty list;
+    a caller that only wants the verdicts saves a dict per step).
 
     Example:
         >>> steps, ranks = compare_ranks({0: {s: 10.0 for s in range(1, 9)}, 1: {s: 15.0 + s % 2 for s in range(1, 9)}, 2: {s: 10.5 for s in range(1, 9)}})
@@ -160,7 +159,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
     for rank, by_step in per_rank.items():
         for step, ms in by_step.items():
             steps[step][rank] = ms
-    table: list[StepTimes] = []
+    rows: list[StepTimes] = []
     slowest_count: dict[int, int] = {}
     own: dict[int, list[float]] = defaultdict(list)
     differences: dict[int, list[float]] = defaultdict(list)
@@ -179,13 +178,13 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         for rank, ms in times.items():
             own[rank].append(ms)
             differences[rank].append(ms - without(ms))
-        if rows:
-            table.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
+        if table:
+            rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
     medians = {rank: statistics.median(values) for rank, values in own.items()}
     ordered_medians = sorted(medians.values())
     # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
     # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
-    shared_spread = _MAD_TO_SD * _mad(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
+    shared_spread = robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
     majority = len(medians) >= MIN_MAJORITY
     ranks = []
     for rank, values in own.items():
@@ -196,8 +195,8 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             spread = shared_spread
         else:
             others = [median for other, median in medians.items() if other != rank]
-            spread = _MAD_TO_SD * _mad(others) if len(others) > 1 else 0.0
-        standard_error = _MEDIAN_SE * _MAD_TO_SD * _mad(differences[rank]) / math.sqrt(len(values))
+            spread = robust_sd(others) if len(others) > 1 else 0.0
+        standard_error = MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values))
         noise = max(spread, standard_error)
         z = excess / noise if noise > 0 else None
         differs = (
@@ -223,24 +222,20 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             )
         )
     ranks.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
-    return table, ranks
-
-
-def _mad(values: list[float]) -> float:
-    """Median absolute deviation from the median."""
-    center = statistics.median(values)
-    return statistics.median([abs(v - center) for v in values])
+    return rows, ranks
 
 
 def _median_without(ordered: list[float], value: float) -> float:
     """Median of sorted `ordered` with one occurrence of `value` left out (O(log n), not O(n))."""
     skip = bisect.bisect_left(ordered, value)
     n = len(ordered) - 1
-
-    def at(i: int) -> float:
-        return ordered[i if i < skip else i + 1]
-
-    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+    middle = n // 2
+    # ordered[i] of the list without `value` is ordered[i] before `skip`, ordered[i + 1] from it on.
+    if n % 2:
+        return ordered[middle] if middle < skip else ordered[middle + 1]
+    low = ordered[middle - 1] if middle - 1 < skip else ordered[middle]
+    high = ordered[middle] if middle < skip else ordered[middle + 1]
+    return (low + high) / 2
 
 
 def _median_without_each(ordered: list[float]) -> Callable[[float], float]:

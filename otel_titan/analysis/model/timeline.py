@@ -178,7 +178,9 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
     by_id, stacks, tracks = state.by_id, state.stacks, state.tracks
     last_us, first_us, count = state.last_us, state.first_us, state.count
     step, step_begin, step_first = state.step, state.step_begin, state.step_first
-    meta_events = META_EVENTS
+    # What each record name is (`_event_kind`, `_other_kind`), worked out once per name, not once per record.
+    event_kinds: dict[str, tuple[int, str]] = {}
+    other_kinds: dict[str, int] = {}
     # Bound once: these run for nearly every record.
     on_span, on_scalar, on_instant, on_begun = visitor.span, visitor.scalar, visitor.instant, visitor.span_begun
 
@@ -192,83 +194,95 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
         elif time_us < first_us:  # type: ignore[operator]
             first_us = time_us
         name = record["log_type_name"]
-        is_start = False
         if record["log_type"] == "event":
-            if name.endswith("_end"):
+            known = event_kinds.get(name)
+            if known is None:
+                known = _event_kind(name, event_kinds, other_kinds)
+            kind, base = known
+            if kind == _END:
                 span_id = record.get("span_id")
-                span = by_id.pop(span_id, None) if span_id else _pop_lifo(stacks, (record.get("tid"), record.get("task_name")), name[:-4] or _UNNAMED)
+                span = by_id.pop(span_id, None) if span_id else _pop_lifo(stacks, (record.get("tid"), record.get("task_name")), base)
                 value = record.get("value")
                 if span is None:
-                    _orphan_end(record, name[:-4] or _UNNAMED, time_us, value, stacks, tracks, visitor)
+                    _orphan_end(record, base, time_us, value, stacks, tracks, visitor)
                     continue
-                stack = stacks[span.lane]
+                lane = span.lane
+                stack = stacks[lane]
                 if stack[-1] is span:
                     stack.pop()
                 else:
                     stack.remove(span)
-                elapsed = time_us - span.start_us
-                if type(value) in (int, float) and 0 <= value < _MAX_MS:
+                start_us = span.start_us
+                elapsed = time_us - start_us
+                value_type = type(value)
+                if (value_type is float or value_type is int) and 0 <= value < _MAX_MS:
                     monotonic = value * 1000.0
                     # Both timestamps are whole µs, rounded alike, so a child never pokes out of its parent;
                     # `value` (a monotonic clock) is only needed when the wall clock jumped during the span.
                     dur_us = elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
                 else:
-                    dur_us = max(elapsed, 0)
-                end_us = span.start_us + int(dur_us)
+                    dur_us = elapsed if elapsed > 0 else 0
+                end_us = start_us + int(dur_us)
                 if span.children_end > end_us:
                     # A child's end, computed from another clock reading, can come a few µs later: cover it.
                     end_us = span.children_end
-                    dur_us = end_us - span.start_us
+                    dur_us = end_us - start_us
                 on_span(span, record, end_us, dur_us, False)
                 if stack:
                     enclosing = stack[-1]
                     if end_us > enclosing.children_end:
                         enclosing.children_end = end_us
                 else:
-                    del stacks[span.lane]
-                    visitor.lane_closed(span.lane, tracks.pop(span.lane))
+                    del stacks[lane]
+                    visitor.lane_closed(lane, tracks.pop(lane))
                 continue
-            if name.endswith("_error"):
+            if kind == _ERROR:
                 lane = (record.get("tid"), record.get("task_name"))
-                span = _find_open(by_id, stacks, lane, record.get("span_id"), name[:-6] or _UNNAMED)
+                span = _find_open(by_id, stacks, lane, record.get("span_id"), base)
                 if span is not None:
                     span.error = record
                 visitor.error(record, span, span.track if span is not None else tracks.get(lane))
                 continue
-            is_start = name.endswith("_start")
+        else:
+            kind = other_kinds.get(name)  # type: ignore[assignment]
+            if kind is None:
+                kind = _other_kind(name, other_kinds)
+            base = name
+
+        if kind == _META:
+            visitor.meta(record)
+            continue
 
         # A _start, an instant or a scalar stamped with a higher step begins that step.
         record_step = record.get("step")
-        if record_step != step and type(record_step) is int and (step is None or record_step > step) and name not in meta_events:
+        if record_step != step and type(record_step) is int and (step is None or record_step > step):
             if step is not None and step_first is not None:
                 visitor.step(step, step_begin, time_us, step_first)
             step, step_begin, step_first = record_step, time_us, record
             visitor.step_begun(step, time_us)
 
-        lane = (record.get("tid"), record.get("task_name"))
-        if is_start:
-            stack = stacks.get(lane)
+        if kind == _START:
+            lane = (record.get("tid"), record.get("task_name"))
+            stack = stacks.get(lane)  # type: ignore[assignment]
             if not stack:
                 stack = stacks[lane] = []
                 tracks[lane] = visitor.lane_opened(lane)
             parent_id = record.get("parent_span_id")
+            span_id = record.get("span_id")
             # Nesting from the records' own parent ids; without them (torchtitan's files), the lane's innermost.
             if parent_id and type(parent_id) is str:
                 parent = by_id.get(parent_id) or (stack[-1] if stack else None)  # a parent seen in no segment read: the lane's
             else:
-                parent = stack[-1] if stack and not record.get("span_id") else None
-            span = OpenSpan(name[:-6] or _UNNAMED, time_us, record, lane, tracks[lane], parent, count)
+                parent = stack[-1] if stack and not span_id else None
+            span = OpenSpan(base, time_us, record, lane, tracks[lane], parent, count)
             stack.append(span)
-            span_id = record.get("span_id")
             if span_id:
                 by_id[span_id] = span
             on_begun(span)
-        elif name == "metric_value":
-            on_scalar(record, tracks.get(lane))
-        elif name in meta_events:
-            visitor.meta(record)
+        elif kind == _SCALAR:
+            on_scalar(record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None)
         else:
-            on_instant(record, tracks.get(lane))
+            on_instant(record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None)
 
     state.last_us, state.first_us, state.count = last_us, first_us, count
     state.step, state.step_begin, state.step_first = step, step_begin, step_first
@@ -292,6 +306,37 @@ def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
     if step is not None and step_first is not None:
         visitor.step(step, step_begin, last_us, step_first)
     return ProcessExtent(count, state.first_us, last_us)
+
+
+#: What a record is, by its name (and whether its ``log_type`` is "event"): `walk_process`'s branches.
+_END, _ERROR, _START, _SCALAR, _META, _INSTANT = range(6)
+#: Distinct names remembered per process; beyond, the tables start again (a file of random names stays small).
+_KINDS_KEPT = 4096
+
+
+def _event_kind(name: str, event_kinds: dict[str, tuple[int, str]], other_kinds: dict[str, int]) -> tuple[int, str]:
+    """(kind, span name) of an ``event`` record named `name`, remembered in `event_kinds`."""
+    if name.endswith("_end"):
+        known = (_END, name[:-4] or _UNNAMED)
+    elif name.endswith("_error"):
+        known = (_ERROR, name[:-6] or _UNNAMED)
+    elif name.endswith("_start"):
+        known = (_START, name[:-6] or _UNNAMED)
+    else:
+        known = (_other_kind(name, other_kinds), name)
+    if len(event_kinds) >= _KINDS_KEPT:
+        event_kinds.clear()
+    event_kinds[name] = known
+    return known
+
+
+def _other_kind(name: str, other_kinds: dict[str, int]) -> int:
+    """The kind of a record that opens, ends or fails no span: a scalar, one of the logger's own, or an instant."""
+    kind = _SCALAR if name == "metric_value" else _META if name in META_EVENTS else _INSTANT
+    if len(other_kinds) >= _KINDS_KEPT:
+        other_kinds.clear()
+    other_kinds[name] = kind
+    return kind
 
 
 def _find_open(by_id: dict[str, OpenSpan], stacks: dict[Lane, list[OpenSpan]], lane: Lane, span_id: Any, base: str) -> OpenSpan | None:

@@ -26,8 +26,9 @@ DuckDB is an optional dependency (``pip install otel-titan[analysis]``): the
 library and the other commands never import it.
 
 Example:
-    >>> # db = open_run("outputs"); db.load()
-    >>> # db.con.sql("SELECT name, quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name").show()
+    >>> db = open_run("outputs"); db.load()
+    >>> db.con.sql("SELECT name, count(*) AS spans FROM spans GROUP BY name ORDER BY name").fetchall()
+    [('data_fetch', 6), ('fwd_bwd', 6), ('optimizer', 6)]
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from otel_titan.analysis.model.cache import cache_version
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
 from otel_titan.analysis.read.cache_folder import CacheFolder
 from otel_titan.analysis.read.content import content_key
+from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
+from otel_titan.schema import META_EVENTS, ROLLUP_VERSION, MetaEvent
 
 if TYPE_CHECKING:
     import duckdb
@@ -91,6 +94,16 @@ RECORD_COLUMNS: dict[str, str] = {
     "caller": "VARCHAR",
     "description": "VARCHAR",
     "signal": "VARCHAR",
+    # The `step_rollup` records' own fields (docs/schema.md, "Step rollups"): the `step_rollups` view. JSON where
+    # another record uses the name for something else (`closing` is a boolean on the closed record).
+    "rollup_version": "BIGINT",
+    "complete": "BOOLEAN",
+    "ended_by": "VARCHAR",
+    "begin_us": "BIGINT",
+    "end_us": "BIGINT",
+    "phases": "JSON",
+    "closing": "JSON",
+    "late_spans": "BIGINT",
 }
 
 _PROCESS_INFO = """
@@ -106,8 +119,11 @@ _RECORDS = (
     + ", time_us BIGINT)"
 )
 
+
 # The views: what docs/sql.md documents. Identity columns first, in the same order everywhere.
+# The rules in them (which records begin a step, which are the logger's own) are `model.rules`', as SQL text.
 _IDENTITY = "p.run_id, p.source, p.rank, p.host_name, p.attempt"
+_LOGGER_RECORDS = sql_in_list(LOGGER_RECORDS)
 VIEWS: dict[str, str] = {
     "spans": f"""
 CREATE VIEW spans AS
@@ -147,10 +163,10 @@ WHERE s.start_us IS NOT NULL
     "instants": f"""
 CREATE VIEW instants AS
 SELECT {_IDENTITY}, r.step, r.relative_step, r.step_tags, r.log_type_name AS name, r.time_us,
-       r.log_type_name IN ('structured_logger_opened', 'records_dropped', 'signal_received', 'heartbeat', 'structured_logger_closed') AS logger_record,
+       r.log_type_name IN {_LOGGER_RECORDS} AS logger_record,
        r.span_id, r.parent_span_id, r.tid AS thread, r.task_name AS task, r.caller, r.signal, r.process_id
 FROM records r JOIN process_info p USING (process_id)
-WHERE r.log_type = 'instant' AND r.log_type_name <> 'metric_value'
+WHERE r.log_type = 'instant' AND r.log_type_name NOT IN ('metric_value', '{MetaEvent.STEP_ROLLUP}')
 """,
     "scalars": f"""
 CREATE VIEW scalars AS
@@ -161,12 +177,15 @@ WHERE r.log_type_name = 'metric_value'
 """,
     "steps": f"""
 CREATE VIEW steps AS
-WITH firsts AS (SELECT process_id, step, min(time_us) AS start_us FROM records WHERE step IS NOT NULL GROUP BY process_id, step)
+WITH firsts AS (SELECT process_id, step, min(time_us) AS start_us FROM records WHERE step IS NOT NULL AND {STEP_BEGIN_SQL} GROUP BY process_id, step),
+ordered AS (SELECT *, max(step) OVER (PARTITION BY process_id ORDER BY start_us, step ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS above
+            FROM firsts),
+begun AS (SELECT process_id, step, start_us FROM ordered WHERE above IS NULL OR step > above)
 SELECT {_IDENTITY}, f.step, f.start_us,
        lead(f.start_us) OVER (PARTITION BY f.process_id ORDER BY f.step) AS end_us,
        (lead(f.start_us) OVER (PARTITION BY f.process_id ORDER BY f.step) - f.start_us) / 1000.0 AS duration_ms,
        f.process_id
-FROM firsts f JOIN process_info p USING (process_id)
+FROM begun f JOIN process_info p USING (process_id)
 """,
     "processes": f"""
 CREATE VIEW processes AS
@@ -176,8 +195,7 @@ WITH agg AS (
            count(*) FILTER (WHERE log_type_name IS NULL) AS unreadable_lines,
            min(time_us) AS first_us, max(time_us) AS last_us,
            arg_max(log_type_name, (time_us, seq_id)) AS last_record,
-           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN
-               ('structured_logger_opened', 'records_dropped', 'signal_received', 'heartbeat', 'structured_logger_closed')) AS last_event,
+           arg_max(log_type_name, (time_us, seq_id)) FILTER (WHERE log_type_name NOT IN {_LOGGER_RECORDS}) AS last_event,
            max(step) AS last_step,
            bool_or(log_type_name = 'structured_logger_closed') AS closed,
            any_value(signal) FILTER (WHERE signal IS NOT NULL) AS signal
@@ -189,13 +207,51 @@ FROM process_info p LEFT JOIN agg a USING (process_id)
 """,
 }
 
+#: SQL functions of the rules (docs/sql.md): `robust_sd(x)`, the spread a robust z is measured in (`model.rules.robust_sd`).
+MACROS: dict[str, str] = {
+    "robust_sd": f"CREATE MACRO robust_sd(x) AS {MAD_TO_SD!r} * mad(x)",
+}
+
+#: Per process and step, its step-closing span (`model.rules.CLOSING_SPAN_SQL`: the top-level span started in
+#: the step that ended last, before the next step began, as `model.timeline` sees them in file order), as
+#: (process_id, host, attempt, step, name, start_us, end_us): what the clocks are aligned on, as in summarize.
+CLOSING_SPANS_QUERY = f"""
+SELECT s.process_id, coalesce(s.host_name, 'process ' || s.process_id) AS host, s.attempt, s.step,
+       arg_max(s.name, s.end_us), arg_max(s.start_us, s.end_us), max(s.end_us)
+FROM (SELECT * FROM spans WHERE {CLOSING_SPAN_SQL}) s JOIN steps t ON t.process_id = s.process_id AND t.step = s.step
+WHERE t.end_us IS NULL OR s.end_us <= t.end_us
+GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
+"""
+
+# The writer's rollups, the last one written of each (process, step) (one after SIGTERM is superseded), of a version
+# this reader knows; times moved by the process's clock offset as every `time_us` is (host_time_us - time_us).
+VIEWS["step_rollups"] = f"""
+CREATE VIEW step_rollups AS
+WITH r AS (
+    SELECT *, host_time_us - time_us AS offset_us,
+           row_number() OVER (PARTITION BY process_id, step ORDER BY seq_id DESC) AS latest
+    FROM records
+    WHERE log_type_name = '{MetaEvent.STEP_ROLLUP}' AND rollup_version BETWEEN 1 AND {ROLLUP_VERSION} AND step IS NOT NULL
+      AND begin_us IS NOT NULL AND end_us IS NOT NULL)
+SELECT {_IDENTITY}, r.step, r.complete, r.ended_by, r.begin_us - r.offset_us AS begin_us, r.end_us - r.offset_us AS end_us,
+       CASE WHEN r.complete THEN (r.end_us - r.begin_us) / 1000.0 END AS step_ms,
+       r.phases,
+       json_extract_string(r.closing, '$.name') AS closing,
+       TRY_CAST(json_extract(r.closing, '$.start_us') AS BIGINT) - r.offset_us AS closing_enter_us,
+       TRY_CAST(json_extract(r.closing, '$.end_us') AS BIGINT) - r.offset_us AS closing_exit_us,
+       coalesce(r.late_spans, 0) AS late_spans, r.rollup_version, r.process_id
+FROM r JOIN process_info p USING (process_id)
+WHERE r.latest = 1
+"""
+
 #: One line per view, for `describe` and docs/sql.md.
 VIEW_HELP = {
     "spans": "one row per span (_start paired with its _end / _error by span id); incomplete spans end at the process's last record",
     "instants": "one row per instant (sl.log_trace_instant and the logger's own records: logger_record = true)",
     "scalars": "one row per scalar value (log_trace_scalar); NaN / ±Infinity are DOUBLE nan / ±inf",
-    "steps": "one row per (process, step): first record of step N to first record of step N+1, as summarize's step time",
+    "steps": "one row per (process, step): the step's first _start, instant or scalar to the next step's, as summarize's step time",
     "processes": "one row per process: identity, first and last record, closed or not, unreadable lines",
+    "step_rollups": "one row per (process, step) from the writer's step_rollup records (the last of each): step time, phases' [count, total µs], the step-closing span",
     "clock_offsets": "per host, the clock offset subtracted from its times (empty when not aligned)",
     "records": "every line read (torn lines are rows of NULLs): the base table of the views",
 }
@@ -281,26 +337,15 @@ class RunDatabase:
     def _align(self) -> None:
         """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift every record's time by it.
 
-        The step-closing spans: per process and step, the top-level span that
-        ended last, for every step but the process's last (summarize's rule:
-        a step ends when the next begins), on the clocks as written.
+        The step-closing spans (`CLOSING_SPANS_QUERY`, the rule of
+        `model.rules.CLOSING_SPAN_SQL`), on the clocks as written.
         """
-        rows = self.con.execute(
-            """
-            WITH last_step AS (SELECT process_id, max(step) AS last FROM records WHERE step IS NOT NULL GROUP BY process_id)
-            SELECT s.process_id, coalesce(s.host_name, 'process ' || s.process_id) AS host, s.attempt, s.step,
-                   arg_max(s.name, s.end_us), arg_max(s.start_us, s.end_us), max(s.end_us)
-            FROM spans s JOIN last_step l USING (process_id)
-            WHERE s.parent_span_id IS NULL AND NOT s.incomplete AND s.step IS NOT NULL AND s.step < l.last
-            GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
-            """
-        ).fetchall()
         groups: dict[int, ClosingSpans] = {}
-        for process_id, host, attempt, step, name, start_us, end_us in rows:
+        for process_id, host, attempt, step, name, start_us, end_us in self.con.execute(CLOSING_SPANS_QUERY).fetchall():
             spans = groups.get(process_id)
             if spans is None:
                 spans = groups[process_id] = ClosingSpans(host=host, key=process_id)
-            spans.add((attempt or 0) * (1 << 40) + step, name, start_us, end_us)
+            spans.add(attempt_step(attempt, step), name, start_us, end_us)
         alignment = estimate_offsets(groups.values())
         self.clock = alignment.describe()
         if not alignment.applied:
@@ -538,7 +583,7 @@ def open_run(
     # query_progress needs the progress bar on; DuckDB must not print its own (it would mix into the output).
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
-    for ddl in (_PROCESS_INFO, _FILES, _CLOCK, _RECORDS, *VIEWS.values()):
+    for ddl in (_PROCESS_INFO, _FILES, _CLOCK, _RECORDS, *VIEWS.values(), *MACROS.values()):
         con.execute(ddl)
     info_rows, file_rows, paths, total = [], [], [], 0
     for index, process in enumerate(run.processes):

@@ -17,6 +17,22 @@ Every record this module yields therefore holds only valid Unicode.
 
 Memory: one block (1 MiB) and one partial line at a time; a "line" longer
 than 16 MiB is skipped without being held.
+
+Trimmed records (``file_records(..., trimmed=True)``: what summarize and
+export read): a typed decoder (msgspec, into `AnalysisRecord`) keeps only
+the fields the analysis reads (`ANALYSIS_FIELDS`) and skips the rest in C:
+otel-titan writes a dozen identity fields on every line that no command
+reads per record, and building them into each dict was most of the parse.
+It takes a line only where its answer is the one orjson would give: every
+kept value a scalar that orjson decodes alike (ints within 64 bits), or a
+list of them (``step_tags``), and the line valid UTF-8. Anything else (NaN,
+a lone surrogate, a nested value, a torn line, an int beyond 64 bits, a
+line that is not an object) goes the tolerant way above, whole. Records of
+kinds whose every field counts (`WHOLE_RECORDS`: the logger's own, a
+``run_config``) are read whole too. So a trimmed record is the full record
+less fields no command reads; a module that reads a new field of span,
+instant or scalar records adds it to `ANALYSIS_FIELDS`. Without msgspec
+(the analysis extra) every line is read whole by orjson.
 """
 
 from __future__ import annotations
@@ -26,13 +42,23 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Annotated, Any, BinaryIO, Callable, Iterator, TypedDict, Union
 
 import orjson
 
-from otel_titan.analysis.read.safe_text import escape_surrogates
+try:  # the analysis extra; without it, trimmed records are read by orjson (the same records, more slowly)
+    import msgspec
+except ImportError:  # pragma: no cover - the project's set-up installs it
+    msgspec = None  # type: ignore[assignment]
+try:
+    from typing import Required
+except ImportError:  # pragma: no cover - Python 3.10 (typing_extensions comes with opentelemetry-api)
+    from typing_extensions import Required
 
-__all__ = ["SkippedLines", "file_records", "loads_line", "record_problem", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
+from otel_titan.analysis.read.safe_text import escape_surrogates
+from otel_titan.schema import META_EVENTS, Field
+
+__all__ = ["SkippedLines", "file_records", "loads_line", "record_problem", "AnalysisRecord", "ANALYSIS_FIELDS", "WHOLE_RECORDS", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
 
 _log = logging.getLogger("otel_titan.analysis")
 
@@ -40,6 +66,9 @@ _log = logging.getLogger("otel_titan.analysis")
 _KEY_TYPES = (str, type(None))
 #: Beyond this (µs, about 146,000 years) a timestamp is not one; it also keeps every figure within 64 bits.
 _MAX_TIME_US = 1 << 62
+# The fields every line's check reads, as module globals: one specialised global load per use, per line
+# (a class attribute, `Field.TIME_US`, would be a lookup each time).
+_TIME_US, _LOG_TYPE_NAME, _LOG_TYPE, _TID, _SPAN_ID, _TASK_NAME = Field.TIME_US, Field.LOG_TYPE_NAME, Field.LOG_TYPE, Field.TID, Field.SPAN_ID, Field.TASK_NAME
 
 #: Read size: large enough that per-block overhead vanishes, small enough to be irrelevant in memory.
 BLOCK_BYTES = 1 << 20
@@ -47,6 +76,46 @@ BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 16 << 20
 #: Warnings logged per file before they are only counted (a file of garbage must not flood the terminal).
 WARNINGS_PER_FILE = 5
+
+#: The fields of span, instant and scalar records that the analysis reads (the timeline, the summary's
+#: collector, the export's events and arguments, the checks of `record_problem`); trimmed records hold these.
+ANALYSIS_FIELDS = (
+    "time_us", "time_ms", "time", "log_type", "log_type_name", "event_name", "step", "relative_step", "step_tags",
+    "span_id", "parent_span_id", "trace_id", "tid", "task_name", "value", "caller", "description", "epoch", "iteration",
+    "seq_id", "logger_name", "error_type", "error_message", "message",
+)
+#: Records read whole even when trimmed: the logger's own (every field is shown, the black box is digested) and a
+#: ``run_config`` (its configuration is compared between ranks).
+WHOLE_RECORDS = frozenset(META_EVENTS | {"run_config"})
+
+
+def _bounded(kind: Any, **bounds: int) -> Any:
+    """`kind` within `bounds` (msgspec's constraints), checked as the typed decoder reads it."""
+    return Annotated[kind, msgspec.Meta(**bounds)] if msgspec is not None else kind
+
+
+_Int64 = _bounded(int, ge=-(1 << 63), le=(1 << 63) - 1)
+#: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints beyond
+#: 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take orjson's path).
+_Scalar = Union[_Int64, float, str, bool, None]
+#: A record as the typed decoder reads it: a plain dict of the `ANALYSIS_FIELDS` present, in the line's order.
+#: The fields every record must have, and those a lane or pairing key is made of, are typed as the reader
+#: requires them (the checks of `file_records`, in C): a record it decodes needs no check, nor any repair
+#: (`record_problem`), which a line that fails them gets on orjson's path.
+AnalysisRecord = TypedDict(  # type: ignore[misc]
+    "AnalysisRecord",
+    {
+        **{name: (list[_Scalar] if name == "step_tags" else _Scalar) for name in ANALYSIS_FIELDS},
+        Field.TIME_US: Required[_bounded(int, ge=0, lt=_MAX_TIME_US)],
+        Field.LOG_TYPE_NAME: Required[_bounded(str, min_length=1)],
+        Field.LOG_TYPE: Required[str],
+        Field.TID: _Int64,
+        Field.SPAN_ID: Union[str, None],
+        Field.TASK_NAME: Union[str, None],
+    },
+    total=False,
+)
+_typed_decode = msgspec.json.Decoder(AnalysisRecord).decode if msgspec is not None else None
 
 
 @dataclass
@@ -115,6 +184,15 @@ def loads_line(raw: bytes) -> Any:
         return _loads_fallback(raw)[0]
 
 
+def _utf8(raw: bytes) -> bool:
+    """Whether `raw` is valid UTF-8 (as orjson requires of a whole line)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _loads_fallback(raw: bytes) -> tuple[Any, int]:
     """(parsed line or None, strings repaired) for a line orjson refused.
 
@@ -172,42 +250,50 @@ def record_problem(record: Any) -> str | None:
     """
     if type(record) is not dict:
         return f"not a JSON object ({type(record).__name__})"
-    name = record.get("log_type_name")
+    name = record.get(Field.LOG_TYPE_NAME)
     if type(name) is not str or not name:
         return "no log_type_name"
-    time_us = record.get("time_us")
+    time_us = record.get(Field.TIME_US)
     if type(time_us) is not int:
-        time_ms, time_s = record.get("time_ms"), record.get("time")
+        time_ms, time_s = record.get(Field.TIME_MS), record.get(Field.TIME)
         if type(time_ms) is int:
-            time_us = record["time_us"] = time_ms * 1000
+            time_us = record[Field.TIME_US] = time_ms * 1000
         elif type(time_s) in (int, float) and math.isfinite(time_s):
-            time_us = record["time_us"] = int(time_s * 1_000_000)
+            time_us = record[Field.TIME_US] = int(time_s * 1_000_000)
         else:
             return "no timestamp (time_us, time_ms or time)"
     if not 0 <= time_us < _MAX_TIME_US:
         return "timestamp out of range (before 1970, or not µs)"
-    if type(record.get("log_type")) is not str:
-        record["log_type"] = "event" if name.endswith(("_start", "_end", "_error")) else "instant"
-    if type(record.get("tid", 0)) is not int:
-        del record["tid"]
-    if type(record.get("span_id")) not in _KEY_TYPES:
-        del record["span_id"]
-    task_name = record.get("task_name")
+    if type(record.get(Field.LOG_TYPE)) is not str:
+        record[Field.LOG_TYPE] = "event" if name.endswith(("_start", "_end", "_error")) else "instant"
+    if type(record.get(Field.TID, 0)) is not int:
+        del record[Field.TID]
+    if type(record.get(Field.SPAN_ID)) not in _KEY_TYPES:
+        del record[Field.SPAN_ID]
+    task_name = record.get(Field.TASK_NAME)
     if type(task_name) not in _KEY_TYPES:
-        record["task_name"] = str(task_name)
+        record[Field.TASK_NAME] = str(task_name)
     return None
 
 
-def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, first_line: int = 0) -> Iterator[dict[str, Any]]:
+def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, first_line: int = 0, offset_us: int = 0, trimmed: bool = False) -> Iterator[dict[str, Any]]:
     """Every usable record of one file, in order; unusable lines are counted in `skipped` with file and line.
 
     `source`: read these bytes (the tail of `path`, see `read.tails`, or a range
     of it, see `read.content.RangeReader`) instead of opening `path`;
     `first_line`: how many lines of the file come before them (for the line
     numbers of what is skipped).
+    `offset_us`: taken off each record's ``time_us`` (its host's clock offset: the aligned clock), after the
+    checks, which are on the time as written.
+    `trimmed`: records hold only `ANALYSIS_FIELDS` (but `WHOLE_RECORDS`), read by the typed decoder (module
+    docstring): the same records otherwise, lines skipped and repaired alike.
 
     Example:
-        >>> # for record in file_records("run/structured_logs/x.jsonl", SkippedLines()): ...
+        >>> import glob
+        >>> path = sorted(glob.glob("outputs/structured_logs/*.jsonl"))[0]
+        >>> skipped = SkippedLines()
+        >>> sum(1 for record in file_records(path, skipped)), skipped.count
+        (26, 0)
     """
     if source is not None:
         handle = source
@@ -220,6 +306,8 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
             return
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
+    typed = _typed_decode if trimmed else None  # None without msgspec: orjson reads every line whole
+    whole_records = WHOLE_RECORDS
     with handle:
         line_no = first_line
         carry = b""
@@ -249,6 +337,18 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                 carry, overlong = b"", True
             for raw in lines:
                 line_no += 1
+                if typed is not None:
+                    try:
+                        record = typed(raw)
+                    except Exception:  # noqa: BLE001 - whatever it refuses (or chokes on, nested too deep), orjson's path decides
+                        pass
+                    else:
+                        # Valid UTF-8 in the fields it skipped too (it only decodes those it keeps): else orjson's path.
+                        if record[_LOG_TYPE_NAME] not in whole_records and (raw.isascii() or _utf8(raw)):
+                            if offset_us:
+                                record[_TIME_US] -= offset_us
+                            yield record  # checked by its type (`AnalysisRecord`)
+                            continue
                 try:
                     record = loads(raw)
                 except decode_error:
@@ -261,20 +361,24 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                     if repaired and record_problem(record) is None:
                         skipped.repair(path, line_no, repaired)
                 if type(record) is dict:
-                    time_us = record.get("time_us")
+                    time_us = record.get(_TIME_US)
                     if (
                         type(time_us) is int
                         and 0 <= time_us < _MAX_TIME_US
-                        and type(record.get("log_type_name")) is str
-                        and type(record.get("log_type")) is str
-                        and type(record.get("tid", 0)) is int
-                        and type(record.get("span_id")) in _KEY_TYPES
-                        and type(record.get("task_name")) in _KEY_TYPES
+                        and type(record.get(_LOG_TYPE_NAME)) is str
+                        and type(record.get(_LOG_TYPE)) is str
+                        and type(record.get(_TID, 0)) is int
+                        and type(record.get(_SPAN_ID)) in _KEY_TYPES
+                        and type(record.get(_TASK_NAME)) in _KEY_TYPES
                     ):
+                        if offset_us:
+                            record[_TIME_US] = time_us - offset_us
                         yield record
                         continue
                 reason = record_problem(record)
                 if reason is None:
+                    if offset_us:
+                        record[_TIME_US] -= offset_us
                     yield record
                 else:
                     skipped.add(path, line_no, reason)
@@ -291,6 +395,8 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
             if reason is None:
                 if repaired:
                     skipped.repair(path, line_no, repaired)
+                if offset_us:
+                    record[_TIME_US] -= offset_us
                 yield record
             else:
                 skipped.add(path, line_no, reason)

@@ -98,15 +98,21 @@ class ProcessLog:
         """Source, then rank, then start (restarts of one rank in order)."""
         return (self.source, -1 if self.rank is None else self.rank, self.stamp, self.attempt or 0)
 
-    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, Any]]:
+    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, trimmed: bool = False) -> Iterator[dict[str, Any]]:
         """Every readable record of this process, in the order written; unreadable lines go to `skipped`.
 
+        `trimmed`: span, instant and scalar records hold only the fields the analysis reads
+        (`read.lines.ANALYSIS_FIELDS`, decoded by a typed decoder: what summarize and export read).
+
         Example:
-            >>> # for record in process.records(SkippedLines()): print(record["log_type_name"])
+            >>> process = read_run("outputs").processes[0]
+            >>> [record["log_type_name"] for record in process.records(SkippedLines())][:3]
+            ['structured_logger_opened', 'data_fetch_start', 'data_fetch_end']
         """
-        # chain, not `yield from`: no extra Python frame to resume per record.
-        records = itertools.chain.from_iterable(file_records(path, skipped, on_bytes) for path in self.segments)
-        return _shifted(records, self.clock_offset_us) if self.clock_offset_us else records
+        # chain, not `yield from`: no extra Python frame to resume per record; the clock offset is taken off as
+        # each line is read (no generator of its own either).
+        offset_us = self.clock_offset_us
+        return itertools.chain.from_iterable(file_records(path, skipped, on_bytes, offset_us=offset_us, trimmed=trimmed) for path in self.segments)
 
 
 @dataclass
@@ -114,9 +120,9 @@ class RunLogs:
     """A run's log folder: its processes (sorted by source, rank, start) and what was skipped.
 
     Example:
-        >>> # run = read_run("outputs")
-        >>> # for process in run.processes:
-        >>> #     for record in process.records(run.skipped): ...
+        >>> run = read_run("outputs")
+        >>> [sum(1 for record in process.records(run.skipped)) for process in run.processes], run.skipped.count
+        ([26, 26], 0)
     """
 
     run_dir: str
@@ -130,13 +136,6 @@ class RunLogs:
     def total_bytes(self) -> int:
         """Bytes of JSONL in the selected processes' files."""
         return sum(p.size for p in self.processes)
-
-
-def _shifted(records: Iterator[dict[str, Any]], offset_us: int) -> Iterator[dict[str, Any]]:
-    """Records with their host's clock offset taken off ``time_us`` (the aligned clock)."""
-    for record in records:
-        record["time_us"] -= offset_us
-        yield record
 
 
 def find_log_dir(path: str | os.PathLike[str]) -> tuple[str, str, str | None]:
@@ -192,8 +191,9 @@ def read_run(
     files, `NoRecordsError` when no process matches the filters.
 
     Example:
-        >>> # run = read_run("outputs", ranks=[0, 1], sources=["training"])
-        >>> # [p.label for p in run.processes]  → ['training rank 0', 'training rank 1']
+        >>> run = read_run("outputs", ranks=[0, 1], sources=["training"])
+        >>> [p.label for p in run.processes]
+        ['training rank 0', 'training rank 1']
     """
     run_dir, log_dir, only_base = find_log_dir(path)
     chains: dict[str, list[tuple[int, str]]] = {}
@@ -236,8 +236,8 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         # A file name's undecodable bytes arrive as surrogates: escaped, so the label prints and encodes.
         source, rank, stamp = escape_surrogates(match.group("source")), int(match.group("rank")), match.group("stamp")
     else:
-        source = first.get("source") if isinstance(first.get("source"), str) else escape_surrogates(os.path.basename(base).split(".")[0])
-        rank_value = first.get("global_rank", first.get("rank"))
+        source = first.get(Field.SOURCE) if isinstance(first.get(Field.SOURCE), str) else escape_surrogates(os.path.basename(base).split(".")[0])
+        rank_value = first.get(Field.GLOBAL_RANK, first.get(Field.RANK))
         rank = rank_value if type(rank_value) is int else None
         stamp = ""
     size = 0
@@ -255,15 +255,15 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         value = first.get(key)
         return value if type(value) is int else None
 
-    host = first.get("host_name")
-    run_id = first.get("run_id")
-    process_run_id = first.get("process_run_id")
+    host = first.get(Field.HOST_NAME)
+    run_id = first.get(Field.RUN_ID)
+    process_run_id = first.get(Field.PROCESS_RUN_ID)
     return ProcessLog(
         base=base,
         segments=segments,
         source=source,
         rank=rank,
-        stamp=stamp or str(first.get("time_us", "")),
+        stamp=stamp or str(first.get(Field.TIME_US, "")),
         size=size,
         attempt=_int("attempt"),
         pid=_int("pid"),

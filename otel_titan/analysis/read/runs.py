@@ -43,6 +43,7 @@ from typing import Any, Iterable
 
 from otel_titan.analysis.read.records import NoRecordsError, ProcessLog, RunLogs, _first_record, read_run
 from otel_titan.analysis.read.lines import loads_line
+from otel_titan.schema import Field
 
 __all__ = ["RunInfo", "RunChoice", "UnknownRunError", "select_run", "find_run"]
 
@@ -115,9 +116,10 @@ def select_run(run: RunLogs, run_id: str | None = None) -> tuple[RunLogs, RunCho
     Raises `UnknownRunError` (a `NoRecordsError`) when `run_id` names no run
     here; its message lists the runs found.
 
-    Example:
-        >>> # run, choice = select_run(read_run("outputs"))
-        >>> # choice.describe()  → 'run 314b…: the latest of 2 runs in this folder (others: 8f14…; …)'
+    Example (with several runs in the folder: ``'run B: the latest of 2 runs in this folder (others: A; …)'``):
+        >>> run, choice = select_run(read_run("outputs"))
+        >>> choice.describe(), len(run.processes)
+        ('run doc-run', 2)
     """
     named: dict[str, list[ProcessLog]] = {}
     unnamed: list[ProcessLog] = []
@@ -230,8 +232,9 @@ def _info(key: str | None, processes: list[ProcessLog], start_us: int | None, en
 def find_run(path: str | os.PathLike[str], *, run_id: str | None = None, ranks: Iterable[int] | None = None, sources: Iterable[str] | None = None) -> RunChoice:
     """Which run `summarize_run` / `generate_gantt_trace` would take from `path` (reads one line per process).
 
-    Example:
-        >>> # find_run("outputs").describe()  → 'run B: the latest of 2 runs in this folder (others: A; …)'
+    Example (one run here; with two, ``'run B: the latest of 2 runs in this folder (others: A; …)'``):
+        >>> find_run("outputs").describe()
+        'run doc-run'
     """
     return select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=False), run_id)[1]
 
@@ -252,7 +255,7 @@ def _choose(run: RunLogs, groups: dict[str | None, list[ProcessLog]], infos: lis
 
 def _span_us(process: ProcessLog) -> tuple[int, int] | None:
     """(first, last) record time of the process (µs); None when its files hold no record."""
-    first = _first_record(process.segments).get("time_us")
+    first = _first_record(process.segments).get(Field.TIME_US)
     if type(first) is not int:
         return None
     last = _last_time_us(process)
@@ -278,8 +281,8 @@ def _last_time_us(process: ProcessLog, limit: int = 64 << 10) -> int | None:
                 break
             for raw in reversed(tail.split(b"\n")):
                 record = loads_line(raw)
-                if type(record) is dict and type(record.get("time_us")) is int:
-                    return record["time_us"]
+                if type(record) is dict and type(record.get(Field.TIME_US)) is int:
+                    return record[Field.TIME_US]
             if end <= size:
                 break  # the whole file was read: no record in it
     return None
@@ -287,7 +290,7 @@ def _last_time_us(process: ProcessLog, limit: int = 64 << 10) -> int | None:
 
 def _start_us(process: ProcessLog) -> int:
     """When the process began: its first record's time, else its oldest file's modification time (µs)."""
-    time_us = _first_record(process.segments).get("time_us")
+    time_us = _first_record(process.segments).get(Field.TIME_US)
     if type(time_us) is int:
         return time_us
     for path in process.segments:

@@ -17,7 +17,11 @@ def summary_json(summary: RunSummary, now_us: float | None = None) -> dict[str, 
     Both are computed at one `now_us` (default: now), so a process's state agrees between them.
 
     Example:
-        >>> # json.dumps(summary_json(summarize_run("outputs")))
+        >>> import json
+        >>> from otel_titan.analysis import summarize_run
+        >>> document = json.loads(json.dumps(summary_json(summarize_run("outputs"))))
+        >>> document["headline"]["states"], len(document["processes"])
+        ({'closed': 2}, 2)
     """
     now_us = time.time() * 1e6 if now_us is None else now_us
     return {"headline": headline_data(summary, now_us), **summary.to_dict(now_us)}

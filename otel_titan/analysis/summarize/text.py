@@ -92,7 +92,12 @@ def format_summary(summary: RunSummary, show_all: bool = False) -> str:
     `show_all`: a row per process and every group, whatever the number of processes.
 
     Example:
-        >>> # print(format_summary(summarize_run("outputs")))
+        >>> from otel_titan.analysis import summarize_run
+        >>> print(format_summary(summarize_run("outputs")))
+        Run outputs  (2 processes, logs in outputs/structured_logs)
+          run id doc-run; ...
+        Summary: 2 processes on 1 host: 2 closed
+        ...
     """
     lines: list[str] = format_hang(summary.hang)  # first: after a hang, the first question
     duration = None if summary.first_us is None or summary.last_us is None else (summary.last_us - summary.first_us) / 1e6

@@ -59,11 +59,11 @@ from typing import Any, Iterable
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
+from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
 from otel_titan.analysis.model.stragglers import peer_key
 
 __all__ = ["Detector", "Rules"]
 
-_MAD_TO_SD = 1.4826
 
 
 @dataclass
@@ -588,7 +588,7 @@ class Detector:
         past = medians[-(window + rules.baseline):-window]
         base = statistics.median(past)
         # Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
-        noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * 1.2533 / window ** 0.5
+        noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window ** 0.5
         active = ("job_slow", source, live[0].attempt) in self.book.active
         grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
         if grew and not active:

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 from otel_titan.analysis.model.hang import read_faulthandler_stacks, side_file_of
 from otel_titan.analysis.watch.detect import Detector, Rules
 from otel_titan.analysis.read.follow import RunFollower
@@ -28,7 +29,7 @@ EXIT_ALERT = 3
 #: Alerts ``--exit-on`` may name: never ``slow`` (killing 1,024 GPUs over a slowdown is the operator's call).
 EXIT_ON_KINDS = ("hang", "crashed", "terminated", "missing")
 #: The writer's variable (`structured_logger.lifecycle.DUMP_TRIGGER_ENV`; the reader may not import the writer).
-TRIGGER_ENV = "OTEL_TITAN_DUMP_TRIGGER"
+TRIGGER_ENV = OTEL_TITAN_DUMP_TRIGGER
 
 
 def default_trigger(run_dir: str) -> str:
@@ -139,8 +140,12 @@ def _utc(seconds: float) -> str:
 
 
 def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_lines: bool = False, exit_on: tuple[str, ...] = (), trigger: str | None = None,
-              rules: Rules | None = None, out: TextIO | None = None, plain: bool | None = None, max_refreshes: int | None = None) -> int:
-    """The command's loop; returns the exit status (0, or `EXIT_ALERT` for ``--exit-on``). Ctrl-C ends it with 0."""
+              rules: Rules | None = None, out: TextIO | None = None, plain: bool | None = None, max_refreshes: int | None = None,
+              frame_facts: Callable[[], dict[str, Any]] | None = None) -> int:
+    """The command's loop; returns the exit status (0, or `EXIT_ALERT` for ``--exit-on``). Ctrl-C ends it with 0.
+
+    `frame_facts`: what the records' source adds to each frame as ``receive`` (``watch --otlp``: the receiver's counts).
+    """
     out = out if out is not None else sys.stdout
     watch = Watch(path, rules=rules, trigger=trigger)
     screen = None if json_lines else Screen(out, plain=plain)
@@ -149,6 +154,8 @@ def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_line
         while True:
             started = time.monotonic()
             frame, events = watch.refresh()
+            if frame_facts is not None:
+                frame["receive"] = frame_facts()
             refreshes += 1
             if json_lines:
                 lines = [json_bytes(event) for event in events] + [json_bytes(frame)]

@@ -59,6 +59,15 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     if read:
         head += f" · refresh {read.get('cpu_s', 0):.2f} s CPU, {read.get('bytes', 0) / 1e6:,.1f} MB"
     lines.append((head, "bold"))
+    receive = frame.get("receive")
+    if receive:
+        # `watch --otlp`: where the records come from, and what was lost on the way (docs/watch.md).
+        text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
+                + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in ("duplicates", "lost", "malformed", "refused") if receive.get(k)))
+        lines.append((text, None))
+        for key in ("write_error", "hint"):
+            if receive.get(key):
+                lines.append((printable(str(receive[key])), "bold red"))
     states = frame.get("states") or {}
     by_state = frame.get("ranks_by_state") or {}
     parts = []

@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from otel_titan.analysis.read.safe_text import printable
 
-__all__ = ["LOGGER", "InterpreterPool", "TaskResult", "run_task", "start_process", "read_workers"]
+__all__ = ["LOGGER", "InterpreterPool", "TaskResult", "WorkerDiedError", "run_task", "start_process", "read_workers"]
 
 #: The logger of every analysis warning (skipped lines, repaired lines), in the parent and in each worker.
 LOGGER = "otel_titan.analysis"
@@ -55,6 +55,12 @@ PROGRESS_BYTES = 8 << 20
 
 #: What `run_task` returns: (the function's result, its warnings escaped, bytes it read, of which already reported live).
 TaskResult = tuple[Any, list[str], int, int]
+
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker interpreter exited with an error or without its result (out of memory, killed); what it wrote on stderr is logged first."""
+
 
 _capturing = threading.local()
 _filter_lock = threading.Lock()
@@ -167,7 +173,7 @@ def read_workers(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int
 
     ``P`` lines go to `on_bytes`; anything a worker writes to its stderr goes
     to the ``otel_titan.analysis`` logger of this process as a warning naming
-    the worker (``export worker 0: ...``). Raises RuntimeError naming `what`
+    the worker (``export worker 0: ...``). Raises `WorkerDiedError` naming `what`
     when a worker exits with an error.
     """
     logger = logging.getLogger(LOGGER)
@@ -192,7 +198,7 @@ def read_workers(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int
     for index, worker in enumerate(workers, first_index):
         code = worker.wait()
         if code != 0:
-            raise RuntimeError(f"{what} {index} failed (exit status {code}); its error is above")
+            raise WorkerDiedError(f"{what} {index} failed (exit status {code}); its error is above")
 
 
 class InterpreterPool(Executor):
@@ -202,7 +208,7 @@ class InterpreterPool(Executor):
     ``submit(run_task, "module:function", *args)`` runs `run_task` in a worker
     started by `start_process`. Progress lines go to `on_bytes` (called under
     a lock: several workers report at once); a worker that exits with an error
-    fails its future with RuntimeError (what it wrote on stderr logged first).
+    fails its future with `WorkerDiedError` (what it wrote on stderr logged first).
     `shutdown(cancel_futures=True)` kills the workers still running.
     """
 
@@ -240,7 +246,7 @@ class InterpreterPool(Executor):
             with self._lock:
                 self._running.discard(worker)
         if not os.path.exists(result_path):
-            raise RuntimeError(f"{self._what} {number} exited without its result; its error is above")
+            raise WorkerDiedError(f"{self._what} {number} exited without its result; its error is above")
         with open(result_path, "rb") as handle:
             result = pickle.load(handle)  # written just now by our own worker, in our private folder
         os.unlink(result_path)

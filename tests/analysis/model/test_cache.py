@@ -287,7 +287,7 @@ def test_a_cached_read_logs_the_warnings_a_read_logs(run: Path, caplog: pytest.L
     assert len(fresh) == 1 and again == fresh * 2
 
 
-def test_report_uses_the_cache_of_both_its_reads_and_no_cache_keeps_none(run: Path, tmp_path: Path) -> None:
+def test_report_reads_once_through_the_cache_and_no_cache_keeps_none(run: Path, tmp_path: Path) -> None:
     pytest.importorskip("plotly")
     pytest.importorskip("duckdb")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -297,5 +297,59 @@ def test_report_uses_the_cache_of_both_its_reads_and_no_cache_keeps_none(run: Pa
     for name in ("b.html", "c.html"):
         done = processes.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / name)], capture_output=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr
-    assert _cached(run) == len(_files(run)) and list((run / CACHE_FOLDER).glob("sql-*.duckdb"))  # summarize's reads and sql's records
+    # Its one read is summarize's (`read_model`): each process's read kept, and no DuckDB load of its own to keep.
+    assert _cached(run) == len(_files(run)) and not list((run / CACHE_FOLDER).glob("sql-*.duckdb"))
     assert (tmp_path / "c.html").stat().st_size > 100_000
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """An accumulator as plain data, every attribute of every object in it (arrays as lists, a process by its label): comparable with ==."""
+    from array import array  # noqa: PLC0415 - only here
+
+    from otel_titan.analysis.read.records import ProcessLog  # noqa: PLC0415
+
+    assert depth < 40
+    if isinstance(value, ProcessLog):
+        return ("process", value.label)
+    if isinstance(value, dict):
+        return {repr(key): _plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple, array)):
+        return [_plain(item, depth + 1) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(repr(_plain(item, depth + 1)) for item in value)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    names = [*getattr(value, "__dict__", {})] + [name for cls in type(value).__mro__ for name in getattr(cls, "__slots__", ()) if hasattr(value, name)]
+    return (type(value).__name__, {name: _plain(getattr(value, name), depth + 1) for name in sorted(set(names)) if not callable(getattr(value, name))})
+
+
+def _model(run: Path, **options: Any) -> tuple[Any, Any, Any]:
+    """What `read_model` hands on: every accumulator of the collector (`_Collector.state`), the report's grid, the step table from the spans."""
+    from otel_titan.analysis.model.collect import read_model  # noqa: PLC0415
+    from otel_titan.analysis.model.step_table import rows_from_collected  # noqa: PLC0415
+
+    kept: dict[str, Any] = {}
+
+    def keep(collector: Any) -> None:
+        kept["state"] = _plain(collector.state())
+        kept["rows"] = rows_from_collected((collector.step_ms, collector.phase_step_ms, collector.phase_step_count, collector.closing))
+
+    summary, grid = read_model(run, log_skipped=False, on_collected=keep, **options)
+    return kept["state"], _plain(grid), kept["rows"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_accumulator_comes_back_from_the_cache_as_a_full_read_makes_it(run: Path, jobs: int) -> None:
+    """Written, then a hit of the merged facts, then a grown run resumed per process: each `_Collector.state()` key, the grid and the step table equal a full read's."""
+    full = _model(run, cache=False)
+    state, grid, rows = full
+    assert {repr(key) for key in ("step_starts", "scalar_steps", "phase_step_count", "figures", "config_drift", "hang_facts")} <= set(state)
+    assert state["'step_starts'"] and state["'phase_step_count'"] and rows  # something to lose
+    assert _model(run, jobs=jobs) == full  # written
+    assert _model(run, jobs=jobs) == full  # the merged facts
+    path = _files(run)[3]
+    data = path.read_bytes()
+    path.write_bytes(data[: _cut(data, 0.5)])
+    _model(run, jobs=jobs)
+    path.write_bytes(data)  # grown: that process resumed where its cached read stopped, the others hit
+    assert _model(run, jobs=jobs) == full

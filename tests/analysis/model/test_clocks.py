@@ -59,3 +59,26 @@ def test_the_json_has_the_windows(tmp_path):
     run, _ = _drifting(tmp_path, seed=1)
     data = json.loads(json.dumps(summarize_run(run, log_skipped=False).to_dict()))
     assert data["clock"]["simultaneous"] is True and len(data["clock"]["windows"]) >= 2 and set(data["clock"]["drift_us"]) == set(data["clock"]["offsets_us"])
+
+
+def test_the_closing_visitor_finds_the_step_closing_spans_the_summarys_collector_finds(tmp_path):
+    """One rule, two gatherers: the export's tail alignment walks with `ClosingVisitor` alone, the summary's collector
+    inline; on a restarted run with host offsets both give the same spans, attempt by attempt."""
+    from benchmarks.generate_run import RunSpec, generate_run
+    from otel_titan.analysis.model.clocks import ClosingVisitor
+    from otel_titan.analysis.model.collect import _Collector, _new_summary
+    from otel_titan.analysis.model.timeline import walk_process
+    from otel_titan.analysis.read.lines import SkippedLines
+    from otel_titan.analysis.read.records import read_run
+
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=8, steps=16, seed=5, restart=(2, 9)))
+    processes = read_run(run, log_skipped=False).processes
+    collector, visitor = _Collector(), ClosingVisitor()
+    for process in processes:
+        collector.begin(process, _new_summary(process))
+        walk_process(process.records(SkippedLines(log=False), trimmed=True), collector)
+        visitor.begin(process.host_name or process.label, process.label, process.attempt)
+        walk_process(process.records(SkippedLines(log=False), trimmed=True), visitor)
+    assert [spans for _, spans in collector.closing] == visitor.closing
+    assert any(step >= 1 << 40 for spans in visitor.closing for step in spans.steps)  # the restart's steps, apart

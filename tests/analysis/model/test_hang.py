@@ -358,3 +358,21 @@ def test_torch_s_own_flight_recorder_dumps_beside_the_logs_name_the_rank_when_th
     assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(1, "behind")], text
     assert "behind in pg 0: never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
     assert all("torch flight-recorder dump rank_" in p["evidence"] for p in hang["places"])
+
+
+def test_the_side_file_is_found_from_the_segments_read_as_from_a_listing_of_the_folder(tmp_path):
+    """`side_file_of(base, oldest)`: the summary passes the oldest segment it read (no folder listing per process:
+    O(ranks²) at 1,000 ranks); the opening record there names the side file, as a listing would find it."""
+    from otel_titan.analysis.model.hang import side_file_of
+
+    folder = tmp_path / "structured_logs"
+    folder.mkdir()
+    base = folder / "training.global_rank_0.20260101-000000-abc123.jsonl"
+    opened = {"time_us": 1, "log_type": "instant", "log_type_name": "structured_logger_opened", "stacks_file": "named.stacks"}
+    (folder / (base.name + ".2")).write_text(json.dumps(opened) + "\n")  # the oldest segment holds the opening record
+    (folder / (base.name + ".1")).write_text(json.dumps({"time_us": 2, "log_type_name": "x"}) + "\n")
+    base.write_text(json.dumps({"time_us": 3, "log_type_name": "y"}) + "\n")
+    (folder / "named.stacks").write_text("")
+    listed = side_file_of(str(base))
+    assert listed == str(folder / "named.stacks")
+    assert side_file_of(str(base), str(folder / (base.name + ".2"))) == listed

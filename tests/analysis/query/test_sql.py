@@ -187,7 +187,7 @@ def test_cli_errors(tmp_path, run) -> None:
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['duckdb'] = None\n")
     without = cli("sql", str(run[0]), "SELECT 1", env={"PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"})
-    assert without.returncode == 2 and "pip install otel-titan[analysis]" in without.stderr, without.stderr
+    assert without.returncode == 5 and "pip install otel-titan[analysis]" in without.stderr, without.stderr  # ExitCode.UNAVAILABLE
 
 
 def _every_view(database) -> dict:
@@ -248,3 +248,37 @@ def test_cli_no_cache_keeps_no_database(tmp_path) -> None:
     assert not (run / "analysis").exists()
     cached = cli("sql", str(run), "SELECT count(*) FROM spans", "--format", "csv")
     assert cached.stdout == done.stdout and list((run / "analysis" / "cache").glob("sql-*.duckdb"))
+
+
+
+
+def test_step_rollups_view_is_the_step_table_from_rollups(tmp_path):
+    """The view says what `RunAnalysis.steps()` says from the same rollups: step time, phases, the closing span; the last rollup of a step counts."""
+    from otel_titan.analysis import RunAnalysis  # noqa: PLC0415 - beside the test that needs it
+
+    generate_run(str(tmp_path / "run"), RunSpec(ranks=8, steps=12, seed=2, straggler=(5, "bwd", 30.0), start_us=1_796_000_000_000_000))
+    table = RunAnalysis(tmp_path / "run", log_skipped=False).steps()
+    assert table.source == "rollups"
+    database = open_run(tmp_path / "run")
+    database.load()
+    rows = database.con.execute(
+        "SELECT rank, step, step_ms, phases, closing, closing_enter_us, closing_exit_us, complete, late_spans FROM step_rollups ORDER BY rank, step"
+    ).fetchall()
+    assert len(rows) == len(table.rows) == 8 * 12
+    for (rank, step, step_ms, phases, closing, enter, leave, complete, late), row in zip(rows, table.rows):
+        assert (rank, step, step_ms, closing, enter, leave) == (row.rank, row.step, row.step_ms, row.closing, row.closing_enter_us, row.closing_exit_us)
+        assert {name: (count, round(total / 1000, 3)) for name, (count, total) in json.loads(phases).items()} == row.phases
+        assert complete is (row.step_ms is not None) and late == 0
+    # The ready query of docs/sql.md: the slowest rank per step in a phase, from the rollups alone.
+    slowest = database.con.execute(
+        "SELECT step, arg_max(rank, json_extract(phases, '$.bwd[1]')::BIGINT) FROM step_rollups GROUP BY step ORDER BY step"
+    ).fetchall()
+    assert [rank for _, rank in slowest] == [5] * 12
+
+
+def test_step_rollups_view_is_empty_without_rollups(tmp_path):
+    generate_run(str(tmp_path / "run"), RunSpec(ranks=4, steps=6, seed=2, rollups=False))
+    database = open_run(tmp_path / "run")
+    database.load()
+    assert database.con.execute("SELECT count(*) FROM step_rollups").fetchone() == (0,)
+    assert database.con.execute("SELECT count(*) FROM steps").fetchone()[0] == 4 * 6

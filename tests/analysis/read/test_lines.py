@@ -167,3 +167,70 @@ def test_lone_surrogates_in_valid_json_are_escaped_counted_and_the_line_kept(tmp
     assert any(m.startswith(f"{path}:2: 2 strings") for m in messages) and any(m.startswith(f"{path}:4: 1 string ") for m in messages)
     for record in records:
         orjson.dumps(record)  # nothing left that an encoder refuses
+
+
+# -- the typed decoder (trimmed records): the full records less the fields no command reads ----------------------
+_NAMES = ["fwd_start", "fwd_end", "bwd_error", "metric_value", "training_start", "run_config", "stall", "heartbeat", "structured_logger_opened", "", "x"]
+_ODD_STRINGS = st.sampled_from(["plain", "naïve 步骤", "\ud800", "a\udfffb", "\x00", "\\", '"', "emoji 😀"])
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8) | _ODD_STRINGS
+    | st.sampled_from([(1 << 63) - 1, 1 << 63, (1 << 64) - 1, 1 << 64, -(1 << 63), -(1 << 63) - 1]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+_FIELDS = st.sampled_from([*record_lines.ANALYSIS_FIELDS, "rank", "host_name", "log_level", "config_name", "mesh"])
+
+
+@st.composite
+def _line(draw) -> bytes:
+    record = {"time_us": draw(st.integers(min_value=0, max_value=1 << 53) | _JSON), "log_type": draw(st.sampled_from(["event", "instant"]) | _JSON),
+              "log_type_name": draw(st.sampled_from(_NAMES) | _JSON)}
+    for name in draw(st.lists(_FIELDS, max_size=6)):
+        record[name] = draw(_JSON)
+    line = json.dumps(record, ensure_ascii=draw(st.booleans())).encode("utf-8", "surrogatepass")
+    how = draw(st.sampled_from(["as is"] * 6 + ["torn", "bad utf-8 in an extra field", "duplicate key", "escaped key", "crlf", "not an object"]))
+    if how == "torn":
+        line = line[: draw(st.integers(min_value=0, max_value=len(line)))]
+    elif how == "bad utf-8 in an extra field":
+        line = line[:-1] + b', "junk": "\xff\xfe"}'
+    elif how == "duplicate key":
+        line = line[:-1] + b', "step": 7, "time_us": 5}'
+    elif how == "escaped key":
+        line = line[:-1] + b', "st\\u0065p": 3}'
+    elif how == "crlf":
+        line += b"\r"
+    elif how == "not an object":
+        line = b"[" + line + b"]"
+    return line
+
+
+def _comparable(record: dict) -> str:
+    """The record's analysis fields, in order, as text (NaN equals NaN)."""
+    if record.get("log_type_name") in record_lines.WHOLE_RECORDS:
+        return repr(list(record.items()))
+    return repr([(k, v) for k, v in record.items() if k in record_lines.ANALYSIS_FIELDS])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=st.lists(_line(), min_size=1, max_size=12), tail=st.sampled_from([b"\n", b"", b"\0" * 8]))
+def test_trimmed_records_are_the_full_records_less_the_fields_no_command_reads(tmp_path, lines, tail):
+    """The typed decoder (msgspec) never answers differently from the tolerant path: same records, same skips and repairs."""
+    path = tmp_path / "typed.jsonl"
+    path.write_bytes(b"\n".join(lines) + tail)
+    full_skipped, trimmed_skipped = SkippedLines(log=False), SkippedLines(log=False)
+    full = list(file_records(str(path), full_skipped))
+    trimmed = list(file_records(str(path), trimmed_skipped, trimmed=True))
+    assert [_comparable(r) for r in trimmed] == [_comparable(r) for r in full]
+    assert (trimmed_skipped.count, trimmed_skipped.examples, trimmed_skipped.repaired) == (full_skipped.count, full_skipped.examples, full_skipped.repaired)
+
+
+def test_trimmed_records_drop_the_identity_fields_and_keep_the_loggers_own_whole(tmp_path):
+    """What the typed decoder buys: a span record without the dozen identity fields; a black box or run_config record whole."""
+    span = titan_record("fwd_start", 0, step=3, span_id="00000000000000aa")
+    stall = titan_record("stall", 1, log_type="instant", reason="stall", open_spans=[{"name": "fwd"}])
+    config = titan_record("run_config", 2, log_type="instant", config_name="job", config_hash="ab", config={"lr": 0.1})
+    path = write_jsonl(tmp_path / "x.jsonl", [span, stall, config])
+    skipped = SkippedLines(log=False)
+    first, second, third = file_records(str(path), skipped, trimmed=True)
+    assert first == {k: v for k, v in span.items() if k in record_lines.ANALYSIS_FIELDS} and "host_name" not in first and first["step"] == 3
+    assert second == stall and third == config

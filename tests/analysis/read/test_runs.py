@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 import os
 import subprocess
@@ -13,7 +12,6 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import format_summary, generate_gantt_trace, read_run, summarize_run
-from otel_titan.analysis.read import runs
 from otel_titan.analysis.read.runs import UnknownRunError, find_run, select_run
 from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
 from tests.analysis.runs import rank_file
@@ -109,11 +107,6 @@ def test_one_run_in_a_folder_is_simply_that_run(run_dir):
     with pytest.raises(UnknownRunError, match="runs found: only"):
         find_run(run_dir, run_id="other")
     assert "pick one with --run" not in format_summary(summarize_run(run_dir))
-
-
-def test_docstring_examples():
-    failures, tried = doctest.testmod(runs, optionflags=doctest.ELLIPSIS)
-    assert failures == 0 and tried > 0
 
 
 # -- processes that no launcher names (issue 18 item 13) ---------------------------------------------------

@@ -186,7 +186,7 @@ def test_a_cluster_workers_warning_reaches_the_terminal_once_escaped(run, cluste
 def test_an_unreachable_scheduler_is_a_clear_error(run, monkeypatch, capsys) -> None:
     monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    assert main(["summarize", str(run), "--no-cache", "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    assert main(["summarize", str(run), "--no-cache", "--scheduler", "tcp://127.0.0.1:9"]) == 5  # ExitCode.UNAVAILABLE
     err = capsys.readouterr().err
     assert "otel-titan: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err and "Traceback" not in err
 
@@ -195,7 +195,7 @@ def test_without_dask_the_error_says_what_to_install(run) -> None:
     code = ("import sys; sys.modules['distributed'] = None; from otel_titan.cli import main; "
             f"sys.exit(main(['export', {str(run)!r}, '--scheduler', 'tcp://127.0.0.1:9', '-o', '/dev/null']))")
     done = processes.run([sys.executable, "-c", code], capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 5, done.stderr  # ExitCode.UNAVAILABLE
     assert "pip install 'otel-titan[cluster]'" in done.stderr.decode() and "Traceback" not in done.stderr.decode()
 
 

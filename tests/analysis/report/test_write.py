@@ -1,4 +1,4 @@
-"""`otel-titan report` on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
+"""`otel-titan report` (report/write.py, and the page it writes) on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
 
 The browser driver is `tests/browser/report_page.js` (the set-up of the Perfetto
 UI tests: scripts/setup-tests.sh installs Chromium and puppeteer-core; where they are
@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("duckdb")
 pytest.importorskip("plotly")
 
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis.report import _heatmap_bins, bin_size, write_report  # noqa: E402
-from otel_titan.analysis.query.sql import open_run  # noqa: E402
-from otel_titan.analysis.model.collect import summarize_run  # noqa: E402
+from otel_titan.analysis.model.collect import read_model, summarize_run  # noqa: E402
+from otel_titan.analysis.report import bin_size, write_report  # noqa: E402
+from otel_titan.analysis.report.axes import heatmap_bins  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 from tests.helpers import processes  # noqa: E402
 
@@ -100,21 +99,20 @@ def test_binning_keeps_the_slowest(tmp_path) -> None:
     out = tmp_path / "wide"
     generate_run(str(out), RunSpec(ranks=64, steps=300, seed=9, start_us=1_796_000_000_000_000))
     result = write_report(out, tmp_path / "wide.html", max_cells=1000)
-    rank_bin, step_bin = _heatmap_bins(64, 300, 1000)
+    rank_bin, step_bin = heatmap_bins(64, 300, 1000)
     assert (rank_bin, step_bin) == (11, 2)
     page = open_in_browser(Path(result.path))
     assert page["console_errors"] == [] and page["requests"] == []
     heat = next(f for f in page["figures"] if f["id"] == "fig-heatmap")
     assert (heat["rows"], heat["cols"]) == (6, 150) and heat["rows"] * heat["cols"] <= 1000
-    db = open_run(out)
-    db.load()
-    slowest = db.con.execute("SELECT max(duration_ms) FROM steps").fetchone()[0]
+    _, grid = read_model(out)
+    slowest = max(ms for per_rank in grid.step_ms.values() for steps in per_rank.values() for ms in steps.values())
     assert heat["zmax"] == pytest.approx(round(slowest, 1), abs=0.051)
 
 
 def test_bins_for_the_target_size() -> None:
     # 1,024 ranks x 10,000 steps: 200 step columns of 50 steps, ranks in pairs: about 100,000 cells.
-    rank_bin, step_bin = _heatmap_bins(1024, 10_000, 200_000)
+    rank_bin, step_bin = heatmap_bins(1024, 10_000, 200_000)
     assert (rank_bin, step_bin) == (2, 50)
     assert bin_size(10_000, 2000) == 5
 
@@ -129,7 +127,7 @@ def test_cli_and_missing_plotly(tmp_path, run) -> None:
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['plotly'] = None\nsys.modules['plotly.graph_objects'] = None\n")
     without = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / "y.html")], capture_output=True, text=True,
                              env={**env, "PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"}, timeout=120)
-    assert without.returncode == 2 and "pip install otel-titan[analysis]" in without.stderr and "Traceback" not in without.stderr
+    assert without.returncode == 5 and "pip install otel-titan[analysis]" in without.stderr and "Traceback" not in without.stderr  # ExitCode.UNAVAILABLE
     assert not (tmp_path / "y.html").exists()
     missing = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(tmp_path / "nowhere")], capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
@@ -301,3 +299,43 @@ def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
     assert "0.001" in axes["fig-scalar-0"]["y"]["ticks"]
     # The findings tables speak to people: no field names.
     assert page["table_headers"] and not [h for h in page["table_headers"] if "_" in h]
+
+
+def _page_without_clock(path: str) -> str:
+    """The page less the moment it was written (the one thing that differs between two writes of one run)."""
+    return re.sub(r"written \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "written", Path(path).read_text())
+
+
+def test_the_same_page_from_workers(tmp_path, run) -> None:
+    """`--jobs 2` (worker interpreters: the grid's accumulators merged) draws the very page one process draws."""
+    one = write_report(run, tmp_path / "one.html")
+    two = write_report(run, tmp_path / "two.html", jobs=2)
+    assert (one.figures, one.ranks, one.steps) == (two.figures, two.ranks, two.steps) == (5, 32, 30)
+    assert _page_without_clock(one.path) == _page_without_clock(two.path)
+
+
+def test_the_figures_are_the_models(tmp_path, run) -> None:
+    """What the page draws is the model's: the heatmap's cells are summarize's step times, the phase points its per-step phase times."""
+    from otel_titan.analysis.report.data import ReportData
+    from otel_titan.analysis.report.heatmap import heatmap_sections
+    from otel_titan.analysis.report.phases import phase_sections
+    import numpy as np
+    import plotly.graph_objects as go
+
+    summary, grid = read_model(run)
+    data = ReportData.of(summary, grid)
+    assert (data.source, data.ranks, data.first_step, data.last_step) == ("training", 32, 1, 30)
+    (heat, arrival), binning = heatmap_sections(go, np, data, 200_000)
+    z = np.asarray(heat[3].data[0].z, dtype=float)
+    assert binning == "heatmap: one cell per rank and step" and z.shape == (32, 30)
+    for rank, steps in grid.step_ms[("training", 0)].items():
+        for step, ms in steps.items():
+            assert z[rank, step - 1] == pytest.approx(round(ms, 1), abs=0.051)
+    assert np.isnan(z[:, -1]).all()  # the last step has no end, so no time
+    assert arrival[0] == "arrival" and grid.anchor == "all_reduce"
+    (phases,) = phase_sections(go, np, data)
+    fwd = next(trace for trace in phases[3].data if trace.name == "fwd")
+    per_step = grid.phases_by_rank("training")["fwd"]
+    assert list(fwd.y) == pytest.approx([round(float(np.median(per_step[r])), 4) for r in sorted(per_step)])
+    rank, phase, _ = STRAGGLER
+    assert max(zip(fwd.y, fwd.text))[1] == f"rank {rank}"

@@ -1,0 +1,62 @@
+"""summarize's findings as the report shows them: the straggler tables, slow steps, configuration drift, and the clock offsets.
+
+Only a ``straggler`` verdict names (marks) its rank: a ``difference`` (fewer
+than three peers) or a ``cannot tell`` is shown as summarize shows it,
+blaming no one, and what summarize withheld is said with its reason.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from otel_titan.analysis.model.wording import plural
+from otel_titan.analysis.report.axes import NEUTRAL, plot_text
+from otel_titan.analysis.report.markup import ms, named_rank, table
+
+__all__ = ["findings_html", "clock_sections"]
+
+
+def findings_html(summary: Any) -> str:
+    """summarize's straggler findings (`StragglerFinding`: step time, phases, arrival), each with its verdict and cost, as HTML."""
+    parts = ["<h2 id=findings>Stragglers and clocks (summarize)</h2>"]
+    kinds = {"step": "step time", "phase": "phase", "arrival": "arrival at"}
+    for group in summary.stragglers:
+        label = f"{group.source}" + (f", attempt {group.attempt}" if group.attempt else "")
+        parts.append(f"<h3>{html.escape(label)}</h3>")
+        step = f"median step time {group.median_step_ms:,.1f} ms over {plural(len(group.ranks), 'rank')}. " if group.median_step_ms is not None else ""
+        findings = list(group.findings)
+        named = [f for f in findings if f.verdict == "straggler"]
+        parts.append(f"<p>{html.escape(step)}" + (f"summarize names {plural(len(named), 'straggler finding')}." if named else "summarize names no straggler in this group.") + "</p>")
+        if findings:
+            rows = []
+            for f in findings[:40]:
+                who: Any = named_rank(group.source, f.rank) if f.verdict == "straggler" else f"rank {int(f.rank)}"
+                pct = f" ({f.excess_pct:+.0f}%)" if f.excess_pct is not None else ""
+                share = f"{100 * f.share_of_step:.1f}% of the step" if f.share_of_step is not None else ""
+                look = "yes" if f.headline else (f.why_not_headline or "no")
+                rows.append([f.verdict, f"{kinds.get(f.kind, f.kind)} {f.what}".strip(), who, ms(f.median_ms), ms(f.others_median_ms),
+                             f"{f.excess_ms:+,.2f} ms{pct}", f"{f.cost_per_step_ms:,.2f} ms", f"{f.cost_run_ms / 1000:,.2f} s", share, look])
+            parts.append(table(["verdict", "what", "rank", "its median (ms)", "peers' median (ms)", "difference", "cost per step",
+                                "cost over the run", "share", "in Look first at"], rows))
+        for reason in group.withheld:
+            parts.append(f"<p>Withheld: {html.escape(str(reason))}</p>")
+    if getattr(summary, "slow_steps", None):  # slow steps next to a memory peak or a busy host (model/step_figures.py)
+        parts.append("<h3>Slow steps and the machine</h3><ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in summary.slow_steps) + "</ul>")
+    if getattr(summary, "config_drift", None):  # ranks whose logged configuration differs (model/config_drift.py)
+        parts.append("<h3>Configuration drift</h3><ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in summary.config_drift) + "</ul>")
+    if summary.clock is not None:
+        parts.append(f"<p>Clocks: {html.escape(summary.clock.describe())}</p>")
+    return "\n".join(parts)
+
+
+def clock_sections(go: Any, summary: Any) -> list[tuple[str, str, str, Any]]:
+    """The clock offset per host that summarize's alignment subtracted (a bar each), when it applied any."""
+    clock = summary.clock
+    if clock is None or not clock.applied or not clock.offsets_us:
+        return []
+    hosts = sorted(clock.offsets_us)
+    bar = go.Figure(go.Bar(x=[plot_text(h) for h in hosts], y=[round(clock.offsets_us[h] / 1000, 3) for h in hosts], marker={"color": NEUTRAL},
+                           hovertemplate="%{x}: %{y:.3f} ms<extra></extra>"))
+    bar.update_layout(title="Clock offset per host (subtracted from its times to align them)", yaxis_title="ms", height=360)
+    return [("clocks", "Clock offsets", clock.describe(), bar)]

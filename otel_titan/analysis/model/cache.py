@@ -136,8 +136,13 @@ class ProcessCache:
     last one's entry stands (the other's reads are read again next time: a
     miss, never a wrong answer).
 
-    Example:
-        >>> # cache = ProcessCache(run.run_dir, run.log_dir); plans = plan_reads(run.processes, cache); ...; cache.flush()
+    Example (a summary keeps each process's read; a second command's plans are then hits):
+        >>> from otel_titan.analysis import summarize_run
+        >>> from otel_titan.analysis.read.records import read_run
+        >>> _ = summarize_run("outputs")
+        >>> run = read_run("outputs")
+        >>> [plan.hit for plan in plan_reads(run.processes, ProcessCache(run.run_dir, run.log_dir))]
+        [True, True]
     """
 
     def __init__(self, run_dir: str, log_dir: str) -> None:

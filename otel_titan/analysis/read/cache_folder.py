@@ -95,11 +95,13 @@ def _sweep(folder: str) -> None:
 class CacheFolder:
     """The cache folders of one run (`run_dir`, whose files are in `log_dir`): `read` the entries called `name`, `write` one atomically.
 
-    Example:
-        >>> # Not run here: the first use makes your signing key in ~/.cache/otel-titan (tests/analysis/read/test_cache_folder.py runs it).
-        >>> # folder = CacheFolder("outputs", "outputs/structured_logs")
-        >>> # folder.write("x.summary", b"facts")   → True (outputs/analysis/cache/x.summary)
-        >>> # folder.read("x.summary")              → [b'facts']
+    Example (not run here: the first use makes your signing key in ~/.cache/otel-titan;
+    tests/analysis/read/test_cache_folder.py runs it):
+        >>> folder = CacheFolder("outputs", "outputs/structured_logs")  # doctest: +SKIP
+        >>> folder.write("x.summary", b"facts")  # outputs/analysis/cache/x.summary  # doctest: +SKIP
+        True
+        >>> folder.read("x.summary")  # doctest: +SKIP
+        [b'facts']
     """
 
     def __init__(self, run_dir: str, log_dir: str) -> None:

@@ -37,10 +37,10 @@ import bisect
 import math
 import statistics
 from collections import defaultdict
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
-from otel_titan.analysis.model.rules import MEDIAN_SE, robust_sd
+from otel_titan.analysis.model.rules import MAD_TO_SD, MEDIAN_SE, robust_sd
 from otel_titan.schema import DATA_PARALLEL_PREFIX
 
 __all__ = [
@@ -154,12 +154,62 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         >>> compare_ranks({0: {1: 10.0, 2: 10.0}, 1: {1: 10.0, 2: 10.0}})[0][0].slowest_rank is None  # a tie is nobody's
         True
     """
+    rows: list[StepTimes] = []
+    dense = None if table else _dense(per_rank)
+    if dense is not None:
+        slowest_count, counts, medians, standard_errors = dense
+    else:
+        slowest_count, counts, medians, standard_errors = _per_step(per_rank, rows, table)
+    ordered_medians = sorted(medians.values())
+    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
+    # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
+    shared_spread = robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
+    majority = len(medians) >= MIN_MAJORITY
+    ranks = []
+    for rank, compared in counts.items():
+        others_median = _median_without(ordered_medians, medians[rank])
+        excess = medians[rank] - others_median
+        pct = 100.0 * excess / others_median if others_median > 0 else None
+        if shared_spread is not None:
+            spread = shared_spread
+        else:
+            others = [median for other, median in medians.items() if other != rank]
+            spread = robust_sd(others) if len(others) > 1 else 0.0
+        noise = max(spread, standard_errors[rank])
+        z = excess / noise if noise > 0 else None
+        differs = (
+            compared >= MIN_STEPS
+            and excess > 0
+            and (pct is None or pct >= 100.0 * min_effect)
+            and (z is None or z >= MIN_Z)
+            and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
+        )
+        ranks.append(
+            RankSlowness(
+                rank=rank,
+                compared_steps=compared,
+                slowest_steps=slowest_count.get(rank, 0),
+                median_ms=round(medians[rank], 6),
+                others_median_ms=round(others_median, 6),
+                median_excess_ms=round(excess, 6),
+                median_excess_pct=None if pct is None else round(pct, 2),
+                noise_ms=round(noise, 6),
+                robust_z=None if z is None else round(z, 2),
+                straggler=differs and majority,
+                differs=differs,
+            )
+        )
+    ranks.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
+    return rows, ranks
+
+
+def _per_step(per_rank: dict[int, dict[int, float]], rows: list[StepTimes], table: bool) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]]:
+    """`compare_ranks`'s per-step pass, any shape: (slowest steps, compared steps, median, standard error of the difference) per rank; `rows` filled when `table`."""
     # defaultdicts, not setdefault: one call per rank and step, without a new empty container each time.
     steps: dict[int, dict[int, float]] = defaultdict(dict)
     for rank, by_step in per_rank.items():
         for step, ms in by_step.items():
             steps[step][rank] = ms
-    rows: list[StepTimes] = []
     slowest_count: dict[int, int] = {}
     own: dict[int, list[float]] = defaultdict(list)
     differences: dict[int, list[float]] = defaultdict(list)
@@ -180,49 +230,70 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             differences[rank].append(ms - without(ms))
         if table:
             rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
+    counts = {rank: len(values) for rank, values in own.items()}
     medians = {rank: statistics.median(values) for rank, values in own.items()}
-    ordered_medians = sorted(medians.values())
-    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
-    # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
-    shared_spread = robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
-    majority = len(medians) >= MIN_MAJORITY
-    ranks = []
-    for rank, values in own.items():
-        others_median = _median_without(ordered_medians, medians[rank])
-        excess = medians[rank] - others_median
-        pct = 100.0 * excess / others_median if others_median > 0 else None
-        if shared_spread is not None:
-            spread = shared_spread
-        else:
-            others = [median for other, median in medians.items() if other != rank]
-            spread = robust_sd(others) if len(others) > 1 else 0.0
-        standard_error = MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values))
-        noise = max(spread, standard_error)
-        z = excess / noise if noise > 0 else None
-        differs = (
-            len(values) >= MIN_STEPS
-            and excess > 0
-            and (pct is None or pct >= 100.0 * min_effect)
-            and (z is None or z >= MIN_Z)
-            and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
-        )
-        ranks.append(
-            RankSlowness(
-                rank=rank,
-                compared_steps=len(values),
-                slowest_steps=slowest_count.get(rank, 0),
-                median_ms=round(medians[rank], 6),
-                others_median_ms=round(others_median, 6),
-                median_excess_ms=round(excess, 6),
-                median_excess_pct=None if pct is None else round(pct, 2),
-                noise_ms=round(noise, 6),
-                robust_z=None if z is None else round(z, 2),
-                straggler=differs and majority,
-                differs=differs,
-            )
-        )
-    ranks.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
-    return rows, ranks
+    errors = {rank: MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values)) for rank, values in own.items()}
+    return slowest_count, counts, medians, errors
+
+
+def _dense(per_rank: dict[int, dict[int, float]]) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
+    """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape).
+
+    Why: the verdicts are recomputed on every command (the cache keeps facts,
+    never verdicts), and at 1,024 ranks × 50 steps this pass was most of a
+    second `summarize`. The same operations on the same operands, in the same
+    order, as `_per_step` (a sort per step; the median without each value
+    from the two or three values around the middle, `_median_without_each`;
+    medians as the middle value or the half-sum of the two middle ones; the
+    MAD as `rules.robust_sd`), so the result is the same to the bit
+    (tests/analysis/model/test_stragglers.py compares them).
+    """
+    if len(per_rank) < 3:
+        return None
+    ranks = list(per_rank)
+    first = per_rank[ranks[0]]
+    if len(first) < 1:
+        return None
+    keys = first.keys()
+    if any(by_step.keys() != keys for by_step in per_rank.values()):
+        return None
+    import numpy as np  # noqa: PLC0415 - only here: `summarize --tail` starts without it
+
+    steps = sorted(keys)
+    try:
+        matrix = np.array([[by_step[step] for step in steps] for by_step in per_rank.values()], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if any(type(ms) is not float for by_step in per_rank.values() for ms in by_step.values()) or np.isnan(matrix).any():
+        return None  # ints (a median of ints stays an int in Python) or NaN (which sorts otherwise): the general pass
+    ordered = np.sort(matrix, axis=0)
+    n = len(ranks) - 1
+    if n % 2:
+        pivot, above = ordered[n // 2], ordered[n // 2 + 1]
+        without = np.where(matrix > pivot, pivot, above)
+    else:
+        low, high, next_high = ordered[n // 2 - 1], ordered[n // 2], ordered[n // 2 + 1]
+        without = np.where(matrix > high, (low + high) / 2, np.where(matrix > low, (low + next_high) / 2, (high + next_high) / 2))
+    differences = matrix - without
+    slowest_count: dict[int, int] = {}
+    unique = ordered[-2] < ordered[-1]  # a shared slowest time is nobody's
+    if unique.any():
+        for index in np.argmax(matrix, axis=0)[unique].tolist():
+            slowest_count[ranks[index]] = slowest_count.get(ranks[index], 0) + 1
+    medians = _row_medians(np, matrix)
+    spread = MAD_TO_SD * _row_medians(np, np.abs(differences - _row_medians(np, differences)[:, None]))
+    errors = MEDIAN_SE * spread / math.sqrt(len(steps))
+    count = len(steps)
+    return slowest_count, dict.fromkeys(ranks, count), dict(zip(ranks, medians.tolist())), dict(zip(ranks, errors.tolist()))
+
+
+def _row_medians(np: Any, matrix: Any) -> Any:
+    """Each row's median as `statistics.median` takes it: the middle value, or the half-sum of the two middle ones."""
+    ordered = np.sort(matrix, axis=1)
+    width = ordered.shape[1]
+    if width % 2:
+        return ordered[:, width // 2]
+    return (ordered[:, width // 2 - 1] + ordered[:, width // 2]) / 2
 
 
 def _median_without(ordered: list[float], value: float) -> float:

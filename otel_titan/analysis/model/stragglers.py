@@ -155,7 +155,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         True
     """
     rows: list[StepTimes] = []
-    dense = None if table else _dense(per_rank)
+    dense = _dense(per_rank, rows if table else None)
     if dense is not None:
         slowest_count, counts, medians, standard_errors = dense
     else:
@@ -236,8 +236,8 @@ def _per_step(per_rank: dict[int, dict[int, float]], rows: list[StepTimes], tabl
     return slowest_count, counts, medians, errors
 
 
-def _dense(per_rank: dict[int, dict[int, float]]) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
-    """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape).
+def _dense(per_rank: dict[int, dict[int, float]], rows: list[StepTimes] | None = None) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
+    """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape); `rows`, when given, filled as `_per_step` fills them.
 
     Why: the verdicts are recomputed on every command (the cache keeps facts,
     never verdicts), and at 1,024 ranks × 50 steps this pass was most of a
@@ -277,9 +277,18 @@ def _dense(per_rank: dict[int, dict[int, float]]) -> tuple[dict[int, int], dict[
     differences = matrix - without
     slowest_count: dict[int, int] = {}
     unique = ordered[-2] < ordered[-1]  # a shared slowest time is nobody's
+    slowest_index = np.argmax(matrix, axis=0)
     if unique.any():
-        for index in np.argmax(matrix, axis=0)[unique].tolist():
+        for index in slowest_index[unique].tolist():
             slowest_count[ranks[index]] = slowest_count.get(ranks[index], 0) + 1
+    if rows is not None:
+        # The slowest value's median of the others is `without` at its cell: the excess `_per_step` computes.
+        excess = np.where(unique, ordered[-1] - without[slowest_index, np.arange(len(steps))], 0.0).tolist()
+        by_rank = sorted(range(len(ranks)), key=ranks.__getitem__)
+        sorted_ranks = [ranks[index] for index in by_rank]
+        columns = matrix[by_rank].T.tolist()
+        for column, step, is_unique, index, step_excess in zip(columns, steps, unique.tolist(), slowest_index.tolist(), excess):
+            rows.append(StepTimes(step=step, ms=dict(zip(sorted_ranks, column)), slowest_rank=ranks[index] if is_unique else None, excess_ms=round(step_excess, 6)))
     medians = _row_medians(np, matrix)
     spread = MAD_TO_SD * _row_medians(np, np.abs(differences - _row_medians(np, differences)[:, None]))
     errors = MEDIAN_SE * spread / math.sqrt(len(steps))

@@ -180,7 +180,13 @@ def test_the_numpy_pass_is_the_general_ones_to_the_bit(ranks: int, steps: int) -
         assert [list(part.items()) for part in dense] != [] and all(list(d.items()) == list(g.items()) for d, g in zip(dense[1:], general[1:]))
         assert dense[0] == general[0]
         assert all(repr(a) == repr(b) for d, g in zip(dense[2:], general[2:]) for a, b in zip(d.values(), g.values()))  # to the bit, -0.0 included
-        assert compare_ranks(per_rank, table=False)[1] == compare_ranks(per_rank)[1]  # the table's call takes the general pass
+        rows: list = []
+        assert _dense(per_rank, rows) == dense
+        general_rows: list = []
+        _per_step(per_rank, general_rows, True)
+        assert rows == general_rows and [list(row.ms.items()) for row in rows] == [list(row.ms.items()) for row in general_rows]
+        assert repr([row.excess_ms for row in rows]) == repr([row.excess_ms for row in general_rows])
+        assert compare_ranks(per_rank, table=False)[1] == compare_ranks(per_rank)[1]
 
 
 def test_the_numpy_pass_leaves_other_shapes_to_the_general_one() -> None:

@@ -81,12 +81,12 @@ def work(run, out):
 #: What each command's child runs: ``work(run, out)`` returns something of the result (so that nothing is skipped).
 CHILDREN = {
     "duckdb": _DUCKDB,
-    "summarize": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False)))",
-    "summarize --jobs 2": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False, jobs=2)))",
+    "summarize": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False, cache=False)))",
+    "summarize --jobs 2": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False, jobs=2, cache=False)))",
     "export": "from otel_titan.analysis import generate_gantt_trace\ndef work(run, out): return generate_gantt_trace(run, out + '.json', log_skipped=False, max_output_bytes=None).events",
     "export --jobs 1": "from otel_titan.analysis import generate_gantt_trace\ndef work(run, out): return generate_gantt_trace(run, out + '.json', log_skipped=False, max_output_bytes=None, jobs=1).events",
-    "report": "from otel_titan.analysis.report import write_report\ndef work(run, out): write_report(run, out + '.html'); return os.path.getsize(out + '.html')\nimport os",
-    "sql": "from otel_titan.analysis.query.sql import open_run\ndef work(run, out):\n    db = open_run(run); db.load()\n    return db.con.execute('SELECT name, count(*), quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name').fetchall()",
+    "report": "from otel_titan.analysis.report import write_report\ndef work(run, out): write_report(run, out + '.html', cache=False); return os.path.getsize(out + '.html')\nimport os",
+    "sql": "from otel_titan.analysis.query.sql import open_run\ndef work(run, out):\n    db = open_run(run, cache=False); db.load()\n    return db.con.execute('SELECT name, count(*), quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name').fetchall()",
 }
 COMMANDS = list(CHILDREN)
 

@@ -68,7 +68,7 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
     try:
         import msgspec  # noqa: PLC0415
     except ImportError:
-        return {**found, "reader": lambda: _reader(files), "summarize": lambda: summarize_run(run, log_skipped=False)}
+        return {**found, "reader": lambda: _reader(files), "summarize": lambda: summarize_run(run, log_skipped=False, cache=False)}
 
     class Record(msgspec.Struct):
         time_us: int | None = None
@@ -93,7 +93,7 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
     found["msgspec Struct lines"] = lambda: sum(len(typed.decode_lines(blob)) for blob in blobs)
     found["reader"] = lambda: _reader(files)
     found["reader trimmed"] = lambda: _reader(files, trimmed=True)
-    found["summarize"] = lambda: summarize_run(run, log_skipped=False)
+    found["summarize"] = lambda: summarize_run(run, log_skipped=False, cache=False)
     return found
 
 

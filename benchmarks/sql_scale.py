@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         generate_run(args.run_dir, RunSpec(ranks=args.ranks, steps=args.steps, seed=15, straggler=(min(300, args.ranks - 1), "fwd", 20.0)), progress=True)
         generated = True
     size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(os.path.join(args.run_dir, "structured_logs")) for f in files)
-    sql = [sys.executable, "-m", "otel_titan.cli", "sql", args.run_dir, QUERY, "--format", "csv"]
-    summarize = [sys.executable, "-m", "otel_titan.cli", "summarize", args.run_dir, "--json"]
+    sql = [sys.executable, "-m", "otel_titan.cli", "sql", args.run_dir, QUERY, "--format", "csv", "--no-cache"]
+    summarize = [sys.executable, "-m", "otel_titan.cli", "summarize", args.run_dir, "--json", "--no-cache"]
     try:
         print(f"run: {size / 1e9:.2f} GB; warm-up ...", flush=True)
         _measure(sql)

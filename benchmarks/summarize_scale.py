@@ -51,7 +51,7 @@ from tests.helpers import processes  # noqa: E402 - kills a measured command's w
 DEFAULT_BASELINE_REF = "e580921"
 
 _CHILD = {
-    "summarize": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False)))",
+    "summarize": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False, cache=False)))",
     "tail": "from otel_titan.analysis.model.collect import summarize_tails\nfrom otel_titan.analysis import format_summary\ndef work(run, out): return len(format_summary(summarize_tails(run, log_skipped=False)))",
     "export": "from otel_titan.analysis import generate_gantt_trace\ndef work(run, out): return generate_gantt_trace(run, out, log_skipped=False, max_output_bytes=None).events",
     "baseline": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False)))",

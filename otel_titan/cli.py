@@ -280,6 +280,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     summarize.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)")
     _add_scheduler(summarize, "read the files")
+    _add_no_cache(summarize)
     _add_filters(summarize)
 
     sql = commands.add_parser(
@@ -299,6 +300,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     sql.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective, as summarize)")
     sql.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     _add_scheduler(sql, "load the files (each worker's DuckDB reads a share, the rows come back here)")
+    _add_no_cache(sql)
     _add_filters(sql)
 
     report = commands.add_parser(
@@ -315,6 +317,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     report.add_argument("--max-cells", type=int, default=200_000, metavar="N", help="most heatmap cells; steps and ranks are binned above it (default 200,000)")
     report.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned, as summarize)")
     report.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    _add_no_cache(report)
     report.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files, as summarize's --jobs (default 1)")
     _add_scheduler(report, "read the files (as summarize's)")
     _add_filters(report)
@@ -346,6 +349,15 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
     watch.set_defaults(ranks=None, sources=None, run=None)
     return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch}
+
+
+def _add_no_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-cache", action="store_true",
+        help="read every byte again and keep nothing (default: what a read learned is kept in RUN_DIR/analysis/cache/, or the user's "
+        "cache folder for a read-only run, so that a second command on an unchanged run is not read again and a grown one only from "
+        "where it was; docs/analysis.md)",
+    )
 
 
 def _add_scheduler(parser: argparse.ArgumentParser, work: str) -> None:
@@ -561,7 +573,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
         else:
             summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs,
-                                    scheduler=_scheduler(args))
+                                    scheduler=_scheduler(args), cache=not args.no_cache)
     finally:
         if progress is not None:
             progress.clear()
@@ -589,7 +601,7 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
     try:
         duckdb = require_duckdb()
         db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources,
-                                                             scheduler=_scheduler(args))
+                                                             scheduler=_scheduler(args), cache=not args.no_cache)
         if query is None and not args.save and not args.parquet:
             _print_views(db, VIEW_HELP)
             return ExitCode.OK
@@ -639,7 +651,7 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     stop_warnings = _show_warnings(progress)
     try:
         result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
-                              max_cells=args.max_cells, progress=progress, jobs=args.jobs, scheduler=_scheduler(args))
+                              max_cells=args.max_cells, progress=progress, jobs=args.jobs, scheduler=_scheduler(args), cache=not args.no_cache)
     finally:
         if progress is not None:
             progress.clear()

@@ -55,7 +55,11 @@ class RunAnalysis:
     `align` (clock alignment across hosts), `jobs` / `scheduler` (``--jobs``,
     ``--scheduler``: where the per-file work runs), `tail` (``--tail``: only
     the ends of the files and the black boxes, for "where did each rank stop"
-    in seconds on a huge run; step and phase questions are then unanswered).
+    in seconds on a huge run; step and phase questions are then unanswered),
+    `cache` (False: ``--no-cache``; by default what the read learns is kept in
+    the run's analysis cache and an earlier read's is used: a second
+    `RunAnalysis` of an unchanged run does not read it again, of a grown one
+    reads only what was appended; docs/analysis.md).
 
     Example:
         >>> RunAnalysis("outputs", ranks=[0, 1]).hang() is None
@@ -74,6 +78,7 @@ class RunAnalysis:
         scheduler: str | None = None,
         tail: bool = False,
         log_skipped: bool = True,
+        cache: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.run_id = run_id
@@ -84,6 +89,7 @@ class RunAnalysis:
         self.scheduler = scheduler
         self.tail = tail
         self.log_skipped = log_skipped
+        self.cache = cache
         # The model's per (rank, step, phase) accumulators, kept when it is built: the step table from the spans.
         self._collected: tuple[Any, Any, Any, Any] | None = None
         self._step_table: StepTable | None = None
@@ -93,7 +99,7 @@ class RunAnalysis:
         """The model of the run (read on first use, then kept): what every other question is answered from."""
         if self.tail:
             return summarize_tails(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped)
-        return summarize_run(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped, align=self.align, jobs=self.jobs, scheduler=self.scheduler, on_collected=self._keep_steps)
+        return summarize_run(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped, align=self.align, jobs=self.jobs, scheduler=self.scheduler, cache=self.cache, on_collected=self._keep_steps)
 
     def _keep_steps(self, collector: Any) -> None:
         self._collected = (collector.step_ms, collector.phase_step_ms, collector.phase_step_count, collector.closing)

@@ -52,3 +52,29 @@ def test_tail_mode_answers_where_each_rank_stopped(tmp_path):
     full, tail = RunAnalysis(run, log_skipped=False), RunAnalysis(run, tail=True, log_skipped=False)
     assert tail.summary.tail_only and not full.summary.tail_only
     assert tail.headline()["groups"] == full.headline()["groups"]
+
+
+def test_a_second_analysis_of_a_run_that_grew_answers_as_a_full_read(tmp_path):
+    """`cache` (default on): the second `RunAnalysis` reads only what was appended; ``cache=False`` reads it all."""
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=12, seed=2, straggler=(1, "fwd", 40.0)))
+    files = sorted((run / "structured_logs").glob("*.jsonl"))
+    whole = {path: path.read_bytes() for path in files}
+    for path, data in whole.items():
+        path.write_bytes(data[: data.rindex(b"\n", 0, len(data) // 2) + 1])
+    RunAnalysis(str(run), log_skipped=False).to_json()
+    assert (run / "analysis" / "cache").is_dir()
+    for path, data in whole.items():
+        path.write_bytes(data)
+    cached = RunAnalysis(str(run), log_skipped=False).to_json()
+    full = RunAnalysis(str(run), log_skipped=False, cache=False).to_json()
+    assert full["stragglers"] and _timeless(cached) == _timeless(full)
+
+
+def _timeless(value):
+    """Without the ages relative to now (``*_s_before_now``), which differ by the time between two calls."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if not k.endswith("_before_now")}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value

@@ -28,16 +28,21 @@ One run at a time (`read.runs.select_run`): the latest in the folder unless
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import pickle
 import statistics
 from array import array
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads, segment_keys
 from otel_titan.analysis.model.flight_recorder import find_torch_dumps
 from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
 from otel_titan.analysis.model.hang_facts import HangTracker
 from otel_titan.analysis.model.headline import compress
+from otel_titan.analysis.read.content import RangeReader
+from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
 from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_run
 from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.read.runs import select_run
@@ -62,7 +67,8 @@ from otel_titan.analysis.model.stragglers import (
     peer_groups,
 )
 from otel_titan.analysis.model.rules import attempt_step as _attempt_step
-from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, walk_process
+from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, WalkState, finish_walk, walk_process
+from otel_titan.analysis.workers import merge_skipped, skipped_result
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
 from otel_titan.schema import MetaEvent, StepCloser
@@ -338,19 +344,38 @@ class _Collector(TimelineVisitor):
         summary.open_spans = listed
 
 
-def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True) -> Iterator[dict[str, Any]]:
+class _Observed:
+    """Where `_observe` stands between two records (picklable: the cache resumes a process where its cached read ended)."""
+
+    __slots__ = ("expected_seq", "last_name", "writer", "last_program", "last_step", "last_step_record")
+
+    def __init__(self) -> None:
+        self.expected_seq: int | None = None
+        self.last_name: str | None = None
+        self.writer: Any = None
+        # The last program record, and the last one with the highest step so far: their fields are read once, at
+        # the end of a pass, instead of being copied into the summary for every record.
+        self.last_program: dict[str, Any] | None = None
+        self.last_step: int | None = None
+        self.last_step_record: dict[str, Any] | None = None
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return (self.expected_seq, self.last_name, self.writer, self.last_program, self.last_step, self.last_step_record)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.expected_seq, self.last_name, self.writer, self.last_program, self.last_step, self.last_step_record = state
+
+
+def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True, state: _Observed | None = None) -> Iterator[dict[str, Any]]:
     """Pass records through, noting last event, last step, sequence gaps and the closing record.
 
     `whole` False: `records` are a file's tail (`read.tails`), so the first one is not where the file began.
+    `state`: go on from an earlier pass over the same process (updated in place;
+    `_observed_end` then says whether it closed).
     """
-    expected_seq: int | None = None
-    last_name: str | None = None
-    writer: Any = None
-    # The last program record, and the last one with the highest step so far: their fields are read once, at
-    # the end, instead of being copied into `summary` for every record.
-    last_program: dict[str, Any] | None = None
-    last_step: int | None = None
-    last_step_record: dict[str, Any] | None = None
+    state = _Observed() if state is None else state
+    expected_seq, last_name, writer = state.expected_seq, state.last_name, state.writer
+    last_program, last_step, last_step_record = state.last_program, state.last_step, state.last_step_record
     meta_events = META_EVENTS
     try:
         for record in records:
@@ -374,6 +399,8 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
                     last_step, last_step_record = step, record
             yield record
     finally:
+        state.expected_seq, state.last_name, state.writer = expected_seq, last_name, writer
+        state.last_program, state.last_step, state.last_step_record = last_program, last_step, last_step_record
         if last_program is not None:
             step = last_program.get("step")
             summary.last_event, summary.last_event_us, summary.last_event_step = last_program["log_type_name"], last_program["time_us"], step if type(step) is int else None
@@ -381,9 +408,13 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
             summary.last_step = last_step
             relative = last_step_record.get("relative_step")
             summary.last_relative_step = relative if type(relative) is int else None
-    if last_name is not None:
+    _observed_end(state, summary)
+
+
+def _observed_end(state: _Observed, summary: ProcessSummary) -> None:
+    if state.last_name is not None:
         # Only otel-titan writes a closing record; for torchtitan's and pimm's files it is unknown.
-        summary.closed_cleanly = True if last_name == "structured_logger_closed" else (False if writer == _OTEL_TITAN_LOGGER else None)
+        summary.closed_cleanly = True if state.last_name == "structured_logger_closed" else (False if state.writer == _OTEL_TITAN_LOGGER else None)
 
 
 def summarize_run(
@@ -397,6 +428,7 @@ def summarize_run(
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    cache: bool = True,
     on_collected: Callable[[Any], None] | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
@@ -411,6 +443,10 @@ def summarize_run(
     `scheduler`: the address of a Dask scheduler (``tcp://host:8786``) whose
     workers read the files instead (`workers.executors`; `jobs` is then ignored):
     the same summary.
+    `cache`: keep what each process's read learned, and use what an earlier
+    read kept, in the analysis cache (`model.cache`: beside the run, or in the
+    user's cache folder): an unchanged run is not read again, a grown one only
+    from where it was; False reads every byte and keeps nothing (``--no-cache``).
     `on_collected(collector)` is called once the run is read, with the
     accumulators the summary is made from (per rank, step and phase): what a
     caller keeps beyond the summary (`RunAnalysis.steps`, `model.step_table`).
@@ -427,7 +463,7 @@ def summarize_run(
         >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
         [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
-    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, on_collected=on_collected)[0]
+    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, cache=cache, on_collected=on_collected)[0]
 
 
 def read_model(
@@ -441,6 +477,7 @@ def read_model(
     progress: Callable[[int, int], None] | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    cache: bool = True,
     on_collected: Callable[[Any], None] | None = None,
 ) -> tuple[RunSummary, StepGrid]:
     """`summarize_run`'s summary and the grid of ranks × steps it was drawn from (`model.step_grid`), from one read.
@@ -456,12 +493,7 @@ def read_model(
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
-    jobs = 1 if jobs is None else max(1, min(jobs, len(logs.processes)))
-    if jobs > 1 or scheduler is not None:
-        collector, processes = summary_parallel.collect_in_workers(_Collector(), logs.processes, jobs, logs.skipped, on_bytes or (lambda count: None), log_skipped, scheduler)
-    else:
-        collector = _Collector()
-        processes = collect_processes(logs.processes, collector, logs.skipped, on_bytes)
+    collector, processes = collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, jobs=jobs, scheduler=scheduler, cache=cache, on_bytes=on_bytes, log_skipped=log_skipped)
     if on_collected is not None:
         on_collected(collector)
     records = sum(p.records for p in processes)
@@ -479,20 +511,235 @@ def read_model(
     return summary, _step_grid(collector, alignment, logs.total_bytes)
 
 
-def collect_processes(processes: list[ProcessLog], collector: _Collector, skipped: Any, on_bytes: Callable[[int], None] | None) -> list[ProcessSummary]:
-    """One streaming pass over each process into `collector`; their summaries (what each worker of `model.parallel` runs)."""
-    out: list[ProcessSummary] = []
-    for process in processes:
-        summary = _new_summary(process)
-        skipped_before = skipped.count
-        collector.begin(process, summary)
-        extent = walk_process(_observe(process.records(skipped, on_bytes, trimmed=True), summary), collector)
-        collector.end(extent.last_us)
+# -- one process's read, resumable (the analysis cache, `model.cache`) ----------------------------
+class ProcessRead:
+    """One process read up to a point: everything needed to go on reading it where it stopped, or to finish it.
+
+    Its own collector (begun on the process: its run-wide accumulators hold
+    this process only, merged as `model.parallel`'s workers' are), its
+    summary so far, where the timeline walk and `_observe` stand, the lines
+    it skipped; the segment paths it read (`rebind` maps them to the paths of
+    a copied or rotated run) and the lines read of each. Picklable: the cache
+    keeps it, workers send it back.
+    """
+
+    def __init__(self, process: ProcessLog, log_skipped: bool) -> None:
+        self.collector = _Collector()
+        self.summary = _new_summary(process)
+        self.collector.begin(process, self.summary)
+        self.walk = WalkState()
+        self.observed = _Observed()
+        self.skipped = SkippedLines(log=log_skipped)
+        self.paths = list(process.segments)
+        self.lines: list[int] = [0] * len(process.segments)
+        #: False when a file could not be read to the end of its key: kept out of the cache.
+        self.complete = True
+
+    def rebind(self, process: ProcessLog, log_skipped: bool) -> None:
+        """Make a read of another copy of the files (a copied run, rotated segments) this `process`'s: its paths and labels."""
+        collector = self.collector
+        collector.process = process
+        collector.closing = [(process, spans) for _, spans in collector.closing]
+        self.summary.files = [os.path.basename(path) for path in process.segments]
+        renamed = {old: new for old, new in zip(self.paths, process.segments) if old != new}
+        if renamed:
+            _rename_paths(self.skipped, renamed)
+        self.paths = list(process.segments)
+        self.lines += [0] * (len(process.segments) - len(self.lines))
+        self.skipped.log = log_skipped
+
+    def read(self, process: ProcessLog, segment: int, start: int, stop: int | None, first_line: int, on_bytes: Callable[[int], None] | None) -> None:
+        """Go on with bytes `start` .. `stop` (None: to its end) of segment `segment`, whose first `first_line` lines came before."""
+        path = process.segments[segment]
+        try:
+            handle = open(path, "rb")
+        except OSError:
+            self.complete = False
+            records = file_records(path, self.skipped, on_bytes)  # counts it as "cannot open", as a read of the whole run would
+            walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
+            return
+        reader = RangeReader(handle, start, stop)
+        # On the aligned clock, as `ProcessLog.records` gives them (a shifted read is never cached: `plan_reads`).
+        records = file_records(path, self.skipped, on_bytes, source=reader, first_line=first_line, offset_us=process.clock_offset_us, trimmed=True)  # type: ignore[arg-type]
+        walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
+        self.lines[segment] = first_line + reader.newlines
+        if stop is not None and reader.left:
+            self.complete = False  # shorter than its key said: truncated meanwhile
+
+    def finish(self, process: ProcessLog) -> tuple[_Collector, ProcessSummary, SkippedLines]:
+        """The records have ended: close what is open; (its collector, its summary, its skipped lines)."""
+        extent = finish_walk(self.walk, self.collector)
+        self.collector.end(extent.last_us)
+        _observed_end(self.observed, self.summary)
+        summary = self.summary
         summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
-        summary.skipped_lines = skipped.count - skipped_before
+        summary.skipped_lines = self.skipped.count
         _finish_process(summary, process)
-        out.append(summary)
-    return out
+        return self.collector, summary, self.skipped
+
+
+def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:
+    """The skipped lines of a read of other paths (a copied run, a segment rotated to a new name), named by the paths now."""
+    for counter in (skipped.by_file, skipped.repaired_by_file):
+        for old, new in renamed.items():
+            if old in counter:
+                counter[new] += counter.pop(old)
+    examples = []
+    for example in skipped.examples:
+        for old, new in renamed.items():
+            if example.startswith(old + ":"):
+                example = new + example[len(old) :]
+                break
+        examples.append(example)
+    skipped.examples = examples
+
+
+def read_process(process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_bytes: Callable[[int], None] | None) -> ProcessRead:
+    """Read what `plan` says of `process`: from its cached read (or the start) up to the end of the written content of segment ``plan.stop``.
+
+    What follows (a partial last line, NULs not written yet, later segments
+    after a partial one) is left to `finish_read`: it is never cached.
+    """
+    state: ProcessRead = pickle.loads(plan.resume) if plan.resume is not None else ProcessRead(process, log_skipped)
+    if plan.resume is not None:
+        state.rebind(process, log_skipped)
+        if log_skipped:
+            _replay_warnings(state.skipped)
+    if plan.keys is None:
+        return state  # a segment cannot be read now: all of it is read by `finish_read`, nothing cached
+    for segment in range(plan.start_segment, plan.stop + 1):
+        resumed = plan.resume is not None and segment == plan.start_segment
+        start, first_line = (plan.start_offset, plan.start_line) if resumed else (0, 0)
+        state.read(process, segment, start, plan.keys[segment].length, first_line, on_bytes)
+    return state
+
+
+def finish_read(state: ProcessRead, process: ProcessLog, plan: ReadPlan, on_bytes: Callable[[int], None] | None) -> tuple[_Collector, ProcessSummary, SkippedLines]:
+    """Read what is never cached (the bytes after the last complete line of segment ``plan.stop``, the segments after it), then finish the process."""
+    if plan.keys is None:
+        for segment in range(len(process.segments)):
+            state.read(process, segment, 0, None, 0, on_bytes)
+    else:
+        stop_key = plan.keys[plan.stop] if plan.stop >= 0 else None
+        if stop_key is not None and stop_key.size > stop_key.length:
+            state.read(process, plan.stop, stop_key.length, None, state.lines[plan.stop], on_bytes)
+        for segment in range(plan.stop + 1, len(process.segments)):
+            state.read(process, segment, 0, None, 0, on_bytes)
+    return state.finish(process)
+
+
+def _replay_warnings(skipped: SkippedLines) -> None:
+    """The warnings a cached read logged when it read its lines: logged again, as a read of the files would."""
+    for message in _warnings_of(skipped):
+        _LOG.warning("%s", message)
+
+
+def _warnings_of(skipped: SkippedLines) -> list[str]:
+    """The warnings a read logs about the lines it skipped (the first few of each file, then that it only counts)."""
+    return [*skipped.examples, *(f"{path}: more unreadable lines; only counting them from now on" for path, count in skipped.by_file.items() if count > WARNINGS_PER_FILE)]
+
+
+_LOG = logging.getLogger("otel_titan.analysis")
+
+
+def collect_run(
+    processes: list[ProcessLog],
+    run_dir: str,
+    log_dir: str,
+    skipped: SkippedLines,
+    *,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    cache: bool = True,
+    on_bytes: Callable[[int], None] | None = None,
+    log_skipped: bool = True,
+) -> tuple[_Collector, list[ProcessSummary]]:
+    """Every process read into one collector (merged process by process, in order), and their summaries; `skipped` gets their skipped lines.
+
+    With `cache`, a process whose files hold what an earlier read cached is
+    not read again, one that grew is read from where that read stopped
+    (`model.cache`), and every read is kept for the next command. The reads
+    run here, in `jobs` local workers or on the Dask cluster at `scheduler`
+    (`model.parallel`); which, and what was cached, never changes the result.
+    """
+    store = ProcessCache(run_dir, log_dir) if cache else None
+    keys = [segment_keys(process) for process in processes]
+    count = on_bytes or (lambda _: None)
+    if store is not None:
+        merged = _merged_from_cache(store, processes, keys, skipped, log_skipped)
+        if merged is not None:
+            count(sum(key.length for segment in keys for key in segment or []))
+            return merged
+    plans = plan_reads(processes, store, keys)
+    for plan in plans:
+        if plan.cached_bytes:
+            count(plan.cached_bytes)
+    wanted = [index for index, plan in enumerate(plans) if not plan.hit]
+    jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
+    reads: dict[int, bytes] = {}
+    if wanted and (jobs > 1 or scheduler is not None):
+        blobs = summary_parallel.read_in_workers([processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
+        reads.update(zip(wanted, blobs))
+    here = set(wanted) - set(reads)
+    collector = _Collector()
+    summaries: list[ProcessSummary] = []
+    replayed: list[str] = []
+    complete = True
+    for index, (process, plan) in enumerate(zip(processes, plans)):
+        # Read here in turn, merged and let go: one process's read in memory at a time, as without the cache.
+        fresh: ProcessRead | bytes | None = reads.pop(index, None) if index not in here else read_process(process, plan, log_skipped, on_bytes)
+        if isinstance(fresh, bytes):
+            blob: bytes | None = fresh
+            state: ProcessRead = pickle.loads(fresh)
+            state.rebind(process, log_skipped)
+        elif fresh is not None:
+            state, blob = fresh, None
+        else:  # a hit: the cached read is the read
+            blob = None
+            state = pickle.loads(plan.resume)  # type: ignore[arg-type]
+            state.rebind(process, log_skipped)
+        if log_skipped and plan.hit:
+            _replay_warnings(state.skipped)  # a resumed read replayed its cached part's as it went on
+        if store is not None and fresh is not None and plan.keys is not None and state.complete:
+            if blob is None:
+                blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+            store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+        complete = complete and state.complete
+        own, summary, own_skipped = finish_read(state, process, plan, on_bytes)
+        replayed += _warnings_of(own_skipped)
+        collector.merge(own.state())
+        merge_skipped(skipped, skipped_result(own_skipped))
+        summaries.append(summary)
+    if store is not None:
+        store.flush()
+    # (Not with an empty file: its creation time is its mtime, which no content key covers.)
+    if store is not None and complete and all(summary.records for summary in summaries):
+        # Pickled now, before any verdict shifts a time: the facts on the clocks as written.
+        state = collector.state()
+        state["closing"] = [spans for _, spans in state["closing"]]
+        store.save_run(processes, keys, pickle.dumps((state, summaries, skipped_result(skipped), replayed), protocol=pickle.HIGHEST_PROTOCOL))
+    return collector, summaries
+
+
+def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:
+    """What `collect_run` returns, from the merged facts kept for exactly these files (None: not kept, or torn)."""
+    payload = store.lookup_run(processes, keys)
+    if payload is None:
+        return None
+    try:
+        state, summaries, skipped_lines, replayed = pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
+        return None
+    if len(state["closing"]) != len(processes) or len(summaries) != len(processes):
+        return None
+    state["closing"] = list(zip(processes, state["closing"]))
+    collector = _Collector()
+    collector.merge(state)
+    merge_skipped(skipped, skipped_lines)
+    if log_skipped:
+        for message in replayed:
+            _LOG.warning("%s", message)
+    return collector, summaries
 
 
 def summarize_tails(

@@ -36,10 +36,11 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from typing import Mapping
+from collections import defaultdict
+from typing import Any, Callable, Mapping
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
-from otel_titan.analysis.model.rules import MEDIAN_SE, robust_sd
+from otel_titan.analysis.model.rules import MAD_TO_SD, MEDIAN_SE, robust_sd
 from otel_titan.schema import DATA_PARALLEL_PREFIX
 
 __all__ = [
@@ -153,42 +154,19 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         >>> compare_ranks({0: {1: 10.0, 2: 10.0}, 1: {1: 10.0, 2: 10.0}})[0][0].slowest_rank is None  # a tie is nobody's
         True
     """
-    steps: dict[int, dict[int, float]] = {}
-    for rank, by_step in per_rank.items():
-        for step, ms in by_step.items():
-            steps.setdefault(step, {})[rank] = ms
     rows: list[StepTimes] = []
-    slowest_count: dict[int, int] = {}
-    own: dict[int, list[float]] = {}
-    differences: dict[int, list[float]] = {}
-    for step in sorted(steps):
-        times = steps[step]
-        if len(times) < 2:
-            continue
-        ordered = sorted(times.values())
-        slowest: int | None = None
-        excess = 0.0
-        if ordered[-2] < ordered[-1]:  # a shared slowest time is nobody's
-            slowest = max(times, key=times.__getitem__)
-            slowest_count[slowest] = slowest_count.get(slowest, 0) + 1
-            excess = ordered[-1] - _median_without(ordered, ordered[-1])
-        for rank, ms in times.items():
-            mine = own.get(rank)
-            if mine is None:
-                mine = own[rank] = []
-                differences[rank] = []
-            mine.append(ms)
-            differences[rank].append(ms - _median_without(ordered, ms))
-        if table:
-            rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
-    medians = {rank: statistics.median(values) for rank, values in own.items()}
+    dense = _dense(per_rank, rows if table else None)
+    if dense is not None:
+        slowest_count, counts, medians, standard_errors = dense
+    else:
+        slowest_count, counts, medians, standard_errors = _per_step(per_rank, rows, table)
     ordered_medians = sorted(medians.values())
     # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
     # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
     shared_spread = robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
     majority = len(medians) >= MIN_MAJORITY
     ranks = []
-    for rank, values in own.items():
+    for rank, compared in counts.items():
         others_median = _median_without(ordered_medians, medians[rank])
         excess = medians[rank] - others_median
         pct = 100.0 * excess / others_median if others_median > 0 else None
@@ -197,11 +175,10 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         else:
             others = [median for other, median in medians.items() if other != rank]
             spread = robust_sd(others) if len(others) > 1 else 0.0
-        standard_error = MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values))
-        noise = max(spread, standard_error)
+        noise = max(spread, standard_errors[rank])
         z = excess / noise if noise > 0 else None
         differs = (
-            len(values) >= MIN_STEPS
+            compared >= MIN_STEPS
             and excess > 0
             and (pct is None or pct >= 100.0 * min_effect)
             and (z is None or z >= MIN_Z)
@@ -210,7 +187,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
         ranks.append(
             RankSlowness(
                 rank=rank,
-                compared_steps=len(values),
+                compared_steps=compared,
                 slowest_steps=slowest_count.get(rank, 0),
                 median_ms=round(medians[rank], 6),
                 others_median_ms=round(others_median, 6),
@@ -226,6 +203,108 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
     return rows, ranks
 
 
+def _per_step(per_rank: dict[int, dict[int, float]], rows: list[StepTimes], table: bool) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]]:
+    """`compare_ranks`'s per-step pass, any shape: (slowest steps, compared steps, median, standard error of the difference) per rank; `rows` filled when `table`."""
+    # defaultdicts, not setdefault: one call per rank and step, without a new empty container each time.
+    steps: dict[int, dict[int, float]] = defaultdict(dict)
+    for rank, by_step in per_rank.items():
+        for step, ms in by_step.items():
+            steps[step][rank] = ms
+    slowest_count: dict[int, int] = {}
+    own: dict[int, list[float]] = defaultdict(list)
+    differences: dict[int, list[float]] = defaultdict(list)
+    for step in sorted(steps):
+        times = steps[step]
+        if len(times) < 2:
+            continue
+        ordered = sorted(times.values())
+        slowest: int | None = None
+        excess = 0.0
+        if ordered[-2] < ordered[-1]:  # a shared slowest time is nobody's
+            slowest = max(times, key=times.__getitem__)
+            slowest_count[slowest] = slowest_count.get(slowest, 0) + 1
+            excess = ordered[-1] - _median_without(ordered, ordered[-1])
+        without = _median_without_each(ordered)
+        for rank, ms in times.items():
+            own[rank].append(ms)
+            differences[rank].append(ms - without(ms))
+        if table:
+            rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
+    counts = {rank: len(values) for rank, values in own.items()}
+    medians = {rank: statistics.median(values) for rank, values in own.items()}
+    errors = {rank: MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values)) for rank, values in own.items()}
+    return slowest_count, counts, medians, errors
+
+
+def _dense(per_rank: dict[int, dict[int, float]], rows: list[StepTimes] | None = None) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
+    """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape); `rows`, when given, filled as `_per_step` fills them.
+
+    Why: the verdicts are recomputed on every command (the cache keeps facts,
+    never verdicts), and at 1,024 ranks × 50 steps this pass was most of a
+    second `summarize`. The same operations on the same operands, in the same
+    order, as `_per_step` (a sort per step; the median without each value
+    from the two or three values around the middle, `_median_without_each`;
+    medians as the middle value or the half-sum of the two middle ones; the
+    MAD as `rules.robust_sd`), so the result is the same to the bit
+    (tests/analysis/model/test_stragglers.py compares them).
+    """
+    if len(per_rank) < 3:
+        return None
+    ranks = list(per_rank)
+    first = per_rank[ranks[0]]
+    if len(first) < 1:
+        return None
+    keys = first.keys()
+    if any(by_step.keys() != keys for by_step in per_rank.values()):
+        return None
+    import numpy as np  # noqa: PLC0415 - only here: `summarize --tail` starts without it
+
+    steps = sorted(keys)
+    try:
+        matrix = np.array([[by_step[step] for step in steps] for by_step in per_rank.values()], dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if any(type(ms) is not float for by_step in per_rank.values() for ms in by_step.values()) or np.isnan(matrix).any():
+        return None  # ints (a median of ints stays an int in Python) or NaN (which sorts otherwise): the general pass
+    ordered = np.sort(matrix, axis=0)
+    n = len(ranks) - 1
+    if n % 2:
+        pivot, above = ordered[n // 2], ordered[n // 2 + 1]
+        without = np.where(matrix > pivot, pivot, above)
+    else:
+        low, high, next_high = ordered[n // 2 - 1], ordered[n // 2], ordered[n // 2 + 1]
+        without = np.where(matrix > high, (low + high) / 2, np.where(matrix > low, (low + next_high) / 2, (high + next_high) / 2))
+    differences = matrix - without
+    slowest_count: dict[int, int] = {}
+    unique = ordered[-2] < ordered[-1]  # a shared slowest time is nobody's
+    slowest_index = np.argmax(matrix, axis=0)
+    if unique.any():
+        for index in slowest_index[unique].tolist():
+            slowest_count[ranks[index]] = slowest_count.get(ranks[index], 0) + 1
+    if rows is not None:
+        # The slowest value's median of the others is `without` at its cell: the excess `_per_step` computes.
+        excess = np.where(unique, ordered[-1] - without[slowest_index, np.arange(len(steps))], 0.0).tolist()
+        by_rank = sorted(range(len(ranks)), key=ranks.__getitem__)
+        sorted_ranks = [ranks[index] for index in by_rank]
+        columns = matrix[by_rank].T.tolist()
+        for column, step, is_unique, index, step_excess in zip(columns, steps, unique.tolist(), slowest_index.tolist(), excess):
+            rows.append(StepTimes(step=step, ms=dict(zip(sorted_ranks, column)), slowest_rank=ranks[index] if is_unique else None, excess_ms=round(step_excess, 6)))
+    medians = _row_medians(np, matrix)
+    spread = MAD_TO_SD * _row_medians(np, np.abs(differences - _row_medians(np, differences)[:, None]))
+    errors = MEDIAN_SE * spread / math.sqrt(len(steps))
+    count = len(steps)
+    return slowest_count, dict.fromkeys(ranks, count), dict(zip(ranks, medians.tolist())), dict(zip(ranks, errors.tolist()))
+
+
+def _row_medians(np: Any, matrix: Any) -> Any:
+    """Each row's median as `statistics.median` takes it: the middle value, or the half-sum of the two middle ones."""
+    ordered = np.sort(matrix, axis=1)
+    width = ordered.shape[1]
+    if width % 2:
+        return ordered[:, width // 2]
+    return (ordered[:, width // 2 - 1] + ordered[:, width // 2]) / 2
+
+
 def _median_without(ordered: list[float], value: float) -> float:
     """Median of sorted `ordered` with one occurrence of `value` left out (O(log n), not O(n))."""
     skip = bisect.bisect_left(ordered, value)
@@ -237,6 +316,28 @@ def _median_without(ordered: list[float], value: float) -> float:
     low = ordered[middle - 1] if middle - 1 < skip else ordered[middle]
     high = ordered[middle] if middle < skip else ordered[middle + 1]
     return (low + high) / 2
+
+
+def _median_without_each(ordered: list[float]) -> Callable[[float], float]:
+    """`_median_without(ordered, value)` for any `value` of sorted `ordered`, each in one or two comparisons.
+
+    Why: it is asked for every rank of every step (51,200 times per statistic
+    at 1,024 ranks × 50 steps). Leaving one value out moves the median by at
+    most one position, so the answer is one of two (odd count left) or three
+    (even) values known once per step; the same operands are added in the same
+    order as `_median_without`, so the result is the same to the bit.
+    """
+    n = len(ordered) - 1
+    if n < 2:
+        return lambda value: _median_without(ordered, value)
+    if n % 2:
+        h = n // 2
+        pivot, above = ordered[h], ordered[h + 1]
+        return lambda value: pivot if value > pivot else above
+    a = n // 2 - 1
+    low, high, next_high = ordered[a], ordered[a + 1], ordered[a + 2]
+    both_low, mixed, both_high = (low + high) / 2, (low + next_high) / 2, (high + next_high) / 2
+    return lambda value: both_low if value > high else (mixed if value > low else both_high)
 
 
 def per_step_differences(rank: int, per_rank: Mapping[int, Mapping[int, float]]) -> list[tuple[int, float]]:

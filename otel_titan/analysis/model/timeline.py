@@ -26,7 +26,10 @@ a step above every earlier one, and ends where the next begins (the last one
 at the process's last record). ``_end`` and ``_error`` records never move the
 step: they carry the step their span started in.
 
-State is per open span and per lane; nothing is kept per record.
+State is per open span and per lane; nothing is kept per record. It is a
+`WalkState`: a walk can stop after any record (``finish=False``), be pickled
+(the analysis cache, `model.cache`) and go on later with the records appended
+since, as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any, Iterable, NamedTuple
 
 from otel_titan.analysis.read.records import META_EVENTS
 
-__all__ = ["OpenSpan", "TimelineVisitor", "ProcessExtent", "walk_process", "error_details"]
+__all__ = ["OpenSpan", "TimelineVisitor", "ProcessExtent", "WalkState", "walk_process", "finish_walk", "error_details"]
 
 Lane = tuple  # (tid, task_name): a thread, or an asyncio task on it
 #: A span ``value`` (ms) at or above this (~30 years) is not a duration: the timestamps are used instead.
@@ -121,8 +124,42 @@ class ProcessExtent(NamedTuple):
     last_us: int | None
 
 
-def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) -> ProcessExtent:
+class WalkState:
+    """Where a walk stands between two records: open spans (by id and per lane), tracks, the current step, the extent so far.
+
+    Picklable (its open spans hold their ``_start`` records), so that a walk
+    over a file that grows can go on from where it stopped (`walk_process`
+    with ``finish=False``, then again with the same state).
+    """
+
+    __slots__ = ("by_id", "stacks", "tracks", "last_us", "first_us", "count", "step", "step_begin", "step_first")
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, OpenSpan] = {}
+        self.stacks: dict[Lane, list[OpenSpan]] = {}
+        self.tracks: dict[Lane, Any] = {}
+        self.last_us: int | None = None
+        self.first_us: int | None = None
+        self.count = 0
+        self.step: int | None = None
+        self.step_begin = 0
+        self.step_first: dict[str, Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, state: WalkState | None = None, finish: bool = True) -> ProcessExtent:
     """Feed one process's records (in file order) through the pairing rules; returns their count and time extent.
+
+    `state`: go on from where an earlier walk with ``finish=False`` stopped
+    (it is updated in place). `finish` False: stop after the last record
+    without closing what is open (`finish_walk` does that later), so that more
+    records can follow.
 
     Example:
         >>> class Bars(TimelineVisitor):
@@ -137,15 +174,10 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
         opt 40 0 True
         ProcessExtent(records=3, first_us=10, last_us=40)
     """
-    by_id: dict[str, OpenSpan] = {}
-    stacks: dict[Lane, list[OpenSpan]] = {}
-    tracks: dict[Lane, Any] = {}
-    last_us: int | None = None
-    first_us: int | None = None
-    count = 0
-    step: int | None = None
-    step_begin = 0
-    step_first: dict[str, Any] | None = None
+    state = WalkState() if state is None else state
+    by_id, stacks, tracks = state.by_id, state.stacks, state.tracks
+    last_us, first_us, count = state.last_us, state.first_us, state.count
+    step, step_begin, step_first = state.step, state.step_begin, state.step_first
     # What each record name is (`_event_kind`, `_other_kind`), worked out once per name, not once per record.
     event_kinds: dict[str, tuple[int, str]] = {}
     other_kinds: dict[str, int] = {}
@@ -252,6 +284,16 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
         else:
             on_instant(record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None)
 
+    state.last_us, state.first_us, state.count = last_us, first_us, count
+    state.step, state.step_begin, state.step_first = step, step_begin, step_first
+    if not finish:
+        return ProcessExtent(count, first_us, last_us) if last_us is not None else ProcessExtent(0, None, None)
+    return finish_walk(state, visitor)
+
+
+def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
+    """The records have ended: the spans still open are reported as incomplete, the last step ends at the last record."""
+    stacks, tracks, last_us, step, step_begin, step_first, count = state.stacks, state.tracks, state.last_us, state.step, state.step_begin, state.step_first, state.count
     if last_us is None:
         return ProcessExtent(0, None, None)
     # In file order (never by timestamp: a child can start in its parent's µs), so a parent comes before its children.
@@ -263,7 +305,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor) ->
         visitor.lane_closed(lane, tracks.pop(lane))
     if step is not None and step_first is not None:
         visitor.step(step, step_begin, last_us, step_first)
-    return ProcessExtent(count, first_us, last_us)
+    return ProcessExtent(count, state.first_us, last_us)
 
 
 #: What a record is, by its name (and whether its ``log_type`` is "event"): `walk_process`'s branches.

@@ -14,6 +14,14 @@ hosts as in ``summarize``: the per-host offsets are estimated by
 once the records are in) and subtracted from every time (``host_time_us``
 keeps the time as written); the ``clock_offsets`` table says what was applied.
 
+The loaded records (and the clock offsets) are cached (`_SqlCache`): a DuckDB
+file in the run's analysis cache (`read.cache_folder`), keyed by the content
+of every file read (`read.content`, as summarize's cache) and by the reader
+that made it; a second ``sql`` or ``report`` on an unchanged run attaches it
+read-only instead of reading the JSONL. A run that grew is loaded again in
+full (DuckDB's reader is fast enough that appending rows, then moving every
+time by the new clock offsets, would save little).
+
 DuckDB is an optional dependency (``pip install otel-titan[analysis]``): the
 library and the other commands never import it.
 
@@ -25,6 +33,8 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 import threading
@@ -32,7 +42,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from otel_titan.analysis.model.cache import cache_version
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
+from otel_titan.analysis.read.cache_folder import CacheFolder
+from otel_titan.analysis.read.content import content_key
 from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
@@ -263,6 +276,10 @@ class RunDatabase:
     load_seconds: float = 0.0
     align: bool = False
     scheduler: str | None = None
+    #: Where the loaded records are cached (None: ``--no-cache``, ``--save``, or a file that cannot be read).
+    cache: "_SqlCache | None" = None
+    #: Whether `load` found them there.
+    from_cache: bool = False
 
     def load(self, progress: Callable[[float], None] | None = None) -> None:
         """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100.
@@ -274,6 +291,10 @@ class RunDatabase:
         if self.loaded:
             return
         started = time.monotonic()
+        if self.cache is not None and self.cache.attach(self):
+            self.from_cache = self.loaded = True
+            self.load_seconds = time.monotonic() - started
+            return
         if self.paths and self.scheduler is not None:
             self._load_on_cluster(progress)
         elif self.paths:
@@ -281,6 +302,8 @@ class RunDatabase:
             _run_with_progress(self.con, sql, progress)
         if self.align:
             self._align()
+        if self.cache is not None:
+            self.cache.keep(self)
         self.loaded = True
         self.load_seconds = time.monotonic() - started
 
@@ -354,6 +377,99 @@ class RunDatabase:
             self.con.execute(f"COPY (SELECT * FROM {name}) TO {_quote(path)} (FORMAT parquet)")
             written.append(path)
         return written
+
+
+class _SqlCache:
+    """The loaded ``records`` and ``clock_offsets`` of one selection of a run, kept as a DuckDB file in the run's analysis cache.
+
+    `name` is the selection's (its processes' files and the alignment), so a
+    selection has one entry, replaced when its content changes; `key` names
+    the content (every file's `read.content.ContentKey`, the partial last lines
+    included: DuckDB read them), this module and the model's version. The
+    entry holds the key signed with the user's key (`read.cache_folder`): an
+    entry that is not ours, or of other content, is not used. The small tables
+    (``process_info``, ``files``) are made afresh every time: they name the
+    files where they are now (a copied run).
+    """
+
+    def __init__(self, folder: CacheFolder, name: str, key: str) -> None:
+        self.folder, self.name, self.key = folder, name, key
+
+    @classmethod
+    def of(cls, run_dir: str, log_dir: str, processes: list[Any], align: bool) -> "_SqlCache | None":
+        """The cache of these processes (None when a file cannot be read now)."""
+        selection, content = [], []
+        for process in processes:
+            keys = [content_key(path) for path in process.segments]
+            if any(key is None for key in keys):
+                return None
+            selection.append(os.path.basename(process.base))
+            content.append([[k.length, k.head, k.tail, k.size, k.rest] for k in keys])  # type: ignore[union-attr]
+        name = "sql-" + hashlib.blake2b(json.dumps([align, selection]).encode(errors="surrogateescape"), digest_size=16).hexdigest() + ".duckdb"
+        key = hashlib.blake2b(json.dumps([cache_version(), _module_version(), content]).encode(), digest_size=16).hexdigest()
+        return cls(CacheFolder(run_dir, log_dir), name, key)
+
+    def attach(self, db: "RunDatabase") -> bool:
+        """Use the cached records if there are ours for this content: ``records`` becomes a view of them (read-only)."""
+        duckdb = require_duckdb()
+        con = db.con
+        for path in self.folder.paths_of(self.name):
+            try:
+                con.execute(f"ATTACH {_quote(path)} AS run_cache (READ_ONLY)")
+            except duckdb.Error:
+                continue  # torn, foreign, or replaced as we looked: a miss
+            try:
+                row = con.execute("SELECT key, signature, clock FROM run_cache.cache_key").fetchone()
+                if row is not None and row[0] == self.key and row[1] and row[1] == self.folder.signature(self.key):
+                    con.execute("DROP TABLE records")
+                    con.execute("CREATE VIEW records AS SELECT * FROM run_cache.records")
+                    con.execute("INSERT INTO clock_offsets SELECT * FROM run_cache.clock_offsets")
+                    con.execute(
+                        "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM clock_offsets o "
+                        "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = o.host_name"
+                    )
+                    db.clock = row[2]
+                    return True
+            except duckdb.Error:
+                pass
+            con.execute("DETACH run_cache")
+        return False
+
+    def keep(self, db: "RunDatabase") -> None:
+        """Write the loaded records to the cache (a new file, renamed over the old entry); best effort: a failure only means no cache."""
+        duckdb = require_duckdb()
+        made = self.folder.new_path(self.name)
+        signature = self.folder.signature(self.key)
+        if made is None or not signature:
+            return
+        temp, final = made
+        con = db.con
+        try:
+            con.execute(f"ATTACH {_quote(temp)} AS cache_out")
+            try:
+                con.execute("CREATE TABLE cache_out.records AS SELECT * FROM records")
+                con.execute("CREATE TABLE cache_out.clock_offsets AS SELECT * FROM clock_offsets")
+                con.execute("CREATE TABLE cache_out.cache_key AS SELECT $1 AS key, $2 AS signature, $3 AS clock", [self.key, signature, db.clock])
+            finally:
+                con.execute("DETACH cache_out")
+            os.replace(temp, final)
+        except (duckdb.Error, OSError):
+            pass
+        finally:
+            for leftover in (temp, temp + ".wal"):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+
+
+def _module_version() -> str:
+    """This module's source (its load query and alignment make the cached records)."""
+    try:
+        with open(__file__, "rb") as handle:
+            return hashlib.blake2b(handle.read(), digest_size=16).hexdigest()
+    except OSError:
+        return "?"
 
 
 def _records_query(paths: list[str], join: str = "") -> str:
@@ -440,6 +556,7 @@ def open_run(
     ranks: list[int] | None = None,
     sources: list[str] | None = None,
     scheduler: str | None = None,
+    cache: bool = True,
 ) -> RunDatabase:
     """A `RunDatabase` for the run at `path` (a run directory, its ``structured_logs/``, or one .jsonl file).
 
@@ -447,7 +564,9 @@ def open_run(
     ``summarize``). `align`: subtract each host's clock offset from its times.
     `database`: a ``.duckdb`` file to build the database in (``--save``; it
     must not exist yet), else in memory. `scheduler`: a Dask scheduler's
-    address; its workers read the files on `RunDatabase.load`. Reads one line per process;
+    address; its workers read the files on `RunDatabase.load`. `cache`: load
+    from the analysis cache when it holds this content, and keep what is loaded
+    there (not with `database`: ``--save`` writes a database of its own). Reads one line per process;
     `RunDatabase.load` reads the rest and aligns the clocks.
     Raises `NotARunError` / `NoRecordsError` as ``summarize``, `MissingDependencyError`
     without duckdb, `FileExistsError` when `database` exists.
@@ -477,8 +596,9 @@ def open_run(
         total += process.size
     _insert_columns(con, "process_info", info_rows, 12)
     _insert_columns(con, "files", file_rows, 3)
+    cached = _SqlCache.of(run.run_dir, run.log_dir, run.processes, align) if cache and database is None else None
     return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align, scheduler=scheduler,
-                       clock="turned off (--no-align)" if not align else "")
+                       clock="turned off (--no-align)" if not align else "", cache=cached)
 
 
 def open_saved(path: str) -> RunDatabase:

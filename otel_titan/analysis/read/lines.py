@@ -276,10 +276,13 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, offset_us: int = 0, trimmed: bool = False) -> Iterator[dict[str, Any]]:
+def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, first_line: int = 0, offset_us: int = 0, trimmed: bool = False) -> Iterator[dict[str, Any]]:
     """Every usable record of one file, in order; unusable lines are counted in `skipped` with file and line.
 
-    `source`: read these bytes (the tail of `path`, see `read.tails`) instead of opening `path`.
+    `source`: read these bytes (the tail of `path`, see `read.tails`, or a range
+    of it, see `read.content.RangeReader`) instead of opening `path`;
+    `first_line`: how many lines of the file come before them (for the line
+    numbers of what is skipped).
     `offset_us`: taken off each record's ``time_us`` (its host's clock offset: the aligned clock), after the
     checks, which are on the time as written.
     `trimmed`: records hold only `ANALYSIS_FIELDS` (but `WHOLE_RECORDS`), read by the typed decoder (module
@@ -306,7 +309,7 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
     typed = _typed_decode if trimmed else None  # None without msgspec: orjson reads every line whole
     whole_records = WHOLE_RECORDS
     with handle:
-        line_no = 0
+        line_no = first_line
         carry = b""
         overlong = False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
         while True:

@@ -44,6 +44,7 @@ def write_report(
     progress: Callable[[str], None] | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
+    cache: bool = True,
 ) -> ReportResult:
     """Write the report of the run at `path` (default ``RUN_DIR/analysis/report.html``); returns what was written.
 
@@ -51,6 +52,7 @@ def write_report(
     where the per-file work runs), and every figure and verdict comes from
     that one model. Raises as `summarize_run`, and `MissingDependencyError`
     without Plotly (before anything is read).
+    `cache`: use and keep the analysis cache (docs/analysis.md), as ``summarize`` and ``sql`` do (False: ``--no-cache``).
     """
     import numpy as np  # noqa: PLC0415 - only when a report is written: the CLI starts without it
 
@@ -58,7 +60,7 @@ def write_report(
     started = time.monotonic()
     say = progress or (lambda text: None)
     say("reading the run ...")
-    summary, grid = read_model(path, ranks=ranks, sources=sources, run_id=run_id, align=align, jobs=jobs, scheduler=scheduler)
+    summary, grid = read_model(path, ranks=ranks, sources=sources, run_id=run_id, align=align, jobs=jobs, scheduler=scheduler, cache=cache)
     data = ReportData.of(summary, grid)
     say("drawing ...")
     # In the order a person needs them: step time, arrival, phases, scalars; the findings then the clocks (page.py).

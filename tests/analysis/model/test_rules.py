@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis.model import rules
-from otel_titan.analysis.model.collect import _Collector, collect_processes, read_model, summarize_run
+from otel_titan.analysis.model.collect import collect_run, read_model, summarize_run
 from otel_titan.analysis.read.records import read_run
 from otel_titan.analysis.read.runs import select_run
 
@@ -66,8 +66,7 @@ def test_steps_begin_and_end_alike(run) -> None:
 def test_step_closing_spans_alike(run) -> None:
     """SQL's step-closing spans (what `sql` aligns clocks on) are the model's, every step (the last included), by the same attempt stride."""
     logs, _ = select_run(read_run(run, log_skipped=False), None)
-    collector = _Collector()
-    collect_processes(logs.processes, collector, logs.skipped, None)
+    collector, _ = collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, cache=False, log_skipped=False)
     model = {}
     for process, spans in collector.closing:
         for step, name, start_us, end_us in zip(spans.steps, spans.names, spans.starts, spans.ends):

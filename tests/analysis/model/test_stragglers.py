@@ -9,7 +9,7 @@ import pytest
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis import format_summary, summarize_run
 from otel_titan.analysis.model.headline import headline_data
-from otel_titan.analysis.model.stragglers import arrivals, lateness, peer_groups, peer_key
+from otel_titan.analysis.model.stragglers import arrivals, compare_ranks, lateness, peer_groups, peer_key
 from tests.analysis.model.test_collect import healthy_ranks
 
 
@@ -144,3 +144,55 @@ def test_a_rank_without_peers_is_not_compared_and_the_summary_says_so(tmp_path):
     (group,) = summarize_run(run, log_skipped=False).stragglers
     assert group.findings == [] and group.ranks_by_slowness == []
     assert "ranks 0-3: not compared: no other rank has the same mesh coordinates but data-parallel ones" in group.withheld
+
+
+def test_the_median_without_each_value_is_the_slow_rules_to_the_bit() -> None:
+    """`compare_ranks` asks every rank of every step for the median of the others: the one-comparison form must be exact, duplicates included."""
+    import random
+
+    from otel_titan.analysis.model.stragglers import _median_without, _median_without_each
+
+    rng = random.Random(7)
+    for size in [*range(2, 12), 63, 64, 1024, 1025]:  # (never asked of one value: there is no other)
+        for _ in range(20):
+            values = sorted(rng.choice([rng.random() * 100, round(rng.random() * 5, 1)]) for _ in range(size))
+            without = _median_without_each(values)
+            assert [without(v) for v in values] == [_median_without(values, v) for v in values], (size, values)
+
+
+@pytest.mark.parametrize("ranks", [3, 4, 7, 64, 65, 130])
+@pytest.mark.parametrize("steps", [1, 2, 9, 10])
+def test_the_numpy_pass_is_the_general_ones_to_the_bit(ranks: int, steps: int) -> None:
+    """`_dense` (every rank in every step: the common shape, in numpy) gives what `_per_step` gives, bit for bit: ties, a straggler, coarse values."""
+    import random  # noqa: PLC0415
+
+    from otel_titan.analysis.model.stragglers import _dense, _per_step  # noqa: PLC0415
+
+    rng = random.Random(ranks * 100 + steps)
+    for coarse in (False, True):  # coarse: many equal values (ties at the median and at the top)
+        per_rank = {
+            rank: {step: (round(rng.uniform(10, 12), 1) if coarse else rng.uniform(10, 12)) + (5.0 if rank == 2 else 0.0) for step in range(3, 3 + steps)}
+            for rank in rng.sample(range(ranks * 2), ranks)
+        }
+        dense = _dense(per_rank)
+        assert dense is not None
+        general = _per_step(per_rank, [], False)
+        assert [list(part.items()) for part in dense] != [] and all(list(d.items()) == list(g.items()) for d, g in zip(dense[1:], general[1:]))
+        assert dense[0] == general[0]
+        assert all(repr(a) == repr(b) for d, g in zip(dense[2:], general[2:]) for a, b in zip(d.values(), g.values()))  # to the bit, -0.0 included
+        rows: list = []
+        assert _dense(per_rank, rows) == dense
+        general_rows: list = []
+        _per_step(per_rank, general_rows, True)
+        assert rows == general_rows and [list(row.ms.items()) for row in rows] == [list(row.ms.items()) for row in general_rows]
+        assert repr([row.excess_ms for row in rows]) == repr([row.excess_ms for row in general_rows])
+        assert compare_ranks(per_rank, table=False)[1] == compare_ranks(per_rank)[1]
+
+
+def test_the_numpy_pass_leaves_other_shapes_to_the_general_one() -> None:
+    from otel_titan.analysis.model.stragglers import _dense  # noqa: PLC0415
+
+    assert _dense({0: {1: 1.0, 2: 1.0}, 1: {1: 2.0, 2: 2.0}}) is None  # two ranks
+    assert _dense({0: {1: 1.0, 2: 1.0}, 1: {1: 2.0}, 2: {1: 3.0, 2: 3.0}}) is None  # a step missing
+    assert _dense({0: {1: 1, 2: 1}, 1: {1: 2, 2: 2}, 2: {1: 3, 2: 3}}) is None  # ints: Python's median of ints is an int
+    assert _dense({0: {1: float("nan")}, 1: {1: 2.0}, 2: {1: 3.0}}) is None

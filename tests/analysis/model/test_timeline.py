@@ -228,3 +228,41 @@ def test_real_threads_and_tasks_pair_into_the_spans_they_were(logged):
     lanes = {lane for kind, lane, _ in recorder.lanes}
     assert len({lane for lane in lanes if lane[1] is None}) == 3  # the three worker threads
     assert len({lane for lane in lanes if lane[1] is not None}) == 7  # main task + 6 tasks
+
+
+def _mixed_records():
+    """Spans with and without ids, nested, failed, orphaned and left open; instants, scalars, steps: every rule once."""
+    return [
+        titan_record("boot", 0, log_type="instant"),
+        titan_record("step_start", 1, step=1, span_id="s1"),
+        titan_record("fwd_start", 2, step=1, span_id="f1", parent_span_id="s1"),
+        titan_record("fwd_end", 4, step=1, span_id="f1", value=2.0),
+        titan_record("old_end", 5, step=1, value=3.0),  # orphan: its start was rotated away
+        titan_record("io_start", 5, step=1, tid=7),  # no ids: LIFO per lane
+        titan_record("io_error", 6, step=1, tid=7),
+        titan_record("io_end", 7, step=1, tid=7, value=2.0),
+        titan_record("step_end", 8, step=1, span_id="s1", value=7.0),
+        titan_record("metric_value", 9, log_type="instant", event_name="loss", value=1.0, step=2),
+        titan_record("step_start", 10, step=2, span_id="s2"),
+        titan_record("mark", 11, log_type="instant"),
+        titan_record("bwd_start", 12, step=2, span_id="b2", parent_span_id="s2"),
+        titan_record("signal_received", 20, log_type="instant", signal="SIGTERM"),
+    ]
+
+
+def test_a_walk_stopped_after_any_record_and_pickled_goes_on_as_one_walk():
+    """The analysis cache stops a walk at the end of what is written and goes on with what is appended later (`WalkState`)."""
+    import pickle
+
+    from otel_titan.analysis.model.timeline import WalkState, finish_walk
+
+    records = _mixed_records()
+    whole, extent = walk(records)
+    for cut in range(len(records) + 1):
+        recorder, state = Recorder(), WalkState()
+        walk_process(records[:cut], recorder, state=state, finish=False)
+        state = pickle.loads(pickle.dumps(state))  # as the cache keeps it
+        walk_process(records[cut:], recorder, state=state, finish=False)
+        assert finish_walk(state, recorder) == extent
+        assert (recorder.spans, recorder.errors, recorder.instants, recorder.scalars, recorder.metas, recorder.steps) == (
+            whole.spans, whole.errors, whole.instants, whole.scalars, whole.metas, whole.steps), cut

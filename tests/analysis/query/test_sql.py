@@ -190,6 +190,68 @@ def test_cli_errors(tmp_path, run) -> None:
     assert without.returncode == 5 and "pip install otel-titan[analysis]" in without.stderr, without.stderr  # ExitCode.UNAVAILABLE
 
 
+def _every_view(database) -> dict:
+    """Every view and table a user queries, ordered: what a cached load must answer as a full one."""
+    return {name: rows(database, f"SELECT * FROM {name} ORDER BY ALL") for name in [*VIEWS, "clock_offsets", "process_info", "files"]}
+
+
+def _loaded(path: Path, **options):
+    database = open_run(path, **options)
+    database.load()
+    return database
+
+
+def test_a_second_load_attaches_the_cached_records_and_answers_the_same(tmp_path) -> None:
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=6, steps=10, seed=8, crashed=(4, 7), ranks_per_host=3, start_us=1_796_000_000_000_000))
+    full = _every_view(_loaded(run, cache=False))
+    assert not (run / "analysis").exists()
+    first = _loaded(run)
+    assert not first.from_cache and _every_view(first) == full
+    assert len(list((run / "analysis" / "cache").glob("sql-*.duckdb"))) == 1
+    second = _loaded(run)
+    assert second.from_cache and _every_view(second) == full and second.clock == first.clock
+    unaligned = _loaded(run, align=False)  # another selection, another entry: the times as written
+    assert not unaligned.from_cache and _every_view(unaligned) == _every_view(_loaded(run, align=False, cache=False))
+    copy = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(run, copy)
+    copied = _loaded(copy)
+    assert copied.from_cache  # keyed by content: the copy's bytes are the same
+    assert all(str(copy) in filename for (filename, *_) in rows(copied, "SELECT * FROM files"))  # named where they are now
+    assert _every_view(copied) == _every_view(_loaded(copy, cache=False))
+
+
+def test_a_grown_or_torn_cache_is_loaded_again_never_wrong(tmp_path) -> None:
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=10, seed=2, start_us=1_796_000_000_000_000))
+    path = sorted((run / "structured_logs").glob("*.jsonl"))[0]
+    data = path.read_bytes()
+    path.write_bytes(data[: data.rindex(b"\n", 0, len(data) // 2) + 1])
+    _loaded(run)
+    path.write_bytes(data)  # it grew: the cached records are not these
+    grown = _loaded(run)
+    assert not grown.from_cache and _every_view(grown) == _every_view(_loaded(run, cache=False))
+    (entry,) = (run / "analysis" / "cache").glob("sql-*.duckdb")
+    entry.write_bytes(entry.read_bytes()[:5000])  # torn
+    again = _loaded(run)
+    assert not again.from_cache and _every_view(again) == _every_view(_loaded(run, cache=False))
+    assert _loaded(run).from_cache
+
+
+def test_cli_no_cache_keeps_no_database(tmp_path) -> None:
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=2, steps=4, seed=1, start_us=1_796_000_000_000_000))
+    done = cli("sql", str(run), "SELECT count(*) FROM spans", "--no-cache", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert not (run / "analysis").exists()
+    cached = cli("sql", str(run), "SELECT count(*) FROM spans", "--format", "csv")
+    assert cached.stdout == done.stdout and list((run / "analysis" / "cache").glob("sql-*.duckdb"))
+
+
+
+
 def test_step_rollups_view_is_the_step_table_from_rollups(tmp_path):
     """The view says what `RunAnalysis.steps()` says from the same rollups: step time, phases, the closing span; the last rollup of a step counts."""
     from otel_titan.analysis import RunAnalysis  # noqa: PLC0415 - beside the test that needs it

@@ -89,10 +89,31 @@ def _timeless(value: Any) -> Any:
 
 
 def test_summarize_on_the_cluster_is_the_serial_summary(run, cluster) -> None:
-    serial = _timeless(summarize_run(run, log_skipped=False).to_dict())
+    serial = _timeless(summarize_run(run, log_skipped=False, cache=False).to_dict())
     assert serial["stragglers"] and serial["skipped_lines"] == 1  # the run has something to find
-    assert _timeless(summarize_run(run, jobs=2, log_skipped=False).to_dict()) == serial
-    assert _timeless(summarize_run(run, scheduler=cluster, log_skipped=False).to_dict()) == serial
+    assert _timeless(summarize_run(run, jobs=2, log_skipped=False, cache=False).to_dict()) == serial
+    assert _timeless(summarize_run(run, scheduler=cluster, log_skipped=False, cache=False).to_dict()) == serial
+
+
+def test_reads_cached_on_the_cluster_and_resumed_there_give_the_serial_summary(run, cluster, tmp_path) -> None:
+    """The cluster's workers send back each process's read, which is cached; a grown run is read on from there, on the cluster too."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("analysis"))
+    files = sorted((copy / "structured_logs").glob("*.jsonl"))
+    whole = {path: path.read_bytes() for path in files}
+    for path, data in whole.items():  # the run as it was halfway: every file cut after a line
+        path.write_bytes(data[: data.rindex(b"\n", 0, len(data) // 2) + 1])
+    half = _timeless(summarize_run(copy, log_skipped=False, cache=False).to_dict())
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == half  # read there, cached here
+    assert (copy / "analysis" / "cache" / "reads.pack").is_file()
+    for path, data in whole.items():  # it grew
+        path.write_bytes(data)
+    serial = _timeless(summarize_run(copy, log_skipped=False, cache=False).to_dict())
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == serial  # the appended bytes read there
+    assert _timeless(summarize_run(copy, jobs=2, log_skipped=False).to_dict()) == serial  # all cached now
+    assert _timeless(summarize_run(copy, log_skipped=False).to_dict()) == serial
 
 
 def _canonical(trace: dict) -> list[str]:
@@ -133,9 +154,10 @@ QUERIES = [
 
 
 def test_sql_loaded_on_the_cluster_answers_as_the_local_load(run, cluster) -> None:
-    local, dask = open_run(run), open_run(run, scheduler=cluster)
+    local, dask = open_run(run, cache=False), open_run(run, scheduler=cluster, cache=False)
     local.load()
     dask.load()
+    assert not dask.from_cache  # loaded there
     assert local.clock == dask.clock and "aligned" in local.clock
     for query in QUERIES:
         assert dask.con.execute(query).fetchall() == local.con.execute(query).fetchall(), query
@@ -151,9 +173,9 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_a_cluster_workers_warning_reaches_the_terminal_once_escaped(run, cluster, how) -> None:
     """The torn line is seen on a Dask worker; its warning comes back with the result to the command's one path."""
     if how == "--scheduler":
-        done = _cli("summarize", str(run), "--scheduler", cluster)
+        done = _cli("summarize", str(run), "--no-cache", "--scheduler", cluster)
     else:
-        done = _cli("summarize", str(run), env={"DASK_SCHEDULER_ADDRESS": cluster})
+        done = _cli("summarize", str(run), "--no-cache", env={"DASK_SCHEDULER_ADDRESS": cluster})
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert b"\x1b" not in done.stderr and b"\x1b" not in done.stdout
     warnings = [line for line in done.stderr.decode().splitlines() if "truncated last line" in line]
@@ -164,7 +186,7 @@ def test_a_cluster_workers_warning_reaches_the_terminal_once_escaped(run, cluste
 def test_an_unreachable_scheduler_is_a_clear_error(run, monkeypatch, capsys) -> None:
     monkeypatch.setattr(executors, "CONNECT_TIMEOUT_S", 2)
     monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
-    assert main(["summarize", str(run), "--scheduler", "tcp://127.0.0.1:9"]) == 5  # ExitCode.UNAVAILABLE
+    assert main(["summarize", str(run), "--no-cache", "--scheduler", "tcp://127.0.0.1:9"]) == 5  # ExitCode.UNAVAILABLE
     err = capsys.readouterr().err
     assert "otel-titan: error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err and "Traceback" not in err
 
@@ -191,7 +213,7 @@ def test_a_closed_cluster_leaves_no_process(run) -> None:
         pids = _worker_pids(local.scheduler_address)
         started = set(processes.started_by(os.getpid(), token)) - before
         assert set(pids) <= started  # the workers are this test's processes, and the check can see them
-        summarize_run(run, scheduler=local.scheduler_address, log_skipped=False)
+        summarize_run(run, scheduler=local.scheduler_address, log_skipped=False, cache=False)
     assert _gone(pids)
     deadline = time.monotonic() + 20
     while (left := set(processes.started_by(os.getpid(), token)) - before) and time.monotonic() < deadline:
@@ -205,7 +227,7 @@ def test_a_file_the_cluster_cannot_read_is_an_error_naming_the_cluster(run, clus
 
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    db = open_run(copy, scheduler=cluster)
+    db = open_run(copy, scheduler=cluster, cache=False)
     next((copy / "structured_logs").glob("*rank_3*.jsonl")).unlink()  # listed here, gone for the workers
     with pytest.raises(executors.ClusterError, match=f"(?s)a sql worker on the Dask cluster at {cluster} failed: IOException.*at the same paths"):
         db.load()
@@ -218,7 +240,7 @@ def test_export_and_sql_commands_on_the_cluster_print_what_they_print_locally(ru
     assert _canonical(load_trace(tmp_path / "dask.json")) == _canonical(load_trace(tmp_path / "local.json"))
     query = "SELECT rank, name, count(*), sum(duration_ms::DECIMAL(18, 6)) FROM spans GROUP BY ALL ORDER BY ALL"  # exact: a float sum's order (DuckDB's threads) moves round(…, 3) across .0005
     local = _cli("sql", str(run), query, "--format", "csv")
-    dask = _cli("sql", str(run), query, "--format", "csv", env={"DASK_SCHEDULER_ADDRESS": cluster})
+    dask = _cli("sql", str(run), query, "--format", "csv", "--no-cache", env={"DASK_SCHEDULER_ADDRESS": cluster})
     assert local.returncode == dask.returncode == 0, dask.stderr
     assert dask.stdout == local.stdout and dask.stdout.count(b"\n") > 8
 
@@ -265,7 +287,7 @@ def test_an_undecodable_file_name_survives_the_trip_to_the_cluster(run, cluster,
     os.rename(os.path.join(logs, victim), os.path.join(logs, victim.replace(b"global_rank_2", b"global_rank_2\xff\xfe")))
     serial = _timeless(summarize_run(copy, log_skipped=False).to_dict())
     assert "global_rank_2\\udcff\\udcfe" in json.dumps(serial)  # the summary names the file, surrogates and all
-    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False).to_dict()) == serial
+    assert _timeless(summarize_run(copy, scheduler=cluster, log_skipped=False, cache=False).to_dict()) == serial
     local = generate_gantt_trace(copy, tmp_path / "local.json", jobs=1, log_skipped=False)
     dask = generate_gantt_trace(copy, tmp_path / "dask.json", scheduler=cluster, log_skipped=False)
     assert _canonical(load_trace(tmp_path / "dask.json")) == _canonical(load_trace(tmp_path / "local.json")) and local.spans == dask.spans

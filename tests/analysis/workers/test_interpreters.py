@@ -32,7 +32,7 @@ COMMANDS = [
     ["export", "--jobs", "1"],
     ["export", "--jobs", "2", "--format", "perfetto"],
     ["summarize", "--jobs", "2"],
-    ["summarize", "--jobs", "2", "--json"],
+    ["summarize", "--jobs", "2", "--json", "--no-cache"],  # read in the workers again (the line above cached the run)
     ["summarize", "--tail"],
     ["report"],
     ["report", "--jobs", "2"],

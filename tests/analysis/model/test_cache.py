@@ -1,0 +1,355 @@
+"""The analysis cache (`model.cache`, `collect.collect_run`): cached, resumed, serial and --jobs reads give the summary a full read gives.
+
+Real files throughout: runs generated with faults (benchmarks/generate_run.py),
+grown by appending their own bytes, rotated as the writer rotates (the active
+file renamed ``.1``), copied, rewritten, with NULs not written yet; the cache's
+own files torn and forged. Every check compares with ``cache=False`` (every
+byte read, nothing kept) on the same files at that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis import summarize_run
+from otel_titan.analysis.model.cache import ProcessCache, plan_reads
+from otel_titan.analysis.read.cache_folder import CACHE_FOLDER
+from otel_titan.analysis.read.records import read_run
+from tests.conftest import REPO
+from tests.helpers import processes
+
+
+def _timeless(value: Any) -> Any:
+    """The summary without its ages relative to now (``*_s_before_now``), which differ between two calls."""
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if not k.endswith("_before_now")}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+def _summary(run: Path, **options: Any) -> dict[str, Any]:
+    return _timeless(summarize_run(run, log_skipped=False, **options).to_dict())
+
+
+def _full(run: Path) -> dict[str, Any]:
+    return _summary(run, cache=False)
+
+
+def _cached(run: Path) -> int:
+    """How many of the run's processes have a cached read."""
+    logs = read_run(run)
+    cache = ProcessCache(logs.run_dir, logs.log_dir)
+    return sum(1 for process in logs.processes if cache.lookup(process))
+
+
+def _plans(run: Path) -> list[Any]:
+    logs = read_run(run)
+    return plan_reads(logs.processes, ProcessCache(logs.run_dir, logs.log_dir))
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    generate_run(str(out), RunSpec(ranks=8, steps=14, seed=4, crashed=(5, 11), straggler=(2, "bwd", 35.0), ranks_per_host=4))
+    return out
+
+
+def _files(run: Path) -> list[Path]:
+    return sorted((run / "structured_logs").glob("*.jsonl"))
+
+
+def _cut(data: bytes, fraction: float) -> int:
+    """An offset just after a line, about `fraction` into `data`."""
+    return data.rindex(b"\n", 0, int(len(data) * fraction)) + 1
+
+
+def test_a_second_read_is_all_hits_and_gives_the_same_summary(run: Path) -> None:
+    full = _full(run)
+    assert full["stragglers"] and full["skipped_lines"] == 1  # a straggler and a torn line: something to find
+    assert not (run / CACHE_FOLDER).exists()  # cache=False keeps nothing
+    assert _summary(run) == full
+    assert (run / CACHE_FOLDER / "reads.pack").is_file() and _cached(run) == len(_files(run))
+    plans = _plans(run)
+    assert all(plan.hit for plan in plans) and all(plan.bytes_to_read == 0 for plan in plans)
+    assert _summary(run) == full
+    assert _summary(run, jobs=2) == full  # nothing to read: no worker needed, the same answer
+    assert _summary(run, align=False) == _timeless(summarize_run(run, log_skipped=False, cache=False, align=False).to_dict())  # verdicts recomputed
+
+
+def test_cached_reads_made_by_workers_are_the_serial_ones(run: Path) -> None:
+    full = _full(run)
+    assert _summary(run, jobs=2) == full  # read in two worker interpreters, cached here
+    assert all(plan.hit for plan in _plans(run))
+    assert _summary(run, jobs=1) == full
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("cut_inside_a_line", [False, True])
+def test_a_grown_run_is_read_on_from_where_the_cache_stopped(run: Path, jobs: int, cut_inside_a_line: bool) -> None:
+    """Every file at 40 %, then 70 % (after a line, or mid-line: a partial line is never cached), then whole."""
+    whole = {path: path.read_bytes() for path in _files(run)}
+    for fraction in (0.4, 0.7):
+        for path, data in whole.items():
+            end = _cut(data, fraction) + (17 if cut_inside_a_line else 0)
+            path.write_bytes(data[:end])
+        expected = _full(run)
+        before = {plan.keys[0].name: plan for plan in _plans(run)}
+        assert _summary(run, jobs=jobs) == expected
+        if fraction == 0.7:  # the 40 % read was cached: resumed where it stopped, not read again
+            assert all(plan.resume is not None and not plan.hit and 0 < plan.start_offset for plan in before.values())
+            assert all(plan.bytes_to_read < plan.keys[0].length * 0.5 for plan in before.values())
+    for path, data in whole.items():
+        path.write_bytes(data)
+    assert _summary(run, jobs=jobs) == _full(run)
+    assert _summary(run) == _full(run)
+
+
+def test_a_rotated_segment_keeps_its_cached_read_under_its_new_name(run: Path) -> None:
+    """The writer renames the active file to ``.1`` and opens a new one: the cached bytes are the same, the names are not."""
+    path = _files(run)[3]
+    data = path.read_bytes()
+    middle = _cut(data, 0.5)
+    path.write_bytes(data[:middle])
+    assert _summary(run) == _full(run)
+    os.rename(path, str(path) + ".1")  # rotated ...
+    path.write_bytes(data[middle:])  # ... and the rest written to a new active file
+    plan = next(plan for plan in _plans(run) if len(plan.keys) == 2)
+    assert plan.resume is not None and plan.start_segment == 0 and not plan.hit
+    expected = _full(run)
+    assert expected["processes"][3]["files"] == [path.name + ".1", path.name]
+    assert _summary(run) == expected
+    assert all(plan.hit for plan in _plans(run))
+
+
+def test_skipped_lines_are_named_by_the_segments_names_now(tmp_path: Path) -> None:
+    """A bad line read while the file was active is, once rotated, reported at its new name, as a full read reports it."""
+    out = tmp_path / "run"
+    generate_run(str(out), RunSpec(ranks=2, steps=10, seed=1))
+    path = _files(out)[0]
+    data = path.read_bytes()
+    middle = _cut(data, 0.5)
+    path.write_bytes(data[:middle] + b"not json\n")
+    summarize_run(out, log_skipped=False)
+    os.rename(path, str(path) + ".1")
+    path.write_bytes(data[middle:])
+    full = summarize_run(out, log_skipped=False, cache=False)
+    cached = summarize_run(out, log_skipped=False)
+    assert full.skipped_examples == cached.skipped_examples and f"{path.name}.1:" in full.skipped_examples[0]
+
+
+def test_a_copied_run_hits_and_names_its_own_files(run: Path, tmp_path: Path) -> None:
+    _summary(run)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)  # the cache travels with the run (RUN/analysis/cache)
+    assert all(plan.hit for plan in _plans(copy))
+    cached = summarize_run(copy, log_skipped=False)
+    assert _timeless(cached.to_dict()) == _full(copy)
+    assert all(str(copy) in example for example in cached.skipped_examples)  # the torn line at the copy's path
+
+
+def test_a_rewritten_file_is_read_again(run: Path, tmp_path: Path) -> None:
+    _summary(run)
+    other = tmp_path / "other"
+    generate_run(str(other), RunSpec(ranks=8, steps=14, seed=9, hung=(6, 9), ranks_per_host=4))
+    for mine, theirs in zip(_files(run), _files(other), strict=True):  # the same names, other bytes (another job's)
+        mine.write_bytes(theirs.read_bytes())
+    assert not any(plan.resume for plan in _plans(run))
+    assert _summary(run) == _full(run)
+
+
+def test_a_line_changed_in_place_near_the_end_is_read_again(run: Path) -> None:
+    """The same length, one byte changed in the last block (a step number edited by hand): a miss."""
+    _summary(run)
+    path = _files(run)[2]
+    data = bytearray(path.read_bytes())
+    at = data.rindex(b'"step":') + len(b'"step":')
+    data[at] = ord("9") if data[at] != ord("9") else ord("8")
+    path.write_bytes(bytes(data))
+    plan = next(plan for plan in _plans(run) if plan.keys[0].name == path.name)
+    assert plan.resume is None
+    assert _summary(run) == _full(run)
+
+
+def test_a_file_cut_shorter_than_its_cached_read_is_read_again(run: Path) -> None:
+    _summary(run)
+    path = _files(run)[1]
+    data = path.read_bytes()
+    path.write_bytes(data[: _cut(data, 0.3)])
+    plan = next(plan for plan in _plans(run) if plan.keys[0].name == path.name)
+    assert plan.resume is None
+    assert _summary(run) == _full(run)
+
+
+def test_nuls_not_written_yet_are_never_cached(run: Path) -> None:
+    """A client that sees a file's new size before its bytes reads NULs: they are read (as a full read would) but not kept."""
+    path = _files(run)[0]
+    data = path.read_bytes()
+    middle = _cut(data, 0.5)
+    path.write_bytes(data[:middle] + bytes(3000))
+    assert _summary(run) == _full(run)
+    plan = next(plan for plan in _plans(run) if plan.keys[0].name == path.name)
+    assert plan.hit and plan.keys[0].length == middle and plan.keys[0].size == middle + 3000
+    path.write_bytes(data)  # the bytes arrive where the NULs were
+    plan = next(plan for plan in _plans(run) if plan.keys[0].name == path.name)
+    assert plan.resume is not None and plan.start_offset == middle
+    assert _summary(run) == _full(run)
+
+
+def test_torn_and_forged_entries_are_misses_never_errors(run: Path) -> None:
+    expected = _full(run)
+    _summary(run)
+    pack = run / CACHE_FOLDER / "reads.pack"  # every process's read
+    (merged,) = (run / CACHE_FOLDER).glob("run-*.facts")  # the facts merged from all of them, for an unchanged run
+    whole = pack.read_bytes()
+    for broken in (whole[: len(whole) // 2], b"", b"OTCACHE1" + bytes(32) + pickle.dumps({"x": "not ours"})):  # torn, empty, not signed by us
+        pack.write_bytes(broken)
+        assert _cached(run) == 0
+        assert _summary(run) == expected  # answered from the merged facts
+        merged.write_bytes(merged.read_bytes()[: -200 - len(broken) % 7])
+        assert _summary(run) == expected  # both torn: every process read again ...
+        assert _cached(run) == len(_files(run))  # ... and kept again
+        assert _summary(run) == expected
+
+
+def test_an_entry_of_another_version_is_a_miss(run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _summary(run)
+    logs = read_run(run)
+    cache = ProcessCache(logs.run_dir, logs.log_dir)
+    cache.version = "another reader"
+    assert not any(plan.resume for plan in plan_reads(logs.processes, cache))
+
+
+def test_a_read_only_run_is_cached_in_the_users_cache_folder(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where RUN/analysis/cache cannot be made (here: a file is in its way; a read-only folder for other users) the user's folder takes it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    (run / "analysis").write_text("not a folder")
+    expected = _full(run)
+    assert _summary(run) == expected
+    assert list((tmp_path / "xdg" / "otel-titan" / "runs").glob("*/reads.pack")) and _cached(run) == len(_files(run))
+    assert all(plan.hit for plan in _plans(run)) and _summary(run) == expected
+
+
+def test_the_signing_key_is_the_users_alone(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another user's key (another XDG_CACHE_HOME here) does not trust this user's entries: nothing is unpickled."""
+    _summary(run)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "someone-else"))
+    assert not any(plan.resume for plan in _plans(run))
+    key = tmp_path / "someone-else" / "otel-titan" / "key"
+    assert key.stat().st_mode & 0o077 == 0
+
+
+def test_concurrent_commands_agree_and_leave_whole_entries(run: Path) -> None:
+    """Four commands at once on an uncached run: each answers as a full read, and every entry left is a whole one."""
+    expected = _full(run)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    commands = [subprocess.Popen([sys.executable, "-m", "otel_titan.cli", "summarize", str(run), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                for _ in range(4)]
+    outputs = []
+    for command in commands:
+        out, err = command.communicate(timeout=180)
+        assert command.returncode == 0, err
+        outputs.append(_timeless(json.loads(out)))
+    reference = _timeless(json.loads(processes.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(run), "--json", "--no-cache"],
+                                                  capture_output=True, env=env, timeout=180).stdout))
+    assert all(output == reference for output in outputs)
+    assert not list((run / CACHE_FOLDER).glob(".*.tmp"))  # no temporary file left
+    assert all(plan.hit for plan in _plans(run)) and _summary(run) == expected
+
+
+def test_no_cache_on_the_command_line_reads_all_and_keeps_nothing(run: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = processes.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(run), "--no-cache"], capture_output=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert not (run / CACHE_FOLDER).exists()
+    done = processes.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(run)], capture_output=True, env=env, timeout=180)
+    assert done.returncode == 0 and _cached(run) == len(_files(run))
+
+
+def test_a_cached_read_logs_the_warnings_a_read_logs(run: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The torn line's warning comes on every command, from the files or from the cache."""
+    summarize_run(run, cache=False)
+    fresh = [r.getMessage() for r in caplog.records if "truncated last line" in r.getMessage()]
+    caplog.clear()
+    summarize_run(run)
+    summarize_run(run)
+    again = [r.getMessage() for r in caplog.records if "truncated last line" in r.getMessage()]
+    assert len(fresh) == 1 and again == fresh * 2
+
+
+def test_report_reads_once_through_the_cache_and_no_cache_keeps_none(run: Path, tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    pytest.importorskip("duckdb")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = processes.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / "a.html"), "--no-cache"], capture_output=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not (run / CACHE_FOLDER).exists()
+    for name in ("b.html", "c.html"):
+        done = processes.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / name)], capture_output=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+    # Its one read is summarize's (`read_model`): each process's read kept, and no DuckDB load of its own to keep.
+    assert _cached(run) == len(_files(run)) and not list((run / CACHE_FOLDER).glob("sql-*.duckdb"))
+    assert (tmp_path / "c.html").stat().st_size > 100_000
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """An accumulator as plain data, every attribute of every object in it (arrays as lists, a process by its label): comparable with ==."""
+    from array import array  # noqa: PLC0415 - only here
+
+    from otel_titan.analysis.read.records import ProcessLog  # noqa: PLC0415
+
+    assert depth < 40
+    if isinstance(value, ProcessLog):
+        return ("process", value.label)
+    if isinstance(value, dict):
+        return {repr(key): _plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple, array)):
+        return [_plain(item, depth + 1) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(repr(_plain(item, depth + 1)) for item in value)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    names = [*getattr(value, "__dict__", {})] + [name for cls in type(value).__mro__ for name in getattr(cls, "__slots__", ()) if hasattr(value, name)]
+    return (type(value).__name__, {name: _plain(getattr(value, name), depth + 1) for name in sorted(set(names)) if not callable(getattr(value, name))})
+
+
+def _model(run: Path, **options: Any) -> tuple[Any, Any, Any]:
+    """What `read_model` hands on: every accumulator of the collector (`_Collector.state`), the report's grid, the step table from the spans."""
+    from otel_titan.analysis.model.collect import read_model  # noqa: PLC0415
+    from otel_titan.analysis.model.step_table import rows_from_collected  # noqa: PLC0415
+
+    kept: dict[str, Any] = {}
+
+    def keep(collector: Any) -> None:
+        kept["state"] = _plain(collector.state())
+        kept["rows"] = rows_from_collected((collector.step_ms, collector.phase_step_ms, collector.phase_step_count, collector.closing))
+
+    summary, grid = read_model(run, log_skipped=False, on_collected=keep, **options)
+    return kept["state"], _plain(grid), kept["rows"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_every_accumulator_comes_back_from_the_cache_as_a_full_read_makes_it(run: Path, jobs: int) -> None:
+    """Written, then a hit of the merged facts, then a grown run resumed per process: each `_Collector.state()` key, the grid and the step table equal a full read's."""
+    full = _model(run, cache=False)
+    state, grid, rows = full
+    assert {repr(key) for key in ("step_starts", "scalar_steps", "phase_step_count", "figures", "config_drift", "hang_facts")} <= set(state)
+    assert state["'step_starts'"] and state["'phase_step_count'"] and rows  # something to lose
+    assert _model(run, jobs=jobs) == full  # written
+    assert _model(run, jobs=jobs) == full  # the merged facts
+    path = _files(run)[3]
+    data = path.read_bytes()
+    path.write_bytes(data[: _cut(data, 0.5)])
+    _model(run, jobs=jobs)
+    path.write_bytes(data)  # grown: that process resumed where its cached read stopped, the others hit
+    assert _model(run, jobs=jobs) == full

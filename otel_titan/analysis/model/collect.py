@@ -592,6 +592,14 @@ def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:
                 break
         examples.append(example)
     skipped.examples = examples
+    warnings = []
+    for warning in skipped.warnings:
+        for old, new in renamed.items():
+            if warning.startswith(old + ":"):
+                warning = new + warning[len(old) :]
+                break
+        warnings.append(warning)
+    skipped.warnings = warnings
 
 
 def read_process(process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_bytes: Callable[[int], None] | None) -> ProcessRead:
@@ -635,7 +643,12 @@ def _replay_warnings(skipped: SkippedLines) -> None:
 
 
 def _warnings_of(skipped: SkippedLines) -> list[str]:
-    """The warnings a read logs about the lines it skipped (the first few of each file, then that it only counts)."""
+    """The warnings a read logs about the lines it skipped or repaired (the first few of each file, then that it only counts), in their order.
+
+    A read cached by an older version kept no `SkippedLines.warnings`: its skipped lines' warnings are made again.
+    """
+    if skipped.warnings or not (skipped.examples or skipped.repaired):
+        return list(skipped.warnings)
     return [*skipped.examples, *(f"{path}: more unreadable lines; only counting them from now on" for path, count in skipped.by_file.items() if count > WARNINGS_PER_FILE)]
 
 

@@ -64,6 +64,8 @@ _log = logging.getLogger("otel_titan.analysis")
 
 #: Types a lane or pairing key may have (anything else could not be a dict key).
 _KEY_TYPES = (str, type(None))
+#: At most this many warnings are kept per read (`SkippedLines.warnings`): five per file are logged, and a run has many files.
+MAX_WARNINGS_KEPT = 10_000
 #: Beyond this (µs, about 146,000 years) a timestamp is not one; it also keeps every figure within 64 bits.
 _MAX_TIME_US = 1 << 62
 # The fields every line's check reads, as module globals: one specialised global load per use, per line
@@ -136,6 +138,15 @@ class SkippedLines:
     #: Lines kept after invalid Unicode in their strings was escaped (see `repair`), and per file.
     repaired: int = 0
     repaired_by_file: Counter = field(default_factory=Counter)
+    #: Every warning about the lines, in the order they came (skipped and repaired alike), logged or not: what a
+    #: command that answers from a cached read says again (`model.collect`), as a read of the files would say it.
+    warnings: list[str] = field(default_factory=list)
+
+    def _warn(self, message: str) -> None:
+        if len(self.warnings) < MAX_WARNINGS_KEPT:
+            self.warnings.append(message)
+        if self.log:
+            _log.warning("%s", message)
 
     def add(self, path: str, line_no: int, reason: str) -> None:
         """Count one skipped line of `path` (1-based `line_no`) and warn about the first few."""
@@ -146,10 +157,9 @@ class SkippedLines:
             message = f"{path}:{line_no}: {reason}; line skipped"
             if len(self.examples) < 100:
                 self.examples.append(message)
-            if self.log:
-                _log.warning("%s", message)
-        elif seen == WARNINGS_PER_FILE + 1 and self.log:
-            _log.warning("%s: more unreadable lines; only counting them from now on", path)
+            self._warn(message)
+        elif seen == WARNINGS_PER_FILE + 1:
+            self._warn(f"{path}: more unreadable lines; only counting them from now on")
 
     def repair(self, path: str, line_no: int, strings: int) -> None:
         """Count one line of `path` kept after `strings` strings with lone surrogates were escaped; warn about the first few.
@@ -163,12 +173,10 @@ class SkippedLines:
         self.repaired += 1
         self.repaired_by_file[path] += 1
         seen = self.repaired_by_file[path]
-        if not self.log:
-            return
         if seen <= WARNINGS_PER_FILE:
-            _log.warning("%s:%d: %d string%s with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept", path, line_no, strings, "" if strings == 1 else "s")
+            self._warn(f"{path}:{line_no}: {strings} string{'' if strings == 1 else 's'} with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept")
         elif seen == WARNINGS_PER_FILE + 1:
-            _log.warning("%s: more lines with invalid Unicode; only counting them from now on", path)
+            self._warn(f"{path}: more lines with invalid Unicode; only counting them from now on")
 
 
 def loads_line(raw: bytes) -> Any:

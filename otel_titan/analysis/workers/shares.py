@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence, TypeVar
 
-from otel_titan.analysis.read.lines import SkippedLines
+from otel_titan.analysis.read.lines import MAX_WARNINGS_KEPT, SkippedLines
 
 __all__ = ["PARALLEL_MIN_BYTES", "MAX_JOBS", "default_jobs", "balance", "skipped_result", "merge_skipped"]
 
@@ -61,6 +61,7 @@ def skipped_result(skipped: SkippedLines) -> dict[str, Any]:
         "skipped_by_file": dict(skipped.by_file),
         "repaired": skipped.repaired,
         "repaired_by_file": dict(skipped.repaired_by_file),
+        "warnings": skipped.warnings,
     }
 
 
@@ -73,3 +74,4 @@ def merge_skipped(skipped: SkippedLines, result: dict[str, Any]) -> None:
     skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
     for path, count in result["skipped_by_file"].items():
         skipped.by_file[path] += count
+    skipped.warnings.extend(result.get("warnings", ())[: max(0, MAX_WARNINGS_KEPT - len(skipped.warnings))])

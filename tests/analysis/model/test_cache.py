@@ -353,3 +353,23 @@ def test_every_accumulator_comes_back_from_the_cache_as_a_full_read_makes_it(run
     _model(run, jobs=jobs)
     path.write_bytes(data)  # grown: that process resumed where its cached read stopped, the others hit
     assert _model(run, jobs=jobs) == full
+
+
+def test_a_cached_read_warns_as_the_read_of_the_files_did(tmp_path: Path) -> None:
+    """Skipped and repaired lines (a lone surrogate escaped, a line that is not JSON) are warned about again, in the same order, when the answer comes from the cache."""
+    out = tmp_path / "run"
+    generate_run(str(out), RunSpec(ranks=2, steps=6, seed=1))
+    path = _files(out)[0]
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[5] = lines[5].replace(b'"log_file":"train.py"', b'"log_file":"tr\\ud800ain.py"')
+    assert b"\\ud800" in lines[5]
+    path.write_bytes(b"".join(lines[:8] + [b"not json\n"] + lines[8:]))
+
+    def warnings() -> list[str]:
+        result = subprocess.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stderr.splitlines() if "warning" in line]
+
+    first, second = warnings(), warnings()
+    assert any("invalid Unicode" in line for line in first) and any("line skipped" in line for line in first), first
+    assert second == first

@@ -41,6 +41,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from otel_titan.exporters.batch_sender import run_batches
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, StartAwareSpanExporter
 from otel_titan.core.log_context import current_span_ids
@@ -243,22 +244,7 @@ class OtelLogsExporter(StartAwareSpanExporter):
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
-        queue = self._queue
-        while True:
-            self._wake.wait(self._schedule_delay_s)
-            self._wake.clear()
-            while queue:
-                self._idle.clear()
-                batch = []
-                try:
-                    for _ in range(self.max_export_batch_size):
-                        batch.append(queue.popleft())
-                except IndexError:
-                    pass
-                self._send(batch)
-            self._idle.set()
-            if self._stopping:
-                return
+        run_batches(self._queue, self._wake, self._idle, self._schedule_delay_s, self.max_export_batch_size, self._send, lambda: self._stopping)
 
     def _send(self, batch: list[tuple[Any, ...]]) -> None:
         records = [self._record(item) for item in batch]

@@ -61,6 +61,7 @@ from opentelemetry.sdk._logs import ReadWriteLogRecord
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from otel_titan.exporters.batch_sender import run_batches
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
 from otel_titan.core.identity import RunIdentity
@@ -260,22 +261,7 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
 
     # -- the sender thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        queue = self._queue
-        while True:
-            self._wake.wait(self._schedule_delay_s)
-            self._wake.clear()
-            while queue:
-                self._idle.clear()
-                batch = []
-                try:
-                    for _ in range(self.max_export_batch_size):
-                        batch.append(queue.popleft())
-                except IndexError:
-                    pass
-                self._send(batch)
-            self._idle.set()
-            if self._stopping:
-                return
+        run_batches(self._queue, self._wake, self._idle, self._schedule_delay_s, self.max_export_batch_size, self._send, lambda: self._stopping)
 
     def _send(self, lines: list[bytes]) -> None:
         exporter = self._exporter

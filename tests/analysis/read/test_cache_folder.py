@@ -78,7 +78,9 @@ def test_without_a_key_of_ones_own_nothing_is_kept_or_trusted(tmp_path: Path, mo
     (tmp_path / "not-a-folder").write_text("x")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))  # no cache folder of one's own can be made
     folder = CacheFolder(str(tmp_path), str(tmp_path))
-    assert not folder.write("a.summary", b"payload") and folder.read("a.summary") == [] and folder.signature("k") == ""
+    assert not folder.write("a.summary", b"payload") and folder.read("a.summary") == []
+    with folder.new_sealed("a.duckdb", "k") as temp:
+        assert temp is None
     assert not (tmp_path / CACHE_FOLDER).exists()
 
 

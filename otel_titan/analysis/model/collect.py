@@ -773,6 +773,8 @@ def collect_run(
         collector.merge(own.state())
         merge_skipped(skipped, skipped_result(own_skipped))
         summaries.append(summary)
+    if store is not None and not any(summary.records for summary in summaries):
+        return collector, summaries  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
     if store is not None:
         store.flush()
     # (Not with an empty file: its creation time is its mtime, which no content key covers.)

@@ -280,6 +280,8 @@ class RunDatabase:
     cache: "_SqlCache | None" = None
     #: Whether `load` found them there.
     from_cache: bool = False
+    #: The run's log folder (what an error names).
+    log_dir: str = ""
 
     def load(self, progress: Callable[[float], None] | None = None) -> None:
         """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100.
@@ -300,6 +302,7 @@ class RunDatabase:
         elif self.paths:
             sql = "INSERT INTO records " + _records_query(self.paths, "JOIN process_info p ON p.process_id = f.process_id")
             _run_with_progress(self.con, sql, progress)
+        self._check_readable()
         if self.align:
             self._align()
         if self.cache is not None:
@@ -334,6 +337,15 @@ class RunDatabase:
                 with open(names[-1], "wb") as handle:
                     handle.write(part)
             self.con.execute(f"INSERT INTO records SELECT * FROM read_parquet([{', '.join(_quote(n) for n in names)}])")
+
+    def _check_readable(self) -> None:
+        """Raise `NoRecordsError` when not one line read is a record while some could not be read: a folder that is not a run (as ``summarize``).
+
+        (Files with no line at all are a run that stopped before its first record: its processes are still shown.)
+        """
+        readable, unreadable = self.con.execute("SELECT count(log_type_name), count(*) - count(log_type_name) FROM records").fetchone()  # type: ignore[misc]
+        if readable == 0 and unreadable:
+            raise NoRecordsError(f"{self.log_dir or 'the run'}: no readable records ({unreadable:,} unreadable line{'s' if unreadable != 1 else ''} skipped)")
 
     def _align(self) -> None:
         """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift every record's time by it.
@@ -629,7 +641,7 @@ def open_run(
     _insert_columns(con, "files", file_rows, 3)
     cached = _SqlCache.of(run.run_dir, run.log_dir, run.processes, align) if cache and database is None else None
     return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align, scheduler=scheduler,
-                       clock="turned off (--no-align)" if not align else "", cache=cached)
+                       clock="turned off (--no-align)" if not align else "", cache=cached, log_dir=run.log_dir)
 
 
 def open_saved(path: str) -> RunDatabase:

@@ -60,6 +60,7 @@ __all__ = [
     "MAX_BYTES",
     "MAX_SQL_SELECTIONS",
     "make_private_folders",
+    "remove_made_folders",
     "refusal",
     "user_cache_home",
 ]
@@ -148,15 +149,16 @@ def _open_dir(parent: int | None, name: str, create: bool, path: str) -> int:
     return fd
 
 
-def make_private_folders(path: str) -> None:
-    """Make the folder `path` and any missing parent, each new one 0700 whatever the umask (existing ones are left as they are).
+def make_private_folders(path: str) -> list[str]:
+    """Make the folder `path` and any missing parent, each new one 0700 whatever the umask (existing ones are left as they are); the folders made, outermost first.
 
     For what otel-titan writes beside a run (``analysis/``): a trace or a
     report names the run's processes and hosts; the user shares it by choice.
 
     Example:
         >>> import tempfile; top = tempfile.mkdtemp()
-        >>> make_private_folders(os.path.join(top, "analysis", "cache"))
+        >>> [os.path.basename(made) for made in make_private_folders(os.path.join(top, "analysis", "cache"))]
+        ['analysis', 'cache']
         >>> oct(os.stat(os.path.join(top, "analysis")).st_mode & 0o777)
         '0o700'
     """
@@ -168,6 +170,7 @@ def make_private_folders(path: str) -> None:
         if parent == path:
             break
         path = parent
+    made = []
     for folder in reversed(missing):
         try:
             os.mkdir(folder, 0o700)
@@ -176,6 +179,17 @@ def make_private_folders(path: str) -> None:
                 raise
             continue
         os.chmod(folder, 0o700)
+        made.append(folder)
+    return made
+
+
+def remove_made_folders(made: list[str]) -> None:
+    """Remove the folders `make_private_folders` made (innermost first), where still empty: what a command that failed leaves behind."""
+    for folder in reversed(made):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 def _user_key() -> bytes | None:

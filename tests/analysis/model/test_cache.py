@@ -373,3 +373,19 @@ def test_a_cached_read_warns_as_the_read_of_the_files_did(tmp_path: Path) -> Non
     first, second = warnings(), warnings()
     assert any("invalid Unicode" in line for line in first) and any("line skipped" in line for line in first), first
     assert second == first
+
+
+@pytest.mark.parametrize("command", ["summarize", "report", "export", "sql"])
+def test_a_folder_that_is_not_a_run_is_an_error_and_nothing_is_written_into_it(tmp_path: Path, command: str) -> None:
+    """Issue 27 item 4: a dataset of .jsonl files got analysis/cache/reads.pack (summarize, report), an empty analysis/ (export), and sql answered 0 rows, exit 0."""
+    if command in ("report", "sql"):
+        pytest.importorskip("duckdb" if command == "sql" else "plotly")
+    data = tmp_path / "dataset"
+    data.mkdir()
+    for part in range(2):
+        (data / f"part-{part}.jsonl").write_text("".join(json.dumps({"text": f"sample {i}", "label": i % 2}) + "\n" for i in range(5)))
+    before = sorted(path.name for path in data.iterdir())
+    argv = [sys.executable, "-m", "otel_titan.cli", command, str(data)] + (["SELECT count(*) FROM records"] if command == "sql" else [])
+    done = processes.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=180)
+    assert done.returncode == 1 and "no readable records (10 unreadable lines skipped)" in done.stderr, (done.returncode, done.stderr)
+    assert sorted(path.name for path in data.iterdir()) == before

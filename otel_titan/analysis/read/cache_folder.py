@@ -120,7 +120,7 @@ def _warn(path: str, reason: str, then: str) -> None:
     if path in _warned:
         return
     _warned.add(path)
-    _LOG.warning("otel-titan: not using the analysis cache %s: %s (left as it is; fix it or remove it to use it again); %s", path, reason, then)
+    _LOG.warning("not using the analysis cache %s: %s (left as it is; fix it or remove it to use it again); %s", path, reason, then)
 
 
 def _open_dir(parent: int | None, name: str, create: bool, path: str) -> int:

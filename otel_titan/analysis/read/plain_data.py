@@ -112,6 +112,7 @@ class PlainCodec:
             if cls.__new__ is not object.__new__ or issubclass(cls, (tuple, dict, list, set)) or cls.__setattr__ is not object.__setattr__:
                 if not getattr(cls, "__dataclass_params__", None) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
                     raise TypeError(f"{cls.__qualname__} cannot be rebuilt as plain data")
+        self._settable: dict[tuple[type, str], bool] = {}  # (class, attribute) → a plain attribute? (asked once per codec)
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder()
 
@@ -137,7 +138,7 @@ class PlainCodec:
         if not (isinstance(top, list) and len(top) == 3 and top[0] == FORMAT and top[1] == self._names):
             raise PlainDataError("written by another version of the codec, or for other classes")
         try:
-            return _Reader(self._classes, self._slots).node(top[2])
+            return _Reader(self._classes, self._slots, self._settable).node(top[2])
         except PlainDataError:
             raise
         except (IndexError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
@@ -227,8 +228,8 @@ class _Writer:
 class _Reader:
     """One `decode`: builds the graph `_Writer` numbered, in the same order, calling nothing the bytes name."""
 
-    def __init__(self, classes: list[type], slots: list[list[str]]) -> None:
-        self.classes, self.slots = classes, slots
+    def __init__(self, classes: list[type], slots: list[list[str]], settable: dict[tuple[type, str], bool]) -> None:
+        self.classes, self.slots, self.settable = classes, slots, settable
         self.made: list[Any] = []
         self.leaves: list[dict[Any, Any]] = []
         self.pending: set[int] = set()  # tuples being built: a reference to one from inside it is no graph we write
@@ -261,14 +262,15 @@ class _Reader:
         slot = len(self.made)
         if tag == _LEAF_LIST:
             items = node[1]
-            if type(items) is not list or any(type(item) is list or type(item) is dict for item in items):
+            if type(items) is not list or not set(map(type, items)) <= _SCALARS:
                 raise PlainDataError("a list of plain values that holds containers")
             self.made.append(items)
             return items
         if tag == _LIST:
             out: list[Any] = []
             self.made.append(out)
-            out.extend(self.node(item) for item in node[1])
+            items = node[1]
+            out.extend(items if set(map(type, items)) <= _SCALARS else map(self.node, items))
             return out
         if tag == _DICT:
             mapping: dict[Any, Any] = {}
@@ -277,9 +279,14 @@ class _Reader:
                 mapping[key] = item
             return mapping
         if tag == _TUPLE:
+            items = node[1]
+            if set(map(type, items)) <= _SCALARS:  # the common tuple, a key or a (name, rank, step): nothing inside to build
+                made = tuple(items)
+                self.made.append(made)
+                return made
             self.made.append(None)
             self.pending.add(slot)
-            made = tuple(self.node(item) for item in node[1])
+            made = tuple(map(self.node, items))
             self.pending.discard(slot)
             self.made[slot] = made
             return made
@@ -311,7 +318,7 @@ class _Reader:
             self.made.append(None)
             owner = self.node(node[1])
             function = inspect.getattr_static(type(owner), node[2], None)
-            if type(owner) not in self.classes or not isinstance(function, types.FunctionType):
+            if type(owner) not in self.classes or not isinstance(function, types.FunctionType) or node[2].startswith("__"):
                 raise PlainDataError(f"{node[2]!r} is not a method of a class the cache may hold")
             self.made[slot] = method = types.MethodType(function, owner)
             return method
@@ -331,8 +338,12 @@ class _Reader:
             self.made.append(obj)
             slots = self.slots[node[1]]
             has_dict = hasattr(obj, "__dict__")
+            settable = self.settable
             for name, item in self._pairs(node[2]):
-                if type(name) is not str or (name not in slots and not (has_dict and _plain_attribute(cls, name))):
+                allowed = settable.get((cls, name))
+                if allowed is None:
+                    allowed = settable[(cls, name)] = type(name) is str and (name in slots or (has_dict and _plain_attribute(cls, name)))
+                if not allowed:
                     raise PlainDataError(f"{cls.__qualname__} has no attribute {name!r} to set")
                 object.__setattr__(obj, name, item)
             return obj

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from otel_titan.analysis.model.cache import cache_version
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
-from otel_titan.analysis.read.cache_folder import CacheFolder
+from otel_titan.analysis.read.cache_folder import CacheFolder, make_private_folders
 from otel_titan.analysis.read.content import content_key
 from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
 from otel_titan.analysis.workers import open_workers, run_shares
@@ -382,7 +382,7 @@ class RunDatabase:
 
     def save_parquet(self, folder: str) -> list[str]:
         """Write every view and the clock offsets as ``folder/<view>.parquet``; returns the paths."""
-        os.makedirs(folder, exist_ok=True)
+        make_private_folders(folder)  # 0700 where made, as analysis/ is
         written = []
         for name in [*VIEWS, "clock_offsets"]:
             path = os.path.join(folder, f"{name}.parquet")
@@ -444,6 +444,7 @@ class _SqlCache:
                 except duckdb.Error:
                     continue  # replaced as we looked: a miss
                 try:
+                    con.execute("BEGIN TRANSACTION")  # all or nothing: a miss leaves the empty `records` table to load into
                     con.execute("DROP TABLE records")
                     con.execute("CREATE VIEW records AS SELECT * FROM run_cache.records")
                     con.execute("INSERT INTO clock_offsets SELECT * FROM run_cache.clock_offsets")
@@ -451,9 +452,11 @@ class _SqlCache:
                         "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM clock_offsets o "
                         "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = o.host_name"
                     )
+                    con.execute("COMMIT")
                     db.clock = clock
                     return True
                 except duckdb.Error:
+                    con.execute("ROLLBACK")
                     con.execute("DETACH run_cache")
         return False
 

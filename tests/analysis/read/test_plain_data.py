@@ -7,10 +7,11 @@ import collections
 import os
 import pickle
 
-import msgspec
 import pytest
 
-from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError
+msgspec = pytest.importorskip("msgspec")  # the analysis extra: without it nothing is cached
+
+from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError  # noqa: E402
 
 
 class Span:

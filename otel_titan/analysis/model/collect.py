@@ -522,8 +522,9 @@ class ProcessRead:
     this process only, merged as `model.parallel`'s workers' are), its
     summary so far, where the timeline walk and `_observe` stand, the lines
     it skipped; the segment paths it read (`rebind` maps them to the paths of
-    a copied or rotated run) and the lines read of each. Picklable: the cache
-    keeps it, workers send it back.
+    a copied or rotated run) and the lines read of each. Plain data for the
+    cache (`dump_cached`: its classes are `_cached_classes`); picklable for the
+    workers, which send it back to their own parent.
     """
 
     def __init__(self, process: ProcessLog, log_skipped: bool) -> None:
@@ -779,7 +780,7 @@ def collect_run(
         store.flush()
     # (Not with an empty file: its creation time is its mtime, which no content key covers.)
     if store is not None and complete and all(summary.records for summary in summaries):
-        # Pickled now, before any verdict shifts a time: the facts on the clocks as written.
+        # Kept now, before any verdict shifts a time: the facts on the clocks as written.
         state = collector.state()
         state["closing"] = [spans for _, spans in state["closing"]]
         facts = dump_cached((state, summaries, skipped_result(skipped), replayed))

@@ -44,6 +44,7 @@ removed, then the least recently used until the folder holds at most
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import logging
@@ -130,8 +131,10 @@ def _open_dir(parent: int | None, name: str, create: bool, path: str) -> int:
     """
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except FileNotFoundError:
-        if not create:
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _Refused(f"{path} is a symbolic link or not a folder") from None
+        if not isinstance(error, FileNotFoundError) or not create:
             raise
         try:
             os.mkdir(name, 0o700, dir_fd=parent)

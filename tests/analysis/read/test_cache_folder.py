@@ -187,3 +187,16 @@ def test_the_folder_is_bounded_by_age_size_and_sql_selections(tmp_path: Path) ->
         os.close(fd)
     assert "sql-3.duckdb" not in removed and (tmp_path / CACHE_FOLDER / "sql-3.duckdb").is_file()
     assert len(list((tmp_path / CACHE_FOLDER).glob("sql-*.duckdb"))) <= 3
+
+
+def test_a_cache_folder_that_is_a_link_is_refused_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A link is followed by nothing: whoever could make it could point it anywhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "analysis").symlink_to(elsewhere)
+    folder = CacheFolder(str(run), str(run))
+    assert folder.write("a.summary", b"payload") and not list(elsewhere.iterdir())  # written to the user's folder instead
+    (line,) = _refusals(caplog)
+    assert str(run / "analysis") in line and "symbolic link" in line

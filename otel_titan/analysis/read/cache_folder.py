@@ -327,12 +327,20 @@ class CacheFolder:
         finally:
             os.close(fd)
 
-    def _mac(self, *parts: bytes) -> bytes:
+    def _mac(self, *parts: bytes, fd: int | None = None) -> bytes:
+        """HMAC-SHA256 with this user's key over `parts` (each with its length), then every byte of the open file `fd`, read in chunks."""
         assert self._key is not None
         mac = hmac.new(self._key, digestmod=hashlib.sha256)
         for part in parts:
             mac.update(len(part).to_bytes(8, "big"))
             mac.update(part)
+        offset = 0
+        while fd is not None:
+            chunk = os.pread(fd, 1 << 20, offset)
+            if not chunk:
+                break
+            mac.update(chunk)
+            offset += len(chunk)
         return mac.digest()
 
     # -- entries read whole -----------------------------------------------------------------------------
@@ -416,7 +424,7 @@ class CacheFolder:
         except OSError:
             return None
         info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode) and refusal(info, name) is None and hmac.compare_digest(mac, self._mac(seal.encode(), _read_all(fd))):
+        if stat.S_ISREG(info.st_mode) and refusal(info, name) is None and hmac.compare_digest(mac, self._mac(name.encode(), seal.encode(), fd=fd)):
             _touch(folder, name)
             return fd
         os.close(fd)
@@ -443,7 +451,7 @@ class CacheFolder:
             fd = os.open(temp, _FILE_FLAGS, dir_fd=folder)
             try:
                 os.fchmod(fd, 0o600)
-                mac = self._mac(seal.encode(), _read_all(fd))
+                mac = self._mac(name.encode(), seal.encode(), fd=fd)
             finally:
                 os.close(fd)
             if _write_into(folder, name + _SEAL, mac):

@@ -142,7 +142,7 @@ def test_a_planted_duckdb_file_is_never_opened_and_its_sql_never_runs(people: tu
     cache = run / "analysis" / "cache"
     cache.mkdir(parents=True)
     for folder in (run / "analysis", cache):
-        _give(folder, b, 0o755)
+        _give(folder, b, 0o775)  # as B's umask 002 makes them in a project folder
     fifo = top / "tripwire"
     forged = _plant_sql(cache, run, _a_key(a), fifo, b)
     assert forged < truth
@@ -153,7 +153,7 @@ def test_a_planted_duckdb_file_is_never_opened_and_its_sql_never_runs(people: tu
         watch.close()
     assert answer == truth, err
     assert not watch.opened, "the planted view's SQL ran in A's process"
-    assert "not using" not in err  # B's own folder beside B's own run, B's alone: not A's to use, nothing to warn about
+    assert "not using" not in err  # B's own folder beside B's own run: never A's to use, nothing to warn A about
 
 
 def _evil_pickle(marker: Path) -> bytes:

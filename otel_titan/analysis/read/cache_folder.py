@@ -304,14 +304,18 @@ class CacheFolder:
             return None
 
     def _quiet(self, index: int, path: str) -> bool:
-        """A folder beside another user's run that is that user's alone: theirs to use (no warning; this user's cache is in the user's folder)."""
+        """A folder beside another user's run that is that user's: theirs, never this user's to use (no warning: this user's cache is in the user's folder).
+
+        A folder of someone else's beside this user's own run is what a swap
+        looks like (issue 27): that is warned about.
+        """
         if index != 0:
             return False
         try:
-            mine, run = os.lstat(path), os.stat(self.run_dir)
+            theirs, run = os.lstat(path), os.stat(self.run_dir)
         except OSError:
             return True
-        return mine.st_uid == run.st_uid != os.geteuid() and not stat.S_IMODE(mine.st_mode) & 0o022
+        return theirs.st_uid == run.st_uid != os.geteuid()
 
     @contextlib.contextmanager
     def _entry(self, folder: int, name: str) -> Iterator[int | None]:

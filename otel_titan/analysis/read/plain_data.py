@@ -275,7 +275,16 @@ class _Reader:
         if tag == _DICT:
             mapping: dict[Any, Any] = {}
             self.made.append(mapping)
-            for key, item in self._pairs(node[1]):
+            flat = node[1]
+            keys, items = flat[0::2], flat[1::2]
+            if len(keys) == len(items) and set(map(type, keys)) <= _SCALARS:
+                kinds = set(map(type, items))
+                if kinds == {dict}:  # rank → {step: ms}, the bulk: plain dicts, numbered in order as `node` would
+                    self.leaves.extend(items)
+                if kinds <= _SCALARS or kinds == {dict}:  # nothing inside to build: in C
+                    mapping.update(zip(keys, items))
+                    return mapping
+            for key, item in self._pairs(flat):
                 mapping[key] = item
             return mapping
         if tag == _TUPLE:

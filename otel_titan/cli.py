@@ -354,9 +354,10 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
 def _add_no_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-cache", action="store_true",
-        help="read every byte again and keep nothing (default: what a read learned is kept in RUN_DIR/analysis/cache/, or the user's "
-        "cache folder for a read-only run, so that a second command on an unchanged run is not read again and a grown one only from "
-        "where it was; docs/analysis.md)",
+        help="read every byte again and keep nothing (default: what a read learned is kept in RUN_DIR/analysis/cache/, or, where "
+        "that is not yours to write, in $XDG_CACHE_HOME/otel-titan/runs/ (~/.cache without XDG_CACHE_HOME), so that a second "
+        "command on an unchanged run is not read again and a grown one only from where it was; used only when yours alone and "
+        "signed with your key, bounded to 1 GiB and 30 days per folder; docs/analysis.md, docs/security.md)",
     )
 
 

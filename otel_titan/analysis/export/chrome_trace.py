@@ -37,6 +37,7 @@ from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, check_si
 from otel_titan.analysis.export.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.read.filters import StepRange, parse_step_range
 from otel_titan.analysis.export.perfetto import PerfettoStream, is_native
+from otel_titan.analysis.read.cache_folder import make_private_folders, remove_made_folders
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.read.safe_text import json_bytes
@@ -62,10 +63,12 @@ class _TraceFile(EventStream):
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "is a directory (give a file name, e.g. -o DIR/trace.json)", path)
         folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
+        #: The folders made for it (0700, whatever the umask: a trace names the run's hosts), removed again by `abandon`.
+        self.made_folders = make_private_folders(folder)
         try:
             fd, self.tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
         except OSError as error:
+            remove_made_folders(self.made_folders)
             raise OSError(error.errno, error.strerror, path) from None
         try:
             os.fchmod(fd, 0o666 & ~_umask())
@@ -114,6 +117,7 @@ class _TraceFile(EventStream):
             os.unlink(self.tmp_path)
         except OSError:
             pass
+        remove_made_folders(self.made_folders)  # a failed export leaves no empty analysis/ behind
 
 
 class _PerfettoFile(PerfettoStream, _TraceFile):  # type: ignore[misc]

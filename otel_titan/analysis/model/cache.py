@@ -3,7 +3,8 @@
 What is kept, per process (one file group): the read itself, stopped after
 its last complete line (`model.collect.ProcessRead`: the timeline's open
 spans and current step, the collector's accumulators for this process, its
-summary so far, the lines it skipped), pickled. Facts on the clocks as
+summary so far, the lines it skipped), as plain data (`read.plain_data`:
+MessagePack that is read without running anything, never pickle). Facts on the clocks as
 written, never verdicts: clock alignment, stragglers, the hang and the
 headline are computed again from the facts on every command, so a change of
 a rule (or of ``--no-align``) needs no new read.
@@ -41,13 +42,14 @@ Where, and why no command sees half an entry: `read.cache_folder`.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from otel_titan.analysis.read import plain_data
 from otel_titan.analysis.read.cache_folder import CacheFolder
 from otel_titan.analysis.read.content import ContentKey, content_key, is_prefix
 from otel_titan.analysis.read.records import ProcessLog
@@ -55,7 +57,7 @@ from otel_titan.analysis.read.records import ProcessLog
 __all__ = ["CACHE_FORMAT", "ProcessCache", "ReadPlan", "cache_version", "plan_reads", "segment_keys"]
 
 #: Bumped when an entry's layout changes in a way the source hash would not see.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 @lru_cache(maxsize=1)
@@ -67,7 +69,7 @@ def cache_version() -> str:
         32
     """
     analysis = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # otel_titan/analysis
-    digest = hashlib.blake2b(f"{CACHE_FORMAT}|{sys.version_info[:2]}|{pickle.HIGHEST_PROTOCOL}".encode(), digest_size=16)
+    digest = hashlib.blake2b(f"{CACHE_FORMAT}|{sys.version_info[:2]}|plain-data-{plain_data.FORMAT}".encode(), digest_size=16)
     files = [os.path.join(os.path.dirname(analysis), "schema.py")]
     for package in ("read", "model"):
         folder = os.path.join(analysis, package)
@@ -93,7 +95,7 @@ class ReadPlan:
     The cacheable read covers segments ``0 .. stop`` up to their keys'
     lengths; ``stop`` is the first segment with bytes after its last complete
     line (or the last one): what follows it is read again on every command.
-    `resume`: the pickled read to go on from (a hit or a resume), which
+    `resume`: the cached read to go on from (plain data) (a hit or a resume), which
     covers up to `start_offset` of segment `start_segment` (`start_line`
     lines of it). `hit`: it covers all of ``0 .. stop``: nothing to read.
     """
@@ -132,7 +134,8 @@ class ProcessCache:
 
     The reads of every process of the log folder are one entry (`_READS`: file
     name → version, content keys, lines, pickled read), read once and written
-    once per command that read something. Two commands that save at once: the
+    once per command that read something, as plain data (never pickle).
+    Nothing is cached without msgspec (`read.plain_data.available`). Two commands that save at once: the
     last one's entry stands (the other's reads are read again next time: a
     miss, never a wrong answer).
 
@@ -150,24 +153,26 @@ class ProcessCache:
         self.version = cache_version()
         self._found: dict[str, list[tuple[Any, ...]]] | None = None
         self._saved: dict[str, tuple[Any, ...]] = {}
+        self._codec = _entries_codec()
 
     def _entries(self) -> dict[str, list[tuple[Any, ...]]]:
         if self._found is None:
             self._found = {}
-            for payload in self.folder.read(_READS):  # beside the run first, then the user's folder
+            for payload in self.folder.read(_READS) if self._codec is not None else ():  # beside the run first, then the user's folder
                 try:
-                    entries = pickle.loads(payload)
-                except Exception:  # noqa: BLE001 - a signed entry of another layout: a miss
+                    entries = self._codec.decode(payload)
+                except plain_data.PlainDataError:  # a signed entry of another layout: a miss
                     continue
                 if not isinstance(entries, dict):
                     continue
                 for name, entry in entries.items():
-                    if isinstance(entry, tuple) and len(entry) == 4 and entry[0] == self.version and isinstance(entry[3], bytes):
+                    if (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == self.version and isinstance(entry[3], bytes)
+                            and isinstance(entry[1], list) and all(type(key) is ContentKey for key in entry[1])):
                         self._found.setdefault(name, []).append(entry)
         return self._found
 
     def lookup(self, process: ProcessLog) -> list[tuple[list[ContentKey], tuple[int, ...], bytes]]:
-        """(content keys, lines per segment, pickled read) of every entry of `process` of this version."""
+        """(content keys, lines per segment, the read as plain data) of every entry of `process` of this version."""
         return [(keys, lines, blob) for _, keys, lines, blob in self._entries().get(os.path.basename(process.base), [])]
 
     def save(self, process: ProcessLog, keys: list[ContentKey], lines: tuple[int, ...], blob: bytes) -> None:
@@ -176,12 +181,12 @@ class ProcessCache:
 
     def flush(self) -> bool:
         """Write the saved reads with the others kept (of this version: older ones are dropped); False when nothing to write or nowhere to."""
-        if not self._saved:
+        if not self._saved or self._codec is None:
             return False
         kept = {name: entries[0] for name, entries in self._entries().items() if name not in self._saved}
         kept.update(self._saved)
         self._saved = {}
-        return self.folder.write(_READS, pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL))
+        return self.folder.write(_READS, self._codec.encode(kept))
 
     def _run_entry(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None]) -> tuple[str, str] | None:
         """(entry name, key) of the merged facts of these processes, whose segments' keys are `keys`; None when a file cannot be keyed."""
@@ -189,8 +194,8 @@ class ProcessCache:
             return None
         names = [os.path.basename(process.base) for process in processes]
         content = [[(k.length, k.head, k.tail, k.size, k.rest) for k in segment_keys or []] for segment_keys in keys]
-        name = "run-" + hashlib.blake2b(pickle.dumps(names), digest_size=16).hexdigest() + ".facts"
-        key = hashlib.blake2b(pickle.dumps((self.version, self.folder.log_dir, names, content)), digest_size=16).hexdigest()
+        name = "run-" + hashlib.blake2b(_key_bytes(names), digest_size=16).hexdigest() + ".facts"
+        key = hashlib.blake2b(_key_bytes([self.version, self.folder.log_dir, names, content]), digest_size=16).hexdigest()
         return name, key
 
     def lookup_run(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None]) -> bytes | None:
@@ -211,6 +216,17 @@ class ProcessCache:
         """Keep the merged facts of all of `processes` (one entry per selection of processes, replaced as the files change)."""
         entry = self._run_entry(processes, keys)
         return entry is not None and self.folder.write(entry[0], entry[1].encode() + payload)
+
+
+def _key_bytes(value: Any) -> bytes:
+    """`value` (lists of names and numbers) as bytes to hash: JSON, a file name's undecodable bytes escaped."""
+    return json.dumps(value, ensure_ascii=True).encode()
+
+
+@lru_cache(maxsize=1)
+def _entries_codec() -> "plain_data.PlainCodec | None":
+    """The codec of `_READS` (file name → version, content keys, lines, the read's own plain data)."""
+    return plain_data.PlainCodec([ContentKey]) if plain_data.available else None
 
 
 def segment_keys(process: ProcessLog) -> list[ContentKey] | None:

@@ -33,9 +33,12 @@ import os
 import pickle
 import statistics
 from array import array
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
+from otel_titan.analysis.read import plain_data
+from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError
 from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads, segment_keys
 from otel_titan.analysis.model.flight_recorder import find_torch_dumps
 from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
@@ -49,7 +52,7 @@ from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.model.scalar_steps import ScalarSteps
 from otel_titan.analysis.model.step_figures import StepFigures
 from otel_titan.analysis.model.step_grid import StepGrid
-from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift
+from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift, DriftFinding
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
 from otel_titan.analysis.model.stragglers import (
@@ -519,8 +522,9 @@ class ProcessRead:
     this process only, merged as `model.parallel`'s workers' are), its
     summary so far, where the timeline walk and `_observe` stand, the lines
     it skipped; the segment paths it read (`rebind` maps them to the paths of
-    a copied or rotated run) and the lines read of each. Picklable: the cache
-    keeps it, workers send it back.
+    a copied or rotated run) and the lines read of each. Plain data for the
+    cache (`dump_cached`: its classes are `_cached_classes`); picklable for the
+    workers, which send it back to their own parent.
     """
 
     def __init__(self, process: ProcessLog, log_skipped: bool) -> None:
@@ -578,6 +582,48 @@ class ProcessRead:
         return self.collector, summary, self.skipped
 
 
+#: What a cache entry may hold besides plain data (`read.plain_data`): the classes of a `ProcessRead` and of the
+#: merged facts, rebuilt from their attributes alone. A class added to the read that is not here is refused on
+#: writing (TypeError: the entry is not kept), never pickled.
+def _cached_classes() -> list[type]:
+    return [ProcessRead, _Collector, _PhaseAcc, _Observed, HangTracker, ProcessLog, ClosingSpans, StepFigures, ConfigDrift, DriftFinding,
+            ScalarSteps, ProcessSummary, OpenSpanInfo, StepCloser, WalkState, OpenSpan, SkippedLines]
+
+
+@lru_cache(maxsize=1)
+def _codec() -> PlainCodec | None:
+    return PlainCodec(_cached_classes()) if plain_data.available else None
+
+
+def dump_cached(value: Any) -> bytes | None:
+    """`value` (a `ProcessRead`, or the merged facts) as a cache entry's plain data; None when it cannot be (no msgspec, a foreign object)."""
+    codec = _codec()
+    if codec is None:
+        return None
+    try:
+        return codec.encode(value)
+    except TypeError as error:
+        _LOG.debug("not cached: %s", error)
+        return None
+
+
+def load_cached(data: bytes) -> Any:
+    """What `dump_cached` wrote, or None for anything else (torn, another layout, not plain data): a miss. Runs nothing of `data`."""
+    codec = _codec()
+    if codec is None:
+        return None
+    try:
+        return codec.decode(data)
+    except PlainDataError:
+        return None
+
+
+def load_cached_read(data: bytes | None) -> "ProcessRead | None":
+    """A cached `ProcessRead`, or None when `data` is not one."""
+    state = load_cached(data) if data is not None else None
+    return state if type(state) is ProcessRead else None
+
+
 def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:
     """The skipped lines of a read of other paths (a copied run, a segment rotated to a new name), named by the paths now."""
     for counter in (skipped.by_file, skipped.repaired_by_file):
@@ -608,7 +654,10 @@ def read_process(process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_byte
     What follows (a partial last line, NULs not written yet, later segments
     after a partial one) is left to `finish_read`: it is never cached.
     """
-    state: ProcessRead = pickle.loads(plan.resume) if plan.resume is not None else ProcessRead(process, log_skipped)
+    state = load_cached_read(plan.resume) if plan.resume is not None else None
+    if state is None:  # no cached read, or not one of ours (`plan_reads` made it a resume after checking its key)
+        plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False) if plan.resume is not None else plan
+        state = ProcessRead(process, log_skipped)
     if plan.resume is not None:
         state.rebind(process, log_skipped)
         if log_skipped:
@@ -700,37 +749,43 @@ def collect_run(
     complete = True
     for index, (process, plan) in enumerate(zip(processes, plans)):
         # Read here in turn, merged and let go: one process's read in memory at a time, as without the cache.
+        hit = load_cached_read(plan.resume) if plan.hit else None
+        if plan.hit and hit is None:  # a cached read that does not load (another layout): read the process after all
+            plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False)
+            here.add(index)
         fresh: ProcessRead | bytes | None = reads.pop(index, None) if index not in here else read_process(process, plan, log_skipped, on_bytes)
         if isinstance(fresh, bytes):
-            blob: bytes | None = fresh
-            state: ProcessRead = pickle.loads(fresh)
+            state: ProcessRead = pickle.loads(fresh)  # a worker's result, from our own worker (`model.parallel`): never a cache entry
             state.rebind(process, log_skipped)
         elif fresh is not None:
-            state, blob = fresh, None
+            state = fresh
         else:  # a hit: the cached read is the read
-            blob = None
-            state = pickle.loads(plan.resume)  # type: ignore[arg-type]
+            state = hit  # type: ignore[assignment]
             state.rebind(process, log_skipped)
         if log_skipped and plan.hit:
             _replay_warnings(state.skipped)  # a resumed read replayed its cached part's as it went on
         if store is not None and fresh is not None and plan.keys is not None and state.complete:
-            if blob is None:
-                blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-            store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+            blob = dump_cached(state)
+            if blob is not None:
+                store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
         complete = complete and state.complete
         own, summary, own_skipped = finish_read(state, process, plan, on_bytes)
         replayed += _warnings_of(own_skipped)
         collector.merge(own.state())
         merge_skipped(skipped, skipped_result(own_skipped))
         summaries.append(summary)
+    if store is not None and not any(summary.records for summary in summaries):
+        return collector, summaries  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
     if store is not None:
         store.flush()
     # (Not with an empty file: its creation time is its mtime, which no content key covers.)
     if store is not None and complete and all(summary.records for summary in summaries):
-        # Pickled now, before any verdict shifts a time: the facts on the clocks as written.
+        # Kept now, before any verdict shifts a time: the facts on the clocks as written.
         state = collector.state()
         state["closing"] = [spans for _, spans in state["closing"]]
-        store.save_run(processes, keys, pickle.dumps((state, summaries, skipped_result(skipped), replayed), protocol=pickle.HIGHEST_PROTOCOL))
+        facts = dump_cached((state, summaries, skipped_result(skipped), replayed))
+        if facts is not None:
+            store.save_run(processes, keys, facts)
     return collector, summaries
 
 
@@ -739,11 +794,11 @@ def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: l
     payload = store.lookup_run(processes, keys)
     if payload is None:
         return None
-    try:
-        state, summaries, skipped_lines, replayed = pickle.loads(payload)
-    except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
+    facts = load_cached(payload)
+    if not (isinstance(facts, tuple) and len(facts) == 4):
         return None
-    if len(state["closing"]) != len(processes) or len(summaries) != len(processes):
+    state, summaries, skipped_lines, replayed = facts
+    if not isinstance(state, dict) or len(state.get("closing", ())) != len(processes) or len(summaries) != len(processes):
         return None
     state["closing"] = list(zip(processes, state["closing"]))
     collector = _Collector()

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from otel_titan.analysis.model.cache import cache_version
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
-from otel_titan.analysis.read.cache_folder import CacheFolder
+from otel_titan.analysis.read.cache_folder import CacheFolder, make_private_folders
 from otel_titan.analysis.read.content import content_key
 from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
 from otel_titan.analysis.workers import open_workers, run_shares
@@ -280,6 +280,8 @@ class RunDatabase:
     cache: "_SqlCache | None" = None
     #: Whether `load` found them there.
     from_cache: bool = False
+    #: The run's log folder (what an error names).
+    log_dir: str = ""
 
     def load(self, progress: Callable[[float], None] | None = None) -> None:
         """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100.
@@ -300,6 +302,7 @@ class RunDatabase:
         elif self.paths:
             sql = "INSERT INTO records " + _records_query(self.paths, "JOIN process_info p ON p.process_id = f.process_id")
             _run_with_progress(self.con, sql, progress)
+        self._check_readable()
         if self.align:
             self._align()
         if self.cache is not None:
@@ -334,6 +337,15 @@ class RunDatabase:
                 with open(names[-1], "wb") as handle:
                     handle.write(part)
             self.con.execute(f"INSERT INTO records SELECT * FROM read_parquet([{', '.join(_quote(n) for n in names)}])")
+
+    def _check_readable(self) -> None:
+        """Raise `NoRecordsError` when not one line read is a record while some could not be read: a folder that is not a run (as ``summarize``).
+
+        (Files with no line at all are a run that stopped before its first record: its processes are still shown.)
+        """
+        readable, unreadable = self.con.execute("SELECT count(log_type_name), count(*) - count(log_type_name) FROM records").fetchone()  # type: ignore[misc]
+        if readable == 0 and unreadable:
+            raise NoRecordsError(f"{self.log_dir or 'the run'}: no readable records ({unreadable:,} unreadable line{'s' if unreadable != 1 else ''} skipped)")
 
     def _align(self) -> None:
         """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift every record's time by it.
@@ -370,7 +382,7 @@ class RunDatabase:
 
     def save_parquet(self, folder: str) -> list[str]:
         """Write every view and the clock offsets as ``folder/<view>.parquet``; returns the paths."""
-        os.makedirs(folder, exist_ok=True)
+        make_private_folders(folder)  # 0700 where made, as analysis/ is
         written = []
         for name in [*VIEWS, "clock_offsets"]:
             path = os.path.join(folder, f"{name}.parquet")
@@ -386,8 +398,9 @@ class _SqlCache:
     selection has one entry, replaced when its content changes; `key` names
     the content (every file's `read.content.ContentKey`, the partial last lines
     included: DuckDB read them), this module and the model's version. The
-    entry holds the key signed with the user's key (`read.cache_folder`): an
-    entry that is not ours, or of other content, is not used. The small tables
+    file is sealed with the key (a MAC over its bytes with the user's key,
+    `read.cache_folder`): a file that is not ours, or of other content, is
+    never opened. The small tables
     (``process_info``, ``files``) are made afresh every time: they name the
     files where they are now (a copied run).
     """
@@ -410,17 +423,28 @@ class _SqlCache:
         return cls(CacheFolder(run_dir, log_dir), name, key)
 
     def attach(self, db: "RunDatabase") -> bool:
-        """Use the cached records if there are ours for this content: ``records`` becomes a view of them (read-only)."""
+        """Use the cached records if there are ours for this content: ``records`` becomes a view of them (read-only).
+
+        Nothing of a file is run before it is known to be ours: its seal (a
+        MAC over all its bytes with the user's key, `CacheFolder.sealed`) is
+        checked before DuckDB opens it; it is then opened alone, with no
+        access to other files or the network and no extension loaded
+        (`_LOCKED`), and must hold the three tables `keep` writes and no view
+        or macro; only then is it attached to the run's database.
+        """
         duckdb = require_duckdb()
         con = db.con
-        for path in self.folder.paths_of(self.name):
-            try:
-                con.execute(f"ATTACH {_quote(path)} AS run_cache (READ_ONLY)")
-            except duckdb.Error:
-                continue  # torn, foreign, or replaced as we looked: a miss
-            try:
-                row = con.execute("SELECT key, signature, clock FROM run_cache.cache_key").fetchone()
-                if row is not None and row[0] == self.key and row[1] and row[1] == self.folder.signature(self.key):
+        with self.folder.sealed(self.name, self.key) as paths:
+            for path in paths:
+                clock = _checked_entry(duckdb, path)
+                if clock is None:
+                    continue
+                try:
+                    con.execute(f"ATTACH {_quote(path)} AS run_cache (READ_ONLY)")
+                except duckdb.Error:
+                    continue  # replaced as we looked: a miss
+                try:
+                    con.execute("BEGIN TRANSACTION")  # all or nothing: a miss leaves the empty `records` table to load into
                     con.execute("DROP TABLE records")
                     con.execute("CREATE VIEW records AS SELECT * FROM run_cache.records")
                     con.execute("INSERT INTO clock_offsets SELECT * FROM run_cache.clock_offsets")
@@ -428,39 +452,61 @@ class _SqlCache:
                         "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM clock_offsets o "
                         "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = o.host_name"
                     )
-                    db.clock = row[2]
+                    con.execute("COMMIT")
+                    db.clock = clock
                     return True
-            except duckdb.Error:
-                pass
-            con.execute("DETACH run_cache")
+                except duckdb.Error:
+                    con.execute("ROLLBACK")
+                    con.execute("DETACH run_cache")
         return False
 
     def keep(self, db: "RunDatabase") -> None:
-        """Write the loaded records to the cache (a new file, renamed over the old entry); best effort: a failure only means no cache."""
+        """Write the loaded records to the cache (a new file, sealed, renamed over the old entry); best effort: a failure only means no cache."""
         duckdb = require_duckdb()
-        made = self.folder.new_path(self.name)
-        signature = self.folder.signature(self.key)
-        if made is None or not signature:
-            return
-        temp, final = made
         con = db.con
         try:
-            con.execute(f"ATTACH {_quote(temp)} AS cache_out")
-            try:
-                con.execute("CREATE TABLE cache_out.records AS SELECT * FROM records")
-                con.execute("CREATE TABLE cache_out.clock_offsets AS SELECT * FROM clock_offsets")
-                con.execute("CREATE TABLE cache_out.cache_key AS SELECT $1 AS key, $2 AS signature, $3 AS clock", [self.key, signature, db.clock])
-            finally:
-                con.execute("DETACH cache_out")
-            os.replace(temp, final)
+            with self.folder.new_sealed(self.name, self.key) as temp:
+                if temp is None:
+                    return
+                con.execute(f"ATTACH {_quote(temp)} AS cache_out")
+                try:
+                    con.execute("CREATE TABLE cache_out.records AS SELECT * FROM records")
+                    con.execute("CREATE TABLE cache_out.clock_offsets AS SELECT * FROM clock_offsets")
+                    con.execute("CREATE TABLE cache_out.cache_key AS SELECT $1 AS key, $2 AS clock", [self.key, db.clock])
+                finally:
+                    con.execute("DETACH cache_out")
         except (duckdb.Error, OSError):
             pass
-        finally:
-            for leftover in (temp, temp + ".wal"):
-                try:
-                    os.unlink(leftover)
-                except OSError:
-                    pass
+
+
+#: How a cache file is first opened: its own files only (no other file, no URL), no extension installed or loaded.
+_LOCKED = {"enable_external_access": False, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+#: The tables `_SqlCache.keep` writes: a cache file holds exactly these.
+_CACHE_TABLES = {"records", "clock_offsets", "cache_key"}
+
+
+def _checked_entry(duckdb: Any, path: str) -> str | None:
+    """The clock description of the sealed cache file at `path` when it holds only `_CACHE_TABLES` (no view, no macro); None otherwise.
+
+    Opened on its own with `_LOCKED`: even a file that passed its seal runs
+    nothing that reaches beyond it.
+    """
+    try:
+        check = duckdb.connect(path, read_only=True, config=_LOCKED)
+    except duckdb.Error:
+        return None
+    try:
+        tables = {row[0] for row in check.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}
+        views = check.execute("SELECT count(*) FROM duckdb_views() WHERE database_name = current_database() AND NOT internal").fetchone()
+        macros = check.execute("SELECT count(*) FROM duckdb_functions() WHERE database_name = current_database() AND NOT internal").fetchone()
+        if tables != _CACHE_TABLES or (views and views[0]) or (macros and macros[0]):
+            return None
+        row = check.execute("SELECT clock FROM cache_key").fetchone()
+        return row[0] if row is not None and isinstance(row[0], str) else None
+    except duckdb.Error:
+        return None
+    finally:
+        check.close()
 
 
 def _module_version() -> str:
@@ -598,7 +644,7 @@ def open_run(
     _insert_columns(con, "files", file_rows, 3)
     cached = _SqlCache.of(run.run_dir, run.log_dir, run.processes, align) if cache and database is None else None
     return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align, scheduler=scheduler,
-                       clock="turned off (--no-align)" if not align else "", cache=cached)
+                       clock="turned off (--no-align)" if not align else "", cache=cached, log_dir=run.log_dir)
 
 
 def open_saved(path: str) -> RunDatabase:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from otel_titan.analysis.model.collect import read_model
+from otel_titan.analysis.read.cache_folder import make_private_folders
 from otel_titan.analysis.read.records import find_log_dir
 from otel_titan.analysis.report.data import ReportData, require_plotly
 from otel_titan.analysis.report.findings import clock_sections
@@ -68,7 +69,7 @@ def write_report(
     figures = heatmaps + phase_sections(go, np, data) + scalar_sections(go, np, data) + clock_sections(go, summary)
     page = page_html(path, data, figures)
     out = os.fspath(output) if output is not None else os.path.join(run_dir(path), "analysis", "report.html")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    make_private_folders(os.path.dirname(os.path.abspath(out)))  # 0700 where made: the page names the run's hosts
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(page)

@@ -373,3 +373,82 @@ def test_a_cached_read_warns_as_the_read_of_the_files_did(tmp_path: Path) -> Non
     first, second = warnings(), warnings()
     assert any("invalid Unicode" in line for line in first) and any("line skipped" in line for line in first), first
     assert second == first
+
+
+@pytest.mark.parametrize("command", ["summarize", "report", "export", "sql"])
+def test_a_folder_that_is_not_a_run_is_an_error_and_nothing_is_written_into_it(tmp_path: Path, command: str) -> None:
+    """Issue 27 item 4: a dataset of .jsonl files got analysis/cache/reads.pack (summarize, report), an empty analysis/ (export), and sql answered 0 rows, exit 0."""
+    if command in ("report", "sql"):
+        pytest.importorskip("duckdb" if command == "sql" else "plotly")
+    data = tmp_path / "dataset"
+    data.mkdir()
+    for part in range(2):
+        (data / f"part-{part}.jsonl").write_text("".join(json.dumps({"text": f"sample {i}", "label": i % 2}) + "\n" for i in range(5)))
+    before = sorted(path.name for path in data.iterdir())
+    argv = [sys.executable, "-m", "otel_titan.cli", command, str(data)] + (["SELECT count(*) FROM records"] if command == "sql" else [])
+    done = processes.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=180)
+    assert done.returncode == 1 and "no readable records (10 unreadable lines skipped)" in done.stderr, (done.returncode, done.stderr)
+    assert sorted(path.name for path in data.iterdir()) == before
+
+
+def _shape(value: Any) -> list[Any]:
+    """`value`'s object graph in pre-order: each container's type and scalars, a shared object as a reference to where it was first met."""
+    import array
+    import types
+
+    seen: dict[int, int] = {}
+    out: list[Any] = []
+
+    def walk(item: Any) -> None:
+        if type(item) in (str, int, float, bool, type(None), bytes):
+            out.append(item if item == item else "nan")
+            return
+        if id(item) in seen:
+            out.append(("ref", seen[id(item)]))
+            return
+        seen[id(item)] = len(seen)
+        out.append(type(item).__qualname__)
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                walk(key)
+                walk(inner)
+        elif isinstance(item, (list, tuple)):
+            for inner in item:
+                walk(inner)
+        elif isinstance(item, (set, frozenset)):
+            out.append(sorted(map(repr, item)))
+        elif isinstance(item, array.array):
+            out.append((item.typecode, item.tobytes()))
+        elif isinstance(item, types.MethodType):
+            walk(item.__self__)
+            out.append(item.__func__.__name__)
+        else:
+            for cls in type(item).__mro__:
+                for name in cls.__dict__.get("__slots__", ()):
+                    if hasattr(item, name):
+                        out.append(name)
+                        walk(getattr(item, name))
+            for name, inner in getattr(item, "__dict__", {}).items():
+                out.append(name)
+                walk(inner)
+
+    walk(value)
+    return out
+
+
+def test_a_cached_read_comes_back_object_for_object(tmp_path: Path) -> None:
+    """The cache's plain data (`read.plain_data`) rebuilds each process's read and the merged facts with every value, type and shared object as they were."""
+    from otel_titan.analysis.model import collect
+
+    out = tmp_path / "run"
+    generate_run(str(out), RunSpec(ranks=6, steps=12, seed=9, crashed=(4, 8), hung=(2, 9), straggler=(1, "fwd", 30.0), ranks_per_host=3))
+    logs = read_run(out)
+    states = [collect.read_process(process, plan, False, None) for process, plan in zip(logs.processes, plan_reads(logs.processes, None))]
+    for state in states:
+        back = collect.load_cached(collect.dump_cached(state))
+        assert type(back) is collect.ProcessRead and _shape(back) == _shape(state)
+        assert back.collector.summary is back.summary and back.collector.span_begun.__self__ is back.collector.hang
+    merged, summaries = collect.collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, cache=False)
+    facts = merged.state()
+    facts["closing"] = [spans for _, spans in facts["closing"]]
+    assert _shape(collect.load_cached(collect.dump_cached((facts, summaries)))) == _shape((facts, summaries))

@@ -240,6 +240,58 @@ def test_a_grown_or_torn_cache_is_loaded_again_never_wrong(tmp_path) -> None:
     assert _loaded(run).from_cache
 
 
+def test_an_edited_cache_database_is_never_opened_and_a_sealed_one_with_a_view_is_refused(tmp_path) -> None:
+    """Issue 27 item 1: the signature covered the content key only, so an edited copy of a genuine entry passed, and its SQL ran first."""
+    import duckdb
+
+    from otel_titan.analysis.query.sql import _SqlCache
+    from otel_titan.analysis.read.records import read_run
+
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=8, seed=5, start_us=1_796_000_000_000_000))
+    full = _every_view(_loaded(run, cache=False))
+    assert not _loaded(run).from_cache and _loaded(run).from_cache
+    (entry,) = (run / "analysis" / "cache").glob("sql-*.duckdb")
+    assert entry.stat().st_mode & 0o777 == 0o600
+    con = duckdb.connect(str(entry))
+    con.execute("DELETE FROM records WHERE process_id = 0")  # the planter's edit of a genuine entry
+    con.close()
+    edited = _loaded(run)
+    assert not edited.from_cache and _every_view(edited) == full
+    logs = read_run(run)
+    cache = _SqlCache.of(logs.run_dir, logs.log_dir, logs.processes, True)
+    source = _loaded(run, cache=False)
+
+    def seal(view: bool) -> None:
+        """An entry sealed with this user's key: one process's records left out, and perhaps a view beside the three tables."""
+        with cache.folder.new_sealed(cache.name, cache.key) as temp:
+            source.con.execute(f"ATTACH '{temp}' AS planted")
+            source.con.execute("CREATE TABLE planted.records AS SELECT * FROM records WHERE process_id <> 0")
+            source.con.execute("CREATE TABLE planted.clock_offsets AS SELECT * FROM clock_offsets")
+            source.con.execute("CREATE TABLE planted.cache_key AS SELECT $1 AS key, $2 AS clock", [cache.key, source.clock])
+            if view:
+                source.con.execute(f"CREATE VIEW planted.spy AS SELECT content FROM read_text('{entry}')")
+            source.con.execute("DETACH planted")
+
+    seal(view=False)
+    assert _loaded(run).from_cache  # sealed with one's own key: one's own entry (the seal is what makes it so)
+    seal(view=True)
+    with_view = _loaded(run)
+    assert not with_view.from_cache and _every_view(with_view) == full  # a view is nothing `keep` writes: refused
+
+
+def test_single_rank_queries_keep_a_bounded_number_of_databases(tmp_path) -> None:
+    """Issue 27 item 5: one DuckDB file per --ranks selection, never removed."""
+    from otel_titan.analysis.read.cache_folder import MAX_SQL_SELECTIONS
+
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=MAX_SQL_SELECTIONS + 2, steps=3, seed=6, start_us=1_796_000_000_000_000))
+    for rank in range(MAX_SQL_SELECTIONS + 2):
+        assert not _loaded(run, ranks=[rank]).from_cache
+    assert len(list((run / "analysis" / "cache").glob("sql-*.duckdb"))) == MAX_SQL_SELECTIONS
+    assert _loaded(run, ranks=[MAX_SQL_SELECTIONS + 1]).from_cache and not _loaded(run, ranks=[0]).from_cache  # the least recently used went
+
+
 def test_cli_no_cache_keeps_no_database(tmp_path) -> None:
     run = tmp_path / "run"
     generate_run(str(run), RunSpec(ranks=2, steps=4, seed=1, start_us=1_796_000_000_000_000))

@@ -1,0 +1,367 @@
+"""Plain data for the analysis cache: a graph of the model's own objects written as MessagePack, read back without running code.
+
+Why not pickle: unpickling calls whatever callables the bytes name, so a
+planted or edited cache entry would run code as whoever reads it. Here the
+bytes are data only. Reading them builds containers (lists, tuples, dicts,
+sets, `collections.Counter`, `array.array`) and instances of the classes a
+`PlainCodec` was given, by name from that list alone (never an import),
+each made with ``object.__new__`` and its attributes set one by one: no
+``__init__``, no ``__setstate__``, no ``__reduce__``, nothing the bytes
+name is ever called. A bound method is rebuilt only when it names a plain
+function of its instance's own class. An entry that is not such data is a
+`PlainDataError`: the caller treats it as a miss.
+
+Exact round trip: what is shared stays shared (every container and object
+is written once, its other uses are references, so a span's ``parent`` is
+the same object as the open span it names), tuples stay tuples, ints of
+any size stay ints, an array keeps its type code. Dicts of plain keys and
+values (``rank → step → ms``, the records), the bulk of an entry, are
+MessagePack maps that msgspec reads in C: loading costs Python work only per
+container of objects.
+
+msgspec is part of the ``analysis`` extra: without it there is no codec
+(`available` is False) and the commands run uncached.
+
+Example:
+    >>> codec = PlainCodec([])
+    >>> shared = [1, 2]
+    >>> back = codec.decode(codec.encode({"a": shared, "b": shared, "t": (1, "x"), "big": 10**30}))
+    >>> back["a"] is back["b"], back["t"], back["big"]
+    (True, (1, 'x'), 1000000000000000000000000000000)
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import enum
+import inspect
+import types
+from typing import Any, Iterable
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - the analysis extra is not installed
+    msgspec = None  # type: ignore[assignment]
+
+__all__ = ["FORMAT", "PlainCodec", "PlainDataError", "available"]
+
+#: Whether this interpreter can write and read the format (msgspec installed).
+available = msgspec is not None
+
+#: The layout's version (part of the analysis cache's version: `model.cache.cache_version`).
+FORMAT = 1
+# A node is a scalar, a MessagePack map (a dict of plain keys and values: `_LEAF_KEYS` → `_LEAF_VALUES`), or a
+# list whose first item is one of these tags:
+_REF, _LIST, _LEAF_LIST, _TUPLE, _DICT, _OBJECT, _ARRAY, _INT, _SET, _FROZENSET, _COUNTER, _DEFAULTDICT, _METHOD, _ENUM, _LEAF_REF, _STR = range(16)
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_LEAF_KEYS = frozenset({int, str})
+#: What a `collections.defaultdict` may make its missing values with (by name: nothing else is ever called).
+_FACTORIES: dict[str, Any] = {"int": int, "float": float, "list": list, "dict": dict, "set": set}
+
+
+class PlainDataError(ValueError):
+    """Bytes that are not an entry of this format (torn, of another version or codec, or made by someone else): a miss."""
+
+
+def _slots(cls: type) -> list[str]:
+    """Every ``__slots__`` name of `cls` and its bases (``__dict__`` and ``__weakref__`` aside)."""
+    names: list[str] = []
+    for base in cls.__mro__:
+        slots = base.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and name not in names:
+                names.append(name)
+    return names
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plain(item: Any) -> bool:
+    """Whether MessagePack holds the scalar `item` as it is (an int within 64 bits, a str without lone surrogates)."""
+    kind = type(item)
+    if kind is int:
+        return -(2**63) <= item < 2**64
+    return kind is not str or _utf8(item)
+
+
+class PlainCodec:
+    """Writes and reads graphs of plain data and of instances of `classes` (exactly these types; their state is their attributes).
+
+    A class with a custom ``__new__``, a tuple or dict subclass, or a
+    ``__setattr__`` of its own is refused when the codec is made: it could
+    not be rebuilt without running its code.
+    """
+
+    def __init__(self, classes: Iterable[type]) -> None:
+        if msgspec is None:
+            raise PlainDataError("the analysis cache needs msgspec (pip install 'otel-titan[analysis]')")
+        self._classes = list(classes)
+        self._names = [f"{cls.__module__}:{cls.__qualname__}" for cls in self._classes]
+        self._index = {cls: index for index, cls in enumerate(self._classes)}
+        self._slots = [_slots(cls) for cls in self._classes]
+        for cls in self._classes:
+            if issubclass(cls, enum.Enum):
+                continue
+            if cls.__new__ is not object.__new__ or issubclass(cls, (tuple, dict, list, set)) or cls.__setattr__ is not object.__setattr__:
+                if not getattr(cls, "__dataclass_params__", None) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+                    raise TypeError(f"{cls.__qualname__} cannot be rebuilt as plain data")
+        self._settable: dict[tuple[type, str], bool] = {}  # (class, attribute) → a plain attribute? (asked once per codec)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder()
+
+    # -- writing --------------------------------------------------------------------------------------
+    def encode(self, value: Any) -> bytes:
+        """`value` as bytes; TypeError when it holds something that is neither plain data nor an instance of the codec's classes."""
+        writer = _Writer(self._index, self._slots)
+        tree = writer.node(value)
+        try:
+            return self._encoder.encode([FORMAT, self._names, tree])
+        except (OverflowError, UnicodeEncodeError):  # an int beyond 64 bits, or a str with lone surrogates (a file name's
+            # undecodable bytes), inside a dict or list of plain values: those are written node by node
+            writer = _Writer(self._index, self._slots, checked=True)
+            return self._encoder.encode([FORMAT, self._names, writer.node(value)])
+
+    # -- reading --------------------------------------------------------------------------------------
+    def decode(self, data: bytes) -> Any:
+        """What `encode` wrote; `PlainDataError` for anything else (nothing in `data` is ever run)."""
+        try:
+            top = self._decoder.decode(data)
+        except (msgspec.DecodeError, ValueError, TypeError) as error:
+            raise PlainDataError(f"not plain data: {error}") from None
+        if not (isinstance(top, list) and len(top) == 3 and top[0] == FORMAT and top[1] == self._names):
+            raise PlainDataError("written by another version of the codec, or for other classes")
+        try:
+            return _Reader(self._classes, self._slots, self._settable).node(top[2])
+        except PlainDataError:
+            raise
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
+            raise PlainDataError(f"malformed entry: {error!r}") from None
+
+
+class _Writer:
+    """One `encode`: the graph walked in pre-order; each container or object numbered as it is first met (`_Reader` numbers alike)."""
+
+    def __init__(self, index: dict[type, int], slots: list[list[str]], checked: bool = False) -> None:
+        self.index, self.slots, self.checked = index, slots, checked
+        self.seen: dict[int, int] = {}
+        self.leaves: dict[int, int] = {}
+        self.keep: list[Any] = []  # what was numbered stays alive (ids are never reused within one encode)
+
+    def _number(self, value: Any) -> None:
+        self.seen[id(value)] = len(self.seen)
+        self.keep.append(value)
+
+    def _leaf(self, value: dict[Any, Any]) -> bool:
+        """A dict MessagePack holds as it is: plain keys and values (and, when `checked`, ints within 64 bits)."""
+        if not set(map(type, value)) <= _LEAF_KEYS or not set(map(type, value.values())) <= _SCALARS:
+            return False
+        return not self.checked or all(_plain(item) for item in (*value, *value.values()))
+
+    def node(self, value: Any) -> Any:
+        kind = type(value)
+        if kind in _SCALARS:
+            if kind is int and not -(2**63) <= value < 2**64:
+                return [_INT, str(value)]
+            if kind is str and self.checked and not _utf8(value):
+                return [_STR, value.encode("utf-8", "surrogatepass")]
+            return value
+        key = id(value)
+        if key in self.seen:
+            return [_REF, self.seen[key]]
+        if kind is dict:
+            if key in self.leaves:
+                return [_LEAF_REF, self.leaves[key]]
+            if self._leaf(value):
+                self.leaves[key] = len(self.leaves)
+                self.keep.append(value)
+                return value
+            self._number(value)
+            flat: list[Any] = []
+            for item_key, item in value.items():
+                flat.append(self.node(item_key))
+                flat.append(self.node(item))
+            return [_DICT, flat]
+        self._number(value)
+        if kind is list:
+            if set(map(type, value)) <= _SCALARS and (not self.checked or all(_plain(item) for item in value)):
+                return [_LEAF_LIST, value]
+            return [_LIST, [self.node(item) for item in value]]
+        if kind is tuple:
+            return [_TUPLE, [self.node(item) for item in value]]
+        if kind is array.array:
+            return [_ARRAY, value.typecode, value.tobytes()]
+        if kind is set or kind is frozenset:
+            return [_SET if kind is set else _FROZENSET, [self.node(item) for item in value]]
+        if kind is collections.Counter:
+            return [_COUNTER, [self.node(item) for pair in value.items() for item in pair]]
+        if kind is collections.defaultdict:
+            factory = next((name for name, made in _FACTORIES.items() if made is value.default_factory), None)
+            if factory is None:
+                raise TypeError(f"a defaultdict of {value.default_factory!r} is not plain data")
+            return [_DEFAULTDICT, factory, [self.node(item) for pair in value.items() for item in pair]]
+        if kind is types.MethodType:
+            return [_METHOD, self.node(value.__self__), value.__func__.__name__]
+        index = self.index.get(kind)
+        if index is None:
+            raise TypeError(f"{kind.__module__}.{kind.__qualname__} is not one of the classes the cache may hold")
+        if isinstance(value, enum.Enum):
+            return [_ENUM, index, self.node(value.value)]
+        state: list[Any] = []
+        names = self.slots[index]
+        for name in names:
+            if hasattr(value, name):
+                state.append(name)
+                state.append(self.node(getattr(value, name)))
+        for name, item in getattr(value, "__dict__", {}).items():
+            state.append(name)
+            state.append(self.node(item))
+        return [_OBJECT, index, state]
+
+
+class _Reader:
+    """One `decode`: builds the graph `_Writer` numbered, in the same order, calling nothing the bytes name."""
+
+    def __init__(self, classes: list[type], slots: list[list[str]], settable: dict[tuple[type, str], bool]) -> None:
+        self.classes, self.slots, self.settable = classes, slots, settable
+        self.made: list[Any] = []
+        self.leaves: list[dict[Any, Any]] = []
+        self.pending: set[int] = set()  # tuples being built: a reference to one from inside it is no graph we write
+
+    def _pairs(self, flat: list[Any]) -> Iterable[tuple[Any, Any]]:
+        if len(flat) % 2:
+            raise PlainDataError("a mapping with a key and no value")
+        for position in range(0, len(flat), 2):
+            yield self.node(flat[position]), self.node(flat[position + 1])
+
+    def node(self, node: Any) -> Any:
+        kind = type(node)
+        if kind is dict:
+            self.leaves.append(node)
+            return node
+        if kind is not list:
+            return node
+        tag = node[0]
+        if tag == _REF:
+            index = node[1]
+            if index in self.pending:
+                raise PlainDataError("a tuple that holds itself")
+            return self.made[index]
+        if tag == _LEAF_REF:
+            return self.leaves[node[1]]
+        if tag == _INT:
+            return int(node[1])
+        if tag == _STR:
+            return node[1].decode("utf-8", "surrogatepass")
+        slot = len(self.made)
+        if tag == _LEAF_LIST:
+            items = node[1]
+            if type(items) is not list or not set(map(type, items)) <= _SCALARS:
+                raise PlainDataError("a list of plain values that holds containers")
+            self.made.append(items)
+            return items
+        if tag == _LIST:
+            out: list[Any] = []
+            self.made.append(out)
+            items = node[1]
+            out.extend(items if set(map(type, items)) <= _SCALARS else map(self.node, items))
+            return out
+        if tag == _DICT:
+            mapping: dict[Any, Any] = {}
+            self.made.append(mapping)
+            flat = node[1]
+            keys, items = flat[0::2], flat[1::2]
+            if len(keys) == len(items) and set(map(type, keys)) <= _SCALARS:
+                kinds = set(map(type, items))
+                if kinds == {dict}:  # rank → {step: ms}, the bulk: plain dicts, numbered in order as `node` would
+                    self.leaves.extend(items)
+                if kinds <= _SCALARS or kinds == {dict}:  # nothing inside to build: in C
+                    mapping.update(zip(keys, items))
+                    return mapping
+            for key, item in self._pairs(flat):
+                mapping[key] = item
+            return mapping
+        if tag == _TUPLE:
+            items = node[1]
+            if set(map(type, items)) <= _SCALARS:  # the common tuple, a key or a (name, rank, step): nothing inside to build
+                made = tuple(items)
+                self.made.append(made)
+                return made
+            self.made.append(None)
+            self.pending.add(slot)
+            made = tuple(map(self.node, items))
+            self.pending.discard(slot)
+            self.made[slot] = made
+            return made
+        if tag == _ARRAY:
+            numbers = array.array(node[1])
+            numbers.frombytes(node[2])
+            self.made.append(numbers)
+            return numbers
+        if tag == _SET or tag == _FROZENSET:
+            self.made.append(None)
+            self.pending.add(slot)
+            items = [self.node(item) for item in node[1]]
+            self.pending.discard(slot)
+            self.made[slot] = made_set = set(items) if tag == _SET else frozenset(items)
+            return made_set
+        if tag == _COUNTER:
+            counter: collections.Counter = collections.Counter()
+            self.made.append(counter)
+            for key, item in self._pairs(node[1]):
+                dict.__setitem__(counter, key, item)
+            return counter
+        if tag == _DEFAULTDICT:
+            defaults: collections.defaultdict = collections.defaultdict(_FACTORIES[node[1]])
+            self.made.append(defaults)
+            for key, item in self._pairs(node[2]):
+                dict.__setitem__(defaults, key, item)
+            return defaults
+        if tag == _METHOD:
+            self.made.append(None)
+            owner = self.node(node[1])
+            function = inspect.getattr_static(type(owner), node[2], None)
+            if type(owner) not in self.classes or not isinstance(function, types.FunctionType) or node[2].startswith("__"):
+                raise PlainDataError(f"{node[2]!r} is not a method of a class the cache may hold")
+            self.made[slot] = method = types.MethodType(function, owner)
+            return method
+        if tag == _ENUM:
+            self.made.append(None)
+            cls = self.classes[node[1]]
+            if not issubclass(cls, enum.Enum):
+                raise PlainDataError(f"{cls.__qualname__} is not an enum")
+            member = cls._value2member_map_[self.node(node[2])]
+            self.made[slot] = member
+            return member
+        if tag == _OBJECT:
+            cls = self.classes[node[1]]
+            if issubclass(cls, enum.Enum):
+                raise PlainDataError(f"{cls.__qualname__} is an enum")
+            obj = object.__new__(cls)
+            self.made.append(obj)
+            slots = self.slots[node[1]]
+            has_dict = hasattr(obj, "__dict__")
+            settable = self.settable
+            for name, item in self._pairs(node[2]):
+                allowed = settable.get((cls, name))
+                if allowed is None:
+                    allowed = settable[(cls, name)] = type(name) is str and (name in slots or (has_dict and _plain_attribute(cls, name)))
+                if not allowed:
+                    raise PlainDataError(f"{cls.__qualname__} has no attribute {name!r} to set")
+                object.__setattr__(obj, name, item)
+            return obj
+        raise PlainDataError(f"unknown tag {tag!r}")
+
+
+def _plain_attribute(cls: type, name: str) -> bool:
+    """Whether setting `name` on an instance of `cls` only stores a value (no property, no descriptor of the class runs)."""
+    if name.startswith("__"):
+        return False
+    found = inspect.getattr_static(cls, name, None)
+    return found is None or not (hasattr(type(found), "__set__") or hasattr(type(found), "__delete__"))

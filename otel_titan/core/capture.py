@@ -22,11 +22,13 @@ parent's own generation gave it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import itertools
 import logging
 import numbers
+import os
 import sys
 import traceback
 from asyncio import current_task
@@ -304,10 +306,12 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         description: optional human text, kept in the record's ``description``
             and ``message``.
         stacklevel: which frame is the ``caller`` for the context-manager form
-            (2 = the code containing the ``with``). Decorated functions report
-            their own definition (``path:line:function``, the line Python
-            records as its first: the topmost decorator's), which is user
-            code whether the call came from user code or from an event loop.
+            (2 = the code containing the ``with``). A decorated function
+            reports its call site (``path:line:function`` of the line calling
+            or awaiting it), as torchtitan does; a coroutine started by the
+            event loop (``asyncio.run``, a task) has no call site of user code,
+            so it reports its own definition (the line Python records as its
+            first: the topmost decorator's) rather than asyncio's internals.
 
     One object times one span at a time: write ``with sl.log_trace_span(...)``
     where the span happens rather than reusing one object in nested ``with``
@@ -455,24 +459,16 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
                 "a span around a generator would only time its creation; use `with sl.log_trace_span(...)` inside it"
             )
         name, description = self._name, self._description
-        target = inspect.unwrap(fn)
-        while isinstance(target, functools.partial):
-            target = target.func
-        code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004
-        if code is None:
-            # A builtin or C callable has no definition to point at: name the call site instead.
-            def at(name: str, description: str | None, code: Any, lineno: int) -> log_trace_span:
-                return log_trace_span(name, description, stacklevel=3)
-
-            lineno = 0
-        else:
-            lineno = code.co_firstlineno
-            at = log_trace_span._at
-
+        at = log_trace_span._at
         if inspect.iscoroutinefunction(fn):
+            definition = _definition(fn)
 
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                hot = _state
+                if hot.items is None or (hot.compiling is not None and hot.compiling()):
+                    return await fn(*args, **kwargs)
+                code, lineno = _awaited_from(definition)
                 with at(name, description, code, lineno):
                     return await fn(*args, **kwargs)
 
@@ -480,7 +476,14 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with at(name, description, code, lineno):
+            hot = _state
+            if hot.items is None or (hot.compiling is not None and hot.compiling()):
+                return fn(*args, **kwargs)  # off, or traced by torch.compile: before the frame lookup Dynamo cannot trace
+            try:
+                frame = _getframe(1)
+            except ValueError:
+                frame = _outermost_frame()
+            with at(name, description, frame.f_code, frame.f_lineno):
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
@@ -491,6 +494,34 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
 
 #: The type `log_trace_span(...)` returns (it is the class itself).
 SpanScope = log_trace_span
+
+
+#: asyncio's own source files: a coroutine whose caller frame is one of them was started by the event loop.
+_ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
+
+
+def _definition(fn: Callable[..., Any]) -> tuple[CodeType | None, int]:
+    """The code and first line of the function `fn` wraps (through decorators and partials), or (None, 0)."""
+    target = inspect.unwrap(fn)
+    while isinstance(target, functools.partial):
+        target = target.func
+    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004
+    return (code, code.co_firstlineno) if code is not None else (None, 0)
+
+
+def _awaited_from(definition: tuple[CodeType | None, int]) -> tuple[CodeType, int]:
+    """The caller of a decorated coroutine: the frame awaiting it, or its definition when the event loop started it."""
+    try:
+        frame = _getframe(2)  # 0: here, 1: the wrapper's coroutine, 2: whoever awaits or resumes it
+    except ValueError:
+        frame = None
+    if frame is not None and not frame.f_code.co_filename.startswith(_ASYNCIO_DIR):
+        return frame.f_code, frame.f_lineno
+    code, lineno = definition
+    if code is None:
+        caller = _getframe(1)
+        return caller.f_code, caller.f_lineno
+    return code, lineno
 
 
 def _outermost_frame() -> Any:

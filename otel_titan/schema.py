@@ -26,6 +26,8 @@ __all__ = [
     "RecordKind",
     "MetaEvent",
     "META_EVENTS",
+    "LOGGER_FIGURES_FILE",
+    "is_logger_record",
     "Field",
     "FIELDS",
     "ATTR",
@@ -85,6 +87,28 @@ class MetaEvent:
 #: The logger's own records: the reader shows them as process-level markers, never as phases
 #: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
 META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
+
+#: The ``log_file`` of the per-step process figures the logger writes itself (scalars, docs/schema.md
+#: "Memory and process figures"): the file of the code that writes them, relative or absolute as any caller.
+LOGGER_FIGURES_FILE = "otel_titan/core/step_sampler.py"
+
+
+def is_logger_record(record: dict) -> bool:
+    """Whether a record is the logger's own (`META_EVENTS`, or one of its per-step figures), not the program's.
+
+    Example:
+        >>> is_logger_record({"log_type_name": "heartbeat"})
+        True
+        >>> is_logger_record({"log_type_name": "metric_value", "log_file": "/site-packages/otel_titan/core/step_sampler.py"})
+        True
+        >>> is_logger_record({"log_type_name": "metric_value", "log_file": "train.py"})
+        False
+    """
+    name = record.get(Field.LOG_TYPE_NAME)
+    if name in META_EVENTS:
+        return True
+    log_file = record.get(Field.LOG_FILE)
+    return name == "metric_value" and isinstance(log_file, str) and log_file.endswith(LOGGER_FIGURES_FILE)
 
 
 class OtlpRecords:

@@ -10,6 +10,7 @@ span's ``caller`` really points at, checked on a real record.
 from __future__ import annotations
 
 import ast
+import asyncio
 import re
 from pathlib import Path
 
@@ -79,13 +80,20 @@ def passthrough(fn):
     return wrapper
 
 @sl.log_trace_span("alone")
-def alone():
+async def alone():
     pass
 
 @passthrough
 @sl.log_trace_span("under_another")
-def under_another():
+async def under_another():
     pass
+
+@sl.log_trace_span("called")
+def called():
+    pass
+
+def calls_it():
+    called()
 '''
 
 
@@ -96,8 +104,9 @@ def test_a_decorated_span_s_caller_is_the_line_docs_schema_names(run_dir, tmp_pa
     import decorated_module
 
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1)
-    decorated_module.alone()
-    decorated_module.under_another()
+    asyncio.run(decorated_module.alone())  # started by the event loop: no call site of user code
+    asyncio.run(decorated_module.under_another())
+    decorated_module.calls_it()
     assert sl.shutdown_structured_logger(timeout=10)
     starts = {r["log_type_name"]: r for r in data_records(read_records(jsonl_files(run_dir)[0])) if r["log_type_name"].endswith("_start")}
     lines = _DECORATED.splitlines()
@@ -105,14 +114,16 @@ def test_a_decorated_span_s_caller_is_the_line_docs_schema_names(run_dir, tmp_pa
     def line_of(record):
         return lines[int(record["caller"].split(":")[-2]) - 1]
 
-    # The decorator line, not the `def` line; with several decorators, the topmost one.
+    # Called from user code: the call site. Started by the event loop: the decorator line, not the `def`
+    # line; with several decorators, the topmost one.
+    assert line_of(starts["called_start"]) == "    called()" and starts["called_start"]["caller"].endswith(":calls_it")
     assert line_of(starts["alone_start"]) == '@sl.log_trace_span("alone")'
     assert line_of(starts["under_another_start"]) == "@passthrough"
     assert starts["alone_start"]["caller"].endswith(":alone")
 
     caller_row = next(line for line in (REPO / "docs" / "schema.md").read_text(encoding="utf-8").splitlines() if line.startswith("| `caller` |"))
     decorator_part = caller_row.split("Decorator:", 1)[1]
-    assert "`def` line" not in decorator_part and "topmost decorator" in decorator_part, caller_row
+    assert "call site" in decorator_part and "`def` line" not in decorator_part and "topmost decorator" in decorator_part, caller_row
 
 
 def test_the_readme_cli_examples_run_as_written(tmp_path):

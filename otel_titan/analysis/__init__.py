@@ -15,8 +15,8 @@ Layered as the data flows, each layer importing only those below
 * `RunAnalysis` — the front: one run, read once, one method per question.
 
 Example:
-    >>> from otel_titan.analysis import RunAnalysis, generate_gantt_trace, summarize_run, format_summary
-    >>> generate_gantt_trace("outputs", "outputs/analysis/trace.json").spans
+    >>> from otel_titan.analysis import RunAnalysis, export_trace, summarize_run, format_summary
+    >>> export_trace("outputs", "outputs/analysis/trace.json").spans
     18
     >>> print(format_summary(summarize_run("outputs")))
     Run outputs  (2 processes, logs in outputs/structured_logs)
@@ -27,7 +27,7 @@ Example:
 
 
 from otel_titan.analysis.export.chrome_events import ExportStats
-from otel_titan.analysis.export.chrome_trace import generate_gantt_trace
+from otel_titan.analysis.export.chrome_trace import export_trace, generate_gantt_trace
 from otel_titan.analysis.read.filters import StepRange, parse_rank_list, parse_step_range
 from otel_titan.analysis.read.records import NoRecordsError, NotARunError, ProcessLog, RunLogs, find_log_dir, read_run
 from otel_titan.analysis.read.lines import SkippedLines
@@ -60,6 +60,7 @@ __all__ = [
     "TimelineVisitor",
     "find_log_dir",
     "format_summary",
+    "export_trace",
     "generate_gantt_trace",
     "parse_rank_list",
     "parse_step_range",

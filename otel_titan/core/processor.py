@@ -39,7 +39,7 @@ from typing import Any, Sequence
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_titan.core import blackbox, step_context
-from otel_titan.core.capture import thread_names
+from otel_titan.core.capture import notice_torch, thread_names
 from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
 from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, H_MONO, H_NAME, H_STATE, H_TID, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
 from otel_titan.core.event_queue import EventQueue
@@ -267,10 +267,13 @@ class BatchProcessor:
         wake = self._wake
         stop = False
         last_activity = time.monotonic()
+        torch_noticed = False
         try:
             while not stop:
                 wake.wait(self._schedule_delay)
                 wake.clear()
+                if not torch_noticed:  # torch imported after init: its torch.compile must find the check too
+                    torch_noticed = notice_torch()
                 if items:
                     last_activity = time.monotonic()
                 progress = self._progress_ns

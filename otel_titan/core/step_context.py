@@ -59,6 +59,12 @@ class StepState(NamedTuple):
 
 NO_STEP = StepState(None, None, ())
 
+
+class _LoopStepState(StepState):
+    """A `StepState` the training loop wrote: how an asyncio task tells the loop's tags from its own (`add_step_tag`)."""
+
+    __slots__ = ()
+
 # The process-wide default lives in a one-element list so the hot path reads it
 # with a constant-time index instead of a `global` statement in a writer.
 _default: list[StepState] = [NO_STEP]
@@ -122,6 +128,11 @@ def _owns_default(claim: bool) -> bool:
     return True
 
 
+def _in_task() -> bool:
+    loop = _get_running_loop()
+    return loop is not None and current_task(loop) is not None
+
+
 def _is_alive(owner: tuple[Any, Any]) -> bool:
     thread = owner[0]()
     if thread is None or not thread.is_alive():
@@ -137,6 +148,7 @@ def _write(new: StepState, claim: bool = False) -> None:
     # else only changes its own view. Both set the caller's view, so tasks it
     # creates from now on start from `new`.
     if _owns_default(claim):
+        new = _LoopStepState(*new)
         _default[0] = new
     _context_state.set(new)
 
@@ -209,6 +221,10 @@ def add_step_tag(tag: str) -> None:
     Tags mark steps worth filtering later ("gc", "eval", "checkpoint"). From
     the training loop the tag reaches every thread that follows it; from any
     other thread or task it marks that thread's or task's own records only.
+    An asyncio task that tags then carries its own tags only, not the
+    training loop's as well, as in torchtitan (two actor tasks tagging the
+    same step "gc" and "eval" each see their own); a thread keeps the loop's
+    tags and adds its own.
 
     Example:
         >>> from otel_titan import structured_logger as sl
@@ -221,8 +237,11 @@ def add_step_tag(tag: str) -> None:
     if not tag:
         raise ValueError("step tag must be a non-empty string")
     state = current_step_state()
-    if tag not in state.tags:
-        _write(StepState(state.step, state.relative_step, state.tags + (tag,)))
+    tags = state.tags
+    if type(state) is _LoopStepState and _in_task() and not _owns_default(False):
+        tags = ()  # as in torchtitan: a task that tags a step sees its own tags, not the loop's as well
+    if tag not in tags:
+        _write(StepState(state.step, state.relative_step, tags + (tag,)))
 
 
 def clear_step_tags() -> None:

@@ -76,6 +76,8 @@ class StepSampler:
                 return []
             code = self._sample.__code__
             spans = self._builder.scalars(figures, time.perf_counter_ns(), code, code.co_firstlineno, None, state, threading.get_ident(), None)
+            for span in spans:
+                span.by_logger = True
         except Exception:  # noqa: BLE001 - a figure we cannot read must never stop the processor
             if self._failures.first():
                 _log.exception("otel-titan: could not read the per-step process figures; later failures are not logged")

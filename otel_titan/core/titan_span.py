@@ -104,6 +104,9 @@ class TitanSpan(ReadableSpan):
     #: True on the copy of a span still open at shutdown or SIGTERM, sent to exporters
     #: that only see finished spans (OTLP) so a hung phase does not vanish from the trace.
     incomplete = False
+    #: True on the scalars the logger writes itself (its per-step figures, step_sampler.py): kept out
+    #: of what stands for the user's own records (torchtitan-style handlers: exporters/logging_bridge.py).
+    by_logger = False
 
     @classmethod
     def bind(cls, resource: Resource, scope: InstrumentationScope) -> type[TitanSpan]:

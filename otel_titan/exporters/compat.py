@@ -16,16 +16,26 @@ default path pays nothing for this compatibility.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
+import socket
+import threading
+import time
 from typing import Any
 
 import orjson
 
-__all__ = ["TraceJsonlFormatter", "TraceEventsOnlyFilter", "RECORD_ATTRIBUTE"]
+from otel_titan.core.step_context import current_step_state
+
+__all__ = ["TraceJsonlFormatter", "TraceEventsOnlyFilter", "RECORD_ATTRIBUTE", "MAX_MESSAGE_SIZE"]
 
 #: The `LogRecord` attribute holding the full structured record (a dict).
 RECORD_ATTRIBUTE = "otel_titan_record"
+
+#: Characters of a plain log record's message kept by `TraceJsonlFormatter` (torchtitan's limit): longer ones keep both ends.
+MAX_MESSAGE_SIZE = 1000
 
 
 class TraceEventsOnlyFilter(logging.Filter):
@@ -59,10 +69,19 @@ class TraceJsonlFormatter(logging.Formatter):
         >>> rec.otel_titan_record = {"log_type_name": "fwd_start", "rank": 0}
         >>> WithCluster(rank=3, source="training").format(rec)
         '{"log_type_name":"fwd_start","rank":3,"global_rank":3,"source":"training","cluster":"a"}'
+
+    A record that did not come from otel-titan (logged by hand on a
+    `logging.Logger`, with torchtitan's ``extra=event_extra(...)`` or none)
+    becomes the record torchtitan's formatter writes: the step and tags the
+    calling thread sees at format time, ``caller`` relative to the working
+    directory, ``local_rank`` from ``LOCAL_RANK`` (0 when unset), ``seq_id``
+    from 0 per formatter, a message cut to `MAX_MESSAGE_SIZE` characters.
     """
 
     def __init__(self, rank: int | None = None, source: str | None = None, **identity: Any) -> None:
         super().__init__()
+        self._seq = itertools.count()
+        self._last_record_at = threading.local()
         baked: dict[str, Any] = {}
         if rank is not None:
             baked["rank"] = rank
@@ -82,18 +101,49 @@ class TraceJsonlFormatter(logging.Formatter):
         if structured is not None:
             data = dict(structured)
         else:
-            # A record that did not come from otel-titan: keep what logging knows.
-            data = {
-                "time_us": int(record.created * 1_000_000),
-                "log_type": "log",
-                "log_type_name": getattr(record, "log_type_name", None),
-                "log_level": record.levelname,
-                "logger_name": record.name,
-                "message": record.getMessage(),
-                "caller": f"{record.pathname}:{record.lineno}:{record.funcName}",
-            }
+            data = self._plain_record(record)
         data.update(self._baked)
         return data
+
+    def _plain_record(self, record: logging.LogRecord) -> dict[str, Any]:
+        """A record logged by hand, as torchtitan's formatter writes it (field for field, in its order)."""
+        data: dict[str, Any] = {"delta_ms": self._delta_ms(), "tid": threading.get_native_id()}
+        data.update(rank=self.rank, global_rank=self.rank, local_rank=_local_rank(), source=self.source, host_name=socket.gethostname(), pid=os.getpid())
+        state = current_step_state()
+        if state.step is not None:
+            data["step"] = state.step
+        if state.relative_step is not None:
+            data["relative_step"] = state.relative_step
+        if state.tags:
+            data["step_tags"] = list(state.tags)
+        data.update(time=int(record.created), time_ms=int(record.created * 1000), time_us=int(record.created * 1_000_000))
+        data["log_type"] = getattr(record, "log_type", "text")
+        data["log_type_name"] = getattr(record, "log_type_name", None)
+        for key in ("step", "relative_step"):  # the record's own (extra=) win over the thread's
+            if getattr(record, key, None) is not None:
+                data[key] = getattr(record, key)
+        data["event_name"] = getattr(record, "event_name", None)
+        value = getattr(record, "value", None)
+        if isinstance(value, (int, float)):
+            data["value"] = float(value)
+        if getattr(record, "task_name", None) is not None:
+            data["task_name"] = record.task_name
+        data.update(caller=f"{_relative(record.pathname)}:{record.lineno}:{record.funcName}", log_file=record.filename, log_function=record.funcName,
+                    log_level=record.levelname, logger_name=record.name)
+        if record.stack_info:
+            data["stack_info"] = record.stack_info
+        data["seq_id"] = next(self._seq)
+        message = record.getMessage()
+        half = MAX_MESSAGE_SIZE // 2
+        data["message"] = message if len(message) <= MAX_MESSAGE_SIZE else message[:half] + "..." + message[-half:]
+        return data
+
+    def _delta_ms(self) -> float:
+        """Milliseconds since this formatter's previous record on this thread (0 for the first)."""
+        now = time.perf_counter()
+        last = getattr(self._last_record_at, "value", now)
+        self._last_record_at.value = now
+        return (now - last) * 1000
 
     def format(self, record: logging.LogRecord) -> str:
         """One JSON object, no trailing newline (NaN/inf already arrive as strings).
@@ -109,3 +159,17 @@ class TraceJsonlFormatter(logging.Formatter):
             return orjson.dumps(data, default=str).decode()
         except orjson.JSONEncodeError:
             return json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str)
+
+
+def _local_rank() -> int:
+    try:
+        return int(os.environ.get("LOCAL_RANK", 0))
+    except ValueError:
+        return 0
+
+
+def _relative(path: str) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path

@@ -1,10 +1,19 @@
-"""Hands every record to torchtitan-style `logging.Handler`s attached by handler factories.
+"""Hands the user's records to torchtitan-style `logging.Handler`s attached to the structured logger.
 
-Added by `init_structured_logger` only when a factory attached a handler to
-``structured_logger``. It runs on the processor thread, so a handler never
-runs on the training thread; a slow handler delays the other exporters of the
-same batch, so keep handlers quick (or queue inside them).
+Always registered by `init_structured_logger`, for the handlers attached to
+``structured_logger`` (``logging.getLogger("otel_titan.structured_logger")``)
+by a factory or at any time later, as in torchtitan; with no handler attached
+a batch costs one look at the logger's handler list. It runs on the processor
+thread, so a handler never runs on the training thread; a slow handler delays
+the other exporters of the same batch, so keep handlers quick (or queue
+inside them).
+
+Only the records of the program's own calls reach the handlers: the logger's
+records about itself (`schema.META_EVENTS`: opened, heartbeat, stall…, and its
+per-step process figures) would stand in a torchtitan-format file or database
+as the user's scalars and instants, and as its last event.
 """
+
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from otel_titan.core.exporter import SpanExportResult, StartAwareSpanExporter, T
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan.exporters.compat import RECORD_ATTRIBUTE
 from otel_titan.core.identity import RunIdentity
+from otel_titan.schema import META_EVENTS
 
 __all__ = ["LoggingBridgeExporter"]
 
@@ -37,11 +47,15 @@ class LoggingBridgeExporter(StartAwareSpanExporter):
 
     def export_timeline(self, timeline: Sequence[TimelineItem]) -> SpanExportResult:
         logger = self._logger
+        if not logger.handlers:
+            return SpanExportResult.SUCCESS
         encoder = self._encoder
         for ended, span in timeline:
+            if getattr(span, "by_logger", False) or span.name in META_EVENTS:
+                continue
             for fields in encoder.records(ended, span):
+                fields["seq_id"] = self._seq  # from 0, as torchtitan's formatter numbers its records
                 self._seq += 1
-                fields["seq_id"] = self._seq
                 full = encoder.full_record(fields)
                 level = logging.ERROR if full.get("log_level") == "ERROR" else logging.INFO
                 record = logging.LogRecord(

@@ -168,11 +168,13 @@ def run_factories(
 ) -> tuple[list[SpanExporter], list[logging.Handler]]:
     """Run the factories that apply (see the module docstring); return what they registered.
 
-    Strict: a factory that cannot be imported, raises (other than
-    `HandlerSkipped`) or registers nothing fails the whole call with
-    `HandlerFactoryError`, and whatever the earlier factories made is undone
-    first (`discard` hooks, handlers closed). When a factory added a
-    `logging.Handler`, a `LoggingBridgeExporter` feeds those handlers.
+    Strict: a factory that cannot be imported or raises (other than
+    `HandlerSkipped`) fails the whole call with `HandlerFactoryError`, and
+    whatever the earlier factories made is undone first (`discard` hooks,
+    handlers closed). A factory that registers nothing is accepted (as in
+    torchtitan: one may attach on rank 0 only) and said on the ``otel_titan``
+    logger. A `LoggingBridgeExporter` feeds the handlers attached to
+    `structured_logger`, by a factory or later.
     """
     try:
         specs, origin = resolve_handler_specs(handlers)
@@ -209,8 +211,8 @@ def run_factories(
         if not specs:
             raise HandlerFactoryError(f"no handler factory to run ({origin} is empty)")
         new_handlers = [h for h in structured_logger.handlers if h not in handlers_before]
-        if new_handlers:
-            exporters.append(LoggingBridgeExporter(structured_logger, identity))
+        # Always: a handler attached to the logger later (not by a factory) receives the records too, as in torchtitan.
+        exporters.append(LoggingBridgeExporter(structured_logger, identity))
     except BaseException:
         _discard_all(exporters)
         close_handlers(structured_logger, [h for h in structured_logger.handlers if h not in handlers_before])
@@ -229,10 +231,13 @@ def _run_one(spec: Any, origin: str, kwargs: dict[str, Any], exporters: list[Spa
     except Exception as error:
         raise HandlerFactoryError(f"handler factory {describe(spec)!r} (from {origin}) raised {type(error).__name__}: {error}") from error
     if len(exporters) + len(structured_logger.handlers) == registered_before:
-        # Strict: a factory the user asked for that attaches nothing
-        # would silently run without the observability they enabled.
-        raise HandlerFactoryError(
-            f"handler factory {describe(spec)!r} (from {origin}) registered no exporter (add_span_exporter) and no handler (structured_logger.addHandler)"
+        # Accepted, as torchtitan does: a factory may attach on some ranks only (rank 0's database
+        # writer). Said, so that a factory that attaches nothing by mistake does not pass unseen.
+        _log.info(
+            "otel-titan: handler factory %s (from %s) registered no exporter (add_span_exporter) and no handler (structured_logger.addHandler) on rank %s",
+            describe(spec),
+            origin,
+            kwargs["rank"],
         )
 
 

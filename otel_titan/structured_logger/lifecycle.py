@@ -6,10 +6,10 @@ identity, output directory: `validation.py`; every handler factory:
 queue to the hot path: if any step fails, what was created is undone and the
 exception names the cause. Nothing half-attached.
 
-Calling it again with the same arguments does nothing (torchtitan code calls
-it from more than one place); with different ones it raises, naming each
-difference, since a second file or a silently ignored option would both
-mislead. The output directory is made absolute once, here: a later
+Calling it again does nothing, as in torchtitan (its code calls it from more
+than one place, an RL actor under another source): with different arguments
+the call also warns once, naming each difference, since a silently ignored
+option would mislead; raising would take training down over a log setting. The output directory is made absolute once, here: a later
 ``os.chdir`` (Hydra does one) cannot move or split the run.
 
 What happens at exit, on SIGTERM and at fork is `process_hooks.py`; the state
@@ -38,8 +38,10 @@ from otel_titan.core.process_figures import ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.step_sampler import StepSampler
+from otel_titan.core.warn_once import WarnOnce
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_STALL_AFTER_S
+from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.schema import LOGGER_NAME
 from otel_titan.structured_logger import process_hooks, runtime
 from otel_titan.structured_logger.handler_factories import run_factories
@@ -59,6 +61,10 @@ __all__ = [
 
 #: Name of the `logging.Logger` handed to factories for torchtitan-style handlers.
 STRUCTURED_LOGGER_NAME = LOGGER_NAME
+
+_log = logging.getLogger("otel_titan")
+#: Second calls already warned about (one warning per distinct set of differences).
+_second_calls = WarnOnce()
 
 
 def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank: int | None = None, enable: bool = True, **options: Any) -> None:
@@ -87,10 +93,10 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
         OSError: ``output_dir`` cannot be created or written.
         HandlerFactoryError: a handler factory cannot be imported or raised
             (the JSONL file's: its name would be too long for the filesystem).
-        RuntimeError: the logger is already running in this process with
-            different arguments (each difference is named). With the same
-            arguments, or a subset of them, a second call does nothing, as in
-            torchtitan.
+
+    A second call while the logger runs does nothing, as in torchtitan; when
+    its arguments differ from the running logger's it also warns (on the
+    ``otel_titan`` logger, once per distinct call), naming each difference.
 
     A relative ``output_dir`` is resolved once, here: a later ``os.chdir``
     does not move the files. The file's first record (``structured_logger_opened``)
@@ -118,10 +124,11 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
 
 def _check_same_call(running: Runtime, source: str, output_dir: Any, rank: int | None, enable: bool, options: dict[str, Any], parsed: LoggerOptions) -> None:
     found = differences(running, source, output_dir, rank, enable, options, parsed)
-    if found:
-        raise RuntimeError(
-            f"init_structured_logger() is already running in this process with other arguments: {'; '.join(found)}. "
-            "Call it with the same arguments (a no-op), or call shutdown_structured_logger() first"
+    if found and _second_calls.first((id(running), "; ".join(found))):
+        _log.warning(
+            "otel-titan: init_structured_logger() is already running in this process; this call with other arguments does nothing: %s. "
+            "Call shutdown_structured_logger() first to start another logger.",
+            "; ".join(found),
         )
 
 
@@ -267,6 +274,9 @@ def get_run_identity() -> RunIdentity | None:
 
 
 def get_exporters() -> list[SpanExporter]:
-    """The exporters the handler factories registered (empty when not initialised)."""
+    """The exporters the handler factories registered (empty when not initialised).
+
+    The bridge to the structured logger's `logging.Handler`s, always there, is not one of them.
+    """
     running = STATE.running
-    return list(running.exporters) if running is not None else []
+    return [e for e in running.exporters if not isinstance(e, LoggingBridgeExporter)] if running is not None else []

@@ -85,17 +85,26 @@ async def decorated_async(x):
     return x + 1
 
 
-def test_decorators_report_the_decorated_function_and_keep_results(logged):
+def test_decorators_report_the_call_site_and_keep_results(logged):
+    # The call site, as torchtitan's sync decorator (its test_sync_decorator_caller_points_at_user_site);
+    # before, the decorated function's definition. A coroutine the event loop started has no call site
+    # of user code: its definition, never asyncio's internals.
+    async def awaits_it():
+        return await decorated_async(5)  # the awaiting line
+
     logged()
-    assert decorated_sync(21) == 42
+    assert decorated_sync(21) == 42  # the calling line
+    call_line = test_decorators_report_the_call_site_and_keep_results.__code__.co_firstlineno + 8
     assert asyncio.run(decorated_async(1)) == 2
+    assert asyncio.run(awaits_it()) == 6
     records = logged.finish()
     names = [r["log_type_name"] for r in records]
-    assert names == ["decorated_sync_start", "decorated_sync_end", "decorated_async_start", "decorated_async_end"]
-    sync_line = decorated_sync.__wrapped__.__code__.co_firstlineno
+    assert names == ["decorated_sync_start", "decorated_sync_end", "decorated_async_start", "decorated_async_end"] + ["decorated_async_start", "decorated_async_end"]
     async_line = decorated_async.__wrapped__.__code__.co_firstlineno
-    assert records[0]["caller"] == f"{THIS_FILE}:{sync_line}:decorated_sync"
+    awaiting_line = awaits_it.__code__.co_firstlineno + 1
+    assert records[0]["caller"] == records[1]["caller"] == f"{THIS_FILE}:{call_line}:test_decorators_report_the_call_site_and_keep_results"
     assert records[2]["caller"] == f"{THIS_FILE}:{async_line}:decorated_async"
+    assert records[4]["caller"] == f"{THIS_FILE}:{awaiting_line}:awaits_it"
     assert records[2]["task_name"] == records[3]["task_name"] and records[2]["task_name"].startswith("Task-")
     assert asyncio.iscoroutinefunction(decorated_async)
     assert decorated_sync.__name__ == "decorated_sync"
@@ -576,7 +585,7 @@ def test_decorating_a_callable_without_code_names_the_call_site(logged):
     line = test_decorating_a_callable_without_code_names_the_call_site.__code__.co_firstlineno + 6
     records = logged.finish()
     assert records[0]["caller"] == f"{THIS_FILE}:{line}:test_decorating_a_callable_without_code_names_the_call_site"
-    assert records[2]["caller"].endswith(":decorated_sync")  # a partial names the function it wraps
+    assert records[2]["caller"] == f"{THIS_FILE}:{line + 1}:test_decorating_a_callable_without_code_names_the_call_site"  # a partial: its call site too
 
 
 def test_children_never_start_before_or_end_after_their_parent(logged):

@@ -203,6 +203,32 @@ def test_a_trainer_thread_owns_the_default_until_it_ends_and_the_main_thread_alw
     assert seen_by_a_fresh_thread()[0] == 100
 
 
+def test_concurrent_asyncio_tasks_that_tag_see_only_their_own_tags_not_the_loops(logged):
+    # torchtitan's test_add_step_tag_concurrent_async_tasks_are_isolated: before, each task saw the loop's tag as well.
+    logged()
+    sl.set_step(7)
+    sl.add_step_tag("loop_tag")
+
+    async def actor(tag, delay):
+        before = sl.get_step_tags()  # until it tags, a task sees the loop's tags (torchtitan too)
+        await asyncio.sleep(delay)
+        sl.add_step_tag(tag)
+        sl.add_step_tag(tag)
+        with sl.log_trace_span(f"{tag}_work"):
+            pass
+        return before, sl.get_step_tags()
+
+    async def both():
+        return await asyncio.gather(actor("gc", 0.01), actor("eval", 0.02))
+
+    (gc_before, gc_view), (eval_before, eval_view) = asyncio.run(both())
+    assert gc_before == eval_before == ("loop_tag",)
+    assert (gc_view, eval_view) == (("gc",), ("eval",))
+    assert sl.get_step_tags() == ("loop_tag",) and seen_by_a_fresh_thread() == (7, 7, ("loop_tag",))  # the loop's own, untouched
+    tags = {r["log_type_name"]: r.get("step_tags") for r in logged.finish()}
+    assert tags == {"gc_work_start": ["gc"], "gc_work_end": ["gc"], "eval_work_start": ["eval"], "eval_work_end": ["eval"]}
+
+
 def test_an_asyncio_controller_owns_the_default_and_its_tasks_keep_their_step():
     async def rollout(out):
         await asyncio.sleep(0.01)  # the controller moves on meanwhile

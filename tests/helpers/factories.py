@@ -50,3 +50,11 @@ class _Gate(SpanExporter):
 def register_gate(*, add_span_exporter, **_: Any) -> None:
     """Register an exporter that blocks the processor whenever `GATE` is clear."""
     add_span_exporter(_Gate())
+
+
+def register_on_rank_zero(*, structured_logger, rank, **_: Any) -> None:
+    """torchtitan's pattern: one database writer for the job, attached on rank 0 only."""
+    import logging
+
+    if rank == 0:
+        structured_logger.addHandler(logging.NullHandler())

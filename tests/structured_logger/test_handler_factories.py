@@ -145,3 +145,18 @@ def test_spans_open_at_shutdown_reach_finished_span_exporters_marked_incomplete(
 
     names = [r["log_type_name"] for r in data_records(read_records(jsonl_files(run_dir)[0]))]
     assert names == ["data_fetch_start", "done_start", "done_end"]  # the file keeps the truth: no _end
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_factory_that_attaches_on_rank_zero_only_is_accepted_on_every_rank(run_dir, monkeypatch, caplog, rank):
+    # torchtitan accepts it (its test_custom_env_replaces_default); before, every rank but 0 raised HandlerFactoryError.
+    monkeypatch.setenv("TITAN_STRUCT_LOGGER_HANDLERS", f"{JSONL_HANDLER},tests.helpers.factories.register_on_rank_zero")
+    with caplog.at_level("INFO", logger="otel_titan"):
+        sl.init_structured_logger("training", run_dir, rank=rank, world_size=2)
+    assert sl.is_initialized()
+    said = [r.getMessage() for r in caplog.records if "registered no exporter" in r.getMessage()]
+    assert said == ([] if rank == 0 else [said[0]]) and (rank == 0 or f"on rank {rank}" in said[0])
+    sl.log_trace_instant("recorded")
+    sl.shutdown_structured_logger()
+    (path,) = jsonl_files(run_dir)
+    assert '"recorded"' in open(path).read()

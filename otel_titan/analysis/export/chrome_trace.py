@@ -1,6 +1,8 @@
 """Records → a Chrome Trace JSON file for Perfetto, streamed: one process at a time, one event at a time.
 
-`generate_gantt_trace` (torchtitan's name and signature) reads a run with
+`export_trace` (also importable as `generate_gantt_trace`, the name it had
+first; torchtitan's function of that name, with torchtitan's behaviour, is
+``otel_titan.compat.torchtitan``'s, docs/migrating-from-torchtitan.md) reads a run with
 `read.records`, pairs each process's records with `model.timeline.walk_process`, turns
 them into events with `export.chrome_events.ExportVisitor`, and streams them into a
 temporary file created exclusively (``O_EXCL``, a fresh random name) in the
@@ -44,7 +46,7 @@ from otel_titan.analysis.read.safe_text import json_bytes
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.export.pid_groups import PidGroup, process_name, pid_groups, write_groups
 
-__all__ = ["generate_gantt_trace", "default_output", "pid_groups", "process_name", "write_groups", "PidGroup"]
+__all__ = ["export_trace", "generate_gantt_trace", "default_output", "pid_groups", "process_name", "write_groups", "PidGroup"]
 
 
 class _TraceFile(EventStream):
@@ -149,7 +151,7 @@ def _umask() -> int:
     return mask
 
 
-def generate_gantt_trace(
+def export_trace(
     input_dir: str | os.PathLike[str],
     output_path: str | os.PathLike[str] | None = None,
     *,
@@ -193,8 +195,8 @@ def generate_gantt_trace(
     is written then).
 
     Example:
-        >>> from otel_titan.analysis import generate_gantt_trace
-        >>> stats = generate_gantt_trace("outputs/structured_logs/", "outputs/analysis/gantt.json")
+        >>> from otel_titan.analysis import export_trace
+        >>> stats = export_trace("outputs/structured_logs/", "outputs/analysis/gantt.json")
         >>> print(stats.spans, stats.skipped_lines, stats.output_path)
         18 0 outputs/analysis/gantt.json
     """
@@ -249,6 +251,11 @@ def generate_gantt_trace(
     stats.output_bytes = out.finish(other)
     stats.seconds = time.perf_counter() - started
     return stats
+
+
+#: The name `export_trace` had first, kept for existing callers: otel-titan's export (it returns `ExportStats`),
+#: not torchtitan's function of that name (``otel_titan.compat.torchtitan``'s gantt_generator has that one).
+generate_gantt_trace = export_trace
 
 
 def default_output(run_dir: str, only_base: str | None = None, native: bool = False) -> str:

@@ -8,7 +8,9 @@ every process, rotated ones included; torn and unreadable lines become empty
 rows that the views leave out and `processes.unreadable_lines` counts), into
 one ``records`` table, and documented views (docs/sql.md) turn the records
 into spans (``_start`` / ``_end`` / ``_error`` paired by span id within a
-process), instants, scalars, steps and processes. Times are aligned across
+process; records without one, torchtitan's, by name, last in first out per
+thread and task, as summarize and export pair them), instants, scalars, steps
+and processes. Times are aligned across
 hosts as in ``summarize``: the per-host offsets are estimated by
 `model.clocks.estimate_offsets` from the step-closing spans (found with SQL
 once the records are in) and subtracted from every time (``host_time_us``
@@ -127,12 +129,33 @@ _LOGGER_RECORDS = sql_in_list(LOGGER_RECORDS)
 VIEWS: dict[str, str] = {
     "spans": f"""
 CREATE VIEW spans AS
-WITH ev AS (
+WITH kinds AS (
     SELECT process_id, span_id, time_us, log_type_name, value, step, relative_step, step_tags, parent_span_id, error_type,
-           error_message, tid, task_name, caller, description, trace_id,
+           error_message, tid, task_name, caller, description, trace_id, seq_id,
            CASE WHEN suffix(log_type_name, '_start') THEN 's' WHEN suffix(log_type_name, '_end') THEN 'e'
                 WHEN suffix(log_type_name, '_error') THEN 'x' END AS kind
-    FROM records WHERE log_type = 'event' AND span_id IS NOT NULL),
+    FROM records WHERE log_type = 'event'),
+-- Records without a span id (torchtitan's and pimm's files) pair by name, last in first out, per thread and asyncio
+-- task, in the order written (seq_id; time where a file has none), as summarize and export pair them (model.timeline): a `_start` opens level n of its name
+-- there, an `_end` closes the open level n, an `_error` marks it; each takes the latest `_start` of its level.
+named AS (
+    SELECT *, regexp_replace(log_type_name, '_(start|end|error)$', '') AS base,
+           row_number() OVER (PARTITION BY process_id ORDER BY seq_id, time_us) AS ord
+    FROM kinds WHERE span_id IS NULL AND kind IS NOT NULL),
+levelled AS (
+    SELECT *, sum(CASE kind WHEN 's' THEN 1 WHEN 'e' THEN -1 ELSE 0 END)
+                  OVER (PARTITION BY process_id, tid, task_name, base ORDER BY ord ROWS UNBOUNDED PRECEDING)
+              + CASE kind WHEN 'e' THEN 1 ELSE 0 END AS level
+    FROM named),
+paired_by_name AS (
+    SELECT *, max(CASE WHEN kind = 's' THEN ord END)
+                  OVER (PARTITION BY process_id, tid, task_name, base, level ORDER BY ord ROWS UNBOUNDED PRECEDING) AS opened_at
+    FROM levelled),
+ev AS (
+    SELECT * EXCLUDE (seq_id) FROM kinds WHERE span_id IS NOT NULL
+    UNION ALL BY NAME
+    SELECT * EXCLUDE (span_id, seq_id, base, ord, level, opened_at), 'line ' || opened_at AS span_id
+    FROM paired_by_name WHERE opened_at IS NOT NULL),
 paired AS (
     SELECT process_id, span_id,
            min(time_us) FILTER (WHERE kind = 's') AS start_us,
@@ -247,7 +270,7 @@ WHERE r.latest = 1
 
 #: One line per view, for `describe` and docs/sql.md.
 VIEW_HELP = {
-    "spans": "one row per span (_start paired with its _end / _error by span id); incomplete spans end at the process's last record",
+    "spans": "one row per span (_start paired with its _end / _error by span id, or by name in files without span ids); incomplete spans end at the process's last record",
     "instants": "one row per instant (sl.log_trace_instant and the logger's own records: logger_record = true)",
     "scalars": "one row per scalar value (log_trace_scalar); NaN / ±Infinity are DOUBLE nan / ±inf",
     "steps": "one row per (process, step): the step's first _start, instant or scalar to the next step's, as summarize's step time",

@@ -16,9 +16,10 @@ import pytest
 pytest.importorskip("duckdb")
 
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis import summarize_run  # noqa: E402
+from otel_titan.analysis import generate_gantt_trace, summarize_run  # noqa: E402
 from otel_titan.analysis.query.sql import VIEWS, open_run, open_saved  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
+from tests.helpers.analysis import titan_file, titan_record, titan_span, write_jsonl  # noqa: E402
 
 RANKS, STEPS = 16, 20
 STRAGGLER, HUNG = (5, "fwd", 30.0), (9, 15)
@@ -354,3 +355,33 @@ def test_processes_last_record_is_not_a_rollup(tmp_path, fault) -> None:
     with_rollups, without = answers
     assert with_rollups == without
     assert "step_rollup" not in {row[1] for row in with_rollups}
+
+
+def test_torchtitans_files_without_span_ids_pair_by_name_as_summarize_and_export_do(tmp_path) -> None:
+    # Issue 28 item 4: the spans view showed 0 spans for torchtitan's files, without a word.
+    records = [titan_record("orphan_end", 1.0, value=0.5, step=1)]  # its _start rotated away: no span here
+    records += [titan_record("layer_start", 2.0, step=1), titan_record("layer_start", 3.0, step=1)]  # recursion: the same name nested
+    records += [titan_record("layer_error", 3.5, step=1), titan_record("layer_end", 4.0, value=1.0, step=1), titan_record("layer_end", 9.0, value=7.0, step=1)]
+    for task, start, end in (("Task-1", 10.0, 20.0), ("Task-2", 11.0, 15.0)):  # two asyncio tasks, interleaved
+        records.append(titan_record("rollout_start", start, step=2, task_name=task))
+    records += [titan_record("rollout_end", 15.0, value=4.0, step=2, task_name="Task-2"), titan_record("rollout_end", 20.0, value=10.0, step=2, task_name="Task-1")]
+    records += titan_span("optimizer", 21.0, 23.0, step=2)
+    records.append(titan_record("checkpoint_start", 24.0, step=2))  # still open at the end of the file
+    write_jsonl(titan_file(tmp_path), records)
+
+    database = open_run(tmp_path)
+    database.load()
+    spans = rows(database, "SELECT name, start_us, end_us, incomplete, task FROM spans ORDER BY start_us, name")
+    t0 = records[1]["time_us"] - 2000
+    assert [(n, s - t0, e - t0, i, t) for n, s, e, i, t in spans] == [
+        ("layer", 2000, 9000, False, None),
+        ("layer", 3000, 4000, False, None),
+        ("rollout", 10000, 20000, False, "Task-1"),
+        ("rollout", 11000, 15000, False, "Task-2"),
+        ("optimizer", 21000, 23000, False, None),
+        ("checkpoint", 24000, 24000, True, None),
+    ]
+    # The same spans as otel-titan export draws from the same file (its orphan bar apart).
+    trace = json.loads(Path(generate_gantt_trace(tmp_path, tmp_path / "trace.json", log_skipped=False).output_path).read_text())
+    bars = sorted((e["name"], e["ts"] - t0, e["ts"] + e["dur"] - t0) for e in trace["traceEvents"] if e.get("cat") == "span" and e["name"] != "orphan")
+    assert bars == sorted((n, s - t0, e - t0) for n, s, e, *_ in spans)

@@ -27,7 +27,11 @@ What it tolerates, each the way a writer can leave a file while it runs:
 * **files that disappear** (deleted, moved away): the process is kept,
   marked `gone`, and what was read from it stays known;
 * **a file rewritten in place** (smaller than the offset already read): read
-  again from the start as a new file (counted in `restarts`).
+  again from the start as a new file (counted in `restarts`);
+* **a line longer than `lines.MAX_LINE_BYTES`** (16 MiB, more than a refresh
+  may hold as one line): skipped up to its newline and counted, as every
+  reader skips it, so the follow never stops on it (re-reading its first
+  32 MiB at every refresh) and it is not taken for a torn line.
 
 Every line goes through `read.lines.file_records` (the same parsing and
 checks as every other command: invalid UTF-8, lone surrogates, NaN), and
@@ -43,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
-from otel_titan.analysis.read.lines import SkippedLines, file_records
+from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, file_records
 
 __all__ = ["FileCursor", "RunFollower", "Batch", "NUL_RETRIES", "MAX_READ_BYTES", "FIRST_READ_BYTES"]
 
@@ -86,6 +90,8 @@ class FileCursor:
     #: The file's first bytes: a file deleted and created again can get the same inode (backup_count=0 rotation),
     #: its first line (time, pid) cannot be the same.
     head: bytes = b""
+    #: Inside a line longer than MAX_LINE_BYTES: what is read is dropped up to its newline.
+    overlong: bool = False
 
 
 @dataclass
@@ -213,7 +219,7 @@ class RunFollower:
             else:
                 cursor.lost_bytes += max(0, cursor.size - cursor.offset)
             cursor.rotations += 1
-            cursor.identity, cursor.offset, cursor.size, cursor.head = identity, 0, 0, b""
+            cursor.identity, cursor.offset, cursor.size, cursor.head, cursor.overlong = identity, 0, 0, b"", False
             cursor.torn_since, cursor.nul_at, cursor.nul_seen = None, None, 0
         elif info.st_size < cursor.offset:
             self._restart(cursor)
@@ -234,7 +240,7 @@ class RunFollower:
         """A new file under the same name and inode (rewritten in place, or deleted and created again)."""
         cursor.restarts += 1
         cursor.lost_bytes += max(0, cursor.size - cursor.offset)
-        cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head = 0, 0, None, None, b""
+        cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head, cursor.overlong = 0, 0, None, None, b"", False
 
     def _find_inode(self, cursor: FileCursor) -> str | None:
         for path in cursor.process.segments:
@@ -276,7 +282,21 @@ class RunFollower:
             self.skipped.add(path, 0, f"cannot read ({error.strerror or error})")
             return []
         cursor.bytes_read += len(data)
+        if cursor.overlong:
+            newline = data.find(b"\n")
+            if newline < 0:
+                cursor.offset += len(data)
+                return []
+            cursor.offset += newline + 1
+            data, cursor.overlong = data[newline + 1 :], False
         end = data.rfind(b"\n") + 1  # complete lines only; 0 when none
+        if not end and len(data) > MAX_LINE_BYTES and not final:
+            # No newline in more than a line may hold: not a record (every reader skips it), and not a torn line either.
+            self.skipped.add(path, 0, f"line longer than {MAX_LINE_BYTES >> 20} MiB at offset {cursor.offset}")
+            cursor.offset += len(data)
+            cursor.overlong = True
+            cursor.torn_since, cursor.torn_bytes = None, 0
+            return []
         complete, rest = data[:end], data[end:]
         if rest.strip(b"\0"):
             if cursor.torn_since is None or cursor.torn_bytes != len(rest):

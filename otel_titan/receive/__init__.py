@@ -28,7 +28,9 @@ Example:
 """
 
 from otel_titan.receive.grpc_server import OtlpGrpcReceiver
-from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError, parse_address, receive_facts
-from otel_titan.receive.spool import Spool
+from otel_titan.receive.http_server import (Limits, OtlpHttpReceiver, ReceiverError, is_loopback, parse_address, raise_open_files_limit, receive_facts,
+                                            server_tls)
+from otel_titan.receive.spool import Spool, SpoolWriteError
 
-__all__ = ["OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "parse_address", "receive_facts"]
+__all__ = ["Limits", "OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "SpoolWriteError", "is_loopback", "parse_address",
+           "raise_open_files_limit", "receive_facts", "server_tls"]

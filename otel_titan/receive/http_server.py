@@ -86,6 +86,8 @@ class Limits:
     @classmethod
     def for_open_files(cls, soft_limit: int, **kwargs: Any) -> Limits:
         """The limits for a process that may open `soft_limit` files: connections up to it, less what the spool and follower need."""
+        if soft_limit < 0:  # RLIM_INFINITY
+            soft_limit = 1 << 30
         return cls(max_connections=max(16, min(cls.max_connections, soft_limit - _RESERVED_FDS)), **kwargs)
 
 
@@ -434,8 +436,8 @@ class _Handler(BaseHTTPRequestHandler):
                         raise _Refused(413, f"body inflates to more than {max_body} bytes")
                     taken += self._hold(2 * len(part))
                     parts.append(part)
-                if not body or not part:
-                    break
+                elif not body:
+                    break  # all input taken and no output left (a step that filled exactly is followed by one more call)
         except zlib.error as error:
             self.server.receiver.in_flight.give(taken)
             raise _Refused(400, f"body is not valid {encoding}: {error}") from None
@@ -632,6 +634,7 @@ def receive_facts(receivers: list[OtlpHttpReceiver]) -> dict[str, Any]:
     facts: dict[str, Any] = {"endpoint": ", ".join(r.endpoint + ("" if r.protocol == "http/protobuf" else f" ({r.protocol})") for r in receivers),
                              "spool": spool.folder, "processes": spool.processes, "records": sum(r.received for r in receivers),
                              "written": spool.written, "duplicates": spool.duplicates, "lost": spool.lost, "malformed": spool.malformed,
+                             "out_of_sequence": spool.out_of_sequence, "restarts": spool.restarts,
                              "other_logs": sum(r.foreign_logs for r in receivers), "spans": sum(r.spans for r in receivers),
                              "refused": sum(r.refused for r in receivers)}
     for name in ("unauthorized", "overloaded", "write_failed", "timed_out", "connection_errors"):

@@ -211,7 +211,7 @@ class Spool:
         skipped_from, landed_on, next_after = process.jump  # type: ignore[misc]
         if not (skipped_from <= seq < landed_on and next_after == landed_on + 1 and process.next_seq == next_after):
             return False
-        process.lost -= landed_on - skipped_from
+        process.lost -= landed_on - seq  # the numbers from `seq` on are the stream's after all; those before it stay lost
         self.out_of_sequence += 1
         # Records held past the lone one are kept (they may be as wrong as it, or the stream's: they wait their hold).
         process.next_seq, process.jump = seq, None

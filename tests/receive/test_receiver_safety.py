@@ -409,3 +409,43 @@ def test_a_sender_that_goes_away_mid_request_prints_no_traceback(tmp_path):
     finally:
         stderr = stop(watcher)
     assert "Traceback" not in stderr and "Exception occurred during processing" not in stderr, stderr
+
+
+def test_over_grpc_the_token_is_asked_too(tmp_path, monkeypatch):
+    """The gRPC endpoint is no side door: the SDK's gRPC log exporter without the token is refused (nothing written), with it
+    (from OTEL_EXPORTER_OTLP_HEADERS, as gRPC metadata) its records are written."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import ReadWriteLogRecord
+    from opentelemetry.sdk._logs.export import LogRecordExportResult
+
+    from otel_titan.receive import OtlpGrpcReceiver
+
+    receiver = OtlpGrpcReceiver("127.0.0.1", 0, Spool(str(tmp_path / "spool")), token=TOKEN).start()
+    try:
+        logs = [ReadWriteLogRecord(LogRecord(body=json.dumps({"seq_id": 1}), attributes={"otel_titan.file": NAME, "otel_titan.seq": 1}))]
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20wrong")
+        refused = OTLPLogExporter(endpoint=f"127.0.0.1:{receiver.port}", insecure=True)
+        assert refused.export(logs) == LogRecordExportResult.FAILURE
+        refused.shutdown()
+        assert spooled(receiver) == [] and receiver.unauthorized == 1
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{TOKEN}")
+        taken = OTLPLogExporter(endpoint=f"127.0.0.1:{receiver.port}", insecure=True)
+        assert taken.export(logs) == LogRecordExportResult.SUCCESS
+        taken.shutdown()
+        assert spooled(receiver) == ['{"seq_id": 1}']
+    finally:
+        receiver.stop()
+
+
+def test_a_compressed_body_is_inflated_a_step_at_a_time_within_the_bytes_in_flight(make_receiver):
+    import gzip
+
+    receiver = make_receiver(limits=Limits(max_in_flight=32 << 20, max_body=8 << 20))
+    url = f"http://127.0.0.1:{receiver.port}/v1/logs"
+    records = [(NAME, n, json.dumps({"seq_id": n, "pad": "x" * 1000})) for n in range(1, 3001)]  # about 3 MiB inflated: several steps
+    assert post(url, gzip.compress(logs_request(*records)), **{"Content-Encoding": "gzip"})[0] == 200
+    assert len(spooled(receiver)) == 3000 and receiver.in_flight.held == 0
+    bomb = gzip.compress(b"\0" * (9 << 20))  # 9 KB that inflate past max_body
+    status, text, _ = post(url, bomb, **{"Content-Encoding": "gzip"})
+    assert status == 413 and b"inflates to more than" in text and receiver.in_flight.held == 0

@@ -18,6 +18,10 @@ OTLP/HTTP endpoint, standard library) and `grpc_server` (OTLP/gRPC, with
 grpcio, loaded when it starts). It imports no part of the writer (pyproject.toml's
 import contracts): a watcher machine needs the protobuf classes, not the SDK.
 
+Who may send, and what no sender can do to it (a bearer token, TLS, deadlines,
+a connection bound, bytes in flight, 413/429/503): `http_server.Limits` and
+docs/security.md, "The OTLP receiver".
+
 Example:
     >>> import tempfile
     >>> from otel_titan.receive import OtlpHttpReceiver, Spool

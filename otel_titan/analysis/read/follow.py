@@ -25,7 +25,9 @@ What it tolerates, each the way a writer can leave a file while it runs:
 * **new files** (ranks joining late, a restart's new attempt): found at each
   refresh by listing the folder;
 * **files that disappear** (deleted, moved away): the process is kept,
-  marked `gone`, and what was read from it stays known;
+  marked `gone`, and what was read from it stays known; a folder that
+  cannot be listed (no file descriptor left, EMFILE) makes no file gone: the
+  known files are read as they are, and the failure is counted;
 * **a file rewritten in place** (smaller than the offset already read): read
   again from the start as a new file (counted in `restarts`);
 * **a line longer than `lines.MAX_LINE_BYTES`** (16 MiB, more than a refresh
@@ -133,6 +135,9 @@ class RunFollower:
         self.polls += 1
         batch = Batch()
         chains = self._list()
+        if chains is None:
+            # The folder could not be listed (EMFILE, a remount): no file is new or gone, the known ones are read as they are.
+            chains = {base: cursor.process.segments for base, cursor in self.cursors.items() if not cursor.gone}
         for base, segments in chains.items():
             if base not in self.cursors:
                 cursor = FileCursor(process=_identify(base, segments))
@@ -155,13 +160,14 @@ class RunFollower:
         return batch
 
     # -- discovery -----------------------------------------------------------------------------
-    def _list(self) -> dict[str, list[str]]:
-        """base path → its segments, oldest first (the same rule as `read.records.read_run`)."""
+    def _list(self) -> dict[str, list[str]] | None:
+        """base path → its segments, oldest first (the same rule as `read.records.read_run`); None when the folder cannot be listed."""
         chains: dict[str, list[tuple[int, str]]] = {}
         try:
             entries = list(os.scandir(self.log_dir))
-        except OSError:
-            return {}
+        except OSError as error:
+            self.skipped.add(self.log_dir, 0, f"cannot list the folder ({error.strerror or error})")
+            return None
         for entry in entries:
             match = _SEGMENT.match(entry.name)
             if match is None:

@@ -209,3 +209,39 @@ def test_a_line_longer_than_readers_take_is_skipped_and_the_follow_goes_on(tmp_p
     with open(path, "ab") as handle:
         handle.write(line("b_start", 3))
     assert names(follower.poll(7.0)) == ["b_start"] and follower.skipped.count == 1
+
+
+def test_a_folder_that_cannot_be_listed_makes_no_process_gone(tmp_path):
+    """No file descriptor left (EMFILE) at a refresh: before, every process was marked gone (the listing came back empty).
+    In a process of its own, which runs out of descriptors on purpose."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    logs = run_dir(tmp_path)
+    (logs / NAME.format(rank=0)).write_bytes(line("a_start", 1))
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(REPO)!r})
+from otel_titan.analysis.read.follow import RunFollower
+follower = RunFollower({str(tmp_path)!r})
+follower.poll(1.0)
+hog = []
+try:
+    while True:
+        hog.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+batch = follower.poll(2.0)
+for fd in hog:
+    os.close(fd)
+print(len(batch.gone), sum(c.gone for c in follower.cursors.values()), follower.skipped.count)
+with open({str(logs / NAME.format(rank=0))!r}, "ab") as handle:
+    handle.write(b'{{"log_type_name": "a_end", "log_type": "event", "time_us": 2, "rank": 0}}\\n')
+print([r["log_type_name"] for _, rs in follower.poll(3.0).records for r in rs])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    gone, still_gone, skipped, *_ = done.stdout.split()
+    assert (gone, still_gone) == ("0", "0") and int(skipped) >= 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[1] == "['a_end']", done.stdout + done.stderr

@@ -18,14 +18,15 @@ and answers):
 
 What no sender can do to it (docs/security.md, "The OTLP receiver"): with a
 token (`OtlpHttpReceiver` ``token=``), a request without
-``Authorization: Bearer <token>`` gets 401 before its body is read and
+``Authorization: Bearer <token>`` gets 401 before its body is decoded and
 changes nothing; with ``tls=`` (`server_tls`: a certificate and key, as a
 collector's ``tls.cert_file``/``key_file``) every connection is TLS. Each
 connection must send its request's line and headers within `Limits.idle_s`
 and its body within `Limits.request_s` plus a second per MiB, or it is
 closed; past `Limits.max_connections` a new connection gets 503 and is
 closed; past `Limits.max_in_flight` bytes of bodies held at once a request
-gets 429 before its body is read. Both are retried by OTLP exporters.
+gets 429 before its body is held (it is read and dropped). Both are
+retried by OTLP exporters.
 
 The answer to a request is sent once its records are written to the spool:
 a sender that got 200 knows its records are on this machine's disk; one
@@ -322,7 +323,7 @@ class _Handler(BaseHTTPRequestHandler):
         receiver = self.server.receiver
         path = self.path.split("?", 1)[0].rstrip("/")
         if receiver.token is not None and not _authorized(self.headers.get("Authorization"), receiver.token):
-            # Before the body is read: an unauthenticated sender changes nothing and costs no memory.
+            # Before the body is taken: an unauthenticated sender changes nothing and costs no memory (what it sent is dropped).
             receiver.count(unauthorized=1)
             self._discard(min(self._declared_length(), _DRAIN_UNAUTHORIZED))
             self._answer(401, b"a bearer token is required (Authorization: Bearer ...; the ranks' OTEL_EXPORTER_OTLP_HEADERS)",

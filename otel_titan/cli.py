@@ -39,8 +39,9 @@ from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
-from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
-from otel_titan.receive import OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, parse_address, receive_facts
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_WATCH_TOKEN
+from otel_titan.receive import (Limits, OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, is_loopback, parse_address, raise_open_files_limit,
+                                receive_facts, server_tls)
 
 __all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
 
@@ -220,13 +221,18 @@ examples:
   otel-titan watch outputs --json | jq -c 'select(.type == "alert")'
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
   otel-titan watch outputs --once                  # one frame, then exit
-  otel-titan watch --otlp 0.0.0.0:4318 --spool /tmp/job42 --json   # NFS or node-local files: receive over OTLP
-  otel-titan watch --otlp-grpc 0.0.0.0:4317 --spool /tmp/job42      # the same, OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)
+  otel-titan watch --otlp 4318 --spool /tmp/job42 --json          # NFS or node-local files: receive over OTLP (loopback)
+  otel-titan watch --otlp 0.0.0.0:4318 --otlp-token-file ~/.watch-token --otlp-tls-cert cert.pem --otlp-tls-key key.pem
+                                                   # from other nodes: TLS and a token
+  otel-titan watch --otlp-grpc 127.0.0.1:4317 --spool /tmp/job42    # the same, OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)
 
 with --otlp, launch the ranks with OTEL_TITAN_OTLP_RECORDS=true and
-OTEL_EXPORTER_OTLP_ENDPOINT=http://THIS_HOST:PORT (or point a collector's logs there): every
+OTEL_EXPORTER_OTLP_ENDPOINT=http(s)://THIS_HOST:PORT (or point a collector's logs there): every
 record, each span's start included, arrives as an OTLP log record and is written to the spool
-folder as the run's files (summarize, export and report read it afterwards).
+folder as the run's files (summarize, export and report read it afterwards). A port without a
+host listens on loopback; beyond it a token is required ({token}, or --otlp-token-file), sent by
+the ranks as OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN; with TLS they also set
+OTEL_EXPORTER_OTLP_CERTIFICATE=cert.pem (docs/security.md).
 
 launch the ranks with {trigger}=RUN_DIR/dump-now (or pass --trigger) so that a
 suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
@@ -329,16 +335,22 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "from the records its ranks send over OTLP (for NFS and node-local folders), and name "
         "the hung, crashed, missing or slowing rank while it runs, with what it costs (docs/watch.md). On a suspected hang it "
         "touches the dump trigger file so every rank writes its black box.",
-        epilog=_WATCH_EPILOG.format(trigger=OTEL_TITAN_DUMP_TRIGGER),
+        epilog=_WATCH_EPILOG.format(trigger=OTEL_TITAN_DUMP_TRIGGER, token=OTEL_TITAN_WATCH_TOKEN),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     watch.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
                        help="run directory, its structured_logs/ folder, or one .jsonl file; with --otlp, the folder the received records are written to (as --spool)")
     watch.add_argument("--otlp", metavar="HOST:PORT",
-                       help="receive the records over OTLP/HTTP on HOST:PORT (0.0.0.0:4318; port 0: any free one) from ranks launched with "
-                       "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of reading their files")
+                       help="receive the records over OTLP/HTTP on HOST:PORT (4318 alone: loopback; port 0: any free one) from ranks launched with "
+                       "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of reading their files; "
+                       f"beyond loopback a token is required (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file)")
     watch.add_argument("--otlp-grpc", metavar="HOST:PORT",
-                       help="the same over OTLP/gRPC on HOST:PORT (0.0.0.0:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp")
+                       help="the same over OTLP/gRPC on HOST:PORT (127.0.0.1:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp")
+    watch.add_argument("--otlp-token-file", metavar="FILE",
+                       help=f"with --otlp: the bearer token every request must carry (its first line), else ${OTEL_TITAN_WATCH_TOKEN}; a request without it "
+                       "gets 401 and changes nothing (the ranks: OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%%20TOKEN)")
+    watch.add_argument("--otlp-tls-cert", metavar="FILE", help="with --otlp: serve TLS with this PEM certificate (chain); the ranks: https:// and OTEL_EXPORTER_OTLP_CERTIFICATE")
+    watch.add_argument("--otlp-tls-key", metavar="FILE", help="with --otlp-tls-cert: its PEM private key (default: in the certificate's file)")
     watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
     watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
@@ -671,8 +683,9 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
     if args.otlp is not None or args.otlp_grpc is not None:
         return _watch_otlp(args, parser, kinds)
-    if args.spool is not None:
-        parser.error("--spool: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
+    for option in ("spool", "otlp_token_file", "otlp_tls_cert", "otlp_tls_key"):
+        if getattr(args, option) is not None:
+            parser.error(f"--{option.replace('_', '-')}: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
     if args.run_dir is None:
         parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
     run_dir = find_log_dir(args.run_dir)[0]
@@ -691,22 +704,44 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
                 parser.error(f"{option}: {error}")
     if args.run_dir is not None and args.spool is not None:
         parser.error("give the spool folder once: RUN_DIR or --spool, not both")
+    if args.otlp_tls_key is not None and args.otlp_tls_cert is None:
+        parser.error("--otlp-tls-key: only with --otlp-tls-cert (the certificate it is the key of)")
+    token = _watch_token(args)
+    tls = None
+    if args.otlp_tls_cert is not None:
+        try:
+            tls = server_tls(args.otlp_tls_cert, args.otlp_tls_key)
+        except ReceiverError as error:
+            raise UsageError(f"--otlp-tls-cert: {error.strerror}") from error
+    for option, _, host, port in addresses:
+        if not is_loopback(host) and token is None:
+            # Anyone who reaches the port could add records, and with --exit-on end the job: beyond loopback, only with a token.
+            raise UsageError(f"{option} {host}:{port}: listening beyond loopback needs a token (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file), and "
+                             "--otlp-tls-cert so that it does not cross the network in clear; or listen on 127.0.0.1 behind a collector (docs/security.md)")
+        if not is_loopback(host) and tls is None:
+            print(f"watch: warning: {option} {host}:{port} without TLS: the token and the records cross the network in clear (--otlp-tls-cert)",
+                  file=sys.stderr, flush=True)
     folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         spool = Spool(folder)
     except OSError as error:
         raise UsageError(f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}") from error
+    limits, limits_said = _receiver_limits()
     receivers = []
     try:
         for option, kind, host, port in addresses:
             try:
-                receivers.append(kind(host, port, spool).start())
+                secure = {"tls_files": (args.otlp_tls_cert, args.otlp_tls_key)} if kind is OtlpGrpcReceiver else {"tls": tls}
+                receivers.append(kind(host, port, spool, token=token, limits=limits, **(secure if tls else {})).start())
             except ReceiverError as error:
                 raise UsageError(f"{option}: {error.strerror}") from error
         for receiver in receivers:
             protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
+            secrets = (" OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>" if token else "") + (" OTEL_EXPORTER_OTLP_CERTIFICATE=<the certificate>" if tls else "")
             print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
-                  f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+                  f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}{secrets}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+        if limits_said:
+            print(limits_said, file=sys.stderr, flush=True)
         # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
         trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
         return ExitCode(run_watch(spool.folder, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger,
@@ -714,6 +749,42 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
     finally:
         for receiver in receivers:
             receiver.stop()
+
+
+def _watch_token(args: argparse.Namespace) -> str | None:
+    """The bearer token: the first line of --otlp-token-file, else $OTEL_TITAN_WATCH_TOKEN; None when neither (loopback only)."""
+    if args.otlp_token_file is None:
+        return os.environ.get(OTEL_TITAN_WATCH_TOKEN, "").strip() or None
+    try:
+        with open(args.otlp_token_file, encoding="utf-8") as handle:
+            token = handle.readline().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"--otlp-token-file: cannot read {args.otlp_token_file}: {getattr(error, 'strerror', None) or error}") from error
+    if not token:
+        raise UsageError(f"--otlp-token-file: {args.otlp_token_file} is empty (its first line is the token)")
+    return token
+
+
+def _receiver_limits() -> tuple[Limits, str | None]:
+    """The open-files soft limit raised to the hard one, the connection bound it allows, and what to say of it (None: nothing worth saying)."""
+    before = _open_files_soft_limit()
+    soft, hard = raise_open_files_limit()
+    limits = Limits.for_open_files(soft)
+    short = limits.max_connections < 2048
+    if soft == before and not short:
+        return limits, None
+    raised = f" (raised from {before:,})" if soft != before else ""
+    enough = "" if not short else (
+        "; fewer than the 2,048 that 1,024 ranks hold (records and spans): raise the hard limit (ulimit -Hn, systemd LimitNOFILE=, "
+        "a container's --ulimit nofile=) to 4,096 or more; past the bound a connection gets 503 and its rank retries")
+    return limits, (f"watch: open files {soft:,}{raised}, hard limit {'unlimited' if hard < 0 else f'{hard:,}'}: "
+                    f"at most {limits.max_connections:,} connections at once{enough}")
+
+
+def _open_files_soft_limit() -> int:
+    import resource  # noqa: PLC0415 - POSIX only, and only watch --otlp asks
+
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def _size(count: int) -> str:

@@ -48,6 +48,7 @@ __all__ = [
     "OTEL_TITAN_OTLP_RECORDS",
     "OTEL_TITAN_OTLP_RECORDS_QUEUE",
     "OTEL_TITAN_OTLP_RECORDS_DELAY_MS",
+    "OTEL_TITAN_WATCH_TOKEN",
     "ALL",
 ]
 
@@ -140,6 +141,16 @@ OTEL_TITAN_OTLP_RECORDS_DELAY_MS = "OTEL_TITAN_OTLP_RECORDS_DELAY_MS"
 """Milliseconds between two sends of the OTLP records stream (or sooner, at 512 records).
 
 Default: 200. Read in `otel_titan.exporters.otlp_records`.
+"""
+
+OTEL_TITAN_WATCH_TOKEN = "OTEL_TITAN_WATCH_TOKEN"
+"""The bearer token `otel-titan watch --otlp` asks of every request (401 without it), when ``--otlp-token-file`` is not given.
+
+Read by the watching side only. The ranks (or the collector forwarding to
+the watch) send it as OTLP exporters send any header:
+``OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>`` (docs/security.md).
+Required to listen beyond loopback. Default: unset (no token; loopback only).
+Read in `otel_titan.cli`.
 """
 
 OTEL_TITAN_CUDA_STEP_PEAK = "OTEL_TITAN_CUDA_STEP_PEAK"

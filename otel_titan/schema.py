@@ -33,6 +33,7 @@ __all__ = [
     "ATTR",
     "INT64_MIN",
     "INT64_MAX",
+    "MAX_LINE_BYTES",
     "stacks_file_name",
     "MESH_DIMS",
     "DATA_PARALLEL_PREFIX",
@@ -53,6 +54,10 @@ LOGGER_NAME = "otel_titan.structured_logger"
 #: Signed 64-bit bounds: OpenTelemetry int attributes and the file's integers (steps, metric values).
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
+#: The longest record line readers take (16 MiB): a longer "line" is skipped (a file of binary garbage without
+#: newlines), and `watch --otlp` refuses a record longer than this (413) rather than write what its follower skips.
+MAX_LINE_BYTES = 16 << 20
 
 
 #: The parallelism dimensions a job can declare (`init_structured_logger(mesh=...)`), and the record fields

@@ -18,6 +18,10 @@ OTLP/HTTP endpoint, standard library) and `grpc_server` (OTLP/gRPC, with
 grpcio, loaded when it starts). It imports no part of the writer (pyproject.toml's
 import contracts): a watcher machine needs the protobuf classes, not the SDK.
 
+Who may send, and what no sender can do to it (a bearer token, TLS, deadlines,
+a connection bound, bytes in flight, 413/429/503): `http_server.Limits` and
+docs/security.md, "The OTLP receiver".
+
 Example:
     >>> import tempfile
     >>> from otel_titan.receive import OtlpHttpReceiver, Spool
@@ -28,7 +32,9 @@ Example:
 """
 
 from otel_titan.receive.grpc_server import OtlpGrpcReceiver
-from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError, parse_address, receive_facts
-from otel_titan.receive.spool import Spool
+from otel_titan.receive.http_server import (Limits, OtlpHttpReceiver, ReceiverError, is_loopback, parse_address, raise_open_files_limit, receive_facts,
+                                            server_tls)
+from otel_titan.receive.spool import Spool, SpoolWriteError
 
-__all__ = ["OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "parse_address", "receive_facts"]
+__all__ = ["Limits", "OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "SpoolWriteError", "is_loopback", "parse_address",
+           "raise_open_files_limit", "receive_facts", "server_tls"]

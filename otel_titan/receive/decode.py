@@ -18,13 +18,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.schema import OtlpRecords
+from otel_titan.schema import MAX_LINE_BYTES, OtlpRecords
 
-__all__ = ["ReceivedRecord", "Decoded", "DecodeError", "decode_logs", "count_spans"]
+__all__ = ["ReceivedRecord", "Decoded", "DecodeError", "RecordTooLong", "decode_logs", "count_spans"]
 
 
 class DecodeError(ValueError):
     """The body is not an OTLP request of the kind its path says."""
+
+
+class RecordTooLong(ValueError):
+    """A record's line is longer than readers take (`schema.MAX_LINE_BYTES`): written, it would be skipped by every reader."""
 
 
 @dataclass
@@ -45,7 +49,7 @@ class Decoded:
 
 
 def decode_logs(body: bytes, *, json_body: bool = False) -> Decoded:
-    """Our records in an ``ExportLogsServiceRequest`` (protobuf, or OTLP JSON when `json_body`).
+    """Our records in an ``ExportLogsServiceRequest`` (protobuf, or OTLP JSON when `json_body`); `RecordTooLong` past `schema.MAX_LINE_BYTES`.
 
     Example:
         >>> from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -56,7 +60,12 @@ def decode_logs(body: bytes, *, json_body: bool = False) -> Decoded:
         >>> decode_logs(request.SerializeToString()).records
         [ReceivedRecord(file='x.jsonl', seq=0, line=b'{"log_type_name": "a_start"}')]
     """
-    return _decode_json(body) if json_body else _decode_protobuf(body)
+    decoded = _decode_json(body) if json_body else _decode_protobuf(body)
+    for record in decoded.records:
+        if len(record.line) > MAX_LINE_BYTES:
+            raise RecordTooLong(f"the record {record.seq} of {record.file!r} is {len(record.line):,} bytes, more than the {MAX_LINE_BYTES >> 20} MiB "
+                                "a reader takes in one line")
+    return decoded
 
 
 def _decode_protobuf(body: bytes) -> Decoded:

@@ -18,9 +18,9 @@ import errno
 from concurrent import futures
 from typing import Any
 
-from otel_titan.receive.decode import DecodeError
-from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError
-from otel_titan.receive.spool import Spool
+from otel_titan.receive.decode import DecodeError, RecordTooLong
+from otel_titan.receive.http_server import OtlpHttpReceiver, ReceiverError, _authorized
+from otel_titan.receive.spool import Spool, SpoolWriteError
 
 __all__ = ["OtlpGrpcReceiver"]
 
@@ -41,9 +41,17 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
 
     protocol = "grpc"
 
-    def __init__(self, host: str, port: int, spool: Spool, **kwargs: Any) -> None:
+    def __init__(self, host: str, port: int, spool: Spool, *, tls_files: tuple[str, str | None] | None = None, **kwargs: Any) -> None:
+        """`tls_files`: (certificate, key) PEM files for TLS (grpcio takes the files' bytes, not an `ssl` context); else as `OtlpHttpReceiver`."""
         super().__init__(host, port, spool, **kwargs)
+        self.tls_files = tls_files
         self._grpc: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        """As `OtlpHttpReceiver.endpoint`: ``https://`` when TLS."""
+        plain = super().endpoint
+        return plain.replace("http://", "https://", 1) if self.tls_files else plain
 
     def start(self) -> OtlpGrpcReceiver:
         """Listen and serve (a pool of 16 threads: requests are short, the spool takes one at a time)."""
@@ -54,20 +62,26 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
 
         def handler(kind: str) -> Any:
             def export(request: bytes, context: Any) -> bytes:
+                if self.token is not None and not _authorized(dict(context.invocation_metadata()).get("authorization"), self.token):
+                    self.count(unauthorized=1)
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "a bearer token is required (authorization: Bearer ...; the ranks' OTEL_EXPORTER_OTLP_HEADERS)")
                 try:
                     self.take(kind, request)
-                except DecodeError as error:
+                except (DecodeError, RecordTooLong) as error:
                     self.count(refused=1)
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+                except SpoolWriteError as error:
+                    self.count(write_failed=1)
+                    context.abort(grpc.StatusCode.UNAVAILABLE, str(error))  # retried by OTLP exporters, as HTTP's 503
                 return b""  # the empty Export*ServiceResponse: full success
             return grpc.method_handlers_generic_handler(_SERVICES[kind], {"Export": grpc.unary_unary_rpc_method_handler(export)})
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="otel-titan-receive-grpc"),
-                             options=[("grpc.max_receive_message_length", 64 << 20), ("grpc.so_reuseport", 0)])
+                             options=[("grpc.max_receive_message_length", self.limits.max_body), ("grpc.so_reuseport", 0)])
         server.add_generic_rpc_handlers([handler(kind) for kind in _SERVICES])
         address = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         try:
-            port = server.add_insecure_port(address)
+            port = server.add_secure_port(address, self._credentials(grpc)) if self.tls_files else server.add_insecure_port(address)
         except RuntimeError:
             port = 0
         if not port and self.port:
@@ -79,6 +93,11 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
         self._grpc = server
         self._start_tick()
         return self
+
+    def _credentials(self, grpc: Any) -> Any:
+        cert_file, key_file = self.tls_files  # type: ignore[misc]
+        with open(cert_file, "rb") as cert, open(key_file or cert_file, "rb") as key:
+            return grpc.ssl_server_credentials([(key.read(), cert.read())])
 
     def stop(self) -> None:
         """Stop listening (requests in flight get 1 s); what was held past a gap is written."""

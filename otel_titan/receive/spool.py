@@ -16,6 +16,24 @@ is skipped and counted as lost (a full queue on the rank, a collector that
 dropped a batch). A record without a number is written as it comes. At most
 `MAX_HELD` records wait per process: past that the gap is skipped at once.
 
+A number from the network can be wrong (forged, a collector's bug, a
+restarted process that reuses its file name), and one wrong number must not
+swallow the process: every later record would fall below it and be dropped
+as a duplicate. So a gap is skipped only when the stream left it behind (no
+record arrived in order during the hold; records that are far ahead of a
+stream still arriving in order are dropped, counted `out_of_sequence`); a
+skip that landed on a lone record, after which nothing followed it, is
+undone when the numbers before it arrive (the lone record is counted
+`out_of_sequence`, the gap no longer `lost`); and a new opening record
+(number 1, other bytes than the first one's) starts the process's stream
+again.
+
+Writes. A request is answered once its records are written; when they
+cannot be (a full disk, no file descriptor left, a path that is a folder)
+`add` raises `SpoolWriteError` and leaves the order as it was before the
+request, so the sender's retry of the same records is written, not dropped
+as duplicates.
+
 Size. Each process's spool file rotates as the ranks' own files do (at
 `max_bytes`, 128 MB by default, into ``X.jsonl.1`` … ``X.jsonl.<backup_count>``,
 3 by default, the oldest deleted), so a job of days fills the watching
@@ -34,14 +52,20 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from otel_titan.receive.decode import ReceivedRecord
 
-__all__ = ["Spool", "safe_file_name", "MAX_HELD"]
+__all__ = ["Spool", "SpoolWriteError", "safe_file_name", "MAX_HELD"]
 
 #: Records held per process past a gap before the gap is skipped regardless of `hold_s`.
 MAX_HELD = 100_000
+
+
+class SpoolWriteError(OSError):
+    """Records could not be written to the spool (the message says which file and why); nothing of the request was taken."""
+
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+=@,-]")
 _MAX_NAME = 200
 
@@ -71,6 +95,21 @@ class _Process:
     held: dict[int, bytes] = field(default_factory=dict)
     held_since: float | None = None
     written: int = 0
+    #: When a record last arrived in order (watcher time): a stream still arriving in order left no gap behind.
+    in_order_at: float | None = None
+    #: The last skip, while it may be undone: (the number skipped from, the number landed on, next_seq right after).
+    jump: tuple[int, int, int] | None = None
+    #: The line of the record numbered 1: another line under that number is a new process reusing the file name.
+    first_line: bytes | None = None
+    #: Numbers skipped (never received).
+    lost: int = 0
+
+    def order(self) -> tuple[Any, ...]:
+        """Where the order stands, to be put back when a write fails."""
+        return (self.next_seq, dict(self.held), self.held_since, self.in_order_at, self.jump, self.first_line, self.lost)
+
+    def restore(self, order: tuple[Any, ...]) -> None:
+        self.next_seq, self.held, self.held_since, self.in_order_at, self.jump, self.first_line, self.lost = order
 
 
 class Spool:
@@ -101,10 +140,17 @@ class Spool:
         #: records whose line is not one JSON object on one line (dropped); failed writes (records lost).
         self.written = 0
         self.duplicates = 0
-        self.lost = 0
         self.malformed = 0
         self.failed = 0
+        #: Records whose number did not fit their process's stream (far ahead of it, or a skip undone); new streams under a used name.
+        self.out_of_sequence = 0
+        self.restarts = 0
         self.write_error: str | None = None
+
+    @property
+    def lost(self) -> int:
+        """Numbers never received (gaps skipped after `hold_s`), all processes."""
+        return sum(p.lost for p in list(self._processes.values()))
 
     @property
     def processes(self) -> int:
@@ -112,41 +158,88 @@ class Spool:
         return len(self._processes)
 
     def add(self, records: Iterable[ReceivedRecord], now: float) -> None:
-        """Take one request's records (watcher time `now`, seconds); write what is in order."""
+        """Take one request's records (watcher time `now`, seconds); write what is in order; `SpoolWriteError` when it cannot."""
         with self._lock:
             out: dict[str, list[bytes]] = {}
+            before: dict[str, tuple[Any, ...]] = {}
             for record in records:
                 line = record.line
                 if not line.startswith(b"{") or b"\n" in line or b"\r" in line:
                     self.malformed += 1
                     continue
                 process = self._process(record.file)
-                lines = out.setdefault(process.path, [])
-                seq = record.seq
-                if seq <= 0:
-                    lines.append(line)
-                elif seq < process.next_seq or seq in process.held:
-                    self.duplicates += 1
-                elif seq == process.next_seq:
-                    lines.append(line)
-                    process.next_seq += 1
-                    self._release(process, lines)
-                else:
-                    process.held[seq] = line
-                    if process.held_since is None:
-                        process.held_since = now
-                    if len(process.held) > MAX_HELD:
-                        self._skip_gap(process, lines, now)
-            self._write(out)
+                if process.path not in before:
+                    before[process.path] = process.order()
+                self._place(process, record.seq, line, out.setdefault(process.path, []), now)
+            failed = self._write(out)
+            for path in failed:
+                self._by_path[path].restore(before[path])
+            if failed:
+                raise SpoolWriteError(self.write_error or "cannot write the spool")
+
+    def _place(self, process: _Process, seq: int, line: bytes, lines: list[bytes], now: float) -> None:
+        """One numbered record into its process's order: written, held past a gap, or dropped (a duplicate)."""
+        if seq <= 0:
+            lines.append(line)
+            return
+        if seq == 1:
+            if process.first_line is None:
+                process.first_line = line
+            elif line != process.first_line and process.next_seq > 1:
+                # Another process's opening record under this name (a restart reusing it): its stream starts again.
+                self.restarts += 1
+                process.next_seq, process.held, process.held_since, process.jump, process.first_line = 1, {}, None, None, line
+        if seq < process.next_seq and process.jump is not None and self._undo_jump(process, seq):
+            pass  # the numbers before a lone record arrive after all: it was the wrong one, the stream goes on from here
+        if seq < process.next_seq or seq in process.held:
+            self.duplicates += 1
+        elif seq == process.next_seq:
+            lines.append(line)
+            process.next_seq += 1
+            process.in_order_at = now
+            process.jump = None
+            self._release(process, lines)
+        else:
+            process.held[seq] = line
+            if process.held_since is None:
+                process.held_since = now
+            if len(process.held) > MAX_HELD:
+                self._skip_gap(process, lines, now)
+
+    def _undo_jump(self, process: _Process, seq: int) -> bool:
+        """Undo the last skip if `seq` lies in the gap it skipped and the skip landed on one record that nothing followed."""
+        skipped_from, landed_on, next_after = process.jump  # type: ignore[misc]
+        if not (skipped_from <= seq < landed_on and next_after == landed_on + 1 and process.next_seq == next_after):
+            return False
+        process.lost -= landed_on - seq  # the numbers from `seq` on are the stream's after all; those before it stay lost
+        self.out_of_sequence += 1
+        # Records held past the lone one are kept (they may be as wrong as it, or the stream's: they wait their hold).
+        process.next_seq, process.jump = seq, None
+        return True
 
     def tick(self, now: float) -> None:
         """Skip the gaps held for `hold_s` or longer (called a few times a second)."""
         with self._lock:
             out: dict[str, list[bytes]] = {}
+            before: dict[str, tuple[Any, ...]] = {}
             for process in self._processes.values():
                 if process.held_since is not None and now - process.held_since >= self.hold_s:
-                    self._skip_gap(process, out.setdefault(process.path, []), now)
-            self._write(out)
+                    before[process.path] = process.order()
+                    if process.in_order_at is not None and process.in_order_at > process.held_since and now != float("inf"):
+                        self._drop_far_ahead(process, now)  # the stream still arrives in order: it left no gap behind it
+                    else:
+                        self._skip_gap(process, out.setdefault(process.path, []), now)
+            for path in self._write(out):
+                self._by_path[path].restore(before[path])  # skipped again at the next tick, once the spool can be written
+
+    def _drop_far_ahead(self, process: _Process, now: float) -> None:
+        """Held records further ahead of a stream arriving in order than `MAX_HELD` are not its own: dropped; the rest wait again."""
+        limit = process.next_seq + MAX_HELD
+        far = [seq for seq in process.held if seq > limit]
+        for seq in far:
+            del process.held[seq]
+        self.out_of_sequence += len(far)
+        process.held_since = now if process.held else None
 
     def _process(self, name: str) -> _Process:
         process = self._processes.get(name)
@@ -187,14 +280,18 @@ class Spool:
 
     def _skip_gap(self, process: _Process, lines: list[bytes], now: float) -> None:
         first = min(process.held)
-        self.lost += first - process.next_seq
+        skipped_from = process.next_seq
+        process.lost += first - skipped_from
         process.next_seq = first
         self._release(process, lines)
+        process.jump = (skipped_from, first, process.next_seq)
         if process.held:
             process.held_since = now  # the next gap waits its own hold
 
-    def _write(self, out: dict[str, list[bytes]]) -> None:
+    def _write(self, out: dict[str, list[bytes]]) -> list[str]:
+        """Append each process's lines (one write each); the paths that could not be written."""
         by_path = self._by_path
+        failed = []
         for path, lines in out.items():
             if not lines:
                 continue
@@ -212,9 +309,12 @@ class Spool:
                 finally:
                     os.close(fd)
             except OSError as error:
+                # A short write leaves a partial line at worst; the retried request writes its records whole after it.
                 self.failed += len(lines)
                 self.write_error = f"cannot write {path}: {error.strerror or error}"
+                failed.append(path)
                 continue
             process.size += len(data)
             self.written += len(lines)
             self.write_error = None
+        return failed

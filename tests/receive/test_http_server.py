@@ -134,7 +134,8 @@ def test_a_port_in_use_is_said_plainly(receiver, tmp_path):
 
 def test_addresses():
     assert parse_address("127.0.0.1:4318") == ("127.0.0.1", 4318)
-    assert parse_address(":4318") == ("0.0.0.0", 4318)
+    assert parse_address(":4318") == ("127.0.0.1", 4318) and parse_address("4318") == ("127.0.0.1", 4318)  # no host: loopback, never every interface
+    assert parse_address("0.0.0.0:4318") == ("0.0.0.0", 4318)
     assert parse_address("http://collector:4318/") == ("collector", 4318)
     for wrong in ("host", "host:99999", "::1:4318", "host:"):
         with pytest.raises(ValueError, match="port|brackets"):

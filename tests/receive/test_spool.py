@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from otel_titan.receive.decode import ReceivedRecord
-from otel_titan.receive.spool import MAX_HELD, Spool, safe_file_name
+from otel_titan.receive.spool import MAX_HELD, Spool, SpoolWriteError, safe_file_name
 
 NAME = "training.global_rank_0.20260101-000000-abcdef.jsonl"
 
@@ -91,16 +93,28 @@ def test_a_name_from_the_network_never_writes_outside_the_spool(tmp_path):
     assert len(names) == 7 and all(n.endswith(".jsonl") and not n.startswith(".") and "/" not in n and len(n) <= 206 for n in names), names
 
 
-def test_a_failed_write_is_counted_and_said_and_writing_resumes(tmp_path):
+def test_a_failed_write_is_raised_and_the_retry_is_written_not_dropped_as_a_duplicate(tmp_path):
     spool = Spool(str(tmp_path))
     os.rmdir(spool.log_dir)
     open(spool.log_dir, "w").close()  # the folder replaced by a file: every open fails (ENOTDIR), root or not
-    spool.add([rec(1)], now=0.0)
-    assert spool.failed == 1 and spool.written == 0 and "cannot write" in (spool.write_error or "")
+    with pytest.raises(SpoolWriteError, match="cannot write .*Not a directory"):
+        spool.add([rec(1), rec(2)], now=0.0)
+    assert spool.failed == 2 and spool.written == 0 and "cannot write" in (spool.write_error or "")
     os.unlink(spool.log_dir)
     os.mkdir(spool.log_dir)
-    spool.add([rec(2)], now=0.1)
-    assert seqs(spool) == [2] and spool.write_error is None
+    spool.add([rec(1), rec(2)], now=0.1)  # the sender's retry of the same request (it got 503)
+    spool.add([rec(3)], now=0.2)
+    assert seqs(spool) == [1, 2, 3] and spool.write_error is None and spool.duplicates == 0
+
+
+def test_a_gap_skip_that_cannot_be_written_is_done_again_later(tmp_path):
+    spool = Spool(str(tmp_path), hold_s=1.0)
+    spool.add([rec(1), rec(3)], now=0.0)
+    os.rename(spool.log_dir, spool.log_dir + ".away")
+    spool.tick(1.0)  # the skip to 3 cannot be written
+    os.rename(spool.log_dir + ".away", spool.log_dir)
+    spool.tick(1.1)
+    assert seqs(spool) == [1, 3] and spool.lost == 1
 
 
 def test_a_process_file_rotates_as_the_writer_s_and_the_follower_reads_through_it(tmp_path):
@@ -130,3 +144,48 @@ def test_a_restarted_watch_appends_to_its_spool_and_rotates_by_the_size_there(tm
     assert again.rotations == 1
     assert open(os.path.join(again.log_dir, NAME), "rb").read() == line + b"\n"
     assert os.path.getsize(os.path.join(again.log_dir, NAME + ".1")) == 2_011
+
+
+def line(seq: int, text: str = "x") -> ReceivedRecord:
+    return ReceivedRecord(NAME, seq, json.dumps({"seq_id": seq, "log_type_name": text, "log_type": "instant", "time_us": 1_000_000 + seq}).encode())
+
+
+def test_a_forged_far_number_while_the_stream_arrives_in_order_swallows_nothing(tmp_path):
+    spool = Spool(str(tmp_path), hold_s=1.0)
+    spool.add([rec(n) for n in range(1, 101)], now=0.0)
+    spool.add([rec(10**15)], now=0.1)  # forged (or a collector's corrupted number)
+    for step in range(1, 30):  # the rank goes on sending, in order, past the hold
+        spool.add([rec(100 + step)], now=0.1 * step)
+        spool.tick(0.1 * step)
+    assert seqs(spool) == list(range(1, 130)) and spool.duplicates == 0 and spool.lost == 0 and spool.out_of_sequence == 1
+
+
+def test_a_forged_far_number_while_the_rank_is_quiet_is_undone_when_the_rank_speaks_again(tmp_path):
+    spool = Spool(str(tmp_path), hold_s=1.0)
+    spool.add([rec(n) for n in range(1, 101)], now=0.0)
+    spool.add([rec(10**15)], now=0.1)
+    spool.tick(5.0)  # the rank is in a long step: the hold expires and the gap is skipped to the forged number
+    assert spool.lost == 10**15 - 101
+    spool.add([rec(101), rec(102)], now=6.0)  # the rank's own next records: not duplicates
+    spool.add([rec(103)], now=6.1)
+    assert seqs(spool) == [*range(1, 101), 10**15, 101, 102, 103]
+    assert spool.duplicates == 0 and spool.lost == 0 and spool.out_of_sequence == 1
+
+
+def test_a_real_lost_batch_is_still_skipped_and_its_late_copy_dropped(tmp_path):
+    """The defence against a wrong number keeps the rule for a real loss: the stream moved past the gap, a late copy is not rewritten."""
+    spool = Spool(str(tmp_path), hold_s=1.0)
+    spool.add([rec(1), *(rec(n) for n in range(10, 20))], now=0.0)
+    spool.tick(1.0)
+    spool.add([rec(20)], now=1.1)
+    spool.add([rec(n) for n in range(2, 10)], now=1.2)  # the lost batch, late
+    assert seqs(spool) == [1, *range(10, 21)] and spool.lost == 8 and spool.duplicates == 8
+
+
+def test_a_new_process_reusing_the_file_name_starts_its_stream_again(tmp_path):
+    spool = Spool(str(tmp_path), hold_s=1.0)
+    spool.add([line(n, "first") for n in range(1, 50)], now=0.0)
+    spool.add([line(1, "first")], now=0.5)  # a retry of the opening record: a duplicate
+    spool.add([line(n, "second") for n in range(1, 4)], now=1.0)  # a restarted process, the same name, numbering from 1
+    assert [json.loads(x)["log_type_name"] for x in open(os.path.join(spool.log_dir, NAME), "rb")][-3:] == ["second"] * 3
+    assert spool.restarts == 1 and spool.duplicates == 1

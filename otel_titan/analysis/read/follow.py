@@ -25,9 +25,15 @@ What it tolerates, each the way a writer can leave a file while it runs:
 * **new files** (ranks joining late, a restart's new attempt): found at each
   refresh by listing the folder;
 * **files that disappear** (deleted, moved away): the process is kept,
-  marked `gone`, and what was read from it stays known;
+  marked `gone`, and what was read from it stays known; a folder that
+  cannot be listed (no file descriptor left, EMFILE) makes no file gone: the
+  known files are read as they are, and the failure is counted;
 * **a file rewritten in place** (smaller than the offset already read): read
-  again from the start as a new file (counted in `restarts`).
+  again from the start as a new file (counted in `restarts`);
+* **a line longer than `lines.MAX_LINE_BYTES`** (16 MiB, more than a refresh
+  may hold as one line): skipped up to its newline and counted, as every
+  reader skips it, so the follow never stops on it (re-reading its first
+  32 MiB at every refresh) and it is not taken for a torn line.
 
 Every line goes through `read.lines.file_records` (the same parsing and
 checks as every other command: invalid UTF-8, lone surrogates, NaN), and
@@ -43,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
-from otel_titan.analysis.read.lines import SkippedLines, file_records
+from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, file_records
 
 __all__ = ["FileCursor", "RunFollower", "Batch", "NUL_RETRIES", "MAX_READ_BYTES", "FIRST_READ_BYTES"]
 
@@ -86,6 +92,8 @@ class FileCursor:
     #: The file's first bytes: a file deleted and created again can get the same inode (backup_count=0 rotation),
     #: its first line (time, pid) cannot be the same.
     head: bytes = b""
+    #: Inside a line longer than MAX_LINE_BYTES: what is read is dropped up to its newline.
+    overlong: bool = False
 
 
 @dataclass
@@ -127,6 +135,9 @@ class RunFollower:
         self.polls += 1
         batch = Batch()
         chains = self._list()
+        if chains is None:
+            # The folder could not be listed (EMFILE, a remount): no file is new or gone, the known ones are read as they are.
+            chains = {base: cursor.process.segments for base, cursor in self.cursors.items() if not cursor.gone}
         for base, segments in chains.items():
             if base not in self.cursors:
                 cursor = FileCursor(process=_identify(base, segments))
@@ -149,13 +160,14 @@ class RunFollower:
         return batch
 
     # -- discovery -----------------------------------------------------------------------------
-    def _list(self) -> dict[str, list[str]]:
-        """base path → its segments, oldest first (the same rule as `read.records.read_run`)."""
+    def _list(self) -> dict[str, list[str]] | None:
+        """base path → its segments, oldest first (the same rule as `read.records.read_run`); None when the folder cannot be listed."""
         chains: dict[str, list[tuple[int, str]]] = {}
         try:
             entries = list(os.scandir(self.log_dir))
-        except OSError:
-            return {}
+        except OSError as error:
+            self.skipped.add(self.log_dir, 0, f"cannot list the folder ({error.strerror or error})")
+            return None
         for entry in entries:
             match = _SEGMENT.match(entry.name)
             if match is None:
@@ -213,7 +225,7 @@ class RunFollower:
             else:
                 cursor.lost_bytes += max(0, cursor.size - cursor.offset)
             cursor.rotations += 1
-            cursor.identity, cursor.offset, cursor.size, cursor.head = identity, 0, 0, b""
+            cursor.identity, cursor.offset, cursor.size, cursor.head, cursor.overlong = identity, 0, 0, b"", False
             cursor.torn_since, cursor.nul_at, cursor.nul_seen = None, None, 0
         elif info.st_size < cursor.offset:
             self._restart(cursor)
@@ -234,7 +246,7 @@ class RunFollower:
         """A new file under the same name and inode (rewritten in place, or deleted and created again)."""
         cursor.restarts += 1
         cursor.lost_bytes += max(0, cursor.size - cursor.offset)
-        cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head = 0, 0, None, None, b""
+        cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head, cursor.overlong = 0, 0, None, None, b"", False
 
     def _find_inode(self, cursor: FileCursor) -> str | None:
         for path in cursor.process.segments:
@@ -276,7 +288,21 @@ class RunFollower:
             self.skipped.add(path, 0, f"cannot read ({error.strerror or error})")
             return []
         cursor.bytes_read += len(data)
+        if cursor.overlong:
+            newline = data.find(b"\n")
+            if newline < 0:
+                cursor.offset += len(data)
+                return []
+            cursor.offset += newline + 1
+            data, cursor.overlong = data[newline + 1 :], False
         end = data.rfind(b"\n") + 1  # complete lines only; 0 when none
+        if not end and len(data) > MAX_LINE_BYTES and not final:
+            # No newline in more than a line may hold: not a record (every reader skips it), and not a torn line either.
+            self.skipped.add(path, 0, f"line longer than {MAX_LINE_BYTES >> 20} MiB at offset {cursor.offset}")
+            cursor.offset += len(data)
+            cursor.overlong = True
+            cursor.torn_since, cursor.torn_bytes = None, 0
+            return []
         complete, rest = data[:end], data[end:]
         if rest.strip(b"\0"):
             if cursor.torn_since is None or cursor.torn_bytes != len(rest):

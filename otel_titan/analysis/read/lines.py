@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - Python 3.10 (typing_extensions comes w
     from typing_extensions import Required
 
 from otel_titan.analysis.read.safe_text import escape_surrogates
-from otel_titan.schema import META_EVENTS, Field
+from otel_titan.schema import MAX_LINE_BYTES as _SCHEMA_MAX_LINE_BYTES, META_EVENTS, Field
 
 __all__ = ["SkippedLines", "file_records", "loads_line", "record_problem", "AnalysisRecord", "ANALYSIS_FIELDS", "WHOLE_RECORDS", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
 
@@ -74,8 +74,8 @@ _TIME_US, _LOG_TYPE_NAME, _LOG_TYPE, _TID, _SPAN_ID, _TASK_NAME = Field.TIME_US,
 
 #: Read size: large enough that per-block overhead vanishes, small enough to be irrelevant in memory.
 BLOCK_BYTES = 1 << 20
-#: A longer "line" is not a record (a file of binary garbage without newlines): skipped without holding it.
-MAX_LINE_BYTES = 16 << 20
+#: A longer "line" is not a record (a file of binary garbage without newlines): skipped without holding it (the schema's limit).
+MAX_LINE_BYTES = _SCHEMA_MAX_LINE_BYTES
 #: Warnings logged per file before they are only counted (a file of garbage must not flood the terminal).
 WARNINGS_PER_FILE = 5
 

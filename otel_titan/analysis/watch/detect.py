@@ -76,8 +76,7 @@ from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collecti
 from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
 from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, peer_key
 
-__all__ = ["Detector", "Rules"]
-
+__all__ = ["Detector", "Rules", "takes_over"]
 
 
 @dataclass
@@ -131,6 +130,18 @@ class _Held:
     raised: bool = False
 
 
+_NO_RUN = object()
+
+
+def takes_over(newer: list[ProcessState], watched: list[ProcessState]) -> bool:
+    """Whether a later run replaces the watched one on the screen: it made progress (a record of the program, not only its
+    opening), and it has as many processes as the watched run, or the watched run is over (every process closed, crashed
+    or terminated). A run that never progressed, or a few strays beside a live job, never does."""
+    if not any(not p.silent for p in newer):
+        return False
+    return len(newer) >= len(watched) or all(p.ended() is not None for p in watched)
+
+
 class Detector:
     """Live processes → frame and alerts (see the module docstring).
 
@@ -182,18 +193,40 @@ class Detector:
 
     # -- output --------------------------------------------------------------------------------
     def current(self) -> list[ProcessState]:
-        """The processes of the run being watched: the latest run id, and per source its latest attempt."""
-        if not self.processes:
+        """The processes of the run being watched (`watched_run`), and per source its latest attempt."""
+        run = self.watched_run()
+        if run is _NO_RUN:
             return []
-        runs: dict[Any, float] = {}
-        for p in self.processes.values():
-            runs[p.run_id] = min(runs.get(p.run_id, p.first_arrival or 0.0), p.first_arrival or 0.0)
-        run = max(runs, key=lambda r: runs[r])
         latest: dict[str, int] = {}
         for p in self.processes.values():
             if p.run_id == run:
                 latest[p.source] = max(latest.get(p.source, -1), p.attempt or 0)
         return [p for p in self.processes.values() if p.run_id == run and (p.attempt or 0) == latest[p.source]]
+
+    def runs(self) -> dict[Any, list[ProcessState]]:
+        """Every run id seen, with its processes, in the order the runs first arrived."""
+        runs: dict[Any, list[ProcessState]] = {}
+        # Files found already written arrive together (their modification times): then the run that opened first comes first.
+        for p in sorted(self.processes.values(), key=lambda p: (p.first_arrival or 0.0, p.opened_us or 0)):
+            runs.setdefault(p.run_id, []).append(p)
+        return runs
+
+    def watched_run(self) -> Any:
+        """The run id being judged: the first run seen, replaced by a later one only when that one `takes_over`.
+
+        Why not simply the newest: one process of another run (a test, a
+        leftover with the endpoint or folder of this job) would take the
+        screen and the verdicts with it, hide this job's real hang, and then
+        raise "missing" for its own absent ranks (which ``--exit-on`` acts on).
+        """
+        watched: Any = _NO_RUN
+        for run, members in self.runs().items():
+            if watched is _NO_RUN or takes_over(members, self._members(watched)):
+                watched = run
+        return watched
+
+    def _members(self, run: Any) -> list[ProcessState]:
+        return [p for p in self.processes.values() if p.run_id == run]
 
     def evaluate(self, now: float, *, with_frame: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """(the frame, the alert / resolved events) at watcher time `now`; `with_frame` False: no frame (None), the same events."""
@@ -755,6 +788,7 @@ class Detector:
             "suspected_hang": self.suspected,
             "alerts": [a.to_json("alert") for a in self.book.newest_first()],
             "resolved": [a.to_json("resolved") for a in reversed(self.book.history[-5:])],
+            "other_runs": [{"run_id": r, "processes": len(m)} for r, m in self.runs().items() if r != run_id][-5:] if procs else [],
         }
 
     def _last_arrivals(self, procs: list[ProcessState]) -> list[dict[str, Any]]:

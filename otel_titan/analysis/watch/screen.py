@@ -63,7 +63,8 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     if receive:
         # `watch --otlp`: where the records come from, and what was lost on the way (docs/watch.md).
         text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
-                + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in ("duplicates", "lost", "malformed", "refused") if receive.get(k)))
+                + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in ("duplicates", "lost", "malformed", "out_of_sequence", "refused", "unauthorized", "overloaded", "write_failed", "timed_out")
+                          if receive.get(k)))
         lines.append((text, None))
         for key in ("write_error", "hint"):
             if receive.get(key):

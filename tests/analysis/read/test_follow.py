@@ -188,3 +188,60 @@ def test_the_real_writer_rotating_under_a_follower_loses_and_repeats_nothing(tmp
     assert cursor.rotations >= 10, cursor.rotations
     assert seen == list(range(1, len(seen) + 1)) and len(seen) >= 1200, (len(seen), seen[:5])
     assert cursor.lost_bytes == 0 and follower.skipped.count == 0
+
+
+def test_a_line_longer_than_readers_take_is_skipped_and_the_follow_goes_on(tmp_path):
+    """A 40 MB line (more than a refresh reads of one file): skipped to its newline as the reader skips it, not re-read at every
+    refresh and not taken for a torn line (before: the cursor never moved, and after 5 s the healthy rank was `crashed`)."""
+    logs = run_dir(tmp_path)
+    path = logs / NAME.format(rank=0)
+    path.write_bytes(line("a_start", 1))
+    follower = RunFollower(tmp_path)
+    assert names(follower.poll(1.0)) == ["a_start"]
+    with open(path, "ab") as handle:
+        handle.write(b'{"log_type_name": "huge", "pad": "' + b"x" * (40 << 20) + b'"}\n' + line("a_end", 2))
+    seen = []
+    for refresh in range(2, 6):
+        seen += names(follower.poll(float(refresh)))
+    cursor = next(iter(follower.cursors.values()))
+    assert seen == ["a_end"] and cursor.offset == path.stat().st_size and cursor.torn_since is None
+    assert follower.skipped.count == 1 and follower.bytes_read < path.stat().st_size + (1 << 20)
+    with open(path, "ab") as handle:
+        handle.write(line("b_start", 3))
+    assert names(follower.poll(7.0)) == ["b_start"] and follower.skipped.count == 1
+
+
+def test_a_folder_that_cannot_be_listed_makes_no_process_gone(tmp_path):
+    """No file descriptor left (EMFILE) at a refresh: before, every process was marked gone (the listing came back empty).
+    In a process of its own, which runs out of descriptors on purpose."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    logs = run_dir(tmp_path)
+    (logs / NAME.format(rank=0)).write_bytes(line("a_start", 1))
+    code = f"""
+import os, sys
+sys.path.insert(0, {str(REPO)!r})
+from otel_titan.analysis.read.follow import RunFollower
+follower = RunFollower({str(tmp_path)!r})
+follower.poll(1.0)
+hog = []
+try:
+    while True:
+        hog.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+batch = follower.poll(2.0)
+for fd in hog:
+    os.close(fd)
+print(len(batch.gone), sum(c.gone for c in follower.cursors.values()), follower.skipped.count)
+with open({str(logs / NAME.format(rank=0))!r}, "ab") as handle:
+    handle.write(b'{{"log_type_name": "a_end", "log_type": "event", "time_us": 2, "rank": 0}}\\n')
+print([r["log_type_name"] for _, rs in follower.poll(3.0).records for r in rs])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    gone, still_gone, skipped, *_ = done.stdout.split()
+    assert (gone, still_gone) == ("0", "0") and int(skipped) >= 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[1] == "['a_end']", done.stdout + done.stderr

@@ -103,3 +103,55 @@ def test_a_rank_whose_c_call_held_the_interpreter_lock_is_named_with_the_line_of
     assert alerts and alerts[-1]["ranks"] == [3], alerts
     assert alerts[-1]["line"] is not None and alerts[-1]["line"].endswith(" read_batch") and "stuck.py:" in alerts[-1]["line"], alerts[-1]
     assert "black box" in alerts[-1]["evidence"]
+
+
+def _stray_of_another_run(folder, *, progressed: bool) -> None:
+    """One process of another run in the watched folder, written now: its opening record (and, when `progressed`, a few spans)."""
+    other = folder.parent / f"{folder.name}-other"
+    generate_run(str(other), RunSpec(ranks=8, steps=3, seed=5, run_id="run-b", start_us=int(time.time() * 1e6)))
+    (path,) = [p for p in (other / "structured_logs").iterdir() if "global_rank_5." in p.name]
+    lines = path.read_bytes().splitlines(keepends=True)
+    (folder / "structured_logs" / f"b-{path.name}").write_bytes(b"".join(lines if progressed else lines[:1]))
+
+
+@pytest.mark.parametrize("progressed", [False, True])
+def test_a_process_of_another_run_does_not_take_the_watch_over(tmp_path, progressed):
+    """Run A's 8 ranks, rank 3 hung; one process of run B arrives (a test, a leftover with the endpoint set). The watch stays on A:
+    its hang is named and --exit-on acts on it, never on "missing: 7 of 8" for B (before: B took the frames for good)."""
+    from io import StringIO
+
+    from otel_titan.analysis.watch.loop import run_watch
+
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15), run_id="run-a"))
+    old = time.time() - 60
+    for name in os.listdir(run / "structured_logs"):
+        os.utime(run / "structured_logs" / name, (old, old))
+    _stray_of_another_run(run, progressed=progressed)
+    out = StringIO()
+    assert run_watch(str(run), interval=0.05, json_lines=True, exit_on=("hang", "missing"), trigger=None, max_refreshes=40, out=out) == 3
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    frames = [e for e in events if e["type"] == "frame"]
+    assert {f["run_id"] for f in frames} == {"run-a"} and frames[-1]["other_runs"] == [{"run_id": "run-b", "processes": 1}]
+    alerts = [e for e in events if e["type"] == "alert"]
+    assert [(a["kind"], a["ranks"]) for a in alerts if a.get("confirmed")][-1] == ("hang", [3]) and not any(a["kind"] == "missing" for a in alerts)
+
+
+def test_a_new_job_in_the_folder_takes_over_once_it_runs_with_as_many_processes(tmp_path):
+    from io import StringIO
+
+    from otel_titan.analysis.watch.loop import run_watch
+
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=6, seed=1, run_id="run-a"))  # over: every process closed
+    old = time.time() - 600
+    for name in os.listdir(run / "structured_logs"):
+        os.utime(run / "structured_logs" / name, (old, old))
+    new = tmp_path / "new"
+    generate_run(str(new), RunSpec(ranks=4, steps=6, seed=3, run_id="run-b", start_us=int(time.time() * 1e6)))
+    for path in (new / "structured_logs").iterdir():
+        path.rename(run / "structured_logs" / f"b-{path.name}")
+    out = StringIO()
+    assert run_watch(str(run), interval=0.05, json_lines=True, trigger=None, max_refreshes=2, out=out) == 0
+    frame = json.loads(out.getvalue().splitlines()[-1])
+    assert frame["run_id"] == "run-b" and frame["processes"] == 4 and frame["other_runs"] == [{"run_id": "run-a", "processes": 4}]

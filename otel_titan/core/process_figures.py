@@ -36,9 +36,24 @@ from typing import Any, Callable
 
 from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES
 
-__all__ = ["ProcessFigures", "cuda_device", "process_figures_on"]
+__all__ = ["ProcessFigures", "cuda_device", "process_figures_on", "FIGURE_NAMES"]
 
 _STATUS = "/proc/self/status"
+#: Every name `ProcessFigures.read` may return: the logger's own figures, which the metrics' name cap never drops.
+FIGURE_NAMES = frozenset(
+    {
+        "memory/rss_bytes",
+        "memory/rss_peak_bytes",
+        "process/cpu_user_s",
+        "process/cpu_system_s",
+        "process/threads",
+        "memory/cuda_allocated_bytes",
+        "memory/cuda_reserved_bytes",
+        "memory/cuda_peak_allocated_bytes",
+        "memory/cuda_peak_reserved_bytes",
+        "memory/cuda_step_peak_allocated_bytes",
+    }
+)
 
 
 def _status_fields(path: str = _STATUS) -> dict[str, int]:

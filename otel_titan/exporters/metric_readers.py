@@ -10,10 +10,11 @@ The standard variables, read as an OpenTelemetry user expects:
   ``grpc`` (``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``, then
   ``OTEL_EXPORTER_OTLP_PROTOCOL``), behind a `PeriodicExportingMetricReader`
   (``OTEL_METRIC_EXPORT_INTERVAL``, 60 s by default; ``OTEL_METRIC_EXPORT_TIMEOUT``).
-  Endpoint, headers, certificates, compression, temporality
-  (``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``) and the histogram
-  aggregation (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=base2_exponential_bucket_histogram``
-  for exponential histograms) are read by that exporter itself, untouched.
+  Endpoint, headers, certificates, compression and temporality
+  (``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``) are read by that
+  exporter itself, untouched. Histograms go as base-2 exponential histograms
+  unless ``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION`` says
+  otherwise (`otlp_histogram_preference`).
   The path at scale: one push per rank per interval, no scrape list to keep.
 * ``prometheus``: a pull endpoint (``opentelemetry-exporter-prometheus``) on
   ``OTEL_EXPORTER_PROMETHEUS_HOST`` (``localhost``) and port
@@ -36,7 +37,7 @@ from typing import Any, Mapping
 
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult, MetricReader, PeriodicExportingMetricReader
 
-__all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV"]
+__all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV", "otlp_histogram_preference"]
 
 _log = logging.getLogger("otel_titan")
 
@@ -162,12 +163,39 @@ class ForkSafeMetricExporter(MetricExporter):
             self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
+HISTOGRAM_AGGREGATION_ENV = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+
+
+def otlp_histogram_preference(environ: Mapping[str, str] | None = None) -> dict[type, Any] | None:
+    """The OTLP reader's histogram aggregation: base-2 exponential unless the standard variable says otherwise.
+
+    Exponential histograms (160 buckets whose scale follows the data) resolve a
+    +20 % straggler at any duration, where fixed buckets need to be fine
+    exactly where the data falls. The specification's default is explicit
+    buckets; a backend that cannot take exponential histograms is told so with
+    ``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION=explicit_bucket_histogram``
+    (then the SDK's exporter reads the variable itself, and `None` is returned).
+
+    Example:
+        >>> [type(a).__name__ for a in otlp_histogram_preference({}).values()]
+        ['ExponentialBucketHistogramAggregation']
+        >>> otlp_histogram_preference({"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION": "explicit_bucket_histogram"}) is None
+        True
+    """
+    if _env(environ).get(HISTOGRAM_AGGREGATION_ENV, "").strip():
+        return None
+    from opentelemetry.sdk.metrics import Histogram
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
+
+    return {Histogram: ExponentialBucketHistogramAggregation()}
+
+
 def _otlp_exporter(environ: Mapping[str, str]) -> Any:
     if metrics_protocol(environ) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    return OTLPMetricExporter()
+    return OTLPMetricExporter(preferred_aggregation=otlp_histogram_preference(environ))
 
 
 def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str, str] | None = None) -> Readers:

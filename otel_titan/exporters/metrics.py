@@ -53,11 +53,14 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 import os
 import re
 import threading
+import time
 from typing import Any, Iterable, Mapping, Sequence
 
+from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
@@ -67,6 +70,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_titan._version import __version__
+from otel_titan.core import host_figures, process_figures
 from otel_titan.core.exporter import HandlerSkipped, PipelineStats, TitanSpanExporter
 from otel_titan.core.warn_once import WarnOnce
 from otel_titan.environment_variables import OTEL_TITAN_HOST_METRICS, OTEL_TITAN_METRICS_MAX_NAMES, OTEL_TITAN_METRICS_PER_RANK
@@ -74,6 +78,11 @@ from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
 from otel_titan.exporters.otel_env import sdk_disabled
 from otel_titan.schema import RecordKind
+
+try:  # the SDK's measurement, to export a NaN gauge value as it is (`MetricsSpanExporter._set_nonfinite`)
+    from opentelemetry.sdk.metrics._internal.measurement import Measurement as _Measurement
+except ImportError:  # pragma: no cover - another SDK layout: non-finite values are only counted
+    _Measurement = None  # type: ignore[assignment,misc]
 
 __all__ = [
     "MetricsSpanExporter",
@@ -90,9 +99,25 @@ _log = logging.getLogger("otel_titan")
 METRICS_HANDLER = "otel_titan.exporters.metrics.register_metrics_handler"
 DEFAULT_PER_RANK = ("step", "train_step", "training_step")
 DEFAULT_MAX_NAMES = 1000
-#: Explicit bucket boundaries (ms) for phases from a millisecond to minutes: 20 boundaries, 21 buckets.
-DURATION_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 30_000, 60_000, 120_000, 300_000, 600_000, 1_800_000)
+
+
+def _duration_buckets_ms() -> tuple[float, ...]:
+    # Four buckets per doubling (each 2^(1/4), 18.9 % wide) from 8 ms to 131 s, where training
+    # phases and steps live: a +20 % straggler moves its p50 and p99 by about a bucket, which
+    # histogram_quantile resolves. 1-2-5 buckets per decade (2 to 2.5x wide) could not: 60 ms
+    # and 87 ms fell into one bucket. Coarse below and above, for the rare phase out there.
+    fine = [round(2 ** (k / 4), 3 if k < 40 else 0) for k in range(12, 69)]
+    return (1.0, 2.0, 4.0, *fine, 300_000.0, 600_000.0, 1_800_000.0)
+
+
+#: Explicit bucket boundaries (ms): 63 boundaries, 64 buckets; ≤ 19 % wide from 8 ms to 131 s (Prometheus and
+#: explicit-bucket OTLP). The OTLP reader prefers exponential histograms (metric_readers.py), which need none.
+DURATION_BUCKETS_MS = _duration_buckets_ms()
 OVERFLOW_NAME = "_overflow"
+#: At most this many prefixes are named in ``titan.metrics.overflow``; the rest count under ``_other``.
+MAX_OVERFLOW_PREFIXES = 100
+#: The logger's own per-step figures: never dropped by the name cap, never counted against it.
+OWN_FIGURES = process_figures.FIGURE_NAMES | host_figures.FIGURE_NAMES
 _INVALID = re.compile(r"[^A-Za-z0-9_./-]")
 _SPAN, _SCALAR = RecordKind.SPAN, RecordKind.SCALAR
 
@@ -136,6 +161,24 @@ def instrument_name(name: str) -> str:
     if not cleaned[0].isalpha():
         cleaned = "titan_" + cleaned
     return cleaned[:255]
+
+
+def name_prefix(name: str) -> str:
+    """The family a scalar name belongs to, for the name cap: before its last ``/``, else its first ``.``.
+
+    A family (the per-parameter grad norms, say) may take at most half of
+    ``OTEL_TITAN_METRICS_MAX_NAMES``, so 1,200 of them logged before ``loss``
+    cannot push ``loss`` out; what is dropped is counted and named by family.
+
+    Example:
+        >>> name_prefix("grad_norm/layers.0.attention.wq.weight"), name_prefix("train/loss"), name_prefix("grad.layers.3"), name_prefix("loss")
+        ('grad_norm', 'train', 'grad', 'loss')
+    """
+    if "/" in name:
+        return name.rsplit("/", 1)[0]
+    if "." in name:
+        return name.split(".", 1)[0]
+    return name
 
 
 def _patterns(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -209,9 +252,21 @@ class MetricsSpanExporter(TitanSpanExporter):
         )
         self._step_gauge = meter.create_gauge("titan.step", description="The latest training step seen")
         self._steps_completed = meter.create_counter("titan.steps.completed", description="Steps that ended (a later step began)")
-        self._overflow = meter.create_counter("titan.metrics.overflow", description=f"Values not recorded under their own name: more than {max_names} distinct names")
+        self._overflow = meter.create_counter(
+            "titan.metrics.overflow", unit="{value}", description=f"Values not recorded under their own name: more than {max_names} distinct names, or half of them under one prefix"
+        )
+        self._nonfinite = meter.create_counter(
+            "titan.scalar.nonfinite", unit="{value}", description="log_trace_scalar values that were NaN or infinite (exported as they are; this counts them between scrapes)"
+        )
         meter.create_observable_counter("titan.logger.records", callbacks=[self._observe_health], description="The logger's own records: written, dropped, skipped, failed")
         self._gauges: dict[str, Any] = {}
+        #: Scalar names recorded per prefix (`name_prefix`), for the per-prefix share of the cap.
+        self._per_prefix: dict[str, int] = {}
+        #: Values dropped per prefix (scalars) or span name prefix (spans), as counted in ``titan.metrics.overflow``.
+        self.overflow_by_prefix: dict[str, int] = {}
+        self._user_names = 0
+        #: Scalar values that were NaN or ±Inf (exported as they are).
+        self.nonfinite = 0
         self._span_attrs: dict[str, tuple[Any, dict[str, str]]] = {}
         self._warned = WarnOnce()
         self._step: int | None = None
@@ -282,18 +337,54 @@ class MetricsSpanExporter(TitanSpanExporter):
             return  # a host figure: already the host's own gauge (``host.…``), read at each export
         gauge = self._gauges.get(name)
         if gauge is None:
-            if len(self._gauges) >= self._max_names:
-                self._overflowed("scalar", name)
+            gauge = self._new_gauge(name)
+            if gauge is None:
                 return
-            gauge = self._gauges[name] = self._meter.create_gauge(instrument_name(name), description=f"log_trace_scalar {name!r}")
-        gauge.set(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            self._set_nonfinite(gauge, name, value)
+        else:
+            gauge.set(value)
+
+    def _new_gauge(self, name: str) -> Any:
+        """The gauge for a new scalar name, or None when the cap drops it (counted, warned)."""
+        if name not in OWN_FIGURES:  # the logger's own figures are a few, known names: always kept
+            prefix = name_prefix(name)
+            if self._user_names >= self._max_names or self._per_prefix.get(prefix, 0) >= max(1, self._max_names // 2):
+                self._overflowed("scalar", name, prefix)
+                return None
+            self._user_names += 1
+            self._per_prefix[prefix] = self._per_prefix.get(prefix, 0) + 1
+        gauge = self._gauges[name] = self._meter.create_gauge(instrument_name(name), description=f"log_trace_scalar {name!r}")
+        return gauge
+
+    def _set_nonfinite(self, gauge: Any, name: str, value: float) -> None:
+        """Export a NaN or ±Inf as it is: a ``loss != loss`` alert must see it.
+
+        The SDK's ``Gauge.set`` discards non-finite values (and warns once per
+        value), though OTLP and Prometheus both carry them; the measurement goes
+        to the SDK's consumer directly, as ``set`` would hand it on. Counted in
+        ``titan.scalar.nonfinite`` too, which a NaN replaced by a finite value
+        before the next scrape or export cannot hide.
+        """
+        self.nonfinite += 1
+        self._nonfinite.add(1, {"titan.scalar.name": name})
+        if self._warned.first(("nonfinite", name)):
+            _log.warning("otel-titan: scalar %r is %s; exported as it is and counted in titan.scalar.nonfinite (later ones are not warned about)", name, value)
+        consumer = getattr(gauge, "_measurement_consumer", None)
+        if consumer is None or _Measurement is None:
+            return  # an SDK without the internals this relies on: the counter still says it
+        try:
+            consumer.consume_measurement(_Measurement(value, time.time_ns(), gauge, context_api.get_current(), None))
+        except Exception:  # noqa: BLE001 - an SDK that changed: the counter still says it
+            if self._warned.first("nonfinite-consume"):
+                _log.warning("otel-titan: this OpenTelemetry SDK does not take a non-finite gauge value; only titan.scalar.nonfinite counts them", exc_info=True)
 
     def _duration(self, span: ReadableSpan) -> None:
         name = span.name
         entry = self._span_attrs.get(name)
         if entry is None:
             if len(self._span_attrs) >= self._max_names:
-                self._overflowed("span", name)
+                self._overflowed("span", name, name_prefix(name))
                 entry = self._span_attrs.get(OVERFLOW_NAME)
                 if entry is None:
                     entry = self._span_attrs[OVERFLOW_NAME] = (self._summary, {"titan.span.name": OVERFLOW_NAME})
@@ -308,18 +399,31 @@ class MetricsSpanExporter(TitanSpanExporter):
         else:  # no buckets to link: skip the context (a third of the cost of a record)
             instrument.record(duration_ms, attributes)
 
-    def _overflowed(self, kind: str, name: str) -> None:
+    def _overflowed(self, kind: str, name: str, prefix: str) -> None:
         self.overflowed += 1
-        self._overflow.add(1, {"kind": kind})
-        if self._warned.first(kind):
-            _log.warning(
-                "otel-titan: more than %d distinct %s names; %r and later new names are %s (counted in titan.metrics.overflow). Raise %s if they are few and wanted",
-                self._max_names,
-                kind,
-                name,
-                "not exported as metrics" if kind == "scalar" else f"recorded as {OVERFLOW_NAME!r}",
-                OTEL_TITAN_METRICS_MAX_NAMES,
-            )
+        if prefix not in self.overflow_by_prefix and len(self.overflow_by_prefix) >= MAX_OVERFLOW_PREFIXES:
+            prefix = "_other"  # bounded: a name with a step number in it is a new prefix every step
+        self.overflow_by_prefix[prefix] = self.overflow_by_prefix.get(prefix, 0) + 1
+        self._overflow.add(1, {"kind": kind, "titan.metric.prefix": prefix})
+        # One warning for the cap itself, and one per prefix that used up its share.
+        full = kind == "span" or self._user_names >= self._max_names
+        if not self._warned.first(("overflow", kind, None if full else prefix)):
+            return
+        if kind == "span":
+            why, what = f"more than {self._max_names} distinct span names", f"recorded as {OVERFLOW_NAME!r}"
+        elif full:
+            why, what = f"more than {self._max_names} distinct scalar names", "not exported as metrics"
+        else:
+            why, what = f"the prefix {prefix!r} has its share of the names ({max(1, self._max_names // 2)}, half of {self._max_names})", "not exported as metrics"
+        _log.warning(
+            "otel-titan: %s; %r and later new %s are %s (counted in titan.metrics.overflow by kind and titan.metric.prefix; "
+            "the first names and the logger's own figures are kept). Raise %s if they are wanted",
+            why,
+            name,
+            "names" if full else f"names under {prefix!r}",
+            what,
+            OTEL_TITAN_METRICS_MAX_NAMES,
+        )
 
     # -- flush and shutdown -----------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30000) -> bool:

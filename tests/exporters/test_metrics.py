@@ -70,8 +70,11 @@ def test_scalars_gauges_spans_histograms_and_step_counters_without_step_or_tag_a
     assert [p.value for p in got["loss"]] == [pytest.approx(0.2)] and [p.value for p in got["lr"]] == [0.1]
     # The allowlisted phase has buckets; the other its sum and count only.
     (fwd,) = got["titan.span.duration"]
-    assert dict(fwd.attributes) == {"titan.span.name": "fwd_bwd"} and fwd.count == 5 and len(fwd.explicit_bounds) == 20
+    assert dict(fwd.attributes) == {"titan.span.name": "fwd_bwd"} and fwd.count == 5 and fwd.explicit_bounds == metrics_module.DURATION_BUCKETS_MS
     assert fwd.explicit_bounds[0] == 1 and fwd.explicit_bounds[-1] == 1_800_000 and 2 * 5 <= fwd.sum < 5_000
+    # Fine where phases live: no bucket from 8 ms to 131 s is more than 19 % wide (a +20 % straggler moves a bucket).
+    fine = [b for b in fwd.explicit_bounds if 8 <= b <= 131_072]
+    assert len(fine) == 57 and max(high / low for low, high in zip(fine, fine[1:])) < 1.19
     (fetch,) = got["titan.span.duration.summary"]
     assert dict(fetch.attributes) == {"titan.span.name": "data_fetch"} and fetch.count == 5 and fetch.explicit_bounds == ()
     # Step progress: steps 1..4 ended (5 is current), their durations are one histogram.
@@ -115,8 +118,8 @@ def test_names_past_the_cap_are_counted_and_warned_once(run_dir, caplog):
     assert {"s0", "s1", "s2"} <= set(got) and "s3" not in got and "s4" not in got
     span_names = sorted(dict(p.attributes)["titan.span.name"] for p in got["titan.span.duration.summary"])
     assert span_names == ["_overflow", "phase0", "phase1", "phase2"]
-    overflow = {dict(p.attributes)["kind"]: p.value for p in got["titan.metrics.overflow"]}
-    assert overflow == {"scalar": 2, "span": 2} and exporter.overflowed == 4
+    overflow = {(dict(p.attributes)["kind"], dict(p.attributes)["titan.metric.prefix"]): p.value for p in got["titan.metrics.overflow"]}
+    assert overflow == {("scalar", "s3"): 1, ("scalar", "s4"): 1, ("span", "phase3"): 1, ("span", "phase4"): 1} and exporter.overflowed == 4
     warnings = [r.getMessage() for r in caplog.records if "distinct" in r.getMessage()]
     assert len(warnings) == 2 and "'s3'" in warnings[0] and "'phase3'" in warnings[1]
 
@@ -239,8 +242,11 @@ def test_a_forked_child_never_exports_the_parents_metrics(run_dir, monkeypatch):
         backend.stop()
 
 
-def test_exponential_histograms_where_the_backend_takes_them(run_dir, monkeypatch):
-    """The standard variable turns the bucketed histograms exponential; the summary ones keep their sum and count."""
+def test_otlp_sends_exponential_histograms_by_default_and_a_nan_loss_as_it_is(run_dir, monkeypatch):
+    """Over OTLP the bucketed histograms are exponential unless asked otherwise (fine buckets wherever the data falls);
+    the summary ones keep their sum and count; a NaN loss arrives as NaN, not as the last finite value."""
+    import math
+
     from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
 
     backend = OtlpSignalsReceiver()
@@ -248,12 +254,16 @@ def test_exponential_histograms_where_the_backend_takes_them(run_dir, monkeypatc
         monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "base2_exponential_bucket_histogram")
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", raising=False)
         monkeypatch.setenv("OTEL_TITAN_METRICS_PER_RANK", "fwd_bwd")
         monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
         sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="exp")
         train(4)
+        sl.log_trace_scalar({"loss": float("nan")})
         assert sl.shutdown_structured_logger(10)
+        assert backend.wait_for(lambda b: any(p.metric == "loss" for p in b.points()))
+        (loss,) = [p for p in backend.points() if p.metric == "loss"]
+        assert math.isnan(loss.value)
         assert backend.wait_for(lambda b: any(p.metric == "titan.span.duration" for p in b.points()))
         kinds = {p.metric: p.kind for p in backend.points()}
         assert kinds["titan.span.duration"] == "exponential_histogram" and kinds["titan.step.duration"] == "exponential_histogram"
@@ -262,5 +272,27 @@ def test_exponential_histograms_where_the_backend_takes_them(run_dir, monkeypatc
         assert fetch.count == 4 and list(fetch.raw.explicit_bounds) == [] and len(fetch.raw.bucket_counts) == 1
         (fwd,) = [p for p in backend.points() if p.metric == "titan.span.duration"]
         assert fwd.count == 4 and fwd.exemplars
+        assert fwd.raw.scale >= 2  # buckets at most 2^(1/4) = 19 % wide
+    finally:
+        backend.stop()
+
+
+def test_explicit_buckets_over_otlp_when_the_standard_variable_asks(run_dir, monkeypatch):
+    from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
+
+    backend = OtlpSignalsReceiver()
+    try:
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "explicit_bucket_histogram")
+        monkeypatch.setenv("OTEL_TITAN_METRICS_PER_RANK", "fwd_bwd")
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="explicit")
+        train(2)
+        assert sl.shutdown_structured_logger(10)
+        assert backend.wait_for(lambda b: any(p.metric == "titan.span.duration" for p in b.points()))
+        (fwd,) = [p for p in backend.points() if p.metric == "titan.span.duration"]
+        assert fwd.kind == "histogram" and tuple(fwd.raw.explicit_bounds) == metrics_module.DURATION_BUCKETS_MS
     finally:
         backend.stop()

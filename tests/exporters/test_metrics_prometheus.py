@@ -10,6 +10,7 @@ joining ``target_info`` for the rank label (docs/collectors.md).
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from otel_titan import structured_logger as sl
 from otel_titan.core.host_figures import HostFigures
 from tests.exporters.test_metrics_collector import torchrun_toy
 from tests.helpers import processes
@@ -144,4 +146,124 @@ def test_prometheus_scrapes_loss_and_phase_times_of_each_rank(tmp_path):
             pressure = server.query(f"last_over_time(host_cpu_pressure_some_pct[10m]) * {rank_of}")
             assert [r["metric"]["titan_rank"] for r in pressure] == ["0"], pressure
     finally:
+        server.stop()
+
+
+def _wait_for(server: PrometheusServer, promql: str, ready: Any, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Query until `ready(result)` holds (a scrape every 250 ms), and return the last result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = server.query(promql)
+        if ready(result) or time.monotonic() > deadline:
+            return result
+        time.sleep(0.25)
+
+
+@pytest.fixture
+def scraped_logger(tmp_path, monkeypatch):
+    """A logger in this process serving /metrics on a free port, and a real Prometheus scraping it."""
+    port = free_port()
+    server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{port}"])
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+    try:
+        yield server, tmp_path / "run"
+    finally:
+        sl.shutdown_structured_logger(10)
+        server.stop()
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
+def test_a_nan_loss_and_an_infinite_grad_norm_reach_the_alert(scraped_logger):
+    """The SDK's gauge discards non-finite values: /metrics kept the last good loss and `loss != loss` never fired."""
+    server, run_dir = scraped_logger
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="nan-alert")
+    sl.set_step(1)
+    sl.log_trace_scalar({"loss": 2.5, "grad_norm": 1.0})
+    sl.set_step(2)
+    sl.log_trace_scalar({"loss": float("nan"), "grad_norm": float("inf")})
+    assert sl.flush_structured_logger(10)
+    # The alert expressions of docs/metrics.md, as Prometheus evaluates them.
+    nan = _wait_for(server, "loss != loss", bool)
+    assert [r["value"][1] for r in nan] == ["NaN"], nan
+    inf = server.query("grad_norm == +Inf")
+    assert [r["value"][1] for r in inf] == ["+Inf"], inf
+    counted = {r["metric"]["titan_scalar_name"]: float(r["value"][1]) for r in server.query("titan_scalar_nonfinite_total")}
+    assert counted == {"loss": 1.0, "grad_norm": 1.0}
+    # A finite value later is exported as usual.
+    sl.set_step(3)
+    sl.log_trace_scalar({"loss": 2.0})
+    assert sl.flush_structured_logger(10)
+    assert _wait_for(server, "loss", lambda r: r and r[0]["value"][1] == "2")[0]["value"][1] == "2"
+    # The counter still says it after a finite value replaced the NaN: `increase(...) > 0` alerts between scrapes.
+    assert float(server.query('titan_scalar_nonfinite_total{titan_scalar_name="loss"}')[0]["value"][1]) == 1.0
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
+def test_1200_grad_norms_before_loss_keep_loss_and_the_loggers_own_figures(scraped_logger, caplog):
+    """The cap dropped whatever came last: loss and memory_rss_bytes were never exported, the warning named a grad norm."""
+    server, run_dir = scraped_logger
+    with caplog.at_level(logging.WARNING, logger="otel_titan"):
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="cap", process_figures=True)
+        for step in (1, 2, 3):
+            sl.set_step(step)
+            sl.log_trace_scalar({f"grad_norm/layers.{i // 8}.param{i % 8}": 0.1 for i in range(1200)})
+            sl.log_trace_scalar({"loss": 3.0 / step, "lr": 0.1})
+            assert sl.flush_structured_logger(10)  # the processor sees each step end: the per-step figures are read
+    loss = _wait_for(server, "loss", lambda r: r and r[0]["value"][1] == "1")
+    assert [r["value"][1] for r in loss] == ["1"], loss
+    assert server.query("lr") and float(_wait_for(server, "memory_rss_bytes", bool)[0]["value"][1]) > 10e6
+    assert _wait_for(server, "process_cpu_user_s", bool)
+    # Half the cap (1,000) for one prefix: the first 500 grad norms are kept, the other 700 are dropped, named by prefix.
+    kept = server.query('count({__name__=~"grad_norm_.*"})')
+    assert float(kept[0]["value"][1]) == 500, kept
+    overflow = _wait_for(server, "titan_metrics_overflow_total", lambda r: r and float(r[0]["value"][1]) >= 2100)
+    assert [(r["metric"]["kind"], r["metric"]["titan_metric_prefix"], float(r["value"][1])) for r in overflow] == [("scalar", "grad_norm", 3 * 700.0)]
+    warnings = [r.getMessage() for r in caplog.records if "titan.metrics.overflow" in r.getMessage()]
+    assert len(warnings) == 1 and "'grad_norm'" in warnings[0] and "layers.62.param4" in warnings[0], warnings
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
+def test_a_20_percent_straggler_shows_in_the_per_rank_p50_and_p99(tmp_path):
+    """Two ranks' exporters, exact durations: rank 1's fwd_bwd 20 % slower. 1-2-5 buckets gave both ranks p50 = 75, p99 = 99.5."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from otel_titan.exporters.metric_readers import build_readers
+    from otel_titan.exporters.metrics import MetricsSpanExporter, summary_views
+
+    base = _two_free_ports()
+    server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"])
+    exporters = []
+    try:
+        for rank in (0, 1):
+            readers = build_readers(["prometheus"], rank, {"OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1", "OTEL_EXPORTER_PROMETHEUS_PORT": str(base)})
+            resource = Resource({"service.name": "training", "service.instance.id": f"rank-{rank}", "titan.rank": rank})
+            exporter = MetricsSpanExporter(MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views()), per_rank=["fwd_bwd"], readers=readers)
+            exporters.append(exporter)
+            spans = []
+            for i in range(200):
+                duration_ms = (57 + 6 * i / 199) * (1.2 if rank == 1 else 1.0)  # 57-63 ms, and 20 % more on rank 1
+                start = 1_000_000_000 * (i + 1)
+                context = SpanContext(trace_id=i + 1, span_id=i + 1, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                spans.append(ReadableSpan(name="fwd_bwd", context=context, start_time=start, end_time=start + int(duration_ms * 1e6)))
+            exporter.export(spans)
+        rank_of = "on (job, instance) group_left (titan_rank) last_over_time(target_info[10m])"
+        quantiles = {}
+        for q in (0.5, 0.99):
+            # The "p99 by rank" recipe of docs/metrics.md.
+            promql = f"histogram_quantile({q}, sum by (le, job, instance) (last_over_time(titan_span_duration_milliseconds_bucket{{titan_span_name='fwd_bwd'}}[10m]))) * {rank_of}"
+            result = _wait_for(server, promql, lambda r: len(r) == 2)
+            quantiles[q] = {r["metric"]["titan_rank"]: float(r["value"][1]) for r in result}
+        for q, by_rank in quantiles.items():
+            assert set(by_rank) == {"0", "1"}, quantiles
+            assert 1.1 < by_rank["1"] / by_rank["0"] < 1.3, quantiles  # the straggler, about as slow as it is
+        assert 55 < quantiles[0.5]["0"] < 65 and 66 < quantiles[0.5]["1"] < 78, quantiles
+    finally:
+        for exporter in exporters:
+            exporter.shutdown()
         server.stop()

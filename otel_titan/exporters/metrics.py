@@ -7,16 +7,19 @@ Selected with the standard variables (`metric_readers`)::
 `MetricsSpanExporter` is one more exporter of the processor: it receives the
 finished spans, scalars and instants on the processor thread, like OTLP, so
 the training thread still only appends to its queue. What it records into the
-OpenTelemetry metrics SDK (names as Prometheus shows them in docs/collectors.md):
+OpenTelemetry metrics SDK (names as Prometheus shows them in docs/metrics.md):
 
 * every ``log_trace_scalar`` name as a **gauge** of the same name (the last
   value in each export interval; ``memory/rss_bytes`` becomes
-  ``memory_rss_bytes`` in Prometheus);
+  ``memory_rss_bytes`` in Prometheus). A NaN or infinite value is exported as
+  it is (the SDK's ``Gauge.set`` would discard it) and counted in
+  ``titan.scalar.nonfinite`` (attribute ``titan.scalar.name``);
 * every span's duration in ms in a **histogram** with attribute
-  ``titan.span.name``: ``titan.span.duration`` with buckets from 1 ms to
-  10 minutes for the span names of the per-rank allowlist, else
-  ``titan.span.duration.summary`` without buckets (its sum and count: the mean
-  per rank, host or job, at 3 series per name instead of 21);
+  ``titan.span.name``: ``titan.span.duration`` with buckets
+  (`DURATION_BUCKETS_MS`: at most 19 % wide from 8 ms to 131 s; over OTLP
+  base-2 exponential, metric_readers.py) for the span names of the per-rank
+  allowlist, else ``titan.span.duration.summary`` without buckets (its sum
+  and count: the mean per rank, host or job, at 3 series per name instead of 66);
 * ``titan.step.duration`` (histogram, ms, always bucketed: the step time is
   the series a straggler dashboard needs per rank): from the first span
   start of one step to the first of the next, as this thread sees them;
@@ -35,13 +38,18 @@ the rank, host and run are the Resource (one set per process), so the series
 per process are bounded by the names alone. The allowlist
 (``OTEL_TITAN_METRICS_PER_RANK``, comma-separated `fnmatch` patterns; default
 ``step,train_step,training_step``) decides which phases get buckets: at 1,024
-ranks × 30 phases × 21 buckets, bucketed histograms for every phase would be
-645,000 series. At most ``OTEL_TITAN_METRICS_MAX_NAMES`` (1,000) distinct
-scalar names and as many span names are recorded; past that, scalars are
-dropped and span times go to the name ``_overflow``, both counted in
-``titan.metrics.overflow`` and warned about once (the SDK's own limit, 2,000
-attribute sets per instrument, is never reached; past it the SDK would fold
-the rest into one ``otel.metric.overflow=true`` series).
+ranks × 30 phases × 66 series, bucketed histograms for every phase would be
+2 million series. At most ``OTEL_TITAN_METRICS_MAX_NAMES`` (1,000) distinct
+scalar names of the user's and as many span names are recorded, and one
+prefix (`name_prefix`: the per-parameter grad norms) takes at most half of
+them, so the first names of every family survive; the logger's own figures
+(``memory/…``, ``process/…``, ``host/…``) are always kept. Past that, scalars
+are dropped and span times go to the name ``_overflow``, counted in
+``titan.metrics.overflow`` by ``kind`` and ``titan.metric.prefix`` (at most
+100 prefixes named, then ``_other``), warned about once for the cap and once
+per prefix (the SDK's own limit, 2,000 attribute sets per instrument, is
+never reached; past it the SDK would fold the rest into one
+``otel.metric.overflow=true`` series).
 
 Exemplars: each bucketed duration is recorded in the context of its span, so the
 SDK's trace-based exemplar filter (``OTEL_METRICS_EXEMPLAR_FILTER``) attaches

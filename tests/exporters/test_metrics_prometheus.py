@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -24,6 +26,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.core.host_figures import HostFigures
+from tests.conftest import REPO
 from tests.exporters.test_metrics_collector import torchrun_toy
 from tests.helpers import processes
 from tests.helpers.collector import free_port
@@ -107,46 +110,70 @@ class PrometheusServer:
         self.log.close()
 
 
+def doc_recipes() -> list[tuple[str, str]]:
+    """(comment, query) of every recipe in docs/metrics.md's promql blocks, in order."""
+    text = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    out: list[tuple[str, str]] = []
+    for block in re.findall(r"```promql\n(.*?)```", text, flags=re.S):
+        for chunk in block.strip().split("\n\n"):
+            lines = chunk.strip().splitlines()
+            comment = " ".join(line.lstrip("# ") for line in lines if line.startswith("#"))
+            out.append((comment, "\n".join(line for line in lines if not line.startswith("#"))))
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
 def test_prometheus_scrapes_loss_and_phase_times_of_each_rank(tmp_path):
+    """Every recipe of docs/metrics.md against a real Prometheus scraping a 2-rank job whose rank 1 is slow in data_fetch."""
+    recipes = doc_recipes()
+    assert len(recipes) >= 10 and any("straggler" in comment for comment, _ in recipes)
     base = _two_free_ports()
     server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"])
+    finished: list[Any] = []
+    env = {
+        "OTEL_METRICS_EXPORTER": "prometheus",
+        "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+        "OTEL_EXPORTER_PROMETHEUS_PORT": str(base),
+        "OTEL_TITAN_PROCESS_FIGURES": "1",
+        "OTEL_TITAN_METRICS_PER_RANK": "fwd_bwd,data_fetch",
+    }
+    # Each rank's endpoint lives as long as its process: the recipes are asked while the job runs
+    # (at least 400 x 30 ms of rank 1's data_fetch), as a dashboard would.
+    job = threading.Thread(target=lambda: finished.append(torchrun_toy(tmp_path / "run", env, 400, "--slow-rank", "1", "--slow-ms", "30")))
+    job.start()
     try:
-        # Long enough for several scrapes at 250 ms (each rank's endpoint lives as long as its process).
-        result = torchrun_toy(
-            tmp_path / "run",
-            {
-                "OTEL_METRICS_EXPORTER": "prometheus",
-                "OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
-                "OTEL_EXPORTER_PROMETHEUS_PORT": str(base),
-                "OTEL_TITAN_PROCESS_FIGURES": "1",
-                "OTEL_TITAN_METRICS_PER_RANK": "fwd_bwd",
-            },
-            steps=400,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        rank_of = 'on (job, instance) group_left (titan_rank) last_over_time(target_info[10m])'
-        loss = server.query(f"last_over_time(loss[10m]) * {rank_of}")
-        assert sorted(r["metric"]["titan_rank"] for r in loss) == ["0", "1"], loss
-        assert all(0 <= float(r["value"][1]) < 100 for r in loss)
-        # p99 of the allowlisted phase by rank, from the buckets (a Grafana recipe of docs/collectors.md).
-        p99 = server.query(f"histogram_quantile(0.99, sum by (le, instance, job) (last_over_time(titan_span_duration_milliseconds_bucket{{titan_span_name='fwd_bwd'}}[10m]))) * {rank_of}")
-        assert sorted(r["metric"]["titan_rank"] for r in p99) == ["0", "1"], p99
-        assert all(0 < float(r["value"][1]) < 60_000 for r in p99)
-        # The other phases: count and mean per rank.
-        counts = server.query(f"last_over_time(titan_span_duration_summary_milliseconds_count{{titan_span_name='data_fetch'}}[10m]) * {rank_of}")
-        assert sorted(r["metric"]["titan_rank"] for r in counts) == ["0", "1"] and all(float(r["value"][1]) >= 1 for r in counts), counts
-        memory = server.query(f"last_over_time(memory_rss_bytes[10m]) * {rank_of}")
+        rank_of = "on (job, instance) group_left (titan_rank) target_info"
+        progress = _wait_for(server, f"titan_steps_completed_total * {rank_of}", lambda r: len(r) == 2 and all(float(x["value"][1]) >= 40 for x in r) or bool(finished), timeout=240)
+        assert not finished, "the job ended before Prometheus saw 40 steps of both ranks"
+        assert len(progress) == 2, progress
+        answers = {}
+        for comment, query in recipes:
+            result = server.query(query)  # raises unless Prometheus accepted the query
+            answers[comment] = result
+            if not comment.startswith("(alert)"):
+                assert result, f"{comment}: no series for\n{query}"
+        assert not answers["(alert) Ranks that dropped records"] and not answers["(alert) A NaN or infinite loss now"]
+        loss = answers["Loss by rank"]
+        assert sorted(r["metric"]["titan_rank"] for r in loss) == ["0", "1"] and all(0 <= float(r["value"][1]) < 100 for r in loss), loss
+        p99 = next(result for comment, result in answers.items() if comment.startswith("p99 of fwd_bwd by rank"))
+        assert sorted(r["metric"]["titan_rank"] for r in p99) == ["0", "1"] and all(0 < float(r["value"][1]) < 60_000 for r in p99), p99
+        (straggler,) = next(result for comment, result in answers.items() if comment.startswith("The straggler"))
+        assert straggler["metric"]["titan_rank"] == "1" and float(straggler["value"][1]) >= 25, straggler  # 30 ms added on rank 1
+        memory = answers["Resident memory by rank"]
         assert sorted(r["metric"]["titan_rank"] for r in memory) == ["0", "1"] and all(float(r["value"][1]) > 10e6 for r in memory)
+        by_host = next(result for comment, result in answers.items() if comment.startswith("Mean time of every other phase"))
+        assert {"optimizer", "forward"} <= {r["metric"]["titan_span_name"] for r in by_host}, by_host
         # The host's figures: once per host (local rank 0), one series each. They are both a gauge of the host's
         # (host_metrics.py, `host.cpu_pressure_some_pct`) and a scalar of each step (`host/cpu_pressure_some_pct`):
         # both names become `host_cpu_pressure_some_pct` here, and must not arrive as two series of one figure.
         if HostFigures().read().get("host/cpu_pressure_some_pct") is not None:  # Linux PSI readable here
-            pressure = server.query(f"last_over_time(host_cpu_pressure_some_pct[10m]) * {rank_of}")
+            pressure = server.query(f"host_cpu_pressure_some_pct * {rank_of}")
             assert [r["metric"]["titan_rank"] for r in pressure] == ["0"], pressure
     finally:
+        job.join(300)
         server.stop()
+    assert finished and finished[0].returncode == 0, finished[0].stderr[-3000:] if finished else "torchrun did not finish"
 
 
 def _wait_for(server: PrometheusServer, promql: str, ready: Any, timeout: float = 30.0) -> list[dict[str, Any]]:

@@ -191,6 +191,7 @@ class Field:
     FAILED_RECORDS = "failed_records"
     WRITTEN_RECORDS = "written_records"
     SKIPPED_VALUES = "skipped_values"
+    EXPORTER_LOSSES = "exporter_losses"
     CLOSING = "closing"
     SIGNAL = "signal"
     SIGNAL_NUMBER = "signal_number"

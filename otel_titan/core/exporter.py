@@ -50,6 +50,8 @@ __all__ = [
     "BlackBoxAware",
     "Drainable",
     "Discardable",
+    "DeliveryCounted",
+    "delivery_losses",
     "ForkAware",
     "Timeline",
     "TimelineItem",
@@ -168,6 +170,39 @@ class Drainable(Protocol):
         the process is about to die, so this is the last chance to deliver.
         """
         ...
+
+
+@runtime_checkable
+class DeliveryCounted(Protocol):
+    """Sends what it is given somewhere else (a collector) and may lose some: says how much."""
+
+    def delivery_losses(self) -> tuple[str, int, int]:
+        """``(what, dropped, failed)``: a short name (``otlp_logs``), items dropped (its queue was full, or
+        still queued when time ran out at shutdown) and items its exporter reported as failed, since init."""
+        ...
+
+
+def delivery_losses(exporters: Sequence[SpanExporter]) -> dict[str, dict[str, int]]:
+    """``{what: {"dropped": n, "failed": m}}`` for every exporter that counts its deliveries (the closing record, the health counters).
+
+    Example:
+        >>> class Logs(TitanSpanExporter):
+        ...     def delivery_losses(self):
+        ...         return ("otlp_logs", 2440, 0)
+        >>> delivery_losses([Logs()])
+        {'otlp_logs': {'dropped': 2440, 'failed': 0}}
+    """
+    out: dict[str, dict[str, int]] = {}
+    for exporter in exporters:
+        if isinstance(exporter, DeliveryCounted):
+            try:
+                what, dropped, failed = exporter.delivery_losses()
+            except Exception:  # noqa: BLE001 - a report must never cost the closing record
+                continue
+            entry = out.setdefault(str(what), {"dropped": 0, "failed": 0})
+            entry["dropped"] += int(dropped)
+            entry["failed"] += int(failed)
+    return out
 
 
 @runtime_checkable

@@ -79,7 +79,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_titan._version import __version__
 from otel_titan.core import host_figures, process_figures
-from otel_titan.core.exporter import HandlerSkipped, PipelineStats, TitanSpanExporter
+from otel_titan.core.exporter import DeliveryCounted, HandlerSkipped, PipelineStats, TitanSpanExporter, delivery_losses
 from otel_titan.core.warn_once import WarnOnce
 from otel_titan.environment_variables import OTEL_TITAN_HOST_METRICS, OTEL_TITAN_METRICS_MAX_NAMES, OTEL_TITAN_METRICS_PER_RANK
 from otel_titan.exporters.host_metrics import HostMetrics
@@ -293,9 +293,14 @@ class MetricsSpanExporter(TitanSpanExporter):
         # On the reader's thread, at export: plain int reads, no lock needed.
         written = failed = dropped = 0
         for exporter in self._pipeline:
+            if isinstance(exporter, DeliveryCounted):
+                continue  # counted below, every signal alike (traces, logs, records)
             written += int(getattr(exporter, "written_records", 0) or 0)
             failed += int(getattr(exporter, "failed_records", 0) or 0) + int(getattr(exporter, "failed_spans", 0) or 0)
             dropped += int(getattr(exporter, "dropped_spans", 0) or 0)
+        for entry in delivery_losses(self._pipeline).values():
+            dropped += entry["dropped"]
+            failed += entry["failed"]
         if self._processor is not None:
             failed += int(getattr(self._processor, "failed_events", 0) or 0)
         skipped = 0

@@ -192,6 +192,7 @@ class OtelLogsExporter(StartAwareSpanExporter):
         self.failed_logs = 0
         #: Records handed to the exporter successfully.
         self.sent_logs = 0
+        self._warned_drop = False
         self._logger = logging.getLogger() if logger is None else logger
         self.handler = OtelLogHandler(self)
         self._logger.addHandler(self.handler)
@@ -206,6 +207,10 @@ class OtelLogsExporter(StartAwareSpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Nothing synchronous here: the records go every ``OTEL_BLRP_SCHEDULE_DELAY`` and at shutdown."""
         return True
+
+    def delivery_losses(self) -> tuple[str, int, int]:
+        """``("logs:otlp", dropped, failed)`` records since init (the closing record, the health counters)."""
+        return ("logs:otlp", self.dropped_logs, self.failed_logs)
 
     def drain(self, timeout: float) -> bool:
         """Send what is queued within `timeout` seconds (SIGTERM)."""
@@ -224,6 +229,10 @@ class OtelLogsExporter(StartAwareSpanExporter):
         self._stopping = True
         self._wake.set()
         self._thread.join(self._shutdown_timeout_s)
+        if self._thread.is_alive():  # time ran out: what is still queued is not sent
+            self.dropped_logs += len(self._queue)
+            self._queue.clear()
+        self._warn_dropped()
         try:
             self._exporter.shutdown()
         except Exception:  # noqa: BLE001 - at exit: nothing to recover
@@ -257,6 +266,18 @@ class OtelLogsExporter(StartAwareSpanExporter):
             self.sent_logs += len(records)
         else:
             self.failed_logs += len(records)
+        self._warn_dropped()
+
+    def _warn_dropped(self) -> None:
+        """Once, from this thread (never the writing thread, whose handler is the one dropping): records were dropped."""
+        if self._warned_drop or not self.dropped_logs:
+            return
+        self._warned_drop = True
+        _log.warning(
+            "otel-titan: OTLP log records are being dropped: %d waiting records (OTEL_BLRP_MAX_QUEUE_SIZE) while the collector is slow or down; "
+            "counted in the closing record (exporter_losses) and titan.logger.records{outcome=dropped}, not warned about again",
+            self.max_queue_size,
+        )
 
     def _record(self, item: tuple[Any, ...]) -> ReadWriteLogRecord:
         created_ns, levelno, levelname, message, name, path, lineno, function, thread, ids = item

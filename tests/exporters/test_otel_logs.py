@@ -100,3 +100,36 @@ def test_the_standard_variable_chooses_the_handler():
     assert logs_exporters({"OTEL_LOGS_EXPORTER": "none"}) == []
     with pytest.raises(ValueError, match="OTEL_LOGS_EXPORTER='loki'"):
         logs_exporters({"OTEL_LOGS_EXPORTER": "loki"})
+
+
+def test_log_records_a_slow_collector_could_not_take_are_counted_in_the_closing_record_the_health_counter_and_one_warning(run_dir, root_logging, monkeypatch, caplog):
+    """A collector taking 300 ms per export received about half of a 5,000-line burst; the closing record said "0 dropped"."""
+    backend = OtlpSignalsReceiver(log_delay_s=0.3)
+    try:
+        monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
+        monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "200")
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        with caplog.at_level(logging.WARNING, logger="otel_titan"):
+            sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="slow-logs")
+            for i in range(5000):
+                logging.getLogger("trainer").info("burst %d", i)
+            time.sleep(1.0)  # a few of the collector's slow exports, and a metrics export or more
+            assert sl.shutdown_structured_logger(10)
+        received = sum(str(log.body).startswith("burst ") for log in backend.logs())
+        closing = read_records(jsonl_files(run_dir)[0])[-1]
+        assert closing["log_type_name"] == "structured_logger_closed"
+        losses = closing["exporter_losses"]["logs:otlp"]
+        assert 0 < received < 5000 and losses["dropped"] > 0, (received, losses)
+        # Every line of the burst is either received or counted (a few other lines, the warning among them, may be counted too).
+        assert 5000 <= received + losses["dropped"] + losses["failed"] <= 5000 + 10, (received, losses)
+        assert "logs:otlp" in closing["message"] and "dropped" in closing["message"]
+        # The health counter of the metrics: the last export (at shutdown) carries the drops.
+        dropped = [p.value for p in backend.points() if p.metric == "titan.logger.records" and p.attributes.get("outcome") == "dropped"]
+        assert dropped and max(dropped) >= losses["dropped"] - 10, (dropped, losses)
+        warnings = [r.getMessage() for r in caplog.records if "OTLP log records are being dropped" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+    finally:
+        backend.stop()

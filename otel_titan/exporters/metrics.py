@@ -439,6 +439,9 @@ class MetricsSpanExporter(TitanSpanExporter):
         )
 
     # -- flush and shutdown -----------------------------------------------------------------------
+    #: SIGTERM: drained after the logs and traces start (core/exporter.py `drain_exporters`).
+    drain_last = True
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Nothing to push now: readers export every ``OTEL_METRIC_EXPORT_INTERVAL`` and at shutdown.
 

@@ -133,3 +133,70 @@ def test_log_records_a_slow_collector_could_not_take_are_counted_in_the_closing_
         assert len(warnings) == 1, warnings
     finally:
         backend.stop()
+
+
+SIGTERM_CHILD = r"""
+import logging, sys, time
+from otel_titan import structured_logger as sl
+from otel_titan.logging import init_logger
+init_logger()
+sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, run_id="sigterm-logs")
+for step in range(1, 4):
+    sl.set_step(step)
+    sl.log_trace_scalar({"loss": 1.0 / step})
+    for i in range(10):
+        logging.getLogger("trainer").info("queued line %d of step %d", i, step)
+logging.getLogger("trainer").info("queued line last")
+time.sleep(0.3)  # the metrics reader's export is now stuck on the endpoint that never answers
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_on_sigterm_a_hung_metrics_endpoint_does_not_starve_the_logs(run_dir, backend):
+    """_flush_for_sigterm drained exporters one after another: metrics used the whole 5 s and 0 of the 31 queued lines arrived."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+    from tests.helpers import processes
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)  # accepts connections in the kernel, never answers: a collector that hangs
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env.update({
+            "PYTHONPATH": str(REPO),
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": backend.endpoint,
+            "OTEL_BLRP_SCHEDULE_DELAY": "60000",  # nothing goes before the SIGTERM drain
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{hung.getsockname()[1]}",
+            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "30",
+            "OTEL_TITAN_HOST_METRICS": "0",
+        })
+        child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD, str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        try:
+            for line in child.stdout:  # the console's lines, then ours
+                if line.strip() == "ready":
+                    break
+            else:
+                raise AssertionError("the child ended before it was ready")
+            began = time.monotonic()
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(timeout=30) == -signal.SIGTERM
+            took = time.monotonic() - began
+        finally:
+            processes.kill_tree(child, timeout=10)
+            child.stdout.close()
+        queued = [log for log in backend.logs() if str(log.body).startswith("queued line")]
+        assert len(queued) == 31, (len(queued), took)
+        assert took < 8, took  # the 5 s budget (exit_timeout_s), shared, not added up
+    finally:
+        hung.close()

@@ -24,8 +24,8 @@ The standard variables, read as an OpenTelemetry user expects:
   process does not clash with the first).
 * ``console``: the SDK's console exporter, periodically, for a quick look.
 
-A bad value raises `ValueError` naming the variable (init fails before training
-starts, as for every other option).
+An unknown value of a standard variable is warned about once and ignored, as
+the specification asks (`otel_env.ignored_value`): init never fails over one.
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ from typing import Any, Mapping
 
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult, MetricReader, PeriodicExportingMetricReader
 
+from otel_titan.exporters.otel_env import exporter_names, ignored_value, signal_protocol
+
 __all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV", "otlp_histogram_preference"]
 
 _log = logging.getLogger("otel_titan")
 
 METRICS_EXPORTER_ENV = "OTEL_METRICS_EXPORTER"
 _NAMES = ("otlp", "prometheus", "console")
-_PROTOCOLS = ("http/protobuf", "grpc")
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -51,28 +52,17 @@ def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def metrics_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The exporter names in ``OTEL_METRICS_EXPORTER`` (``none`` removed, duplicates once).
+    """The exporter names in ``OTEL_METRICS_EXPORTER`` (``none`` removed, duplicates once; unknown ones warned about and ignored).
 
     Example:
         >>> metrics_exporters({"OTEL_METRICS_EXPORTER": "otlp, prometheus,otlp"})
         ['otlp', 'prometheus']
         >>> metrics_exporters({})
         []
-        >>> metrics_exporters({"OTEL_METRICS_EXPORTER": "statsd"})
-        Traceback (most recent call last):
-        ...
-        ValueError: OTEL_METRICS_EXPORTER='statsd': unsupported exporter 'statsd' (supported: otlp, prometheus, console, none)
+        >>> metrics_exporters({"OTEL_METRICS_EXPORTER": "statsd,otlp"})
+        ['otlp']
     """
-    raw = _env(environ).get(METRICS_EXPORTER_ENV, "")
-    out: list[str] = []
-    for name in (part.strip().lower() for part in raw.split(",")):
-        if not name or name == "none":
-            continue
-        if name not in _NAMES:
-            raise ValueError(f"{METRICS_EXPORTER_ENV}={raw!r}: unsupported exporter {name!r} (supported: otlp, prometheus, console, none)")
-        if name not in out:
-            out.append(name)
-    return out
+    return exporter_names(METRICS_EXPORTER_ENV, _NAMES, environ)
 
 
 def metrics_protocol(environ: Mapping[str, str] | None = None) -> str:
@@ -84,14 +74,7 @@ def metrics_protocol(environ: Mapping[str, str] | None = None) -> str:
         >>> metrics_protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf"})
         'http/protobuf'
     """
-    env = _env(environ)
-    for name in ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        value = env.get(name, "").strip().lower()
-        if value:
-            if value not in _PROTOCOLS:
-                raise ValueError(f"{name}={value!r} is not supported for metrics (use one of: {', '.join(_PROTOCOLS)})")
-            return value
-    return "http/protobuf"
+    return signal_protocol("METRICS", environ)
 
 
 def prometheus_address(local_rank: int | None, environ: Mapping[str, str] | None = None) -> tuple[str, int]:
@@ -106,13 +89,11 @@ def prometheus_address(local_rank: int | None, environ: Mapping[str, str] | None
     try:
         base = int(raw)
     except ValueError:
-        raise ValueError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw!r} is not a port number") from None
-    if not 1 <= base <= 65535:
-        raise ValueError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw!r} is not a port number (1-65535)")
-    port = base + (local_rank or 0)
-    if port > 65535:
-        raise ValueError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw!r} plus local rank {local_rank} is past 65535")
-    return env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost", port
+        base = 0
+    if not 1 <= base <= 65535 - (local_rank or 0):
+        ignored_value("OTEL_EXPORTER_PROMETHEUS_PORT", raw, f"not a port number (1-65535, plus the local rank {local_rank or 0}): 9464 is used")
+        base = 9464
+    return env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost", base + (local_rank or 0)
 
 
 @dataclass

@@ -45,7 +45,7 @@ from otel_titan.exporters.batch_sender import run_batches
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, StartAwareSpanExporter
 from otel_titan.core.log_context import current_span_ids
-from otel_titan.exporters.otel_env import sdk_disabled
+from otel_titan.exporters.otel_env import exporter_names, ignored_value, sdk_disabled, signal_protocol
 
 __all__ = ["OtelLogHandler", "OtelLogsExporter", "register_otel_logs_handler", "logs_exporters", "logs_exporter_handler_specs", "LOGS_HANDLER"]
 
@@ -57,27 +57,19 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NEVER_SENT = ("opentelemetry", "grpc", "urllib3")
 
 
-def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
-    return os.environ if environ is None else environ
-
-
 def logs_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The names in ``OTEL_LOGS_EXPORTER`` (``none`` removed); only ``otlp`` is supported.
+    """The names in ``OTEL_LOGS_EXPORTER`` (``none`` removed); only ``otlp`` is supported, others are warned about and ignored.
+
+    ``console`` too: the console already shows every line (a second copy as
+    JSON would interleave with it).
 
     Example:
         >>> logs_exporters({"OTEL_LOGS_EXPORTER": "otlp"}), logs_exporters({})
         (['otlp'], [])
         >>> logs_exporters({"OTEL_LOGS_EXPORTER": "console"})
-        Traceback (most recent call last):
-        ...
-        ValueError: OTEL_LOGS_EXPORTER='console': unsupported exporter 'console' (supported: otlp, none; the console already shows the log)
+        []
     """
-    raw = _env(environ).get("OTEL_LOGS_EXPORTER", "")
-    names = [name.strip().lower() for name in raw.split(",") if name.strip() and name.strip().lower() != "none"]
-    for name in names:
-        if name != "otlp":
-            raise ValueError(f"OTEL_LOGS_EXPORTER={raw!r}: unsupported exporter {name!r} (supported: otlp, none; the console already shows the log)")
-    return names[:1]
+    return exporter_names("OTEL_LOGS_EXPORTER", ("otlp",), environ, hint="; the console already shows the log")
 
 
 def logs_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -101,7 +93,8 @@ def _env_int(name: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"{name}={raw!r} must be an int >= 1")
+        ignored_value(name, raw, f"not an int >= 1: {default} is used")
+        return default
     return value
 
 
@@ -296,16 +289,6 @@ class OtelLogsExporter(StartAwareSpanExporter):
         return ReadWriteLogRecord(log_record=record, resource=self._resource, instrumentation_scope=self._scope)
 
 
-def _protocol() -> str:
-    for name in ("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        value = os.environ.get(name, "").strip().lower()
-        if value:
-            if value not in ("http/protobuf", "grpc"):
-                raise ValueError(f"{name}={value!r} is not supported for logs (use one of: http/protobuf, grpc)")
-            return value
-    return "http/protobuf"
-
-
 def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: Any) -> None:
     """Handler factory: the root logger's records also as OTLP log records (module docstring)."""
     if sdk_disabled():
@@ -315,7 +298,7 @@ def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: 
     max_queue = _env_int("OTEL_BLRP_MAX_QUEUE_SIZE", 2048)
     batch = _env_int("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", 512)
     delay_s = _env_int("OTEL_BLRP_SCHEDULE_DELAY", 1000) / 1000
-    if _protocol() == "grpc":
+    if signal_protocol("LOGS") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     else:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter

@@ -35,7 +35,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_titan.exporters.otel_env import otlp_protocol, sdk_disabled
+from otel_titan.exporters.otel_env import ignored_value, otlp_protocol, sdk_disabled
 from otel_titan.exporters.otlp_grpc import grpc_exporter_class
 from otel_titan.exporters.otlp_http import http_exporter_class
 from otel_titan.exporters.queued import QueuedSpanExporter
@@ -69,9 +69,10 @@ def _env_number(name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be positive")
+        value = 0.0
+    if not value > 0:
+        ignored_value(name, raw, f"not a positive number: {default:g} is used")
+        return default
     return value
 
 

@@ -26,7 +26,7 @@ import signal
 import sys
 import time
 
-from otel_titan.core import capture
+from otel_titan.core import capture, step_context
 from otel_titan.core.exporter import close_exporter_after_fork, drain_exporters
 from otel_titan.core.options import LoggerOptions
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_SIGNAL
@@ -151,6 +151,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
 def _after_fork_in_child() -> None:
     inherited = STATE.reset_after_fork()
     capture.detach()  # also forgets the parent's threads' cached native ids
+    step_context.set_boundary_hook(None)
     # The SIGTERM disposition and wakeup fd the child would have had without us.
     sigterm.after_fork_in_child()
     if inherited is None:

@@ -60,6 +60,7 @@ Prometheus text format does not).
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import math
 import os
@@ -127,6 +128,9 @@ MAX_OVERFLOW_PREFIXES = 100
 #: The logger's own per-step figures: never dropped by the name cap, never counted against it.
 OWN_FIGURES = process_figures.FIGURE_NAMES | host_figures.FIGURE_NAMES
 _INVALID = re.compile(r"[^A-Za-z0-9_./-]")
+#: What a name becomes in Prometheus (runs of anything but letters, digits and ``:`` as one ``_``), lowercased:
+#: OpenTelemetry instrument names are case-insensitive, so ``Loss`` and ``loss`` are one instrument to the SDK.
+_EXPOSED = re.compile(r"[^a-z0-9:]+")
 _SPAN, _SCALAR = RecordKind.SPAN, RecordKind.SCALAR
 
 
@@ -187,6 +191,21 @@ def name_prefix(name: str) -> str:
     if "." in name:
         return name.split(".", 1)[0]
     return name
+
+
+def exposed_key(name: str) -> str:
+    """The name two scalar names collide on: the SDK's (case-insensitive) and Prometheus's (``/`` and ``.`` as ``_``).
+
+    Example:
+        >>> exposed_key("train/loss") == exposed_key("train.loss") == exposed_key("Train_Loss")
+        True
+    """
+    return _EXPOSED.sub("_", name.lower())
+
+
+def _distinct_name(name: str) -> str:
+    """An instrument name for `name` that no other name has: the name plus 6 hex digits of its sha1 (the same on every rank)."""
+    return f"{instrument_name(name)[:240]}_{hashlib.sha1(name.encode('utf-8', 'surrogatepass')).hexdigest()[:6]}"
 
 
 def _patterns(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -268,6 +287,13 @@ class MetricsSpanExporter(TitanSpanExporter):
         )
         meter.create_observable_counter("titan.logger.records", callbacks=[self._observe_health], description="The logger's own records: written, dropped, skipped, failed")
         self._gauges: dict[str, Any] = {}
+        #: `exposed_key` → the name that has it: the logger's own instruments, then the scalars in order of arrival.
+        self._exposed: dict[str, str] = {}
+        for own in ("titan.span.duration", "titan.span.duration.summary", "titan.step.duration", "titan.step", "titan.steps.completed",
+                    "titan.metrics.overflow", "titan.scalar.nonfinite", "titan.logger.records"):
+            self._exposed[exposed_key(own)] = self._exposed[exposed_key(own) + "_total"] = f"the logger's own {own}"
+        #: Scalar names exported under a distinct name because theirs collided (name → instrument name).
+        self.renamed: dict[str, str] = {}
         #: Scalar names recorded per prefix (`name_prefix`), for the per-prefix share of the cap.
         self._per_prefix: dict[str, int] = {}
         #: Values dropped per prefix (scalars) or span name prefix (spans), as counted in ``titan.metrics.overflow``.
@@ -367,7 +393,22 @@ class MetricsSpanExporter(TitanSpanExporter):
                 return None
             self._user_names += 1
             self._per_prefix[prefix] = self._per_prefix.get(prefix, 0) + 1
-        gauge = self._gauges[name] = self._meter.create_gauge(instrument_name(name), description=f"log_trace_scalar {name!r}")
+        exported = instrument_name(name)
+        key = exposed_key(exported)
+        holder = self._exposed.get(key)
+        if holder is not None:  # two families of one name: Prometheus would keep the first and say nothing
+            exported = self.renamed[name] = _distinct_name(name)
+            _log.warning(
+                "otel-titan: scalar %r and %s are one metric name to OpenTelemetry and Prometheus (%r); %r is exported as %r (its description keeps the name)",
+                name,
+                holder if holder.startswith("the logger's own") else repr(holder),
+                key,
+                name,
+                exported,
+            )
+            key = exposed_key(exported)
+        self._exposed[key] = name
+        gauge = self._gauges[name] = self._meter.create_gauge(exported, description=f"log_trace_scalar {name!r}")
         return gauge
 
     def _set_nonfinite(self, gauge: Any, name: str, value: float) -> None:

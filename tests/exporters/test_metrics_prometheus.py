@@ -294,3 +294,29 @@ def test_a_20_percent_straggler_shows_in_the_per_rank_p50_and_p99(tmp_path):
         for exporter in exporters:
             exporter.shutdown()
         server.stop()
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
+def test_scalar_names_that_collide_in_prometheus_are_all_kept_under_distinct_names(scraped_logger, caplog):
+    """train/loss and train.loss, Loss and loss, a user's titan.step: one Prometheus name each pair; the first was kept, silently."""
+    import hashlib
+
+    server, run_dir = scraped_logger
+    with caplog.at_level(logging.WARNING, logger="otel_titan"):
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="collide", process_figures=False)
+        sl.set_step(7)
+        with sl.log_trace_span("fwd_bwd"):  # a span moves the logger's own titan.step
+            pass
+        sl.log_trace_scalar({"train/loss": 1.0, "train.loss": 2.0, "Loss": 3.0, "loss": 4.0, "titan.step": 5.0})
+        assert sl.flush_structured_logger(10)
+
+    def renamed(name: str, exposed: str) -> str:
+        return f"{exposed}_{hashlib.sha1(name.encode()).hexdigest()[:6]}"
+
+    # OpenTelemetry instrument names are case-insensitive: the SDK exports "Loss" as "loss".
+    expected = {"train_loss": 1.0, renamed("train.loss", "train_loss"): 2.0, "loss": 3.0, renamed("loss", "loss"): 4.0, renamed("titan.step", "titan_step"): 5.0, "titan_step": 7.0}
+    query = "{__name__=~'" + "|".join(expected) + "'}"
+    got = _wait_for(server, query, lambda r: len(r) == len(expected))
+    assert {r["metric"]["__name__"]: float(r["value"][1]) for r in got} == expected
+    warnings = [r.getMessage() for r in caplog.records if "are one metric name" in r.getMessage()]
+    assert len(warnings) == 3 and "'train.loss' and 'train/loss'" in warnings[0] and "the logger's own titan.step" in warnings[2], warnings

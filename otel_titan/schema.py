@@ -192,6 +192,7 @@ class Field:
     WRITTEN_RECORDS = "written_records"
     SKIPPED_VALUES = "skipped_values"
     EXPORTER_LOSSES = "exporter_losses"
+    METRICS_ENDPOINT = "metrics_endpoint"
     CLOSING = "closing"
     SIGNAL = "signal"
     SIGNAL_NUMBER = "signal_number"

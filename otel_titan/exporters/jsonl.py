@@ -167,7 +167,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._failing_since: float | None = None
         self._rotation_warned = False
         self._pending_meta: list[bytes] = []
-        self._opened_size = self._write_opened()
+        # Written when init has made every exporter (`observe_pipeline`: the others may add to it, as the
+        # Prometheus endpoint a taken port moved), else with the first batch.
+        self._opened_size = -1
 
     def _write_opened(self) -> int:
         """Write the opening record now, on the thread that creates the exporter (init's).
@@ -292,8 +294,18 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         return SpanExportResult.SUCCESS
 
     def observe_pipeline(self, exporters: Sequence[Any], processor: Any) -> None:
-        """Know the other exporters: what the network ones did not deliver is written in the closing record."""
+        """Know the other exporters (init, before any record): write the opening record with what they add to it
+        (``opened_record_fields()``: the Prometheus endpoint); what the network ones did not deliver goes into the closing record."""
         self._pipeline = tuple(e for e in exporters if e is not self)
+        for exporter in self._pipeline:
+            extra = getattr(exporter, "opened_record_fields", None)
+            if callable(extra):
+                try:
+                    self._opened_fields.update(extra())
+                except Exception:  # noqa: BLE001 - an extra field must never cost the opening record
+                    pass
+        if not self._opened:
+            self._opened_size = self._write_opened()
 
     def heartbeat(self, time_ns: int, open_spans: Sequence[Any]) -> None:
         """Write a ``heartbeat`` record: alive, quiet, and still inside `open_spans`."""

@@ -19,9 +19,15 @@ The standard variables, read as an OpenTelemetry user expects:
 * ``prometheus``: a pull endpoint (``opentelemetry-exporter-prometheus``) on
   ``OTEL_EXPORTER_PROMETHEUS_HOST`` (``localhost``) and port
   ``OTEL_EXPORTER_PROMETHEUS_PORT`` (9464) **plus the local rank**, so the ranks
-  of one host do not collide. For small jobs: Prometheus must know every
-  target. Its registry is private to the logger (a second logger in the same
-  process does not clash with the first).
+  of one host do not collide. A port already taken (a second job on the host,
+  a process that outlived its rank) is said once, and the next one of this
+  rank's own sequence (plus ``LOCAL_WORLD_SIZE``, so ranks never take each
+  other's) is used, up to 32 tries; the JSONL opening record's
+  ``metrics_endpoint`` says which. A forked child closes its copy of the
+  listening socket (`Readers.close_after_fork`): a DataLoader worker that
+  outlives its rank must not keep the port. For small jobs: Prometheus must
+  know every target. Its registry is private to the logger (a second logger
+  in the same process does not clash with the first).
 * ``console``: the SDK's console exporter, periodically, for a quick look.
 
 An unknown value of a standard variable is warned about once and ignored, as
@@ -105,6 +111,15 @@ class Readers:
     prometheus: tuple[str, int] | None = None
     _server: Any = None
 
+    def close_after_fork(self) -> None:
+        """In a forked child: close the inherited listening socket (the serving thread is the parent's, not here)."""
+        server, self._server = self._server, None
+        if server is not None:
+            try:
+                server.socket.close()
+            except Exception:  # noqa: BLE001 - nothing to recover in a child
+                pass
+
     def close(self) -> None:
         """Stop the scrape endpoint (the readers are shut down by their provider)."""
         server, self._server = self._server, None
@@ -171,6 +186,14 @@ def otlp_histogram_preference(environ: Mapping[str, str] | None = None) -> dict[
     return {Histogram: ExponentialBucketHistogramAggregation()}
 
 
+def _local_world_size(environ: Mapping[str, str]) -> int:
+    """torchrun's ``LOCAL_WORLD_SIZE`` (ranks on this host), else 1: the stride between one rank's fallback ports."""
+    try:
+        return max(1, int(environ.get("LOCAL_WORLD_SIZE", "") or 1))
+    except ValueError:
+        return 1
+
+
 def _otlp_exporter(environ: Mapping[str, str]) -> Any:
     if metrics_protocol(environ) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -179,8 +202,34 @@ def _otlp_exporter(environ: Mapping[str, str]) -> Any:
     return OTLPMetricExporter(preferred_aggregation=otlp_histogram_preference(environ))
 
 
+PORT_TRIES = 32
+
+
+def _listen(prometheus_client: Any, host: str, port: int, step: int, registry: Any) -> tuple[Any, int]:
+    """Start the scrape server on `port`, else the next free one of ``port + k * step``; raises the first OSError when none is."""
+    first: OSError | None = None
+    for attempt in range(PORT_TRIES):
+        candidate = port + attempt * step
+        if candidate > 65535:
+            break
+        try:
+            server, _thread = prometheus_client.start_http_server(candidate, addr=host, registry=registry)
+        except OSError as error:
+            first = first or error
+            continue
+        if attempt:
+            _log.warning(
+                "otel-titan: the Prometheus port %s:%d cannot listen (%s: another job on this host, or a process that outlived its rank?); "
+                "serving on %d instead (the JSONL opening record's metrics_endpoint says so): add it to Prometheus's targets",
+                host, port, first, candidate,
+            )
+        return server, candidate
+    assert first is not None
+    raise first
+
+
 def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str, str] | None = None) -> Readers:
-    """One reader per name. A Prometheus port already taken is logged and left out (never fatal).
+    """One reader per name. A Prometheus port already taken moves to the next free one (`_listen`); none free is logged and left out (never fatal).
 
     Raises ``ValueError`` for a bad variable and ``ImportError`` when the
     Prometheus exporter is not installed (``pip install otel-titan[metrics]``).
@@ -200,10 +249,11 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
             except ImportError as error:
                 raise ImportError(f"OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus (pip install 'otel-titan[metrics]'): {error}") from error
             registry = prometheus_client.CollectorRegistry(auto_describe=True)
+            step = _local_world_size(env)
             try:
-                server, _thread = prometheus_client.start_http_server(port, addr=host, registry=registry)
+                server, port = _listen(prometheus_client, host, port, step, registry)
             except OSError as error:
-                _log.warning("otel-titan: the Prometheus endpoint %s:%d cannot listen (%s); this rank exports no Prometheus metrics", host, port, error)
+                _log.warning("otel-titan: the Prometheus endpoint %s:%d cannot listen (%s), nor the next %d ports of this rank; this rank exports no Prometheus metrics", host, port, error, PORT_TRIES - 1)
                 continue
             out._server, out.prometheus = server, (host, port)
             out.readers.append(PrometheusMetricReader(registry=registry))

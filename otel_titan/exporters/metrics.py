@@ -86,7 +86,7 @@ from otel_titan.environment_variables import OTEL_TITAN_HOST_METRICS, OTEL_TITAN
 from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
 from otel_titan.exporters.otel_env import sdk_disabled
-from otel_titan.schema import RecordKind
+from otel_titan.schema import Field, RecordKind
 
 try:  # the SDK's measurement, to export a NaN gauge value as it is (`MetricsSpanExporter._set_nonfinite`)
     from opentelemetry.sdk.metrics._internal.measurement import Measurement as _Measurement
@@ -508,8 +508,18 @@ class MetricsSpanExporter(TitanSpanExporter):
             self.host.close()
 
     def close_after_fork(self) -> None:
-        """In a forked child: the parent's readers, threads and port are not ours; record nothing more."""
+        """In a forked child: the parent's readers, threads and port are not ours; record nothing more, let go of the port."""
         self._shut = True
+        if self._readers is not None:
+            self._readers.close_after_fork()
+
+    def opened_record_fields(self) -> dict[str, str]:
+        """For the JSONL opening record: where this rank serves ``/metrics`` (a taken port moves it)."""
+        address = self._readers.prometheus if self._readers is not None else None
+        if address is None:
+            return {}
+        host, port = address
+        return {Field.METRICS_ENDPOINT: f"http://{host}:{port}/metrics"}
 
     @staticmethod
     def _bounded(call: Any, timeout: float) -> bool:

@@ -292,3 +292,34 @@ def test_explicit_buckets_over_otlp_when_the_standard_variable_asks(run_dir, mon
         assert fwd.kind == "histogram" and tuple(fwd.raw.explicit_bounds) == metrics_module.DURATION_BUCKETS_MS
     finally:
         backend.stop()
+
+
+def test_a_forked_child_that_outlives_its_rank_does_not_keep_the_prometheus_port(run_dir, monkeypatch):
+    """A DataLoader worker kept the rank's listening socket: once the rank was gone, its restart could not listen."""
+    import os
+    import socket
+
+    from tests.helpers import processes
+
+    port = free_port()
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+    monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="fork-port")
+    train(1)
+    pid = os.fork()
+    if pid == 0:  # the worker: outlives the rank's logger
+        time.sleep(3)
+        os._exit(0)
+    try:
+        assert sl.shutdown_structured_logger(10)  # the rank's endpoint closes (as the rank's process would end)
+        restarted = socket.socket()
+        try:
+            restarted.bind(("127.0.0.1", port))  # EADDRINUSE while the child held its copy
+            restarted.listen(1)
+        finally:
+            restarted.close()
+    finally:
+        os.waitpid(pid, 0)
+        processes.wait_gone([pid], 5)

@@ -320,3 +320,35 @@ def test_scalar_names_that_collide_in_prometheus_are_all_kept_under_distinct_nam
     assert {r["metric"]["__name__"]: float(r["value"][1]) for r in got} == expected
     warnings = [r.getMessage() for r in caplog.records if "are one metric name" in r.getMessage()]
     assert len(warnings) == 3 and "'train.loss' and 'train/loss'" in warnings[0] and "the logger's own titan.step" in warnings[2], warnings
+
+
+@pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
+def test_a_taken_port_moves_to_the_next_free_one_said_once_and_written_in_the_opened_record(tmp_path, monkeypatch, caplog):
+    """Another job on the host (or a process that outlived its rank) holds the port: the rank served nothing."""
+    from tests.conftest import jsonl_files, read_records
+
+    base = _two_free_ports()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", base))
+    taken.listen(1)
+    server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{base + 1}"])
+    try:
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(base))
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        with caplog.at_level(logging.WARNING, logger="otel_titan"):
+            sl.init_structured_logger("training", tmp_path / "run", rank=0, world_size=1, run_id="taken-port")
+        sl.set_step(1)
+        sl.log_trace_scalar({"loss": 0.25})
+        assert sl.flush_structured_logger(10)
+        assert [r["value"][1] for r in _wait_for(server, "loss", bool)] == ["0.25"]
+        opened = read_records(jsonl_files(tmp_path / "run")[0])[0]
+        assert opened["log_type_name"] == "structured_logger_opened" and opened["metrics_endpoint"] == f"http://127.0.0.1:{base + 1}/metrics", opened
+        moved = [r.getMessage() for r in caplog.records if "cannot listen" in r.getMessage()]
+        assert len(moved) == 1 and f"serving on {base + 1}" in moved[0], moved
+    finally:
+        sl.shutdown_structured_logger(10)
+        server.stop()
+        taken.close()

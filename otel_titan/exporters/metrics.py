@@ -557,6 +557,9 @@ def register_metrics_handler(
         raise HandlerSkipped("OTEL_METRICS_EXPORTER is unset or none")
     environ = os.environ
     per_rank, max_names = _patterns(environ), _max_names(environ)
+    from otel_titan.exporters.otlp import quiet_exporter_logs  # here: otlp.py's exporters are not needed otherwise
+
+    quiet_exporter_logs()  # a dead collector: each export error once a minute, with the count, as for traces
     readers = build_readers(names, local_rank)
     if not readers.readers:
         readers.close()

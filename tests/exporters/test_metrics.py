@@ -323,3 +323,49 @@ def test_a_forked_child_that_outlives_its_rank_does_not_keep_the_prometheus_port
     finally:
         os.waitpid(pid, 0)
         processes.wait_gone([pid], 5)
+
+
+def test_a_dead_collector_gets_each_export_error_once_a_minute_per_signal_with_the_count(run_dir, monkeypatch, caplog):
+    """Metrics and logs to a dead collector printed ~25 SDK warnings a minute per rank; traces were already held to one a minute."""
+    from otel_titan.exporters import otlp
+
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_LOGS_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens: refused, retried
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")
+    monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "100")
+    monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+    with caplog.at_level(logging.WARNING):
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="dead-quiet")
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # 4 s of exports every 100 ms, each retried against the dead port
+            train(1)
+            logging.getLogger("trainer").warning("a line for the logs exporter")
+            time.sleep(0.1)
+        sl.shutdown_structured_logger(10)
+    sdk = [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    for signal in ("metrics", "logs"):
+        lines = [r.getMessage() for r in sdk if signal in r.getMessage()]
+        assert lines, (signal, [r.getMessage() for r in sdk])
+        # At most one line per distinct message in the minute (transient, failed; a shutdown notice).
+        templates = {str(r.msg).split(" (and ")[0] for r in sdk if signal in r.getMessage()}
+        assert len(lines) <= len(templates) <= 4, (signal, lines)
+    assert otlp._quiet._held  # and what was held back is counted for the next line that passes
+
+
+def test_the_line_that_passes_after_a_minute_says_how_many_were_held_back():
+    from otel_titan.exporters.otlp import _ExporterLogFilter
+
+    quiet = _ExporterLogFilter(every_s=0.2)
+    logger = logging.getLogger("opentelemetry.exporter.otlp.proto.grpc.exporter")
+
+    def record(signal: str) -> logging.LogRecord:
+        return logger.makeRecord(logger.name, logging.WARNING, __file__, 1, "Failed to export %s to %s, error code: %s", (signal, "localhost:4317", "UNAVAILABLE"), None)
+
+    passed = [quiet.filter(record(s)) for s in ("metrics", "metrics", "metrics", "logs")]
+    assert passed == [True, False, False, True]  # one a minute per signal: the logs' first line is not held back by the metrics'
+    time.sleep(0.25)
+    later = record("metrics")
+    assert quiet.filter(later) and "(and 2 more like it in the last 0.2 s" in later.getMessage()

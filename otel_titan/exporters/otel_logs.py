@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from typing import Any, Mapping, Sequence
 
@@ -111,7 +113,18 @@ def _severity(levelno: int) -> SeverityNumber:
     return SeverityNumber.DEBUG
 
 
-_SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+def _exception_attributes(exc_info: Any) -> dict[str, str] | None:
+    """``exception.type``, ``.message`` and ``.stacktrace`` (the semantic conventions) of a ``logger.exception`` record."""
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    if not isinstance(exc_info, tuple) or exc_info[0] is None:
+        return None
+    kind, value, tb = exc_info
+    return {
+        "exception.type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ not in ("builtins", "__main__") else kind.__qualname__,
+        "exception.message": str(value),
+        "exception.stacktrace": "".join(traceback.format_exception(kind, value, tb)),
+    }
 
 
 class OtelLogHandler(logging.Handler):
@@ -136,13 +149,12 @@ class OtelLogHandler(logging.Handler):
             return
         try:
             message = record.getMessage()
-            if record.exc_info:
-                message = message + "\n" + logging.Formatter().formatException(record.exc_info)
+            exception = _exception_attributes(record.exc_info) if record.exc_info else None
             ids = current_span_ids()
         except Exception:  # noqa: BLE001 - logging's own convention: report, never raise into the caller
             self.handleError(record)
             return
-        queue.append((int(record.created * 1e9), record.levelno, record.levelname, message, record.name, record.pathname, record.lineno, record.funcName, record.thread, ids))
+        queue.append((int(record.created * 1e9), record.levelno, record.levelname, message, record.name, record.pathname, record.lineno, record.funcName, record.thread, ids, exception))
         if len(queue) >= owner.max_export_batch_size:
             owner._wake.set()
 
@@ -273,7 +285,7 @@ class OtelLogsExporter(StartAwareSpanExporter):
         )
 
     def _record(self, item: tuple[Any, ...]) -> ReadWriteLogRecord:
-        created_ns, levelno, levelname, message, name, path, lineno, function, thread, ids = item
+        created_ns, levelno, levelname, message, name, path, lineno, function, thread, ids, exception = item
         context = None
         if ids is not None:
             context = trace.set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, _SAMPLED)))
@@ -281,10 +293,10 @@ class OtelLogsExporter(StartAwareSpanExporter):
             timestamp=created_ns,
             observed_timestamp=time.time_ns(),
             context=context,
-            severity_text=_SEVERITY_TEXT.get(levelname, levelname),
+            severity_text=levelname,  # Python's own (WARNING, CRITICAL), as the SDK's handler sends it; the number says WARN, FATAL
             severity_number=_severity(levelno),
             body=message,
-            attributes={"code.file.path": path, "code.line.number": lineno, "code.function.name": function, "thread.id": thread, "logger.name": name},
+            attributes={"code.file.path": path, "code.line.number": lineno, "code.function.name": function, "thread.id": thread, "logger.name": name, **(exception or {})},
         )
         return ReadWriteLogRecord(log_record=record, resource=self._resource, instrumentation_scope=self._scope)
 
@@ -298,6 +310,9 @@ def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: 
     max_queue = _env_int("OTEL_BLRP_MAX_QUEUE_SIZE", 2048)
     batch = _env_int("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", 512)
     delay_s = _env_int("OTEL_BLRP_SCHEDULE_DELAY", 1000) / 1000
+    from otel_titan.exporters.otlp import quiet_exporter_logs  # here: otlp.py's exporters are not needed otherwise
+
+    quiet_exporter_logs()  # a dead collector: each export error once a minute, with the count, as for traces
     if signal_protocol("LOGS") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     else:

@@ -64,7 +64,8 @@ def test_log_lines_arrive_with_the_rank_resource_and_the_ids_of_their_span(backe
     assert (logs["saving 4 shards"].trace_id, logs["saving 4 shards"].span_id) == spans["checkpoint_start"]
     assert (logs["slow disk"].trace_id, logs["slow disk"].span_id) == spans["write_start"]
     assert logs["outside any span"].trace_id == "" and logs["outside any span"].span_id == ""
-    assert [logs[b].severity for b in ("outside any span", "saving 4 shards", "slow disk")] == ["INFO", "WARN", "ERROR"]
+    # Python's own severity text (as the SDK's LoggingHandler sends it); the severity number is the specification's.
+    assert [logs[b].severity for b in ("outside any span", "saving 4 shards", "slow disk")] == ["INFO", "WARNING", "ERROR"]
     assert logs["slow disk"].attributes["logger.name"] == "trainer.checkpoint"
     for log in logs.values():
         assert (log.resource["titan.rank"], log.resource["titan.run_id"], log.resource["service.name"]) == (1, "logs-run", "training")
@@ -199,3 +200,24 @@ def test_on_sigterm_a_hung_metrics_endpoint_does_not_starve_the_logs(run_dir, ba
         assert took < 8, took  # the 5 s budget (exit_timeout_s), shared, not added up
     finally:
         hung.close()
+
+
+def test_logger_exception_carries_the_exception_attributes_and_python_severity_text(backend, root_logging, run_dir, monkeypatch):
+    """logger.exception arrived with the traceback in the body only; a backend could not filter on exception.type."""
+    otlp_logs_env(monkeypatch, backend.endpoint)
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="logs-exception")
+    with sl.log_trace_span("checkpoint"):
+        try:
+            raise ValueError("shard 3 is missing")
+        except ValueError:
+            logging.getLogger("trainer").exception("checkpoint failed")
+    logging.getLogger("trainer").critical("giving up")
+    assert sl.shutdown_structured_logger(10)
+    assert backend.wait_for(lambda b: len(b.logs()) >= 2)
+    logs = {str(log.body): log for log in backend.logs()}
+    failed = logs["checkpoint failed"]  # the message is the body; the traceback is an attribute
+    assert failed.severity == "ERROR" and failed.attributes["exception.type"] == "ValueError"
+    assert failed.attributes["exception.message"] == "shard 3 is missing"
+    stack = failed.attributes["exception.stacktrace"]
+    assert stack.startswith("Traceback (most recent call last):") and 'raise ValueError("shard 3 is missing")' in stack and stack.rstrip().endswith("ValueError: shard 3 is missing")
+    assert logs["giving up"].severity == "CRITICAL" and "exception.type" not in logs["giving up"].attributes

@@ -10,17 +10,21 @@ the training thread still only appends to its queue. What it records into the
 OpenTelemetry metrics SDK (names as Prometheus shows them in docs/metrics.md):
 
 * every ``log_trace_scalar`` name as a **gauge** of the same name (the last
-  value in each export interval; ``memory/rss_bytes`` becomes
-  ``memory_rss_bytes`` in Prometheus). A NaN or infinite value is exported as
-  it is (the SDK's ``Gauge.set`` would discard it) and counted in
-  ``titan.scalar.nonfinite`` (attribute ``titan.scalar.name``);
-* every span's duration in ms in a **histogram** with attribute
+  value in each export interval; ``train/loss`` becomes ``train_loss`` in
+  Prometheus). A NaN or infinite value is exported as it is (the SDK's
+  ``Gauge.set`` would discard it) and counted in ``titan.scalar.nonfinite``
+  (attribute ``titan.scalar.name``);
+* the logger's own per-step figures under the semantic conventions' names
+  and units (`SEMCONV_FIGURES`): ``process.memory.usage`` (By),
+  ``process.cpu.time`` (s, a counter, ``cpu.mode`` user or system),
+  ``process.thread.count``, and ``titan.…`` names where the conventions have none;
+* every span's duration in seconds in a **histogram** with attribute
   ``titan.span.name``: ``titan.span.duration`` with buckets
-  (`DURATION_BUCKETS_MS`: at most 19 % wide from 8 ms to 131 s; over OTLP
+  (`DURATION_BUCKETS_S`: at most 19 % wide from 8 ms to 131 s; over OTLP
   base-2 exponential, metric_readers.py) for the span names of the per-rank
   allowlist, else ``titan.span.duration.summary`` without buckets (its sum
   and count: the mean per rank, host or job, at 3 series per name instead of 66);
-* ``titan.step.duration`` (histogram, ms, always bucketed: the step time is
+* ``titan.step.duration`` (histogram, s, always bucketed: the step time is
   the series a straggler dashboard needs per rank): from the first span
   start of one step to the first of the next, as this thread sees them;
 * ``titan.step`` (gauge: the latest step) and ``titan.steps.completed``
@@ -99,7 +103,8 @@ __all__ = [
     "metrics_exporter_handler_specs",
     "instrument_name",
     "summary_views",
-    "DURATION_BUCKETS_MS",
+    "DURATION_BUCKETS_S",
+    "SEMCONV_FIGURES",
     "METRICS_HANDLER",
 ]
 
@@ -110,18 +115,33 @@ DEFAULT_PER_RANK = ("step", "train_step", "training_step")
 DEFAULT_MAX_NAMES = 1000
 
 
-def _duration_buckets_ms() -> tuple[float, ...]:
+def _duration_buckets_s() -> tuple[float, ...]:
     # Four buckets per doubling (each 2^(1/4), 18.9 % wide) from 8 ms to 131 s, where training
     # phases and steps live: a +20 % straggler moves its p50 and p99 by about a bucket, which
     # histogram_quantile resolves. 1-2-5 buckets per decade (2 to 2.5x wide) could not: 60 ms
     # and 87 ms fell into one bucket. Coarse below and above, for the rare phase out there.
-    fine = [round(2 ** (k / 4), 3 if k < 40 else 0) for k in range(12, 69)]
-    return (1.0, 2.0, 4.0, *fine, 300_000.0, 600_000.0, 1_800_000.0)
+    fine = [round(2 ** (k / 4) / 1000, 6 if k < 40 else 3) for k in range(12, 69)]
+    return (0.001, 0.002, 0.004, *fine, 300.0, 600.0, 1800.0)
 
 
-#: Explicit bucket boundaries (ms): 63 boundaries, 64 buckets; ≤ 19 % wide from 8 ms to 131 s (Prometheus and
-#: explicit-bucket OTLP). The OTLP reader prefers exponential histograms (metric_readers.py), which need none.
-DURATION_BUCKETS_MS = _duration_buckets_ms()
+#: Explicit bucket boundaries (seconds, the semantic conventions' unit for durations): 63 boundaries, 64 buckets;
+#: ≤ 19 % wide from 8 ms to 131 s (Prometheus and explicit-bucket OTLP). The OTLP reader prefers exponential
+#: histograms (metric_readers.py), which need none.
+DURATION_BUCKETS_S = _duration_buckets_s()
+#: The logger's own per-step process figures, exported under the semantic conventions' names and units
+#: (docs/metrics.md): name → (instrument, unit, attributes). ``process.cpu.time`` is a counter (cumulative).
+SEMCONV_FIGURES: dict[str, tuple[str, str, dict[str, str]]] = {
+    "memory/rss_bytes": ("process.memory.usage", "By", {}),
+    "memory/rss_peak_bytes": ("titan.process.memory.peak", "By", {}),
+    "process/threads": ("process.thread.count", "{thread}", {}),
+    "process/cpu_user_s": ("process.cpu.time", "s", {"cpu.mode": "user"}),
+    "process/cpu_system_s": ("process.cpu.time", "s", {"cpu.mode": "system"}),
+    "memory/cuda_allocated_bytes": ("titan.gpu.memory.allocated", "By", {}),
+    "memory/cuda_reserved_bytes": ("titan.gpu.memory.reserved", "By", {}),
+    "memory/cuda_peak_allocated_bytes": ("titan.gpu.memory.peak_allocated", "By", {}),
+    "memory/cuda_peak_reserved_bytes": ("titan.gpu.memory.peak_reserved", "By", {}),
+    "memory/cuda_step_peak_allocated_bytes": ("titan.gpu.memory.step_peak_allocated", "By", {}),
+}
 OVERFLOW_NAME = "_overflow"
 #: At most this many prefixes are named in ``titan.metrics.overflow``; the rest count under ``_other``.
 MAX_OVERFLOW_PREFIXES = 100
@@ -271,26 +291,30 @@ class MetricsSpanExporter(TitanSpanExporter):
         meter = provider.get_meter("otel_titan", __version__)
         self._meter = meter
         self._bucketed = meter.create_histogram(
-            "titan.span.duration", unit="ms", description="Span duration (per-rank allowlist: OTEL_TITAN_METRICS_PER_RANK)", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_MS
+            "titan.span.duration", unit="s", description="Span duration (per-rank allowlist: OTEL_TITAN_METRICS_PER_RANK)", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
         )
-        self._summary = meter.create_histogram("titan.span.duration.summary", unit="ms", description="Span duration, sum and count only (names outside the per-rank allowlist)", explicit_bucket_boundaries_advisory=())
+        self._summary = meter.create_histogram("titan.span.duration.summary", unit="s", description="Span duration, sum and count only (names outside the per-rank allowlist)", explicit_bucket_boundaries_advisory=())
         self._step_duration = meter.create_histogram(
-            "titan.step.duration", unit="ms", description="From the first span start of a step to the first of the next", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_MS
+            "titan.step.duration", unit="s", description="From the first span start of a step to the first of the next", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
         )
-        self._step_gauge = meter.create_gauge("titan.step", description="The latest training step seen")
-        self._steps_completed = meter.create_counter("titan.steps.completed", description="Steps that ended (a later step began)")
+        self._step_gauge = meter.create_gauge("titan.step", unit="{step}", description="The latest training step seen")
+        self._steps_completed = meter.create_counter("titan.steps.completed", unit="{step}", description="Steps that ended (a later step began)")
         self._overflow = meter.create_counter(
             "titan.metrics.overflow", unit="{value}", description=f"Values not recorded under their own name: more than {max_names} distinct names, or half of them under one prefix"
         )
         self._nonfinite = meter.create_counter(
             "titan.scalar.nonfinite", unit="{value}", description="log_trace_scalar values that were NaN or infinite (exported as they are; this counts them between scrapes)"
         )
-        meter.create_observable_counter("titan.logger.records", callbacks=[self._observe_health], description="The logger's own records: written, dropped, skipped, failed")
+        meter.create_observable_counter("titan.logger.records", callbacks=[self._observe_health], unit="{record}", description="The logger's own records: written, dropped, skipped, failed")
+        #: The semantic-convention instruments of the logger's own figures (`SEMCONV_FIGURES`), made on first use.
+        self._figures: dict[str, Any] = {}
+        #: ``process.cpu.time`` by ``cpu.mode``: the latest cumulative figures, observed at each export.
+        self._cpu_time: dict[str, float] = {}
         self._gauges: dict[str, Any] = {}
         #: `exposed_key` → the name that has it: the logger's own instruments, then the scalars in order of arrival.
         self._exposed: dict[str, str] = {}
         for own in ("titan.span.duration", "titan.span.duration.summary", "titan.step.duration", "titan.step", "titan.steps.completed",
-                    "titan.metrics.overflow", "titan.scalar.nonfinite", "titan.logger.records"):
+                    "titan.metrics.overflow", "titan.scalar.nonfinite", "titan.logger.records", *(entry[0] for entry in SEMCONV_FIGURES.values())):
             self._exposed[exposed_key(own)] = self._exposed[exposed_key(own) + "_total"] = f"the logger's own {own}"
         #: Scalar names exported under a distinct name because theirs collided (name → instrument name).
         self.renamed: dict[str, str] = {}
@@ -369,11 +393,14 @@ class MetricsSpanExporter(TitanSpanExporter):
             return
         self._steps_completed.add(1)
         if started is not None and start_ns is not None and start_ns > started:
-            self._step_duration.record((start_ns - started) / 1e6)
+            self._step_duration.record((start_ns - started) / 1e9)
 
     def _scalar(self, name: str | None, value: Any) -> None:
         if name is None or isinstance(value, bool) or not isinstance(value, (int, float)) or name in self._host_names:
             return  # a host figure: already the host's own gauge (``host.…``), read at each export
+        if name in SEMCONV_FIGURES:
+            self._figure(name, value)
+            return
         gauge = self._gauges.get(name)
         if gauge is None:
             gauge = self._new_gauge(name)
@@ -383,6 +410,22 @@ class MetricsSpanExporter(TitanSpanExporter):
             self._set_nonfinite(gauge, name, value)
         else:
             gauge.set(value)
+
+    def _figure(self, name: str, value: int | float) -> None:
+        """One of the logger's own figures, under its semantic-convention name and unit."""
+        instrument_name_, unit, attributes = SEMCONV_FIGURES[name]
+        if instrument_name_ == "process.cpu.time":
+            if not self._cpu_time:
+                self._meter.create_observable_counter(instrument_name_, callbacks=[self._observe_cpu_time], unit=unit, description="CPU time of the process, all threads, since it started")
+            self._cpu_time[attributes["cpu.mode"]] = float(value)
+            return
+        gauge = self._figures.get(instrument_name_)
+        if gauge is None:
+            gauge = self._figures[instrument_name_] = self._meter.create_gauge(instrument_name_, unit=unit, description=f"otel-titan's per-step {name!r}, read when the step ended")
+        gauge.set(value, attributes or None)
+
+    def _observe_cpu_time(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(seconds, {"cpu.mode": mode}) for mode, seconds in list(self._cpu_time.items())]
 
     def _new_gauge(self, name: str) -> Any:
         """The gauge for a new scalar name, or None when the cap drops it (counted, warned)."""
@@ -446,12 +489,12 @@ class MetricsSpanExporter(TitanSpanExporter):
                 bucketed = any(fnmatch.fnmatchcase(name, pattern) for pattern in self._per_rank)
                 entry = self._span_attrs[name] = (self._bucketed if bucketed else self._summary, {"titan.span.name": name})
         instrument, attributes = entry
-        duration_ms = (span.end_time - span.start_time) / 1e6
+        duration_s = (span.end_time - span.start_time) / 1e9
         if instrument is self._bucketed:
             # In the span's context: the trace-based exemplar filter links the bucket to this trace.
-            instrument.record(duration_ms, attributes, context=trace_api.set_span_in_context(trace_api.NonRecordingSpan(span.get_span_context())))
+            instrument.record(duration_s, attributes, context=trace_api.set_span_in_context(trace_api.NonRecordingSpan(span.get_span_context())))
         else:  # no buckets to link: skip the context (a third of the cost of a record)
-            instrument.record(duration_ms, attributes)
+            instrument.record(duration_s, attributes)
 
     def _overflowed(self, kind: str, name: str, prefix: str) -> None:
         self.overflowed += 1

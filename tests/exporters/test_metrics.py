@@ -70,10 +70,11 @@ def test_scalars_gauges_spans_histograms_and_step_counters_without_step_or_tag_a
     assert [p.value for p in got["loss"]] == [pytest.approx(0.2)] and [p.value for p in got["lr"]] == [0.1]
     # The allowlisted phase has buckets; the other its sum and count only.
     (fwd,) = got["titan.span.duration"]
-    assert dict(fwd.attributes) == {"titan.span.name": "fwd_bwd"} and fwd.count == 5 and fwd.explicit_bounds == metrics_module.DURATION_BUCKETS_MS
-    assert fwd.explicit_bounds[0] == 1 and fwd.explicit_bounds[-1] == 1_800_000 and 2 * 5 <= fwd.sum < 5_000
+    assert dict(fwd.attributes) == {"titan.span.name": "fwd_bwd"} and fwd.count == 5 and fwd.explicit_bounds == metrics_module.DURATION_BUCKETS_S
+    # In seconds, the semantic conventions' unit for durations.
+    assert fwd.explicit_bounds[0] == 0.001 and fwd.explicit_bounds[-1] == 1_800 and 0.002 * 5 <= fwd.sum < 5
     # Fine where phases live: no bucket from 8 ms to 131 s is more than 19 % wide (a +20 % straggler moves a bucket).
-    fine = [b for b in fwd.explicit_bounds if 8 <= b <= 131_072]
+    fine = [b for b in fwd.explicit_bounds if 0.008 <= b <= 131.072]
     assert len(fine) == 57 and max(high / low for low, high in zip(fine, fine[1:])) < 1.19
     (fetch,) = got["titan.span.duration.summary"]
     assert dict(fetch.attributes) == {"titan.span.name": "data_fetch"} and fetch.count == 5 and fetch.explicit_bounds == ()
@@ -81,7 +82,7 @@ def test_scalars_gauges_spans_histograms_and_step_counters_without_step_or_tag_a
     assert [p.value for p in got["titan.step"]] == [5]
     assert [p.value for p in got["titan.steps.completed"]] == [4]
     (step_time,) = got["titan.step.duration"]
-    assert step_time.count == 4 and step_time.sum >= 4 * 4
+    assert step_time.count == 4 and step_time.sum >= 4 * 0.004
     # Never the step, a tag or an id as an attribute: the series stay one per name.
     for name, data_points in got.items():
         for point in data_points:
@@ -289,7 +290,7 @@ def test_explicit_buckets_over_otlp_when_the_standard_variable_asks(run_dir, mon
         assert sl.shutdown_structured_logger(10)
         assert backend.wait_for(lambda b: any(p.metric == "titan.span.duration" for p in b.points()))
         (fwd,) = [p for p in backend.points() if p.metric == "titan.span.duration"]
-        assert fwd.kind == "histogram" and tuple(fwd.raw.explicit_bounds) == metrics_module.DURATION_BUCKETS_MS
+        assert fwd.kind == "histogram" and tuple(fwd.raw.explicit_bounds) == metrics_module.DURATION_BUCKETS_S
     finally:
         backend.stop()
 

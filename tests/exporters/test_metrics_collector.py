@@ -88,7 +88,7 @@ def test_a_two_rank_job_loss_phase_times_memory_and_logs_arrive_per_rank_through
         assert final.count == 6 and final.kind == "exponential_histogram" and final.raw.scale >= 2 and final.exemplars
         summary = {p.attributes["titan.span.name"] for p in by_rank(points, "titan.span.duration.summary")[rank]}
         assert {"data_fetch", "optimizer", "forward", "backward"} <= summary
-        memory = by_rank(points, "memory/rss_bytes")[rank]
+        memory = by_rank(points, "process.memory.usage")[rank]  # memory/rss_bytes under its semantic-convention name
         assert memory and all(p.value > 10_000_000 for p in memory)
         completed = max(p.value for p in by_rank(points, "titan.steps.completed")[rank])
         assert completed == 5

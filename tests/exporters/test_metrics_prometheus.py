@@ -50,15 +50,22 @@ def _two_free_ports() -> int:
 
 
 class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[str]) -> None:
+    """A real Prometheus on a free port scraping `targets` every 250 ms; `rules`: a rule file's text (evaluated every 250 ms);
+    `federate`: scrape the targets' ``/federate`` for the per-host aggregates (collector-config/prometheus/central-prometheus.yaml)."""
+
+    def __init__(self, workdir: Path, targets: list[str], rules: str | None = None, federate: bool = False) -> None:
         self.port = free_port()
         workdir.mkdir(parents=True, exist_ok=True)
         config = workdir / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n"
-            "scrape_configs:\n  - job_name: titan\n    static_configs:\n"
-            f"      - targets: {json.dumps(targets)}\n"
-        )
+        text = "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\n  evaluation_interval: 250ms\n"
+        if rules is not None:
+            (workdir / "rules.yaml").write_text(rules)
+            text += "rule_files:\n  - rules.yaml\n"
+        text += "scrape_configs:\n  - job_name: titan\n"
+        if federate:
+            text += "    honor_labels: true\n    metrics_path: /federate\n    params:\n      'match[]': ['{__name__=~\"host:.*\"}']\n"
+        text += f"    static_configs:\n      - targets: {json.dumps(targets)}\n"
+        config.write_text(text)
         self.log = open(workdir / "prometheus.log", "wb")
         self.process = subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}"],
@@ -125,11 +132,15 @@ def doc_recipes() -> list[tuple[str, str]]:
 @pytest.mark.slow
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
 def test_prometheus_scrapes_loss_and_phase_times_of_each_rank(tmp_path):
-    """Every recipe of docs/metrics.md against a real Prometheus scraping a 2-rank job whose rank 1 is slow in data_fetch."""
+    """Every recipe of docs/metrics.md against a real Prometheus scraping a 2-rank job whose rank 1 is slow in data_fetch;
+    that Prometheus also evaluates the per-host rules of collector-config/prometheus/, federated by a second (central) one;
+    the series of a rank are those docs/metrics.md counts."""
     recipes = doc_recipes()
     assert len(recipes) >= 10 and any("straggler" in comment for comment, _ in recipes)
     base = _two_free_ports()
-    server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"])
+    rules = (REPO / "collector-config" / "prometheus" / "host-rules.yaml").read_text().replace("interval: 15s", "interval: 250ms")
+    server = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"], rules=rules)
+    central = PrometheusServer(tmp_path / "central", [f"127.0.0.1:{server.port}"], federate=True)
     finished: list[Any] = []
     env = {
         "OTEL_METRICS_EXPORTER": "prometheus",
@@ -157,9 +168,9 @@ def test_prometheus_scrapes_loss_and_phase_times_of_each_rank(tmp_path):
         loss = answers["Loss by rank"]
         assert sorted(r["metric"]["titan_rank"] for r in loss) == ["0", "1"] and all(0 <= float(r["value"][1]) < 100 for r in loss), loss
         p99 = next(result for comment, result in answers.items() if comment.startswith("p99 of fwd_bwd by rank"))
-        assert sorted(r["metric"]["titan_rank"] for r in p99) == ["0", "1"] and all(0 < float(r["value"][1]) < 60_000 for r in p99), p99
+        assert sorted(r["metric"]["titan_rank"] for r in p99) == ["0", "1"] and all(0 < float(r["value"][1]) < 60 for r in p99), p99
         (straggler,) = next(result for comment, result in answers.items() if comment.startswith("The straggler"))
-        assert straggler["metric"]["titan_rank"] == "1" and float(straggler["value"][1]) >= 25, straggler  # 30 ms added on rank 1
+        assert straggler["metric"]["titan_rank"] == "1" and float(straggler["value"][1]) >= 0.025, straggler  # 30 ms added on rank 1
         memory = answers["Resident memory by rank"]
         assert sorted(r["metric"]["titan_rank"] for r in memory) == ["0", "1"] and all(float(r["value"][1]) > 10e6 for r in memory)
         by_host = next(result for comment, result in answers.items() if comment.startswith("Mean time of every other phase"))
@@ -170,9 +181,31 @@ def test_prometheus_scrapes_loss_and_phase_times_of_each_rank(tmp_path):
         if HostFigures().read().get("host/cpu_pressure_some_pct") is not None:  # Linux PSI readable here
             pressure = server.query(f"host_cpu_pressure_some_pct * {rank_of}")
             assert [r["metric"]["titan_rank"] for r in pressure] == ["0"], pressure
+        # The series of one rank (rank 1: no host figures), as docs/metrics.md counts them.
+        rank1 = f'instance="127.0.0.1:{base + 1}"'
+        own = {r["metric"]["__name__"] for r in server.query(f'{{{rank1}, __name__=~"titan_.*|process_.*|target_info"}}')}
+        scalars = len(server.query(f'{{{rank1}, __name__!~"titan_.*|process_.*|target_info|up|scrape_.*|host:.*"}}'))
+        figures = len(server.query(f'{{{rank1}, __name__=~"process_.*|titan_process_.*"}}'))
+        allowlisted = len(server.query(f'titan_span_duration_seconds_count{{{rank1}}}'))
+        others = len(server.query(f'titan_span_duration_summary_seconds_count{{{rank1}}}'))
+        series = server.query(f'{{{rank1}, __name__!~"up|scrape_.*|host:.*"}}')  # scraped, not the rules' outputs
+        total = len(series)
+        names = sorted({r["metric"]["__name__"] for r in series})
+        assert allowlisted == 2 and others >= 3 and figures == 5 and scalars >= 2, (own, scalars, figures, allowlisted, others)
+        assert total == scalars + figures + 2 + 4 + 66 + 66 * allowlisted + 3 * others + 1, (total, scalars, others, names)
+        # The per-host aggregates, federated: the central server holds the host's slow rank and its step-time buckets.
+        # (One series per host and phase; when the slowest rank changes, the previous one's goes stale a scrape later.)
+        slowest = _wait_for(central, 'topk(1, host:titan_span_duration_seconds:slowest_rank_mean1m{titan_span_name="data_fetch"})', bool, timeout=30)
+        assert [r["metric"]["titan_rank"] for r in slowest] == ["1"], slowest
+        p99 = central.query("histogram_quantile(0.99, host:titan_step_duration_seconds_bucket:rate1m)")
+        assert len(p99) == 1 and 0 < float(p99[0]["value"][1]) < 60, p99
+        held = float(central.query('count({__name__=~"host:.*"})')[0]["value"][1])
+        assert held < 66 * 4 + 20, held  # per host, whatever its ranks: not the ranks' thousands
+        assert not central.query("titan_step_duration_seconds_bucket")  # no per-rank series reach the central server
     finally:
         job.join(300)
         server.stop()
+        central.stop()
     assert finished and finished[0].returncode == 0, finished[0].stderr[-3000:] if finished else "torchrun did not finish"
 
 
@@ -230,7 +263,7 @@ def test_a_nan_loss_and_an_infinite_grad_norm_reach_the_alert(scraped_logger):
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus binary: scripts/setup-prometheus.sh installs Debian's package (as root with apt-get)")
 def test_1200_grad_norms_before_loss_keep_loss_and_the_loggers_own_figures(scraped_logger, caplog):
-    """The cap dropped whatever came last: loss and memory_rss_bytes were never exported, the warning named a grad norm."""
+    """The cap dropped whatever came last: loss and the memory figure were never exported, the warning named a grad norm."""
     server, run_dir = scraped_logger
     with caplog.at_level(logging.WARNING, logger="otel_titan"):
         sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="cap", process_figures=True)
@@ -241,8 +274,8 @@ def test_1200_grad_norms_before_loss_keep_loss_and_the_loggers_own_figures(scrap
             assert sl.flush_structured_logger(10)  # the processor sees each step end: the per-step figures are read
     loss = _wait_for(server, "loss", lambda r: r and r[0]["value"][1] == "1")
     assert [r["value"][1] for r in loss] == ["1"], loss
-    assert server.query("lr") and float(_wait_for(server, "memory_rss_bytes", bool)[0]["value"][1]) > 10e6
-    assert _wait_for(server, "process_cpu_user_s", bool)
+    assert server.query("lr") and float(_wait_for(server, "process_memory_usage_bytes", bool)[0]["value"][1]) > 10e6
+    assert _wait_for(server, 'process_cpu_time_seconds_total{cpu_mode="user"}', bool)
     # Half the cap (1,000) for one prefix: the first 500 grad norms are kept, the other 700 are dropped, named by prefix.
     kept = server.query('count({__name__=~"grad_norm_.*"})')
     assert float(kept[0]["value"][1]) == 500, kept
@@ -283,13 +316,13 @@ def test_a_20_percent_straggler_shows_in_the_per_rank_p50_and_p99(tmp_path):
         quantiles = {}
         for q in (0.5, 0.99):
             # The "p99 by rank" recipe of docs/metrics.md.
-            promql = f"histogram_quantile({q}, sum by (le, job, instance) (last_over_time(titan_span_duration_milliseconds_bucket{{titan_span_name='fwd_bwd'}}[10m]))) * {rank_of}"
+            promql = f"histogram_quantile({q}, sum by (le, job, instance) (last_over_time(titan_span_duration_seconds_bucket{{titan_span_name='fwd_bwd'}}[10m]))) * {rank_of}"
             result = _wait_for(server, promql, lambda r: len(r) == 2)
             quantiles[q] = {r["metric"]["titan_rank"]: float(r["value"][1]) for r in result}
         for q, by_rank in quantiles.items():
             assert set(by_rank) == {"0", "1"}, quantiles
             assert 1.1 < by_rank["1"] / by_rank["0"] < 1.3, quantiles  # the straggler, about as slow as it is
-        assert 55 < quantiles[0.5]["0"] < 65 and 66 < quantiles[0.5]["1"] < 78, quantiles
+        assert 0.055 < quantiles[0.5]["0"] < 0.065 and 0.066 < quantiles[0.5]["1"] < 0.078, quantiles  # seconds
     finally:
         for exporter in exporters:
             exporter.shutdown()

@@ -90,6 +90,7 @@ from otel_titan.environment_variables import OTEL_TITAN_HOST_METRICS, OTEL_TITAN
 from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
 from otel_titan.exporters.otel_env import sdk_disabled
+from otel_titan.exporters.otlp import quiet_exporter_logs
 from otel_titan.schema import Field, RecordKind
 
 try:  # the SDK's measurement, to export a NaN gauge value as it is (`MetricsSpanExporter._set_nonfinite`)
@@ -600,8 +601,6 @@ def register_metrics_handler(
         raise HandlerSkipped("OTEL_METRICS_EXPORTER is unset or none")
     environ = os.environ
     per_rank, max_names = _patterns(environ), _max_names(environ)
-    from otel_titan.exporters.otlp import quiet_exporter_logs  # here: otlp.py's exporters are not needed otherwise
-
     quiet_exporter_logs()  # a dead collector: each export error once a minute, with the count, as for traces
     readers = build_readers(names, local_rank)
     if not readers.readers:

@@ -48,6 +48,7 @@ from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, StartAwareSpanExporter
 from otel_titan.core.log_context import current_span_ids
 from otel_titan.exporters.otel_env import exporter_names, ignored_value, sdk_disabled, signal_protocol
+from otel_titan.exporters.otlp import quiet_exporter_logs
 
 __all__ = ["OtelLogHandler", "OtelLogsExporter", "register_otel_logs_handler", "logs_exporters", "logs_exporter_handler_specs", "LOGS_HANDLER"]
 
@@ -310,8 +311,6 @@ def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: 
     max_queue = _env_int("OTEL_BLRP_MAX_QUEUE_SIZE", 2048)
     batch = _env_int("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", 512)
     delay_s = _env_int("OTEL_BLRP_SCHEDULE_DELAY", 1000) / 1000
-    from otel_titan.exporters.otlp import quiet_exporter_logs  # here: otlp.py's exporters are not needed otherwise
-
     quiet_exporter_logs()  # a dead collector: each export error once a minute, with the count, as for traces
     if signal_protocol("LOGS") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter

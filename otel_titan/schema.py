@@ -220,6 +220,8 @@ class Field:
     FAILED_RECORDS = "failed_records"
     WRITTEN_RECORDS = "written_records"
     SKIPPED_VALUES = "skipped_values"
+    EXPORTER_LOSSES = "exporter_losses"
+    METRICS_ENDPOINT = "metrics_endpoint"
     CLOSING = "closing"
     SIGNAL = "signal"
     SIGNAL_NUMBER = "signal_number"

@@ -15,6 +15,7 @@ hook                      called                                                
 ``heartbeat``             nothing emitted for ``heartbeat_interval_s`` with spans open  `HeartbeatAware`
 ``black_box``             a stall, a dump signal or trigger, SIGTERM: the hang record  `BlackBoxAware`
 ``drain(timeout)``        SIGTERM, after the flush: deliver what is queued (network)   `Drainable`
+``delivery_losses()``     the closing record, the health counters: what was not sent   `DeliveryCounted`
 ``discard()``             init failed after the exporter was made: undo, write nothing  `Discardable`
 ``close_after_fork()``    in a forked child: let go of the parent's resources silently  `ForkAware`
 ========================  ===========================================================  ====================
@@ -38,6 +39,8 @@ on purpose) and `HandlerFactoryError` (what init raises for a failed factory).
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -50,6 +53,8 @@ __all__ = [
     "BlackBoxAware",
     "Drainable",
     "Discardable",
+    "DeliveryCounted",
+    "delivery_losses",
     "ForkAware",
     "Timeline",
     "TimelineItem",
@@ -60,6 +65,7 @@ __all__ = [
     "HandlerFactoryError",
     "discard_exporter",
     "drain_exporter",
+    "drain_exporters",
     "close_exporter_after_fork",
 ]
 
@@ -171,6 +177,39 @@ class Drainable(Protocol):
 
 
 @runtime_checkable
+class DeliveryCounted(Protocol):
+    """Sends what it is given somewhere else (a collector) and may lose some: says how much."""
+
+    def delivery_losses(self) -> tuple[str, int, int]:
+        """``(what, dropped, failed)``: a short name (``otlp_logs``), items dropped (its queue was full, or
+        still queued when time ran out at shutdown) and items its exporter reported as failed, since init."""
+        ...
+
+
+def delivery_losses(exporters: Sequence[SpanExporter]) -> dict[str, dict[str, int]]:
+    """``{what: {"dropped": n, "failed": m}}`` for every exporter that counts its deliveries (the closing record, the health counters).
+
+    Example:
+        >>> class Logs(TitanSpanExporter):
+        ...     def delivery_losses(self):
+        ...         return ("otlp_logs", 2440, 0)
+        >>> delivery_losses([Logs()])
+        {'otlp_logs': {'dropped': 2440, 'failed': 0}}
+    """
+    out: dict[str, dict[str, int]] = {}
+    for exporter in exporters:
+        if isinstance(exporter, DeliveryCounted):
+            try:
+                what, dropped, failed = exporter.delivery_losses()
+            except Exception:  # noqa: BLE001 - a report must never cost the closing record
+                continue
+            entry = out.setdefault(str(what), {"dropped": 0, "failed": 0})
+            entry["dropped"] += int(dropped)
+            entry["failed"] += int(failed)
+    return out
+
+
+@runtime_checkable
 class Discardable(Protocol):
     """Can undo its own construction: called instead of `shutdown` when init fails after it was made."""
 
@@ -229,6 +268,34 @@ def drain_exporter(exporter: SpanExporter, timeout: float) -> bool:
     if isinstance(exporter, Drainable):
         return bool(exporter.drain(timeout))
     return True
+
+
+def drain_exporters(exporters: Sequence[SpanExporter], deadline: float) -> bool:
+    """SIGTERM: drain every `Drainable` exporter side by side, each until `deadline` (``time.monotonic()``).
+
+    One after the other, an unresponsive endpoint took the whole budget: metrics
+    waiting on a hung collector left 0 of 40 queued log lines sent. Side by
+    side each gets all that is left; those declaring ``drain_last = True`` (the
+    metrics, whose figures a later scrape or the next run can still give) start
+    after the logs and traces, which are what explains a death. Returns True
+    when every one finished in time.
+    """
+    drainable = [e for e in exporters if isinstance(e, Drainable)]
+    drainable.sort(key=lambda e: bool(getattr(e, "drain_last", False)))  # stable: the logs and traces first
+    results: dict[int, bool] = {}
+
+    def run(index: int, exporter: Any) -> None:
+        try:
+            results[index] = bool(exporter.drain(max(0.0, deadline - time.monotonic())))
+        except Exception:  # noqa: BLE001 - the process is about to die: one exporter must not cost the others
+            results[index] = False
+
+    threads = [threading.Thread(target=run, args=(i, e), name=f"otel-titan-drain-{i}", daemon=True) for i, e in enumerate(drainable)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return len(results) == len(drainable) and all(results.values())
 
 
 def discard_exporter(exporter: SpanExporter) -> None:

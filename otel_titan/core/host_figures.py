@@ -24,9 +24,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["HostFigures", "read_pressure", "cgroup_cpu_stat_path"]
+__all__ = ["HostFigures", "read_pressure", "cgroup_cpu_stat_path", "FIGURE_NAMES"]
 
 _PSI = ("cpu", "memory", "io")
+#: Every name `HostFigures.read` may return (the logger's own figures: the metrics' name cap never drops them).
+FIGURE_NAMES = frozenset(
+    [f"host/{resource}_pressure_some_pct" for resource in _PSI]
+    + [f"host/{resource}_pressure_full_pct" for resource in _PSI if resource != "cpu"]
+    + ["host/cgroup_throttled_periods", "host/cgroup_throttled_s"]
+)
 
 
 def read_pressure(resource: str, root: str = "/proc/pressure") -> dict[str, float]:

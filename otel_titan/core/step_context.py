@@ -31,7 +31,7 @@ import weakref
 from asyncio import current_task
 from asyncio import events as _asyncio_events
 from contextvars import ContextVar
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from otel_titan.schema import INT64_MAX, INT64_MIN
 
@@ -45,6 +45,7 @@ __all__ = [
     "get_step_tags",
     "current_step_state",
     "training_loop_thread",
+    "set_boundary_hook",
 ]
 
 
@@ -78,6 +79,8 @@ _owner: list[tuple[Any, Any] | None] = [None]
 #: one-element list holding the training loop's. Read them, never set them.
 context_state = _context_state
 default_state = _default
+#: Called by the training loop's `set_step` with the step that just ended (`set_boundary_hook`), or None.
+_boundary_hook: list[Callable[[int], None] | None] = [None]
 _get_running_loop = _asyncio_events._get_running_loop
 _main_thread = threading.main_thread
 _current_thread = threading.current_thread
@@ -143,14 +146,27 @@ def _is_alive(owner: tuple[Any, Any]) -> bool:
     return task is not None and not task.done()
 
 
-def _write(new: StepState, claim: bool = False) -> None:
+def _write(new: StepState, claim: bool = False) -> bool:
     # The training loop moves the default every view-less thread reads; anyone
     # else only changes its own view. Both set the caller's view, so tasks it
-    # creates from now on start from `new`.
-    if _owns_default(claim):
+    # creates from now on start from `new`. True when it was the training loop.
+    owns = _owns_default(claim)
+    if owns:
         new = _LoopStepState(*new)
         _default[0] = new
     _context_state.set(new)
+    return owns
+
+
+def set_boundary_hook(hook: Callable[[int], None] | None) -> None:
+    """Have the training loop's `set_step` call `hook(ended_step)` at each step boundary (None: stop).
+
+    The per-step process figures read their memory and CPU time here, at the
+    boundary itself, instead of up to a processor interval into the next step
+    (process_figures.py `BoundaryReadings`). It runs on the training thread:
+    keep it to a few microseconds; an exception from it is swallowed.
+    """
+    _boundary_hook[0] = hook
 
 
 def _as_step(value: object, what: str) -> int | None:
@@ -190,7 +206,14 @@ def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     """
     number = _as_step(step, "step")
     relative = number if relative_step is None else _as_step(relative_step, "relative_step")
-    _write(StepState(number, relative, ()), claim=True)
+    ended = _default[0].step
+    if _write(StepState(number, relative, ()), claim=True):
+        hook = _boundary_hook[0]
+        if hook is not None and ended is not None and ended != number:
+            try:
+                hook(ended)
+            except Exception:  # noqa: BLE001 - a figure must never cost the training loop its step
+                pass
 
 
 def get_step() -> int | None:

@@ -9,10 +9,13 @@ the step that ended*, built by the same `SpanBuilder` as the user's own
 metrics and the trace's counters alike, and the training thread does nothing
 at all: no call, no timer, no extra event in its queue.
 
-When it is read: up to one processor interval (50 ms by default) after the
-boundary, whenever the processor next wakes; at shutdown for the last step.
-A step faster than that interval shares its reading with the next one (the
-figures of the later step are written; none is invented).
+When it is read: the resident memory and CPU times at the boundary itself,
+by the training loop's ``set_step`` (`BoundaryReadings`, a few microseconds),
+and the scalar records carry that moment; the rest (peaks, threads, CUDA, the
+host's) up to one processor interval (50 ms by default) after the boundary,
+whenever the processor next wakes; at shutdown for the last step. A step
+faster than that interval shares its reading with the next one (the figures
+of the later step are written; none is invented).
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ class StepSampler:
         >>> sampler = StepSampler(builder, ProcessFigures(local_rank).read)  # doctest: +SKIP
     """
 
-    def __init__(self, builder: Any, read: Callable[[], dict[str, int | float]]) -> None:
+    def __init__(self, builder: Any, read: Callable[[], dict[str, int | float]], boundary: Any = None) -> None:
         self._builder = builder
         self._read = read
+        #: `BoundaryReadings`: what the training loop's ``set_step`` read when each step ended, or None.
+        self._boundary = boundary
         self._state: StepState | None = None
         self._failures = WarnOnce()
         #: Step boundaries sampled.
@@ -72,10 +77,18 @@ class StepSampler:
     def _sample(self, state: StepState) -> list[Any]:
         try:
             figures = self._read()
+            at = time.perf_counter_ns()
+            taken = self._boundary.take(state.step) if self._boundary is not None and state.step is not None else None
+            if taken is not None:  # read when the step ended, not now: the next step's allocations are not this one's
+                figures = {**figures, **taken[0]}
+                at = taken[1]
+                peak, rss = figures.get("memory/rss_peak_bytes"), figures.get("memory/rss_bytes")
+                if peak is not None and rss is not None and rss > peak:  # the kernel's counters differ by a few pages
+                    figures["memory/rss_peak_bytes"] = rss
             if not figures:
                 return []
             code = self._sample.__code__
-            spans = self._builder.scalars(figures, time.perf_counter_ns(), code, code.co_firstlineno, None, state, threading.get_ident(), None)
+            spans = self._builder.scalars(figures, at, code, code.co_firstlineno, None, state, threading.get_ident(), None)
             for span in spans:
                 span.by_logger = True
         except Exception:  # noqa: BLE001 - a figure we cannot read must never stop the processor

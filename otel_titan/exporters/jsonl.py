@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any, Sequence
 
-from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
+from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem, delivery_losses
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
 from otel_titan.exporters.rotating_file import RotatingFile
@@ -155,6 +155,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         #: Sums each step's spans as they pass, for its ``step_rollup`` record (step_rollups.py); None = off.
         self.rollups: StepRollups | None = StepRollups() if step_rollups else None
         self._stats = stats
+        #: The other exporters of the pipeline (`observe_pipeline`): their delivery losses go into the closing record.
+        self._pipeline: Sequence[Any] = ()
         self._opened_fields = opened_fields or {}
         self._opened_at_ns = time.time_ns()  # the opening record carries the creation time
         self._opened = False
@@ -165,7 +167,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._failing_since: float | None = None
         self._rotation_warned = False
         self._pending_meta: list[bytes] = []
-        self._opened_size = self._write_opened()
+        # Written when init has made every exporter (`observe_pipeline`: the others may add to it, as the
+        # Prometheus endpoint a taken port moved), else with the first batch.
+        self._opened_size = -1
 
     def _write_opened(self) -> int:
         """Write the opening record now, on the thread that creates the exporter (init's).
@@ -289,6 +293,20 @@ class JsonlSpanExporter(StartAwareSpanExporter):
                     pass
         return SpanExportResult.SUCCESS
 
+    def observe_pipeline(self, exporters: Sequence[Any], processor: Any) -> None:
+        """Know the other exporters (init, before any record): write the opening record with what they add to it
+        (``opened_record_fields()``: the Prometheus endpoint); what the network ones did not deliver goes into the closing record."""
+        self._pipeline = tuple(e for e in exporters if e is not self)
+        for exporter in self._pipeline:
+            extra = getattr(exporter, "opened_record_fields", None)
+            if callable(extra):
+                try:
+                    self._opened_fields.update(extra())
+                except Exception:  # noqa: BLE001 - an extra field must never cost the opening record
+                    pass
+        if not self._opened:
+            self._opened_size = self._write_opened()
+
     def heartbeat(self, time_ns: int, open_spans: Sequence[Any]) -> None:
         """Write a ``heartbeat`` record: alive, quiet, and still inside `open_spans`."""
         if self._closed:
@@ -336,20 +354,23 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         if self.rollups is not None:
             # The last step has no next step to end it: written now, marked not complete, before the closing line.
             self._add_rollups(self._rollups_due(None), lines)
-        lines.append(
-            self._encoder.meta_line(
-                MetaEvent.CLOSED,
-                {
-                    Field.CLOSING: True,
-                    Field.WRITTEN_RECORDS: self.written_records,
-                    Field.DROPPED_RECORDS: self.dropped_records,
-                    Field.FAILED_RECORDS: self.failed_records,
-                    # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
-                    Field.SKIPPED_VALUES: self._stats.skipped_values if self._stats is not None else 0,
-                    Field.MESSAGE: f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
-                },
-            )
-        )
+        fields: dict[str, Any] = {
+            Field.CLOSING: True,
+            Field.WRITTEN_RECORDS: self.written_records,
+            Field.DROPPED_RECORDS: self.dropped_records,
+            Field.FAILED_RECORDS: self.failed_records,
+            # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
+            Field.SKIPPED_VALUES: self._stats.skipped_values if self._stats is not None else 0,
+            Field.MESSAGE: f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
+        }
+        # What the network exporters (OTLP traces, logs, records) did not deliver, read as they stop beside this one.
+        losses = delivery_losses(self._pipeline)
+        if losses:
+            fields[Field.EXPORTER_LOSSES] = losses
+            lost = [f"{what} {entry['dropped']} dropped, {entry['failed']} failed" for what, entry in losses.items() if entry["dropped"] or entry["failed"]]
+            if lost:
+                fields[Field.MESSAGE] += "; not delivered: " + "; ".join(lost)
+        lines.append(self._encoder.meta_line(MetaEvent.CLOSED, fields))
         try:
             self._file.write_lines(lines)
         except OSError as error:

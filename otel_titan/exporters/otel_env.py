@@ -10,7 +10,13 @@
   (``OTEL_TITAN_HANDLERS`` / ``TITAN_STRUCT_LOGGER_HANDLERS``) still wins.
 * ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``, then ``OTEL_EXPORTER_OTLP_PROTOCOL``:
   ``http/protobuf`` (the specification's default) or ``grpc``.
-  ``http/json`` is not implemented by the Python exporter and is refused.
+  ``http/json`` is not implemented by the Python exporter: ``http/protobuf``
+  is used instead (an OTLP/HTTP collector takes both on the same port).
+
+An unknown value of one of these standard variables is warned about once and
+ignored, as the specification asks (`ignored_value`): a site-wide
+``OTEL_LOGS_EXPORTER=console`` or ``OTEL_EXPORTER_OTLP_PROTOCOL=http/json``,
+read by every OpenTelemetry program, must not keep a training job from starting.
 
 Everything else (endpoint, headers, timeout, compression, certificates) is
 left to the OTLP exporter itself, which reads the standard variables untouched.
@@ -18,14 +24,19 @@ left to the OTLP exporter itself, which reads the standard variables untouched.
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import Mapping
+import threading
+from typing import Iterable, Mapping
 
 __all__ = [
     "sdk_disabled",
     "traces_exporters",
     "traces_exporter_handler_specs",
     "otlp_protocol",
+    "signal_protocol",
+    "exporter_names",
+    "ignored_value",
     "OTLP_HANDLER",
     "CONSOLE_HANDLER",
     "DEFAULT_PROTOCOL",
@@ -36,6 +47,68 @@ CONSOLE_HANDLER = "otel_titan.exporters.otlp.register_console_handler"
 DEFAULT_PROTOCOL = "http/protobuf"
 _PROTOCOLS = ("http/protobuf", "grpc")
 _EXPORTERS = {"otlp": OTLP_HANDLER, "console": CONSOLE_HANDLER}
+_log = logging.getLogger("otel_titan")
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def ignored_value(name: str, raw: str, why: str) -> None:
+    """Warn, once per variable and value, that a standard variable's value is ignored (init goes on).
+
+    Example:
+        >>> ignored_value("OTEL_TRACES_EXPORTER", "zipkin", "unsupported exporter 'zipkin' (supported: otlp, console, none)")
+    """
+    with _warned_lock:
+        if (name, raw) in _warned:
+            return
+        _warned.add((name, raw))
+    _log.warning("otel-titan: %s=%r: %s; ignored, as the OpenTelemetry specification asks for unknown values", name, raw, why)
+
+
+def exporter_names(name: str, supported: Iterable[str], environ: Mapping[str, str] | None = None, hint: str = "") -> list[str]:
+    """The names in the comma-separated exporter variable `name` that are `supported` (``none`` removed, duplicates once); the rest warned about and ignored.
+
+    Example:
+        >>> exporter_names("OTEL_TRACES_EXPORTER", ("otlp", "console"), {"OTEL_TRACES_EXPORTER": "otlp, zipkin,otlp"})
+        ['otlp']
+    """
+    raw = _env(environ).get(name, "")
+    known = tuple(supported)
+    out: list[str] = []
+    for part in (p.strip().lower() for p in raw.split(",")):
+        if not part or part == "none" or part in out:
+            continue
+        if part not in known:
+            ignored_value(name, raw, f"unsupported exporter {part!r} (supported: {', '.join(known)}, none{hint})")
+            continue
+        out.append(part)
+    return out
+
+
+def signal_protocol(signal: str, environ: Mapping[str, str] | None = None) -> str:
+    """The OTLP transport for `signal` (``TRACES``, ``METRICS``, ``LOGS``): its own variable, then the generic one, else ``http/protobuf``.
+
+    An unknown value is warned about and ignored (the next variable decides);
+    ``http/json``, which the Python exporter does not implement, means ``http/protobuf``.
+
+    Example:
+        >>> signal_protocol("LOGS", {"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+        'grpc'
+        >>> signal_protocol("METRICS", {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+        'http/protobuf'
+    """
+    env = _env(environ)
+    for name in (f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = env.get(name, "").strip().lower()
+        if not value:
+            continue
+        if value in _PROTOCOLS:
+            return value
+        if value == "http/json":
+            ignored_value(name, value, "the Python OTLP exporter does not implement http/json: http/protobuf is used (an OTLP/HTTP collector takes both on the same port)")
+            return DEFAULT_PROTOCOL
+        ignored_value(name, value, f"unsupported protocol (use one of: {', '.join(_PROTOCOLS)})")
+    return DEFAULT_PROTOCOL
 
 
 def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -53,22 +126,13 @@ def sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def traces_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The exporter names in ``OTEL_TRACES_EXPORTER`` (``none`` removed); unknown names raise `ValueError`.
+    """The exporter names in ``OTEL_TRACES_EXPORTER`` (``none`` removed); unknown names are warned about and ignored.
 
     Example:
         >>> traces_exporters({"OTEL_TRACES_EXPORTER": "otlp, console"})
         ['otlp', 'console']
     """
-    raw = _env(environ).get("OTEL_TRACES_EXPORTER", "")
-    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
-    unknown = [name for name in names if name not in _EXPORTERS and name != "none"]
-    if unknown:
-        raise ValueError(f"OTEL_TRACES_EXPORTER={raw!r}: unsupported exporter {unknown[0]!r} (supported: otlp, console, none)")
-    out: list[str] = []
-    for name in names:
-        if name != "none" and name not in out:
-            out.append(name)
-    return out
+    return exporter_names("OTEL_TRACES_EXPORTER", _EXPORTERS, environ)
 
 
 def traces_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -94,11 +158,4 @@ def otlp_protocol(environ: Mapping[str, str] | None = None) -> str:
         >>> otlp_protocol({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"})
         'http/protobuf'
     """
-    env = _env(environ)
-    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        value = env.get(name, "").strip().lower()
-        if value:
-            if value not in _PROTOCOLS:
-                raise ValueError(f"{name}={value!r} is not supported (use one of: {', '.join(_PROTOCOLS)})")
-            return value
-    return DEFAULT_PROTOCOL
+    return signal_protocol("TRACES", environ)

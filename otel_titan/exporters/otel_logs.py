@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from typing import Any, Mapping, Sequence
 
@@ -45,7 +47,8 @@ from otel_titan.exporters.batch_sender import run_batches
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, StartAwareSpanExporter
 from otel_titan.core.log_context import current_span_ids
-from otel_titan.exporters.otel_env import sdk_disabled
+from otel_titan.exporters.otel_env import exporter_names, ignored_value, sdk_disabled, signal_protocol
+from otel_titan.exporters.otlp import quiet_exporter_logs
 
 __all__ = ["OtelLogHandler", "OtelLogsExporter", "register_otel_logs_handler", "logs_exporters", "logs_exporter_handler_specs", "LOGS_HANDLER"]
 
@@ -57,27 +60,19 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NEVER_SENT = ("opentelemetry", "grpc", "urllib3")
 
 
-def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
-    return os.environ if environ is None else environ
-
-
 def logs_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The names in ``OTEL_LOGS_EXPORTER`` (``none`` removed); only ``otlp`` is supported.
+    """The names in ``OTEL_LOGS_EXPORTER`` (``none`` removed); only ``otlp`` is supported, others are warned about and ignored.
+
+    ``console`` too: the console already shows every line (a second copy as
+    JSON would interleave with it).
 
     Example:
         >>> logs_exporters({"OTEL_LOGS_EXPORTER": "otlp"}), logs_exporters({})
         (['otlp'], [])
         >>> logs_exporters({"OTEL_LOGS_EXPORTER": "console"})
-        Traceback (most recent call last):
-        ...
-        ValueError: OTEL_LOGS_EXPORTER='console': unsupported exporter 'console' (supported: otlp, none; the console already shows the log)
+        []
     """
-    raw = _env(environ).get("OTEL_LOGS_EXPORTER", "")
-    names = [name.strip().lower() for name in raw.split(",") if name.strip() and name.strip().lower() != "none"]
-    for name in names:
-        if name != "otlp":
-            raise ValueError(f"OTEL_LOGS_EXPORTER={raw!r}: unsupported exporter {name!r} (supported: otlp, none; the console already shows the log)")
-    return names[:1]
+    return exporter_names("OTEL_LOGS_EXPORTER", ("otlp",), environ, hint="; the console already shows the log")
 
 
 def logs_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -101,7 +96,8 @@ def _env_int(name: str, default: int) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"{name}={raw!r} must be an int >= 1")
+        ignored_value(name, raw, f"not an int >= 1: {default} is used")
+        return default
     return value
 
 
@@ -118,7 +114,18 @@ def _severity(levelno: int) -> SeverityNumber:
     return SeverityNumber.DEBUG
 
 
-_SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+def _exception_attributes(exc_info: Any) -> dict[str, str] | None:
+    """``exception.type``, ``.message`` and ``.stacktrace`` (the semantic conventions) of a ``logger.exception`` record."""
+    if exc_info is True:
+        exc_info = sys.exc_info()
+    if not isinstance(exc_info, tuple) or exc_info[0] is None:
+        return None
+    kind, value, tb = exc_info
+    return {
+        "exception.type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ not in ("builtins", "__main__") else kind.__qualname__,
+        "exception.message": str(value),
+        "exception.stacktrace": "".join(traceback.format_exception(kind, value, tb)),
+    }
 
 
 class OtelLogHandler(logging.Handler):
@@ -143,13 +150,12 @@ class OtelLogHandler(logging.Handler):
             return
         try:
             message = record.getMessage()
-            if record.exc_info:
-                message = message + "\n" + logging.Formatter().formatException(record.exc_info)
+            exception = _exception_attributes(record.exc_info) if record.exc_info else None
             ids = current_span_ids()
         except Exception:  # noqa: BLE001 - logging's own convention: report, never raise into the caller
             self.handleError(record)
             return
-        queue.append((int(record.created * 1e9), record.levelno, record.levelname, message, record.name, record.pathname, record.lineno, record.funcName, record.thread, ids))
+        queue.append((int(record.created * 1e9), record.levelno, record.levelname, message, record.name, record.pathname, record.lineno, record.funcName, record.thread, ids, exception))
         if len(queue) >= owner.max_export_batch_size:
             owner._wake.set()
 
@@ -192,6 +198,7 @@ class OtelLogsExporter(StartAwareSpanExporter):
         self.failed_logs = 0
         #: Records handed to the exporter successfully.
         self.sent_logs = 0
+        self._warned_drop = False
         self._logger = logging.getLogger() if logger is None else logger
         self.handler = OtelLogHandler(self)
         self._logger.addHandler(self.handler)
@@ -206,6 +213,10 @@ class OtelLogsExporter(StartAwareSpanExporter):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Nothing synchronous here: the records go every ``OTEL_BLRP_SCHEDULE_DELAY`` and at shutdown."""
         return True
+
+    def delivery_losses(self) -> tuple[str, int, int]:
+        """``("logs:otlp", dropped, failed)`` records since init (the closing record, the health counters)."""
+        return ("logs:otlp", self.dropped_logs, self.failed_logs)
 
     def drain(self, timeout: float) -> bool:
         """Send what is queued within `timeout` seconds (SIGTERM)."""
@@ -224,6 +235,10 @@ class OtelLogsExporter(StartAwareSpanExporter):
         self._stopping = True
         self._wake.set()
         self._thread.join(self._shutdown_timeout_s)
+        if self._thread.is_alive():  # time ran out: what is still queued is not sent
+            self.dropped_logs += len(self._queue)
+            self._queue.clear()
+        self._warn_dropped()
         try:
             self._exporter.shutdown()
         except Exception:  # noqa: BLE001 - at exit: nothing to recover
@@ -257,9 +272,21 @@ class OtelLogsExporter(StartAwareSpanExporter):
             self.sent_logs += len(records)
         else:
             self.failed_logs += len(records)
+        self._warn_dropped()
+
+    def _warn_dropped(self) -> None:
+        """Once, from this thread (never the writing thread, whose handler is the one dropping): records were dropped."""
+        if self._warned_drop or not self.dropped_logs:
+            return
+        self._warned_drop = True
+        _log.warning(
+            "otel-titan: OTLP log records are being dropped: %d waiting records (OTEL_BLRP_MAX_QUEUE_SIZE) while the collector is slow or down; "
+            "counted in the closing record (exporter_losses) and titan.logger.records{outcome=dropped}, not warned about again",
+            self.max_queue_size,
+        )
 
     def _record(self, item: tuple[Any, ...]) -> ReadWriteLogRecord:
-        created_ns, levelno, levelname, message, name, path, lineno, function, thread, ids = item
+        created_ns, levelno, levelname, message, name, path, lineno, function, thread, ids, exception = item
         context = None
         if ids is not None:
             context = trace.set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, _SAMPLED)))
@@ -267,22 +294,12 @@ class OtelLogsExporter(StartAwareSpanExporter):
             timestamp=created_ns,
             observed_timestamp=time.time_ns(),
             context=context,
-            severity_text=_SEVERITY_TEXT.get(levelname, levelname),
+            severity_text=levelname,  # Python's own (WARNING, CRITICAL), as the SDK's handler sends it; the number says WARN, FATAL
             severity_number=_severity(levelno),
             body=message,
-            attributes={"code.file.path": path, "code.line.number": lineno, "code.function.name": function, "thread.id": thread, "logger.name": name},
+            attributes={"code.file.path": path, "code.line.number": lineno, "code.function.name": function, "thread.id": thread, "logger.name": name, **(exception or {})},
         )
         return ReadWriteLogRecord(log_record=record, resource=self._resource, instrumentation_scope=self._scope)
-
-
-def _protocol() -> str:
-    for name in ("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-        value = os.environ.get(name, "").strip().lower()
-        if value:
-            if value not in ("http/protobuf", "grpc"):
-                raise ValueError(f"{name}={value!r} is not supported for logs (use one of: http/protobuf, grpc)")
-            return value
-    return "http/protobuf"
 
 
 def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: Any) -> None:
@@ -294,7 +311,8 @@ def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: 
     max_queue = _env_int("OTEL_BLRP_MAX_QUEUE_SIZE", 2048)
     batch = _env_int("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", 512)
     delay_s = _env_int("OTEL_BLRP_SCHEDULE_DELAY", 1000) / 1000
-    if _protocol() == "grpc":
+    quiet_exporter_logs()  # a dead collector: each export error once a minute, with the count, as for traces
+    if signal_protocol("LOGS") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     else:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter

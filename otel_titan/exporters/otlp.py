@@ -35,20 +35,29 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_titan.exporters.otel_env import otlp_protocol, sdk_disabled
+from otel_titan.exporters.otel_env import ignored_value, otlp_protocol, sdk_disabled
 from otel_titan.exporters.otlp_grpc import grpc_exporter_class
 from otel_titan.exporters.otlp_http import http_exporter_class
 from otel_titan.exporters.queued import QueuedSpanExporter
 from otel_titan.core.exporter import HandlerSkipped
 
-__all__ = ["register_otlp_handler", "register_console_handler", "is_sent_as_span"]
+__all__ = ["register_otlp_handler", "register_console_handler", "is_sent_as_span", "quiet_exporter_logs"]
 
+#: The loggers the OTLP exporters and the SDK's readers report export errors on, every signal's: a filter on a
+#: logger sees only what is logged on that very logger, so each is named.
 _OTLP_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc._log_exporter",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http._log_exporter",
     "opentelemetry.exporter.otlp.proto.http",
     "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.sdk.metrics._internal.export",
 )
+_SIGNALS = ("spans", "metrics", "logs")
 
 
 def is_sent_as_span(span: ReadableSpan) -> bool:
@@ -69,9 +78,10 @@ def _env_number(name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise ValueError(f"{name}={raw!r} must be positive")
+        value = 0.0
+    if not value > 0:
+        ignored_value(name, raw, f"not a positive number: {default:g} is used")
+        return default
     return value
 
 
@@ -81,8 +91,9 @@ class _ExporterLogFilter(logging.Filter):
     * Credentials are redacted: the gRPC exporter prints its endpoint, which may
       carry ``user:password@``, and header values (``OTEL_EXPORTER_OTLP_HEADERS``,
       typically an API token) must never reach a console or a log file.
-    * Each distinct message passes once a minute: a collector down for an hour
-      is one problem, not thousands of lines.
+    * Each distinct message passes once a minute per signal (traces, metrics,
+      logs alike): a collector down for an hour is one problem, not thousands
+      of lines. The next one that passes says how many like it were held back.
     """
 
     _USERINFO = re.compile(r"(?<![\w.-])([^\s/@:]+):([^\s/@]+)@")
@@ -90,14 +101,15 @@ class _ExporterLogFilter(logging.Filter):
     def __init__(self, every_s: float = 60.0) -> None:
         super().__init__()
         self.every_s = every_s
-        self._last: dict[str, float] = {}
+        self._last: dict[tuple[Any, ...], float] = {}
+        self._held: dict[tuple[Any, ...], int] = {}
         self._lock = threading.Lock()
 
     @staticmethod
     def secrets() -> list[str]:
         """Header values of the standard variables (read each time: tests and users change them)."""
         values = []
-        for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS"):
             for pair in os.environ.get(name, "").split(","):
                 _, _, value = pair.partition("=")
                 value = value.strip()
@@ -113,17 +125,24 @@ class _ExporterLogFilter(logging.Filter):
         return text
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = f"{record.name}:{record.msg}"
+        args = record.args if isinstance(record.args, tuple) else ()
+        # One key per message and signal: the gRPC exporters of all three share one logger and one message.
+        key = (record.name, str(record.msg), tuple(a for a in args if isinstance(a, str) and a in _SIGNALS))
         now = time.monotonic()
         with self._lock:
             last = self._last.get(key)
             if last is not None and now - last < self.every_s:
+                self._held[key] = self._held.get(key, 0) + 1
                 return False
             self._last[key] = now
+            held = self._held.pop(key, 0)
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a malformed record: let logging report it
             return True
+        if held:
+            message += f" (and {held} more like it in the last {self.every_s:g} s, not shown; otel-titan shows each once a minute)"
+            record.msg, record.args = message, None
         redacted = self.redact(message)
         if redacted != message:
             record.msg, record.args = redacted, None
@@ -136,7 +155,8 @@ class _ExporterLogFilter(logging.Filter):
 _quiet = _ExporterLogFilter()
 
 
-def _quiet_exporter_logs() -> None:
+def quiet_exporter_logs() -> None:
+    """Put the redacting, once-a-minute filter on every OTLP exporter's and SDK reader's logger (all signals)."""
     for name in _OTLP_LOGGERS:
         logger = logging.getLogger(name)
         if _quiet not in logger.filters:
@@ -187,7 +207,7 @@ def register_otlp_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanExpo
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")
     protocol = otlp_protocol()
-    _quiet_exporter_logs()
+    quiet_exporter_logs()
     if protocol == "grpc":
         otlp: Any = grpc_exporter_class()()  # grpc is heavy: loaded only here
     else:

@@ -210,6 +210,10 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
         self._reported_drops = lost
         return line
 
+    def delivery_losses(self) -> tuple[str, int, int]:
+        """``("records:otlp", dropped, failed)`` records since init (the closing record, the health counters)."""
+        return ("records:otlp", self.dropped_records, self.failed_records)
+
     # -- lifecycle ---------------------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Start sending what is queued now; does not wait (called on the processor thread: a dead receiver must not hold it; see `drain`)."""

@@ -106,6 +106,10 @@ class QueuedSpanExporter(TitanSpanExporter):
                 self._wake.set()
         return SpanExportResult.SUCCESS
 
+    def delivery_losses(self) -> tuple[str, int, int]:
+        """``("traces:<name>", dropped, failed)`` spans since init (the closing record, the health counters)."""
+        return (f"traces:{self.name}", self.dropped_spans, self.failed_spans)
+
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Start exporting what is queued now; does not wait (see `drain`)."""
         self._wake.set()

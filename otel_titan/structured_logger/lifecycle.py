@@ -27,14 +27,14 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_titan._version import __version__
-from otel_titan.core import blackbox, capture, otel_context
+from otel_titan.core import blackbox, capture, otel_context, step_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
 from otel_titan.core.mesh import resolve_mesh
 from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.host_figures import HostFigures
-from otel_titan.core.process_figures import ProcessFigures, process_figures_on
+from otel_titan.core.process_figures import BoundaryReadings, ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.step_sampler import StepSampler
@@ -158,6 +158,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     span_ids = SpanIdAllocator()
     builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
     stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)
+    boundary = BoundaryReadings() if process_figures_on(parsed.process_figures) else None
     processor = BatchProcessor(
         queue,
         builder,
@@ -168,7 +169,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         stacks_file=stacks_file,
         stall_floor_s=stall_floor_s,
         trigger_path=os.environ.get(OTEL_TITAN_DUMP_TRIGGER, "").strip() or None,
-        step_sampler=StepSampler(builder, _step_figures(identity.local_rank)) if process_figures_on(parsed.process_figures) else None,
+        step_sampler=StepSampler(builder, _step_figures(identity.local_rank), boundary) if boundary is not None else None,
     )
     for exporter in exporters:  # exporters that report the pipeline's own health (metrics.py)
         observe = getattr(exporter, "observe_pipeline", None)
@@ -179,6 +180,7 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory,
                             unshare_run_id=export_run_id(identity))
     process_hooks.install(parsed)
+    step_context.set_boundary_hook(boundary)  # the per-step memory and CPU time, read at the boundary itself
     join = parsed.join_otel_context if parsed.join_otel_context is not None else otel_context.sdk_tracer_provider_configured()
     capture.attach(
         queue,

@@ -26,8 +26,8 @@ import signal
 import sys
 import time
 
-from otel_titan.core import capture
-from otel_titan.core.exporter import close_exporter_after_fork, drain_exporter
+from otel_titan.core import capture, step_context
+from otel_titan.core.exporter import close_exporter_after_fork, drain_exporters
 from otel_titan.core.options import LoggerOptions
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_SIGNAL
 from otel_titan.schema import Field, MetaEvent
@@ -142,15 +142,16 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
     # the OTLP side too, marked incomplete. The JSONL file already has their _start.
     runtime.processor.flush(runtime.options.exit_timeout_s, open_spans=dying)
     # Then give exporters with work of their own in flight (queued network
-    # exporters: OTLP, a user's) what is left of the budget to deliver;
-    # waited for here, not on the processor, so the file never waits.
-    for exporter in runtime.exporters:
-        drain_exporter(exporter, max(0.0, deadline - time.monotonic()))
+    # exporters: OTLP, a user's) what is left of the budget to deliver, side by
+    # side (one hung endpoint must not starve the others; logs and traces start
+    # before the metrics); waited for here, not on the processor, so the file never waits.
+    drain_exporters(runtime.exporters, deadline)
 
 
 def _after_fork_in_child() -> None:
     inherited = STATE.reset_after_fork()
     capture.detach()  # also forgets the parent's threads' cached native ids
+    step_context.set_boundary_hook(None)
     # The SIGTERM disposition and wakeup fd the child would have had without us.
     sigterm.after_fork_in_child()
     if inherited is None:

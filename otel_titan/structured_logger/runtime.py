@@ -18,7 +18,7 @@ from typing import Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.core import capture
+from otel_titan.core import capture, step_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.options import LoggerOptions
@@ -90,6 +90,7 @@ def shutdown(timeout: float | None) -> bool:
             return True
         STATE.closing, STATE.running = runtime, None
         capture.detach()
+        step_context.set_boundary_hook(None)
         try:
             finished = runtime.processor.shutdown(timeout)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
@@ -224,3 +225,25 @@ def test_a_figure_that_cannot_be_read_costs_no_record_and_is_reported_once(logge
         records = logged.finish()
     assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 4 and not figures_by_step(records)
     assert len([r for r in caplog.records if "per-step process figures" in r.getMessage()]) == 1
+
+
+def test_memory_allocated_at_the_start_of_a_step_is_that_steps_not_the_one_before(run_dir):
+    """Read on the background thread, step N's figures came up to a processor interval into step N+1:
+    memory allocated at the start of step 10 showed as step 9's memory/rss_bytes. Now read at set_step itself."""
+    from tests.conftest import data_records, jsonl_files, read_records
+
+    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="boundary", process_figures=True)
+    held = []
+    for step in range(1, 13):
+        sl.set_step(step)
+        if step == 10:
+            held.append(b"\x01" * (200 << 20))  # resident at once: 200 MiB, at the very start of step 10
+        with sl.log_trace_span("fwd_bwd"):
+            time.sleep(0.15)  # longer than the processor's interval: it wakes inside this step
+    sl.shutdown_structured_logger(10)
+    rss = {r["step"]: r["value"] for r in data_records(read_records(jsonl_files(run_dir)[0])) if r["log_type_name"] == "metric_value" and r["event_name"] == "memory/rss_bytes"}
+    assert {8, 9, 10, 11} <= set(rss), sorted(rss)
+    mib = 1 << 20
+    assert abs(rss[9] - rss[8]) < 50 * mib, (rss[8], rss[9])  # step 9 did not allocate
+    assert rss[10] - rss[9] > 150 * mib, (rss[9], rss[10])  # step 10 did
+    del held

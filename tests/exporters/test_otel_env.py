@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -31,15 +32,56 @@ def test_default_handlers_follow_otel_traces_exporter(env, expected):
     assert resolve_handler_specs(None, env)[0] == expected
 
 
-def test_unknown_exporter_or_protocol_fails_init_naming_it(run_dir, monkeypatch):
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
-    with pytest.raises(sl.HandlerFactoryError, match="zipkin"):
-        sl.init_structured_logger("training", run_dir, world_size=1)
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
-    with pytest.raises(sl.HandlerFactoryError, match="http/json"):
-        sl.init_structured_logger("training", run_dir, world_size=1)
-    assert not sl.is_initialized()
+def test_unknown_values_of_the_standard_variables_are_warned_about_once_and_ignored_never_failing_init(run_dir, monkeypatch, caplog):
+    """The specification: unknown values are warned about and ignored. A site-wide OTEL_LOGS_EXPORTER=console or
+    OTEL_EXPORTER_OTLP_PROTOCOL=http/json (read by every OpenTelemetry program) made init fail: the job never started."""
+    from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
+
+    backend = OtlpSignalsReceiver()
+    try:
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,zipkin")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console")
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "statsd,otlp")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc2")  # unknown: the generic variable decides, then the default
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", f"{backend.endpoint}/v1/metrics")
+        monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "lots")
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        with caplog.at_level(logging.WARNING, logger="otel_titan"):
+            sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="ignored-values")
+            kinds = sorted(type(e).__name__ for e in sl.get_exporters())
+            assert kinds == ["JsonlSpanExporter", "MetricsSpanExporter", "QueuedSpanExporter"], kinds  # no logs exporter: console ignored
+            (traces,) = [e for e in sl.get_exporters() if isinstance(e, QueuedSpanExporter)]
+            assert traces.name == "otlp-http-protobuf" and traces.max_queue_size == 16384
+            sl.set_step(1)
+            sl.log_trace_scalar({"loss": 0.5})
+            assert sl.shutdown_structured_logger(10)
+        ignored = [r.getMessage() for r in caplog.records if "ignored, as the OpenTelemetry specification asks" in r.getMessage()]
+        for variable in ("OTEL_TRACES_EXPORTER='otlp,zipkin'", "OTEL_EXPORTER_OTLP_PROTOCOL='http/json'", "OTEL_LOGS_EXPORTER='console'", "OTEL_METRICS_EXPORTER='statsd,otlp'",
+                         "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='grpc2'", "OTEL_BSP_MAX_QUEUE_SIZE='lots'"):
+            assert sum(variable in message for message in ignored) == 1, (variable, ignored)  # once each, though read more than once
+    finally:
+        backend.stop()
+
+
+def test_metrics_still_arrive_when_a_standard_variable_has_an_unknown_value(run_dir, monkeypatch):
+    from tests.helpers.otlp_signals_receiver import OtlpSignalsReceiver
+
+    backend = OtlpSignalsReceiver()
+    try:
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp,statsd")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/thrift")  # ignored: the generic grpc decides
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", backend.endpoint)
+        monkeypatch.setenv("OTEL_LOGS_EXPORTER", "console")
+        monkeypatch.setenv("OTEL_TITAN_HOST_METRICS", "0")
+        sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="ignored-values-2")
+        sl.set_step(1)
+        sl.log_trace_scalar({"loss": 0.5})
+        assert sl.shutdown_structured_logger(10)
+        assert backend.wait_for(lambda b: any(p.metric == "loss" for p in b.points()), timeout=20)
+    finally:
+        backend.stop()
 
 
 def test_protocol_precedence_and_default():

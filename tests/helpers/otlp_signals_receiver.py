@@ -59,15 +59,18 @@ class _Logs(logs_service_pb2_grpc.LogsServiceServicer):
         self.owner = owner
 
     def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+        if self.owner.log_delay_s:
+            time.sleep(self.owner.log_delay_s)  # a slow collector
         with self.owner._lock:
             self.owner.log_requests.append(request)
         return logs_service_pb2.ExportLogsServiceResponse()
 
 
 class OtlpSignalsReceiver:
-    """Collects every metrics and logs export sent to ``127.0.0.1:<port>``."""
+    """Collects every metrics and logs export sent to ``127.0.0.1:<port>``; `log_delay_s`: each logs export takes that long."""
 
-    def __init__(self) -> None:
+    def __init__(self, log_delay_s: float = 0.0) -> None:
+        self.log_delay_s = log_delay_s
         self.metric_requests: list[Any] = []
         self.log_requests: list[Any] = []
         self._lock = threading.Lock()

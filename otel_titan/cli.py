@@ -28,8 +28,7 @@ from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
 from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
 from otel_titan.analysis.read.filters import parse_rank_list
-from otel_titan.analysis.watch.loop import EXIT_ALERT, EXIT_ON_KINDS, default_trigger, run_watch
-from otel_titan.analysis.read.records import find_log_dir
+from otel_titan.analysis.watch.loop import EXIT_ALERT, EXIT_ON_KINDS, default_trigger, parse_seconds, run_watch, wait_for_run
 from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
 from otel_titan.analysis.report import write_report
 from otel_titan.analysis.read.runs import find_run
@@ -220,6 +219,7 @@ examples:
   otel-titan watch outputs --json | jq -c 'select(.type == "alert")'
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
   otel-titan watch outputs --once                  # one frame, then exit
+  otel-titan watch outputs --wait 10m &            # started before the job: waits for its files (10 min at most)
   otel-titan watch --otlp 0.0.0.0:4318 --spool /tmp/job42 --json   # NFS or node-local files: receive over OTLP
   otel-titan watch --otlp-grpc 0.0.0.0:4317 --spool /tmp/job42      # the same, OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc)
 
@@ -230,7 +230,7 @@ folder as the run's files (summarize, export and report read it afterwards).
 
 launch the ranks with {trigger}=RUN_DIR/dump-now (or pass --trigger) so that a
 suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
-exit codes: 0 done (or Ctrl-C), 2 not a run or bad arguments, 3 an --exit-on alert was confirmed
+exit codes: 0 done (or Ctrl-C), 2 not a run (within --wait) or bad arguments, 3 an --exit-on alert was confirmed
 (otel-titan --help lists every code).
 """
 
@@ -342,6 +342,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
     watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.add_argument("--wait", type=_duration, metavar="S",
+                       help="started before the job: wait at most S seconds (30, 10m) for RUN_DIR to hold log files, then exit 2 "
+                       "(default: wait until it does, saying so on stderr; with --once: do not wait)")
     watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
     watch.add_argument("--exit-on", metavar="KINDS", help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing")
     watch.add_argument("--trigger", metavar="FILE", help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)")
@@ -674,7 +677,12 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--spool: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
     if args.run_dir is None:
         parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
-    run_dir = find_log_dir(args.run_dir)[0]
+    # Started before the job (the recipes in docs/watch.md): the folder appears when the first rank opens its file.
+    wait_s = args.wait if args.wait is not None else (0.0 if args.once else None)
+    try:
+        run_dir = wait_for_run(args.run_dir, wait_s=wait_s, say=lambda line: print(printable(line), file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        return ExitCode.OK
     trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
     return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None))
 
@@ -713,6 +721,14 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
     finally:
         for receiver in receivers:
             receiver.stop()
+
+
+def _duration(text: str) -> float:
+    """argparse's type for a duration option (`watch.loop.parse_seconds`): its error names the option."""
+    try:
+        return parse_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _size(count: int) -> str:

@@ -19,10 +19,11 @@ from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 from otel_titan.analysis.model.hang import read_faulthandler_stacks, side_file_of
 from otel_titan.analysis.watch.detect import Detector, Rules
 from otel_titan.analysis.read.follow import RunFollower
+from otel_titan.analysis.read.records import NotARunError, find_log_dir
 from otel_titan.analysis.watch.screen import Screen
 from otel_titan.analysis.read.safe_text import json_bytes
 
-__all__ = ["Watch", "run_watch", "EXIT_ALERT", "EXIT_ON_KINDS", "TRIGGER_ENV", "default_trigger"]
+__all__ = ["Watch", "run_watch", "wait_for_run", "parse_seconds", "EXIT_ALERT", "EXIT_ON_KINDS", "TRIGGER_ENV", "default_trigger"]
 
 #: Exit status of ``--exit-on`` when a confirmed alert of one of its kinds is raised.
 EXIT_ALERT = 3
@@ -35,6 +36,84 @@ TRIGGER_ENV = OTEL_TITAN_DUMP_TRIGGER
 def default_trigger(run_dir: str) -> str:
     """The trigger file `watch` touches: ``$OTEL_TITAN_DUMP_TRIGGER`` when set here, else ``RUN_DIR/dump-now``."""
     return os.environ.get(TRIGGER_ENV, "").strip() or os.path.join(run_dir, "dump-now")
+
+
+def wait_for_run(path: str, *, wait_s: float | None, say: Callable[[str], None], poll_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Return the run directory of `path` once it is a run; until then wait, saying so once through `say`.
+
+    `watch` is started before the job in the docs' own recipes (a SLURM
+    sidecar step, ``torchrun … &`` then ``watch``): the folder, or its
+    ``structured_logs/``, appears only when the first rank opens its file. A
+    path that does not exist yet, or a folder with no log files yet, is
+    waited for (every `poll_s`); `wait_s` seconds without it (None: for ever)
+    raise `NotARunError` naming the wait (0: at once, as it was). A path that cannot become a run (a
+    file that is not a ``.jsonl``, a folder that cannot be listed) raises at once.
+
+    Example:
+        >>> import tempfile, os
+        >>> run = os.path.join(tempfile.mkdtemp(), "outputs")
+        >>> wait_for_run(run, wait_s=0.2, say=print, poll_s=0.1)
+        Traceback (most recent call last):
+        ...
+        otel_titan.analysis.read.records.NotARunError: ...outputs: no such file or directory (waited 0.2 s for the job to write its files: --wait)
+        >>> os.makedirs(os.path.join(run, "structured_logs")); wait_for_run(run, wait_s=0.0, say=print) == run
+        True
+    """
+    started = clock()
+    said = False
+    while True:
+        try:
+            return find_log_dir(path)[0]
+        except NotARunError as error:
+            if not _may_appear(path):
+                raise
+            waited = clock() - started
+            if wait_s is not None and waited >= wait_s:
+                if wait_s <= 0:
+                    raise
+                raise NotARunError(f"{error} (waited {wait_s:g} s for the job to write its files: --wait)") from None
+            if not said:
+                said = True
+                limit = "until it does (Ctrl-C to stop)" if wait_s is None else f"for up to {wait_s:g} s (--wait)"
+                say(f"watch: {error}: waiting for the job to write its files there, {limit}")
+        sleep(poll_s if wait_s is None else max(0.0, min(poll_s, wait_s - (clock() - started))))
+
+
+def parse_seconds(text: str) -> float:
+    """A duration as ``watch``'s options take it: seconds (``90``, ``2.5``, ``90s``), minutes (``10m``) or hours (``1h``).
+
+    Example:
+        >>> parse_seconds("90"), parse_seconds("10m"), parse_seconds("1.5h"), parse_seconds("45s")
+        (90.0, 600.0, 5400.0, 45.0)
+        >>> parse_seconds("soon")
+        Traceback (most recent call last):
+        ...
+        ValueError: expected a duration such as 30, 45s, 10m or 1h, got 'soon'
+    """
+    value = text.strip().lower()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(value[-1:], None)
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"expected a duration such as 30, 45s, 10m or 1h, got {text!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"expected a duration of 0 s or more, got {text!r}")
+    return seconds
+
+
+def _may_appear(path: str) -> bool:
+    """Whether a path that is not a run yet may become one: it does not exist yet, or is a folder the logger writes into."""
+    if not os.path.lexists(path):
+        return True
+    if not os.path.isdir(path):
+        return False
+    try:
+        os.listdir(path)
+    except OSError:
+        return False
+    return True
 
 
 class Watch:

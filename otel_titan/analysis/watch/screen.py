@@ -79,7 +79,7 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     if steps:
         text = f"steps: min {steps['min']} · median {steps['median']} · max {steps['max']}"
         if frame.get("step_ms"):
-            text += f" · step {frame['step_ms']:,.1f} ms · {frame.get('steps_per_min') or 0:,.1f} steps/min"
+            text += f" · median step {frame['step_ms']:,.1f} ms · {frame.get('steps_per_min') or 0:,.1f} steps/min"
         lines.append((text, None))
     phases = frame.get("phases") or []
     if phases:

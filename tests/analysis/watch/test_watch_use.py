@@ -94,3 +94,42 @@ def test_a_folder_with_no_log_files_yet_is_waited_for_but_a_file_that_is_no_run_
     done = processes.run(watch_command(not_a_log, "--no-trigger"), capture_output=True, cwd=REPO, env=ENV, timeout=60)
     assert done.returncode == 2 and "not a structured-log file" in done.stderr.decode() and "waiting" not in done.stderr.decode()
     assert time.monotonic() - started < 20, "a path that cannot become a run is not waited for"
+
+
+# -- item 18: the screen's figures are of the steps ---------------------------------------------------------------------
+
+
+def _step_begins(path: Path) -> dict[int, int]:
+    begins: dict[int, int] = {}
+    for line in open(path, "rb"):
+        record = json.loads(line)
+        if type(record.get("step")) is int and record["log_type_name"] not in ("step_rollup",):
+            begins.setdefault(record["step"], record["time_us"])
+    return begins
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_screen_shows_shares_of_the_step_and_the_rate_the_job_ran_at(tmp_path):
+    """A 900 ms checkpoint every 10th step of ~100 ms ones: it is about half the time, not 900 % of a step, and the job ran ~310 steps/min, not 577."""
+    import re
+
+    from benchmarks.generate_run import RunSpec, generate_run
+    from tests.analysis.watch.test_screen import tmux_screen
+
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=40, seed=3, step_ms=100.0, pause_every=10, pause_ms=900.0))
+    screen = tmux_screen(tmp_path, run, 200, 40, wait_for="steps/min")
+    flat = " ".join(screen.split())
+    print(screen)
+    # What the files say, read here independently (rank 0): the last 10 finished steps are 30-39, the checkpoint in step 30.
+    rank0 = next((run / "structured_logs").glob("*global_rank_0.*.jsonl"))
+    begins = _step_begins(rank0)
+    took_ms = (begins[40] - begins[30]) / 1000.0
+    rate = float(re.search(r"([\d,.]+) steps/min", flat).group(1).replace(",", ""))
+    expected_rate = 10 * 60_000.0 / took_ms
+    assert abs(rate - expected_rate) <= 0.05 * expected_rate, (rate, expected_rate)
+    shares = {name: float(pct) for name, pct in re.findall(r"(\w+) [\d,.]+ ms \((\d+)%\)", flat)}
+    assert shares and max(shares.values()) <= 100 and sum(shares.values()) <= 102, shares
+    expected_share = 100.0 * 900.0 / took_ms  # the generator's checkpoint lasts exactly pause_ms
+    assert abs(shares["checkpoint"] - expected_share) <= 5, (shares, expected_share)
+    assert "median step" in flat

@@ -786,7 +786,7 @@ def _time_of_last_steps(steps: list[StepFacts]) -> tuple[list[dict[str, Any]], f
         >>> quick = [StepFacts(step=k, begin_us=0, duration_ms=5.0, phases={"fwd": 4.0}, top={"fwd"}) for k in range(9)]
         >>> slow = StepFacts(step=9, begin_us=0, duration_ms=255.0, phases={"fwd": 4.0, "gc_collect": 250.0}, top={"fwd", "gc_collect"})
         >>> _time_of_last_steps(quick + [slow])
-        ([{'name': 'gc_collect', 'ms': 25.0, 'share_pct': 83.3}, {'name': 'fwd', 'ms': 4.0, 'share_pct': 13.3}], 200.0)
+        ([{'name': 'gc_collect', 'ms': 25.0, 'share_pct': 83.3}, {'name': 'fwd', 'ms': 4.0, 'share_pct': 13.3}], 2000.0)
     """
     timed = [s for s in steps if s.duration_ms is not None and s.duration_ms > 0]
     total_ms = sum(s.duration_ms for s in timed)  # type: ignore[misc]

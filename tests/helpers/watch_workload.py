@@ -7,6 +7,7 @@ until killed; from step ``FAULT_STEP`` (default 4) rank BAD_RANK injects FAULT:
 * ``peer_phase``: sleeps in `read_shard` inside ``data_fetch`` (the others wait in all_reduce);
 * ``between_spans``: sleeps in `load_batch` after `set_step`, before its ``data_fetch`` span opens;
 * ``slow``: its ``data_fetch`` takes ``SLOW_FACTOR`` (default 1.5) times as long, from then on;
+* ``hiccup``: at that step only, its ``data_fetch`` waits ``HICCUP_S`` (default 11) in `read_shard_slowly` (a storage hiccup), then the job runs on;
 * ``healthy``: no fault.
 """
 
@@ -25,10 +26,15 @@ FAULT, BAD, OUT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 STEP_S = float(os.environ.get("WATCH_STEP_S", "0.2"))
 FAULT_STEP = int(os.environ.get("WATCH_FAULT_STEP", "4"))
 SLOW_FACTOR = float(os.environ.get("WATCH_SLOW_FACTOR", "1.5"))
+HICCUP_S = float(os.environ.get("WATCH_HICCUP_S", "11"))
 
 
 def read_shard() -> None:
     time.sleep(3600)  # watch: the culprit line of the peer_phase fault
+
+
+def read_shard_slowly() -> None:
+    time.sleep(HICCUP_S)  # watch: the storage hiccup of the hiccup fault
 
 
 def load_batch() -> None:
@@ -51,6 +57,8 @@ def main() -> None:
             time.sleep(STEP_S * (SLOW_FACTOR if faulty and FAULT == "slow" else 1.0))
             if faulty and FAULT == "peer_phase":
                 read_shard()
+            if faulty and FAULT == "hiccup" and step == FAULT_STEP:
+                read_shard_slowly()
         with sl.log_trace_span("all_reduce"):
             dist.all_reduce(tensor)
 

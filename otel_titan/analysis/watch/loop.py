@@ -13,17 +13,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Iterable, Mapping, TextIO
 
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 from otel_titan.analysis.model.hang import read_faulthandler_stacks, side_file_of
+from otel_titan.analysis.watch.alerts import Alert
 from otel_titan.analysis.watch.detect import Detector, Rules
 from otel_titan.analysis.read.follow import RunFollower
 from otel_titan.analysis.read.records import NotARunError, find_log_dir
 from otel_titan.analysis.watch.screen import Screen
 from otel_titan.analysis.read.safe_text import json_bytes
 
-__all__ = ["Watch", "run_watch", "wait_for_run", "parse_seconds", "EXIT_ALERT", "EXIT_ON_KINDS", "TRIGGER_ENV", "default_trigger"]
+__all__ = ["Watch", "run_watch", "wait_for_run", "parse_seconds", "parse_exit_on", "EXIT_ALERT", "EXIT_ON_KINDS", "TRIGGER_ENV", "default_trigger"]
 
 #: Exit status of ``--exit-on`` when a confirmed alert of one of its kinds is raised.
 EXIT_ALERT = 3
@@ -218,21 +219,68 @@ def _utc(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_lines: bool = False, exit_on: tuple[str, ...] = (), trigger: str | None = None,
+def parse_exit_on(text: str) -> dict[str, float]:
+    """``--exit-on``'s value: kinds, each with how long its confirmed alert must have lasted (``hang:10m``; none: at once).
+
+    Page early, kill late: the alert is raised (on the screen, in ``--json``)
+    as soon as it is confirmed; the command exits only once it has held for
+    its limit, so a storage hiccup the job recovers from is shown and resolved
+    rather than cancelling the job. Raises ValueError naming what is wrong.
+
+    Example:
+        >>> parse_exit_on("hang:10m,crashed")
+        {'hang': 600.0, 'crashed': 0.0}
+        >>> parse_exit_on("hang,slow")
+        Traceback (most recent call last):
+        ...
+        ValueError: slow is not one of hang, crashed, terminated, missing (never slow: stopping a job over a slowdown is the operator's call)
+    """
+    limits: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        kind, _, limit = part.partition(":")
+        kind = kind.strip()
+        if kind not in EXIT_ON_KINDS:
+            raise ValueError(f"{kind} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
+        try:
+            limits[kind] = parse_seconds(limit) if limit.strip() else 0.0
+        except ValueError as error:
+            raise ValueError(f"{part}: {error}") from None
+    return limits
+
+
+def _exit_alert(active: Iterable[Alert], limits: dict[str, float], now: float) -> tuple[Alert, float] | None:
+    """The first confirmed active alert of a kind in `limits` that has lasted its limit, and how long it has; None when none has."""
+    for alert in sorted(active, key=lambda a: a.detected or 0.0):
+        if alert.kind not in limits or not alert.confirmed:
+            continue
+        lasted = now - (alert.since if alert.since is not None else alert.detected if alert.detected is not None else now)
+        if lasted >= limits[alert.kind]:
+            return alert, max(0.0, lasted)
+    return None
+
+
+def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_lines: bool = False, exit_on: tuple[str, ...] | Mapping[str, float] = (), trigger: str | None = None,
               rules: Rules | None = None, out: TextIO | None = None, plain: bool | None = None, max_refreshes: int | None = None,
               frame_facts: Callable[[], dict[str, Any]] | None = None) -> int:
     """The command's loop; returns the exit status (0, or `EXIT_ALERT` for ``--exit-on``). Ctrl-C ends it with 0.
 
+    `exit_on`: alert kinds (exit at the first confirmed one), or kind → seconds
+    (`parse_exit_on`: exit once a confirmed alert of that kind has lasted that long).
+
     `frame_facts`: what the records' source adds to each frame as ``receive`` (``watch --otlp``: the receiver's counts).
     """
     out = out if out is not None else sys.stdout
+    limits = dict(exit_on) if isinstance(exit_on, Mapping) else {kind: 0.0 for kind in exit_on}
     watch = Watch(path, rules=rules, trigger=trigger)
     screen = None if json_lines else Screen(out, plain=plain)
     refreshes = 0
     try:
         while True:
             started = time.monotonic()
-            frame, events = watch.refresh()
+            now = watch.clock()
+            frame, events = watch.refresh(now)
             if frame_facts is not None:
                 frame["receive"] = frame_facts()
             refreshes += 1
@@ -242,10 +290,16 @@ def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_line
                 out.flush()
             else:
                 screen.show(frame, events)  # type: ignore[union-attr]
-            hit = [e for e in events if e["type"] == "alert" and e["kind"] in exit_on and e.get("confirmed")]
-            if hit:
+            hit = _exit_alert(watch.detector.book.active.values(), limits, now)
+            if hit is not None:
+                alert, lasted = hit
+                why = f"exit {EXIT_ALERT}: {alert.message}" + (f" (for {lasted:,.0f} s: --exit-on {alert.kind}:{limits[alert.kind]:g}s)" if limits[alert.kind] else "")
                 if screen is not None:
-                    screen.close(f"exit {EXIT_ALERT}: {hit[0]['message']}")
+                    screen.close(why)
+                else:
+                    out.write(json_bytes({"type": "exit", "status": EXIT_ALERT, "kind": alert.kind, "id": alert.to_json()["id"], "message": why,
+                                          "lasted_s": round(lasted, 1), "limit_s": limits[alert.kind]}).decode() + "\n")
+                    out.flush()
                 return EXIT_ALERT
             if once or (max_refreshes is not None and refreshes >= max_refreshes):
                 if screen is not None:

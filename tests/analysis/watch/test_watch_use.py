@@ -133,3 +133,83 @@ def test_the_screen_shows_shares_of_the_step_and_the_rate_the_job_ran_at(tmp_pat
     expected_share = 100.0 * 900.0 / took_ms  # the generator's checkpoint lasts exactly pause_ms
     assert abs(shares["checkpoint"] - expected_share) <= 5, (shares, expected_share)
     assert "median step" in flat
+
+
+# -- item 15: the operator sets the patience ----------------------------------------------------------------------------
+
+
+def test_a_storage_hiccup_is_paged_but_kills_nothing_with_a_limit_and_is_no_hang_with_more_patience(tmp_path):
+    """One rank waits 12 s in data_fetch once, then the job runs on: three watchers of the same real job.
+
+    The default one (``--exit-on hang``) kills the healthy job, as the issue found; ``--exit-on hang:1m`` raises the
+    hang (page early), sees it resolve and runs on (kill late); ``--hang-after 25`` raises nothing.
+    """
+    run = tmp_path / "outputs"
+    hiccup_s = 12.0
+    job = launch_job("hiccup", run, tmp_path / "torchrun.log", WATCH_HICCUP_S=str(hiccup_s), WATCH_FAULT_STEP="15")
+    watchers: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        options = {"default": ("--exit-on", "hang"), "limit": ("--exit-on", "hang:1m"), "patient": ("--hang-after", "25", "--exit-on", "hang")}
+        for name, extra in options.items():
+            watchers[name] = subprocess.Popen(watch_command(run, "--json", "--interval", "1", "--no-trigger", *extra), stdout=open(tmp_path / f"{name}.out", "wb"),
+                                              stderr=open(tmp_path / f"{name}.err", "wb"), cwd=REPO, env=ENV)
+        # Until the job has run well past the hiccup: its step 15 plus the hiccup plus 10 s of steps.
+        deadline = time.monotonic() + 150
+        resumed = None
+        while time.monotonic() < deadline:
+            assert job.poll() is None, (tmp_path / "torchrun.log").read_text(errors="replace")[-2000:]
+            steps = [e["steps"]["min"] for e in events_of((tmp_path / "patient.out").read_text()) if e["type"] == "frame" and e.get("steps")]
+            if resumed is None and steps and steps[-1] >= 17:
+                resumed = time.monotonic()
+            if resumed is not None and time.monotonic() - resumed >= 10:
+                break
+            time.sleep(0.5)
+        assert resumed is not None, "the job never got past its hiccup"
+        running = {name: w.poll() for name, w in watchers.items()}
+    finally:
+        for w in watchers.values():
+            processes.kill_tree(w)
+        processes.kill_tree(job)
+    out = {name: events_of((tmp_path / f"{name}.out").read_text()) for name in watchers}
+    hangs = {name: [e for e in lines if e["type"] in ("alert", "resolved") and e["kind"] == "hang"] for name, lines in out.items()}
+    # What the issue found: the default kills a job that recovers (it is the operator's patience that decides).
+    assert running["default"] == 3 and hangs["default"][0]["ranks"] == [1], hangs["default"]
+    # Page early, kill late: raised, confirmed, resolved once the rank went on; the watcher never exited.
+    assert running["limit"] is None, (tmp_path / "limit.err").read_text()
+    assert [(e["type"], e["ranks"]) for e in hangs["limit"]] == [("alert", [1]), ("resolved", [1])], hangs["limit"]
+    assert hangs["limit"][1]["lasted_s"] < 60
+    assert not [e for e in out["limit"] if e["type"] == "exit"]
+    # More patience than the hiccup lasted: no hang at all.
+    assert running["patient"] is None and hangs["patient"] == [], hangs["patient"]
+    assert {e["hang_after_s"] for e in out["patient"] if e["type"] == "frame"} == {25.0}
+
+
+def test_exit_on_a_limit_exits_once_the_hang_has_lasted_it_and_says_why(tmp_path):
+    """A generated run stuck for a minute: ``--exit-on hang:30s`` exits 3 at once (it has lasted 60 s), ``hang:10m`` does not."""
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15)))
+    old = time.time() - 60
+    for path in (tmp_path / "structured_logs").iterdir():
+        os.utime(path, (old, old))
+    done = processes.run(watch_command(tmp_path, "--json", "--interval", "0.2", "--no-trigger", "--exit-on", "hang:30s"), capture_output=True, cwd=REPO, env=ENV, timeout=60)
+    assert done.returncode == 3, done.stderr
+    last = events_of(done.stdout.decode())[-1]
+    assert last["type"] == "exit" and last["kind"] == "hang" and last["limit_s"] == 30.0 and last["lasted_s"] >= 59, last
+    assert "--exit-on hang:30s" in last["message"] and "training rank 3" in last["message"]
+    waiting = subprocess.Popen(watch_command(tmp_path, "--json", "--interval", "0.2", "--no-trigger", "--exit-on", "hang:10m"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=ENV)
+    try:
+        time.sleep(4)
+        assert waiting.poll() is None, waiting.communicate()
+    finally:
+        processes.kill_tree(waiting)
+        out, _ = waiting.communicate()
+    assert any(e["type"] == "alert" and e["kind"] == "hang" and e["ranks"] == [3] for e in events_of(out.decode())), "the hang is raised at once: page early"
+
+
+def test_bad_limits_and_patience_are_usage_errors_naming_the_option(tmp_path):
+    for options, expected in ((("--exit-on", "hang:soon"), "--exit-on: hang:soon: expected a duration such as 30, 45s, 10m or 1h, got 'soon'"),
+                              (("--exit-on", "slow:10m"), "--exit-on: slow is not one of hang, crashed, terminated, missing"),
+                              (("--hang-after", "-3"), "--hang-after: expected a duration of 0 s or more")):
+        done = processes.run(watch_command(tmp_path, "--once", *options), capture_output=True, cwd=REPO, env=ENV, timeout=60)
+        assert done.returncode == 2 and expected in done.stderr.decode(), (options, done.stderr.decode())

@@ -121,6 +121,8 @@ class _Verdict:
     step: int | None
     line: str | None
     evidence: list[str]
+    #: How long the culprits (or, nobody named, every process) had to be stopped for this to be a hang (s).
+    need: float = 0.0
 
 
 @dataclass
@@ -161,13 +163,22 @@ class Detector:
         self.suspected: str | None = None
 
     # -- input ---------------------------------------------------------------------------------
-    def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float) -> ProcessState:
-        """Apply the records of process `key` read at watcher time `arrival`; `identity`: label, source, rank, attempt, … (first seen)."""
+    def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float, arrivals: Iterable[float] | None = None) -> ProcessState:
+        """Apply the records of process `key` read at watcher time `arrival`; `identity`: label, source, rank, attempt, … (first seen).
+
+        `arrivals`: one watcher time per record instead (what a first read found was written before `watch` started, each at its time).
+        """
         process = self.processes.get(key)
         if process is None:
             process = self.processes[key] = ProcessState(key, **{k: identity.get(k) for k in ("label", "source", "rank", "attempt", "run_id", "host", "world_size", "pid")})
             process.first_arrival = arrival
             process.progress_arrival = arrival
+        if arrivals is not None:
+            for record, at in zip(records, arrivals):
+                if self.first_arrival is None or at < self.first_arrival:
+                    self.first_arrival = at
+                process.apply(record, at)
+            return process
         if self.first_arrival is None:
             self.first_arrival = arrival
         for record in records:
@@ -325,7 +336,12 @@ class Detector:
             self._asked_for[source] = ident
             self.want_black_box = True
         backed = "black box" in evidence or "flight recorder" in evidence
-        confirmed = suspect.seen >= rules.confirm_evaluations or backed
+        # A second refresh guards against one that caught the files between two writes; files already still for
+        # twice the time a hang needs (a `--once` from cron, a watch started on a stuck job) have said it already.
+        need = max(hang_after, verdict.need)
+        stopped = now - (since if since is not None else last_progress)
+        proven = stopped >= 2.0 * need
+        confirmed = suspect.seen >= rules.confirm_evaluations or backed or proven
         if not confirmed and key not in self.book.active:
             # Shown in the frame (a `--once` sees it), raised as an alert on the next refresh.
             who = f"{live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {compress_ranks(culprits)}" if culprits else "every process"
@@ -333,6 +349,8 @@ class Detector:
             return None
         if suspect.seen >= rules.confirm_evaluations:
             evidence = ["no progress on 2 refreshes", *evidence]
+        elif proven:
+            evidence = [f"files still for {stopped:,.0f} s (a hang needs {need:,.0f} s)", *evidence]
         victims = sorted(p.rank for p in live if p.rank is not None and p.rank not in culprits)
         waiting = len(victims) if culprits else len(live)
         quiet_culprit = now - since if since is not None else quiet
@@ -388,7 +406,7 @@ class Detector:
         where = f"waits in {name}" if name else "is stopped in different places"
         evidence = ["black box"] if any(p.box_live for p in live) else []
         why = "no process stands out: look at the network, the collective library, or the black boxes" + (f" ({notes[0]})" if notes else "")
-        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence)
+        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence, need)
 
     def _named(self, suspects: list, by_label: dict[str, ProcessState], places: dict[str, RankPlace], live: list[ProcessState], now: float, hang_after: float) -> _Verdict | None:
         """The alert's facts for the suspects the model named; None while a culprit has not been where it is long enough."""
@@ -396,6 +414,7 @@ class Detector:
         culprits = [by_label[s.label] for s in suspects if s.label in by_label]
         # Each culprit must have been where it is longer than it ever took there before (the model judges
         # where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
+        needed = hang_after
         for p in culprits:
             if p.silent:
                 continue
@@ -410,13 +429,15 @@ class Detector:
                 need = max(hang_after, rules.unknown_span_s)
             if stuck < need:
                 return None
+            needed = max(needed, need)
         ranks = sorted({s.rank for s in suspects if s.rank is not None})
         first = suspects[0]
         if first.rule == "missing":
-            return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"])
+            return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"],
+                            max(needed, rules.missing_grace_s))
         if first.rule == "nothing logged":
             line, evidence = _box_line(culprits)
-            return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence)
+            return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence, needed)
         p = by_label[first.label]
         place = places[first.label]
         top_step = max((q.step for q in live if q.step is not None), default=None)
@@ -437,7 +458,7 @@ class Detector:
             evidence = evidence + ["span start"]
         if first.rule in ("behind", "desync", "p2p", "no collective"):
             evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
-        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence)
+        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence, needed)
 
     # -- slow ----------------------------------------------------------------------------------
     def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:

@@ -144,12 +144,18 @@ class Watch:
         for cursor in batch.new:
             detector.observe(cursor.process.base, _identity(cursor.process), (), self._arrival(cursor, now))
         for cursor, records in batch.records:
-            detector.observe(cursor.process.base, _identity(cursor.process), records, self._arrival(cursor, now))
+            detector.observe(cursor.process.base, _identity(cursor.process), records, now, self._arrivals(cursor, records, now))
         for cursor in self.follower.cursors.values():
             detector.file_facts(cursor.process.base, torn_since=cursor.torn_since, gone=cursor.gone)
-        if detector.suspected or any(key[0] == "hang" for key in detector.book.active):
+        stopped = detector.suspected or any(key[0] == "hang" for key in detector.book.active)
+        if stopped:
             self._read_side_files(now)
         frame, events = detector.evaluate(now)
+        if not stopped and (detector.suspected or any(key[0] == "hang" for key in detector.book.active)) and self._read_side_files(now):
+            # A hang seen at once (files already still for long: `--once`, a watch started on a stuck job) may have a
+            # faulthandler dump waiting beside a rank's file: its line of code goes into the alert before anyone acts on it.
+            frame, more = detector.evaluate(now)
+            events = events + more
         if detector.want_black_box:
             detector.want_black_box = False
             if self.trigger:
@@ -162,7 +168,7 @@ class Watch:
                          "cpu_s": round(time.process_time() - cpu, 4)}
         return frame, events
 
-    def _read_side_files(self, now: float) -> None:
+    def _read_side_files(self, now: float) -> bool:
         """While a hang is suspected or raised: the faulthandler side files of the processes with no black box since their last progress.
 
         A rank stuck in a C call that holds the interpreter lock cannot write
@@ -170,8 +176,9 @@ class Watch:
         JSONL file, named as `hang.side_file_of` finds it: the opening record's
         ``stacks_file``, else `schema.stacks_file_name`) is then the only
         line of code there is. One ``stat`` per such process and refresh; a
-        file is parsed again only when it changed.
+        file is parsed again only when it changed. True when a dump was taken as a black box.
         """
+        taken = False
         for process in self.detector.current():
             box = process.black_box
             if box is not None and box.arrival >= (process.progress_arrival or 0.0):
@@ -187,8 +194,9 @@ class Watch:
                 continue
             self._side_file_seen[process.key] = changed
             dump = read_faulthandler_stacks(path)
-            if dump is not None:
-                process.apply_stacks(dump, now)
+            if dump is not None and process.apply_stacks(dump, now):
+                taken = True
+        return taken
 
     @staticmethod
     def _arrival(cursor: Any, now: float) -> float:
@@ -196,6 +204,23 @@ class Watch:
         if cursor.reads <= 1 and cursor.mtime is not None:
             return min(now, cursor.mtime)
         return now
+
+    @staticmethod
+    def _arrivals(cursor: Any, records: list[dict[str, Any]], now: float) -> list[float] | None:
+        """For a first read, when each record was written, on the watcher's clock; None for a later one (all read `now`).
+
+        What a first read finds was written before `watch` started. Anchored
+        at the file's modification time (the newest record's write), each
+        record earlier by its own distance from the newest on the writer's
+        clock (differences on one clock: no host offset enters). A hung rank
+        whose logger still writes a heartbeat every 10 s has a fresh file but
+        an old last progress: `watch --once` sees how long it has been stuck.
+        """
+        if cursor.reads > 1 or cursor.mtime is None or not records:
+            return None
+        newest = max(record["time_us"] for record in records)
+        written = min(now, cursor.mtime)
+        return [min(written, written - (newest - record["time_us"]) / 1e6) for record in records]
 
     def _touch(self, now: float) -> None:
         try:

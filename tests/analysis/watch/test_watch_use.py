@@ -102,7 +102,10 @@ def test_a_folder_with_no_log_files_yet_is_waited_for_but_a_file_that_is_no_run_
 def _step_begins(path: Path) -> dict[int, int]:
     begins: dict[int, int] = {}
     for line in open(path, "rb"):
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line still being written (a live file)
         if type(record.get("step")) is int and record["log_type_name"] not in ("step_rollup",):
             begins.setdefault(record["step"], record["time_us"])
     return begins
@@ -213,3 +216,48 @@ def test_bad_limits_and_patience_are_usage_errors_naming_the_option(tmp_path):
                               (("--hang-after", "-3"), "--hang-after: expected a duration of 0 s or more")):
         done = processes.run(watch_command(tmp_path, "--once", *options), capture_output=True, cwd=REPO, env=ENV, timeout=60)
         assert done.returncode == 2 and expected in done.stderr.decode(), (options, done.stderr.decode())
+
+
+# -- item 17: --once --exit-on hang fires on what the files prove -------------------------------------------------------
+
+
+def test_once_exit_on_hang_fires_on_files_still_for_five_minutes(tmp_path):
+    """A cron health check: one refresh of files untouched for 5 minutes is enough, the hang is confirmed and the check pages."""
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15)))
+    old = time.time() - 300
+    for path in (tmp_path / "structured_logs").iterdir():
+        os.utime(path, (old, old))
+    done = processes.run(watch_command(tmp_path, "--once", "--json", "--no-trigger", "--exit-on", "hang"), capture_output=True, cwd=REPO, env=ENV, timeout=60)
+    assert done.returncode == 3, done.stdout.decode()[-2000:]
+    alert = next(e for e in events_of(done.stdout.decode()) if e["type"] == "alert")
+    assert alert["kind"] == "hang" and alert["ranks"] == [3] and alert["confirmed"], alert
+    assert any(e.startswith("files still for 300 s") for e in alert["evidence"]), alert["evidence"]
+
+
+def test_once_on_a_real_hung_job_whose_heartbeats_keep_its_files_fresh_names_the_hang(tmp_path):
+    """A real torchrun/gloo job hung for ~25 s: its logger still writes a heartbeat every 10 s, so the files are fresh,
+    but their records say since when the culprit made no progress; one refresh names it and --exit-on hang pages."""
+    run = tmp_path / "outputs"
+    job = launch_job("peer_phase", run, tmp_path / "torchrun.log")
+    try:
+        deadline = time.monotonic() + 120
+        onset = None
+        while time.monotonic() < deadline:
+            assert job.poll() is None, (tmp_path / "torchrun.log").read_text(errors="replace")[-2000:]
+            files = list((run / "structured_logs").glob("training.global_rank_1.*.jsonl")) if (run / "structured_logs").is_dir() else []
+            if onset is None and files and 4 in _step_begins(files[0]):  # the workload's fault step: rank 1 hangs in it
+                onset = time.monotonic()
+            if onset is not None and time.monotonic() - onset >= 25:
+                break
+            time.sleep(0.5)
+        assert onset is not None, "the job never reached its fault"
+        done = processes.run(watch_command(run, "--once", "--json", "--no-trigger", "--exit-on", "hang"), capture_output=True, cwd=REPO, env=ENV, timeout=60)
+    finally:
+        processes.kill_tree(job)
+    lines = events_of(done.stdout.decode())
+    assert done.returncode == 3, lines[-1]
+    alert = next(e for e in lines if e["type"] == "alert")
+    assert alert["kind"] == "hang" and alert["ranks"] == [1] and alert["phase"] == "data_fetch", alert
+    assert alert["cost"]["stopped_s"] >= 20, alert["cost"]

@@ -353,6 +353,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
                        "it has lasted S (hang:10m: the alert is raised at once, the job killed only if it stays hung: page early, kill late)")
     watch.add_argument("--hang-after", type=_duration, metavar="S",
                        help="no progress for at least S seconds (30, 2m) before a hang is raised (default 8, and never under 2 steps)")
+    watch.add_argument("--pause-after", type=_duration, metavar="S",
+                       help="a pause (every rank in one span never seen to finish, or the others waiting for one rank's own work, as rank 0's "
+                       "first checkpoint) is a hang only after S seconds (default 300)")
     watch.add_argument("--trigger", metavar="FILE", help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)")
     watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
@@ -675,7 +678,7 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         kinds = parse_exit_on(args.exit_on or "")
     except ValueError as error:
         parser.error(f"--exit-on: {error}")
-    rules = Rules() if args.hang_after is None else Rules(hang_floor_s=args.hang_after)
+    rules = Rules(**{name: value for name, value in (("hang_floor_s", args.hang_after), ("shared_pause_s", args.pause_after)) if value is not None})
     if not args.interval > 0:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
     if args.otlp is not None or args.otlp_grpc is not None:

@@ -69,7 +69,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, place_in_step
+from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
@@ -425,6 +425,8 @@ class Detector:
             elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
                 learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
                 need = max(hang_after, 3.0 * learned / 1000.0)
+            elif self._waited_for_in_own_work(p, inner.name, live):
+                need = max(hang_after, rules.shared_pause_s)  # rank 0's first checkpoint: a pause, until it lasts longer than allowed
             else:
                 need = max(hang_after, rules.unknown_span_s)
             if stuck < need:
@@ -459,6 +461,14 @@ class Detector:
         if first.rule in ("behind", "desync", "p2p", "no collective"):
             evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
         return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence, needed)
+
+    @staticmethod
+    def _waited_for_in_own_work(p: ProcessState, span: str, live: list[ProcessState]) -> bool:
+        """``if rank == 0: save(); dist.barrier()``: `p` is in a span no other rank ever ran (`model.hang.own_work`), and they all wait (in a collective, or between spans)."""
+        others = [q for q in live if q is not p]
+        if not others or not own_work(span, ([*q.span_max_ms, *q.open_names()] for q in others)):
+            return False
+        return all(q.innermost() is None or is_collective(q.innermost().name) for q in others)  # type: ignore[union-attr]
 
     # -- slow ----------------------------------------------------------------------------------
     def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:
@@ -862,7 +872,7 @@ def _place(p: ProcessState) -> RankPlace:
     span = inner.name if inner is not None else (digest or {}).get("span")
     place = RankPlace(p.label, p.source, p.rank, p.attempt, "hung before first record" if p.silent else "stalled", None if between else span,
                       box.frame if box is not None else None, evidence, None, [], step, between, (digest or {}).get("last_span") if between else None,
-                      entered, complete, True, box.time_us if box is not None else None, p.last_program_us)
+                      entered, complete, True, box.time_us if box is not None else None, p.last_program_us, seen=frozenset(p.span_max_ms))
     place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it
     return place
 

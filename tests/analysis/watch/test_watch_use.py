@@ -261,3 +261,59 @@ def test_once_on_a_real_hung_job_whose_heartbeats_keep_its_files_fresh_names_the
     alert = next(e for e in lines if e["type"] == "alert")
     assert alert["kind"] == "hang" and alert["ranks"] == [1] and alert["phase"] == "data_fetch", alert
     assert alert["cost"]["stopped_s"] >= 20, alert["cost"]
+
+
+# -- item 14: a rank-0-only checkpoint is a pause, not a hang ----------------------------------------------------------
+
+
+def test_a_rank_0_only_checkpoint_is_a_pause_not_a_hang_until_it_lasts_longer_than_allowed(tmp_path):
+    """``if rank == 0: save(); dist.barrier()`` on a real job, a first checkpoint of 40 s, the others waiting in a ``barrier``
+    span (job A) or in no span at all (job B). Before: a hang of rank 0 at 30 s (A; ``--exit-on hang`` killed the healthy
+    job) and ranks 1-2 named "behind in the step" (B: the victims). Now no alert, and the jobs run on; ``--pause-after 20``
+    names rank 0 in its checkpoint once it lasted that long."""
+    checkpoint_s, fault_step = 40.0, 10
+    jobs: dict[str, subprocess.Popen[bytes]] = {}
+    watchers: dict[str, subprocess.Popen[bytes]] = {}
+    runs = {"A": tmp_path / "span", "B": tmp_path / "nospan"}
+    try:
+        for name, barrier in (("A", "1"), ("B", "0")):
+            jobs[name] = launch_job("checkpoint", runs[name], tmp_path / f"torchrun-{name}.log", WATCH_CHECKPOINT_S=str(checkpoint_s),
+                                    WATCH_FAULT_STEP=str(fault_step), WATCH_BARRIER_SPAN=barrier)
+        plan = {"A": ("A", ("--exit-on", "hang")), "B": ("B", ("--exit-on", "hang")), "A-impatient": ("A", ("--pause-after", "20", "--exit-on", "hang"))}
+        for name, (job, extra) in plan.items():
+            watchers[name] = subprocess.Popen(watch_command(runs[job], "--json", "--interval", "1", *extra), stdout=open(tmp_path / f"{name}.out", "wb"),
+                                              stderr=open(tmp_path / f"{name}.err", "wb"), cwd=REPO, env=ENV)
+        deadline = time.monotonic() + 180
+        past = set()
+        while time.monotonic() < deadline and past != {"A", "B"}:
+            for name in ("A", "B"):
+                assert jobs[name].poll() is None, (tmp_path / f"torchrun-{name}.log").read_text(errors="replace")[-2000:]
+                files = list((runs[name] / "structured_logs").glob("training.global_rank_1.*.jsonl")) if (runs[name] / "structured_logs").is_dir() else []
+                if files and fault_step + 10 in _step_begins(files[0]):
+                    past.add(name)
+            time.sleep(1.0)
+        assert past == {"A", "B"}, f"the jobs never got past the checkpoint: {past}"
+        running = {name: w.poll() for name, w in watchers.items()}
+    finally:
+        for w in watchers.values():
+            processes.kill_tree(w)
+        for job in jobs.values():
+            processes.kill_tree(job)
+    out = {name: events_of((tmp_path / f"{name}.out").read_text()) for name in watchers}
+    for name in ("A", "B"):
+        alerts = [e for e in out[name] if e["type"] == "alert"]
+        assert running[name] is None and alerts == [], (name, alerts)
+    impatient = [e for e in out["A-impatient"] if e["type"] == "alert" and e["kind"] == "hang"]
+    assert running["A-impatient"] == 3, out["A-impatient"][-1]
+    assert impatient and impatient[0]["ranks"] == [0] and impatient[0]["phase"] == "checkpoint", impatient
+    assert impatient[0]["cost"]["stopped_s"] >= 20, impatient[0]["cost"]
+
+
+def test_help_names_the_options_of_watch_as_it_is_used(capsys):
+    from otel_titan.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["watch", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for option in ("--wait S", "--hang-after S", "--pause-after S", "KIND:S", "hang:10m", "page early, kill late", "not a run (within --wait)"):
+        assert option in text, option

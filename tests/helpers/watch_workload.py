@@ -11,6 +11,9 @@ until killed; from step ``FAULT_STEP`` (default 4) rank BAD_RANK injects FAULT:
 * ``checkpoint``: after that step's ``all_reduce``, rank 0 alone saves a checkpoint (a ``checkpoint`` span of
   ``CHECKPOINT_S``, default 45) and every rank then waits in ``dist.barrier()`` (in a ``barrier`` span, or in none
   with ``WATCH_BARRIER_SPAN=0``): rank-0 work the others wait for, no hang; the job runs on (BAD_RANK is unused);
+* ``lone_barrier``: at that step, in place of its ``all_reduce``, it enters a ``barrier`` span (a span never seen to
+  finish) and calls ``dist.barrier()``, which no other rank joins (they wait in all_reduce): a desync that the flight
+  recorder (``TORCH_FR_BUFFER_SIZE``) shows in the black boxes;
 * ``healthy``: no fault.
 """
 
@@ -64,6 +67,9 @@ def main() -> None:
                 read_shard()
             if faulty and FAULT == "hiccup" and step == FAULT_STEP:
                 read_shard_slowly()
+        if faulty and FAULT == "lone_barrier":
+            with sl.log_trace_span("barrier"):
+                dist.barrier()  # watch: the culprit line of the lone_barrier fault
         with sl.log_trace_span("all_reduce"):
             dist.all_reduce(tensor)
         if FAULT == "checkpoint" and step == FAULT_STEP:

@@ -393,6 +393,12 @@ class Detector:
         missing_rows = flag_missing_that_ran([{"source": s, "attempt": a, "world_size": w, "ranks": list(r)} for s, a, r, w in source_missing], steps_seen)
         suspects, notes = name_suspects(list(places.values()), members, missing_rows)
         if suspects:
+            # Ask for the black boxes now, not once the culprit has been where it is long enough: their flight
+            # recorder can prove a hang at once (a desync never completes), or name another rank.
+            ident = (("hang", source, attempt), tuple(sorted({s.rank for s in suspects if s.rank is not None})))
+            if self._asked_for.get(source) != ident:
+                self._asked_for[source] = ident
+                self.want_black_box = True
             return self._named(suspects, {p.label: p for p in placed}, places, live, now, hang_after)
         # Nobody named: every process in the same place (a shared pause, or a collective that never completes), or
         # places the rules cannot order. After 3 × that span's learned duration it is a hang nobody can be blamed for.
@@ -415,8 +421,11 @@ class Detector:
         # Each culprit must have been where it is longer than it ever took there before (the model judges
         # where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
         needed = hang_after
+        # A desync (one sequence number, different collectives: the flight recorder's) can never complete: no need to
+        # wait for the culprit's span to outlast its past, even one never seen to finish (a barrier only it entered).
+        proven = suspects[0].rule == "desync"
         for p in culprits:
-            if p.silent:
+            if p.silent or proven:
                 continue
             inner = p.innermost()
             stuck = now - (p.progress_arrival or now)
@@ -464,9 +473,12 @@ class Detector:
 
     @staticmethod
     def _waited_for_in_own_work(p: ProcessState, span: str, live: list[ProcessState]) -> bool:
-        """``if rank == 0: save(); dist.barrier()``: `p` is in a span no other rank ever ran (`model.hang.own_work`), and they all wait (in a collective, or between spans)."""
+        """``if rank == 0: save(); dist.barrier()``: `p` is in a span no other rank ever ran (`model.hang.own_work`), and they all wait (in a collective, or between spans).
+
+        Never a collective of its own (a barrier only it entered): that waits for the others, it is no work of its own.
+        """
         others = [q for q in live if q is not p]
-        if not others or not own_work(span, ([*q.span_max_ms, *q.open_names()] for q in others)):
+        if is_collective(span) or not others or not own_work(span, ([*q.span_max_ms, *q.open_names()] for q in others)):
             return False
         return all(q.innermost() is None or is_collective(q.innermost().name) for q in others)  # type: ignore[union-attr]
 

@@ -317,3 +317,31 @@ def test_help_names_the_options_of_watch_as_it_is_used(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for option in ("--wait S", "--hang-after S", "--pause-after S", "KIND:S", "hang:10m", "page early, kill late", "not a run (within --wait)"):
         assert option in text, option
+
+
+# -- item 16: a hang in a span never seen to finish, named from its flight recorder -----------------------------------
+
+
+def test_a_barrier_only_the_culprit_entered_is_named_from_the_flight_recorder_within_the_target(tmp_path):
+    """Rank 1 calls ``dist.barrier()`` in a ``barrier`` span never seen to finish while the others wait in all_reduce.
+
+    Its flight recorder shows the desync as soon as the black boxes arrive; it used to wait 30 s more for the span to
+    outlast a past it never had (named after ~32 s). Target: max(15 s, 3 × step) after its last record."""
+    from tests.analysis.watch.test_watch_torchrun import last_program_record_s, parse_utc
+
+    run = tmp_path / "outputs"
+    job = launch_job("lone_barrier", run, tmp_path / "torchrun.log", TORCH_FR_BUFFER_SIZE="200")
+    try:
+        done = processes.run(watch_command(run, "--json", "--interval", "1", "--exit-on", "hang"), capture_output=True, cwd=REPO, env=ENV, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("watch did not name the hang; job log: " + (tmp_path / "torchrun.log").read_text(errors="replace")[-2000:]) from None
+    finally:
+        processes.kill_tree(job)
+    lines = events_of(done.stdout.decode())
+    assert done.returncode == 3, lines[-1]
+    hang = next(e for e in lines if e["type"] == "alert" and e["kind"] == "hang")
+    assert hang["ranks"] == [1] and hang["phase"] == "barrier" and hang["rule"] == "desync", hang
+    assert "flight recorder" in hang["evidence"] and "watch_workload.py" in (hang["line"] or ""), hang
+    latency = parse_utc(hang["detected_utc"]) - last_program_record_s(run, 1)
+    print(f"named {latency:.1f} s after the culprit's last record: {hang['message']}")
+    assert latency <= 15.0, latency

@@ -259,8 +259,8 @@ class RankPlace:
     #: Its flight-recorder digest (`model.flight_recorder.digest_recorder`): compared, never printed nor in --json.
     fr: ClassVar[dict[str, Any] | None] = None
     #: Names of the spans it was ever seen to finish (None: not known): what it does, so that a span it never runs
-    #: (rank 0's checkpoint) is not one it "never entered" (`own_work`).
-    seen: frozenset[str] | None = None
+    #: (rank 0's checkpoint) is not one it "never entered" (`own_work`). Set per instance, as `fr`: never in --json.
+    seen: ClassVar[frozenset[str] | None] = None
 
 
 @dataclass

@@ -350,7 +350,7 @@ class Detector:
         if suspect.seen >= rules.confirm_evaluations:
             evidence = ["no progress on 2 refreshes", *evidence]
         elif proven:
-            evidence = [f"files still for {stopped:,.0f} s (a hang needs {need:,.0f} s)", *evidence]
+            evidence = [f"files still for over twice the {need:,.0f} s a hang needs", *evidence]
         victims = sorted(p.rank for p in live if p.rank is not None and p.rank not in culprits)
         waiting = len(victims) if culprits else len(live)
         quiet_culprit = now - since if since is not None else quiet
@@ -884,8 +884,9 @@ def _place(p: ProcessState) -> RankPlace:
     span = inner.name if inner is not None else (digest or {}).get("span")
     place = RankPlace(p.label, p.source, p.rank, p.attempt, "hung before first record" if p.silent else "stalled", None if between else span,
                       box.frame if box is not None else None, evidence, None, [], step, between, (digest or {}).get("last_span") if between else None,
-                      entered, complete, True, box.time_us if box is not None else None, p.last_program_us, seen=frozenset(p.span_max_ms))
+                      entered, complete, True, box.time_us if box is not None else None, p.last_program_us)
     place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it
+    place.seen = frozenset(p.span_max_ms)  # type: ignore[misc]  # the spans it ran: rank 0's own work is not one it missed
     return place
 
 

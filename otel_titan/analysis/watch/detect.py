@@ -161,6 +161,8 @@ class Detector:
         self._asked_for: dict[Any, tuple] = {}
         #: A hang suspected at the last evaluation and not confirmed yet (one line), else None.
         self.suspected: str | None = None
+        #: Pauses at the last evaluation: one rank's own work the others wait for, not a hang yet (one line each).
+        self.pauses: list[str] = []
 
     # -- input ---------------------------------------------------------------------------------
     def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float, arrivals: Iterable[float] | None = None) -> ProcessState:
@@ -227,6 +229,7 @@ class Detector:
         # not the culprit of trainers waiting in their all_reduce.
         hung_keys: set[str] = set()
         self.suspected = None
+        self.pauses = []
         suspected = []
         for source in sorted({p.source for p in procs}):
             members = [p for p in procs if p.source == source]
@@ -436,6 +439,9 @@ class Detector:
                 need = max(hang_after, 3.0 * learned / 1000.0)
             elif self._waited_for_in_own_work(p, inner.name, live):
                 need = max(hang_after, rules.shared_pause_s)  # rank 0's first checkpoint: a pause, until it lasts longer than allowed
+                if stuck < need:
+                    self.pauses.append(f"{p.label} in {inner.name}, a span only it runs, for {stuck:,.0f} s; {len(live) - 1} ranks wait for it "
+                                       f"(a hang after {need:,.0f} s: --pause-after)")
             else:
                 need = max(hang_after, rules.unknown_span_s)
             if stuck < need:
@@ -787,6 +793,7 @@ class Detector:
             "last_arrivals": last_arrivals,
             "hang_after_s": round(hang_after, 1),
             "suspected_hang": self.suspected,
+            "pause": "; ".join(self.pauses) or None,
             "alerts": [a.to_json("alert") for a in self.book.newest_first()],
             "resolved": [a.to_json("resolved") for a in reversed(self.book.history[-5:])],
         }

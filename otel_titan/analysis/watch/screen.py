@@ -87,6 +87,8 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     late = frame.get("last_arrivals") or []
     if late:
         lines.append((f"last to arrive (step {late[0]['step']}): " + " · ".join(f"rank {a['rank']}" + (f" on {printable(str(a['host']))}" if a.get("host") else "") + f" +{a['late_ms']:,.1f} ms" for a in late), None))
+    if frame.get("pause"):
+        lines.append((f"pause: {printable(frame['pause'])}", None))
     if frame.get("suspected_hang"):
         lines.append((f"suspected hang: {printable(frame['suspected_hang'])}", "yellow"))
     alerts = frame.get("alerts") or []

@@ -44,7 +44,7 @@ def test_once_json_prints_one_frame_with_the_documented_fields(tmp_path, capsys)
     assert len(lines) == 1
     frame = json.loads(lines[0])
     for field in ("type", "time_utc", "run_id", "attempt", "age_s", "processes", "world_size", "states", "ranks_by_state", "steps", "step_ms",
-                  "steps_per_min", "phases", "last_arrivals", "hang_after_s", "suspected_hang", "alerts", "resolved", "run_dir", "black_box_requested_utc", "read"):
+                  "steps_per_min", "phases", "last_arrivals", "hang_after_s", "suspected_hang", "pause", "alerts", "resolved", "run_dir", "black_box_requested_utc", "read"):
         assert field in frame, field
     assert frame["type"] == "frame" and frame["states"] == {"closed": 4} and frame["steps"]["max"] == 12
 

@@ -304,6 +304,9 @@ def test_a_rank_0_only_checkpoint_is_a_pause_not_a_hang_until_it_lasts_longer_th
     for name in ("A", "B"):
         alerts = [e for e in out[name] if e["type"] == "alert"]
         assert running[name] is None and alerts == [], (name, alerts)
+    # While it lasts, the frame says what the others wait for (job A: the records place rank 0 apart from the others).
+    pauses = [e["pause"] for e in out["A"] if e["type"] == "frame" and e.get("pause")]
+    assert pauses and all(p.startswith("training rank 0 in checkpoint, a span only it runs") for p in pauses), pauses[:3]
     impatient = [e for e in out["A-impatient"] if e["type"] == "alert" and e["kind"] == "hang"]
     assert running["A-impatient"] == 3, out["A-impatient"][-1]
     assert impatient and impatient[0]["ranks"] == [0] and impatient[0]["phase"] == "checkpoint", impatient

@@ -28,8 +28,8 @@ from otel_titan._version import __version__
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
 from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
 from otel_titan.analysis.read.filters import parse_rank_list
-from otel_titan.analysis.watch.loop import EXIT_ALERT, EXIT_ON_KINDS, default_trigger, run_watch
-from otel_titan.analysis.read.records import find_log_dir
+from otel_titan.analysis.watch.detect import Rules
+from otel_titan.analysis.watch.loop import EXIT_ALERT, default_trigger, parse_exit_on, parse_seconds, run_watch, wait_for_run
 from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
 from otel_titan.analysis.report import write_report
 from otel_titan.analysis.read.runs import find_run
@@ -220,7 +220,9 @@ examples:
   otel-titan watch outputs                         # the screen, refreshed every 2 s
   otel-titan watch outputs --json | jq -c 'select(.type == "alert")'
   otel-titan watch outputs --exit-on hang,crashed  # beside a SLURM step: exit 3 to kill and requeue
+  otel-titan watch outputs --hang-after 30 --exit-on hang:10m,crashed   # page after 30 s, kill after 10 min
   otel-titan watch outputs --once                  # one frame, then exit
+  otel-titan watch outputs --wait 10m &            # started before the job: waits for its files (10 min at most)
   otel-titan watch --otlp 4318 --spool /tmp/job42 --json          # NFS or node-local files: receive over OTLP (loopback)
   otel-titan watch --otlp 0.0.0.0:4318 --otlp-token-file ~/.watch-token --otlp-tls-cert cert.pem --otlp-tls-key key.pem
                                                    # from other nodes: TLS and a token
@@ -236,7 +238,7 @@ OTEL_EXPORTER_OTLP_CERTIFICATE=cert.pem (docs/security.md).
 
 launch the ranks with {trigger}=RUN_DIR/dump-now (or pass --trigger) so that a
 suspected hang brings every rank's black box, with the culprit's line of code, within seconds.
-exit codes: 0 done (or Ctrl-C), 2 not a run or bad arguments, 3 an --exit-on alert was confirmed
+exit codes: 0 done (or Ctrl-C), 2 not a run (within --wait) or bad arguments, 3 an --exit-on alert was confirmed
 (otel-titan --help lists every code).
 """
 
@@ -354,8 +356,18 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
     watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
+    watch.add_argument("--wait", type=_duration, metavar="S",
+                       help="started before the job: wait at most S seconds (30, 10m) for RUN_DIR to hold log files, then exit 2 "
+                       "(default: wait until it does, saying so on stderr; with --once: do not wait)")
     watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
-    watch.add_argument("--exit-on", metavar="KINDS", help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing")
+    watch.add_argument("--exit-on", metavar="KINDS",
+                       help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing; KIND:S only once "
+                       "it has lasted S (hang:10m: the alert is raised at once, the job killed only if it stays hung: page early, kill late)")
+    watch.add_argument("--hang-after", type=_duration, metavar="S",
+                       help="no progress for at least S seconds (30, 2m) before a hang is raised (default 8, and never under 2 steps)")
+    watch.add_argument("--pause-after", type=_duration, metavar="S",
+                       help="a pause (every rank in one span never seen to finish, or the others waiting for one rank's own work, as rank 0's "
+                       "first checkpoint) is a hang only after S seconds (default 300)")
     watch.add_argument("--trigger", metavar="FILE", help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)")
     watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
@@ -675,25 +687,31 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
 
 
 def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    kinds = tuple(k.strip() for k in (args.exit_on or "").split(",") if k.strip())
-    wrong = [k for k in kinds if k not in EXIT_ON_KINDS]
-    if wrong:
-        parser.error(f"--exit-on: {', '.join(wrong)} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
+    try:
+        kinds = parse_exit_on(args.exit_on or "")
+    except ValueError as error:
+        parser.error(f"--exit-on: {error}")
+    rules = Rules(**{name: value for name, value in (("hang_floor_s", args.hang_after), ("shared_pause_s", args.pause_after)) if value is not None})
     if not args.interval > 0:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
     if args.otlp is not None or args.otlp_grpc is not None:
-        return _watch_otlp(args, parser, kinds)
+        return _watch_otlp(args, parser, kinds, rules)
     for option in ("spool", "otlp_token_file", "otlp_tls_cert", "otlp_tls_key"):
         if getattr(args, option) is not None:
             parser.error(f"--{option.replace('_', '-')}: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
     if args.run_dir is None:
         parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
-    run_dir = find_log_dir(args.run_dir)[0]
+    # Started before the job (the recipes in docs/watch.md): the folder appears when the first rank opens its file.
+    wait_s = args.wait if args.wait is not None else (0.0 if args.once else None)
+    try:
+        run_dir = wait_for_run(args.run_dir, wait_s=wait_s, say=lambda line: print(printable(line), file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        return ExitCode.OK
     trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
-    return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None))
+    return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None, rules=rules))
 
 
-def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: tuple[str, ...]) -> int:
+def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: dict[str, float], rules: Rules) -> int:
     """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
     addresses = []
     for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
@@ -745,7 +763,7 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
         # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
         trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
         return ExitCode(run_watch(spool.folder, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger,
-                         plain=args.plain or None, frame_facts=lambda: receive_facts(receivers)))
+                         plain=args.plain or None, frame_facts=lambda: receive_facts(receivers), rules=rules))
     finally:
         for receiver in receivers:
             receiver.stop()
@@ -785,6 +803,14 @@ def _open_files_soft_limit() -> int:
     import resource  # noqa: PLC0415 - POSIX only, and only watch --otlp asks
 
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def _duration(text: str) -> float:
+    """argparse's type for a duration option (`watch.loop.parse_seconds`): its error names the option."""
+    try:
+        return parse_seconds(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _size(count: int) -> str:

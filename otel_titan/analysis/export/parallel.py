@@ -22,7 +22,7 @@ import tempfile
 from typing import Any, Callable
 
 from otel_titan.analysis.export.chrome_events import EventStream, ExportStats
-from otel_titan.analysis.workers import balance, default_jobs, merge_skipped, open_workers, run_shares, skipped_result
+from otel_titan.analysis.workers import balance, default_jobs, for_cluster, merge_skipped, open_workers, run_shares, skipped_result
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.export.perfetto import MAX_SEQUENCES, PerfettoStream
 from otel_titan.analysis.read.lines import SkippedLines
@@ -64,6 +64,8 @@ def convert_in_workers(
             shares = []
             for index, indices in enumerate(balance(groups, slots, lambda g: sum(p.size for p in g[1]))):
                 bucket = [groups[i] for i in indices]
+                if workers.cluster:  # its workers run in directories of their own: absolute paths
+                    bucket = [(pid, [for_cluster(p) for p in group]) for pid, group in bucket]
                 part = os.path.join(work_dir, f"part-{index}")
                 # native parts: one packet sequence each (the parent's is 1)
                 shares.append((part, None if steps is None else (steps.first, steps.last), log_skipped, native, index + 2, bucket))

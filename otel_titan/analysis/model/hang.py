@@ -57,14 +57,14 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Collection, Iterable, Sequence
 
 from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
-__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
+__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "own_work", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -258,6 +258,9 @@ class RankPlace:
     last_event_us: int | None = None
     #: Its flight-recorder digest (`model.flight_recorder.digest_recorder`): compared, never printed nor in --json.
     fr: ClassVar[dict[str, Any] | None] = None
+    #: Names of the spans it was ever seen to finish (None: not known): what it does, so that a span it never runs
+    #: (rank 0's checkpoint) is not one it "never entered" (`own_work`). Set per instance, as `fr`: never in --json.
+    seen: ClassVar[frozenset[str] | None] = None
 
 
 @dataclass
@@ -773,6 +776,32 @@ def _before(a: RankPlace, b: RankPlace) -> bool:
     return a.entered_complete and pa[1] < pb[1]
 
 
+def own_work(span: str | None, others_seen: Iterable[Collection[str]]) -> bool:
+    """Whether `span` is one process's own work: no other process of its world was ever seen in it (rank 0's checkpoint, eval, logging).
+
+    ``if rank == 0: save(); dist.barrier()``: the others wait for rank 0's
+    ``checkpoint``, a span they never run. That is a pause, not a hang, and
+    they are not "behind" for never entering it (`_step_progress`); `watch`
+    gives such a span the patience of a pause (`watch.detect.Rules.shared_pause_s`).
+
+    Example:
+        >>> own_work("checkpoint", [{"data_fetch", "all_reduce"}, {"data_fetch", "all_reduce", "barrier"}]), own_work("all_reduce", [{"all_reduce"}])
+        (True, False)
+    """
+    return span is not None and not any(span in seen for seen in others_seen)
+
+
+def _waits_for_own_work(place: RankPlace, leaders: list[tuple[RankPlace, int]], own_size: int) -> bool:
+    """Whether every rank `place` is "before" is a smaller group in its own work: spans `place` entered none of, ever (`own_work`)."""
+    if not place.seen or not leaders:
+        return False
+    for leader, count in leaders:
+        missed = set(leader.entered) - set(place.entered)
+        if leader.step != place.step or count >= own_size or not missed or any(name in place.seen for name in missed):
+            return False
+    return True
+
+
 def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: Sequence[dict[str, Any]], waiting: set[tuple[str, Any, int]], verdicts: _Verdicts) -> None:
     """No flight-recorder verdict: among the stuck ranks of one source and attempt, the least advanced are behind the others.
 
@@ -805,6 +834,13 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
             continue
         lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
         behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
+        # Rank 0's checkpoint: the many never entered a span only the few run, and never do. They wait for it; not behind.
+        excused = [m for m in behind if _waits_for_own_work(m, [(b, size[id(b)]) for b in ahead if _before(m, b)],
+                                                              len(classes[(m.step, frozenset(m.entered), m.entered_complete)]))]
+        if excused:
+            verdicts.note(f"{key[0]}: {_named([m.rank for m in excused if m.rank is not None])} wait for work of the others' own, in spans they never run "
+                          f"({', '.join(sorted({n for b in ahead for n in b.entered if not any(n in (m.seen or ()) for m in excused)} - {n for m in excused for n in m.entered}))}): not behind")
+            behind = [m for m in behind if all(m is not e for e in excused)]
         if not behind:
             continue
         for place in behind:

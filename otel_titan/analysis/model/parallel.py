@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from otel_titan.analysis.workers import balance, open_workers, run_shares
+from otel_titan.analysis.workers import balance, for_cluster, open_workers, run_shares
 from otel_titan.analysis.workers import default_jobs as _shared_default_jobs
 from otel_titan.analysis.read.records import ProcessLog
 from otel_titan.analysis.model.cache import ReadPlan
@@ -49,7 +49,10 @@ def read_in_workers(processes: list[ProcessLog], plans: list[ReadPlan], jobs: in
     """
     with open_workers(jobs, scheduler, "summary worker", on_bytes) as workers:
         buckets = balance(plans, min(workers.slots, len(plans)), lambda plan: plan.bytes_to_read)
-        shares = [([processes[i] for i in bucket], [plans[i] for i in bucket], log_skipped) for bucket in buckets]
+        # A cluster's workers run in directories of their own: they are sent absolute paths (the reads come back
+        # rebound to the paths as given: `collect.ProcessRead.rebind`).
+        sent = [for_cluster(p) for p in processes] if workers.cluster else processes
+        shares = [([sent[i] for i in bucket], [plans[i] for i in bucket], log_skipped) for bucket in buckets]
         results = run_shares(workers, "otel_titan.analysis.model.share:read_share", shares, on_bytes)
     blobs: list[bytes] = [b""] * len(processes)
     for bucket, result in zip(buckets, results, strict=True):

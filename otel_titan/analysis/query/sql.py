@@ -350,7 +350,8 @@ class RunDatabase:
             loads = [0] * len(buckets)
             for path, process_id in sorted(files, key=lambda f: -sizes[f[0]]):  # largest first onto the least loaded
                 target = loads.index(min(loads))
-                buckets[target].append((path, process_id))
+                # The workers run in directories of their own (dask-jobqueue's, other nodes'): absolute paths.
+                buckets[target].append((os.path.abspath(path), process_id))
                 loads[target] += sizes[path]
             parts = run_shares(workers, f"{__name__}:load_share", [(bucket,) for bucket in buckets if bucket], on_bytes)
         with tempfile.TemporaryDirectory(prefix="otel-titan-sql-") as folder:

@@ -69,7 +69,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, place_in_step
+from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
@@ -120,6 +120,8 @@ class _Verdict:
     step: int | None
     line: str | None
     evidence: list[str]
+    #: How long the culprits (or, nobody named, every process) had to be stopped for this to be a hang (s).
+    need: float = 0.0
 
 
 @dataclass
@@ -170,15 +172,26 @@ class Detector:
         self._asked_for: dict[Any, tuple] = {}
         #: A hang suspected at the last evaluation and not confirmed yet (one line), else None.
         self.suspected: str | None = None
+        #: Pauses at the last evaluation: one rank's own work the others wait for, not a hang yet (one line each).
+        self.pauses: list[str] = []
 
     # -- input ---------------------------------------------------------------------------------
-    def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float) -> ProcessState:
-        """Apply the records of process `key` read at watcher time `arrival`; `identity`: label, source, rank, attempt, … (first seen)."""
+    def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float, arrivals: Iterable[float] | None = None) -> ProcessState:
+        """Apply the records of process `key` read at watcher time `arrival`; `identity`: label, source, rank, attempt, … (first seen).
+
+        `arrivals`: one watcher time per record instead (what a first read found was written before `watch` started, each at its time).
+        """
         process = self.processes.get(key)
         if process is None:
             process = self.processes[key] = ProcessState(key, **{k: identity.get(k) for k in ("label", "source", "rank", "attempt", "run_id", "host", "world_size", "pid")})
             process.first_arrival = arrival
             process.progress_arrival = arrival
+        if arrivals is not None:
+            for record, at in zip(records, arrivals):
+                if self.first_arrival is None or at < self.first_arrival:
+                    self.first_arrival = at
+                process.apply(record, at)
+            return process
         if self.first_arrival is None:
             self.first_arrival = arrival
         for record in records:
@@ -249,6 +262,7 @@ class Detector:
         # not the culprit of trainers waiting in their all_reduce.
         hung_keys: set[str] = set()
         self.suspected = None
+        self.pauses = []
         suspected = []
         for source in sorted({p.source for p in procs}):
             members = [p for p in procs if p.source == source]
@@ -358,7 +372,12 @@ class Detector:
             self._asked_for[source] = ident
             self.want_black_box = True
         backed = "black box" in evidence or "flight recorder" in evidence
-        confirmed = suspect.seen >= rules.confirm_evaluations or backed
+        # A second refresh guards against one that caught the files between two writes; files already still for
+        # twice the time a hang needs (a `--once` from cron, a watch started on a stuck job) have said it already.
+        need = max(hang_after, verdict.need)
+        stopped = now - (since if since is not None else last_progress)
+        proven = stopped >= 2.0 * need
+        confirmed = suspect.seen >= rules.confirm_evaluations or backed or proven
         if not confirmed and key not in self.book.active:
             # Shown in the frame (a `--once` sees it), raised as an alert on the next refresh.
             who = f"{live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {compress_ranks(culprits)}" if culprits else "every process"
@@ -366,6 +385,8 @@ class Detector:
             return None
         if suspect.seen >= rules.confirm_evaluations:
             evidence = ["no progress on 2 refreshes", *evidence]
+        elif proven:
+            evidence = [f"files still for over twice the {need:,.0f} s a hang needs", *evidence]
         victims = sorted(p.rank for p in live if p.rank is not None and p.rank not in culprits)
         waiting = len(victims) if culprits else len(live)
         quiet_culprit = now - since if since is not None else quiet
@@ -408,6 +429,12 @@ class Detector:
         missing_rows = flag_missing_that_ran([{"source": s, "attempt": a, "world_size": w, "ranks": list(r)} for s, a, r, w in source_missing], steps_seen)
         suspects, notes = name_suspects(list(places.values()), members, missing_rows)
         if suspects:
+            # Ask for the black boxes now, not once the culprit has been where it is long enough: their flight
+            # recorder can prove a hang at once (a desync never completes), or name another rank.
+            ident = (("hang", source, attempt), tuple(sorted({s.rank for s in suspects if s.rank is not None})))
+            if self._asked_for.get(source) != ident:
+                self._asked_for[source] = ident
+                self.want_black_box = True
             return self._named(suspects, {p.label: p for p in placed}, places, live, now, hang_after)
         # Nobody named: every process in the same place (a shared pause, or a collective that never completes), or
         # places the rules cannot order. After 3 × that span's learned duration it is a hang nobody can be blamed for.
@@ -421,7 +448,7 @@ class Detector:
         where = f"waits in {name}" if name else "is stopped in different places"
         evidence = ["black box"] if any(p.box_live for p in live) else []
         why = "no process stands out: look at the network, the collective library, or the black boxes" + (f" ({notes[0]})" if notes else "")
-        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence)
+        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence, need)
 
     def _named(self, suspects: list, by_label: dict[str, ProcessState], places: dict[str, RankPlace], live: list[ProcessState], now: float, hang_after: float) -> _Verdict | None:
         """The alert's facts for the suspects the model named; None while a culprit has not been where it is long enough."""
@@ -429,8 +456,12 @@ class Detector:
         culprits = [by_label[s.label] for s in suspects if s.label in by_label]
         # Each culprit must have been where it is longer than it ever took there before (the model judges
         # where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
+        needed = hang_after
+        # A desync (one sequence number, different collectives: the flight recorder's) can never complete: no need to
+        # wait for the culprit's span to outlast its past, even one never seen to finish (a barrier only it entered).
+        proven = suspects[0].rule == "desync"
         for p in culprits:
-            if p.silent:
+            if p.silent or proven:
                 continue
             inner = p.innermost()
             stuck = now - (p.progress_arrival or now)
@@ -439,17 +470,24 @@ class Detector:
             elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
                 learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
                 need = max(hang_after, 3.0 * learned / 1000.0)
+            elif self._waited_for_in_own_work(p, inner.name, live):
+                need = max(hang_after, rules.shared_pause_s)  # rank 0's first checkpoint: a pause, until it lasts longer than allowed
+                if stuck < need:
+                    self.pauses.append(f"{p.label} in {inner.name}, a span only it runs, for {stuck:,.0f} s; {len(live) - 1} ranks wait for it "
+                                       f"(a hang after {need:,.0f} s: --pause-after)")
             else:
                 need = max(hang_after, rules.unknown_span_s)
             if stuck < need:
                 return None
+            needed = max(needed, need)
         ranks = sorted({s.rank for s in suspects if s.rank is not None})
         first = suspects[0]
         if first.rule == "missing":
-            return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"])
+            return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"],
+                            max(needed, rules.missing_grace_s))
         if first.rule == "nothing logged":
             line, evidence = _box_line(culprits)
-            return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence)
+            return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence, needed)
         p = by_label[first.label]
         place = places[first.label]
         top_step = max((q.step for q in live if q.step is not None), default=None)
@@ -470,7 +508,18 @@ class Detector:
             evidence = evidence + ["span start"]
         if first.rule in ("behind", "desync", "p2p", "no collective"):
             evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
-        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence)
+        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence, needed)
+
+    @staticmethod
+    def _waited_for_in_own_work(p: ProcessState, span: str, live: list[ProcessState]) -> bool:
+        """``if rank == 0: save(); dist.barrier()``: `p` is in a span no other rank ever ran (`model.hang.own_work`), and they all wait (in a collective, or between spans).
+
+        Never a collective of its own (a barrier only it entered): that waits for the others, it is no work of its own.
+        """
+        others = [q for q in live if q is not p]
+        if is_collective(span) or not others or not own_work(span, ([*q.span_max_ms, *q.open_names()] for q in others)):
+            return False
+        return all(q.innermost() is None or is_collective(q.innermost().name) for q in others)  # type: ignore[union-attr]
 
     # -- slow ----------------------------------------------------------------------------------
     def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:
@@ -756,18 +805,9 @@ class Detector:
             rank_states["missing"] = [r for m in missing for r in m[2]]
         steps = sorted(p.step for p in procs if p.step is not None)
         world = max((p.world_size or 0 for p in procs), default=0) or None
-        recent = [s for p in procs for s in list(p.steps)[-rules.window:]]
-        phases: dict[str, list[float]] = {}
-        for s in recent:
-            for name, ms in s.phases.items():
-                if name in s.top:
-                    phases.setdefault(name, []).append(ms)
-        phase_rows = sorted(({"name": n, "ms": round(statistics.median(v), 3), "share_pct": round(100.0 * statistics.median(v) / step_ms, 1) if step_ms else None} for n, v in phases.items()), key=lambda r: -r["ms"])
+        phase_rows, rate = _time_of_last_steps([s for p in procs for s in list(p.steps)[-rules.window:]])
         last_arrivals = self._last_arrivals(procs)
         first = min((p.first_arrival or now for p in procs), default=now)
-        rate = None
-        if step_ms:
-            rate = round(60_000.0 / step_ms, 1)
         run_id = procs[0].run_id if procs else None
         return {
             "type": "frame",
@@ -786,6 +826,7 @@ class Detector:
             "last_arrivals": last_arrivals,
             "hang_after_s": round(hang_after, 1),
             "suspected_hang": self.suspected,
+            "pause": "; ".join(self.pauses) or None,
             "alerts": [a.to_json("alert") for a in self.book.newest_first()],
             "resolved": [a.to_json("resolved") for a in reversed(self.book.history[-5:])],
             "other_runs": [{"run_id": r, "processes": len(m)} for r, m in self.runs().items() if r != run_id][-5:] if procs else [],
@@ -811,6 +852,37 @@ class Detector:
         longest = max(w for w, _ in waits)
         waits.sort(key=lambda item: item[0])
         return [{"rank": p.rank, "host": p.host, "step": step, "late_ms": round(longest - w, 3)} for w, p in waits[:3]]
+
+
+def _time_of_last_steps(steps: list[StepFacts]) -> tuple[list[dict[str, Any]], float | None]:
+    """Where the time of `steps` went, and the rate they ran at: ([{name, ms, share_pct}] of the top-level phases, steps/min).
+
+    Both are of the time the steps took, on each rank's own clock: a phase's
+    ``ms`` is its total over the steps divided by their number (a 260 ms
+    ``gc_collect`` every 10th step is 26 ms a step), its ``share_pct`` that
+    total over the steps' total (never over 100 %); the rate is the steps
+    over their total time, so a pause every few steps slows it as it slows
+    the job. A median of the steps that had a phase, over the median step,
+    read 5,778 % for such a span, and a rate of 1 / the median step ran
+    seventeen times faster than the job.
+
+    Example:
+        >>> quick = [StepFacts(step=k, begin_us=0, duration_ms=5.0, phases={"fwd": 4.0}, top={"fwd"}) for k in range(9)]
+        >>> slow = StepFacts(step=9, begin_us=0, duration_ms=255.0, phases={"fwd": 4.0, "gc_collect": 250.0}, top={"fwd", "gc_collect"})
+        >>> _time_of_last_steps(quick + [slow])
+        ([{'name': 'gc_collect', 'ms': 25.0, 'share_pct': 83.3}, {'name': 'fwd', 'ms': 4.0, 'share_pct': 13.3}], 2000.0)
+    """
+    timed = [s for s in steps if s.duration_ms is not None and s.duration_ms > 0]
+    total_ms = sum(s.duration_ms for s in timed)  # type: ignore[misc]
+    if not timed or total_ms <= 0:
+        return [], None
+    phases: dict[str, float] = {}
+    for s in timed:
+        for name, ms in s.phases.items():
+            if name in s.top:
+                phases[name] = phases.get(name, 0.0) + ms
+    rows = [{"name": name, "ms": round(ms / len(timed), 3), "share_pct": round(min(100.0, 100.0 * ms / total_ms), 1)} for name, ms in phases.items()]
+    return sorted(rows, key=lambda r: -r["ms"]), round(60_000.0 * len(timed) / total_ms, 1)
 
 
 _STATE_ORDER = {"running": 0, "stalled": 1, "hung": 2, "crashed": 3, "terminated": 4, "closed": 5, "missing": 6}
@@ -855,6 +927,7 @@ def _place(p: ProcessState) -> RankPlace:
                       box.frame if box is not None else None, evidence, None, [], step, between, (digest or {}).get("last_span") if between else None,
                       entered, complete, True, box.time_us if box is not None else None, p.last_program_us)
     place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it
+    place.seen = frozenset(p.span_max_ms)  # type: ignore[misc]  # the spans it ran: rank 0's own work is not one it missed
     return place
 
 

@@ -80,7 +80,7 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     if steps:
         text = f"steps: min {steps['min']} · median {steps['median']} · max {steps['max']}"
         if frame.get("step_ms"):
-            text += f" · step {frame['step_ms']:,.1f} ms · {frame.get('steps_per_min') or 0:,.1f} steps/min"
+            text += f" · median step {frame['step_ms']:,.1f} ms · {frame.get('steps_per_min') or 0:,.1f} steps/min"
         lines.append((text, None))
     phases = frame.get("phases") or []
     if phases:
@@ -88,6 +88,8 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     late = frame.get("last_arrivals") or []
     if late:
         lines.append((f"last to arrive (step {late[0]['step']}): " + " · ".join(f"rank {a['rank']}" + (f" on {printable(str(a['host']))}" if a.get("host") else "") + f" +{a['late_ms']:,.1f} ms" for a in late), None))
+    if frame.get("pause"):
+        lines.append((f"pause: {printable(frame['pause'])}", None))
     if frame.get("suspected_hang"):
         lines.append((f"suspected hang: {printable(frame['suspected_hang'])}", "yellow"))
     alerts = frame.get("alerts") or []

@@ -8,12 +8,14 @@ neither command has to import the other's worker code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, Sequence, TypeVar
 
 from otel_titan.analysis.read.lines import MAX_WARNINGS_KEPT, SkippedLines
+from otel_titan.analysis.read.records import ProcessLog
 
-__all__ = ["PARALLEL_MIN_BYTES", "MAX_JOBS", "default_jobs", "balance", "skipped_result", "merge_skipped"]
+__all__ = ["PARALLEL_MIN_BYTES", "MAX_JOBS", "default_jobs", "balance", "skipped_result", "merge_skipped", "for_cluster"]
 
 #: Below this much JSONL, starting interpreters costs more than it saves.
 PARALLEL_MIN_BYTES = 64 << 20
@@ -35,6 +37,24 @@ def default_jobs(total_bytes: int, items: int) -> int:
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cpus, items, MAX_JOBS))
+
+
+def for_cluster(process: ProcessLog) -> ProcessLog:
+    """`process` with absolute file paths: what a Dask worker, in a working directory of its own, must be sent.
+
+    The user types the run's path as seen from the job's folder
+    (``summarize run --scheduler tcp://…``); a cluster's workers run
+    elsewhere (dask-jobqueue starts them in the batch system's folder, on
+    other nodes that see the run through the shared filesystem at the same
+    absolute path). Local workers share the command's directory and are sent
+    the paths as given, so their warnings name the files as the user did.
+
+    Example:
+        >>> p = for_cluster(ProcessLog(base="run/structured_logs/a.jsonl", segments=["run/structured_logs/a.jsonl"], source="training", rank=0))
+        >>> os.path.isabs(p.base) and p.segments == [p.base]
+        True
+    """
+    return dataclasses.replace(process, base=os.path.abspath(process.base), segments=[os.path.abspath(path) for path in process.segments])
 
 
 def balance(items: Sequence[Item], jobs: int, size: Callable[[Item], int]) -> list[list[int]]:

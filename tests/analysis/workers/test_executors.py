@@ -164,9 +164,37 @@ def test_sql_loaded_on_the_cluster_answers_as_the_local_load(run, cluster) -> No
     assert local.con.execute(QUERIES[-1]).fetchall()[0][1] == 1  # the torn line, a row of NULLs in both
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
     base = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
-    return processes.run([sys.executable, "-m", "otel_titan.cli", *args], capture_output=True, env={**base, "PYTHONPATH": str(REPO), **(env or {})}, timeout=180)
+    return processes.run([sys.executable, "-m", "otel_titan.cli", *args], capture_output=True, env={**base, "PYTHONPATH": str(REPO), **(env or {})}, timeout=180, cwd=cwd)
+
+
+def test_a_relative_run_path_reaches_workers_whose_working_directory_differs(run, cluster, tmp_path) -> None:
+    """``summarize run --scheduler …`` typed in the job's folder: a dask-jobqueue worker runs elsewhere and must be sent absolute paths."""
+    elsewhere = tmp_path / "worker-home"
+    elsewhere.mkdir()
+    with distributed.Client(cluster, set_as_default=False) as client:
+        before = client.run(os.getcwd)
+        client.run(os.chdir, str(elsewhere))  # the workers' own working directory, as on another node
+        try:
+            assert set(client.run(os.getcwd).values()) == {str(elsewhere)}
+            here, name = run.parent, run.name
+            local = _cli("summarize", name, "--no-cache", "--json", cwd=here)
+            dask = _cli("summarize", name, "--no-cache", "--json", "--scheduler", cluster, cwd=here)
+            assert local.returncode == dask.returncode == 0, dask.stderr.decode(errors="replace")
+            assert b"No such file" not in dask.stderr, dask.stderr
+            assert _timeless(json.loads(dask.stdout)) == _timeless(json.loads(local.stdout))
+            exported = _cli("export", name, "-o", str(tmp_path / "dask.json"), "--scheduler", cluster, cwd=here)
+            assert exported.returncode == 0, exported.stderr.decode(errors="replace")
+            assert _canonical(load_trace(tmp_path / "dask.json"))
+            query = "SELECT rank, count(*) FROM spans GROUP BY ALL ORDER BY ALL"
+            local = _cli("sql", name, query, "--format", "csv", "--no-cache", cwd=here)
+            dask = _cli("sql", name, query, "--format", "csv", "--no-cache", "--scheduler", cluster, cwd=here)
+            assert local.returncode == dask.returncode == 0, dask.stderr.decode(errors="replace")
+            assert dask.stdout == local.stdout and dask.stdout.count(b"\n") > 4
+        finally:
+            for address, folder in before.items():
+                client.run(os.chdir, folder, workers=[address])
 
 
 @pytest.mark.parametrize("how", ["--scheduler", "DASK_SCHEDULER_ADDRESS"])

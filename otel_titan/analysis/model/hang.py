@@ -59,7 +59,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Sequence
 
+from otel_titan.analysis.model.frames import program_frame as _program_frame, program_line, where as _where
 from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
+from otel_titan.analysis.model.ending import describe_crash, failed_first, is_interrupt
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
@@ -71,38 +73,6 @@ GROUPS_SHOWN = 4
 SUSPECTS_SHOWN = 5
 #: Bytes read from the end of a faulthandler side file.
 SIDE_FILE_TAIL = 256 << 10
-_LIBRARY = re.compile(r"(^|/)(site-packages|dist-packages|otel_titan|lib/python\d+\.\d+)/|^<frozen |^<string>")
-
-
-def _program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost frame of the program's own code (`frames` innermost first), else the innermost."""
-    for frame in frames:
-        if not _LIBRARY.search(str(frame.get("file", ""))):
-            return frame
-    return frames[0] if frames else None
-
-
-def program_line(frames: Sequence[dict[str, Any]]) -> str | None:
-    """``file:line function`` of the innermost frame of the program's own code in a black box's stack (innermost first).
-
-    Why: a stuck rank's innermost frame is nearly always a library's (a queue's
-    ``get``, torch's collective wrapper, ``selectors``): the line to read is the
-    program's call into it. The one rule for `summarize` and `watch`.
-
-    Example:
-        >>> program_line([{"file": "/usr/lib/python3.11/queue.py", "line": 171, "function": "get"}, {"file": "train.py", "line": 42, "function": "load_batch"}])
-        'train.py:42 load_batch'
-        >>> program_line([])
-    """
-    return _where(_program_frame(frames))
-
-
-def _where(frame: dict[str, Any] | None) -> str | None:
-    if not frame:
-        return None
-    return f"{frame.get('file')}:{frame.get('line')} {frame.get('function')}"
-
-
 def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
     """What the Hang section needs from one ``stall`` record (small: kept per process)."""
     threads = record.get("threads") or []
@@ -256,6 +226,9 @@ class RankPlace:
     #: When its latest black box was written, and its last program record (µs): who was quiet before whom.
     box_us: int | None = None
     last_event_us: int | None = None
+    #: When it failed itself (its crash, or its silent kill: `model.ending`), and how, in words; None when it did not.
+    failed_us: int | None = None
+    failure: str | None = None
     #: Its flight-recorder digest (`model.flight_recorder.digest_recorder`): compared, never printed nor in --json.
     fr: ClassVar[dict[str, Any] | None] = None
 
@@ -309,6 +282,8 @@ class HangReport:
 
 
 def _status(process: Any, box: dict[str, Any] | None, now_us: float) -> str | None:
+    if getattr(process, "crash", None) is not None:
+        return process.state(now_us)  # crashed or interrupted: the closing record the exit hook wrote after it is no clean end
     if process.closed_cleanly is True:
         return None  # it ended well: any earlier stall is history
     if process.closed_cleanly is None and box is None and not process.hang_suspect:
@@ -392,6 +367,9 @@ def build_hang(
             )
         )
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
+        crash = getattr(process, "crash", None)
+        if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
+            places[-1].failed_us, places[-1].failure = crash["time_us"], describe_crash(crash)
     present = {(p.source, p.attempt) for p in places}
     # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
     # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
@@ -574,7 +552,9 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
             continue
         for rank in m["ranks"]:
             missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
-    waiting = _collectives(places, verdicts)
+    # A crash explains what follows it (the survivors wait, fail in their collective, are terminated): strongest first.
+    _failed_first(places, verdicts)
+    waiting = _collectives(places, verdicts) if not verdicts.by_label else set()
     if not verdicts.by_label:
         _crashed(places, verdicts)
     if not verdicts.by_label:
@@ -734,6 +714,26 @@ def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str,
             if not pending and _held_back(peer_place, [by_rank[(source, attempt, rank)]]):
                 what = "never sent what" if wanted == "send" else "never posted the receive for what"
                 verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
+
+
+def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
+    """Per source and attempt, the processes that failed first (`model.ending.failed_first`): the others stopped after them, their victims.
+
+    NCCL fails no collective when a peer dies: the others wait until the
+    timeout, then the launcher terminates them; gloo fails their collective at
+    once. Either way the rank that crashed (or was killed) first is the one.
+    """
+    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
+    for place in places:
+        by_run.setdefault((place.source, place.attempt), []).append(place)
+    for members in by_run.values():
+        culprits, victims, _ = failed_first({place.label: place.failed_us for place in members})
+        ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
+        who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
+        after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""
+        for place in members:
+            if place.label in culprits:
+                verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
 
 
 def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:

@@ -121,7 +121,7 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
             if suspect.rule not in ("missing", "crashed") and len(lines) < 4:
                 lines.append(f"hang suspect: {suspect.source} rank {suspect.rank}: {suspect.why}" if suspect.rank is not None else f"hang suspect: {suspect.label}: {suspect.why}")
     for g in groups:
-        torn = [p for p in summary.processes if p.label in g["processes"] and p.crash is None]
+        torn = [p for p in summary.processes if p.label in g["processes"] and p.attempt == g["attempt"] and p.crash is None]  # labels repeat across attempts
         if g["state"] == "crashed" and torn:
             lines.append(f"crashed (file ends mid-line: killed or died while writing): {_who(torn)} at step {g['step']}, {g['where']}")
     for g in groups:

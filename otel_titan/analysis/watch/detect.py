@@ -217,7 +217,7 @@ class Detector:
         # An earlier attempt's crash stays shown after a restart (`--max-restarts`) replaced its processes.
         earlier = self.earlier_attempts()
         if earlier:
-            alerts.extend(a for a in self._ended_alerts(earlier, self._ended(earlier, now), now) if a.kind == "crashed")
+            alerts.extend(a for a in self._ended_alerts(earlier, self._ended(earlier, now), now, show_attempt=True) if a.kind == "crashed")
         missing = self._missing(procs)
         if missing and self.first_arrival is not None and now - self.first_arrival >= rules.missing_grace_s:
             for source, attempt, ranks, world in missing:
@@ -293,7 +293,7 @@ class Detector:
         crash = p.crash if p.crash is not None and not is_interrupt(p.crash) else self.killed.get(p.key)
         return crash
 
-    def _ended_alerts(self, procs: list[ProcessState], ended: dict[str, str | None], now: float) -> list[Alert]:
+    def _ended_alerts(self, procs: list[ProcessState], ended: dict[str, str | None], now: float, show_attempt: bool = False) -> list[Alert]:
         alerts = []
         for kind in ("crashed", "terminated"):
             members = [p for p in procs if ended.get(p.key) == kind]
@@ -304,7 +304,7 @@ class Detector:
                 by_source.setdefault((p.source, p.attempt), []).append(p)
             for (source, attempt), group in by_source.items():
                 if kind == "crashed":
-                    first = self._crashed_alert(source, attempt, [p for p in procs if (p.source, p.attempt) == (source, attempt)], ended, now)
+                    first = self._crashed_alert(source, attempt, [p for p in procs if (p.source, p.attempt) == (source, attempt)], ended, now, show_attempt or bool(attempt))
                     if first is not None:
                         alerts.append(first)
                         continue
@@ -320,7 +320,7 @@ class Detector:
                                     cost={"ranks": len(ranks)}, evidence=["torn last line" if kind == "crashed" and last.torn_since else "records"]))
         return alerts
 
-    def _crashed_alert(self, source: str, attempt: int | None, members: list[ProcessState], ended: dict[str, str | None], now: float) -> Alert | None:
+    def _crashed_alert(self, source: str, attempt: int | None, members: list[ProcessState], ended: dict[str, str | None], now: float, show_attempt: bool) -> Alert | None:
         """``crashed``: the process that failed first, with its error, and the others, its victims (`model.ending.failed_first`); None without a crash on record."""
         unclean = [p for p in members if not (ended.get(p.key) == "closed")]
         crashes = {p.key: self._crash_of(p) for p in unclean}
@@ -332,7 +332,7 @@ class Detector:
         crash = crashes[first.key] or {}
         ranks = sorted(by_key[k].rank for k in culprits if by_key[k].rank is not None)  # type: ignore[type-var]
         victim_ranks = sorted(by_key[k].rank for k in victims if by_key[k].rank is not None)  # type: ignore[type-var]
-        who = f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)}" + (f" (attempt {attempt})" if attempt else "")
+        who = f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)}" + (f" (attempt {attempt})" if show_attempt and attempt is not None else "")
         after = f"; {'rank' if len(victim_ranks) == 1 else 'ranks'} {compress_ranks(victim_ranks)} stopped after it (victims)" if victim_ranks else ""
         since = min((by_key[k].crash_arrival or by_key[k].last_arrival or now) for k in culprits)
         return Alert("crashed", ("crashed", source, attempt), f"{who} crashed: {describe_crash(crash)}{after}", ranks=ranks, source=source, attempt=attempt,

@@ -33,6 +33,7 @@ import os
 import pickle
 import statistics
 from array import array
+from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
@@ -936,8 +937,10 @@ def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignm
 def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str, Any]]) -> None:
     """Mark the processes killed without a word (`model.ending.killed_silently`), judged against the others of their source and attempt."""
     by_run: dict[tuple[str, int | None], list[tuple[ProcessSummary, End]]] = {}
+    labels = Counter(p.label for p in processes)
     for p in processes:
-        fact = hang_facts.get(p.label) or {}
+        # The facts are kept by label, which repeats across restart attempts: an earlier attempt's are then its open spans.
+        fact = (hang_facts.get(p.label) or {}) if labels[p.label] == 1 else {"step": p.last_step, "entered": [s.name for s in p.open_spans]}
         end = End(p.label, closed=bool(p.closed_cleanly), last_us=p.last_us, step=fact.get("step"), entered=fact.get("entered") or (),
                   crash=p.crash, signal_us=p.signal_us if p.signal else None, wrote=p.last_event is not None)
         by_run.setdefault((p.source, p.attempt), []).append((p, end))
@@ -945,7 +948,7 @@ def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str
         ends = [end for _, end in members]
         for p, end in members:
             if killed_silently(end, ends):
-                p.crash = killed_crash(end, p.last_phase)
+                p.crash = killed_crash(end, p.last_phase, torn=p.torn_last_line)
 
 
 def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None) -> list[dict[str, Any]]:

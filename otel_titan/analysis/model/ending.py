@@ -178,9 +178,13 @@ def killed_silently(end: End, peers: Sequence[End]) -> bool:
     return bool(others) and all(p.signal_us is not None and p.signal_us > end.last_us for p in others)
 
 
-def killed_crash(end: End, open_span: str | None = None) -> dict[str, Any]:
-    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `killed_silently` says was killed: at its last record."""
-    return {"type": "killed", "message": "", "why": "no closing or signal record; its peers failed after its last record",
+def killed_crash(end: End, open_span: str | None = None, torn: bool = False) -> dict[str, Any]:
+    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `killed_silently` says was killed: at its last record.
+
+    `torn`: its file ends mid-line (killed while it wrote), said first.
+    """
+    why = ("its file ends mid-line; " if torn else "") + "no closing or signal record; its peers failed after its last record"
+    return {"type": "killed", "message": "", "why": why,
             "file": None, "line": None, "function": None, "span": open_span, "step": end.step, "time_us": end.last_us, "fatal": True}
 
 

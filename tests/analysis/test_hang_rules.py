@@ -264,7 +264,9 @@ def test_a_crashed_rank_is_named_when_the_launcher_then_stopped_the_others_and_n
         write_rank(tmp_path / "agent", rank, 3, steps + ([] if rank == 1 else [("signal",)]), torn=rank == 1)
         write_rank(tmp_path / "sigkill", rank, 3, steps, torn=rank == 1)  # every rank killed at once; one was writing
     (crashed,) = summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects
-    assert (crashed.rank, crashed.rule) == (1, "crashed") and crashed.why.endswith("while the 2 others were then terminated by a signal"), crashed.why
+    assert (crashed.rank, crashed.rule) == (1, "crashed") and crashed.why.startswith("failed first: killed (its file ends mid-line; no closing or signal record; "
+                                                                                  "the others were terminated by a signal after its last record)"), crashed.why
+    assert crashed.why.endswith("; ranks 0,2 stopped after it (its victims)"), crashed.why
     assert summarize_run(tmp_path / "sigkill", log_skipped=False).hang.suspects == []
 
 

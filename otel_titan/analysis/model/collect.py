@@ -67,7 +67,7 @@ from otel_titan.analysis.model.stragglers import (
     lateness,
     peer_groups,
 )
-from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, killed_crash, killed_silently
+from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.rules import attempt_step as _attempt_step
 from otel_titan.analysis.model.rules import logger_scalar
 from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, WalkState, error_details, finish_walk, walk_process
@@ -947,8 +947,9 @@ def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str
     for members in by_run.values():
         ends = [end for _, end in members]
         for p, end in members:
-            if killed_silently(end, ends):
-                p.crash = killed_crash(end, p.last_phase, torn=p.torn_last_line)
+            evidence = kill_evidence(end, ends)
+            if evidence is not None:
+                p.crash = killed_crash(end, evidence, p.last_phase, torn=p.torn_last_line)
 
 
 def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from typing import Any, Hashable, Sequence
 from otel_titan.analysis.model.frames import parse_frames, program_frame
 from otel_titan.schema import Field, MetaEvent
 
-__all__ = ["UNCAUGHT", "INTERRUPT", "crash_of", "is_interrupt", "crash_state", "describe_crash", "End", "killed_silently", "killed_crash", "failed_first"]
+__all__ = ["UNCAUGHT", "INTERRUPT", "crash_of", "is_interrupt", "crash_state", "describe_crash", "End", "kill_evidence", "killed_silently", "killed_crash", "failed_first"]
 
 #: The record that says so (`schema.MetaEvent.UNCAUGHT_EXCEPTION`).
 UNCAUGHT = MetaEvent.UNCAUGHT_EXCEPTION
@@ -150,8 +150,8 @@ def _never_reached(end: End, peer: End) -> bool:
     return crash.get("span") is not None and crash["span"] not in end.entered
 
 
-def killed_silently(end: End, peers: Sequence[End]) -> bool:
-    """Whether a process with no end on record was killed (SIGKILL, the OOM killer) before peers that then failed because of it.
+def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
+    """Why a process with no end on record was killed (SIGKILL, the OOM killer) before peers that then failed because of it; None when it was not.
 
     Its own records say nothing (no closing, signal or crash record); its
     peers (the other processes of its source and attempt) say it: after its
@@ -164,26 +164,32 @@ def killed_silently(end: End, peers: Sequence[End]) -> bool:
     Example:
         >>> dead = End("r1", closed=False, last_us=100, step=8, entered=["fwd_bwd"])
         >>> peer = End("r0", closed=True, last_us=300, step=8, crash={"type": "RuntimeError", "time_us": 200, "step": 8, "span": "all_reduce"})
-        >>> killed_silently(dead, [peer])
-        True
-        >>> killed_silently(dead, [End("r0", closed=True, last_us=300, step=8, crash={"type": "RuntimeError", "time_us": 200, "step": 8, "span": "fwd_bwd"})])
-        False
+        >>> kill_evidence(dead, [peer])
+        'its peers failed after its last record, in what it never reached'
+        >>> kill_evidence(dead, [End("r0", closed=True, last_us=300, step=8, crash={"type": "RuntimeError", "time_us": 200, "step": 8, "span": "fwd_bwd"})])
     """
     if not end.silent_end or not end.wrote or end.last_us is None:
-        return False
+        return None
     others = [p for p in peers if p.key != end.key]
     crashed_after = [p for p in others if p.failed_us is not None and p.failed_us > end.last_us]
     if crashed_after and all(_never_reached(end, p) for p in crashed_after) and not any(p.failed_us is not None and p.failed_us <= end.last_us for p in others):
-        return True
-    return bool(others) and all(p.signal_us is not None and p.signal_us > end.last_us for p in others)
+        return "its peers failed after its last record, in what it never reached"
+    if others and all(p.signal_us is not None and p.signal_us > end.last_us for p in others):
+        return "the others were terminated by a signal after its last record"
+    return None
 
 
-def killed_crash(end: End, open_span: str | None = None, torn: bool = False) -> dict[str, Any]:
-    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `killed_silently` says was killed: at its last record.
+def killed_silently(end: End, peers: Sequence[End]) -> bool:
+    """Whether `kill_evidence` holds: the process was killed without a word."""
+    return kill_evidence(end, peers) is not None
+
+
+def killed_crash(end: End, evidence: str, open_span: str | None = None, torn: bool = False) -> dict[str, Any]:
+    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `kill_evidence` says was killed (`evidence`): at its last record.
 
     `torn`: its file ends mid-line (killed while it wrote), said first.
     """
-    why = ("its file ends mid-line; " if torn else "") + "no closing or signal record; its peers failed after its last record"
+    why = ("its file ends mid-line; " if torn else "") + f"no closing or signal record; {evidence}"
     return {"type": "killed", "message": "", "why": why,
             "file": None, "line": None, "function": None, "span": open_span, "step": end.step, "time_us": end.last_us, "fatal": True}
 

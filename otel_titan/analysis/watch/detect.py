@@ -69,7 +69,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from otel_titan.analysis.model.ending import End, describe_crash, failed_first, is_interrupt, killed_crash, killed_silently
+from otel_titan.analysis.model.ending import End, describe_crash, failed_first, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
@@ -284,9 +284,10 @@ class Detector:
                 continue
             for p, end in members:
                 self.killed.pop(p.key, None)  # judged again at every evaluation: a later record of its own clears it
-                if ended.get(p.key) is None and killed_silently(end, ends):
+                evidence = kill_evidence(end, ends) if ended.get(p.key) is None else None
+                if evidence is not None:
                     ended[p.key] = "crashed"
-                    self.killed[p.key] = killed_crash(end, _inner(p))
+                    self.killed[p.key] = killed_crash(end, evidence, _inner(p))
 
     def _crash_of(self, p: ProcessState) -> dict[str, Any] | None:
         """Its crash (an uncaught exception) or its silent kill, as `model.ending` describes them; None for Ctrl-C or no crash."""

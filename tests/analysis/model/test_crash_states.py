@@ -119,7 +119,7 @@ def test_a_sigkilled_rank_is_a_crash_and_its_peers_whose_collective_failed_are_i
     run_job("sigkill", tmp_path, 3)
     head = summarize(tmp_path)[:2500]
     print(head)
-    assert "▶ crashed: training rank 1: killed (no closing or signal record; its peers failed after its last record), inside span fwd_bwd, step 8; ranks 0,2 stopped after it (its victims)" in head
+    assert "▶ crashed: training rank 1: killed (no closing or signal record; its peers failed after its last record, in what it never reached), inside span fwd_bwd, step 8; ranks 0,2 stopped after it (its victims)" in head
     assert "crashed after it: training ranks 0,2 (RuntimeError" in head
     data = json.loads(summarize(tmp_path, "--json"))
     assert [(s["rank"], s["rule"]) for s in data["hang"]["suspects"]] == [(BAD, "crashed")]

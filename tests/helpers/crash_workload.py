@@ -18,6 +18,7 @@ step ``CRASH_STEP`` (8) rank BAD:
   opens before ``fwd_bwd`` (the others wait in gloo's all_reduce) until the
   test presses Ctrl-C (SIGINT to the job's process group).
 
+With ``WRITER=torchtitan`` torchtitan 0.3.0's own logger writes the files.
 With ``ONLY_ATTEMPT=0`` the fault is injected in the first attempt only (a
 torchrun ``--max-restarts`` restart then runs clean).
 """
@@ -32,7 +33,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from otel_titan import structured_logger as sl
+if os.environ.get("WRITER") == "torchtitan":  # torchtitan's own logger writes the files (no closing record, no black box)
+    from torchtitan.observability import structured_logger as sl
+else:
+    from otel_titan import structured_logger as sl
 
 FAULT, BAD, OUT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 STEPS = int(os.environ.get("STEPS", "20"))
@@ -85,7 +89,8 @@ def main() -> None:
                     wait_for_peer()
                 dist.all_reduce(tensor)
     sl.log_trace_instant("training_end")
-    sl.shutdown_structured_logger()
+    if hasattr(sl, "shutdown_structured_logger"):
+        sl.shutdown_structured_logger()
     if COLLECTIVE:
         dist.destroy_process_group()
 

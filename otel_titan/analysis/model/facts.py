@@ -105,10 +105,12 @@ class ProcessSummary:
     thread_exceptions: list[dict[str, Any]] = field(default_factory=list)
 
     def state(self, now_us: float, running_s: float = 60.0) -> str:
-        """How the process ended: ``crashed``, ``interrupted``, ``closed``, ``hung before first record``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``ended``.
+        """How the process ended: ``crashed``, ``interrupted``, ``closed``, ``hung before first record``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``stopped``.
 
         docs/hangs.md's table says which record gives which state; an uncaught
         exception decides before the closing record the exit hook writes after it.
+        A file with no closing record to expect (torchtitan's, pimm's) is
+        ``running`` while fresh, then ``stopped``: its end is unknown.
         """
         if self.crash is not None:
             return crash_state(self.crash)
@@ -120,12 +122,12 @@ class ProcessSummary:
             return "crashed"
         if self.signal:
             return f"terminated ({self.signal})"
-        if self.closed_cleanly is None:
-            return "ended"  # torchtitan/pimm files have no closing record
         last = self.last_us if self.last_us is not None else self.created_us
         if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"
-        return "stalled"
+        # torchtitan's and pimm's files have no closing record: quiet, their process may have finished, hung or died
+        # (never "ended": a live hang read from them is one).
+        return "stopped" if self.closed_cleanly is None else "stalled"
 
     @property
     def last_phase(self) -> str | None:

@@ -281,13 +281,13 @@ class HangReport:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _status(process: Any, box: dict[str, Any] | None, now_us: float) -> str | None:
+def _status(process: Any, box: dict[str, Any] | None, now_us: float, open_worlds: set[tuple[str, Any]]) -> str | None:
     if getattr(process, "crash", None) is not None:
         return process.state(now_us)  # crashed or interrupted: the closing record the exit hook wrote after it is no clean end
     if process.closed_cleanly is True:
         return None  # it ended well: any earlier stall is history
-    if process.closed_cleanly is None and box is None and not process.hang_suspect:
-        return None  # torchtitan's and pimm's files have no closing record: their end says nothing
+    if process.closed_cleanly is None and box is None and not process.hang_suspect and (process.source, process.attempt) not in open_worlds:
+        return None  # torchtitan's and pimm's files have no closing record: a run whose spans all ended says nothing
     return process.state(now_us)
 
 
@@ -318,13 +318,16 @@ def build_hang(
             latest[process.source] = max(latest.get(process.source, process.attempt), process.attempt)
     earlier = 0
     current = [p for p in processes if p.attempt is None or p.attempt >= latest[p.source]]
+    # Where files with no closing record to expect (torchtitan's, pimm's) stopped inside spans, quiet for a minute: their end
+    # is unknown, so they are placed as ours are. Never stuck on that alone: a job killed mid-step leaves the same files.
+    open_worlds = {(p.source, p.attempt) for p in processes if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"}
     for process in processes:
         if process.attempt is not None and process.attempt < latest[process.source]:
             earlier += process.closed_cleanly is not True
             continue
         fact = facts.get(process.label) or {}
         box = fact.get("box")
-        status = _status(process, box, now_us)
+        status = _status(process, box, now_us, open_worlds)
         if status is None:
             continue
         # A faulthandler dump, when no black box followed the last event: the interpreter lock was held.
@@ -390,6 +393,9 @@ def build_hang(
     headline = _headline(places, current, missing)
     verdict = "named" if suspects else "cannot tell"
     if not suspects and not any(p.stuck for p in places):
+        if any(p.status == "stopped" for p in places):
+            notes.append("files with no heartbeat or black box (torchtitan's, pimm's) cannot tell a stuck process from one killed mid-step: "
+                         "no one is named; `otel-titan watch`, beside the live job, can")
         notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
     return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
                       missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)

@@ -134,7 +134,9 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     cannot_tell = False
     for g in groups:
         if in_hang and set(g["processes"]) <= in_hang:
-            if not hang.suspects and g["differs"] and not cannot_tell:
+            # Differs from the largest group, or one of groups all of one size (2 ranks in 2 places): never "nothing stands out".
+            split = g["differs"] or sum(1 for o in groups if set(o["processes"]) <= in_hang and (o["attempt"], o["source"]) == (g["attempt"], g["source"])) > 1
+            if not hang.suspects and split and not cannot_tell:
                 cannot_tell = True
                 why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"
                 lines.append(f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one")
@@ -256,7 +258,7 @@ def headline_data(summary: RunSummary, now_us: float | None = None) -> dict[str,
     }
 
 
-_STATE_ORDER = ["closed", "running", "stalled", "crashed", "interrupted", "terminated (SIGTERM)", "hung before first record", "ended"]
+_STATE_ORDER = ["closed", "running", "stalled", "stopped", "crashed", "interrupted", "terminated (SIGTERM)", "hung before first record"]
 
 
 def headline_lines(summary: RunSummary, data: dict[str, Any], show_all_groups: bool = False, groups_shown: int = 6) -> list[str]:

@@ -64,6 +64,14 @@ def watch_once(output: Path, *args: str) -> tuple[int, list[dict]]:
     return result.returncode, [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
+def last_record(path: str) -> dict | None:
+    lines = [line for line in open(path, "rb").read().splitlines() if line.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None  # a line being written
+
+
 def alerts(lines: list[dict], kind: str) -> list[dict]:
     return [line for line in lines if line["type"] == "alert" and line["kind"] == kind]
 
@@ -167,3 +175,35 @@ def test_after_a_restart_the_first_attempts_crash_is_still_shown(tmp_path):
     crashed = alerts(lines, "crashed")
     assert [(a["attempt"], a["ranks"]) for a in crashed] == [(0, [BAD])], crashed
     assert "attempt 0" in crashed[0]["message"]
+
+
+def test_torchtitans_files_of_a_live_hang_are_never_ended_and_the_hang_section_places_them(tmp_path):
+    """Item 6: torchtitan's own logger (no closing record, no black box); rank 1 hangs in data_fetch, rank 0 waits in all_reduce.
+
+    Their files cannot tell a stuck process from one killed mid-step (no heartbeat, no black box), so no rank is
+    named from them (that would blame a rank of a healthy job killed mid-step); but a quiet process is never
+    "ended", and the Hang section shows where each one is.
+    """
+    pytest.importorskip("torchtitan.observability.structured_logger", exc_type=ImportError)
+    job = start("hang", tmp_path, 2, WRITER="torchtitan")
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # rank 1 inside data_fetch and rank 0 inside all_reduce at step 8
+            files = {int(path.split("global_rank_")[1].split(".")[0]): last_record(path) for path in glob.glob(str(tmp_path / "structured_logs" / "*.jsonl"))}
+            if {rank: (r or {}).get("log_type_name") for rank, r in files.items()} == {0: "all_reduce_start", 1: "data_fetch_start"}:
+                break
+            assert job.poll() is None, (tmp_path / "torchrun.log").read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the hang never began: {sorted(files)}")
+        time.sleep(62)  # quiet for a minute: no longer `running`
+        head = summarize(tmp_path)[:3000]
+        data = json.loads(summarize(tmp_path, "--json"))
+    finally:
+        processes.kill_tree(job)
+    print(head)
+    assert data["headline"]["states"] == {"stopped": 2}, data["headline"]["states"]
+    assert "ended" not in head and "nothing stands out" not in head
+    hang = data["hang"]
+    assert hang is not None and hang["suspects"] == [] and {p["rank"]: p["span"] for p in hang["places"]} == {0: "all_reduce", 1: "data_fetch"}
+    assert "cannot tell a stuck process from one killed mid-step" in head

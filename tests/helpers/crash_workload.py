@@ -44,6 +44,9 @@ CRASH_STEP = int(os.environ.get("CRASH_STEP", "8"))
 STEP_S = float(os.environ.get("STEP_S", "0.05"))
 COLLECTIVE = os.environ.get("NO_COLLECTIVE") != "1"
 ONLY_ATTEMPT = os.environ.get("ONLY_ATTEMPT")
+#: Seconds rank BAD works in its faulty fwd_bwd before it fails (with NO_COLLECTIVE: the others finish first, torchrun
+#: would otherwise terminate them as soon as it fails).
+CRASH_DELAY_S = float(os.environ.get("CRASH_DELAY_S", "0"))
 
 
 def allocate() -> None:
@@ -78,6 +81,7 @@ def main() -> None:
         with sl.log_trace_span("fwd_bwd"):
             time.sleep(STEP_S)
             if faulty(rank, step):
+                time.sleep(CRASH_DELAY_S)
                 if FAULT in ("raise", "raise_wait"):
                     allocate()
                 elif FAULT == "sigkill":

@@ -78,7 +78,7 @@ def alerts(lines: list[dict], kind: str) -> list[dict]:
 
 def test_an_uncaught_exception_is_a_crash_with_its_error_line_span_and_step_everywhere(tmp_path):
     """Item 2: rank 1 raises a CUDA OOM in fwd_bwd at step 8, rank 0 runs to step 20 (no collective between them)."""
-    run_job("raise", tmp_path, 2, NO_COLLECTIVE="1")
+    run_job("raise", tmp_path, 2, NO_COLLECTIVE="1", CRASH_DELAY_S="4")
     crash = f"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1; 79.15 GiB total capacity) at crash_workload.py:{CRASH_LINE} in allocate, inside span fwd_bwd, step 8"
     text = summarize(tmp_path)
     head = text[: text.index("Processes")]
@@ -98,6 +98,8 @@ def test_an_uncaught_exception_is_a_crash_with_its_error_line_span_and_step_ever
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "crashed: training rank 1: RuntimeError: CUDA out of memory" in page and f"crash_workload.py:{CRASH_LINE} in allocate" in page
+    findings = page[page.index("<h2 id=crashes>Crashes (summarize)</h2>"):]
+    assert f"<td>training rank 1</td><td>0</td><td>{crash}</td><td>failed first</td>" in findings[:2000], findings[:2000]
     code, lines = watch_once(tmp_path, "--exit-on", "hang,crashed,missing")
     (alert,) = alerts(lines, "crashed")
     assert code == 3 and alert["ranks"] == [BAD] and alert["message"] == f"training rank 1 crashed: {crash}", alert

@@ -32,7 +32,7 @@ from typing import Any, Hashable, Sequence
 from otel_titan.analysis.model.frames import parse_frames, program_frame
 from otel_titan.schema import Field, MetaEvent
 
-__all__ = ["UNCAUGHT", "INTERRUPT", "crash_of", "is_interrupt", "crash_state", "describe_crash", "End", "kill_evidence", "killed_silently", "killed_crash", "failed_first"]
+__all__ = ["UNCAUGHT", "INTERRUPT", "crash_of", "is_interrupt", "crash_state", "describe_crash", "End", "kill_evidence", "killed_silently", "killed_crash", "failed_first", "held_back_by"]
 
 #: The record that says so (`schema.MetaEvent.UNCAUGHT_EXCEPTION`).
 UNCAUGHT = MetaEvent.UNCAUGHT_EXCEPTION
@@ -215,3 +215,26 @@ def failed_first(failed_at: dict[Hashable, int | None]) -> tuple[list[Hashable],
     first = min(times.values())
     culprits = [key for key, at in failed_at.items() if at == first]
     return culprits, [key for key in failed_at if key not in culprits], first
+
+
+def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
+    """The processes the crashes waited for: alive (or unknown), behind every process that crashed, quiet before the first crash.
+
+    Why: a crash is not always first in cause. A collective that times out
+    (gloo, NCCL's error handling) raises in the ranks that waited, while the
+    rank they waited for is still stuck, alive, before the span they failed
+    in. Such a rank (no crash, no closing record: terminated after, or still there; its last program
+    record, `End.last_us` here, before `first_us`; never in the span of the
+    step where each crashed peer failed) is the one; the crashed are then
+    its victims.
+
+    Example:
+        >>> stuck = End("r1", closed=False, last_us=100, step=8, entered=["data_fetch"])
+        >>> timed_out = End("r0", closed=True, last_us=900, step=8, crash={"type": "RuntimeError", "time_us": 800, "step": 8, "span": "all_reduce"})
+        >>> held_back_by([stuck, timed_out], 800)
+        ['r1']
+    """
+    crashed = [e for e in ends if e.failed_us is not None]
+    if not crashed:
+        return []
+    return [e.key for e in ends if e.crash is None and not e.closed and e.wrote and e.last_us is not None and e.last_us < first_us and all(_never_reached(e, c) for c in crashed)]

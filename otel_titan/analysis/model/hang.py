@@ -17,6 +17,10 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
 
 * **missing**: the records say world_size N and rank k wrote no file (it never
   reached ``init_structured_logger``);
+* **crashed** (failed first): per source and attempt, the process whose
+  uncaught exception (or silent kill: `model.ending`) came first; the others,
+  which waited, failed in their collective or were terminated after it, are
+  its victims (the crash causes the hang that follows);
 * **behind in a group**: per process group (compared by torch's group name and
   membership, never by ``pg_id``), members wait in collective seq S while a
   member's last is below S: it never entered it;
@@ -26,8 +30,9 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
   (recv from) it in flight: the peer never sent (posted the receive);
 * **no collective on record**: the members of a group wait in one and this
   member could not write a black box (its faulthandler dump: interpreter lock held);
-* **crashed**: its file ends mid-line while every other process was then
-  terminated by a signal (not a whole job SIGKILLed: that tears files at random);
+* **crashed** (torn): its file ends mid-line while every other process was then
+  terminated by a signal (not a whole job SIGKILLed: that tears files at random;
+  `model.ending` now names such a file first, as a silent kill);
 * **behind in the step**: without a flight recorder, a stuck rank at an earlier
   step, or at the same step having entered a strict subset of the spans the
   others entered (between spans, it entered none of the step's: it never
@@ -61,7 +66,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 from otel_titan.analysis.model.frames import program_frame as _program_frame, program_line, where as _where
 from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
-from otel_titan.analysis.model.ending import describe_crash, failed_first, is_interrupt
+from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
@@ -231,6 +236,8 @@ class RankPlace:
     failure: str | None = None
     #: Its flight-recorder digest (`model.flight_recorder.digest_recorder`): compared, never printed nor in --json.
     fr: ClassVar[dict[str, Any] | None] = None
+    #: Its crash facts (`model.ending.crash_of`) when it failed itself: compared, never in --json (`failure` says it).
+    crash: ClassVar[dict[str, Any] | None] = None
 
 
 @dataclass
@@ -373,6 +380,7 @@ def build_hang(
         crash = getattr(process, "crash", None)
         if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
             places[-1].failed_us, places[-1].failure = crash["time_us"], describe_crash(crash)
+            places[-1].crash = crash  # type: ignore[misc]  # per instance, as `fr`
     present = {(p.source, p.attempt) for p in places}
     # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
     # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
@@ -733,7 +741,18 @@ def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
     for place in places:
         by_run.setdefault((place.source, place.attempt), []).append(place)
     for members in by_run.values():
-        culprits, victims, _ = failed_first({place.label: place.failed_us for place in members})
+        culprits, victims, first = failed_first({place.label: place.failed_us for place in members})
+        if first is not None:
+            ends = [End(p.label, closed=False, last_us=p.last_event_us, step=p.step, entered=p.entered, crash=p.crash, wrote=p.status != "hung before first record") for p in members]
+            held = held_back_by(ends, first)
+            if held:  # the crashes waited for it (a collective that timed out): it is the one, the crashed are its victims
+                crashed = [p for p in members if p.failed_us is not None]
+                span, step = (crashed[0].crash or {}).get("span"), (crashed[0].crash or {}).get("step")
+                for place in members:
+                    if place.label in held:
+                        verdicts.add(place, f"behind in the step: {plural(len(crashed), 'other process')} crashed after its last record, in {span or 'a span'} at step {step}, "
+                                            f"which it never reached: they waited for it ({crashed[0].failure})", "behind in step")
+                continue
         ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
         who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
         after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""

@@ -69,7 +69,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from otel_titan.analysis.model.ending import End, describe_crash, failed_first, is_interrupt, kill_evidence, killed_crash
+from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
@@ -325,10 +325,23 @@ class Detector:
         """``crashed``: the process that failed first, with its error, and the others, its victims (`model.ending.failed_first`); None without a crash on record."""
         unclean = [p for p in members if not (ended.get(p.key) == "closed")]
         crashes = {p.key: self._crash_of(p) for p in unclean}
-        culprits, victims, _ = failed_first({key: (crash or {}).get("time_us") for key, crash in crashes.items()})
+        culprits, victims, first_us = failed_first({key: (crash or {}).get("time_us") for key, crash in crashes.items()})
         if not culprits:
             return None
         by_key = {p.key: p for p in members}
+        ends = [End(p.key, closed=False, last_us=p.last_program_us, step=p.step, entered=p.entered, crash=crashes[p.key], wrote=not p.silent) for p in unclean]
+        held = held_back_by(ends, first_us)  # type: ignore[arg-type]
+        if held:  # they crashed waiting for it (a collective that timed out): the crashes name it, not themselves
+            crashed = [p for p in unclean if crashes[p.key] is not None]
+            crash = crashes[crashed[0].key] or {}
+            ranks = sorted(p.rank for p in crashed if p.rank is not None)  # type: ignore[type-var]
+            waited = sorted(by_key[k].rank for k in held if by_key[k].rank is not None)  # type: ignore[type-var]
+            message = (f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)} crashed: {describe_crash(crash)}; "
+                       f"{'it' if len(ranks) == 1 else 'they'} waited for {'rank' if len(waited) == 1 else 'ranks'} {compress_ranks(waited)}, "
+                       f"which never reached {crash.get('span') or 'that span'} at step {crash.get('step')}: look at {'it' if len(waited) == 1 else 'them'} first")
+            return Alert("crashed", ("crashed", source, attempt), message, ranks=ranks, source=source, attempt=attempt, step=crash.get("step"), phase=crash.get("span"),
+                         detected=now, since=min(p.crash_arrival or now for p in crashed), rule="held back", why=message,
+                         cost={"ranks": len(ranks)}, evidence=["uncaught exception", f"waited for rank {compress_ranks(waited)}"])
         first = by_key[culprits[0]]
         crash = crashes[first.key] or {}
         ranks = sorted(by_key[k].rank for k in culprits if by_key[k].rank is not None)  # type: ignore[type-var]

@@ -16,7 +16,9 @@ the launcher. Told apart here, once:
   node agent) or dead before it could write;
 * of the processes of one source and attempt that failed, the one that
   failed **first** is the culprit (`failed_first`): those that stopped,
-  failed or were terminated after it are its victims, never culprits.
+  failed or were terminated after it are its victims, never culprits;
+* unless the crashes waited for a process still stuck before them (a
+  collective that timed out: `held_back_by`): that one is the culprit.
 
 Everything here takes plain values (times in µs, step numbers, span names),
 so that `summarize`'s `ProcessSummary` and `watch`'s `ProcessState` ask the
@@ -26,7 +28,7 @@ same functions.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 
 from otel_titan.analysis.model.frames import parse_frames, program_frame
@@ -109,8 +111,8 @@ def describe_crash(crash: dict[str, Any], *, step: bool = True) -> str:
 class End:
     """What one process's records say of its end, for the rules below (from a `ProcessSummary` or a watched `ProcessState`).
 
-    `last_us`: its last record of any kind (on the aligned clock where there is
-    one); `step` and `entered`: its last step and the spans it started there;
+    `last_us`: its last record of any kind for `kill_evidence` (on the aligned
+    clock where there is one), its last program record for `held_back_by`; `step` and `entered`: its last step and the spans it started there;
     `crash`: its fatal `crash_of` facts (with ``span``), or None; `signal_us`:
     when it recorded a terminating signal, or None.
     """
@@ -124,7 +126,6 @@ class End:
     signal_us: int | None = None
     #: Any record of its own after its file was created (a process that logged nothing is `hang_suspect`'s, not this).
     wrote: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed_us(self) -> int | None:

@@ -209,3 +209,21 @@ def test_torchtitans_files_of_a_live_hang_are_never_ended_and_the_hang_section_p
     hang = data["hang"]
     assert hang is not None and hang["suspects"] == [] and {p["rank"]: p["span"] for p in hang["places"]} == {0: "all_reduce", 1: "data_fetch"}
     assert "cannot tell a stuck process from one killed mid-step" in head
+
+
+def test_watch_beside_the_job_exits_on_the_crash_naming_the_rank_that_failed_first(tmp_path):
+    """Item 2-3 live: ``watch --exit-on hang,crashed,missing`` started beside the job exits 3 on the crash, not on a hang."""
+    job = start("raise_wait", tmp_path, 3, CRASH_STEP="30", STEPS="40")
+    try:
+        deadline = time.monotonic() + 90
+        while len(glob.glob(str(tmp_path / "structured_logs" / "*.jsonl"))) < 3:
+            assert time.monotonic() < deadline and job.poll() is None, (tmp_path / "torchrun.log").read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        result = cli("watch", str(tmp_path), "--json", "--exit-on", "hang,crashed,missing", "--interval", "1")
+    finally:
+        processes.kill_tree(job)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    raised = [line for line in lines if line["type"] == "alert"]
+    assert result.returncode == 3, lines[-3:]
+    exit_alert = next(a for a in raised if a["kind"] in ("hang", "crashed", "missing"))
+    assert exit_alert["kind"] == "crashed" and exit_alert["ranks"] == [BAD] and "CUDA out of memory" in exit_alert["message"], raised

@@ -566,9 +566,11 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
             continue
         for rank in m["ranks"]:
             missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
-    # A crash explains what follows it (the survivors wait, fail in their collective, are terminated): strongest first.
-    _failed_first(places, verdicts)
-    waiting = _collectives(places, verdicts) if not verdicts.by_label else set()
+    waiting = _collectives(places, verdicts)
+    # A crash explains what follows it (the survivors wait, fail in their collective, are terminated), unless the flight
+    # recorders of stuck ranks already named one behind in a group (a crash after a hang began is its consequence).
+    if not verdicts.by_label:
+        _failed_first(places, verdicts)
     if not verdicts.by_label:
         _crashed(places, verdicts)
     if not verdicts.by_label:

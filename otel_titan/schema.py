@@ -82,6 +82,8 @@ class MetaEvent:
     OPENED = "structured_logger_opened"
     DROPPED = "records_dropped"
     SIGNAL_RECEIVED = "signal_received"
+    #: An exception nothing caught (``sys.excepthook``, ``threading.excepthook``): its type, message and where it was raised.
+    UNCAUGHT_EXCEPTION = "uncaught_exception"
     HEARTBEAT = "heartbeat"
     STALL = "stall"
     CLOSED = "structured_logger_closed"
@@ -91,7 +93,7 @@ class MetaEvent:
 
 #: The logger's own records: the reader shows them as process-level markers, never as phases
 #: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
-META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
+META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.UNCAUGHT_EXCEPTION, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
 
 #: The ``log_file`` of the per-step process figures the logger writes itself (scalars, docs/schema.md
 #: "Memory and process figures"): the file of the code that writes them, relative or absolute as any caller.
@@ -205,6 +207,10 @@ class Field:
     PARENT_SPAN_ID = "parent_span_id"
     ERROR_TYPE = "error_type"
     ERROR_MESSAGE = "error_message"
+    #: On ``uncaught_exception``: where it was raised, innermost frame first (``["path:line:function", ...]``, at most 16).
+    ERROR_FRAMES = "error_frames"
+    #: On ``uncaught_exception``: True when it ended the program (the main thread's), False for another thread's.
+    FATAL = "fatal"
     # -- the logger's own records (MetaEvent) ----------------------------------------------------
     LIBRARY_VERSION = "otel_titan_version"
     PYTHON_VERSION = "python_version"

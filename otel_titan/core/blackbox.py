@@ -78,6 +78,8 @@ __all__ = [
     "DEFAULT_MIN_STALL_S",
     "STALL_FACTOR",
     "thread_stacks",
+    "exception_frames",
+    "EXCEPTION_FRAMES",
     "flight_recorder",
     "BlackBoxBudget",
     "FaulthandlerArm",
@@ -147,6 +149,33 @@ def _short(path: str) -> str:
     if path.startswith(_CWD + os.sep):
         return path[len(_CWD) + 1 :]
     return path
+
+
+#: Frames an ``uncaught_exception`` record keeps of its traceback (the innermost ones: where it was raised).
+EXCEPTION_FRAMES = 16
+
+
+def exception_frames(tb: Any, max_frames: int = EXCEPTION_FRAMES) -> list[str]:
+    """Where an exception was raised: its traceback's frames as ``path:line:function``, innermost first, the innermost `max_frames`.
+
+    Spelled as the records' ``caller`` (paths relative to the working directory
+    when under it), strings so that they are a valid OpenTelemetry attribute
+    too; the reader picks the program's own line from them by the black box's
+    rule. Never reads a source file.
+
+    Example:
+        >>> try:
+        ...     {}["missing"]
+        ... except KeyError as error:
+        ...     exception_frames(error.__traceback__)[0].rsplit(":", 1)[1]
+        '<module>'
+    """
+    frames: list[str] = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append(f"{_short(code.co_filename)}:{tb.tb_lineno}:{code.co_name}")
+        tb = tb.tb_next
+    return frames[::-1][:max_frames]
 
 
 def thread_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) -> list[dict[str, Any]]:

@@ -12,6 +12,12 @@
   the default action still kills the process (so the exit status is
   unchanged), an ignored signal stays ignored. A watcher thread does this even
   while the main thread is stuck in native code (see `sigterm`);
+* **an uncaught exception** (a CUDA out-of-memory, a NCCL error raised by the
+  next call: how most training processes die): `sys.excepthook` and
+  `threading.excepthook` write an ``uncaught_exception`` record (its type,
+  message, the frames it was raised in; ``fatal`` for the main thread's, which
+  ends the program) before the hook in place before ours prints it, so the
+  closing record that follows at exit never passes for a clean end;
 * **fork** (DataLoader workers, multiprocessing): the child starts with logging
   off and never writes to the parent's file; it may call
   `init_structured_logger` for a file of its own.
@@ -24,9 +30,12 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
+from typing import Any
 
 from otel_titan.core import capture, step_context
+from otel_titan.core.blackbox import exception_frames
 from otel_titan.core.exporter import close_exporter_after_fork, drain_exporters
 from otel_titan.core.options import LoggerOptions
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_SIGNAL
@@ -44,6 +53,7 @@ def install(options: LoggerOptions) -> None:
     if not STATE.hooks_installed:
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
+        _install_excepthooks()
         STATE.hooks_installed = True
     _register_multiprocessing_exit()
     if options.handle_sigterm:
@@ -51,6 +61,52 @@ def install(options: LoggerOptions) -> None:
     else:
         sigterm.uninstall()
     _install_dump_signal()
+
+
+#: The hooks in place before ours (called after ours: the traceback is still printed as it was).
+_previous_hooks: dict[str, Any] = {}
+
+
+def _install_excepthooks() -> None:
+    """Chain `sys.excepthook` and `threading.excepthook` (once per process): an uncaught exception is recorded as one."""
+    _previous_hooks["sys"] = sys.excepthook
+    _previous_hooks["threading"] = threading.excepthook
+    sys.excepthook = _on_uncaught
+    threading.excepthook = _on_uncaught_in_thread
+
+
+def _on_uncaught(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """`sys.excepthook`: the main thread's exception, about to end the program (not in an interactive session)."""
+    _record_uncaught(exc_type, exc, tb, fatal=not (sys.flags.interactive or hasattr(sys, "ps1")))
+    (_previous_hooks.get("sys") or sys.__excepthook__)(exc_type, exc, tb)
+
+
+def _on_uncaught_in_thread(args: Any) -> None:
+    """`threading.excepthook`: a thread died of it; the program goes on (SystemExit ends a thread quietly, as threading's own hook)."""
+    if args.exc_type is not SystemExit:
+        _record_uncaught(args.exc_type, args.exc_value, args.exc_traceback, fatal=False)
+    (_previous_hooks.get("threading") or threading.__excepthook__)(args)
+
+
+def _record_uncaught(exc_type: type[BaseException], exc: BaseException | None, tb: Any, fatal: bool) -> None:
+    """The ``uncaught_exception`` record, queued like any instant (the exit hook then writes it before the closing record)."""
+    runtime = STATE.running
+    if runtime is None or not runtime.is_ours():
+        return
+    try:
+        name = exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}"
+        try:
+            message = str(exc) if exc is not None else ""
+        except Exception as str_error:  # noqa: BLE001 - a broken __str__ must not hide the crash
+            message = f"<str() failed: {type(str_error).__name__}>"
+        capture.emit_internal_instant(MetaEvent.UNCAUGHT_EXCEPTION, {
+            Field.ERROR_TYPE: name,
+            Field.ERROR_MESSAGE: message[:4096],
+            Field.ERROR_FRAMES: exception_frames(tb),
+            Field.FATAL: fatal,
+        })
+    except Exception:  # noqa: BLE001 - the logger never changes how a program dies
+        _log.debug("otel-titan: could not record the uncaught exception", exc_info=True)
 
 
 def _install_dump_signal() -> None:

@@ -223,8 +223,9 @@ def fr_entry(pg: str, seq: int, op: str = "all_reduce", state: str = "completed"
 
 def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, closed: bool = False, run_id: str = "hang-rules", torn: bool = False) -> Path:
     """One rank's file from a short script: ("span", name, step[, parent]) opens, ("end",) closes the innermost,
-    ("stall", fields) writes a black box, ("instant", name, step), ("heartbeat",) 10 s later; each 1 ms after the last
-    (("same",) keeps the next at this one's time, ("wait", s) adds s seconds)."""
+    ("stall", fields) writes a black box, ("instant", name, step), ("heartbeat",) 10 s later, ("raise", type, message)
+    an uncaught exception unwinding every open span (their ``_error`` and ``_end``, then ``uncaught_exception``, as the
+    writer's excepthook); each 1 ms after the last (("same",) keeps the next at this one's time, ("wait", s) adds s seconds)."""
     identity = {"schema_version": 1, "rank": rank, "global_rank": rank, "local_rank": rank, "world_size": world, "source": "training",
                 "host_name": "vm", "pid": 6000 + rank, "run_id": run_id, "attempt": 0, "job_id": None, "logger_name": "otel_titan.structured_logger"}
     out: list[dict[str, Any]] = []
@@ -263,6 +264,13 @@ def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, cl
             add(item[1], "instant", step=item[2])
         elif kind == "signal":  # torchrun's agent stopping it
             add("signal_received", "instant", signal="SIGTERM")
+        elif kind == "raise":  # an exception nothing caught: it fails every open span, innermost first
+            step = stack[-1][3] if stack else None
+            while stack:
+                name, sid, start, span_step = stack.pop()
+                add(f"{name}_error", span_id=sid, parent_span_id=stack[-1][1] if stack else None, step=span_step, error_type=item[1], error_message=item[2])
+                add(f"{name}_end", span_id=sid, parent_span_id=stack[-1][1] if stack else None, step=span_step, value=(time_us - start) / 1000)
+            add("uncaught_exception", "instant", step=step, error_type=item[1], error_message=item[2], error_frames=["train.py:88:step_fn"], fatal=True)
         elif kind == "heartbeat":  # the logger's: 10 s of quiet with spans open
             time_us += 10_000_000
             add("heartbeat", "instant", open_spans=len(stack))

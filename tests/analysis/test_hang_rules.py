@@ -264,8 +264,47 @@ def test_a_crashed_rank_is_named_when_the_launcher_then_stopped_the_others_and_n
         write_rank(tmp_path / "agent", rank, 3, steps + ([] if rank == 1 else [("signal",)]), torn=rank == 1)
         write_rank(tmp_path / "sigkill", rank, 3, steps, torn=rank == 1)  # every rank killed at once; one was writing
     (crashed,) = summarize_run(tmp_path / "agent", log_skipped=False).hang.suspects
-    assert (crashed.rank, crashed.rule) == (1, "crashed") and crashed.why.endswith("while the 2 others were then terminated by a signal"), crashed.why
+    assert (crashed.rank, crashed.rule) == (1, "crashed") and crashed.why.startswith("failed first: killed (its file ends mid-line; no closing or signal record; "
+                                                                                  "the others were terminated by a signal after its last record)"), crashed.why
+    assert crashed.why.endswith("; ranks 0,2 stopped after it (its victims)"), crashed.why
     assert summarize_run(tmp_path / "sigkill", log_skipped=False).hang.suspects == []
+
+
+def test_the_rank_whose_exception_came_first_is_named_and_the_ranks_whose_collective_then_failed_are_its_victims(tmp_path):
+    for rank in range(3):
+        if rank == 1:  # a CUDA error in fwd at step 2
+            script = [("span", "fwd", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "fwd", 2), ("raise", "RuntimeError", "CUDA error: an illegal memory access")]
+        else:  # gloo fails their all_reduce once it is gone
+            script = [("span", "fwd", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "fwd", 2), ("end",), ("span", "all_reduce", 2), ("wait", 0.5),
+                      ("raise", "RuntimeError", "Connection reset by peer")]
+        write_rank(tmp_path, rank, 3, script, closed=True)  # the exit hook closes the file after the exception
+    for reader in (summarize_run, summarize_tails):
+        summary = reader(tmp_path, log_skipped=False)
+        assert [(s.rank, s.rule) for s in summary.hang.suspects] == [(1, "crashed")], [(s.rank, s.why) for s in summary.hang.suspects]
+        assert summary.hang.suspects[0].why == ("failed first: RuntimeError: CUDA error: an illegal memory access at train.py:88 in step_fn, inside span fwd, step 2; "
+                                                "ranks 0,2 stopped after it (its victims)")
+        assert {p.rank: p.state(0) for p in summary.processes} == {0: "crashed", 1: "crashed", 2: "crashed"}
+    text = head(tmp_path)
+    assert "▶ crashed after it: training ranks 0,2 (RuntimeError: Connection reset by peer at train.py:88 in step_fn, inside span all_reduce, …)" in text, text
+
+
+def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
+    """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
+    for rank in range(3):
+        if rank == 1:
+            script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2), ("heartbeat",), ("heartbeat",), ("heartbeat",), ("heartbeat",)]
+        else:
+            script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2), ("end",), ("span", "all_reduce", 2), ("wait", 30),
+                      ("raise", "RuntimeError", "[gloo] Timed out waiting 30000ms for recv operation to complete")]
+        write_rank(tmp_path, rank, 3, script, closed=rank != 1)
+    for reader in (summarize_run, summarize_tails):
+        (suspect,) = reader(tmp_path, log_skipped=False).hang.suspects
+        assert (suspect.rank, suspect.rule) == (1, "behind in step") and "crashed after its last record, in all_reduce at step 2, which it never reached" in suspect.why, suspect.why
+    from otel_titan.analysis.watch.loop import Watch  # watch, on the same files, by the same rule (model.ending.held_back_by)
+
+    _, events = Watch(str(tmp_path)).refresh()
+    (crashed,) = [e for e in events if e["kind"] == "crashed"]
+    assert crashed["ranks"] == [0, 2] and "they waited for rank 1, which never reached all_reduce at step 2: look at it first" in crashed["message"], crashed
 
 
 def test_a_live_run_making_progress_has_no_hang_section(tmp_path):

@@ -69,7 +69,8 @@ def test_crashed_rank_is_named_with_its_torn_line(tmp_path):
     run, _ = _run(tmp_path, ranks=32, steps=20, crashed=(9, 14), seed=4)
     summary = summarize_run(run, log_skipped=False)
     head = _first(format_summary(summary))
-    assert "crashed (file ends mid-line: killed or died while writing): training rank 9 at step 14, inside fwd_bwd > fwd" in head
+    assert "▶ crashed: training rank 9: killed (its file ends mid-line; no closing or signal record; the others were terminated by a signal after its last record), " \
+           "inside span fwd, step 14; ranks 0-8,10-31 stopped after it (its victims)" in head, head
     assert "31 terminated (SIGTERM)" in head
     assert summary.skipped_lines == 1  # the torn line, counted
 
@@ -124,7 +125,7 @@ def test_restart_attempts_are_kept_apart(tmp_path):
     ]
     assert [(g.attempt, len(g.ranks)) for g in summary.stragglers] == [(0, 16), (1, 16)]
     head = _first(format_summary(summary))
-    assert "2 attempts (restarts: 0, 1)" in head and "crashed (file ends mid-line" in head and "training rank 3 at step 17" in head
+    assert "2 attempts (restarts: 0, 1)" in head and "crashed: training rank 3 (attempt 0): killed (its file ends mid-line" in head and "inside span fwd, step 17" in head, head
 
 
 def test_two_runs_in_one_folder_are_never_mixed(tmp_path):

@@ -41,6 +41,45 @@ def test_interpreter_exit_writes_everything_and_the_closing_record(run_dir):
     assert records[-1]["log_type_name"] == "structured_logger_closed" and records[-1]["written_records"] == 400
 
 
+_CRASH = """
+import sys, threading
+from otel_titan import structured_logger as sl
+sl.init_structured_logger("training", sys.argv[1], world_size=1)
+
+def allocate():
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")  # raised here
+
+def helper():
+    raise ValueError("a helper thread's bug")  # the helper's line
+
+thread = threading.Thread(target=helper, name="prefetch")
+thread.start()
+thread.join()
+for step in range(1, 9):
+    sl.set_step(step)
+    with sl.log_trace_span("fwd_bwd"):
+        if step == 8:
+            allocate()
+"""
+
+
+def test_an_uncaught_exception_is_recorded_with_its_type_message_and_line_before_the_closing_record(run_dir):
+    result = run_python(_CRASH, str(run_dir))
+    assert result.returncode == 1 and "CUDA out of memory" in result.stderr  # the traceback is still printed: the earlier hook ran
+    assert "a helper thread's bug" in result.stderr
+    records = _records_of(run_dir)
+    names = [r["log_type_name"] for r in records]
+    crashes = [r for r in records if r["log_type_name"] == "uncaught_exception"]
+    assert len(crashes) == 2, names
+    thread, main = crashes
+    assert thread["fatal"] is False and thread["error_type"] == "ValueError" and thread["thread_name"] == "prefetch"
+    assert main["fatal"] is True and main["error_type"] == "RuntimeError" and main["error_message"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert main["step"] == 8 and main["thread_name"] == "MainThread"
+    line = next(n for n, text in enumerate(_CRASH.splitlines(), 1) if "# raised here" in text)
+    assert main["error_frames"][0] == f"<string>:{line}:allocate", main["error_frames"]  # innermost first: where it was raised
+    assert names.index("fwd_bwd_error") < names.index("uncaught_exception", names.index("fwd_bwd_error")) < names.index("structured_logger_closed")
+
+
 def test_sigterm_writes_the_queue_and_dies_of_sigterm(run_dir):
     code = _EMIT + """
 with sl.log_trace_span("data_fetch"):

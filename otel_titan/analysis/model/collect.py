@@ -33,6 +33,7 @@ import os
 import pickle
 import statistics
 from array import array
+from collections import Counter
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Iterator
 
@@ -69,8 +70,10 @@ from otel_titan.analysis.model.stragglers import (
     lateness,
     peer_groups,
 )
+from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.rules import attempt_step as _attempt_step
-from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, WalkState, finish_walk, walk_process
+from otel_titan.analysis.model.rules import logger_scalar
+from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, WalkState, error_details, finish_walk, walk_process
 from otel_titan.analysis.workers import merge_skipped, skipped_result
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
@@ -93,6 +96,13 @@ __all__ = [
 
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
+#: Uncaught exceptions of threads other than the main one kept per process (the program went on after them).
+THREAD_EXCEPTIONS_KEPT = 4
+
+
+def _interrupted(error: dict[str, Any]) -> bool:
+    """Whether an ``_error`` record is Ctrl-C's (``KeyboardInterrupt``): the span ended because the process was interrupted."""
+    return is_interrupt({"type": error_details(error)[0]})
 _OPENED = MetaEvent.OPENED
 _ROLLUP = MetaEvent.STEP_ROLLUP
 
@@ -190,6 +200,11 @@ class _Collector(TimelineVisitor):
         self.closer = StepCloser()
         self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
         self.closing.append((process, self.closing_spans))
+        # The innermost span the latest exception failed: (name, step, start µs, error type). An exception unwinding
+        # nested spans writes the innermost's _error first; an outer one started earlier, a new exception's later.
+        self.failed: tuple[str, int | None, int, str] | None = None
+        # Spans that ended only because Ctrl-C interrupted them, in the process's last records: where it was.
+        self.interrupted: list[tuple[OpenSpan, float]] = []
 
     def step_begun(self, step: int, begin_us: int) -> None:
         self.step_begins[step] = begin_us
@@ -204,13 +219,20 @@ class _Collector(TimelineVisitor):
             acc = self._phase(name)
         if span.error is not None:
             acc.errors += 1
+            if not incomplete and _interrupted(span.error):
+                # Ended by Ctrl-C: the span is where the process was, as if still open (unless the program goes on after).
+                acc.incomplete += 1
+                self.interrupted.append((span, dur_us))
+                self.hang.interrupted = True
+                self.hang.entered_span(name, (span.start or {}).get("step"))
+                return
         if incomplete:
             acc.incomplete += 1
             self.open.append((span, dur_us))
             self.hang.entered_span(name, (span.start or {}).get("step"))
             return
         hang = self.hang
-        if hang.box is not None or hang.stalled or hang.quiet:
+        if hang.box is not None or hang.stalled or hang.quiet or hang.interrupted:
             hang.progress()
         ms = dur_us / 1000.0
         acc.durations.append(ms)
@@ -263,13 +285,20 @@ class _Collector(TimelineVisitor):
             self.config_drift.observe(record, self.process.rank)
 
     def scalar(self, record: dict[str, Any], track: Any) -> None:
-        self.hang.progress_at()  # a scalar after a black box is progress too
+        if not logger_scalar(record):  # the logger's own figures are no progress of the program
+            self.hang.progress_at()  # a scalar after a black box is progress too
         process = self.process
         self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
         self.scalar_steps.observe(record)
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
-        self.hang.progress()
+        error_type = error_details(record)[0]
+        if not _interrupted(record):
+            self.hang.progress()
+        start = span.start_us if span is not None else record["time_us"]
+        if self.failed is None or start >= self.failed[2]:
+            step = (span.start or {}).get("step") if span is not None and span.start is not None else record.get("step")
+            self.failed = (record["log_type_name"][:-6], step if type(step) is int else None, start, error_type)
         if span is None:
             name = record["log_type_name"][:-6]
             acc = self.phases.setdefault((self.process.source, name), _PhaseAcc())
@@ -285,11 +314,26 @@ class _Collector(TimelineVisitor):
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"
+            summary.signal_us = record["time_us"]
+        elif name == UNCAUGHT:
+            self._uncaught(record)
         dropped, failed = record.get("dropped_records"), record.get("failed_records")
         if type(dropped) is int:
             summary.records_dropped = max(summary.records_dropped, dropped)
         if type(failed) is int:
             summary.records_failed = max(summary.records_failed, failed)
+
+    def _uncaught(self, record: dict[str, Any]) -> None:
+        """An ``uncaught_exception`` record: the main thread's ends the program (a crash); another thread's is kept as a note."""
+        crash = crash_of(record)
+        failed = self.failed
+        if failed is not None and failed[3] == crash["type"] and failed[1] == crash["step"]:
+            crash["span"] = failed[0]  # the innermost span it unwound
+        summary = self.summary
+        if crash["fatal"]:
+            summary.crash = crash
+        elif len(summary.thread_exceptions) < THREAD_EXCEPTIONS_KEPT:
+            summary.thread_exceptions.append(crash)
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
@@ -318,6 +362,8 @@ class _Collector(TimelineVisitor):
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
             self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {}).update(self.step_begins)
             self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
+        if self.hang.interrupted:  # nothing of the program came after Ctrl-C ended them: where the process was
+            self.open.extend(self.interrupted)
         self.hang.end()
         summary.open_span_count = len(self.open)
         open_now = {id(span) for span, _ in self.open}
@@ -395,7 +441,7 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
                 elif seq > expected_seq:
                     summary.lost_lines += seq - expected_seq
                 expected_seq = seq + 1
-            if name not in meta_events:
+            if name not in meta_events and not (name == "metric_value" and logger_scalar(record)):
                 last_program = record
                 step = record.get("step")
                 if type(step) is int and (last_step is None or step >= last_step):
@@ -901,12 +947,17 @@ def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -
                 setattr(p, name, value - int(round(alignment.offset_at(host, value))))
         for span in p.open_spans:
             span.start_us -= int(round(alignment.offset_at(host, span.start_us)))
+        if p.signal_us is not None:
+            p.signal_us -= int(round(alignment.offset_at(host, p.signal_us)))
+        if p.crash is not None and type(p.crash.get("time_us")) is int:  # a copy: the cached read keeps the times as written
+            p.crash = {**p.crash, "time_us": p.crash["time_us"] - int(round(alignment.offset_at(host, p.crash["time_us"])))}
 
 
 def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, hang_facts: dict[str, dict[str, Any]] | None = None, rank_filter: Iterable[int] | None = None) -> RunSummary:
     # Every file empty: each process hung (or died) before its first record; that is the summary.
     last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
+    _find_killed(processes, hang_facts or {})
     for summary in processes:
         summary.stalled_now = bool((hang_facts or {}).get(summary.label, {}).get("stalled"))
         seen = summary.last_us if summary.last_us is not None else summary.created_us
@@ -936,6 +987,24 @@ def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignm
         hang=build_hang(processes, hang_facts or {}, bases_of(logs.processes), missing, _torch_dumps(logs, processes, first_us)),
         stalls_ended=stall_history(processes, hang_facts or {}),
     )
+
+
+def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str, Any]]) -> None:
+    """Mark the processes killed without a word (`model.ending.killed_silently`), judged against the others of their source and attempt."""
+    by_run: dict[tuple[str, int | None], list[tuple[ProcessSummary, End]]] = {}
+    labels = Counter(p.label for p in processes)
+    for p in processes:
+        # The facts are kept by label, which repeats across restart attempts: an earlier attempt's are then its open spans.
+        fact = (hang_facts.get(p.label) or {}) if labels[p.label] == 1 else {"step": p.last_step, "entered": [s.name for s in p.open_spans]}
+        end = End(p.label, closed=bool(p.closed_cleanly), last_us=p.last_us, step=fact.get("step"), entered=fact.get("entered") or (),
+                  crash=p.crash, signal_us=p.signal_us if p.signal else None, wrote=p.last_event is not None)
+        by_run.setdefault((p.source, p.attempt), []).append((p, end))
+    for members in by_run.values():
+        ends = [end for _, end in members]
+        for p, end in members:
+            evidence = kill_evidence(end, ends)
+            if evidence is not None:
+                p.crash = killed_crash(end, evidence, p.last_phase, torn=p.torn_last_line)
 
 
 def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from otel_titan.analysis.model.clocks import ClockAlignment
+from otel_titan.analysis.model.ending import crash_state
 from otel_titan.analysis.read.runs import RunInfo
 
 __all__ = ["innermost_open", "OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "StragglerFinding", "Stragglers", "utc"]
@@ -94,9 +95,25 @@ class ProcessSummary:
     #: Its watchdog's ``stall`` record is its latest news (no program record since): stuck, however fresh its
     #: heartbeats keep the file. Set from the hang facts (`model.hang_facts`), so "running" never stands beside a hang.
     stalled_now: bool = False
+    #: How its program ended, when it crashed (`model.ending.crash_of`: type, message, file, line, function, span,
+    #: step, time_us): an uncaught exception (even with a closing record after it), or killed without a word
+    #: (type ``killed``: no closing, signal or crash record, and its peers failed after its last record).
+    crash: dict[str, Any] | None = None
+    #: When its ``signal_received`` record was written (µs), with `signal`.
+    signal_us: int | None = None
+    #: Uncaught exceptions of its other threads (the program went on): the first few.
+    thread_exceptions: list[dict[str, Any]] = field(default_factory=list)
 
     def state(self, now_us: float, running_s: float = 60.0) -> str:
-        """How the process ended: ``closed``, ``hung before first record``, ``crashed``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``ended``."""
+        """How the process ended: ``crashed``, ``interrupted``, ``closed``, ``hung before first record``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``stopped``.
+
+        docs/hangs.md's table says which record gives which state; an uncaught
+        exception decides before the closing record the exit hook writes after it.
+        A file with no closing record to expect (torchtitan's, pimm's) is
+        ``running`` while fresh, then ``stopped``: its end is unknown.
+        """
+        if self.crash is not None:
+            return crash_state(self.crash)
         if self.closed_cleanly:
             return "closed"
         if self.hang_suspect:
@@ -105,12 +122,12 @@ class ProcessSummary:
             return "crashed"
         if self.signal:
             return f"terminated ({self.signal})"
-        if self.closed_cleanly is None:
-            return "ended"  # torchtitan/pimm files have no closing record
         last = self.last_us if self.last_us is not None else self.created_us
         if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"
-        return "stalled"
+        # torchtitan's and pimm's files have no closing record: quiet, their process may have finished, hung or died
+        # (never "ended": a live hang read from them is one).
+        return "stopped" if self.closed_cleanly is None else "stalled"
 
     @property
     def last_phase(self) -> str | None:

@@ -17,6 +17,10 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
 
 * **missing**: the records say world_size N and rank k wrote no file (it never
   reached ``init_structured_logger``);
+* **crashed** (failed first): per source and attempt, the process whose
+  uncaught exception (or silent kill: `model.ending`) came first; the others,
+  which waited, failed in their collective or were terminated after it, are
+  its victims (the crash causes the hang that follows);
 * **behind in a group**: per process group (compared by torch's group name and
   membership, never by ``pg_id``), members wait in collective seq S while a
   member's last is below S: it never entered it;
@@ -26,8 +30,9 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
   (recv from) it in flight: the peer never sent (posted the receive);
 * **no collective on record**: the members of a group wait in one and this
   member could not write a black box (its faulthandler dump: interpreter lock held);
-* **crashed**: its file ends mid-line while every other process was then
-  terminated by a signal (not a whole job SIGKILLed: that tears files at random);
+* **crashed** (torn): its file ends mid-line while every other process was then
+  terminated by a signal (not a whole job SIGKILLed: that tears files at random;
+  `model.ending` now names such a file first, as a silent kill);
 * **behind in the step**: without a flight recorder, a stuck rank at an earlier
   step, or at the same step having entered a strict subset of the spans the
   others entered (between spans, it entered none of the step's: it never
@@ -59,7 +64,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Collection, Iterable, Sequence
 
+from otel_titan.analysis.model.frames import program_frame as _program_frame, program_line, where as _where
 from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
+from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
@@ -71,38 +78,6 @@ GROUPS_SHOWN = 4
 SUSPECTS_SHOWN = 5
 #: Bytes read from the end of a faulthandler side file.
 SIDE_FILE_TAIL = 256 << 10
-_LIBRARY = re.compile(r"(^|/)(site-packages|dist-packages|otel_titan|lib/python\d+\.\d+)/|^<frozen |^<string>")
-
-
-def _program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost frame of the program's own code (`frames` innermost first), else the innermost."""
-    for frame in frames:
-        if not _LIBRARY.search(str(frame.get("file", ""))):
-            return frame
-    return frames[0] if frames else None
-
-
-def program_line(frames: Sequence[dict[str, Any]]) -> str | None:
-    """``file:line function`` of the innermost frame of the program's own code in a black box's stack (innermost first).
-
-    Why: a stuck rank's innermost frame is nearly always a library's (a queue's
-    ``get``, torch's collective wrapper, ``selectors``): the line to read is the
-    program's call into it. The one rule for `summarize` and `watch`.
-
-    Example:
-        >>> program_line([{"file": "/usr/lib/python3.11/queue.py", "line": 171, "function": "get"}, {"file": "train.py", "line": 42, "function": "load_batch"}])
-        'train.py:42 load_batch'
-        >>> program_line([])
-    """
-    return _where(_program_frame(frames))
-
-
-def _where(frame: dict[str, Any] | None) -> str | None:
-    if not frame:
-        return None
-    return f"{frame.get('file')}:{frame.get('line')} {frame.get('function')}"
-
-
 def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
     """What the Hang section needs from one ``stall`` record (small: kept per process)."""
     threads = record.get("threads") or []
@@ -256,11 +231,16 @@ class RankPlace:
     #: When its latest black box was written, and its last program record (µs): who was quiet before whom.
     box_us: int | None = None
     last_event_us: int | None = None
+    #: When it failed itself (its crash, or its silent kill: `model.ending`), and how, in words; None when it did not.
+    failed_us: int | None = None
+    failure: str | None = None
     #: Its flight-recorder digest (`model.flight_recorder.digest_recorder`): compared, never printed nor in --json.
     fr: ClassVar[dict[str, Any] | None] = None
     #: Names of the spans it was ever seen to finish (None: not known): what it does, so that a span it never runs
     #: (rank 0's checkpoint) is not one it "never entered" (`own_work`). Set per instance, as `fr`: never in --json.
     seen: ClassVar[frozenset[str] | None] = None
+    #: Its crash facts (`model.ending.crash_of`) when it failed itself: compared, never in --json (`failure` says it).
+    crash: ClassVar[dict[str, Any] | None] = None
 
 
 @dataclass
@@ -311,11 +291,13 @@ class HangReport:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _status(process: Any, box: dict[str, Any] | None, now_us: float) -> str | None:
+def _status(process: Any, box: dict[str, Any] | None, now_us: float, open_worlds: set[tuple[str, Any]]) -> str | None:
+    if getattr(process, "crash", None) is not None:
+        return process.state(now_us)  # crashed or interrupted: the closing record the exit hook wrote after it is no clean end
     if process.closed_cleanly is True:
         return None  # it ended well: any earlier stall is history
-    if process.closed_cleanly is None and box is None and not process.hang_suspect:
-        return None  # torchtitan's and pimm's files have no closing record: their end says nothing
+    if process.closed_cleanly is None and box is None and not process.hang_suspect and (process.source, process.attempt) not in open_worlds:
+        return None  # torchtitan's and pimm's files have no closing record: a run whose spans all ended says nothing
     return process.state(now_us)
 
 
@@ -346,13 +328,16 @@ def build_hang(
             latest[process.source] = max(latest.get(process.source, process.attempt), process.attempt)
     earlier = 0
     current = [p for p in processes if p.attempt is None or p.attempt >= latest[p.source]]
+    # Where files with no closing record to expect (torchtitan's, pimm's) stopped inside spans, quiet for a minute: their end
+    # is unknown, so they are placed as ours are. Never stuck on that alone: a job killed mid-step leaves the same files.
+    open_worlds = {(p.source, p.attempt) for p in processes if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"}
     for process in processes:
         if process.attempt is not None and process.attempt < latest[process.source]:
             earlier += process.closed_cleanly is not True
             continue
         fact = facts.get(process.label) or {}
         box = fact.get("box")
-        status = _status(process, box, now_us)
+        status = _status(process, box, now_us, open_worlds)
         if status is None:
             continue
         # A faulthandler dump, when no black box followed the last event: the interpreter lock was held.
@@ -395,6 +380,10 @@ def build_hang(
             )
         )
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
+        crash = getattr(process, "crash", None)
+        if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
+            places[-1].failed_us, places[-1].failure = crash["time_us"], describe_crash(crash)
+            places[-1].crash = crash  # type: ignore[misc]  # per instance, as `fr`
     present = {(p.source, p.attempt) for p in places}
     # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
     # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
@@ -415,6 +404,9 @@ def build_hang(
     headline = _headline(places, current, missing)
     verdict = "named" if suspects else "cannot tell"
     if not suspects and not any(p.stuck for p in places):
+        if any(p.status == "stopped" for p in places):
+            notes.append("files with no heartbeat or black box (torchtitan's, pimm's) cannot tell a stuck process from one killed mid-step: "
+                         "no one is named; `otel-titan watch`, beside the live job, can")
         notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
     return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
                       missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)
@@ -578,6 +570,10 @@ def _suspects(places: list[RankPlace], processes: Sequence[Any], missing: Sequen
         for rank in m["ranks"]:
             missing_suspects.append(Suspect(m["source"], rank, f"{m['source']} rank {rank}", None, None, f"no file: never reached init_structured_logger (world_size {m['world_size']}), or its logs are not in this folder", "missing"))
     waiting = _collectives(places, verdicts)
+    # A crash explains what follows it (the survivors wait, fail in their collective, are terminated), unless the flight
+    # recorders of stuck ranks already named one behind in a group (a crash after a hang began is its consequence).
+    if not verdicts.by_label:
+        _failed_first(places, verdicts)
     if not verdicts.by_label:
         _crashed(places, verdicts)
     if not verdicts.by_label:
@@ -737,6 +733,37 @@ def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str,
             if not pending and _held_back(peer_place, [by_rank[(source, attempt, rank)]]):
                 what = "never sent what" if wanted == "send" else "never posted the receive for what"
                 verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
+
+
+def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
+    """Per source and attempt, the processes that failed first (`model.ending.failed_first`): the others stopped after them, their victims.
+
+    NCCL fails no collective when a peer dies: the others wait until the
+    timeout, then the launcher terminates them; gloo fails their collective at
+    once. Either way the rank that crashed (or was killed) first is the one.
+    """
+    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
+    for place in places:
+        by_run.setdefault((place.source, place.attempt), []).append(place)
+    for members in by_run.values():
+        culprits, victims, first = failed_first({place.label: place.failed_us for place in members})
+        if first is not None:
+            ends = [End(p.label, closed=False, last_us=p.last_event_us, step=p.step, entered=p.entered, crash=p.crash, wrote=p.status != "hung before first record") for p in members]
+            held = held_back_by(ends, first)
+            if held:  # the crashes waited for it (a collective that timed out): it is the one, the crashed are its victims
+                crashed = [p for p in members if p.failed_us is not None]
+                span, step = (crashed[0].crash or {}).get("span"), (crashed[0].crash or {}).get("step")
+                for place in members:
+                    if place.label in held:
+                        verdicts.add(place, f"behind in the step: {plural(len(crashed), 'other process')} crashed after its last record, in {span or 'a span'} at step {step}, "
+                                            f"which it never reached: they waited for it ({crashed[0].failure})", "behind in step")
+                continue
+        ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
+        who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
+        after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""
+        for place in members:
+            if place.label in culprits:
+                verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
 
 
 def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:

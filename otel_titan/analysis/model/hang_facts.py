@@ -54,6 +54,8 @@ class HangTracker:
         # with spans open), since its last program record. A process killed mid-step has neither.
         self.stalled = False
         self.quiet = False
+        # Spans Ctrl-C ended are the process's last records so far (`_Collector.interrupted`): still where it is.
+        self.interrupted = False
 
     def stall(self, record: dict[str, Any]) -> None:
         """A black-box record: the live one now (a newer one replaces it: no progress came between)."""
@@ -70,6 +72,7 @@ class HangTracker:
 
     def progress(self) -> None:
         """A program record after the black box: the stall ended (called for nearly every record: the usual case returns at once)."""
+        self.interrupted = False
         box = self.box
         if box is None:
             if self.stalled or self.quiet:
@@ -87,7 +90,7 @@ class HangTracker:
 
     def progress_at(self, *_: Any) -> None:
         """`progress` with the timeline's callback arguments (a span start, an instant, a scalar), bound straight to them."""
-        if self.box is not None or self.stalled or self.quiet:
+        if self.box is not None or self.stalled or self.quiet or self.interrupted:
             self.progress()
 
     def entered_span(self, name: str, step: Any) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from otel_titan.analysis.model.ending import describe_crash, is_interrupt
 from otel_titan.analysis.model.facts import ProcessSummary, RunSummary, innermost_open
 
 __all__ = ["headline_data", "headline_lines", "state_groups", "compress"]
@@ -42,7 +43,10 @@ def compress(ranks: list[int]) -> str:
 
 
 def _where(p: ProcessSummary) -> str:
-    """``inside fwd_bwd > bwd`` (the most recent nest of open spans) or ``after training_end``."""
+    """``inside fwd_bwd > bwd`` (the most recent nest of open spans), ``RuntimeError inside fwd_bwd`` (a crash) or ``after training_end``."""
+    crash = p.crash
+    if crash is not None and crash.get("type") != "killed" and not is_interrupt(crash):
+        return f"{crash['type']} " + (f"inside {crash['span']}" if crash.get("span") else f"after {p.last_event or 'its first record'}")
     latest = innermost_open(p.open_spans)
     if latest is not None:
         return "inside " + " > ".join(latest.path)
@@ -111,13 +115,15 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
         its, it, log = ("its", "it", "logs") if one else ("their", "they", "log")
         why = f"took part in the steps: {its} logs are not in this folder, or {it} {log} nothing" if (m["source"], m["attempt"]) in ran else "never reached init_structured_logger, or its logs are not in this folder"
         lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} ({why})")
+    lines += _crash_lines(summary, latest_attempt)
     if hang is not None:
         for suspect in hang.suspects:
-            if suspect.rule != "missing" and len(lines) < 4:
+            if suspect.rule not in ("missing", "crashed") and len(lines) < 4:
                 lines.append(f"hang suspect: {suspect.source} rank {suspect.rank}: {suspect.why}" if suspect.rank is not None else f"hang suspect: {suspect.label}: {suspect.why}")
     for g in groups:
-        if g["state"] == "crashed":
-            lines.append(f"crashed (file ends mid-line: killed or died while writing): {g['who']} at step {g['step']}, {g['where']}")
+        torn = [p for p in summary.processes if p.label in g["processes"] and p.attempt == g["attempt"] and p.crash is None]  # labels repeat across attempts
+        if g["state"] == "crashed" and torn:
+            lines.append(f"crashed (file ends mid-line: killed or died while writing): {_who(torn)} at step {g['step']}, {g['where']}")
     for g in groups:
         if g["state"] == "hung before first record":
             lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
@@ -128,7 +134,9 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
     cannot_tell = False
     for g in groups:
         if in_hang and set(g["processes"]) <= in_hang:
-            if not hang.suspects and g["differs"] and not cannot_tell:
+            # Differs from the largest group, or one of groups all of one size (2 ranks in 2 places): never "nothing stands out".
+            split = g["differs"] or sum(1 for o in groups if set(o["processes"]) <= in_hang and (o["attempt"], o["source"]) == (g["attempt"], g["source"])) > 1
+            if not hang.suspects and split and not cannot_tell:
                 cannot_tell = True
                 why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"
                 lines.append(f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one")
@@ -140,6 +148,40 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
             lines.append(f"{g['who']}{attempt}: {g['state']} at step {g['step']}, {g['where']}{rest} → look at {g['who']} first")
     for group in summary.stragglers:
         lines += straggler_lines(group, latest_attempt is not None and latest_attempt > 0)
+    return lines
+
+
+#: Crashed processes given a line each in the headline, per source and attempt (the first to fail first).
+CRASHES_SHOWN = 3
+
+
+def _crash_lines(summary: RunSummary, latest_attempt: int | None) -> list[str]:
+    """``crashed: training rank 1: RuntimeError: … at train.py:88 in oom, inside span fwd_bwd, step 8; 2 other processes stopped after it``.
+
+    Per source and attempt (an earlier attempt's crash stays shown after a
+    restart replaced it), the first to fail first: a crash explains what its
+    peers did after it (`model.ending.failed_first`, the Hang section's rule).
+    """
+    by_run: dict[tuple[Any, str], list[ProcessSummary]] = {}
+    for p in summary.processes:
+        if p.crash is not None and not is_interrupt(p.crash):
+            by_run.setdefault((p.attempt, p.source), []).append(p)
+    hang = getattr(summary, "hang", None)
+    first = {s.label: s.why for s in (hang.suspects if hang is not None else []) if s.rule == "crashed"}
+    lines = []
+    for (attempt, _), crashed in sorted(by_run.items(), key=lambda item: (-1 if item[0][0] is None else item[0][0], item[0][1])):
+        crashed.sort(key=lambda p: (p.label not in first, p.crash.get("time_us") or 0))  # type: ignore[union-attr]
+        culprits = [p for p in crashed if p.label in first]
+        shown = culprits or crashed[:CRASHES_SHOWN]
+        label = f" (attempt {attempt})" if latest_attempt else ""
+        for p in shown:
+            why = first.get(p.label, "")
+            victims = why.rsplit("; ", 1)[1] if why.endswith(("(its victims)", "(its victim)")) else ""
+            lines.append(f"crashed: {_who([p])}{label}: {describe_crash(p.crash)}" + (f"; {victims}" if victims else ""))  # type: ignore[arg-type]
+        rest = crashed[len(shown):]
+        if rest:
+            # After the first: their collective failed because it was gone (gloo), or they died of their own error later.
+            lines.append(f"crashed after {'it' if len(shown) == 1 else 'them'}{label}: {_who(rest)} ({describe_crash(rest[0].crash, step=False)}{'' if len(rest) == 1 else ', …'})")  # type: ignore[arg-type]
     return lines
 
 
@@ -216,7 +258,7 @@ def headline_data(summary: RunSummary, now_us: float | None = None) -> dict[str,
     }
 
 
-_STATE_ORDER = ["closed", "running", "stalled", "crashed", "terminated (SIGTERM)", "hung before first record", "ended"]
+_STATE_ORDER = ["closed", "running", "stalled", "stopped", "crashed", "interrupted", "terminated (SIGTERM)", "hung before first record"]
 
 
 def headline_lines(summary: RunSummary, data: dict[str, Any], show_all_groups: bool = False, groups_shown: int = 6) -> list[str]:

@@ -22,8 +22,9 @@ Example:
 
 from __future__ import annotations
 
+import re
 import statistics
-from typing import Iterable
+from typing import Any, Iterable
 
 from otel_titan.schema import META_EVENTS
 
@@ -32,6 +33,7 @@ __all__ = [
     "attempt_step",
     "LOGGER_RECORDS",
     "begins_step",
+    "logger_scalar",
     "STEP_BEGIN_SQL",
     "CLOSING_SPAN_SQL",
     "MAD_TO_SD",
@@ -73,6 +75,42 @@ def begins_step(name: str) -> bool:
         (True, False, False, True)
     """
     return not (name.endswith("_end") or name.endswith("_error") or name in LOGGER_RECORDS)
+
+
+#: A ``caller`` in otel-titan's own core (the step sampler): the logger wrote the record itself, the program did not.
+_LOGGER_CODE = re.compile(r"(^|/)otel_titan/core/[a-z_]+\.py(:\d+:\w+)?$")
+#: caller → whether it is the logger's (a run has a handful of distinct ones).
+_LOGGER_FILES: dict[str, bool] = {}
+
+
+def logger_scalar(record: dict[str, Any]) -> bool:
+    """Whether a ``metric_value`` record is one the logger wrote itself (the per-step memory and process figures), not the program.
+
+    Why: where a process stopped is its program's last record. The figures are
+    written by the logger's background thread at each step boundary and at
+    shutdown, after the program's last record (after the ``fwd_bwd_error`` of a
+    crash too), so "after metric_value" said where the logger stopped. They are
+    recognised by their ``caller``, otel-titan's own code (the program's
+    scalars name the program's line; summarize's trimmed records keep
+    ``caller``, not ``log_file``).
+
+    Example:
+        >>> logger_scalar({"log_type_name": "metric_value", "caller": "/venv/lib/python3.11/site-packages/otel_titan/core/step_sampler.py:72:_sample"})
+        True
+        >>> logger_scalar({"log_type_name": "metric_value", "caller": "train.py:9:main"}), logger_scalar({"log_type_name": "fwd_start", "caller": "otel_titan/core/x.py:1:f"})
+        (False, False)
+    """
+    if record.get("log_type_name") != "metric_value":
+        return False
+    path = record.get("caller")
+    if not isinstance(path, str):
+        return False
+    known = _LOGGER_FILES.get(path)
+    if known is None:
+        known = _LOGGER_CODE.search(path) is not None
+        if len(_LOGGER_FILES) < 1024:
+            _LOGGER_FILES[path] = known
+    return known
 
 
 def sql_in_list(values: Iterable[str]) -> str:

@@ -1,4 +1,4 @@
-"""summarize's findings as the report shows them: the straggler tables, slow steps, configuration drift, and the clock offsets.
+"""summarize's findings as the report shows them: how processes crashed, the straggler tables, slow steps, configuration drift, and the clock offsets.
 
 Only a ``straggler`` verdict names (marks) its rank: a ``difference`` (fewer
 than three peers) or a ``cannot tell`` is shown as summarize shows it,
@@ -10,16 +10,28 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from otel_titan.analysis.model.ending import describe_crash, is_interrupt
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.report.axes import NEUTRAL, plot_text
 from otel_titan.analysis.report.markup import ms, named_rank, table
 
-__all__ = ["findings_html", "clock_sections"]
+__all__ = ["findings_html", "crashes_html", "clock_sections"]
+
+
+def crashes_html(summary: Any) -> str:
+    """The processes that crashed (an uncaught exception, or killed), each with its error, where, and whether it failed first; "" when none did."""
+    crashed = [p for p in summary.processes if getattr(p, "crash", None) is not None and not is_interrupt(p.crash)]
+    if not crashed:
+        return ""
+    first = {s.label for s in (summary.hang.suspects if summary.hang is not None else []) if s.rule == "crashed"}
+    crashed.sort(key=lambda p: (p.attempt or 0, p.label not in first, p.crash.get("time_us") or 0))
+    rows = [[p.label, "-" if p.attempt is None else str(p.attempt), describe_crash(p.crash), "failed first" if p.label in first else "after it"] for p in crashed[:40]]
+    return "<h2 id=crashes>Crashes (summarize)</h2>" + table(["process", "attempt", "how it ended", "order"], rows)
 
 
 def findings_html(summary: Any) -> str:
-    """summarize's straggler findings (`StragglerFinding`: step time, phases, arrival), each with its verdict and cost, as HTML."""
-    parts = ["<h2 id=findings>Stragglers and clocks (summarize)</h2>"]
+    """summarize's straggler findings (`StragglerFinding`: step time, phases, arrival), each with its verdict and cost, as HTML (its crashes first)."""
+    parts = [crashes_html(summary), "<h2 id=findings>Stragglers and clocks (summarize)</h2>"]
     kinds = {"step": "step time", "phase": "phase", "arrival": "arrival at"}
     for group in summary.stragglers:
         label = f"{group.source}" + (f", attempt {group.attempt}" if group.attempt else "")

@@ -165,6 +165,8 @@ def _processes_table(processes: list[ProcessSummary]) -> list[str]:
             closed = "yes" if p.closed_cleanly else "NO"
         if p.signal:
             closed += f" ({p.signal})"
+        if p.crash is not None:  # an uncaught exception (or a silent kill) before any closing record: no clean end
+            closed = f"{'NO' if p.crash.get('type') == 'killed' else 'after'} {p.crash.get('type')}" + (f" ({p.signal})" if p.signal else "")
         lost = p.records_dropped + p.records_failed
         extra = []
         if p.lost_lines:

@@ -69,6 +69,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
@@ -174,6 +175,8 @@ class Detector:
         self.suspected: str | None = None
         #: Pauses at the last evaluation: one rank's own work the others wait for, not a hang yet (one line each).
         self.pauses: list[str] = []
+        #: Processes killed without a word, judged from their peers (`model.ending.killed_silently`): key → crash facts.
+        self.killed: dict[str, dict[str, Any]] = {}
 
     # -- input ---------------------------------------------------------------------------------
     def observe(self, key: str, identity: dict[str, Any], records: Iterable[dict[str, Any]], arrival: float, arrivals: Iterable[float] | None = None) -> ProcessState:
@@ -241,6 +244,12 @@ class Detector:
     def _members(self, run: Any) -> list[ProcessState]:
         return [p for p in self.processes.values() if p.run_id == run]
 
+    def earlier_attempts(self) -> list[ProcessState]:
+        """The processes of the watched run's attempts before its latest, per source (a restart replaced them)."""
+        current = {p.key for p in self.current()}
+        run = next((p.run_id for p in self.processes.values() if p.key in current), None)
+        return [p for p in self.processes.values() if p.run_id == run and p.key not in current]
+
     def evaluate(self, now: float, *, with_frame: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """(the frame, the alert / resolved events) at watcher time `now`; `with_frame` False: no frame (None), the same events."""
         procs = self.current()
@@ -251,6 +260,10 @@ class Detector:
         ended = self._ended(procs, now)
         live = [p for p in procs if ended.get(p.key) is None]
         alerts.extend(self._ended_alerts(procs, ended, now))
+        # An earlier attempt's crash stays shown after a restart (`--max-restarts`) replaced its processes.
+        earlier = self.earlier_attempts()
+        if earlier:
+            alerts.extend(a for a in self._ended_alerts(earlier, self._ended(earlier, now), now, show_attempt=True) if a.kind == "crashed")
         missing = self._missing(procs)
         if missing and self.first_arrival is not None and now - self.first_arrival >= rules.missing_grace_s:
             for source, attempt, ranks, world in missing:
@@ -295,7 +308,7 @@ class Detector:
         first_term = min(terminated_at) if terminated_at else None
         for p in procs:
             state = p.ended()
-            if state == "crashed" and now - (p.torn_since or now) < self.rules.crash_after_s:
+            if state == "crashed" and p.crash is None and now - (p.torn_since or now) < self.rules.crash_after_s:
                 state = None  # a partial line is a write in progress until it has sat there a while
             if state is None and first_term is not None and (p.last_arrival or 0.0) <= first_term:
                 # Others were sent SIGTERM (torchrun's agent does so when a worker dies); this one wrote nothing
@@ -303,9 +316,32 @@ class Detector:
                 if first_term is not None and now - first_term >= 2.0:
                     state = "crashed"
             out[p.key] = state
+        self._find_killed(procs, out)
         return out
 
-    def _ended_alerts(self, procs: list[ProcessState], ended: dict[str, str | None], now: float) -> list[Alert]:
+    def _find_killed(self, procs: list[ProcessState], ended: dict[str, str | None]) -> None:
+        """Processes killed without a word (SIGKILL, the OOM killer): `summarize`'s rule (`model.ending.killed_silently`)."""
+        by_run: dict[tuple, list[tuple[ProcessState, End]]] = {}
+        for p in procs:
+            end = End(p.key, closed=p.closed, last_us=p.last_us, step=p.step, entered=p.entered, crash=p.crash, signal_us=p.signal_us, wrote=not p.silent)
+            by_run.setdefault((p.source, p.attempt), []).append((p, end))
+        for members in by_run.values():
+            ends = [end for _, end in members]
+            if not any(end.failed_us is not None or end.signal_us is not None for end in ends):
+                continue
+            for p, end in members:
+                self.killed.pop(p.key, None)  # judged again at every evaluation: a later record of its own clears it
+                evidence = kill_evidence(end, ends) if ended.get(p.key) is None else None
+                if evidence is not None:
+                    ended[p.key] = "crashed"
+                    self.killed[p.key] = killed_crash(end, evidence, _inner(p))
+
+    def _crash_of(self, p: ProcessState) -> dict[str, Any] | None:
+        """Its crash (an uncaught exception) or its silent kill, as `model.ending` describes them; None for Ctrl-C or no crash."""
+        crash = p.crash if p.crash is not None and not is_interrupt(p.crash) else self.killed.get(p.key)
+        return crash
+
+    def _ended_alerts(self, procs: list[ProcessState], ended: dict[str, str | None], now: float, show_attempt: bool = False) -> list[Alert]:
         alerts = []
         for kind in ("crashed", "terminated"):
             members = [p for p in procs if ended.get(p.key) == kind]
@@ -315,15 +351,56 @@ class Detector:
             for p in members:
                 by_source.setdefault((p.source, p.attempt), []).append(p)
             for (source, attempt), group in by_source.items():
+                if kind == "crashed":
+                    first = self._crashed_alert(source, attempt, [p for p in procs if (p.source, p.attempt) == (source, attempt)], ended, now, show_attempt or bool(attempt))
+                    if first is not None:
+                        alerts.append(first)
+                        continue
                 ranks = sorted(p.rank for p in group if p.rank is not None)
+                crashed = sorted(q.rank for q in procs if (q.source, q.attempt) == (source, attempt) and q.rank is not None and self._crash_of(q) is not None)
+                after = f", after {'rank' if len(crashed) == 1 else 'ranks'} {compress_ranks(crashed)} crashed (victims)" if kind == "terminated" and crashed else ""
                 last = max(group, key=lambda p: p.last_arrival or 0.0)
                 since = min((p.torn_since if kind == "crashed" and p.torn_since else (p.signal_arrival if kind == "terminated" else p.last_arrival)) or now for p in group)
                 where = last.innermost().name if last.innermost() else None
                 alerts.append(Alert(kind, (kind, source, attempt), f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)} {kind}"
-                                    + (f" at step {last.step}" if last.step is not None else "") + (f" in {where}" if where else ""),
+                                    + (f" at step {last.step}" if last.step is not None else "") + (f" in {where}" if where else "") + after,
                                     ranks=ranks, source=source, attempt=attempt, step=last.step, phase=where, detected=now, since=since,
                                     cost={"ranks": len(ranks)}, evidence=["torn last line" if kind == "crashed" and last.torn_since else "records"]))
         return alerts
+
+    def _crashed_alert(self, source: str, attempt: int | None, members: list[ProcessState], ended: dict[str, str | None], now: float, show_attempt: bool) -> Alert | None:
+        """``crashed``: the process that failed first, with its error, and the others, its victims (`model.ending.failed_first`); None without a crash on record."""
+        unclean = [p for p in members if not (ended.get(p.key) == "closed")]
+        crashes = {p.key: self._crash_of(p) for p in unclean}
+        culprits, victims, first_us = failed_first({key: (crash or {}).get("time_us") for key, crash in crashes.items()})
+        if not culprits:
+            return None
+        by_key = {p.key: p for p in members}
+        ends = [End(p.key, closed=False, last_us=p.last_program_us, step=p.step, entered=p.entered, crash=crashes[p.key], wrote=not p.silent) for p in unclean]
+        held = held_back_by(ends, first_us)  # type: ignore[arg-type]
+        if held:  # they crashed waiting for it (a collective that timed out): the crashes name it, not themselves
+            crashed = [p for p in unclean if crashes[p.key] is not None]
+            crash = crashes[crashed[0].key] or {}
+            ranks = sorted(p.rank for p in crashed if p.rank is not None)  # type: ignore[type-var]
+            waited = sorted(by_key[k].rank for k in held if by_key[k].rank is not None)  # type: ignore[type-var]
+            message = (f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)} crashed: {describe_crash(crash)}; "
+                       f"{'it' if len(ranks) == 1 else 'they'} waited for {'rank' if len(waited) == 1 else 'ranks'} {compress_ranks(waited)}, "
+                       f"which never reached {crash.get('span') or 'that span'} at step {crash.get('step')}: look at {'it' if len(waited) == 1 else 'them'} first")
+            return Alert("crashed", ("crashed", source, attempt), message, ranks=ranks, source=source, attempt=attempt, step=crash.get("step"), phase=crash.get("span"),
+                         detected=now, since=min(p.crash_arrival or now for p in crashed), rule="held back", why=message,
+                         cost={"ranks": len(ranks)}, evidence=["uncaught exception", f"waited for rank {compress_ranks(waited)}"])
+        first = by_key[culprits[0]]
+        crash = crashes[first.key] or {}
+        ranks = sorted(by_key[k].rank for k in culprits if by_key[k].rank is not None)  # type: ignore[type-var]
+        victim_ranks = sorted(by_key[k].rank for k in victims if by_key[k].rank is not None)  # type: ignore[type-var]
+        who = f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)}" + (f" (attempt {attempt})" if show_attempt and attempt is not None else "")
+        after = f"; {'rank' if len(victim_ranks) == 1 else 'ranks'} {compress_ranks(victim_ranks)} stopped after it (victims)" if victim_ranks else ""
+        since = min((by_key[k].crash_arrival or by_key[k].last_arrival or now) for k in culprits)
+        return Alert("crashed", ("crashed", source, attempt), f"{who} crashed: {describe_crash(crash)}{after}", ranks=ranks, source=source, attempt=attempt,
+                     step=crash.get("step"), phase=crash.get("span"), line=f"{crash['file']}:{crash['line']} {crash.get('function')}" if crash.get("file") else None,
+                     detected=now, since=since, victims=victim_ranks, rule="crashed", why=describe_crash(crash),
+                     cost={"ranks": len(ranks), "ranks_stopped_after": len(victim_ranks)},
+                     evidence=["uncaught exception" if crash.get("type") != "killed" else "no end on record; its peers failed after it"])
 
     def _missing(self, procs: list[ProcessState]) -> list[tuple[str, int | None, list[int], int]]:
         out = []
@@ -885,7 +962,7 @@ def _time_of_last_steps(steps: list[StepFacts]) -> tuple[list[dict[str, Any]], f
     return sorted(rows, key=lambda r: -r["ms"]), round(60_000.0 * len(timed) / total_ms, 1)
 
 
-_STATE_ORDER = {"running": 0, "stalled": 1, "hung": 2, "crashed": 3, "terminated": 4, "closed": 5, "missing": 6}
+_STATE_ORDER = {"running": 0, "stalled": 1, "hung": 2, "crashed": 3, "interrupted": 4, "terminated": 5, "closed": 6, "missing": 7}
 
 
 def _inner(p: ProcessState) -> str | None:

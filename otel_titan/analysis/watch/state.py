@@ -25,8 +25,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_titan.analysis.model.ending import UNCAUGHT, crash_of, crash_state
 from otel_titan.analysis.model.hang import digest_black_box, program_line
 from otel_titan.analysis.model.hang_facts import ENTERED_KEPT
+from otel_titan.analysis.model.timeline import error_details
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
@@ -188,6 +190,12 @@ class ProcessState:
         #: Facts the follower adds (not from records): since when its last line sits torn, whether its file vanished.
         self.torn_since: float | None = None
         self.gone = False
+        #: Its program's uncaught exception (`model.ending.crash_of`, with the innermost span it unwound), or None.
+        self.crash: dict[str, Any] | None = None
+        self.crash_arrival: float | None = None
+        self.signal_us: int | None = None
+        #: The innermost span the latest exception failed: (name, step, start µs, error type), as `summarize` keeps it.
+        self._failed: tuple[str, int | None, int, str] | None = None
 
     # -- reading records -----------------------------------------------------------------------
     def apply(self, record: dict[str, Any], arrival: float) -> None:
@@ -230,7 +238,7 @@ class ProcessState:
         elif kind == "event" and name.endswith("_end"):
             self._end(name[:-4], record, arrival)
         elif kind == "event":
-            pass  # _error: its _end follows
+            self._error(name[:-6], record)  # _error: its _end follows
         else:
             self.progress_arrival = arrival
             if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
@@ -267,9 +275,24 @@ class ProcessState:
         elif name == MetaEvent.SIGNAL_RECEIVED:
             self.signal = record.get("signal") if isinstance(record.get("signal"), str) else "signal"
             self.signal_arrival = arrival
+            self.signal_us = record["time_us"]
+        elif name == UNCAUGHT and record.get(Field.FATAL) is not False:
+            crash = crash_of(record)
+            failed = self._failed
+            if failed is not None and failed[3] == crash["type"] and failed[1] == crash["step"]:
+                crash["span"] = failed[0]
+            self.crash, self.crash_arrival = crash, arrival
         elif name == MetaEvent.STALL:
             self.black_box = _black_box(record, arrival)
             self.box_live = True
+
+    def _error(self, name: str, record: dict[str, Any]) -> None:
+        """A span failed: the innermost one of an exception unwinding nested spans is the one started last."""
+        span = self.open.get(record.get("span_id")) if record.get("span_id") is not None else None
+        start = span.start_us if span is not None else record["time_us"]
+        if self._failed is None or start >= self._failed[2]:
+            step = span.step if span is not None else record.get("step")
+            self._failed = (name, step if type(step) is int else None, start, error_details(record)[0])
 
     def _end(self, name: str, record: dict[str, Any], arrival: float) -> None:
         span_id = record.get("span_id")
@@ -335,7 +358,12 @@ class ProcessState:
         return self.program_records == 0
 
     def ended(self) -> str | None:
-        """``closed``, ``terminated`` or ``crashed`` once the process is known to be over, else None."""
+        """``crashed``, ``interrupted``, ``closed``, ``terminated`` once the process is known to be over, else None.
+
+        An uncaught exception decides before the closing record that the exit hook writes after it (`model.ending`).
+        """
+        if self.crash is not None:
+            return crash_state(self.crash)
         if self.closed:
             return "closed"
         if self.signal is not None:

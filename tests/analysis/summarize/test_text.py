@@ -31,7 +31,7 @@ def test_tables_show_processes_phases_and_the_phase_straggler(run_dir):
     assert phase_rows == ["fwd_bwd", "data_fetch", "optimizer"]  # by total time
     (straggler,) = [line for line in lines if line.strip().startswith("data_fetch: rank 2")]
     assert "slowest in 6/6 steps" in straggler and "+30.00 ms" in straggler and "7.0×" in straggler
-    assert "    3 processes: ended at step 6, after metric_value  (training ranks 0-2)" in text  # torchtitan files: no closing record
+    assert "    3 processes: stopped at step 6, after metric_value  (training ranks 0-2)" in text  # torchtitan files: no closing record, their end unknown
 
 
 def test_skipped_lines_and_lost_records_are_visible(run_dir):

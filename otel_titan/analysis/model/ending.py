@@ -1,0 +1,241 @@
+"""How a process ended, from what it wrote: the rules `summarize`, `report` and `watch` share.
+
+Why one place: the most common end of a training process is an exception
+nothing caught (a CUDA out-of-memory, a NCCL error raised by the next call),
+and its survivors then wait, fail in their collective, or are terminated by
+the launcher. Told apart here, once:
+
+* an ``uncaught_exception`` record (``fatal``: the main thread's) makes the
+  process **crashed**, whatever follows it (the exit hook still writes the
+  closing record); one of type ``KeyboardInterrupt`` makes it **interrupted**
+  (Ctrl-C: the operator, not the program, ended it);
+* a process with no closing, signal or crash record, stopped *behind* peers
+  that then failed in a span it never reached (an exception in their
+  collective, or all of them terminated after its last record), is
+  **crashed** too: killed without a word (SIGKILL, the kernel's OOM killer, a
+  node agent) or dead before it could write;
+* of the processes of one source and attempt that failed, the one that
+  failed **first** is the culprit (`failed_first`): those that stopped,
+  failed or were terminated after it are its victims, never culprits;
+* unless the crashes waited for a process still stuck before them (a
+  collective that timed out: `held_back_by`): that one is the culprit.
+
+Everything here takes plain values (times in µs, step numbers, span names),
+so that `summarize`'s `ProcessSummary` and `watch`'s `ProcessState` ask the
+same functions.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Hashable, Sequence
+
+from otel_titan.analysis.model.frames import parse_frames, program_frame
+from otel_titan.schema import Field, MetaEvent
+
+__all__ = ["UNCAUGHT", "INTERRUPT", "crash_of", "is_interrupt", "crash_state", "describe_crash", "End", "kill_evidence", "killed_silently", "killed_crash", "failed_first", "held_back_by"]
+
+#: The record that says so (`schema.MetaEvent.UNCAUGHT_EXCEPTION`).
+UNCAUGHT = MetaEvent.UNCAUGHT_EXCEPTION
+#: The exception Ctrl-C raises: an interruption, not a crash.
+INTERRUPT = "KeyboardInterrupt"
+#: Characters of an exception's message shown in a line (the whole message is in ``--json``).
+MESSAGE_SHOWN = 120
+
+
+def crash_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The facts of an ``uncaught_exception`` record: type, message, the program's line, step, time, whether it ended the program.
+
+    ``span`` is None here: the reader fills it in from the ``_error`` records
+    the exception left as it unwound the spans (the innermost one).
+
+    Example:
+        >>> crash = crash_of({"time_us": 5, "step": 8, "error_type": "RuntimeError", "error_message": "CUDA out of memory",
+        ...                   "error_frames": ["/venv/lib/python3.11/site-packages/torch/x.py:3:f", "train.py:88:fwd_bwd"], "fatal": True})
+        >>> crash["type"], crash["file"], crash["line"], crash["function"], crash["step"], crash["fatal"]
+        ('RuntimeError', 'train.py', 88, 'fwd_bwd', 8, True)
+    """
+    frame = program_frame(parse_frames(record.get(Field.ERROR_FRAMES))) or {}
+    error_type, message, step = record.get(Field.ERROR_TYPE), record.get(Field.ERROR_MESSAGE), record.get(Field.STEP)
+    return {
+        "type": error_type if isinstance(error_type, str) and error_type else "exception",
+        "message": message if isinstance(message, str) else "",
+        "file": frame.get("file"),
+        "line": frame.get("line"),
+        "function": frame.get("function"),
+        "span": None,
+        "step": step if type(step) is int else None,
+        "time_us": record.get(Field.TIME_US),
+        "fatal": record.get(Field.FATAL) is not False,
+    }
+
+
+def is_interrupt(crash: dict[str, Any] | None) -> bool:
+    """Whether the exception that ended the process was Ctrl-C's (``KeyboardInterrupt``)."""
+    return crash is not None and str(crash.get("type", "")).rsplit(".", 1)[-1] == INTERRUPT
+
+
+def crash_state(crash: dict[str, Any]) -> str:
+    """``interrupted`` for Ctrl-C, else ``crashed``: the state an uncaught exception gives its process."""
+    return "interrupted" if is_interrupt(crash) else "crashed"
+
+
+def describe_crash(crash: dict[str, Any], *, step: bool = True) -> str:
+    """``RuntimeError: CUDA out of memory … at train.py:88 in fwd_bwd, inside span fwd_bwd, step 8``: one line, the message cut.
+
+    Example:
+        >>> describe_crash({"type": "RuntimeError", "message": "CUDA out of memory. Tried to allocate 2.00 GiB", "file": "/job/train.py", "line": 88,
+        ...                 "function": "oom", "span": "fwd_bwd", "step": 8})
+        'RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB at train.py:88 in oom, inside span fwd_bwd, step 8'
+        >>> describe_crash({"type": "killed", "message": "", "why": "no closing record", "step": 3}, step=False)
+        'killed (no closing record)'
+    """
+    if crash.get("type") == "killed":
+        text = f"killed ({crash.get('why')})" if crash.get("why") else "killed"
+    else:
+        message = " ".join(str(crash.get("message") or "").split())
+        if len(message) > MESSAGE_SHOWN:
+            message = message[: MESSAGE_SHOWN - 1] + "…"
+        text = f"{crash.get('type')}: {message}" if message else str(crash.get("type"))
+        if crash.get("file"):
+            text += f" at {os.path.basename(str(crash['file']))}:{crash.get('line')}" + (f" in {crash['function']}" if crash.get("function") else "")
+    if crash.get("span"):
+        text += f", inside span {crash['span']}"
+    if step and crash.get("step") is not None:
+        text += f", step {crash['step']}"
+    return text
+
+
+@dataclass
+class End:
+    """What one process's records say of its end, for the rules below (from a `ProcessSummary` or a watched `ProcessState`).
+
+    `last_us`: its last record of any kind for `kill_evidence` (on the aligned
+    clock where there is one), its last program record for `held_back_by`; `step` and `entered`: its last step and the spans it started there;
+    `crash`: its fatal `crash_of` facts (with ``span``), or None; `signal_us`:
+    when it recorded a terminating signal, or None.
+    """
+
+    key: Hashable
+    closed: bool
+    last_us: int | None
+    step: int | None
+    entered: Sequence[str] = ()
+    crash: dict[str, Any] | None = None
+    signal_us: int | None = None
+    #: Any record of its own after its file was created (a process that logged nothing is `hang_suspect`'s, not this).
+    wrote: bool = True
+
+    @property
+    def failed_us(self) -> int | None:
+        """When it crashed (not interrupted): its uncaught exception's time (a silent kill's: its last record)."""
+        crash = self.crash
+        if crash is None or is_interrupt(crash) or type(crash.get("time_us")) is not int:
+            return None
+        return crash["time_us"]
+
+    @property
+    def silent_end(self) -> bool:
+        """No closing, signal or crash record: its end is unknown from its own records."""
+        return not self.closed and self.signal_us is None and self.crash is None
+
+
+def _never_reached(end: End, peer: End) -> bool:
+    """Whether `peer` failed in a span `end` never entered: a later step, or the same step's span it had not started."""
+    crash = peer.crash or {}
+    if end.step is None or crash.get("step") is None:
+        return False
+    if crash["step"] != end.step:
+        return crash["step"] > end.step
+    return crash.get("span") is not None and crash["span"] not in end.entered
+
+
+def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
+    """Why a process with no end on record was killed (SIGKILL, the OOM killer) before peers that then failed because of it; None when it was not.
+
+    Its own records say nothing (no closing, signal or crash record); its
+    peers (the other processes of its source and attempt) say it: after its
+    last record, peers crashed in a span it never reached (their collective,
+    failing because it was gone), or every other process was terminated by
+    a signal (the launcher stopping the rest once a worker died; not a
+    whole job stopped at once: it would have been signalled too). A peer
+    that crashed where it was too is no evidence (it may have failed first).
+
+    Example:
+        >>> dead = End("r1", closed=False, last_us=100, step=8, entered=["fwd_bwd"])
+        >>> peer = End("r0", closed=True, last_us=300, step=8, crash={"type": "RuntimeError", "time_us": 200, "step": 8, "span": "all_reduce"})
+        >>> kill_evidence(dead, [peer])
+        'its peers failed after its last record, in what it never reached'
+        >>> kill_evidence(dead, [End("r0", closed=True, last_us=300, step=8, crash={"type": "RuntimeError", "time_us": 200, "step": 8, "span": "fwd_bwd"})])
+    """
+    if not end.silent_end or not end.wrote or end.last_us is None:
+        return None
+    others = [p for p in peers if p.key != end.key]
+    crashed_after = [p for p in others if p.failed_us is not None and p.failed_us > end.last_us]
+    if crashed_after and all(_never_reached(end, p) for p in crashed_after) and not any(p.failed_us is not None and p.failed_us <= end.last_us for p in others):
+        return "its peers failed after its last record, in what it never reached"
+    if others and all(p.signal_us is not None and p.signal_us > end.last_us for p in others):
+        return "the others were terminated by a signal after its last record"
+    return None
+
+
+def killed_silently(end: End, peers: Sequence[End]) -> bool:
+    """Whether `kill_evidence` holds: the process was killed without a word."""
+    return kill_evidence(end, peers) is not None
+
+
+def killed_crash(end: End, evidence: str, open_span: str | None = None, torn: bool = False) -> dict[str, Any]:
+    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `kill_evidence` says was killed (`evidence`): at its last record.
+
+    `torn`: its file ends mid-line (killed while it wrote), said first.
+    """
+    why = ("its file ends mid-line; " if torn else "") + f"no closing or signal record; {evidence}"
+    return {"type": "killed", "message": "", "why": why,
+            "file": None, "line": None, "function": None, "span": open_span, "step": end.step, "time_us": end.last_us, "fatal": True}
+
+
+def failed_first(failed_at: dict[Hashable, int | None]) -> tuple[list[Hashable], list[Hashable], int | None]:
+    """(the processes that failed first, the others: their victims, when) among one source and attempt.
+
+    `failed_at`: every process of it that did not close cleanly → when it
+    failed itself (its crash's time, a silent kill's last record: `End.failed_us`),
+    or None when it did not fail itself (it was terminated, is waiting, was
+    interrupted). Those that failed first are the culprits (all of them on a tie
+    to the µs); every other process there is a victim, whatever it did after
+    (waited, failed in its collective, was terminated). ``([], [], None)`` when
+    nothing failed.
+
+    Example:
+        >>> failed_first({"rank 1": 100, "rank 0": 250, "rank 2": None})
+        (['rank 1'], ['rank 0', 'rank 2'], 100)
+    """
+    times = {key: at for key, at in failed_at.items() if at is not None}
+    if not times:
+        return [], [], None
+    first = min(times.values())
+    culprits = [key for key, at in failed_at.items() if at == first]
+    return culprits, [key for key in failed_at if key not in culprits], first
+
+
+def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
+    """The processes the crashes waited for: alive (or unknown), behind every process that crashed, quiet before the first crash.
+
+    Why: a crash is not always first in cause. A collective that times out
+    (gloo, NCCL's error handling) raises in the ranks that waited, while the
+    rank they waited for is still stuck, alive, before the span they failed
+    in. Such a rank (no crash, no closing record: terminated after, or still there; its last program
+    record, `End.last_us` here, before `first_us`; never in the span of the
+    step where each crashed peer failed) is the one; the crashed are then
+    its victims.
+
+    Example:
+        >>> stuck = End("r1", closed=False, last_us=100, step=8, entered=["data_fetch"])
+        >>> timed_out = End("r0", closed=True, last_us=900, step=8, crash={"type": "RuntimeError", "time_us": 800, "step": 8, "span": "all_reduce"})
+        >>> held_back_by([stuck, timed_out], 800)
+        ['r1']
+    """
+    crashed = [e for e in ends if e.failed_us is not None]
+    if not crashed:
+        return []
+    return [e.key for e in ends if e.crash is None and not e.closed and e.wrote and e.last_us is not None and e.last_us < first_us and all(_never_reached(e, c) for c in crashed)]

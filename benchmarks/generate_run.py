@@ -133,6 +133,11 @@ class RunSpec:
     hung_between: bool = False
     #: Ranks that write no file at all (never reached ``init_structured_logger``); the others still record ``world_size``.
     missing: tuple[int, ...] = ()
+    #: With `hung`: the hung rank is not stuck but crawling inside ``bwd``: it writes a record every `crawl_every_s`
+    #: seconds (a ``bwd_progress`` scalar, as a loop logging per layer does) until `crawl_s` after the hang began, while
+    #: the others, waiting in ``all_reduce``, write their black boxes (with `black_boxes`).
+    crawl_every_s: float = 0.0
+    crawl_s: float = 200.0
     # -- one long run generated in chunks (benchmarks/watch_false_alarms.py: a job-day does not fit on disk at once) ---
     #: The first step's number (a chunk continues the steps of the one before).
     first_step: int = 1
@@ -414,6 +419,15 @@ def _steps(spec: RunSpec, rank: int, attempt: int, w: _Writer, sim: dict[str, An
         t = t1 + g[2]
         sid = start("bwd", t, outer)
         if stopping("hang") and not spec.hung_between:
+            if spec.crawl_every_s:
+                # Crawling, not stuck: a record every crawl_every_s from inside bwd, long after the others' watchdogs fired.
+                every_us, began = spec.crawl_every_s * 1e6, t
+                while t + every_us <= began + spec.crawl_s * 1e6:
+                    t += every_us
+                    w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "metric_value", "event_name": "bwd_progress", **_CALLER, "log_level": "INFO",
+                             "message": f"[step {step}] bwd_progress", "value": round((t - began) / every_us, 1), "span_id": w.span_id(rank), "parent_span_id": sid, **common})
+                w.close()
+                return
             black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
             return
@@ -620,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
     parser.add_argument("--hung", type=_fault, metavar="RANK@STEP", help="RANK hangs inside bwd at STEP; the others wait in all_reduce")
     parser.add_argument("--hung-between", action="store_true", help="with --hung: the rank stops between spans after optimizer, not inside bwd")
+    parser.add_argument("--crawl-every-s", type=float, default=0.0, metavar="S", help="with --hung: the rank crawls inside bwd instead, writing a record every S seconds")
     parser.add_argument("--missing", type=lambda text: tuple(int(x) for x in text.split(",")), default=(), metavar="R,R", help="ranks that write no file (never reached init)")
     parser.add_argument("--black-boxes", action="store_true", help="with --hung: the stuck ranks also write the watchdog's stall record (120 s later)")
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
@@ -644,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
                    straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
                    step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
-                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, missing=args.missing, rollups=args.rollups)
+                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, crawl_every_s=args.crawl_every_s, missing=args.missing, rollups=args.rollups)
     if args.live:
         spec.start_us = int((time.time() + 3.0) * 1e6)
     started = time.monotonic()

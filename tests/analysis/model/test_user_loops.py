@@ -133,3 +133,15 @@ def test_collective_evidence_separates_a_collective_from_a_local_span():
     assert collective is not None and collective < 0.05
     assert local is not None and local > MAX_END_TO_ARRIVAL
 
+
+@pytest.mark.parametrize(("ranks", "culprit", "seed"), [(16, 5, 0), (16, 12, 1), (64, 33, 2)])
+def test_a_rank_still_crawling_in_a_hang_is_the_culprit(tmp_path, ranks, culprit, seed):
+    # Issue 26 item 10: the others wrote their stall records in all_reduce; the culprit is still inside bwd, writing a
+    # record every 20 s. On main: "cannot tell: … no record shows one behind" (a rank still writing was taken for done).
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path), RunSpec(ranks=ranks, steps=12, seed=seed, hung=(culprit, 8), black_boxes=True, crawl_every_s=20.0))
+    hang = summarize_run(tmp_path, log_skipped=False).hang
+    assert [s.rank for s in hang.suspects] == [culprit], hang.suspects
+    assert "behind in the step" in hang.suspects[0].why and "never entered optimizer, all_reduce" in hang.suspects[0].why
+

@@ -9,9 +9,10 @@ same findings:
   the same work: the same mesh coordinates but data-parallel (a pipeline's
   last stage always runs a longer forward; an expert or tensor-parallel
   position differs by design). Without a declared mesh every rank is a peer.
-* *the statistic* (`compare_ranks`): a median at least `MIN_EFFECT` above the
-  peers' median and at least `MIN_Z` times the noise, over at least
-  `MIN_STEPS` steps. With fewer than `MIN_MAJORITY` peers there is no majority
+* *the statistic* (`compare_ranks`, its bar `stands_out`, which `watch` applies
+  too): a median at least `EFFECT_MARGIN` × `MIN_EFFECT` (7.5 %: a median of
+  noisy steps understates a true 10 % half the time) above the peers' median
+  and at least `MIN_Z` times the noise, over at least `MIN_STEPS` steps. With fewer than `MIN_MAJORITY` peers there is no majority
   to call one rank abnormal: the difference is shown, nobody is blamed.
 * *wait or work* (`lateness`): a longer phase that ends when the others' ends
   is a wait (the rank that reaches a collective first waits inside it). On one
@@ -45,6 +46,10 @@ from otel_titan.schema import DATA_PARALLEL_PREFIX
 
 __all__ = [
     "compare_ranks",
+    "stands_out",
+    "effect_bar",
+    "EFFECT_MARGIN",
+    "MIN_Z_BELOW_EFFECT",
     "peer_groups",
     "peer_key",
     "describe_group",
@@ -66,8 +71,14 @@ __all__ = [
 
 #: A rank is a straggler only with at least this many steps compared with other ranks ...
 MIN_STEPS = 6
-#: ... a median at least this fraction above the other ranks' median ...
+#: ... slower than the other ranks by this fraction: the slowdown the rule is built to find (Greyhound's and FALCON's 10 %) ...
 MIN_EFFECT = 0.10
+#: ... which a median over noisy steps understates about half the time: the bar on the estimate is this share of it.
+#: One bar for `summarize` (`compare_ranks`) and `watch` (its window): a rank 10 % slower is found by both, or by neither.
+EFFECT_MARGIN = 0.75
+#: Between that bar and `MIN_EFFECT` itself, the difference must stand this many times the noise (not `MIN_Z`): a smaller
+#: effect needs stronger evidence, or the many ranks × phases of a noisy healthy run offer one at 3.5 σ.
+MIN_Z_BELOW_EFFECT = 5.0
 #: ... and that difference at least this many times the noise (robust z; 3.5 is the usual outlier bar).
 MIN_Z = 3.5
 #: A phase straggler's difference must also be at least this fraction of the median step time.
@@ -88,6 +99,8 @@ LASTED_SHARE = 0.8
 STRAGGLER_RULE = {
     "min_steps": MIN_STEPS,
     "min_effect_pct": MIN_EFFECT * 100,
+    "effect_bar_pct": round(EFFECT_MARGIN * MIN_EFFECT * 100, 6),
+    "min_robust_z_below_effect": MIN_Z_BELOW_EFFECT,
     "min_robust_z": MIN_Z,
     "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100,
     "arrival_min_effect_pct": MIN_ARRIVAL_EFFECT * 100,
@@ -130,14 +143,52 @@ def describe_group(key: tuple[tuple[str, int], ...]) -> str:
 
 
 # -- the statistic ---------------------------------------------------------------------------------
+def effect_bar(reference: float, min_effect: float = MIN_EFFECT) -> float:
+    """The least excess (same unit as `reference`) that counts as `min_effect` slower than `reference`: `EFFECT_MARGIN` of it.
+
+    Example:
+        >>> round(effect_bar(30.0), 6)  # ms: a rank whose fwd takes 30 ms on its peers is slow from +2.25 ms
+        2.25
+    """
+    return EFFECT_MARGIN * min_effect * reference
+
+
+def stands_out(excess: float, reference: float, noise: float, *, min_effect: float = MIN_EFFECT, min_z: float = MIN_Z,
+               step_ms: float | None = None, min_step_share: float = MIN_STEP_SHARE) -> bool:
+    """Whether a unit's `excess` over its peers' `reference` is a slowdown on evidence: the one rule `summarize` and `watch` apply.
+
+    At least `effect_bar` of the reference (when the reference is positive),
+    at least `min_z` times the `noise` (when there is any; `MIN_Z_BELOW_EFFECT`
+    times while under `min_effect` of the reference), and, with
+    `step_ms` (a phase), at least `min_step_share` of the step. `summarize`
+    asks it of a rank's median over every step (`compare_ranks`), `watch` of
+    its median over the last steps against its peers': the same bar, so at the
+    end of a run both name the same ranks.
+
+    Example:
+        >>> stands_out(3.0, 30.0, 0.3), stands_out(2.0, 30.0, 0.3), stands_out(3.0, 30.0, 1.0), stands_out(3.0, 30.0, 0.3, step_ms=400.0)
+        (True, False, False, False)
+        >>> stands_out(2.5, 30.0, 0.6), stands_out(2.5, 30.0, 0.4)  # under 10 %: 5 × the noise, not 3.5 ×
+        (False, True)
+    """
+    below = reference > 0 and excess < min_effect * reference  # under the effect the rule is built for: stronger evidence
+    return (
+        excess > 0
+        and (reference <= 0 or excess >= effect_bar(reference, min_effect))
+        and (noise <= 0 or excess >= max(min_z, MIN_Z_BELOW_EFFECT if below else 0.0) * noise)
+        and (step_ms is None or excess >= min_step_share * step_ms)
+    )
+
+
 def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, table: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
     """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
 
     A rank's *excess* is its median minus the median of the other ranks'
     medians (over the steps it shares with another rank). It *differs* when it
-    has `MIN_STEPS` such steps, its excess is at least `MIN_EFFECT` of the
-    others' median, at least `MIN_Z` times the noise, and (with `step_ms`, for
-    a phase) at least `MIN_STEP_SHARE` of the step; it is a *straggler* when it
+    has `MIN_STEPS` such steps and its excess passes `stands_out`: at least
+    `EFFECT_MARGIN` × `min_effect` of the others' median, at least `MIN_Z`
+    times the noise, and (with `step_ms`, for a phase) at least
+    `MIN_STEP_SHARE` of the step; it is a *straggler* when it
     differs among at least `MIN_MAJORITY` ranks (with two, either could be the
     odd one). The noise is the larger of the spread of the other ranks'
     medians (`rules.robust_sd`: 1.4826 × MAD) and the standard error of the
@@ -177,13 +228,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             spread = robust_sd(others) if len(others) > 1 else 0.0
         noise = max(spread, standard_errors[rank])
         z = excess / noise if noise > 0 else None
-        differs = (
-            compared >= MIN_STEPS
-            and excess > 0
-            and (pct is None or pct >= 100.0 * min_effect)
-            and (z is None or z >= MIN_Z)
-            and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
-        )
+        differs = compared >= MIN_STEPS and stands_out(excess, others_median, noise, min_effect=min_effect, step_ms=step_ms)
         ranks.append(
             RankSlowness(
                 rank=rank,

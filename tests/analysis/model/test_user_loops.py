@@ -41,7 +41,7 @@ def test_the_readme_loops_slow_optimizer_is_named_and_not_taken_for_a_collective
     # rank given its own offset on one host, "agreed": it was taken for the step-closing collective and its lateness was
     # measured against its own end (0: "it waited"), so nothing stood out.
     out = tmp_path / "out"
-    _readme_loop(out, ranks=3, steps=40, slow_rank=2, slow_pct=80.0)
+    _readme_loop(out, ranks=3, steps=60, slow_rank=2, slow_pct=80.0)
     summary = summarize_run(out, log_skipped=False)
     clock = summary.clock
     assert not clock.simultaneous and clock.anchor is None, clock
@@ -50,6 +50,7 @@ def test_the_readme_loops_slow_optimizer_is_named_and_not_taken_for_a_collective
     assert 5.0 <= found.excess_ms <= 12.0 and found.lateness_ms is not None and found.lateness_ms >= 0.5 * found.excess_ms
     diagnosis = " | ".join(headline_data(summary)["diagnosis"])
     assert "rank 2" in diagnosis and "optimizer" in diagnosis, diagnosis
+    assert _watch_slow(out) == {(2, "optimizer")}  # live: the same rank, the same phase
 
     # The same files as if each rank had run on a host of its own (a 3-node job): one offset per host absorbs any
     # constant lateness, so the optimizer's ends "agree" once aligned; only its length, which does not shrink when a
@@ -63,8 +64,9 @@ def test_the_readme_loops_slow_optimizer_is_named_and_not_taken_for_a_collective
         path.write_text(text.replace(f'"host_name":{json.dumps(host)}', f'"host_name":"node-{rank}"').replace(f'"host_name": {json.dumps(host)}', f'"host_name": "node-{rank}"'))
     spread = summarize_run(nodes, log_skipped=False, cache=False)
     assert {p.host_name for p in spread.processes} == {"node-0", "node-1", "node-2"}
-    assert not spread.clock.simultaneous and spread.clock.anchor != "optimizer", spread.clock
-    assert "optimizer is no collective on evidence" in spread.clock.reason, spread.clock
+    # Refused as an anchor: on a quiet machine its ends agree once aligned and the evidence refuses it ("optimizer is no
+    # collective on evidence": the synthetic tests below pin that); under load they do not even agree within 1 ms.
+    assert not spread.clock.simultaneous and not spread.clock.applied, spread.clock
     assert _blamed(spread) <= {(2, "phase", "optimizer")}, format_summary(spread)
 
 
@@ -179,3 +181,53 @@ def test_a_host_no_fit_holds_for_is_named_left_unaligned_and_its_times_kept_as_w
     assert set(alignment.unaligned_us) == {"h07"} and alignment.unaligned_us["h07"] > 1000
     assert "h07" not in alignment.offsets_us and alignment.offset("h07") == 0.0 and alignment.offset_at("h07", 2_000_000) == 0.0
     assert "1 host left unaligned" in alignment.describe() and "h07 (residual p95" in alignment.describe()
+
+
+def _slow_verdicts(path) -> tuple[set[tuple[int, str]], set[tuple[int, str]]]:
+    """(rank, phase) `summarize` finds a straggler in, and (rank, phase) of every `slow` alert `watch` raised, replayed as if live."""
+    from otel_titan.analysis.watch.replay import replay
+
+    summary = summarize_run(path, log_skipped=False)
+    found = {(f.rank, f.what) for f in summary.straggler_findings() if f.verdict == "straggler" and f.kind == "phase"}
+    latest: dict = {}
+    for event in replay(str(path), tail_s=60).events:
+        if event["type"] in ("alert", "update"):
+            latest[event["id"]] = event
+    alerts = {(rank, alert["phase"]) for alert in latest.values() if alert["kind"] == "slow" for rank in alert["ranks"]}
+    return found, alerts
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_watch_and_summarize_agree_on_a_rank_ten_percent_slower(tmp_path, seed):
+    # Issue 26 part A: 32 ranks, rank 9's fwd 10 % slower. On main watch raised `slow` (its bar: 0.75 × 10 %) and
+    # summarize said nothing stands out in 3 of these 4 seeds (its bar: 10 % on a median that understates it half the
+    # time). Both now ask `model.stragglers.stands_out`, one bar: the same rank and phase, or nothing, from both.
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path), RunSpec(ranks=32, steps=120, step_ms=200.0, seed=seed, straggler=(9, "fwd", 10.0)))
+    found, alerts = _slow_verdicts(tmp_path)
+    assert found == alerts == {(9, "fwd")}, (found, alerts)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_watch_and_summarize_agree_that_a_healthy_run_has_no_straggler(tmp_path, seed):
+    from benchmarks.generate_run import RunSpec, generate_run
+
+    generate_run(str(tmp_path), RunSpec(ranks=32, steps=120, step_ms=200.0, seed=seed))
+    assert _slow_verdicts(tmp_path) == (set(), set())
+
+
+def _watch_slow(path, tail_s: float = 1.0) -> set[tuple[int, str]]:
+    """(rank, phase) of every `slow` alert `watch` raised on the run, replayed as if live."""
+    from otel_titan.analysis.watch.replay import replay
+
+    return {(rank, e["phase"]) for e in replay(str(path), tail_s=tail_s).events if e["type"] == "alert" and e["kind"] == "slow" for rank in e["ranks"]}
+
+
+@pytest.mark.parametrize("hosts", [False, True])
+def test_watch_names_the_readme_loops_slow_last_span(tmp_path, hosts):
+    # Issue 26 item 8, live: on main watch left the last span of each step out of the phases (taken for the step-closing
+    # collective by its place) and read its length as a wait at the collective: a longer optimizer was an *earlier*
+    # arrival, and the slow rank was never named. The last span is a collective only on evidence (the model's rule).
+    _readme_loop_files(tmp_path, steps=60, hosts=hosts)
+    assert _watch_slow(tmp_path) == {(2, "optimizer")}

@@ -114,6 +114,8 @@ class RunSpec:
     step_ms: float | None = None
     #: The straggler's slowdown starts at this step (a fail-slow onset); None: from the first step.
     slow_from: int | None = None
+    #: ... and ends after this step (a slowdown that comes and goes); None: to the last step.
+    slow_to: int | None = None
     #: The straggler's whole host is slow (every rank on it), not only its rank.
     slow_host: bool = False
     #: Every host's clock drifts by a random amount of up to ±this many ms over the run (NTP drift; `drift_ms`
@@ -202,8 +204,9 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
         rank, phase, pct = spec.straggler
         slow_ranks = [r for r in range(spec.ranks) if r // spec.ranks_per_host == rank // spec.ranks_per_host] if spec.slow_host else [rank]
         onset = 0 if spec.slow_from is None else max(0, spec.slow_from - first_step)
+        end = n_steps if spec.slow_to is None else max(0, spec.slow_to - first_step + 1)
         for r in slow_ranks:
-            durations[phase][r, onset:] *= 1.0 + pct / 100.0
+            durations[phase][r, onset:end] *= 1.0 + pct / 100.0
     if spec.job_slow is not None:
         phase, pct, from_step = spec.job_slow
         durations[phase][:, max(0, from_step - first_step):] *= 1.0 + pct / 100.0
@@ -646,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     live.add_argument("--live", action="store_true", help="write in real time: the run starts in 3 s and every line reaches its file at its time (benchmarks/live_run.py)")
     live.add_argument("--step-ms", type=float, help="median step time in ms (default: about 104)")
     live.add_argument("--slow-from", type=int, metavar="STEP", help="the --straggler's slowdown begins at STEP (a fail-slow onset)")
+    live.add_argument("--slow-to", type=int, metavar="STEP", help="... and ends after STEP (a slowdown that comes and goes)")
     live.add_argument("--slow-host", action="store_true", help="the --straggler's whole host is slow, not only its rank")
     live.add_argument("--host-drift-ms", type=float, default=0.0, help="every host's clock also drifts by up to ±this over the run")
     live.add_argument("--pp", type=int, default=1, help="pipeline stages (pp-major, as init_device_mesh; ranks record their mesh)")
@@ -658,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("at most one of --hung, --crashed, --restart")
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
                    straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
-                   step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
+                   step_ms=args.step_ms, slow_from=args.slow_from, slow_to=args.slow_to, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
                    variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, crawl_every_s=args.crawl_every_s, missing=args.missing, rollups=args.rollups)
     if args.live:
         spec.start_us = int((time.time() + 3.0) * 1e6)

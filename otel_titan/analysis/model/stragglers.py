@@ -54,6 +54,9 @@ __all__ = [
     "peer_key",
     "describe_group",
     "per_step_differences",
+    "change_windows",
+    "window_stands_out",
+    "within",
     "lateness",
     "arrivals",
     "finding",
@@ -395,6 +398,119 @@ def per_step_differences(rank: int, per_rank: Mapping[int, Mapping[int, float]])
     return out
 
 
+# -- when: slowdowns that start late or come and go ----------------------------------------------------
+#: The width of the running median that finds a change window (a single slow step is no shift) ...
+WINDOW_MIN_STEPS = MIN_STEPS
+#: ... and the steps a window holds at least: fewer, and a run of noisy steps chosen for being high looks like one.
+WINDOW_MIN_LENGTH = 2 * MIN_STEPS
+#: At most this many windows per rank and phase are judged (the largest first).
+MAX_WINDOWS = 3
+#: A window is chosen for being high, out of every rank's, phase's and step's: judged on its steps alone, it must be
+#: `MIN_EFFECT` slower (the ≥ 10 % filter itself, not the bar below it) and stand this many times the noise (a noisy
+#: healthy 64-rank run offered a 10-step window at +15 %, z 5.3; a rank's fwd doubling shows z 37 to 71).
+WINDOW_MIN_Z = 8.0
+
+
+def window_stands_out(slow: RankSlowness) -> bool:
+    """Whether a rank judged on a change window's steps alone (`change_windows`) is slower on the stricter evidence a chosen window needs.
+
+    Example:
+        >>> from otel_titan.analysis.model.facts import RankSlowness
+        >>> window_stands_out(RankSlowness(9, 20, 20, 60.0, 30.0, 30.0, 100.0, 0.5, 60.0, True, True))
+        True
+        >>> window_stands_out(RankSlowness(9, 12, 12, 36.0, 30.0, 6.0, 20.0, 1.0, 6.0, True, True))  # z 6 < 8
+        False
+    """
+    return (
+        slow.differs
+        and slow.median_excess_pct is not None
+        and slow.median_excess_pct >= 100.0 * MIN_EFFECT
+        and (slow.robust_z is None or slow.robust_z >= WINDOW_MIN_Z)
+    )
+
+
+def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] | frozenset[int] = frozenset(), *, min_effect: float = MIN_EFFECT) -> list[tuple[int, int, int]]:
+    """Where a rank shifted above its peers for a while: [(rank, first step, last step)], largest windows first.
+
+    Why: `compare_ranks` judges each rank's median over every step, and a
+    slowdown that starts in the last quarter of the run (or comes and goes)
+    never moves a median over the run. Per rank, its per-step difference
+    from the median of every rank in that step, smoothed by a running median
+    over `WINDOW_MIN_STEPS` steps (a single slow step is no shift); the steps
+    where it stays at least `MIN_EFFECT` of the ranks' median (the change
+    points: the ≥ 10 % filter of Greyhound and FALCON) form windows of at
+    least `WINDOW_MIN_LENGTH` steps. A window is a candidate only: the caller
+    judges the rank on those steps alone (`compare_ranks`), on the stricter
+    evidence a window chosen for being high needs (`window_stands_out`). Ranks in `skip` (already found
+    over the whole run) are not searched.
+
+    Example:
+        >>> times = {r: {s: 10.0 + (10.0 if r == 2 and s > 28 else 0.0) + 0.1 * ((r + s) % 3) for s in range(1, 41)} for r in range(5)}
+        >>> change_windows(times)
+        [(2, 29, 40)]
+    """
+    import numpy as np  # noqa: PLC0415 - only for runs with enough steps to have a window
+
+    ranks = [rank for rank in per_rank if rank not in skip]
+    steps = sorted({step for by_step in per_rank.values() for step in by_step})
+    if len(per_rank) < MIN_MAJORITY or not ranks or len(steps) < WINDOW_MIN_LENGTH + WINDOW_MIN_STEPS:
+        return []
+    index = {step: i for i, step in enumerate(steps)}
+    matrix = np.full((len(per_rank), len(steps)), np.nan)
+    order = list(per_rank)
+    for row, rank in enumerate(order):
+        for step, ms in per_rank[rank].items():
+            matrix[row, index[step]] = ms
+    with np.errstate(all="ignore"):
+        step_median = np.nanmedian(matrix, axis=0)
+        reference = float(np.nanmedian(np.nanmedian(matrix, axis=1)))
+    if not reference > 0:
+        return []
+    bar = min_effect * reference
+    out = []
+    width = WINDOW_MIN_STEPS
+    for row, rank in enumerate(order):
+        if rank in skip:
+            continue
+        differences = matrix[row] - step_median
+        present = ~np.isnan(differences)
+        if present.sum() < WINDOW_MIN_LENGTH + width:
+            continue
+        values, kept = differences[present], np.asarray(steps)[present]
+        smooth = np.median(np.lib.stride_tricks.sliding_window_view(values, width), axis=1)  # smooth[i]: values[i : i + width]
+        large = smooth >= bar
+        windows = []
+        i = 0
+        while i < large.size:
+            if not large[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < large.size and large[j + 1]:
+                j += 1
+            # Running windows i..j cover values i .. j + width - 1; trim to the steps that are themselves large: at
+            # least half the window's own median shift (a noisy step at the bar just before the onset is not in it).
+            first, last = i, j + width - 1
+            edge = max(bar, 0.5 * float(np.median(values[first:last + 1])))
+            while first < last and values[first] < edge:
+                first += 1
+            while last > first and values[last] < edge:
+                last -= 1
+            if last - first + 1 >= WINDOW_MIN_LENGTH:
+                windows.append((last - first + 1, int(kept[first]), int(kept[last])))
+            i = j + 1
+        for _, first_step, last_step in sorted(windows, reverse=True)[:MAX_WINDOWS]:
+            out.append((rank, first_step, last_step))
+    out.sort(key=lambda item: (item[1] - item[2], item[0]))
+    return out
+
+
+def within(per_rank: Mapping[int, Mapping[int, Any]], first: int, last: int) -> dict[int, dict[int, Any]]:
+    """`per_rank` (rank → step → value) with only the steps `first`…`last` (ranks left with none dropped)."""
+    out = {rank: {step: value for step, value in by_step.items() if first <= step <= last} for rank, by_step in per_rank.items()}
+    return {rank: by_step for rank, by_step in out.items() if by_step}
+
+
 # -- wait or work ------------------------------------------------------------------------------------
 def lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None) -> float | None:
     """Median over steps of how much later `rank` finished a phase than its peers (ms); None without a shared step.
@@ -454,13 +570,21 @@ def finding(
     late_ms: float | None = None,
     verdict: str | None = None,
     why: str | None = None,
+    window: tuple[int, int] | None = None,
+    window_to_end: bool = False,
 ) -> StragglerFinding:
     """One finding with its cost (what the run would save without it) and whether it held in both halves of the run.
 
     The cost per step is the rank's excess, or for a phase its lateness when
     smaller (what the others wait for at the collective); over the run, that
     times the steps compared. `verdict` defaults to ``straggler`` (a majority
-    of peers) or ``difference`` (fewer than `MIN_MAJORITY` peers).
+    of peers) or ``difference`` (fewer than `MIN_MAJORITY` peers). `window`:
+    the steps (first, last) a slowdown that started late or came and went was
+    judged on (`change_windows`; `per_rank` holds those steps only): with
+    `window_to_end` (it runs to the run's last step) an onset that lasted
+    (``since step N``), else one that came and went (``in steps A–B only``);
+    either reaches "Look first at" when it costs enough, in both halves of its
+    window.
     """
     cost = slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
     differences = per_step_differences(slow.rank, per_rank)
@@ -476,6 +600,11 @@ def finding(
     lasted = not persistent and bool(large) and second is not None and second >= bar and large[-1] == differences[-1][0] and len(large) >= LASTED_SHARE * len(since)
     share = cost / step_ms if step_ms else None
     verdict = verdict or ("straggler" if slow.straggler else "difference")
+    if window is not None:
+        # Judged on the window's steps alone ("both halves" are the window's): to the end of the run an onset that kept
+        # costing (since step N), else one that came and went, said with its steps.
+        lasted = window_to_end
+        persistent = persistent and not window_to_end
     headline = verdict in ("straggler", "difference") and (persistent or lasted) and share is not None and share >= HEADLINE_MIN_SHARE
     if why is None and not headline:
         if verdict == "cannot tell":
@@ -514,5 +643,7 @@ def finding(
         large_steps=len(large),
         headline=headline,
         why_not_headline=None if headline else why,
-        since_step=large[0] if lasted else None,
+        since_step=(window[0] if window is not None else large[0]) if lasted else None,
+        window_from_step=None if window is None else window[0],
+        window_to_step=None if window is None else window[1],
     )

@@ -276,7 +276,8 @@ def _excess(ms: float, pct: float | None, inline: bool = False) -> str:
 
 def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     attempt = f", attempt {group.attempt}" if show_attempt and group.attempt is not None else ""
-    lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
+    compared = f"; steps {group.steps_compared} only (--steps)" if group.steps_compared else ""
+    lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks{compared}; step time = first record of step N → first record of step N+1 on that rank)"]
     if not group.steps:
         return lines + ["  no step was completed by two or more ranks"]
     if len(group.peer_groups) > 1:
@@ -376,7 +377,9 @@ def _cost_line(item: StragglerFinding) -> str:
     if item.verdict == "cannot tell":
         return "no cost stated: it may be time spent waiting for another rank"
     text = describe_cost(item)
-    if item.persistent:
+    if item.window_from_step is not None and item.since_step is None:
+        text += f"; in steps {item.window_from_step}–{item.window_to_step} only (judged on those steps: it came and went)"
+    elif item.persistent:
         text += f"; in both halves of the run (steps {item.large_from_step}–{item.large_to_step})"
     elif item.since_step is not None:
         text += f"; since step {item.since_step}, to the end of the run (steps {item.since_step}–{item.large_to_step})"

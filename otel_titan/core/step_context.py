@@ -31,7 +31,7 @@ import weakref
 from asyncio import current_task
 from asyncio import events as _asyncio_events
 from contextvars import ContextVar
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from otel_titan.schema import INT64_MAX, INT64_MIN
 
@@ -155,6 +155,15 @@ def _as_step(value: object, what: str) -> int | None:
     return number
 
 
+#: Called with the new step on each `set_step` while registered (`on_step`): the logger's look at the first step boundaries.
+_step_hooks: list[Callable[[int | None], None]] = []
+
+
+def on_step(hook: Callable[[int | None], None] | None) -> None:
+    """Call `hook(step)` on every following `set_step` (None: stop); one hook at a time. Its errors are the hook's own to catch."""
+    _step_hooks[:] = [] if hook is None else [hook]
+
+
 def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     """Stamp every following record with `step` (and `relative_step`); clear the tags.
 
@@ -179,6 +188,9 @@ def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     number = _as_step(step, "step")
     relative = number if relative_step is None else _as_step(relative_step, "relative_step")
     _write(StepState(number, relative, ()), claim=True)
+    if _step_hooks:
+        for hook in _step_hooks[:1]:
+            hook(number)
 
 
 def get_step() -> int | None:

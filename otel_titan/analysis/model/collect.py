@@ -44,7 +44,7 @@ from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.read.content import RangeReader
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
-from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_run
+from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_mesh, read_run
 from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.model.scalar_steps import ScalarSteps
@@ -98,6 +98,7 @@ __all__ = [
 OPEN_SPANS_LISTED = 20
 _OPENED = MetaEvent.OPENED
 _ROLLUP = MetaEvent.STEP_ROLLUP
+_MESH_FOUND = MetaEvent.MESH_FOUND
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:
@@ -285,6 +286,11 @@ class _Collector(TimelineVisitor):
             self.hang.stall(record)
         elif name == "heartbeat":
             self.hang.heartbeat()
+        if name == _MESH_FOUND:
+            # A DeviceMesh found after init (its process groups, at the first steps): the opening record's `mesh`, late.
+            mesh = read_mesh(record.get("mesh"))
+            if mesh is not None and self.process.mesh is None:
+                self.process.mesh = mesh
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"
@@ -320,7 +326,9 @@ class _Collector(TimelineVisitor):
                 per_rank_end.setdefault(process.rank, {}).update(ends)
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
             self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {}).update(self.step_begins)
-            self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
+            key = (process.source, process.attempt, process.rank)
+            # A mesh found in an earlier read of this process (a cached read resumed past its `mesh_found` record) stays.
+            self.rank_meshes[key] = process.mesh or self.rank_meshes.get(key)
         self.hang.end()
         summary.open_span_count = len(self.open)
         open_now = {id(span) for span, _ in self.open}

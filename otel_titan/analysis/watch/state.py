@@ -264,6 +264,8 @@ class ProcessState:
             self.coords = mesh_coordinates(record) or self.coords
             if type(record.get("world_size")) is int:
                 self.world_size = record["world_size"]
+        elif name == MetaEvent.MESH_FOUND:
+            self.coords = self.coords or mesh_coordinates(record)  # a DeviceMesh found after init, as summarize reads it
         elif name == MetaEvent.CLOSED:
             self.closed = True
         elif name == MetaEvent.SIGNAL_RECEIVED:

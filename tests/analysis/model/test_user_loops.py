@@ -147,6 +147,11 @@ def test_a_rank_still_crawling_in_a_hang_is_the_culprit(tmp_path, ranks, culprit
     hang = summarize_run(tmp_path, log_skipped=False).hang
     assert [s.rank for s in hang.suspects] == [culprit], hang.suspects
     assert "behind in the step" in hang.suspects[0].why and "never entered optimizer, all_reduce" in hang.suspects[0].why
+    if ranks <= 16:  # live, the same culprit, and never another
+        from otel_titan.analysis.watch.replay import replay
+
+        hangs = [e for e in replay(str(tmp_path), tail_s=100).events if e["type"] in ("alert", "update") and e["kind"] == "hang"]
+        assert hangs and all(e["ranks"] == [culprit] for e in hangs), hangs
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -114,6 +114,8 @@ class RunSpec:
     step_ms: float | None = None
     #: The straggler's slowdown starts at this step (a fail-slow onset); None: from the first step.
     slow_from: int | None = None
+    #: ... and ends after this step (a slowdown that comes and goes); None: to the last step.
+    slow_to: int | None = None
     #: The straggler's whole host is slow (every rank on it), not only its rank.
     slow_host: bool = False
     #: Every host's clock drifts by a random amount of up to ±this many ms over the run (NTP drift; `drift_ms`
@@ -133,6 +135,11 @@ class RunSpec:
     hung_between: bool = False
     #: Ranks that write no file at all (never reached ``init_structured_logger``); the others still record ``world_size``.
     missing: tuple[int, ...] = ()
+    #: With `hung`: the hung rank is not stuck but crawling inside ``bwd``: it writes a record every `crawl_every_s`
+    #: seconds (a ``bwd_progress`` scalar, as a loop logging per layer does) until `crawl_s` after the hang began, while
+    #: the others, waiting in ``all_reduce``, write their black boxes (with `black_boxes`).
+    crawl_every_s: float = 0.0
+    crawl_s: float = 200.0
     # -- one long run generated in chunks (benchmarks/watch_false_alarms.py: a job-day does not fit on disk at once) ---
     #: The first step's number (a chunk continues the steps of the one before).
     first_step: int = 1
@@ -197,8 +204,9 @@ def _simulate(spec: RunSpec, attempt: int, first_step: int, last_step: int, star
         rank, phase, pct = spec.straggler
         slow_ranks = [r for r in range(spec.ranks) if r // spec.ranks_per_host == rank // spec.ranks_per_host] if spec.slow_host else [rank]
         onset = 0 if spec.slow_from is None else max(0, spec.slow_from - first_step)
+        end = n_steps if spec.slow_to is None else max(0, spec.slow_to - first_step + 1)
         for r in slow_ranks:
-            durations[phase][r, onset:] *= 1.0 + pct / 100.0
+            durations[phase][r, onset:end] *= 1.0 + pct / 100.0
     if spec.job_slow is not None:
         phase, pct, from_step = spec.job_slow
         durations[phase][:, max(0, from_step - first_step):] *= 1.0 + pct / 100.0
@@ -414,6 +422,15 @@ def _steps(spec: RunSpec, rank: int, attempt: int, w: _Writer, sim: dict[str, An
         t = t1 + g[2]
         sid = start("bwd", t, outer)
         if stopping("hang") and not spec.hung_between:
+            if spec.crawl_every_s:
+                # Crawling, not stuck: a record every crawl_every_s from inside bwd, long after the others' watchdogs fired.
+                every_us, began = spec.crawl_every_s * 1e6, t
+                while t + every_us <= began + spec.crawl_s * 1e6:
+                    t += every_us
+                    w.write({"time_us": clock(t), "log_type": "instant", "log_type_name": "metric_value", "event_name": "bwd_progress", **_CALLER, "log_level": "INFO",
+                             "message": f"[step {step}] bwd_progress", "value": round((t - began) / every_us, 1), "span_id": w.span_id(rank), "parent_span_id": sid, **common})
+                w.close()
+                return
             black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
             return
@@ -620,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--straggler", type=_straggler, metavar="RANK:PHASE:PCT", help="one rank slower by PCT %% in PHASE")
     parser.add_argument("--hung", type=_fault, metavar="RANK@STEP", help="RANK hangs inside bwd at STEP; the others wait in all_reduce")
     parser.add_argument("--hung-between", action="store_true", help="with --hung: the rank stops between spans after optimizer, not inside bwd")
+    parser.add_argument("--crawl-every-s", type=float, default=0.0, metavar="S", help="with --hung: the rank crawls inside bwd instead, writing a record every S seconds")
     parser.add_argument("--missing", type=lambda text: tuple(int(x) for x in text.split(",")), default=(), metavar="R,R", help="ranks that write no file (never reached init)")
     parser.add_argument("--black-boxes", action="store_true", help="with --hung: the stuck ranks also write the watchdog's stall record (120 s later)")
     parser.add_argument("--crashed", type=_fault, metavar="RANK@STEP", help="RANK dies mid-write at STEP (torn last line); the others get SIGTERM")
@@ -631,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     live.add_argument("--live", action="store_true", help="write in real time: the run starts in 3 s and every line reaches its file at its time (benchmarks/live_run.py)")
     live.add_argument("--step-ms", type=float, help="median step time in ms (default: about 104)")
     live.add_argument("--slow-from", type=int, metavar="STEP", help="the --straggler's slowdown begins at STEP (a fail-slow onset)")
+    live.add_argument("--slow-to", type=int, metavar="STEP", help="... and ends after STEP (a slowdown that comes and goes)")
     live.add_argument("--slow-host", action="store_true", help="the --straggler's whole host is slow, not only its rank")
     live.add_argument("--host-drift-ms", type=float, default=0.0, help="every host's clock also drifts by up to ±this over the run")
     live.add_argument("--pp", type=int, default=1, help="pipeline stages (pp-major, as init_device_mesh; ranks record their mesh)")
@@ -643,8 +662,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("at most one of --hung, --crashed, --restart")
     spec = RunSpec(ranks=args.ranks, steps=args.steps, seed=args.seed, offset_ms=args.offset_ms, noise=args.noise, run_id=args.run_id,
                    straggler=args.straggler, hung=args.hung, black_boxes=args.black_boxes, crashed=args.crashed, restart=args.restart, drift_ms=args.drift_ms, drift_hosts=args.drift_hosts,
-                   step_ms=args.step_ms, slow_from=args.slow_from, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
-                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, missing=args.missing, rollups=args.rollups)
+                   step_ms=args.step_ms, slow_from=args.slow_from, slow_to=args.slow_to, slow_host=args.slow_host, host_drift_ms=args.host_drift_ms, pp=args.pp, stage_pct=args.stage_pct,
+                   variable=args.variable, pause_every=args.pause_every, pause_ms=args.pause_ms, hung_between=args.hung_between, crawl_every_s=args.crawl_every_s, missing=args.missing, rollups=args.rollups)
     if args.live:
         spec.start_us = int((time.time() + 3.0) * 1e6)
     started = time.monotonic()

@@ -185,7 +185,9 @@ what it shows:
   Phases          per phase: count, errors, p50/p95/max ms, slowest rank and step
   Stragglers      per rank: its median step time, the other ranks' median, the
                   difference, the noise and a robust z; a straggler only on
-                  evidence (>= 6 steps, >= 10% and >= 3.5 x noise); the steps
+                  evidence (>= 6 steps, >= 7.5% and >= 3.5 x noise, 5 x under
+                  10%; a slowdown that starts late or comes and goes is
+                  judged on its own steps: 'since step N'); the steps
                   with the largest excess; phase stragglers by the same rule
                   (step time = first record of step N to first record of step
                   N+1 on the rank); one run per folder, the latest by default
@@ -287,6 +289,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     summarize.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
     summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
     summarize.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)")
+    summarize.add_argument("--steps", metavar="A:B", help="judge the stragglers on steps A to B only, both included (A:, :B and N work too): "
+                           "to narrow a slowdown the summary found 'since step N' or 'in steps A–B only'")
     _add_scheduler(summarize, "read the files")
     _add_no_cache(summarize)
     _add_filters(summarize)
@@ -513,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args, command, ranks, sources)
         if args.command == "watch":
             return _watch(args, command)
-        return _summarize(args, ranks, sources)
+        return _summarize(args, command, ranks, sources)
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -589,8 +593,16 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     return ExitCode.OK
 
 
-def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[str] | None) -> int:
+def _summarize(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
 
+    steps = None
+    if args.steps is not None:
+        if args.tail:
+            parser.error("--steps judges the stragglers, which --tail does not read (it reads only the files' ends)")
+        try:
+            steps = parse_step_range(args.steps)
+        except ValueError as error:
+            parser.error(f"--steps: {error}")
     progress = _Progress(sys.stderr, "summarize") if not args.no_progress and not args.tail and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
     try:
@@ -598,7 +610,7 @@ def _summarize(args: argparse.Namespace, ranks: list[int] | None, sources: list[
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
         else:
             summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs,
-                                    scheduler=_scheduler(args), cache=not args.no_cache)
+                                    scheduler=_scheduler(args), cache=not args.no_cache, steps=steps)
     finally:
         if progress is not None:
             progress.clear()

@@ -89,11 +89,13 @@ class MetaEvent:
     CLOSED = "structured_logger_closed"
     #: One per rank and step, written by the background thread: the step's totals (`rollup_fields`).
     STEP_ROLLUP = "step_rollup"
+    #: This rank's mesh coordinates found after init (``mesh``, ``mesh_shape``): a torch DeviceMesh the program did not pass in.
+    MESH_FOUND = "mesh_found"
 
 
 #: The logger's own records: the reader shows them as process-level markers, never as phases
 #: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
-META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.UNCAUGHT_EXCEPTION, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP})
+META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.UNCAUGHT_EXCEPTION, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP, MetaEvent.MESH_FOUND})
 
 #: The ``log_file`` of the per-step process figures the logger writes itself (scalars, docs/schema.md
 #: "Memory and process figures"): the file of the code that writes them, relative or absolute as any caller.

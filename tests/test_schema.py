@@ -13,7 +13,7 @@ from tests.conftest import REPO, jsonl_files, read_records, run_python
 
 
 def test_one_set_of_meta_records_for_both_sides():
-    assert schema.META_EVENTS == {"structured_logger_opened", "records_dropped", "signal_received", "uncaught_exception", "heartbeat", "stall", "structured_logger_closed", "step_rollup"}
+    assert schema.META_EVENTS == {"structured_logger_opened", "records_dropped", "signal_received", "uncaught_exception", "heartbeat", "stall", "structured_logger_closed", "step_rollup", "mesh_found"}
     assert {value for name, value in vars(schema.MetaEvent).items() if not name.startswith("_")} == schema.META_EVENTS
     assert reader.META_EVENTS is timeline.META_EVENTS is summary.META_EVENTS is schema.META_EVENTS
 

@@ -14,7 +14,15 @@ fastest (rank = ((pp × dp_size) + dp) × tp_size + tp). A ``DeviceMesh`` gives
 its own names, shape and this rank's coordinate (``get_coordinate()``), so any
 layout it was built with is read as it is.
 
-torch is never imported here: a DeviceMesh is read through its attributes.
+A program that builds a ``DeviceMesh`` and does not pass it in is still
+read (`mesh_from_process_groups`): torch keeps no registry of meshes, but each
+mesh dimension's process group carries ``group_desc == "mesh_<dim>"`` and its
+members are in ``torch.distributed.distributed_c10d._world.pg_group_ranks``;
+once the groups exist (the logger looks at the first step boundaries) this
+rank's coordinate in each dimension is its rank within that dimension's group.
+
+torch is never imported here: a DeviceMesh is read through its attributes,
+the process groups through the module torch has already loaded.
 """
 
 from __future__ import annotations
@@ -22,11 +30,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from typing import Any, Mapping
 
 from otel_titan.environment_variables import OTEL_TITAN_MESH
 
-__all__ = ["MeshPlace", "check_mesh_option", "resolve_mesh"]
+__all__ = ["MeshPlace", "check_mesh_option", "mesh_from_process_groups", "resolve_mesh"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 #: A mesh of more dimensions than this is a mistake (torchtitan's has at most 6).
@@ -144,3 +153,52 @@ def _from_device_mesh(mesh: Any) -> MeshPlace | None:
         return None
     sizes = _check_sizes(dict(zip(names, shape)), "option mesh")
     return {name: int(c) for name, c in zip(names, coordinate)}, sizes
+
+
+#: The prefix torch's DeviceMesh gives each dimension's process group (``group_desc``); ``mesh_default`` is no dimension.
+_MESH_GROUP = "mesh_"
+
+
+def mesh_from_process_groups(rank: int, world_size: int | None) -> MeshPlace | None:
+    """This rank's mesh coordinates from the process groups a torch ``DeviceMesh`` created, None when there are none (yet).
+
+    Each group whose ``group_desc`` is ``mesh_<dim>`` is one dimension: its
+    size is its member count, this rank's coordinate its rank within it, and
+    the dimensions are ordered outermost first (by the stride between
+    members, as ``init_device_mesh`` lays them out). Only when torch's
+    distributed package is already loaded and initialized (nothing is
+    imported here), and only when the sizes multiply to the world size: a
+    dimension that spans every rank has no group of its own (torch reuses the
+    default one), and coordinates that leave ranks out would compare the
+    wrong ranks. Never raises: a torch without these internals finds nothing.
+
+    Example:
+        >>> mesh_from_process_groups(0, 4) is None or True  # without an initialized process group: None
+        True
+    """
+    dist = sys.modules.get("torch.distributed")
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    try:
+        if dist is None or c10d is None or not dist.is_initialized():
+            return None
+        groups = c10d._world.pg_group_ranks
+        dims: list[tuple[int, str, int, int]] = []  # (stride, name, size, coordinate)
+        for group, ranks in list(groups.items()):
+            desc = getattr(group, "group_desc", None)
+            if not isinstance(desc, str) or not desc.startswith(_MESH_GROUP) or desc == _MESH_GROUP + "default" or rank not in ranks:
+                continue
+            members = sorted(ranks, key=ranks.__getitem__)
+            stride = members[1] - members[0] if len(members) > 1 else 0
+            dims.append((stride, desc[len(_MESH_GROUP):], len(members), int(ranks[rank])))
+    except Exception:  # noqa: BLE001 - torch's internals moved: no mesh, never a failed step
+        return None
+    if not dims:
+        return None
+    dims.sort(key=lambda dim: -dim[0])
+    sizes = {name: size for _, name, size, _ in dims}
+    total = 1
+    for size in sizes.values():
+        total *= size
+    if len(sizes) != len(dims) or (world_size is not None and total != world_size) or any(not _NAME.fullmatch(name) for name in sizes):
+        return None
+    return {name: coord for _, name, _, coord in dims}, sizes

@@ -183,6 +183,15 @@ def _as_step(value: object, what: str) -> int | None:
     return number
 
 
+#: Called with the new step on each `set_step` while registered (`on_step`): the logger's look at the first step boundaries.
+_step_hooks: list[Callable[[int | None], None]] = []
+
+
+def on_step(hook: Callable[[int | None], None] | None) -> None:
+    """Call `hook(step)` on every following `set_step` (None: stop); one hook at a time. Its errors are the hook's own to catch."""
+    _step_hooks[:] = [] if hook is None else [hook]
+
+
 def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     """Stamp every following record with `step` (and `relative_step`); clear the tags.
 
@@ -214,6 +223,9 @@ def set_step(step: int | None, *, relative_step: int | None = None) -> None:
                 hook(ended)
             except Exception:  # noqa: BLE001 - a figure must never cost the training loop its step
                 pass
+    if _step_hooks:
+        for step_hook in _step_hooks[:1]:
+            step_hook(number)
 
 
 def get_step() -> int | None:

@@ -31,7 +31,8 @@ from otel_titan.core import blackbox, capture, otel_context, step_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
 from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
-from otel_titan.core.mesh import resolve_mesh
+from otel_titan.core.mesh import mesh_from_process_groups, resolve_mesh
+from otel_titan.core.step_context import on_step
 from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.host_figures import HostFigures
 from otel_titan.core.process_figures import BoundaryReadings, ProcessFigures, process_figures_on
@@ -42,7 +43,7 @@ from otel_titan.core.warn_once import WarnOnce
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_STALL_AFTER_S
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
-from otel_titan.schema import LOGGER_NAME
+from otel_titan.schema import LOGGER_NAME, Field, MetaEvent
 from otel_titan.structured_logger import process_hooks, runtime
 from otel_titan.structured_logger.handler_factories import run_factories
 from otel_titan.structured_logger.runtime import STATE, Runtime
@@ -181,6 +182,8 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
                             unshare_run_id=export_run_id(identity))
     process_hooks.install(parsed)
     step_context.set_boundary_hook(boundary)  # the per-step memory and CPU time, read at the boundary itself
+    if place is None:
+        _look_for_a_mesh(identity.rank, identity.world_size)
     join = parsed.join_otel_context if parsed.join_otel_context is not None else otel_context.sdk_tracer_provider_configured()
     capture.attach(
         queue,
@@ -190,6 +193,38 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
         trace_ids=trace_ids,
         span_ids=span_ids,
     )
+
+
+#: How many step boundaries the logger looks at for a DeviceMesh the program did not pass in (its groups exist by then).
+MESH_LOOK_STEPS = 8
+
+
+def _look_for_a_mesh(rank: int, world_size: int | None) -> None:
+    """At the first `MESH_LOOK_STEPS` step boundaries, read a DeviceMesh from torch's process groups (`core.mesh`); once found, write it.
+
+    Why: the analysis compares a rank only with ranks that should do the same
+    work (a pipeline's last stage is no straggler for being a stage), and most
+    programs build their mesh with ``init_device_mesh`` without passing it to
+    the logger. The coordinates go into a ``mesh_found`` record
+    (docs/schema.md), which the reader takes as the opening record's ``mesh``.
+    """
+    left = [MESH_LOOK_STEPS]
+
+    def look(step: int | None) -> None:
+        left[0] -= 1
+        try:
+            place = mesh_from_process_groups(rank, world_size)
+        except Exception:  # noqa: BLE001 - a logger never takes training down
+            place = None
+        if place is not None:
+            capture.emit_internal_instant(MetaEvent.MESH_FOUND, {Field.MESH: place[0], Field.MESH_SHAPE: place[1]})
+            runtime = STATE.running
+            if runtime is not None:
+                runtime.identity = dataclasses.replace(runtime.identity, mesh=place[0], mesh_shape=place[1])
+        if place is not None or left[0] <= 0:
+            on_step(None)
+
+    on_step(look)
 
 
 def _step_figures(local_rank: int | None) -> Callable[[], dict[str, int | float]]:

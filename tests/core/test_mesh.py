@@ -115,3 +115,49 @@ def test_a_mesh_that_does_not_match_the_world_stops_init_before_anything_starts(
         sl.init_structured_logger("training", tmp_path, rank=1, world_size=8, run_id="bad-mesh")
     assert not sl.is_initialized() and sl.get_run_identity() is None
     assert list((tmp_path / "structured_logs").iterdir()) == []  # no file: nothing was created
+
+
+_WITH_A_MESH_NOT_PASSED_IN = """
+import sys, time, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from otel_titan import structured_logger as sl
+dist.init_process_group("gloo")
+sl.init_structured_logger("training", sys.argv[1])  # no mesh: the program never hands its DeviceMesh to the logger
+mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "dp"))
+stage = mesh.get_coordinate()[0]
+dp = mesh.get_group("dp")
+for step in range(1, 13):
+    sl.set_step(step)
+    with sl.log_trace_span("fwd"):
+        time.sleep(0.03 if stage == 1 else 0.01)  # the last stage's forward is longer, by design
+    with sl.log_trace_span("all_reduce"):
+        dist.all_reduce(torch.ones(4), group=dp)
+    dist.barrier()
+sl.shutdown_structured_logger()
+print(dist.get_rank(), tuple(mesh.get_coordinate()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_device_mesh_the_program_does_not_pass_in_is_found_from_its_process_groups(tmp_path):
+    # Issue 26 item 12: torch keeps no registry of meshes, but each dimension's group has group_desc "mesh_<dim>". On
+    # main, no mesh was recorded, every rank was a peer of every other, and the last stage (3× the forward) was named.
+    from otel_titan.analysis import summarize_run
+
+    script = tmp_path / "mesh_job.py"
+    script.write_text(_WITH_A_MESH_NOT_PASSED_IN)
+    launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    result = processes.run([launcher, "--nproc_per_node=4", str(script), str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch_says = {int(line.split()[0]): eval(line.split(" ", 1)[1]) for line in result.stdout.splitlines() if line[:1].isdigit()}  # noqa: S307 - our own print
+    assert sorted(torch_says) == [0, 1, 2, 3]
+    for path in glob.glob(str(tmp_path / "out" / "structured_logs" / "*.jsonl")):
+        records = [json.loads(line) for line in open(path)]
+        (found,) = [r for r in records if r["log_type_name"] == "mesh_found"]
+        assert (found["mesh"]["pp"], found["mesh"]["dp"]) == torch_says[records[0]["rank"]] and found["mesh_shape"] == {"pp": 2, "dp": 2}
+    summary = summarize_run(tmp_path / "out", log_skipped=False)
+    (group,) = summary.stragglers
+    assert sorted(sorted(g["ranks"]) for g in group.peer_groups) == [[0, 1], [2, 3]] and {tuple(g["group"].items()) for g in group.peer_groups} == {(("pp", 0),), (("pp", 1),)}
+    assert not [f for f in summary.straggler_findings() if f.verdict == "straggler"]  # the last stage is no straggler for being a stage

@@ -46,8 +46,9 @@ from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
 from otel_titan.analysis.model.hang_facts import HangTracker
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.read.content import RangeReader
+from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
-from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_run
+from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_mesh, read_run
 from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.model.scalar_steps import ScalarSteps
@@ -56,19 +57,24 @@ from otel_titan.analysis.model.step_grid import StepGrid
 from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift, DriftFinding
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
+from otel_titan.analysis.model.facts import RankSlowness
 from otel_titan.analysis.model.stragglers import (
     MIN_ARRIVAL_EFFECT,
     MIN_EFFECT,
     MIN_LATENESS_SHARE,
+    MIN_MAJORITY,
     MIN_STEP_SHARE,
     MIN_STEPS,
     MIN_Z,
     STRAGGLER_RULE,
     arrivals,
+    change_windows,
     compare_ranks,
     finding,
     lateness,
     peer_groups,
+    window_stands_out,
+    within,
 )
 from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.rules import attempt_step as _attempt_step
@@ -105,6 +111,7 @@ def _interrupted(error: dict[str, Any]) -> bool:
     return is_interrupt({"type": error_details(error)[0]})
 _OPENED = MetaEvent.OPENED
 _ROLLUP = MetaEvent.STEP_ROLLUP
+_MESH_FOUND = MetaEvent.MESH_FOUND
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:
@@ -311,6 +318,11 @@ class _Collector(TimelineVisitor):
             self.hang.stall(record)
         elif name == "heartbeat":
             self.hang.heartbeat()
+        if name == _MESH_FOUND:
+            # A DeviceMesh found after init (its process groups, at the first steps): the opening record's `mesh`, late.
+            mesh = read_mesh(record.get("mesh"))
+            if mesh is not None and self.process.mesh is None:
+                self.process.mesh = mesh
         if name == "signal_received":
             signal = record.get("signal")
             summary.signal = signal if isinstance(signal, str) else "signal"
@@ -361,7 +373,9 @@ class _Collector(TimelineVisitor):
                 per_rank_end.setdefault(process.rank, {}).update(ends)
             self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
             self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {}).update(self.step_begins)
-            self.rank_meshes[(process.source, process.attempt, process.rank)] = process.mesh
+            key = (process.source, process.attempt, process.rank)
+            # A mesh found in an earlier read of this process (a cached read resumed past its `mesh_found` record) stays.
+            self.rank_meshes[key] = process.mesh or self.rank_meshes.get(key)
         if self.hang.interrupted:  # nothing of the program came after Ctrl-C ended them: where the process was
             self.open.extend(self.interrupted)
         self.hang.end()
@@ -479,6 +493,7 @@ def summarize_run(
     scheduler: str | None = None,
     cache: bool = True,
     on_collected: Callable[[Any], None] | None = None,
+    steps: StepRange | None = None,
 ) -> RunSummary:
     """Read a run (directory or its ``structured_logs/``) and summarize it.
 
@@ -499,6 +514,9 @@ def summarize_run(
     `on_collected(collector)` is called once the run is read, with the
     accumulators the summary is made from (per rank, step and phase): what a
     caller keeps beyond the summary (`RunAnalysis.steps`, `model.step_table`).
+    `steps` (a `read.filters.StepRange`, ``summarize --steps A:B``): the
+    stragglers are judged on those steps only (a slowdown's window, to narrow
+    it); everything else is of the whole run.
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
     names no run here: `read.runs.UnknownRunError`).
@@ -512,7 +530,7 @@ def summarize_run(
         >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
         [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
-    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, cache=cache, on_collected=on_collected)[0]
+    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, cache=cache, on_collected=on_collected, steps=steps)[0]
 
 
 def read_model(
@@ -528,6 +546,7 @@ def read_model(
     scheduler: str | None = None,
     cache: bool = True,
     on_collected: Callable[[Any], None] | None = None,
+    steps: StepRange | None = None,
 ) -> tuple[RunSummary, StepGrid]:
     """`summarize_run`'s summary and the grid of ranks × steps it was drawn from (`model.step_grid`), from one read.
 
@@ -553,7 +572,7 @@ def read_model(
         # The times stay as written; evidence measured on each rank's own clock (`model.stragglers`) still stands.
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
     _apply_offsets(processes, alignment)
-    stragglers = _stragglers(collector, alignment)
+    stragglers = _stragglers(collector, alignment, steps)
     summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
@@ -1123,24 +1142,27 @@ def _anchor_spans(collector: _Collector, source: str, attempt: int | None, ancho
     return {rank: by_step for rank, by_step in out.items() if by_step}
 
 
-def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragglers]:
-    """Per source and attempt: every rank compared with its peers (`model.stragglers`), with the findings and what was withheld."""
+def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None = None) -> list[Stragglers]:
+    """Per source and attempt: every rank compared with its peers (`model.stragglers`), with the findings and what was withheld; `step_range`: on those steps alone."""
     out = []
     for (source, attempt), per_rank in sorted(collector.step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
+        per_rank = _in_steps(per_rank, step_range)
         if len(per_rank) < 2:
             continue
         all_steps = [ms for by_step in per_rank.values() for ms in by_step.values()]
         step_ms = statistics.median(all_steps) if all_steps else None
+        last_step = max((step for by_step in per_rank.values() for step in by_step), default=0)
         hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in per_rank}
         groups = peer_groups({rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank})
         one_clock = len(set(hosts.values())) == 1
         # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
-        anchors = _anchor_spans(collector, source, attempt, alignment.anchor) if alignment.anchor is not None and alignment.simultaneous else {}
+        anchors = _in_steps(_anchor_spans(collector, source, attempt, alignment.anchor), step_range) if alignment.anchor is not None and alignment.simultaneous else {}
         exits = {rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None
         steps, everyone = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
-        phases = {phase: ranks for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
+        phases = {phase: _in_steps(ranks, step_range) for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
         result = Stragglers(source=source, attempt=attempt, ranks=sorted(per_rank), median_step_ms=None if step_ms is None else round(step_ms, 6), steps=steps, ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
         result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in groups.items()]
+        result.steps_compared = None if step_range is None else str(step_range)
         cannot_tell = 0
         last: dict[int, int] = {}
         for key, members in groups.items():
@@ -1152,26 +1174,28 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
             _, slowness = ([], everyone) if len(mine) == len(per_rank) else compare_ranks(mine, table=False)
             result.ranks_by_slowness += slowness
             result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
+            result.findings += [finding(slow, kind="step", what="step time", per_rank=times, window=window, window_to_end=window[1] >= last_step, **common)
+                                for slow, times, window in _windowed(mine, slowness, None)]
             for phase, phase_ranks in sorted(phases.items()):
                 peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
                 if len(peers_times) < 2:
                     continue
                 _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms, table=False)
-                ends = {rank: by_step for rank, by_step in collector.phase_step_end.get((source, attempt, phase), {}).items() if rank in peers_times}
-                for slow in phase_slowness:
-                    if not slow.differs:
-                        continue
-                    late, lockstep = _phase_lateness(slow.rank, ends, exits, one_clock, step_ms)
+                ends = {rank: by_step for rank, by_step in _in_steps(collector.phase_step_end.get((source, attempt, phase), {}), step_range).items() if rank in peers_times}
+                judged = [(slow, peers_times, None) for slow in phase_slowness if slow.differs] + _windowed(peers_times, phase_slowness, step_ms)
+                for slow, times, window in judged:
+                    where = {} if window is None else {"window": window, "window_to_end": window[1] >= last_step}
+                    late, lockstep = _phase_lateness(slow.rank, ends if window is None else within(ends, *window), exits, one_clock, step_ms)
                     if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
-                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, **common))
+                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=times, **where, **common))
                         continue
                     if late is None:
                         cannot_tell += 1
-                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **common))
+                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **where, **common))
                         continue
                     if late < MIN_LATENESS_SHARE * slow.median_excess_ms:
                         continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
-                    result.findings.append(finding(slow, kind="phase", what=phase, per_rank=peers_times, late_ms=late, **common))
+                    result.findings.append(finding(slow, kind="phase", what=phase, per_rank=times, late_ms=late, **where, **common))
             if anchors:
                 peers_arrivals = arrivals({rank: anchors[rank] for rank in members if rank in anchors})
                 if len(peers_arrivals) < 2:
@@ -1192,6 +1216,35 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment) -> list[Stragg
             result.withheld.append(f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones")
         _legacy_lists(result, collector, source)
         out.append(result)
+    return out
+
+
+def _in_steps(per_rank: dict[int, dict[int, Any]], steps: StepRange | None) -> dict[int, dict[int, Any]]:
+    """rank → step → value, with only the steps in `steps` (all of them without); ranks left with none dropped."""
+    if steps is None:
+        return per_rank
+    out = {rank: {step: value for step, value in by_step.items() if step in steps} for rank, by_step in per_rank.items()}
+    return {rank: by_step for rank, by_step in out.items() if by_step}
+
+
+def _windowed(times: dict[int, dict[int, float]], slowness: list[RankSlowness], step_ms: float | None) -> list[tuple[RankSlowness, dict[int, dict[int, float]], tuple[int, int]]]:
+    """Ranks not found over every step that stand out between change points (`stragglers.change_windows`): judged by the same rule on those steps alone.
+
+    Each: (its verdict on the window, the peers' times in it, the window). A
+    slowdown that begins late or comes and goes never moves a median over the
+    run; on the steps where it happened it is plain.
+    """
+    found = {slow.rank for slow in slowness if slow.differs}
+    out = []
+    for rank, first, last in change_windows(times, skip=found):
+        window_times = within(times, first, last)
+        if len(window_times) < MIN_MAJORITY or rank not in window_times:
+            continue
+        _, judged = compare_ranks(window_times, step_ms=step_ms, table=False)
+        slow = next((r for r in judged if r.rank == rank), None)
+        if slow is not None and window_stands_out(slow) and rank not in found:
+            found.add(rank)  # one window per rank and phase: the largest
+            out.append((slow, window_times, (first, last)))
     return out
 
 

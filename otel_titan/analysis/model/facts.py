@@ -249,6 +249,10 @@ class StragglerFinding:
     why_not_headline: str | None
     #: Not in both halves, but large from this step to the last one compared (a fail-slow onset that keeps costing): None otherwise.
     since_step: int | None = None
+    #: A slowdown found between change points (`model.stragglers.change_windows`): judged on steps `window_from_step`…
+    #: `window_to_step` alone (it started late, or came and went); None for a finding over every step.
+    window_from_step: int | None = None
+    window_to_step: int | None = None
 
 
 @dataclass
@@ -274,6 +278,8 @@ class Stragglers:
     withheld: list[str] = field(default_factory=list)
     #: Ranks compared with each other (same mesh coordinates but data-parallel): ``{"group": {"pp": 1}, "ranks": [...]}``.
     peer_groups: list[dict[str, Any]] = field(default_factory=list)
+    #: The steps compared (``summarize --steps A:B``: ``"A:B"``); None: every step.
+    steps_compared: str | None = None
 
 
 @dataclass

@@ -43,8 +43,9 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
 A rank is named only for what *stuck* ranks wait on (a stall record or a
 heartbeat since their last record, a faulthandler or torch dump: never a
 missing closing record alone, which a healthy job killed mid-step also
-leaves), and only when it is stuck itself or went quiet before they wrote
-their stall records. Where no rule holds, the verdict is "cannot tell", with
+leaves), and only when it is stuck itself, went quiet before they wrote
+their stall records, or is crawling (still writing after them, from no later
+step than theirs: `_held_back`). Where no rule holds, the verdict is "cannot tell", with
 the reason (no flight recorder on the ranks that matter, an even split, no
 evidence that anyone is stuck).
 
@@ -779,14 +780,25 @@ def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
 
 
 def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:
-    """Whether `place` may be named for what the stuck `waiting` wait on: stuck itself, or quiet since before they wrote their stall records.
+    """Whether `place` may be named for what the stuck `waiting` wait on: stuck itself, quiet since before they wrote their stall records, or crawling.
 
-    A rank still writing after the others' watchdogs fired is making progress (slowly): not the one they wait for, on this evidence.
+    Crawling: still writing after the others' watchdogs fired, but in no later
+    step than theirs. The callers name only a rank that got less far than the
+    ones waiting (an earlier step, fewer spans entered, a lower collective
+    sequence number), so a rank that keeps writing from inside its ``bwd``
+    while they wait in the step's all-reduce is slow, not done: its slowness
+    is what they wait for. One that wrote from a later step moved on, and is
+    not named on this evidence.
     """
     if place.stuck:
         return True
     times = [w.box_us for w in waiting if w.stuck and w.box_us is not None]
-    return bool(times) and place.last_event_us is not None and place.last_event_us <= min(times)
+    if not times or place.last_event_us is None:
+        return False
+    if place.last_event_us <= min(times):
+        return True
+    steps = [w.step for w in waiting if w.stuck and w.step is not None]
+    return place.step is not None and bool(steps) and place.step <= min(steps)
 
 
 def _progress(place: RankPlace) -> tuple[int, frozenset[str]] | None:

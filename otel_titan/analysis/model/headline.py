@@ -227,7 +227,8 @@ def straggler_lines(group: Any, show_attempt: bool) -> list[str]:
         what = "; ".join(describe_finding(f) for f in found)
         where = f" [{', '.join(f'{k} {v}' for k, v in costliest.group.items())}]" if costliest.group else ""
         if all(f.verdict == "straggler" for f in found):
-            since = f", since step {costliest.since_step}, to the end of the run" if costliest.since_step is not None else ""
+            since = f", since step {costliest.since_step}, to the end of the run" if costliest.since_step is not None else (
+                f", in steps {costliest.window_from_step}–{costliest.window_to_step} only" if costliest.window_from_step is not None else "")
             lines.append(f"straggler: {group.source} rank {rank}{attempt}{where}: {what}; {describe_cost(costliest)}{since}")
         else:
             others = ",".join(str(r) for r in costliest.peers if r != rank)

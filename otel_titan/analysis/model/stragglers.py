@@ -9,9 +9,10 @@ same findings:
   the same work: the same mesh coordinates but data-parallel (a pipeline's
   last stage always runs a longer forward; an expert or tensor-parallel
   position differs by design). Without a declared mesh every rank is a peer.
-* *the statistic* (`compare_ranks`): a median at least `MIN_EFFECT` above the
-  peers' median and at least `MIN_Z` times the noise, over at least
-  `MIN_STEPS` steps. With fewer than `MIN_MAJORITY` peers there is no majority
+* *the statistic* (`compare_ranks`, its bar `stands_out`, which `watch` applies
+  too): a median at least `EFFECT_MARGIN` × `MIN_EFFECT` (7.5 %: a median of
+  noisy steps understates a true 10 % half the time) above the peers' median
+  and at least `MIN_Z` times the noise, over at least `MIN_STEPS` steps. With fewer than `MIN_MAJORITY` peers there is no majority
   to call one rank abnormal: the difference is shown, nobody is blamed.
 * *wait or work* (`lateness`): a longer phase that ends when the others' ends
   is a wait (the rank that reaches a collective first waits inside it). On one
@@ -45,10 +46,17 @@ from otel_titan.schema import DATA_PARALLEL_PREFIX
 
 __all__ = [
     "compare_ranks",
+    "stands_out",
+    "effect_bar",
+    "EFFECT_MARGIN",
+    "MIN_Z_BELOW_EFFECT",
     "peer_groups",
     "peer_key",
     "describe_group",
     "per_step_differences",
+    "change_windows",
+    "window_stands_out",
+    "within",
     "lateness",
     "arrivals",
     "finding",
@@ -66,8 +74,14 @@ __all__ = [
 
 #: A rank is a straggler only with at least this many steps compared with other ranks ...
 MIN_STEPS = 6
-#: ... a median at least this fraction above the other ranks' median ...
+#: ... slower than the other ranks by this fraction: the slowdown the rule is built to find (Greyhound's and FALCON's 10 %) ...
 MIN_EFFECT = 0.10
+#: ... which a median over noisy steps understates about half the time: the bar on the estimate is this share of it.
+#: One bar for `summarize` (`compare_ranks`) and `watch` (its window): a rank 10 % slower is found by both, or by neither.
+EFFECT_MARGIN = 0.75
+#: Between that bar and `MIN_EFFECT` itself, the difference must stand this many times the noise (not `MIN_Z`): a smaller
+#: effect needs stronger evidence, or the many ranks × phases of a noisy healthy run offer one at 3.5 σ.
+MIN_Z_BELOW_EFFECT = 5.0
 #: ... and that difference at least this many times the noise (robust z; 3.5 is the usual outlier bar).
 MIN_Z = 3.5
 #: A phase straggler's difference must also be at least this fraction of the median step time.
@@ -88,6 +102,8 @@ LASTED_SHARE = 0.8
 STRAGGLER_RULE = {
     "min_steps": MIN_STEPS,
     "min_effect_pct": MIN_EFFECT * 100,
+    "effect_bar_pct": round(EFFECT_MARGIN * MIN_EFFECT * 100, 6),
+    "min_robust_z_below_effect": MIN_Z_BELOW_EFFECT,
     "min_robust_z": MIN_Z,
     "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100,
     "arrival_min_effect_pct": MIN_ARRIVAL_EFFECT * 100,
@@ -130,14 +146,52 @@ def describe_group(key: tuple[tuple[str, int], ...]) -> str:
 
 
 # -- the statistic ---------------------------------------------------------------------------------
+def effect_bar(reference: float, min_effect: float = MIN_EFFECT) -> float:
+    """The least excess (same unit as `reference`) that counts as `min_effect` slower than `reference`: `EFFECT_MARGIN` of it.
+
+    Example:
+        >>> round(effect_bar(30.0), 6)  # ms: a rank whose fwd takes 30 ms on its peers is slow from +2.25 ms
+        2.25
+    """
+    return EFFECT_MARGIN * min_effect * reference
+
+
+def stands_out(excess: float, reference: float, noise: float, *, min_effect: float = MIN_EFFECT, min_z: float = MIN_Z,
+               step_ms: float | None = None, min_step_share: float = MIN_STEP_SHARE) -> bool:
+    """Whether a unit's `excess` over its peers' `reference` is a slowdown on evidence: the one rule `summarize` and `watch` apply.
+
+    At least `effect_bar` of the reference (when the reference is positive),
+    at least `min_z` times the `noise` (when there is any; `MIN_Z_BELOW_EFFECT`
+    times while under `min_effect` of the reference), and, with
+    `step_ms` (a phase), at least `min_step_share` of the step. `summarize`
+    asks it of a rank's median over every step (`compare_ranks`), `watch` of
+    its median over the last steps against its peers': the same bar, so at the
+    end of a run both name the same ranks.
+
+    Example:
+        >>> stands_out(3.0, 30.0, 0.3), stands_out(2.0, 30.0, 0.3), stands_out(3.0, 30.0, 1.0), stands_out(3.0, 30.0, 0.3, step_ms=400.0)
+        (True, False, False, False)
+        >>> stands_out(2.5, 30.0, 0.6), stands_out(2.5, 30.0, 0.4)  # under 10 %: 5 × the noise, not 3.5 ×
+        (False, True)
+    """
+    below = reference > 0 and excess < min_effect * reference  # under the effect the rule is built for: stronger evidence
+    return (
+        excess > 0
+        and (reference <= 0 or excess >= effect_bar(reference, min_effect))
+        and (noise <= 0 or excess >= max(min_z, MIN_Z_BELOW_EFFECT if below else 0.0) * noise)
+        and (step_ms is None or excess >= min_step_share * step_ms)
+    )
+
+
 def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, table: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
     """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
 
     A rank's *excess* is its median minus the median of the other ranks'
     medians (over the steps it shares with another rank). It *differs* when it
-    has `MIN_STEPS` such steps, its excess is at least `MIN_EFFECT` of the
-    others' median, at least `MIN_Z` times the noise, and (with `step_ms`, for
-    a phase) at least `MIN_STEP_SHARE` of the step; it is a *straggler* when it
+    has `MIN_STEPS` such steps and its excess passes `stands_out`: at least
+    `EFFECT_MARGIN` × `min_effect` of the others' median, at least `MIN_Z`
+    times the noise, and (with `step_ms`, for a phase) at least
+    `MIN_STEP_SHARE` of the step; it is a *straggler* when it
     differs among at least `MIN_MAJORITY` ranks (with two, either could be the
     odd one). The noise is the larger of the spread of the other ranks'
     medians (`rules.robust_sd`: 1.4826 × MAD) and the standard error of the
@@ -177,13 +231,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
             spread = robust_sd(others) if len(others) > 1 else 0.0
         noise = max(spread, standard_errors[rank])
         z = excess / noise if noise > 0 else None
-        differs = (
-            compared >= MIN_STEPS
-            and excess > 0
-            and (pct is None or pct >= 100.0 * min_effect)
-            and (z is None or z >= MIN_Z)
-            and (step_ms is None or excess >= MIN_STEP_SHARE * step_ms)
-        )
+        differs = compared >= MIN_STEPS and stands_out(excess, others_median, noise, min_effect=min_effect, step_ms=step_ms)
         ranks.append(
             RankSlowness(
                 rank=rank,
@@ -350,6 +398,119 @@ def per_step_differences(rank: int, per_rank: Mapping[int, Mapping[int, float]])
     return out
 
 
+# -- when: slowdowns that start late or come and go ----------------------------------------------------
+#: The width of the running median that finds a change window (a single slow step is no shift) ...
+WINDOW_MIN_STEPS = MIN_STEPS
+#: ... and the steps a window holds at least: fewer, and a run of noisy steps chosen for being high looks like one.
+WINDOW_MIN_LENGTH = 2 * MIN_STEPS
+#: At most this many windows per rank and phase are judged (the largest first).
+MAX_WINDOWS = 3
+#: A window is chosen for being high, out of every rank's, phase's and step's: judged on its steps alone, it must be
+#: `MIN_EFFECT` slower (the ≥ 10 % filter itself, not the bar below it) and stand this many times the noise (a noisy
+#: healthy 64-rank run offered a 10-step window at +15 %, z 5.3; a rank's fwd doubling shows z 37 to 71).
+WINDOW_MIN_Z = 8.0
+
+
+def window_stands_out(slow: RankSlowness) -> bool:
+    """Whether a rank judged on a change window's steps alone (`change_windows`) is slower on the stricter evidence a chosen window needs.
+
+    Example:
+        >>> from otel_titan.analysis.model.facts import RankSlowness
+        >>> window_stands_out(RankSlowness(9, 20, 20, 60.0, 30.0, 30.0, 100.0, 0.5, 60.0, True, True))
+        True
+        >>> window_stands_out(RankSlowness(9, 12, 12, 36.0, 30.0, 6.0, 20.0, 1.0, 6.0, True, True))  # z 6 < 8
+        False
+    """
+    return (
+        slow.differs
+        and slow.median_excess_pct is not None
+        and slow.median_excess_pct >= 100.0 * MIN_EFFECT
+        and (slow.robust_z is None or slow.robust_z >= WINDOW_MIN_Z)
+    )
+
+
+def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] | frozenset[int] = frozenset(), *, min_effect: float = MIN_EFFECT) -> list[tuple[int, int, int]]:
+    """Where a rank shifted above its peers for a while: [(rank, first step, last step)], largest windows first.
+
+    Why: `compare_ranks` judges each rank's median over every step, and a
+    slowdown that starts in the last quarter of the run (or comes and goes)
+    never moves a median over the run. Per rank, its per-step difference
+    from the median of every rank in that step, smoothed by a running median
+    over `WINDOW_MIN_STEPS` steps (a single slow step is no shift); the steps
+    where it stays at least `MIN_EFFECT` of the ranks' median (the change
+    points: the ≥ 10 % filter of Greyhound and FALCON) form windows of at
+    least `WINDOW_MIN_LENGTH` steps. A window is a candidate only: the caller
+    judges the rank on those steps alone (`compare_ranks`), on the stricter
+    evidence a window chosen for being high needs (`window_stands_out`). Ranks in `skip` (already found
+    over the whole run) are not searched.
+
+    Example:
+        >>> times = {r: {s: 10.0 + (10.0 if r == 2 and s > 28 else 0.0) + 0.1 * ((r + s) % 3) for s in range(1, 41)} for r in range(5)}
+        >>> change_windows(times)
+        [(2, 29, 40)]
+    """
+    import numpy as np  # noqa: PLC0415 - only for runs with enough steps to have a window
+
+    ranks = [rank for rank in per_rank if rank not in skip]
+    steps = sorted({step for by_step in per_rank.values() for step in by_step})
+    if len(per_rank) < MIN_MAJORITY or not ranks or len(steps) < WINDOW_MIN_LENGTH + WINDOW_MIN_STEPS:
+        return []
+    index = {step: i for i, step in enumerate(steps)}
+    matrix = np.full((len(per_rank), len(steps)), np.nan)
+    order = list(per_rank)
+    for row, rank in enumerate(order):
+        for step, ms in per_rank[rank].items():
+            matrix[row, index[step]] = ms
+    with np.errstate(all="ignore"):
+        step_median = np.nanmedian(matrix, axis=0)
+        reference = float(np.nanmedian(np.nanmedian(matrix, axis=1)))
+    if not reference > 0:
+        return []
+    bar = min_effect * reference
+    out = []
+    width = WINDOW_MIN_STEPS
+    for row, rank in enumerate(order):
+        if rank in skip:
+            continue
+        differences = matrix[row] - step_median
+        present = ~np.isnan(differences)
+        if present.sum() < WINDOW_MIN_LENGTH + width:
+            continue
+        values, kept = differences[present], np.asarray(steps)[present]
+        smooth = np.median(np.lib.stride_tricks.sliding_window_view(values, width), axis=1)  # smooth[i]: values[i : i + width]
+        large = smooth >= bar
+        windows = []
+        i = 0
+        while i < large.size:
+            if not large[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < large.size and large[j + 1]:
+                j += 1
+            # Running windows i..j cover values i .. j + width - 1; trim to the steps that are themselves large: at
+            # least half the window's own median shift (a noisy step at the bar just before the onset is not in it).
+            first, last = i, j + width - 1
+            edge = max(bar, 0.5 * float(np.median(values[first:last + 1])))
+            while first < last and values[first] < edge:
+                first += 1
+            while last > first and values[last] < edge:
+                last -= 1
+            if last - first + 1 >= WINDOW_MIN_LENGTH:
+                windows.append((last - first + 1, int(kept[first]), int(kept[last])))
+            i = j + 1
+        for _, first_step, last_step in sorted(windows, reverse=True)[:MAX_WINDOWS]:
+            out.append((rank, first_step, last_step))
+    out.sort(key=lambda item: (item[1] - item[2], item[0]))
+    return out
+
+
+def within(per_rank: Mapping[int, Mapping[int, Any]], first: int, last: int) -> dict[int, dict[int, Any]]:
+    """`per_rank` (rank → step → value) with only the steps `first`…`last` (ranks left with none dropped)."""
+    out = {rank: {step: value for step, value in by_step.items() if first <= step <= last} for rank, by_step in per_rank.items()}
+    return {rank: by_step for rank, by_step in out.items() if by_step}
+
+
 # -- wait or work ------------------------------------------------------------------------------------
 def lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None) -> float | None:
     """Median over steps of how much later `rank` finished a phase than its peers (ms); None without a shared step.
@@ -409,13 +570,21 @@ def finding(
     late_ms: float | None = None,
     verdict: str | None = None,
     why: str | None = None,
+    window: tuple[int, int] | None = None,
+    window_to_end: bool = False,
 ) -> StragglerFinding:
     """One finding with its cost (what the run would save without it) and whether it held in both halves of the run.
 
     The cost per step is the rank's excess, or for a phase its lateness when
     smaller (what the others wait for at the collective); over the run, that
     times the steps compared. `verdict` defaults to ``straggler`` (a majority
-    of peers) or ``difference`` (fewer than `MIN_MAJORITY` peers).
+    of peers) or ``difference`` (fewer than `MIN_MAJORITY` peers). `window`:
+    the steps (first, last) a slowdown that started late or came and went was
+    judged on (`change_windows`; `per_rank` holds those steps only): with
+    `window_to_end` (it runs to the run's last step) an onset that lasted
+    (``since step N``), else one that came and went (``in steps A–B only``);
+    either reaches "Look first at" when it costs enough, in both halves of its
+    window.
     """
     cost = slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
     differences = per_step_differences(slow.rank, per_rank)
@@ -431,6 +600,11 @@ def finding(
     lasted = not persistent and bool(large) and second is not None and second >= bar and large[-1] == differences[-1][0] and len(large) >= LASTED_SHARE * len(since)
     share = cost / step_ms if step_ms else None
     verdict = verdict or ("straggler" if slow.straggler else "difference")
+    if window is not None:
+        # Judged on the window's steps alone ("both halves" are the window's): to the end of the run an onset that kept
+        # costing (since step N), else one that came and went, said with its steps.
+        lasted = window_to_end
+        persistent = persistent and not window_to_end
     headline = verdict in ("straggler", "difference") and (persistent or lasted) and share is not None and share >= HEADLINE_MIN_SHARE
     if why is None and not headline:
         if verdict == "cannot tell":
@@ -469,5 +643,7 @@ def finding(
         large_steps=len(large),
         headline=headline,
         why_not_headline=None if headline else why,
-        since_step=large[0] if lasted else None,
+        since_step=(window[0] if window is not None else large[0]) if lasted else None,
+        window_from_step=None if window is None else window[0],
+        window_to_step=None if window is None else window[1],
     )

@@ -12,7 +12,7 @@ from otel_titan.analysis.model.hang import format_hang, format_history
 from otel_titan.analysis.read.runs import RunChoice
 from otel_titan.analysis.read.safe_text import printable
 from otel_titan.analysis.model.stragglers import describe_group
-from otel_titan.analysis.model.stragglers import HEADLINE_MIN_SHARE, MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_STEPS, MIN_Z
+from otel_titan.analysis.model.stragglers import HEADLINE_MIN_SHARE, MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_STEPS, MIN_Z, MIN_Z_BELOW_EFFECT, effect_bar
 from otel_titan.analysis.model.facts import ProcessSummary, RankSlowness, RunSummary, StragglerFinding, Stragglers
 from otel_titan.analysis.model.wording import plural
 
@@ -278,7 +278,8 @@ def _excess(ms: float, pct: float | None, inline: bool = False) -> str:
 
 def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     attempt = f", attempt {group.attempt}" if show_attempt and group.attempt is not None else ""
-    lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks; step time = first record of step N → first record of step N+1 on that rank)"]
+    compared = f"; steps {group.steps_compared} only (--steps)" if group.steps_compared else ""
+    lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks{compared}; step time = first record of step N → first record of step N+1 on that rank)"]
     if not group.steps:
         return lines + ["  no step was completed by two or more ranks"]
     if len(group.peer_groups) > 1:
@@ -305,7 +306,7 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
         lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
     if len(group.ranks_by_slowness) > RANK_COLUMNS:
         lines.append(f"  … {len(group.ranks_by_slowness) - RANK_COLUMNS} more ranks (see --json)")
-    rule = f"≥ {MIN_STEPS} steps, a median ≥ {MIN_EFFECT:.0%} and ≥ {MIN_Z:g} × noise above the others' median"
+    rule = f"≥ {MIN_STEPS} steps, a median ≥ {effect_bar(1.0):.1%} and ≥ {MIN_Z:g} × noise ({MIN_Z_BELOW_EFFECT:g} × under {MIN_EFFECT:.0%}) above the others' median"
     step_differs = [f.rank for f in group.findings if f.kind == "step" and f.verdict == "difference"]
     if group.straggler_ranks:
         lines.append(f"  straggler{'s' if len(group.straggler_ranks) > 1 else ''}: rank{'s' if len(group.straggler_ranks) > 1 else ''} {compress_ranks(group.straggler_ranks)} ({rule})")
@@ -324,7 +325,7 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
             )
             lines.append(f"      {_cost_line(item)}")
         if not any(f.kind == "arrival" for f in group.findings):
-            lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {MIN_ARRIVAL_EFFECT:.0%} and ≥ {MIN_Z:g} × noise after the others' median)")
+            lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {effect_bar(1.0, MIN_ARRIVAL_EFFECT):.1%} and ≥ {MIN_Z:g} × noise ({MIN_Z_BELOW_EFFECT:g} × under {MIN_ARRIVAL_EFFECT:.0%}) after the others' median)")
     shown = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
     lines += ["", f"  Steps with the largest excess, largest first ({len(shown)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
     if len(group.ranks) <= RANK_COLUMNS:
@@ -378,7 +379,9 @@ def _cost_line(item: StragglerFinding) -> str:
     if item.verdict == "cannot tell":
         return "no cost stated: it may be time spent waiting for another rank"
     text = describe_cost(item)
-    if item.persistent:
+    if item.window_from_step is not None and item.since_step is None:
+        text += f"; in steps {item.window_from_step}–{item.window_to_step} only (judged on those steps: it came and went)"
+    elif item.persistent:
         text += f"; in both halves of the run (steps {item.large_from_step}–{item.large_to_step})"
     elif item.since_step is not None:
         text += f"; since step {item.since_step}, to the end of the run (steps {item.since_step}–{item.large_to_step})"

@@ -32,10 +32,11 @@ The rules (docs/watch.md says them for users):
   and that the culprit cannot be told from the records. Confirmed on a second
   evaluation, or at once by the culprit's black box.
 * **slow**: a rank (or a whole host, as one unit) whose phase time over the
-  last ``window`` steps is ``0.75 × slow_pct`` % above its peers' (ranks with
-  the same mesh coordinates but data parallel, `model.stragglers.peer_key`),
-  at least ``slow_min_z`` × the peers' spread and ``slow_min_step_share`` of
-  the step, for ``sustain_steps`` steps, and either risen as much against its
+  last ``window`` steps stands out of its peers' (ranks with the same mesh
+  coordinates but data parallel, `model.stragglers.peer_key`) by
+  `summarize`'s own rule, `model.stragglers.stands_out` (``EFFECT_MARGIN ×
+  slow_pct`` % above, ``slow_min_z`` × the peers' spread, ``slow_min_step_share``
+  of the step: one bar, so both name the same ranks), for ``sustain_steps`` steps, and either risen as much against its
   own earlier steps (an onset, seen within a few steps) or as much above its
   peers over every step kept (`summarize`'s comparison: found even when the
   noise hid the onset); or one that arrives last at the step-closing
@@ -70,12 +71,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt, kill_evidence, killed_crash
+from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evidence
 from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
 from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
-from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, peer_key
+from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, effect_bar, peer_key, stands_out
 
 __all__ = ["Detector", "Rules", "takes_over"]
 
@@ -646,14 +648,19 @@ class Detector:
         if not step_times:
             return []
         step_med = statistics.median(step_times)
-        # Arrival lateness per step, on each rank's own clock: the others' median wait minus its own.
+        collectives = _closing_collectives(by_step)
+        for per in series.values():
+            for name in collectives:
+                per.pop(name, None)  # a wait, not work: a rank's arrival at it is judged instead (below)
+        # Arrival lateness per step, on each rank's own clock: the others' median wait minus its own; only at a last
+        # span that is a collective on evidence (a longer local span, the README's optimizer, is no earlier arrival).
         for step, facts in by_step.items():
-            waits = [f.closing_ms for f in facts.values() if f.closing_ms is not None]
+            waits = [f.closing_ms for f in facts.values() if f.closing_ms is not None and f.closing in collectives]
             if len(waits) < 3:
                 continue
             mid = statistics.median(waits)
             for key, f in facts.items():
-                if f.closing_ms is not None:
+                if f.closing_ms is not None and f.closing in collectives:
                     series[key].setdefault("arrival", []).append(mid - f.closing_ms)
         hosts: dict[Any, list[ProcessState]] = {}
         for p in group:
@@ -709,9 +716,10 @@ class Detector:
                whole: _Lazy | None = None) -> list[tuple[Any, float]]:
         """Units (ranks or hosts) slow in `name`, held for `sustain_steps` (or already raised): [(unit, excess ms)].
 
-        Raise: ``0.75 × slow_pct`` above the peers' median over the last `window` steps (a median of a few noisy
-        steps understates a +10 % rise half the time), at least ``slow_min_z`` × the peers' spread and
-        ``slow_min_step_share`` of the step; and either risen as much against its own past (a fail-slow onset:
+        Raise: `model.stragglers.stands_out` over the last `window` steps, the bar `summarize` applies to the
+        whole run (``EFFECT_MARGIN × slow_pct`` above the peers' median: a median of a few noisy steps
+        understates a +10 % rise half the time; at least ``slow_min_z`` × the peers' spread and
+        ``slow_min_step_share`` of the step); and either risen as much against its own past (a fail-slow onset:
         seen within a few steps), or as much above its peers over all the steps kept (`whole`: up to
         ``window + baseline``; `summarize`'s rule, a rank slower than its peers whatever its own past). Without
         the second, a rise the noise hid for its first steps was never found: once its slow steps filled the
@@ -721,19 +729,22 @@ class Detector:
         ordered = sorted(recent.values())
         peers = statistics.median(ordered)
         spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
-        def above_peers_over_all_steps(unit: Any, raise_at: float, yardstick: float) -> bool:
+        def slower(excess: float, noise: float) -> bool:
+            # `model.stragglers.stands_out`: summarize's bar, asked of this window (one rule, one threshold).
+            return yardstick > 0 and stands_out(excess, yardstick, max(noise, 0.005 * yardstick), min_effect=rules.slow_pct / 100.0,
+                                                min_z=rules.slow_min_z, step_ms=step_med, min_step_share=rules.slow_min_step_share)
+        def above_peers_over_all_steps(unit: Any) -> bool:
             values = whole() if whole is not None else {}
             if len(values) < MIN_MAJORITY or unit not in values:
                 return False
             ordered_all = sorted(values.values())
             peers_all = statistics.median(ordered_all)
             spread_all = _MAD_TO_SD * statistics.median(abs(v - peers_all) for v in ordered_all)
-            above = values[unit] - peers_all
-            return above >= raise_at and above >= rules.slow_min_z * max(spread_all, 0.005 * yardstick)
+            return slower(values[unit] - peers_all, spread_all)
         arrival = name == "arrival"
         # Lateness is ~0 for everyone but the late one: its yardstick is the step, not the peers' lateness.
         yardstick = step_med if arrival else peers
-        raise_at = 0.75 * rules.slow_pct / 100.0 * yardstick
+        raise_at = effect_bar(yardstick, rules.slow_pct / 100.0)
         out = []
         for unit, r in recent.items():
             excess = r - peers
@@ -745,9 +756,7 @@ class Detector:
                 # Its own past is asked only to start: once the rise is seen, the slow steps entering its past must not undo it.
                 own = past.get(unit)
                 rose = held is not None or (own is not None and (r - own >= raise_at if arrival else r >= own + raise_at))
-                slow_now = (yardstick > 0 and excess >= raise_at and excess >= rules.slow_min_z * max(spread, 0.005 * yardstick)
-                            and excess >= rules.slow_min_step_share * step_med)
-                hold = slow_now and (rose or above_peers_over_all_steps(unit, raise_at, yardstick))
+                hold = slower(excess, spread) and (rose or above_peers_over_all_steps(unit))
             if not hold:
                 self._held.pop(hkey, None)
                 continue
@@ -980,6 +989,39 @@ class _Lazy:
         if not self._done:
             self._value, self._done = self._compute(), True
         return self._value
+
+
+def _closing_collectives(by_step: dict[int, dict[str, StepFacts]]) -> set[str]:
+    """The names of the steps' last spans that are collectives on evidence (`model.clocks.collective_evidence`, summarize's rule).
+
+    A last span is the step-closing collective only when, from step to step,
+    its ends vary at most `MAX_END_TO_ARRIVAL` as much as its starts over the
+    peers (whoever arrives later waits less); measured on each rank's own
+    clock, what is constant per rank (an offset, a rank always late) taken out.
+    """
+    rows: dict[str, tuple[list[int], list[int], list[float], list[float]]] = {}
+    keys: dict[str, int] = {}
+    for step, facts in by_step.items():
+        for key, f in facts.items():
+            if f.closing is None or f.closing_ms is None or f.closing_end_us is None:
+                continue
+            proc, steps, starts, ends = rows.setdefault(f.closing, ([], [], [], []))
+            proc.append(keys.setdefault(key, len(keys)))
+            steps.append(step)
+            ends.append(float(f.closing_end_us))
+            starts.append(f.closing_end_us - 1000.0 * f.closing_ms)
+    if not rows:
+        return set()
+    import numpy as np  # noqa: PLC0415 - only once a peer group finished steps
+
+    out = set()
+    for name, (proc, steps, starts, ends) in rows.items():
+        if len(set(steps)) < 3 or len(set(proc)) < 3:
+            continue
+        ratio = collective_evidence(np.asarray(proc), np.asarray(steps), np.asarray(starts), np.asarray(ends))
+        if ratio is not None and ratio <= MAX_END_TO_ARRIVAL:
+            out.add(name)
+    return out
 
 
 def _place(p: ProcessState) -> RankPlace:

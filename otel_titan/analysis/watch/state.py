@@ -111,9 +111,11 @@ class StepFacts:
     #: Phase name → total ms in this step (spans that ended in it); and the names that were top level.
     phases: dict[str, float] = field(default_factory=dict)
     top: set = field(default_factory=set)
-    #: The step-closing collective (the last top-level span that ended in the step), and the ms spent in it.
+    #: The step's last top-level span (the step-closing collective, if the evidence says it is one: `detect`), the ms
+    #: spent in it and when it ended (µs, own clock).
     closing: str | None = None
     closing_ms: float | None = None
+    closing_end_us: int | None = None
     tokens: float | None = None
 
 
@@ -170,7 +172,7 @@ class ProcessState:
         #: the newest last: what the slow rule takes medians of, kept as steps finish (not rebuilt per refresh).
         self.series: dict[str, deque[float]] = {}
         self._current: StepFacts | None = None
-        self._last_top: tuple[str, float] | None = None
+        self._last_top: tuple[str, float, int] | None = None
         #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
         self.span_max_ms: dict[str, float] = {}
         self.gap_max_ms = 0.0
@@ -270,6 +272,8 @@ class ProcessState:
             self.coords = mesh_coordinates(record) or self.coords
             if type(record.get("world_size")) is int:
                 self.world_size = record["world_size"]
+        elif name == MetaEvent.MESH_FOUND:
+            self.coords = self.coords or mesh_coordinates(record)  # a DeviceMesh found after init, as summarize reads it
         elif name == MetaEvent.CLOSED:
             self.closed = True
         elif name == MetaEvent.SIGNAL_RECEIVED:
@@ -316,17 +320,19 @@ class ProcessState:
             top = (span.parent is None) if span is not None else (record.get("parent_span_id") is None)
             if top:
                 current.top.add(name)
-                self._last_top = (name, ms)
+                self._last_top = (name, ms, record["time_us"])
 
     def _new_step(self, step: int, time_us: int) -> None:
         current = self._current
         if current is not None:
             current.duration_ms = (time_us - current.begin_us) / 1000.0
             if self._last_top is not None:
-                current.closing, current.closing_ms = self._last_top
+                current.closing, current.closing_ms, current.closing_end_us = self._last_top
             self.steps.append(current)
             for name, ms in current.phases.items():
-                if name != current.closing and not is_collective(name):
+                # The last span is a phase too: whether it is the collective every rank leaves together is the
+                # evidence's to say, over the peers (`detect`, `model.clocks.collective_evidence`), not its place.
+                if not is_collective(name):
                     series = self.series.get(name)
                     if series is None:
                         if len(self.series) >= NAMES_KEPT:

@@ -38,8 +38,9 @@ def test_drifting_clocks_are_aligned_piecewise_and_the_drift_is_found(tmp_path):
 
 
 def test_one_offset_per_host_fits_clocks_that_do_not_drift():
-    a = ClosingSpans("h1", 0, [1, 2, 3], ["ar"] * 3, [0, 0, 0], [100, 200, 300])
-    b = ClosingSpans("h2", 1, [1, 2, 3], ["ar"] * 3, [0, 0, 0], [150, 250, 350])
+    # A collective: whoever arrives later (its start) waits less; all leave at one moment (the end).
+    a = ClosingSpans("h1", 0, [1, 2, 3, 4], ["ar"] * 4, [10, 150, 205, 290], [100, 200, 300, 400])
+    b = ClosingSpans("h2", 1, [1, 2, 3, 4], ["ar"] * 4, [120, 170, 230, 380], [150, 250, 350, 450])
     alignment = estimate_offsets([a, b])
     assert alignment.applied and alignment.simultaneous and alignment.windows == [] and alignment.offset_at("h2", 10**9) == alignment.offset("h2") == 25.0
 

@@ -329,7 +329,7 @@ def test_a_healthy_noisy_run_has_no_straggler(run_dir):
     assert group.straggler_ranks == [] and group.phase_stragglers == []  # not even rank 1's gc_collect: 5 samples, +8%
     gc = {r.rank: r for r in compare_ranks({rank: {s: ms for s, ms in by_step.items()} for rank, by_step in _phase_times(run_dir, "gc_collect").items()})[1]}
     assert gc[1].compared_steps == 5 and 7 < gc[1].median_excess_pct < 9 and not gc[1].straggler
-    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "min_robust_z": MIN_Z, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": 10.0, "min_ranks_for_majority": 3, "headline_min_cost_share_of_step_pct": 5.0}
+    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "effect_bar_pct": 7.5, "min_robust_z": MIN_Z, "min_robust_z_below_effect": 5.0, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": 10.0, "min_ranks_for_majority": 3, "headline_min_cost_share_of_step_pct": 5.0}
 
 
 def _phase_times(run_dir, phase):

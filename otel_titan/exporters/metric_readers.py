@@ -36,6 +36,8 @@ from typing import Any, Mapping
 
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult, MetricReader, PeriodicExportingMetricReader
 
+from otel_titan.distribution import install_hint
+
 __all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV"]
 
 _log = logging.getLogger("otel_titan")
@@ -174,7 +176,7 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
     """One reader per name. A Prometheus port already taken is logged and left out (never fatal).
 
     Raises ``ValueError`` for a bad variable and ``ImportError`` when the
-    Prometheus exporter is not installed (``pip install otel-titan[metrics]``).
+    Prometheus exporter is not installed (the ``metrics`` extra; the message says how to install it).
     """
     env = _env(environ)
     out = Readers()
@@ -189,7 +191,7 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
                 import prometheus_client
                 from opentelemetry.exporter.prometheus import PrometheusMetricReader
             except ImportError as error:
-                raise ImportError(f"OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus (pip install 'otel-titan[metrics]'): {error}") from error
+                raise ImportError(f"OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus ({install_hint('metrics')}): {error}") from error
             registry = prometheus_client.CollectorRegistry(auto_describe=True)
             try:
                 server, _thread = prometheus_client.start_http_server(port, addr=host, registry=registry)

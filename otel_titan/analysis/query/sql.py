@@ -22,7 +22,7 @@ read-only instead of reading the JSONL. A run that grew is loaded again in
 full (DuckDB's reader is fast enough that appending rows, then moving every
 time by the new clock offsets, would save little).
 
-DuckDB is an optional dependency (``pip install otel-titan[analysis]``): the
+DuckDB is an optional dependency (the ``analysis`` extra: `otel_titan.distribution.install_hint`): the
 library and the other commands never import it.
 
 Example:
@@ -50,6 +50,7 @@ from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MA
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
+from otel_titan.distribution import install_hint
 from otel_titan.schema import META_EVENTS, ROLLUP_VERSION, MetaEvent
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MissingDependencyError", "RunDatabase", "load_share", "open_run", "open_saved", "require_duckdb", "VIEWS", "INSTALL_HINT"]
 
-INSTALL_HINT = "pip install otel-titan[analysis]"
+# otel-titan is installed from a checkout or a wheel (no package index has it): the hint says the command that works here.
+INSTALL_HINT = install_hint("analysis")
 
 
 class MissingDependencyError(ImportError):

@@ -102,7 +102,8 @@ def _build_venv() -> None:
     (VENV / "constraints.txt").write_text(constraints)
     extras = ",".join(EXTRAS)
     done = _pip("install", "--quiet", "-c", str(VENV / "constraints.txt"), "-e", f"{REPO}[{extras}]", *tools)
-    assert done.returncode == 0, f"pip could not install the declared minimums:\n{constraints}{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    said = "\n".join(line for line in (done.stdout + done.stderr).splitlines() if "is ignored: it is neither a file nor a directory" not in line)
+    assert done.returncode == 0, f"pip could not install the declared minimums:\n{constraints}{said[-4000:]}"
     STAMP.write_text(want)
 
 

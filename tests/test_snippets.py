@@ -13,6 +13,8 @@ it, visibly in the page's source and with its reason::
 is run before each of them (the reader sees it on the page, above them).
 ``<!-- snippet: quoted from PATH -->`` marks a block copied from a file of the repository: it must be
 there verbatim, with its indentation.
+``<!-- snippet: save as NAME -->`` marks a python block the page tells the reader to save as NAME (a
+training script the next commands launch): it is run, and written as NAME for the page's later blocks.
 
 Quoted places in the code (``tests/helpers/hang_workload.py:45 read_shard``, or a frame's
 ``"file": ..., "line": ..., "function": ...``) must point at a line inside that function today.
@@ -67,15 +69,16 @@ def blocks(page: Path) -> list[Block]:
 
 
 ALL_BLOCKS = [block for page in PAGES for block in blocks(page)]
-RUNNABLE = [block for block in ALL_BLOCKS if block.marker in ("", "preamble")]
+RUNNABLE = [block for block in ALL_BLOCKS if block.marker in ("", "preamble") or block.marker.startswith("save as ")]
 
 
 def test_every_marker_is_known_and_says_why():
     assert len(ALL_BLOCKS) > 20 and len(RUNNABLE) > 10  # the discovery saw the pages' blocks
     for block in ALL_BLOCKS:
         marker = block.marker
-        ok = marker in ("", "preamble") or re.fullmatch(r"not run \(.{10,}\)", marker) or re.fullmatch(r"quoted from \S+", marker)
-        assert ok, f"{block.name}: unknown or reasonless snippet marker {marker!r} (want 'not run (why)', 'preamble' or 'quoted from PATH')"
+        ok = marker in ("", "preamble") or re.fullmatch(r"not run \(.{10,}\)", marker) or re.fullmatch(r"(quoted from|save as) \S+", marker)
+        assert ok, f"{block.name}: unknown or reasonless snippet marker {marker!r} (want 'not run (why)', 'preamble', 'save as NAME' or 'quoted from PATH')"
+        assert not marker.startswith("save as ") or block.language == "python", f"{block.name}: only python blocks are saved as files"
         assert marker != "preamble" or block.language == "python", f"{block.name}: only python blocks are preambles"
 
 
@@ -111,6 +114,9 @@ def test_the_block_runs_as_written(block, reader_folder, tmp_path):
     processes.run(["cp", "-r", str(reader_folder / "outputs"), str(folder / "outputs")], check=True, timeout=60)
     env = {"PATH": f"{Path(sys.prefix) / 'bin'}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path), "VIRTUAL_ENV": sys.prefix,
            "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(tmp_path / "cache")), "OTEL_TITAN_PROCESS_FIGURES": "0"}
+    for earlier in blocks(block.page):
+        if earlier.marker.startswith("save as ") and earlier.line < block.line:
+            (folder / earlier.marker.removeprefix("save as ")).write_text(earlier.code)
     if block.language == "python":
         script = folder / "snippet.py"
         script.write_text(_preambles(block) + block.code)

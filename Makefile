@@ -80,4 +80,4 @@ bench-watch-day: setup
 	.venv/bin/python benchmarks/watch_false_alarms.py --ranks 1024 --hours 24 --budget-s $(WATCH_DAY_BUDGET_S)
 
 clean:
-	rm -rf .venv outputs .pytest_cache .hypothesis
+	rm -rf .venv .venv-minimum outputs .pytest_cache .hypothesis

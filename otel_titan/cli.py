@@ -25,6 +25,7 @@ from typing import Callable, NoReturn, Sequence, TextIO
 import orjson
 
 from otel_titan._version import __version__
+from otel_titan.distribution import install_hint
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
 from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
 from otel_titan.analysis.read.filters import parse_rank_list
@@ -299,7 +300,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "sql",
         help="query the run with SQL (DuckDB): spans, instants, scalars, steps, processes",
         description="Query a run with SQL: an embedded DuckDB reads the run's JSONL files in place (docs/sql.md lists the views and ready queries). "
-        "Needs DuckDB (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
+        f"Needs DuckDB (in the project's .venv already; elsewhere: {install_hint('analysis')}).",
         epilog=_SQL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -320,7 +321,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
         description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
         "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own), from one read of the run, as summarize reads it. "
-        "Needs Plotly (in the project's .venv already; elsewhere: pip install 'otel-titan[analysis]').",
+        f"Needs Plotly (in the project's .venv already; elsewhere: {install_hint('analysis')}).",
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -393,7 +394,7 @@ def _add_scheduler(parser: argparse.ArgumentParser, work: str) -> None:
     parser.add_argument(
         "--scheduler", metavar="ADDRESS",
         help=f"a Dask scheduler (tcp://host:8786) whose workers {work}: the same result as here (docs/analysis.md; "
-        "needs pip install 'otel-titan[cluster]'). Default: $DASK_SCHEDULER_ADDRESS unless --jobs is given",
+        f"needs {install_hint('cluster')}). Default: $DASK_SCHEDULER_ADDRESS unless --jobs is given",
     )
 
 

@@ -347,8 +347,8 @@ def test_output_that_cannot_be_written_exits_4(run, tmp_path):
 
 
 @pytest.mark.parametrize("argv, missing, says", [
-    (["summarize", "{run}", "--scheduler", "tcp://127.0.0.1:9"], ("distributed",), "pip install 'otel-titan[cluster]'"),
-    (["sql", "{run}", "SELECT 1"], ("duckdb",), "pip install otel-titan[analysis]"),
+    (["summarize", "{run}", "--scheduler", "tcp://127.0.0.1:9"], ("distributed",), f"pip install '{REPO}[cluster]'"),
+    (["sql", "{run}", "SELECT 1"], ("duckdb",), f"pip install '{REPO}[analysis]'"),
 ])
 def test_something_needed_that_is_not_there_exits_5(run, tmp_path, argv, missing, says):
     result = _cli(*[a.format(run=run) for a in argv], env=_blocking(tmp_path, *missing))

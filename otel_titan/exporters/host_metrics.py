@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_titan.core.host_figures import HostFigures
+from otel_titan.distribution import install_hint
 
 __all__ = ["HostMetrics", "SYSTEM_METRICS"]
 
@@ -84,7 +85,7 @@ class HostMetrics:
         try:
             from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
         except ImportError as error:
-            self.system_status = f"opentelemetry-instrumentation-system-metrics is not installed ({error}); pip install 'otel-titan[metrics]'"
+            self.system_status = f"opentelemetry-instrumentation-system-metrics is not installed ({error}); {install_hint('metrics')}"
             _log.info("otel-titan: no system metrics: %s", self.system_status)
             return
         instrumentor = SystemMetricsInstrumentor(config=SYSTEM_METRICS)

@@ -44,6 +44,7 @@ from typing import Any, Mapping
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult, MetricReader, PeriodicExportingMetricReader
 
 from otel_titan.exporters.otel_env import exporter_names, ignored_value, signal_protocol
+from otel_titan.distribution import install_hint
 
 __all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV", "otlp_histogram_preference"]
 
@@ -232,7 +233,7 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
     """One reader per name. A Prometheus port already taken moves to the next free one (`_listen`); none free is logged and left out (never fatal).
 
     Raises ``ValueError`` for a bad variable and ``ImportError`` when the
-    Prometheus exporter is not installed (``pip install otel-titan[metrics]``).
+    Prometheus exporter is not installed (the ``metrics`` extra; the message says how to install it).
     """
     env = _env(environ)
     out = Readers()
@@ -247,7 +248,7 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
                 import prometheus_client
                 from opentelemetry.exporter.prometheus import PrometheusMetricReader
             except ImportError as error:
-                raise ImportError(f"OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus (pip install 'otel-titan[metrics]'): {error}") from error
+                raise ImportError(f"OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus ({install_hint('metrics')}): {error}") from error
             registry = prometheus_client.CollectorRegistry(auto_describe=True)
             step = _local_world_size(env)
             try:

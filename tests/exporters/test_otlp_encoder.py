@@ -14,6 +14,7 @@ compared the same way.
 from __future__ import annotations
 
 import time
+from importlib.metadata import version as package_version
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext
+from packaging.version import Version
 
 from otel_titan.core.titan_span import TitanSpan
 from otel_titan.exporters.otlp_encoder import OtlpSpanEncoder, encode_varint
@@ -122,7 +124,9 @@ def test_through_the_real_collector_both_encodings_arrive_identical(spans, tmp_p
             ours = http_exporter_class()(endpoint=collector.http_endpoint + "/v1/traces")
             sdk = SdkHttpExporter(endpoint=collector.http_endpoint + "/v1/traces")
         assert ours.export(spans) is SpanExportResult.SUCCESS
-        assert ours.encoder.fast_spans > 0
+        # Over HTTP the encoder needs the SDK exporter's internals of 1.45 (older: the SDK's own export runs, the same bytes, slower).
+        encodes = protocol == "grpc" or Version(package_version("opentelemetry-exporter-otlp-proto-http")) >= Version("1.45")
+        assert (ours.encoder.fast_spans > 0) == encodes
         received_ours = receiver.wait_for(lambda got: len(got) >= len(spans))
         assert len(received_ours) == len(spans)
         assert sdk.export(spans) is SpanExportResult.SUCCESS

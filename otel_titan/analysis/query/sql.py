@@ -24,7 +24,7 @@ read-only instead of reading the JSONL. A run that grew is loaded again in
 full (DuckDB's reader is fast enough that appending rows, then moving every
 time by the new clock offsets, would save little).
 
-DuckDB is an optional dependency (``pip install otel-titan[analysis]``): the
+DuckDB is an optional dependency (the ``analysis`` extra: `otel_titan.distribution.install_hint`): the
 library and the other commands never import it.
 
 Example:
@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -48,10 +49,12 @@ from otel_titan.analysis.model.cache import cache_version
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
 from otel_titan.analysis.read.cache_folder import CacheFolder, make_private_folders
 from otel_titan.analysis.read.content import content_key
+from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, copy_without_long_lines
 from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
+from otel_titan.distribution import install_hint
 from otel_titan.schema import META_EVENTS, ROLLUP_VERSION, MetaEvent
 
 if TYPE_CHECKING:
@@ -59,7 +62,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MissingDependencyError", "RunDatabase", "load_share", "open_run", "open_saved", "require_duckdb", "VIEWS", "INSTALL_HINT"]
 
-INSTALL_HINT = "pip install otel-titan[analysis]"
+# otel-titan is installed from a checkout or a wheel (no package index has it): the hint says the command that works here.
+INSTALL_HINT = install_hint("analysis")
 
 
 class MissingDependencyError(ImportError):
@@ -323,8 +327,7 @@ class RunDatabase:
         if self.paths and self.scheduler is not None:
             self._load_on_cluster(progress)
         elif self.paths:
-            sql = "INSERT INTO records " + _records_query(self.paths, "JOIN process_info p ON p.process_id = f.process_id")
-            _run_with_progress(self.con, sql, progress)
+            _read_records(self.paths, lambda query: _run_with_progress(self.con, "INSERT INTO records " + query, progress), "JOIN process_info p ON p.process_id = f.process_id")
         self._check_readable()
         if self.align:
             self._align()
@@ -542,17 +545,55 @@ def _module_version() -> str:
         return "?"
 
 
-def _records_query(paths: list[str], join: str = "") -> str:
-    """The SELECT of ``records``' rows from `paths` (each joined to its process by the ``files`` table): one query for every loader."""
-    files = "[" + ", ".join(_quote(p) for p in paths) + "]"
+def _records_query(paths: list[str], join: str = "", copies: dict[str, str] | None = None) -> str:
+    """The SELECT of ``records``' rows from `paths` (each joined to its process by the ``files`` table): one query for every loader.
+
+    `copies`: a path read in place of a run's file (a copy without its long lines) → that file.
+    """
+    copies = copies or {}
+    originals = {original: copy for copy, original in copies.items()}
+    files = "[" + ", ".join(_quote(originals.get(p, p)) for p in paths) + "]"
     columns = "{" + ", ".join(f"{_quote(k)}: {_quote(v)}" for k, v in RECORD_COLUMNS.items()) + "}"
     names = [k for k in RECORD_COLUMNS if k != "time_us"]
+    filename = "r.filename"
+    if copies:
+        filename = "CASE r.filename " + " ".join(f"WHEN {_quote(copy)} THEN {_quote(original)}" for copy, original in copies.items()) + " ELSE r.filename END"
     return (
         f"SELECT f.process_id, r.time_us, {', '.join('r.' + n for n in names)}, r.time_us "
         f"FROM read_json({files}, format = 'newline_delimited', ignore_errors = true, filename = true, "
-        f"maximum_object_size = 67108864, columns = {columns}) r "
-        f"JOIN files f ON r.filename = f.filename {join}"
+        f"maximum_object_size = {MAX_LINE_BYTES}, columns = {columns}) r "
+        f"JOIN files f ON {filename} = f.filename {join}"
     )
+
+
+#: DuckDB's error for a line over `maximum_object_size`: it fails the whole query, however many lines are fine.
+_TOO_LONG = re.compile(r'"maximum_object_size" of \d+ bytes exceeded while reading file "(.*?)"')
+
+
+def _read_records(paths: list[str], execute: Callable[[str], None], join: str = "") -> None:
+    """`execute` the records query over `paths`, reading a file with a line too long for DuckDB from a copy without it.
+
+    The other commands skip a line longer than `MAX_LINE_BYTES` with a warning (`read.lines`); so does
+    this one: the file DuckDB names is copied without its long lines (`copy_without_long_lines`, a block
+    of memory at a time, with the other commands' warning), and the query runs again on the copy, whose
+    rows are the file's (a long line is a row of NULLs, counted in ``processes.unreadable_lines``).
+    """
+    duckdb = require_duckdb()
+    copies: dict[str, str] = {}
+    skipped = SkippedLines()
+    with tempfile.TemporaryDirectory(prefix="otel-titan-sql-lines-") as folder:
+        while True:
+            try:
+                execute(_records_query(paths, join, copies))
+                return
+            except duckdb.Error as error:
+                match = _TOO_LONG.search(str(error))
+                named = match.group(1) if match else None
+                if named is None or named not in paths or named in copies.values():
+                    raise  # not a long line of a run's file (or its copy still has one): a real error
+                copy = os.path.join(folder, f"{len(copies)}-{os.path.basename(named)}")
+                copy_without_long_lines(named, copy, skipped)
+                copies[copy] = named
 
 
 def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) -> bytes:
@@ -569,7 +610,7 @@ def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) ->
         _insert_columns(con, "files", [(path, process_id, 0) for path, process_id in files], 3)
         with tempfile.TemporaryDirectory(prefix="otel-titan-sql-share-") as folder:
             part = os.path.join(folder, "part.parquet")
-            con.execute(f"COPY ({_records_query([path for path, _ in files])}) TO {_quote(part)} (FORMAT parquet)")
+            _read_records([path for path, _ in files], lambda query: con.execute(f"COPY ({query}) TO {_quote(part)} (FORMAT parquet)"))
             with open(part, "rb") as handle:
                 data = handle.read()
     finally:

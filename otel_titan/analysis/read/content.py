@@ -73,6 +73,20 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def _digest_range(handle: BinaryIO, start: int, stop: int) -> str:
+    """`_digest` of bytes `start`..`stop`, read a block at a time: a torn last line of 2 GB costs a block of memory."""
+    digest = hashlib.blake2b(digest_size=16)
+    handle.seek(start)
+    left = stop - start
+    while left > 0:
+        block = handle.read(min(BLOCK_BYTES, left))
+        if not block:
+            break
+        digest.update(block)
+        left -= len(block)
+    return digest.hexdigest()
+
+
 def read_range(handle: BinaryIO, start: int, stop: int) -> bytes:
     """Bytes `start`..`stop` of an open file (fewer when it is shorter)."""
     handle.seek(start)
@@ -127,7 +141,7 @@ def content_key(path: str) -> ContentKey | None:
 
             head = _digest(span(0, min(length, BLOCK_BYTES)))
             tail = _digest(span(max(0, length - BLOCK_BYTES), length))
-            rest = _digest(span(length, size)) if size > length else ""
+            rest = _digest_range(handle, length, size) if size > length else ""
     except OSError:
         return None
     return ContentKey(os.path.basename(path), length, head, tail, size, rest)

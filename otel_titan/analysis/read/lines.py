@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - Python 3.10 (typing_extensions comes w
 from otel_titan.analysis.read.safe_text import escape_surrogates
 from otel_titan.schema import MAX_LINE_BYTES as _SCHEMA_MAX_LINE_BYTES, META_EVENTS, Field
 
-__all__ = ["SkippedLines", "file_records", "loads_line", "record_problem", "AnalysisRecord", "ANALYSIS_FIELDS", "WHOLE_RECORDS", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
+__all__ = ["SkippedLines", "copy_without_long_lines", "file_records", "loads_line", "record_problem", "AnalysisRecord", "ANALYSIS_FIELDS", "WHOLE_RECORDS", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
 
 _log = logging.getLogger("otel_titan.analysis")
 
@@ -177,6 +177,64 @@ class SkippedLines:
             self._warn(f"{path}:{line_no}: {strings} string{'' if strings == 1 else 's'} with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept")
         elif seen == WARNINGS_PER_FILE + 1:
             self._warn(f"{path}: more lines with invalid Unicode; only counting them from now on")
+
+
+def copy_without_long_lines(path: str, target: str, skipped: SkippedLines, placeholder: bytes = b"{") -> int:
+    """Copy the file at `path` to `target`, each line longer than `MAX_LINE_BYTES` replaced by `placeholder`; how many were.
+
+    For a reader that cannot skip such a line itself (DuckDB's JSON reader fails the whole query on
+    one over its ``maximum_object_size``): the copy has the same lines, in the same order, and the
+    long ones are reported in `skipped` with the words and line numbers of a full read
+    (`file_records`). A long line is never held in memory: a block at a time is.
+
+    Example:
+        >>> import os, tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     source, copy = os.path.join(folder, "a.jsonl"), os.path.join(folder, "b.jsonl")
+        ...     _ = open(source, "wb").write(b'{"a": 1}\\n' + b"x" * (MAX_LINE_BYTES + 1) + b"\\n{}\\n")
+        ...     copy_without_long_lines(source, copy, SkippedLines(log=False)), open(copy, "rb").read()
+        (1, b'{"a": 1}\\n{\\n{}\\n')
+    """
+    replaced = 0
+    line_no = 0
+    too_long = f"line longer than {MAX_LINE_BYTES >> 20} MiB"
+    with open(path, "rb") as source, open(target, "wb") as out:
+        carry = b""
+        overlong = False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
+        while True:
+            block = source.read(BLOCK_BYTES)
+            if not block:
+                break
+            if overlong:
+                newline = block.find(b"\n")
+                if newline < 0:
+                    continue
+                line_no, replaced, overlong = line_no + 1, replaced + 1, False
+                skipped.add(path, line_no, too_long)
+                out.write(placeholder + b"\n")
+                block = block[newline + 1 :]
+            data = carry + block if carry else block
+            first_newline = data.find(b"\n")
+            if first_newline > MAX_LINE_BYTES:  # the line carried in ended here, too long (as file_records decides)
+                line_no, replaced = line_no + 1, replaced + 1
+                skipped.add(path, line_no, too_long)
+                out.write(placeholder + b"\n")
+                data = data[first_newline + 1 :]
+            last_newline = data.rfind(b"\n")
+            if last_newline >= 0:
+                out.write(data[: last_newline + 1])
+                line_no += data.count(b"\n", 0, last_newline + 1)
+                data = data[last_newline + 1 :]
+            carry = data
+            if len(carry) > MAX_LINE_BYTES:
+                carry, overlong = b"", True
+        if overlong:
+            replaced += 1
+            skipped.add(path, line_no + 1, too_long)
+            out.write(placeholder)
+        else:
+            out.write(carry)
+    return replaced
 
 
 def loads_line(raw: bytes) -> Any:
@@ -343,6 +401,11 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
             carry = lines.pop()
             if len(carry) > MAX_LINE_BYTES:
                 carry, overlong = b"", True
+            if lines and len(lines[0]) > MAX_LINE_BYTES:
+                # A long line carried in that ended in this block (only the first line can be longer than a block).
+                line_no += 1
+                skipped.add(path, line_no, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+                del lines[0]
             for raw in lines:
                 line_no += 1
                 if typed is not None:

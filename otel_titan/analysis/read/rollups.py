@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from otel_titan.analysis.read.lines import BLOCK_BYTES, loads_line
+from otel_titan.analysis.read.lines import BLOCK_BYTES, MAX_LINE_BYTES, loads_line
 from otel_titan.analysis.read.records import ProcessLog, RunLogs
 from otel_titan.schema import ROLLUP_VERSION, Field, MetaEvent, RollupField
 
@@ -148,6 +148,9 @@ def _rollup_lines(path: str, edges: _Edges | None = None) -> Iterable[bytes]:
         return  # rotated away or unreadable: the full reader reports it
     with handle:
         carry = b""
+        # Inside a line longer than MAX_LINE_BYTES: its bytes are not kept (a 2 GB line costs a block of
+        # memory, not 2 GB), and it is no rollup: the full reader skips it too.
+        overlong = False
         while True:
             try:
                 block = handle.read(BLOCK_BYTES)
@@ -155,12 +158,23 @@ def _rollup_lines(path: str, edges: _Edges | None = None) -> Iterable[bytes]:
                 edges.readable = False
                 return
             if not block:
-                edges.torn = bool(carry.strip(b"\x00 \t\r\n"))
+                edges.torn = overlong or bool(carry.strip(b"\x00 \t\r\n"))
                 return
+            if overlong:
+                newline = block.find(b"\n")
+                if newline < 0:
+                    continue
+                overlong = False
+                edges.first = b"" if edges.first is None else edges.first
+                edges.last = b""  # a line, but not a record (so not the logger's closed one)
+                block = block[newline + 1 :]
             data = carry + block if carry else block
             last_newline = data.rfind(b"\n")
             if last_newline < 0:
-                carry = data
+                if len(data) > MAX_LINE_BYTES:
+                    carry, overlong = b"", True
+                else:
+                    carry = data
                 continue
             if edges.first is None:
                 edges.first = data[: data.find(b"\n")]

@@ -17,18 +17,19 @@ tails agrees with one of the whole files on everything the tails hold.
 
 from __future__ import annotations
 
-import io
 import os
 from typing import Any
 
+from otel_titan.analysis.read.content import RangeReader
 from otel_titan.analysis.read.records import META_EVENTS, ProcessLog
 from otel_titan.analysis.read.lines import SkippedLines, file_records
 from otel_titan.schema import Field
 
 __all__ = ["tail_records", "ends_torn", "TAIL_BLOCK", "MIN_LINES"]
 
-#: Bytes read per step backwards.
+#: Bytes read per step backwards, at first; doubling up to MAX_TAIL_BLOCK.
 TAIL_BLOCK = 32 << 10
+MAX_TAIL_BLOCK = 4 << 20
 #: Complete lines wanted before stopping (covers a step's nest of open spans in a training loop).
 MIN_LINES = 24
 
@@ -89,8 +90,11 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
 def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
     """The last complete lines of one file, parsed; and whether the file was read from its start.
 
-    Each window read is parsed only once it holds enough lines (newlines are counted first, in C), and the
-    window kept is not parsed again: what it skipped is counted in `skipped` then (`_Noted`), in order.
+    Blocks are read backwards only to count newlines (at most `MAX_TAIL_BLOCK` bytes held: a 2 GB last
+    line is counted through, never held); once enough lines follow the first newline seen, that window is
+    parsed from the file by `file_records`, which skips a line longer than its limit without keeping it.
+    A window too short in records is parsed again only once it has doubled, and what each parse skipped
+    is counted in `skipped` only for the window kept (`_Noted`), in order.
     """
     try:
         handle = open(path, "rb")
@@ -100,27 +104,37 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
     with handle:
         size = handle.seek(0, os.SEEK_END)
         position = size
-        data = b""
+        newlines = 0
+        first_newline = -1  # offset of the first newline at or after `position`, -1 while none seen
+        parsed_from = size + 1  # where the last window parsed began
         block = TAIL_BLOCK
         while position > 0:
             read = min(block, position)
             position -= read
             handle.seek(position)
-            data = handle.read(read) + data
-            block *= 2  # a file of long lines needs few rounds
+            data = handle.read(read)
+            newlines += data.count(b"\n")
+            found = data.find(b"\n")
+            if found >= 0:
+                first_newline = position + found
+            block = min(2 * block, MAX_TAIL_BLOCK)  # a file of long lines needs few rounds
             if position == 0:
                 break
-            if data.count(b"\n") < min_lines:
+            if newlines < min_lines or first_newline < 0:
                 continue  # at most that many complete lines after the cut one (and a last without newline): too few
-            window = data[data.index(b"\n") + 1 :] if b"\n" in data else b""
+            start = first_newline + 1
+            if size - start < 2 * (size - parsed_from) and parsed_from <= size:
+                continue  # not twice the window parsed last: read further back first
+            parsed_from = start
             noted = _Noted()
-            records = list(file_records(path, noted, None, source=io.BytesIO(window), trimmed=trimmed))
+            with RangeReader(open(path, "rb"), start, size) as window:
+                records = list(file_records(path, noted, None, source=window, trimmed=trimmed))
             if len(records) >= min_lines and (not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)):
                 # The window is the tail: parsed exactly as a full read parses (torn last line, bad lines and all).
                 noted.replay(skipped)
                 return records, False
     # Read from its start: the whole file, parsed as a full read parses it.
-    records = list(file_records(path, skipped, None, source=io.BytesIO(data), trimmed=trimmed))
+    records = list(file_records(path, skipped, None, trimmed=trimmed))
     return records, True
 
 

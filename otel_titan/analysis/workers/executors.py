@@ -16,7 +16,7 @@ over a `concurrent.futures.Executor`, and two executors:
 Each task is `workers.interpreters.run_task`: its warnings come back with its result
 and are logged here, on the one path of every warning (escaped), and so is
 its count of bytes read (a cluster's progress moves share by share). Dask
-is optional (``pip install 'otel-titan[cluster]'``) and imported only when a
+is optional (the ``cluster`` extra) and imported only when a
 scheduler is named.
 """
 
@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from otel_titan.analysis.workers.interpreters import LOGGER, InterpreterPool, run_task
+from otel_titan.distribution import install_hint
 
 __all__ = ["Workers", "ClusterError", "MissingClusterError", "CLUSTER_HINT", "open_workers", "run_shares"]
 
-CLUSTER_HINT = "pip install 'otel-titan[cluster]'"
+CLUSTER_HINT = install_hint("cluster")
 #: Seconds to reach the scheduler before giving up with `ClusterError`.
 CONNECT_TIMEOUT_S = 30
 

@@ -137,11 +137,14 @@ def start_process(module: str, function: str, payload: bytes) -> subprocess.Pope
 
     The package this module belongs to is put first on the worker's
     ``PYTHONPATH``, so the worker runs this very code, installed or not.
+    The worker ignores SIGINT: a Ctrl-C is the command's to handle.
     """
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the folder holding otel_titan/
     env = dict(os.environ)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    code = f"import sys; from {module} import {function} as main; sys.exit(main())"
+    # Ctrl-C reaches the whole foreground group: the command stops its workers (`InterpreterPool.shutdown`) and
+    # says "interrupted" once, instead of each worker printing its KeyboardInterrupt traceback.
+    code = f"import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); from {module} import {function} as main; sys.exit(main())"
     worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert worker.stdin is not None
     try:

@@ -127,7 +127,7 @@ def test_cli_and_missing_plotly(tmp_path, run) -> None:
     (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['plotly'] = None\nsys.modules['plotly.graph_objects'] = None\n")
     without = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / "y.html")], capture_output=True, text=True,
                              env={**env, "PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"}, timeout=120)
-    assert without.returncode == 5 and "pip install otel-titan[analysis]" in without.stderr and "Traceback" not in without.stderr  # ExitCode.UNAVAILABLE
+    assert without.returncode == 5 and f"pip install '{REPO}[analysis]'" in without.stderr and "Traceback" not in without.stderr  # ExitCode.UNAVAILABLE
     assert not (tmp_path / "y.html").exists()
     missing = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(tmp_path / "nowhere")], capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr

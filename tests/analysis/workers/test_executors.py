@@ -224,7 +224,7 @@ def test_without_dask_the_error_says_what_to_install(run) -> None:
             f"sys.exit(main(['export', {str(run)!r}, '--scheduler', 'tcp://127.0.0.1:9', '-o', '/dev/null']))")
     done = processes.run([sys.executable, "-c", code], capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 5, done.stderr  # ExitCode.UNAVAILABLE
-    assert "pip install 'otel-titan[cluster]'" in done.stderr.decode() and "Traceback" not in done.stderr.decode()
+    assert f"pip install '{REPO}[cluster]'" in done.stderr.decode() and "Traceback" not in done.stderr.decode()
 
 
 def test_without_a_scheduler_dask_is_never_imported(run) -> None:

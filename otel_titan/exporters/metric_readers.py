@@ -206,6 +206,23 @@ def _otlp_exporter(environ: Mapping[str, str]) -> Any:
 PORT_TRIES = 32
 
 
+def _prometheus_reader(reader_class: Any, prometheus_client: Any, registry: Any) -> Any:
+    """A PrometheusMetricReader whose collector is in the logger's own `registry` (served by `_listen`'s server).
+
+    Newer exporters take ``registry=``; older ones (down to the declared minimum, 0.61b0) register its collector in prometheus_client's
+    global REGISTRY, which is moved into ours here, so every supported version serves the same series.
+    """
+    try:
+        return reader_class(registry=registry)
+    except TypeError:
+        reader = reader_class()
+        collector = getattr(reader, "_collector", None)
+        if collector is not None:
+            prometheus_client.REGISTRY.unregister(collector)
+            registry.register(collector)
+        return reader
+
+
 def _listen(prometheus_client: Any, host: str, port: int, step: int, registry: Any) -> tuple[Any, int]:
     """Start the scrape server on `port`, else the next free one of ``port + k * step``; raises the first OSError when none is."""
     first: OSError | None = None
@@ -257,5 +274,5 @@ def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str
                 _log.warning("otel-titan: the Prometheus endpoint %s:%d cannot listen (%s), nor the next %d ports of this rank; this rank exports no Prometheus metrics", host, port, error, PORT_TRIES - 1)
                 continue
             out._server, out.prometheus = server, (host, port)
-            out.readers.append(PrometheusMetricReader(registry=registry))
+            out.readers.append(_prometheus_reader(PrometheusMetricReader, prometheus_client, registry))
     return out

@@ -103,7 +103,9 @@ def test_an_uncaught_exception_is_a_crash_with_its_error_line_span_and_step_ever
     code, lines = watch_once(tmp_path, "--exit-on", "hang,crashed,missing")
     (alert,) = alerts(lines, "crashed")
     assert code == 3 and alert["ranks"] == [BAD] and alert["message"] == f"training rank 1 crashed: {crash}", alert
-    assert lines[-1]["states"] == {"crashed": 1, "closed": 1}
+    frame = [line for line in lines if line.get("type") == "frame"][-1]  # the last line is the exit line (--exit-on says why it exits)
+    assert frame["states"] == {"crashed": 1, "closed": 1}
+    assert lines[-1]["type"] == "exit" and lines[-1]["kind"] == "crashed"
 
 
 def test_the_rank_that_crashed_first_is_named_and_the_ranks_terminated_after_it_are_its_victims(tmp_path):

@@ -64,7 +64,7 @@ def test_identical_ranks_print_ties_and_no_straggler(run_dir):
         rank_file(run_dir, rank, [100.0] * 100, world_size=2)
     text = format_summary(summarize_run(run_dir))
     assert "99/99" not in text and "100/100" not in text and "repeatedly slowest" not in text
-    assert "  no straggler: no rank's step time is slower on evidence (≥ 6 steps, a median ≥ 10% and ≥ 3.5 × noise above the others' median)" in text
+    assert "  no straggler: no rank's step time is slower on evidence (≥ 6 steps, a median ≥ 7.5% and ≥ 3.5 × noise (5 × under 10%) above the others' median)" in text
     table = _section(text, "Steps with the largest excess")
     assert all(line.split()[3:] == ["tie", "+0.000"] for line in table[2:])
 

@@ -1,4 +1,4 @@
-"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`).
+"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`, `mcp`).
 
 Exit codes: `ExitCode`, one meaning each, and `_failure`, the one place where
 an error becomes its exit code and its one line on stderr: every command raises,
@@ -20,6 +20,7 @@ import sys
 import textwrap
 import time
 import traceback
+from importlib import resources
 from typing import Callable, NoReturn, Sequence, TextIO
 
 import orjson
@@ -348,7 +349,37 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
     watch.set_defaults(ranks=None, sources=None, run=None)
-    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch}
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the runs' questions to an agent as Model Context Protocol tools (stdio)",
+        description="Serve the runs under FOLDER (default: the current folder) as Model Context Protocol tools over stdio, for an agent "
+        "client (Claude Desktop / Code, any MCP client) that starts it: list_runs, diagnose, process, steps, compare, sql, live, export, "
+        "each answer bounded to a budget of tokens and the records' strings kept as data (docs/agents.md). Needs the MCP SDK "
+        "(in the project's .venv already; elsewhere: pip install 'otel-titan[mcp]'). The guide it serves to agents follows.",
+        epilog=_MCP_EPILOG + _mcp_guide(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mcp.add_argument("folders", metavar="FOLDER", nargs="*", help="folders whose runs are served (a run folder, or a folder of run folders); paths outside them are refused")
+    _add_no_cache(mcp)
+    mcp.set_defaults(ranks=None, sources=None, run=None)
+    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch, "mcp": mcp}
+
+
+_MCP_EPILOG = """\
+register it with a client (Claude Desktop's claude_desktop_config.json, Claude Code's .mcp.json):
+  {"mcpServers": {"otel-titan": {"command": "/path/to/.venv/bin/otel-titan", "args": ["mcp", "/path/to/outputs"]}}}
+or: claude mcp add otel-titan -- /path/to/.venv/bin/otel-titan mcp /path/to/outputs
+
+"""
+
+
+def _mcp_guide() -> str:
+    """The guide the server gives agents (otel_titan/analysis/agents/guide.md), shown by ``otel-titan mcp --help``."""
+    try:
+        return resources.files("otel_titan.analysis.agents").joinpath("guide.md").read_text(encoding="utf-8")
+    except OSError:
+        return "(the guide for agents, otel_titan/analysis/agents/guide.md, is not installed)\n"
 
 
 def _add_no_cache(parser: argparse.ArgumentParser) -> None:
@@ -489,6 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args, command, ranks, sources)
         if args.command == "watch":
             return _watch(args, command)
+        if args.command == "mcp":
+            return _mcp(args)
         return _summarize(args, ranks, sources)
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
@@ -714,6 +747,22 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
     finally:
         for receiver in receivers:
             receiver.stop()
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is printed there)."""
+    from otel_titan.analysis.agents.server import serve  # noqa: PLC0415 - the SDK is imported by this command alone
+
+    folders = args.folders or [os.getcwd()]
+    for folder in folders:
+        if not os.path.isdir(folder):
+            raise UsageError(f"{folder}: not a folder (FOLDER is a run folder, or a folder of run folders)")
+    stop_warnings = _show_warnings()
+    try:
+        serve(folders, cache=not args.no_cache)
+    finally:
+        stop_warnings()
+    return ExitCode.OK
 
 
 def _size(count: int) -> str:

@@ -35,7 +35,6 @@ from otel_titan.analysis.read.filters import parse_rank_list, parse_step_range
 from otel_titan.analysis.read.lines import loads_line
 from otel_titan.analysis.read.records import NotARunError, find_log_dir, read_run
 from otel_titan.analysis.read.runs import select_run
-from otel_titan.analysis.read.safe_text import json_safe
 from otel_titan.analysis.run_analysis import RunAnalysis
 from otel_titan.analysis.watch.loop import Watch, default_trigger
 from otel_titan.schema import META_EVENTS, Field
@@ -149,7 +148,8 @@ class Tools:
         labels = {p["label"] for p in chosen}
         places = [place for place in hang.get("places") or [] if place.get("label") in labels]
         suspects = [s for s in hang.get("suspects") or [] if s.get("label") in labels]
-        files = {p.label: p.files for p in analysis.summary.processes if p.label in labels}
+        log_dir = analysis.summary.log_dir
+        files = {p.label: [os.path.join(log_dir, name) for name in p.files] for p in analysis.summary.processes if p.label in labels}
         last = {label: _last_records(paths, max(0, min(records, 50))) for label, paths in files.items()}
         data = {"processes": chosen, "hang_places": places, "hang_suspect": suspects, "last_records": last}
         about = "One rank's process: state, last step and event, open spans (outermost first), its place in the hang and black box, its last records (newest last)."
@@ -173,7 +173,8 @@ class Tools:
         """One rank against its peers: the median step and phase times of each from the step table, and the model's straggler findings on it."""
         path = self.resolve(run)
         analysis = self._analysis(path, run_id)
-        findings = [_finding(f) for f in analysis.stragglers() if f.rank == rank]
+        # In the order and form summarize --json gives them (its findings, per source and attempt).
+        findings = [f for group in analysis.to_json().get("stragglers") or [] for f in group.get("findings") or [] if f.get("rank") == rank]
         rows = analysis.steps().rows
         mine = [r for r in rows if r.rank == rank]
         if not mine:
@@ -310,10 +311,6 @@ def schema_resource() -> dict[str, Any]:
     fields = sorted({value for name, value in vars(Field).items() if name.isupper() and isinstance(value, str)})
     return {"record_fields": fields, "logger_records": sorted(META_EVENTS), "sql_record_columns": RECORD_COLUMNS, "sql_views": VIEW_HELP,
             "docs": "docs/schema.md and docs/sql.md of otel-titan describe every field and view"}
-
-
-def _finding(finding: Any) -> dict[str, Any]:
-    return json_safe(dataclasses.asdict(finding)) if dataclasses.is_dataclass(finding) else dict(finding)
 
 
 def _medians(mine: list[Any], theirs: list[Any]) -> dict[str, dict[str, float | None]]:

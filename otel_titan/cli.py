@@ -20,7 +20,6 @@ import sys
 import textwrap
 import time
 import traceback
-from importlib import resources
 from typing import Callable, NoReturn, Sequence, TextIO
 
 import orjson
@@ -40,6 +39,7 @@ from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
+from otel_titan.analysis.agents.server import guide_text, serve
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 from otel_titan.receive import OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, parse_address, receive_facts
 
@@ -377,7 +377,7 @@ or: claude mcp add otel-titan -- /path/to/.venv/bin/otel-titan mcp /path/to/outp
 def _mcp_guide() -> str:
     """The guide the server gives agents (otel_titan/analysis/agents/guide.md), shown by ``otel-titan mcp --help``."""
     try:
-        return resources.files("otel_titan.analysis.agents").joinpath("guide.md").read_text(encoding="utf-8")
+        return guide_text()
     except OSError:
         return "(the guide for agents, otel_titan/analysis/agents/guide.md, is not installed)\n"
 
@@ -750,9 +750,7 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is printed there)."""
-    from otel_titan.analysis.agents.server import serve  # noqa: PLC0415 - the SDK is imported by this command alone
-
+    """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is printed there); the SDK is imported here alone."""
     folders = args.folders or [os.getcwd()]
     for folder in folders:
         if not os.path.isdir(folder):

@@ -753,6 +753,8 @@ def _mcp(args: argparse.Namespace) -> int:
     """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is printed there); the SDK is imported here alone."""
     folders = args.folders or [os.getcwd()]
     for folder in folders:
+        if not os.path.exists(folder):
+            raise UsageError(f"{folder}: no such file or directory")  # as every command says it
         if not os.path.isdir(folder):
             raise UsageError(f"{folder}: not a folder (FOLDER is a run folder, or a folder of run folders)")
     stop_warnings = _show_warnings()

@@ -357,6 +357,7 @@ def test_a_real_torchrun_hang_is_named_live_then_diagnosed_as_summarize_does(tmp
     # live: watch's detector named the culprit alone, within its own latency (the silence it waits for, plus the polls).
     assert alert["ranks"] == [1], alert
     since, detected = (time.mktime(time.strptime(alert[k][:19], "%Y-%m-%dT%H:%M:%S")) for k in ("since_utc", "detected_utc"))
+    print(f"live named rank 1 {detected - since:.0f} s after its last progress (watch's hang_after_s: {frame['hang_after_s']}; polled every 2 s, under load)")
     assert detected - since <= frame["hang_after_s"] + 3 * 2.0 + 1, (alert, frame["hang_after_s"])
     # diagnose: the same suspects as summarize --json, with the culprit's line of code.
     suspects = diagnosis["data"]["hang"]["suspects"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import statistics
 import threading
@@ -73,7 +74,7 @@ class Tools:
         self.cache = cache
         self._lock = threading.Lock()
         self._analyses: dict[tuple, tuple[tuple, RunAnalysis]] = {}
-        self._watches: dict[str, Watch] = {}
+        self._watches: dict[str, tuple[threading.Lock, Watch]] = {}
 
     # -- runs ---------------------------------------------------------------------------------------
     def resolve(self, run: str) -> str:
@@ -215,7 +216,8 @@ class Tools:
             try:
                 result = con.execute(query)
             except duckdb.Error as error:
-                raise ToolInputError(f"DuckDB refused the query: {error}") from error
+                # DuckDB's message can quote a value of the records (a cast that failed): as a JSON string, never as our prose.
+                raise ToolInputError(f"DuckDB refused the query; its message, as a JSON string: {json.dumps(str(error), ensure_ascii=False)}") from error
             names = [d[0] for d in result.description or []]
             rows = [dict(zip(names, row)) for row in result.fetchmany(max_rows + 1)]
         finally:
@@ -231,11 +233,13 @@ class Tools:
         """watch's current frame and alerts (its `Watch`, the same detector), one refresh per call; the watcher is kept between calls."""
         path = self.resolve(run)
         with self._lock:
-            watch = self._watches.get(path)
-            if watch is None:
+            held = self._watches.get(path)
+            if held is None:
                 trigger = default_trigger(find_log_dir(path)[0]) if request_black_boxes else None
-                watch = self._watches[path] = Watch(path, trigger=trigger)
-        frame, events = watch.refresh()
+                held = self._watches[path] = (threading.Lock(), Watch(path, trigger=trigger))
+        lock, watch = held
+        with lock:  # the SDK runs calls in threads: two polls of one run must not interleave in its follower and detector
+            frame, events = watch.refresh()
         data = {"frame": frame, "events": events}
         about = ("watch's frame: states, steps, the alerts active now (hang, crashed, terminated, missing, slow) with evidence and cost. "
                  "A hang is confirmed over refreshes: call live again every few seconds (hang_after_s says how long a silence must last).")

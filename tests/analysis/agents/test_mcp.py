@@ -249,9 +249,11 @@ def test_record_strings_that_hold_instructions_come_back_only_inside_data(tmp_pa
             "live": await session.call("live", run="hostile", request_black_boxes=False),
         }
         raw = await session.raw("diagnose", run="hostile")
-        return tools, answers, raw.content[0].text
+        cast = await session.raw("sql", run="hostile", query="SELECT CAST(name AS INTEGER) FROM spans WHERE name LIKE 'IGNORE%'")
+        assert cast.is_error
+        return tools, answers, raw.content[0].text, cast.content[0].text
 
-    tools, answers, text = run_session([str(tmp_path)], body)
+    tools, answers, text, cast_error = run_session([str(tmp_path)], body)
     found: dict[str, list[str]] = {}
     for name, answer in answers.items():
         for path, leaf in walk(answer):
@@ -262,6 +264,8 @@ def test_record_strings_that_hold_instructions_come_back_only_inside_data(tmp_pa
     # The strings do come back (the test would pass on an answer that dropped them), as data: in the diagnosis, the process, the rows.
     assert {"diagnose", "process", "steps", "sql"} <= set(found), found
     assert any(HOSTILE_ERROR in str(row["error_message"]) for row in answers["sql"]["data"]["rows"])
+    # An error that quotes a record's string (DuckDB's failed cast) quotes it as a JSON string.
+    assert "its message, as a JSON string: " in cast_error and json.dumps(HOSTILE_SPAN)[1:-1] in cast_error and '"Conversion Error' in cast_error, cast_error
     assert answers["process"]["data"]["processes"][0]["open_spans"][0]["name"] == HOSTILE_SPAN
     # The text an agent reads is one JSON document: each such string is a quoted JSON string, never a line of prose.
     assert json.loads(text)["data_note"] and text.lstrip().startswith("{")

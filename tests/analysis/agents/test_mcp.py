@@ -381,3 +381,33 @@ def test_a_folder_that_is_not_there_is_said_as_every_command_says_it(tmp_path):
                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
         assert result.returncode == 2 and result.stdout == "", result
         assert result.stderr.splitlines()[-1].startswith(f"otel-titan: error: {path}: {why}"), result.stderr
+
+
+def test_a_hand_written_straggler_run_is_diagnosed_and_compared_as_summarize_does(tmp_path):
+    """tests/analysis/runs.py's files, record for record as the library writes them: 8 ranks, rank 3's data_fetch 12 ms longer on every step."""
+    from tests.analysis.runs import jittered, rank_file
+
+    run = tmp_path / "eight"
+    for rank in range(8):
+        fetch = jittered([20.0] * 24, 0.3, seed=rank, offset=12.0 if rank == 3 else 0.0)
+        rank_file(run, rank, [f + 80.0 for f in fetch], phases={"data_fetch": fetch, "fwd_bwd": [70.0] * 24})
+    cli_json = summarize_json(run)
+
+    async def body(session):
+        return await session.call("diagnose", run="eight"), await session.call("compare", run="eight", rank=3)
+
+    diagnosis, compare = run_session([str(tmp_path)], body)
+    findings = [f for group in cli_json["stragglers"] for f in group["findings"]]
+    assert diagnosis["data"]["stragglers"] == findings and diagnosis["data"]["headline"]["diagnosis"] == cli_json["headline"]["diagnosis"]
+    assert [f["rank"] for f in findings if f["verdict"] == "straggler"][:1] == [3], findings
+    assert compare["data"]["findings"] == [f for f in findings if f["rank"] == 3]
+    assert compare["data"]["medians_ms"]["data_fetch"]["rank_ms"] - compare["data"]["medians_ms"]["data_fetch"]["peers_ms"] > 10
+
+
+def test_without_the_sdk_the_command_says_what_to_install(tmp_path):
+    code = ("import sys; sys.modules['mcp'] = None; sys.modules['mcp.server'] = None; sys.modules['mcp.server.mcpserver'] = None; "
+            f"from otel_titan.cli import main; sys.exit(main(['mcp', {str(tmp_path)!r}]))")
+    result = processes.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                           stdin=subprocess.DEVNULL)
+    assert result.returncode == 5 and result.stdout == "", result
+    assert "pip install 'otel-titan[mcp]'" in result.stderr.splitlines()[-1], result.stderr

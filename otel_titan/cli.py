@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import enum
+import ipaddress
 import logging
 import os
+import secrets
 import sys
 import textwrap
 import time
@@ -39,8 +41,8 @@ from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
-from otel_titan.analysis.agents.server import guide_text, serve
-from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
+from otel_titan.analysis.agents.server import guide_text, serve, serve_http
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_MCP_TOKEN
 from otel_titan.receive import OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, parse_address, receive_facts
 
 __all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
@@ -361,6 +363,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     mcp.add_argument("folders", metavar="FOLDER", nargs="*", help="folders whose runs are served (a run folder, or a folder of run folders); paths outside them are refused")
+    mcp.add_argument("--http", metavar="HOST:PORT",
+                     help=f"serve over streamable HTTP on a loopback address (127.0.0.1:8765; port 0: any free one) instead of stdio; every request "
+                     f"must carry Authorization: Bearer ${OTEL_TITAN_MCP_TOKEN} (unset: a random token, printed on stderr with the URL)")
     _add_no_cache(mcp)
     mcp.set_defaults(ranks=None, sources=None, run=None)
     return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch, "mcp": mcp}
@@ -757,12 +762,40 @@ def _mcp(args: argparse.Namespace) -> int:
             raise UsageError(f"{folder}: no such file or directory")  # as every command says it
         if not os.path.isdir(folder):
             raise UsageError(f"{folder}: not a folder (FOLDER is a run folder, or a folder of run folders)")
+    address = _loopback(args.http) if args.http is not None else None
     stop_warnings = _show_warnings()
     try:
-        serve(folders, cache=not args.no_cache)
+        if address is None:
+            serve(folders, cache=not args.no_cache)
+        else:
+            token = os.environ.get(OTEL_TITAN_MCP_TOKEN, "").strip()
+            told = "" if token else None
+            token = token or secrets.token_urlsafe(24)
+
+            def announce(url: str) -> None:
+                bearer = f"the token in ${OTEL_TITAN_MCP_TOKEN}" if told is not None else f"token {token}"
+                sys.stderr.write(f"mcp: serving {printable(', '.join(folders))} on {url}; every request needs Authorization: Bearer ({bearer})\n")
+                sys.stderr.flush()
+
+            serve_http(folders, address[0], address[1], token, cache=not args.no_cache, announce=announce)
     finally:
         stop_warnings()
     return ExitCode.OK
+
+
+def _loopback(text: str) -> tuple[str, int]:
+    """``--http HOST:PORT`` on a loopback address only (127.0.0.0/8, ::1, localhost): the tools read the runs, and a token is no firewall."""
+    try:
+        host, port = parse_address(text, default_host="127.0.0.1")
+    except ValueError as error:
+        raise UsageError(f"--http: {error}") from error
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UsageError(f"--http: {host} is not a loopback address (127.0.0.1, ::1 or localhost): the server answers about the runs of whoever starts it")
+    return ("127.0.0.1" if host == "localhost" else host), port
 
 
 def _size(count: int) -> str:

@@ -1,4 +1,4 @@
-"""`otel-titan mcp`: the run's questions as Model Context Protocol tools, on the official SDK (PyPI ``mcp``), over stdio.
+"""`otel-titan mcp`: the run's questions as Model Context Protocol tools, on the official SDK (PyPI ``mcp``), over stdio or loopback HTTP.
 
 The SDK (`mcp.server.mcpserver.MCPServer`) does the protocol: the
 handshake, each tool's JSON schema (from the signatures and `Field`
@@ -12,8 +12,10 @@ alone (the SDK is an optional extra: ``pip install 'otel-titan[mcp]'``).
 # No `from __future__ import annotations`: the tools' annotations are evaluated where they are defined, with the SDK's
 # `Field` imported inside `build_server` (the SDK reads them to make each tool's JSON schema).
 
+import hmac
+import socket
 from importlib import resources
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Awaitable, Callable
 
 import orjson
 
@@ -24,7 +26,7 @@ from otel_titan.analysis.query.sql import VIEW_HELP, MissingDependencyError
 from otel_titan.analysis.read.records import NoRecordsError, NotARunError
 from otel_titan.analysis.read.safe_text import json_bytes
 
-__all__ = ["GUIDE_URI", "SCHEMA_URI", "build_server", "guide_text", "require_sdk", "serve", "INSTALL_HINT"]
+__all__ = ["GUIDE_URI", "SCHEMA_URI", "build_server", "guide_text", "require_sdk", "serve", "serve_http", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'otel-titan[mcp]'"
 GUIDE_URI = "otel-titan://guide"
@@ -103,6 +105,7 @@ def build_server(folders: list[str], *, cache: bool = True) -> Any:
     server = MCPServer(
         name="otel-titan",
         version=__version__,
+        log_level="WARNING",  # the SDK's own INFO lines (a session started) are noise on the client's stderr
         instructions="Tools over otel-titan training runs (per-rank structured logs): start with list_runs, then diagnose; read the guide "
         f"resource {GUIDE_URI} for when to call which tool and how to read a verdict. {DATA_NOTE}",
     )
@@ -210,3 +213,39 @@ def build_server(folders: list[str], *, cache: bool = True) -> Any:
 def serve(folders: list[str], *, cache: bool = True) -> None:
     """Serve `folders` over stdio until the client closes the pipe."""
     build_server(folders, cache=cache).run("stdio")
+
+
+def serve_http(folders: list[str], host: str, port: int, token: str, *, cache: bool = True, announce: Callable[[str], None] = print) -> None:
+    """Serve `folders` over streamable HTTP on `host`:`port` (loopback: the caller checks) until interrupted; every request must carry `token`.
+
+    The socket is bound here, so that port 0 gets a free port; `announce` is
+    told the endpoint's URL once it accepts connections.
+    """
+    import uvicorn  # noqa: PLC0415 - the SDK's own dependency
+
+    app = _bearer_only(build_server(folders, cache=cache).streamable_http_app(host=host), token)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(64)
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    announce(f"http://{shown}:{sock.getsockname()[1]}/mcp")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=[sock])
+
+
+def _bearer_only(app: Callable[..., Awaitable[None]], token: str) -> Callable[..., Awaitable[None]]:
+    """`app`, answering 401 to any HTTP request without ``Authorization: Bearer <token>`` (compared in constant time)."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = next((value for name, value in scope.get("headers") or [] if name == b"authorization"), b"")
+            if not hmac.compare_digest(given, expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"otel-titan mcp: this server needs its bearer token (Authorization: Bearer TOKEN)\n"})
+                return
+        await app(scope, receive, send)
+
+    return guarded

@@ -411,3 +411,43 @@ def test_without_the_sdk_the_command_says_what_to_install(tmp_path):
                            stdin=subprocess.DEVNULL)
     assert result.returncode == 5 and result.stdout == "", result
     assert "pip install 'otel-titan[mcp]'" in result.stderr.splitlines()[-1], result.stderr
+
+
+def test_streamable_http_on_loopback_answers_only_with_the_token(runs, tmp_path):
+    import anyio
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = "ot-mcp-test-token-" + os.urandom(6).hex()
+    server = subprocess.Popen([sys.executable, "-m", "otel_titan.cli", "mcp", "--http", "127.0.0.1:0", str(runs)], cwd=REPO, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO), "OTEL_TITAN_MCP_TOKEN": token})
+    try:
+        line = server.stderr.readline()
+        url = re.search(r"on (http://127\.0\.0\.1:\d+/mcp);", line)
+        assert url and token not in line, line  # a token given in the environment is not printed
+        url = url.group(1)
+
+        async def main():
+            async with httpx2.AsyncClient() as bare:
+                refused = await bare.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+                wrong = await bare.post(url, json={}, headers={"Authorization": "Bearer not-it"})
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as client:
+                async with streamable_http_client(url, http_client=client) as (read, write, *_):
+                    async with ClientSession(read, write) as session:
+                        await session.initialize()
+                        names = sorted(tool.name for tool in (await session.list_tools()).tools)
+                        result = await session.call_tool("diagnose", {"run": "hung"})
+            return refused.status_code, wrong.status_code, names, json.loads(result.content[0].text)
+
+        refused, wrong, names, diagnosis = anyio.run(main)
+    finally:
+        processes.kill_tree(server, timeout=30)
+        server.stdout.close()
+        server.stderr.close()
+    assert (refused, wrong) == (401, 401)
+    assert names == sorted(TOOL_NAMES)
+    assert [s["rank"] for s in diagnosis["data"]["hang"]["suspects"]] == [HUNG[0]]
+    result = processes.run([sys.executable, "-m", "otel_titan.cli", "mcp", "--http", "0.0.0.0:0", str(runs)], capture_output=True, text=True, timeout=60,
+                           cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "not a loopback address" in result.stderr.splitlines()[-1], result.stderr

@@ -354,9 +354,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
 
     mcp = commands.add_parser(
         "mcp",
-        help="serve the runs' questions to an agent as Model Context Protocol tools (stdio)",
+        help="serve the runs' questions to an agent as Model Context Protocol tools (stdio, or loopback HTTP)",
         description="Serve the runs under FOLDER (default: the current folder) as Model Context Protocol tools over stdio, for an agent "
-        "client (Claude Desktop / Code, any MCP client) that starts it: list_runs, diagnose, process, steps, compare, sql, live, export, "
+        "client (Claude Desktop / Code, any MCP client) that starts it, or with --http over streamable HTTP on loopback: list_runs, diagnose, process, steps, compare, sql, live, export, "
         "each answer bounded to a budget of tokens and the records' strings kept as data (docs/agents.md). Needs the MCP SDK "
         "(in the project's .venv already; elsewhere: pip install 'otel-titan[mcp]'). The guide it serves to agents follows.",
         epilog=_MCP_EPILOG + _mcp_guide(),

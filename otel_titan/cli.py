@@ -1,4 +1,4 @@
-"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`).
+"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`, `mcp`).
 
 Exit codes: `ExitCode`, one meaning each, and `_failure`, the one place where
 an error becomes its exit code and its one line on stderr: every command raises,
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import enum
+import ipaddress
 import logging
 import os
+import secrets
 import sys
 import textwrap
 import time
@@ -40,7 +42,8 @@ from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.read.safe_text import json_bytes, printable
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.summarize import summary_json
-from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_WATCH_TOKEN
+from otel_titan.analysis.agents.server import guide_text, serve, serve_http
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_MCP_TOKEN, OTEL_TITAN_WATCH_TOKEN
 from otel_titan.receive import (Limits, OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, is_loopback, parse_address, raise_open_files_limit,
                                 receive_facts, server_tls)
 
@@ -377,7 +380,40 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
     watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
     watch.set_defaults(ranks=None, sources=None, run=None)
-    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch}
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the runs' questions to an agent as Model Context Protocol tools (stdio, or loopback HTTP)",
+        description="Serve the runs under FOLDER (default: the current folder) as Model Context Protocol tools over stdio, for an agent "
+        "client (Claude Desktop / Code, any MCP client) that starts it, or with --http over streamable HTTP on loopback: list_runs, diagnose, process, steps, compare, sql, live, export, "
+        "each answer bounded to a budget of tokens and the records' strings kept as data (docs/agents.md). Needs the MCP SDK "
+        "(in the project's .venv already; elsewhere: pip install 'otel-titan[mcp]'). The guide it serves to agents follows.",
+        epilog=_MCP_EPILOG + _mcp_guide(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mcp.add_argument("folders", metavar="FOLDER", nargs="*", help="folders whose runs are served (a run folder, or a folder of run folders); paths outside them are refused")
+    mcp.add_argument("--http", metavar="HOST:PORT",
+                     help=f"serve over streamable HTTP on a loopback address (127.0.0.1:8765; port 0: any free one) instead of stdio; every request "
+                     f"must carry Authorization: Bearer ${OTEL_TITAN_MCP_TOKEN} (unset: a random token, printed on stderr with the URL)")
+    _add_no_cache(mcp)
+    mcp.set_defaults(ranks=None, sources=None, run=None)
+    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch, "mcp": mcp}
+
+
+_MCP_EPILOG = """\
+register it with a client (Claude Desktop's claude_desktop_config.json, Claude Code's .mcp.json):
+  {"mcpServers": {"otel-titan": {"command": "/path/to/.venv/bin/otel-titan", "args": ["mcp", "/path/to/outputs"]}}}
+or: claude mcp add otel-titan -- /path/to/.venv/bin/otel-titan mcp /path/to/outputs
+
+"""
+
+
+def _mcp_guide() -> str:
+    """The guide the server gives agents (otel_titan/analysis/agents/guide.md), shown by ``otel-titan mcp --help``."""
+    try:
+        return guide_text()
+    except OSError:
+        return "(the guide for agents, otel_titan/analysis/agents/guide.md, is not installed)\n"
 
 
 def _add_no_cache(parser: argparse.ArgumentParser) -> None:
@@ -518,6 +554,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args, command, ranks, sources)
         if args.command == "watch":
             return _watch(args, command)
+        if args.command == "mcp":
+            return _mcp(args)
         return _summarize(args, command, ranks, sources)
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
@@ -824,6 +862,50 @@ def _duration(text: str) -> float:
         return parse_seconds(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is printed there); the SDK is imported here alone."""
+    folders = args.folders or [os.getcwd()]
+    for folder in folders:
+        if not os.path.exists(folder):
+            raise UsageError(f"{folder}: no such file or directory")  # as every command says it
+        if not os.path.isdir(folder):
+            raise UsageError(f"{folder}: not a folder (FOLDER is a run folder, or a folder of run folders)")
+    address = _loopback(args.http) if args.http is not None else None
+    stop_warnings = _show_warnings()
+    try:
+        if address is None:
+            serve(folders, cache=not args.no_cache)
+        else:
+            token = os.environ.get(OTEL_TITAN_MCP_TOKEN, "").strip()
+            told = "" if token else None
+            token = token or secrets.token_urlsafe(24)
+
+            def announce(url: str) -> None:
+                bearer = f"the token in ${OTEL_TITAN_MCP_TOKEN}" if told is not None else f"token {token}"
+                sys.stderr.write(f"mcp: serving {printable(', '.join(folders))} on {url}; every request needs Authorization: Bearer ({bearer})\n")
+                sys.stderr.flush()
+
+            serve_http(folders, address[0], address[1], token, cache=not args.no_cache, announce=announce)
+    finally:
+        stop_warnings()
+    return ExitCode.OK
+
+
+def _loopback(text: str) -> tuple[str, int]:
+    """``--http HOST:PORT`` on a loopback address only (127.0.0.0/8, ::1, localhost): the tools read the runs, and a token is no firewall."""
+    try:
+        host, port = parse_address(text, default_host="127.0.0.1")
+    except ValueError as error:
+        raise UsageError(f"--http: {error}") from error
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UsageError(f"--http: {host} is not a loopback address (127.0.0.1, ::1 or localhost): the server answers about the runs of whoever starts it")
+    return ("127.0.0.1" if host == "localhost" else host), port
 
 
 def _size(count: int) -> str:

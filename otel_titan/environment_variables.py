@@ -48,6 +48,7 @@ __all__ = [
     "OTEL_TITAN_OTLP_RECORDS",
     "OTEL_TITAN_OTLP_RECORDS_QUEUE",
     "OTEL_TITAN_OTLP_RECORDS_DELAY_MS",
+    "OTEL_TITAN_MCP_TOKEN",
     "OTEL_TITAN_WATCH_TOKEN",
     "ALL",
 ]
@@ -221,6 +222,15 @@ OTEL_TITAN_HOST_METRICS = "OTEL_TITAN_HOST_METRICS"
 """``0``, ``false``, ``no`` or ``off``: no host gauges (CPU, memory, network, disk, GPUs) from local rank 0.
 
 Default: on (local rank 0 of each host only). Read in `otel_titan.exporters.metrics`.
+"""
+
+# -- the agents' server ------------------------------------------------------------------------------
+
+OTEL_TITAN_MCP_TOKEN = "OTEL_TITAN_MCP_TOKEN"
+"""The bearer token ``otel-titan mcp --http`` requires of every request (``Authorization: Bearer TOKEN``).
+
+Default: unset: a random token is made at start and printed on stderr with the
+URL. Never used over stdio. Read in `otel_titan.cli`.
 """
 
 #: Every variable above, in this module's order (docs/configuration.md's table lists the same).

@@ -231,8 +231,12 @@ def test_toy_run_summary_finds_the_data_fetch_straggler():
     assert phases["gc_collect"].count == phases["checkpoint"].count == 2 * (TOY_STEPS // 4)
     assert phases["data_fetch"].slowest_rank == 1 and phases["data_fetch"].max_ms >= SLOW_MS
     (group,) = summary.stragglers
-    (first,) = [f for f in group.findings if f.kind == "phase"]  # the cause, not the wait; two ranks: a difference, nobody blamed
+    # The cause, not the wait; two ranks: a difference, nobody blamed. Since the bar is 7.5 % (issue 26's one bar), a
+    # real few-percent difference of rank 1's own (its forward right after the sleep) can be shown too, never rank 0's.
+    phase = [f for f in group.findings if f.kind == "phase"]
+    first = max(phase, key=lambda f: f.excess_ms)
     assert (first.what, first.rank, first.verdict) == ("data_fetch", 1, "difference") and first.excess_ms >= SLOW_MS * 0.9
+    assert all(f.rank == 1 and f.verdict == "difference" for f in phase), [(f.what, f.rank, f.verdict) for f in phase]
     assert len(group.steps) == TOY_STEPS - 1
 
 
@@ -575,7 +579,9 @@ def test_toy_run_shows_the_data_fetch_difference_and_never_blames_the_rank_waiti
     backward = {r.rank: r for r in compare_ranks(_phase_times(toy_run(), "backward"))[1]}
     assert backward[0].median_excess_ms >= SLOW_MS * 0.5  # rank 0's backward holds the wait ...
     # ... and is not blamed for it; with two ranks nobody is (no majority), the difference is shown
-    assert group.phase_stragglers == [] and [(f.kind, f.what, f.rank, f.verdict) for f in group.findings] == [("phase", "data_fetch", 1, "difference")]
+    # (Rank 1's own forward, right after its sleep, may also show a few-percent difference at the 7.5 % bar: never rank 0's.)
+    assert group.phase_stragglers == [] and group.findings[0].what == "data_fetch"
+    assert all((f.kind, f.rank, f.verdict) == ("phase", 1, "difference") for f in group.findings), [(f.kind, f.what, f.rank, f.verdict) for f in group.findings]
     assert group.findings[0].lateness_ms >= SLOW_MS * 0.9 and group.findings[0].headline
     look_first = format_summary(summary).split("Where the processes stopped")[0]
     assert "straggler:" not in look_first and "ranks differ (2 ranks: no majority, nobody blamed): training rank 1 vs rank 0: data_fetch" in look_first

@@ -66,7 +66,7 @@ def test_the_wheel_s_name_and_metadata_are_what_pyproject_declares(wheel):
     declared = {str(Requirement(text)) for text in project["dependencies"]}
     declared |= {str(Requirement(f"{text}; extra == {extra!r}".replace("'", '"'))) for extra, texts in project["optional-dependencies"].items() for text in texts}
     assert required == declared
-    assert set(metadata.get_all("Provides-Extra")) == set(project["optional-dependencies"]) == {"torch", "analysis", "metrics", "cluster"}
+    assert set(metadata.get_all("Provides-Extra")) == set(project["optional-dependencies"]) == {"torch", "analysis", "metrics", "cluster", "mcp"}
 
 
 def test_the_wheel_holds_the_package_its_license_and_the_command_and_nothing_else(wheel):
@@ -77,7 +77,7 @@ def test_the_wheel_holds_the_package_its_license_and_the_command_and_nothing_els
         assert b"Apache License\n" in archive.read(f"{dist_info}/licenses/LICENSE")
         entry_points = archive.read(f"{dist_info}/entry_points.txt").decode()
     assert re.search(r"^\[console_scripts\]\notel-titan = otel_titan\.cli:main$", entry_points, flags=re.M), entry_points
-    package = {name for name in _checkout_files() if name.startswith("otel_titan/") and (name.endswith(".py") or name == "otel_titan/py.typed")}
+    package = {name for name in _checkout_files() if name.startswith("otel_titan/") and (name.endswith(".py") or name in ("otel_titan/py.typed", "otel_titan/analysis/agents/guide.md"))}
     assert package <= names, sorted(package - names)
     assert {name for name in names if not name.startswith(dist_info + "/")} == package
 

@@ -21,6 +21,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.core import capture, step_context
+from otel_titan.exporters import otlp
 from otel_titan.structured_logger import sigterm
 from tests.helpers import process_check, processes
 
@@ -60,6 +61,7 @@ def _clean_logger_state() -> Iterator[None]:
     sigterm.reset()
     step_context._reset_for_tests()
     capture._current_span.set(None)
+    otlp._quiet.reset()  # the exporters' once-a-minute memory is per process: one test's line must not hold back the next's
     yield
     sl.shutdown_structured_logger()
     sigterm.reset()

@@ -105,6 +105,12 @@ class _ExporterLogFilter(logging.Filter):
         self._held: dict[tuple[Any, ...], int] = {}
         self._lock = threading.Lock()
 
+    def reset(self) -> None:
+        """Forget what passed and what was held back (a fresh minute for every message and signal)."""
+        with self._lock:
+            self._last.clear()
+            self._held.clear()
+
     @staticmethod
     def secrets() -> list[str]:
         """Header values of the standard variables (read each time: tests and users change them)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 import array
 import collections
 import enum
+import gc
 import inspect
 import types
 from typing import Any, Iterable
@@ -131,6 +132,17 @@ class PlainCodec:
     # -- reading --------------------------------------------------------------------------------------
     def decode(self, data: bytes) -> Any:
         """What `encode` wrote; `PlainDataError` for anything else (nothing in `data` is ever run)."""
+        # Decoding only makes containers that stay alive (no garbage to find): the cyclic collector is paused meanwhile,
+        # or it would scan the graph being built every 700 allocations (~10 % of a 1,024-rank entry's load).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._decode(data)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _decode(self, data: bytes) -> Any:
         try:
             top = self._decoder.decode(data)
         except (msgspec.DecodeError, ValueError, TypeError) as error:

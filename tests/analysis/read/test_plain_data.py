@@ -115,3 +115,23 @@ def test_only_the_codecs_classes_and_plain_attributes_are_ever_made() -> None:
         codec.encode({"x": object()})  # not one of its classes: refused on writing, never pickled
     with pytest.raises(TypeError):
         PlainCodec([collections.OrderedDict])  # rebuilt only by running its own code
+
+
+def test_decoding_gives_the_cyclic_collector_back_as_it_found_it() -> None:
+    """The collector is paused while a graph is built (nothing in it is garbage): on again after, after a miss too; left off if it was off."""
+    import gc
+
+    codec = PlainCodec([Span])
+    data = codec.encode({"span": Span("fwd", Span("step"))})
+    original = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for payload in (data, b"\xc1", msgspec.msgpack.encode([1, ["other:Class"], None]), msgspec.msgpack.encode([1, [f"{Span.__module__}:{Span.__qualname__}"], [0, 9]])):
+                try:
+                    assert codec.decode(payload)["span"].parent.name == "step"
+                except PlainDataError:
+                    assert payload != data
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if original else gc.disable)()

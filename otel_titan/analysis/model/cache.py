@@ -5,9 +5,9 @@ its last complete line (`model.collect.ProcessRead`: the timeline's open
 spans and current step, the collector's accumulators for this process, its
 summary so far, the lines it skipped), as plain data (`read.plain_data`:
 MessagePack that is read without running anything, never pickle). Facts on the clocks as
-written: clock alignment, the hang and the headline are computed again from
-the facts on every command, so ``--no-align`` needs no new read (the
-stragglers, the costly verdict, are kept per question: below).
+written: the hang and the headline are computed again from the facts on
+every command, so ``--no-align`` needs no new read (the stragglers and the
+clock fit, the costly ones, are kept per question: below).
 
 Keyed by content (`read.content.ContentKey`: per segment, the length up to
 its last complete line and hashes of its first and last 16 KiB), never by
@@ -32,9 +32,10 @@ an unchanged run is then one entry read and no per-process work (on a
 parallel filesystem, where each file opened costs a round trip to the
 metadata server, that is the difference).
 
-The verdicts drawn from those facts (the stragglers: a few seconds at
-1,024 ranks) are kept too, one entry per question (``run-*-<question>.verdicts``:
-the options that shape them, ``--steps`` and ``--no-align``), keyed by the same
+The costly verdicts drawn from those facts (the stragglers, a few seconds at
+1,024 ranks, and the clock fit they start from) are kept too, one entry per
+question (``run-*-<question>.verdicts``: the clocks; the stragglers per
+``--steps`` and ``--no-align``), keyed by the same
 content keys and version: they are what the rules make of exactly those facts,
 so a changed rule (a new `cache_version`) or a changed file misses, and they
 are drawn again (`lookup_verdicts`).

@@ -569,7 +569,7 @@ def read_model(
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
-    alignment = estimate_offsets(spans for _, spans in collector.closing)
+    alignment = _kept_alignment(facts_entry, collector)
     if not align and alignment.applied:
         # The times stay as written; evidence measured on each rank's own clock (`model.stragglers`) still stands.
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
@@ -655,7 +655,7 @@ class ProcessRead:
 def _cached_classes() -> list[type]:
     return [ProcessRead, _Collector, _PhaseAcc, _Observed, HangTracker, ProcessLog, ClosingSpans, StepFigures, ConfigDrift, DriftFinding,
             ScalarSteps, ProcessSummary, OpenSpanInfo, StepCloser, WalkState, OpenSpan, SkippedLines,
-            Stragglers, StepTimes, RankSlowness, StragglerFinding]  # the kept verdicts (`_kept_stragglers`)
+            Stragglers, StepTimes, RankSlowness, StragglerFinding, ClockAlignment]  # the kept verdicts (`_kept_stragglers`, `_kept_alignment`)
 
 
 @lru_cache(maxsize=1)
@@ -1227,6 +1227,26 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: St
         _legacy_lists(result, collector, source)
         out.append(result)
     return out
+
+
+#: The question of the kept clock alignment (`_kept_alignment`): it depends on the facts alone (``--no-align`` is applied after).
+CLOCKS_QUESTION = "clocks"
+
+
+def _kept_alignment(facts_entry: list[Any], collector: _Collector) -> ClockAlignment:
+    """`clocks.estimate_offsets` of the step-closing spans, kept beside the merged facts as the stragglers are (`_kept_stragglers`)."""
+    if not facts_entry:
+        return estimate_offsets(spans for _, spans in collector.closing)
+    store, processes, keys = facts_entry[0]
+    payload = store.lookup_verdicts(processes, keys, CLOCKS_QUESTION)
+    kept = load_cached(payload) if payload is not None else None
+    if type(kept) is ClockAlignment:
+        return kept
+    found = estimate_offsets(spans for _, spans in collector.closing)
+    blob = dump_cached(found)
+    if blob is not None:
+        store.save_verdicts(processes, keys, CLOCKS_QUESTION, blob)
+    return found
 
 
 def stragglers_question(step_range: StepRange | None, align: bool) -> str:

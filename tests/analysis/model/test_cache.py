@@ -457,7 +457,7 @@ def test_a_cached_read_comes_back_object_for_object(tmp_path: Path) -> None:
 def test_the_stragglers_are_kept_per_question_and_drawn_again_when_a_file_changes(run: Path) -> None:
     """The verdicts are kept beside the facts (one entry per --steps/--no-align), answered from on the next command, and missed once a file changes."""
     from otel_titan.analysis.model.cache import segment_keys
-    from otel_titan.analysis.model.collect import dump_cached, load_cached, stragglers_question
+    from otel_titan.analysis.model.collect import CLOCKS_QUESTION, dump_cached, load_cached, stragglers_question
     from otel_titan.analysis.read.filters import StepRange
 
     full = _full(run)
@@ -465,10 +465,10 @@ def test_the_stragglers_are_kept_per_question_and_drawn_again_when_a_file_change
     unaligned = _timeless(summarize_run(run, log_skipped=False, cache=False, align=False).to_dict())
     assert full["stragglers"] and narrowed["stragglers"] != full["stragglers"]
     assert _summary(run) == full and _summary(run) == full  # drawn and kept, then read back
-    assert len(list((run / CACHE_FOLDER).glob("run-*.verdicts"))) == 1
+    assert len(list((run / CACHE_FOLDER).glob("run-*.verdicts"))) == 2  # the stragglers, and the clock alignment (the same for every question)
     assert _summary(run, steps=StepRange(3, 9)) == narrowed and _summary(run, steps=StepRange(3, 9)) == narrowed
     assert _summary(run, align=False) == unaligned and _summary(run, align=False) == unaligned
-    assert len(list((run / CACHE_FOLDER).glob("run-*.verdicts"))) == 3  # one entry per question
+    assert len(list((run / CACHE_FOLDER).glob("run-*.verdicts"))) == 4  # one entry per question
     # What the next command answers from is the kept entry: one kept (signed, by the cache's own API) with another median shows.
     logs = read_run(run)
     store, keys, question = ProcessCache(logs.run_dir, logs.log_dir), [segment_keys(p) for p in logs.processes], stragglers_question(None, True)
@@ -476,6 +476,11 @@ def test_the_stragglers_are_kept_per_question_and_drawn_again_when_a_file_change
     kept[0].median_step_ms = 12345.0
     assert store.save_verdicts(logs.processes, keys, question, dump_cached(kept))
     assert _summary(run)["stragglers"][0]["median_step_ms"] == 12345.0
+    alignment = load_cached(store.lookup_verdicts(logs.processes, keys, CLOCKS_QUESTION))
+    assert alignment.applied and alignment.offsets_us  # 4 ranks per host: two hosts' clocks, aligned
+    alignment.reason, alignment.applied = "kept", False
+    assert store.save_verdicts(logs.processes, keys, CLOCKS_QUESTION, dump_cached(alignment))
+    assert _summary(run)["clock"]["reason"] == "kept"
     # A file that changes: the facts are read again and the verdicts drawn again from them.
     first = _files(run)[0]
     data = first.read_bytes()

@@ -481,6 +481,12 @@ def test_the_stragglers_are_kept_per_question_and_drawn_again_when_a_file_change
     alignment.reason, alignment.applied = "kept", False
     assert store.save_verdicts(logs.processes, keys, CLOCKS_QUESTION, dump_cached(alignment))
     assert _summary(run)["clock"]["reason"] == "kept"
+    # An entry whose bytes changed (planted, or torn) fails its signature: a miss, drawn again from the facts.
+    for entry in (run / CACHE_FOLDER).glob("run-*.verdicts"):
+        data = bytearray(entry.read_bytes())
+        data[-1] ^= 1
+        entry.write_bytes(bytes(data))
+    assert _summary(run) == full
     # A file that changes: the facts are read again and the verdicts drawn again from them.
     first = _files(run)[0]
     data = first.read_bytes()

@@ -5,8 +5,9 @@
 #                scripts/setup-prometheus.sh where it exists; each step says what it installs), then run
 #                the whole test suite
 # and, for the performance figures of docs/performance.md:
-#   make bench         set up, then run the benchmark against the alternatives (about 10 minutes), then
-#                      metrics on against off on a step that competes for the interpreter lock (under a minute)
+#   make bench         set up, then run the benchmark against the alternatives and against the write path of
+#                      BENCH_BASELINE_REF (default 93dec39; about 11 minutes), then metrics on against off on a
+#                      step that competes for the interpreter lock (under a minute)
 #   make bench-export  set up, then benchmark `otel-titan export` on a generated 1 GB run (about 10 minutes, 3 GB of /tmp)
 #   make bench-summarize  set up, then measure summarize at 64, 256 and 1,024 ranks against the export and the
 #                      summarize before issue 12 (about 15 minutes, 2 GB of /tmp, deleted after)
@@ -39,8 +40,11 @@ train: setup
 test: setup-tests
 	.venv/bin/python -m pytest
 
+# make bench BENCH_BASELINE_REF=<git ref>: the revision whose write path is measured side by side (a row and two ratios of the table).
+BENCH_BASELINE_REF ?= 93dec39
+
 bench: setup
-	.venv/bin/python -m benchmarks.run
+	.venv/bin/python -m benchmarks.run --baseline-ref "$(BENCH_BASELINE_REF)"
 	.venv/bin/python -m benchmarks.metrics_cost --rounds 5
 
 bench-stall: setup

@@ -16,6 +16,13 @@
    `_start` record takes to reach the file, read by another process, in an
    idle interpreter and with 4 threads spinning for the interpreter lock;
    fresh processes, median, p95 and max.
+5. The write path side by side with a previous revision (``--baseline-ref``,
+   default 93dec39; ``make bench BENCH_BASELINE_REF=<ref>``): that revision's
+   tree, extracted with ``git archive`` into a temporary folder, runs its own
+   ``benchmarks.span_cost otel_titan`` in the same interpreter and packages
+   (only otel-titan's own code differs), as one more case of the interleaved
+   rounds of 1., so that a regression shows as a row of the table and a ratio
+   among the targets. Skipped, and said so, where git cannot find the ref.
 
 Then a table with ratios to each peer and the targets of the performance
 issue, each marked met or not with the measured figure.
@@ -53,13 +60,20 @@ LABELS = {
 }
 
 
-def _python(module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 900) -> dict:
+#: The revision whose write path every run is compared with (the main of two landings before issue 30's).
+DEFAULT_BASELINE_REF = os.environ.get("BENCH_BASELINE_REF") or "93dec39"
+BASELINE_CASE = "otel_titan@baseline"
+
+
+def _python(module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 900, tree: Path | None = None) -> dict:
+    """Run ``python -m module`` from `tree` (default this checkout), its own code first on the path; its last JSON line."""
+    tree = tree or REPO
     result = processes.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {}), "PYTHONPATH": str(REPO)},
+        cwd=tree,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(tree)},
         timeout=timeout,
     )
     if result.returncode != 0:
@@ -102,16 +116,34 @@ def start_sink() -> tuple[subprocess.Popen, str]:
         return process, f"http://127.0.0.1:{open(port_file).read().strip()}"
 
 
-def span_costs(rounds: int, spans: int, sink: str) -> dict:
+def extract_ref(ref: str, into: str) -> Path | None:
+    """`ref`'s tree of this repository written into the folder `into` (``git archive``); None when git cannot (no git, no such ref, no history)."""
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref], capture_output=True, timeout=120)
+        if archive.returncode != 0:
+            return None
+        unpacked = subprocess.run(["tar", "-x", "-C", into], input=archive.stdout, capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    tree = Path(into)
+    return tree if unpacked.returncode == 0 and (tree / "benchmarks" / "span_cost.py").is_file() and (tree / "otel_titan").is_dir() else None
+
+
+def span_costs(rounds: int, spans: int, sink: str, baseline: Path | None = None) -> dict:
+    """Every case of `CASE_ORDER`, and with `baseline` (another revision's tree) its ``otel_titan`` case as `BASELINE_CASE`: interleaved, medians."""
     otlp_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
     metrics = ("caller_us", "caller_cpu_us", "cpu_us", "otlp_thread_cpu_us")
-    results: dict[str, dict[str, list[float]]] = {case: {m: [] for m in metrics} for case in CASE_ORDER}
+    order = CASE_ORDER + ([BASELINE_CASE] if baseline is not None else [])
+    results: dict[str, dict[str, list[float]]] = {case: {m: [] for m in metrics} for case in order}
     for round_index in range(rounds):
-        for case in CASE_ORDER:
+        for case in order:
             _progress(f"span cost: round {round_index + 1}/{rounds}, {case}")
-            measured = _python("benchmarks.span_cost", case, "--spans", str(spans), "--reps", "3", env=otlp_env if "otlp" in case else None)
+            if case == BASELINE_CASE:
+                measured = _python("benchmarks.span_cost", "otel_titan", "--spans", str(spans), "--reps", "3", tree=baseline)
+            else:
+                measured = _python("benchmarks.span_cost", case, "--spans", str(spans), "--reps", "3", env=otlp_env if "otlp" in case else None)
             for metric in metrics:
-                results[case][metric].extend(measured[metric])
+                results[case][metric].extend(measured.get(metric) or [0.0] * len(measured["caller_us"]))
     return {case: {**{m: statistics.median(v[m]) for m in metrics}, "samples": len(v["caller_us"])} for case, v in results.items()}
 
 
@@ -141,7 +173,7 @@ def training_steps(rounds: int, steps: int, sink: str) -> dict:
     return result
 
 
-def table(costs: dict, steps: dict, throughput: dict, latency: dict) -> tuple[str, list[tuple[str, bool, str]]]:
+def table(costs: dict, steps: dict, throughput: dict, latency: dict, baseline_ref: str | None = None) -> tuple[str, list[tuple[str, bool | None, str]]]:
     floor, queue, sdk = costs["floor"], costs["logging_queue"], costs["otel_sdk"]
     lines = [
         "| implementation | caller µs/span (wall) | × floor | × (2) logging queue | × (4) OTel SDK | caller CPU µs/span | total CPU µs/span | CPU × (2) |",
@@ -154,6 +186,15 @@ def table(costs: dict, steps: dict, throughput: dict, latency: dict) -> tuple[st
             f"{c['caller_us'] / sdk['caller_us']:.3f} | {c['caller_cpu_us']:.2f} | {c['cpu_us']:.2f} | {c['cpu_us'] / queue['cpu_us']:.3f} |"
         )
     ours, ours_otlp = costs["otel_titan"], costs["otel_titan_otlp"]
+    before = costs.get(BASELINE_CASE)
+    if before is not None:
+        lines.append(
+            f"| (6) otel-titan, JSONL, at {baseline_ref} (before) | {before['caller_us']:.2f} | {before['caller_us'] / floor['caller_us']:.2f} | "
+            f"{before['caller_us'] / queue['caller_us']:.3f} | {before['caller_us'] / sdk['caller_us']:.3f} | {before['caller_cpu_us']:.2f} | {before['cpu_us']:.2f} | "
+            f"{before['cpu_us'] / queue['cpu_us']:.3f} |"
+        )
+    else:
+        lines.append(f"| (6) otel-titan, JSONL, at {baseline_ref or 'a previous revision'} (before) | not measured: git could not extract it | | | | | | |")
     overhead = steps["overhead_pct"]["jsonl"]
     spread = steps["overhead_range_pct"]
     lines += [
@@ -206,9 +247,21 @@ def table(costs: dict, steps: dict, throughput: dict, latency: dict) -> tuple[st
             f"{throughput['spans_written_per_s']:,.0f} spans/s, {throughput['records_dropped']} dropped",
         ),
         _training_target(overhead, spread["jsonl"], spread["disabled"]),
+        *_baseline_targets(ours, before, baseline_ref),
     ]
     lines += ["", "| target | met | measured |", "| --- | --- | --- |"] + [f"| {name} | {'?' if ok is None else 'yes' if ok else 'NO'} | {figure} |" for name, ok, figure in targets]
     return "\n".join(lines), targets
+
+
+def _baseline_targets(ours: dict, before: dict | None, ref: str | None) -> list[tuple[str, bool | None, str]]:
+    """Issue 30's target 1: this revision's caller time ≤ 0.8 × the baseline's and process CPU ≤ 0.9 ×, measured side by side ("?" when not)."""
+    if before is None:
+        return [(f"caller time ≤ 0.8 × {ref}'s", None, "not measured"), (f"total CPU ≤ 0.9 × {ref}'s", None, "not measured")]
+    caller, cpu = ours["caller_us"] / before["caller_us"], ours["cpu_us"] / before["cpu_us"]
+    return [
+        (f"caller time ≤ 0.8 × {ref}'s", caller <= 0.8, f"{caller:.3f}× ({ours['caller_us']:.2f} against {before['caller_us']:.2f} µs)"),
+        (f"total CPU ≤ 0.9 × {ref}'s", cpu <= 0.9, f"{cpu:.3f}× ({ours['cpu_us']:.2f} against {before['cpu_us']:.2f} µs)"),
+    ]
 
 
 def _training_target(overhead: float, spread: list[float], noop_spread: list[float]) -> tuple[str, bool | None, str]:
@@ -233,26 +286,31 @@ def main() -> None:
     parser.add_argument("--latency-rounds", type=int, default=10, help="fresh processes per case of the _start latency test, 5 spans each (default 10)")
     parser.add_argument("--quick", action="store_true", help="a short smoke run (1 round, small sizes): figures are not meaningful")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    parser.add_argument("--baseline-ref", default=DEFAULT_BASELINE_REF, help=f"the git revision whose write path is measured side by side (default {DEFAULT_BASELINE_REF}, or $BENCH_BASELINE_REF); '' for none")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.spans, args.steps, args.seconds = 1, 2000, 20, 1.0
 
     info = machine()
-    sink, endpoint = start_sink()
-    try:
-        costs = span_costs(args.rounds, args.spans, endpoint)
-        steps = training_steps(args.rounds, args.steps, endpoint)
-    finally:
-        sink.terminate()
+    with tempfile.TemporaryDirectory(prefix="otel-titan-bench-baseline-") as folder:
+        baseline = extract_ref(args.baseline_ref, folder) if args.baseline_ref else None
+        if args.baseline_ref and baseline is None:
+            _progress(f"baseline {args.baseline_ref}: git could not extract it; its row is not measured")
+        sink, endpoint = start_sink()
         try:
-            sink.wait(10)
-        except subprocess.TimeoutExpired:
-            processes.kill_tree(sink)
+            costs = span_costs(args.rounds, args.spans, endpoint, baseline)
+            steps = training_steps(args.rounds, args.steps, endpoint)
+        finally:
+            sink.terminate()
+            try:
+                sink.wait(10)
+            except subprocess.TimeoutExpired:
+                processes.kill_tree(sink)
     _progress(f"throughput: 8 threads for {args.seconds} s")
     throughput = _python("benchmarks.throughput", "--threads", "8", "--seconds", str(args.seconds))
     _progress("start latency: idle and with 4 spinning threads, fresh processes")
     latency = _python("benchmarks.start_latency", *(["--quick"] if args.quick else ["--rounds", str(args.latency_rounds)]), "--spinners", "0,4")
-    report, targets = table(costs, steps, throughput, latency)
+    report, targets = table(costs, steps, throughput, latency, args.baseline_ref or None)
     header = (
         f"otel-titan benchmark, {info['date']}: Python {info['python']}, {info['cores']} cores ({info['cpu']}), "
         + ", ".join(f"{k} {v}" for k, v in info["versions"].items())
@@ -261,7 +319,8 @@ def main() -> None:
     print(header)
     print()
     print(report)
-    results = {"machine": info, "settings": vars(args) | {"json": str(args.json) if args.json else None}, "span_cost": costs, "training_step_ms": steps, "throughput": throughput, "start_latency": latency, "targets": [{"target": n, "met": ok, "measured": f} for n, ok, f in targets]}
+    results = {"machine": info, "settings": vars(args) | {"json": str(args.json) if args.json else None}, "span_cost": {k: v for k, v in costs.items() if k != BASELINE_CASE},
+               "span_cost_baseline": {"ref": args.baseline_ref or None, "otel_titan": costs.get(BASELINE_CASE)}, "training_step_ms": steps, "throughput": throughput, "start_latency": latency, "targets": [{"target": n, "met": ok, "measured": f} for n, ok, f in targets]}
     out = args.json or REPO / "benchmarks" / "results" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

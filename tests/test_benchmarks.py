@@ -26,8 +26,11 @@ def test_quick_benchmark_run_produces_every_row_and_target(tmp_path):
     assert all(case["caller_cpu_us"] > 0 for case in results["span_cost"].values())
     assert results["throughput"]["spans_emitted"] > 0
     assert results["throughput"]["records_written"] + results["throughput"]["records_dropped"] == 2 * results["throughput"]["spans_emitted"]
-    assert len(results["targets"]) == 9
+    assert len(results["targets"]) == 11  # issue 30 item 7 adds the two ratios to the baseline revision
     assert "| (6) otel-titan, JSONL |" in result.stdout and "| target | met | measured |" in result.stdout
+    baseline = results["span_cost_baseline"]  # the default revision, measured side by side (this checkout has its history)
+    assert baseline["ref"] == "93dec39" and baseline["otel_titan"]["caller_us"] > 0 and baseline["otel_titan"]["cpu_us"] > 0
+    assert "| (6) otel-titan, JSONL, at 93dec39 (before) |" in result.stdout and "| caller time ≤ 0.8 × 93dec39's |" in result.stdout
     assert set(results["start_latency"]["cases"]) == {"spinning_0", "spinning_4"}
     assert "| 4 threads spinning for the interpreter lock |" in result.stdout
 

@@ -152,6 +152,16 @@ def test_help_has_examples(command, example, capsys):
     assert example in capsys.readouterr().out
 
 
+def test_an_analysis_command_collects_less_often_and_gives_the_threshold_back(run, capsys):
+    import gc
+
+    before = gc.get_threshold()
+    assert main(["summarize", str(run), "--no-progress"]) == 0
+    assert main(["summarize", str(run / "missing")]) == 2
+    assert gc.get_threshold() == before
+    assert "training" in capsys.readouterr().out
+
+
 def test_the_installed_entry_point_runs(run):
     executable = shutil.which("otel-titan", path=os.path.dirname(sys.executable))
     assert executable, "otel-titan is not installed next to this interpreter (pip install -e .)"

@@ -5,9 +5,9 @@ its last complete line (`model.collect.ProcessRead`: the timeline's open
 spans and current step, the collector's accumulators for this process, its
 summary so far, the lines it skipped), as plain data (`read.plain_data`:
 MessagePack that is read without running anything, never pickle). Facts on the clocks as
-written, never verdicts: clock alignment, stragglers, the hang and the
-headline are computed again from the facts on every command, so a change of
-a rule (or of ``--no-align``) needs no new read.
+written: the hang and the headline are computed again from the facts on
+every command, so ``--no-align`` needs no new read (the stragglers and the
+clock fit, the costly ones, are kept per question: below).
 
 Keyed by content (`read.content.ContentKey`: per segment, the length up to
 its last complete line and hashes of its first and last 16 KiB), never by
@@ -31,6 +31,14 @@ looked up first, from the content keys alone (partial last lines included):
 an unchanged run is then one entry read and no per-process work (on a
 parallel filesystem, where each file opened costs a round trip to the
 metadata server, that is the difference).
+
+The costly verdicts drawn from those facts (the stragglers, a few seconds at
+1,024 ranks, and the clock fit they start from) are kept too, one entry per
+question (``run-*-<question>.verdicts``: the clocks; the stragglers per
+``--steps`` and ``--no-align``), keyed by the same
+content keys and version: they are what the rules make of exactly those facts,
+so a changed rule (a new `cache_version`) or a changed file misses, and they
+are drawn again (`lookup_verdicts`).
 
 Versioned by the rules and the reader that made it: `cache_version` hashes the
 source of ``analysis/read/`` and ``analysis/model/`` and the schema, so any
@@ -215,6 +223,29 @@ class ProcessCache:
     def save_run(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], payload: bytes) -> bool:
         """Keep the merged facts of all of `processes` (one entry per selection of processes, replaced as the files change)."""
         entry = self._run_entry(processes, keys)
+        return entry is not None and self.folder.write(entry[0], entry[1].encode() + payload)
+
+    def _verdicts_entry(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], question: str) -> tuple[str, str] | None:
+        """(entry name, key) of the verdicts drawn from the merged facts of these files for `question` (the options that shape them)."""
+        entry = self._run_entry(processes, keys)
+        if entry is None:
+            return None
+        name = entry[0][: -len(".facts")] + "-" + hashlib.blake2b(question.encode(), digest_size=8).hexdigest() + ".verdicts"
+        return name, hashlib.blake2b((entry[1] + "\0" + question).encode(), digest_size=16).hexdigest()
+
+    def lookup_verdicts(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], question: str) -> bytes | None:
+        """The verdicts kept for `question` from exactly these files' facts (as `lookup_run`: the same files, partial lines included), or None."""
+        entry = self._verdicts_entry(processes, keys, question)
+        if entry is None:
+            return None
+        for payload in self.folder.read(entry[0]):
+            if payload[:32] == entry[1].encode():
+                return payload[32:]
+        return None
+
+    def save_verdicts(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], question: str, payload: bytes) -> bool:
+        """Keep the verdicts drawn for `question` from these files' facts (one entry per question, replaced as the files change)."""
+        entry = self._verdicts_entry(processes, keys, question)
         return entry is not None and self.folder.write(entry[0], entry[1].encode() + payload)
 
 

@@ -57,7 +57,7 @@ from otel_titan.analysis.model.step_grid import StepGrid
 from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift, DriftFinding
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
-from otel_titan.analysis.model.facts import RankSlowness
+from otel_titan.analysis.model.facts import RankSlowness, StepTimes
 from otel_titan.analysis.model.stragglers import (
     MIN_ARRIVAL_EFFECT,
     MIN_EFFECT,
@@ -561,18 +561,20 @@ def read_model(
     logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
-    collector, processes = collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, jobs=jobs, scheduler=scheduler, cache=cache, on_bytes=on_bytes, log_skipped=log_skipped)
+    facts_entry: list[Any] = []
+    collector, processes = collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, jobs=jobs, scheduler=scheduler, cache=cache, on_bytes=on_bytes,
+                                       log_skipped=log_skipped, facts_entry=facts_entry)
     if on_collected is not None:
         on_collected(collector)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
         raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
-    alignment = estimate_offsets(spans for _, spans in collector.closing)
+    alignment = _kept_alignment(facts_entry, collector)
     if not align and alignment.applied:
         # The times stay as written; evidence measured on each rank's own clock (`model.stragglers`) still stands.
         alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
     _apply_offsets(processes, alignment)
-    stragglers = _stragglers(collector, alignment, steps)
+    stragglers = _kept_stragglers(facts_entry, collector, alignment, steps, align)
     summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
@@ -652,7 +654,8 @@ class ProcessRead:
 #: writing (TypeError: the entry is not kept), never pickled.
 def _cached_classes() -> list[type]:
     return [ProcessRead, _Collector, _PhaseAcc, _Observed, HangTracker, ProcessLog, ClosingSpans, StepFigures, ConfigDrift, DriftFinding,
-            ScalarSteps, ProcessSummary, OpenSpanInfo, StepCloser, WalkState, OpenSpan, SkippedLines]
+            ScalarSteps, ProcessSummary, OpenSpanInfo, StepCloser, WalkState, OpenSpan, SkippedLines,
+            Stragglers, StepTimes, RankSlowness, StragglerFinding, ClockAlignment]  # the kept verdicts (`_kept_stragglers`, `_kept_alignment`)
 
 
 @lru_cache(maxsize=1)
@@ -780,8 +783,13 @@ def collect_run(
     cache: bool = True,
     on_bytes: Callable[[int], None] | None = None,
     log_skipped: bool = True,
+    facts_entry: list[Any] | None = None,
 ) -> tuple[_Collector, list[ProcessSummary]]:
     """Every process read into one collector (merged process by process, in order), and their summaries; `skipped` gets their skipped lines.
+
+    `facts_entry`: a list that gets ``(cache, processes, keys)`` when the
+    merged facts of exactly these files are in the cache (found, or just
+    kept): what the verdicts drawn from them can be kept beside (`_kept_stragglers`).
 
     With `cache`, a process whose files hold what an earlier read cached is
     not read again, one that grew is read from where that read stopped
@@ -796,6 +804,8 @@ def collect_run(
         merged = _merged_from_cache(store, processes, keys, skipped, log_skipped)
         if merged is not None:
             count(sum(key.length for segment in keys for key in segment or []))
+            if facts_entry is not None:
+                facts_entry.append((store, processes, keys))
             return merged
     plans = plan_reads(processes, store, keys)
     for plan in plans:
@@ -849,8 +859,8 @@ def collect_run(
         state = collector.state()
         state["closing"] = [spans for _, spans in state["closing"]]
         facts = dump_cached((state, summaries, skipped_result(skipped), replayed))
-        if facts is not None:
-            store.save_run(processes, keys, facts)
+        if facts is not None and store.save_run(processes, keys, facts) and facts_entry is not None:
+            facts_entry.append((store, processes, keys))
     return collector, summaries
 
 
@@ -1217,6 +1227,53 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: St
         _legacy_lists(result, collector, source)
         out.append(result)
     return out
+
+
+#: The question of the kept clock alignment (`_kept_alignment`): it depends on the facts alone (``--no-align`` is applied after).
+CLOCKS_QUESTION = "clocks"
+
+
+def _kept_alignment(facts_entry: list[Any], collector: _Collector) -> ClockAlignment:
+    """`clocks.estimate_offsets` of the step-closing spans, kept beside the merged facts as the stragglers are (`_kept_stragglers`)."""
+    if not facts_entry:
+        return estimate_offsets(spans for _, spans in collector.closing)
+    store, processes, keys = facts_entry[0]
+    payload = store.lookup_verdicts(processes, keys, CLOCKS_QUESTION)
+    kept = load_cached(payload) if payload is not None else None
+    if type(kept) is ClockAlignment:
+        return kept
+    found = estimate_offsets(spans for _, spans in collector.closing)
+    blob = dump_cached(found)
+    if blob is not None:
+        store.save_verdicts(processes, keys, CLOCKS_QUESTION, blob)
+    return found
+
+
+def stragglers_question(step_range: StepRange | None, align: bool) -> str:
+    """What shapes the straggler verdicts besides the facts: the name of their cache entry's question (`ProcessCache.lookup_verdicts`)."""
+    return f"stragglers|steps={step_range}|align={align}"
+
+
+def _kept_stragglers(facts_entry: list[Any], collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None, align: bool) -> list[Stragglers]:
+    """`_stragglers`, kept in the cache beside the merged facts they are drawn from (`facts_entry`), per question (``--steps``, ``--no-align``).
+
+    The verdicts are a function of the facts and of the rules' code, which
+    the entry's key covers (content keys and `cache_version`): what is read
+    back is what `_stragglers` would return (tests/analysis/model/test_cache.py).
+    """
+    if not facts_entry:
+        return _stragglers(collector, alignment, step_range)
+    store, processes, keys = facts_entry[0]
+    question = stragglers_question(step_range, align)
+    payload = store.lookup_verdicts(processes, keys, question)
+    kept = load_cached(payload) if payload is not None else None
+    if type(kept) is list and all(type(item) is Stragglers for item in kept):
+        return kept
+    found = _stragglers(collector, alignment, step_range)
+    blob = dump_cached(found)  # now, before anything downstream adds to them
+    if blob is not None:
+        store.save_verdicts(processes, keys, question, blob)
+    return found
 
 
 def _in_steps(per_rank: dict[int, dict[int, Any]], steps: StepRange | None) -> dict[int, dict[int, Any]]:

@@ -16,8 +16,11 @@ is written once, its other uses are references, so a span's ``parent`` is
 the same object as the open span it names), tuples stay tuples, ints of
 any size stay ints, an array keeps its type code. Dicts of plain keys and
 values (``rank → step → ms``, the records), the bulk of an entry, are
-MessagePack maps that msgspec reads in C: loading costs Python work only per
-container of objects.
+MessagePack maps that msgspec reads in C, and so is any tree of plain dicts
+and lists that nothing else refers to (a hang fact, a list of records:
+`_NATIVE`; ``encode(..., native=False)`` is the node-by-node reference path,
+read back equal): loading costs Python work only per container of objects,
+one call per object for its attributes (their names checked once per shape).
 
 msgspec is part of the ``analysis`` extra: without it there is no codec
 (`available` is False) and the commands run uncached.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import array
 import collections
 import enum
+import gc
 import inspect
 import types
 from typing import Any, Iterable
@@ -50,10 +54,12 @@ __all__ = ["FORMAT", "PlainCodec", "PlainDataError", "available"]
 available = msgspec is not None
 
 #: The layout's version (part of the analysis cache's version: `model.cache.cache_version`).
-FORMAT = 1
+FORMAT = 2
 # A node is a scalar, a MessagePack map (a dict of plain keys and values: `_LEAF_KEYS` → `_LEAF_VALUES`), or a
 # list whose first item is one of these tags:
-_REF, _LIST, _LEAF_LIST, _TUPLE, _DICT, _OBJECT, _ARRAY, _INT, _SET, _FROZENSET, _COUNTER, _DEFAULTDICT, _METHOD, _ENUM, _LEAF_REF, _STR = range(16)
+_REF, _LIST, _LEAF_LIST, _TUPLE, _DICT, _OBJECT, _ARRAY, _INT, _SET, _FROZENSET, _COUNTER, _DEFAULTDICT, _METHOD, _ENUM, _LEAF_REF, _STR, _NATIVE = range(17)
+# `_NATIVE`: a tree of dicts (int or str keys), lists and scalars that nothing else refers to, written as MessagePack
+# itself (msgspec builds it in C; its containers are not numbered): a hang fact, a span's record, a list of dicts.
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _LEAF_KEYS = frozenset({int, str})
 #: What a `collections.defaultdict` may make its missing values with (by name: nothing else is ever called).
@@ -112,25 +118,50 @@ class PlainCodec:
             if cls.__new__ is not object.__new__ or issubclass(cls, (tuple, dict, list, set)) or cls.__setattr__ is not object.__setattr__:
                 if not getattr(cls, "__dataclass_params__", None) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
                     raise TypeError(f"{cls.__qualname__} cannot be rebuilt as plain data")
-        self._settable: dict[tuple[type, str], bool] = {}  # (class, attribute) → a plain attribute? (asked once per codec)
+        self._settable: dict[tuple[type, tuple[str, ...]], bool] = {}  # (class, attributes) → all plain? (asked once per codec)
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder()
 
     # -- writing --------------------------------------------------------------------------------------
-    def encode(self, value: Any) -> bytes:
-        """`value` as bytes; TypeError when it holds something that is neither plain data nor an instance of the codec's classes."""
-        writer = _Writer(self._index, self._slots)
-        tree = writer.node(value)
-        try:
-            return self._encoder.encode([FORMAT, self._names, tree])
-        except (OverflowError, UnicodeEncodeError):  # an int beyond 64 bits, or a str with lone surrogates (a file name's
-            # undecodable bytes), inside a dict or list of plain values: those are written node by node
-            writer = _Writer(self._index, self._slots, checked=True)
-            return self._encoder.encode([FORMAT, self._names, writer.node(value)])
+    def encode(self, value: Any, native: bool = True) -> bytes:
+        """`value` as bytes; TypeError when it holds something that is neither plain data nor an instance of the codec's classes.
+
+        `native`: trees of plain dicts and lists that nothing else shares are
+        written as MessagePack itself (`_NATIVE`, read in C); False: every
+        container node by node (the reference path: both read back equal).
+        """
+        shared: set[int] = set()  # containers a native tree held that were met again: written node by node
+        checked = False
+        for _ in range(4):
+            writer = _Writer(self._index, self._slots, checked=checked, native=native, shared=shared)
+            tree = writer.node(value)
+            if writer.conflicts:
+                shared |= writer.conflicts
+                continue
+            try:
+                return self._encoder.encode([FORMAT, self._names, tree])
+            except (OverflowError, UnicodeEncodeError):  # an int beyond 64 bits, or a str with lone surrogates (a file name's
+                # undecodable bytes), inside a dict or list of plain values: those are written node by node
+                if checked:
+                    raise
+                checked = True
+        writer = _Writer(self._index, self._slots, checked=True, native=False)
+        return self._encoder.encode([FORMAT, self._names, writer.node(value)])
 
     # -- reading --------------------------------------------------------------------------------------
     def decode(self, data: bytes) -> Any:
         """What `encode` wrote; `PlainDataError` for anything else (nothing in `data` is ever run)."""
+        # Decoding only makes containers that stay alive (no garbage to find): the cyclic collector is paused meanwhile,
+        # or it would scan the graph being built every 700 allocations (~10 % of a 1,024-rank entry's load).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._decode(data)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _decode(self, data: bytes) -> Any:
         try:
             top = self._decoder.decode(data)
         except (msgspec.DecodeError, ValueError, TypeError) as error:
@@ -148,11 +179,43 @@ class PlainCodec:
 class _Writer:
     """One `encode`: the graph walked in pre-order; each container or object numbered as it is first met (`_Reader` numbers alike)."""
 
-    def __init__(self, index: dict[type, int], slots: list[list[str]], checked: bool = False) -> None:
-        self.index, self.slots, self.checked = index, slots, checked
+    def __init__(self, index: dict[type, int], slots: list[list[str]], checked: bool = False, native: bool = False, shared: set[int] | None = None) -> None:
+        self.index, self.slots, self.checked, self.native = index, slots, checked, native
         self.seen: dict[int, int] = {}
         self.leaves: dict[int, int] = {}
         self.keep: list[Any] = []  # what was numbered stays alive (ids are never reused within one encode)
+        self.shared = shared if shared is not None else set()
+        self.in_native: set[int] = set()  # containers written inside a native tree (not numbered)
+        self.conflicts: set[int] = set()  # ... met again afterwards: this encode is redone without them native
+
+    def _native_tree(self, value: Any, inside: set[int]) -> bool:
+        """Whether `value` (a dict or list) is a tree of plain dicts, lists and scalars met nowhere else so far (its containers added to `inside`)."""
+        key = id(value)
+        if key in inside or key in self.seen or key in self.leaves or key in self.shared:
+            return False
+        if key in self.in_native:
+            self.conflicts.add(key)
+            return False
+        inside.add(key)
+        if type(value) is dict:
+            if not set(map(type, value)) <= _LEAF_KEYS:
+                return False
+            if self.checked and not all(_plain(item) for item in value):
+                return False
+            items = value.values()
+        else:
+            items = value
+        for item in items:
+            kind = type(item)
+            if kind in _SCALARS:
+                if self.checked and not _plain(item):
+                    return False
+            elif kind is dict or kind is list:
+                if not self._native_tree(item, inside):
+                    return False
+            else:
+                return False
+        return True
 
     def _number(self, value: Any) -> None:
         self.seen[id(value)] = len(self.seen)
@@ -163,6 +226,15 @@ class _Writer:
         if not set(map(type, value)) <= _LEAF_KEYS or not set(map(type, value.values())) <= _SCALARS:
             return False
         return not self.checked or all(_plain(item) for item in (*value, *value.values()))
+
+    def _native(self, value: Any) -> bool:
+        inside: set[int] = set()
+        conflicts = len(self.conflicts)
+        if not self._native_tree(value, inside) or len(self.conflicts) > conflicts:
+            return False
+        self.in_native |= inside
+        self.keep.append(value)
+        return True
 
     def node(self, value: Any) -> Any:
         kind = type(value)
@@ -175,6 +247,9 @@ class _Writer:
         key = id(value)
         if key in self.seen:
             return [_REF, self.seen[key]]
+        if key in self.in_native:
+            self.conflicts.add(key)  # shared with a native tree written before: the encode is redone
+            return None
         if kind is dict:
             if key in self.leaves:
                 return [_LEAF_REF, self.leaves[key]]
@@ -182,12 +257,16 @@ class _Writer:
                 self.leaves[key] = len(self.leaves)
                 self.keep.append(value)
                 return value
+            if self.native and self._native(value):
+                return [_NATIVE, value]
             self._number(value)
             flat: list[Any] = []
             for item_key, item in value.items():
                 flat.append(self.node(item_key))
                 flat.append(self.node(item))
             return [_DICT, flat]
+        if kind is list and self.native and not set(map(type, value)) <= _SCALARS and self._native(value):
+            return [_NATIVE, value]
         self._number(value)
         if kind is list:
             if set(map(type, value)) <= _SCALARS and (not self.checked or all(_plain(item) for item in value)):
@@ -228,7 +307,7 @@ class _Writer:
 class _Reader:
     """One `decode`: builds the graph `_Writer` numbered, in the same order, calling nothing the bytes name."""
 
-    def __init__(self, classes: list[type], slots: list[list[str]], settable: dict[tuple[type, str], bool]) -> None:
+    def __init__(self, classes: list[type], slots: list[list[str]], settable: dict[tuple[type, tuple[str, ...]], bool]) -> None:
         self.classes, self.slots, self.settable = classes, slots, settable
         self.made: list[Any] = []
         self.leaves: list[dict[Any, Any]] = []
@@ -255,6 +334,11 @@ class _Reader:
             return self.made[index]
         if tag == _LEAF_REF:
             return self.leaves[node[1]]
+        if tag == _NATIVE:
+            tree = node[1]
+            if type(tree) is not dict and type(tree) is not list:
+                raise PlainDataError("a native tree that is no dict or list")
+            return tree  # built by msgspec: dicts, lists and scalars only, none of them numbered
         if tag == _INT:
             return int(node[1])
         if tag == _STR:
@@ -347,14 +431,23 @@ class _Reader:
             self.made.append(obj)
             slots = self.slots[node[1]]
             has_dict = hasattr(obj, "__dict__")
-            settable = self.settable
-            for name, item in self._pairs(node[2]):
-                allowed = settable.get((cls, name))
-                if allowed is None:
-                    allowed = settable[(cls, name)] = type(name) is str and (name in slots or (has_dict and _plain_attribute(cls, name)))
-                if not allowed:
-                    raise PlainDataError(f"{cls.__qualname__} has no attribute {name!r} to set")
-                object.__setattr__(obj, name, item)
+            flat = node[2]
+            if len(flat) % 2:
+                raise PlainDataError("a mapping with a key and no value")
+            names = tuple(flat[0::2])
+            allowed = self.settable.get((cls, names))  # asked once per class and set of attributes (a cache holds thousands alike)
+            if allowed is None:
+                if len(self.settable) > 4096:  # an entry of thousands of shapes (forged): asked again rather than kept
+                    self.settable.clear()
+                allowed = self.settable[(cls, names)] = all(type(name) is str and (name in slots or (has_dict and _plain_attribute(cls, name))) for name in names)
+            if not allowed:
+                raise PlainDataError(f"{cls.__qualname__} has an attribute it cannot set plainly among {names!r}")
+            values = [item if type(item) in _SCALARS else self.node(item) for item in flat[1::2]]  # in order: numbered as written
+            if slots or not has_dict:
+                for name, item in zip(names, values):
+                    object.__setattr__(obj, name, item)
+            else:  # only plain attributes (checked above): what object.__setattr__ would store, in one call
+                obj.__dict__.update(zip(names, values))
             return obj
         raise PlainDataError(f"unknown tag {tag!r}")
 

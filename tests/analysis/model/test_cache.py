@@ -452,3 +452,44 @@ def test_a_cached_read_comes_back_object_for_object(tmp_path: Path) -> None:
     facts = merged.state()
     facts["closing"] = [spans for _, spans in facts["closing"]]
     assert _shape(collect.load_cached(collect.dump_cached((facts, summaries)))) == _shape((facts, summaries))
+
+
+def test_the_stragglers_are_kept_per_question_and_drawn_again_when_a_file_changes(run: Path) -> None:
+    """The verdicts are kept beside the facts (one entry per --steps/--no-align), answered from on the next command, and missed once a file changes."""
+    from otel_titan.analysis.model.cache import segment_keys
+    from otel_titan.analysis.model.collect import CLOCKS_QUESTION, dump_cached, load_cached, stragglers_question
+    from otel_titan.analysis.read.filters import StepRange
+
+    full = _full(run)
+    narrowed = _timeless(summarize_run(run, log_skipped=False, cache=False, steps=StepRange(3, 9)).to_dict())
+    unaligned = _timeless(summarize_run(run, log_skipped=False, cache=False, align=False).to_dict())
+    assert full["stragglers"] and narrowed["stragglers"] != full["stragglers"]
+    assert _summary(run) == full and _summary(run) == full  # drawn and kept, then read back
+    assert len(list((run / CACHE_FOLDER).glob("run-*.verdicts"))) == 2  # the stragglers, and the clock alignment (the same for every question)
+    assert _summary(run, steps=StepRange(3, 9)) == narrowed and _summary(run, steps=StepRange(3, 9)) == narrowed
+    assert _summary(run, align=False) == unaligned and _summary(run, align=False) == unaligned
+    assert len(list((run / CACHE_FOLDER).glob("run-*.verdicts"))) == 4  # one entry per question
+    # What the next command answers from is the kept entry: one kept (signed, by the cache's own API) with another median shows.
+    logs = read_run(run)
+    store, keys, question = ProcessCache(logs.run_dir, logs.log_dir), [segment_keys(p) for p in logs.processes], stragglers_question(None, True)
+    kept = load_cached(store.lookup_verdicts(logs.processes, keys, question))
+    kept[0].median_step_ms = 12345.0
+    assert store.save_verdicts(logs.processes, keys, question, dump_cached(kept))
+    assert _summary(run)["stragglers"][0]["median_step_ms"] == 12345.0
+    alignment = load_cached(store.lookup_verdicts(logs.processes, keys, CLOCKS_QUESTION))
+    assert alignment.applied and alignment.offsets_us  # 4 ranks per host: two hosts' clocks, aligned
+    alignment.reason, alignment.applied = "kept", False
+    assert store.save_verdicts(logs.processes, keys, CLOCKS_QUESTION, dump_cached(alignment))
+    assert _summary(run)["clock"]["reason"] == "kept"
+    # An entry whose bytes changed (planted, or torn) fails its signature: a miss, drawn again from the facts.
+    for entry in (run / CACHE_FOLDER).glob("run-*.verdicts"):
+        data = bytearray(entry.read_bytes())
+        data[-1] ^= 1
+        entry.write_bytes(bytes(data))
+    assert _summary(run) == full
+    # A file that changes: the facts are read again and the verdicts drawn again from them.
+    first = _files(run)[0]
+    data = first.read_bytes()
+    first.write_bytes(data[: _cut(data, 0.6)])
+    assert _summary(run) == _full(run) and _full(run) != full
+    assert _summary(run)["stragglers"][0]["median_step_ms"] != 12345.0

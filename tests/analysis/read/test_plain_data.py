@@ -11,7 +11,7 @@ import pytest
 
 msgspec = pytest.importorskip("msgspec")  # the analysis extra: without it nothing is cached
 
-from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError  # noqa: E402
+from otel_titan.analysis.read.plain_data import _NATIVE, PlainCodec, PlainDataError  # noqa: E402
 
 
 class Span:
@@ -115,3 +115,81 @@ def test_only_the_codecs_classes_and_plain_attributes_are_ever_made() -> None:
         codec.encode({"x": object()})  # not one of its classes: refused on writing, never pickled
     with pytest.raises(TypeError):
         PlainCodec([collections.OrderedDict])  # rebuilt only by running its own code
+
+
+def test_decoding_gives_the_cyclic_collector_back_as_it_found_it() -> None:
+    """The collector is paused while a graph is built (nothing in it is garbage): on again after, after a miss too; left off if it was off."""
+    import gc
+
+    codec = PlainCodec([Span])
+    data = codec.encode({"span": Span("fwd", Span("step"))})
+    original = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            for payload in (data, b"\xc1", msgspec.msgpack.encode([1, ["other:Class"], None]), msgspec.msgpack.encode([1, [f"{Span.__module__}:{Span.__qualname__}"], [0, 9]])):
+                try:
+                    assert codec.decode(payload)["span"].parent.name == "step"
+                except PlainDataError:
+                    assert payload != data
+                assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if original else gc.disable)()
+
+
+def _tags(tree: object) -> set[int]:
+    """The tags of every node of a raw decoded entry (MessagePack maps and scalars have none)."""
+    found: set[int] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list) and node and type(node[0]) is int:
+            found.add(node[0])
+            stack += [item for item in node[1:] if isinstance(item, list)]
+            stack += [item for part in node[1:] if isinstance(part, list) for item in part if isinstance(item, list)]
+    return found
+
+
+def test_native_trees_read_back_as_the_node_by_node_path_does_sharing_included() -> None:
+    """The fast path (plain dict and list trees written as MessagePack itself) against the reference path: equal, and what was shared still is."""
+    codec = PlainCodec([Span])
+    span = Span("fwd")
+    shared = ["later", "again"]  # inside a tree first, then met on its own: the tree is written node by node
+    twice = [1.5]  # twice in one tree: not a tree
+    earlier = {"a": [1, 2]}
+    facts = {f"rank {rank}": {"step": rank, "entered": ["fwd", "bwd"], "history": [{"at": rank, "open": ["fwd"]}], "box": None} for rank in range(50)}
+    value = {
+        "facts": facts,
+        "holder": {"list": shared, "n": 1, "nested": [[1], [2, [3]]]},
+        "shared": shared,
+        "dup": {"x": twice, "y": twice},
+        "earlier": earlier,
+        "later": {"has": earlier, "k": [0]},
+        "records": [{"name": "fwd_start", "step": 1}, {"name": "fwd_end", "step": 1, "span": span}],
+        "big": {"n": [10**30]},
+        "surrogate": {"files": ["rank\udcff.jsonl"]},
+    }
+    fast, reference = codec.encode(value), codec.encode(value, native=False)
+    assert _NATIVE in _tags(msgspec.msgpack.decode(fast)[2]) and _NATIVE not in _tags(msgspec.msgpack.decode(reference)[2])
+    for back in (codec.decode(fast), codec.decode(reference)):
+        assert back["facts"] == facts and back["holder"]["nested"] == [[1], [2, [3]]]
+        assert back["holder"]["list"] is back["shared"] and back["shared"] == shared
+        assert back["dup"]["x"] is back["dup"]["y"] and back["later"]["has"] is back["earlier"]
+        assert back["records"][1]["span"].name == "fwd" and back["records"][0] == {"name": "fwd_start", "step": 1}
+        assert back["big"] == {"n": [10**30]} and back["surrogate"] == value["surrogate"]
+    assert _shape(codec.decode(fast)) == _shape(codec.decode(reference)) == _shape(value)  # the same graph: values, types and sharing
+
+
+def _shape(value: object, seen: dict[int, int] | None = None) -> object:
+    """`value` as nested tuples that say each container's type, contents and which ones are the same object (scalars by value)."""
+    seen = {} if seen is None else seen
+    if type(value) in (type(None), bool, int, float, str, bytes):
+        return value
+    if id(value) in seen:
+        return ("same as", seen[id(value)])
+    seen[id(value)] = len(seen)
+    if isinstance(value, dict):
+        return (type(value).__name__, tuple((_shape(k, seen), _shape(v, seen)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_shape(item, seen) for item in value))
+    return (type(value).__name__, tuple((name, _shape(getattr(value, name), seen)) for name in getattr(value, "__slots__", ())))

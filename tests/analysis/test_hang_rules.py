@@ -288,6 +288,25 @@ def test_the_rank_whose_exception_came_first_is_named_and_the_ranks_whose_collec
     assert "▶ crashed after it: training ranks 0,2 (RuntimeError: Connection reset by peer at train.py:88 in step_fn, inside span all_reduce, …)" in text, text
 
 
+def test_a_silent_kill_is_found_when_its_peers_then_fail_between_spans_in_a_collective_with_no_span(tmp_path):
+    """The matrix's loop without a collective span (issue 26, E): rank 0 is SIGKILLed in fwd; ranks 1-2 finish fwd_bwd and fail in
+    the all-reduce between spans. They failed after spans it never entered: it was killed, they are its victims (both read
+    the first crash, a victim's, as the culprit's)."""
+    for rank in range(3):
+        script = [("span", "data_fetch", 1), ("end",), ("span", "fwd_bwd", 1), ("span", "fwd", 1)]
+        if rank:
+            script += [("end",), ("span", "bwd", 1), ("end",), ("end",), ("wait", 0.5 + rank / 1000), ("raise", "RuntimeError", "Connection closed by peer", 1)]
+        write_rank(tmp_path, rank, 3, script, closed=rank != 0)
+    for reader in (summarize_run, summarize_tails):
+        (crashed,) = reader(tmp_path, log_skipped=False).hang.suspects
+        assert (crashed.rank, crashed.rule) == (0, "crashed") and crashed.why.startswith("failed first: killed"), (crashed.rank, crashed.why)
+    from otel_titan.analysis.watch.loop import Watch
+
+    _, events = Watch(str(tmp_path)).refresh()
+    (alert,) = [e for e in events if e["kind"] == "crashed"]
+    assert alert["ranks"] == [0] and "ranks 1-2 stopped after it (victims)" in alert["message"], alert
+
+
 def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
     """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
     for rank in range(3):

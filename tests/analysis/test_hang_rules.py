@@ -307,6 +307,29 @@ def test_a_silent_kill_is_found_when_its_peers_then_fail_between_spans_in_a_coll
     assert alert["ranks"] == [0] and "ranks 1-2 stopped after it (victims)" in alert["message"], alert
 
 
+def test_ctrl_c_on_a_hung_job_keeps_the_interrupted_rank_where_it_was_for_watch_as_for_summarize(tmp_path):
+    """Item 5 on `watch`: the hung rank gets KeyboardInterrupt (its span ends with it), the others, stuck in the collective,
+    ignore it. `watch` named rank 1, then, once Ctrl-C had ended its span, updated the alert to "every process waits in
+    all_reduce; the culprit cannot be told"."""
+    from otel_titan.analysis.watch.replay import replay
+
+    for rank in range(3):
+        if rank == 1:
+            script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2), ("stall", {"threads": frames("read_shard")}),
+                      ("heartbeat",), ("wait", 10), ("raise", "KeyboardInterrupt", "")]
+        else:
+            script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2), ("end",), ("span", "all_reduce", 2),
+                      ("stall", {"threads": frames("all_reduce", 80)}), ("heartbeat",)]
+        write_rank(tmp_path, rank, 3, script, closed=rank == 1)
+    assert suspects(tmp_path) == [1]
+    latest = {}
+    for event in replay(str(tmp_path), tail_s=120.0).events:
+        if event["type"] in ("alert", "update"):
+            latest[event["id"]] = event
+    hangs = [e for e in latest.values() if e["kind"] == "hang"]
+    assert [h["ranks"] for h in hangs] == [[1]] and "data_fetch" in hangs[0]["message"], [h["message"] for h in hangs]
+
+
 def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
     """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
     for rank in range(3):

@@ -285,6 +285,10 @@ class Detector:
                 self._suspects.pop(source, None)
                 continue
             source_live = [p for p in live if p.source == source]
+            if source_live:
+                # Ctrl-C on a hung job: the interrupted process is still where it was (its interrupted spans stay open),
+                # beside the ranks still stuck waiting for it.
+                source_live += [p for p in members if ended.get(p.key) == "interrupted" and p.open]
             source_step = self._median_step_ms(members)
             source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
             hang = self._hang(source_live, members, missing, now, source_after)

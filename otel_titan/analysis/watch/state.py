@@ -158,7 +158,7 @@ class ProcessState:
         self.coords: dict[str, int] = {}
         self.first_arrival: float | None = None
         self.last_arrival: float | None = None
-        #: Watcher time of the last progress: a span that ended, a new step, a program instant.
+        #: Watcher time of the last progress: a span that ended, a new step, a program instant outside any open span.
         self.progress_arrival: float | None = None
         self.opened_us: int | None = None
         self.last_us: int | None = None
@@ -244,7 +244,10 @@ class ProcessState:
         elif kind == "event":
             self._error(name[:-6], record)  # _error: its _end follows
         else:
-            self.progress_arrival = arrival
+            if not self.open:
+                # An instant (a scalar) from inside an open span is no progress out of it: a rank crawling in a hang (a
+                # record every 20 s from inside `bwd`) stays the hang's culprit, raised once, not again at each write.
+                self.progress_arrival = arrival
             if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
                 value = record.get("value")
                 if type(value) in (int, float):

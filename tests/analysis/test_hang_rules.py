@@ -330,6 +330,34 @@ def test_ctrl_c_on_a_hung_job_keeps_the_interrupted_rank_where_it_was_for_watch_
     assert [h["ranks"] for h in hangs] == [[1]] and "data_fetch" in hangs[0]["message"], [h["message"] for h in hangs]
 
 
+@pytest.mark.parametrize("spanned_barrier", [False, True])
+@pytest.mark.parametrize("minutes", [0, 6])
+def test_a_rank_zero_only_checkpoint_is_a_pause_until_it_lasts_longer_than_allowed(tmp_path, spanned_barrier, minutes):
+    """Item 14 in `summarize`: ``if rank == 0: save(); dist.barrier()``. The others wait (in an unspanned barrier: between spans)
+    for rank 0's first checkpoint, a span they never run. `summarize` blamed the waiters ("behind in the step": they never
+    entered checkpoint) or rank 0 at once ("odd one out"); `watch` gives it a pause's patience (`model.hang.own_work`).
+    Now the same rule: a pause, no one named, until it has lasted the allowance (300 s); then rank 0."""
+    for rank in range(4):
+        script: list[tuple] = []
+        for step in (1, 2):
+            script += [("span", "fwd", step), ("end",), ("span", "all_reduce", step), ("end",)]
+        script += [("span", "fwd", 3), ("end",)]
+        if rank == 0:
+            script += [("span", "checkpoint", 3), ("wait", minutes * 60), ("stall", {"threads": frames("save", 50)}), ("heartbeat",)]
+        elif spanned_barrier:
+            script += [("span", "barrier", 3), ("wait", minutes * 60), ("stall", {"threads": frames("barrier", 60)}), ("heartbeat",)]
+        else:
+            script += [("wait", minutes * 60), ("stall", {"threads": frames("barrier", 60), "where": "between_spans", "step": 3, "last_span": {"name": "fwd", "ended_s_ago": 3.0}})]
+        write_rank(tmp_path, rank, 4, script)
+    for reader in (summarize_run, summarize_tails):
+        hang = reader(tmp_path, log_skipped=False).hang
+        if minutes:
+            assert [s.rank for s in hang.suspects] == [0], [(s.rank, s.why) for s in hang.suspects]
+        else:
+            assert hang.suspects == [] and any(n.startswith("a pause, not a hang: training rank 0 in checkpoint, a span only it runs, for 10 s; 3 ranks wait for it")
+                                               for n in hang.notes), ([(s.rank, s.why) for s in hang.suspects], hang.notes)
+
+
 def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
     """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
     for rank in range(3):

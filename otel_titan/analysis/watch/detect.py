@@ -72,7 +72,7 @@ from typing import Any, Iterable
 
 from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evidence
-from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
+from otel_titan.analysis.model.hang import PAUSE_ALLOWANCE_S, RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
@@ -89,7 +89,7 @@ class Rules:
     hang_floor_s: float = 8.0
     hang_steps: float = 2.0
     unknown_span_s: float = 30.0
-    shared_pause_s: float = 300.0
+    shared_pause_s: float = PAUSE_ALLOWANCE_S
     stall_floor_s: float = 3.0
     confirm_evaluations: int = 2
     crash_after_s: float = 5.0

@@ -358,6 +358,20 @@ def test_a_rank_zero_only_checkpoint_is_a_pause_until_it_lasts_longer_than_allow
                                                for n in hang.notes), ([(s.rank, s.why) for s in hang.suspects], hang.notes)
 
 
+def test_after_an_uncaught_exception_json_never_says_closed_cleanly(tmp_path):
+    """Item 2 (brief b): the exit hook writes the closing record after the exception; `--json` said ``closed_cleanly: true``
+    of every crashed process. The crash wins; whether the closing record was written stays in ``closing_record``."""
+    for rank in range(2):
+        script = [("span", "fwd", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "fwd", 2)]
+        script += [("raise", "RuntimeError", "CUDA out of memory")] if rank == 1 else [("end",), ("span", "all_reduce", 2), ("wait", 0.5), ("raise", "RuntimeError", "Connection reset by peer")]
+        write_rank(tmp_path, rank, 2, script, closed=True)
+    document = json.loads(json.dumps(summary_json(summarize_run(tmp_path, log_skipped=False))))
+    assert [(p["rank"], p["state"], p["closed_cleanly"], p["closing_record"]) for p in document["processes"]] == [(0, "crashed", False, True), (1, "crashed", False, True)]
+    text = format_summary(summarize_run(tmp_path, log_skipped=False))
+    table = text.split("\nProcesses\n")[1].split("\n\n")[0]
+    assert "yes" not in table and table.count("after RuntimeError") == 2, table
+
+
 def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
     """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
     for rank in range(3):

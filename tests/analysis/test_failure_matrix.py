@@ -177,3 +177,13 @@ def test_the_sample_covers_every_axis():
     for case in sample:
         assert gated(case) + sum(select(case) for select, _ in EXCLUDED.values()) == 1, case
     assert set(HEALTHY) < set(ENDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [Case(end="stuck", world=1024, boxes="all", seed=3), Case(end="exception_in_span", world=1024, peers="wait", seed=4),
+                                  Case(end="sigkill", world=1024, peers="fail", boxes="none", seed=5), Case(end="interrupt", world=1024, boxes="not the culprit", seed=6)],
+                         ids=str)
+def test_the_gate_holds_at_1024_ranks(tmp_path: Path, case: Case):
+    assert gated(case)
+    result = judge(case, tmp_path)
+    assert not result["wrong"] and result["agree"] and result["named"]["summarize_run"] == {case.culprit}, result

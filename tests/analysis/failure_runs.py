@@ -1,7 +1,6 @@
 """Runs that fail the way real training jobs fail, with a known culprit: the axes of tests/analysis/test_failure_matrix.py.
 
-The axes come from the field's failure taxonomy (docs: ../shared/reference/field-notes.md, "How real jobs fail";
-the Llama 3 paper's interruption causes, MegaScale's and C4D's fault kinds), not from our generator's knobs:
+The axes come from the field's failure taxonomy (how real jobs fail: the Llama 3 paper's interruption causes, MegaScale's and C4D's fault kinds), not from our generator's knobs:
 
 * **how the culprit's process ends** (`ENDS`): ``clean`` (no fault); ``exception_in_span`` / ``exception_between``
   (a CUDA error or OOM raised by the next call: the most common crash); ``interrupt`` (Ctrl-C on a hung job: the

@@ -285,12 +285,15 @@ class Detector:
                 self._suspects.pop(source, None)
                 continue
             source_live = [p for p in live if p.source == source]
-            if source_live:
-                # Ctrl-C on a hung job: the interrupted process is still where it was (its interrupted spans stay open),
-                # beside the ranks still stuck waiting for it.
-                source_live += [p for p in members if ended.get(p.key) == "interrupted" and p.open]
             source_step = self._median_step_ms(members)
             source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
+            # A hang stopped from outside (torchrun's SIGTERM after the watchdog's timeout, Ctrl-C): processes stopped after
+            # no progress for as long as a hang needs are placed where they were stuck, as `summarize` places them; those
+            # stopped at once (a healthy job cancelled) are not. Ctrl-C's spans stay open (`ProcessState._error`).
+            stopped_stuck = [p for p in members if ended.get(p.key) in ("terminated", "interrupted") and _stopped_stuck(p, source_after)]
+            if source_live:
+                source_live += [p for p in members if ended.get(p.key) == "interrupted" and p.open and p not in stopped_stuck]
+            source_live += stopped_stuck
             hang = self._hang(source_live, members, missing, now, source_after)
             if self.suspected:
                 suspected.append(self.suspected)
@@ -1026,6 +1029,12 @@ def _closing_collectives(by_step: dict[int, dict[str, StepFacts]]) -> set[str]:
         if ratio is not None and ratio <= MAX_END_TO_ARRIVAL:
             out.add(name)
     return out
+
+
+def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:
+    """Whether a terminated or interrupted process had made no progress for `hang_after` seconds when it was stopped (watcher time)."""
+    end = p.signal_arrival if p.signal is not None else p.crash_arrival
+    return end is not None and p.progress_arrival is not None and end - p.progress_arrival >= hang_after
 
 
 def _place(p: ProcessState) -> RankPlace:

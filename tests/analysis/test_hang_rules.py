@@ -372,6 +372,33 @@ def test_after_an_uncaught_exception_json_never_says_closed_cleanly(tmp_path):
     assert "yes" not in table and table.count("after RuntimeError") == 2, table
 
 
+@pytest.mark.parametrize("stuck", [True, False])
+def test_watch_once_after_torchrun_terminated_a_hung_job_names_the_culprit_and_none_of_a_job_cancelled_at_once(tmp_path, stuck):
+    """A hang that torchrun's agent then SIGTERMed (after the watchdog's timeout): `watch --once` run afterwards said only
+    "training ranks 0-2 terminated"; `summarize` names rank 1. A healthy job cancelled at once still names no one."""
+    import os
+
+    from otel_titan.analysis.watch.loop import Watch
+
+    paths = []
+    for rank in range(3):
+        script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2)]
+        if rank != 1:
+            script += [("end",), ("span", "all_reduce", 2)]
+        if stuck:
+            script += [("stall", {"threads": frames("read_shard" if rank == 1 else "all_reduce", 34 if rank == 1 else 80)}), ("heartbeat",), ("wait", 30)]
+        paths.append(write_rank(tmp_path, rank, 3, script + [("signal",)]))
+    last = 0.0
+    for path in paths:  # written long ago: a cron's health check
+        written = max(json.loads(line)["time_us"] for line in path.read_text().splitlines()) / 1e6
+        os.utime(path, (written, written))
+        last = max(last, written)
+    _, events = Watch(str(tmp_path), clock=lambda: last + 600.0).refresh()
+    hangs = [e for e in events if e["type"] == "alert" and e["kind"] == "hang"]
+    assert suspects(tmp_path) == ([1] if stuck else [])
+    assert [h["ranks"] for h in hangs] == ([[1]] if stuck else []), [h["message"] for h in hangs]
+
+
 def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
     """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
     for rank in range(3):

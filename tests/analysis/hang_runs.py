@@ -223,7 +223,7 @@ def fr_entry(pg: str, seq: int, op: str = "all_reduce", state: str = "completed"
 
 def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, closed: bool = False, run_id: str = "hang-rules", torn: bool = False) -> Path:
     """One rank's file from a short script: ("span", name, step[, parent]) opens, ("end",) closes the innermost,
-    ("stall", fields) writes a black box, ("instant", name, step), ("heartbeat",) 10 s later, ("raise", type, message)
+    ("stall", fields) writes a black box, ("instant", name, step), ("heartbeat",) 10 s later, ("raise", type, message[, step])
     an uncaught exception unwinding every open span (their ``_error`` and ``_end``, then ``uncaught_exception``, as the
     writer's excepthook); each 1 ms after the last (("same",) keeps the next at this one's time, ("wait", s) adds s seconds)."""
     identity = {"schema_version": 1, "rank": rank, "global_rank": rank, "local_rank": rank, "world_size": world, "source": "training",
@@ -265,7 +265,7 @@ def write_rank(run_dir: Path, rank: int, world: int, records: list[tuple], *, cl
         elif kind == "signal":  # torchrun's agent stopping it
             add("signal_received", "instant", signal="SIGTERM")
         elif kind == "raise":  # an exception nothing caught: it fails every open span, innermost first
-            step = stack[-1][3] if stack else None
+            step = stack[-1][3] if stack else (item[3] if len(item) > 3 else None)  # between spans: the step it set, when given
             while stack:
                 name, sid, start, span_step = stack.pop()
                 add(f"{name}_error", span_id=sid, parent_span_id=stack[-1][1] if stack else None, step=span_step, error_type=item[1], error_message=item[2])

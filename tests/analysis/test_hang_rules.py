@@ -288,6 +288,117 @@ def test_the_rank_whose_exception_came_first_is_named_and_the_ranks_whose_collec
     assert "▶ crashed after it: training ranks 0,2 (RuntimeError: Connection reset by peer at train.py:88 in step_fn, inside span all_reduce, …)" in text, text
 
 
+def test_a_silent_kill_is_found_when_its_peers_then_fail_between_spans_in_a_collective_with_no_span(tmp_path):
+    """The matrix's loop without a collective span (issue 26, E): rank 0 is SIGKILLed in fwd; ranks 1-2 finish fwd_bwd and fail in
+    the all-reduce between spans. They failed after spans it never entered: it was killed, they are its victims (both read
+    the first crash, a victim's, as the culprit's)."""
+    for rank in range(3):
+        script = [("span", "data_fetch", 1), ("end",), ("span", "fwd_bwd", 1), ("span", "fwd", 1)]
+        if rank:
+            script += [("end",), ("span", "bwd", 1), ("end",), ("end",), ("wait", 0.5 + rank / 1000), ("raise", "RuntimeError", "Connection closed by peer", 1)]
+        write_rank(tmp_path, rank, 3, script, closed=rank != 0)
+    for reader in (summarize_run, summarize_tails):
+        (crashed,) = reader(tmp_path, log_skipped=False).hang.suspects
+        assert (crashed.rank, crashed.rule) == (0, "crashed") and crashed.why.startswith("failed first: killed"), (crashed.rank, crashed.why)
+    from otel_titan.analysis.watch.loop import Watch
+
+    _, events = Watch(str(tmp_path)).refresh()
+    (alert,) = [e for e in events if e["kind"] == "crashed"]
+    assert alert["ranks"] == [0] and "ranks 1-2 stopped after it (victims)" in alert["message"], alert
+
+
+def test_ctrl_c_on_a_hung_job_keeps_the_interrupted_rank_where_it_was_for_watch_as_for_summarize(tmp_path):
+    """Item 5 on `watch`: the hung rank gets KeyboardInterrupt (its span ends with it), the others, stuck in the collective,
+    ignore it. `watch` named rank 1, then, once Ctrl-C had ended its span, updated the alert to "every process waits in
+    all_reduce; the culprit cannot be told"."""
+    from otel_titan.analysis.watch.replay import replay
+
+    for rank in range(3):
+        if rank == 1:
+            script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2), ("stall", {"threads": frames("read_shard")}),
+                      ("heartbeat",), ("wait", 10), ("raise", "KeyboardInterrupt", "")]
+        else:
+            script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2), ("end",), ("span", "all_reduce", 2),
+                      ("stall", {"threads": frames("all_reduce", 80)}), ("heartbeat",)]
+        write_rank(tmp_path, rank, 3, script, closed=rank == 1)
+    assert suspects(tmp_path) == [1]
+    latest = {}
+    for event in replay(str(tmp_path), tail_s=120.0).events:
+        if event["type"] in ("alert", "update"):
+            latest[event["id"]] = event
+    hangs = [e for e in latest.values() if e["kind"] == "hang"]
+    assert [h["ranks"] for h in hangs] == [[1]] and "data_fetch" in hangs[0]["message"], [h["message"] for h in hangs]
+
+
+@pytest.mark.parametrize("spanned_barrier", [False, True])
+@pytest.mark.parametrize("minutes", [0, 6])
+def test_a_rank_zero_only_checkpoint_is_a_pause_until_it_lasts_longer_than_allowed(tmp_path, spanned_barrier, minutes):
+    """Item 14 in `summarize`: ``if rank == 0: save(); dist.barrier()``. The others wait (in an unspanned barrier: between spans)
+    for rank 0's first checkpoint, a span they never run. `summarize` blamed the waiters ("behind in the step": they never
+    entered checkpoint) or rank 0 at once ("odd one out"); `watch` gives it a pause's patience (`model.hang.own_work`).
+    Now the same rule: a pause, no one named, until it has lasted the allowance (300 s); then rank 0."""
+    for rank in range(4):
+        script: list[tuple] = []
+        for step in (1, 2):
+            script += [("span", "fwd", step), ("end",), ("span", "all_reduce", step), ("end",)]
+        script += [("span", "fwd", 3), ("end",)]
+        if rank == 0:
+            script += [("span", "checkpoint", 3), ("wait", minutes * 60), ("stall", {"threads": frames("save", 50)}), ("heartbeat",)]
+        elif spanned_barrier:
+            script += [("span", "barrier", 3), ("wait", minutes * 60), ("stall", {"threads": frames("barrier", 60)}), ("heartbeat",)]
+        else:
+            script += [("wait", minutes * 60), ("stall", {"threads": frames("barrier", 60), "where": "between_spans", "step": 3, "last_span": {"name": "fwd", "ended_s_ago": 3.0}})]
+        write_rank(tmp_path, rank, 4, script)
+    for reader in (summarize_run, summarize_tails):
+        hang = reader(tmp_path, log_skipped=False).hang
+        if minutes:
+            assert [s.rank for s in hang.suspects] == [0], [(s.rank, s.why) for s in hang.suspects]
+        else:
+            assert hang.suspects == [] and any(n.startswith("a pause, not a hang: training rank 0 in checkpoint, a span only it runs, for 10 s; 3 ranks wait for it")
+                                               for n in hang.notes), ([(s.rank, s.why) for s in hang.suspects], hang.notes)
+
+
+def test_after_an_uncaught_exception_json_never_says_closed_cleanly(tmp_path):
+    """Item 2 (brief b): the exit hook writes the closing record after the exception; `--json` said ``closed_cleanly: true``
+    of every crashed process. The crash wins; whether the closing record was written stays in ``closing_record``."""
+    for rank in range(2):
+        script = [("span", "fwd", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "fwd", 2)]
+        script += [("raise", "RuntimeError", "CUDA out of memory")] if rank == 1 else [("end",), ("span", "all_reduce", 2), ("wait", 0.5), ("raise", "RuntimeError", "Connection reset by peer")]
+        write_rank(tmp_path, rank, 2, script, closed=True)
+    document = json.loads(json.dumps(summary_json(summarize_run(tmp_path, log_skipped=False))))
+    assert [(p["rank"], p["state"], p["closed_cleanly"], p["closing_record"]) for p in document["processes"]] == [(0, "crashed", False, True), (1, "crashed", False, True)]
+    text = format_summary(summarize_run(tmp_path, log_skipped=False))
+    table = text.split("\nProcesses\n")[1].split("\n\n")[0]
+    assert "yes" not in table and table.count("after RuntimeError") == 2, table
+
+
+@pytest.mark.parametrize("stuck", [True, False])
+def test_watch_once_after_torchrun_terminated_a_hung_job_names_the_culprit_and_none_of_a_job_cancelled_at_once(tmp_path, stuck):
+    """A hang that torchrun's agent then SIGTERMed (after the watchdog's timeout): `watch --once` run afterwards said only
+    "training ranks 0-2 terminated"; `summarize` names rank 1. A healthy job cancelled at once still names no one."""
+    import os
+
+    from otel_titan.analysis.watch.loop import Watch
+
+    paths = []
+    for rank in range(3):
+        script = [("span", "data_fetch", 1), ("end",), ("span", "all_reduce", 1), ("end",), ("span", "data_fetch", 2)]
+        if rank != 1:
+            script += [("end",), ("span", "all_reduce", 2)]
+        if stuck:
+            script += [("stall", {"threads": frames("read_shard" if rank == 1 else "all_reduce", 34 if rank == 1 else 80)}), ("heartbeat",), ("wait", 30)]
+        paths.append(write_rank(tmp_path, rank, 3, script + [("signal",)]))
+    last = 0.0
+    for path in paths:  # written long ago: a cron's health check
+        written = max(json.loads(line)["time_us"] for line in path.read_text().splitlines()) / 1e6
+        os.utime(path, (written, written))
+        last = max(last, written)
+    _, events = Watch(str(tmp_path), clock=lambda: last + 600.0).refresh()
+    hangs = [e for e in events if e["type"] == "alert" and e["kind"] == "hang"]
+    assert suspects(tmp_path) == ([1] if stuck else [])
+    assert [h["ranks"] for h in hangs] == ([[1]] if stuck else []), [h["message"] for h in hangs]
+
+
 def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_that_raised(tmp_path):
     """The ranks that waited raise (a collective's timeout), the one they waited for is still stuck before it: it is the one."""
     for rank in range(3):

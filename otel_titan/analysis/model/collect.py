@@ -378,7 +378,7 @@ class _Collector(TimelineVisitor):
             self.rank_meshes[key] = process.mesh or self.rank_meshes.get(key)
         if self.hang.interrupted:  # nothing of the program came after Ctrl-C ended them: where the process was
             self.open.extend(self.interrupted)
-        self.hang.end()
+        self.hang.end(seen=[name for name, acc in self.process_phases.items() if acc.durations])
         summary.open_span_count = len(self.open)
         open_now = {id(span) for span, _ in self.open}
         parents = {id(span.parent) for span, _ in self.open if span.parent is not None}

@@ -142,13 +142,25 @@ class End:
 
 
 def _never_reached(end: End, peer: End) -> bool:
-    """Whether `peer` failed in a span `end` never entered: a later step, or the same step's span it had not started."""
+    """Whether `peer` failed where `end` never got: a later step, the same step's span it had not started, or, failing
+    between spans (a collective with no span of its own), after spans of that step it had not started.
+
+    Example:
+        >>> dead = End("r1", closed=False, last_us=100, step=1, entered=["data_fetch", "fwd_bwd", "fwd"])
+        >>> _never_reached(dead, End("r0", closed=True, last_us=300, step=1, entered=["data_fetch", "fwd_bwd", "fwd", "bwd"],
+        ...                          crash={"type": "RuntimeError", "time_us": 200, "step": 1, "span": None}))
+        True
+        >>> _never_reached(dead, End("r0", closed=True, last_us=300, step=1, entered=["data_fetch", "fwd_bwd"], crash={"type": "RuntimeError", "time_us": 200, "step": 1}))
+        False
+    """
     crash = peer.crash or {}
     if end.step is None or crash.get("step") is None:
         return False
     if crash["step"] != end.step:
         return crash["step"] > end.step
-    return crash.get("span") is not None and crash["span"] not in end.entered
+    if crash.get("span") is not None:
+        return crash["span"] not in end.entered
+    return peer.step == end.step and bool(set(peer.entered) - set(end.entered))
 
 
 def kill_evidence(end: End, peers: Sequence[End]) -> str | None:

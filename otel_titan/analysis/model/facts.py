@@ -370,6 +370,11 @@ class RunSummary:
             raw["created_utc"] = utc(process.created_us)
             raw["created_s_before_now"] = None if process.created_us is None else round(max(now_us - process.created_us, 0) / 1e6, 3)
             raw["state"] = process.state(now_us)
+            # The crash wins (docs/hangs.md, "How a process ended"): the exit hook's closing record after an uncaught
+            # exception is no clean close. Whether that record was written stays in `closing_record`.
+            raw["closing_record"] = process.closed_cleanly
+            if process.crash is not None:
+                raw["closed_cleanly"] = False
             for span in raw["open_spans"]:
                 span["start_utc"] = utc(span["start_us"])
         for info in data["runs"]:

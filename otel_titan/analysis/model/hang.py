@@ -72,7 +72,7 @@ from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
-__all__ = ["program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "own_work", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
+__all__ = ["PAUSE_ALLOWANCE_S", "program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "own_work", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -381,6 +381,8 @@ def build_hang(
             )
         )
         places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
+        if fact.get("seen") is not None:
+            places[-1].seen = frozenset(fact["seen"])  # type: ignore[misc]  # per instance, as `fr`
         crash = getattr(process, "crash", None)
         if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
             places[-1].failed_us, places[-1].failure = crash["time_us"], describe_crash(crash)
@@ -400,6 +402,7 @@ def build_hang(
     if not missing and all(p.status == "running" and not p.stuck for p in places):
         return None  # a live run that is making progress, as far as any record says: no Hang section
     suspects, notes = _suspects(places, current, missing)
+    suspects = _pauses(suspects, places, current, notes)
     suspect_labels = {s.label for s in suspects}
     groups = _groups(places, suspect_labels)
     headline = _headline(places, current, missing)
@@ -813,6 +816,47 @@ def _before(a: RankPlace, b: RankPlace) -> bool:
     if pa[0] != pb[0]:
         return pa[0] < pb[0]
     return a.entered_complete and pa[1] < pb[1]
+
+
+#: How long the others may wait for one rank in a span only it runs (rank 0's checkpoint, eval) before it is a hang (s):
+#: `watch`'s ``--pause-after`` default (`watch.detect.Rules.shared_pause_s`) and `summarize`'s (`_pauses`).
+PAUSE_ALLOWANCE_S = 300.0
+#: Rules a pause does not excuse: what never completes (a desync), a crash, a rank with no file or no record.
+_NOT_PAUSES = ("desync", "crashed", "missing", "nothing logged", "alone")
+
+
+def _pauses(suspects: list[Suspect], places: list[RankPlace], processes: Sequence[Any], notes: list[str], allowance_s: float = PAUSE_ALLOWANCE_S) -> list[Suspect]:
+    """``if rank == 0: save(); dist.barrier()``: a suspect in its own work (`own_work`) while every other rank of its world waits (in a
+    collective, or between spans) is a pause, not a hang, until it has been there `allowance_s`; the same rule as `watch`'s.
+
+    Its time there: how long its innermost open span had been open at its file's last record.
+    """
+    if not suspects or any(s.rule in _NOT_PAUSES for s in suspects):
+        return suspects
+    by_label = {p.label: p for p in places}
+    process_of = {getattr(p, "label", None): p for p in processes}
+    kept, paused = [], []
+    for suspect in suspects:
+        place = by_label.get(suspect.label)
+        process = process_of.get(suspect.label)
+        others = [q for q in places if place is not None and q is not place and (q.source, q.attempt) == (place.source, place.attempt)]
+        if place is None or process is None or not others or place.span is None or place.between_spans or not place.seen:
+            kept.append(suspect)
+            continue
+        # The others wait for it: between spans (an unspanned barrier), or all in one span it has not reached this step.
+        waits = {q.span for q in others if not (q.between_spans or q.span is None)}
+        if not own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others)) or len(waits) > 1 or waits & {place.span, *place.entered}:
+            kept.append(suspect)
+            continue
+        inner = next((o for o in reversed(process.open_spans) if o.name == place.span), None)
+        open_s = inner.open_s if inner is not None else None
+        if open_s is None or open_s >= allowance_s:
+            kept.append(suspect)
+            continue
+        paused.append(f"a pause, not a hang: {suspect.label} in {place.span}, a span only it runs, for {open_s:,.0f} s; "
+                      f"{plural(len(others), 'rank')} wait for it (a hang after {allowance_s:,.0f} s)")
+    notes.extend(paused)
+    return kept
 
 
 def own_work(span: str | None, others_seen: Iterable[Collection[str]]) -> bool:

@@ -99,5 +99,7 @@ class HangTracker:
             self.entered.append(name)
             self.entered_set.add(name)
 
-    def end(self) -> None:
-        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet, "world_size": self.world_size, "steps_seen": self.steps_seen}
+    def end(self, seen: list[str] | None = None) -> None:
+        """Its facts; `seen`: the names of the spans it was ever seen to finish (what it does: rank 0's checkpoint is not the others')."""
+        self.facts[self.label] = {"box": self.box, "history": self.history, "step": self.step, "entered": self.entered, "entered_complete": self.complete, "stalled": self.stalled, "quiet": self.quiet, "world_size": self.world_size, "steps_seen": self.steps_seen,
+                                  "seen": seen}

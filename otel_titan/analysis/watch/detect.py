@@ -72,7 +72,7 @@ from typing import Any, Iterable
 
 from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evidence
-from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
+from otel_titan.analysis.model.hang import PAUSE_ALLOWANCE_S, RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
@@ -89,7 +89,7 @@ class Rules:
     hang_floor_s: float = 8.0
     hang_steps: float = 2.0
     unknown_span_s: float = 30.0
-    shared_pause_s: float = 300.0
+    shared_pause_s: float = PAUSE_ALLOWANCE_S
     stall_floor_s: float = 3.0
     confirm_evaluations: int = 2
     crash_after_s: float = 5.0
@@ -287,6 +287,13 @@ class Detector:
             source_live = [p for p in live if p.source == source]
             source_step = self._median_step_ms(members)
             source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
+            # A hang stopped from outside (torchrun's SIGTERM after the watchdog's timeout, Ctrl-C): processes stopped after
+            # no progress for as long as a hang needs are placed where they were stuck, as `summarize` places them; those
+            # stopped at once (a healthy job cancelled) are not. Ctrl-C's spans stay open (`ProcessState._error`).
+            stopped_stuck = [p for p in members if ended.get(p.key) in ("terminated", "interrupted") and _stopped_stuck(p, source_after)]
+            if source_live:
+                source_live += [p for p in members if ended.get(p.key) == "interrupted" and p.open and p not in stopped_stuck]
+            source_live += stopped_stuck
             hang = self._hang(source_live, members, missing, now, source_after)
             if self.suspected:
                 suspected.append(self.suspected)
@@ -1022,6 +1029,12 @@ def _closing_collectives(by_step: dict[int, dict[str, StepFacts]]) -> set[str]:
         if ratio is not None and ratio <= MAX_END_TO_ARRIVAL:
             out.add(name)
     return out
+
+
+def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:
+    """Whether a terminated or interrupted process had made no progress for `hang_after` seconds when it was stopped (watcher time)."""
+    end = p.signal_arrival if p.signal is not None else p.crash_arrival
+    return end is not None and p.progress_arrival is not None and end - p.progress_arrival >= hang_after
 
 
 def _place(p: ProcessState) -> RankPlace:

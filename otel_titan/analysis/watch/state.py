@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.analysis.model.ending import UNCAUGHT, crash_of, crash_state
+from otel_titan.analysis.model.ending import INTERRUPT, UNCAUGHT, crash_of, crash_state
 from otel_titan.analysis.model.hang import digest_black_box, program_line
 from otel_titan.analysis.model.hang_facts import ENTERED_KEPT
 from otel_titan.analysis.model.timeline import error_details
@@ -158,7 +158,7 @@ class ProcessState:
         self.coords: dict[str, int] = {}
         self.first_arrival: float | None = None
         self.last_arrival: float | None = None
-        #: Watcher time of the last progress: a span that ended, a new step, a program instant.
+        #: Watcher time of the last progress: a span that ended, a new step, a program instant outside any open span.
         self.progress_arrival: float | None = None
         self.opened_us: int | None = None
         self.last_us: int | None = None
@@ -198,6 +198,8 @@ class ProcessState:
         self.signal_us: int | None = None
         #: The innermost span the latest exception failed: (name, step, start µs, error type), as `summarize` keeps it.
         self._failed: tuple[str, int | None, int, str] | None = None
+        #: Span ids of the open spans Ctrl-C failed (`_error`): kept open.
+        self._interrupted: set[Any] = set()
 
     # -- reading records -----------------------------------------------------------------------
     def apply(self, record: dict[str, Any], arrival: float) -> None:
@@ -242,7 +244,10 @@ class ProcessState:
         elif kind == "event":
             self._error(name[:-6], record)  # _error: its _end follows
         else:
-            self.progress_arrival = arrival
+            if not self.open:
+                # An instant (a scalar) from inside an open span is no progress out of it: a rank crawling in a hang (a
+                # record every 20 s from inside `bwd`) stays the hang's culprit, raised once, not again at each write.
+                self.progress_arrival = arrival
             if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
                 value = record.get("value")
                 if type(value) in (int, float):
@@ -291,15 +296,24 @@ class ProcessState:
             self.box_live = True
 
     def _error(self, name: str, record: dict[str, Any]) -> None:
-        """A span failed: the innermost one of an exception unwinding nested spans is the one started last."""
+        """A span failed: the innermost one of an exception unwinding nested spans is the one started last.
+
+        One Ctrl-C failed (``KeyboardInterrupt``) stays open: it ended only because the process was interrupted, so it
+        says where the process was, as `summarize` keeps it (a hung job stopped with Ctrl-C still names its culprit).
+        """
         span = self.open.get(record.get("span_id")) if record.get("span_id") is not None else None
         start = span.start_us if span is not None else record["time_us"]
+        error_type = error_details(record)[0]
+        if span is not None and error_type.rsplit(".", 1)[-1] == INTERRUPT:
+            self._interrupted.add(span.span_id)
         if self._failed is None or start >= self._failed[2]:
             step = span.step if span is not None else record.get("step")
-            self._failed = (name, step if type(step) is int else None, start, error_details(record)[0])
+            self._failed = (name, step if type(step) is int else None, start, error_type)
 
     def _end(self, name: str, record: dict[str, Any], arrival: float) -> None:
         span_id = record.get("span_id")
+        if span_id is not None and span_id in self._interrupted:
+            return  # Ctrl-C ended it: still where the process was, and no progress
         span = self.open.pop(span_id, None) if span_id is not None else None
         if span is None:  # no span id (torchtitan's files): the newest open span of that name
             for key in sorted((k for k, s in self.open.items() if s.name == name), key=lambda k: -self.open[k].order)[:1]:

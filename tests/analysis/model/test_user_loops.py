@@ -150,8 +150,11 @@ def test_a_rank_still_crawling_in_a_hang_is_the_culprit(tmp_path, ranks, culprit
     if ranks <= 16:  # live, the same culprit, and never another
         from otel_titan.analysis.watch.replay import replay
 
-        hangs = [e for e in replay(str(tmp_path), tail_s=100).events if e["type"] in ("alert", "update") and e["kind"] == "hang"]
+        events = [e for e in replay(str(tmp_path), tail_s=100).events if e["kind"] == "hang"]
+        hangs = [e for e in events if e["type"] in ("alert", "update")]
         assert hangs and all(e["ranks"] == [culprit] for e in hangs), hangs
+        # Raised once: each of its records from inside bwd is no progress (it resolved and raised again at every one).
+        assert [e["type"] for e in events if e["type"] in ("alert", "resolved")] == ["alert"], [(e["type"], e["at"]) for e in events]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

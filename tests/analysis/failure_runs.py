@@ -1,0 +1,279 @@
+"""Runs that fail the way real training jobs fail, with a known culprit: the axes of tests/analysis/test_failure_matrix.py.
+
+The axes come from the field's failure taxonomy (how real jobs fail: the Llama 3 paper's interruption causes, MegaScale's and C4D's fault kinds), not from our generator's knobs:
+
+* **how the culprit's process ends** (`ENDS`): ``clean`` (no fault); ``exception_in_span`` / ``exception_between``
+  (a CUDA error or OOM raised by the next call: the most common crash); ``interrupt`` (Ctrl-C on a hung job: the
+  hung rank gets KeyboardInterrupt, the ranks stuck in the collective ignore it); ``sigterm`` (a hung job stopped by
+  torchrun's agent or ``scancel``: every rank SIGTERMed); ``sigkill`` (the OOM killer, a node agent: nothing written
+  after its last record, sometimes a torn line); ``stuck`` and ``crawling`` (still alive: stopped, or writing a
+  record every 20 s from inside ``fwd``). Healthy jobs stopped from outside (``ctrl_c_healthy``, ``sigterm_healthy``,
+  ``sigkill_healthy``: the whole job killed at once, nothing written)
+  have no culprit;
+* **how its peers react** (`peers`): ``fail`` (gloo fails their collective at once: they raise ``Connection reset
+  by peer``, the exit hook closes their files) or ``wait`` (NCCL fails nothing: they wait, their watchdogs write
+  black boxes, then torchrun SIGTERMs them, or, after Ctrl-C, kills them);
+* **who wrote the files** (`WRITERS`): ``otel-titan`` (opening and closing records, ``uncaught_exception``,
+  ``signal_received``, ``stall`` black boxes, heartbeats); ``torchtitan`` (its logger: no span ids, no closing
+  record, no black box, nothing about how the process ended); ``pimm`` (the same, with pimm's fields and no logger name);
+* **the loop** (`LOOPS`): ``collective`` (data_fetch, fwd_bwd [fwd, bwd], then an ``all_reduce`` span closes the step);
+  ``readme`` (the README's loop: fwd_bwd [fwd, bwd], then ``optimizer``; the all-reduce runs inside ``bwd``, as DDP's
+  hooks do, with no span of its own); ``nospan`` (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer);
+* **onset**: the fault in step 1 (``start``) or in the last step (``late``);
+* **evidence** (``boxes``): black boxes from every stuck rank, from all but the culprit, or from none; the flight
+  recorder in them on or off.
+
+Each rank's records are written as the writer writes them; where a rank is stuck, where the others wait and what each
+writes follows from the loop, never from the expected answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.analysis import T0
+
+ENDS = ("clean", "exception_in_span", "exception_between", "interrupt", "sigterm", "sigkill", "stuck", "crawling", "ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
+WRITERS = ("otel-titan", "torchtitan", "pimm")
+LOOPS = ("collective", "readme", "nospan")
+#: Ends with no culprit: the job was healthy until stopped from outside.
+HEALTHY = ("clean", "ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
+STEP_US = 100_000
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
+RESET = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:41234"
+
+
+@dataclass(frozen=True)
+class Case:
+    end: str
+    writer: str = "otel-titan"
+    loop: str = "collective"
+    world: int = 3
+    onset: str = "late"
+    boxes: str = "all"  # "all" | "not the culprit" | "none"
+    recorder: bool = True
+    peers: str = "wait"  # "fail" | "wait"
+    steps: int = 5
+    seed: int = 0
+
+    @property
+    def culprit(self) -> int | None:
+        return None if self.end in HEALTHY else (self.seed * 7 + 1) % self.world
+
+    @property
+    def fault_step(self) -> int:
+        return 1 if self.onset == "start" else self.steps
+
+    def __str__(self) -> str:
+        return (f"{self.end}/{self.writer}/{self.loop}/{self.world} ranks/onset {self.onset}/boxes {self.boxes}/fr {'on' if self.recorder else 'off'}"
+                f"/peers {self.peers}/culprit {self.culprit}")
+
+
+def _ops(loop: str) -> list[tuple]:
+    """One step's program: ("open", name), ("close",), ("coll",) (the all-reduce every rank must reach), ("fault",) where the culprit stops in a span,
+    ("fault_between",) where it stops between spans."""
+    if loop == "collective":
+        return [("open", "data_fetch"), ("close",), ("fault_between",), ("open", "fwd_bwd"), ("open", "fwd"), ("fault",), ("close",), ("open", "bwd"), ("close",),
+                ("close",), ("open", "all_reduce"), ("coll",), ("close",)]
+    if loop == "readme":
+        return [("fault_between",), ("open", "fwd_bwd"), ("open", "fwd"), ("fault",), ("close",), ("open", "bwd"), ("coll",), ("close",), ("close",),
+                ("open", "optimizer"), ("close",)]
+    return [("open", "data_fetch"), ("close",), ("fault_between",), ("open", "fwd_bwd"), ("open", "fwd"), ("fault",), ("close",), ("open", "bwd"), ("close",),
+            ("close",), ("coll",), ("open", "optimizer"), ("close",)]
+
+
+class _Writer:
+    """One rank's file as `case.writer` writes it."""
+
+    def __init__(self, case: Case, rank: int) -> None:
+        self.case, self.rank = case, rank
+        self.ours = case.writer == "otel-titan"
+        self.out: list[dict[str, Any]] = []
+        self.stack: list[tuple[str, str, int, int]] = []
+        self.entries: list[dict[str, Any]] = []
+        self.seq = 0
+        self.last_closed: tuple[str, int] | None = None
+        self.pid = 7000 + rank
+
+    def add(self, name: str, time_us: int, log_type: str = "event", **fields: Any) -> None:
+        record: dict[str, Any] = {"time_us": time_us, "time_ms": time_us // 1000, "time": time_us // 1_000_000, "log_type": log_type, "log_type_name": name,
+                                  "event_name": None, "log_level": "INFO", "tid": self.pid, "pid": self.pid, "caller": "train.py:10:main",
+                                  "rank": self.rank, "global_rank": self.rank, "local_rank": self.rank % 8, "world_size": self.case.world, "source": "training",
+                                  "host_name": f"node-{self.rank // 8:03d}", **fields}
+        if self.ours:
+            record.update(schema_version=1, run_id="failure-matrix", attempt=0, job_id=None, logger_name="otel_titan.structured_logger", seq_id=len(self.out) + 1)
+            if name.endswith(("_start", "_end", "_error")) and "span_id" not in fields:
+                raise AssertionError(name)
+        else:
+            for key in ("span_id", "parent_span_id"):
+                record.pop(key, None)
+            if self.case.writer == "torchtitan":
+                record.update(logger_name="torchtitan.structured_logger", message=name, delta_ms=0.0)
+            else:  # pimm's writer: its own fields, no logger name
+                record.update(schema_version=1, attempt=0, job_id="123", trace_id="run-abc", epoch=0, iteration=record.get("step"))
+        self.out.append(record)
+
+    def open(self, name: str, step: int, time_us: int) -> None:
+        sid = hashlib.sha256(f"{self.rank}|{step}|{len(self.out)}".encode()).hexdigest()[:16]
+        self.add(f"{name}_start", time_us, span_id=sid, parent_span_id=self.stack[-1][1] if self.stack else None, step=step)
+        self.stack.append((name, sid, time_us, step))
+
+    def close(self, time_us: int, error: tuple[str, str] | None = None) -> None:
+        name, sid, start, step = self.stack.pop()
+        parent = self.stack[-1][1] if self.stack else None
+        if error is not None and self.ours:
+            self.add(f"{name}_error", time_us, span_id=sid, parent_span_id=parent, step=step, error_type=error[0], error_message=error[1])
+        self.add(f"{name}_end", time_us, span_id=sid, parent_span_id=parent, step=step, value=(time_us - start) / 1000)
+        self.last_closed = (name, time_us)
+
+    def collective(self, state: str, time_us: int) -> None:
+        self.seq += 1
+        self.entries.append({"pg_id": 0, "pg_name": "0", "pg_desc": "default_pg", "collective_seq_id": self.seq, "p2p_seq_id": 0, "is_p2p": False,
+                             "op": "nccl:all_reduce", "input_sizes": [[16]], "output_sizes": [[16]], "input_dtypes": ["Float"], "state": state,
+                             "retired": state == "completed", "time_created_ns": time_us * 1000})
+
+    def box(self, time_us: int, reason: str, step: int, stuck_here: bool, between: bool) -> None:
+        """The watchdog's ``stall`` record (or SIGTERM's black box): open spans, the main thread's stack, the flight recorder."""
+        if not self.ours:
+            return
+        frame = {"file": "train.py", "line": 34, "function": "read_shard"} if stuck_here else {"file": "train.py", "line": 80, "function": "main"}
+        library = [] if stuck_here else [{"file": ".venv/lib/python3.11/site-packages/torch/distributed/c10d.py", "line": 2800, "function": "all_reduce"}]
+        fields: dict[str, Any] = {
+            "reason": reason, "stalled_s": 3.0, "stall_after_s": 3.0, "message": reason,
+            "open_spans": [{"name": n, "span_id": sid, "step": st, "open_s": round((time_us - t) / 1e6, 3), "tid": self.pid, "thread_name": "MainThread"}
+                           for n, sid, t, st in self.stack],
+            "threads": [{"thread_name": "MainThread", "main": True, "frames": library + [frame]}],
+            "where": "in_span" if self.stack else ("between_spans" if between else "idle"),
+            "last_span": {"name": self.last_closed[0], "ended_s_ago": round((time_us - self.last_closed[1]) / 1e6, 3)} if self.last_closed and not self.stack else None,
+            "step": step,
+        }
+        if self.case.recorder:
+            fields["flight_recorder"] = {"version": "2.10", "entries": self.entries[-64:], "pg_config": {"0": {"desc": "default_pg", "ranks": list(range(self.case.world))}}}
+        self.add("stall", time_us, log_type="instant", **fields)
+
+    def raise_(self, time_us: int, error: tuple[str, str], step: int, frame: str) -> None:
+        """An exception nothing caught: it fails every open span, innermost first; the excepthook's record; the exit hook's close."""
+        while self.stack:
+            self.close(time_us, error)
+        if self.ours:
+            self.add("uncaught_exception", time_us, log_type="instant", step=step, error_type=error[0], error_message=error[1],
+                     error_frames=[".venv/lib/python3.11/site-packages/torch/cuda/memory.py:120:alloc", frame], fatal=True)
+            self.add("structured_logger_closed", time_us + 1000, log_type="instant", closing=True)
+
+    def write(self, run_dir: Path, torn: bool = False) -> None:
+        path = run_dir / "structured_logs" / f"training.global_rank_{self.rank}.20261202-000000-abcdef.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in self.out) + (b'{"time_us": 1, "log_ty' if torn else b""))
+
+
+def write_failure_run(run_dir: Path, case: Case) -> int | None:
+    """Write the case's run; returns the rank to blame (None: a healthy job)."""
+    culprit = case.culprit
+    ops = _ops(case.loop)
+    stop_at = ("fault_between",) if case.end == "exception_between" else ("fault",)
+    fault_step = case.fault_step
+    coll_index = ops.index(("coll",))
+    for rank in range(case.world):
+        w = _Writer(case, rank)
+        t = T0
+        if w.ours:
+            w.add("structured_logger_opened", t, log_type="instant", otel_titan_version="0.1.0", stacks_file=None)
+        # Before the loop: the model's build (every writer logs something there: one span).
+        w.open("build_model", 0, T0 + 100 + rank * 3)
+        w.close(T0 + 50_000 + rank * 11)
+        ended = False
+        for step in range(1, case.steps + 1):
+            step_start = T0 + 60_000 + (step - 1) * STEP_US
+            t = step_start + rank * 7  # a few µs apart
+            last_step = step == fault_step and case.end not in ("clean",)
+            for index, op in enumerate(ops):
+                t += 5000
+                faulty_here = rank == culprit and last_step and op[0] in ("fault", "fault_between") and op == stop_at
+                if case.end in ("stuck", "crawling", "interrupt", "sigterm") and rank == culprit and last_step and op == ("fault",):
+                    faulty_here = True
+                if faulty_here:
+                    _culprit_end(w, case, step, t, between=op == ("fault_between",))
+                    ended = True
+                    break
+                if last_step and case.end in ("ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy") and index == (rank % 3) + 2:
+                    _healthy_stop(w, case, step, t)
+                    ended = True
+                    break
+                if op[0] in ("fault", "fault_between"):
+                    continue
+                if op[0] == "open":
+                    w.open(op[1], step, t)
+                elif op[0] == "close":
+                    w.close(t)
+                elif op[0] == "coll":
+                    if last_step and culprit is not None and rank != culprit:
+                        w.collective("scheduled", t)
+                        _victim_end(w, case, step, t, between=not w.stack)
+                        ended = True
+                        break
+                    w.collective("completed", t)
+                    t = max(t, step_start + (coll_index + 2) * 5000)  # everyone leaves together, once the last arrived
+            if ended:
+                break
+        if not ended and w.ours:
+            w.add("structured_logger_closed", t + 1000, log_type="instant", closing=True)
+        w.write(run_dir, torn=ended and rank == culprit and case.end == "sigkill" and case.seed % 2 == 0)
+    return culprit
+
+
+#: When the peers' watchdogs fire, when torchrun's agent stops everyone, after the last progress (s).
+STALL_S, SIGTERM_S = 3.0, 40.0
+
+
+def _victim_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> None:
+    """A rank that reached the all-reduce the culprit never will."""
+    if case.end in ("exception_in_span", "exception_between", "sigkill") and case.peers == "fail":
+        w.raise_(t + 500_000, ("RuntimeError", RESET), step, "train.py:60:train_step")  # gloo fails it once the peer is gone
+        return
+    if case.boxes != "none":
+        w.box(t + int(STALL_S * 1e6), "stall", step, False, between)
+        if w.ours and w.stack:
+            w.add("heartbeat", t + 10_000_000, log_type="instant", open_spans=len(w.stack))
+    if case.end == "interrupt" and case.peers == "wait":
+        return  # stuck in gloo, Ctrl-C never reaches Python: killed later, nothing written
+    if case.end in ("stuck", "crawling"):
+        return  # alive, waiting
+    if w.ours:  # torchrun's agent (or the operator) stops them
+        w.add("signal_received", t + int(SIGTERM_S * 1e6), log_type="instant", signal="SIGTERM")
+        w.box(t + int(SIGTERM_S * 1e6) + 100, "SIGTERM", step, False, between)
+
+
+def _culprit_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> None:
+    own = case.boxes == "all"
+    if case.end in ("exception_in_span", "exception_between"):
+        w.raise_(t, ("torch.OutOfMemoryError", OOM), step, "train.py:88:fwd_bwd")
+    elif case.end == "sigkill":
+        pass  # nothing after its last record
+    elif case.end in ("stuck", "interrupt", "sigterm"):
+        if own:
+            w.box(t + int(STALL_S * 1e6), "stall", step, True, between)
+            if w.ours:
+                w.add("heartbeat", t + 10_000_000, log_type="instant", open_spans=len(w.stack))
+        if case.end == "interrupt":  # Ctrl-C: KeyboardInterrupt unwinds the span it was stuck in
+            w.raise_(t + 20_900_000, ("KeyboardInterrupt", ""), step, "train.py:34:read_shard")
+        elif case.end == "sigterm" and w.ours:
+            w.add("signal_received", t + int(SIGTERM_S * 1e6), log_type="instant", signal="SIGTERM")
+            w.box(t + int(SIGTERM_S * 1e6) + 100, "SIGTERM", step, True, between)
+    elif case.end == "crawling":  # still inside fwd, one record every 20 s (a loop logging per layer)
+        for k in range(1, 11):
+            w.add("metric_value", t + k * 20_000_000, log_type="instant", event_name="fwd_progress", value=float(k), step=step)
+
+
+def _healthy_stop(w: _Writer, case: Case, step: int, t: int) -> None:
+    """A healthy job stopped from outside mid-step: every rank, wherever it is."""
+    if case.end == "ctrl_c_healthy":
+        w.raise_(t + 1000, ("KeyboardInterrupt", ""), step, "train.py:50:train_step")
+    elif case.end == "sigkill_healthy":
+        pass  # the whole job killed at once (a node agent, a scheduler's hard kill): nothing written
+    elif w.ours:
+        w.add("signal_received", t + 1000, log_type="instant", signal="SIGTERM")
+        w.box(t + 1100, "SIGTERM", step, False, not w.stack)

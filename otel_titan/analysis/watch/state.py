@@ -36,8 +36,6 @@ __all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective",
 
 #: Steps whose facts are kept per process (the detectors look at most this far back).
 STEPS_KEPT = 96
-#: Values kept per phase for the slow rule (its recent window and baseline fit in it).
-SERIES_KEPT = 64
 #: Span names whose longest duration is learned, per process (a run logging a new name per step stays bounded).
 NAMES_KEPT = 256
 
@@ -117,6 +115,8 @@ class StepFacts:
     closing_ms: float | None = None
     closing_end_us: int | None = None
     tokens: float | None = None
+    #: Phase name → when its last span in this step ended (µs, own clock): wait or work (`model.stragglers.lateness`).
+    ends: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,9 +168,6 @@ class ProcessState:
         self.open: dict[Any, LiveSpan] = {}
         self._order = 0
         self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
-        #: Per phase (not the step-closing collective, not a collective): its time in each finished step that had it,
-        #: the newest last: what the slow rule takes medians of, kept as steps finish (not rebuilt per refresh).
-        self.series: dict[str, deque[float]] = {}
         self._current: StepFacts | None = None
         self._last_top: tuple[str, float, int] | None = None
         #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
@@ -317,6 +314,7 @@ class ProcessState:
         current = self._current
         if current is not None and step == current.step:
             current.phases[name] = current.phases.get(name, 0.0) + ms
+            current.ends[name] = record["time_us"]
             top = (span.parent is None) if span is not None else (record.get("parent_span_id") is None)
             if top:
                 current.top.add(name)
@@ -329,16 +327,6 @@ class ProcessState:
             if self._last_top is not None:
                 current.closing, current.closing_ms, current.closing_end_us = self._last_top
             self.steps.append(current)
-            for name, ms in current.phases.items():
-                # The last span is a phase too: whether it is the collective every rank leaves together is the
-                # evidence's to say, over the peers (`detect`, `model.clocks.collective_evidence`), not its place.
-                if not is_collective(name):
-                    series = self.series.get(name)
-                    if series is None:
-                        if len(self.series) >= NAMES_KEPT:
-                            continue
-                        series = self.series[name] = deque(maxlen=SERIES_KEPT)
-                    series.append(ms)
         self.step = step
         self.steps_seen += 1
         self.entered, self._entered_set = [], set()

@@ -828,8 +828,15 @@ class Detector:
         past_steps = [k for k in steps[-(window + rules.baseline):-window] if k in by_step]
         growth: dict[str, float] = {}
         names = {n for k in recent_steps for s in by_step[k] for n in s.phases}
+        # The step-closing collective on evidence (`_anchor`, summarize's rule), not by its name.
+        keyed: dict[int, dict[str, StepFacts]] = {}
+        for p in live:
+            for s in p.steps:
+                if s.step in by_step:
+                    keyed.setdefault(s.step, {})[p.key] = s
+        anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
         for name in names:
-            if is_collective(name):
+            if name == anchor:
                 # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
                 r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent_steps]
                 b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past_steps]

@@ -80,9 +80,9 @@ from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evid
 from otel_titan.analysis.model.hang import RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
-from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
+from otel_titan.analysis.watch.state import WINDOW_STEPS, ProcessState, StepFacts, is_collective
 from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
-from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_Z, effect_bar, judge_arrival, judge_phase, peer_key
+from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, effect_bar, judge_arrival, judge_phase, peer_key
 
 __all__ = ["Detector", "Rules", "takes_over"]
 
@@ -105,8 +105,9 @@ class Rules:
     slow_min_z: float = MIN_Z
     window: int = 10
     baseline: int = 32
-    #: The straggler rule's window: `summarize`'s rule (`model.stragglers.judge_phase`) over the last this many steps.
-    slow_window: int = 40
+    #: The straggler rule's window: `summarize`'s rule (`model.stragglers.judge_phase`) over the last this many steps
+    #: (at most `state.WINDOW_STEPS`, what each process keeps).
+    slow_window: int = WINDOW_STEPS
     sustain_steps: int = 5
 
 
@@ -647,28 +648,33 @@ class Detector:
         rules = self.rules
         if len(group) < MIN_MAJORITY:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
-        first = last - rules.slow_window + 1
+        first = last - min(rules.slow_window, WINDOW_STEPS) + 1
         by_rank: dict[int, ProcessState] = {}
         times: dict[str, dict[int, dict[int, float]]] = {}
         ends: dict[str, dict[int, dict[int, int]]] = {}
         by_step: dict[int, dict[str, StepFacts]] = {}
         step_times: list[float] = []
         top_names: set[str] = set()
+        whole = rules.slow_window >= WINDOW_STEPS
         for index, p in enumerate(group):
             rank = p.rank if p.rank is not None else -1 - index
             by_rank[rank] = p
-            for s in p.steps:
-                if not first <= s.step <= last:
+            for s in reversed(p.steps):
+                if s.step < first:
+                    break
+                if s.step > last:
                     continue
                 by_step.setdefault(s.step, {})[p.key] = s
                 top_names |= s.top
                 if s.duration_ms is not None:
                     step_times.append(s.duration_ms)
-                for name, ms in s.phases.items():
-                    times.setdefault(name, {}).setdefault(rank, {})[s.step] = ms
-                    end = s.ends.get(name)
-                    if end is not None:
-                        ends.setdefault(name, {}).setdefault(rank, {})[s.step] = end
+            # Each rank's own window (`ProcessState.window_times`: its last finished steps), taken as it is: a rank a
+            # step or two ahead of the slowest adds the steps only those ranks share.
+            for name, own in p.window_times.items():
+                times.setdefault(name, {})[rank] = own if whole else {k: v for k, v in own.items() if k >= first}
+                own_ends = p.window_ends.get(name)
+                if own_ends:
+                    ends.setdefault(name, {})[rank] = own_ends if whole else {k: v for k, v in own_ends.items() if k >= first}
         if not step_times:
             return []
         step_med = statistics.median(step_times)
@@ -678,8 +684,8 @@ class Detector:
         anchors: dict[int, dict[int, tuple[int, int]]] = {}
         if anchor is not None:
             for rank, p in by_rank.items():
-                own = {s.step: (int(s.closing_end_us - 1000.0 * s.closing_ms), s.closing_end_us) for s in p.steps
-                       if first <= s.step <= last and s.closing == anchor and s.closing_end_us is not None and s.closing_ms is not None}
+                own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in by_step.items()  # type: ignore[operator]
+                       for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
                 if own:
                     anchors[rank] = own
         exits = {rank: {step: end for step, (_, end) in own.items()} for rank, own in anchors.items()} or None
@@ -687,8 +693,11 @@ class Detector:
         found: dict[tuple[int, str], float] = {}  # (rank, phase or "arrival") → excess ms, of the findings that name a rank
         excess: dict[tuple[int, str], float] = {}  # every rank's excess per phase (to keep a raised alert)
         bars: dict[str, float] = {}
+        raised_phases = {k[3] for k, held in self._held.items() if k[0] == ("slow", gkey) and held.raised}
         for name, per_rank in times.items():
-            findings, _, slowness = judge_phase(name, per_rank, ends.get(name, {}), exits, one_clock=one_clock, last_step=last, **common)  # type: ignore[arg-type]
+            if name not in raised_phases and not _may_stand_out([p.window_median(name) for p in group]):
+                continue  # no rank's median is near the rule's bar: nothing the model's rule could name (a shortcut, not a rule)
+            findings, _, slowness = judge_phase(name, per_rank, ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
             for slow in slowness:
                 excess[(slow.rank, name)] = slow.median_excess_ms
                 bars[name] = effect_bar(slow.others_median_ms)
@@ -707,15 +716,15 @@ class Detector:
             hosts.setdefault(p.host, []).append(rank)
         whole_hosts = {h: sorted(m) for h, m in hosts.items() if h is not None and len(m) >= 2} if len([h for h in hosts if h is not None]) >= 3 else {}
         units: dict[tuple, tuple[list[int], float]] = {}  # (kind, unit, phase) → (ranks, excess)
-        on_slow_host: set[tuple[int, str]] = set()
+        on_slow_host: set[int] = set()
         for host, members in whole_hosts.items():
             for name in {name for (_, name) in found}:
                 hit = [r for r in members if (r, name) in found]
                 if len(hit) >= 2 and 2 * len(hit) >= len(members):
                     units[("host", host, name)] = (members, statistics.median(found[(r, name)] for r in hit))
-                    on_slow_host |= {(r, name) for r in members}
+                    on_slow_host |= set(members)
         for (rank, name), cost in found.items():
-            if (rank, name) not in on_slow_host:
+            if rank not in on_slow_host:  # a slow host's ranks are named as the host, in whichever phase
                 units[("rank", rank, name)] = ([rank], cost)
         # The clock: a unit found on `sustain_steps` steps running is raised; a raised one stays while its excess (the
         # median over its ranks) stays at least half the bar.
@@ -729,13 +738,19 @@ class Detector:
                 units[(kind, unit, name)] = (ranks, statistics.median(kept))
             else:
                 del self._held[hkey]
+        hosted = {r for (kind, _, _), (ranks, _) in units.items() if kind == "host" for r in ranks}
+        units = {key: value for key, value in units.items() if key[0] == "host" or key[1] not in hosted}
         raised: list[tuple[tuple, str, Any, list[int], str, float]] = []
+        # A rank's late arrival waits while a phase of its own is found (its cause, named instead once it is sustained).
+        with_phase = {(kind, unit) for (kind, unit, name) in units if name != "arrival"}
         for (kind, unit, name), (ranks, cost) in units.items():
             hkey = (scope, kind, unit, name)
             held = self._held.get(hkey)
             if held is None:
                 held = self._held[hkey] = _Held(last, now)
             held.excess_ms = cost
+            if name == "arrival" and not held.raised and (kind, unit) in with_phase:
+                continue
             if held.raised or last - held.since_step >= rules.sustain_steps:
                 held.raised = True
                 raised.append((hkey, kind, unit, ranks, name, cost))
@@ -848,6 +863,11 @@ class Detector:
         phase = max(growth, key=growth.__getitem__) if growth else None
         if phase is not None and growth[phase] <= 0:
             phase = None
+        step_now = statistics.median(s.duration_ms for k in recent_steps for s in by_step[k] if s.duration_ms is not None) if recent_steps else None
+        if not active and (phase is None or (step_now and growth[phase] < MIN_STEP_SHARE * step_now)):
+            # No phase grew on most ranks (each rank's own growth, its median over ranks): every rank waits for one or a
+            # few (a straggler, the slow rule's to name), the job itself did not slow down.
+            return None
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
         steps_so_far = max(1, last - held.since_step + window // 2)
@@ -966,6 +986,26 @@ _STATE_ORDER = {"running": 0, "stalled": 1, "hung": 2, "crashed": 3, "interrupte
 def _inner(p: ProcessState) -> str | None:
     inner = p.innermost()
     return inner.name if inner is not None else None
+
+
+def _may_stand_out(medians: list[float | None]) -> bool:
+    """Whether any rank's median could pass `model.stragglers.stands_out` against the others': a shortcut that skips a phase.
+
+    The others' median, leaving any one rank out, is at least the lower
+    middle value of every rank's; a rank must be `effect_bar` above it. With
+    a margin (0.8 × the bar: the rule compares medians over the steps ranks
+    share, a step or two fewer than each one's own), a phase where even the
+    slowest rank's median is under that cannot name anybody.
+
+    Example:
+        >>> _may_stand_out([30.0] * 31 + [32.0]), _may_stand_out([30.0] * 31 + [31.0]), _may_stand_out([30.0, 40.0])
+        (True, False, False)
+    """
+    values = sorted(m for m in medians if m is not None)
+    if len(values) < MIN_MAJORITY:
+        return False
+    floor = values[(len(values) - 2) // 2]
+    return floor <= 0 or values[-1] - floor >= 0.8 * effect_bar(floor)
 
 
 def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:

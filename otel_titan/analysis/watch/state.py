@@ -20,6 +20,7 @@ few frames, per process group its last collectives: `model.hang.digest_black_box
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,10 +33,12 @@ from otel_titan.analysis.model.timeline import error_details
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
-__all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT"]
+__all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT", "WINDOW_STEPS"]
 
 #: Steps whose facts are kept per process (the detectors look at most this far back).
 STEPS_KEPT = 96
+#: Finished steps whose phase times the straggler rule's window holds (`detect.Rules.slow_window` is at most this).
+WINDOW_STEPS = 40
 #: Span names whose longest duration is learned, per process (a run logging a new name per step stays bounded).
 NAMES_KEPT = 256
 
@@ -169,6 +172,11 @@ class ProcessState:
         self._order = 0
         self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
         self._current: StepFacts | None = None
+        #: Phase → step → ms (and → its end, µs own clock) over the last `WINDOW_STEPS` finished steps, oldest first.
+        self.window_times: dict[str, dict[int, float]] = {}
+        self.window_ends: dict[str, dict[int, int]] = {}
+        #: ... and the same times sorted (its median at a glance: `window_median`).
+        self.window_sorted: dict[str, list[float]] = {}
         self._last_top: tuple[str, float, int] | None = None
         #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
         self.span_max_ms: dict[str, float] = {}
@@ -327,6 +335,29 @@ class ProcessState:
             if self._last_top is not None:
                 current.closing, current.closing_ms, current.closing_end_us = self._last_top
             self.steps.append(current)
+            # Per phase, its time and end in each of the last `WINDOW_STEPS` finished steps that had it (rank's own
+            # clock): the model's straggler rule takes them as they are (`model.stragglers.judge_phase`), not rebuilt per refresh.
+            oldest = current.step - WINDOW_STEPS
+            for name, ms in current.phases.items():
+                times = self.window_times.get(name)
+                if times is None:
+                    if len(self.window_times) >= NAMES_KEPT:
+                        continue
+                    times = self.window_times[name] = {}
+                    self.window_ends[name] = {}
+                times[current.step] = ms
+                bisect.insort(self.window_sorted.setdefault(name, []), ms)
+                if name in current.ends:
+                    self.window_ends[name][current.step] = current.ends[name]
+            for name in list(self.window_times):
+                times, ordered = self.window_times[name], self.window_sorted[name]
+                while times and next(iter(times)) <= oldest:
+                    del ordered[bisect.bisect_left(ordered, times.pop(next(iter(times))))]
+                ends = self.window_ends[name]
+                while ends and next(iter(ends)) <= oldest:
+                    del ends[next(iter(ends))]
+                if not times:
+                    del self.window_times[name], self.window_ends[name], self.window_sorted[name]  # a phase the last steps no longer run
         self.step = step
         self.steps_seen += 1
         self.entered, self._entered_set = [], set()
@@ -334,6 +365,14 @@ class ProcessState:
         self._last_top = None
 
     # -- questions -----------------------------------------------------------------------------
+    def window_median(self, name: str) -> float | None:
+        """The median of phase `name`'s times over its window (`window_times`), None without one."""
+        ordered = self.window_sorted.get(name)
+        if not ordered:
+            return None
+        n = len(ordered)
+        return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
     def innermost(self) -> LiveSpan | None:
         """The innermost open span: one no other open span names as parent, the latest started of those."""
         if not self.open:

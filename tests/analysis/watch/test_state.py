@@ -7,7 +7,7 @@ import threading
 import time
 
 from otel_titan.analysis.watch.detect import Detector, Rules
-from otel_titan.analysis.watch.state import NAMES_KEPT, STEPS_KEPT, ProcessState, is_collective, mesh_coordinates
+from otel_titan.analysis.watch.state import NAMES_KEPT, STEPS_KEPT, WINDOW_STEPS, ProcessState, is_collective, mesh_coordinates
 from otel_titan.core.blackbox import thread_stacks
 
 
@@ -91,6 +91,9 @@ def test_memory_stays_bounded_however_long_the_job_runs():
         p.apply(rec(f"{name}_start", t, span_id=f"s{step}", step=step), float(step))
         p.apply(rec(f"{name}_end", t + 500, span_id=f"s{step}", step=step, value=0.5), float(step))
     assert len(p.steps) == STEPS_KEPT and len(p.span_max_ms) == NAMES_KEPT and not p.open
+    # The straggler rule's window: the phases of the last WINDOW_STEPS finished steps only, sorted copy included.
+    assert len(p.window_times) <= WINDOW_STEPS and set(p.window_times) == set(p.window_ends) == set(p.window_sorted)
+    assert all(min(times) > p.steps[-1].step - WINDOW_STEPS for times in p.window_times.values())
 
 
 def feed(detector, ranks, steps, t0=0.0, step_s=0.2):

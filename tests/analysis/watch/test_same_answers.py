@@ -32,6 +32,10 @@ CASES = {
     # The others ran 29 steps with rank 7: its logs are elsewhere. Missing, and nobody blamed for the hang.
     "missing rank the others ran with": dict(hung=(7, 30), missing=(7,), black_boxes=True),
     "restart": dict(restart=(5, 40), steps=70),
+    # Issue 26 A and item 9: a slowdown over part of the run. summarize finds it between its change points ("since step
+    # 91", "in steps 31-60 only"); watch, by the same function over its sliding window, while it lasts.
+    "slowdown in the last quarter": dict(straggler=(9, "fwd", 100.0), slow_from=91),
+    "slowdown that came and went": dict(straggler=(9, "fwd", 100.0), slow_from=31, slow_to=60),
 }
 
 

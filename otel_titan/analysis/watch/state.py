@@ -11,7 +11,8 @@ differences on one clock, untouched by host clock offsets and drift.
 Liveness ("nothing new for 20 s") comes from `arrival`: the watcher's clock
 alone, so a host whose clock is off by a minute does not look hung.
 
-Memory: the last `STEPS_KEPT` steps' facts, the spans open now, and one
+Memory: the last `STEPS_KEPT` steps' facts, each phase's times and ends
+over the last `WINDOW_STEPS` steps (the straggler rule's window), the spans open now, and one
 learned longest duration per span name (at most `NAMES_KEPT` names), the
 names of the spans entered in the current step (at most
 `model.hang_facts.ENTERED_KEPT`), and the digest of the newest black box (a

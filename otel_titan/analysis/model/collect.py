@@ -67,14 +67,12 @@ from otel_titan.analysis.model.stragglers import (
     MIN_STEPS,
     MIN_Z,
     STRAGGLER_RULE,
-    arrivals,
-    change_windows,
     compare_ranks,
     finding,
-    lateness,
+    judge_arrival,
+    judge_phase,
     peer_groups,
-    window_stands_out,
-    within,
+    windowed,
 )
 from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.rules import attempt_step as _attempt_step
@@ -1185,37 +1183,20 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: St
             result.ranks_by_slowness += slowness
             result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
             result.findings += [finding(slow, kind="step", what="step time", per_rank=times, window=window, window_to_end=window[1] >= last_step, **common)
-                                for slow, times, window in _windowed(mine, slowness, None)]
+                                for slow, times, window in windowed(mine, slowness, None)]
             for phase, phase_ranks in sorted(phases.items()):
                 peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
-                if len(peers_times) < 2:
-                    continue
-                _, phase_slowness = compare_ranks(peers_times, step_ms=step_ms, table=False)
                 ends = {rank: by_step for rank, by_step in _in_steps(collector.phase_step_end.get((source, attempt, phase), {}), step_range).items() if rank in peers_times}
-                judged = [(slow, peers_times, None) for slow in phase_slowness if slow.differs] + _windowed(peers_times, phase_slowness, step_ms)
-                for slow, times, window in judged:
-                    where = {} if window is None else {"window": window, "window_to_end": window[1] >= last_step}
-                    late, lockstep = _phase_lateness(slow.rank, ends if window is None else within(ends, *window), exits, one_clock, step_ms)
-                    if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
-                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=times, **where, **common))
-                        continue
-                    if late is None:
-                        cannot_tell += 1
-                        result.findings.append(finding(slow, kind="phase", what=phase, per_rank=times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **where, **common))
-                        continue
-                    if late < MIN_LATENESS_SHARE * slow.median_excess_ms:
-                        continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
-                    result.findings.append(finding(slow, kind="phase", what=phase, per_rank=times, late_ms=late, **where, **common))
+                found, unknown, _ = judge_phase(phase, peers_times, ends, exits, one_clock=one_clock, last_step=last_step, **common)
+                result.findings += found
+                cannot_tell += unknown
             if anchors:
-                peers_arrivals = arrivals({rank: anchors[rank] for rank in members if rank in anchors})
-                if len(peers_arrivals) < 2:
-                    continue
-                arrival_steps, arrival_slowness = compare_ranks(peers_arrivals, step_ms=step_ms, min_effect=MIN_ARRIVAL_EFFECT)
+                found, arrival_steps = judge_arrival(alignment.anchor, {rank: anchors[rank] for rank in members if rank in anchors}, **common)  # type: ignore[arg-type]
                 result.arrival_steps = max(result.arrival_steps, len(arrival_steps))
                 for row in arrival_steps:
                     if row.slowest_rank is not None:
                         last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
-                result.findings += [finding(slow, kind="arrival", what=alignment.anchor, per_rank=peers_arrivals, **common) for slow in arrival_slowness if slow.differs]  # type: ignore[arg-type]
+                result.findings += found
         if anchors and result.arrival_steps:
             result.arrival_collective = alignment.anchor
             result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
@@ -1284,27 +1265,6 @@ def _in_steps(per_rank: dict[int, dict[int, Any]], steps: StepRange | None) -> d
     return {rank: by_step for rank, by_step in out.items() if by_step}
 
 
-def _windowed(times: dict[int, dict[int, float]], slowness: list[RankSlowness], step_ms: float | None) -> list[tuple[RankSlowness, dict[int, dict[int, float]], tuple[int, int]]]:
-    """Ranks not found over every step that stand out between change points (`stragglers.change_windows`): judged by the same rule on those steps alone.
-
-    Each: (its verdict on the window, the peers' times in it, the window). A
-    slowdown that begins late or comes and goes never moves a median over the
-    run; on the steps where it happened it is plain.
-    """
-    found = {slow.rank for slow in slowness if slow.differs}
-    out = []
-    for rank, first, last in change_windows(times, skip=found):
-        window_times = within(times, first, last)
-        if len(window_times) < MIN_MAJORITY or rank not in window_times:
-            continue
-        _, judged = compare_ranks(window_times, step_ms=step_ms, table=False)
-        slow = next((r for r in judged if r.rank == rank), None)
-        if slow is not None and window_stands_out(slow) and rank not in found:
-            found.add(rank)  # one window per rank and phase: the largest
-            out.append((slow, window_times, (first, last)))
-    return out
-
-
 def _step_grid(collector: _Collector, alignment: ClockAlignment, bytes_read: int) -> StepGrid:
     """The collector's per-rank, per-step facts as the report draws them (`model.step_grid`); arrivals at the anchor, when there is one."""
     arrival: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
@@ -1317,23 +1277,6 @@ def _step_grid(collector: _Collector, alignment: ClockAlignment, bytes_read: int
                     arrival.setdefault(key, {})[rank] = arrived
     return StepGrid(step_ms=collector.step_ms, step_starts=collector.step_starts, phase_step_ms=collector.phase_step_ms, arrival_ms=arrival,
                     anchor=alignment.anchor, scalars=collector.scalar_steps.series, bytes_read=bytes_read)
-
-
-def _phase_lateness(rank: int, ends: dict[int, dict[int, int]], exits: dict[int, dict[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:
-    """How much later `rank` finished the phase than its peers (ms), on the best evidence there is (None: cannot tell), and whether in lockstep.
-
-    One clock: the ends compared as written (exact, no assumption); ranks
-    more than a step apart there are not in lockstep (False): no rank waits
-    for another, the durations decide. Several hosts: each end measured back
-    from the rank's exit of the step-closing collective, on its own clock (no
-    shared clock needed). Neither: None.
-    """
-    if one_clock:
-        late = lateness(rank, ends, None)
-        if late is not None and step_ms is not None and abs(late) > step_ms:
-            return None, False
-        return late, True
-    return (lateness(rank, ends, exits) if exits is not None else None), True
 
 
 def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int) -> list[str]:

@@ -207,7 +207,7 @@ def describe_cost(item: Any) -> str:
 
 
 def straggler_lines(group: Any, show_attempt: bool) -> list[str]:
-    """The "Look first at" lines of one source and attempt: findings that cost ≥ 5 % of the step in both halves of the run, costliest first.
+    """The "Look first at" lines of one source and attempt: findings that cost ≥ `HEADLINE_MIN_SHARE` (1 %) of the step in both halves of the run, costliest first.
 
     A rank with fewer than three peers is never called a straggler: its
     difference is shown, nobody is blamed (with two ranks, either could be the

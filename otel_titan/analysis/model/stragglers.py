@@ -27,7 +27,8 @@ same findings:
 * *cost* (`finding`): in synchronous training every rank pays a straggler's
   delay at the collective: the run would save the rank's lateness per step,
   times the steps. Only a finding that costs at least `HEADLINE_MIN_SHARE` of
-  the step and holds in both halves of the run reaches "Look first at"; the
+  the step (the phase rule's own 1 %: what `watch` raises `slow` about,
+  `summarize` puts first) and holds in both halves of the run reaches "Look first at"; the
   others stay in the Stragglers section (a finding that came and went says
   when).
 """
@@ -60,6 +61,10 @@ __all__ = [
     "lateness",
     "arrivals",
     "finding",
+    "judge_phase",
+    "judge_arrival",
+    "windowed",
+    "phase_lateness",
     "MIN_STEPS",
     "MIN_EFFECT",
     "MIN_Z",
@@ -92,8 +97,10 @@ MIN_LATENESS_SHARE = 0.5
 MIN_ARRIVAL_EFFECT = 0.10
 #: With fewer peers than this there is no majority to call one abnormal: a difference, nobody blamed.
 MIN_MAJORITY = 3
-#: A finding reaches "Look first at" only when it costs the run at least this share of the step ...
-HEADLINE_MIN_SHARE = 0.05
+#: A finding reaches "Look first at" only when it costs the run at least this share of the step: the phase bar itself
+#: (`MIN_STEP_SHARE`), so a rank `watch` raises `slow` about (the same rule, `stands_out`) is one `summarize` puts first
+#: (issue 26: at 5 % a rank 12 % slower in `fwd`, 3.5 % of the step, was named by both but kept out of the headline) ...
+HEADLINE_MIN_SHARE = MIN_STEP_SHARE
 #: ... in both halves of the run: in each, its median per-step difference is at least this share of the whole run's.
 PERSISTENT_SHARE = 0.5
 #: ... or, begun mid-run, large in at least this share of the steps from its first large one to the last step (it lasted).
@@ -647,3 +654,123 @@ def finding(
         window_from_step=None if window is None else window[0],
         window_to_step=None if window is None else window[1],
     )
+
+
+# -- one group's verdicts: the rule `summarize` (every step) and `watch` (its window) both call ------------------------
+def windowed(times: Mapping[int, Mapping[int, float]], slowness: list[RankSlowness], step_ms: float | None) -> list[tuple[RankSlowness, dict[int, dict[int, float]], tuple[int, int]]]:
+    """Ranks not found over every step that stand out between change points (`change_windows`): judged by the same rule on those steps alone.
+
+    Each: (its verdict on the window, the peers' times in it, the window). A
+    slowdown that begins late or comes and goes never moves a median over the
+    run; on the steps where it happened it is plain.
+    """
+    found = {slow.rank for slow in slowness if slow.differs}
+    out = []
+    for rank, first, last in change_windows(times, skip=found):
+        window_times = within(times, first, last)
+        if len(window_times) < MIN_MAJORITY or rank not in window_times:
+            continue
+        _, judged = compare_ranks(window_times, step_ms=step_ms, table=False)
+        slow = next((r for r in judged if r.rank == rank), None)
+        if slow is not None and window_stands_out(slow) and rank not in found:
+            found.add(rank)  # one window per rank and phase: the largest
+            out.append((slow, window_times, (first, last)))
+    return out
+
+
+def phase_lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:
+    """How much later `rank` finished the phase than its peers (ms), on the best evidence there is (None: cannot tell), and whether in lockstep.
+
+    One clock: the ends compared as written (exact, no assumption); ranks
+    more than a step apart there are not in lockstep (False): no rank waits
+    for another, the durations decide. Several hosts: each end measured back
+    from the rank's exit of the step-closing collective, on its own clock (no
+    shared clock needed). Neither: None.
+    """
+    if one_clock:
+        late = lateness(rank, ends, None)
+        if late is not None and step_ms is not None and abs(late) > step_ms:
+            return None, False
+        return late, True
+    return (lateness(rank, ends, exits) if exits is not None else None), True
+
+
+def judge_phase(
+    phase: str,
+    times: Mapping[int, Mapping[int, float]],
+    ends: Mapping[int, Mapping[int, int]],
+    exits: Mapping[int, Mapping[int, int]] | None,
+    *,
+    one_clock: bool,
+    step_ms: float | None,
+    last_step: int,
+    source: str,
+    attempt: int | None,
+    peers: list[int],
+    group: tuple[tuple[str, int], ...],
+    change_points: bool = True,
+) -> tuple[list[StragglerFinding], int, list[RankSlowness]]:
+    """One peer group's verdicts on one phase: (findings, how many are "cannot tell", every rank's comparison).
+
+    The one implementation of "a rank is slow in a phase", called by
+    `summarize` (`collect._stragglers`, over every step of the run or
+    ``--steps``) and by `watch` (`watch.detect`, over its last steps): the
+    only differences between them are the steps given (the window) and when
+    it is asked (the clock). `times`: rank → step → ms of the phase;
+    `ends`: rank → step → when its last span of the phase in that step ended
+    (µs, own clock); `exits`: rank → step → when it left the step-closing
+    collective (own clock), None without one every rank leaves together.
+    A rank is compared with its peers (`compare_ranks`, `stands_out`); one
+    not found over the steps is judged again on a change window's
+    (`windowed`, when `change_points`); then wait or work
+    (`phase_lateness`): a longer phase that ends with the others' is a wait
+    and no finding; one whose lateness cannot be measured is ``cannot tell``.
+    Each finding carries its cost and whether it reaches "Look first at"
+    (`finding`).
+    """
+    common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=peers, group=group)
+    if len(times) < 2:
+        return [], 0, []
+    _, slowness = compare_ranks(times, step_ms=step_ms, table=False)
+    judged = [(slow, times, None) for slow in slowness if slow.differs] + (windowed(times, slowness, step_ms) if change_points else [])
+    out: list[StragglerFinding] = []
+    cannot_tell = 0
+    for slow, judged_times, window in judged:
+        where: dict[str, Any] = {} if window is None else {"window": window, "window_to_end": window[1] >= last_step}
+        late, lockstep = phase_lateness(slow.rank, ends if window is None else within(ends, *window), exits, one_clock, step_ms)
+        if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
+            out.append(finding(slow, kind="phase", what=phase, per_rank=judged_times, **where, **common))  # type: ignore[arg-type]
+            continue
+        if late is None:
+            cannot_tell += 1
+            out.append(finding(slow, kind="phase", what=phase, per_rank=judged_times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **where, **common))  # type: ignore[arg-type]
+            continue
+        if late < MIN_LATENESS_SHARE * slow.median_excess_ms:
+            continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
+        out.append(finding(slow, kind="phase", what=phase, per_rank=judged_times, late_ms=late, **where, **common))  # type: ignore[arg-type]
+    return out, cannot_tell, slowness
+
+
+def judge_arrival(
+    anchor: str,
+    anchors: Mapping[int, Mapping[int, tuple[int, int]]],
+    *,
+    step_ms: float | None,
+    source: str,
+    attempt: int | None,
+    peers: list[int],
+    group: tuple[tuple[str, int], ...],
+) -> tuple[list[StragglerFinding], list[StepTimes]]:
+    """One peer group's verdicts on arrival at the step-closing collective `anchor`: (findings, the per-step rows).
+
+    `anchors`: rank → step → (start, end) µs of its `anchor` span, own clock
+    (`arrivals`); the bar is `MIN_ARRIVAL_EFFECT` of the others' arrival
+    time and `MIN_STEP_SHARE` of the step. Called by `summarize` and `watch`
+    alike (see `judge_phase`).
+    """
+    per_rank = arrivals(anchors)
+    if len(per_rank) < 2:
+        return [], []
+    rows, slowness = compare_ranks(per_rank, step_ms=step_ms, min_effect=MIN_ARRIVAL_EFFECT)
+    common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=peers, group=group)
+    return [finding(slow, kind="arrival", what=anchor, per_rank=per_rank, **common) for slow in slowness if slow.differs], rows  # type: ignore[arg-type]

@@ -31,18 +31,19 @@ The rules (docs/watch.md says them for users):
   (``shared_pause_s`` when never seen) the alert says the job is stuck there
   and that the culprit cannot be told from the records. Confirmed on a second
   evaluation, or at once by the culprit's black box.
-* **slow**: a rank (or a whole host, as one unit) whose phase time over the
-  last ``window`` steps stands out of its peers' (ranks with the same mesh
-  coordinates but data parallel, `model.stragglers.peer_key`) by
-  `summarize`'s own rule, `model.stragglers.stands_out` (``EFFECT_MARGIN ×
-  slow_pct`` % above, ``slow_min_z`` × the peers' spread, ``slow_min_step_share``
-  of the step: one bar, so both name the same ranks), for ``sustain_steps`` steps, and either risen as much against its
-  own earlier steps (an onset, seen within a few steps) or as much above its
-  peers over every step kept (`summarize`'s comparison: found even when the
-  noise hid the onset); or one that arrives last at the step-closing
-  collective by as much of the step (lateness on each rank's own clock: the
-  others' wait minus its own). The thresholds are `model.stragglers`'
-  (``MIN_EFFECT``, ``MIN_Z``, ``MIN_STEP_SHARE``, ``MIN_MAJORITY``). Its cost:
+* **slow**: a rank (or a whole host, as one unit) that `summarize`'s
+  straggler rule names over the last ``slow_window`` steps: the model's own
+  function, the one `summarize` calls over the whole run
+  (`model.stragglers.judge_phase` per phase, `judge_arrival` at the
+  step-closing collective: `compare_ranks` / `stands_out`, the change
+  windows, wait or work on each rank's own clock, the cost and "Look first
+  at"), on the per-rank, per-phase step figures `StepFacts` hold. A finding
+  raises when it is a ``straggler`` that reaches "Look first at"; the
+  step-closing collective is one on evidence (`_anchor`,
+  `model.clocks.collective_evidence`), never by its name. The clock is
+  `watch`'s: raised once found on ``sustain_steps`` steps running, kept while
+  its excess stays at least half the rule's bar. Peers: ranks with the same
+  mesh coordinates but data parallel (`model.stragglers.peer_key`). Its cost:
   what every rank waits for it per step, in ms and % of the step, and seconds
   so far.
 * **job_slow** (per source): the step time (per token where logged) over
@@ -55,13 +56,17 @@ The rules (docs/watch.md says them for users):
 Shared with `summarize` (``model/``): the hang rules (`model.hang.name_suspects`,
 `place_in_step`, `flag_missing_that_ran`), the flight-recorder digest
 (`model.hang.digest_black_box`, `model.flight_recorder`), the program's line
-(`model.hang.program_line`), the straggler thresholds and peer groups
-(`model.stragglers`), the mesh (`read.records.read_mesh`). Still `watch`'s
-own, because they judge records still arriving: *when* a stop is a hang (the
-learned durations above), the sliding window and its onset test, the
-collective names (`state.is_collective`: only to tell a start-up from a
-hang, as the model orders ranks by the spans they entered, not by span
-names), and the job-wide slowdown's rule.
+(`model.hang.program_line`), how a process ended (`model.ending`), the
+straggler rule itself (`model.stragglers.judge_phase`, `judge_arrival`, peer
+groups) and the collective evidence (`model.clocks.collective_evidence`),
+the mesh (`read.records.read_mesh`). The parameters that differ: the window
+(`Rules.slow_window`, the last 40 steps, against the whole run) and the
+clock (``sustain_steps``; hang after ``hang_after`` seconds). Still
+`watch`'s own, because they judge records still arriving: *when* a stop is
+a hang (the learned durations above), the job-wide slowdown's rule, the
+span pairing of `state.ProcessState` (records one at a time, bounded), and
+the collective names (`state.is_collective`: only to tell a start-up from a
+hang, in the own-work pause and the job-wide slowdown's phase).
 """
 
 from __future__ import annotations
@@ -75,9 +80,9 @@ from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evid
 from otel_titan.analysis.model.hang import PAUSE_ALLOWANCE_S, RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
-from otel_titan.analysis.watch.state import ProcessState, StepFacts, is_collective
+from otel_titan.analysis.watch.state import WINDOW_STEPS, ProcessState, StepFacts, is_collective
 from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
-from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, effect_bar, peer_key, stands_out
+from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, effect_bar, judge_arrival, judge_phase, peer_key
 
 __all__ = ["Detector", "Rules", "takes_over"]
 
@@ -95,11 +100,14 @@ class Rules:
     crash_after_s: float = 5.0
     missing_grace_s: float = 30.0
     #: The straggler rule's thresholds are `summarize`'s (`model.stragglers`): one definition of "slow".
+    #: The job-wide slowdown's bar (`job_slow`); a rank's slowdown is `model.stragglers`' rule itself (`slow_window`).
     slow_pct: float = MIN_EFFECT * 100.0
     slow_min_z: float = MIN_Z
-    slow_min_step_share: float = MIN_STEP_SHARE
     window: int = 10
     baseline: int = 32
+    #: The straggler rule's window: `summarize`'s rule (`model.stragglers.judge_phase`) over the last this many steps
+    #: (at most `state.WINDOW_STEPS`, what each process keeps).
+    slow_window: int = WINDOW_STEPS
     sustain_steps: int = 5
 
 
@@ -633,155 +641,144 @@ class Detector:
         return True
 
     def _slow_group(self, gkey: tuple, group: list[ProcessState], last: int, now: float) -> list[Alert]:
-        """Slow ranks and hosts of one peer group at its newest common step `last`."""
+        """Slow ranks and hosts of one peer group at its newest common step `last`: `summarize`'s verdicts on the window.
+
+        The per-rank, per-phase step figures of the last ``slow_window`` steps
+        (`StepFacts`, each rank's own clock) go to the model's rule, the one
+        `summarize` applies to the whole run (`model.stragglers.judge_phase`,
+        `judge_arrival`: `compare_ranks` / `stands_out`, the change windows,
+        wait or work, the cost and "Look first at"). A rank is slow where a
+        finding of it is a ``straggler`` that reaches "Look first at"; `watch`
+        adds only the clock: found on ``sustain_steps`` steps running before it
+        is raised, and kept while its excess stays at least half the bar.
+        """
         rules = self.rules
         if len(group) < MIN_MAJORITY:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
-        window, baseline = rules.window, rules.baseline
-        series: dict[str, dict[str, list[float]]] = {}
+        first = last - min(rules.slow_window, WINDOW_STEPS) + 1
+        by_rank: dict[int, ProcessState] = {}
+        times: dict[str, dict[int, dict[int, float]]] = {}
+        ends: dict[str, dict[int, dict[int, int]]] = {}
         by_step: dict[int, dict[str, StepFacts]] = {}
         step_times: list[float] = []
         top_names: set[str] = set()
-        for p in group:
-            for s in list(p.steps)[-window:]:
+        whole = rules.slow_window >= WINDOW_STEPS
+        for index, p in enumerate(group):
+            rank = p.rank if p.rank is not None else -1 - index
+            by_rank[rank] = p
+            for s in reversed(p.steps):
+                if s.step < first:
+                    break
                 if s.step > last:
                     continue
                 by_step.setdefault(s.step, {})[p.key] = s
                 top_names |= s.top
                 if s.duration_ms is not None:
                     step_times.append(s.duration_ms)
-            # The phases' series end at the rank's newest step; `last` is at most a step or two behind it.
-            series[p.key] = {name: list(values)[-(window + baseline):] for name, values in p.series.items()}
+            # Each rank's own window (`ProcessState.window_times`: its last finished steps), taken as it is: a rank a
+            # step or two ahead of the slowest adds the steps only those ranks share.
+            for name, own in p.window_times.items():
+                times.setdefault(name, {})[rank] = own if whole else {k: v for k, v in own.items() if k >= first}
+                own_ends = p.window_ends.get(name)
+                if own_ends:
+                    ends.setdefault(name, {})[rank] = own_ends if whole else {k: v for k, v in own_ends.items() if k >= first}
         if not step_times:
             return []
         step_med = statistics.median(step_times)
-        collectives = _closing_collectives(by_step)
-        for per in series.values():
-            for name in collectives:
-                per.pop(name, None)  # a wait, not work: a rank's arrival at it is judged instead (below)
-        # Arrival lateness per step, on each rank's own clock: the others' median wait minus its own; only at a last
-        # span that is a collective on evidence (a longer local span, the README's optimizer, is no earlier arrival).
-        for step, facts in by_step.items():
-            waits = [f.closing_ms for f in facts.values() if f.closing_ms is not None and f.closing in collectives]
-            if len(waits) < 3:
-                continue
-            mid = statistics.median(waits)
-            for key, f in facts.items():
-                if f.closing_ms is not None and f.closing in collectives:
-                    series[key].setdefault("arrival", []).append(mid - f.closing_ms)
-        hosts: dict[Any, list[ProcessState]] = {}
-        for p in group:
-            hosts.setdefault(p.host, []).append(p)
-        whole_hosts = {h: members for h, members in hosts.items() if h is not None and len(members) >= 2} if len([h for h in hosts if h is not None]) >= 3 else {}
-        names = {name for per in series.values() for name in per}
-        findings: list[tuple[str, Any, list[ProcessState], str, float]] = []  # (unit kind, unit, members, phase, excess)
-        host_flagged: set = set()
-        for name in sorted(names, key=lambda n: n == "arrival"):
-            recent: dict[str, float] = {}
-            past: dict[str, float] = {}
-            longs: dict[str, list[float]] = {}
-            need = max(3, window // 2) if name == "arrival" else window
-            for p in group:
-                values = series.get(p.key, {}).get(name)
-                if not values or len(values) < need:
-                    continue
-                recent[p.key] = statistics.median(values[-window:])
-                if len(values) >= 2 * window:
-                    past[p.key] = statistics.median(values[:-window])
-                    longs[p.key] = values
-            if len(recent) < 3:
-                continue
-            # Medians over every step kept: asked only for a unit slow now that has not risen against its own past (rare).
-            whole = _Lazy(lambda longs=longs: {k: statistics.median(v) for k, v in longs.items()})
-            if whole_hosts:
-                # A host as one unit: its ranks' median against the other hosts'.
-                h_recent = {h: statistics.median(recent[p.key] for p in m if p.key in recent) for h, m in whole_hosts.items() if any(p.key in recent for p in m)}
-                h_past = {h: statistics.median(past[p.key] for p in m if p.key in past) for h, m in whole_hosts.items() if any(p.key in past for p in m)}
-                h_whole = _Lazy(lambda whole=whole: {h: statistics.median(whole()[p.key] for p in m if p.key in whole()) for h, m in whole_hosts.items() if any(p.key in whole() for p in m)})
-                for host, excess in self._judge(("host", gkey), h_recent, h_past, name, step_med, last, now, h_whole):
-                    findings.append(("host", host, whole_hosts[host], name, excess))
-                    host_flagged.add(host)
-            for key, excess in self._judge(("rank", gkey), recent, past, name, step_med, last, now, whole):
-                findings.append(("rank", key, [self.processes[key]], name, excess))
-        # A host slow as a whole is one finding: its ranks are not named one by one besides.
-        findings = [f for f in findings if f[0] == "host" or f[2][0].host not in host_flagged]
-        # One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd
-        # around it), else the largest; a rank's arrival only when no phase of its own explains it.
-        best: dict[tuple, tuple] = {}
-        for kind, unit, members, name, excess in findings:
-            ukey = (kind, unit)
-            active = self._alert_key(gkey, kind, unit, members, name) in self.book.active
-            order = (active, name != "arrival", name not in top_names, excess)
-            if ukey not in best or order > best[ukey][0]:
-                best[ukey] = (order, kind, unit, members, name, excess)
-        alerts = []
-        for _, kind, unit, members, name, excess in best.values():
-            alerts.append(self._slow_alert(gkey, kind, unit, members, name, excess, step_med, last, now))
-        return alerts
-
-    def _judge(self, scope: tuple, recent: dict[Any, float], past: dict[Any, float], name: str, step_med: float, last: int, now: float,
-               whole: _Lazy | None = None) -> list[tuple[Any, float]]:
-        """Units (ranks or hosts) slow in `name`, held for `sustain_steps` (or already raised): [(unit, excess ms)].
-
-        Raise: `model.stragglers.stands_out` over the last `window` steps, the bar `summarize` applies to the
-        whole run (``EFFECT_MARGIN × slow_pct`` above the peers' median: a median of a few noisy steps
-        understates a +10 % rise half the time; at least ``slow_min_z`` × the peers' spread and
-        ``slow_min_step_share`` of the step); and either risen as much against its own past (a fail-slow onset:
-        seen within a few steps), or as much above its peers over all the steps kept (`whole`: up to
-        ``window + baseline``; `summarize`'s rule, a rank slower than its peers whatever its own past). Without
-        the second, a rise the noise hid for its first steps was never found: once its slow steps filled the
-        rank's own past, it no longer "rose". Keep while ``0.5 × slow_pct`` above the peers.
-        """
-        rules = self.rules
-        ordered = sorted(recent.values())
-        peers = statistics.median(ordered)
-        spread = _MAD_TO_SD * statistics.median(abs(v - peers) for v in ordered)
-        def slower(excess: float, noise: float) -> bool:
-            # `model.stragglers.stands_out`: summarize's bar, asked of this window (one rule, one threshold).
-            return yardstick > 0 and stands_out(excess, yardstick, max(noise, 0.005 * yardstick), min_effect=rules.slow_pct / 100.0,
-                                                min_z=rules.slow_min_z, step_ms=step_med, min_step_share=rules.slow_min_step_share)
-        def above_peers_over_all_steps(unit: Any) -> bool:
-            values = whole() if whole is not None else {}
-            if len(values) < MIN_MAJORITY or unit not in values:
-                return False
-            ordered_all = sorted(values.values())
-            peers_all = statistics.median(ordered_all)
-            spread_all = _MAD_TO_SD * statistics.median(abs(v - peers_all) for v in ordered_all)
-            return slower(values[unit] - peers_all, spread_all)
-        arrival = name == "arrival"
-        # Lateness is ~0 for everyone but the late one: its yardstick is the step, not the peers' lateness.
-        yardstick = step_med if arrival else peers
-        raise_at = effect_bar(yardstick, rules.slow_pct / 100.0)
-        out = []
-        for unit, r in recent.items():
-            excess = r - peers
-            hkey = (scope, unit, name)
-            held = self._held.get(hkey)
-            if held is not None and held.raised:
-                hold = excess >= 0.5 * rules.slow_pct / 100.0 * yardstick
+        one_clock = len({p.host for p in group}) == 1
+        # The step-closing collective on evidence (`model.clocks.collective_evidence`): its end is each rank's own-clock reference.
+        anchor = _anchor(by_step)
+        anchors: dict[int, dict[int, tuple[int, int]]] = {}
+        if anchor is not None:
+            for rank, p in by_rank.items():
+                own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in by_step.items()  # type: ignore[operator]
+                       for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
+                if own:
+                    anchors[rank] = own
+        exits = {rank: {step: end for step, (_, end) in own.items()} for rank, own in anchors.items()} or None
+        common = dict(source=group[0].source, attempt=group[0].attempt, step_ms=step_med, peers=sorted(by_rank), group=gkey[2])
+        found: dict[tuple[int, str], float] = {}  # (rank, phase or "arrival") → excess ms, of the findings that name a rank
+        excess: dict[tuple[int, str], float] = {}  # every rank's excess per phase (to keep a raised alert)
+        bars: dict[str, float] = {}
+        raised_phases = {k[3] for k, held in self._held.items() if k[0] == ("slow", gkey) and held.raised}
+        for name, per_rank in times.items():
+            if name not in raised_phases and not _may_stand_out([p.window_median(name) for p in group]):
+                continue  # no rank's median is near the rule's bar: nothing the model's rule could name (a shortcut, not a rule)
+            findings, _, slowness = judge_phase(name, per_rank, ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
+            for slow in slowness:
+                excess[(slow.rank, name)] = slow.median_excess_ms
+                bars[name] = effect_bar(slow.others_median_ms)
+            for f in findings:
+                if f.verdict == "straggler" and f.headline:
+                    found[(f.rank, name)] = max(found.get((f.rank, name), 0.0), f.cost_per_step_ms)
+        if anchor is not None and len(anchors) >= MIN_MAJORITY:
+            findings, _ = judge_arrival(anchor, anchors, **common)  # type: ignore[arg-type]
+            for f in findings:
+                if f.verdict == "straggler" and f.headline:
+                    found[(f.rank, "arrival")] = f.cost_per_step_ms
+        # A host slow as a whole is one unit (its ranks not named one by one): at least half its ranks, two or more, found
+        # in one phase, among three hosts or more.
+        hosts: dict[Any, list[int]] = {}
+        for rank, p in by_rank.items():
+            hosts.setdefault(p.host, []).append(rank)
+        whole_hosts = {h: sorted(m) for h, m in hosts.items() if h is not None and len(m) >= 2} if len([h for h in hosts if h is not None]) >= 3 else {}
+        units: dict[tuple, tuple[list[int], float]] = {}  # (kind, unit, phase) → (ranks, excess)
+        on_slow_host: set[int] = set()
+        for host, members in whole_hosts.items():
+            for name in {name for (_, name) in found}:
+                hit = [r for r in members if (r, name) in found]
+                if len(hit) >= 2 and 2 * len(hit) >= len(members):
+                    units[("host", host, name)] = (members, statistics.median(found[(r, name)] for r in hit))
+                    on_slow_host |= set(members)
+        for (rank, name), cost in found.items():
+            if rank not in on_slow_host:  # a slow host's ranks are named as the host, in whichever phase
+                units[("rank", rank, name)] = ([rank], cost)
+        # The clock: a unit found on `sustain_steps` steps running is raised; a raised one stays while its excess (the
+        # median over its ranks) stays at least half the bar.
+        scope = ("slow", gkey)
+        for hkey in [k for k in self._held if k[0] == scope and (k[1], k[2], k[3]) not in units]:
+            held = self._held[hkey]
+            _, kind, unit, name = hkey
+            ranks = whole_hosts.get(unit, []) if kind == "host" else [unit]
+            kept = [excess[(r, name)] for r in ranks if (r, name) in excess]
+            if held.raised and name in bars and kept and statistics.median(kept) >= 0.5 * bars[name]:
+                units[(kind, unit, name)] = (ranks, statistics.median(kept))
             else:
-                # Its own past is asked only to start: once the rise is seen, the slow steps entering its past must not undo it.
-                own = past.get(unit)
-                rose = held is not None or (own is not None and (r - own >= raise_at if arrival else r >= own + raise_at))
-                hold = slower(excess, spread) and (rose or above_peers_over_all_steps(unit))
-            if not hold:
-                self._held.pop(hkey, None)
-                continue
+                del self._held[hkey]
+        hosted = {r for (kind, _, _), (ranks, _) in units.items() if kind == "host" for r in ranks}
+        units = {key: value for key, value in units.items() if key[0] == "host" or key[1] not in hosted}
+        raised: list[tuple[tuple, str, Any, list[int], str, float]] = []
+        # A rank's late arrival waits while a phase of its own is found (its cause, named instead once it is sustained).
+        with_phase = {(kind, unit) for (kind, unit, name) in units if name != "arrival"}
+        for (kind, unit, name), (ranks, cost) in units.items():
+            hkey = (scope, kind, unit, name)
+            held = self._held.get(hkey)
             if held is None:
                 held = self._held[hkey] = _Held(last, now)
-            held.excess_ms = excess
+            held.excess_ms = cost
+            if name == "arrival" and not held.raised and (kind, unit) in with_phase:
+                continue
             if held.raised or last - held.since_step >= rules.sustain_steps:
                 held.raised = True
-                out.append((unit, excess))
-        return out
+                raised.append((hkey, kind, unit, ranks, name, cost))
+        # One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd around it),
+        # else the largest; a rank's arrival only when no phase of its own explains it.
+        best: dict[tuple, tuple] = {}
+        for hkey, kind, unit, ranks, name, cost in raised:
+            members = [by_rank[r] for r in ranks if r in by_rank]
+            active = self._alert_key(gkey, kind, unit, members, name) in self.book.active
+            order = (active, name != "arrival", name not in top_names, cost)
+            if (kind, unit) not in best or order > best[(kind, unit)][0]:
+                best[(kind, unit)] = (order, kind, unit, members, name, cost)
+        return [self._slow_alert(gkey, kind, unit, members, name, cost, step_med, last, now) for _, kind, unit, members, name, cost in best.values()]
 
     @staticmethod
     def _alert_key(gkey: tuple, kind: str, unit: Any, members: list[ProcessState], name: str) -> tuple:
         return ("slow", gkey, unit if kind == "host" else members[0].rank, name)
 
     def _slow_alert(self, gkey: tuple, kind: str, unit: Any, members: list[ProcessState], name: str, excess: float, step_med: float, last: int, now: float) -> Alert:
-        held = self._held.get((("host" if kind == "host" else "rank", gkey), unit, name))
-        since_step = held.since_step - self.rules.window // 2 if held else last
+        held = self._held.get((("slow", gkey), kind, unit, name))
+        since_step = held.since_step - self.rules.sustain_steps if held else last
         steps = max(1, last - since_step)
         p = members[0]
         ranks = sorted(m.rank for m in members if m.rank is not None)
@@ -853,8 +850,15 @@ class Detector:
         past_steps = [k for k in steps[-(window + rules.baseline):-window] if k in by_step]
         growth: dict[str, float] = {}
         names = {n for k in recent_steps for s in by_step[k] for n in s.phases}
+        # The step-closing collective on evidence (`_anchor`, summarize's rule), not by its name.
+        keyed: dict[int, dict[str, StepFacts]] = {}
+        for p in live:
+            for s in p.steps:
+                if s.step in by_step:
+                    keyed.setdefault(s.step, {})[p.key] = s
+        anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
         for name in names:
-            if is_collective(name):
+            if name == anchor:
                 # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
                 r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent_steps]
                 b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past_steps]
@@ -866,6 +870,11 @@ class Detector:
         phase = max(growth, key=growth.__getitem__) if growth else None
         if phase is not None and growth[phase] <= 0:
             phase = None
+        step_now = statistics.median(s.duration_ms for k in recent_steps for s in by_step[k] if s.duration_ms is not None) if recent_steps else None
+        if not active and (phase is None or (step_now and growth[phase] < MIN_STEP_SHARE * step_now)):
+            # No phase grew on most ranks (each rank's own growth, its median over ranks): every rank waits for one or a
+            # few (a straggler, the slow rule's to name), the job itself did not slow down.
+            return None
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
         steps_so_far = max(1, last - held.since_step + window // 2)
@@ -986,25 +995,35 @@ def _inner(p: ProcessState) -> str | None:
     return inner.name if inner is not None else None
 
 
-class _Lazy:
-    """A value computed on first call, then kept (the slow rule's medians over every step kept are rarely needed)."""
+def _may_stand_out(medians: list[float | None]) -> bool:
+    """Whether any rank's median could pass `model.stragglers.stands_out` against the others': a shortcut that skips a phase.
 
-    def __init__(self, compute: Any) -> None:
-        self._compute, self._value, self._done = compute, None, False
+    The others' median, leaving any one rank out, is at least the lower
+    middle value of every rank's; a rank must be `effect_bar` above it. With
+    a margin (0.8 × the bar: the rule compares medians over the steps ranks
+    share, a step or two fewer than each one's own), a phase where even the
+    slowest rank's median is under that cannot name anybody.
 
-    def __call__(self) -> Any:
-        if not self._done:
-            self._value, self._done = self._compute(), True
-        return self._value
+    Example:
+        >>> _may_stand_out([30.0] * 31 + [32.0]), _may_stand_out([30.0] * 31 + [31.0]), _may_stand_out([30.0, 40.0])
+        (True, False, False)
+    """
+    values = sorted(m for m in medians if m is not None)
+    if len(values) < MIN_MAJORITY:
+        return False
+    floor = values[(len(values) - 2) // 2]
+    return floor <= 0 or values[-1] - floor >= 0.8 * effect_bar(floor)
 
 
-def _closing_collectives(by_step: dict[int, dict[str, StepFacts]]) -> set[str]:
-    """The names of the steps' last spans that are collectives on evidence (`model.clocks.collective_evidence`, summarize's rule).
+def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
+    """The step-closing collective on evidence (`model.clocks.collective_evidence`, summarize's rule), or None.
 
-    A last span is the step-closing collective only when, from step to step,
-    its ends vary at most `MAX_END_TO_ARRIVAL` as much as its starts over the
-    peers (whoever arrives later waits less); measured on each rank's own
-    clock, what is constant per rank (an offset, a rank always late) taken out.
+    A step's last top-level span is the collective every rank leaves together
+    only when, from step to step, its ends vary at most `MAX_END_TO_ARRIVAL`
+    as much as its starts over the peers (whoever arrives later waits less);
+    measured on each rank's own clock, what is constant per rank (an offset, a
+    rank always late) taken out. Of several such names, the one that closes
+    the most steps.
     """
     rows: dict[str, tuple[list[int], list[int], list[float], list[float]]] = {}
     keys: dict[str, int] = {}
@@ -1018,17 +1037,17 @@ def _closing_collectives(by_step: dict[int, dict[str, StepFacts]]) -> set[str]:
             ends.append(float(f.closing_end_us))
             starts.append(f.closing_end_us - 1000.0 * f.closing_ms)
     if not rows:
-        return set()
+        return None
     import numpy as np  # noqa: PLC0415 - only once a peer group finished steps
 
-    out = set()
+    best: tuple[int, str] | None = None
     for name, (proc, steps, starts, ends) in rows.items():
         if len(set(steps)) < 3 or len(set(proc)) < 3:
             continue
         ratio = collective_evidence(np.asarray(proc), np.asarray(steps), np.asarray(starts), np.asarray(ends))
-        if ratio is not None and ratio <= MAX_END_TO_ARRIVAL:
-            out.add(name)
-    return out
+        if ratio is not None and ratio <= MAX_END_TO_ARRIVAL and (best is None or len(steps) > best[0]):
+            best = (len(steps), name)
+    return None if best is None else best[1]
 
 
 def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:

@@ -11,7 +11,8 @@ differences on one clock, untouched by host clock offsets and drift.
 Liveness ("nothing new for 20 s") comes from `arrival`: the watcher's clock
 alone, so a host whose clock is off by a minute does not look hung.
 
-Memory: the last `STEPS_KEPT` steps' facts, the spans open now, and one
+Memory: the last `STEPS_KEPT` steps' facts, each phase's times and ends
+over the last `WINDOW_STEPS` steps (the straggler rule's window), the spans open now, and one
 learned longest duration per span name (at most `NAMES_KEPT` names), the
 names of the spans entered in the current step (at most
 `model.hang_facts.ENTERED_KEPT`), and the digest of the newest black box (a
@@ -20,6 +21,7 @@ few frames, per process group its last collectives: `model.hang.digest_black_box
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,12 +34,12 @@ from otel_titan.analysis.model.timeline import error_details
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
-__all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT"]
+__all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT", "WINDOW_STEPS"]
 
 #: Steps whose facts are kept per process (the detectors look at most this far back).
 STEPS_KEPT = 96
-#: Values kept per phase for the slow rule (its recent window and baseline fit in it).
-SERIES_KEPT = 64
+#: Finished steps whose phase times the straggler rule's window holds (`detect.Rules.slow_window` is at most this).
+WINDOW_STEPS = 40
 #: Span names whose longest duration is learned, per process (a run logging a new name per step stays bounded).
 NAMES_KEPT = 256
 
@@ -117,6 +119,8 @@ class StepFacts:
     closing_ms: float | None = None
     closing_end_us: int | None = None
     tokens: float | None = None
+    #: Phase name → when its last span in this step ended (µs, own clock): wait or work (`model.stragglers.lateness`).
+    ends: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,10 +172,12 @@ class ProcessState:
         self.open: dict[Any, LiveSpan] = {}
         self._order = 0
         self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
-        #: Per phase (not the step-closing collective, not a collective): its time in each finished step that had it,
-        #: the newest last: what the slow rule takes medians of, kept as steps finish (not rebuilt per refresh).
-        self.series: dict[str, deque[float]] = {}
         self._current: StepFacts | None = None
+        #: Phase → step → ms (and → its end, µs own clock) over the last `WINDOW_STEPS` finished steps, oldest first.
+        self.window_times: dict[str, dict[int, float]] = {}
+        self.window_ends: dict[str, dict[int, int]] = {}
+        #: ... and the same times sorted (its median at a glance: `window_median`).
+        self.window_sorted: dict[str, list[float]] = {}
         self._last_top: tuple[str, float, int] | None = None
         #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
         self.span_max_ms: dict[str, float] = {}
@@ -331,6 +337,7 @@ class ProcessState:
         current = self._current
         if current is not None and step == current.step:
             current.phases[name] = current.phases.get(name, 0.0) + ms
+            current.ends[name] = record["time_us"]
             top = (span.parent is None) if span is not None else (record.get("parent_span_id") is None)
             if top:
                 current.top.add(name)
@@ -343,16 +350,29 @@ class ProcessState:
             if self._last_top is not None:
                 current.closing, current.closing_ms, current.closing_end_us = self._last_top
             self.steps.append(current)
+            # Per phase, its time and end in each of the last `WINDOW_STEPS` finished steps that had it (rank's own
+            # clock): the model's straggler rule takes them as they are (`model.stragglers.judge_phase`), not rebuilt per refresh.
+            oldest = current.step - WINDOW_STEPS
             for name, ms in current.phases.items():
-                # The last span is a phase too: whether it is the collective every rank leaves together is the
-                # evidence's to say, over the peers (`detect`, `model.clocks.collective_evidence`), not its place.
-                if not is_collective(name):
-                    series = self.series.get(name)
-                    if series is None:
-                        if len(self.series) >= NAMES_KEPT:
-                            continue
-                        series = self.series[name] = deque(maxlen=SERIES_KEPT)
-                    series.append(ms)
+                times = self.window_times.get(name)
+                if times is None:
+                    if len(self.window_times) >= NAMES_KEPT:
+                        continue
+                    times = self.window_times[name] = {}
+                    self.window_ends[name] = {}
+                times[current.step] = ms
+                bisect.insort(self.window_sorted.setdefault(name, []), ms)
+                if name in current.ends:
+                    self.window_ends[name][current.step] = current.ends[name]
+            for name in list(self.window_times):
+                times, ordered = self.window_times[name], self.window_sorted[name]
+                while times and next(iter(times)) <= oldest:
+                    del ordered[bisect.bisect_left(ordered, times.pop(next(iter(times))))]
+                ends = self.window_ends[name]
+                while ends and next(iter(ends)) <= oldest:
+                    del ends[next(iter(ends))]
+                if not times:
+                    del self.window_times[name], self.window_ends[name], self.window_sorted[name]  # a phase the last steps no longer run
         self.step = step
         self.steps_seen += 1
         self.entered, self._entered_set = [], set()
@@ -360,6 +380,14 @@ class ProcessState:
         self._last_top = None
 
     # -- questions -----------------------------------------------------------------------------
+    def window_median(self, name: str) -> float | None:
+        """The median of phase `name`'s times over its window (`window_times`), None without one."""
+        ordered = self.window_sorted.get(name)
+        if not ordered:
+            return None
+        n = len(ordered)
+        return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
     def innermost(self) -> LiveSpan | None:
         """The innermost open span: one no other open span names as parent, the latest started of those."""
         if not self.open:

@@ -333,7 +333,7 @@ def test_a_healthy_noisy_run_has_no_straggler(run_dir):
     assert group.straggler_ranks == [] and group.phase_stragglers == []  # not even rank 1's gc_collect: 5 samples, +8%
     gc = {r.rank: r for r in compare_ranks({rank: {s: ms for s, ms in by_step.items()} for rank, by_step in _phase_times(run_dir, "gc_collect").items()})[1]}
     assert gc[1].compared_steps == 5 and 7 < gc[1].median_excess_pct < 9 and not gc[1].straggler
-    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "effect_bar_pct": 7.5, "min_robust_z": MIN_Z, "min_robust_z_below_effect": 5.0, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": 10.0, "min_ranks_for_majority": 3, "headline_min_cost_share_of_step_pct": 5.0}
+    assert summary.straggler_rule == {"min_steps": MIN_STEPS, "min_effect_pct": MIN_EFFECT * 100, "effect_bar_pct": 7.5, "min_robust_z": MIN_Z, "min_robust_z_below_effect": 5.0, "phase_min_share_of_step_pct": MIN_STEP_SHARE * 100, "arrival_min_effect_pct": 10.0, "min_ranks_for_majority": 3, "headline_min_cost_share_of_step_pct": MIN_STEP_SHARE * 100}
 
 
 def _phase_times(run_dir, phase):
@@ -358,19 +358,20 @@ def test_a_real_straggler_among_noisy_ranks_is_the_only_one_found(run_dir, ranks
     assert row["median_excess_ms"] == pytest.approx(12.0, abs=0.5) and row["robust_z"] >= MIN_Z
 
 
-def test_a_straggler_that_costs_little_stays_in_the_stragglers_section_with_its_cost(run_dir):
-    # Issue 18 item 9: a finding reaches "Look first at" only when it costs ≥ 5 % of the step.
+def test_a_straggler_that_costs_a_few_percent_of_the_step_is_in_look_first_at_with_its_cost(run_dir):
+    # Issue 18 item 9 kept a finding under 5 % of the step out of "Look first at"; issue 26 (A) changes that rule: `watch`
+    # raises `slow` for any rank that stands out by the one rule (`stands_out`, ≥ 1 % of the step), so `summarize`
+    # puts it first too (a rank 12 % slower in fwd, 3.5 % of the step, was named by both but kept out of the headline).
     healthy_ranks(run_dir, ranks=8, slow=(7, "data_fetch", 3.0))  # data_fetch +60%, but 3 ms of a ~100 ms step
     summary = summarize_run(run_dir)
     (group,) = summary.stragglers
     (row,) = group.phase_stragglers
     (item,) = [f for f in group.findings if f.kind == "phase"]
-    assert (row["rank"], item.rank, item.verdict, item.persistent, item.headline) == (7, 7, "straggler", True, False)
+    assert (row["rank"], item.rank, item.verdict, item.persistent, item.headline) == (7, 7, "straggler", True, True)
     assert item.cost_per_step_ms == pytest.approx(3.0, abs=0.3) and 0.02 < item.share_of_step < 0.04
-    assert item.why_not_headline.startswith("costs 3.") and summary.straggler_findings(headline_only=True) == []
-    text = format_summary(summary)
-    assert "nothing stands out" in text.split("Where the processes stopped")[0]
-    assert "not in Look first at: costs 3." in text and "per step (3." in text
+    assert item.why_not_headline is None and summary.straggler_findings(headline_only=True) == [item]
+    look_first = format_summary(summary).split("Where the processes stopped")[0]
+    assert "nothing stands out" not in look_first and "rank 7" in look_first and "data_fetch" in look_first
 
 
 def test_a_straggler_that_came_and_went_says_when_and_stays_out_of_the_headline(run_dir):

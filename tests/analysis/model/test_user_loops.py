@@ -238,8 +238,18 @@ def test_watch_names_the_readme_loops_slow_last_span(tmp_path, hosts):
     # Issue 26 item 8, live: on main watch left the last span of each step out of the phases (taken for the step-closing
     # collective by its place) and read its length as a wait at the collective: a longer optimizer was an *earlier*
     # arrival, and the slow rank was never named. The last span is a collective only on evidence (the model's rule).
+    # Issue 26 A: watch gives summarize's verdict, by the same function (`model.stragglers.judge_phase`). On one clock
+    # both name rank 2's optimizer. Each rank on a host of its own, with no collective every rank leaves together (the
+    # all-reduce has no span; fwd_bwd is not the last span) nor a shared clock, summarize cannot tell wait from work and
+    # names nobody ("cannot tell"); watch, which used to name rank 2 there by skipping wait-or-work, now says the same.
     _readme_loop_files(tmp_path, steps=60, hosts=hosts)
-    assert _watch_slow(tmp_path) == {(2, "optimizer")}
+    summary = summarize_run(tmp_path, log_skipped=False)
+    if hosts:
+        assert _blamed(summary) == set() and [(f.rank, f.what, f.verdict) for f in summary.straggler_findings()] == [(2, "optimizer", "cannot tell")]
+        assert _watch_slow(tmp_path) == set()
+    else:
+        assert _blamed(summary) == {(2, "phase", "optimizer")}
+        assert _watch_slow(tmp_path) == {(2, "optimizer")}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

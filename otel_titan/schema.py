@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "SCHEMA_VERSION",
     "LOGGER_NAME",
@@ -102,7 +104,7 @@ META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_R
 LOGGER_FIGURES_FILE = "otel_titan/core/step_sampler.py"
 
 
-def is_logger_record(record: dict) -> bool:
+def is_logger_record(record: dict[str, Any]) -> bool:
     """Whether a record is the logger's own (`META_EVENTS`, or one of its per-step figures), not the program's.
 
     Example:

@@ -59,7 +59,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from otel_titan.environment_variables import OTEL_TITAN_FAULTHANDLER, OTEL_TITAN_STALL_MIN_S
 
@@ -416,7 +417,7 @@ def open_side_file(path: str) -> Any:
     """
     with open(path, "ab"):
         pass
-    handle = open(path, "r+b", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+    handle = open(path, "r+b", buffering=0)  # lives as long as the exporter
     handle.seek(0, os.SEEK_END)
     return handle
 
@@ -569,11 +570,11 @@ def _wrap_faulthandler() -> None:
             owner.armed = False
         return _ORIGINAL[1]()
 
-    dump_traceback_later._otel_titan = True  # type: ignore[attr-defined]
+    dump_traceback_later._otel_titan = True  # type: ignore[attr-defined]  # a marker on the wrapper, to know it is ours
     dump_traceback_later.__doc__ = _ORIGINAL[0].__doc__
     cancel_dump_traceback_later.__doc__ = _ORIGINAL[1].__doc__
-    faulthandler.dump_traceback_later = dump_traceback_later  # type: ignore[assignment]
-    faulthandler.cancel_dump_traceback_later = cancel_dump_traceback_later  # type: ignore[assignment]
+    faulthandler.dump_traceback_later = dump_traceback_later
+    faulthandler.cancel_dump_traceback_later = cancel_dump_traceback_later
 
 
 _wrap_faulthandler()

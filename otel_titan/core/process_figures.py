@@ -34,7 +34,7 @@ import resource
 import sys
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any
 
 from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES
 
@@ -206,7 +206,7 @@ class ProcessFigures:
         device = cuda_device(torch, self.local_rank)
         if device is None:
             return
-        cuda: Callable[..., Any] = torch.cuda  # type: ignore[union-attr]
+        cuda: Any = torch.cuda  # type: ignore[union-attr]  # cuda_device returned a device: torch is there
         try:
             figures["memory/cuda_allocated_bytes"] = int(cuda.memory_allocated(device))
             figures["memory/cuda_reserved_bytes"] = int(cuda.memory_reserved(device))

@@ -30,8 +30,9 @@ import threading
 import weakref
 from asyncio import current_task
 from asyncio import events as _asyncio_events
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from otel_titan.schema import INT64_MAX, INT64_MIN
 
@@ -175,7 +176,7 @@ def _as_step(value: object, what: str) -> int | None:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int or None, got bool {value!r}")
     try:
-        number = operator.index(value)  # accepts int, numpy integers, 0-d int tensors
+        number = operator.index(value)  # type: ignore[arg-type]  # accepts int, numpy integers, 0-d int tensors; else TypeError
     except TypeError:
         raise TypeError(f"{what} must be an int or None, got {type(value).__name__} {value!r}") from None
     if not INT64_MIN <= number <= INT64_MAX:

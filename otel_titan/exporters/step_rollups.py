@@ -31,7 +31,8 @@ Memory: the totals of at most three steps, one entry per span name.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from otel_titan.core.titan_span import TitanSpan
 from otel_titan.environment_variables import OTEL_TITAN_STEP_ROLLUPS
@@ -165,12 +166,12 @@ class StepRollups:
                     if current is not None:
                         current.over = True
                         current.end_us = time_us
-                        current.closing = closer.closing(current_step)
+                        current.closing = closer.closing(current_step)  # type: ignore[arg-type]  # a step is open: current_step is set
                     current = steps[step] = _Step(step, time_us, tuple(span.step_tags or ()))
                     current_step = step
             else:
                 if span.step_tags:
-                    current.tags = tuple(span.step_tags)  # tags added during the step: its latest
+                    current.tags = tuple(span.step_tags)  # type: ignore[union-attr]  # the same step, so it is open; its latest tags
                 if kind == _INSTANT and span._name == _SIGNAL:
                     self._signalled = True
             if kind == _SPAN:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -29,18 +30,17 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_titan._version import __version__
 from otel_titan.core import blackbox, capture, otel_context, step_context
 from otel_titan.core.event_queue import EventQueue
-from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
-from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
-from otel_titan.core.mesh import mesh_from_process_groups, resolve_mesh
-from otel_titan.core.step_context import on_step
-from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.host_figures import HostFigures
+from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
+from otel_titan.core.mesh import mesh_from_process_groups, resolve_mesh
+from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.process_figures import BoundaryReadings, ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.step_context import on_step
 from otel_titan.core.step_sampler import StepSampler
-from otel_titan.core.warn_once import WarnOnce
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
+from otel_titan.core.warn_once import WarnOnce
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_STALL_AFTER_S
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.schema import LOGGER_NAME, Field, MetaEvent
@@ -155,10 +155,10 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
     structured_logger.propagate = False
     exporters, handlers = run_factories(parsed.handlers, structured_logger, identity=identity, resource=resource, options=parsed, stats=queue, output_dir=directory)
-    trace_ids = StepTraceIds(identity.process_run_id, identity.attempt, trace_group)  # type: ignore[arg-type]
+    trace_ids = StepTraceIds(identity.process_run_id, identity.attempt, trace_group)  # type: ignore[arg-type]  # resolved by discover_identity before the logger starts
     span_ids = SpanIdAllocator()
     builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
-    stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)
+    stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)  # type: ignore[attr-defined]  # the exporters that write stacks have it (getattr checks)
     boundary = BoundaryReadings() if process_figures_on(parsed.process_figures) else None
     processor = BatchProcessor(
         queue,

@@ -13,17 +13,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_titan.core import capture, step_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity
-from otel_titan.core.step_context import on_step
 from otel_titan.core.options import LoggerOptions
 from otel_titan.core.processor import BatchProcessor
+from otel_titan.core.step_context import on_step
 from otel_titan.schema import LOGGER_NAME
 from otel_titan.structured_logger import sigterm
 from otel_titan.structured_logger.handler_factories import close_handlers

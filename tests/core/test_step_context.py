@@ -166,7 +166,7 @@ def test_dataloader_style_worker_threads_follow_the_loop_and_keep_their_own_tags
     for thread in workers:
         thread.join()
     ends = [r for r in logged.finish() if r["log_type_name"].endswith("_end")]
-    steps = lambda name: [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]  # noqa: E731
+    steps = lambda name: [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]  # noqa: E731 - a one-line local helper
     assert steps("fwd_bwd_end") == [(s, []) for s in range(1, 6)]
     assert steps("load0_end") == [(s, []) for s in range(1, 6)]
     # The tagging worker has its own view from then on; nobody else ever sees its tag.

@@ -16,12 +16,12 @@ those of a single pass.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
+from otel_titan.analysis.model.cache import ReadPlan
+from otel_titan.analysis.read.records import ProcessLog
 from otel_titan.analysis.workers import balance, for_cluster, open_workers, run_shares
 from otel_titan.analysis.workers import default_jobs as _shared_default_jobs
-from otel_titan.analysis.read.records import ProcessLog
-from otel_titan.analysis.model.cache import ReadPlan
 
 __all__ = ["default_jobs", "read_in_workers"]
 

@@ -48,8 +48,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
 from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, file_records
+from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
 
 __all__ = ["FileCursor", "RunFollower", "Batch", "NUL_RETRIES", "MAX_READ_BYTES", "FIRST_READ_BYTES"]
 

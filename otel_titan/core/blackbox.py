@@ -62,7 +62,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from otel_titan.environment_variables import OTEL_TITAN_FAULTHANDLER, OTEL_TITAN_STALL_MIN_S
+from otel_titan.environment_variables import OTEL_TITAN_FAULTHANDLER, OTEL_TITAN_STALL_MIN_S, flag
 
 __all__ = [
     "MAX_FRAMES",
@@ -446,7 +446,7 @@ class FaulthandlerArm:
         self._lock = threading.RLock()
         self._timeout_s = 0.0
         self._rearm_after_fork = False
-        self.enabled = os.environ.get(OTEL_TITAN_FAULTHANDLER, "1").strip().lower() not in ("0", "false", "no", "off")
+        self.enabled = flag(OTEL_TITAN_FAULTHANDLER, True)
         if self.enabled:
             _watch_user_calls(self)
 

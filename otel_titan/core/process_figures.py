@@ -36,7 +36,7 @@ import time
 from collections import deque
 from typing import Any
 
-from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES
+from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES, flag
 
 __all__ = ["ProcessFigures", "BoundaryReadings", "cuda_device", "process_figures_on", "FIGURE_NAMES"]
 
@@ -75,7 +75,7 @@ def _status_fields(path: str = _STATUS) -> dict[str, int]:
 
 
 def process_figures_on(option: bool | None, environ: Any = None) -> bool:
-    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES`` (``0``, ``false``, ``no``, ``off``: off), else on.
+    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES`` (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
 
     Example:
         >>> process_figures_on(None, {}), process_figures_on(None, {"OTEL_TITAN_PROCESS_FIGURES": "0"}), process_figures_on(True, {"OTEL_TITAN_PROCESS_FIGURES": "0"})
@@ -83,8 +83,7 @@ def process_figures_on(option: bool | None, environ: Any = None) -> bool:
     """
     if option is not None:
         return option
-    env = os.environ if environ is None else environ
-    return env.get(OTEL_TITAN_PROCESS_FIGURES, "").strip().lower() not in ("0", "false", "no", "off")
+    return flag(OTEL_TITAN_PROCESS_FIGURES, True, environ)
 
 
 def cuda_device(torch: Any, local_rank: int | None) -> int | None:
@@ -175,7 +174,7 @@ class ProcessFigures:
 
     def __init__(self, local_rank: int | None, step_peak: bool | None = None, modules: dict[str, Any] | None = None) -> None:
         self.local_rank = local_rank
-        self.step_peak = os.environ.get(OTEL_TITAN_CUDA_STEP_PEAK, "").strip().lower() in ("1", "true", "yes") if step_peak is None else step_peak
+        self.step_peak = flag(OTEL_TITAN_CUDA_STEP_PEAK, False) if step_peak is None else step_peak
         self._modules = sys.modules if modules is None else modules
         self._has_proc = os.path.exists(_STATUS)
         #: Why CUDA figures stopped (an exception from torch.cuda), or None.

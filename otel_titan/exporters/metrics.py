@@ -91,6 +91,7 @@ from otel_titan.environment_variables import (
     OTEL_TITAN_HOST_METRICS,
     OTEL_TITAN_METRICS_MAX_NAMES,
     OTEL_TITAN_METRICS_PER_RANK,
+    flag,
 )
 from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
@@ -613,6 +614,6 @@ def register_metrics_handler(
         raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
     provider = MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views())
     host = None
-    if local_rank in (0, None) and environ.get(OTEL_TITAN_HOST_METRICS, "").strip().lower() not in ("0", "false", "no", "off"):
+    if local_rank in (0, None) and flag(OTEL_TITAN_HOST_METRICS, True, environ):
         host = HostMetrics(provider)  # psutil and NVML are imported by it only now
     add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))

@@ -75,6 +75,7 @@ from otel_titan.environment_variables import (
     OTEL_TITAN_OTLP_RECORDS,
     OTEL_TITAN_OTLP_RECORDS_DELAY_MS,
     OTEL_TITAN_OTLP_RECORDS_QUEUE,
+    flag,
 )
 from otel_titan.exporters.batch_sender import run_batches
 from otel_titan.exporters.jsonl import jsonl_file_path, opened_fields
@@ -113,7 +114,7 @@ def records_enabled(environ: Mapping[str, str] | None = None) -> bool:
         (True, False, False)
     """
     env = os.environ if environ is None else environ
-    return env.get(RECORDS_ENV, "").strip().lower() in ("1", "true", "yes", "on") and not sdk_disabled(env)
+    return flag(RECORDS_ENV, False, env) and not sdk_disabled(env)
 
 
 class OtlpRecordsExporter(StartAwareSpanExporter):

@@ -30,12 +30,11 @@ Memory: the totals of at most three steps, one entry per span name.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from otel_titan.core.titan_span import TitanSpan
-from otel_titan.environment_variables import OTEL_TITAN_STEP_ROLLUPS
+from otel_titan.environment_variables import OTEL_TITAN_STEP_ROLLUPS, flag
 from otel_titan.schema import META_EVENTS, MetaEvent, RecordKind, StepCloser, rollup_fields
 
 __all__ = ["StepRollups", "WAIT_STEPS", "STEP_ROLLUPS_ENV", "step_rollups_on"]
@@ -52,7 +51,7 @@ _SIGNAL = MetaEvent.SIGNAL_RECEIVED
 
 
 def step_rollups_on(option: bool | None, environ: Any = None) -> bool:
-    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (``0``, ``false``, ``no``, ``off``: off), else on.
+    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
 
     Example:
         >>> step_rollups_on(None, {}), step_rollups_on(None, {"OTEL_TITAN_STEP_ROLLUPS": "off"}), step_rollups_on(True, {"OTEL_TITAN_STEP_ROLLUPS": "0"})
@@ -60,8 +59,7 @@ def step_rollups_on(option: bool | None, environ: Any = None) -> bool:
     """
     if option is not None:
         return option
-    env = os.environ if environ is None else environ
-    return env.get(STEP_ROLLUPS_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return flag(STEP_ROLLUPS_ENV, True, environ)
 
 
 class _Step:

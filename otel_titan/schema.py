@@ -301,7 +301,7 @@ class StepCloser:
     (no parent) of step N to end before step N+1 begins, in the order the
     records were written. In synchronous training it is the collective every
     rank leaves together (an all-reduce, a barrier): the reader checks that
-    (`analysis.clock_align` keeps a name only if its ends agree across ranks),
+    (`analysis.model.clocks` keeps a name only if its ends agree across ranks),
     the writer cannot. Feed it every span end; ask for a step's span when the
     next step begins.
 

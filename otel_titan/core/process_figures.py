@@ -117,7 +117,7 @@ class BoundaryReadings:
     Read later, on the background thread, a step's figures came a median
     25 ms (up to 167 ms) into the next step: 300 MiB allocated at the start of
     step 10 showed as step 9's ``memory/rss_bytes``. Called as
-    `step_context.set_boundary_hook`: one ``/proc/self/statm`` read and one
+    `step_context.add_boundary_hook`: one ``/proc/self/statm`` read and one
     ``os.times()`` on the training thread, a few microseconds once a step, and
     one deque append; the sampler takes them on the processor thread.
 

@@ -207,7 +207,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
 def _after_fork_in_child() -> None:
     inherited = STATE.reset_after_fork()
     capture.detach()  # also forgets the parent's threads' cached native ids
-    step_context.set_boundary_hook(None)
+    step_context.clear_boundary_hooks()
     # The SIGTERM disposition and wakeup fd the child would have had without us.
     sigterm.after_fork_in_child()
     if inherited is None:

@@ -20,9 +20,9 @@ from torchtitan.observability.structured_logger.gantt_generator import (
 )
 from torchtitan.observability.structured_logger.jsonl_handler import (
     MAX_MESSAGE_SIZE,
+    register_jsonl_handler,
     TraceJsonlFormatter,
     TraceJsonlHandler,
-    register_jsonl_handler,
 )
 from torchtitan.observability.structured_logger.step_state import (
     add_step_tag,
@@ -33,15 +33,15 @@ from torchtitan.observability.structured_logger.step_state import (
     set_step,
 )
 from torchtitan.observability.structured_logger.structured_logging import (
-    ExtraFields,
-    LogType,
-    TraceEventsOnlyFilter,
     _structured_logger,
     event_extra,
+    ExtraFields,
     init_structured_logger,
     log_trace_instant,
     log_trace_scalar,
     log_trace_span,
+    LogType,
+    TraceEventsOnlyFilter,
 )
 
 # ---------------------------------------------------------------------------
@@ -304,7 +304,7 @@ class TestEventExtra:
     def test_basic_event(self):
         extra = event_extra("fwd_bwd")
         assert extra[str(ExtraFields.LOG_TYPE)] == str(LogType.EVENT)
-        assert extra[str(ExtraFields.LOG_TYPE_NAME)] == "fwd_bwd"
+        assert extra[str(ExtraFields.LOG_TYPE_NAME)] == str("fwd_bwd")
 
     def test_with_step_and_value(self):
         extra = event_extra("step", step=10, value=42.0)
@@ -335,7 +335,7 @@ class TestTraceJsonlFormatter:
             args=None,
             exc_info=None,
         )
-        for k, v in event_extra("fwd_bwd" + "_start", step=5).items():
+        for k, v in event_extra(str("fwd_bwd") + "_start", step=5).items():
             setattr(record, k, v)
 
         output = fmt.format(record)
@@ -524,7 +524,7 @@ class TestTraceEventsOnlyFilter:
             args=None,
             exc_info=None,
         )
-        setattr(record, str(ExtraFields.LOG_TYPE_NAME), "step")
+        setattr(record, str(ExtraFields.LOG_TYPE_NAME), str("step"))
         assert f.filter(record) is True
 
     def test_blocks_non_event_records(self):
@@ -806,8 +806,8 @@ class TestLogTraceSpan:
             lines = [json.loads(line) for line in f if line.strip()]
 
         assert len(lines) == 2
-        assert lines[0]["log_type_name"] == "fwd_bwd" + "_start"
-        assert lines[1]["log_type_name"] == "fwd_bwd" + "_end"
+        assert lines[0]["log_type_name"] == str("fwd_bwd") + "_start"
+        assert lines[1]["log_type_name"] == str("fwd_bwd") + "_end"
         assert lines[1]["value"] > 0
         assert lines[0]["step"] == 5
         assert lines[1]["step"] == 5

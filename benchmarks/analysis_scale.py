@@ -51,8 +51,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks.export_throughput import _TreeMemory  # noqa: E402
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
+from benchmarks.export_throughput import _TreeMemory  # noqa: E402 - after the sys.path set-up (run as a script)
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
 from tests.helpers import processes  # noqa: E402 - kills a measured command's whole tree on an interruption
 
 #: The fields summarize reads from a record (docs/schema.md), as DuckDB reads them.

@@ -43,7 +43,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
 
 QUERY = "SELECT name, count(*), quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name ORDER BY name"
 

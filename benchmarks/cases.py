@@ -31,7 +31,8 @@ import logging.handlers
 import os
 import queue
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 STEP = [1]  # the "current step" every case attaches to its records
 
@@ -284,9 +285,9 @@ class OtelTitanOtlp(OtelTitan):
 
 def register_sdk_encoder_otlp_handler(*, add_span_exporter: Any, **_: Any) -> Any:
     """The OTLP handler as it was before otel-titan's encoder: the SDK's gRPC exporter and ``encode_spans``, same queue."""
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    from otel_titan.exporters.otlp import _queued  # noqa: PLC0415
+    from otel_titan.exporters.otlp import _queued
 
     exporter = _queued(OTLPSpanExporter(), "otlp-sdk-encoder")
     add_span_exporter(exporter)

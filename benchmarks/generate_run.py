@@ -674,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.live:
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from benchmarks.live_run import play  # noqa: PLC0415 - only the live mode needs it
+        from benchmarks.live_run import play  # only the live mode needs it
 
         os.replace(os.path.join(target, "ground_truth.json"), os.path.join(args.out_dir, "ground_truth.json"))
         print(f"{args.out_dir}: playing {truth['files']} files in real time (ground truth in ground_truth.json)", flush=True)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import heapq
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -33,7 +34,7 @@ def play(source_dir: str, out_dir: str, truth: dict[str, Any], *, flush_s: float
     offsets = truth["host_offsets_us"]
     rank_host = {int(k): v for k, v in truth["rank_host"].items()}
     names = sorted(n for n in os.listdir(src_logs) if n.endswith(".jsonl"))
-    sources = [open(os.path.join(src_logs, n), "rb") for n in names]  # noqa: SIM115 - closed below
+    sources = [open(os.path.join(src_logs, n), "rb") for n in names]  # closed below
     dests: dict[int, Any] = {}
     heap: list[tuple[float, int, bytes]] = []
     last_true: dict[int, float] = {}
@@ -64,7 +65,7 @@ def play(source_dir: str, out_dir: str, truth: dict[str, Any], *, flush_s: float
                 _, index, raw = heapq.heappop(heap)
                 dest = dests.get(index)
                 if dest is None:
-                    dest = dests[index] = open(os.path.join(dst_logs, names[index]), "ab")  # noqa: SIM115 - closed below
+                    dest = dests[index] = open(os.path.join(dst_logs, names[index]), "ab")  # closed below
                 dest.write(raw)
                 touched.add(index)
                 written += 1

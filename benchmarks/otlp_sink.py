@@ -21,13 +21,13 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.requests = 0
 
-    def Export(self, request, context):  # noqa: N802 - the gRPC method name
+    def Export(self, request, context):  # the gRPC method name
         self.requests += 1
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
 class MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def Export(self, request, context):  # noqa: N802 - the gRPC method name
+    def Export(self, request, context):  # the gRPC method name
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 

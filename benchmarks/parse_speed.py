@@ -34,23 +34,24 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-import orjson  # noqa: E402
+import orjson  # noqa: E402 - after the sys.path set-up (run as a script)
 
-from benchmarks.analysis_scale import SUMMARY_COLUMNS  # noqa: E402
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis import summarize_run  # noqa: E402
-from otel_titan.analysis.read.lines import SkippedLines, file_records  # noqa: E402
+from benchmarks.analysis_scale import SUMMARY_COLUMNS  # noqa: E402 - after the sys.path set-up (run as a script)
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
+from otel_titan.analysis import summarize_run  # noqa: E402 - after the sys.path set-up (run as a script)
+from otel_titan.analysis.read.lines import SkippedLines, file_records  # noqa: E402 - after the sys.path set-up (run as a script)
 
 
 def cases(run: str) -> dict[str, Callable[[], Any]]:
     """Each case: a function reading every file of `run` once."""
-    import duckdb  # noqa: PLC0415
+    import duckdb
 
     files = sorted(glob.glob(os.path.join(run, "structured_logs", "*.jsonl")))
     blobs = []
@@ -66,7 +67,7 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
         "orjson": lambda: sum(1 for blob in blobs for line in blob.splitlines() if orjson.loads(line)),
     }
     try:
-        import msgspec  # noqa: PLC0415
+        import msgspec
     except ImportError:
         return {**found, "reader": lambda: _reader(files), "summarize": lambda: summarize_run(run, log_skipped=False, cache=False)}
 

@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:  # run as `python benchmarks/perfetto_size.py`
     sys.path.insert(0, REPO)
 
-from benchmarks.export_throughput import capture_templates, generate_run, run_one  # noqa: E402
+from benchmarks.export_throughput import capture_templates, generate_run, run_one  # noqa: E402 - after the sys.path set-up (run as a script)
 
 
 def _gzip_size(path: str) -> int:
@@ -44,7 +44,7 @@ def _gzip_size(path: str) -> int:
 
 
 def _spans(run_dir: str) -> int:
-    from otel_titan.analysis import generate_gantt_trace  # noqa: PLC0415
+    from otel_titan.analysis import generate_gantt_trace
 
     with tempfile.TemporaryDirectory() as folder:
         return generate_gantt_trace(run_dir, os.path.join(folder, "t.pftrace"), jobs=1, log_skipped=False).spans
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         templates = capture_templates(workdir)
         run_dir = generate_run(workdir, templates, int(args.size_mb * 1e6), args.ranks, 32 << 20)
         outputs = {"json": os.path.join(workdir, "trace.json"), "native": os.path.join(workdir, "trace.pftrace")}
-        for which, path in outputs.items():  # warm-up (page cache, imports)
+        for path in outputs.values():  # warm-up (page cache, imports)
             run_one("ours", run_dir, path, jobs=1)
         times: dict[str, list[float]] = {"json": [], "native": []}
         cpu: dict[str, list[float]] = {"json": [], "native": []}
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    ok = lambda good: "met" if good else "NOT MET"  # noqa: E731
+    ok = lambda good: "met" if good else "NOT MET"  # noqa: E731 - a one-line local helper
     print(f"run: {report['input_bytes'] / 1e6:,.1f} MB of JSONL, {args.ranks} ranks, {spans:,} spans; one job; medians of {args.rounds} interleaved rounds")
     print(f"  JSON trace        {sizes['json'] / 1e6:10,.1f} MB   {median['json']:6.2f} s   {report['json_us_per_span']:6.2f} µs/span")
     print(f"  JSON trace, gzip  {json_gz / 1e6:10,.1f} MB")

@@ -47,6 +47,7 @@ if str(REPO) not in sys.path:  # `python benchmarks/run.py` as well as `python -
     sys.path.insert(0, str(REPO))
 
 from tests.helpers import processes  # noqa: E402 - kills whole process trees on a timeout or an interruption
+
 CASE_ORDER = ["floor", "logging_queue", "logging_sync", "otel_sdk", "otel_sdk_jsonl", "otel_titan", "otel_titan_otlp", "otel_titan_otlp_sdk"]
 LABELS = {
     "floor": "(1) floor: 2 timestamps + 2 deque appends",

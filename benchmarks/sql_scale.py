@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     generated = False
     if not os.path.isdir(os.path.join(args.run_dir, "structured_logs")):
-        from benchmarks.generate_run import RunSpec, generate_run  # noqa: PLC0415
+        from benchmarks.generate_run import RunSpec, generate_run
 
         print(f"generating {args.ranks} ranks x {args.steps} steps in {args.run_dir} ...", flush=True)
         generate_run(args.run_dir, RunSpec(ranks=args.ranks, steps=args.steps, seed=15, straggler=(min(300, args.ranks - 1), "fwd", 20.0)), progress=True)

@@ -37,11 +37,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
 
 
 def _child(run: str, rows_out: str | None) -> None:
-    from otel_titan.analysis import RunAnalysis  # noqa: PLC0415 - imports are not timed
+    from otel_titan.analysis import RunAnalysis  # imports are not timed
 
     started = time.perf_counter()
     table = RunAnalysis(run, log_skipped=False).steps()

@@ -44,8 +44,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from benchmarks.export_throughput import _TreeMemory  # noqa: E402
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
+from benchmarks.export_throughput import _TreeMemory  # noqa: E402 - after the sys.path set-up (run as a script)
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
 from tests.helpers import processes  # noqa: E402 - kills a measured command's whole tree on an interruption
 
 DEFAULT_BASELINE_REF = "e580921"
@@ -60,7 +60,7 @@ _CHILD = {
 
 def _child(which: str, run: str, out: str) -> None:
     namespace: dict[str, Any] = {}
-    exec(_CHILD[which], namespace)  # noqa: S102 - our own fixed snippets
+    exec(_CHILD[which], namespace)  # our own fixed snippets
     started = time.perf_counter()
     size = namespace["work"](run, out)
     print(json.dumps({"seconds": time.perf_counter() - started, "size": size}))
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     names = {"summarize": "summarize", "tail": "summarize --tail", "export": "export (baseline)", "baseline": f"summarize @{args.baseline_ref} (baseline)"}
-    print(f"| ranks | JSONL | " + " | ".join(names[c] for c in commands) + " |")
+    print("| ranks | JSONL | " + " | ".join(names[c] for c in commands) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in commands) + " |")
     for row in rows:
         cells = [f"{row[c]['seconds']:.2f} s, {row[c]['mb_per_s']:,.0f} MB/s, {row[c]['peak_mb']:.0f} MB" for c in commands]

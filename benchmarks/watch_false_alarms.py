@@ -40,14 +40,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.generate_run import GAP_MS, RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis.watch.replay import Replayer  # noqa: E402
+from benchmarks.generate_run import GAP_MS, RunSpec, generate_run
+from otel_titan.analysis.watch.replay import Replayer
 
 #: The job's start (true time, µs): any fixed moment; the replay's clock is the records'.
 START_US = 1_790_000_000_000_000
 
 
-def rank_key(process) -> str:  # noqa: ANN001 - a read.records ProcessLog
+def rank_key(process) -> str:  # a read.records ProcessLog
     """The detector's key for a process across chunks: its file changes name with each chunk, its rank does not."""
     return f"{process.run_id}|{process.source}|{process.attempt}|{process.rank}"
 

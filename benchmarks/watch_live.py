@@ -47,10 +47,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis.watch.replay import replay  # noqa: E402
-from otel_titan.analysis.watch.loop import Watch  # noqa: E402
-from tests.helpers import processes  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis.watch.loop import Watch
+from otel_titan.analysis.watch.replay import replay
+from tests.helpers import processes
 
 SCENARIOS = {
     "hang": (dict(hung=(17, 80)), "hang", "hang", [17]),
@@ -113,7 +113,7 @@ def refresh_cpu(work: str, ranks: int, steps: int = 24, rounds: int = 8) -> dict
         size = max(1, len(lines) // (rounds + 1))
         chunks.append([b"".join(lines[i:i + size]) for i in range(0, len(lines), size)])
     os.makedirs(os.path.join(dst, "structured_logs"))
-    handles = [open(os.path.join(dst, "structured_logs", n), "ab") for n in names]  # noqa: SIM115
+    handles = [open(os.path.join(dst, "structured_logs", n), "ab") for n in names]
     watch = Watch(dst, trigger=None)
     cpu, read, idle = [], [], []
     try:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             figures["latency_replayed"] = latency_replayed(work, args.seeds, 64, 200.0)
             print("\ndetection latency (replayed, 64 ranks, 200 ms steps; from the fault's onset):")
             for row in figures["latency_replayed"]:
-                fmt = lambda v: "-" if v is None else f"{v:.1f} s"  # noqa: E731
+                fmt = lambda v: "-" if v is None else f"{v:.1f} s"  # noqa: E731 - a one-line local helper
                 print(f"  {row['scenario']:<26} median {fmt(row['median_s'])}, worst {fmt(row['worst_s'])} (target {row['target_s']:.0f} s); "
                       f"missed {row['missed']}/{row['seeds']}; wrong-rank alerts {row['wrong_rank_alerts']}", flush=True)
         if "false-alarms" in parts:

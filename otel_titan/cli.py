@@ -23,30 +23,55 @@ import sys
 import textwrap
 import time
 import traceback
-from typing import Callable, NoReturn, Sequence, TextIO
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TextIO
 
 import orjson
 
 from otel_titan._version import __version__
-from otel_titan.distribution import install_hint
-from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, generate_gantt_trace, parse_step_range, summarize_run
-from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
-from otel_titan.analysis.read.filters import parse_rank_list
-from otel_titan.analysis.watch.detect import Rules
-from otel_titan.analysis.watch.loop import EXIT_ALERT, default_trigger, parse_exit_on, parse_seconds, run_watch, wait_for_run
-from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
-from otel_titan.analysis.report import write_report
-from otel_titan.analysis.read.runs import find_run
-from otel_titan.analysis.query.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
-from otel_titan.analysis.query.output import write_result
-from otel_titan.analysis.model.collect import summarize_tails
-from otel_titan.analysis.read.safe_text import json_bytes, printable
-from otel_titan.analysis.model.wording import plural
-from otel_titan.analysis.summarize import summary_json
+from otel_titan.analysis import (
+    NoRecordsError,
+    NotARunError,
+    format_summary,
+    generate_gantt_trace,
+    parse_step_range,
+    summarize_run,
+)
 from otel_titan.analysis.agents.server import guide_text, serve, serve_http
+from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
+from otel_titan.analysis.model.collect import summarize_tails
+from otel_titan.analysis.model.wording import plural
+from otel_titan.analysis.query.output import write_result
+from otel_titan.analysis.query.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
+from otel_titan.analysis.read.filters import parse_rank_list
+from otel_titan.analysis.read.runs import find_run
+from otel_titan.analysis.read.safe_text import json_bytes, printable
+from otel_titan.analysis.report import write_report
+from otel_titan.analysis.summarize import summary_json
+from otel_titan.analysis.watch.detect import Rules
+from otel_titan.analysis.watch.loop import (
+    EXIT_ALERT,
+    default_trigger,
+    parse_exit_on,
+    parse_seconds,
+    run_watch,
+    wait_for_run,
+)
+from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
+from otel_titan.distribution import install_hint
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_MCP_TOKEN, OTEL_TITAN_WATCH_TOKEN
-from otel_titan.receive import (Limits, OtlpGrpcReceiver, OtlpHttpReceiver, ReceiverError, Spool, is_loopback, parse_address, raise_open_files_limit,
-                                receive_facts, server_tls)
+from otel_titan.receive import (
+    Limits,
+    OtlpGrpcReceiver,
+    OtlpHttpReceiver,
+    ReceiverError,
+    Spool,
+    is_loopback,
+    parse_address,
+    raise_open_files_limit,
+    receive_facts,
+    server_tls,
+)
 
 __all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
 
@@ -865,7 +890,7 @@ def _receiver_limits() -> tuple[Limits, str | None]:
 
 
 def _open_files_soft_limit() -> int:
-    import resource  # noqa: PLC0415 - POSIX only, and only watch --otlp asks
+    import resource  # POSIX only, and only watch --otlp asks
 
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 

@@ -8,7 +8,10 @@ under two spellings, and `tests/test_environment_variables.py` checks that
 every ``OTEL_TITAN_…`` name in the package is defined here and documented in
 docs/configuration.md (the page a user reads; this module is its source).
 
-A leaf module, standard library only (it defines strings), on the schema's
+`flag` reads every on/off variable with one vocabulary (``1``/``0``, ``true``/``false``,
+``on``/``off``, ``yes``/``no``, any case); another value is warned about once and its default used.
+
+A leaf module, standard library only (it defines strings, and the one reader of on/off values), on the schema's
 level: every layer may import it and it imports nothing of otel_titan. An
 option of `init_structured_logger` always wins over its variable.
 
@@ -26,6 +29,10 @@ Example:
 """
 
 from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
 
 __all__ = [
     "OTEL_TITAN_RUN_ID",
@@ -51,6 +58,9 @@ __all__ = [
     "OTEL_TITAN_MCP_TOKEN",
     "OTEL_TITAN_WATCH_TOKEN",
     "ALL",
+    "TRUE_VALUES",
+    "FALSE_VALUES",
+    "flag",
 ]
 
 # -- who the process is ------------------------------------------------------------------------------
@@ -155,7 +165,7 @@ Read in `otel_titan.cli`.
 """
 
 OTEL_TITAN_CUDA_STEP_PEAK = "OTEL_TITAN_CUDA_STEP_PEAK"
-"""``1``, ``true`` or ``yes``: also write each step's peak CUDA memory (``memory/cuda_step_peak_allocated_bytes``).
+"""``1``, ``true``, ``on`` or ``yes``: also write each step's peak CUDA memory (``memory/cuda_step_peak_allocated_bytes``).
 
 Off by default: it resets the allocator's peak counter after each reading,
 which changes what ``torch.cuda.max_memory_allocated`` returns to the program.
@@ -234,4 +244,41 @@ URL. Never used over stdio. Read in `otel_titan.cli`.
 """
 
 #: Every variable above, in this module's order (docs/configuration.md's table lists the same).
-ALL = tuple(globals()[name] for name in __all__ if name != "ALL")
+ALL = tuple(globals()[name] for name in __all__ if name.startswith(("OTEL_TITAN_", "TITAN_")))
+
+# -- reading a boolean variable ----------------------------------------------------------------------
+
+#: The one vocabulary of every on/off variable above (any case, spaces around ignored).
+TRUE_VALUES = frozenset({"1", "true", "on", "yes"})
+FALSE_VALUES = frozenset({"0", "false", "off", "no"})
+_log = logging.getLogger(__name__)
+_warned: set[tuple[str, str]] = set()
+
+
+def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """The on/off variable `name` of `environ` (default: ``os.environ``): `default` when unset or empty.
+
+    ``1``, ``true``, ``on``, ``yes`` are on; ``0``, ``false``, ``off``, ``no`` off, in any case. Any other
+    value is warned about once per variable and value (naming both, and the default used), then read as
+    `default`: a typo never silently turns a feature the other way.
+
+    Example:
+        >>> flag("OTEL_TITAN_CUDA_STEP_PEAK", False, {"OTEL_TITAN_CUDA_STEP_PEAK": " On "})
+        True
+        >>> flag("OTEL_TITAN_STEP_ROLLUPS", True, {"OTEL_TITAN_STEP_ROLLUPS": ""})
+        True
+    """
+    raw = (os.environ if environ is None else environ).get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    if not value:
+        return default
+    if (name, raw) not in _warned:
+        _warned.add((name, raw))
+        _log.warning("otel-titan: %s=%r is not one of 1/0, true/false, on/off, yes/no: using its default (%s)", name, raw, "on" if default else "off")
+    return default

@@ -43,7 +43,7 @@ def init_logger(level: int | str = logging.INFO) -> logging.Logger:
         handler = logging.StreamHandler(sys.stdout)
         handler.setLevel(level)
         handler.setFormatter(logging.Formatter(TITAN_FORMAT))
-        handler._otel_titan_console = True  # type: ignore[attr-defined]
+        handler._otel_titan_console = True  # type: ignore[attr-defined]  # a marker on the handler otel-titan added
         logger.addHandler(handler)
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     return logger

@@ -20,6 +20,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "SCHEMA_VERSION",
     "LOGGER_NAME",
@@ -102,7 +104,7 @@ META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_R
 LOGGER_FIGURES_FILE = "otel_titan/core/step_sampler.py"
 
 
-def is_logger_record(record: dict) -> bool:
+def is_logger_record(record: dict[str, Any]) -> bool:
     """Whether a record is the logger's own (`META_EVENTS`, or one of its per-step figures), not the program's.
 
     Example:
@@ -299,7 +301,7 @@ class StepCloser:
     (no parent) of step N to end before step N+1 begins, in the order the
     records were written. In synchronous training it is the collective every
     rank leaves together (an all-reduce, a barrier): the reader checks that
-    (`analysis.clock_align` keeps a name only if its ends agree across ranks),
+    (`analysis.model.clocks` keeps a name only if its ends agree across ranks),
     the writer cannot. Feed it every span end; ask for a step's span when the
     next step begins.
 

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
 
 IMAGES = REPO / "docs" / "images"
 OTEL_TITAN = str(Path(sys.executable).with_name("otel-titan"))

@@ -133,7 +133,6 @@ def test_the_readme_cli_examples_run_as_written(tmp_path):
     holding the project's .venv and a real run as `outputs`: every command must succeed.
     """
     import shutil
-    import subprocess
     import sys
 
     from benchmarks.generate_run import RunSpec, generate_run

@@ -51,7 +51,7 @@ def test_every_name_is_its_own_value_and_listed_in_all():
     assert len(set(ev.ALL)) == len(ev.ALL)
     for name in ev.ALL:
         assert getattr(ev, name) == name
-    assert set(ev.__all__) == {*ev.ALL, "ALL"}
+    assert set(ev.__all__) == {*ev.ALL, "ALL", "flag", "TRUE_VALUES", "FALSE_VALUES"}  # and the one reader of on/off values (issue 31)
 
 
 def test_every_otel_titan_name_in_the_package_docs_and_benchmarks_is_defined():
@@ -128,3 +128,67 @@ def test_the_contract_catches_the_module_importing_otel_titan(tmp_path):
     assert result.returncode != 0
     assert "The environment variables' names are a leaf" in result.stdout and "BROKEN" in result.stdout, result.stdout[-3000:]
     assert "otel_titan.environment_variables -> otel_titan.schema" in result.stdout, result.stdout[-3000:]
+
+
+# -- the one on/off vocabulary (issue 31 item 4) -------------------------------------------------------
+
+#: Every on/off variable and the default it reads as unset; each is read through `ev.flag` (checked below).
+_FLAGS = {
+    ev.OTEL_TITAN_PROCESS_FIGURES: True,
+    ev.OTEL_TITAN_STEP_ROLLUPS: True,
+    ev.OTEL_TITAN_OTLP_RECORDS: False,
+    ev.OTEL_TITAN_CUDA_STEP_PEAK: False,
+    ev.OTEL_TITAN_FAULTHANDLER: True,
+    ev.OTEL_TITAN_HOST_METRICS: True,
+}
+
+
+def test_flag_reads_one_vocabulary_in_any_case():
+    for value in ("1", "true", "TRUE", "on", " On ", "yes", "Yes"):
+        assert ev.flag("X", False, {"X": value}) is True, value
+    for value in ("0", "false", "False", "off", "OFF", "no", " no "):
+        assert ev.flag("X", True, {"X": value}) is False, value
+    for default in (True, False):
+        assert ev.flag("X", default, {}) is default
+        assert ev.flag("X", default, {"X": "  "}) is default  # empty: as unset
+
+
+def test_an_unknown_value_is_warned_about_once_naming_the_variable_the_value_and_the_default(caplog):
+    name = "OTEL_TITAN_TEST_FLAG_UNKNOWN"  # a name of its own: the once-only memory is per process
+    with caplog.at_level("WARNING", logger=ev.__name__):
+        assert ev.flag(name, True, {name: "enabled"}) is True
+        assert ev.flag(name, True, {name: "enabled"}) is True
+        assert ev.flag(name, False, {name: "ja"}) is False
+    messages = [r.getMessage() for r in caplog.records if r.name == ev.__name__]
+    assert len(messages) == 2, messages  # once per variable and value
+    assert name in messages[0] and "'enabled'" in messages[0] and "default (on)" in messages[0], messages
+    assert "'ja'" in messages[1] and "default (off)" in messages[1], messages
+
+
+def test_every_on_off_variable_is_read_through_the_one_parser():
+    """No module parses an on/off value inline: each variable's readers call `flag` with it, and the default documented."""
+    inline = re.compile(r'in \(\s*"(0|1)",\s*"(false|true)"')
+    for path in _sources():
+        text = path.read_text(encoding="utf-8")
+        assert not inline.search(text), f"{path.relative_to(REPO)} parses an on/off value inline: use environment_variables.flag"
+    calls = ""
+    for path in _sources():
+        calls += path.read_text(encoding="utf-8")
+    for name, default in _FLAGS.items():
+        assert re.search(rf"flag\(({name}|[A-Z_]*ENV), {default}\b", calls), f"{name} is not read with flag(..., {default})"
+        documented = "on" if default else "off"
+        row = next(line for line in CONFIGURATION.read_text(encoding="utf-8").splitlines() if line.startswith(f"| `{name}` |"))
+        assert row.split("|")[2].strip().startswith(documented), (name, row)
+
+
+def test_cuda_step_peak_on_turns_it_on(monkeypatch):
+    """The issue's case: OTEL_TITAN_CUDA_STEP_PEAK=on was silently off while OTEL_TITAN_OTLP_RECORDS=on was on."""
+    from otel_titan.core.process_figures import ProcessFigures
+    from otel_titan.exporters.otlp_records import records_enabled
+
+    monkeypatch.setenv(ev.OTEL_TITAN_CUDA_STEP_PEAK, "on")
+    assert ProcessFigures(local_rank=0).step_peak is True
+    monkeypatch.setenv(ev.OTEL_TITAN_CUDA_STEP_PEAK, "off")
+    assert ProcessFigures(local_rank=0).step_peak is False
+    assert records_enabled({ev.OTEL_TITAN_OTLP_RECORDS: "on"}) is True
+    assert records_enabled({ev.OTEL_TITAN_OTLP_RECORDS: "Off"}) is False

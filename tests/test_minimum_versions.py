@@ -16,10 +16,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version

@@ -29,8 +29,9 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any
 
 from otel_titan.analysis.export.chrome_events import ExportStats
 from otel_titan.analysis.export.chrome_trace import generate_gantt_trace

@@ -59,9 +59,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from otel_titan.environment_variables import OTEL_TITAN_FAULTHANDLER, OTEL_TITAN_STALL_MIN_S
+from otel_titan.environment_variables import OTEL_TITAN_FAULTHANDLER, OTEL_TITAN_STALL_MIN_S, flag
 
 __all__ = [
     "MAX_FRAMES",
@@ -416,7 +417,7 @@ def open_side_file(path: str) -> Any:
     """
     with open(path, "ab"):
         pass
-    handle = open(path, "r+b", buffering=0)  # noqa: SIM115 - lives as long as the exporter
+    handle = open(path, "r+b", buffering=0)  # lives as long as the exporter
     handle.seek(0, os.SEEK_END)
     return handle
 
@@ -445,7 +446,7 @@ class FaulthandlerArm:
         self._lock = threading.RLock()
         self._timeout_s = 0.0
         self._rearm_after_fork = False
-        self.enabled = os.environ.get(OTEL_TITAN_FAULTHANDLER, "1").strip().lower() not in ("0", "false", "no", "off")
+        self.enabled = flag(OTEL_TITAN_FAULTHANDLER, True)
         if self.enabled:
             _watch_user_calls(self)
 
@@ -569,11 +570,11 @@ def _wrap_faulthandler() -> None:
             owner.armed = False
         return _ORIGINAL[1]()
 
-    dump_traceback_later._otel_titan = True  # type: ignore[attr-defined]
+    dump_traceback_later._otel_titan = True  # type: ignore[attr-defined]  # a marker on the wrapper, to know it is ours
     dump_traceback_later.__doc__ = _ORIGINAL[0].__doc__
     cancel_dump_traceback_later.__doc__ = _ORIGINAL[1].__doc__
-    faulthandler.dump_traceback_later = dump_traceback_later  # type: ignore[assignment]
-    faulthandler.cancel_dump_traceback_later = cancel_dump_traceback_later  # type: ignore[assignment]
+    faulthandler.dump_traceback_later = dump_traceback_later
+    faulthandler.cancel_dump_traceback_later = cancel_dump_traceback_later
 
 
 _wrap_faulthandler()

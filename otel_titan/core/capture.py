@@ -30,23 +30,24 @@ import logging
 import numbers
 import os
 import sys
+import threading
 import traceback
 from asyncio import current_task
 from asyncio import events as _asyncio_events
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-import threading
 from threading import get_native_id
 from time import perf_counter_ns
 from time import sleep as _yield_gil
 from types import CodeType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
-from otel_titan.schema import INT64_MAX, INT64_MIN
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.events import END, H_GEN, H_PARENT, INSTANT, SCALAR, START
 from otel_titan.core.step_context import context_state as _context_state
 from otel_titan.core.step_context import default_state as _default
 from otel_titan.core.warn_once import WarnOnce
+from otel_titan.schema import INT64_MAX, INT64_MIN
 
 __all__ = ["log_trace_span", "log_trace_instant", "log_trace_scalar", "SpanScope"]
 
@@ -279,7 +280,7 @@ def _describe_error(exc_type: type[BaseException], exc: BaseException | None, tb
         message = f"<str() failed: {type(str_error).__name__}>"
     try:
         summary = traceback.TracebackException(exc_type, exc, tb, limit=STACK_FRAMES, lookup_lines=False, capture_locals=False) if exc is not None else None
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a traceback that cannot be summarized must not break training
         summary = None
     return (exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}", message, summary)
 
@@ -291,7 +292,7 @@ def _check_name(name: object, what: str = "event_type") -> None:
         raise ValueError(f"{what} must be a non-empty string")
 
 
-class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcontext: it *is* the API call
+class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is* the API call
     """Time a block or a function as one span: ``<event_type>_start`` / ``_end`` / ``_error``.
 
     Use it as a context manager or as a decorator (plain and ``async def``
@@ -333,6 +334,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
     """
 
     __slots__ = ("_name", "_description", "_depth", "_code", "_lineno", "_handle", "_token", "_otel_token")
+    _lineno: int  # set by `_at` only (decorators), read only when `_code` was set with it
 
     def __init__(self, event_type: str, description: str | None = None, *, stacklevel: int = 2) -> None:
         if type(event_type) is not str or not event_type:
@@ -426,10 +428,10 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
         try:
             _current_span.reset(self._token)
         except ValueError:  # exited in another context than entered (manual __exit__ across tasks)
-            _current_span.set(handle[H_PARENT])
+            _current_span.set(handle[H_PARENT])  # type: ignore[arg-type]  # the parent's handle (a tuple) or None
         hot = _state
         if self._otel_token is not None:
-            hot.detach(self._otel_token)  # type: ignore[misc]
+            hot.detach(self._otel_token)  # type: ignore[misc]  # set with the token when OpenTelemetry context propagation is on
         q = hot.items
         if q is None or handle[H_GEN] is not hot.generation:
             # Shut down (and maybe re-initialised, or forked) while the span was
@@ -472,7 +474,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
                 with at(name, description, code, lineno):
                     return await fn(*args, **kwargs)
 
-            return async_wrapper  # type: ignore[return-value]
+            return async_wrapper  # type: ignore[return-value]  # the same signature as the function it wraps
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -486,7 +488,7 @@ class log_trace_span:  # noqa: N801 - a lowercase class, like contextlib.nullcon
             with at(name, description, frame.f_code, frame.f_lineno):
                 return fn(*args, **kwargs)
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]  # the same signature as the function it wraps
 
     def __repr__(self) -> str:
         return f"log_trace_span({self._name!r})"
@@ -505,7 +507,7 @@ def _definition(fn: Callable[..., Any]) -> tuple[CodeType | None, int]:
     target = inspect.unwrap(fn)
     while isinstance(target, functools.partial):
         target = target.func
-    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004
+    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004 - the target's own __call__ code, not whether it is callable
     return (code, code.co_firstlineno) if code is not None else (None, 0)
 
 
@@ -591,23 +593,24 @@ def _as_metric_value(value: object) -> Any:
     if kind is float:
         return value
     if kind is int:
-        return value if INT64_MIN <= value <= INT64_MAX else _SKIP  # type: ignore[operator]
+        return value if INT64_MIN <= value <= INT64_MAX else _SKIP  # type: ignore[operator]  # an int: its type() was checked
     if kind is bool:
-        return int(value)  # type: ignore[call-overload]
+        return int(value)  # type: ignore[call-overload]  # a bool: its type() was checked
     try:
         # numpy / other registered numbers: convert here, while the value is ours to read.
         if isinstance(value, numbers.Integral):
             return _as_metric_value(int(value))
         if isinstance(value, numbers.Real):
             return float(value)
-        numpy = sys.modules.get("numpy")  # only if the program imported it: never imported here
+        numpy: Any = sys.modules.get("numpy")  # only if the program imported it: never imported here
         if numpy is not None:
             # numpy's bool (what ``(arr > 0).all()`` returns) is registered as no kind of number,
             # and a 0-d array is one host value (reading it syncs no device): both are numbers here.
             if isinstance(value, numpy.bool_):
                 return int(value)  # as a Python bool is written: 0/1
-            if type(value) is numpy.ndarray and value.ndim == 0 and value.dtype.kind in "biuf":
-                return _as_metric_value(value.item())
+            array: Any = value
+            if type(array) is numpy.ndarray and array.ndim == 0 and array.dtype.kind in "biuf":
+                return _as_metric_value(array.item())
     except Exception:  # noqa: BLE001 - a number type that fails to convert is skipped like any bad value
         pass
     return _SKIP

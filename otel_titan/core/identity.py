@@ -47,8 +47,9 @@ import os
 import socket
 import sys
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
@@ -126,7 +127,7 @@ def _torch_distributed() -> Any | None:
     if "torch" not in sys.modules:
         return None
     try:
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             return dist

@@ -31,7 +31,8 @@ import json
 import os
 import re
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from otel_titan.environment_variables import OTEL_TITAN_MESH
 
@@ -90,7 +91,7 @@ def _from_env(raw: str) -> dict[str, int]:
         if not isinstance(sizes, dict):
             raise ValueError(f"{OTEL_TITAN_MESH}={raw!r} must be an object of dimension sizes")
         return _check_sizes(sizes, OTEL_TITAN_MESH)
-    sizes: dict[str, Any] = {}
+    sizes = {}
     for part in text.split(","):
         name, sep, size = part.partition("=")
         if not sep:
@@ -121,7 +122,7 @@ def resolve_mesh(mesh: object, rank: int, world_size: int | None, environ: Mappi
     if mesh is not None and _is_device_mesh(mesh):
         return _from_device_mesh(mesh)
     if mesh is not None:
-        sizes = _check_sizes(dict(mesh), "option mesh")  # type: ignore[call-overload]
+        sizes = _check_sizes(dict(mesh), "option mesh")  # type: ignore[call-overload]  # a mapping of dimension sizes, checked by _check_sizes
         where = "option mesh"
     else:
         raw = env.get(OTEL_TITAN_MESH, "").strip()

@@ -8,15 +8,16 @@ created.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Sequence, Union
+from typing import Any
 
 from otel_titan.core.event_queue import DEFAULT_QUEUE_SIZE
 from otel_titan.core.mesh import check_mesh_option
 
 __all__ = ["LoggerOptions", "parse_options"]
 
-HandlerSpec = Union[str, Callable[..., Any]]
+HandlerSpec = str | Callable[..., Any]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ instrumentation's trace id instead of the per-step one.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace

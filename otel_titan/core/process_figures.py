@@ -34,9 +34,9 @@ import resource
 import sys
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any
 
-from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES
+from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES, flag
 
 __all__ = ["ProcessFigures", "BoundaryReadings", "cuda_device", "process_figures_on", "FIGURE_NAMES"]
 
@@ -75,7 +75,7 @@ def _status_fields(path: str = _STATUS) -> dict[str, int]:
 
 
 def process_figures_on(option: bool | None, environ: Any = None) -> bool:
-    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES`` (``0``, ``false``, ``no``, ``off``: off), else on.
+    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES`` (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
 
     Example:
         >>> process_figures_on(None, {}), process_figures_on(None, {"OTEL_TITAN_PROCESS_FIGURES": "0"}), process_figures_on(True, {"OTEL_TITAN_PROCESS_FIGURES": "0"})
@@ -83,8 +83,7 @@ def process_figures_on(option: bool | None, environ: Any = None) -> bool:
     """
     if option is not None:
         return option
-    env = os.environ if environ is None else environ
-    return env.get(OTEL_TITAN_PROCESS_FIGURES, "").strip().lower() not in ("0", "false", "no", "off")
+    return flag(OTEL_TITAN_PROCESS_FIGURES, True, environ)
 
 
 def cuda_device(torch: Any, local_rank: int | None) -> int | None:
@@ -118,7 +117,7 @@ class BoundaryReadings:
     Read later, on the background thread, a step's figures came a median
     25 ms (up to 167 ms) into the next step: 300 MiB allocated at the start of
     step 10 showed as step 9's ``memory/rss_bytes``. Called as
-    `step_context.set_boundary_hook`: one ``/proc/self/statm`` read and one
+    `step_context.add_boundary_hook`: one ``/proc/self/statm`` read and one
     ``os.times()`` on the training thread, a few microseconds once a step, and
     one deque append; the sampler takes them on the processor thread.
 
@@ -175,7 +174,7 @@ class ProcessFigures:
 
     def __init__(self, local_rank: int | None, step_peak: bool | None = None, modules: dict[str, Any] | None = None) -> None:
         self.local_rank = local_rank
-        self.step_peak = os.environ.get(OTEL_TITAN_CUDA_STEP_PEAK, "").strip().lower() in ("1", "true", "yes") if step_peak is None else step_peak
+        self.step_peak = flag(OTEL_TITAN_CUDA_STEP_PEAK, False) if step_peak is None else step_peak
         self._modules = sys.modules if modules is None else modules
         self._has_proc = os.path.exists(_STATUS)
         #: Why CUDA figures stopped (an exception from torch.cuda), or None.
@@ -206,7 +205,7 @@ class ProcessFigures:
         device = cuda_device(torch, self.local_rank)
         if device is None:
             return
-        cuda: Callable[..., Any] = torch.cuda  # type: ignore[union-attr]
+        cuda: Any = torch.cuda  # type: ignore[union-attr]  # cuda_device returned a device: torch is there
         try:
             figures["memory/cuda_allocated_bytes"] = int(cuda.memory_allocated(device))
             figures["memory/cuda_reserved_bytes"] = int(cuda.memory_reserved(device))

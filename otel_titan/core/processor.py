@@ -34,15 +34,33 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_titan.core import blackbox, step_context
 from otel_titan.core.capture import notice_torch, thread_names
-from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
-from otel_titan.core.events import BLACK_BOX, END, END_ERROR, END_HANDLE, END_MONO, H_MONO, H_NAME, H_STATE, H_TID, FLUSH, FLUSH_DONE, FLUSH_OPEN_SPANS, INSTANT, SCALAR, START, STOP
 from otel_titan.core.event_queue import EventQueue
+from otel_titan.core.events import (
+    BLACK_BOX,
+    END,
+    END_ERROR,
+    END_HANDLE,
+    END_MONO,
+    FLUSH,
+    FLUSH_DONE,
+    FLUSH_OPEN_SPANS,
+    H_MONO,
+    H_NAME,
+    H_STATE,
+    H_TID,
+    INSTANT,
+    SCALAR,
+    START,
+    STOP,
+)
+from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.titan_span import TitanSpan
 from otel_titan.core.warn_once import WarnOnce
@@ -415,7 +433,7 @@ class BatchProcessor:
         for exporter in self._black_box_exporters:
             try:
                 exporter.black_box(now, fitted)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
                 self._report_failure(exporter, "black_box")
         if self._plain_exporters and open_spans:
             self._export(Timeline(), self._incomplete_copies(pending=reason))
@@ -509,7 +527,7 @@ class BatchProcessor:
         for exporter in self._heartbeat_exporters:
             try:
                 exporter.heartbeat(now, open_spans)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
                 self._report_failure(exporter, "heartbeat")
         if self._plain_exporters:
             # A hung span visible in Jaeger or Tempo while the job hangs (Logfire's "pending spans").
@@ -557,17 +575,17 @@ class BatchProcessor:
                 except Exception:  # noqa: BLE001 - isolate exporters from each other
                     self._report_failure(exporter, "export_timeline")
         if finished:
-            for exporter in self._plain_exporters:
+            for plain in self._plain_exporters:
                 try:
-                    exporter.export(finished)
-                except Exception:  # noqa: BLE001
-                    self._report_failure(exporter, "export")
+                    plain.export(finished)
+                except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
+                    self._report_failure(plain, "export")
 
     def _force_flush(self) -> None:
         for exporter in self._exporters:
             try:
                 exporter.force_flush(5000)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
                 self._report_failure(exporter, "force_flush")
 
     def _shutdown_exporters(self) -> None:
@@ -583,7 +601,7 @@ class BatchProcessor:
         def stop(exporter: SpanExporter) -> None:
             try:
                 exporter.shutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
                 self._report_failure(exporter, "shutdown")
 
         if len(self._exporters) <= 1:

@@ -15,8 +15,9 @@ nowhere.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from types import CodeType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
@@ -24,13 +25,13 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
+from otel_titan.core.clock import WallClock
 from otel_titan.core.events import (
     H_GEN,
     H_MONO,
     H_PARENT,
     H_SEQ,
 )
-from otel_titan.core.clock import WallClock
 from otel_titan.core.titan_span import ATTR, RecordKind, TitanSpan
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, trace_id_of_handle
 
@@ -68,7 +69,7 @@ def _tuple_layout_matches() -> bool:
 
 
 if not _tuple_layout_matches():
-    _context = _checked_context  # noqa: F811
+    _context = _checked_context
 
 
 class SpanBuilder:

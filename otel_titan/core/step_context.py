@@ -30,8 +30,9 @@ import threading
 import weakref
 from asyncio import current_task
 from asyncio import events as _asyncio_events
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from otel_titan.schema import INT64_MAX, INT64_MIN
 
@@ -45,7 +46,8 @@ __all__ = [
     "get_step_tags",
     "current_step_state",
     "training_loop_thread",
-    "set_boundary_hook",
+    "add_boundary_hook",
+    "clear_boundary_hooks",
 ]
 
 
@@ -79,8 +81,8 @@ _owner: list[tuple[Any, Any] | None] = [None]
 #: one-element list holding the training loop's. Read them, never set them.
 context_state = _context_state
 default_state = _default
-#: Called by the training loop's `set_step` with the step that just ended (`set_boundary_hook`), or None.
-_boundary_hook: list[Callable[[int], None] | None] = [None]
+#: Called by the training loop's `set_step` with the step that just ended (`add_boundary_hook`), in order.
+_boundary_hooks: list[Callable[[int], None]] = []
 _get_running_loop = _asyncio_events._get_running_loop
 _main_thread = threading.main_thread
 _current_thread = threading.current_thread
@@ -158,15 +160,38 @@ def _write(new: StepState, claim: bool = False) -> bool:
     return owns
 
 
-def set_boundary_hook(hook: Callable[[int], None] | None) -> None:
-    """Have the training loop's `set_step` call `hook(ended_step)` at each step boundary (None: stop).
+def add_boundary_hook(hook: Callable[[int], None]) -> Callable[[], None]:
+    """Have the training loop's `set_step` call `hook(ended_step)` at each step boundary; returns its remover.
 
-    The per-step process figures read their memory and CPU time here, at the
-    boundary itself, instead of up to a processor interval into the next step
-    (process_figures.py `BoundaryReadings`). It runs on the training thread:
-    keep it to a few microseconds; an exception from it is swallowed.
+    A boundary is the training loop moving from one step to another (not a
+    helper thread's step of its own, nor `set_step` to the same step or from
+    none). The per-step process figures read their memory and CPU time here,
+    at the boundary itself, instead of up to a processor interval into the next
+    step (process_figures.py `BoundaryReadings`); the logger looks for a
+    DeviceMesh at the first few (`lifecycle._look_for_a_mesh`). Hooks run on
+    the training thread, in the order added: keep each to a few microseconds;
+    an exception from one is swallowed (the others still run). A hook may
+    remove itself. `clear_boundary_hooks` removes them all.
+
+    Example:
+        >>> ended = []
+        >>> remove = add_boundary_hook(ended.append)
+        >>> set_step(1); set_step(2); set_step(2); remove(); set_step(3)
+        >>> ended
+        [1]
     """
-    _boundary_hook[0] = hook
+    _boundary_hooks.append(hook)
+
+    def remove() -> None:
+        if hook in _boundary_hooks:
+            _boundary_hooks.remove(hook)
+
+    return remove
+
+
+def clear_boundary_hooks() -> None:
+    """Remove every boundary hook (the logger's shutdown, and a forked child: its parent's hooks are not its own)."""
+    _boundary_hooks.clear()
 
 
 def _as_step(value: object, what: str) -> int | None:
@@ -175,21 +200,12 @@ def _as_step(value: object, what: str) -> int | None:
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int or None, got bool {value!r}")
     try:
-        number = operator.index(value)  # accepts int, numpy integers, 0-d int tensors
+        number = operator.index(value)  # type: ignore[arg-type]  # accepts int, numpy integers, 0-d int tensors; else TypeError
     except TypeError:
         raise TypeError(f"{what} must be an int or None, got {type(value).__name__} {value!r}") from None
     if not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"{what} {number} does not fit in a signed 64-bit integer")
     return number
-
-
-#: Called with the new step on each `set_step` while registered (`on_step`): the logger's look at the first step boundaries.
-_step_hooks: list[Callable[[int | None], None]] = []
-
-
-def on_step(hook: Callable[[int | None], None] | None) -> None:
-    """Call `hook(step)` on every following `set_step` (None: stop); one hook at a time. Its errors are the hook's own to catch."""
-    _step_hooks[:] = [] if hook is None else [hook]
 
 
 def set_step(step: int | None, *, relative_step: int | None = None) -> None:
@@ -216,16 +232,12 @@ def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     number = _as_step(step, "step")
     relative = number if relative_step is None else _as_step(relative_step, "relative_step")
     ended = _default[0].step
-    if _write(StepState(number, relative, ()), claim=True):
-        hook = _boundary_hook[0]
-        if hook is not None and ended is not None and ended != number:
+    if _write(StepState(number, relative, ()), claim=True) and _boundary_hooks and ended is not None and ended != number:
+        for hook in tuple(_boundary_hooks):  # a copy: a hook may remove itself
             try:
                 hook(ended)
-            except Exception:  # noqa: BLE001 - a figure must never cost the training loop its step
+            except Exception:  # noqa: BLE001 - a hook must never cost the training loop its step
                 pass
-    if _step_hooks:
-        for step_hook in _step_hooks[:1]:
-            step_hook(number)
 
 
 def get_step() -> int | None:

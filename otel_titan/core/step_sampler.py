@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from otel_titan.core.step_context import StepState
 from otel_titan.core.warn_once import WarnOnce
@@ -88,7 +89,7 @@ class StepSampler:
             if not figures:
                 return []
             code = self._sample.__code__
-            spans = self._builder.scalars(figures, at, code, code.co_firstlineno, None, state, threading.get_ident(), None)
+            spans: list[Any] = self._builder.scalars(figures, at, code, code.co_firstlineno, None, state, threading.get_ident(), None)
             for span in spans:
                 span.by_logger = True
         except Exception:  # noqa: BLE001 - a figure we cannot read must never stop the processor

@@ -20,6 +20,7 @@ Attribute names (docs/schema.md has the full table):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
@@ -69,6 +70,10 @@ class TitanSpan(ReadableSpan):
         "ended",
         "_encoded",
     )
+    # The SDK types these Optional (a span before it starts); a TitanSpan is made with its context and start.
+    _context: SpanContext
+    _start_time: int
+    _end_time: int | None
     record_kind: str
     step: int | None
     relative_step: int | None
@@ -79,6 +84,9 @@ class TitanSpan(ReadableSpan):
     code_function: str
     thread_id: int
     ended: bool
+    _attribute_dict: dict[str, Any] | None
+    #: Scratch for the JSONL encoder (exporters/records.py): the fields a span's two records share.
+    _encoded: Any
     # description, metric_name, metric_value, error_type, error_message and
     # extra default to None (class attributes below) and are set when present.
 
@@ -92,12 +100,12 @@ class TitanSpan(ReadableSpan):
     _events: Any = ()
     _links: Any = ()
     _status = Status(StatusCode.UNSET)
-    description = None
-    metric_name = None
-    metric_value = None
-    error_type = None
-    error_message = None
-    extra = None
+    description: str | None = None
+    metric_name: str | None = None
+    metric_value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    extra: dict[str, Any] | None = None
     #: True for an instant or scalar that is also an event of its (open) enclosing span;
     #: exporters that show events (OTLP) send it as that event only.
     attached_to_parent = False
@@ -162,7 +170,7 @@ class TitanSpan(ReadableSpan):
         return span
 
     # The SDK reads `self._attributes`; here it is built from the typed fields on first read.
-    @property  # type: ignore[override]
+    @property
     def _attributes(self) -> dict[str, Any]:
         attributes = self._attribute_dict
         if attributes is None:
@@ -275,7 +283,7 @@ def fields_of(span: ReadableSpan) -> TitanSpan | Any:
     if isinstance(span, TitanSpan):
         return span
     view = _AttributeView()
-    attributes = span.attributes or {}
+    attributes: Mapping[str, Any] = span.attributes or {}  # values of any type a foreign pipeline set: checked below
     view.record_kind = attributes.get(ATTR.RECORD_KIND, RecordKind.SPAN)
     view.step = attributes.get(ATTR.STEP)
     view.relative_step = attributes.get(ATTR.RELATIVE_STEP)
@@ -300,3 +308,20 @@ def fields_of(span: ReadableSpan) -> TitanSpan | Any:
 
 class _AttributeView:
     """Typed fields read back from a foreign span's attributes (see `fields_of`)."""
+
+    # Read from a foreign span's attributes: whatever value types its SDK pipeline put there.
+    record_kind: Any
+    step: Any
+    relative_step: Any
+    step_tags: tuple[Any, ...]
+    task_name: Any
+    description: Any
+    code_file: str
+    code_line: int
+    code_function: str
+    thread_id: int
+    metric_name: Any
+    metric_value: Any
+    error_type: Any
+    error_message: Any
+    extra: dict[str, Any] | None

@@ -34,7 +34,8 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from otel_titan.core.events import H_GEN, H_PARENT, H_REMOTE, H_STATE
 from otel_titan.environment_variables import OTEL_TITAN_TRACE_GROUP_SIZE
@@ -176,6 +177,6 @@ def trace_id_of_handle(handle: tuple[Any, ...], trace_ids: StepTraceIds) -> int:
         handle = handle[H_PARENT]
     remote = handle[H_REMOTE]
     if remote is not None:
-        return remote.trace_id
+        return int(remote.trace_id)
     own = handle[H_GEN].trace_ids
     return (trace_ids if own is None else own).for_step(handle[H_STATE].step)

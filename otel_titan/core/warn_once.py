@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
 __all__ = ["WarnOnce"]
 

@@ -127,7 +127,7 @@ class TraceJsonlFormatter(logging.Formatter):
         if isinstance(value, (int, float)):
             data["value"] = float(value)
         if getattr(record, "task_name", None) is not None:
-            data["task_name"] = record.task_name
+            data["task_name"] = record.task_name  # type: ignore[attr-defined]  # an extra= field, checked above
         data.update(caller=f"{_relative(record.pathname)}:{record.lineno}:{record.funcName}", log_file=record.filename, log_function=record.funcName,
                     log_level=record.levelname, logger_name=record.name)
         if record.stack_info:

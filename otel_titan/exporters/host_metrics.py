@@ -23,7 +23,8 @@ process of local rank 0 only, so a host of 8 ranks sends them once:
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
@@ -167,7 +168,7 @@ class HostMetrics:
         if instrumentor is not None:
             try:
                 instrumentor.uninstrument()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing: nothing to recover, the others still close
                 pass
         nvml, self._nvml = self._nvml, None
         if nvml is not None:
@@ -175,5 +176,5 @@ class HostMetrics:
                 if self._xid_set is not None:
                     nvml.nvmlEventSetFree(self._xid_set)
                 nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - closing: nothing to recover
                 pass

@@ -37,16 +37,23 @@ import secrets
 import string
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from otel_titan.core.exporter import PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem, delivery_losses
-from otel_titan.exporters.records import RecordEncoder
 from otel_titan._version import __version__
+from otel_titan.core import blackbox
+from otel_titan.core.exporter import (
+    PipelineStats,
+    SpanExportResult,
+    StartAwareSpanExporter,
+    TimelineItem,
+    delivery_losses,
+)
+from otel_titan.core.identity import RunIdentity
+from otel_titan.exporters.records import RecordEncoder
 from otel_titan.exporters.rotating_file import RotatingFile
 from otel_titan.exporters.step_rollups import StepRollups, step_rollups_on
 from otel_titan.schema import Field, MetaEvent, stacks_file_name
-from otel_titan.core import blackbox
-from otel_titan.core.identity import RunIdentity
 
 __all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name", "opened_fields"]
 

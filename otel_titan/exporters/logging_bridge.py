@@ -18,12 +18,12 @@ as the user's scalars and instants, and as its last event.
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from otel_titan.core.exporter import SpanExportResult, StartAwareSpanExporter, TimelineItem
-from otel_titan.exporters.records import RecordEncoder
-from otel_titan.exporters.compat import RECORD_ATTRIBUTE
 from otel_titan.core.identity import RunIdentity
+from otel_titan.exporters.compat import RECORD_ATTRIBUTE
+from otel_titan.exporters.records import RecordEncoder
 from otel_titan.schema import META_EVENTS
 
 __all__ = ["LoggingBridgeExporter"]

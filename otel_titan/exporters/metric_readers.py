@@ -38,13 +38,20 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, MetricExportResult, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 
-from otel_titan.exporters.otel_env import exporter_names, ignored_value, signal_protocol
 from otel_titan.distribution import install_hint
+from otel_titan.exporters.otel_env import exporter_names, ignored_value, signal_protocol
 
 __all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV", "otlp_histogram_preference"]
 
@@ -199,7 +206,7 @@ def _otlp_exporter(environ: Mapping[str, str]) -> Any:
     if metrics_protocol(environ) == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # type: ignore[assignment]  # either protocol's
     return OTLPMetricExporter(preferred_aggregation=otlp_histogram_preference(environ))
 
 

@@ -71,7 +71,8 @@ import os
 import re
 import threading
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
@@ -86,7 +87,12 @@ from otel_titan._version import __version__
 from otel_titan.core import host_figures, process_figures
 from otel_titan.core.exporter import DeliveryCounted, HandlerSkipped, PipelineStats, TitanSpanExporter, delivery_losses
 from otel_titan.core.warn_once import WarnOnce
-from otel_titan.environment_variables import OTEL_TITAN_HOST_METRICS, OTEL_TITAN_METRICS_MAX_NAMES, OTEL_TITAN_METRICS_PER_RANK
+from otel_titan.environment_variables import (
+    OTEL_TITAN_HOST_METRICS,
+    OTEL_TITAN_METRICS_MAX_NAMES,
+    OTEL_TITAN_METRICS_PER_RANK,
+    flag,
+)
 from otel_titan.exporters.host_metrics import HostMetrics
 from otel_titan.exporters.metric_readers import Readers, build_readers, metrics_exporters
 from otel_titan.exporters.otel_env import sdk_disabled
@@ -96,7 +102,7 @@ from otel_titan.schema import Field, RecordKind
 try:  # the SDK's measurement, to export a NaN gauge value as it is (`MetricsSpanExporter._set_nonfinite`)
     from opentelemetry.sdk.metrics._internal.measurement import Measurement as _Measurement
 except ImportError:  # pragma: no cover - another SDK layout: non-finite values are only counted
-    _Measurement = None  # type: ignore[assignment,misc]
+    _Measurement = None  # type: ignore[assignment,misc]  # another SDK layout: None marks it absent
 
 __all__ = [
     "MetricsSpanExporter",
@@ -380,7 +386,7 @@ class MetricsSpanExporter(TitanSpanExporter):
                 # process figures of step N arrive after step N+1 began).
                 self._new_step(step, span.start_time)
             if kind == _SCALAR:
-                self._scalar(span.metric_name, span.metric_value)
+                self._scalar(span.metric_name, span.metric_value)  # type: ignore[attr-defined]  # a logger's scalar is a TitanSpan
             elif kind == _SPAN or kind is None:
                 if span.end_time is not None and span.start_time is not None:
                     self._duration(span)
@@ -490,10 +496,10 @@ class MetricsSpanExporter(TitanSpanExporter):
                 bucketed = any(fnmatch.fnmatchcase(name, pattern) for pattern in self._per_rank)
                 entry = self._span_attrs[name] = (self._bucketed if bucketed else self._summary, {"titan.span.name": name})
         instrument, attributes = entry
-        duration_s = (span.end_time - span.start_time) / 1e9
+        duration_s = (span.end_time - span.start_time) / 1e9  # type: ignore[operator]  # an ended span has both times
         if instrument is self._bucketed:
             # In the span's context: the trace-based exemplar filter links the bucket to this trace.
-            instrument.record(duration_s, attributes, context=trace_api.set_span_in_context(trace_api.NonRecordingSpan(span.get_span_context())))
+            instrument.record(duration_s, attributes, context=trace_api.set_span_in_context(trace_api.NonRecordingSpan(span.get_span_context())))  # type: ignore[arg-type]  # an ended span has its context
         else:  # no buckets to link: skip the context (a third of the cost of a record)
             instrument.record(duration_s, attributes)
 
@@ -608,6 +614,6 @@ def register_metrics_handler(
         raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
     provider = MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views())
     host = None
-    if local_rank in (0, None) and environ.get(OTEL_TITAN_HOST_METRICS, "").strip().lower() not in ("0", "false", "no", "off"):
+    if local_rank in (0, None) and flag(OTEL_TITAN_HOST_METRICS, True, environ):
         host = HostMetrics(provider)  # psutil and NVML are imported by it only now
     add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))

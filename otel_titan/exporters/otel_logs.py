@@ -33,7 +33,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry._logs import LogRecord, SeverityNumber
@@ -43,10 +44,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from otel_titan.exporters.batch_sender import run_batches
 from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, StartAwareSpanExporter
 from otel_titan.core.log_context import current_span_ids
+from otel_titan.exporters.batch_sender import run_batches
 from otel_titan.exporters.otel_env import exporter_names, ignored_value, sdk_disabled, signal_protocol
 from otel_titan.exporters.otlp import quiet_exporter_logs
 
@@ -315,5 +316,5 @@ def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: 
     if signal_protocol("LOGS") == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     else:
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # type: ignore[assignment]  # either protocol's
     add_span_exporter(OtelLogsExporter(OTLPLogExporter(), resource, max_queue_size=max_queue, max_export_batch_size=min(batch, max_queue), schedule_delay_s=delay_s))

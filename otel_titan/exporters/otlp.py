@@ -35,11 +35,11 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_titan.core.exporter import HandlerSkipped
 from otel_titan.exporters.otel_env import ignored_value, otlp_protocol, sdk_disabled
 from otel_titan.exporters.otlp_grpc import grpc_exporter_class
 from otel_titan.exporters.otlp_http import http_exporter_class
 from otel_titan.exporters.queued import QueuedSpanExporter
-from otel_titan.core.exporter import HandlerSkipped
 
 __all__ = ["register_otlp_handler", "register_console_handler", "is_sent_as_span", "quiet_exporter_logs"]
 
@@ -178,7 +178,7 @@ def _session_honouring_otlp_certificate() -> Any:
     that set those (many clusters do) a collector with a private CA would be
     refused. Proxies and the rest of the environment still apply.
     """
-    import requests  # noqa: PLC0415 - a dependency of the HTTP exporter
+    import requests  # a dependency of the HTTP exporter
 
     class Session(requests.Session):
         def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
@@ -232,7 +232,7 @@ def register_console_handler(*, add_span_exporter: Any, **_: Any) -> QueuedSpanE
     """
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")
-    from opentelemetry.sdk.trace.export import ConsoleSpanExporter  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
     exporter = _queued(ConsoleSpanExporter(), "console")
     add_span_exporter(exporter)

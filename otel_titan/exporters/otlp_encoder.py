@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope, _encode_resource
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -162,7 +163,8 @@ def _resource_message(resource: Any) -> bytes:
     """
     if any(not _valid_utf8(key) or (type(value) is str and not _valid_utf8(value)) for key, value in resource.attributes.items()):
         return _attributes(b"\x0a", resource.attributes)
-    return _encode_resource(resource).SerializeToString()
+    encoded: bytes = _encode_resource(resource).SerializeToString()
+    return encoded
 
 
 def _valid_utf8(text: str) -> bool:
@@ -246,7 +248,7 @@ class OtlpSpanEncoder:
     def _sdk_encode(self, spans: list[ReadableSpan]) -> bytes:
         """The SDK's encoding of `spans`; one at a time when the batch fails, leaving out only the spans that fail alone."""
         try:
-            data = encode_spans(spans).SerializeToString()
+            data: bytes = encode_spans(spans).SerializeToString()
         except Exception:  # noqa: BLE001 - find the span at fault below
             pass
         else:
@@ -274,7 +276,7 @@ class OtlpSpanEncoder:
     def _head(self, cls: type) -> tuple[Any, ...]:
         """(resource, scope, ResourceSpans.resource field, ScopeSpans.scope field, ScopeSpans.schema_url, ResourceSpans.schema_url) of a span class."""
         cached = self._heads.get(cls)
-        resource, scope = cls._resource, cls._instrumentation_scope  # type: ignore[attr-defined]
+        resource, scope = cls._resource, cls._instrumentation_scope  # type: ignore[attr-defined]  # set by TitanSpan.bind on the logger's subclass
         if cached is None or cached[0] is not resource or cached[1] is not scope:
             # Encoded once with the SDK's own helpers: the Resource and scope are exactly what it sends.
             cached = self._heads[cls] = (
@@ -384,11 +386,11 @@ class OtlpSpanEncoder:
         """One attribute field, cached when its value is a short string or a bool."""
         if (type(value) is str and len(value) <= 256) or type(value) is bool:
             cache_key = (tag, key, value, type(value))
-            data = self._kvs.get(cache_key)  # type: ignore[arg-type]
+            data = self._kvs.get(cache_key)  # type: ignore[arg-type]  # a str or bool value: hashable, checked just above
             if data is None:
                 if len(self._kvs) >= self.MAX_CACHE:
                     self._kvs.clear()
-                data = self._kvs[cache_key] = _len_field(tag, _key_value(key, value))  # type: ignore[index]
+                data = self._kvs[cache_key] = _len_field(tag, _key_value(key, value))  # type: ignore[index]  # a str or bool value: hashable, checked just above
             return data
         return _len_field(tag, _key_value(key, value))
 

@@ -12,7 +12,8 @@ message. Imported only when the gRPC protocol is chosen (grpc is heavy).
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -34,16 +35,16 @@ def grpc_exporter_class() -> type:
         >>> exporter = grpc_exporter_class()(endpoint="localhost:4317", insecure=True)
         >>> exporter.shutdown()
     """
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415 - grpc is heavy
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse  # noqa: PLC0415
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # grpc is heavy
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
     class _BytesTraceServiceStub:
         """``TraceServiceStub`` whose ``Export`` takes an already serialized request."""
 
         def __init__(self, channel: Any) -> None:
-            self.Export = channel.unary_unary(_EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString)  # noqa: N815 - the gRPC method name
+            self.Export = channel.unary_unary(_EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString)  # the gRPC method name
 
-    class TitanGrpcSpanExporter(OTLPSpanExporter):  # type: ignore[misc, valid-type]
+    class TitanGrpcSpanExporter(OTLPSpanExporter):
         """The SDK's OTLP/gRPC span exporter with `OtlpSpanEncoder` as its encoding step."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -53,10 +54,10 @@ def grpc_exporter_class() -> type:
 
         def _initialize_channel_and_stub(self) -> None:
             # Called by the SDK at start and again to reconnect after UNAVAILABLE.
-            super()._initialize_channel_and_stub()
-            self._client = _BytesTraceServiceStub(self._channel)
+            super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]  # the SDK's own, unannotated
+            self._client = _BytesTraceServiceStub(self._channel)  # type: ignore[assignment]  # bytes in, as the SDK's stub
 
-        def _translate_data(self, data: Sequence[ReadableSpan]) -> bytes:  # type: ignore[override]
+        def _translate_data(self, data: Sequence[ReadableSpan]) -> bytes:  # type: ignore[override]  # bytes out: the encoding step the SDK calls, replaced
             # The SDK calls this once per attempt; a retried batch is encoded once.
             last = self._last
             if last is not None and last[0] is data:

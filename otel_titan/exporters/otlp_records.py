@@ -53,7 +53,8 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 from opentelemetry._logs import LogRecord, SeverityNumber
@@ -61,15 +62,30 @@ from opentelemetry.sdk._logs import ReadWriteLogRecord
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from otel_titan.exporters.batch_sender import run_batches
 from otel_titan._version import __version__
-from otel_titan.core.exporter import HandlerSkipped, PipelineStats, SpanExportResult, StartAwareSpanExporter, TimelineItem
+from otel_titan.core.exporter import (
+    HandlerSkipped,
+    PipelineStats,
+    SpanExportResult,
+    StartAwareSpanExporter,
+    TimelineItem,
+)
 from otel_titan.core.identity import RunIdentity
+from otel_titan.environment_variables import (
+    OTEL_TITAN_OTLP_RECORDS,
+    OTEL_TITAN_OTLP_RECORDS_DELAY_MS,
+    OTEL_TITAN_OTLP_RECORDS_QUEUE,
+    flag,
+)
+from otel_titan.exporters.batch_sender import run_batches
 from otel_titan.exporters.jsonl import jsonl_file_path, opened_fields
 from otel_titan.exporters.otel_env import sdk_disabled
-from otel_titan.exporters.otlp_records_wire import RecordsRequestEncoder, records_grpc_exporter_class, records_http_exporter_class
+from otel_titan.exporters.otlp_records_wire import (
+    RecordsRequestEncoder,
+    records_grpc_exporter_class,
+    records_http_exporter_class,
+)
 from otel_titan.exporters.records import RecordEncoder
-from otel_titan.environment_variables import OTEL_TITAN_OTLP_RECORDS, OTEL_TITAN_OTLP_RECORDS_DELAY_MS, OTEL_TITAN_OTLP_RECORDS_QUEUE
 from otel_titan.schema import MetaEvent, OtlpRecords
 
 __all__ = ["OtlpRecordsExporter", "register_otlp_records_handler", "records_enabled", "RECORDS_ENV", "RECORDS_HANDLER", "SCOPE_NAME",
@@ -98,7 +114,7 @@ def records_enabled(environ: Mapping[str, str] | None = None) -> bool:
         (True, False, False)
     """
     env = os.environ if environ is None else environ
-    return env.get(RECORDS_ENV, "").strip().lower() in ("1", "true", "yes", "on") and not sdk_disabled(env)
+    return flag(RECORDS_ENV, False, env) and not sdk_disabled(env)
 
 
 class OtlpRecordsExporter(StartAwareSpanExporter):

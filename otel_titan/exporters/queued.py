@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -120,7 +120,7 @@ class QueuedSpanExporter(TitanSpanExporter):
         self._wake.set()
         return self._idle.wait(timeout_s)
 
-    def shutdown(self) -> bool:  # type: ignore[override]
+    def shutdown(self) -> bool:  # type: ignore[override]  # drains the queue before the wrapped exporter's shutdown; its own signature
         """Export what is queued within `shutdown_timeout_s`, then shut the exporter down.
 
         Returns False when the backend did not take everything in time (the
@@ -140,7 +140,7 @@ class QueuedSpanExporter(TitanSpanExporter):
             self._queue.clear()
         try:
             if "timeout_millis" in inspect.signature(self.exporter.shutdown).parameters:
-                self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)  # type: ignore[call-arg]
+                self.exporter.shutdown(timeout_millis=max(0.0, deadline - time.monotonic()) * 1000)  # type: ignore[call-arg]  # its signature takes one: checked just above
             else:
                 self.exporter.shutdown()
         except Exception:  # noqa: BLE001 - shutting down: report, do not raise

@@ -16,16 +16,17 @@ import json
 import math
 import threading
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import orjson
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION, Field, MetaEvent
 from otel_titan.core.capture import thread_names as capture_thread_names
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
+from otel_titan.schema import LOGGER_NAME, SCHEMA_VERSION, Field, MetaEvent
 
 __all__ = ["RecordEncoder", "json_safe_number"]
 
@@ -204,8 +205,9 @@ class RecordEncoder:
             label = span.description or name
             prefix = "" if step is None else f"[step {step}] "
             start_time = span._start_time
+            time_ns: int
             if ended:
-                time_ns = span._end_time
+                time_ns = span._end_time  # type: ignore[assignment]  # an ended span has its end time
                 value = (time_ns - start_time) / 1e6
                 type_name = f"{name}_end"
                 message = f"{prefix}{label} {type_name} took {value:.3f} ms"

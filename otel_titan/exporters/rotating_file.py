@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["RotatingFile"]
 

@@ -30,11 +30,11 @@ Memory: the totals of at most three steps, one entry per span name.
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from otel_titan.core.titan_span import TitanSpan
-from otel_titan.environment_variables import OTEL_TITAN_STEP_ROLLUPS
+from otel_titan.environment_variables import OTEL_TITAN_STEP_ROLLUPS, flag
 from otel_titan.schema import META_EVENTS, MetaEvent, RecordKind, StepCloser, rollup_fields
 
 __all__ = ["StepRollups", "WAIT_STEPS", "STEP_ROLLUPS_ENV", "step_rollups_on"]
@@ -51,7 +51,7 @@ _SIGNAL = MetaEvent.SIGNAL_RECEIVED
 
 
 def step_rollups_on(option: bool | None, environ: Any = None) -> bool:
-    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (``0``, ``false``, ``no``, ``off``: off), else on.
+    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
 
     Example:
         >>> step_rollups_on(None, {}), step_rollups_on(None, {"OTEL_TITAN_STEP_ROLLUPS": "off"}), step_rollups_on(True, {"OTEL_TITAN_STEP_ROLLUPS": "0"})
@@ -59,8 +59,7 @@ def step_rollups_on(option: bool | None, environ: Any = None) -> bool:
     """
     if option is not None:
         return option
-    env = os.environ if environ is None else environ
-    return env.get(STEP_ROLLUPS_ENV, "").strip().lower() not in ("0", "false", "no", "off")
+    return flag(STEP_ROLLUPS_ENV, True, environ)
 
 
 class _Step:
@@ -165,12 +164,12 @@ class StepRollups:
                     if current is not None:
                         current.over = True
                         current.end_us = time_us
-                        current.closing = closer.closing(current_step)
+                        current.closing = closer.closing(current_step)  # type: ignore[arg-type]  # a step is open: current_step is set
                     current = steps[step] = _Step(step, time_us, tuple(span.step_tags or ()))
                     current_step = step
             else:
                 if span.step_tags:
-                    current.tags = tuple(span.step_tags)  # tags added during the step: its latest
+                    current.tags = tuple(span.step_tags)  # type: ignore[union-attr]  # the same step, so it is open; its latest tags
                 if kind == _INSTANT and span._name == _SIGNAL:
                     self._signalled = True
             if kind == _SPAN:

@@ -32,8 +32,16 @@ Example:
 """
 
 from otel_titan.receive.grpc_server import OtlpGrpcReceiver
-from otel_titan.receive.http_server import (Limits, OtlpHttpReceiver, ReceiverError, is_loopback, parse_address, raise_open_files_limit, receive_facts,
-                                            server_tls)
+from otel_titan.receive.http_server import (
+                                            Limits,
+                                            OtlpHttpReceiver,
+                                            ReceiverError,
+                                            is_loopback,
+                                            parse_address,
+                                            raise_open_files_limit,
+                                            receive_facts,
+                                            server_tls,
+)
 from otel_titan.receive.spool import Spool, SpoolWriteError
 
 __all__ = ["Limits", "OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "SpoolWriteError", "is_loopback", "parse_address",

@@ -69,8 +69,8 @@ def decode_logs(body: bytes, *, json_body: bool = False) -> Decoded:
 
 
 def _decode_protobuf(body: bytes) -> Decoded:
-    from google.protobuf.message import DecodeError as ProtobufError  # noqa: PLC0415 - loaded on the first request
-    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest  # noqa: PLC0415
+    from google.protobuf.message import DecodeError as ProtobufError  # loaded on the first request
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
     try:
         request = ExportLogsServiceRequest.FromString(body)
@@ -151,8 +151,8 @@ def count_spans(body: bytes, *, json_body: bool = False) -> int:
             raise DecodeError(f"not an OTLP traces request (JSON): {error}") from None
         return sum(len(_list(s.get("spans"))) for r in _list(request.get("resourceSpans") if isinstance(request, dict) else None) if isinstance(r, dict)
                    for s in _list(r.get("scopeSpans")) if isinstance(s, dict))
-    from google.protobuf.message import DecodeError as ProtobufError  # noqa: PLC0415
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: PLC0415
+    from google.protobuf.message import DecodeError as ProtobufError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     try:
         request = ExportTraceServiceRequest.FromString(body)

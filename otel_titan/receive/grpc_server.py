@@ -56,7 +56,7 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
     def start(self) -> OtlpGrpcReceiver:
         """Listen and serve (a pool of 16 threads: requests are short, the spool takes one at a time)."""
         try:
-            import grpc  # noqa: PLC0415 - heavy, and only this endpoint needs it
+            import grpc  # heavy, and only this endpoint needs it
         except ImportError:
             raise ReceiverError(errno.ENOPROTOOPT, "OTLP/gRPC needs grpcio (pip install grpcio), or use --otlp (OTLP/HTTP)") from None
 
@@ -95,7 +95,7 @@ class OtlpGrpcReceiver(OtlpHttpReceiver):
         return self
 
     def _credentials(self, grpc: Any) -> Any:
-        cert_file, key_file = self.tls_files  # type: ignore[misc]
+        cert_file, key_file = self.tls_files  # type: ignore[misc]  # called only when TLS files were given
         with open(cert_file, "rb") as cert, open(key_file or cert_file, "rb") as key:
             return grpc.ssl_server_credentials([(key.read(), cert.read())])
 

@@ -100,7 +100,7 @@ def raise_open_files_limit() -> tuple[int, int]:
         >>> Limits.for_open_files(soft).max_connections  # doctest: +SKIP
         4096
     """
-    import resource  # noqa: PLC0415 - POSIX only
+    import resource  # POSIX only
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
@@ -136,7 +136,7 @@ def is_loopback(host: str) -> bool:
         >>> is_loopback("127.0.0.1"), is_loopback("::1"), is_loopback("localhost"), is_loopback("0.0.0.0")
         (True, True, True, False)
     """
-    import ipaddress  # noqa: PLC0415
+    import ipaddress
 
     if host == "localhost":
         return True
@@ -301,16 +301,16 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's name
         """Silent: a request is not news for the watch's screen (the frame counts them)."""
 
-    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_error(self, format: str, *args: Any) -> None:  # the base class's name
         """Silent too; a connection silent for idle_s before its request's headers (http.server closes it) is counted."""
         if format.startswith("Request timed out") and self.server.receiver._connections.forget(self.request):
             self.server.receiver.count(timed_out=1)
 
     def setup(self) -> None:
-        self.timeout = self.server.receiver.limits.idle_s  # each read: a sender silent this long is gone
+        self.timeout = self.server.receiver.limits.idle_s  # type: ignore[misc]  # per connection, as socketserver reads it from the instance; each read: a sender silent this long is gone
         super().setup()
 
     def handle_one_request(self) -> None:
@@ -319,7 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
         receiver._connections.set_deadline(self.request, time.monotonic() + receiver.limits.idle_s)
         super().handle_one_request()
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:  # http.server's name
         receiver = self.server.receiver
         path = self.path.split("?", 1)[0].rstrip("/")
         if receiver.token is not None and not _authorized(self.headers.get("Authorization"), receiver.token):

@@ -51,8 +51,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from otel_titan.receive.decode import ReceivedRecord
 
@@ -208,7 +209,7 @@ class Spool:
 
     def _undo_jump(self, process: _Process, seq: int) -> bool:
         """Undo the last skip if `seq` lies in the gap it skipped and the skip landed on one record that nothing followed."""
-        skipped_from, landed_on, next_after = process.jump  # type: ignore[misc]
+        skipped_from, landed_on, next_after = process.jump  # type: ignore[misc]  # called only after a jump was recorded
         if not (skipped_from <= seq < landed_on and next_after == landed_on + 1 and process.next_seq == next_after):
             return False
         process.lost -= landed_on - seq  # the numbers from `seq` on are the stream's after all; those before it stay lost

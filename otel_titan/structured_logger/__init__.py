@@ -29,11 +29,22 @@ Example:
 """
 
 from otel_titan.core.capture import SpanScope, log_trace_instant, log_trace_scalar, log_trace_span
-from otel_titan.exporters.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
 from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped
-# The variables' public names since the first release (otel_titan.environment_variables defines them).
-from otel_titan.environment_variables import OTEL_TITAN_HANDLERS as HANDLERS_ENV, TITAN_STRUCT_LOGGER_HANDLERS as TORCHTITAN_HANDLERS_ENV
 from otel_titan.core.identity import RunIdentity
+from otel_titan.core.options import LoggerOptions
+from otel_titan.core.step_context import (
+    add_step_tag,
+    clear_step_tags,
+    get_relative_step,
+    get_step,
+    get_step_tags,
+    set_step,
+)
+
+# The variables' public names since the first release (otel_titan.environment_variables defines them).
+from otel_titan.environment_variables import OTEL_TITAN_HANDLERS as HANDLERS_ENV
+from otel_titan.environment_variables import TITAN_STRUCT_LOGGER_HANDLERS as TORCHTITAN_HANDLERS_ENV
+from otel_titan.exporters.compat import TraceEventsOnlyFilter, TraceJsonlFormatter
 from otel_titan.structured_logger.lifecycle import (
     flush_structured_logger,
     get_exporters,
@@ -42,9 +53,7 @@ from otel_titan.structured_logger.lifecycle import (
     is_initialized,
     shutdown_structured_logger,
 )
-from otel_titan.core.options import LoggerOptions
 from otel_titan.structured_logger.run_config import log_run_config
-from otel_titan.core.step_context import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
 
 __all__ = [
     "init_structured_logger",

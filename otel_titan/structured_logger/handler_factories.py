@@ -28,7 +28,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -39,8 +40,8 @@ from otel_titan.core.options import LoggerOptions
 from otel_titan.environment_variables import OTEL_TITAN_HANDLERS, TITAN_STRUCT_LOGGER_HANDLERS
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.exporters.metrics import metrics_exporter_handler_specs
-from otel_titan.exporters.otel_logs import logs_exporter_handler_specs
 from otel_titan.exporters.otel_env import traces_exporter_handler_specs
+from otel_titan.exporters.otel_logs import logs_exporter_handler_specs
 from otel_titan.exporters.otlp_records import RECORDS_HANDLER, records_enabled
 
 __all__ = [
@@ -138,7 +139,7 @@ def load_factory(spec: Any) -> Callable[..., Any]:
         raise HandlerFactoryError(f"handler factory {spec!r} must be a fully-qualified 'package.module.function' path")
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - report any import-time failure with the path
+    except Exception as error:  # report any import-time failure with the path
         raise HandlerFactoryError(f"handler factory {spec!r}: cannot import module {module_name!r} ({type(error).__name__}: {error})") from error
     try:
         factory = getattr(module, attribute)
@@ -255,5 +256,5 @@ def close_handlers(structured_logger: logging.Logger, handlers: Sequence[logging
         structured_logger.removeHandler(handler)
         try:
             handler.close()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - closing: one failing handler must not keep the others open
             pass

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -29,18 +30,16 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from otel_titan._version import __version__
 from otel_titan.core import blackbox, capture, otel_context, step_context
 from otel_titan.core.event_queue import EventQueue
-from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
-from otel_titan.core.identity import RunIdentity, build_resource, discover_identity
-from otel_titan.core.mesh import mesh_from_process_groups, resolve_mesh
-from otel_titan.core.step_context import on_step
-from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.host_figures import HostFigures
+from otel_titan.core.identity import RunIdentity, build_resource, discover_identity, export_run_id
+from otel_titan.core.mesh import mesh_from_process_groups, resolve_mesh
+from otel_titan.core.options import LoggerOptions, parse_options
 from otel_titan.core.process_figures import BoundaryReadings, ProcessFigures, process_figures_on
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.core.span_builder import SpanBuilder
 from otel_titan.core.step_sampler import StepSampler
-from otel_titan.core.warn_once import WarnOnce
 from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, resolve_trace_group_size, trace_group_of
+from otel_titan.core.warn_once import WarnOnce
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_STALL_AFTER_S
 from otel_titan.exporters.logging_bridge import LoggingBridgeExporter
 from otel_titan.schema import LOGGER_NAME, Field, MetaEvent
@@ -86,6 +85,9 @@ def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank
             ``trace_group_size`` (ranks per trace and step; None = ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all),
             ``mesh`` (the job's device mesh: ``{"pp": 2, "dp": 4}`` or a torch ``DeviceMesh``;
             None = ``OTEL_TITAN_MESH``, e.g. ``pp=2,dp=4``; each rank's coordinates are recorded).
+            ``stall_after_s`` (seconds without a span ending that make a stall, which writes the black box;
+            None = ``OTEL_TITAN_STALL_AFTER_S``, else automatic: the larger of ``OTEL_TITAN_STALL_MIN_S`` (120 s) and 10 × the longest gap
+            seen; 0 = no stall detection; docs/hangs.md).
             ``process_figures`` (None = ``OTEL_TITAN_PROCESS_FIGURES``, else on: memory and CPU figures as scalars of each step, docs/schema.md).
             ``step_rollups`` (None = ``OTEL_TITAN_STEP_ROLLUPS``, else on: one ``step_rollup`` record per step in the JSONL file, docs/schema.md).
 
@@ -155,10 +157,10 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     structured_logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
     structured_logger.propagate = False
     exporters, handlers = run_factories(parsed.handlers, structured_logger, identity=identity, resource=resource, options=parsed, stats=queue, output_dir=directory)
-    trace_ids = StepTraceIds(identity.process_run_id, identity.attempt, trace_group)  # type: ignore[arg-type]
+    trace_ids = StepTraceIds(identity.process_run_id, identity.attempt, trace_group)  # type: ignore[arg-type]  # resolved by discover_identity before the logger starts
     span_ids = SpanIdAllocator()
     builder = SpanBuilder(resource, InstrumentationScope("otel_titan", __version__), trace_ids, span_ids)
-    stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)
+    stacks_file = next((e.stacks_file for e in exporters if getattr(e, "stacks_file", None) is not None), None)  # type: ignore[attr-defined]  # the exporters that write stacks have it (getattr checks)
     boundary = BoundaryReadings() if process_figures_on(parsed.process_figures) else None
     processor = BatchProcessor(
         queue,
@@ -181,7 +183,8 @@ def _start(source: str, directory: str, rank: int | None, parsed: LoggerOptions)
     STATE.running = Runtime(identity=identity, options=parsed, queue=queue, processor=processor, exporters=exporters, logging_handlers=handlers, output_dir=directory,
                             unshare_run_id=export_run_id(identity))
     process_hooks.install(parsed)
-    step_context.set_boundary_hook(boundary)  # the per-step memory and CPU time, read at the boundary itself
+    if boundary is not None:
+        step_context.add_boundary_hook(boundary)  # the per-step memory and CPU time, read at the boundary itself
     if place is None:
         _look_for_a_mesh(identity.rank, identity.world_size)
     join = parsed.join_otel_context if parsed.join_otel_context is not None else otel_context.sdk_tracer_provider_configured()
@@ -210,7 +213,7 @@ def _look_for_a_mesh(rank: int, world_size: int | None) -> None:
     """
     left = [MESH_LOOK_STEPS]
 
-    def look(step: int | None) -> None:
+    def look(ended: int) -> None:
         left[0] -= 1
         try:
             place = mesh_from_process_groups(rank, world_size)
@@ -222,9 +225,9 @@ def _look_for_a_mesh(rank: int, world_size: int | None) -> None:
             if runtime is not None:
                 runtime.identity = dataclasses.replace(runtime.identity, mesh=place[0], mesh_shape=place[1])
         if place is not None or left[0] <= 0:
-            on_step(None)
+            remove()
 
-    on_step(look)
+    remove = step_context.add_boundary_hook(look)
 
 
 def _step_figures(local_rank: int | None) -> Callable[[], dict[str, int | float]]:

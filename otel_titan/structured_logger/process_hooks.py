@@ -153,7 +153,7 @@ def _register_multiprocessing_exit() -> None:
             return  # the main process: atexit runs
         # Imported here, not at the top: only a multiprocessing child gets this far, and
         # every other process would pay for loading multiprocessing.util at import.
-        from multiprocessing import util  # noqa: PLC0415
+        from multiprocessing import util
 
         util.Finalize(None, _at_exit, exitpriority=0)
     except Exception as error:  # noqa: BLE001 - atexit still covers spawn children
@@ -207,7 +207,7 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
 def _after_fork_in_child() -> None:
     inherited = STATE.reset_after_fork()
     capture.detach()  # also forgets the parent's threads' cached native ids
-    step_context.set_boundary_hook(None)
+    step_context.clear_boundary_hooks()
     # The SIGTERM disposition and wakeup fd the child would have had without us.
     sigterm.after_fork_in_child()
     if inherited is None:
@@ -215,5 +215,5 @@ def _after_fork_in_child() -> None:
     for exporter in inherited.exporters:
         try:
             close_exporter_after_fork(exporter)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - in the child after fork: one exporter's failure must not stop the others closing
             pass

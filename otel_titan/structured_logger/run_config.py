@@ -28,7 +28,8 @@ import json
 import logging
 import os
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from otel_titan.core import capture
 from otel_titan.structured_logger.runtime import STATE

@@ -13,15 +13,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from otel_titan.core import capture, step_context
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.identity import RunIdentity
-from otel_titan.core.step_context import on_step
 from otel_titan.core.options import LoggerOptions
 from otel_titan.core.processor import BatchProcessor
 from otel_titan.schema import LOGGER_NAME
@@ -90,9 +89,8 @@ def shutdown(timeout: float | None) -> bool:
         if runtime is None:
             return True
         STATE.closing, STATE.running = runtime, None
-        on_step(None)  # no more looking for a mesh (`lifecycle._look_for_a_mesh`)
         capture.detach()
-        step_context.set_boundary_hook(None)
+        step_context.clear_boundary_hooks()  # the per-step figures, and the look for a mesh (`lifecycle._look_for_a_mesh`)
         try:
             finished = runtime.processor.shutdown(timeout)
         finally:

@@ -39,7 +39,8 @@ import logging
 import os
 import signal
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["install", "uninstall", "after_fork_in_child", "is_installed", "install_dump_signal", "reset", "SignalState", "STATE"]
 
@@ -393,7 +394,7 @@ def _hand_to_main_thread(watcher: _Watcher) -> None:
             signal.pthread_kill(main.ident, signal.SIGTERM)
         else:
             _thread.interrupt_main(signal.SIGTERM)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:  # noqa: BLE001 - the signal is a courtesy: failing to pass it on must not raise in the watcher
         watcher.self_trips -= 1
         _log.debug("otel-titan: could not hand SIGTERM to the main thread: %s", error)
 
@@ -419,7 +420,7 @@ def _die_of_sigterm() -> bool:
     """
     STATE.dying = True
     try:
-        import ctypes  # noqa: PLC0415 - only on the way out
+        import ctypes  # only on the way out
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.signal.restype = ctypes.c_void_p

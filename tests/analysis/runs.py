@@ -13,8 +13,8 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tests.helpers.analysis import T0
 

@@ -21,9 +21,8 @@ import pickle
 import stat
 import sys
 import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -99,7 +98,6 @@ _PAD = "unhex(array_to_string(list_transform(range(64), lambda i: printf('%02X',
 
 def _plant_sql(folder: Path, run: Path, key_file: Path, fifo: Path, owner: User) -> int:
     """B's forged ``sql-*.duckdb`` for `run`, in `folder`: every process's records but one, and a ``cache_key`` VIEW that reads `key_file` when queried (the reader's own key) and computes its HMAC of the content key, after reading `fifo`. The number of spans it answers."""
-    import duckdb
 
     logs = read_run(run)
     entry = _SqlCache.of(logs.run_dir, logs.log_dir, logs.processes, True)

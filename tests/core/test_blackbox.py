@@ -232,8 +232,8 @@ def test_side_files_left_by_sigterm_and_sigkill_are_never_taken_for_jsonl_segmen
     import subprocess
     import sys
 
-    from tests.conftest import REPO
     from otel_titan.analysis.model.hang import side_file_of
+    from tests.conftest import REPO
 
     code = """
 import ctypes, sys, time
@@ -505,7 +505,7 @@ def test_a_dump_of_a_c_call_the_process_recovered_from_is_never_shown_as_where_i
 
 
 def test_the_budget_keeps_a_live_reserve_that_only_longer_stalls_reach_and_sigterms_own_record():
-    record = lambda: {"threads": [{"thread_name": "MainThread", "frames": [{"file": "x.py", "line": 1, "function": "f"}]}], "open_spans": []}  # noqa: E731
+    record = lambda: {"threads": [{"thread_name": "MainThread", "frames": [{"file": "x.py", "line": 1, "function": "f"}]}], "open_spans": []}  # noqa: E731 - a one-line local helper
     budget = blackbox.BlackBoxBudget(max_records=2, live_records=2)
     assert budget.stall_bar_s(1.0) == 1.0
     assert budget.fit_stall(record(), 1.0) and budget.fit(record())  # the shared pool: a stall, a trigger

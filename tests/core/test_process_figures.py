@@ -32,7 +32,7 @@ def test_each_step_gets_its_figures_once_as_scalars_of_that_step_written_by_the_
         if step == 3:
             sl.add_step_tag("gc")
         with sl.log_trace_span("fwd_bwd"):
-            ballast = bytearray(8 << 20) if step == 2 else None  # noqa: F841 - resident memory that step 2 touched
+            ballast = bytearray(8 << 20) if step == 2 else None  # resident memory that step 2 touched
             if ballast is not None:
                 ballast[:: 4096] = b"x" * len(ballast[:: 4096])
         sl.log_trace_scalar({"loss": 1.0})

@@ -166,7 +166,7 @@ def test_dataloader_style_worker_threads_follow_the_loop_and_keep_their_own_tags
     for thread in workers:
         thread.join()
     ends = [r for r in logged.finish() if r["log_type_name"].endswith("_end")]
-    steps = lambda name: [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]  # noqa: E731
+    steps = lambda name: [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]  # noqa: E731 - a one-line local helper
     assert steps("fwd_bwd_end") == [(s, []) for s in range(1, 6)]
     assert steps("load0_end") == [(s, []) for s in range(1, 6)]
     # The tagging worker has its own view from then on; nobody else ever sees its tag.
@@ -278,3 +278,69 @@ def test_numpy_integers_are_steps():
 def test_bad_tags_raise(bad):
     with pytest.raises((TypeError, ValueError)):
         sl.add_step_tag(bad)
+
+
+# -- the boundary hooks: one list, the training loop's boundaries only (issue 31 item 6) -----------------
+
+
+def test_boundary_hooks_run_in_order_at_the_loops_boundaries_only():
+    from otel_titan.core import step_context
+
+    sl.set_step(None)
+    calls = []
+    remove_first = step_context.add_boundary_hook(lambda ended: calls.append(("first", ended)))
+    remove_second = step_context.add_boundary_hook(lambda ended: calls.append(("second", ended)))
+    try:
+        sl.set_step(1)  # from no step: no boundary
+        sl.set_step(1)  # the same step: none
+        sl.set_step(2)
+        helper = threading.Thread(target=lambda: sl.set_step(50))  # a helper's step of its own: not the loop's boundary
+        helper.start()
+        helper.join()
+        sl.set_step(3)
+        assert calls == [("first", 1), ("second", 1), ("first", 2), ("second", 2)]
+        remove_first()
+        remove_first()  # twice: harmless
+        sl.set_step(4)
+        assert calls[-1] == ("second", 3) and len(calls) == 5
+    finally:
+        remove_first()
+        remove_second()
+    sl.set_step(5)
+    assert len(calls) == 5
+
+
+def test_a_failing_boundary_hook_costs_neither_the_step_nor_the_other_hooks_and_a_hook_may_remove_itself():
+    from otel_titan.core import step_context
+
+    sl.set_step(10)
+    seen = []
+
+    def broken(ended: int) -> None:
+        raise RuntimeError("a figure that cannot be read")
+
+    def once(ended: int) -> None:
+        seen.append(ended)
+        remove_once()
+
+    remove_broken = step_context.add_boundary_hook(broken)
+    remove_once = step_context.add_boundary_hook(once)
+    try:
+        sl.set_step(11)
+        sl.set_step(12)
+        assert sl.get_step() == 12 and seen == [10]
+    finally:
+        remove_broken()
+        remove_once()
+
+
+def test_clear_boundary_hooks_removes_every_hook_and_the_logger_leaves_none_behind(logged):
+    from otel_titan.core import step_context
+
+    logged(process_figures=True)  # a running logger: its per-step figures and its look for a mesh
+    assert len(step_context._boundary_hooks) == 2
+    sl.shutdown_structured_logger()
+    assert step_context._boundary_hooks == []
+    step_context.add_boundary_hook(lambda ended: None)
+    step_context.clear_boundary_hooks()
+    assert step_context._boundary_hooks == []

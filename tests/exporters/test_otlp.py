@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, data_records, jsonl_files, read_records
+from tests.helpers import processes
 from tests.helpers.collector import RotelCollector, free_port
 from tests.helpers.otlp_receiver import OtlpReceiver
-from tests.helpers import processes
 
 pytestmark = pytest.mark.slow
 

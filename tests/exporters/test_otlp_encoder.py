@@ -36,7 +36,7 @@ from tests.helpers.span_mix import titan_spans
 
 
 def _sorted_attributes(repeated: Any) -> None:
-    items = sorted((kv.SerializeToString() for kv in repeated))
+    items = sorted(kv.SerializeToString() for kv in repeated)
     del repeated[:]
     for data in items:
         repeated.add().ParseFromString(data)
@@ -175,7 +175,7 @@ def test_the_standard_variables_still_drive_the_exporters_headers_compression_en
     got: dict[str, Any] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+        def do_POST(self) -> None:  # the http.server hook
             body = self.rfile.read(int(self.headers["Content-Length"]))
             got.update(path=self.path, headers=dict(self.headers), body=body)
             self.send_response(200)
@@ -229,10 +229,10 @@ def test_a_span_neither_encoder_can_encode_is_left_out_alone_and_warned_about_on
 
 
 def test_a_resource_value_that_is_not_utf8_is_sent_escaped_not_dropped():
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
     from opentelemetry.sdk.resources import Resource
 
     from otel_titan.exporters.otlp_encoder import _resource_message
-    from opentelemetry.proto.resource.v1.resource_pb2 import Resource as PbResource
 
     resource = Resource({"service.name": "t", "deployment.environment": "ci_\udcff", "titan.rank": 3})
     decoded = PbResource.FromString(_resource_message(resource))

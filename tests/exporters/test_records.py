@@ -11,11 +11,11 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Status, StatusCode
 
-from otel_titan.exporters.records import RecordEncoder, json_safe_number
 from otel_titan.core.identity import discover_identity
+from otel_titan.core.span_builder import _context
 from otel_titan.core.titan_span import RecordKind, TitanSpan, fields_of
 from otel_titan.core.trace_ids import SpanIdAllocator
-from otel_titan.core.span_builder import _context
+from otel_titan.exporters.records import RecordEncoder, json_safe_number
 
 IDENTITY = discover_identity("training", environ={"RANK": "2", "WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "run"})
 SpanClass = TitanSpan.bind(Resource.get_empty(), InstrumentationScope("t"))

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from otel_titan import structured_logger as sl
-from otel_titan.exporters.step_rollups import StepRollups, WAIT_STEPS
+from otel_titan.exporters.step_rollups import WAIT_STEPS, StepRollups
 from otel_titan.schema import ROLLUP_VERSION, MetaEvent
 from tests.conftest import REPO, jsonl_files, read_records
 from tests.helpers import processes

@@ -12,8 +12,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from tests.conftest import REPO
 from tests.helpers import processes
@@ -34,7 +35,7 @@ def _torchrun_command(output: Path, *args: str, ranks: int = 2) -> tuple[list[st
     return [launcher, f"--nproc_per_node={ranks}", "examples/train_toy.py", "--output-dir", str(output), *args], env
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toy_run() -> Path:
     """A finished 2-rank torchrun toy run, 8 steps, rank 1 a data_fetch straggler (+40 ms), gc and checkpoints every 4 steps."""
     output = _SESSION_DIR / "toy"
@@ -44,7 +45,7 @@ def toy_run() -> Path:
     return output
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def healthy_toy_run() -> Path:
     """What `make train` runs (scripts/train.sh): 2 ranks, no fault, 50 steps."""
     output = _SESSION_DIR / "healthy"
@@ -54,7 +55,7 @@ def healthy_toy_run() -> Path:
     return output
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def three_rank_toy_run() -> Path:
     """A finished 3-rank torchrun toy run, 12 steps, rank 1 a data_fetch straggler (+40 ms)."""
     output = _SESSION_DIR / "three"
@@ -64,7 +65,7 @@ def three_rank_toy_run() -> Path:
     return output
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hung_toy_run() -> Path:
     """A 2-rank torchrun toy run where rank 1 hangs in data_fetch at step 5, then everything gets SIGKILL.
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -70,7 +71,7 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method name
+    def Export(self, request: Any, context: Any) -> Any:  # the gRPC method name
         if self.delay_s:
             time.sleep(self.delay_s)
         with self._lock:

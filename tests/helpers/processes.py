@@ -21,7 +21,8 @@ import os
 import signal
 import subprocess
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 #: Environment variable naming the test session that started a process (inherited by every descendant
 #: that keeps its environment). Not ``OTEL_``/``TITAN_``/``TORCHELASTIC_``-prefixed: tests strip those.

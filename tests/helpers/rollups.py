@@ -6,8 +6,9 @@ import functools
 import json
 import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from otel_titan.analysis.model.timeline import TimelineVisitor, walk_process
 from otel_titan.schema import MetaEvent, StepCloser
@@ -60,7 +61,7 @@ def closing_of(rollup: dict[str, Any]) -> tuple[str, int, int] | None:
     return None if closing is None else (closing["name"], closing["start_us"], closing["end_us"])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def toy_run_with_rollups() -> Path:
     """A finished 2-rank torchrun (gloo) toy run with rollups on: 8 steps, rank 1 slower in data_fetch, gc and checkpoints every 4 steps.
 

@@ -45,7 +45,7 @@ class MyDBHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.client.insert_row(self.format(record))
-        except Exception:
+        except Exception:  # noqa: BLE001 - logging's own convention: handleError reports, emit never raises
             self.handleError(record)
 
 

@@ -21,8 +21,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 __all__ = ["User", "local_users", "skip_reason"]
 

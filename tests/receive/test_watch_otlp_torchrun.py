@@ -57,7 +57,7 @@ def launch(fault: str, files: Path, endpoint: str, **extra: str) -> subprocess.P
                 "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200", **extra})
     env.pop("OTEL_TITAN_DUMP_TRIGGER", None)
     files.mkdir(parents=True, exist_ok=True)
-    log = open(files / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(files / "torchrun.log", "wb")  # closed with the process
     return subprocess.Popen([launcher, "--standalone", "--nproc_per_node=3", WORKLOAD, fault, str(BAD), str(files)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 

@@ -145,7 +145,7 @@ class _GrpcTlsReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         self.port = self.server.add_secure_port("127.0.0.1:0", credentials)
         self.server.start()
 
-    def Export(self, request, context):  # noqa: N802
+    def Export(self, request, context):
         self.spans += [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
         return trace_service_pb2.ExportTraceServiceResponse()
 
@@ -156,7 +156,7 @@ class _HttpTlsReceiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 request = trace_service_pb2.ExportTraceServiceRequest()
                 request.ParseFromString(body)

@@ -14,7 +14,6 @@ import pytest
 from otel_titan import structured_logger as sl
 from tests.conftest import REPO, jsonl_files, read_records, run_python
 
-
 # -- process events (real interpreters) ----------------------------------------------------------------
 _EMIT = """
 import os, sys, time

@@ -52,7 +52,7 @@ def test_reset_gives_everything_back_and_a_second_install_works_as_the_first():
 
 
 def test_a_fork_child_starts_with_a_free_lock_nothing_owed_and_the_disposition_from_before():
-    code = f"""
+    code = """
         import os, signal, threading
         from otel_titan.structured_logger import sigterm
 

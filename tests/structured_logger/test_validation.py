@@ -6,7 +6,13 @@ import os
 
 import pytest
 
-from otel_titan.structured_logger.validation import MAX_SOURCE_BYTES, absolute_dir, check_output_dir, validate_call, validate_source
+from otel_titan.structured_logger.validation import (
+    MAX_SOURCE_BYTES,
+    absolute_dir,
+    check_output_dir,
+    validate_call,
+    validate_source,
+)
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ class Budget:
     tokens: int = DEFAULT_TOKENS
 
     @classmethod
-    def of(cls, tokens: int | None) -> "Budget":
+    def of(cls, tokens: int | None) -> Budget:
         """The budget a caller asked for (None: the default), kept within 500 and `MAX_TOKENS`."""
         return cls(DEFAULT_TOKENS if tokens is None else max(500, min(int(tokens), MAX_TOKENS)))
 

@@ -14,14 +14,22 @@ alone (the SDK is an optional extra: ``pip install 'otel-titan[mcp]'``).
 
 import hmac
 import socket
+from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Annotated, Any, Awaitable, Callable
+from typing import Annotated, Any
 
 import orjson
 
 from otel_titan._version import __version__
 from otel_titan.analysis.agents.budget import DEFAULT_TOKENS, MAX_TOKENS, Budget
-from otel_titan.analysis.agents.tools import DATA_NOTE, SQL_DEFAULT_ROWS, SQL_MAX_ROWS, Tools, ToolInputError, schema_resource
+from otel_titan.analysis.agents.tools import (
+    DATA_NOTE,
+    SQL_DEFAULT_ROWS,
+    SQL_MAX_ROWS,
+    ToolInputError,
+    Tools,
+    schema_resource,
+)
 from otel_titan.analysis.query.sql import VIEW_HELP, MissingDependencyError
 from otel_titan.analysis.read.records import NoRecordsError, NotARunError
 from otel_titan.analysis.read.safe_text import json_bytes
@@ -39,7 +47,7 @@ _EXPECTED = (ToolInputError, NotARunError, NoRecordsError, MissingDependencyErro
 def require_sdk() -> None:
     """Import the MCP SDK, or raise `MissingDependencyError` naming the extra to install."""
     try:
-        import mcp.server.mcpserver  # noqa: F401, PLC0415 - optional
+        import mcp.server.mcpserver  # noqa: F401 - optional
     except ImportError as error:
         raise MissingDependencyError(f"`otel-titan mcp` needs the MCP Python SDK, which is not installed: {INSTALL_HINT} (or pip install mcp)") from error
 
@@ -96,10 +104,10 @@ DESCRIPTIONS = {
 def build_server(folders: list[str], *, cache: bool = True) -> Any:
     """The MCP server of the runs under `folders`: the tools of `tools.TOOL_NAMES`, the guide and the schema as resources."""
     require_sdk()
-    from mcp.server.mcpserver import MCPServer  # noqa: PLC0415 - optional
-    from mcp.server.mcpserver.exceptions import ToolError  # noqa: PLC0415
-    from mcp.types import ToolAnnotations  # noqa: PLC0415
-    from pydantic import Field  # noqa: PLC0415 - the SDK's own dependency
+    from mcp.server.mcpserver import MCPServer  # optional
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.types import ToolAnnotations
+    from pydantic import Field  # the SDK's own dependency
 
     answers = Tools(folders, cache=cache)
     server = MCPServer(
@@ -116,7 +124,7 @@ def build_server(folders: list[str], *, cache: bool = True) -> Any:
         except _EXPECTED as error:
             raise ToolError(str(error)) from error
 
-    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)  # type: ignore[call-arg]  # the MCP names (pydantic aliases), as the protocol spells them
 
     @server.tool(description=DESCRIPTIONS["list_runs"], annotations=read_only, structured_output=False)
     def list_runs(
@@ -176,7 +184,7 @@ def build_server(folders: list[str], *, cache: bool = True) -> Any:
     ) -> str:
         return answer(lambda: answers.sql(run, query, run_id, max_rows, Budget.of(budget_tokens)))
 
-    @server.tool(description=DESCRIPTIONS["live"], annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=False, openWorldHint=False),
+    @server.tool(description=DESCRIPTIONS["live"], annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=False, openWorldHint=False),  # type: ignore[call-arg]  # the MCP names (pydantic aliases), as the protocol spells them
                  structured_output=False)
     def live(
         run: Annotated[str, Field(description=_RUN)],
@@ -185,7 +193,7 @@ def build_server(folders: list[str], *, cache: bool = True) -> Any:
     ) -> str:
         return answer(lambda: answers.live(run, request_black_boxes, Budget.of(budget_tokens)))
 
-    @server.tool(description=DESCRIPTIONS["export"], annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),
+    @server.tool(description=DESCRIPTIONS["export"], annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False),  # type: ignore[call-arg]  # the MCP names (pydantic aliases), as the protocol spells them
                  structured_output=False)
     def export(
         run: Annotated[str, Field(description=_RUN)],
@@ -221,7 +229,7 @@ def serve_http(folders: list[str], host: str, port: int, token: str, *, cache: b
     The socket is bound here, so that port 0 gets a free port; `announce` is
     told the endpoint's URL once it accepts connections.
     """
-    import uvicorn  # noqa: PLC0415 - the SDK's own dependency
+    import uvicorn  # the SDK's own dependency
 
     app = _bearer_only(build_server(folders, cache=cache).streamable_http_app(host=host), token)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

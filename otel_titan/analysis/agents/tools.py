@@ -26,11 +26,12 @@ import os
 import statistics
 import threading
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from otel_titan.analysis.agents.budget import Budget, fit, size_of
-from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.collect import summarize_tails
+from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.query.sql import RECORD_COLUMNS, VIEW_HELP, open_run, require_duckdb
 from otel_titan.analysis.read.filters import parse_rank_list, parse_step_range
 from otel_titan.analysis.read.lines import loads_line
@@ -290,9 +291,9 @@ def diagnosis_of(document: dict[str, Any]) -> dict[str, Any]:
         suspects = {s.get("label") for s in hang.get("suspects") or []}
         data["hang"] = {k: v for k, v in hang.items() if k != "places"}
         # A group's members as ranges (as the text summary says them), not a label and a number per rank.
-        data["hang"]["groups"] = [{**{k: v for k, v in group.items() if k not in ("labels", "ranks")}, "ranks": _ranges(group.get("ranks"))}
+        data["hang"]["groups"] = [{**{k: v for k, v in group.items() if k not in ("labels", "ranks")}, "ranks": _ranges(group.get("ranks"))}  # type: ignore[index, call-overload]  # the hang's document is a dict, made just above
                                   for group in hang.get("groups") or []]
-        data["hang"]["suspect_places"] = [place for place in hang.get("places") or [] if place.get("label") in suspects]
+        data["hang"]["suspect_places"] = [place for place in hang.get("places") or [] if place.get("label") in suspects]  # type: ignore[index, call-overload]  # the hang's document is a dict, made just above
     data["runs"] = [{"run_id": r.get("run_id"), "processes": r.get("processes"), "selected": r.get("selected"), "start_utc": r.get("start_utc")}
                     for r in document.get("runs") or []]
     return data

@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingVisitor, estimate_offsets
-from otel_titan.analysis.read.filters import StepRange
-from otel_titan.analysis.read.records import RunLogs
-from otel_titan.analysis.read.lines import SkippedLines, file_records
-from otel_titan.analysis.read.tails import tail_records
 from otel_titan.analysis.model.timeline import walk_process
+from otel_titan.analysis.read.filters import StepRange
+from otel_titan.analysis.read.lines import SkippedLines, file_records
+from otel_titan.analysis.read.records import RunLogs
+from otel_titan.analysis.read.tails import tail_records
 
 __all__ = ["tail_alignment", "check_size", "steps_held", "no_match_message", "TraceTooBigError", "PERFETTO_MAX_TRACE_BYTES", "TRACE_BYTES_PER_INPUT_BYTE"]
 

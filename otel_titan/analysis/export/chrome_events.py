@@ -34,9 +34,9 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, error_details
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.safe_text import json_bytes
-from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, error_details
 from otel_titan.schema import MetaEvent
 
 __all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT_TID_BASE", "STEP_TID", "UNKNOWN_TID", "ARG_FIELDS", "FAILED_COLOR", "INCOMPLETE_COLOR"]

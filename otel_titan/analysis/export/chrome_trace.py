@@ -29,22 +29,23 @@ import errno
 import os
 import tempfile
 import time
-from typing import Any, BinaryIO, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, BinaryIO
 
 import orjson
 
 from otel_titan.analysis.export import parallel as export_parallel
-from otel_titan.analysis.model.clocks import ClockAlignment
 from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, check_size, no_match_message, tail_alignment
 from otel_titan.analysis.export.chrome_events import EventStream, ExportStats
-from otel_titan.analysis.read.filters import StepRange, parse_step_range
 from otel_titan.analysis.export.perfetto import PerfettoStream, is_native
+from otel_titan.analysis.export.pid_groups import PidGroup, pid_groups, process_name, write_groups
+from otel_titan.analysis.model.clocks import ClockAlignment
+from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.read.cache_folder import make_private_folders, remove_made_folders
+from otel_titan.analysis.read.filters import StepRange, parse_step_range
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.read.safe_text import json_bytes
-from otel_titan.analysis.model.wording import plural
-from otel_titan.analysis.export.pid_groups import PidGroup, process_name, pid_groups, write_groups
 
 __all__ = ["export_trace", "generate_gantt_trace", "default_output", "pid_groups", "process_name", "write_groups", "PidGroup"]
 
@@ -122,7 +123,7 @@ class _TraceFile(EventStream):
         remove_made_folders(self.made_folders)  # a failed export leaves no empty analysis/ behind
 
 
-class _PerfettoFile(PerfettoStream, _TraceFile):  # type: ignore[misc]
+class _PerfettoFile(PerfettoStream, _TraceFile):
     """The native trace (`export.perfetto.PerfettoStream`) in a `_TraceFile`'s temporary file; no header or footer."""
 
     __init__ = _TraceFile.__init__  # the temporary file's; it calls `_open` for the stream's

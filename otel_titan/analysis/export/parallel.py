@@ -19,16 +19,25 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from otel_titan.analysis.export.chrome_events import EventStream, ExportStats
-from otel_titan.analysis.workers import balance, default_jobs, for_cluster, merge_skipped, open_workers, run_shares, skipped_result
-from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.export.perfetto import MAX_SEQUENCES, PerfettoStream
-from otel_titan.analysis.read.lines import SkippedLines
 from otel_titan.analysis.export.pid_groups import PidGroup, write_groups
+from otel_titan.analysis.read.filters import StepRange
+from otel_titan.analysis.read.lines import SkippedLines
+from otel_titan.analysis.workers import (
+    balance,
+    default_jobs,
+    for_cluster,
+    merge_skipped,
+    open_workers,
+    run_shares,
+    skipped_result,
+)
 
-__all__ = ["convert_in_workers", "convert_share"]
+__all__ = ["convert_in_workers", "convert_share", "default_jobs"]  # default_jobs: the export's own choice of jobs
 
 _ADDITIVE = ("processes", "records", "spans", "incomplete_spans", "failed_spans", "instants", "counters", "steps")
 

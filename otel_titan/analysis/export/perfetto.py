@@ -345,7 +345,7 @@ class PerfettoStream:
                 name = "steps" if tid == STEP_TID else "thread (id unknown)" if tid == UNKNOWN_TID else f"async slot {tid - SLOT_TID_BASE}"
             descriptor += b"\x28" + _varint(parent) + _field(b"\x12", _utf8(name))
         self._emit(_field(b"\xe2\x03", descriptor))
-        return field  # type: ignore[return-value]
+        return field  # type: ignore[return-value]  # the track's field bytes, made above on every path
 
     def _counter_track(self, pid: int, name: str) -> int:
         key = (pid, ("counter", name))
@@ -430,7 +430,7 @@ class PerfettoStream:
         else:
             part = self._steps.get(step)
             if part is None:
-                part = self._steps[step] = self._annotations({"step": step})  # type: ignore[index]
+                part = self._steps[step] = self._annotations({"step": step})
                 if len(self._steps) >= _ENCODED_CACHE:
                     self._steps.clear()
             prefix += part
@@ -587,7 +587,7 @@ class NativeVisitor(ExportVisitor):
 
         All but the span's ids repeat from span to span (track, name, step, caller, tags): the begin's encoding
         of them is cached by their values (`PerfettoStream.span_prefixes`)."""
-        start: dict[str, Any] = span.start  # type: ignore[assignment]
+        start: dict[str, Any] = span.start  # type: ignore[assignment]  # a span's start record is a dict
         get = start.get
         step = get("step")
         if self.steps is not None and step not in self.steps:
@@ -613,21 +613,21 @@ class NativeVisitor(ExportVisitor):
         key: tuple | None = (self.pid, track, span.name, *map(get, _CACHED_ARGS))
         out = self.out
         try:
-            prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]
+            prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]  # the native stream's own cache (NativeVisitor writes a PerfettoStream)
         except TypeError:  # a list (step tags): as a tuple; still unhashable (tags holding lists): not cached
-            key = tuple(tuple(value) if type(value) is list else value for value in key)  # type: ignore[union-attr]
+            key = tuple(tuple(value) if type(value) is list else value for value in key)  # type: ignore[union-attr]  # the key was made just above, not None
             try:
-                prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]
+                prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]  # the native stream's own cache (NativeVisitor writes a PerfettoStream)
             except TypeError:
                 key, prefix = None, None
         if prefix is None:
             args = {name: start[name] for name in _CACHED_ARGS if name in start}
             if args.get("tid") == track:
                 del args["tid"]  # the thread track's own tid
-            prefix = out.span_prefix(self.pid, track, span.name, args)  # type: ignore[attr-defined]
+            prefix = out.span_prefix(self.pid, track, span.name, args)  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
             if key is not None:
-                out.span_prefixes[key] = prefix  # type: ignore[attr-defined]
-        out.begin_span(span.start_us, prefix, step, extra, span_id, parent_id)  # type: ignore[attr-defined]
+                out.span_prefixes[key] = prefix  # type: ignore[attr-defined]  # the native stream's own cache (NativeVisitor writes a PerfettoStream)
+        out.begin_span(span.start_us, prefix, step, extra, span_id, parent_id)  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
 
     def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
         if span.start is not None and span.error is None and not incomplete:
@@ -639,7 +639,7 @@ class NativeVisitor(ExportVisitor):
             open_ids = self._open_ids.get(span.track)
             if open_ids:
                 open_ids.pop()
-            self.out.end_span(self.pid, span.track, span.start_us + dur_us)  # type: ignore[attr-defined]
+            self.out.end_span(self.pid, span.track, span.start_us + dur_us)  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
             return
         event = self.span_event(span, end, end_us, dur_us, incomplete)
         if event is None:
@@ -655,7 +655,7 @@ class NativeVisitor(ExportVisitor):
         if open_ids:
             open_ids.pop()  # Perfetto ends the slice last begun on the track
         args = event["args"]
-        self.out.end(self.pid, span.track, span.start_us + dur_us, {key: args[key] for key in _END_ARGS if key in args} if "status" in args else None)  # type: ignore[attr-defined]
+        self.out.end(self.pid, span.track, span.start_us + dur_us, {key: args[key] for key in _END_ARGS if key in args} if "status" in args else None)  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
 
 
 def is_native(path: str | os.PathLike[str]) -> bool:

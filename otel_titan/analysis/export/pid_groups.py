@@ -9,14 +9,14 @@ so neither has to import the other's caller.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from otel_titan.analysis.export.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
-from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.export.perfetto import NativeVisitor, PerfettoStream
-from otel_titan.analysis.read.records import ProcessLog
-from otel_titan.analysis.read.lines import SkippedLines
 from otel_titan.analysis.model.timeline import walk_process
+from otel_titan.analysis.read.filters import StepRange
+from otel_titan.analysis.read.lines import SkippedLines
+from otel_titan.analysis.read.records import ProcessLog
 
 __all__ = ["PidGroup", "pid_groups", "process_name", "write_groups"]
 
@@ -40,7 +40,7 @@ def pid_groups(processes: list[ProcessLog]) -> list[PidGroup]:
     ranks = [rank for _, rank in groups]
     # Perfetto's pids are 32-bit: a rank beyond that (a broken file name) cannot be one.
     if all(rank is not None and 0 <= rank < 1 << 31 for rank in ranks) and len(set(ranks)) == len(ranks):
-        return [(rank, group) for (_, rank), group in groups.items()]  # type: ignore[misc]
+        return [(rank, group) for (_, rank), group in groups.items()]  # type: ignore[misc]  # every rank is an int here: checked just above
     return list(enumerate(groups.values(), start=1))
 
 
@@ -70,7 +70,7 @@ def write_groups(groups: Iterable[PidGroup], out: EventStream | PerfettoStream, 
         >>> stats.processes, stats.spans, first_us > 0
         (2, 18, True)
     """
-    visitor = (NativeVisitor if native else ExportVisitor)(out, stats, steps)  # type: ignore[arg-type]
+    visitor = (NativeVisitor if native else ExportVisitor)(out, stats, steps)  # type: ignore[arg-type]  # either stream: both visitors take the writer they are given
     first_us: int | None = None
     for pid, processes in groups:
         tracks = ProcessTracks(pid=pid)

@@ -168,7 +168,7 @@ class ProcessCache:
             self._found = {}
             for payload in self.folder.read(_READS) if self._codec is not None else ():  # beside the run first, then the user's folder
                 try:
-                    entries = self._codec.decode(payload)
+                    entries = self._codec.decode(payload)  # type: ignore[union-attr]  # the loop runs only with a codec
                 except plain_data.PlainDataError:  # a signed entry of another layout: a miss
                     continue
                 if not isinstance(entries, dict):
@@ -255,7 +255,7 @@ def _key_bytes(value: Any) -> bytes:
 
 
 @lru_cache(maxsize=1)
-def _entries_codec() -> "plain_data.PlainCodec | None":
+def _entries_codec() -> plain_data.PlainCodec | None:
     """The codec of `_READS` (file name → version, content keys, lines, the read's own plain data)."""
     return plain_data.PlainCodec([ContentKey]) if plain_data.available else None
 
@@ -263,7 +263,7 @@ def _entries_codec() -> "plain_data.PlainCodec | None":
 def segment_keys(process: ProcessLog) -> list[ContentKey] | None:
     """The content keys of `process`'s segments now, oldest first; None when one cannot be read."""
     keys = [content_key(path) for path in process.segments]
-    return None if any(key is None for key in keys) else keys  # type: ignore[return-value]
+    return None if any(key is None for key in keys) else keys  # type: ignore[return-value]  # no None left: checked in the same expression
 
 
 def plan_reads(processes: list[ProcessLog], cache: ProcessCache | None, keys: list[list[ContentKey] | None] | None = None) -> list[ReadPlan]:

@@ -41,8 +41,9 @@ withheld rather than risked.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from otel_titan.analysis.model.rules import attempt_step
 from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor
@@ -123,7 +124,7 @@ class ClosingVisitor(TimelineVisitor):
         first = span.start if span.start is not None else end
         step = first.get("step") if first is not None else None
         if type(step) is int:  # the step-closing span's rule: schema.StepCloser, as the collector and the writer's rollups
-            self._closer.span_ended(step, span.name, span.start_us, end_us, first.get("parent_span_id") is None)  # type: ignore[union-attr]
+            self._closer.span_ended(step, span.name, span.start_us, end_us, first.get("parent_span_id") is None)  # type: ignore[union-attr]  # a span that ended has its first record
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         top = self._closer.closing(step)
@@ -238,20 +239,20 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
         return ClockAlignment(False, "no step-closing spans")
     one_clock = len(hosts) < 2
     candidates = [c for c in (_estimate(processes, name, hosts, one_clock=one_clock) for name in sorted({n for p in processes for n in set(p.names)})) if c is not None]
-    candidates.sort(key=lambda c: c.residual_p95_us)  # type: ignore[arg-type,return-value]
+    candidates.sort(key=lambda c: c.residual_p95_us)  # type: ignore[arg-type,return-value]  # candidates are estimates that have a residual
     refused: str | None = None  # why the best fit is no collective on evidence (said when nothing else is found)
     for candidate in candidates:
         fitted: ClockAlignment | None = candidate
-        if candidate.residual_p95_us > MAX_RESIDUAL_US:  # type: ignore[operator]
-            fitted = None if one_clock else _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]
+        if candidate.residual_p95_us > MAX_RESIDUAL_US:  # type: ignore[operator]  # candidates are estimates that have a residual
+            fitted = None if one_clock else _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]  # the candidates' anchor is a span name
             if fitted is None:
                 continue
         elif candidate.unaligned_us:
             # The run fits, some hosts do not: their clocks drift (the fit is judged per host, `_unaligned`).
-            piecewise = _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]
+            piecewise = _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]  # the candidates' anchor is a span name
             if piecewise is not None and len(piecewise.unaligned_us) < len(candidate.unaligned_us):
                 fitted = piecewise
-        fitted = _left_unaligned(fitted)
+        fitted = _left_unaligned(fitted)  # type: ignore[arg-type]  # a fit is found by now: _estimate returned one above
         judged = _judged(fitted)
         if judged.simultaneous:
             if one_clock:
@@ -268,7 +269,7 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
     best = candidates[0]
     return ClockAlignment(
         False,
-        f"no step-closing span ends at the same moment on every rank (best: {best.anchor}, residual p95 {best.residual_p95_us / 1000:.2f} ms > {MAX_RESIDUAL_US / 1000:g} ms)",  # type: ignore[operator]
+        f"no step-closing span ends at the same moment on every rank (best: {best.anchor}, residual p95 {best.residual_p95_us / 1000:.2f} ms > {MAX_RESIDUAL_US / 1000:g} ms)",  # type: ignore[operator]  # candidates are estimates that have a residual
         anchor=best.anchor,
         hosts=len(hosts),
         residual_p95_us=best.residual_p95_us,
@@ -298,7 +299,7 @@ def collective_evidence(proc: np.ndarray, step: np.ndarray, starts: np.ndarray, 
         >>> collective_evidence(proc, step, step * 100.0, step * 100 + arrive) is None  # arrivals never vary: no evidence
         True
     """
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     start_res, end_res = _double_residuals(proc, step, starts), _double_residuals(proc, step, ends)
     start_spread = _spread(start_res)
@@ -313,7 +314,6 @@ def _double_residuals(proc: np.ndarray, step: np.ndarray, values: np.ndarray) ->
     Means, not medians: with three ranks a median per step leaves one
     residual in three at exactly 0, and the spread of what remains is noise.
     """
-    import numpy as np  # noqa: PLC0415
 
     _, step_ids = _ids(step)
     _, proc_ids = _ids(proc)
@@ -325,14 +325,14 @@ def _double_residuals(proc: np.ndarray, step: np.ndarray, values: np.ndarray) ->
 
 
 def _group_mean(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     counts = np.bincount(groups)
     return np.bincount(groups, weights=values) / np.maximum(counts, 1)
 
 
 def _ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     return np.unique(values, return_inverse=True)
 
@@ -340,7 +340,7 @@ def _ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _spread(values: np.ndarray) -> float:
     """1.4826 × the median absolute residual (0 for none): a standard deviation's estimate that a few bad rows (one host's
     jumping clock, a rank's hiccup) do not move."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     return float(1.4826 * np.median(np.abs(values))) if values.size else 0.0
 
@@ -353,7 +353,7 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecew
     `name` is a collective on evidence (`collective_evidence`); when it is not,
     `reason` says why.
     """
-    import numpy as np  # noqa: PLC0415 - only when there is something to align (keeps `summarize --tail` quick to start)
+    import numpy as np  # only when there is something to align (keeps `summarize --tail` quick to start)
 
     host_index = {h: i for i, h in enumerate(hosts)}
     rows: list[np.ndarray] = []
@@ -441,7 +441,7 @@ def _unaligned(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_o
     twenty ranks) that no offset fits: a run reported "residual p95 8 µs"
     while two drifting hosts stayed ±2 ms off.
     """
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     aligned = end - offset_of_row
     residual = np.abs(aligned - _group_median(step_idx, aligned)[step_idx])
@@ -485,7 +485,7 @@ def _judged(found: ClockAlignment) -> ClockAlignment:
 
 def _fit(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, size: int) -> np.ndarray:
     """Per host, the median of its ranks' differences from each step's median end (two passes: the second on aligned clocks)."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     offsets = np.zeros(size)
     for _ in range(2):
@@ -496,7 +496,7 @@ def _fit(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, size: int) -> 
 
 
 def _residual_p95(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_of_row: np.ndarray) -> float:
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     aligned = end - offset_of_row
     residual = aligned - _group_median(step_idx, aligned)[step_idx]
@@ -505,7 +505,7 @@ def _residual_p95(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offse
 
 def _fit_windows(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, kept_steps: np.ndarray, windows: int, hosts: list[str], present: np.ndarray) -> tuple[np.ndarray, list[dict], float] | None:
     """Offsets per window of consecutive steps, interpolated between the windows' middles; None when a window lacks a host or the fit is off."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     table: list[dict] = []
     centers, per_window = [], []
@@ -532,7 +532,7 @@ def _fit_windows(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, kept_s
 
 def _group_median(groups: np.ndarray, values: np.ndarray, size: int | None = None) -> np.ndarray:
     """Median of `values` per group id (0..size-1); groups without values get 0."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     size = int(groups.max()) + 1 if size is None else size
     order = np.lexsort((values, groups))

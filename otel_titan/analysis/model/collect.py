@@ -59,10 +59,8 @@ from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes
 from otel_titan.analysis.model.stragglers import (
-    MIN_ARRIVAL_EFFECT,
     MIN_EFFECT,
     MIN_LATENESS_SHARE,
-    MIN_MAJORITY,
     MIN_STEP_SHARE,
     MIN_STEPS,
     MIN_Z,

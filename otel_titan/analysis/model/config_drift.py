@@ -18,8 +18,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.read.records import read_run
@@ -61,7 +62,7 @@ class ConfigDrift:
         if "config" in record:
             self._contents.setdefault((name, digest), record["config"])
 
-    def merge(self, other: "ConfigDrift") -> None:
+    def merge(self, other: ConfigDrift) -> None:
         """Add another pass's records (a worker's disjoint processes, `model.parallel`) to these."""
         for name, by_hash in other._ranks.items():
             mine = self._ranks.setdefault(name, {})

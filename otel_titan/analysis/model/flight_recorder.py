@@ -31,7 +31,8 @@ import io
 import os
 import pickle
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["digest_recorder", "read_torch_dump", "find_torch_dumps", "group_label", "COMPARED_SIZES", "DEFAULT_GROUP"]
 
@@ -214,7 +215,7 @@ def find_torch_dumps(folders: Iterable[str], prefix: str | None = None) -> dict[
         dump = read_torch_dump(path) if match else None
         if dump is None:
             continue
-        rank = int(match.group("rank"))  # type: ignore[union-attr]
+        rank = int(match.group("rank"))  # type: ignore[union-attr]  # the file name matched the pattern when it was listed
         mtime = os.path.getmtime(path)
         if rank not in found or mtime > found[rank][0]:
             found[rank] = (mtime, path, dump)

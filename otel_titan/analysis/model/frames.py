@@ -7,7 +7,8 @@ Why its own module: the Hang section (`model.hang`), the crash record's line
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["program_frame", "program_line", "where", "parse_frames"]
 

@@ -136,9 +136,9 @@ def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
         if in_hang and set(g["processes"]) <= in_hang:
             # Differs from the largest group, or one of groups all of one size (2 ranks in 2 places): never "nothing stands out".
             split = g["differs"] or sum(1 for o in groups if set(o["processes"]) <= in_hang and (o["attempt"], o["source"]) == (g["attempt"], g["source"])) > 1
-            if not hang.suspects and split and not cannot_tell:
+            if not hang.suspects and split and not cannot_tell:  # type: ignore[union-attr]  # in_hang is set only with a hang report
                 cannot_tell = True
-                why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"
+                why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"  # type: ignore[union-attr]  # in_hang is set only with a hang report
                 lines.append(f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one")
             continue
         if g["differs"] and g["state"] not in ("crashed", "hung before first record", "closed"):
@@ -170,18 +170,18 @@ def _crash_lines(summary: RunSummary, latest_attempt: int | None) -> list[str]:
     first = {s.label: s.why for s in (hang.suspects if hang is not None else []) if s.rule == "crashed"}
     lines = []
     for (attempt, _), crashed in sorted(by_run.items(), key=lambda item: (-1 if item[0][0] is None else item[0][0], item[0][1])):
-        crashed.sort(key=lambda p: (p.label not in first, p.crash.get("time_us") or 0))  # type: ignore[union-attr]
+        crashed.sort(key=lambda p: (p.label not in first, p.crash.get("time_us") or 0))  # type: ignore[union-attr]  # crashed processes have a crash record
         culprits = [p for p in crashed if p.label in first]
         shown = culprits or crashed[:CRASHES_SHOWN]
         label = f" (attempt {attempt})" if latest_attempt else ""
         for p in shown:
             why = first.get(p.label, "")
             victims = why.rsplit("; ", 1)[1] if why.endswith(("(its victims)", "(its victim)")) else ""
-            lines.append(f"crashed: {_who([p])}{label}: {describe_crash(p.crash)}" + (f"; {victims}" if victims else ""))  # type: ignore[arg-type]
+            lines.append(f"crashed: {_who([p])}{label}: {describe_crash(p.crash)}" + (f"; {victims}" if victims else ""))  # type: ignore[arg-type]  # crashed processes have a crash record
         rest = crashed[len(shown):]
         if rest:
             # After the first: their collective failed because it was gone (gloo), or they died of their own error later.
-            lines.append(f"crashed after {'it' if len(shown) == 1 else 'them'}{label}: {_who(rest)} ({describe_crash(rest[0].crash, step=False)}{'' if len(rest) == 1 else ', …'})")  # type: ignore[arg-type]
+            lines.append(f"crashed after {'it' if len(shown) == 1 else 'them'}{label}: {_who(rest)} ({describe_crash(rest[0].crash, step=False)}{'' if len(rest) == 1 else ', …'})")  # type: ignore[arg-type]  # crashed processes have a crash record
     return lines
 
 

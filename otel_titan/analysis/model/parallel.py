@@ -16,12 +16,12 @@ those of a single pass.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
+from otel_titan.analysis.model.cache import ReadPlan
+from otel_titan.analysis.read.records import ProcessLog
 from otel_titan.analysis.workers import balance, for_cluster, open_workers, run_shares
 from otel_titan.analysis.workers import default_jobs as _shared_default_jobs
-from otel_titan.analysis.read.records import ProcessLog
-from otel_titan.analysis.model.cache import ReadPlan
 
 __all__ = ["default_jobs", "read_in_workers"]
 
@@ -53,6 +53,8 @@ def read_in_workers(processes: list[ProcessLog], plans: list[ReadPlan], jobs: in
         # rebound to the paths as given: `collect.ProcessRead.rebind`).
         sent = [for_cluster(p) for p in processes] if workers.cluster else processes
         shares = [([sent[i] for i in bucket], [plans[i] for i in bucket], log_skipped) for bucket in buckets]
+        # By name, not by import, for now: an import would close the cycle parallel -> share -> collect -> parallel
+        # (collect imports this module), which the acyclic contract refuses; issue 26's rewrite of collect breaks it.
         results = run_shares(workers, "otel_titan.analysis.model.share:read_share", shares, on_bytes)
     blobs: list[bytes] = [b""] * len(processes)
     for bucket, result in zip(buckets, results, strict=True):

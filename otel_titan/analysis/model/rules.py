@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from otel_titan.schema import META_EVENTS
 

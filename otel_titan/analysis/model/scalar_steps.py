@@ -50,15 +50,15 @@ class ScalarSteps:
             return
         series = self.series.get(name)
         if series is None:
-            if not math.isfinite(value):
+            if not math.isfinite(value):  # type: ignore[arg-type]  # a float or int: its type() was checked above
                 return
             series = self._add(name)
-        elif not math.isfinite(value):
+        elif not math.isfinite(value):  # type: ignore[arg-type]  # a float or int: its type() was checked above
             return
         values = series.get(step)
         if values is None:
             values = series[step] = array("d")
-        values.append(float(value))
+        values.append(float(value))  # type: ignore[arg-type]  # a float or int: its type() was checked above
 
     def _add(self, name: str) -> dict[int, array]:
         """A new series for `name`, dropping the largest name kept when `kept` are already held."""
@@ -68,7 +68,7 @@ class ScalarSteps:
         self._cutoff = max(self.series) if len(self.series) >= self.kept else None
         return series
 
-    def merge(self, other: "ScalarSteps") -> None:
+    def merge(self, other: ScalarSteps) -> None:
         """Add another worker's values (disjoint processes); the first `kept` names of both are kept."""
         for name, steps in other.series.items():
             mine = self.series.get(name)

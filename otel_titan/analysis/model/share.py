@@ -12,11 +12,11 @@ import its own caller.
 from __future__ import annotations
 
 import pickle
-from typing import Callable
+from collections.abc import Callable
 
-from otel_titan.analysis.read.records import ProcessLog
 from otel_titan.analysis.model.cache import ReadPlan
 from otel_titan.analysis.model.collect import read_process
+from otel_titan.analysis.read.records import ProcessLog
 
 __all__ = ["read_share"]
 

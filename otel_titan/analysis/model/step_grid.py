@@ -45,7 +45,7 @@ class StepGrid:
 
     step_ms: dict[Key, PerRank] = field(default_factory=dict)
     step_starts: dict[Key, dict[int, dict[int, int]]] = field(default_factory=dict)
-    phase_step_ms: dict[tuple[str, "int | None", str], PerRank] = field(default_factory=dict)
+    phase_step_ms: dict[tuple[str, int | None, str], PerRank] = field(default_factory=dict)
     arrival_ms: dict[Key, PerRank] = field(default_factory=dict)
     anchor: str | None = None
     scalars: dict[str, dict[int, array]] = field(default_factory=dict)

@@ -29,8 +29,9 @@ wall clock jumped (the reader takes its monotonic duration).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from otel_titan.analysis.model.collect import _attempt_step
 from otel_titan.analysis.read.rollups import ProcessRollups

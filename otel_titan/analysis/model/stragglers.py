@@ -190,7 +190,7 @@ def stands_out(excess: float, reference: float, noise: float, *, min_effect: flo
     )
 
 
-def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, table: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
+def compare_ranks(per_rank: Mapping[int, Mapping[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, table: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
     """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
 
     A rank's *excess* is its median minus the median of the other ranks'
@@ -258,7 +258,7 @@ def compare_ranks(per_rank: dict[int, dict[int, float]], *, step_ms: float | Non
     return rows, ranks
 
 
-def _per_step(per_rank: dict[int, dict[int, float]], rows: list[StepTimes], table: bool) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]]:
+def _per_step(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes], table: bool) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]]:
     """`compare_ranks`'s per-step pass, any shape: (slowest steps, compared steps, median, standard error of the difference) per rank; `rows` filled when `table`."""
     # defaultdicts, not setdefault: one call per rank and step, without a new empty container each time.
     steps: dict[int, dict[int, float]] = defaultdict(dict)
@@ -291,7 +291,7 @@ def _per_step(per_rank: dict[int, dict[int, float]], rows: list[StepTimes], tabl
     return slowest_count, counts, medians, errors
 
 
-def _dense(per_rank: dict[int, dict[int, float]], rows: list[StepTimes] | None = None) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
+def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | None = None) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
     """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape); `rows`, when given, filled as `_per_step` fills them.
 
     Why: the verdicts are recomputed on every command (the cache keeps facts,

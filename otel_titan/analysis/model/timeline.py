@@ -34,7 +34,8 @@ since, as if it had never stopped.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from otel_titan.analysis.read.records import META_EVENTS
 
@@ -57,7 +58,7 @@ class OpenSpan:
 
     __slots__ = ("name", "start_us", "start", "lane", "track", "error", "children_end", "parent", "order")
 
-    def __init__(self, name: str, start_us: int, start: dict[str, Any] | None, lane: Lane, track: Any, parent: "OpenSpan | None" = None, order: int = 0) -> None:
+    def __init__(self, name: str, start_us: int, start: dict[str, Any] | None, lane: Lane, track: Any, parent: OpenSpan | None = None, order: int = 0) -> None:
         self.name = name
         self.start_us = start_us
         self.start = start
@@ -191,7 +192,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
             first_us = last_us = time_us
         elif time_us > last_us:
             last_us = time_us
-        elif time_us < first_us:  # type: ignore[operator]
+        elif time_us < first_us:
             first_us = time_us
         name = record["log_type_name"]
         if record["log_type"] == "event":
@@ -215,8 +216,8 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
                 start_us = span.start_us
                 elapsed = time_us - start_us
                 value_type = type(value)
-                if (value_type is float or value_type is int) and 0 <= value < _MAX_MS:
-                    monotonic = value * 1000.0
+                if (value_type is float or value_type is int) and 0 <= value < _MAX_MS:  # type: ignore[operator]  # an int or float: its type() was checked
+                    monotonic = value * 1000.0  # type: ignore[operator]  # an int or float: its type() was checked
                     # Both timestamps are whole µs, rounded alike, so a child never pokes out of its parent;
                     # `value` (a monotonic clock) is only needed when the wall clock jumped during the span.
                     dur_us = elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
@@ -244,7 +245,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
                 visitor.error(record, span, span.track if span is not None else tracks.get(lane))
                 continue
         else:
-            kind = other_kinds.get(name)  # type: ignore[assignment]
+            kind = other_kinds.get(name)  # type: ignore[assignment]  # a record kind, or None for one it does not know
             if kind is None:
                 kind = _other_kind(name, other_kinds)
             base = name
@@ -263,7 +264,7 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
 
         if kind == _START:
             lane = (record.get("tid"), record.get("task_name"))
-            stack = stacks.get(lane)  # type: ignore[assignment]
+            stack = stacks.get(lane)  # type: ignore[assignment]  # None until the lane's first span
             if not stack:
                 stack = stacks[lane] = []
                 tracks[lane] = visitor.lane_opened(lane)

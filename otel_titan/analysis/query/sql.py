@@ -42,20 +42,28 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from otel_titan.analysis.model.cache import cache_version
 from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.rules import (
+    CLOSING_SPAN_SQL,
+    LOGGER_RECORDS,
+    MAD_TO_SD,
+    STEP_BEGIN_SQL,
+    attempt_step,
+    sql_in_list,
+)
 from otel_titan.analysis.read.cache_folder import CacheFolder, make_private_folders
 from otel_titan.analysis.read.content import content_key
 from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, copy_without_long_lines
-from otel_titan.analysis.model.rules import CLOSING_SPAN_SQL, LOGGER_RECORDS, MAD_TO_SD, STEP_BEGIN_SQL, attempt_step, sql_in_list
-from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import RunChoice, select_run
+from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.distribution import install_hint
-from otel_titan.schema import META_EVENTS, ROLLUP_VERSION, MetaEvent
+from otel_titan.schema import ROLLUP_VERSION, MetaEvent
 
 if TYPE_CHECKING:
     import duckdb
@@ -73,7 +81,7 @@ class MissingDependencyError(ImportError):
 def require_duckdb() -> Any:
     """Import duckdb, or raise `MissingDependencyError` naming the extra to install."""
     try:
-        import duckdb  # noqa: PLC0415 - optional
+        import duckdb  # optional
     except ImportError as error:
         raise MissingDependencyError(f"`otel-titan sql` needs DuckDB, which is not installed: {INSTALL_HINT} (or pip install duckdb)") from error
     return duckdb
@@ -293,7 +301,7 @@ class RunDatabase:
     empty, so their columns can be listed without reading anything.
     """
 
-    con: "duckdb.DuckDBPyConnection"
+    con: duckdb.DuckDBPyConnection
     paths: list[str] = field(default_factory=list)
     total_bytes: int = 0
     processes: int = 0
@@ -304,7 +312,7 @@ class RunDatabase:
     align: bool = False
     scheduler: str | None = None
     #: Where the loaded records are cached (None: ``--no-cache``, ``--save``, or a file that cannot be read).
-    cache: "_SqlCache | None" = None
+    cache: _SqlCache | None = None
     #: Whether `load` found them there.
     from_cache: bool = False
     #: The run's log folder (what an error names).
@@ -370,7 +378,7 @@ class RunDatabase:
 
         (Files with no line at all are a run that stopped before its first record: its processes are still shown.)
         """
-        readable, unreadable = self.con.execute("SELECT count(log_type_name), count(*) - count(log_type_name) FROM records").fetchone()  # type: ignore[misc]
+        readable, unreadable = self.con.execute("SELECT count(log_type_name), count(*) - count(log_type_name) FROM records").fetchone()  # type: ignore[misc]  # an aggregate query returns one row
         if readable == 0 and unreadable:
             raise NoRecordsError(f"{self.log_dir or 'the run'}: no readable records ({unreadable:,} unreadable line{'s' if unreadable != 1 else ''} skipped)")
 
@@ -436,7 +444,7 @@ class _SqlCache:
         self.folder, self.name, self.key = folder, name, key
 
     @classmethod
-    def of(cls, run_dir: str, log_dir: str, processes: list[Any], align: bool) -> "_SqlCache | None":
+    def of(cls, run_dir: str, log_dir: str, processes: list[Any], align: bool) -> _SqlCache | None:
         """The cache of these processes (None when a file cannot be read now)."""
         selection, content = [], []
         for process in processes:
@@ -444,12 +452,12 @@ class _SqlCache:
             if any(key is None for key in keys):
                 return None
             selection.append(os.path.basename(process.base))
-            content.append([[k.length, k.head, k.tail, k.size, k.rest] for k in keys])  # type: ignore[union-attr]
+            content.append([[k.length, k.head, k.tail, k.size, k.rest] for k in keys])  # type: ignore[union-attr]  # keys of readable segments only, checked before
         name = "sql-" + hashlib.blake2b(json.dumps([align, selection]).encode(errors="surrogateescape"), digest_size=16).hexdigest() + ".duckdb"
         key = hashlib.blake2b(json.dumps([cache_version(), _module_version(), content]).encode(), digest_size=16).hexdigest()
         return cls(CacheFolder(run_dir, log_dir), name, key)
 
-    def attach(self, db: "RunDatabase") -> bool:
+    def attach(self, db: RunDatabase) -> bool:
         """Use the cached records if there are ours for this content: ``records`` becomes a view of them (read-only).
 
         Nothing of a file is run before it is known to be ours: its seal (a
@@ -487,7 +495,7 @@ class _SqlCache:
                     con.execute("DETACH run_cache")
         return False
 
-    def keep(self, db: "RunDatabase") -> None:
+    def keep(self, db: RunDatabase) -> None:
         """Write the loaded records to the cache (a new file, sealed, renamed over the old entry); best effort: a failure only means no cache."""
         duckdb = require_duckdb()
         con = db.con
@@ -619,7 +627,7 @@ def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) ->
     return data
 
 
-def _insert_columns(con: "duckdb.DuckDBPyConnection", table: str, rows: list[tuple], width: int) -> None:
+def _insert_columns(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple], width: int) -> None:
     """Insert `rows` in one statement (one list parameter per column: executemany is a round trip per row)."""
     if not rows:
         return
@@ -631,7 +639,7 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _run_with_progress(con: "duckdb.DuckDBPyConnection", sql: str, progress: Callable[[float], None] | None) -> None:
+def _run_with_progress(con: duckdb.DuckDBPyConnection, sql: str, progress: Callable[[float], None] | None) -> None:
     """Run `sql`; while it runs, report DuckDB's own progress estimate (`query_progress`) every 0.2 s."""
     if progress is None:
         con.execute(sql)

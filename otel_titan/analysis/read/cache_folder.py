@@ -52,7 +52,7 @@ import os
 import secrets
 import stat
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 __all__ = [
     "CACHE_FOLDER",
@@ -479,7 +479,7 @@ def _fd_path(fd: int, fallback: str, name: str = "") -> str:
 
 
 def _read_all(fd: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
     offset = 0
     while True:
         chunk = os.pread(fd, 1 << 20, offset)

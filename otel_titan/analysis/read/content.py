@@ -64,7 +64,7 @@ class ContentKey:
     size: int
     rest: str
 
-    def same_content(self, other: "ContentKey") -> bool:
+    def same_content(self, other: ContentKey) -> bool:
         """The same written content (whatever the file is called now: a rotated segment changes its name, never its bytes)."""
         return (self.length, self.head, self.tail) == (other.length, other.head, other.tail)
 
@@ -199,7 +199,7 @@ class RangeReader:
     def close(self) -> None:
         self.handle.close()
 
-    def __enter__(self) -> "RangeReader":
+    def __enter__(self) -> RangeReader:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -3,9 +3,9 @@
 Why a follower of its own rather than `read.records.read_run` in a loop: a full
 read of 1,024 growing files costs seconds to minutes; a refresh must cost a
 fraction of a second, so it keeps, per process, where it stopped reading and
-reads from there (`FileCursor`). It is the incremental read that the analysis
-redesign's ``read/`` layer (issue 19) needs as well: `RunFollower.poll` is a
-pure "what is new" step, independent of what is done with the records.
+reads from there (`FileCursor`). It is the incremental read of the ``read/``
+layer (issue 19): `RunFollower.poll` is a pure "what is new" step,
+independent of what is done with the records.
 
 What it tolerates, each the way a writer can leave a file while it runs:
 
@@ -48,8 +48,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
 from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, file_records
+from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
 
 __all__ = ["FileCursor", "RunFollower", "Batch", "NUL_RETRIES", "MAX_READ_BYTES", "FIRST_READ_BYTES"]
 

@@ -41,22 +41,24 @@ import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, BinaryIO, Callable, Iterator, TypedDict, Union
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, TypedDict
 
 import orjson
 
 try:  # the analysis extra; without it, trimmed records are read by orjson (the same records, more slowly)
     import msgspec
 except ImportError:  # pragma: no cover - the project's set-up installs it
-    msgspec = None  # type: ignore[assignment]
+    msgspec = None  # type: ignore[assignment]  # the analysis extra is optional: None marks it absent
 try:
-    from typing import Required
+    from typing import Required  # type: ignore[attr-defined]  # Python 3.11 and later; 3.10 below
 except ImportError:  # pragma: no cover - Python 3.10 (typing_extensions comes with opentelemetry-api)
     from typing_extensions import Required
 
 from otel_titan.analysis.read.safe_text import escape_surrogates
-from otel_titan.schema import MAX_LINE_BYTES as _SCHEMA_MAX_LINE_BYTES, META_EVENTS, Field
+from otel_titan.schema import MAX_LINE_BYTES as _SCHEMA_MAX_LINE_BYTES
+from otel_titan.schema import META_EVENTS, Field
 
 __all__ = ["SkippedLines", "copy_without_long_lines", "file_records", "loads_line", "record_problem", "AnalysisRecord", "ANALYSIS_FIELDS", "WHOLE_RECORDS", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
 
@@ -93,30 +95,33 @@ WHOLE_RECORDS = frozenset(META_EVENTS | {"run_config"})
 
 def _bounded(kind: Any, **bounds: int) -> Any:
     """`kind` within `bounds` (msgspec's constraints), checked as the typed decoder reads it."""
-    return Annotated[kind, msgspec.Meta(**bounds)] if msgspec is not None else kind
+    return Annotated[kind, msgspec.Meta(**bounds)] if msgspec is not None else kind  # type: ignore[call-overload]  # the bounds by name, as msgspec takes them
 
 
 _Int64 = _bounded(int, ge=-(1 << 63), le=(1 << 63) - 1)
 #: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints beyond
 #: 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take orjson's path).
-_Scalar = Union[_Int64, float, str, bool, None]
+_Scalar = _Int64 | float | str | bool | None
 #: A record as the typed decoder reads it: a plain dict of the `ANALYSIS_FIELDS` present, in the line's order.
 #: The fields every record must have, and those a lane or pairing key is made of, are typed as the reader
 #: requires them (the checks of `file_records`, in C): a record it decodes needs no check, nor any repair
 #: (`record_problem`), which a line that fails them gets on orjson's path.
-AnalysisRecord = TypedDict(  # type: ignore[misc]
-    "AnalysisRecord",
-    {
-        **{name: (list[_Scalar] if name == "step_tags" else _Scalar) for name in ANALYSIS_FIELDS},
-        Field.TIME_US: Required[_bounded(int, ge=0, lt=_MAX_TIME_US)],
-        Field.LOG_TYPE_NAME: Required[_bounded(str, min_length=1)],
-        Field.LOG_TYPE: Required[str],
-        Field.TID: _Int64,
-        Field.SPAN_ID: Union[str, None],
-        Field.TASK_NAME: Union[str, None],
-    },
-    total=False,
-)
+if TYPE_CHECKING:  # mypy cannot read a TypedDict whose fields come from a list (ANALYSIS_FIELDS): a dict to it
+    AnalysisRecord = dict[str, Any]
+else:
+    AnalysisRecord = TypedDict(
+        "AnalysisRecord",
+        {
+            **{name: (list[_Scalar] if name == "step_tags" else _Scalar) for name in ANALYSIS_FIELDS},  # noqa: F821 - "step_tags" is a field name, not a forward reference
+            Field.TIME_US: Required[_bounded(int, ge=0, lt=_MAX_TIME_US)],
+            Field.LOG_TYPE_NAME: Required[_bounded(str, min_length=1)],
+            Field.LOG_TYPE: Required[str],
+            Field.TID: _Int64,
+            Field.SPAN_ID: str | None,
+            Field.TASK_NAME: str | None,
+        },
+        total=False,
+    )
 _typed_decode = msgspec.json.Decoder(AnalysisRecord).decode if msgspec is not None else None
 
 
@@ -324,8 +329,8 @@ def record_problem(record: Any) -> str | None:
         time_ms, time_s = record.get(Field.TIME_MS), record.get(Field.TIME)
         if type(time_ms) is int:
             time_us = record[Field.TIME_US] = time_ms * 1000
-        elif type(time_s) in (int, float) and math.isfinite(time_s):
-            time_us = record[Field.TIME_US] = int(time_s * 1_000_000)
+        elif type(time_s) in (int, float) and math.isfinite(time_s):  # type: ignore[arg-type]  # an int or float: its type() was checked
+            time_us = record[Field.TIME_US] = int(time_s * 1_000_000)  # type: ignore[operator]  # an int or float: its type() was checked
         else:
             return "no timestamp (time_us, time_ms or time)"
     if not 0 <= time_us < _MAX_TIME_US:

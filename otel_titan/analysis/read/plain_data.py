@@ -41,12 +41,13 @@ import enum
 import gc
 import inspect
 import types
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 try:
     import msgspec
 except ImportError:  # pragma: no cover - the analysis extra is not installed
-    msgspec = None  # type: ignore[assignment]
+    msgspec = None  # type: ignore[assignment]  # the analysis extra is optional: None marks it absent
 
 __all__ = ["FORMAT", "PlainCodec", "PlainDataError", "available"]
 
@@ -116,7 +117,7 @@ class PlainCodec:
             if issubclass(cls, enum.Enum):
                 continue
             if cls.__new__ is not object.__new__ or issubclass(cls, (tuple, dict, list, set)) or cls.__setattr__ is not object.__setattr__:
-                if not getattr(cls, "__dataclass_params__", None) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+                if not getattr(cls, "__dataclass_params__", None) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]  # a dataclass: getattr checked it has the parameters
                     raise TypeError(f"{cls.__qualname__} cannot be rebuilt as plain data")
         self._settable: dict[tuple[type, tuple[str, ...]], bool] = {}  # (class, attributes) → all plain? (asked once per codec)
         self._encoder = msgspec.msgpack.Encoder()

@@ -15,8 +15,9 @@ import itertools
 import logging
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from otel_titan.analysis.read.lines import SkippedLines, file_records, loads_line
 from otel_titan.analysis.read.safe_text import escape_surrogates
@@ -236,9 +237,9 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         # A file name's undecodable bytes arrive as surrogates: escaped, so the label prints and encodes.
         source, rank, stamp = escape_surrogates(match.group("source")), int(match.group("rank")), match.group("stamp")
     else:
-        source = first.get(Field.SOURCE) if isinstance(first.get(Field.SOURCE), str) else escape_surrogates(os.path.basename(base).split(".")[0])
+        source = first.get(Field.SOURCE) if isinstance(first.get(Field.SOURCE), str) else escape_surrogates(os.path.basename(base).split(".")[0])  # type: ignore[assignment]  # a str when isinstance says so, else the escaped file name
         rank_value = first.get(Field.GLOBAL_RANK, first.get(Field.RANK))
-        rank = rank_value if type(rank_value) is int else None
+        rank = rank_value if type(rank_value) is int else None  # type: ignore[assignment]  # None when the record names no rank: the label says so
         stamp = ""
     size = 0
     modified_us: int | None = None

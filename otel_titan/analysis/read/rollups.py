@@ -31,8 +31,9 @@ middle of a file that the full reader cannot parse (nothing our writer makes).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from otel_titan.analysis.read.lines import BLOCK_BYTES, MAX_LINE_BYTES, loads_line
 from otel_titan.analysis.read.records import ProcessLog, RunLogs
@@ -116,7 +117,7 @@ def parse_rollup(record: Any, offset_us: int = 0) -> StepRollup | None:
         ended_by=str(record.get(RollupField.ENDED_BY, "")),
         begin_us=begin - offset_us,
         end_us=end - offset_us,
-        duration_ms=float(duration) if type(duration) in (int, float) else (end - begin) / 1000.0,
+        duration_ms=float(duration) if type(duration) in (int, float) else (end - begin) / 1000.0,  # type: ignore[arg-type]  # an int or float: its type() was checked
         phases=phases,
         closing=closed_by,
         open_spans=open_spans if _int(open_spans) else 0,

@@ -38,11 +38,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from otel_titan.analysis.read.records import NoRecordsError, ProcessLog, RunLogs, _first_record, read_run
 from otel_titan.analysis.read.lines import loads_line
+from otel_titan.analysis.read.records import NoRecordsError, ProcessLog, RunLogs, _first_record, read_run
 from otel_titan.schema import Field
 
 __all__ = ["RunInfo", "RunChoice", "UnknownRunError", "select_run", "find_run"]
@@ -132,7 +133,7 @@ def select_run(run: RunLogs, run_id: str | None = None) -> tuple[RunLogs, RunCho
     if (not unnamed and len(named) <= 1) or (not named and (len(unnamed) == 1 or (len(trees) == 1 and None not in trees))):
         # One run (one run id, or one process tree with none): nothing to order, nothing more to read.
         key = next(iter(named), None) if named else next(iter(trees))
-        infos = [_info(key, list(run.processes), None, None, bool(named), sorted(trees - {None}))]
+        infos = [_info(key, list(run.processes), None, None, bool(named), sorted(trees - {None}))]  # type: ignore[arg-type]  # None taken out of the set
         return _choose(run, {key: list(run.processes)}, infos, key, run_id, "only")
     groups, infos = _group(named, unnamed)
     if len(infos) == 1:
@@ -152,10 +153,10 @@ def _group(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> tup
         spans = {id(p): None for ps in named.values() for p in ps}
     # Named runs: fixed, never merged; their span is their processes'.
     runs: list[dict[str, Any]] = []
-    for key, processes in named.items():
+    for run_key, processes in named.items():
         timed = [spans[id(p)] for p in processes if spans[id(p)] is not None]
-        start = min((t[0] for t in timed), default=min(_start_us(p) for p in processes))
-        runs.append({"key": key, "processes": list(processes), "start": start, "end": max((t[1] for t in timed), default=start), "named": True, "trees": []})
+        start = min((t[0] for t in timed), default=min(_start_us(p) for p in processes))  # type: ignore[index]  # the None ones filtered out above
+        runs.append({"key": run_key, "processes": list(processes), "start": start, "end": max((t[1] for t in timed), default=start), "named": True, "trees": []})  # type: ignore[index]  # the None ones filtered out above
     named_runs = list(runs)
     # Processes with no run id: one unit per process tree (or per process when it says none), then clusters by time.
     units: dict[Any, dict[str, Any]] = {}

@@ -21,8 +21,8 @@ import os
 from typing import Any
 
 from otel_titan.analysis.read.content import RangeReader
-from otel_titan.analysis.read.records import META_EVENTS, ProcessLog
 from otel_titan.analysis.read.lines import SkippedLines, file_records
+from otel_titan.analysis.read.records import META_EVENTS, ProcessLog
 from otel_titan.schema import Field
 
 __all__ = ["tail_records", "ends_torn", "TAIL_BLOCK", "MIN_LINES"]
@@ -128,7 +128,7 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
             parsed_from = start
             noted = _Noted()
             with RangeReader(open(path, "rb"), start, size) as window:
-                records = list(file_records(path, noted, None, source=window, trimmed=trimmed))
+                records = list(file_records(path, noted, None, source=window, trimmed=trimmed))  # type: ignore[arg-type]  # RangeReader reads as a binary file does
             if len(records) >= min_lines and (not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)):
                 # The window is the tail: parsed exactly as a full read parses (torn last line, bad lines and all).
                 noted.replay(skipped)

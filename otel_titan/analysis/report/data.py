@@ -74,7 +74,7 @@ class ReportData:
     last_step: int | None
 
     @classmethod
-    def of(cls, summary: RunSummary, grid: StepGrid) -> "ReportData":
+    def of(cls, summary: RunSummary, grid: StepGrid) -> ReportData:
         """The report's data from a model (`model.collect.read_model`'s summary and grid)."""
         counts: dict[str, int] = {}
         for process in summary.processes:
@@ -93,7 +93,7 @@ class ReportData:
 def require_plotly() -> Any:
     """``plotly.graph_objects``, or `MissingDependencyError` naming the extra to install."""
     try:
-        import plotly.graph_objects as go  # noqa: PLC0415 - optional
+        import plotly.graph_objects as go  # optional
     except ImportError as error:
         raise MissingDependencyError(f"`otel-titan report` needs Plotly, which is not installed: {INSTALL_HINT} (or pip install plotly)") from error
     return go

@@ -26,7 +26,7 @@ __all__ = ["page_html"]
 
 def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, Any]]) -> str:
     """The HTML page of the run at `path`: escaped text, figures drawn by scripts this page lists by hash in its Content-Security-Policy."""
-    from plotly.offline import get_plotlyjs  # noqa: PLC0415 - optional, checked by data.require_plotly
+    from plotly.offline import get_plotlyjs  # optional, checked by data.require_plotly
 
     summary, named = data.summary, data.named
     scripts = [get_plotlyjs()]
@@ -76,7 +76,7 @@ def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, An
 
 
 def _figure_script(figure: Any, div_id: str) -> str:
-    import plotly.io as pio  # noqa: PLC0415 - optional, checked by data.require_plotly
+    import plotly.io as pio  # optional, checked by data.require_plotly
 
     figure.update_layout(template="plotly_white", margin={"t": 60, "r": 30}, autosize=True)
     payload = script_json(pio.to_json(figure, validate=False))

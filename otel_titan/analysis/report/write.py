@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from otel_titan.analysis.model.collect import read_model
 from otel_titan.analysis.read.cache_folder import make_private_folders
@@ -55,7 +55,7 @@ def write_report(
     without Plotly (before anything is read).
     `cache`: use and keep the analysis cache (docs/analysis.md), as ``summarize`` and ``sql`` do (False: ``--no-cache``).
     """
-    import numpy as np  # noqa: PLC0415 - only when a report is written: the CLI starts without it
+    import numpy as np  # only when a report is written: the CLI starts without it
 
     go = require_plotly()
     started = time.monotonic()

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
+from otel_titan.analysis.model.facts import ProcessSummary, RankSlowness, RunSummary, StragglerFinding, Stragglers
+from otel_titan.analysis.model.hang import format_hang, format_history
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.model.headline import describe_cost, headline_data, headline_lines
-from otel_titan.analysis.model.hang import format_hang, format_history
+from otel_titan.analysis.model.stragglers import (
+    HEADLINE_MIN_SHARE,
+    MIN_ARRIVAL_EFFECT,
+    MIN_EFFECT,
+    MIN_MAJORITY,
+    MIN_STEP_SHARE,
+    MIN_STEPS,
+    MIN_Z,
+    MIN_Z_BELOW_EFFECT,
+    describe_group,
+    effect_bar,
+)
+from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.read.runs import RunChoice
 from otel_titan.analysis.read.safe_text import printable
-from otel_titan.analysis.model.stragglers import describe_group
-from otel_titan.analysis.model.stragglers import HEADLINE_MIN_SHARE, MIN_ARRIVAL_EFFECT, MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_STEPS, MIN_Z, MIN_Z_BELOW_EFFECT, effect_bar
-from otel_titan.analysis.model.facts import ProcessSummary, RankSlowness, RunSummary, StragglerFinding, Stragglers
-from otel_titan.analysis.model.wording import plural
 
 __all__ = ["format_summary", "format_ms", "compress_ranks"]
 
@@ -326,14 +336,14 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
             lines.append(f"      {_cost_line(item)}")
         if not any(f.kind == "arrival" for f in group.findings):
             lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {effect_bar(1.0, MIN_ARRIVAL_EFFECT):.1%} and ≥ {MIN_Z:g} × noise ({MIN_Z_BELOW_EFFECT:g} × under {MIN_ARRIVAL_EFFECT:.0%}) after the others' median)")
-    shown = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
-    lines += ["", f"  Steps with the largest excess, largest first ({len(shown)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
+    largest = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
+    lines += ["", f"  Steps with the largest excess, largest first ({len(largest)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
     if len(group.ranks) <= RANK_COLUMNS:
         headers = ["step"] + [f"rank {rank}" for rank in group.ranks] + ["slowest", "excess"]
-        rows = [[str(s.step)] + [format_ms(s.ms.get(rank)) for rank in group.ranks] + [_slowest(s.slowest_rank), f"+{format_ms(s.excess_ms)}"] for s in shown]
+        rows = [[str(s.step)] + [format_ms(s.ms.get(rank)) for rank in group.ranks] + [_slowest(s.slowest_rank), f"+{format_ms(s.excess_ms)}"] for s in largest]
         lines += _table(headers, rows, right=tuple(range(len(headers))), indent="    ")
     else:
-        rows = [[str(s.step), _slowest(s.slowest_rank), format_ms(max(s.ms.values())), f"+{format_ms(s.excess_ms)}"] for s in shown]
+        rows = [[str(s.step), _slowest(s.slowest_rank), format_ms(max(s.ms.values())), f"+{format_ms(s.excess_ms)}"] for s in largest]
         lines += _table(["step", "slowest", "its ms", "excess"], rows, right=(0, 1, 2, 3), indent="    ")
     phase_findings = [f for f in group.findings if f.kind == "phase"]
     if phase_findings:

@@ -23,10 +23,11 @@ scheduler is named.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, Executor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from otel_titan.analysis.workers.interpreters import LOGGER, InterpreterPool, run_task
 from otel_titan.distribution import install_hint
@@ -91,7 +92,7 @@ def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable
 
 def _connect(scheduler: str) -> Any:
     try:
-        from distributed import Client  # noqa: PLC0415 - optional, only with --scheduler
+        from distributed import Client  # optional, only with --scheduler
     except ImportError as error:
         raise MissingClusterError(f"--scheduler needs Dask's distributed scheduler, which is not installed: {CLUSTER_HINT}") from error
     try:

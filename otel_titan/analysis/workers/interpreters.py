@@ -41,8 +41,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from otel_titan.analysis.read.safe_text import printable
 
@@ -121,7 +122,7 @@ def run_task(function: str, *args: Any) -> TaskResult:
                 live += unreported
                 unreported = 0
 
-    _capturing.warnings = warnings = []
+    _capturing.warnings = warnings = []  # type: ignore[var-annotated]  # a thread-local's list of whatever warnings come
     try:
         value = _function(function)(*args, on_bytes)
     finally:
@@ -182,14 +183,14 @@ def read_workers(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int
     logger = logging.getLogger(LOGGER)
     selector = selectors.DefaultSelector()
     for index, worker in enumerate(workers, first_index):
-        selector.register(worker.stdout, selectors.EVENT_READ, (index, False))  # type: ignore[arg-type]
+        selector.register(worker.stdout, selectors.EVENT_READ, (index, False))  # type: ignore[arg-type]  # a worker started with a stdout pipe
         if worker.stderr is not None:
             selector.register(worker.stderr, selectors.EVENT_READ, (index, True))
     open_streams = len(selector.get_map())
     while open_streams:
         for key, _ in selector.select():
             index, is_stderr = key.data
-            line = key.fileobj.readline()  # type: ignore[union-attr]
+            line = key.fileobj.readline()  # type: ignore[union-attr]  # the worker's stdout pipe registered above
             if not line:
                 selector.unregister(key.fileobj)
                 open_streams -= 1

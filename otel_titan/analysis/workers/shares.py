@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from otel_titan.analysis.read.lines import MAX_WARNINGS_KEPT, SkippedLines
 from otel_titan.analysis.read.records import ProcessLog

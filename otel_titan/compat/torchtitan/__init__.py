@@ -83,7 +83,7 @@ def install() -> None:
         sys.modules[name] = module
     observability = sys.modules["torchtitan.observability"]
     if parent is not None:
-        parent.observability = observability  # type: ignore[attr-defined]
+        parent.observability = observability  # type: ignore[attr-defined]  # torchtitan's package attribute, set as torchtitan does
     _alias_logger()
 
 
@@ -122,9 +122,9 @@ def uninstall() -> None:
     if parent is not None and not _placeholder:
         previous_observability = _replaced.get("torchtitan.observability")
         if previous_observability is not None:
-            parent.observability = previous_observability  # type: ignore[attr-defined]
+            parent.observability = previous_observability  # type: ignore[attr-defined]  # torchtitan's package attribute, restored
         elif getattr(parent, "observability", None) is not None:
-            del parent.observability  # type: ignore[attr-defined]
+            del parent.observability
     _replaced.clear()
     _placeholder.clear()
     manager = logging.Logger.manager
@@ -133,7 +133,7 @@ def uninstall() -> None:
         if before is None:
             manager.loggerDict.pop(TORCHTITAN_LOGGER_NAME, None)
         else:
-            manager.loggerDict[TORCHTITAN_LOGGER_NAME] = before  # type: ignore[assignment]
+            manager.loggerDict[TORCHTITAN_LOGGER_NAME] = before  # type: ignore[assignment]  # the logger (or placeholder) that was there before
 
 
 def is_installed() -> bool:

@@ -22,13 +22,13 @@ import pytest
 pytest.importorskip("mcp")
 pytest.importorskip("duckdb")
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis import RunAnalysis  # noqa: E402
-from otel_titan.analysis.agents.budget import CHARS_PER_TOKEN, DEFAULT_TOKENS  # noqa: E402
-from otel_titan.analysis.agents.tools import TOOL_NAMES, step_row  # noqa: E402
-from tests.analysis.agents.client import run_session  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
-from tests.helpers import processes  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis import RunAnalysis
+from otel_titan.analysis.agents.budget import CHARS_PER_TOKEN, DEFAULT_TOKENS
+from otel_titan.analysis.agents.tools import TOOL_NAMES, step_row
+from tests.analysis.agents.client import run_session
+from tests.conftest import REPO
+from tests.helpers import processes
 
 HUNG = (17, 15)
 STRAGGLER = (5, "fwd", 40.0)

@@ -15,6 +15,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, StepRange, generate_gantt_trace
 from otel_titan.analysis.export.chrome_events import ALIVE_EVIDENCE_US, SLOT_TID_BASE, STEP_TID
+from tests.conftest import REPO, jsonl_files, read_records
 from tests.helpers.analysis import (
     SLOW_MS,
     T0,
@@ -30,7 +31,6 @@ from tests.helpers.analysis import (
     toy_run,
     write_jsonl,
 )
-from tests.conftest import REPO, jsonl_files, read_records
 
 
 def export(run_dir, **kwargs):
@@ -356,7 +356,7 @@ def torchtitan_run(run_dir):
         titan_record("fetch_end", 49, step=2, task_name="Task-2", value=8.0),
         titan_record("ckpt_end", 60, step=2, value=7.0),  # its _start is not in the file
     ]
-    lines = [json.dumps(r) for r in rank0] + ['{"log_type": "instant", "log_type_name": "metric_value", "event_name": "loss", "value": NaN, "time_us": %d, "step": 2, "tid": 6161}' % (T0 + 61_000)]
+    lines = [json.dumps(r) for r in rank0] + ['{"log_type": "instant", "log_type_name": "metric_value", "event_name": "loss", "value": NaN, "time_us": ' + str(T0 + 61_000) + ', "step": 2, "tid": 6161}']
     write_jsonl(titan_file(run_dir, rank=0), lines)
     pimm = dict(schema_version=1, world_size=2, attempt=0, job_id="123", trace_id="run-abc", epoch=0, iteration=5)
     write_jsonl(titan_file(run_dir, rank=1, suffix="def456"), [*[dict(r, step=1, rank=1, **pimm) for r in titan_span("fwd_bwd", 12, 40)], titan_record("metric_value", 41, log_type="instant", event_name="loss", value=2.5, rank=1, step=1)])

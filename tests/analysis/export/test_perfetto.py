@@ -13,8 +13,8 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 from otel_titan.analysis import generate_gantt_trace
 from otel_titan.analysis.export.perfetto import TRACK_UUID_STRIDE, PerfettoStream, is_native
-from tests.helpers.analysis import T0, titan_file, titan_record, titan_span, write_jsonl
 from tests.conftest import REPO
+from tests.helpers.analysis import T0, titan_file, titan_record, titan_span, write_jsonl
 
 
 def read_trace(path):
@@ -91,7 +91,7 @@ def test_slices_nest_exactly_and_an_unended_span_has_no_end(run_dir):
     two_rank_run(run_dir)
     generate_gantt_trace(run_dir, run_dir / "t.pftrace")
     got = [s for s in slices(read_trace(run_dir / "t.pftrace")) if s[1] in ("fwd", "inner", "optim")]
-    ms = lambda t: (t - T0 * 1000) // 1_000_000 if t is not None else None  # noqa: E731
+    ms = lambda t: (t - T0 * 1000) // 1_000_000 if t is not None else None  # noqa: E731 - a one-line local helper
     assert [(pid, name, ms(b), ms(e)) for pid, name, b, e in got] == [
         (rank, name, b, e) for rank in (0, 1) for name, b, e in (("fwd", 10, 20), ("fwd", 30, 40), ("inner", 10, 20), ("optim", 50, None))
     ]  # the same start and end as their parent: no widening in the native trace

@@ -304,9 +304,9 @@ def test_report_reads_once_through_the_cache_and_no_cache_keeps_none(run: Path, 
 
 def _plain(value: Any, depth: int = 0) -> Any:
     """An accumulator as plain data, every attribute of every object in it (arrays as lists, a process by its label): comparable with ==."""
-    from array import array  # noqa: PLC0415 - only here
+    from array import array  # only here
 
-    from otel_titan.analysis.read.records import ProcessLog  # noqa: PLC0415
+    from otel_titan.analysis.read.records import ProcessLog
 
     assert depth < 40
     if isinstance(value, ProcessLog):
@@ -325,8 +325,8 @@ def _plain(value: Any, depth: int = 0) -> Any:
 
 def _model(run: Path, **options: Any) -> tuple[Any, Any, Any]:
     """What `read_model` hands on: every accumulator of the collector (`_Collector.state`), the report's grid, the step table from the spans."""
-    from otel_titan.analysis.model.collect import read_model  # noqa: PLC0415
-    from otel_titan.analysis.model.step_table import rows_from_collected  # noqa: PLC0415
+    from otel_titan.analysis.model.collect import read_model
+    from otel_titan.analysis.model.step_table import rows_from_collected
 
     kept: dict[str, Any] = {}
 

@@ -36,7 +36,7 @@ CRASH_LINE = next(n for n, line in enumerate(open(WORKLOAD, encoding="utf-8"), 1
 def start(fault: str, output: Path, nproc: int, *torchrun: str, **extra: str) -> subprocess.Popen[bytes]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra}
-    log = open(output / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(output / "torchrun.log", "wb")  # closed with the process
     return subprocess.Popen([launcher, "--standalone", f"--nproc_per_node={nproc}", *torchrun, WORKLOAD, fault, str(BAD), str(output)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from otel_titan.analysis.model.step_figures import StepFigures
 from otel_titan.analysis.model.collect import summarize_run
+from otel_titan.analysis.model.step_figures import StepFigures
 from otel_titan.analysis.summarize.text import format_summary
 from tests.conftest import run_python
 

@@ -15,11 +15,11 @@ import pytest
 
 pytest.importorskip("duckdb")
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis import generate_gantt_trace, summarize_run  # noqa: E402
-from otel_titan.analysis.query.sql import VIEWS, open_run, open_saved  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
-from tests.helpers.analysis import titan_file, titan_record, titan_span, write_jsonl  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis import generate_gantt_trace, summarize_run
+from otel_titan.analysis.query.sql import VIEWS, open_run, open_saved
+from tests.conftest import REPO
+from tests.helpers.analysis import titan_file, titan_record, titan_span, write_jsonl
 
 RANKS, STEPS = 16, 20
 STRAGGLER, HUNG = (5, "fwd", 30.0), (9, 15)
@@ -317,7 +317,7 @@ def test_cli_no_cache_keeps_no_database(tmp_path) -> None:
 
 def test_step_rollups_view_is_the_step_table_from_rollups(tmp_path):
     """The view says what `RunAnalysis.steps()` says from the same rollups: step time, phases, the closing span; the last rollup of a step counts."""
-    from otel_titan.analysis import RunAnalysis  # noqa: PLC0415 - beside the test that needs it
+    from otel_titan.analysis import RunAnalysis  # beside the test that needs it
 
     generate_run(str(tmp_path / "run"), RunSpec(ranks=8, steps=12, seed=2, straggler=(5, "bwd", 30.0), start_us=1_796_000_000_000_000))
     table = RunAnalysis(tmp_path / "run", log_skipped=False).steps()
@@ -372,7 +372,7 @@ def test_torchtitans_files_without_span_ids_pair_by_name_as_summarize_and_export
     records = [titan_record("orphan_end", 1.0, value=0.5, step=1)]  # its _start rotated away: no span here
     records += [titan_record("layer_start", 2.0, step=1), titan_record("layer_start", 3.0, step=1)]  # recursion: the same name nested
     records += [titan_record("layer_error", 3.5, step=1), titan_record("layer_end", 4.0, value=1.0, step=1), titan_record("layer_end", 9.0, value=7.0, step=1)]
-    for task, start, end in (("Task-1", 10.0, 20.0), ("Task-2", 11.0, 15.0)):  # two asyncio tasks, interleaved
+    for task, start, _end in (("Task-1", 10.0, 20.0), ("Task-2", 11.0, 15.0)):  # two asyncio tasks, interleaved
         records.append(titan_record("rollout_start", start, step=2, task_name=task))
     records += [titan_record("rollout_end", 15.0, value=4.0, step=2, task_name="Task-2"), titan_record("rollout_end", 20.0, value=10.0, step=2, task_name="Task-1")]
     records += titan_span("optimizer", 21.0, 23.0, step=2)

@@ -6,15 +6,14 @@ import json
 import logging
 
 import orjson
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_titan import structured_logger as sl
 from otel_titan.analysis.read import lines as record_lines
 from otel_titan.analysis.read.lines import SkippedLines, file_records
-from tests.helpers.analysis import titan_record, write_jsonl
 from tests.conftest import jsonl_files
+from tests.helpers.analysis import titan_record, write_jsonl
 
 
 def read(path, **kwargs):

@@ -11,13 +11,13 @@ import pytest
 
 msgspec = pytest.importorskip("msgspec")  # the analysis extra: without it nothing is cached
 
-from otel_titan.analysis.read.plain_data import _NATIVE, PlainCodec, PlainDataError  # noqa: E402
+from otel_titan.analysis.read.plain_data import _NATIVE, PlainCodec, PlainDataError  # noqa: E402 - after importorskip: without msgspec the module is skipped, not failed
 
 
 class Span:
     __slots__ = ("name", "parent", "seen")
 
-    def __init__(self, name: str, parent: "Span | None" = None) -> None:
+    def __init__(self, name: str, parent: Span | None = None) -> None:
         self.name, self.parent, self.seen = name, parent, 0
 
 

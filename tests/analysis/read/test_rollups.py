@@ -12,7 +12,7 @@ from otel_titan.analysis.read import lines as read_lines
 from otel_titan.analysis.read.records import read_run
 from otel_titan.analysis.read.rollups import StepRollup, parse_rollup, process_rollups, read_rollups, scan_rollups
 from otel_titan.schema import ROLLUP_VERSION, rollup_fields
-from tests.conftest import jsonl_files, read_records
+from tests.conftest import read_records
 from tests.helpers.analysis import TOY_STEPS, titan_file, titan_span, write_jsonl
 from tests.helpers.rollups import closing_of, rollups_by_step, spans_by_step, toy_run_with_rollups
 

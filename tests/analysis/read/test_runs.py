@@ -13,9 +13,9 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import format_summary, generate_gantt_trace, read_run, summarize_run
 from otel_titan.analysis.read.runs import UnknownRunError, find_run, select_run
-from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
 from tests.analysis.runs import rank_file
 from tests.conftest import REPO
+from tests.helpers.analysis import T0, load_trace, process_pids, titan_file, titan_record, write_jsonl
 
 SLOW_FETCH_S = 0.015
 

@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run
+from tests.conftest import REPO
 
 PROBE = r'''
 import json, os, sys

@@ -20,12 +20,12 @@ import pytest
 
 pytest.importorskip("plotly")
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis.model.collect import read_model, summarize_run  # noqa: E402
-from otel_titan.analysis.report import bin_size, write_report  # noqa: E402
-from otel_titan.analysis.report.axes import heatmap_bins  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
-from tests.helpers import processes  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis.model.collect import read_model, summarize_run
+from otel_titan.analysis.report import bin_size, write_report
+from otel_titan.analysis.report.axes import heatmap_bins
+from tests.conftest import REPO
+from tests.helpers import processes
 
 BROWSER_DIR = REPO / "tests" / "browser"
 STRAGGLER = (13, "fwd", 40.0)
@@ -316,11 +316,12 @@ def test_the_same_page_from_workers(tmp_path, run) -> None:
 
 def test_the_figures_are_the_models(tmp_path, run) -> None:
     """What the page draws is the model's: the heatmap's cells are summarize's step times, the phase points its per-step phase times."""
+    import numpy as np
+    import plotly.graph_objects as go
+
     from otel_titan.analysis.report.data import ReportData
     from otel_titan.analysis.report.heatmap import heatmap_sections
     from otel_titan.analysis.report.phases import phase_sections
-    import numpy as np
-    import plotly.graph_objects as go
 
     summary, grid = read_model(run)
     data = ReportData.of(summary, grid)
@@ -343,7 +344,7 @@ def test_the_figures_are_the_models(tmp_path, run) -> None:
 
 def test_a_run_without_an_id_says_so(tmp_path) -> None:
     """torchtitan's files name no run: the page says "no run id", never "run None" or an empty "run ·"."""
-    from tests.helpers.analysis import titan_file, titan_span, write_jsonl  # noqa: PLC0415
+    from tests.helpers.analysis import titan_file, titan_span, write_jsonl
 
     for rank in range(2):
         write_jsonl(titan_file(tmp_path, rank), [record for step in (1, 2, 3) for record in titan_span("fwd", step * 100.0, step * 100.0 + 50, rank=rank, step=step)])

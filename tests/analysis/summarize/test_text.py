@@ -6,9 +6,9 @@ import os
 
 from otel_titan.analysis import format_summary, summarize_run
 from otel_titan.analysis.summarize.text import compress_ranks, format_ms
-from tests.helpers.analysis import T0, titan_file, titan_record, write_jsonl
-from tests.analysis.runs import rank_file
 from tests.analysis.model.test_collect import healthy_ranks, synchronous_run
+from tests.analysis.runs import rank_file
+from tests.helpers.analysis import T0, titan_file, titan_record, write_jsonl
 
 
 def test_numbers_and_rank_lists_are_short():

@@ -26,14 +26,14 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402
-from otel_titan.analysis import generate_gantt_trace, summarize_run  # noqa: E402
-from otel_titan.analysis.workers import executors  # noqa: E402
-from otel_titan.analysis.query.sql import open_run  # noqa: E402
-from otel_titan.cli import main  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
-from tests.helpers import processes  # noqa: E402
-from tests.helpers.analysis import load_trace  # noqa: E402
+from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after importorskip: without distributed the module is skipped
+from otel_titan.analysis import generate_gantt_trace, summarize_run  # noqa: E402 - after importorskip: without distributed the module is skipped
+from otel_titan.analysis.query.sql import open_run  # noqa: E402 - after importorskip: without distributed the module is skipped
+from otel_titan.analysis.workers import executors  # noqa: E402 - after importorskip: without distributed the module is skipped
+from otel_titan.cli import main  # noqa: E402 - after importorskip: without distributed the module is skipped
+from tests.conftest import REPO  # noqa: E402 - after importorskip: without distributed the module is skipped
+from tests.helpers import processes  # noqa: E402 - after importorskip: without distributed the module is skipped
+from tests.helpers.analysis import load_trace  # noqa: E402 - after importorskip: without distributed the module is skipped
 
 RED = "\x1b[31m"
 

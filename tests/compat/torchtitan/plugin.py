@@ -11,7 +11,7 @@ background needs in addition. Nothing of the test file is changed.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

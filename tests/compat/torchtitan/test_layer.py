@@ -18,7 +18,10 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.compat.torchtitan.observability.structured_logger import gantt_generator
-from otel_titan.compat.torchtitan.observability.structured_logger.jsonl_handler import TraceJsonlHandler, register_jsonl_handler
+from otel_titan.compat.torchtitan.observability.structured_logger.jsonl_handler import (
+    TraceJsonlHandler,
+    register_jsonl_handler,
+)
 from tests.conftest import jsonl_files, read_records, run_python
 
 TORCHTITAN_SCRIPT = """

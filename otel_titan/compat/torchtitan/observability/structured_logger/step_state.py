@@ -25,7 +25,14 @@ from typing import Any
 
 from otel_titan.core import step_context
 from otel_titan.core.step_context import NO_STEP, StepState
-from otel_titan.structured_logger import add_step_tag, clear_step_tags, get_relative_step, get_step, get_step_tags, set_step
+from otel_titan.structured_logger import (
+    add_step_tag,
+    clear_step_tags,
+    get_relative_step,
+    get_step,
+    get_step_tags,
+    set_step,
+)
 
 __all__ = ["set_step", "get_step", "get_relative_step", "add_step_tag", "clear_step_tags", "get_step_tags"]
 
@@ -52,7 +59,7 @@ class _ContextField:
 
     def set(self, value: Any) -> None:
         own = step_context.context_state.get() or NO_STEP
-        new = own._replace(**{self._field: tuple(value) if self._index == 2 else value})
+        new = own._replace(**{self._field: tuple(value) if self._index == 2 else value})  # type: ignore[arg-type]  # the field this accessor stands for, by name
         step_context.context_state.set(None if new == NO_STEP else new)
 
     def __repr__(self) -> str:
@@ -67,7 +74,7 @@ def _default_field(field: str) -> property:
 
     def set_(module: Any, value: Any) -> None:
         state: StepState = step_context.default_state[0]
-        step_context.default_state[0] = state._replace(**{field: tuple(value) if index == 2 else value})
+        step_context.default_state[0] = state._replace(**{field: tuple(value) if index == 2 else value})  # type: ignore[arg-type]  # the field this accessor stands for, by name
 
     return property(get, set_, doc=f"The training loop's {field} (torchtitan's module global).")
 

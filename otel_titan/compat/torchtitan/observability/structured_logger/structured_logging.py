@@ -27,7 +27,8 @@ import os
 from typing import Any
 
 from otel_titan.exporters.compat import TraceEventsOnlyFilter
-from otel_titan.structured_logger import flush_structured_logger, init_structured_logger as _init, log_trace_instant, log_trace_scalar, log_trace_span
+from otel_titan.structured_logger import flush_structured_logger, log_trace_instant, log_trace_scalar, log_trace_span
+from otel_titan.structured_logger import init_structured_logger as _init
 from otel_titan.structured_logger.lifecycle import STRUCTURED_LOGGER_NAME
 
 __all__ = [

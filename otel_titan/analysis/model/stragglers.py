@@ -294,9 +294,10 @@ def _per_step(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes]
 def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | None = None) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
     """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape); `rows`, when given, filled as `_per_step` fills them.
 
-    Why: the verdicts are recomputed on every command (the cache keeps facts,
-    never verdicts), and at 1,024 ranks × 50 steps this pass was most of a
-    second `summarize`. The same operations on the same operands, in the same
+    Why: the verdicts are computed on every first read of a question (the
+    cache keeps them beside the facts, `collect._kept_stragglers`, but not
+    across a changed file, `--steps` or `--no-align`), and at 1,024 ranks ×
+    50 steps this pass was most of a `summarize` of cached facts. The same operations on the same operands, in the same
     order, as `_per_step` (a sort per step; the median without each value
     from the two or three values around the middle, `_median_without_each`;
     medians as the middle value or the half-sum of the two middle ones; the

@@ -22,7 +22,7 @@ import pytest
 
 from otel_titan import structured_logger as sl
 from otel_titan.core import capture, step_context
-from otel_titan.exporters import otlp
+from otel_titan.exporters import otel_env, otlp
 from otel_titan.structured_logger import sigterm
 from tests.helpers import process_check, processes
 
@@ -63,6 +63,7 @@ def _clean_logger_state() -> Iterator[None]:
     step_context._reset_for_tests()
     capture._current_span.set(None)
     otlp._quiet.reset()  # the exporters' once-a-minute memory is per process: one test's line must not hold back the next's
+    otel_env.forget_warnings()  # and so is the once-only warning about an unknown OTEL_* value
     yield
     sl.shutdown_structured_logger()
     sigterm.reset()

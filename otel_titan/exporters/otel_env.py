@@ -52,6 +52,12 @@ _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
 
+def forget_warnings() -> None:
+    """Forget which values were warned about: the next unknown value is warned about again (a new session, a test)."""
+    with _warned_lock:
+        _warned.clear()
+
+
 def ignored_value(name: str, raw: str, why: str) -> None:
     """Warn, once per variable and value, that a standard variable's value is ignored (init goes on).
 

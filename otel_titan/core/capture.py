@@ -359,8 +359,13 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
 
     def __enter__(self) -> log_trace_span:
         hot = _state
+        # Compilation first: a call Dynamo traces must never read the queue (another thread's records change it while
+        # the frame is traced: "deque mutated during iteration", or a guard on its length that fails at once).
+        if hot.compiling is not None and hot.compiling():
+            self._handle = None
+            return self
         q = hot.items
-        if q is None or (hot.compiling is not None and hot.compiling()):
+        if q is None:
             self._handle = None
             return self
         code = self._code
@@ -468,7 +473,7 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 hot = _state
-                if hot.items is None or (hot.compiling is not None and hot.compiling()):
+                if (hot.compiling is not None and hot.compiling()) or hot.items is None:  # compilation first (see __enter__)
                     return await fn(*args, **kwargs)
                 code, lineno = _awaited_from(definition)
                 with at(name, description, code, lineno):
@@ -479,7 +484,7 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             hot = _state
-            if hot.items is None or (hot.compiling is not None and hot.compiling()):
+            if (hot.compiling is not None and hot.compiling()) or hot.items is None:  # compilation first (see __enter__)
                 return fn(*args, **kwargs)  # off, or traced by torch.compile: before the frame lookup Dynamo cannot trace
             try:
                 frame = _getframe(1)
@@ -543,7 +548,7 @@ def log_trace_instant(event_type: str, *, stacklevel: int = 2) -> None:
     if type(event_type) is not str or not event_type:
         _check_name(event_type)
     hot = _state
-    if hot.items is None or (hot.compiling is not None and hot.compiling()):
+    if (hot.compiling is not None and hot.compiling()) or hot.items is None:  # compilation first (see __enter__)
         return
     _emit_instant(hot, event_type, stacklevel, None)
 
@@ -669,8 +674,10 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
         >>> sl.log_trace_scalar({"loss": 2.5, "num_tokens": 4096})
     """
     hot = _state
+    if hot.compiling is not None and hot.compiling():  # compilation first: a traced call never reads the queue (__enter__)
+        return
     q = hot.items
-    if q is None or (hot.compiling is not None and hot.compiling()):
+    if q is None:
         return
     if not isinstance(scalars, Mapping):
         raise TypeError(f"log_trace_scalar takes a mapping of name to number, got {type(scalars).__name__}")

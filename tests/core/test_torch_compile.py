@@ -104,3 +104,35 @@ def test_torch_imported_after_init_is_noticed_before_a_compile(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[1.0, 1.0]"
+
+
+def test_compiling_while_other_threads_log_never_trips_a_dynamo_guard(logged):
+    """Dynamo guarded on the capture queue it saw in `sl.*` calls (``len(_state.items) == 5``): another thread's
+    records changed it while a frame was traced, and torch raised "Guard failed on the same frame it was created"
+    (seen once in a whole-suite run, as the default compile's explain). The check for compilation comes first now,
+    so a traced call never reads the queue. Here other threads log as fast as they can while the block is traced."""
+    import threading
+
+    logged()
+    stop = threading.Event()
+
+    def log_until_stopped() -> None:
+        while not stop.is_set():
+            sl.log_trace_instant("from_another_thread")
+
+    threads = [threading.Thread(target=log_until_stopped, daemon=True) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        for fullgraph in (False, True, False, True):
+            torch._dynamo.reset()
+            explanation = torch._dynamo.explain(_Block())(torch.randn(4, 8))
+            assert explanation.graph_break_count == 0, explanation.break_reasons
+            out, eager = _compiled_step(fullgraph)
+            assert torch.allclose(out, eager)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+    names = [r["log_type_name"] for r in logged.finish()]
+    assert names.count("from_another_thread") > 100 and names.count("block_forward_start") == 4

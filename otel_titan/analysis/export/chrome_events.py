@@ -15,7 +15,9 @@ Nesting: Perfetto puts a Chrome-JSON slice that begins at its parent's end
 outside it, and of two slices with the same ``ts`` and ``dur`` it draws the
 first written (the child: spans are written when they end) as the parent. So
 a span whose child ends at or after its own end is widened by 1 µs: the
-parent then strictly contains its children. (Clamping the child instead would
+parent then strictly contains its children; so is a failed span of zero width,
+whose ``ERROR:`` thread instant (a zero-width slice to Perfetto) is written
+before it. (Clamping the child instead would
 need the parent's end, unknown when the child is written; the native writer,
 `export.perfetto`, writes begins in file order and needs neither.)
 * asyncio tasks on slot tracks ``SLOT_TID_BASE + k``, "async slot k": a task
@@ -237,8 +239,11 @@ class ExportVisitor(TimelineVisitor):
             return
         event = self.span_event(span, end, end_us, dur_us, incomplete)
         if event is not None:
-            if span.children_end >= end_us:
-                event["dur"] += 1  # strictly contain the children (module docstring)
+            # Strictly contain the children (module docstring), and a failed span its ``ERROR:`` instant: Perfetto
+            # draws a thread instant as a slice of zero width, so a failed span of zero width (raised within its
+            # microsecond) and its error, written first, were a tie, and the span was drawn inside its own error.
+            if span.children_end >= end_us or (span.error is not None and event["dur"] == 0):
+                event["dur"] += 1
             self.add(event)
 
     def span_event(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> dict[str, Any] | None:

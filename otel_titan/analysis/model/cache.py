@@ -212,13 +212,7 @@ class ProcessCache:
         Checked before any process's read is looked up: an unchanged run
         needs neither `reads.pack` nor any per-process work.
         """
-        entry = self._run_entry(processes, keys)
-        if entry is None:
-            return None
-        for payload in self.folder.read(entry[0]):
-            if payload[:32] == entry[1].encode():
-                return payload[32:]
-        return None
+        return self._read_keyed(self._run_entry(processes, keys))
 
     def save_run(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], payload: bytes) -> bool:
         """Keep the merged facts of all of `processes` (one entry per selection of processes, replaced as the files change)."""
@@ -235,7 +229,10 @@ class ProcessCache:
 
     def lookup_verdicts(self, processes: list[ProcessLog], keys: list[list[ContentKey] | None], question: str) -> bytes | None:
         """The verdicts kept for `question` from exactly these files' facts (as `lookup_run`: the same files, partial lines included), or None."""
-        entry = self._verdicts_entry(processes, keys, question)
+        return self._read_keyed(self._verdicts_entry(processes, keys, question))
+
+    def _read_keyed(self, entry: tuple[str, str] | None) -> bytes | None:
+        """The payload of the entry named `entry[0]` whose first 32 bytes are its key `entry[1]`, or None."""
         if entry is None:
             return None
         for payload in self.folder.read(entry[0]):

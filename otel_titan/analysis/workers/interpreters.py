@@ -37,12 +37,14 @@ import os
 import pickle
 import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from otel_titan.analysis.read.safe_text import printable
@@ -133,20 +135,51 @@ def run_task(function: str, *args: Any) -> TaskResult:
     return value, warnings, total, live
 
 
+#: The worker's own unblocking of SIGINT, after it ignores it (nothing where the platform has no signal masks).
+_UNBLOCK_SIGINT = "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); " if hasattr(signal, "pthread_sigmask") else ""
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in the calling thread (and so in a child it starts), its mask restored after.
+
+    In a pool's thread a Ctrl-C meanwhile goes to the main thread, as it does
+    anyway; in the main thread it is held until the mask is restored, then
+    raises KeyboardInterrupt there as usual.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def start_process(module: str, function: str, payload: bytes) -> subprocess.Popen[bytes]:
     """A worker interpreter running ``module.function()`` (its exit status the function's result), `payload` on its stdin.
 
     The package this module belongs to is put first on the worker's
     ``PYTHONPATH``, so the worker runs this very code, installed or not.
-    The worker ignores SIGINT: a Ctrl-C is the command's to handle.
+    The worker ignores SIGINT: a Ctrl-C is the command's to handle. It is
+    started with SIGINT blocked (the mask of the calling thread, which the
+    child inherits across exec) until its first line ignores it, so a Ctrl-C
+    during the ~30 ms of its interpreter's start-up (longer on a loaded
+    machine) neither kills it nor makes it print ``Fatal Python error:
+    init_import_site`` and a KeyboardInterrupt traceback, which the command
+    relayed as warnings above its one line ``otel-titan: interrupted``.
     """
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the folder holding otel_titan/
     env = dict(os.environ)
     env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # Ctrl-C reaches the whole foreground group: the command stops its workers (`InterpreterPool.shutdown`) and
     # says "interrupted" once, instead of each worker printing its KeyboardInterrupt traceback.
-    code = f"import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); from {module} import {function} as main; sys.exit(main())"
-    worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # Ignoring SIGINT discards one that came while it was blocked; only then is it unblocked.
+    code = (f"import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); {_UNBLOCK_SIGINT}"
+            f"from {module} import {function} as main; sys.exit(main())")
+    with _sigint_blocked():
+        worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     assert worker.stdin is not None
     try:
         worker.stdin.write(payload)
@@ -213,7 +246,9 @@ class InterpreterPool(Executor):
     started by `start_process`. Progress lines go to `on_bytes` (called under
     a lock: several workers report at once); a worker that exits with an error
     fails its future with `WorkerDiedError` (what it wrote on stderr logged first).
-    `shutdown(cancel_futures=True)` kills the workers still running.
+    `shutdown(cancel_futures=True)` kills the workers still running, and any
+    that a thread was starting meanwhile as soon as it has started (on Ctrl-C
+    one otherwise converted its whole share before the command could exit).
     """
 
     def __init__(self, max_workers: int, what: str, on_bytes: Callable[[int], None]) -> None:
@@ -221,6 +256,7 @@ class InterpreterPool(Executor):
         self._what = what
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen[bytes]] = set()
+        self._cancelled = False  # shutdown(cancel_futures=True) has begun: a worker started from now on is killed at once
         self._numbers = itertools.count()
         self._folder = tempfile.mkdtemp(prefix="otel-titan-workers-")
 
@@ -241,6 +277,8 @@ class InterpreterPool(Executor):
         worker = start_process(__name__, "_call_main", pickle.dumps((function, tuple(rest), result_path), protocol=pickle.HIGHEST_PROTOCOL))
         with self._lock:
             self._running.add(worker)
+            if self._cancelled:
+                worker.kill()
         try:
             read_workers([worker], self._on_bytes, self._what, number)
         finally:
@@ -259,6 +297,7 @@ class InterpreterPool(Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if cancel_futures:
             with self._lock:
+                self._cancelled = True
                 for worker in self._running:
                     worker.kill()
         self._threads.shutdown(wait=True, cancel_futures=cancel_futures)

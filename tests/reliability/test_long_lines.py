@@ -117,13 +117,12 @@ def test_ctrl_c_during_a_multi_worker_export_prints_one_line_and_leaves_no_worke
     run = tmp_path / "run"
     generate_run(str(run), RunSpec(ranks=64, steps=400, seed=3, start_us=1_796_000_000_000_000))
     # Early and late in the workers' lives: while they start, import, read (the tracebacks came from each).
+    # No retry: the rare miss of a loaded machine was a Ctrl-C during a worker's interpreter start-up, at 0.0 s
+    # (its "Fatal Python error: init_import_site" and KeyboardInterrupt relayed as warnings), now closed, and
+    # checked every time by tests/analysis/workers/test_interpreters.py.
     interrupted = 0
     for after_s in (0.0, 0.3, 0.8, 1.5):
         stderr, workers, code = _interrupted_export(run, tmp_path / "trace.json", after_s)
-        if code is not None and (code, [line for line in stderr.splitlines() if line.strip()]) != (130, ["otel-titan: interrupted"]):
-            # Seen once in a whole-suite run and never alone (cause not found yet, see the closing note of issue 28):
-            # the same timing again; a second miss fails below with its stderr.
-            stderr, workers, code = _interrupted_export(run, tmp_path / "trace.json", after_s)
         if code is None:  # the export had finished before the signal was sent: nothing to interrupt at this time
             continue
         interrupted += 1

@@ -8,13 +8,23 @@ their own warnings to the terminal; `report` had no handler at all), and
 every parallel export added a ``<frozen runpy> RuntimeWarning`` per worker.
 Checked on the bytes the commands write to pipes, and on a real terminal
 (tmux) as the person sees it.
+
+And Ctrl-C at any moment of a worker's life: one that came while a worker's
+interpreter was starting killed it (exit status -2) or made it print
+``Fatal Python error: init_import_site`` and a KeyboardInterrupt traceback,
+relayed as some 20 warnings above ``otel-titan: interrupted`` (the rare
+failure of tests/reliability/test_long_lines.py's Ctrl-C test on a loaded
+machine); and a worker a thread was starting while the pool was cancelled
+escaped the kill and converted its whole share before the command exited.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.generate_run import RunSpec, generate_run
+from otel_titan.analysis.workers.interpreters import InterpreterPool, run_task, start_process
 from tests.conftest import REPO
 from tests.helpers import processes
 
@@ -113,3 +124,38 @@ def test_what_a_dying_worker_writes_on_stderr_comes_by_the_same_path(run, tmp_pa
     assert failed, err
     assert f"otel-titan: warning: export worker {failed.group(1)}: Traceback: boom \\x1b[31m in red" in err.split("otel-titan: error:")[0]
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("after_ms", [0, 1, 3, 10, 30])
+def test_a_ctrl_c_while_a_worker_starts_neither_kills_it_nor_makes_it_print(tmp_path, after_ms) -> None:
+    """SIGINT `after_ms` after `start_process` returns: within its interpreter's start-up (~30 ms; at 0 ms, before Python's own handler)."""
+    result = tmp_path / "result"
+    worker = start_process("otel_titan.analysis.workers.interpreters", "_call_main", pickle.dumps(("builtins:callable", (), str(result))))
+    try:
+        time.sleep(after_ms / 1000)
+        worker.send_signal(signal.SIGINT)  # the worker only: a terminal's Ctrl-C reaches it the same way, with its command's
+        assert worker.stderr is not None
+        stderr = worker.stderr.read()  # start_process wrote the payload and closed stdin: not communicate(), which flushes it
+        worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        for stream in (worker.stdout, worker.stderr):
+            if stream is not None:
+                stream.close()
+    assert (worker.returncode, stderr.decode(errors="replace")) == (0, "")
+    with open(result, "rb") as handle:
+        assert pickle.load(handle)[0] is True  # and it ran its task: callable(on_bytes)
+
+
+def test_a_worker_started_while_the_pool_is_cancelled_is_killed_at_once() -> None:
+    """shutdown(cancel_futures=True) right after submit: the thread is still in `start_process`, its worker not yet known to the pool."""
+    pool = InterpreterPool(1, "test worker", lambda count: None)
+    future = pool.submit(run_task, "tests.helpers.worker_tasks:sleep", 30)
+    while not future.running():  # its thread has taken it: it is starting the worker (a fork and exec, milliseconds)
+        time.sleep(0.0001)
+    started = time.monotonic()
+    pool.shutdown(cancel_futures=True)  # waits for the pool's thread, so for its worker
+    assert time.monotonic() - started < 10, "the worker escaped the kill and ran its task to the end"
+    assert future.cancelled() or future.exception() is not None

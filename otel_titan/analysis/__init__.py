@@ -21,7 +21,7 @@ Example:
     >>> print(format_summary(summarize_run("outputs")))
     Run outputs  (2 processes, logs in outputs/structured_logs)
     ...
-    >>> RunAnalysis("outputs").hang() is None   # it did not stop in a hang
+    >>> RunAnalysis("outputs").hang() is None   # it did not stop in a hang (else a `HangReport`)
     True
 """
 
@@ -39,6 +39,7 @@ from otel_titan.analysis.model.facts import (
     StopGroup,
     Stragglers,
 )
+from otel_titan.analysis.model.hang import HangGroup, HangReport, RankPlace, Suspect
 from otel_titan.analysis.model.timeline import OpenSpan, ProcessExtent, TimelineVisitor, walk_process
 from otel_titan.analysis.read.filters import StepRange, parse_rank_list, parse_step_range
 from otel_titan.analysis.read.lines import SkippedLines
@@ -49,6 +50,8 @@ from otel_titan.analysis.summarize.text import format_summary
 
 __all__ = [
     "ExportStats",
+    "HangGroup",
+    "HangReport",
     "NoRecordsError",
     "NotARunError",
     "OpenSpan",
@@ -57,6 +60,7 @@ __all__ = [
     "ProcessExtent",
     "ProcessLog",
     "ProcessSummary",
+    "RankPlace",
     "RankSlowness",
     "RunLogs",
     "RunAnalysis",
@@ -66,6 +70,7 @@ __all__ = [
     "StepTimes",
     "StopGroup",
     "Stragglers",
+    "Suspect",
     "TimelineVisitor",
     "find_log_dir",
     "format_summary",

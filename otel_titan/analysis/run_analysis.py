@@ -37,6 +37,7 @@ from otel_titan.analysis.export.chrome_events import ExportStats
 from otel_titan.analysis.export.chrome_trace import generate_gantt_trace
 from otel_titan.analysis.model.collect import summarize_run, summarize_tails
 from otel_titan.analysis.model.facts import ProcessSummary, RunSummary, StragglerFinding
+from otel_titan.analysis.model.hang import HangReport
 from otel_titan.analysis.model.headline import headline_data
 from otel_titan.analysis.model.step_table import StepTable, rows_from_collected, rows_from_rollups
 from otel_titan.analysis.read.records import read_run
@@ -151,8 +152,13 @@ class RunAnalysis:
         """How many processes ended how, the groups they stopped in, and ``diagnosis``: what to look at first, most telling first."""
         return headline_data(self.summary)
 
-    def hang(self) -> dict[str, Any] | None:
-        """The Hang section as data (culprits, victims, the culprit's line of code, process groups), or None when nothing is stuck now."""
+    def hang(self) -> HangReport | None:
+        """The Hang section as a `HangReport` (its `verdict`, `suspects` with their rule and line of code, process `groups`), or None when nothing is stuck now.
+
+        ``run.hang().suspects[0]`` is the rank to look at first (a `Suspect`: its `label`, `rank`, `where`, `why`,
+        `rule`); `groups` (`HangGroup`s) say where the others wait; `places` (`RankPlace`s) where each process
+        is; `notes` say why when the `verdict` is "cannot tell". ``to_json()["hang"]`` is the same as a dict.
+        """
         return self.summary.hang
 
     def stragglers(self, headline_only: bool = False) -> list[StragglerFinding]:

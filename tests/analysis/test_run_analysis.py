@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 from benchmarks.generate_run import RunSpec, generate_run
-from otel_titan.analysis import RunAnalysis
+from otel_titan.analysis import HangGroup, HangReport, RankPlace, RunAnalysis, Suspect
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,6 +31,24 @@ def test_a_hung_run_is_answered_from_one_read_and_agrees_with_summarize(tmp_path
     assert "rank 5" in analysis.text()
     assert [p.rank for p in analysis.processes()] == list(range(8))
     assert analysis.missing() == []
+
+
+def test_hang_is_the_exported_report_and_has_the_attributes_its_docstrings_name(tmp_path):
+    run = str(tmp_path / "run")
+    generate_run(run, RunSpec(ranks=8, steps=12, seed=1, hung=(5, 9), black_boxes=True))
+    analysis = RunAnalysis(run, log_skipped=False)
+    hang = analysis.hang()
+    assert type(hang) is HangReport
+    assert hang.verdict == "named" and [type(s) for s in hang.suspects] == [Suspect] * len(hang.suspects)
+    assert hang.suspects[0].rank == 5 and hang.suspects[0].rule, hang.suspects
+    assert hang.groups and all(type(g) is HangGroup for g in hang.groups)
+    assert sorted(p.rank for p in hang.places if type(p) is RankPlace) == list(range(8))
+    # Every attribute (a lowercase name in single backticks) that `hang()`'s and `HangReport`'s docstrings name is a field.
+    named = set(re.findall(r"(?<!`)`([a-z_]+)`(?!`)", inspect.getdoc(RunAnalysis.hang) + (HangReport.__doc__ or "")))
+    fields = {f.name for cls in (HangReport, Suspect, HangGroup, RankPlace) for f in dataclasses.fields(cls)}
+    assert {"verdict", "suspects", "groups", "places", "notes", "rule", "where"} <= named and named <= fields, named - fields
+    as_json = json.loads(json.dumps(analysis.to_json()["hang"], default=str))
+    assert as_json == json.loads(json.dumps(dataclasses.asdict(hang), default=str))
 
 
 def test_the_front_gives_what_the_commands_give(tmp_path):

@@ -735,6 +735,16 @@ def read_process(process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_byte
     return state
 
 
+def read_share(processes: list[ProcessLog], plans: list[ReadPlan], log_skipped: bool, on_bytes: Callable[[int], None]) -> list[bytes]:
+    """One worker's share (`model.parallel.read_in_workers`): each of `processes` read as its plan says (`read_process`), pickled.
+
+    What the cache keeps and the parent finishes. Here, beside `read_process`, and handed to the dispatcher
+    as an argument: `parallel` imports nothing of this module, which imports it (no cycle), and the
+    worker imports this function by the name of the object it was given, never by a string written out.
+    """
+    return [pickle.dumps(read_process(process, plan, log_skipped, on_bytes), protocol=pickle.HIGHEST_PROTOCOL) for process, plan in zip(processes, plans, strict=True)]
+
+
 def finish_read(state: ProcessRead, process: ProcessLog, plan: ReadPlan, on_bytes: Callable[[int], None] | None) -> tuple[_Collector, ProcessSummary, SkippedLines]:
     """Read what is never cached (the bytes after the last complete line of segment ``plan.stop``, the segments after it), then finish the process."""
     if plan.keys is None:
@@ -811,7 +821,7 @@ def collect_run(
     jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
     reads: dict[int, bytes] = {}
     if wanted and (jobs > 1 or scheduler is not None):
-        blobs = summary_parallel.read_in_workers([processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
+        blobs = summary_parallel.read_in_workers(read_share, [processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
         reads.update(zip(wanted, blobs))
     here = set(wanted) - set(reads)
     collector = _Collector()

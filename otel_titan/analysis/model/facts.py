@@ -8,11 +8,14 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_titan.analysis.model.clocks import ClockAlignment
 from otel_titan.analysis.model.ending import crash_state
 from otel_titan.analysis.read.runs import RunInfo
+
+if TYPE_CHECKING:  # model.hang imports model.headline, which imports this module: for the annotation alone
+    from otel_titan.analysis.model.hang import HangReport
 
 __all__ = ["innermost_open", "OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "StragglerFinding", "Stragglers", "utc"]
 
@@ -322,8 +325,8 @@ class RunSummary:
     clock: ClockAlignment | None = None
     #: Built from file tails only (`summarize_tails`): no phases, no stragglers.
     tail_only: bool = False
-    #: The Hang section (analysis/hang.py `HangReport`), None when every process closed cleanly and none stalled.
-    hang: Any = None
+    #: The Hang section (`model.hang.HangReport`), None when every process closed cleanly and none stalled.
+    hang: HangReport | None = None
     #: Ranks the records' ``world_size`` says exist but that wrote no file (`model.collect.missing_ranks`).
     missing: list[dict[str, Any]] = field(default_factory=list)
     #: Stalls that progress ended (the process resumed): history, not hangs (`hang.stall_history`).

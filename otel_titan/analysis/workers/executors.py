@@ -69,7 +69,7 @@ def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable
 
     Example (not run here: it starts two worker interpreters; tests/analysis/workers/test_executors.py runs them):
         >>> with open_workers(2, None, "summary worker", print) as workers:  # doctest: +SKIP
-        ...     results = run_shares(workers, "otel_titan.analysis.model.share:read_share", shares, print)
+        ...     results = run_shares(workers, "otel_titan.analysis.model.collect:read_share", shares, print)
     """
     if scheduler is None:
         pool = InterpreterPool(jobs, what, on_bytes)

@@ -221,6 +221,9 @@ class Field:
     MAX_FILE_SIZE_MB = "max_file_size_mb"
     BACKUP_COUNT = "backup_count"
     QUEUE_SIZE = "queue_size"
+    #: On ``structured_logger_opened``: the heartbeat's interval (0: none). A reader that sees it knows a process
+    #: alive with spans open writes a ``heartbeat`` after that long quiet, so silence from every one means they are gone.
+    HEARTBEAT_INTERVAL_S = "heartbeat_interval_s"
     MESH = "mesh"
     MESH_SHAPE = "mesh_shape"
     STACKS_FILE = "stacks_file"

@@ -442,6 +442,8 @@ def opened_fields(identity: RunIdentity, options: Any) -> dict[str, Any]:
         Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
         Field.BACKUP_COUNT: options.backup_count,
         Field.QUEUE_SIZE: options.queue_size,
+        # What a silence means (watch): alive with spans open, this process writes a heartbeat after this long quiet.
+        **({Field.HEARTBEAT_INTERVAL_S: options.heartbeat_interval_s} if hasattr(options, "heartbeat_interval_s") else {}),
         Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
         # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
         **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),

@@ -181,7 +181,7 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
         w = _Writer(case, rank)
         t = T0
         if w.ours:
-            w.add("structured_logger_opened", t, log_type="instant", otel_titan_version="0.1.0", stacks_file=None)
+            w.add("structured_logger_opened", t, log_type="instant", otel_titan_version="0.1.0", stacks_file=None, heartbeat_interval_s=10.0)
         # Before the loop: the model's build (every writer logs something there: one span).
         w.open("build_model", 0, T0 + 100 + rank * 3)
         w.close(T0 + 50_000 + rank * 11)

@@ -509,6 +509,9 @@ class Detector:
         source_missing = [m for m in missing if m[0] == source]
         if source_missing and (self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s):
             return None  # a rank slow to start (imports, a checkpoint read before init) is not missing at once
+        due = _heartbeat_due(live)
+        if due is not None:  # all silent since their progress, though one alive with spans open writes heartbeats
+            return _stopped_at_once(live, now, due) if now - max(p.progress_arrival or now for p in live) >= due else None
         talking = [p for p in live if not p.silent]
         # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
         # often logs while the others are still building the model, and that is no hang.
@@ -1048,6 +1051,38 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
         if ratio is not None and ratio <= MAX_END_TO_ARRIVAL and (best is None or len(steps) > best[0]):
             best = (len(steps), name)
     return None if best is None else best[1]
+
+
+#: How long past its logger's heartbeat interval a heartbeat may take to reach the file (the processor's next pass, the write).
+HEARTBEAT_SLACK = 1.5
+
+
+def _heartbeat_due(live: list[ProcessState]) -> float | None:
+    """Seconds after the last progress by which a heartbeat must have come, when none has: None where the rule does not apply, or someone spoke.
+
+    A stuck process still speaks (heartbeats with spans open, its watchdog's
+    black box, a stack dump); a job SIGKILLed whole (a scheduler's hard kill,
+    a node agent, its hosts gone) says nothing more, and the least advanced
+    rank is then only where the kill found it. Judged only where every file
+    says its heartbeat interval (the opening record's; older files and other
+    writers' do not) and one with spans open has a heartbeat on: between spans
+    no heartbeat is written (a stall record comes, much later).
+    """
+    if any(p.heartbeat_s is None or p.alive_since_progress for p in live):
+        return None
+    due = [p.heartbeat_s for p in live if p.open and p.heartbeat_s]
+    return HEARTBEAT_SLACK * max(due) + 2.0 if due else None
+
+
+def _stopped_at_once(live: list[ProcessState], now: float, due: float) -> _Verdict:
+    """The verdict on a job whose every process fell silent at once (`_heartbeat_due`): nobody is named, as `summarize` names no one (no process stuck on the evidence)."""
+    last = max(p.progress_arrival or now for p in live)
+    interval = max(p.heartbeat_s or 0.0 for p in live if p.open)
+    why = (f"no process wrote a heartbeat, a black box or any record in the {now - last:,.0f} s since its last progress, though "
+           f"{sum(1 for p in live if p.open)} had spans open and write a heartbeat every {interval:g} s while alive: stopped together "
+           f"(a hard kill of the whole job, its hosts gone), not stuck; nobody is named")
+    top_step = max((p.step for p in live if p.step is not None), default=None)
+    return _Verdict([], "stopped writing at once", why, "stopped at once", last, None, top_step, None, ["no heartbeat"], due)
 
 
 def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:

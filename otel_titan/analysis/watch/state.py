@@ -164,6 +164,13 @@ class ProcessState:
         self.last_arrival: float | None = None
         #: Watcher time of the last progress: a span that ended, a new step, a program instant outside any open span.
         self.progress_arrival: float | None = None
+        #: ... and on the writer's clock (µs).
+        self.progress_us: int | None = None
+        #: Whether it said it is alive since its last progress: a heartbeat, a black box, a stack dump, or a record
+        #: written a heartbeat's interval after it (a rank crawling in a hang). A process killed says nothing more.
+        self.alive_since_progress = False
+        #: Its logger's heartbeat interval (the opening record's; None: not said, as in older or other writers' files).
+        self.heartbeat_s: float | None = None
         self.opened_us: int | None = None
         self.last_us: int | None = None
         self.program_records = 0
@@ -224,6 +231,8 @@ class ProcessState:
         self.program_records += 1
         if self.box_live:
             self.box_live = False
+        if not self.alive_since_progress and self.progress_us is not None and time_us - self.progress_us >= 1e6 * (self.heartbeat_s or 10.0):
+            self.alive_since_progress = True
         if self.last_program_us is not None:
             gap = (time_us - self.last_program_us) / 1000.0
             if gap > self.gap_max_ms:
@@ -232,7 +241,7 @@ class ProcessState:
         step = record.get("step")
         if type(step) is int and (self.step is None or step > self.step):
             self._new_step(step, time_us)
-            self.progress_arrival = arrival
+            self._progress(arrival, time_us)
         kind = record["log_type"]
         if kind == "event" and name.endswith("_start"):
             self._order += 1
@@ -253,11 +262,15 @@ class ProcessState:
             if not self.open:
                 # An instant (a scalar) from inside an open span is no progress out of it: a rank crawling in a hang (a
                 # record every 20 s from inside `bwd`) stays the hang's culprit, raised once, not again at each write.
-                self.progress_arrival = arrival
+                self._progress(arrival, time_us)
             if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
                 value = record.get("value")
                 if type(value) in (int, float):
                     self._current.tokens = float(value)
+
+    def _progress(self, arrival: float, time_us: int) -> None:
+        self.progress_arrival, self.progress_us = arrival, time_us
+        self.alive_since_progress = False
 
     def apply_stacks(self, dump: dict[str, Any], arrival: float) -> bool:
         """Take a faulthandler dump of its side file (`hang.read_faulthandler_stacks`) as its black box; True when taken.
@@ -275,6 +288,7 @@ class ProcessState:
             return False
         self.black_box = _black_box({"time_us": time_us, "reason": "faulthandler", "threads": dump.get("threads"), "open_spans": [], "flight_recorder": None}, arrival)
         self.box_live = True
+        self.alive_since_progress = True
         return True
 
     def _meta(self, name: str, record: dict[str, Any], arrival: float) -> None:
@@ -283,6 +297,9 @@ class ProcessState:
             self.coords = mesh_coordinates(record) or self.coords
             if type(record.get("world_size")) is int:
                 self.world_size = record["world_size"]
+            interval = record.get(Field.HEARTBEAT_INTERVAL_S)
+            if type(interval) in (int, float) and interval >= 0:
+                self.heartbeat_s = float(interval)
         elif name == MetaEvent.MESH_FOUND:
             self.coords = self.coords or mesh_coordinates(record)  # a DeviceMesh found after init, as summarize reads it
         elif name == MetaEvent.CLOSED:
@@ -300,6 +317,9 @@ class ProcessState:
         elif name == MetaEvent.STALL:
             self.black_box = _black_box(record, arrival)
             self.box_live = True
+            self.alive_since_progress = True
+        elif name == MetaEvent.HEARTBEAT:
+            self.alive_since_progress = True
 
     def _error(self, name: str, record: dict[str, Any]) -> None:
         """A span failed: the innermost one of an exception unwinding nested spans is the one started last.
@@ -324,7 +344,7 @@ class ProcessState:
         if span is None:  # no span id (torchtitan's files): the newest open span of that name
             for key in sorted((k for k, s in self.open.items() if s.name == name), key=lambda k: -self.open[k].order)[:1]:
                 span = self.open.pop(key)
-        self.progress_arrival = arrival
+        self._progress(arrival, record["time_us"])
         self.last_end = name
         value = record.get("value")
         ms = float(value) if type(value) in (int, float) else (None if span is None else (record["time_us"] - span.start_us) / 1000.0)

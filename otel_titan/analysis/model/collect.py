@@ -141,8 +141,8 @@ class _Collector(TimelineVisitor):
         self.phase_offsets: dict[tuple[str, str], array] = {}
         # label → what the Hang section needs: its live black box, past stalls, spans entered in its last step
         self.hang = HangTracker()
-        # Bound straight to the tracker (one call per record, not two): a record after a black box is progress.
-        self.span_begun = self.hang.progress_at  # type: ignore[method-assign,assignment]
+        # Bound straight to the tracker (one call per record, not two): a span begun is progress.
+        self.span_begun = self.hang.span_begun  # type: ignore[method-assign]
         # Per process, the last top-level span of each step: the step-closing collective (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
         # The memory/host figures that explain slow steps (step_figures.py).
@@ -211,7 +211,7 @@ class _Collector(TimelineVisitor):
 
     def step_begun(self, step: int, begin_us: int) -> None:
         self.step_begins[step] = begin_us
-        self.hang.step_begun(step)
+        self.hang.step_begun(step, begin_us)
 
 
 
@@ -235,6 +235,8 @@ class _Collector(TimelineVisitor):
             self.hang.entered_span(name, (span.start or {}).get("step"))
             return
         hang = self.hang
+        if end_us > hang.progress_us:
+            hang.progress_us = end_us
         if hang.box is not None or hang.stalled or hang.quiet or hang.interrupted:
             hang.progress()
         ms = dur_us / 1000.0
@@ -298,6 +300,7 @@ class _Collector(TimelineVisitor):
         error_type = error_details(record)[0]
         if not _interrupted(record):
             self.hang.progress()
+            self.hang.progress_us = max(self.hang.progress_us, record["time_us"])
         start = span.start_us if span is not None else record["time_us"]
         if self.failed is None or start >= self.failed[2]:
             step = (span.start or {}).get("step") if span is not None and span.start is not None else record.get("step")
@@ -314,6 +317,8 @@ class _Collector(TimelineVisitor):
             self.hang.stall(record)
         elif name == "heartbeat":
             self.hang.heartbeat()
+        elif name == _OPENED:
+            self.hang.opened(record)
         if name == _MESH_FOUND:
             # A DeviceMesh found after init (its process groups, at the first steps): the opening record's `mesh`, late.
             mesh = read_mesh(record.get("mesh"))
@@ -374,6 +379,7 @@ class _Collector(TimelineVisitor):
             self.rank_meshes[key] = process.mesh or self.rank_meshes.get(key)
         if self.hang.interrupted:  # nothing of the program came after Ctrl-C ended them: where the process was
             self.open.extend(self.interrupted)
+        self.hang.alive_after(last_us, bool(self.open), summary.signal_us)
         self.hang.end(seen=[name for name, acc in self.process_phases.items() if acc.durations])
         summary.open_span_count = len(self.open)
         open_now = {id(span) for span, _ in self.open}

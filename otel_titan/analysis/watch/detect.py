@@ -511,7 +511,8 @@ class Detector:
             return None  # a rank slow to start (imports, a checkpoint read before init) is not missing at once
         due = _heartbeat_due(live)
         if due is not None:  # all silent since their progress, though one alive with spans open writes heartbeats
-            return _stopped_at_once(live, now, due) if now - max(p.progress_arrival or now for p in live) >= due else None
+            last = max(p.progress_arrival or now for p in live)
+            return _stopped_at_once(live, now, last, due) if now - last >= due else None
         talking = [p for p in live if not p.silent]
         # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
         # often logs while the others are still building the model, and that is no hang.
@@ -1053,8 +1054,9 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
     return None if best is None else best[1]
 
 
-#: How long past its logger's heartbeat interval a heartbeat may take to reach the file (the processor's next pass, the write).
-HEARTBEAT_SLACK = 1.5
+#: How long past its logger's heartbeat interval a heartbeat may take to reach the file: a factor (the processor's next pass) and
+#: seconds (the write, the follower's next read).
+HEARTBEAT_SLACK, HEARTBEAT_SLACK_S = 1.5, 2.0
 
 
 def _heartbeat_due(live: list[ProcessState]) -> float | None:
@@ -1071,12 +1073,11 @@ def _heartbeat_due(live: list[ProcessState]) -> float | None:
     if any(p.heartbeat_s is None or p.alive_since_progress for p in live):
         return None
     due = [p.heartbeat_s for p in live if p.open and p.heartbeat_s]
-    return HEARTBEAT_SLACK * max(due) + 2.0 if due else None
+    return HEARTBEAT_SLACK * max(due) + HEARTBEAT_SLACK_S if due else None
 
 
-def _stopped_at_once(live: list[ProcessState], now: float, due: float) -> _Verdict:
-    """The verdict on a job whose every process fell silent at once (`_heartbeat_due`): nobody is named, as `summarize` names no one (no process stuck on the evidence)."""
-    last = max(p.progress_arrival or now for p in live)
+def _stopped_at_once(live: list[ProcessState], now: float, last: float, due: float) -> _Verdict:
+    """The verdict on a job whose every process fell silent at once, at watcher time `last` (`_heartbeat_due`): nobody is named, as `summarize` names no one (no process stuck on the evidence)."""
     interval = max(p.heartbeat_s or 0.0 for p in live if p.open)
     why = (f"no process wrote a heartbeat, a black box or any record in the {now - last:,.0f} s since its last progress, though "
            f"{sum(1 for p in live if p.open)} had spans open and write a heartbeat every {interval:g} s while alive: stopped together "

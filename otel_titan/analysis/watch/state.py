@@ -29,7 +29,7 @@ from typing import Any
 
 from otel_titan.analysis.model.ending import INTERRUPT, UNCAUGHT, crash_of, crash_state
 from otel_titan.analysis.model.hang import digest_black_box, program_line
-from otel_titan.analysis.model.hang_facts import ENTERED_KEPT
+from otel_titan.analysis.model.hang_facts import ENTERED_KEPT, HEARTBEAT_S_MAX
 from otel_titan.analysis.model.timeline import error_details
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
@@ -299,7 +299,8 @@ class ProcessState:
                 self.world_size = record["world_size"]
             interval = record.get(Field.HEARTBEAT_INTERVAL_S)
             if type(interval) in (int, float) and interval >= 0:
-                self.heartbeat_s = float(interval)
+                # Capped as summarize caps it: a forged interval must not hold back the verdict on a job killed whole.
+                self.heartbeat_s = min(float(interval), HEARTBEAT_S_MAX)
         elif name == MetaEvent.MESH_FOUND:
             self.coords = self.coords or mesh_coordinates(record)  # a DeviceMesh found after init, as summarize reads it
         elif name == MetaEvent.CLOSED:

@@ -51,3 +51,41 @@ def test_a_malformed_black_box_is_ignored_not_fatal():
     tracker = _tracker()
     tracker.stall({"reason": "stall", "open_spans": "not a list", "threads": 5})
     assert tracker.box is None and tracker.stalled
+
+
+class _Span:
+    def __init__(self, start_us: int) -> None:
+        self.start_us = start_us
+
+
+def test_a_record_a_heartbeat_interval_after_the_last_progress_says_alive_and_stopped_one_sooner_does_not():
+    """Issue 26 items 5 and 10 without a watchdog: Ctrl-C's unwinding, a signal's box or a crawling rank's instant, written 10 s after the
+    last progress with spans open, is what a heartbeat says; a healthy job stopped mid-step writes its last records within a step."""
+    for last_us, quiet in ((20_000_000, True), (10_500_000, True), (10_400_000, False)):
+        tracker = _tracker()
+        tracker.opened({"log_type_name": "structured_logger_opened", "heartbeat_interval_s": 10.0})
+        tracker.step_begun(3, 100_000)
+        tracker.span_begun(_Span(500_000))  # its last progress: fwd began
+        tracker.alive_after(last_us, spans_open=True, signal_us=None)
+        tracker.end()
+        assert tracker.facts["training rank 0"]["quiet"] is quiet, last_us
+
+
+def test_between_spans_only_a_signal_long_after_the_progress_says_alive():
+    """No heartbeat is written between spans: a record there says nothing, a SIGTERM received 40 s after the progress does."""
+    tracker = _tracker()
+    tracker.step_begun(3, 100_000)
+    tracker.alive_after(40_100_000, spans_open=False, signal_us=None)
+    assert not tracker.quiet
+    tracker.alive_after(40_100_000, spans_open=False, signal_us=40_100_000)
+    assert tracker.quiet
+
+
+def test_the_heartbeat_interval_is_the_opening_record_s_capped_and_a_tail_with_no_progress_says_nothing():
+    tracker = _tracker()
+    tracker.opened({"heartbeat_interval_s": 3600.0})  # forged: a stuck process must not hide behind an hour
+    assert tracker.heartbeat_s == 300.0
+    tracker.opened({"heartbeat_interval_s": 0})  # heartbeats off: a record 10 s after the progress still says it was alive
+    assert tracker.heartbeat_s == 10.0
+    tracker.alive_after(10**12, spans_open=True, signal_us=10**12)  # a tail that began inside the open span: no progress read
+    assert not tracker.quiet

@@ -135,3 +135,11 @@ def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
             events += detector.evaluate(t + k)[1]
         hangs = [e for e in events if e["kind"] == "hang"]
         assert len(hangs) == 1 and hangs[0]["ranks"] == [0] and hangs[0]["phase"] == "eval", (limit, hangs)
+
+
+def test_the_opening_record_s_heartbeat_interval_is_believed_up_to_a_cap():
+    """A forged interval (the run folder is a team's) must not keep a job killed whole a hang with a culprit for an hour."""
+    for said, kept in ((10.0, 10.0), (0, 0.0), (3600.0, 300.0), ("10", None), (-1, None)):
+        p = ProcessState("r0", label="training rank 0", source="training", rank=0)
+        p.apply({"log_type_name": "structured_logger_opened", "log_type": "instant", "time_us": 1, "heartbeat_interval_s": said}, arrival=0.0)
+        assert p.heartbeat_s == kept, said

@@ -20,8 +20,10 @@ The axes come from the field's failure taxonomy (how real jobs fail: the Llama 3
   ``readme`` (the README's loop: fwd_bwd [fwd, bwd], then ``optimizer``; the all-reduce runs inside ``bwd``, as DDP's
   hooks do, with no span of its own); ``nospan`` (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer);
 * **onset**: the fault in step 1 (``start``) or in the last step (``late``);
-* **evidence** (``boxes``): black boxes from every stuck rank, from all but the culprit, or from none; the flight
-  recorder in them on or off.
+* **evidence** (``boxes``): black boxes from every stuck rank, from all but the culprit (its call holds the interpreter
+  lock: neither its watchdog nor its heartbeat can run), or from none (the watchdog off, or its threshold, minutes by
+  default, not reached); the flight recorder in them on or off. Whatever the boxes, a process alive and quiet with
+  spans open writes a ``heartbeat`` every 10 s (the opening record's ``heartbeat_interval_s``), as the writer does.
 
 Each rank's records are written as the writer writes them; where a rank is stuck, where the others wait and what each
 writes follows from the loop, never from the expected answer.
@@ -181,7 +183,7 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
         w = _Writer(case, rank)
         t = T0
         if w.ours:
-            w.add("structured_logger_opened", t, log_type="instant", otel_titan_version="0.1.0", stacks_file=None, heartbeat_interval_s=10.0)
+            w.add("structured_logger_opened", t, log_type="instant", otel_titan_version="0.1.0", stacks_file=None, heartbeat_interval_s=HEARTBEAT_S)
         # Before the loop: the model's build (every writer logs something there: one span).
         w.open("build_model", 0, T0 + 100 + rank * 3)
         w.close(T0 + 50_000 + rank * 11)
@@ -227,6 +229,19 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
 
 #: When the peers' watchdogs fire, when torchrun's agent stops everyone, after the last progress (s).
 STALL_S, SIGTERM_S = 3.0, 40.0
+#: The writer's heartbeat interval (its opening record says it), when the peers Ctrl-C could not stop are killed, and how long a
+#: still-alive rank's file runs past its last progress (s).
+HEARTBEAT_S, KILLED_AFTER_CTRL_C_S, ALIVE_S = 10.0, 30.0, 200.0
+
+
+def _heartbeats(w: _Writer, quiet_since: int, until: int) -> None:
+    """What the writer's processor writes while the process is alive and quiet with spans open: a ``heartbeat`` each interval, up to `until` (µs)."""
+    if not (w.ours and w.stack):
+        return
+    at = quiet_since + int(HEARTBEAT_S * 1e6)
+    while at < until:
+        w.add("heartbeat", at, log_type="instant", open_spans=len(w.stack))
+        at += int(HEARTBEAT_S * 1e6)
 
 
 def _victim_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> None:
@@ -236,12 +251,14 @@ def _victim_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> Non
         return
     if case.boxes != "none":
         w.box(t + int(STALL_S * 1e6), "stall", step, False, between)
-        if w.ours and w.stack:
-            w.add("heartbeat", t + 10_000_000, log_type="instant", open_spans=len(w.stack))
+    # Alive and waiting, its spans open: heartbeats, whatever the watchdog's threshold (the stall record's default is minutes).
     if case.end == "interrupt" and case.peers == "wait":
-        return  # stuck in gloo, Ctrl-C never reaches Python: killed later, nothing written
+        _heartbeats(w, t, t + int(KILLED_AFTER_CTRL_C_S * 1e6))
+        return  # stuck in gloo, Ctrl-C never reaches Python: killed later, nothing more written
     if case.end in ("stuck", "crawling"):
+        _heartbeats(w, t, t + int(ALIVE_S * 1e6))
         return  # alive, waiting
+    _heartbeats(w, t, t + int(SIGTERM_S * 1e6))
     if w.ours:  # torchrun's agent (or the operator) stops them
         w.add("signal_received", t + int(SIGTERM_S * 1e6), log_type="instant", signal="SIGTERM")
         w.box(t + int(SIGTERM_S * 1e6) + 100, "SIGTERM", step, False, between)
@@ -254,17 +271,22 @@ def _culprit_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> No
     elif case.end == "sigkill":
         pass  # nothing after its last record
     elif case.end in ("stuck", "interrupt", "sigterm"):
+        # Its own evidence: "not the culprit" is a call that holds the interpreter lock (no watchdog, no heartbeat can run);
+        # "none" a stall shorter than the watchdog's threshold, with the writer's heartbeats.
         if own:
             w.box(t + int(STALL_S * 1e6), "stall", step, True, between)
-            if w.ours:
-                w.add("heartbeat", t + 10_000_000, log_type="instant", open_spans=len(w.stack))
+        end_s = {"stuck": ALIVE_S, "interrupt": 20.9, "sigterm": SIGTERM_S}[case.end]
+        if case.boxes != "not the culprit":
+            _heartbeats(w, t, t + int(end_s * 1e6))
         if case.end == "interrupt":  # Ctrl-C: KeyboardInterrupt unwinds the span it was stuck in
-            w.raise_(t + 20_900_000, ("KeyboardInterrupt", ""), step, "train.py:34:read_shard")
+            w.raise_(t + int(end_s * 1e6), ("KeyboardInterrupt", ""), step, "train.py:34:read_shard")
         elif case.end == "sigterm" and w.ours:
             w.add("signal_received", t + int(SIGTERM_S * 1e6), log_type="instant", signal="SIGTERM")
             w.box(t + int(SIGTERM_S * 1e6) + 100, "SIGTERM", step, True, between)
-    elif case.end == "crawling":  # still inside fwd, one record every 20 s (a loop logging per layer)
+    elif case.end == "crawling":  # still inside fwd, one record every 20 s (a loop logging per layer); a heartbeat in each quiet 10 s
         for k in range(1, 11):
+            if case.boxes != "not the culprit":
+                _heartbeats(w, t + (k - 1) * 20_000_000, t + k * 20_000_000)
             w.add("metric_value", t + k * 20_000_000, log_type="instant", event_name="fwd_progress", value=float(k), step=step)
 
 

@@ -392,12 +392,12 @@ class _Collector(TimelineVisitor):
                     path.append(outer.name)
                     outer = outer.parent
                 first = span.start or {}
-                step = first.get("step")
+                span_step = first.get("step")
                 listed.append(
                     OpenSpanInfo(
                         name=span.name,
                         path=path[::-1],
-                        step=step if type(step) is int else None,
+                        step=span_step if type(span_step) is int else None,
                         start_us=span.start_us,
                         open_s=round(dur_us / 1e6, 6),
                         task_name=span.lane[1],
@@ -868,9 +868,9 @@ def collect_run(
     # (Not with an empty file: its creation time is its mtime, which no content key covers.)
     if store is not None and complete and all(summary.records for summary in summaries):
         # Kept now, before any verdict shifts a time: the facts on the clocks as written.
-        state = collector.state()
-        state["closing"] = [spans for _, spans in state["closing"]]
-        facts = dump_cached((state, summaries, skipped_result(skipped), replayed))
+        kept = collector.state()
+        kept["closing"] = [spans for _, spans in kept["closing"]]
+        facts = dump_cached((kept, summaries, skipped_result(skipped), replayed))
         if facts is not None and store.save_run(processes, keys, facts) and facts_entry is not None:
             facts_entry.append((store, processes, keys))
     return collector, summaries
@@ -933,9 +933,9 @@ def summarize_tails(
         _finish_process(summary, process)
         processes.append(summary)
     alignment = ClockAlignment(False, "not estimated from file tails")
-    summary = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes), hang_facts=collector.hang.facts, rank_filter=ranks)
-    summary.tail_only = True
-    return summary
+    run = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes), hang_facts=collector.hang.facts, rank_filter=ranks)
+    run.tail_only = True
+    return run
 
 
 def _byte_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
@@ -1036,7 +1036,7 @@ def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str
     labels = Counter(p.label for p in processes)
     for p in processes:
         # The facts are kept by label, which repeats across restart attempts: an earlier attempt's are then its open spans.
-        fact = (hang_facts.get(p.label) or {}) if labels[p.label] == 1 else {"step": p.last_step, "entered": [s.name for s in p.open_spans]}
+        fact: dict[str, Any] = (hang_facts.get(p.label) or {}) if labels[p.label] == 1 else {"step": p.last_step, "entered": [s.name for s in p.open_spans]}
         end = End(p.label, closed=bool(p.closed_cleanly), last_us=p.last_us, step=fact.get("step"), entered=fact.get("entered") or (),
                   crash=p.crash, signal_us=p.signal_us if p.signal else None, wrote=p.last_event is not None)
         by_run.setdefault((p.source, p.attempt), []).append((p, end))
@@ -1081,7 +1081,7 @@ def _torch_dumps(logs: Any, processes: list[ProcessSummary], first_us: int | Non
     # A dump of an earlier job in the same folder is not this run's: its collectives began before this run did.
     out = {}
     for rank, (path, dump) in found.items():
-        created = [e.get("time_created_ns") for e in dump["entries"] if isinstance(e, dict) and type(e.get("time_created_ns")) is int]
+        created: list[int] = [e["time_created_ns"] for e in dump["entries"] if isinstance(e, dict) and type(e.get("time_created_ns")) is int]
         if first_us is None or (created and max(created) / 1000 >= first_us):
             out[rank] = (path, dump)
     return out
@@ -1188,7 +1188,7 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: St
         cannot_tell = 0
         last: dict[int, int] = {}
         for key, members in groups.items():
-            common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=members, group=key)
+            common: dict[str, Any] = dict(source=source, attempt=attempt, step_ms=step_ms, peers=members, group=key)
             mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
             if len(mine) < 2:
                 continue

@@ -160,6 +160,7 @@ class Watch:
             detector.want_black_box = False
             if self.trigger:
                 self._touch(now)
+        assert frame is not None  # evaluated with its frame (`with_frame` is True by default)
         frame["run_dir"] = self.follower.run_dir
         frame["black_box_requested_utc"] = [_utc(t) for t in self.triggered[-3:]]
         if self.trigger_error:

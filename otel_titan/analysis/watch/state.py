@@ -264,7 +264,7 @@ class ProcessState:
                 # record every 20 s from inside `bwd`) stays the hang's culprit, raised once, not again at each write.
                 self._progress(arrival, time_us)
             if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
-                value = record.get("value")
+                value: Any = record.get("value")
                 if type(value) in (int, float):
                     self._current.tokens = float(value)
 
@@ -297,7 +297,7 @@ class ProcessState:
             self.coords = mesh_coordinates(record) or self.coords
             if type(record.get("world_size")) is int:
                 self.world_size = record["world_size"]
-            interval = record.get(Field.HEARTBEAT_INTERVAL_S)
+            interval: Any = record.get(Field.HEARTBEAT_INTERVAL_S)
             if type(interval) in (int, float) and interval >= 0:
                 # Capped as summarize caps it: a forged interval must not hold back the verdict on a job killed whole.
                 self.heartbeat_s = min(float(interval), HEARTBEAT_S_MAX)
@@ -347,7 +347,7 @@ class ProcessState:
                 span = self.open.pop(key)
         self._progress(arrival, record["time_us"])
         self.last_end = name
-        value = record.get("value")
+        value: Any = record.get("value")
         ms = float(value) if type(value) in (int, float) else (None if span is None else (record["time_us"] - span.start_us) / 1000.0)
         if ms is None or ms != ms:
             return
@@ -452,7 +452,7 @@ def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
         if isinstance(frames, list) and frames:
             frame = program_line([f for f in frames if isinstance(f, dict)])
     spans = record.get("open_spans")
-    names = [s.get("name") for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
+    names: list[str] = [s["name"] for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
     where = record.get("where") if isinstance(record.get("where"), str) else None
     fr = record.get("flight_recorder")
     try:

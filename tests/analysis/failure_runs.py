@@ -19,7 +19,11 @@ The axes come from the field's failure taxonomy (how real jobs fail: the Llama 3
 * **the loop** (`LOOPS`): ``collective`` (data_fetch, fwd_bwd [fwd, bwd], then an ``all_reduce`` span closes the step);
   ``readme`` (the README's loop: fwd_bwd [fwd, bwd], then ``optimizer``; the all-reduce runs inside ``bwd``, as DDP's
   hooks do, with no span of its own); ``nospan`` (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer);
-* **onset**: the fault in step 1 (``start``) or in the last step (``late``);
+* **onset**: the fault in step 1 (``start``) or in the last step (``late``); or in the last step after a stall it
+  recovered from in step 2 (``intermittent``: the same rank stopped 45 s inside ``fwd`` while the others waited for it),
+  after a pause every rank shares in step 2 (``pause, every rank``: 45 s in a ``checkpoint`` span, a sharded save), or
+  after one on rank 0 only (``pause, rank 0``: its ``checkpoint`` while the others wait in an untraced barrier). Healthy
+  jobs get the same: a recovered stall, a pause, is no culprit;
 * **evidence** (``boxes``): black boxes from every stuck rank, from all but the culprit (its call holds the interpreter
   lock: neither its watchdog nor its heartbeat can run), or from none (the watchdog off, or its threshold, minutes by
   default, not reached); the flight recorder in them on or off. Whatever the boxes, a process alive and quiet with
@@ -39,6 +43,9 @@ from typing import Any
 
 from tests.helpers.analysis import T0
 
+ONSETS = ("start", "late", "intermittent", "pause, every rank", "pause, rank 0")
+#: The step of the recovered stall or the pause (`ONSETS`), and how long it lasts (s): longer than `watch`'s patience for a hang.
+PAUSE_STEP, PAUSE_S = 2, 45.0
 ENDS = ("clean", "exception_in_span", "exception_between", "interrupt", "sigterm", "sigkill", "stuck", "crawling", "ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
 WRITERS = ("otel-titan", "torchtitan", "pimm")
 LOOPS = ("collective", "readme", "nospan")
@@ -64,7 +71,12 @@ class Case:
 
     @property
     def culprit(self) -> int | None:
-        return None if self.end in HEALTHY else (self.seed * 7 + 1) % self.world
+        return None if self.end in HEALTHY else self.slow_rank
+
+    @property
+    def slow_rank(self) -> int:
+        """The rank the fault is in; in a healthy job, the one whose stall (``intermittent``) it recovered from."""
+        return (self.seed * 7 + 1) % self.world
 
     @property
     def fault_step(self) -> int:
@@ -189,11 +201,21 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
         w.close(T0 + 50_000 + rank * 11)
         ended = False
         for step in range(1, case.steps + 1):
-            step_start = T0 + 60_000 + (step - 1) * STEP_US
+            step_start = T0 + 60_000 + (step - 1) * STEP_US + (int(PAUSE_S * 1e6) if step > PAUSE_STEP and case.onset not in ("start", "late") else 0)
             t = step_start + rank * 7  # a few µs apart
             last_step = step == fault_step and case.end not in ("clean",)
+            stall_here = step == PAUSE_STEP and case.onset == "intermittent"
+            if step == PAUSE_STEP and case.onset.startswith("pause"):
+                _pause(w, case, step, t)
+                step_start += int(PAUSE_S * 1e6)
+                t += int(PAUSE_S * 1e6)
             for index, op in enumerate(ops):
                 t += 5000
+                if stall_here and op == ("fault",):
+                    if rank == case.slow_rank:  # stopped inside fwd; it recovers, the others waited for it at the collective
+                        _stall(w, case, t, t + int(PAUSE_S * 1e6), own=True)
+                        t += int(PAUSE_S * 1e6)
+                    continue
                 faulty_here = rank == culprit and last_step and op[0] in ("fault", "fault_between") and op == stop_at
                 if case.end in ("stuck", "crawling", "interrupt", "sigterm") and rank == culprit and last_step and op == ("fault",):
                     faulty_here = True
@@ -217,8 +239,11 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
                         _victim_end(w, case, step, t, between=not w.stack)
                         ended = True
                         break
+                    leave = step_start + (coll_index + 2) * 5000 + (int(PAUSE_S * 1e6) if stall_here else 0)
+                    if stall_here and rank != case.slow_rank:
+                        _stall(w, case, t, leave, own=False)
                     w.collective("completed", t)
-                    t = max(t, step_start + (coll_index + 2) * 5000)  # everyone leaves together, once the last arrived
+                    t = max(t, leave)  # everyone leaves together, once the last arrived
             if ended:
                 break
         if not ended and w.ours:
@@ -232,6 +257,26 @@ STALL_S, SIGTERM_S = 3.0, 40.0
 #: The writer's heartbeat interval (its opening record says it), when the peers Ctrl-C could not stop are killed, and how long a
 #: still-alive rank's file runs past its last progress (s).
 HEARTBEAT_S, KILLED_AFTER_CTRL_C_S, ALIVE_S = 10.0, 30.0, 200.0
+
+
+def _stall(w: _Writer, case: Case, since: int, until: int, own: bool) -> None:
+    """A stall it recovers from (µs `since` → `until`): its watchdog's black box (as the case's evidence has it), its heartbeats."""
+    if case.boxes == "all" or (case.boxes == "not the culprit" and not own):
+        w.box(since + int(STALL_S * 1e6), "stall", PAUSE_STEP, own, not w.stack)
+    if own and case.boxes == "not the culprit":
+        return  # a call holding the interpreter lock: no heartbeat either
+    _heartbeats(w, since, until)
+
+
+def _pause(w: _Writer, case: Case, step: int, t: int) -> None:
+    """A pause at the start of `step` (`ONSETS`): every rank's checkpoint, or rank 0's while the others wait in an untraced barrier."""
+    until = t + int(PAUSE_S * 1e6)
+    if case.onset == "pause, every rank" or w.rank == 0:
+        w.open("checkpoint", step, t)
+        _stall(w, case, t, until, own=False)
+        w.close(until)
+    else:
+        _stall(w, case, t, until, own=False)
 
 
 def _heartbeats(w: _Writer, quiet_since: int, until: int) -> None:

@@ -875,12 +875,24 @@ def own_work(span: str | None, others_seen: Iterable[Collection[str]]) -> bool:
 
 
 def _waits_for_own_work(place: RankPlace, leaders: list[tuple[RankPlace, int]], own_size: int) -> bool:
-    """Whether every rank `place` is "before" is a smaller group in its own work: spans `place` entered none of, ever (`own_work`)."""
+    """Whether every rank `place` is "before" is in its own work: spans `place` never ran (`own_work`), in the same step or in the next
+    one begun with them alone (``if rank == 0: save(); dist.barrier()`` at a step's start: its records say the next step, the others' not yet).
+
+    Spans a rank never ran are its own work only if it could have: the leaders are fewer (the many wait for the few), or `place`
+    has finished every span they ever finished (in a first step, the spans `place` has not reached yet are not another's own).
+    """
     if not place.seen or not leaders:
         return False
     for leader, count in leaders:
-        missed = set(leader.entered) - set(place.entered)
-        if leader.step != place.step or count >= own_size or not missed or any(name in place.seen for name in missed):
+        if leader.step == place.step:
+            missed = set(leader.entered) - set(place.entered)
+        elif leader.step is not None and place.step is not None and leader.step == place.step + 1 and leader.entered_complete:
+            missed = set(leader.entered)
+        else:
+            return False
+        if not missed or any(name in place.seen for name in missed):
+            return False
+        if count >= own_size and not (leader.seen or frozenset()) <= place.seen:
             return False
     return True
 

@@ -320,100 +320,178 @@ def build_hang(
     "attempt", "world_size", "ranks"}``); `dumps`: global rank → torch's flight-recorder dump.
     """
     now_us = time.time() * 1e6 if now_us is None else now_us
-    places: list[RankPlace] = []
-    history = stall_history(processes, facts)
-    # A restart ended the earlier attempts (their ranks were stopped to start again): the latest one is the run.
+    current, earlier = _current_attempt(processes)
+    open_worlds = _open_worlds(processes, now_us)
+    places = [place for p in current if (place := _place(p, facts.get(p.label) or {}, bases.get(p.label), dumps, now_us, open_worlds)) is not None]
+    missing = _missing_here(missing, places, current, facts)
+    if _no_hang(places, missing):
+        return None
+    suspects, notes = _suspects(places, current, missing)
+    suspects = _pauses(suspects, places, current, notes)
+    groups = _groups(places, {s.label for s in suspects})
+    headline = _headline(places, current, missing)
+    if not suspects and not any(p.stuck for p in places):
+        notes.extend(_why_no_one_is_named(places))
+    return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
+                      missing=list(missing), verdict="named" if suspects else "cannot tell", notes=notes + _restarted(earlier),
+                      history=stall_history(processes, facts))
+
+
+def _current_attempt(processes: Sequence[Any]) -> tuple[list[Any], int]:
+    """The processes of each source's latest attempt (the run), and how many of the earlier ones did not finish.
+
+    A restart ended the earlier attempts (their ranks were stopped to start
+    again): the latest one is the run.
+    """
+    latest = _latest_attempts(processes)
+    earlier = sum(p.closed_cleanly is not True for p in processes if _of_earlier_attempt(p, latest))
+    return [p for p in processes if not _of_earlier_attempt(p, latest)], earlier
+
+
+def _latest_attempts(processes: Sequence[Any]) -> dict[str, int]:
+    """Per source, its latest attempt (`_current_attempt`)."""
     latest: dict[str, int] = {}
     for process in processes:
         if process.attempt is not None:
             latest[process.source] = max(latest.get(process.source, process.attempt), process.attempt)
-    earlier = 0
-    current = [p for p in processes if p.attempt is None or p.attempt >= latest[p.source]]
-    # Where files with no closing record to expect (torchtitan's, pimm's) stopped inside spans, quiet for a minute: their end
-    # is unknown, so they are placed as ours are. Never stuck on that alone: a job killed mid-step leaves the same files.
-    open_worlds = {(p.source, p.attempt) for p in processes if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"}
-    for process in processes:
-        if process.attempt is not None and process.attempt < latest[process.source]:
-            earlier += process.closed_cleanly is not True
-            continue
-        fact = facts.get(process.label) or {}
-        box = fact.get("box")
-        status = _status(process, box, now_us, open_worlds)
-        if status is None:
-            continue
-        # A faulthandler dump, when no black box followed the last event: the interpreter lock was held.
-        dump = None
-        base = bases.get(process.label)
-        if base and (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
-            files = getattr(process, "files", None)  # a ProcessSummary's segments, oldest first (names only)
-            dump = read_faulthandler_stacks(side_file_of(base, os.path.join(os.path.dirname(base), files[0]) if files else None))
-            if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
-                dump = None  # written before the process's last record: a stall it recovered from, not where it is
-        fr = (box or {}).get("fr")
-        if dump is not None:
-            main = next((t for t in dump["threads"] if t["main"]), None)
-            frame = _program_frame((main or {}).get("frames") or [])
-            threads = [(t["thread_name"], _where(_program_frame(t["frames"]))) for t in dump["threads"] if not str(t.get("thread_name") or "").startswith("otel-titan-")][:8]
-            evidence = "faulthandler (interpreter lock held)"
-            status = f"{status}, interpreter lock held"
-        elif box is not None:
-            frame, threads, evidence = box.get("frame"), box.get("thread_frames") or [], f"black box ({box.get('reason')})"
-        else:
-            frame, threads, evidence = None, [], "records only"
-        torch_dump = (dumps or {}).get(process.rank) if process.rank is not None else None
-        if torch_dump is not None:
-            world = tuple(range(fact["world_size"])) if type(fact.get("world_size")) is int and 0 < fact["world_size"] <= 1 << 20 else None
-            fr = digest_recorder(torch_dump[1], world) or fr
-            evidence += f"; torch flight-recorder dump {os.path.basename(torch_dump[0])}"
-        span = process.last_phase or (box or {}).get("span")
-        step = fact.get("step")
-        entered = list(fact.get("entered") or [])
-        complete = bool(fact.get("entered_complete", True))
-        between, step, entered, complete = place_in_step(box, step, entered, complete, bool(process.open_spans))
-        # Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed
-        # out, or it logged nothing. A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
-        stuck = bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
-        places.append(
-            RankPlace(
-                process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
-                _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
-                entered, complete, stuck, (box or {}).get("time_us"), process.last_event_us,
-            )
-        )
-        places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
-        if fact.get("seen") is not None:
-            places[-1].seen = frozenset(fact["seen"])  # type: ignore[misc]  # per instance, as `fr`
-        crash = getattr(process, "crash", None)
-        if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
-            places[-1].failed_us, places[-1].failure = crash["time_us"], describe_crash(crash)
-            places[-1].crash = crash  # type: ignore[misc]  # per instance, as `fr`
-    present = {(p.source, p.attempt) for p in places}
-    # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
-    # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
-    # It stays listed, marked so, and is never the one that "never reached init_structured_logger".
+    return latest
+
+
+def _of_earlier_attempt(process: Any, latest: dict[str, int]) -> bool:
+    """Whether a restart stopped `process`: it belongs to an attempt before its source's latest (`_latest_attempts`)."""
+    return process.attempt is not None and process.attempt < latest[process.source]
+
+
+def _open_worlds(processes: Sequence[Any], now_us: float) -> set[tuple[str, Any]]:
+    """(source, attempt) where files with no closing record to expect (torchtitan's, pimm's) stopped inside spans, quiet for a minute.
+
+    Their end is unknown, so they are placed as ours are. Never stuck on that
+    alone: a job killed mid-step leaves the same files.
+    """
+    return {(p.source, p.attempt) for p in processes if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"}
+
+
+def _place(process: Any, fact: dict[str, Any], base: str | None, dumps: dict[int, tuple[str, dict[str, Any]]] | None, now_us: float,
+           open_worlds: set[tuple[str, Any]]) -> RankPlace | None:
+    """Where one process of the current attempt is, on all its evidence (black box, faulthandler dump, torch's dump, records); None when it ended well or says nothing (`_status`)."""
+    box = fact.get("box")
+    status = _status(process, box, now_us, open_worlds)
+    if status is None:
+        return None
+    dump = _faulthandler_dump(process, box, base)
+    frame, threads, evidence, status = _stacks(dump, box, status)
+    fr = (box or {}).get("fr")
+    torch_dump = (dumps or {}).get(process.rank) if process.rank is not None else None
+    if torch_dump is not None:
+        fr = digest_recorder(torch_dump[1], _world(fact.get("world_size"))) or fr
+        evidence += f"; torch flight-recorder dump {os.path.basename(torch_dump[0])}"
+    span = process.last_phase or (box or {}).get("span")
+    between, step, entered, complete = place_in_step(box, fact.get("step"), list(fact.get("entered") or []), bool(fact.get("entered_complete", True)), bool(process.open_spans))
+    stuck = _stuck_on_evidence(fact, dump, torch_dump, status)
+    place = RankPlace(
+        process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
+        _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
+        entered, complete, stuck, (box or {}).get("time_us"), process.last_event_us,
+    )
+    _keep_compared(place, fr, fact)
+    _mark_failure(place, getattr(process, "crash", None))
+    return place
+
+
+def _faulthandler_dump(process: Any, box: dict[str, Any] | None, base: str | None) -> dict[str, Any] | None:
+    """Its faulthandler dump (`read_faulthandler_stacks`), when no black box followed its last event: the interpreter lock was held."""
+    if not base or not (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
+        return None
+    files = getattr(process, "files", None)  # a ProcessSummary's segments, oldest first (names only)
+    dump = read_faulthandler_stacks(side_file_of(base, os.path.join(os.path.dirname(base), files[0]) if files else None))
+    if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
+        return None  # written before the process's last record: a stall it recovered from, not where it is
+    return dump
+
+
+def _stacks(dump: dict[str, Any] | None, box: dict[str, Any] | None, status: str) -> tuple[Any, list[Any], str, str]:
+    """(main thread's frame, every thread's, evidence, status): from the faulthandler dump (the interpreter lock held), else the black box, else none.
+
+    The dump comes first: where there is one, no black box followed the last
+    event, so the black box, if any, is of an earlier stall.
+    """
+    if dump is not None:
+        main = next((t for t in dump["threads"] if t["main"]), None)
+        frame = _program_frame((main or {}).get("frames") or [])
+        threads = [(t["thread_name"], _where(_program_frame(t["frames"]))) for t in dump["threads"] if not str(t.get("thread_name") or "").startswith("otel-titan-")][:8]
+        return frame, threads, "faulthandler (interpreter lock held)", f"{status}, interpreter lock held"
+    if box is not None:
+        return box.get("frame"), box.get("thread_frames") or [], f"black box ({box.get('reason')})", status
+    return None, [], "records only", status
+
+
+def _world(world_size: Any) -> tuple[int, ...] | None:
+    """The global ranks of a world of `world_size` (None for a value no record of a real job holds): what `digest_recorder` maps group ranks onto."""
+    return tuple(range(world_size)) if type(world_size) is int and 0 < world_size <= 1 << 20 else None
+
+
+def _stuck_on_evidence(fact: dict[str, Any], dump: dict[str, Any] | None, torch_dump: tuple[str, dict[str, Any]] | None, status: str) -> bool:
+    """Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed out, or it logged nothing.
+
+    A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
+    """
+    return bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
+
+
+def _keep_compared(place: RankPlace, fr: dict[str, Any] | None, fact: dict[str, Any]) -> None:
+    """Set what the rules compare but --json never shows: its flight-recorder digest, the spans it was ever seen to finish."""
+    place.fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
+    if fact.get("seen") is not None:
+        place.seen = frozenset(fact["seen"])  # type: ignore[misc]  # per instance, as `fr`
+
+
+def _mark_failure(place: RankPlace, crash: dict[str, Any] | None) -> None:
+    """When and how it failed itself (its crash, or its silent kill: `model.ending`); an interrupt (Ctrl-C) is no failure of its own."""
+    if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
+        place.failed_us, place.failure = crash["time_us"], describe_crash(crash)
+        place.crash = crash  # type: ignore[misc]  # per instance, as `fr`
+
+
+def _steps_seen(current: Sequence[Any], facts: dict[str, dict[str, Any]]) -> dict[tuple[str, Any], int]:
+    """(source, attempt) → the most steps any of its processes began (`flag_missing_that_ran`).
+
+    A rank with no file that the others ran steps with (a step begun after
+    another: in synchronous training every step's collective needs every rank)
+    got past init: its logs are elsewhere (one node's folder) or it logs
+    nothing. It stays listed, marked so, and is never the one that "never
+    reached init_structured_logger".
+    """
     steps_seen: dict[tuple[str, Any], int] = {}
     for p in current:
         key = (p.source, p.attempt)
         steps_seen[key] = max(steps_seen.get(key, 0), (facts.get(p.label) or {}).get("steps_seen") or 0)
-    missing = flag_missing_that_ran([m for m in missing if (m["source"], m["attempt"]) in present], steps_seen)
-    restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
-    if not places and not missing:
-        return None
-    if not missing and all(p.status == "running" and not p.stuck for p in places):
-        return None  # a live run that is making progress, as far as any record says: no Hang section
-    suspects, notes = _suspects(places, current, missing)
-    suspects = _pauses(suspects, places, current, notes)
-    suspect_labels = {s.label for s in suspects}
-    groups = _groups(places, suspect_labels)
-    headline = _headline(places, current, missing)
-    verdict = "named" if suspects else "cannot tell"
-    if not suspects and not any(p.stuck for p in places):
-        if any(p.status == "stopped" for p in places):
-            notes.append("files with no heartbeat or black box (torchtitan's, pimm's) cannot tell a stuck process from one killed mid-step: "
-                         "no one is named; `otel-titan watch`, beside the live job, can")
-        notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
-    return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
-                      missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)
+    return steps_seen
+
+
+def _missing_here(missing: Sequence[dict[str, Any]], places: list[RankPlace], current: Sequence[Any], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The missing ranks of the runs placed here (a world that ended well has none to report), each flagged when it took part in the steps."""
+    present = {(p.source, p.attempt) for p in places}
+    return flag_missing_that_ran([m for m in missing if (m["source"], m["attempt"]) in present], _steps_seen(current, facts))
+
+
+def _no_hang(places: list[RankPlace], missing: Sequence[dict[str, Any]]) -> bool:
+    """No Hang section: no rank missing, and every process ended well (none placed) or is a live run making progress, as far as any record says."""
+    return not missing and all(p.status == "running" and not p.stuck for p in places)
+
+
+def _restarted(earlier: int) -> list[str]:
+    """The note on processes of earlier attempts that did not finish (none when all did)."""
+    return [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
+
+
+def _why_no_one_is_named(places: list[RankPlace]) -> list[str]:
+    """The notes of a section with no suspect and no stuck process: why no one is named."""
+    notes = []
+    if any(p.status == "stopped" for p in places):
+        notes.append("files with no heartbeat or black box (torchtitan's, pimm's) cannot tell a stuck process from one killed mid-step: "
+                     "no one is named; `otel-titan watch`, beside the live job, can")
+    notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
+    return notes
 
 
 def place_in_step(box: dict[str, Any] | None, step: int | None, entered: list[str], complete: bool, has_open_spans: bool) -> tuple[bool, int | None, list[str], bool]:

@@ -85,13 +85,8 @@ def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
     main = next((t for t in threads if t.get("main")), None)
     frames = (main or {}).get("frames") or []
     recorder = record.get("flight_recorder")
-    world_size = record.get("world_size")
-    world = tuple(range(world_size)) if type(world_size) is int and 0 < world_size <= 1 << 20 else None
     open_spans = record.get("open_spans") or []
-    last_span = record.get("last_span") if isinstance(record.get("last_span"), dict) else None
-    step = record.get("step")
-    if type(step) is not int:
-        step = next((s.get("step") for s in reversed(open_spans) if type(s.get("step")) is int), None)
+    step = _step_of(record, open_spans)
     return {
         "reason": record.get("reason"),
         "time_us": record.get("time_us"),
@@ -99,14 +94,38 @@ def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
         "frame": _program_frame(frames),
         "top_frame": frames[0] if frames else None,
         "thread_frames": [(t.get("thread_name"), _where(_program_frame(t.get("frames") or []))) for t in threads[:8]],
-        "fr": digest_recorder(recorder, world),
+        "fr": digest_recorder(recorder, _world(record.get("world_size"))),
         # Innermost open span: the last row (the writer lists them oldest first, parents before children).
         "span": open_spans[-1].get("name") if open_spans else None,
-        "between_spans": record.get("where") == "between_spans" or (not open_spans and record.get("where") is None and step is not None),
-        "last_span": {"name": last_span.get("name"), "ended_s_ago": last_span.get("ended_s_ago")} if last_span else None,
+        "between_spans": _between_spans(record, open_spans, step),
+        "last_span": _last_span(record),
         "step": step,
-        "recorder": "on" if isinstance(recorder, dict) and "entries" in recorder else ("error" if isinstance(recorder, dict) else "off"),
+        "recorder": _recorder_state(recorder),
     }
+
+
+def _step_of(record: dict[str, Any], open_spans: list[dict[str, Any]]) -> Any:
+    """A black box's step: its own field, else that of the innermost open span that has one (None without)."""
+    step = record.get("step")
+    if type(step) is not int:
+        step = next((s.get("step") for s in reversed(open_spans) if type(s.get("step")) is int), None)
+    return step
+
+
+def _between_spans(record: dict[str, Any], open_spans: list[dict[str, Any]], step: Any) -> bool:
+    """Whether the process stopped between spans: the record says so (``where``), or, from a writer that wrote no ``where``, no span is open in a known step."""
+    return record.get("where") == "between_spans" or (not open_spans and record.get("where") is None and step is not None)
+
+
+def _last_span(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The span it ended last (its name, how long before the black box), when the record has one: where it was before it stopped between spans."""
+    last_span = record.get("last_span") if isinstance(record.get("last_span"), dict) else None
+    return {"name": last_span.get("name"), "ended_s_ago": last_span.get("ended_s_ago")} if last_span else None
+
+
+def _recorder_state(recorder: Any) -> str:
+    """``on`` (the flight recorder's entries are there), ``error`` (reading it failed: ``{"error": ...}``) or ``off``."""
+    return "on" if isinstance(recorder, dict) and "entries" in recorder else ("error" if isinstance(recorder, dict) else "off")
 
 
 _THREADS_NOTE = re.compile(r"^# otel-titan threads \(pid \d+, main (0x[0-9a-f]+)\): (.*)$")

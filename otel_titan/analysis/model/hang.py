@@ -989,54 +989,105 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
     what the least advanced waits for (in a sub-group's collective), so it would be blamed wrongly.
     A rank the flight recorder shows waiting in a collective or send/recv is never "behind".
     """
-    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
-    for place in places:
-        if place.rank is not None:
-            by_run.setdefault((place.source, place.attempt), []).append(place)
     absent = {(m["source"], m["attempt"]) for m in missing}
     counts = Counter((p.source, p.attempt) for p in processes)
-    for key, members in by_run.items():
+    for key, members in _runs(p for p in places if p.rank is not None).items():
         if len(members) < 2 or not any(m.stuck for m in members):
             continue
         if key in absent or len(members) < counts[key]:
             verdicts.note(f"{key[0]}: not every rank is here (missing, or closed): how far each got in the step is not compared")
             continue
-        # Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
-        classes: dict[tuple[Any, ...], list[RankPlace]] = {}
-        for m in members:
-            classes.setdefault((m.step, frozenset(m.entered), m.entered_complete), []).append(m)
-        reps = [group[0] for group in classes.values()]
-        size = {id(group[0]): len(group) for group in classes.values()}
-        ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
-        leaders = [m for b in ahead for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
-        if not all(m.stuck for m in leaders):
-            verdicts.note(f"{key[0]}: the most advanced ranks are not all stuck on the evidence (no stall record or heartbeat): how far each got is not compared")
-            continue
-        lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
-        behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
-        # Rank 0's checkpoint: the many never entered a span only the few run, and never do. They wait for it; not behind.
-        excused = [m for m in behind if _waits_for_own_work(m, [(b, size[id(b)]) for b in ahead if _before(m, b)],
-                                                              len(classes[(m.step, frozenset(m.entered), m.entered_complete)]))]
-        if excused:
-            verdicts.note(f"{key[0]}: {_named([m.rank for m in excused if m.rank is not None])} wait for work of the others' own, in spans they never run "
-                          f"({', '.join(sorted({n for b in ahead for n in b.entered if not any(n in (m.seen or ()) for m in excused)} - {n for m in excused for n in m.entered}))}): not behind")
-            behind = [m for m in behind if all(m is not e for e in excused)]
-        if not behind:
-            continue
-        for place in behind:
-            leader = max((b for b in ahead if _before(place, b)), key=lambda b: (len(b.entered), size[id(b)]))
-            inside = f"in {leader.span}" if leader.span else "between spans"
-            waits = [m for b in ahead if _before(place, b) for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
-            missed = [name for name in leader.entered if name not in place.entered] if leader.step == place.step else []
-            if place.between_spans:
-                last = place.last_span or {}
-                at = f"between spans at step {place.step}" + (f" (after {last.get('name')}, ended {last.get('ended_s_ago')} s before its black box)" if last.get("name") else "")
-            elif place.span:
-                at = f"in {place.span} at step {place.step}"
-            else:
-                at = f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
-            never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
-            verdicts.add(place, f"behind in the step: {at}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})", "behind in step")
+        _behind_in_run(key[0], members, waiting, verdicts)
+
+
+def _runs(places: Iterable[RankPlace]) -> dict[tuple[str, Any], list[RankPlace]]:
+    """The places per run (source, attempt), in the order first seen: the ranks that wait for one another."""
+    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
+    for place in places:
+        by_run.setdefault((place.source, place.attempt), []).append(place)
+    return by_run
+
+
+def _progress_class(place: RankPlace) -> tuple[Any, ...]:
+    """How far a rank got, as `_before` compares it: its step, the spans it entered there, whether the step's start was read."""
+    return (place.step, frozenset(place.entered), place.entered_complete)
+
+
+def _behind_in_run(source: str, members: list[RankPlace], waiting: set[tuple[str, Any, int]], verdicts: _Verdicts) -> None:
+    """In one run whose every rank is here: the least advanced ranks are behind, when the most advanced are all stuck (they wait for them)."""
+    classes = _progress_classes(members)
+    reps = [group[0] for group in classes.values()]
+    size = {id(group[0]): len(group) for group in classes.values()}
+    ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
+    leaders = [m for b in ahead for m in classes[_progress_class(b)]]
+    if not all(m.stuck for m in leaders):
+        verdicts.note(f"{source}: the most advanced ranks are not all stuck on the evidence (no stall record or heartbeat): how far each got is not compared")
+        return
+    behind = _least_advanced(classes, reps, ahead, leaders, waiting)
+    behind = _not_waiting_for_own_work(source, behind, ahead, classes, size, verdicts)
+    for place in behind:
+        verdicts.add(place, _behind_in_step(place, ahead, classes, size), "behind in step")
+
+
+def _progress_classes(members: list[RankPlace]) -> dict[tuple[Any, ...], list[RankPlace]]:
+    """The ranks per distinct progress (`_progress_class`), in the order first seen.
+
+    Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
+    """
+    classes: dict[tuple[Any, ...], list[RankPlace]] = {}
+    for m in members:
+        classes.setdefault(_progress_class(m), []).append(m)
+    return classes
+
+
+def _least_advanced(classes: dict[tuple[Any, ...], list[RankPlace]], reps: list[RankPlace], ahead: list[RankPlace], leaders: list[RankPlace],
+                    waiting: set[tuple[str, Any, int]]) -> list[RankPlace]:
+    """The ranks of the lowest classes (before one ahead, after none) that may be named for the stuck `leaders`' wait (`_held_back`).
+
+    Not one the flight recorder shows waiting in a collective or send/recv
+    (`waiting`): someone else holds it there.
+    """
+    lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
+    return [m for a in lowest for m in classes[_progress_class(a)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
+
+
+def _not_waiting_for_own_work(source: str, behind: list[RankPlace], ahead: list[RankPlace], classes: dict[tuple[Any, ...], list[RankPlace]],
+                              size: dict[int, int], verdicts: _Verdicts) -> list[RankPlace]:
+    """`behind` less the ranks that only wait for others' own work (`_waits_for_own_work`), which a note names.
+
+    Rank 0's checkpoint: the many never entered a span only the few run, and never do. They wait for it; not behind.
+    """
+    excused = [m for m in behind if _waits_for_own_work(m, [(b, size[id(b)]) for b in ahead if _before(m, b)], len(classes[_progress_class(m)]))]
+    if not excused:
+        return behind
+    verdicts.note(f"{source}: {_named([m.rank for m in excused if m.rank is not None])} wait for work of the others' own, in spans they never run "
+                  f"({', '.join(_own_work_spans(ahead, excused))}): not behind")
+    return [m for m in behind if all(m is not e for e in excused)]
+
+
+def _own_work_spans(ahead: list[RankPlace], excused: list[RankPlace]) -> list[str]:
+    """The spans the ranks ahead entered that the `excused` never ran nor entered: the others' own work they wait for, sorted."""
+    return sorted({n for b in ahead for n in b.entered if not any(n in (m.seen or ()) for m in excused)} - {n for m in excused for n in m.entered})
+
+
+def _behind_in_step(place: RankPlace, ahead: list[RankPlace], classes: dict[tuple[Any, ...], list[RankPlace]], size: dict[int, int]) -> str:
+    """Why a rank is behind in the step: where it is, what it never entered, and how many wait where (after the most advanced, largest class ahead of it)."""
+    leader = max((b for b in ahead if _before(place, b)), key=lambda b: (len(b.entered), size[id(b)]))
+    inside = f"in {leader.span}" if leader.span else "between spans"
+    waits = [m for b in ahead if _before(place, b) for m in classes[_progress_class(b)]]
+    missed = [name for name in leader.entered if name not in place.entered] if leader.step == place.step else []
+    never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
+    return f"behind in the step: {_at_in_step(place)}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})"
+
+
+def _at_in_step(place: RankPlace) -> str:
+    """Where a rank behind in the step is: between spans (after which span), in a span, or after its last record (no record says where)."""
+    if place.between_spans:
+        last = place.last_span or {}
+        return f"between spans at step {place.step}" + (f" (after {last.get('name')}, ended {last.get('ended_s_ago')} s before its black box)" if last.get("name") else "")
+    if place.span:
+        return f"in {place.span} at step {place.step}"
+    return f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
 
 
 def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:

@@ -697,75 +697,139 @@ def _label(group: dict[str, Any]) -> str:
 
 
 def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str, Any, int]]:
-    """The flight-recorder rules: per group by identity, who is behind, who desynced, who never sent."""
+    """The flight-recorder rules: per group by identity, who is behind, who desynced, who never sent.
+
+    Returns the ranks that wait in a collective or send/recv of some group (`_waits_somewhere`).
+    """
+    by_rank, tables = _group_tables(places)
+    waits_somewhere = _waits_somewhere(places)
+    for (source, attempt, _name), table in tables.items():
+        members = table["members"] or tuple(sorted(table["ranks"]))
+        label = _label({**table["any"], "ranks": table["members"]})
+        known, unknown = _recorders_of(source, attempt, members, table, by_rank)
+        _behind_in_group(source, attempt, label, known, unknown, by_rank, waits_somewhere, verdicts)
+        _desync(source, attempt, label, known, by_rank, verdicts)
+        _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
+    return waits_somewhere
+
+
+def _group_tables(places: list[RankPlace]) -> tuple[dict[tuple[str, Any, int], RankPlace], dict[tuple[str, Any, Any], dict[str, Any]]]:
+    """Each ranked place by (source, attempt, rank); and per process group by identity (source, attempt, torch's group name),
+    its members (``None`` until a digest lists them), each rank's digest of it, and ``any`` one of them (for its label)."""
     by_rank: dict[tuple[str, Any, int], RankPlace] = {}
     tables: dict[tuple[str, Any, Any], dict[str, Any]] = {}
     for place in places:
         if place.rank is None:
             continue
         by_rank[(place.source, place.attempt, place.rank)] = place
-        if not place.fr:
-            continue
-        for key, group in place.fr["groups"].items():
-            if group["name"] is None:
-                continue  # an older black box: a sub-group whose identity is unknown is never compared
-            table = tables.setdefault((place.source, place.attempt, group["name"]), {"members": None, "ranks": {}, "any": group})
-            if group.get("ranks"):
-                table["members"] = tuple(group["ranks"])
-            table["ranks"][place.rank] = group
-    # A rank that waits in a collective or a send/recv of some group is held there by someone else: behind
-    # elsewhere because of it (a tensor-parallel peer of the culprit waits in their sub-group, so it never
-    # reaches the default group's all_reduce): a victim, never "behind".
-    waits_somewhere = {
-        (place.source, place.attempt, place.rank)
-        for place in places
-        if place.fr and place.rank is not None
-        and any((g.get("last") and g["last"].get("state") != "completed") or any(o["state"] != "completed" for o in g.get("p2p", [])) for g in place.fr["groups"].values())
-    }
-    for (source, attempt, name), table in tables.items():
-        members = table["members"] or tuple(sorted(table["ranks"]))
-        label = _label({**table["any"], "ranks": table["members"]})
-        known: dict[int, dict[str, Any] | None] = {}
-        unknown: list[int] = []
-        for rank in members:
-            place = by_rank.get((source, attempt, rank))
-            if place is None or not place.fr:
-                unknown.append(rank)
-                continue
-            group = table["ranks"].get(rank)
-            if group is None:
-                if place.fr["complete"]:
-                    known[rank] = None  # its whole recorder is here: it never called a collective of this group
-                else:
-                    unknown.append(rank)
-                continue
+        if place.fr:
+            _add_to_tables(tables, place)
+    return by_rank, tables
+
+
+def _add_to_tables(tables: dict[tuple[str, Any, Any], dict[str, Any]], place: RankPlace) -> None:
+    """Add one rank's digest of each of its groups to `tables` (`_group_tables`)."""
+    for group in place.fr["groups"].values():  # type: ignore[index]  # the caller's `if place.fr`
+        if group["name"] is None:
+            continue  # an older black box: a sub-group whose identity is unknown is never compared
+        table = tables.setdefault((place.source, place.attempt, group["name"]), {"members": None, "ranks": {}, "any": group})
+        if group.get("ranks"):
+            table["members"] = tuple(group["ranks"])
+        table["ranks"][place.rank] = group
+
+
+def _waits_somewhere(places: list[RankPlace]) -> set[tuple[str, Any, int]]:
+    """(source, attempt, rank) of the ranks whose flight recorder shows them waiting in a collective or a send/recv of some group.
+
+    A rank that waits in a collective or a send/recv of some group is held there by someone else: behind
+    elsewhere because of it (a tensor-parallel peer of the culprit waits in their sub-group, so it never
+    reaches the default group's all_reduce): a victim, never "behind".
+    """
+    return {(place.source, place.attempt, place.rank) for place in places if place.fr and place.rank is not None and any(_group_waits(g) for g in place.fr["groups"].values())}
+
+
+def _group_waits(group: dict[str, Any]) -> bool:
+    """Whether a rank's digest of a group shows it waiting there: its last collective not completed, or a send/recv in flight."""
+    return bool((group.get("last") and group["last"].get("state") != "completed") or any(o["state"] != "completed" for o in group.get("p2p", [])))
+
+
+def _recorders_of(source: str, attempt: Any, members: tuple[int, ...], table: dict[str, Any],
+                  by_rank: dict[tuple[str, Any, int], RankPlace]) -> tuple[dict[int, dict[str, Any] | None], list[int]]:
+    """Per member of a group, its digest of the group (``known``), and the members whose part is not known (no recorder, or a part of it).
+
+    A member whose whole recorder is here and has no digest of the group is
+    known to have called none of its collectives (None).
+    """
+    known: dict[int, dict[str, Any] | None] = {}
+    unknown: list[int] = []
+    for rank in members:
+        place = by_rank.get((source, attempt, rank))
+        group = table["ranks"].get(rank)
+        if place is None or not place.fr:
+            unknown.append(rank)
+        elif group is not None:
             known[rank] = group
-        lasts = {rank: (g["last"] if g else None) for rank, g in known.items()}
-        seqs = {rank: (last["seq"] if last else 0) for rank, last in lasts.items()}
-        if seqs:
-            top = max(seqs.values())
-            waiting = [r for r, last in lasts.items() if last and last["seq"] == top and last.get("state") != "completed"]
-            top_ops = Counter(lasts[r]["op"] for r in waiting)  # type: ignore[index]
-            held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
-            if waiting and not held:
-                verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
-            if held:
-                op = top_ops.most_common(1)[0][0]
-                behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere and _held_back(by_rank[(source, attempt, r)], held)]
-                for rank in behind:
-                    last = lasts[rank]
-                    its = f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
-                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({its})", "behind")
-                if not behind and not any(seq < top for seq in seqs.values()):
-                    for rank in unknown:
-                        place = by_rank.get((source, attempt, rank))
-                        if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
-                            verdicts.add(place, f"the others wait in seq {top} {op} ({label}); it has no collective on record ({place.evidence})", "no collective")
-                    if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
-                        verdicts.note(f"{label}: {_count(len(waiting), 'wait')} in seq {top} {op}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
-        _desync(source, attempt, label, known, by_rank, verdicts)
-        _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
-    return waits_somewhere
+        elif place.fr["complete"]:
+            known[rank] = None  # its whole recorder is here: it never called a collective of this group
+        else:
+            unknown.append(rank)
+    return known, unknown
+
+
+def _behind_in_group(source: str, attempt: Any, label: str, known: dict[int, dict[str, Any] | None], unknown: list[int],
+                     by_rank: dict[tuple[str, Any, int], RankPlace], waits_somewhere: set[tuple[str, Any, int]], verdicts: _Verdicts) -> None:
+    """Members wait in collective seq S while a member's last is below S: it never entered it.
+
+    Only for what stuck members wait in (a live snapshot is no evidence); with
+    no member behind, one that could not write its recorder (`_no_collective_on_record`).
+    """
+    lasts = {rank: (g["last"] if g else None) for rank, g in known.items()}
+    seqs = {rank: (last["seq"] if last else 0) for rank, last in lasts.items()}
+    if not seqs:
+        return
+    top = max(seqs.values())
+    waiting = _waiting_in(lasts, top)
+    held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
+    if waiting and not held:
+        verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
+    if not held:
+        return
+    op = Counter(lasts[r]["op"] for r in waiting).most_common(1)[0][0]  # type: ignore[index]
+    behind = [r for r, seq in seqs.items() if seq < top and _may_be_behind(by_rank[(source, attempt, r)], waits_somewhere, held)]
+    for rank in behind:
+        verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({_its_last(lasts[rank])})", "behind")
+    if not behind and not any(seq < top for seq in seqs.values()):
+        _no_collective_on_record(source, attempt, label, f"seq {top} {op}", len(waiting), unknown, by_rank, verdicts)
+
+
+def _waiting_in(lasts: dict[int, dict[str, Any] | None], top: int) -> list[int]:
+    """The members whose last collective of the group is seq `top` (the highest), not completed: they wait in it."""
+    return [r for r, last in lasts.items() if last and last["seq"] == top and last.get("state") != "completed"]
+
+
+def _may_be_behind(place: RankPlace, waits_somewhere: set[tuple[str, Any, int]], held: list[RankPlace]) -> bool:
+    """Whether a member below the top seq may be named behind: not waiting in some group itself (`_waits_somewhere`), and `_held_back`."""
+    return (place.source, place.attempt, place.rank) not in waits_somewhere and _held_back(place, held)
+
+
+def _its_last(last: dict[str, Any] | None) -> str:
+    """A rank's last collective in a group, in words, for why it is behind there."""
+    return f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
+
+
+def _no_collective_on_record(source: str, attempt: Any, label: str, awaited: str, waiting: int, unknown: list[int],
+                             by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:
+    """No member behind, all at the top: a stuck member with no recorder part, for its faulthandler dump (interpreter lock held), is the one.
+
+    `awaited`: ``seq S op``, what `waiting` members wait in. Otherwise a note
+    says who is not known.
+    """
+    for rank in unknown:
+        place = by_rank.get((source, attempt, rank))
+        if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
+            verdicts.add(place, f"the others wait in {awaited} ({label}); it has no collective on record ({place.evidence})", "no collective")
+    if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
+        verdicts.note(f"{label}: {_count(waiting, 'wait')} in {awaited}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
 
 
 def _signature(entry: tuple[Any, Any, Any]) -> tuple[Any, ...]:

@@ -1195,50 +1195,82 @@ def format_hang(report: HangReport | None) -> list[str]:
     """The Hang section as text lines (empty when there was no hang); printed before everything else."""
     if report is None:
         return []
+    place_by_label = {p.label: p for p in report.places}
     lines = [f"Hang: {report.headline}"]
-    for m in report.missing:
-        mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
-        lines.append(f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})")
-    for group in report.groups[:GROUPS_SHOWN]:
-        who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
-        where = []
-        if group.collective:
-            if group.collective.get("state") == "completed":
-                where.append(f"last collective {_collective(group.collective)}")
-            else:
-                where.append(f"{'waits' if group.count == 1 else 'wait'} in {_collective(group.collective)}")
-        if group.between_spans:
-            where.append(f"between spans at step {group.step}" if group.step is not None else "between spans")
-        elif group.span:
-            where.append(f"span {group.span}")
-        if group.where:
-            where.append(f"main thread at {group.where}")
-        mark = "▶" if group.role == "suspect" else " "
-        lines.append(f" {mark} {group.count} × {who}: {'; '.join(where) or 'no location recorded'}" + ("   (victims)" if group.role == "victims" else ""))
+    lines += [_missing_line(m) for m in report.missing]
+    lines += [_group_line(group) for group in report.groups[:GROUPS_SHOWN]]
     if len(report.groups) > GROUPS_SHOWN:
         lines.append(f"   … {len(report.groups) - GROUPS_SHOWN} more groups (--json)")
-    place_by_label = {p.label: p for p in report.places}
-    if report.suspects:
-        lines.append("Suspects:")
-        for suspect in report.suspects[:SUSPECTS_SHOWN]:
-            rank = f"rank {suspect.rank}" if suspect.rank is not None else suspect.label
-            at = suspect.where or ("no stack" if suspect.rule == "missing" else "frame unknown")
-            place = place_by_label.get(suspect.label)
-            inside = f" in span {suspect.span}" if suspect.span else (f" between spans at step {place.step}" if place is not None and place.between_spans else "")
-            lines.append(f"  {rank} ({suspect.source}): {at}{inside}: {suspect.why}")
-        if len(report.suspects) > SUSPECTS_SHOWN:
-            lines.append(f"  … {len(report.suspects) - SUSPECTS_SHOWN} more (--json)")
-    else:
-        lines.append("Suspects: cannot tell" + (f": {report.notes[0]}" if report.notes else ": every stuck process is in the same place and no record shows one behind"))
-    shown_notes = [n for n in report.notes if n.startswith("desync")] if report.suspects else report.notes[1:]
-    for note in shown_notes[:3]:
-        lines.append(f"  note: {note}")
-    for suspect in report.suspects[:2]:
+    lines += _suspect_lines(report, place_by_label)
+    lines += [f"  note: {note}" for note in _shown_notes(report)[:3]]
+    lines += _thread_lines(report.suspects[:2], place_by_label)
+    lines += format_history(report.history)
+    lines.append("")
+    return lines
+
+
+def _missing_line(m: dict[str, Any]) -> str:
+    """One line per missing entry: marked ▶ as a suspect unless it took part in the steps (its logs are elsewhere)."""
+    mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
+    return f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})"
+
+
+def _group_line(group: HangGroup) -> str:
+    """One line per group of processes in the same place: ▶ for the suspects' group, ``(victims)`` for the others once a suspect is named."""
+    who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
+    mark = "▶" if group.role == "suspect" else " "
+    return f" {mark} {group.count} × {who}: {'; '.join(_group_where(group)) or 'no location recorded'}" + ("   (victims)" if group.role == "victims" else "")
+
+
+def _group_where(group: HangGroup) -> list[str]:
+    """Where a group is, most telling first: its collective, its span (or between spans), its main thread's frame."""
+    where = [_in_collective(group)] if group.collective else []
+    if group.between_spans:
+        where.append(f"between spans at step {group.step}" if group.step is not None else "between spans")
+    elif group.span:
+        where.append(f"span {group.span}")
+    if group.where:
+        where.append(f"main thread at {group.where}")
+    return where
+
+
+def _in_collective(group: HangGroup) -> str:
+    """A group's collective: the one it waits in, or, completed, the last it ran."""
+    if (group.collective or {}).get("state") == "completed":
+        return f"last collective {_collective(group.collective)}"
+    return f"{'waits' if group.count == 1 else 'wait'} in {_collective(group.collective)}"
+
+
+def _suspect_lines(report: HangReport, place_by_label: dict[str, RankPlace]) -> list[str]:
+    """The suspects, the first `SUSPECTS_SHOWN` (all in --json); or "cannot tell", with the first note saying why."""
+    if not report.suspects:
+        return ["Suspects: cannot tell" + (f": {report.notes[0]}" if report.notes else ": every stuck process is in the same place and no record shows one behind")]
+    lines = ["Suspects:"] + [_suspect_line(suspect, place_by_label.get(suspect.label)) for suspect in report.suspects[:SUSPECTS_SHOWN]]
+    if len(report.suspects) > SUSPECTS_SHOWN:
+        lines.append(f"  … {len(report.suspects) - SUSPECTS_SHOWN} more (--json)")
+    return lines
+
+
+def _suspect_line(suspect: Suspect, place: RankPlace | None) -> str:
+    """One suspect: its rank, its frame, its span (or between spans at which step), and why it is named."""
+    rank = f"rank {suspect.rank}" if suspect.rank is not None else suspect.label
+    at = suspect.where or ("no stack" if suspect.rule == "missing" else "frame unknown")
+    inside = f" in span {suspect.span}" if suspect.span else (f" between spans at step {place.step}" if place is not None and place.between_spans else "")
+    return f"  {rank} ({suspect.source}): {at}{inside}: {suspect.why}"
+
+
+def _shown_notes(report: HangReport) -> list[str]:
+    """The notes printed after the suspects: each desync when a suspect is named; else those after the first (the "cannot tell" line's)."""
+    return [n for n in report.notes if n.startswith("desync")] if report.suspects else report.notes[1:]
+
+
+def _thread_lines(suspects: Sequence[Suspect], place_by_label: dict[str, RankPlace]) -> list[str]:
+    """Every thread of each of `suspects` with more than one: what its other threads (a data loader, a checkpoint writer) were doing."""
+    lines = []
+    for suspect in suspects:
         place = place_by_label.get(suspect.label)
         if place and len(place.threads) > 1:
             lines.append(f"  threads of {suspect.label}: " + "; ".join(f"{name}: {where}" for name, where in place.threads[:4]))
-    lines += format_history(report.history)
-    lines.append("")
     return lines
 
 

@@ -998,26 +998,42 @@ def _pauses(suspects: list[Suspect], places: list[RankPlace], processes: Sequenc
     process_of = {getattr(p, "label", None): p for p in processes}
     kept, paused = [], []
     for suspect in suspects:
-        place = by_label.get(suspect.label)
-        process = process_of.get(suspect.label)
-        others = [q for q in places if place is not None and q is not place and (q.source, q.attempt) == (place.source, place.attempt)]
-        if place is None or process is None or not others or place.span is None or place.between_spans or not place.seen:
+        pause = _pause(suspect, by_label.get(suspect.label), process_of.get(suspect.label), places, allowance_s)
+        if pause is None:
             kept.append(suspect)
-            continue
-        # The others wait for it: between spans (an unspanned barrier), or all in one span it has not reached this step.
-        waits = {q.span for q in others if not (q.between_spans or q.span is None)}
-        if not own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others)) or len(waits) > 1 or waits & {place.span, *place.entered}:
-            kept.append(suspect)
-            continue
-        inner = next((o for o in reversed(process.open_spans) if o.name == place.span), None)
-        open_s = inner.open_s if inner is not None else None
-        if open_s is None or open_s >= allowance_s:
-            kept.append(suspect)
-            continue
-        paused.append(f"a pause, not a hang: {suspect.label} in {place.span}, a span only it runs, for {open_s:,.0f} s; "
-                      f"{plural(len(others), 'rank')} wait for it (a hang after {allowance_s:,.0f} s)")
+        else:
+            paused.append(pause)
     notes.extend(paused)
     return kept
+
+
+def _pause(suspect: Suspect, place: RankPlace | None, process: Any, places: list[RankPlace], allowance_s: float) -> str | None:
+    """The note that says `suspect` is in a pause (`_pauses`), or None when it is not: it is then named."""
+    others = [q for q in places if place is not None and q is not place and (q.source, q.attempt) == (place.source, place.attempt)]
+    if place is None or process is None or not others or place.span is None or place.between_spans or not place.seen:
+        return None
+    if not _others_wait_for_its_own_work(place, others):
+        return None
+    open_s = _open_for(process, place.span)
+    if open_s is None or open_s >= allowance_s:
+        return None
+    return (f"a pause, not a hang: {suspect.label} in {place.span}, a span only it runs, for {open_s:,.0f} s; "
+            f"{plural(len(others), 'rank')} wait for it (a hang after {allowance_s:,.0f} s)")
+
+
+def _others_wait_for_its_own_work(place: RankPlace, others: list[RankPlace]) -> bool:
+    """Whether `place` is in its own work (`own_work`) and the `others` of its world wait for it.
+
+    The others wait for it: between spans (an unspanned barrier), or all in one span it has not reached this step.
+    """
+    waits = {q.span for q in others if not (q.between_spans or q.span is None)}
+    return own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others)) and len(waits) <= 1 and not (waits & {place.span, *place.entered})
+
+
+def _open_for(process: Any, span: str) -> float | None:
+    """How long `process`'s innermost open span named `span` had been open at its file's last record (s), or None."""
+    inner = next((o for o in reversed(process.open_spans) if o.name == span), None)
+    return inner.open_s if inner is not None else None
 
 
 def own_work(span: str | None, others_seen: Iterable[Collection[str]]) -> bool:

@@ -884,20 +884,35 @@ def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str,
     local = {rank: index for index, rank in enumerate(members)}
     for rank, group in known.items():
         for op in (group or {}).get("p2p", []):
-            if op["state"] == "completed" or op["op"] not in ("send", "recv") or type(op["peer"]) is not int or not 0 <= op["peer"] < len(members):
+            if not _in_flight_with_member(op, members):
                 continue
-            if not by_rank[(source, attempt, rank)].stuck:
+            waiter = by_rank[(source, attempt, rank)]
+            if not waiter.stuck:
                 continue  # a send/recv in flight in a live snapshot is no evidence
-            peer = members[op["peer"]]
-            wanted = "send" if op["op"] == "recv" else "recv"
-            peer_place = by_rank.get((source, attempt, peer))
-            if peer not in known or peer_place is None:
-                verdicts.note(f"rank {rank} waits in {op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer} ({label}); cannot tell more: no flight recorder from rank {peer}")
-                continue
-            pending = [o for o in (known[peer] or {}).get("p2p", []) if o["op"] == wanted and o["peer"] == local[rank] and o["state"] != "completed"]
-            if not pending and _held_back(peer_place, [by_rank[(source, attempt, rank)]]):
-                what = "never sent what" if wanted == "send" else "never posted the receive for what"
-                verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
+            _unmatched_peer(waiter, op, members[op["peer"]], local, label, known, by_rank, verdicts)
+
+
+def _in_flight_with_member(op: dict[str, Any], members: tuple[int, ...]) -> bool:
+    """Whether `op` is a send or recv not completed, with a peer that is a member of the group (its local rank there)."""
+    return op["state"] != "completed" and op["op"] in ("send", "recv") and type(op["peer"]) is int and 0 <= op["peer"] < len(members)
+
+
+def _unmatched_peer(waiter: RankPlace, op: dict[str, Any], peer: int, local: dict[int, int], label: str, known: dict[int, dict[str, Any] | None],
+                    by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:
+    """Name `peer` (a global rank) when it has no op in flight matching the stuck `waiter`'s `op`: it never sent (posted the receive).
+
+    Without the peer's flight recorder, a note says so. `local`: global rank → its rank in the group.
+    """
+    rank = waiter.rank
+    wanted = "send" if op["op"] == "recv" else "recv"
+    peer_place = by_rank.get((waiter.source, waiter.attempt, peer))
+    if peer not in known or peer_place is None:
+        verdicts.note(f"rank {rank} waits in {op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer} ({label}); cannot tell more: no flight recorder from rank {peer}")
+        return
+    pending = [o for o in (known[peer] or {}).get("p2p", []) if o["op"] == wanted and o["peer"] == local[rank] and o["state"] != "completed"]
+    if not pending and _held_back(peer_place, [waiter]):
+        what = "never sent what" if wanted == "send" else "never posted the receive for what"
+        verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
 
 
 def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:

@@ -922,28 +922,39 @@ def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
     timeout, then the launcher terminates them; gloo fails their collective at
     once. Either way the rank that crashed (or was killed) first is the one.
     """
-    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
-    for place in places:
-        by_run.setdefault((place.source, place.attempt), []).append(place)
-    for members in by_run.values():
+    for members in _runs(places).values():
         culprits, victims, first = failed_first({place.label: place.failed_us for place in members})
-        if first is not None:
-            ends = [End(p.label, closed=False, last_us=p.last_event_us, step=p.step, entered=p.entered, crash=p.crash, wrote=p.status != "hung before first record") for p in members]
-            held = held_back_by(ends, first)
-            if held:  # the crashes waited for it (a collective that timed out): it is the one, the crashed are its victims
-                crashed = [p for p in members if p.failed_us is not None]
-                span, step = (crashed[0].crash or {}).get("span"), (crashed[0].crash or {}).get("step")
-                for place in members:
-                    if place.label in held:
-                        verdicts.add(place, f"behind in the step: {plural(len(crashed), 'other process')} crashed after its last record, in {span or 'a span'} at step {step}, "
-                                            f"which it never reached: they waited for it ({crashed[0].failure})", "behind in step")
-                continue
-        ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
-        who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
-        after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""
-        for place in members:
-            if place.label in culprits:
-                verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
+        if first is not None and _crashes_waited_for(members, first, verdicts):
+            continue
+        _name_failed_first(members, culprits, victims, verdicts)
+
+
+def _crashes_waited_for(members: list[RankPlace], first: int, verdicts: _Verdicts) -> bool:
+    """Whether the crashes of one run waited for others (`model.ending.held_back_by`: a collective that timed out), who are then named.
+
+    They are the one, the crashed are their victims.
+    """
+    ends = [End(p.label, closed=False, last_us=p.last_event_us, step=p.step, entered=p.entered, crash=p.crash, wrote=p.status != "hung before first record") for p in members]
+    held = held_back_by(ends, first)
+    if not held:
+        return False
+    crashed = [p for p in members if p.failed_us is not None]
+    span, step = (crashed[0].crash or {}).get("span"), (crashed[0].crash or {}).get("step")
+    for place in members:
+        if place.label in held:
+            verdicts.add(place, f"behind in the step: {plural(len(crashed), 'other process')} crashed after its last record, in {span or 'a span'} at step {step}, "
+                                f"which it never reached: they waited for it ({crashed[0].failure})", "behind in step")
+    return True
+
+
+def _name_failed_first(members: list[RankPlace], culprits: Collection[str], victims: Collection[str], verdicts: _Verdicts) -> None:
+    """Name the processes of one run that failed first, with their error and the victims that stopped after them."""
+    ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
+    who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
+    after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""
+    for place in members:
+        if place.label in culprits:
+            verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
 
 
 def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:

@@ -85,13 +85,8 @@ def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
     main = next((t for t in threads if t.get("main")), None)
     frames = (main or {}).get("frames") or []
     recorder = record.get("flight_recorder")
-    world_size = record.get("world_size")
-    world = tuple(range(world_size)) if type(world_size) is int and 0 < world_size <= 1 << 20 else None
     open_spans = record.get("open_spans") or []
-    last_span = record.get("last_span") if isinstance(record.get("last_span"), dict) else None
-    step = record.get("step")
-    if type(step) is not int:
-        step = next((s.get("step") for s in reversed(open_spans) if type(s.get("step")) is int), None)
+    step = _step_of(record, open_spans)
     return {
         "reason": record.get("reason"),
         "time_us": record.get("time_us"),
@@ -99,14 +94,38 @@ def digest_black_box(record: dict[str, Any]) -> dict[str, Any]:
         "frame": _program_frame(frames),
         "top_frame": frames[0] if frames else None,
         "thread_frames": [(t.get("thread_name"), _where(_program_frame(t.get("frames") or []))) for t in threads[:8]],
-        "fr": digest_recorder(recorder, world),
+        "fr": digest_recorder(recorder, _world(record.get("world_size"))),
         # Innermost open span: the last row (the writer lists them oldest first, parents before children).
         "span": open_spans[-1].get("name") if open_spans else None,
-        "between_spans": record.get("where") == "between_spans" or (not open_spans and record.get("where") is None and step is not None),
-        "last_span": {"name": last_span.get("name"), "ended_s_ago": last_span.get("ended_s_ago")} if last_span else None,
+        "between_spans": _between_spans(record, open_spans, step),
+        "last_span": _last_span(record),
         "step": step,
-        "recorder": "on" if isinstance(recorder, dict) and "entries" in recorder else ("error" if isinstance(recorder, dict) else "off"),
+        "recorder": _recorder_state(recorder),
     }
+
+
+def _step_of(record: dict[str, Any], open_spans: list[dict[str, Any]]) -> Any:
+    """A black box's step: its own field, else that of the innermost open span that has one (None without)."""
+    step = record.get("step")
+    if type(step) is not int:
+        step = next((s.get("step") for s in reversed(open_spans) if type(s.get("step")) is int), None)
+    return step
+
+
+def _between_spans(record: dict[str, Any], open_spans: list[dict[str, Any]], step: Any) -> bool:
+    """Whether the process stopped between spans: the record says so (``where``), or, from a writer that wrote no ``where``, no span is open in a known step."""
+    return record.get("where") == "between_spans" or (not open_spans and record.get("where") is None and step is not None)
+
+
+def _last_span(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The span it ended last (its name, how long before the black box), when the record has one: where it was before it stopped between spans."""
+    last_span = record.get("last_span") if isinstance(record.get("last_span"), dict) else None
+    return {"name": last_span.get("name"), "ended_s_ago": last_span.get("ended_s_ago")} if last_span else None
+
+
+def _recorder_state(recorder: Any) -> str:
+    """``on`` (the flight recorder's entries are there), ``error`` (reading it failed: ``{"error": ...}``) or ``off``."""
+    return "on" if isinstance(recorder, dict) and "entries" in recorder else ("error" if isinstance(recorder, dict) else "off")
 
 
 _THREADS_NOTE = re.compile(r"^# otel-titan threads \(pid \d+, main (0x[0-9a-f]+)\): (.*)$")
@@ -320,100 +339,178 @@ def build_hang(
     "attempt", "world_size", "ranks"}``); `dumps`: global rank → torch's flight-recorder dump.
     """
     now_us = time.time() * 1e6 if now_us is None else now_us
-    places: list[RankPlace] = []
-    history = stall_history(processes, facts)
-    # A restart ended the earlier attempts (their ranks were stopped to start again): the latest one is the run.
+    current, earlier = _current_attempt(processes)
+    open_worlds = _open_worlds(processes, now_us)
+    places = [place for p in current if (place := _place(p, facts.get(p.label) or {}, bases.get(p.label), dumps, now_us, open_worlds)) is not None]
+    missing = _missing_here(missing, places, current, facts)
+    if _no_hang(places, missing):
+        return None
+    suspects, notes = _suspects(places, current, missing)
+    suspects = _pauses(suspects, places, current, notes)
+    groups = _groups(places, {s.label for s in suspects})
+    headline = _headline(places, current, missing)
+    if not suspects and not any(p.stuck for p in places):
+        notes.extend(_why_no_one_is_named(places))
+    return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
+                      missing=list(missing), verdict="named" if suspects else "cannot tell", notes=notes + _restarted(earlier),
+                      history=stall_history(processes, facts))
+
+
+def _current_attempt(processes: Sequence[Any]) -> tuple[list[Any], int]:
+    """The processes of each source's latest attempt (the run), and how many of the earlier ones did not finish.
+
+    A restart ended the earlier attempts (their ranks were stopped to start
+    again): the latest one is the run.
+    """
+    latest = _latest_attempts(processes)
+    earlier = sum(p.closed_cleanly is not True for p in processes if _of_earlier_attempt(p, latest))
+    return [p for p in processes if not _of_earlier_attempt(p, latest)], earlier
+
+
+def _latest_attempts(processes: Sequence[Any]) -> dict[str, int]:
+    """Per source, its latest attempt (`_current_attempt`)."""
     latest: dict[str, int] = {}
     for process in processes:
         if process.attempt is not None:
             latest[process.source] = max(latest.get(process.source, process.attempt), process.attempt)
-    earlier = 0
-    current = [p for p in processes if p.attempt is None or p.attempt >= latest[p.source]]
-    # Where files with no closing record to expect (torchtitan's, pimm's) stopped inside spans, quiet for a minute: their end
-    # is unknown, so they are placed as ours are. Never stuck on that alone: a job killed mid-step leaves the same files.
-    open_worlds = {(p.source, p.attempt) for p in processes if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"}
-    for process in processes:
-        if process.attempt is not None and process.attempt < latest[process.source]:
-            earlier += process.closed_cleanly is not True
-            continue
-        fact = facts.get(process.label) or {}
-        box = fact.get("box")
-        status = _status(process, box, now_us, open_worlds)
-        if status is None:
-            continue
-        # A faulthandler dump, when no black box followed the last event: the interpreter lock was held.
-        dump = None
-        base = bases.get(process.label)
-        if base and (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
-            files = getattr(process, "files", None)  # a ProcessSummary's segments, oldest first (names only)
-            dump = read_faulthandler_stacks(side_file_of(base, os.path.join(os.path.dirname(base), files[0]) if files else None))
-            if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
-                dump = None  # written before the process's last record: a stall it recovered from, not where it is
-        fr = (box or {}).get("fr")
-        if dump is not None:
-            main = next((t for t in dump["threads"] if t["main"]), None)
-            frame = _program_frame((main or {}).get("frames") or [])
-            threads = [(t["thread_name"], _where(_program_frame(t["frames"]))) for t in dump["threads"] if not str(t.get("thread_name") or "").startswith("otel-titan-")][:8]
-            evidence = "faulthandler (interpreter lock held)"
-            status = f"{status}, interpreter lock held"
-        elif box is not None:
-            frame, threads, evidence = box.get("frame"), box.get("thread_frames") or [], f"black box ({box.get('reason')})"
-        else:
-            frame, threads, evidence = None, [], "records only"
-        torch_dump = (dumps or {}).get(process.rank) if process.rank is not None else None
-        if torch_dump is not None:
-            world = tuple(range(fact["world_size"])) if type(fact.get("world_size")) is int and 0 < fact["world_size"] <= 1 << 20 else None
-            fr = digest_recorder(torch_dump[1], world) or fr
-            evidence += f"; torch flight-recorder dump {os.path.basename(torch_dump[0])}"
-        span = process.last_phase or (box or {}).get("span")
-        step = fact.get("step")
-        entered = list(fact.get("entered") or [])
-        complete = bool(fact.get("entered_complete", True))
-        between, step, entered, complete = place_in_step(box, step, entered, complete, bool(process.open_spans))
-        # Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed
-        # out, or it logged nothing. A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
-        stuck = bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
-        places.append(
-            RankPlace(
-                process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
-                _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
-                entered, complete, stuck, (box or {}).get("time_us"), process.last_event_us,
-            )
-        )
-        places[-1].fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
-        if fact.get("seen") is not None:
-            places[-1].seen = frozenset(fact["seen"])  # type: ignore[misc]  # per instance, as `fr`
-        crash = getattr(process, "crash", None)
-        if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
-            places[-1].failed_us, places[-1].failure = crash["time_us"], describe_crash(crash)
-            places[-1].crash = crash  # type: ignore[misc]  # per instance, as `fr`
-    present = {(p.source, p.attempt) for p in places}
-    # A rank with no file that the others ran steps with (a step begun after another: in synchronous training every
-    # step's collective needs every rank) got past init: its logs are elsewhere (one node's folder) or it logs nothing.
-    # It stays listed, marked so, and is never the one that "never reached init_structured_logger".
+    return latest
+
+
+def _of_earlier_attempt(process: Any, latest: dict[str, int]) -> bool:
+    """Whether a restart stopped `process`: it belongs to an attempt before its source's latest (`_latest_attempts`)."""
+    return process.attempt is not None and process.attempt < latest[process.source]
+
+
+def _open_worlds(processes: Sequence[Any], now_us: float) -> set[tuple[str, Any]]:
+    """(source, attempt) where files with no closing record to expect (torchtitan's, pimm's) stopped inside spans, quiet for a minute.
+
+    Their end is unknown, so they are placed as ours are. Never stuck on that
+    alone: a job killed mid-step leaves the same files.
+    """
+    return {(p.source, p.attempt) for p in processes if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"}
+
+
+def _place(process: Any, fact: dict[str, Any], base: str | None, dumps: dict[int, tuple[str, dict[str, Any]]] | None, now_us: float,
+           open_worlds: set[tuple[str, Any]]) -> RankPlace | None:
+    """Where one process of the current attempt is, on all its evidence (black box, faulthandler dump, torch's dump, records); None when it ended well or says nothing (`_status`)."""
+    box = fact.get("box")
+    status = _status(process, box, now_us, open_worlds)
+    if status is None:
+        return None
+    dump = _faulthandler_dump(process, box, base)
+    frame, threads, evidence, status = _stacks(dump, box, status)
+    fr = (box or {}).get("fr")
+    torch_dump = (dumps or {}).get(process.rank) if process.rank is not None else None
+    if torch_dump is not None:
+        fr = digest_recorder(torch_dump[1], _world(fact.get("world_size"))) or fr
+        evidence += f"; torch flight-recorder dump {os.path.basename(torch_dump[0])}"
+    span = process.last_phase or (box or {}).get("span")
+    between, step, entered, complete = place_in_step(box, fact.get("step"), list(fact.get("entered") or []), bool(fact.get("entered_complete", True)), bool(process.open_spans))
+    stuck = _stuck_on_evidence(fact, dump, torch_dump, status)
+    place = RankPlace(
+        process.label, process.source, process.rank, process.attempt, status, None if between else span, _where(frame), evidence,
+        _shown_collective(fr), [list(t) for t in threads], step, between, (box or {}).get("last_span") if between else None,
+        entered, complete, stuck, (box or {}).get("time_us"), process.last_event_us,
+    )
+    _keep_compared(place, fr, fact)
+    _mark_failure(place, getattr(process, "crash", None))
+    return place
+
+
+def _faulthandler_dump(process: Any, box: dict[str, Any] | None, base: str | None) -> dict[str, Any] | None:
+    """Its faulthandler dump (`read_faulthandler_stacks`), when no black box followed its last event: the interpreter lock was held."""
+    if not base or not (box is None or (process.last_event_us and (box.get("time_us") or 0) < process.last_event_us)):
+        return None
+    files = getattr(process, "files", None)  # a ProcessSummary's segments, oldest first (names only)
+    dump = read_faulthandler_stacks(side_file_of(base, os.path.join(os.path.dirname(base), files[0]) if files else None))
+    if dump is not None and type(dump.get("time_us")) in (int, float) and (process.last_us or 0) > dump["time_us"]:
+        return None  # written before the process's last record: a stall it recovered from, not where it is
+    return dump
+
+
+def _stacks(dump: dict[str, Any] | None, box: dict[str, Any] | None, status: str) -> tuple[Any, list[Any], str, str]:
+    """(main thread's frame, every thread's, evidence, status): from the faulthandler dump (the interpreter lock held), else the black box, else none.
+
+    The dump comes first: where there is one, no black box followed the last
+    event, so the black box, if any, is of an earlier stall.
+    """
+    if dump is not None:
+        main = next((t for t in dump["threads"] if t["main"]), None)
+        frame = _program_frame((main or {}).get("frames") or [])
+        threads = [(t["thread_name"], _where(_program_frame(t["frames"]))) for t in dump["threads"] if not str(t.get("thread_name") or "").startswith("otel-titan-")][:8]
+        return frame, threads, "faulthandler (interpreter lock held)", f"{status}, interpreter lock held"
+    if box is not None:
+        return box.get("frame"), box.get("thread_frames") or [], f"black box ({box.get('reason')})", status
+    return None, [], "records only", status
+
+
+def _world(world_size: Any) -> tuple[int, ...] | None:
+    """The global ranks of a world of `world_size` (None for a value no record of a real job holds): what `digest_recorder` maps group ranks onto."""
+    return tuple(range(world_size)) if type(world_size) is int and 0 < world_size <= 1 << 20 else None
+
+
+def _stuck_on_evidence(fact: dict[str, Any], dump: dict[str, Any] | None, torch_dump: tuple[str, dict[str, Any]] | None, status: str) -> bool:
+    """Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could not run, torch timed out, or it logged nothing.
+
+    A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
+    """
+    return bool(fact.get("stalled") or fact.get("quiet")) or dump is not None or torch_dump is not None or status == "hung before first record"
+
+
+def _keep_compared(place: RankPlace, fr: dict[str, Any] | None, fact: dict[str, Any]) -> None:
+    """Set what the rules compare but --json never shows: its flight-recorder digest, the spans it was ever seen to finish."""
+    place.fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
+    if fact.get("seen") is not None:
+        place.seen = frozenset(fact["seen"])  # type: ignore[misc]  # per instance, as `fr`
+
+
+def _mark_failure(place: RankPlace, crash: dict[str, Any] | None) -> None:
+    """When and how it failed itself (its crash, or its silent kill: `model.ending`); an interrupt (Ctrl-C) is no failure of its own."""
+    if crash is not None and not is_interrupt(crash) and type(crash.get("time_us")) is int:
+        place.failed_us, place.failure = crash["time_us"], describe_crash(crash)
+        place.crash = crash  # type: ignore[misc]  # per instance, as `fr`
+
+
+def _steps_seen(current: Sequence[Any], facts: dict[str, dict[str, Any]]) -> dict[tuple[str, Any], int]:
+    """(source, attempt) → the most steps any of its processes began (`flag_missing_that_ran`).
+
+    A rank with no file that the others ran steps with (a step begun after
+    another: in synchronous training every step's collective needs every rank)
+    got past init: its logs are elsewhere (one node's folder) or it logs
+    nothing. It stays listed, marked so, and is never the one that "never
+    reached init_structured_logger".
+    """
     steps_seen: dict[tuple[str, Any], int] = {}
     for p in current:
         key = (p.source, p.attempt)
         steps_seen[key] = max(steps_seen.get(key, 0), (facts.get(p.label) or {}).get("steps_seen") or 0)
-    missing = flag_missing_that_ran([m for m in missing if (m["source"], m["attempt"]) in present], steps_seen)
-    restarted = [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
-    if not places and not missing:
-        return None
-    if not missing and all(p.status == "running" and not p.stuck for p in places):
-        return None  # a live run that is making progress, as far as any record says: no Hang section
-    suspects, notes = _suspects(places, current, missing)
-    suspects = _pauses(suspects, places, current, notes)
-    suspect_labels = {s.label for s in suspects}
-    groups = _groups(places, suspect_labels)
-    headline = _headline(places, current, missing)
-    verdict = "named" if suspects else "cannot tell"
-    if not suspects and not any(p.stuck for p in places):
-        if any(p.status == "stopped" for p in places):
-            notes.append("files with no heartbeat or black box (torchtitan's, pimm's) cannot tell a stuck process from one killed mid-step: "
-                         "no one is named; `otel-titan watch`, beside the live job, can")
-        notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
-    return HangReport(affected=len(places), processes=len(current), headline=headline, groups=groups, suspects=suspects, places=places,
-                      missing=list(missing), verdict=verdict, notes=notes + restarted, history=history)
+    return steps_seen
+
+
+def _missing_here(missing: Sequence[dict[str, Any]], places: list[RankPlace], current: Sequence[Any], facts: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The missing ranks of the runs placed here (a world that ended well has none to report), each flagged when it took part in the steps."""
+    present = {(p.source, p.attempt) for p in places}
+    return flag_missing_that_ran([m for m in missing if (m["source"], m["attempt"]) in present], _steps_seen(current, facts))
+
+
+def _no_hang(places: list[RankPlace], missing: Sequence[dict[str, Any]]) -> bool:
+    """No Hang section: no rank missing, and every process ended well (none placed) or is a live run making progress, as far as any record says."""
+    return not missing and all(p.status == "running" and not p.stuck for p in places)
+
+
+def _restarted(earlier: int) -> list[str]:
+    """The note on processes of earlier attempts that did not finish (none when all did)."""
+    return [f"{plural(earlier, 'process')} of earlier attempts did not finish: a restart stopped them (the headline's groups show where)"] if earlier else []
+
+
+def _why_no_one_is_named(places: list[RankPlace]) -> list[str]:
+    """The notes of a section with no suspect and no stuck process: why no one is named."""
+    notes = []
+    if any(p.status == "stopped" for p in places):
+        notes.append("files with no heartbeat or black box (torchtitan's, pimm's) cannot tell a stuck process from one killed mid-step: "
+                     "no one is named; `otel-titan watch`, beside the live job, can")
+    notes.append("no process is stuck on the evidence (a live run, or killed before its watchdog wrote): no one is named")
+    return notes
 
 
 def place_in_step(box: dict[str, Any] | None, step: int | None, entered: list[str], complete: bool, has_open_spans: bool) -> tuple[bool, int | None, list[str], bool]:
@@ -600,75 +697,139 @@ def _label(group: dict[str, Any]) -> str:
 
 
 def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str, Any, int]]:
-    """The flight-recorder rules: per group by identity, who is behind, who desynced, who never sent."""
+    """The flight-recorder rules: per group by identity, who is behind, who desynced, who never sent.
+
+    Returns the ranks that wait in a collective or send/recv of some group (`_waits_somewhere`).
+    """
+    by_rank, tables = _group_tables(places)
+    waits_somewhere = _waits_somewhere(places)
+    for (source, attempt, _name), table in tables.items():
+        members = table["members"] or tuple(sorted(table["ranks"]))
+        label = _label({**table["any"], "ranks": table["members"]})
+        known, unknown = _recorders_of(source, attempt, members, table, by_rank)
+        _behind_in_group(source, attempt, label, known, unknown, by_rank, waits_somewhere, verdicts)
+        _desync(source, attempt, label, known, by_rank, verdicts)
+        _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
+    return waits_somewhere
+
+
+def _group_tables(places: list[RankPlace]) -> tuple[dict[tuple[str, Any, int], RankPlace], dict[tuple[str, Any, Any], dict[str, Any]]]:
+    """Each ranked place by (source, attempt, rank); and per process group by identity (source, attempt, torch's group name),
+    its members (``None`` until a digest lists them), each rank's digest of it, and ``any`` one of them (for its label)."""
     by_rank: dict[tuple[str, Any, int], RankPlace] = {}
     tables: dict[tuple[str, Any, Any], dict[str, Any]] = {}
     for place in places:
         if place.rank is None:
             continue
         by_rank[(place.source, place.attempt, place.rank)] = place
-        if not place.fr:
-            continue
-        for key, group in place.fr["groups"].items():
-            if group["name"] is None:
-                continue  # an older black box: a sub-group whose identity is unknown is never compared
-            table = tables.setdefault((place.source, place.attempt, group["name"]), {"members": None, "ranks": {}, "any": group})
-            if group.get("ranks"):
-                table["members"] = tuple(group["ranks"])
-            table["ranks"][place.rank] = group
-    # A rank that waits in a collective or a send/recv of some group is held there by someone else: behind
-    # elsewhere because of it (a tensor-parallel peer of the culprit waits in their sub-group, so it never
-    # reaches the default group's all_reduce): a victim, never "behind".
-    waits_somewhere = {
-        (place.source, place.attempt, place.rank)
-        for place in places
-        if place.fr and place.rank is not None
-        and any((g.get("last") and g["last"].get("state") != "completed") or any(o["state"] != "completed" for o in g.get("p2p", [])) for g in place.fr["groups"].values())
-    }
-    for (source, attempt, name), table in tables.items():
-        members = table["members"] or tuple(sorted(table["ranks"]))
-        label = _label({**table["any"], "ranks": table["members"]})
-        known: dict[int, dict[str, Any] | None] = {}
-        unknown: list[int] = []
-        for rank in members:
-            place = by_rank.get((source, attempt, rank))
-            if place is None or not place.fr:
-                unknown.append(rank)
-                continue
-            group = table["ranks"].get(rank)
-            if group is None:
-                if place.fr["complete"]:
-                    known[rank] = None  # its whole recorder is here: it never called a collective of this group
-                else:
-                    unknown.append(rank)
-                continue
+        if place.fr:
+            _add_to_tables(tables, place)
+    return by_rank, tables
+
+
+def _add_to_tables(tables: dict[tuple[str, Any, Any], dict[str, Any]], place: RankPlace) -> None:
+    """Add one rank's digest of each of its groups to `tables` (`_group_tables`)."""
+    for group in place.fr["groups"].values():  # type: ignore[index]  # the caller's `if place.fr`
+        if group["name"] is None:
+            continue  # an older black box: a sub-group whose identity is unknown is never compared
+        table = tables.setdefault((place.source, place.attempt, group["name"]), {"members": None, "ranks": {}, "any": group})
+        if group.get("ranks"):
+            table["members"] = tuple(group["ranks"])
+        table["ranks"][place.rank] = group
+
+
+def _waits_somewhere(places: list[RankPlace]) -> set[tuple[str, Any, int]]:
+    """(source, attempt, rank) of the ranks whose flight recorder shows them waiting in a collective or a send/recv of some group.
+
+    A rank that waits in a collective or a send/recv of some group is held there by someone else: behind
+    elsewhere because of it (a tensor-parallel peer of the culprit waits in their sub-group, so it never
+    reaches the default group's all_reduce): a victim, never "behind".
+    """
+    return {(place.source, place.attempt, place.rank) for place in places if place.fr and place.rank is not None and any(_group_waits(g) for g in place.fr["groups"].values())}
+
+
+def _group_waits(group: dict[str, Any]) -> bool:
+    """Whether a rank's digest of a group shows it waiting there: its last collective not completed, or a send/recv in flight."""
+    return bool((group.get("last") and group["last"].get("state") != "completed") or any(o["state"] != "completed" for o in group.get("p2p", [])))
+
+
+def _recorders_of(source: str, attempt: Any, members: tuple[int, ...], table: dict[str, Any],
+                  by_rank: dict[tuple[str, Any, int], RankPlace]) -> tuple[dict[int, dict[str, Any] | None], list[int]]:
+    """Per member of a group, its digest of the group (``known``), and the members whose part is not known (no recorder, or a part of it).
+
+    A member whose whole recorder is here and has no digest of the group is
+    known to have called none of its collectives (None).
+    """
+    known: dict[int, dict[str, Any] | None] = {}
+    unknown: list[int] = []
+    for rank in members:
+        place = by_rank.get((source, attempt, rank))
+        group = table["ranks"].get(rank)
+        if place is None or not place.fr:
+            unknown.append(rank)
+        elif group is not None:
             known[rank] = group
-        lasts = {rank: (g["last"] if g else None) for rank, g in known.items()}
-        seqs = {rank: (last["seq"] if last else 0) for rank, last in lasts.items()}
-        if seqs:
-            top = max(seqs.values())
-            waiting = [r for r, last in lasts.items() if last and last["seq"] == top and last.get("state") != "completed"]
-            top_ops = Counter(lasts[r]["op"] for r in waiting)  # type: ignore[index]
-            held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
-            if waiting and not held:
-                verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
-            if held:
-                op = top_ops.most_common(1)[0][0]
-                behind = [r for r, seq in seqs.items() if seq < top and (source, attempt, r) not in waits_somewhere and _held_back(by_rank[(source, attempt, r)], held)]
-                for rank in behind:
-                    last = lasts[rank]
-                    its = f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
-                    verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({its})", "behind")
-                if not behind and not any(seq < top for seq in seqs.values()):
-                    for rank in unknown:
-                        place = by_rank.get((source, attempt, rank))
-                        if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
-                            verdicts.add(place, f"the others wait in seq {top} {op} ({label}); it has no collective on record ({place.evidence})", "no collective")
-                    if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
-                        verdicts.note(f"{label}: {_count(len(waiting), 'wait')} in seq {top} {op}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
-        _desync(source, attempt, label, known, by_rank, verdicts)
-        _p2p(source, attempt, members if table["members"] else None, label, known, by_rank, verdicts)
-    return waits_somewhere
+        elif place.fr["complete"]:
+            known[rank] = None  # its whole recorder is here: it never called a collective of this group
+        else:
+            unknown.append(rank)
+    return known, unknown
+
+
+def _behind_in_group(source: str, attempt: Any, label: str, known: dict[int, dict[str, Any] | None], unknown: list[int],
+                     by_rank: dict[tuple[str, Any, int], RankPlace], waits_somewhere: set[tuple[str, Any, int]], verdicts: _Verdicts) -> None:
+    """Members wait in collective seq S while a member's last is below S: it never entered it.
+
+    Only for what stuck members wait in (a live snapshot is no evidence); with
+    no member behind, one that could not write its recorder (`_no_collective_on_record`).
+    """
+    lasts = {rank: (g["last"] if g else None) for rank, g in known.items()}
+    seqs = {rank: (last["seq"] if last else 0) for rank, last in lasts.items()}
+    if not seqs:
+        return
+    top = max(seqs.values())
+    waiting = _waiting_in(lasts, top)
+    held = [by_rank[(source, attempt, r)] for r in waiting if by_rank[(source, attempt, r)].stuck]
+    if waiting and not held:
+        verdicts.note(f"{label}: {_named(waiting)} in seq {top} but none stuck on the evidence (a snapshot of a live run, or killed mid-step): no one is named")
+    if not held:
+        return
+    op = Counter(lasts[r]["op"] for r in waiting).most_common(1)[0][0]  # type: ignore[index]
+    behind = [r for r, seq in seqs.items() if seq < top and _may_be_behind(by_rank[(source, attempt, r)], waits_somewhere, held)]
+    for rank in behind:
+        verdicts.add(by_rank[(source, attempt, rank)], f"behind in {label}: never entered seq {top} {op}, which {_count(len(waiting), 'wait')} in ({_its_last(lasts[rank])})", "behind")
+    if not behind and not any(seq < top for seq in seqs.values()):
+        _no_collective_on_record(source, attempt, label, f"seq {top} {op}", len(waiting), unknown, by_rank, verdicts)
+
+
+def _waiting_in(lasts: dict[int, dict[str, Any] | None], top: int) -> list[int]:
+    """The members whose last collective of the group is seq `top` (the highest), not completed: they wait in it."""
+    return [r for r, last in lasts.items() if last and last["seq"] == top and last.get("state") != "completed"]
+
+
+def _may_be_behind(place: RankPlace, waits_somewhere: set[tuple[str, Any, int]], held: list[RankPlace]) -> bool:
+    """Whether a member below the top seq may be named behind: not waiting in some group itself (`_waits_somewhere`), and `_held_back`."""
+    return (place.source, place.attempt, place.rank) not in waits_somewhere and _held_back(place, held)
+
+
+def _its_last(last: dict[str, Any] | None) -> str:
+    """A rank's last collective in a group, in words, for why it is behind there."""
+    return f"its last there: seq {last['seq']} {last['op']}, {last['state']}" if last else "it has no collective of this group on record"
+
+
+def _no_collective_on_record(source: str, attempt: Any, label: str, awaited: str, waiting: int, unknown: list[int],
+                             by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:
+    """No member behind, all at the top: a stuck member with no recorder part, for its faulthandler dump (interpreter lock held), is the one.
+
+    `awaited`: ``seq S op``, what `waiting` members wait in. Otherwise a note
+    says who is not known.
+    """
+    for rank in unknown:
+        place = by_rank.get((source, attempt, rank))
+        if place is not None and place.stuck and place.evidence.startswith("faulthandler"):
+            verdicts.add(place, f"the others wait in {awaited} ({label}); it has no collective on record ({place.evidence})", "no collective")
+    if unknown and not any(by_rank.get((source, attempt, r)) is not None and by_rank[(source, attempt, r)].label in verdicts.by_label for r in unknown):
+        verdicts.note(f"{label}: {_count(waiting, 'wait')} in {awaited}; cannot tell who is behind: no flight recorder from {_named(unknown)}")
 
 
 def _signature(entry: tuple[Any, Any, Any]) -> tuple[Any, ...]:
@@ -723,20 +884,35 @@ def _p2p(source: str, attempt: Any, members: tuple[int, ...] | None, label: str,
     local = {rank: index for index, rank in enumerate(members)}
     for rank, group in known.items():
         for op in (group or {}).get("p2p", []):
-            if op["state"] == "completed" or op["op"] not in ("send", "recv") or type(op["peer"]) is not int or not 0 <= op["peer"] < len(members):
+            if not _in_flight_with_member(op, members):
                 continue
-            if not by_rank[(source, attempt, rank)].stuck:
+            waiter = by_rank[(source, attempt, rank)]
+            if not waiter.stuck:
                 continue  # a send/recv in flight in a live snapshot is no evidence
-            peer = members[op["peer"]]
-            wanted = "send" if op["op"] == "recv" else "recv"
-            peer_place = by_rank.get((source, attempt, peer))
-            if peer not in known or peer_place is None:
-                verdicts.note(f"rank {rank} waits in {op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer} ({label}); cannot tell more: no flight recorder from rank {peer}")
-                continue
-            pending = [o for o in (known[peer] or {}).get("p2p", []) if o["op"] == wanted and o["peer"] == local[rank] and o["state"] != "completed"]
-            if not pending and _held_back(peer_place, [by_rank[(source, attempt, rank)]]):
-                what = "never sent what" if wanted == "send" else "never posted the receive for what"
-                verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
+            _unmatched_peer(waiter, op, members[op["peer"]], local, label, known, by_rank, verdicts)
+
+
+def _in_flight_with_member(op: dict[str, Any], members: tuple[int, ...]) -> bool:
+    """Whether `op` is a send or recv not completed, with a peer that is a member of the group (its local rank there)."""
+    return op["state"] != "completed" and op["op"] in ("send", "recv") and type(op["peer"]) is int and 0 <= op["peer"] < len(members)
+
+
+def _unmatched_peer(waiter: RankPlace, op: dict[str, Any], peer: int, local: dict[int, int], label: str, known: dict[int, dict[str, Any] | None],
+                    by_rank: dict[tuple[str, Any, int], RankPlace], verdicts: _Verdicts) -> None:
+    """Name `peer` (a global rank) when it has no op in flight matching the stuck `waiter`'s `op`: it never sent (posted the receive).
+
+    Without the peer's flight recorder, a note says so. `local`: global rank → its rank in the group.
+    """
+    rank = waiter.rank
+    wanted = "send" if op["op"] == "recv" else "recv"
+    peer_place = by_rank.get((waiter.source, waiter.attempt, peer))
+    if peer not in known or peer_place is None:
+        verdicts.note(f"rank {rank} waits in {op['op']} {'from' if op['op'] == 'recv' else 'to'} rank {peer} ({label}); cannot tell more: no flight recorder from rank {peer}")
+        return
+    pending = [o for o in (known[peer] or {}).get("p2p", []) if o["op"] == wanted and o["peer"] == local[rank] and o["state"] != "completed"]
+    if not pending and _held_back(peer_place, [waiter]):
+        what = "never sent what" if wanted == "send" else "never posted the receive for what"
+        verdicts.add(peer_place, f"{what} rank {rank} waits to {op['op']} ({label}, p2p seq {op['seq']}): it has no {wanted} {'to' if wanted == 'send' else 'from'} rank {rank} in flight", "p2p")
 
 
 def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
@@ -746,28 +922,39 @@ def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
     timeout, then the launcher terminates them; gloo fails their collective at
     once. Either way the rank that crashed (or was killed) first is the one.
     """
-    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
-    for place in places:
-        by_run.setdefault((place.source, place.attempt), []).append(place)
-    for members in by_run.values():
+    for members in _runs(places).values():
         culprits, victims, first = failed_first({place.label: place.failed_us for place in members})
-        if first is not None:
-            ends = [End(p.label, closed=False, last_us=p.last_event_us, step=p.step, entered=p.entered, crash=p.crash, wrote=p.status != "hung before first record") for p in members]
-            held = held_back_by(ends, first)
-            if held:  # the crashes waited for it (a collective that timed out): it is the one, the crashed are its victims
-                crashed = [p for p in members if p.failed_us is not None]
-                span, step = (crashed[0].crash or {}).get("span"), (crashed[0].crash or {}).get("step")
-                for place in members:
-                    if place.label in held:
-                        verdicts.add(place, f"behind in the step: {plural(len(crashed), 'other process')} crashed after its last record, in {span or 'a span'} at step {step}, "
-                                            f"which it never reached: they waited for it ({crashed[0].failure})", "behind in step")
-                continue
-        ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
-        who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
-        after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""
-        for place in members:
-            if place.label in culprits:
-                verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
+        if first is not None and _crashes_waited_for(members, first, verdicts):
+            continue
+        _name_failed_first(members, culprits, victims, verdicts)
+
+
+def _crashes_waited_for(members: list[RankPlace], first: int, verdicts: _Verdicts) -> bool:
+    """Whether the crashes of one run waited for others (`model.ending.held_back_by`: a collective that timed out), who are then named.
+
+    They are the one, the crashed are their victims.
+    """
+    ends = [End(p.label, closed=False, last_us=p.last_event_us, step=p.step, entered=p.entered, crash=p.crash, wrote=p.status != "hung before first record") for p in members]
+    held = held_back_by(ends, first)
+    if not held:
+        return False
+    crashed = [p for p in members if p.failed_us is not None]
+    span, step = (crashed[0].crash or {}).get("span"), (crashed[0].crash or {}).get("step")
+    for place in members:
+        if place.label in held:
+            verdicts.add(place, f"behind in the step: {plural(len(crashed), 'other process')} crashed after its last record, in {span or 'a span'} at step {step}, "
+                                f"which it never reached: they waited for it ({crashed[0].failure})", "behind in step")
+    return True
+
+
+def _name_failed_first(members: list[RankPlace], culprits: Collection[str], victims: Collection[str], verdicts: _Verdicts) -> None:
+    """Name the processes of one run that failed first, with their error and the victims that stopped after them."""
+    ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
+    who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
+    after = f"; {who} stopped after it ({'its victim' if len(victims) == 1 else 'its victims'})" if victims else ""
+    for place in members:
+        if place.label in culprits:
+            verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
 
 
 def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
@@ -837,26 +1024,42 @@ def _pauses(suspects: list[Suspect], places: list[RankPlace], processes: Sequenc
     process_of = {getattr(p, "label", None): p for p in processes}
     kept, paused = [], []
     for suspect in suspects:
-        place = by_label.get(suspect.label)
-        process = process_of.get(suspect.label)
-        others = [q for q in places if place is not None and q is not place and (q.source, q.attempt) == (place.source, place.attempt)]
-        if place is None or process is None or not others or place.span is None or place.between_spans or not place.seen:
+        pause = _pause(suspect, by_label.get(suspect.label), process_of.get(suspect.label), places, allowance_s)
+        if pause is None:
             kept.append(suspect)
-            continue
-        # The others wait for it: between spans (an unspanned barrier), or all in one span it has not reached this step.
-        waits = {q.span for q in others if not (q.between_spans or q.span is None)}
-        if not own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others)) or len(waits) > 1 or waits & {place.span, *place.entered}:
-            kept.append(suspect)
-            continue
-        inner = next((o for o in reversed(process.open_spans) if o.name == place.span), None)
-        open_s = inner.open_s if inner is not None else None
-        if open_s is None or open_s >= allowance_s:
-            kept.append(suspect)
-            continue
-        paused.append(f"a pause, not a hang: {suspect.label} in {place.span}, a span only it runs, for {open_s:,.0f} s; "
-                      f"{plural(len(others), 'rank')} wait for it (a hang after {allowance_s:,.0f} s)")
+        else:
+            paused.append(pause)
     notes.extend(paused)
     return kept
+
+
+def _pause(suspect: Suspect, place: RankPlace | None, process: Any, places: list[RankPlace], allowance_s: float) -> str | None:
+    """The note that says `suspect` is in a pause (`_pauses`), or None when it is not: it is then named."""
+    others = [q for q in places if place is not None and q is not place and (q.source, q.attempt) == (place.source, place.attempt)]
+    if place is None or process is None or not others or place.span is None or place.between_spans or not place.seen:
+        return None
+    if not _others_wait_for_its_own_work(place, others):
+        return None
+    open_s = _open_for(process, place.span)
+    if open_s is None or open_s >= allowance_s:
+        return None
+    return (f"a pause, not a hang: {suspect.label} in {place.span}, a span only it runs, for {open_s:,.0f} s; "
+            f"{plural(len(others), 'rank')} wait for it (a hang after {allowance_s:,.0f} s)")
+
+
+def _others_wait_for_its_own_work(place: RankPlace, others: list[RankPlace]) -> bool:
+    """Whether `place` is in its own work (`own_work`) and the `others` of its world wait for it.
+
+    The others wait for it: between spans (an unspanned barrier), or all in one span it has not reached this step.
+    """
+    waits = {q.span for q in others if not (q.between_spans or q.span is None)}
+    return own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others)) and len(waits) <= 1 and not (waits & {place.span, *place.entered})
+
+
+def _open_for(process: Any, span: str) -> float | None:
+    """How long `process`'s innermost open span named `span` had been open at its file's last record (s), or None."""
+    inner = next((o for o in reversed(process.open_spans) if o.name == span), None)
+    return inner.open_s if inner is not None else None
 
 
 def own_work(span: str | None, others_seen: Iterable[Collection[str]]) -> bool:
@@ -904,54 +1107,105 @@ def _step_progress(places: list[RankPlace], processes: Sequence[Any], missing: S
     what the least advanced waits for (in a sub-group's collective), so it would be blamed wrongly.
     A rank the flight recorder shows waiting in a collective or send/recv is never "behind".
     """
-    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
-    for place in places:
-        if place.rank is not None:
-            by_run.setdefault((place.source, place.attempt), []).append(place)
     absent = {(m["source"], m["attempt"]) for m in missing}
     counts = Counter((p.source, p.attempt) for p in processes)
-    for key, members in by_run.items():
+    for key, members in _runs(p for p in places if p.rank is not None).items():
         if len(members) < 2 or not any(m.stuck for m in members):
             continue
         if key in absent or len(members) < counts[key]:
             verdicts.note(f"{key[0]}: not every rank is here (missing, or closed): how far each got in the step is not compared")
             continue
-        # Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
-        classes: dict[tuple[Any, ...], list[RankPlace]] = {}
-        for m in members:
-            classes.setdefault((m.step, frozenset(m.entered), m.entered_complete), []).append(m)
-        reps = [group[0] for group in classes.values()]
-        size = {id(group[0]): len(group) for group in classes.values()}
-        ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
-        leaders = [m for b in ahead for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
-        if not all(m.stuck for m in leaders):
-            verdicts.note(f"{key[0]}: the most advanced ranks are not all stuck on the evidence (no stall record or heartbeat): how far each got is not compared")
-            continue
-        lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
-        behind = [m for a in lowest for m in classes[(a.step, frozenset(a.entered), a.entered_complete)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
-        # Rank 0's checkpoint: the many never entered a span only the few run, and never do. They wait for it; not behind.
-        excused = [m for m in behind if _waits_for_own_work(m, [(b, size[id(b)]) for b in ahead if _before(m, b)],
-                                                              len(classes[(m.step, frozenset(m.entered), m.entered_complete)]))]
-        if excused:
-            verdicts.note(f"{key[0]}: {_named([m.rank for m in excused if m.rank is not None])} wait for work of the others' own, in spans they never run "
-                          f"({', '.join(sorted({n for b in ahead for n in b.entered if not any(n in (m.seen or ()) for m in excused)} - {n for m in excused for n in m.entered}))}): not behind")
-            behind = [m for m in behind if all(m is not e for e in excused)]
-        if not behind:
-            continue
-        for place in behind:
-            leader = max((b for b in ahead if _before(place, b)), key=lambda b: (len(b.entered), size[id(b)]))
-            inside = f"in {leader.span}" if leader.span else "between spans"
-            waits = [m for b in ahead if _before(place, b) for m in classes[(b.step, frozenset(b.entered), b.entered_complete)]]
-            missed = [name for name in leader.entered if name not in place.entered] if leader.step == place.step else []
-            if place.between_spans:
-                last = place.last_span or {}
-                at = f"between spans at step {place.step}" + (f" (after {last.get('name')}, ended {last.get('ended_s_ago')} s before its black box)" if last.get("name") else "")
-            elif place.span:
-                at = f"in {place.span} at step {place.step}"
-            else:
-                at = f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
-            never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
-            verdicts.add(place, f"behind in the step: {at}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})", "behind in step")
+        _behind_in_run(key[0], members, waiting, verdicts)
+
+
+def _runs(places: Iterable[RankPlace]) -> dict[tuple[str, Any], list[RankPlace]]:
+    """The places per run (source, attempt), in the order first seen: the ranks that wait for one another."""
+    by_run: dict[tuple[str, Any], list[RankPlace]] = {}
+    for place in places:
+        by_run.setdefault((place.source, place.attempt), []).append(place)
+    return by_run
+
+
+def _progress_class(place: RankPlace) -> tuple[Any, ...]:
+    """How far a rank got, as `_before` compares it: its step, the spans it entered there, whether the step's start was read."""
+    return (place.step, frozenset(place.entered), place.entered_complete)
+
+
+def _behind_in_run(source: str, members: list[RankPlace], waiting: set[tuple[str, Any, int]], verdicts: _Verdicts) -> None:
+    """In one run whose every rank is here: the least advanced ranks are behind, when the most advanced are all stuck (they wait for them)."""
+    classes = _progress_classes(members)
+    reps = [group[0] for group in classes.values()]
+    size = {id(group[0]): len(group) for group in classes.values()}
+    ahead = [b for b in reps if not any(_before(b, c) for c in reps)]
+    leaders = [m for b in ahead for m in classes[_progress_class(b)]]
+    if not all(m.stuck for m in leaders):
+        verdicts.note(f"{source}: the most advanced ranks are not all stuck on the evidence (no stall record or heartbeat): how far each got is not compared")
+        return
+    behind = _least_advanced(classes, reps, ahead, leaders, waiting)
+    behind = _not_waiting_for_own_work(source, behind, ahead, classes, size, verdicts)
+    for place in behind:
+        verdicts.add(place, _behind_in_step(place, ahead, classes, size), "behind in step")
+
+
+def _progress_classes(members: list[RankPlace]) -> dict[tuple[Any, ...], list[RankPlace]]:
+    """The ranks per distinct progress (`_progress_class`), in the order first seen.
+
+    Compared per distinct progress (a few kinds at 1,000 ranks), not per pair of ranks.
+    """
+    classes: dict[tuple[Any, ...], list[RankPlace]] = {}
+    for m in members:
+        classes.setdefault(_progress_class(m), []).append(m)
+    return classes
+
+
+def _least_advanced(classes: dict[tuple[Any, ...], list[RankPlace]], reps: list[RankPlace], ahead: list[RankPlace], leaders: list[RankPlace],
+                    waiting: set[tuple[str, Any, int]]) -> list[RankPlace]:
+    """The ranks of the lowest classes (before one ahead, after none) that may be named for the stuck `leaders`' wait (`_held_back`).
+
+    Not one the flight recorder shows waiting in a collective or send/recv
+    (`waiting`): someone else holds it there.
+    """
+    lowest = [a for a in reps if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)]
+    return [m for a in lowest for m in classes[_progress_class(a)] if (m.source, m.attempt, m.rank) not in waiting and _held_back(m, leaders)]
+
+
+def _not_waiting_for_own_work(source: str, behind: list[RankPlace], ahead: list[RankPlace], classes: dict[tuple[Any, ...], list[RankPlace]],
+                              size: dict[int, int], verdicts: _Verdicts) -> list[RankPlace]:
+    """`behind` less the ranks that only wait for others' own work (`_waits_for_own_work`), which a note names.
+
+    Rank 0's checkpoint: the many never entered a span only the few run, and never do. They wait for it; not behind.
+    """
+    excused = [m for m in behind if _waits_for_own_work(m, [(b, size[id(b)]) for b in ahead if _before(m, b)], len(classes[_progress_class(m)]))]
+    if not excused:
+        return behind
+    verdicts.note(f"{source}: {_named([m.rank for m in excused if m.rank is not None])} wait for work of the others' own, in spans they never run "
+                  f"({', '.join(_own_work_spans(ahead, excused))}): not behind")
+    return [m for m in behind if all(m is not e for e in excused)]
+
+
+def _own_work_spans(ahead: list[RankPlace], excused: list[RankPlace]) -> list[str]:
+    """The spans the ranks ahead entered that the `excused` never ran nor entered: the others' own work they wait for, sorted."""
+    return sorted({n for b in ahead for n in b.entered if not any(n in (m.seen or ()) for m in excused)} - {n for m in excused for n in m.entered})
+
+
+def _behind_in_step(place: RankPlace, ahead: list[RankPlace], classes: dict[tuple[Any, ...], list[RankPlace]], size: dict[int, int]) -> str:
+    """Why a rank is behind in the step: where it is, what it never entered, and how many wait where (after the most advanced, largest class ahead of it)."""
+    leader = max((b for b in ahead if _before(place, b)), key=lambda b: (len(b.entered), size[id(b)]))
+    inside = f"in {leader.span}" if leader.span else "between spans"
+    waits = [m for b in ahead if _before(place, b) for m in classes[_progress_class(b)]]
+    missed = [name for name in leader.entered if name not in place.entered] if leader.step == place.step else []
+    never = f"never entered {', '.join(missed)} of step {leader.step}" if missed else f"never reached step {leader.step}"
+    return f"behind in the step: {_at_in_step(place)}; {never}, where {plural(len(waits), 'other rank')} {'is' if len(waits) == 1 else 'are'} ({inside})"
+
+
+def _at_in_step(place: RankPlace) -> str:
+    """Where a rank behind in the step is: between spans (after which span), in a span, or after its last record (no record says where)."""
+    if place.between_spans:
+        last = place.last_span or {}
+        return f"between spans at step {place.step}" + (f" (after {last.get('name')}, ended {last.get('ended_s_ago')} s before its black box)" if last.get("name") else "")
+    if place.span:
+        return f"in {place.span} at step {place.step}"
+    return f"after its last record at step {place.step} ({place.evidence}: dead, or stuck where no record says)"
 
 
 def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
@@ -995,50 +1249,82 @@ def format_hang(report: HangReport | None) -> list[str]:
     """The Hang section as text lines (empty when there was no hang); printed before everything else."""
     if report is None:
         return []
+    place_by_label = {p.label: p for p in report.places}
     lines = [f"Hang: {report.headline}"]
-    for m in report.missing:
-        mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
-        lines.append(f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})")
-    for group in report.groups[:GROUPS_SHOWN]:
-        who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
-        where = []
-        if group.collective:
-            if group.collective.get("state") == "completed":
-                where.append(f"last collective {_collective(group.collective)}")
-            else:
-                where.append(f"{'waits' if group.count == 1 else 'wait'} in {_collective(group.collective)}")
-        if group.between_spans:
-            where.append(f"between spans at step {group.step}" if group.step is not None else "between spans")
-        elif group.span:
-            where.append(f"span {group.span}")
-        if group.where:
-            where.append(f"main thread at {group.where}")
-        mark = "▶" if group.role == "suspect" else " "
-        lines.append(f" {mark} {group.count} × {who}: {'; '.join(where) or 'no location recorded'}" + ("   (victims)" if group.role == "victims" else ""))
+    lines += [_missing_line(m) for m in report.missing]
+    lines += [_group_line(group) for group in report.groups[:GROUPS_SHOWN]]
     if len(report.groups) > GROUPS_SHOWN:
         lines.append(f"   … {len(report.groups) - GROUPS_SHOWN} more groups (--json)")
-    place_by_label = {p.label: p for p in report.places}
-    if report.suspects:
-        lines.append("Suspects:")
-        for suspect in report.suspects[:SUSPECTS_SHOWN]:
-            rank = f"rank {suspect.rank}" if suspect.rank is not None else suspect.label
-            at = suspect.where or ("no stack" if suspect.rule == "missing" else "frame unknown")
-            place = place_by_label.get(suspect.label)
-            inside = f" in span {suspect.span}" if suspect.span else (f" between spans at step {place.step}" if place is not None and place.between_spans else "")
-            lines.append(f"  {rank} ({suspect.source}): {at}{inside}: {suspect.why}")
-        if len(report.suspects) > SUSPECTS_SHOWN:
-            lines.append(f"  … {len(report.suspects) - SUSPECTS_SHOWN} more (--json)")
-    else:
-        lines.append("Suspects: cannot tell" + (f": {report.notes[0]}" if report.notes else ": every stuck process is in the same place and no record shows one behind"))
-    shown_notes = [n for n in report.notes if n.startswith("desync")] if report.suspects else report.notes[1:]
-    for note in shown_notes[:3]:
-        lines.append(f"  note: {note}")
-    for suspect in report.suspects[:2]:
+    lines += _suspect_lines(report, place_by_label)
+    lines += [f"  note: {note}" for note in _shown_notes(report)[:3]]
+    lines += _thread_lines(report.suspects[:2], place_by_label)
+    lines += format_history(report.history)
+    lines.append("")
+    return lines
+
+
+def _missing_line(m: dict[str, Any]) -> str:
+    """One line per missing entry: marked ▶ as a suspect unless it took part in the steps (its logs are elsewhere)."""
+    mark, why = (" ", "no file here, took part in the steps") if m.get("ran_with_others") else ("▶", "no file")
+    return f" {mark} {len(m['ranks'])} × {m['source']} rank{'s' if len(m['ranks']) != 1 else ''} {_ranks(m['ranks'])}: missing: {why} (world_size {m['world_size']})"
+
+
+def _group_line(group: HangGroup) -> str:
+    """One line per group of processes in the same place: ▶ for the suspects' group, ``(victims)`` for the others once a suspect is named."""
+    who = f"rank{'s' if len(group.ranks) != 1 else ''} {_ranks(group.ranks)}" if group.ranks else ", ".join(group.labels[:3])
+    mark = "▶" if group.role == "suspect" else " "
+    return f" {mark} {group.count} × {who}: {'; '.join(_group_where(group)) or 'no location recorded'}" + ("   (victims)" if group.role == "victims" else "")
+
+
+def _group_where(group: HangGroup) -> list[str]:
+    """Where a group is, most telling first: its collective, its span (or between spans), its main thread's frame."""
+    where = [_in_collective(group)] if group.collective else []
+    if group.between_spans:
+        where.append(f"between spans at step {group.step}" if group.step is not None else "between spans")
+    elif group.span:
+        where.append(f"span {group.span}")
+    if group.where:
+        where.append(f"main thread at {group.where}")
+    return where
+
+
+def _in_collective(group: HangGroup) -> str:
+    """A group's collective: the one it waits in, or, completed, the last it ran."""
+    if (group.collective or {}).get("state") == "completed":
+        return f"last collective {_collective(group.collective)}"
+    return f"{'waits' if group.count == 1 else 'wait'} in {_collective(group.collective)}"
+
+
+def _suspect_lines(report: HangReport, place_by_label: dict[str, RankPlace]) -> list[str]:
+    """The suspects, the first `SUSPECTS_SHOWN` (all in --json); or "cannot tell", with the first note saying why."""
+    if not report.suspects:
+        return ["Suspects: cannot tell" + (f": {report.notes[0]}" if report.notes else ": every stuck process is in the same place and no record shows one behind")]
+    lines = ["Suspects:"] + [_suspect_line(suspect, place_by_label.get(suspect.label)) for suspect in report.suspects[:SUSPECTS_SHOWN]]
+    if len(report.suspects) > SUSPECTS_SHOWN:
+        lines.append(f"  … {len(report.suspects) - SUSPECTS_SHOWN} more (--json)")
+    return lines
+
+
+def _suspect_line(suspect: Suspect, place: RankPlace | None) -> str:
+    """One suspect: its rank, its frame, its span (or between spans at which step), and why it is named."""
+    rank = f"rank {suspect.rank}" if suspect.rank is not None else suspect.label
+    at = suspect.where or ("no stack" if suspect.rule == "missing" else "frame unknown")
+    inside = f" in span {suspect.span}" if suspect.span else (f" between spans at step {place.step}" if place is not None and place.between_spans else "")
+    return f"  {rank} ({suspect.source}): {at}{inside}: {suspect.why}"
+
+
+def _shown_notes(report: HangReport) -> list[str]:
+    """The notes printed after the suspects: each desync when a suspect is named; else those after the first (the "cannot tell" line's)."""
+    return [n for n in report.notes if n.startswith("desync")] if report.suspects else report.notes[1:]
+
+
+def _thread_lines(suspects: Sequence[Suspect], place_by_label: dict[str, RankPlace]) -> list[str]:
+    """Every thread of each of `suspects` with more than one: what its other threads (a data loader, a checkpoint writer) were doing."""
+    lines = []
+    for suspect in suspects:
         place = place_by_label.get(suspect.label)
         if place and len(place.threads) > 1:
             lines.append(f"  threads of {suspect.label}: " + "; ".join(f"{name}: {where}" for name, where in place.threads[:4]))
-    lines += format_history(report.history)
-    lines.append("")
     return lines
 
 

@@ -63,7 +63,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Collection, Iterable, Sequence
+from typing import Any, ClassVar, Collection, Hashable, Iterable, Sequence
 
 from otel_titan.analysis.model.frames import program_frame as _program_frame, program_line, where as _where
 from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
@@ -530,8 +530,9 @@ def place_in_step(box: dict[str, Any] | None, step: int | None, entered: list[st
         (False, 8, ['fwd'], True)
     """
     between = bool(box and box.get("between_spans") and not has_open_spans)
-    if between and type(box.get("step")) is int and (step is None or box["step"] > step):  # type: ignore[union-attr]
-        step, entered, complete = box["step"], [], True  # type: ignore[index]  # a step set, nothing started in it yet
+    box_step = box.get("step") if box else None
+    if between and type(box_step) is int and (step is None or box_step > step):
+        step, entered, complete = box_step, [], True  # a step set, nothing started in it yet
     return between, step, entered, complete
 
 
@@ -904,6 +905,8 @@ def _unmatched_peer(waiter: RankPlace, op: dict[str, Any], peer: int, local: dic
     Without the peer's flight recorder, a note says so. `local`: global rank → its rank in the group.
     """
     rank = waiter.rank
+    if rank is None:
+        return  # a process with no rank has no place in a group's send/recv
     wanted = "send" if op["op"] == "recv" else "recv"
     peer_place = by_rank.get((waiter.source, waiter.attempt, peer))
     if peer not in known or peer_place is None:
@@ -947,7 +950,7 @@ def _crashes_waited_for(members: list[RankPlace], first: int, verdicts: _Verdict
     return True
 
 
-def _name_failed_first(members: list[RankPlace], culprits: Collection[str], victims: Collection[str], verdicts: _Verdicts) -> None:
+def _name_failed_first(members: list[RankPlace], culprits: Collection[Hashable], victims: Collection[Hashable], verdicts: _Verdicts) -> None:
     """Name the processes of one run that failed first, with their error and the victims that stopped after them."""
     ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
     who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")

@@ -310,10 +310,9 @@ class Detector:
                 hung = {p.key for p in source_live if p.rank in hang.ranks} if hang.ranks else {p.key for p in source_live}
                 hung_keys |= hung
         self.suspected = "; ".join(suspected) or None
-        slow_ran = self._slow(live, now, step_ms)
+        self._slow(live, now)
         alerts.extend(self._slow_alerts)
-        keep = set() if slow_ran else {k for k in self.book.active if k[0] in ("slow", "job_slow")}
-        raised, resolved = self.book.update(alerts, now, keep_keys=keep)
+        raised, resolved = self.book.update(alerts, now)
         events = [a.to_json("alert") for a in raised] + [a.to_json("update") for a in self.book.updated] + [a.to_json("resolved") for a in resolved]
         frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after) if with_frame else None
         return frame, events
@@ -620,14 +619,17 @@ class Detector:
         return all(q.innermost() is None or is_collective(q.innermost().name) for q in others)  # type: ignore[union-attr]
 
     # -- slow ----------------------------------------------------------------------------------
-    def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:
-        """Update `_slow_alerts` when a peer group finished a new step; False when nothing new was computed."""
-        rules = self.rules
+    def _slow(self, live: list[ProcessState], now: float) -> None:
+        """Recompute `_slow_alerts`: a peer group's verdicts when it finished a new step (its last ones kept otherwise), the
+        job-wide slowdown at every refresh.
+
+        Every slow alert still true is in `_slow_alerts` after each call (a group without a new step contributes the
+        alerts it had), so `AlertBook.update` needs no keys kept for a detector that did not run.
+        """
         groups: dict[tuple, list[ProcessState]] = {}
         for p in live:
             if p.steps:
                 groups.setdefault((p.source, p.attempt, peer_key(p.coords)), []).append(p)
-        ran = False
         alerts: list[Alert] = []
         for gkey, group in groups.items():
             last = min(p.steps[-1].step for p in group)
@@ -635,14 +637,12 @@ class Detector:
                 alerts.extend(a for a in self._slow_alerts if a.key[1] == gkey)
                 continue
             self._last_slow_step[gkey] = last
-            ran = True
             alerts.extend(self._slow_group(gkey, group, last, now))
         for source in sorted({p.source for p in live}):
             job = self._job_slow([p for p in live if p.source == source], now)
             if job is not None:
                 alerts.append(job)
         self._slow_alerts = alerts
-        return True
 
     def _slow_group(self, gkey: tuple, group: list[ProcessState], last: int, now: float) -> list[Alert]:
         """Slow ranks and hosts of one peer group at its newest common step `last`: `summarize`'s verdicts on the window.
@@ -659,100 +659,67 @@ class Detector:
         rules = self.rules
         if len(group) < MIN_MAJORITY:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
-        first = last - min(rules.slow_window, WINDOW_STEPS) + 1
-        by_rank: dict[int, ProcessState] = {}
-        times: dict[str, dict[int, dict[int, float]]] = {}
-        ends: dict[str, dict[int, dict[int, int]]] = {}
-        by_step: dict[int, dict[str, StepFacts]] = {}
-        step_times: list[float] = []
-        top_names: set[str] = set()
-        whole = rules.slow_window >= WINDOW_STEPS
-        for index, p in enumerate(group):
-            rank = p.rank if p.rank is not None else -1 - index
-            by_rank[rank] = p
-            for s in reversed(p.steps):
-                if s.step < first:
-                    break
-                if s.step > last:
-                    continue
-                by_step.setdefault(s.step, {})[p.key] = s
-                top_names |= s.top
-                if s.duration_ms is not None:
-                    step_times.append(s.duration_ms)
-            # Each rank's own window (`ProcessState.window_times`: its last finished steps), taken as it is: a rank a
-            # step or two ahead of the slowest adds the steps only those ranks share.
-            for name, own in p.window_times.items():
-                times.setdefault(name, {})[rank] = own if whole else {k: v for k, v in own.items() if k >= first}
-                own_ends = p.window_ends.get(name)
-                if own_ends:
-                    ends.setdefault(name, {})[rank] = own_ends if whole else {k: v for k, v in own_ends.items() if k >= first}
-        if not step_times:
+        window = _Window.of(group, last - min(rules.slow_window, WINDOW_STEPS) + 1, last, whole=rules.slow_window >= WINDOW_STEPS)
+        if not window.step_times:
             return []
-        step_med = statistics.median(step_times)
-        one_clock = len({p.host for p in group}) == 1
+        step_med = statistics.median(window.step_times)
         # The step-closing collective on evidence (`model.clocks.collective_evidence`): its end is each rank's own-clock reference.
-        anchor = _anchor(by_step)
-        anchors: dict[int, dict[int, tuple[int, int]]] = {}
-        if anchor is not None:
-            for rank, p in by_rank.items():
-                own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in by_step.items()  # type: ignore[operator]
-                       for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
-                if own:
-                    anchors[rank] = own
+        anchor = _anchor(window.by_step)
+        anchors = window.arrivals_at(anchor) if anchor is not None else {}
+        common = dict(source=group[0].source, attempt=group[0].attempt, step_ms=step_med, peers=sorted(window.by_rank), group=gkey[2])
+        found, excess, bars = self._judge_phases(gkey, group, window, anchors, last, common)
+        if anchor is not None and len(anchors) >= MIN_MAJORITY:
+            found.update(_arrival_stragglers(anchor, anchors, common))
+        whole_hosts = _whole_hosts(window.by_rank)
+        units = _units(found, whole_hosts)
+        self._keep_raised(("slow", gkey), units, excess, bars, whole_hosts)
+        raised = self._sustained(("slow", gkey), _named_once(units), last, now)
+        return [self._slow_alert(gkey, kind, unit, members, name, cost, step_med, last, now)
+                for kind, unit, members, name, cost in self._one_per_unit(gkey, raised, window)]
+
+    def _judge_phases(self, gkey: tuple, group: list[ProcessState], window: _Window, anchors: dict[int, dict[int, tuple[int, int]]], last: int,
+                      common: dict[str, Any]) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], float], dict[str, float]]:
+        """`model.stragglers.judge_phase` on every phase of the window: (found, excess, bars).
+
+        found: (rank, phase) → excess ms of the findings that name a rank (a ``straggler`` that reaches "Look first at");
+        excess: every rank's excess per phase, and bars: each phase's bar (to keep a raised alert).
+        """
         exits = {rank: {step: end for step, (_, end) in own.items()} for rank, own in anchors.items()} or None
-        common = dict(source=group[0].source, attempt=group[0].attempt, step_ms=step_med, peers=sorted(by_rank), group=gkey[2])
-        found: dict[tuple[int, str], float] = {}  # (rank, phase or "arrival") → excess ms, of the findings that name a rank
-        excess: dict[tuple[int, str], float] = {}  # every rank's excess per phase (to keep a raised alert)
+        one_clock = len({p.host for p in group}) == 1
+        found: dict[tuple[int, str], float] = {}
+        excess: dict[tuple[int, str], float] = {}
         bars: dict[str, float] = {}
         raised_phases = {k[3] for k, held in self._held.items() if k[0] == ("slow", gkey) and held.raised}
-        for name, per_rank in times.items():
+        for name, per_rank in window.times.items():
             if name not in raised_phases and not _may_stand_out([p.window_median(name) for p in group]):
                 continue  # no rank's median is near the rule's bar: nothing the model's rule could name (a shortcut, not a rule)
-            findings, _, slowness = judge_phase(name, per_rank, ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
+            findings, _, slowness = judge_phase(name, per_rank, window.ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
             for slow in slowness:
                 excess[(slow.rank, name)] = slow.median_excess_ms
                 bars[name] = effect_bar(slow.others_median_ms)
-            for f in findings:
-                if f.verdict == "straggler" and f.headline:
-                    found[(f.rank, name)] = max(found.get((f.rank, name), 0.0), f.cost_per_step_ms)
-        if anchor is not None and len(anchors) >= MIN_MAJORITY:
-            findings, _ = judge_arrival(anchor, anchors, **common)  # type: ignore[arg-type]
-            for f in findings:
-                if f.verdict == "straggler" and f.headline:
-                    found[(f.rank, "arrival")] = f.cost_per_step_ms
-        # A host slow as a whole is one unit (its ranks not named one by one): at least half its ranks, two or more, found
-        # in one phase, among three hosts or more.
-        hosts: dict[Any, list[int]] = {}
-        for rank, p in by_rank.items():
-            hosts.setdefault(p.host, []).append(rank)
-        whole_hosts = {h: sorted(m) for h, m in hosts.items() if h is not None and len(m) >= 2} if len([h for h in hosts if h is not None]) >= 3 else {}
-        units: dict[tuple, tuple[list[int], float]] = {}  # (kind, unit, phase) → (ranks, excess)
-        on_slow_host: set[int] = set()
-        for host, members in whole_hosts.items():
-            for name in {name for (_, name) in found}:
-                hit = [r for r in members if (r, name) in found]
-                if len(hit) >= 2 and 2 * len(hit) >= len(members):
-                    units[("host", host, name)] = (members, statistics.median(found[(r, name)] for r in hit))
-                    on_slow_host |= set(members)
-        for (rank, name), cost in found.items():
-            if rank not in on_slow_host:  # a slow host's ranks are named as the host, in whichever phase
-                units[("rank", rank, name)] = ([rank], cost)
-        # The clock: a unit found on `sustain_steps` steps running is raised; a raised one stays while its excess (the
-        # median over its ranks) stays at least half the bar.
-        scope = ("slow", gkey)
+            for f in _headline_stragglers(findings):
+                found[(f.rank, name)] = max(found.get((f.rank, name), 0.0), f.cost_per_step_ms)
+        return found, excess, bars
+
+    def _keep_raised(self, scope: tuple, units: dict[tuple, tuple[list[int], float]], excess: dict[tuple[int, str], float], bars: dict[str, float],
+                     whole_hosts: dict[Any, list[int]]) -> None:
+        """The clock's second half: a raised unit no longer found stays (added to `units`) while its excess (the median over
+        its ranks) stays at least half the bar; any other unit no longer found is forgotten."""
         for hkey in [k for k in self._held if k[0] == scope and (k[1], k[2], k[3]) not in units]:
-            held = self._held[hkey]
             _, kind, unit, name = hkey
             ranks = whole_hosts.get(unit, []) if kind == "host" else [unit]
-            kept = [excess[(r, name)] for r in ranks if (r, name) in excess]
-            if held.raised and name in bars and kept and statistics.median(kept) >= 0.5 * bars[name]:
-                units[(kind, unit, name)] = (ranks, statistics.median(kept))
+            kept = _still_over_half_the_bar(self._held[hkey], ranks, name, excess, bars)
+            if kept is not None:
+                units[(kind, unit, name)] = (ranks, kept)
             else:
                 del self._held[hkey]
-        hosted = {r for (kind, _, _), (ranks, _) in units.items() if kind == "host" for r in ranks}
-        units = {key: value for key, value in units.items() if key[0] == "host" or key[1] not in hosted}
-        raised: list[tuple[tuple, str, Any, list[int], str, float]] = []
-        # A rank's late arrival waits while a phase of its own is found (its cause, named instead once it is sustained).
+
+    def _sustained(self, scope: tuple, units: dict[tuple, tuple[list[int], float]], last: int, now: float) -> list[tuple[str, Any, list[int], str, float]]:
+        """The clock's first half: the units found on `sustain_steps` steps running, or raised already: (kind, unit, ranks, phase, excess).
+
+        A rank's late arrival waits while a phase of its own is found (its cause, named instead once it is sustained).
+        """
+        raised: list[tuple[str, Any, list[int], str, float]] = []
         with_phase = {(kind, unit) for (kind, unit, name) in units if name != "arrival"}
         for (kind, unit, name), (ranks, cost) in units.items():
             hkey = (scope, kind, unit, name)
@@ -762,19 +729,22 @@ class Detector:
             held.excess_ms = cost
             if name == "arrival" and not held.raised and (kind, unit) in with_phase:
                 continue
-            if held.raised or last - held.since_step >= rules.sustain_steps:
+            if held.raised or last - held.since_step >= self.rules.sustain_steps:
                 held.raised = True
-                raised.append((hkey, kind, unit, ranks, name, cost))
-        # One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd around it),
-        # else the largest; a rank's arrival only when no phase of its own explains it.
+                raised.append((kind, unit, ranks, name, cost))
+        return raised
+
+    def _one_per_unit(self, gkey: tuple, raised: list[tuple[str, Any, list[int], str, float]], window: _Window) -> list[tuple[str, Any, list[ProcessState], str, float]]:
+        """One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd around it),
+        else the largest; a rank's arrival only when no phase of its own explains it. (kind, unit, processes, phase, excess)."""
         best: dict[tuple, tuple] = {}
-        for hkey, kind, unit, ranks, name, cost in raised:
-            members = [by_rank[r] for r in ranks if r in by_rank]
+        for kind, unit, ranks, name, cost in raised:
+            members = [window.by_rank[r] for r in ranks if r in window.by_rank]
             active = self._alert_key(gkey, kind, unit, members, name) in self.book.active
-            order = (active, name != "arrival", name not in top_names, cost)
+            order = (active, name != "arrival", name not in window.top_names, cost)
             if (kind, unit) not in best or order > best[(kind, unit)][0]:
                 best[(kind, unit)] = (order, kind, unit, members, name, cost)
-        return [self._slow_alert(gkey, kind, unit, members, name, cost, step_med, last, now) for _, kind, unit, members, name, cost in best.values()]
+        return [(kind, unit, members, name, cost) for _, kind, unit, members, name, cost in best.values()]
 
     @staticmethod
     def _alert_key(gkey: tuple, kind: str, unit: Any, members: list[ProcessState], name: str) -> tuple:
@@ -796,47 +766,20 @@ class Detector:
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps / 1000.0, 2), "steps": steps})
 
     def _job_slow(self, live: list[ProcessState], now: float) -> Alert | None:
+        """``job_slow`` for one source: its step time risen over its own past on every rank, sustained, and the phase that grew."""
         rules = self.rules
-        if len(live) < 2:
+        if len(live) < 2 or not all(p.steps for p in live):
             return None
-        # Per step, the median over ranks of its time (per token where logged): computed once, when every rank finished it.
-        done = min(p.steps[-1].step for p in live if p.steps) if all(p.steps for p in live) else None
-        if done is None:
-            return None
-        source = live[0].source
-        cache = self._job_steps_by.setdefault(source, {})
-        if cache and next(iter(cache.values()))[1] != live[0].attempt:
-            cache.clear()
-        newest = max(cache) if cache else None
-        by_step: dict[int, list[StepFacts]] = {}
-        for p in live:
-            for s in reversed(p.steps):
-                if newest is not None and s.step <= newest:
-                    break
-                if s.step <= done and s.duration_ms is not None:
-                    by_step.setdefault(s.step, []).append(s)
-        for k in sorted(by_step):
-            values = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[operator]
-            cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
-        while len(cache) > 4 * (2 * rules.window + rules.baseline):
-            del cache[min(cache)]
+        source, attempt = live[0].source, live[0].attempt
+        cache = self._job_step_medians(live, min(p.steps[-1].step for p in live))
         steps = sorted(cache)
         medians = [cache[k][0] for k in steps]
         window = 2 * rules.window  # the job's own past is the only yardstick: a longer window, less noise
         if len(medians) < window + rules.baseline // 2:
             return None
-        recent = statistics.median(medians[-window:])
-        past = medians[-(window + rules.baseline):-window]
-        base = statistics.median(past)
-        # Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
-        noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window ** 0.5
-        active = ("job_slow", source, live[0].attempt) in self.book.active
-        grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
-        if grew and not active:
-            # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
-            if any(a.kind == "slow" and a.source == source for a in self.book.active.values()):
-                grew = False
-        if not grew:
+        recent, base, noise = _rise(medians, window, rules.baseline)
+        active = ("job_slow", source, attempt) in self.book.active
+        if not self._job_grew(source, active, recent, base, noise):
             self._job_held_by.pop(source, None)
             return None
         last = steps[-1]
@@ -845,47 +788,45 @@ class Detector:
             held = self._job_held_by[source] = _Held(last, now)
         if last - held.since_step < rules.sustain_steps and not active:
             return None
-        # The phase that grew on most ranks: the median over ranks of each rank's own growth.
-        by_step = {}
-        for p in live:
-            for s in p.steps:
-                by_step.setdefault(s.step, []).append(s)
-        recent_steps = [k for k in steps[-window:] if k in by_step]
-        past_steps = [k for k in steps[-(window + rules.baseline):-window] if k in by_step]
-        growth: dict[str, float] = {}
-        names = {n for k in recent_steps for s in by_step[k] for n in s.phases}
-        # The step-closing collective on evidence (`_anchor`, summarize's rule), not by its name.
-        keyed: dict[int, dict[str, StepFacts]] = {}
-        for p in live:
-            for s in p.steps:
-                if s.step in by_step:
-                    keyed.setdefault(s.step, {})[p.key] = s
-        anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
-        for name in names:
-            if name == anchor:
-                # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
-                r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent_steps]
-                b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past_steps]
-            else:
-                r = [s.phases.get(name, 0.0) for k in recent_steps for s in by_step[k]]
-                b = [s.phases.get(name, 0.0) for k in past_steps for s in by_step[k]]
-            if r and b:
-                growth[name] = statistics.median(r) - statistics.median(b)
-        phase = max(growth, key=growth.__getitem__) if growth else None
-        if phase is not None and growth[phase] <= 0:
-            phase = None
-        step_now = statistics.median(s.duration_ms for k in recent_steps for s in by_step[k] if s.duration_ms is not None) if recent_steps else None
-        if not active and (phase is None or (step_now and growth[phase] < MIN_STEP_SHARE * step_now)):
+        phase, grown_ms, step_now = _grown_phase(live, steps[-window:], steps[-(window + rules.baseline):-window])
+        if not active and (phase is None or (step_now and grown_ms < MIN_STEP_SHARE * step_now)):  # type: ignore[operator]
             # No phase grew on most ranks (each rank's own growth, its median over ranks): every rank waits for one or a
             # few (a straggler, the slow rule's to name), the job itself did not slow down.
             return None
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
         steps_so_far = max(1, last - held.since_step + window // 2)
-        message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if cache[last][2] else ''})" + (f"; {phase} grew most (+{growth[phase]:,.1f} ms)" if phase else "")
-        return Alert("job_slow", ("job_slow", live[0].source, live[0].attempt), message, ranks=[], source=live[0].source, attempt=live[0].attempt, step=last,
+        message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if cache[last][2] else ''})" + (f"; {phase} grew most (+{grown_ms:,.1f} ms)" if phase else "")
+        return Alert("job_slow", ("job_slow", source, attempt), message, ranks=[], source=source, attempt=attempt, step=last,
                      phase=phase, since=held.since_time, detected=now, evidence=["step times"],
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps_so_far / 1000.0, 2)})
+
+    def _job_step_medians(self, live: list[ProcessState], done: int) -> dict[int, tuple[float, Any, bool]]:
+        """Per step, the median over ranks of its time (per token where logged): computed once, when every rank finished it.
+
+        The cache (step → (median, attempt, per token)) is the source's, cleared when a new attempt begins, and bounded.
+        """
+        rules = self.rules
+        cache = self._job_steps_by.setdefault(live[0].source, {})
+        if cache and next(iter(cache.values()))[1] != live[0].attempt:
+            cache.clear()
+        by_step = _steps_finished_since(live, max(cache) if cache else None, done)
+        for k in sorted(by_step):
+            values = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[operator]
+            cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
+        while len(cache) > 4 * (2 * rules.window + rules.baseline):
+            del cache[min(cache)]
+        return cache
+
+    def _job_grew(self, source: str, active: bool, recent: float, base: float, noise: float) -> bool:
+        """Whether the step time (`recent`, the window's median) stands over its own past (`base`): by ``0.75 × slow_pct`` %
+        and `slow_min_z` × its `noise` to raise, by half `slow_pct` to stay raised."""
+        rules = self.rules
+        grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
+        if grew and not active:
+            # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
+            return not any(a.kind == "slow" and a.source == source for a in self.book.active.values())
+        return grew
 
     # -- the frame -----------------------------------------------------------------------------
     def _frame(self, procs: list[ProcessState], ended: dict[str, str | None], hung: set[str], missing: list, now: float, step_ms: float | None, hang_after: float) -> dict[str, Any]:
@@ -1052,6 +993,201 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
         if ratio is not None and ratio <= MAX_END_TO_ARRIVAL and (best is None or len(steps) > best[0]):
             best = (len(steps), name)
     return None if best is None else best[1]
+
+
+@dataclass
+class _Window:
+    """A peer group's steps in the straggler rule's window, as `model.stragglers`' rule takes them (`Detector._slow_group`)."""
+
+    #: rank (without one: -1 - its index in the group) → its process.
+    by_rank: dict[int, ProcessState] = field(default_factory=dict)
+    #: phase → rank → step → ms, and the same for the phase's end (µs, the rank's own clock): each rank's own window.
+    times: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)
+    ends: dict[str, dict[int, dict[int, int]]] = field(default_factory=dict)
+    #: step → process key → its facts, for the steps of the window; their durations (ms); their top-level spans' names.
+    by_step: dict[int, dict[str, StepFacts]] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
+    top_names: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, group: list[ProcessState], first: int, last: int, *, whole: bool) -> _Window:
+        """The window from step `first` to `last` of `group`; `whole`: the rule's window is all each process keeps."""
+        window = cls()
+        ranks = [p.rank if p.rank is not None else -1 - index for index, p in enumerate(group)]
+        window.by_rank = dict(zip(ranks, group))
+        window._add_steps(group, first, last)
+        window._add_own_windows(zip(ranks, group), first, whole)
+        return window
+
+    def _add_steps(self, group: list[ProcessState], first: int, last: int) -> None:
+        """The step facts from `first` to `last`: newest first, so each process's walk stops at its first older step."""
+        for p in group:
+            for s in reversed(p.steps):
+                if s.step < first:
+                    break
+                if s.step > last:
+                    continue
+                self.by_step.setdefault(s.step, {})[p.key] = s
+                self.top_names |= s.top
+                if s.duration_ms is not None:
+                    self.step_times.append(s.duration_ms)
+
+    def _add_own_windows(self, ranked: Iterable[tuple[int, ProcessState]], first: int, whole: bool) -> None:
+        """Each rank's own window (`ProcessState.window_times`: its last finished steps), taken as it is: a rank a step or
+        two ahead of the slowest adds the steps only those ranks share."""
+        for rank, p in ranked:
+            for name, own in p.window_times.items():
+                self.times.setdefault(name, {})[rank] = own if whole else {k: v for k, v in own.items() if k >= first}
+                own_ends = p.window_ends.get(name)
+                if own_ends:
+                    self.ends.setdefault(name, {})[rank] = own_ends if whole else {k: v for k, v in own_ends.items() if k >= first}
+
+    def arrivals_at(self, anchor: str) -> dict[int, dict[int, tuple[int, int]]]:
+        """Per rank, per step, when it entered and left the step-closing collective `anchor` (µs, its own clock)."""
+        anchors: dict[int, dict[int, tuple[int, int]]] = {}
+        for rank, p in self.by_rank.items():
+            own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in self.by_step.items()  # type: ignore[operator]
+                   for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
+            if own:
+                anchors[rank] = own
+        return anchors
+
+
+def _headline_stragglers(findings: Iterable[Any]) -> list[Any]:
+    """The findings that raise: a ``straggler`` that reaches "Look first at" (the model's headline)."""
+    return [f for f in findings if f.verdict == "straggler" and f.headline]
+
+
+def _arrival_stragglers(anchor: str, anchors: dict[int, dict[int, tuple[int, int]]], common: dict[str, Any]) -> dict[tuple[int, str], float]:
+    """`model.stragglers.judge_arrival` at the step-closing collective: (rank, "arrival") → excess ms of the ranks it names."""
+    findings, _ = judge_arrival(anchor, anchors, **common)  # type: ignore[arg-type]
+    return {(f.rank, "arrival"): f.cost_per_step_ms for f in _headline_stragglers(findings)}
+
+
+def _whole_hosts(by_rank: dict[int, ProcessState]) -> dict[Any, list[int]]:
+    """The hosts that may be slow as a whole (host → its ranks): two ranks or more on it, among three hosts or more."""
+    hosts: dict[Any, list[int]] = {}
+    for rank, p in by_rank.items():
+        hosts.setdefault(p.host, []).append(rank)
+    if len([h for h in hosts if h is not None]) < 3:
+        return {}
+    return {h: sorted(m) for h, m in hosts.items() if h is not None and len(m) >= 2}
+
+
+def _units(found: dict[tuple[int, str], float], whole_hosts: dict[Any, list[int]]) -> dict[tuple, tuple[list[int], float]]:
+    """What is slow, (kind, unit, phase) → (ranks, excess): a host slow as a whole is one unit (its ranks not named one by
+    one): at least half its ranks, two or more, found in one phase; every other rank found is a unit of its own."""
+    units: dict[tuple, tuple[list[int], float]] = {}
+    on_slow_host: set[int] = set()
+    for host, members in whole_hosts.items():
+        for name in {name for (_, name) in found}:
+            hit = [r for r in members if (r, name) in found]
+            if len(hit) >= 2 and 2 * len(hit) >= len(members):
+                units[("host", host, name)] = (members, statistics.median(found[(r, name)] for r in hit))
+                on_slow_host |= set(members)
+    for (rank, name), cost in found.items():
+        if rank not in on_slow_host:  # a slow host's ranks are named as the host, in whichever phase
+            units[("rank", rank, name)] = ([rank], cost)
+    return units
+
+
+def _still_over_half_the_bar(held: _Held, ranks: list[int], name: str, excess: dict[tuple[int, str], float], bars: dict[str, float]) -> float | None:
+    """A raised unit's excess now (the median over its ranks) while it stays at least half the bar of its phase, else None."""
+    kept = [excess[(r, name)] for r in ranks if (r, name) in excess]
+    if held.raised and name in bars and kept and statistics.median(kept) >= 0.5 * bars[name]:
+        return statistics.median(kept)
+    return None
+
+
+def _named_once(units: dict[tuple, tuple[list[int], float]]) -> dict[tuple, tuple[list[int], float]]:
+    """`units` less the ranks of a slow host (a kept alert of one of them included): the host names them."""
+    hosted = {r for (kind, _, _), (ranks, _) in units.items() if kind == "host" for r in ranks}
+    return {key: value for key, value in units.items() if key[0] == "host" or key[1] not in hosted}
+
+
+def _steps_finished_since(live: list[ProcessState], newest: int | None, done: int) -> dict[int, list[StepFacts]]:
+    """Step → its facts on every rank, for the timed steps after `newest` (None: all kept) up to `done`, which every rank finished."""
+    by_step: dict[int, list[StepFacts]] = {}
+    for p in live:
+        for s in reversed(p.steps):
+            if newest is not None and s.step <= newest:
+                break
+            if s.step <= done and s.duration_ms is not None:
+                by_step.setdefault(s.step, []).append(s)
+    return by_step
+
+
+def _rise(medians: list[float], window: int, baseline: int) -> tuple[float, float, float]:
+    """(the last `window` steps' median, the `baseline` steps' before it, the noise of that median): the job against its own past.
+
+    Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
+    """
+    recent = statistics.median(medians[-window:])
+    past = medians[-(window + baseline):-window]
+    base = statistics.median(past)
+    noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window ** 0.5
+    return recent, base, noise
+
+
+def _grown_phase(live: list[ProcessState], recent: list[int], past: list[int]) -> tuple[str | None, float | None, float | None]:
+    """(the phase that grew most from steps `past` to `recent`, by how much (ms), the recent median step (ms)); no phase
+    (None) where none grew.
+
+    A phase's growth: the median of its times over the ranks and the recent steps, less the same over the past ones; the
+    step-closing collective (on evidence: `_anchor`, summarize's rule, not by its name) counted by its floor.
+    """
+    by_step, keyed = _steps_by_number(live)
+    recent_steps = [k for k in recent if k in by_step]
+    past_steps = [k for k in past if k in by_step]
+    anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
+    growth = _growth(by_step, anchor, recent_steps, past_steps)
+    phase = max(growth, key=growth.__getitem__) if growth else None
+    if phase is None or growth[phase] <= 0:
+        return None, None, _median_of_steps(by_step, recent_steps)
+    return phase, growth[phase], _median_of_steps(by_step, recent_steps)
+
+
+def _growth(by_step: dict[int, list[StepFacts]], anchor: str | None, recent: list[int], past: list[int]) -> dict[str, float]:
+    """Phase → its growth from steps `past` to `recent` (ms), for each phase of the recent steps timed in both."""
+    growth: dict[str, float] = {}
+    for name in {n for k in recent for s in by_step[k] for n in s.phases}:
+        rise = _phase_rise(name, name == anchor, by_step, recent, past)
+        if rise is not None:
+            growth[name] = rise
+    return growth
+
+
+def _steps_by_number(live: list[ProcessState]) -> tuple[dict[int, list[StepFacts]], dict[int, dict[str, StepFacts]]]:
+    """Every step the processes keep: step → its facts on each rank, and step → process key → its facts."""
+    by_step: dict[int, list[StepFacts]] = {}
+    keyed: dict[int, dict[str, StepFacts]] = {}
+    for p in live:
+        for s in p.steps:
+            by_step.setdefault(s.step, []).append(s)
+            keyed.setdefault(s.step, {})[p.key] = s
+    return by_step, keyed
+
+
+def _median_of_steps(by_step: dict[int, list[StepFacts]], steps: list[int]) -> float | None:
+    """The median time of `steps` over every rank (ms); None without steps."""
+    if not steps:
+        return None
+    return statistics.median(s.duration_ms for k in steps for s in by_step[k] if s.duration_ms is not None)
+
+
+def _phase_rise(name: str, closing: bool, by_step: dict[int, list[StepFacts]], recent: list[int], past: list[int]) -> float | None:
+    """How much phase `name` grew from steps `past` to `recent` (ms, medians), None without both.
+
+    `closing`: the step-closing collective grows on every rank when one rank is late: count only its floor, the last
+    arrival's wait.
+    """
+    if closing:
+        r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent]
+        b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past]
+    else:
+        r = [s.phases.get(name, 0.0) for k in recent for s in by_step[k]]
+        b = [s.phases.get(name, 0.0) for k in past for s in by_step[k]]
+    return statistics.median(r) - statistics.median(b) if r and b else None
 
 
 #: How long past its logger's heartbeat interval a heartbeat may take to reach the file: a factor (the processor's next pass) and

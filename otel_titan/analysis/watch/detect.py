@@ -263,26 +263,57 @@ class Detector:
     def evaluate(self, now: float, *, with_frame: bool = True) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """(the frame, the alert / resolved events) at watcher time `now`; `with_frame` False: no frame (None), the same events."""
         procs = self.current()
-        rules = self.rules
         step_ms = self._median_step_ms(procs)
-        hang_after = max(rules.hang_floor_s, rules.hang_steps * step_ms / 1000.0 if step_ms else 0.0)
-        alerts: list[Alert] = []
+        hang_after = self._hang_after(step_ms)
         ended = self._ended(procs, now)
         live = [p for p in procs if ended.get(p.key) is None]
-        alerts.extend(self._ended_alerts(procs, ended, now))
-        # An earlier attempt's crash stays shown after a restart (`--max-restarts`) replaced its processes.
-        earlier = self.earlier_attempts()
-        if earlier:
-            alerts.extend(a for a in self._ended_alerts(earlier, self._ended(earlier, now), now, show_attempt=True) if a.kind == "crashed")
+        alerts = self._ended_alerts(procs, ended, now)
+        alerts.extend(self._earlier_crashes(now))
         missing = self._missing(procs)
-        if missing and self.first_arrival is not None and now - self.first_arrival >= rules.missing_grace_s:
-            for source, attempt, ranks, world in missing:
-                alerts.append(Alert("missing", ("missing", source, attempt), f"{source}: {len(ranks)} of {world} ranks have no file ({compress_ranks(ranks)})",
-                                    ranks=ranks, source=source, attempt=attempt, detected=now, since=self.first_arrival,
-                                    cost={"ranks": len(ranks)}, evidence=["world_size"]))
-        # A crash explains the stop that follows it: the crashed alert names the rank, no hang is raised on top.
-        # Each source (trainer, rollouter, reward, …) is judged on its own: a rollouter idle between spans is
-        # not the culprit of trainers waiting in their all_reduce.
+        alerts.extend(self._missing_alerts(missing, now))
+        hangs, hung_keys = self._hangs(procs, live, ended, missing, now)
+        alerts.extend(hangs)
+        self._slow(live, now)
+        alerts.extend(self._slow_alerts)
+        raised, resolved = self.book.update(alerts, now)
+        events = [a.to_json("alert") for a in raised] + [a.to_json("update") for a in self.book.updated] + [a.to_json("resolved") for a in resolved]
+        frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after) if with_frame else None
+        return frame, events
+
+    def _hang_after(self, step_ms: float | None) -> float:
+        """How long with no progress is a hang: ``max(hang_floor_s, hang_steps × the median step)`` (s)."""
+        rules = self.rules
+        return max(rules.hang_floor_s, rules.hang_steps * step_ms / 1000.0 if step_ms else 0.0)
+
+    def _earlier_crashes(self, now: float) -> list[Alert]:
+        """An earlier attempt's crash stays shown after a restart (`--max-restarts`) replaced its processes."""
+        earlier = self.earlier_attempts()
+        if not earlier:
+            return []
+        return [a for a in self._ended_alerts(earlier, self._ended(earlier, now), now, show_attempt=True) if a.kind == "crashed"]
+
+    def _missing_due(self, now: float) -> bool:
+        """Whether the run is ``missing_grace_s`` old: a rank slow to start (imports, a checkpoint read before init) is not missing at once."""
+        return self.first_arrival is not None and now - self.first_arrival >= self.rules.missing_grace_s
+
+    def _missing_alerts(self, missing: list[tuple[str, int | None, list[int], int]], now: float) -> list[Alert]:
+        """``missing``: per source and attempt, the ranks of ``world_size`` with no file, once the run is old enough."""
+        if not missing or not self._missing_due(now):
+            return []
+        return [Alert("missing", ("missing", source, attempt), f"{source}: {len(ranks)} of {world} ranks have no file ({compress_ranks(ranks)})",
+                      ranks=ranks, source=source, attempt=attempt, detected=now, since=self.first_arrival,
+                      cost={"ranks": len(ranks)}, evidence=["world_size"])
+                for source, attempt, ranks, world in missing]
+
+    def _hangs(self, procs: list[ProcessState], live: list[ProcessState], ended: dict[str, str | None], missing: list,
+               now: float) -> tuple[list[Alert], set[str]]:
+        """The hang alerts, one per source at most, and the keys of the processes they hold; sets `suspected` and `pauses`.
+
+        A crash explains the stop that follows it: the crashed alert names the rank, no hang is raised on top.
+        Each source (trainer, rollouter, reward, …) is judged on its own: a rollouter idle between spans is
+        not the culprit of trainers waiting in their all_reduce.
+        """
+        alerts: list[Alert] = []
         hung_keys: set[str] = set()
         self.suspected = None
         self.pauses = []
@@ -292,31 +323,16 @@ class Detector:
             if any(ended.get(p.key) == "crashed" for p in members):
                 self._suspects.pop(source, None)
                 continue
-            source_live = [p for p in live if p.source == source]
-            source_step = self._median_step_ms(members)
-            source_after = max(rules.hang_floor_s, rules.hang_steps * source_step / 1000.0 if source_step else 0.0)
-            # A hang stopped from outside (torchrun's SIGTERM after the watchdog's timeout, Ctrl-C): processes stopped after
-            # no progress for as long as a hang needs are placed where they were stuck, as `summarize` places them; those
-            # stopped at once (a healthy job cancelled) are not. Ctrl-C's spans stay open (`ProcessState._error`).
-            stopped_stuck = [p for p in members if ended.get(p.key) in ("terminated", "interrupted") and _stopped_stuck(p, source_after)]
-            if source_live:
-                source_live += [p for p in members if ended.get(p.key) == "interrupted" and p.open and p not in stopped_stuck]
-            source_live += stopped_stuck
-            hang = self._hang(source_live, members, missing, now, source_after)
+            hang_after = self._hang_after(self._median_step_ms(members))
+            judged = _judged_for_hang(members, [p for p in live if p.source == source], ended, hang_after)
+            hang = self._hang(judged, members, missing, now, hang_after)
             if self.suspected:
                 suspected.append(self.suspected)
             if hang is not None:
                 alerts.append(hang)
-                hung = {p.key for p in source_live if p.rank in hang.ranks} if hang.ranks else {p.key for p in source_live}
-                hung_keys |= hung
+                hung_keys |= {p.key for p in judged if p.rank in hang.ranks} if hang.ranks else {p.key for p in judged}
         self.suspected = "; ".join(suspected) or None
-        slow_ran = self._slow(live, now, step_ms)
-        alerts.extend(self._slow_alerts)
-        keep = set() if slow_ran else {k for k in self.book.active if k[0] in ("slow", "job_slow")}
-        raised, resolved = self.book.update(alerts, now, keep_keys=keep)
-        events = [a.to_json("alert") for a in raised] + [a.to_json("update") for a in self.book.updated] + [a.to_json("resolved") for a in resolved]
-        frame = self._frame(procs, ended, hung_keys, missing, now, step_ms, hang_after) if with_frame else None
-        return frame, events
+        return alerts, hung_keys
 
     # -- states --------------------------------------------------------------------------------
     def _ended(self, procs: list[ProcessState], now: float) -> dict[str, str | None]:
@@ -359,31 +375,36 @@ class Detector:
         return crash
 
     def _ended_alerts(self, procs: list[ProcessState], ended: dict[str, str | None], now: float, show_attempt: bool = False) -> list[Alert]:
+        """``crashed`` and ``terminated``, one alert of each per source and attempt: a crash on record names the process
+        that failed first (`_crashed_alert`); else the processes that ended so, where they were."""
         alerts = []
         for kind in ("crashed", "terminated"):
-            members = [p for p in procs if ended.get(p.key) == kind]
-            if not members:
-                continue
-            by_source: dict[tuple, list[ProcessState]] = {}
-            for p in members:
-                by_source.setdefault((p.source, p.attempt), []).append(p)
-            for (source, attempt), group in by_source.items():
+            for (source, attempt), group in _by_attempt([p for p in procs if ended.get(p.key) == kind]).items():
                 if kind == "crashed":
                     first = self._crashed_alert(source, attempt, [p for p in procs if (p.source, p.attempt) == (source, attempt)], ended, now, show_attempt or bool(attempt))
                     if first is not None:
                         alerts.append(first)
                         continue
-                ranks = sorted(p.rank for p in group if p.rank is not None)
-                crashed = sorted(q.rank for q in procs if (q.source, q.attempt) == (source, attempt) and q.rank is not None and self._crash_of(q) is not None)
-                after = f", after {'rank' if len(crashed) == 1 else 'ranks'} {compress_ranks(crashed)} crashed (victims)" if kind == "terminated" and crashed else ""
-                last = max(group, key=lambda p: p.last_arrival or 0.0)
-                since = min((p.torn_since if kind == "crashed" and p.torn_since else (p.signal_arrival if kind == "terminated" else p.last_arrival)) or now for p in group)
-                where = last.innermost().name if last.innermost() else None
-                alerts.append(Alert(kind, (kind, source, attempt), f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)} {kind}"
-                                    + (f" at step {last.step}" if last.step is not None else "") + (f" in {where}" if where else "") + after,
-                                    ranks=ranks, source=source, attempt=attempt, step=last.step, phase=where, detected=now, since=since,
-                                    cost={"ranks": len(ranks)}, evidence=["torn last line" if kind == "crashed" and last.torn_since else "records"]))
+                alerts.append(self._ended_alert(kind, source, attempt, group, procs, now))
         return alerts
+
+    def _ended_alert(self, kind: str, source: str, attempt: int | None, group: list[ProcessState], procs: list[ProcessState], now: float) -> Alert:
+        """``crashed`` with no crash on record (a torn last line that stays, a silent stop while the others were sent
+        SIGTERM) or ``terminated``: which ranks, at which step and in which span; terminated after a crash: its victims."""
+        ranks = sorted(p.rank for p in group if p.rank is not None)
+        after = self._after_crashed(source, attempt, procs) if kind == "terminated" else ""
+        last = max(group, key=lambda p: p.last_arrival or 0.0)
+        since = min(_stop_arrival(p, kind) or now for p in group)
+        where = last.innermost().name if last.innermost() else None
+        return Alert(kind, (kind, source, attempt), f"{source} {_ranks(ranks)} {kind}"
+                     + (f" at step {last.step}" if last.step is not None else "") + (f" in {where}" if where else "") + after,
+                     ranks=ranks, source=source, attempt=attempt, step=last.step, phase=where, detected=now, since=since,
+                     cost={"ranks": len(ranks)}, evidence=["torn last line" if kind == "crashed" and last.torn_since else "records"])
+
+    def _after_crashed(self, source: str, attempt: int | None, procs: list[ProcessState]) -> str:
+        """The terminated ones' note naming the ranks of their source and attempt that crashed (they are its victims), or ""."""
+        crashed = sorted(q.rank for q in procs if (q.source, q.attempt) == (source, attempt) and q.rank is not None and self._crash_of(q) is not None)
+        return f", after {_ranks(crashed)} crashed (victims)" if crashed else ""
 
     def _crashed_alert(self, source: str, attempt: int | None, members: list[ProcessState], ended: dict[str, str | None], now: float, show_attempt: bool) -> Alert | None:
         """``crashed``: the process that failed first, with its error, and the others, its victims (`model.ending.failed_first`); None without a crash on record."""
@@ -396,35 +417,12 @@ class Detector:
         ends = [End(p.key, closed=False, last_us=p.last_program_us, step=p.step, entered=p.entered, crash=crashes[p.key], wrote=not p.silent) for p in unclean]
         held = held_back_by(ends, first_us)  # type: ignore[arg-type]
         if held:  # they crashed waiting for it (a collective that timed out): the crashes name it, not themselves
-            crashed = [p for p in unclean if crashes[p.key] is not None]
-            crash = crashes[crashed[0].key] or {}
-            ranks = sorted(p.rank for p in crashed if p.rank is not None)  # type: ignore[type-var]
-            waited = sorted(by_key[k].rank for k in held if by_key[k].rank is not None)  # type: ignore[type-var]
-            message = (f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)} crashed: {describe_crash(crash)}; "
-                       f"{'it' if len(ranks) == 1 else 'they'} waited for {'rank' if len(waited) == 1 else 'ranks'} {compress_ranks(waited)}, "
-                       f"which never reached {crash.get('span') or 'that span'} at step {crash.get('step')}: look at {'it' if len(waited) == 1 else 'them'} first")
-            return Alert("crashed", ("crashed", source, attempt), message, ranks=ranks, source=source, attempt=attempt, step=crash.get("step"), phase=crash.get("span"),
-                         detected=now, since=min(p.crash_arrival or now for p in crashed), rule="held back", why=message,
-                         cost={"ranks": len(ranks)}, evidence=["uncaught exception", f"waited for rank {compress_ranks(waited)}"])
-        first = by_key[culprits[0]]
-        crash = crashes[first.key] or {}
-        ranks = sorted(by_key[k].rank for k in culprits if by_key[k].rank is not None)  # type: ignore[type-var]
-        victim_ranks = sorted(by_key[k].rank for k in victims if by_key[k].rank is not None)  # type: ignore[type-var]
-        who = f"{source} {'rank' if len(ranks) == 1 else 'ranks'} {compress_ranks(ranks)}" + (f" (attempt {attempt})" if show_attempt and attempt is not None else "")
-        after = f"; {'rank' if len(victim_ranks) == 1 else 'ranks'} {compress_ranks(victim_ranks)} stopped after it (victims)" if victim_ranks else ""
-        since = min((by_key[k].crash_arrival or by_key[k].last_arrival or now) for k in culprits)
-        return Alert("crashed", ("crashed", source, attempt), f"{who} crashed: {describe_crash(crash)}{after}", ranks=ranks, source=source, attempt=attempt,
-                     step=crash.get("step"), phase=crash.get("span"), line=f"{crash['file']}:{crash['line']} {crash.get('function')}" if crash.get("file") else None,
-                     detected=now, since=since, victims=victim_ranks, rule="crashed", why=describe_crash(crash),
-                     cost={"ranks": len(ranks), "ranks_stopped_after": len(victim_ranks)},
-                     evidence=["uncaught exception" if crash.get("type") != "killed" else "no end on record; its peers failed after it"])
+            return _held_back_alert(source, attempt, [p for p in unclean if crashes[p.key] is not None], [by_key[k] for k in held], crashes, now)
+        return _failed_first_alert(source, attempt, [by_key[k] for k in culprits], [by_key[k] for k in victims], crashes, now, show_attempt)
 
     def _missing(self, procs: list[ProcessState]) -> list[tuple[str, int | None, list[int], int]]:
         out = []
-        groups: dict[tuple, list[ProcessState]] = {}
-        for p in procs:
-            groups.setdefault((p.source, p.attempt), []).append(p)
-        for (source, attempt), group in groups.items():
+        for (source, attempt), group in _by_attempt(procs).items():
             worlds = [p.world_size for p in group if p.world_size]
             if not worlds:
                 continue
@@ -441,60 +439,47 @@ class Detector:
 
     # -- hang ----------------------------------------------------------------------------------
     def _hang(self, live: list[ProcessState], members: list[ProcessState], missing: list, now: float, hang_after: float) -> Alert | None:
-        rules = self.rules
+        """``hang`` for one source: no progress for `hang_after`, a verdict (`_culprits`), confirmed; else None, with
+        `suspected` set while it waits for its confirmation."""
         self.suspected = None
         if not live:
             return None
         source = live[0].source
         last_progress = max(p.progress_arrival or 0.0 for p in live)
         quiet = now - last_progress
-        if quiet < hang_after:
-            self._suspects.pop(source, None)
-            return None
-        verdict = self._culprits(live, members, missing, now, hang_after)
+        verdict = self._culprits(live, members, missing, now, hang_after) if quiet >= hang_after else None
         if verdict is None:
             self._suspects.pop(source, None)
             return None
-        culprits, where, since, phase, step, line, evidence = verdict.ranks, verdict.where, verdict.since, verdict.phase, verdict.step, verdict.line, verdict.evidence
-        key = ("hang", live[0].source, live[0].attempt)
-        ident = (key, tuple(culprits))
+        key = ("hang", source, live[0].attempt)
+        ident = (key, tuple(verdict.ranks))
+        suspect = self._seen_again(source, ident, now)
+        self._ask_black_box(source, ident)
+        backed = "black box" in verdict.evidence or "flight recorder" in verdict.evidence
+        # A second refresh guards against one that caught the files between two writes; files already still for
+        # twice the time a hang needs (a `--once` from cron, a watch started on a stuck job) have said it already.
+        need = max(hang_after, verdict.need)
+        proven = now - (verdict.since if verdict.since is not None else last_progress) >= 2.0 * need
+        twice = suspect.seen >= self.rules.confirm_evaluations
+        if not (twice or backed or proven) and key not in self.book.active:
+            # Shown in the frame (a `--once` sees it), raised as an alert on the next refresh.
+            self.suspected = _suspected_line(source, verdict, quiet)
+            return None
+        return _hang_alert(key, live, verdict, _confirmation(twice, proven, need) + verdict.evidence, now, quiet)
+
+    def _seen_again(self, source: str, ident: tuple, now: float) -> _Suspect:
+        """The source's suspect `ident` (the hang's key and culprits), seen once more; a new one replaces another."""
         suspect = self._suspects.get(source)
         if suspect is None or suspect.key != ident:
             suspect = self._suspects[source] = _Suspect(ident, 0, now)
         suspect.seen += 1
+        return suspect
+
+    def _ask_black_box(self, source: str, ident: tuple) -> None:
+        """Ask the ranks for their black box (`want_black_box`), once per suspect `ident` of the source."""
         if self._asked_for.get(source) != ident:
             self._asked_for[source] = ident
             self.want_black_box = True
-        backed = "black box" in evidence or "flight recorder" in evidence
-        # A second refresh guards against one that caught the files between two writes; files already still for
-        # twice the time a hang needs (a `--once` from cron, a watch started on a stuck job) have said it already.
-        need = max(hang_after, verdict.need)
-        stopped = now - (since if since is not None else last_progress)
-        proven = stopped >= 2.0 * need
-        confirmed = suspect.seen >= rules.confirm_evaluations or backed or proven
-        if not confirmed and key not in self.book.active:
-            # Shown in the frame (a `--once` sees it), raised as an alert on the next refresh.
-            who = f"{live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {compress_ranks(culprits)}" if culprits else "every process"
-            self.suspected = f"{who} {where} (no progress for {quiet:,.0f} s; confirming at the next refresh)"
-            return None
-        if suspect.seen >= rules.confirm_evaluations:
-            evidence = ["no progress on 2 refreshes", *evidence]
-        elif proven:
-            evidence = [f"files still for over twice the {need:,.0f} s a hang needs", *evidence]
-        victims = sorted(p.rank for p in live if p.rank is not None and p.rank not in culprits)
-        waiting = len(victims) if culprits else len(live)
-        quiet_culprit = now - since if since is not None else quiet
-        label = compress_ranks(culprits) if culprits else None
-        if culprits:
-            # The rule's name first (the model's wording: "behind in the step", "behind in pg 1 (ranks 0-3)", …), its details in `why`.
-            rule = verdict.why.split(": ", 1)[0]
-            message = f"hang: {live[0].source} {'rank' if len(culprits) == 1 else 'ranks'} {label} {where}" + (f", {rule}" if rule and rule not in where else "") + (
-                f" at {line}" if line else "") + (f"; {len(victims)} ranks wait for {'it' if len(culprits) == 1 else 'them'}" if victims else "")
-        else:
-            message = f"hang: every process {where}; the culprit cannot be told from the records ({verdict.why})"
-        return Alert("hang", key, message, ranks=culprits, source=live[0].source, attempt=live[0].attempt, step=step, phase=phase, where=where,
-                     line=line, since=since, detected=now, victims=victims, evidence=evidence, rule=verdict.rule, why=verdict.why,
-                     cost={"stopped_s": round(quiet_culprit, 1), "ranks_waiting": waiting, "rank_seconds_lost": round(waiting * quiet, 1)})
 
     def _culprits(self, live: list[ProcessState], members: list[ProcessState], missing: list, now: float, hang_after: float) -> _Verdict | None:
         """Who the evidence names, by `summarize`'s rules (`model.hang.name_suspects`), or None when it is not (yet) a hang.
@@ -504,109 +489,103 @@ class Detector:
         the model's rules run as they do on a run that ended in a hang, and the
         culprit named live is the one `summarize` names at the end.
         """
-        rules = self.rules
         source, attempt = live[0].source, live[0].attempt
         source_missing = [m for m in missing if m[0] == source]
-        if source_missing and (self.first_arrival is None or now - self.first_arrival < rules.missing_grace_s):
+        if source_missing and not self._missing_due(now):
             return None  # a rank slow to start (imports, a checkpoint read before init) is not missing at once
         due = _heartbeat_due(live)
         if due is not None:  # all silent since their progress, though one alive with spans open writes heartbeats
             last = max(p.progress_arrival or now for p in live)
             return _stopped_at_once(live, now, last, due) if now - last >= due else None
-        talking = [p for p in live if not p.silent]
-        # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
-        # often logs while the others are still building the model, and that is no hang.
-        placed = live if any(is_collective(_inner(p)) for p in talking) else talking
-        places = {p.label: _place(p) for p in placed}
-        if len({place.where is None for place in places.values()}) > 1:
-            # Black boxes arrive rank by rank after the trigger: a rank whose box has not come yet differs from the
-            # others in having no frame, not in where it is. Frames are compared only once every one is in.
-            for place in places.values():
-                place.where = None
+        placed, places = _places(live)
         steps_seen = {(source, attempt): max((p.steps_seen for p in members), default=0)}
         missing_rows = flag_missing_that_ran([{"source": s, "attempt": a, "world_size": w, "ranks": list(r)} for s, a, r, w in source_missing], steps_seen)
         suspects, notes = name_suspects(list(places.values()), members, missing_rows)
-        if suspects:
-            # Ask for the black boxes now, not once the culprit has been where it is long enough: their flight
-            # recorder can prove a hang at once (a desync never completes), or name another rank.
-            ident = (("hang", source, attempt), tuple(sorted({s.rank for s in suspects if s.rank is not None})))
-            if self._asked_for.get(source) != ident:
-                self._asked_for[source] = ident
-                self.want_black_box = True
-            return self._named(suspects, {p.label: p for p in placed}, places, live, now, hang_after)
-        # Nobody named: every process in the same place (a shared pause, or a collective that never completes), or
-        # places the rules cannot order. After 3 × that span's learned duration it is a hang nobody can be blamed for.
+        if not suspects:
+            return self._nobody_named(live, notes, now, hang_after)
+        # Ask for the black boxes now, not once the culprit has been where it is long enough: their flight
+        # recorder can prove a hang at once (a desync never completes), or name another rank.
+        self._ask_black_box(source, (("hang", source, attempt), tuple(sorted({s.rank for s in suspects if s.rank is not None}))))
+        return self._named(suspects, {p.label: p for p in placed}, places, live, now, hang_after)
+
+    def _nobody_named(self, live: list[ProcessState], notes: list[str], now: float, hang_after: float) -> _Verdict | None:
+        """The verdict when the rules name nobody, once every process has been stopped long enough; else None.
+
+        Nobody named: every process in the same place (a shared pause, or a collective that never completes), or
+        places the rules cannot order. After 3 × that span's learned duration it is a hang nobody can be blamed for.
+        """
         names = {(_inner(p)) for p in live}
         name = next(iter(names)) if len(names) == 1 else None
-        learned = max((p.span_max_ms.get(name, 0.0) for p in live[:64]), default=0.0) if name else 0.0
-        need = max(hang_after, 3.0 * learned / 1000.0) if learned else max(hang_after, rules.shared_pause_s)
-        if now - max(p.progress_arrival or now for p in live) < need:
+        need = self._shared_need(live, name, hang_after)
+        last = max(p.progress_arrival or now for p in live)
+        if now - last < need:
             return None
         top_step = max((p.step for p in live if p.step is not None), default=None)
         where = f"waits in {name}" if name else "is stopped in different places"
         evidence = ["black box"] if any(p.box_live for p in live) else []
         why = "no process stands out: look at the network, the collective library, or the black boxes" + (f" ({notes[0]})" if notes else "")
-        return _Verdict([], where, why, "cannot tell", max(p.progress_arrival or now for p in live), name, top_step, None, evidence, need)
+        return _Verdict([], where, why, "cannot tell", last, name, top_step, None, evidence, need)
+
+    def _shared_need(self, live: list[ProcessState], name: str | None, hang_after: float) -> float:
+        """How long every process must be stopped in the span `name` they share (None: in different places) to be a hang:
+        3 × its learned duration, ``shared_pause_s`` when never seen."""
+        learned = max((p.span_max_ms.get(name, 0.0) for p in live[:64]), default=0.0) if name else 0.0
+        return max(hang_after, 3.0 * learned / 1000.0) if learned else max(hang_after, self.rules.shared_pause_s)
 
     def _named(self, suspects: list, by_label: dict[str, ProcessState], places: dict[str, RankPlace], live: list[ProcessState], now: float, hang_after: float) -> _Verdict | None:
         """The alert's facts for the suspects the model named; None while a culprit has not been where it is long enough."""
-        rules = self.rules
         culprits = [by_label[s.label] for s in suspects if s.label in by_label]
-        # Each culprit must have been where it is longer than it ever took there before (the model judges
-        # where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
-        needed = hang_after
         # A desync (one sequence number, different collectives: the flight recorder's) can never complete: no need to
         # wait for the culprit's span to outlast its past, even one never seen to finish (a barrier only it entered).
-        proven = suspects[0].rule == "desync"
-        for p in culprits:
-            if p.silent or proven:
-                continue
-            inner = p.innermost()
-            stuck = now - (p.progress_arrival or now)
-            if inner is None:
-                need = max(hang_after, 3.0 * p.gap_max_ms / 1000.0)
-            elif inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
-                learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
-                need = max(hang_after, 3.0 * learned / 1000.0)
-            elif self._waited_for_in_own_work(p, inner.name, live):
-                need = max(hang_after, rules.shared_pause_s)  # rank 0's first checkpoint: a pause, until it lasts longer than allowed
-                if stuck < need:
-                    self.pauses.append(f"{p.label} in {inner.name}, a span only it runs, for {stuck:,.0f} s; {len(live) - 1} ranks wait for it "
-                                       f"(a hang after {need:,.0f} s: --pause-after)")
-            else:
-                need = max(hang_after, rules.unknown_span_s)
-            if stuck < need:
-                return None
-            needed = max(needed, need)
+        needed = self._stopped_long_enough(culprits, suspects[0].rule == "desync", live, now, hang_after)
+        if needed is None:
+            return None
         ranks = sorted({s.rank for s in suspects if s.rank is not None})
         first = suspects[0]
         if first.rule == "missing":
             return _Verdict(ranks, "has no file (never reached init_structured_logger)", first.why, first.rule, self.first_arrival, None, None, None, ["world_size"],
-                            max(needed, rules.missing_grace_s))
+                            max(needed, self.rules.missing_grace_s))
         if first.rule == "nothing logged":
             line, evidence = _box_line(culprits)
             return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence, needed)
-        p = by_label[first.label]
-        place = places[first.label]
-        top_step = max((q.step for q in live if q.step is not None), default=None)
+        return _located_verdict(first, by_label[first.label], places[first.label], culprits, live, ranks, now, needed)
+
+    def _stopped_long_enough(self, culprits: list[ProcessState], proven: bool, live: list[ProcessState], now: float, hang_after: float) -> float | None:
+        """How long the culprits had to be stopped (s), once each was; None while one has not been where it is long enough.
+
+        Each culprit must have been where it is longer than it ever took there before (the model judges
+        where the ranks stopped; `watch` must also judge *that* they stopped, while records still arrive).
+        `proven` (a desync): no waiting.
+        """
+        needed = hang_after
+        for p in culprits:
+            if p.silent or proven:
+                continue
+            stuck = now - (p.progress_arrival or now)
+            need = self._need(p, stuck, live, hang_after)
+            if stuck < need:
+                return None
+            needed = max(needed, need)
+        return needed
+
+    def _need(self, p: ProcessState, stuck: float, live: list[ProcessState], hang_after: float) -> float:
+        """How long culprit `p`, `stuck` seconds where it is, must stay there to be hung: 3 × its longest gap between records
+        (between spans), 3 × the span's longest finished duration, ``shared_pause_s`` in a span only it runs that the others
+        wait for (noted in `pauses` meanwhile), ``unknown_span_s`` in a span never seen to finish."""
+        rules = self.rules
         inner = p.innermost()
-        step = place.step if place.step is not None else p.step
-        if inner is not None:
-            where = f"in {inner.name}" + (f" (step {inner.step})" if inner.step is not None else "")
-            phase = inner.name
-        else:
-            after = p.last_end or (place.last_span or {}).get("name")
-            where = "between spans" + (f", after {after}" if after else "") + (f" (step {step})" if step is not None else "")
-            phase = "between spans"
-        if step is not None and top_step is not None and step < top_step:
-            where += f", behind the others' step {top_step}"
-        line, evidence = _box_line(culprits)
-        if line is None and inner is not None:
-            line = inner.caller
-            evidence = evidence + ["span start"]
-        if first.rule in ("behind", "desync", "p2p", "no collective"):
-            evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
-        return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence, needed)
+        if inner is None:
+            return max(hang_after, 3.0 * p.gap_max_ms / 1000.0)
+        if inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
+            learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
+            return max(hang_after, 3.0 * learned / 1000.0)
+        if self._waited_for_in_own_work(p, inner.name, live):
+            need = max(hang_after, rules.shared_pause_s)  # rank 0's first checkpoint: a pause, until it lasts longer than allowed
+            if stuck < need:
+                self.pauses.append(f"{p.label} in {inner.name}, a span only it runs, for {stuck:,.0f} s; {len(live) - 1} ranks wait for it "
+                                   f"(a hang after {need:,.0f} s: --pause-after)")
+            return need
+        return max(hang_after, rules.unknown_span_s)
 
     @staticmethod
     def _waited_for_in_own_work(p: ProcessState, span: str, live: list[ProcessState]) -> bool:
@@ -620,14 +599,17 @@ class Detector:
         return all(q.innermost() is None or is_collective(q.innermost().name) for q in others)  # type: ignore[union-attr]
 
     # -- slow ----------------------------------------------------------------------------------
-    def _slow(self, live: list[ProcessState], now: float, step_ms: float | None) -> bool:
-        """Update `_slow_alerts` when a peer group finished a new step; False when nothing new was computed."""
-        rules = self.rules
+    def _slow(self, live: list[ProcessState], now: float) -> None:
+        """Recompute `_slow_alerts`, the slow alerts that hold now: per peer group, its verdicts when it finished a new step,
+        else the ones it had; the job-wide slowdown at every refresh.
+
+        Nothing needs keeping for a rule that did not run (`AlertBook.update`'s `keep_keys`): a group without a new step
+        gives its alerts again, and those of a group no longer live (its processes ended) resolve.
+        """
         groups: dict[tuple, list[ProcessState]] = {}
         for p in live:
             if p.steps:
                 groups.setdefault((p.source, p.attempt, peer_key(p.coords)), []).append(p)
-        ran = False
         alerts: list[Alert] = []
         for gkey, group in groups.items():
             last = min(p.steps[-1].step for p in group)
@@ -635,14 +617,12 @@ class Detector:
                 alerts.extend(a for a in self._slow_alerts if a.key[1] == gkey)
                 continue
             self._last_slow_step[gkey] = last
-            ran = True
             alerts.extend(self._slow_group(gkey, group, last, now))
         for source in sorted({p.source for p in live}):
             job = self._job_slow([p for p in live if p.source == source], now)
             if job is not None:
                 alerts.append(job)
         self._slow_alerts = alerts
-        return True
 
     def _slow_group(self, gkey: tuple, group: list[ProcessState], last: int, now: float) -> list[Alert]:
         """Slow ranks and hosts of one peer group at its newest common step `last`: `summarize`'s verdicts on the window.
@@ -659,100 +639,71 @@ class Detector:
         rules = self.rules
         if len(group) < MIN_MAJORITY:
             return []  # with fewer than 3 ranks there is no majority to call one abnormal
-        first = last - min(rules.slow_window, WINDOW_STEPS) + 1
-        by_rank: dict[int, ProcessState] = {}
-        times: dict[str, dict[int, dict[int, float]]] = {}
-        ends: dict[str, dict[int, dict[int, int]]] = {}
-        by_step: dict[int, dict[str, StepFacts]] = {}
-        step_times: list[float] = []
-        top_names: set[str] = set()
-        whole = rules.slow_window >= WINDOW_STEPS
-        for index, p in enumerate(group):
-            rank = p.rank if p.rank is not None else -1 - index
-            by_rank[rank] = p
-            for s in reversed(p.steps):
-                if s.step < first:
-                    break
-                if s.step > last:
-                    continue
-                by_step.setdefault(s.step, {})[p.key] = s
-                top_names |= s.top
-                if s.duration_ms is not None:
-                    step_times.append(s.duration_ms)
-            # Each rank's own window (`ProcessState.window_times`: its last finished steps), taken as it is: a rank a
-            # step or two ahead of the slowest adds the steps only those ranks share.
-            for name, own in p.window_times.items():
-                times.setdefault(name, {})[rank] = own if whole else {k: v for k, v in own.items() if k >= first}
-                own_ends = p.window_ends.get(name)
-                if own_ends:
-                    ends.setdefault(name, {})[rank] = own_ends if whole else {k: v for k, v in own_ends.items() if k >= first}
-        if not step_times:
+        window = _Window.of(group, last - min(rules.slow_window, WINDOW_STEPS) + 1, last, whole=rules.slow_window >= WINDOW_STEPS)
+        if not window.step_times:
             return []
-        step_med = statistics.median(step_times)
-        one_clock = len({p.host for p in group}) == 1
+        step_med = statistics.median(window.step_times)
         # The step-closing collective on evidence (`model.clocks.collective_evidence`): its end is each rank's own-clock reference.
-        anchor = _anchor(by_step)
-        anchors: dict[int, dict[int, tuple[int, int]]] = {}
-        if anchor is not None:
-            for rank, p in by_rank.items():
-                own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in by_step.items()  # type: ignore[operator]
-                       for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
-                if own:
-                    anchors[rank] = own
+        anchor = _anchor(window.by_step)
+        anchors = window.arrivals_at(anchor) if anchor is not None else {}
+        common = dict(source=group[0].source, attempt=group[0].attempt, step_ms=step_med, peers=sorted(window.by_rank), group=gkey[2])
+        found, excess, bars = self._judge_phases(gkey, group, window, anchors, last, common)
+        if anchor is not None and len(anchors) >= MIN_MAJORITY:
+            found.update(_arrival_stragglers(anchor, anchors, common))
+        # A host slow as a whole is one unit (its ranks not named one by one): at least half its ranks, two or more, found
+        # in one phase, among three hosts or more.
+        whole_hosts = _whole_hosts(window.by_rank)
+        units = _units(found, whole_hosts)
+        # The clock: a unit found on `sustain_steps` steps running is raised; a raised one stays while its excess (the
+        # median over its ranks) stays at least half the bar.
+        self._keep_raised(("slow", gkey), units, excess, bars, whole_hosts)
+        raised = self._sustained(("slow", gkey), _named_once(units), last, now)
+        return [self._slow_alert(gkey, kind, unit, members, name, cost, step_med, last, now)
+                for kind, unit, members, name, cost in self._one_per_unit(gkey, raised, window)]
+
+    def _judge_phases(self, gkey: tuple, group: list[ProcessState], window: _Window, anchors: dict[int, dict[int, tuple[int, int]]], last: int,
+                      common: dict[str, Any]) -> tuple[dict[tuple[int, str], float], dict[tuple[int, str], float], dict[str, float]]:
+        """`model.stragglers.judge_phase` on every phase of the window: (found, excess, bars).
+
+        found: (rank, phase) → excess ms of the findings that name a rank (a ``straggler`` that reaches "Look first at");
+        excess: every rank's excess per phase, and bars: each phase's bar (to keep a raised alert).
+        """
         exits = {rank: {step: end for step, (_, end) in own.items()} for rank, own in anchors.items()} or None
-        common = dict(source=group[0].source, attempt=group[0].attempt, step_ms=step_med, peers=sorted(by_rank), group=gkey[2])
-        found: dict[tuple[int, str], float] = {}  # (rank, phase or "arrival") → excess ms, of the findings that name a rank
-        excess: dict[tuple[int, str], float] = {}  # every rank's excess per phase (to keep a raised alert)
+        one_clock = len({p.host for p in group}) == 1
+        found: dict[tuple[int, str], float] = {}
+        excess: dict[tuple[int, str], float] = {}
         bars: dict[str, float] = {}
         raised_phases = {k[3] for k, held in self._held.items() if k[0] == ("slow", gkey) and held.raised}
-        for name, per_rank in times.items():
+        for name, per_rank in window.times.items():
             if name not in raised_phases and not _may_stand_out([p.window_median(name) for p in group]):
                 continue  # no rank's median is near the rule's bar: nothing the model's rule could name (a shortcut, not a rule)
-            findings, _, slowness = judge_phase(name, per_rank, ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
+            findings, _, slowness = judge_phase(name, per_rank, window.ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
             for slow in slowness:
                 excess[(slow.rank, name)] = slow.median_excess_ms
                 bars[name] = effect_bar(slow.others_median_ms)
-            for f in findings:
-                if f.verdict == "straggler" and f.headline:
-                    found[(f.rank, name)] = max(found.get((f.rank, name), 0.0), f.cost_per_step_ms)
-        if anchor is not None and len(anchors) >= MIN_MAJORITY:
-            findings, _ = judge_arrival(anchor, anchors, **common)  # type: ignore[arg-type]
-            for f in findings:
-                if f.verdict == "straggler" and f.headline:
-                    found[(f.rank, "arrival")] = f.cost_per_step_ms
-        # A host slow as a whole is one unit (its ranks not named one by one): at least half its ranks, two or more, found
-        # in one phase, among three hosts or more.
-        hosts: dict[Any, list[int]] = {}
-        for rank, p in by_rank.items():
-            hosts.setdefault(p.host, []).append(rank)
-        whole_hosts = {h: sorted(m) for h, m in hosts.items() if h is not None and len(m) >= 2} if len([h for h in hosts if h is not None]) >= 3 else {}
-        units: dict[tuple, tuple[list[int], float]] = {}  # (kind, unit, phase) → (ranks, excess)
-        on_slow_host: set[int] = set()
-        for host, members in whole_hosts.items():
-            for name in {name for (_, name) in found}:
-                hit = [r for r in members if (r, name) in found]
-                if len(hit) >= 2 and 2 * len(hit) >= len(members):
-                    units[("host", host, name)] = (members, statistics.median(found[(r, name)] for r in hit))
-                    on_slow_host |= set(members)
-        for (rank, name), cost in found.items():
-            if rank not in on_slow_host:  # a slow host's ranks are named as the host, in whichever phase
-                units[("rank", rank, name)] = ([rank], cost)
-        # The clock: a unit found on `sustain_steps` steps running is raised; a raised one stays while its excess (the
-        # median over its ranks) stays at least half the bar.
-        scope = ("slow", gkey)
+            for f in _headline_stragglers(findings):
+                found[(f.rank, name)] = max(found.get((f.rank, name), 0.0), f.cost_per_step_ms)
+        return found, excess, bars
+
+    def _keep_raised(self, scope: tuple, units: dict[tuple, tuple[list[int], float]], excess: dict[tuple[int, str], float], bars: dict[str, float],
+                     whole_hosts: dict[Any, list[int]]) -> None:
+        """The clock's second half: a raised unit no longer found stays (added to `units`) while its excess (the median over
+        its ranks) stays at least half the bar; any other unit no longer found is forgotten."""
         for hkey in [k for k in self._held if k[0] == scope and (k[1], k[2], k[3]) not in units]:
-            held = self._held[hkey]
             _, kind, unit, name = hkey
             ranks = whole_hosts.get(unit, []) if kind == "host" else [unit]
-            kept = [excess[(r, name)] for r in ranks if (r, name) in excess]
-            if held.raised and name in bars and kept and statistics.median(kept) >= 0.5 * bars[name]:
-                units[(kind, unit, name)] = (ranks, statistics.median(kept))
+            kept = _still_over_half_the_bar(self._held[hkey], ranks, name, excess, bars)
+            if kept is not None:
+                units[(kind, unit, name)] = (ranks, kept)
             else:
                 del self._held[hkey]
-        hosted = {r for (kind, _, _), (ranks, _) in units.items() if kind == "host" for r in ranks}
-        units = {key: value for key, value in units.items() if key[0] == "host" or key[1] not in hosted}
-        raised: list[tuple[tuple, str, Any, list[int], str, float]] = []
-        # A rank's late arrival waits while a phase of its own is found (its cause, named instead once it is sustained).
+
+    def _sustained(self, scope: tuple, units: dict[tuple, tuple[list[int], float]], last: int, now: float) -> list[tuple[str, Any, list[int], str, float]]:
+        """The clock's first half: the units found on `sustain_steps` steps running, or raised already: (kind, unit, ranks, phase, excess).
+
+        A rank's late arrival waits while a phase of its own is found (its cause, named instead once it is sustained).
+        """
+        raised: list[tuple[str, Any, list[int], str, float]] = []
         with_phase = {(kind, unit) for (kind, unit, name) in units if name != "arrival"}
         for (kind, unit, name), (ranks, cost) in units.items():
             hkey = (scope, kind, unit, name)
@@ -762,19 +713,22 @@ class Detector:
             held.excess_ms = cost
             if name == "arrival" and not held.raised and (kind, unit) in with_phase:
                 continue
-            if held.raised or last - held.since_step >= rules.sustain_steps:
+            if held.raised or last - held.since_step >= self.rules.sustain_steps:
                 held.raised = True
-                raised.append((hkey, kind, unit, ranks, name, cost))
-        # One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd around it),
-        # else the largest; a rank's arrival only when no phase of its own explains it.
+                raised.append((kind, unit, ranks, name, cost))
+        return raised
+
+    def _one_per_unit(self, gkey: tuple, raised: list[tuple[str, Any, list[int], str, float]], window: _Window) -> list[tuple[str, Any, list[ProcessState], str, float]]:
+        """One alert per unit: the one already raised (stable), else the innermost phase (fwd, not the fwd_bwd around it),
+        else the largest; a rank's arrival only when no phase of its own explains it. (kind, unit, processes, phase, excess)."""
         best: dict[tuple, tuple] = {}
-        for hkey, kind, unit, ranks, name, cost in raised:
-            members = [by_rank[r] for r in ranks if r in by_rank]
+        for kind, unit, ranks, name, cost in raised:
+            members = [window.by_rank[r] for r in ranks if r in window.by_rank]
             active = self._alert_key(gkey, kind, unit, members, name) in self.book.active
-            order = (active, name != "arrival", name not in top_names, cost)
+            order = (active, name != "arrival", name not in window.top_names, cost)
             if (kind, unit) not in best or order > best[(kind, unit)][0]:
                 best[(kind, unit)] = (order, kind, unit, members, name, cost)
-        return [self._slow_alert(gkey, kind, unit, members, name, cost, step_med, last, now) for _, kind, unit, members, name, cost in best.values()]
+        return [(kind, unit, members, name, cost) for _, kind, unit, members, name, cost in best.values()]
 
     @staticmethod
     def _alert_key(gkey: tuple, kind: str, unit: Any, members: list[ProcessState], name: str) -> tuple:
@@ -796,47 +750,20 @@ class Detector:
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps / 1000.0, 2), "steps": steps})
 
     def _job_slow(self, live: list[ProcessState], now: float) -> Alert | None:
+        """``job_slow`` for one source: its step time risen over its own past on every rank, sustained, and the phase that grew."""
         rules = self.rules
-        if len(live) < 2:
+        if len(live) < 2 or not all(p.steps for p in live):
             return None
-        # Per step, the median over ranks of its time (per token where logged): computed once, when every rank finished it.
-        done = min(p.steps[-1].step for p in live if p.steps) if all(p.steps for p in live) else None
-        if done is None:
-            return None
-        source = live[0].source
-        cache = self._job_steps_by.setdefault(source, {})
-        if cache and next(iter(cache.values()))[1] != live[0].attempt:
-            cache.clear()
-        newest = max(cache) if cache else None
-        by_step: dict[int, list[StepFacts]] = {}
-        for p in live:
-            for s in reversed(p.steps):
-                if newest is not None and s.step <= newest:
-                    break
-                if s.step <= done and s.duration_ms is not None:
-                    by_step.setdefault(s.step, []).append(s)
-        for k in sorted(by_step):
-            values = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[operator]
-            cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
-        while len(cache) > 4 * (2 * rules.window + rules.baseline):
-            del cache[min(cache)]
+        source, attempt = live[0].source, live[0].attempt
+        cache = self._job_step_medians(live, min(p.steps[-1].step for p in live))
         steps = sorted(cache)
         medians = [cache[k][0] for k in steps]
         window = 2 * rules.window  # the job's own past is the only yardstick: a longer window, less noise
         if len(medians) < window + rules.baseline // 2:
             return None
-        recent = statistics.median(medians[-window:])
-        past = medians[-(window + rules.baseline):-window]
-        base = statistics.median(past)
-        # Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
-        noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window ** 0.5
-        active = ("job_slow", source, live[0].attempt) in self.book.active
-        grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
-        if grew and not active:
-            # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
-            if any(a.kind == "slow" and a.source == source for a in self.book.active.values()):
-                grew = False
-        if not grew:
+        recent, base, noise = _rise(medians, window, rules.baseline)
+        active = ("job_slow", source, attempt) in self.book.active
+        if not self._job_grew(source, active, recent, base, noise):
             self._job_held_by.pop(source, None)
             return None
         last = steps[-1]
@@ -846,51 +773,81 @@ class Detector:
         if last - held.since_step < rules.sustain_steps and not active:
             return None
         # The phase that grew on most ranks: the median over ranks of each rank's own growth.
-        by_step = {}
-        for p in live:
-            for s in p.steps:
-                by_step.setdefault(s.step, []).append(s)
-        recent_steps = [k for k in steps[-window:] if k in by_step]
-        past_steps = [k for k in steps[-(window + rules.baseline):-window] if k in by_step]
-        growth: dict[str, float] = {}
-        names = {n for k in recent_steps for s in by_step[k] for n in s.phases}
-        # The step-closing collective on evidence (`_anchor`, summarize's rule), not by its name.
-        keyed: dict[int, dict[str, StepFacts]] = {}
-        for p in live:
-            for s in p.steps:
-                if s.step in by_step:
-                    keyed.setdefault(s.step, {})[p.key] = s
-        anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
-        for name in names:
-            if name == anchor:
-                # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
-                r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent_steps]
-                b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past_steps]
-            else:
-                r = [s.phases.get(name, 0.0) for k in recent_steps for s in by_step[k]]
-                b = [s.phases.get(name, 0.0) for k in past_steps for s in by_step[k]]
-            if r and b:
-                growth[name] = statistics.median(r) - statistics.median(b)
-        phase = max(growth, key=growth.__getitem__) if growth else None
-        if phase is not None and growth[phase] <= 0:
-            phase = None
-        step_now = statistics.median(s.duration_ms for k in recent_steps for s in by_step[k] if s.duration_ms is not None) if recent_steps else None
-        if not active and (phase is None or (step_now and growth[phase] < MIN_STEP_SHARE * step_now)):
+        phase, grown_ms, step_now = _grown_phase(live, steps[-window:], steps[-(window + rules.baseline):-window])
+        if not active and (phase is None or (step_now and grown_ms < MIN_STEP_SHARE * step_now)):  # type: ignore[operator]
             # No phase grew on most ranks (each rank's own growth, its median over ranks): every rank waits for one or a
             # few (a straggler, the slow rule's to name), the job itself did not slow down.
             return None
         excess = recent - base
         pct = 100.0 * excess / base if base else 0.0
         steps_so_far = max(1, last - held.since_step + window // 2)
-        message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if cache[last][2] else ''})" + (f"; {phase} grew most (+{growth[phase]:,.1f} ms)" if phase else "")
-        return Alert("job_slow", ("job_slow", live[0].source, live[0].attempt), message, ranks=[], source=live[0].source, attempt=live[0].attempt, step=last,
+        message = f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} ms{' per token' if cache[last][2] else ''})" + (f"; {phase} grew most (+{grown_ms:,.1f} ms)" if phase else "")
+        return Alert("job_slow", ("job_slow", source, attempt), message, ranks=[], source=source, attempt=attempt, step=last,
                      phase=phase, since=held.since_time, detected=now, evidence=["step times"],
                      cost={"ms_per_step": round(excess, 3), "pct_of_step": round(pct, 2), "seconds_so_far": round(excess * steps_so_far / 1000.0, 2)})
 
+    def _job_step_medians(self, live: list[ProcessState], done: int) -> dict[int, tuple[float, Any, bool]]:
+        """Per step, the median over ranks of its time (per token where logged): computed once, when every rank finished it.
+
+        The cache (step → (median, attempt, per token)) is the source's, cleared when a new attempt begins, and bounded.
+        """
+        rules = self.rules
+        cache = self._job_steps_by.setdefault(live[0].source, {})
+        if cache and next(iter(cache.values()))[1] != live[0].attempt:
+            cache.clear()
+        by_step = _steps_finished_since(live, max(cache) if cache else None, done)
+        for k in sorted(by_step):
+            values = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[operator]
+            cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
+        while len(cache) > 4 * (2 * rules.window + rules.baseline):
+            del cache[min(cache)]
+        return cache
+
+    def _job_grew(self, source: str, active: bool, recent: float, base: float, noise: float) -> bool:
+        """Whether the step time (`recent`, the window's median) stands over its own past (`base`): by ``0.75 × slow_pct`` %
+        and `slow_min_z` × its `noise` to raise, by half `slow_pct` to stay raised."""
+        rules = self.rules
+        grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (active or recent - base >= rules.slow_min_z * noise)
+        if grew and not active:
+            # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
+            return not any(a.kind == "slow" and a.source == source for a in self.book.active.values())
+        return grew
+
     # -- the frame -----------------------------------------------------------------------------
     def _frame(self, procs: list[ProcessState], ended: dict[str, str | None], hung: set[str], missing: list, now: float, step_ms: float | None, hang_after: float) -> dict[str, Any]:
-        rules = self.rules
-        stall_s = max(rules.stall_floor_s, 1.5 * step_ms / 1000.0 if step_ms else 0.0)
+        """What the screen shows (and ``--json`` writes) at watcher time `now`: the processes by state, the steps, where the time goes, the alerts."""
+        states, rank_states = self._states(procs, ended, hung, now, step_ms, missing)
+        phase_rows, rate = _time_of_last_steps([s for p in procs for s in list(p.steps)[-self.rules.window:]])
+        first = min((p.first_arrival or now for p in procs), default=now)
+        run_id = procs[0].run_id if procs else None
+        return {
+            "type": "frame",
+            "time_utc": _utc(now),
+            "run_id": run_id,
+            "attempt": procs[0].attempt if procs else None,
+            "age_s": round(now - first, 1),
+            "processes": len(procs),
+            "world_size": max((p.world_size or 0 for p in procs), default=0) or None,
+            "states": dict(sorted(states.items(), key=lambda kv: _STATE_ORDER.get(kv[0], 99))),
+            "ranks_by_state": {k: compress_ranks(sorted(v)) for k, v in rank_states.items() if k != "running"},
+            "steps": _step_spread(procs),
+            "step_ms": None if step_ms is None else round(step_ms, 3),
+            "steps_per_min": rate,
+            "phases": phase_rows[:8],
+            "last_arrivals": self._last_arrivals(procs),
+            "hang_after_s": round(hang_after, 1),
+            "suspected_hang": self.suspected,
+            "pause": "; ".join(self.pauses) or None,
+            "alerts": [a.to_json("alert") for a in self.book.newest_first()],
+            "resolved": [a.to_json("resolved") for a in reversed(self.book.history[-5:])],
+            "other_runs": self._other_runs(run_id) if procs else [],
+        }
+
+    def _states(self, procs: list[ProcessState], ended: dict[str, str | None], hung: set[str], now: float, step_ms: float | None,
+                missing: list) -> tuple[dict[str, int], dict[str, list[int]]]:
+        """(state → how many processes, state → their ranks): how each ended, else hung (held by an active hang alert),
+        stalled (no progress for ``max(stall_floor_s, 1.5 steps)``) or running; and the missing ranks."""
+        stall_s = max(self.rules.stall_floor_s, 1.5 * step_ms / 1000.0 if step_ms else 0.0)
         states: dict[str, int] = {}
         rank_states: dict[str, list[int]] = {}
         for p in procs:
@@ -909,34 +866,11 @@ class Detector:
         if n_missing:
             states["missing"] = n_missing
             rank_states["missing"] = [r for m in missing for r in m[2]]
-        steps = sorted(p.step for p in procs if p.step is not None)
-        world = max((p.world_size or 0 for p in procs), default=0) or None
-        phase_rows, rate = _time_of_last_steps([s for p in procs for s in list(p.steps)[-rules.window:]])
-        last_arrivals = self._last_arrivals(procs)
-        first = min((p.first_arrival or now for p in procs), default=now)
-        run_id = procs[0].run_id if procs else None
-        return {
-            "type": "frame",
-            "time_utc": _utc(now),
-            "run_id": run_id,
-            "attempt": procs[0].attempt if procs else None,
-            "age_s": round(now - first, 1),
-            "processes": len(procs),
-            "world_size": world,
-            "states": dict(sorted(states.items(), key=lambda kv: _STATE_ORDER.get(kv[0], 99))),
-            "ranks_by_state": {k: compress_ranks(sorted(v)) for k, v in rank_states.items() if k != "running"},
-            "steps": {"min": steps[0], "median": steps[len(steps) // 2], "max": steps[-1]} if steps else None,
-            "step_ms": None if step_ms is None else round(step_ms, 3),
-            "steps_per_min": rate,
-            "phases": phase_rows[:8],
-            "last_arrivals": last_arrivals,
-            "hang_after_s": round(hang_after, 1),
-            "suspected_hang": self.suspected,
-            "pause": "; ".join(self.pauses) or None,
-            "alerts": [a.to_json("alert") for a in self.book.newest_first()],
-            "resolved": [a.to_json("resolved") for a in reversed(self.book.history[-5:])],
-            "other_runs": [{"run_id": r, "processes": len(m)} for r, m in self.runs().items() if r != run_id][-5:] if procs else [],
-        }
+        return states, rank_states
+
+    def _other_runs(self, run_id: Any) -> list[dict[str, Any]]:
+        """The runs seen beside the watched one (the last five), with how many processes each."""
+        return [{"run_id": r, "processes": len(m)} for r, m in self.runs().items() if r != run_id][-5:]
 
     def _last_arrivals(self, procs: list[ProcessState]) -> list[dict[str, Any]]:
         """The ranks that arrived last at the step-closing collective in the newest step all of them finished."""
@@ -958,6 +892,163 @@ class Detector:
         longest = max(w for w, _ in waits)
         waits.sort(key=lambda item: item[0])
         return [{"rank": p.rank, "host": p.host, "step": step, "late_ms": round(longest - w, 3)} for w, p in waits[:3]]
+
+def _one_or_many(ranks: list[int], one: str, many: str) -> str:
+    return one if len(ranks) == 1 else many
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 3`` or ``ranks 0-2,5``: the words an alert names ranks in."""
+    return f"{_one_or_many(ranks, 'rank', 'ranks')} {compress_ranks(ranks)}"
+
+
+def _by_attempt(procs: list[ProcessState]) -> dict[tuple, list[ProcessState]]:
+    """(source, attempt) → its processes, in their order."""
+    groups: dict[tuple, list[ProcessState]] = {}
+    for p in procs:
+        groups.setdefault((p.source, p.attempt), []).append(p)
+    return groups
+
+
+def _stop_arrival(p: ProcessState, kind: str) -> float | None:
+    """When a ``kind`` process stopped (watcher time): its torn last line's, its SIGTERM's, else its last record's."""
+    if kind == "crashed" and p.torn_since:
+        return p.torn_since
+    return p.signal_arrival if kind == "terminated" else p.last_arrival
+
+
+def _held_back_alert(source: str, attempt: int | None, crashed: list[ProcessState], waited_for: list[ProcessState], crashes: dict[str, Any],
+                     now: float) -> Alert:
+    """``crashed`` where the crashes name another process (`model.ending.held_back_by`): they crashed waiting for it (a
+    collective that timed out), and it, which never reached their span, is the one to look at first."""
+    crash = crashes[crashed[0].key] or {}
+    ranks = sorted(p.rank for p in crashed if p.rank is not None)  # type: ignore[type-var]
+    waited = sorted(p.rank for p in waited_for if p.rank is not None)  # type: ignore[type-var]
+    message = (f"{source} {_ranks(ranks)} crashed: {describe_crash(crash)}; "
+               f"{_one_or_many(ranks, 'it', 'they')} waited for {_ranks(waited)}, "
+               f"which never reached {crash.get('span') or 'that span'} at step {crash.get('step')}: look at {_one_or_many(waited, 'it', 'them')} first")
+    return Alert("crashed", ("crashed", source, attempt), message, ranks=ranks, source=source, attempt=attempt, step=crash.get("step"), phase=crash.get("span"),
+                 detected=now, since=min(p.crash_arrival or now for p in crashed), rule="held back", why=message,
+                 cost={"ranks": len(ranks)}, evidence=["uncaught exception", f"waited for rank {compress_ranks(waited)}"])
+
+
+def _failed_first_alert(source: str, attempt: int | None, culprits: list[ProcessState], victims: list[ProcessState], crashes: dict[str, Any],
+                        now: float, show_attempt: bool) -> Alert:
+    """``crashed``: the processes that failed first (`model.ending.failed_first`), with the first one's error and line, and the
+    ones that stopped after it, its victims."""
+    crash = crashes[culprits[0].key] or {}
+    ranks = sorted(p.rank for p in culprits if p.rank is not None)  # type: ignore[type-var]
+    victim_ranks = sorted(p.rank for p in victims if p.rank is not None)  # type: ignore[type-var]
+    who = f"{source} {_ranks(ranks)}" + (f" (attempt {attempt})" if show_attempt and attempt is not None else "")
+    after = f"; {_ranks(victim_ranks)} stopped after it (victims)" if victim_ranks else ""
+    since = min((p.crash_arrival or p.last_arrival or now) for p in culprits)
+    return Alert("crashed", ("crashed", source, attempt), f"{who} crashed: {describe_crash(crash)}{after}", ranks=ranks, source=source, attempt=attempt,
+                 step=crash.get("step"), phase=crash.get("span"), line=f"{crash['file']}:{crash['line']} {crash.get('function')}" if crash.get("file") else None,
+                 detected=now, since=since, victims=victim_ranks, rule="crashed", why=describe_crash(crash),
+                 cost={"ranks": len(ranks), "ranks_stopped_after": len(victim_ranks)},
+                 evidence=["uncaught exception" if crash.get("type") != "killed" else "no end on record; its peers failed after it"])
+
+
+def _judged_for_hang(members: list[ProcessState], live: list[ProcessState], ended: dict[str, str | None], hang_after: float) -> list[ProcessState]:
+    """The processes of one source the hang rules judge: the live ones, and those stopped while stuck.
+
+    A hang stopped from outside (torchrun's SIGTERM after the watchdog's timeout, Ctrl-C): processes stopped after
+    no progress for as long as a hang needs are placed where they were stuck, as `summarize` places them; those
+    stopped at once (a healthy job cancelled) are not. Ctrl-C's spans stay open (`ProcessState._error`).
+    """
+    stopped_stuck = [p for p in members if ended.get(p.key) in ("terminated", "interrupted") and _stopped_stuck(p, hang_after)]
+    if live:
+        live += [p for p in members if ended.get(p.key) == "interrupted" and p.open and p not in stopped_stuck]
+    live += stopped_stuck
+    return live
+
+def _suspected_line(source: str, verdict: _Verdict, quiet: float) -> str:
+    """The frame's line for a hang suspected and not confirmed yet."""
+    who = f"{source} {_ranks(verdict.ranks)}" if verdict.ranks else "every process"
+    return f"{who} {verdict.where} (no progress for {quiet:,.0f} s; confirming at the next refresh)"
+
+
+def _confirmation(twice: bool, proven: bool, need: float) -> list[str]:
+    """The evidence that confirmed a hang before its rule's own: a second refresh, or files still for long enough."""
+    if twice:
+        return ["no progress on 2 refreshes"]
+    if proven:
+        return [f"files still for over twice the {need:,.0f} s a hang needs"]
+    return []
+
+
+def _hang_alert(key: tuple, live: list[ProcessState], verdict: _Verdict, evidence: list[str], now: float, quiet: float) -> Alert:
+    """The ``hang`` alert of a confirmed verdict; those waiting are its victims, and its cost is their time lost."""
+    culprits = verdict.ranks
+    victims = sorted(p.rank for p in live if p.rank is not None and p.rank not in culprits)
+    waiting = len(victims) if culprits else len(live)
+    quiet_culprit = now - verdict.since if verdict.since is not None else quiet
+    return Alert("hang", key, _hang_message(live[0].source, verdict, victims), ranks=culprits, source=live[0].source, attempt=live[0].attempt,
+                 step=verdict.step, phase=verdict.phase, where=verdict.where, line=verdict.line, since=verdict.since, detected=now, victims=victims,
+                 evidence=evidence, rule=verdict.rule, why=verdict.why,
+                 cost={"stopped_s": round(quiet_culprit, 1), "ranks_waiting": waiting, "rank_seconds_lost": round(waiting * quiet, 1)})
+
+
+def _hang_message(source: str, verdict: _Verdict, victims: list[int]) -> str:
+    """The hang alert's line: the culprits, where, by which rule, at which line, and who waits; or that nobody can be told."""
+    culprits, where, line = verdict.ranks, verdict.where, verdict.line
+    if not culprits:
+        return f"hang: every process {where}; the culprit cannot be told from the records ({verdict.why})"
+    # The rule's name first (the model's wording: "behind in the step", "behind in pg 1 (ranks 0-3)", …), its details in `why`.
+    rule = verdict.why.split(": ", 1)[0]
+    return f"hang: {source} {_ranks(culprits)} {where}" + (f", {rule}" if rule and rule not in where else "") + (
+        f" at {line}" if line else "") + (f"; {len(victims)} ranks wait for {_one_or_many(culprits, 'it', 'them')}" if victims else "")
+
+
+def _places(live: list[ProcessState]) -> tuple[list[ProcessState], dict[str, RankPlace]]:
+    """The processes the hang rules place, and their places (label → `_place`)."""
+    talking = [p for p in live if not p.silent]
+    # Silent since init is a culprit only while the others wait for it in a collective: at start-up rank 0
+    # often logs while the others are still building the model, and that is no hang.
+    placed = live if any(is_collective(_inner(p)) for p in talking) else talking
+    places = {p.label: _place(p) for p in placed}
+    if len({place.where is None for place in places.values()}) > 1:
+        # Black boxes arrive rank by rank after the trigger: a rank whose box has not come yet differs from the
+        # others in having no frame, not in where it is. Frames are compared only once every one is in.
+        for place in places.values():
+            place.where = None
+    return placed, places
+
+
+def _located_verdict(first: Any, p: ProcessState, place: RankPlace, culprits: list[ProcessState], live: list[ProcessState], ranks: list[int],
+                     now: float, needed: float) -> _Verdict:
+    """The verdict on culprits the rules placed (`first`, the model's first suspect, is `p`): where, at which line, on what evidence."""
+    where, phase, step = _where_stuck(p, place, live)
+    line, evidence = _box_line(culprits)
+    inner = p.innermost()
+    if line is None and inner is not None:
+        line = inner.caller
+        evidence = evidence + ["span start"]
+    if first.rule in ("behind", "desync", "p2p", "no collective"):
+        evidence = ["flight recorder", *[e for e in evidence if e != "flight recorder"]]
+    return _Verdict(ranks, where, first.why, first.rule, min(q.progress_arrival or now for q in culprits), phase, step, line, evidence, needed)
+
+
+def _where_stuck(p: ProcessState, place: RankPlace, live: list[ProcessState]) -> tuple[str, str, int | None]:
+    """(where `p` is, in the alert's words; its phase: the span, or "between spans"; its step), and behind the others' step."""
+    top_step = max((q.step for q in live if q.step is not None), default=None)
+    inner = p.innermost()
+    step = place.step if place.step is not None else p.step
+    if inner is not None:
+        where = f"in {inner.name}" + (f" (step {inner.step})" if inner.step is not None else "")
+        phase = inner.name
+    else:
+        after = p.last_end or (place.last_span or {}).get("name")
+        where = "between spans" + (f", after {after}" if after else "") + (f" (step {step})" if step is not None else "")
+        phase = "between spans"
+    if step is not None and top_step is not None and step < top_step:
+        where += f", behind the others' step {top_step}"
+    return where, phase, step
+
+def _step_spread(procs: list[ProcessState]) -> dict[str, int] | None:
+    """The steps the processes are in: {min, median, max}; None before any step."""
+    steps = sorted(p.step for p in procs if p.step is not None)
+    return {"min": steps[0], "median": steps[len(steps) // 2], "max": steps[-1]} if steps else None
 
 
 def _time_of_last_steps(steps: list[StepFacts]) -> tuple[list[dict[str, Any]], float | None]:
@@ -1052,6 +1143,202 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
         if ratio is not None and ratio <= MAX_END_TO_ARRIVAL and (best is None or len(steps) > best[0]):
             best = (len(steps), name)
     return None if best is None else best[1]
+
+
+@dataclass
+class _Window:
+    """A peer group's steps in the straggler rule's window, as `model.stragglers`' rule takes them (`Detector._slow_group`)."""
+
+    #: rank (without one: -1 - its index in the group) → its process.
+    by_rank: dict[int, ProcessState] = field(default_factory=dict)
+    #: phase → rank → step → ms, and the same for the phase's end (µs, the rank's own clock): each rank's own window.
+    times: dict[str, dict[int, dict[int, float]]] = field(default_factory=dict)
+    ends: dict[str, dict[int, dict[int, int]]] = field(default_factory=dict)
+    #: step → process key → its facts, for the steps of the window; their durations (ms); their top-level spans' names.
+    by_step: dict[int, dict[str, StepFacts]] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
+    top_names: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, group: list[ProcessState], first: int, last: int, *, whole: bool) -> _Window:
+        """The window from step `first` to `last` of `group`; `whole`: the rule's window is all each process keeps."""
+        window = cls()
+        ranks = [p.rank if p.rank is not None else -1 - index for index, p in enumerate(group)]
+        window.by_rank = dict(zip(ranks, group))
+        window._add_steps(group, first, last)
+        window._add_own_windows(zip(ranks, group), first, whole)
+        return window
+
+    def _add_steps(self, group: list[ProcessState], first: int, last: int) -> None:
+        """The step facts from `first` to `last`: newest first, so each process's walk stops at its first older step."""
+        for p in group:
+            for s in reversed(p.steps):
+                if s.step < first:
+                    break
+                if s.step > last:
+                    continue
+                self.by_step.setdefault(s.step, {})[p.key] = s
+                self.top_names |= s.top
+                if s.duration_ms is not None:
+                    self.step_times.append(s.duration_ms)
+
+    def _add_own_windows(self, ranked: Iterable[tuple[int, ProcessState]], first: int, whole: bool) -> None:
+        """Each rank's own window (`ProcessState.window_times`: its last finished steps), taken as it is: a rank a step or
+        two ahead of the slowest adds the steps only those ranks share."""
+        for rank, p in ranked:
+            for name, own in p.window_times.items():
+                self.times.setdefault(name, {})[rank] = own if whole else {k: v for k, v in own.items() if k >= first}
+                own_ends = p.window_ends.get(name)
+                if own_ends:
+                    self.ends.setdefault(name, {})[rank] = own_ends if whole else {k: v for k, v in own_ends.items() if k >= first}
+
+    def arrivals_at(self, anchor: str) -> dict[int, dict[int, tuple[int, int]]]:
+        """Per rank, per step, when it entered and left the step-closing collective `anchor` (µs, its own clock)."""
+        anchors: dict[int, dict[int, tuple[int, int]]] = {}
+        for rank, p in self.by_rank.items():
+            own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in self.by_step.items()  # type: ignore[operator]
+                   for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
+            if own:
+                anchors[rank] = own
+        return anchors
+
+
+def _headline_stragglers(findings: Iterable[Any]) -> list[Any]:
+    """The findings that raise: a ``straggler`` that reaches "Look first at" (the model's headline)."""
+    return [f for f in findings if f.verdict == "straggler" and f.headline]
+
+
+def _arrival_stragglers(anchor: str, anchors: dict[int, dict[int, tuple[int, int]]], common: dict[str, Any]) -> dict[tuple[int, str], float]:
+    """`model.stragglers.judge_arrival` at the step-closing collective: (rank, "arrival") → excess ms of the ranks it names."""
+    findings, _ = judge_arrival(anchor, anchors, **common)  # type: ignore[arg-type]
+    return {(f.rank, "arrival"): f.cost_per_step_ms for f in _headline_stragglers(findings)}
+
+
+def _whole_hosts(by_rank: dict[int, ProcessState]) -> dict[Any, list[int]]:
+    """The hosts that may be slow as a whole (host → its ranks): two ranks or more on it, among three hosts or more."""
+    hosts: dict[Any, list[int]] = {}
+    for rank, p in by_rank.items():
+        hosts.setdefault(p.host, []).append(rank)
+    if len([h for h in hosts if h is not None]) < 3:
+        return {}
+    return {h: sorted(m) for h, m in hosts.items() if h is not None and len(m) >= 2}
+
+
+def _units(found: dict[tuple[int, str], float], whole_hosts: dict[Any, list[int]]) -> dict[tuple, tuple[list[int], float]]:
+    """What is slow, (kind, unit, phase) → (ranks, excess): a host slow as a whole is one unit (its ranks not named one by
+    one): at least half its ranks, two or more, found in one phase; every other rank found is a unit of its own."""
+    units: dict[tuple, tuple[list[int], float]] = {}
+    on_slow_host: set[int] = set()
+    for host, members in whole_hosts.items():
+        for name in {name for (_, name) in found}:
+            hit = [r for r in members if (r, name) in found]
+            if len(hit) >= 2 and 2 * len(hit) >= len(members):
+                units[("host", host, name)] = (members, statistics.median(found[(r, name)] for r in hit))
+                on_slow_host |= set(members)
+    for (rank, name), cost in found.items():
+        if rank not in on_slow_host:  # a slow host's ranks are named as the host, in whichever phase
+            units[("rank", rank, name)] = ([rank], cost)
+    return units
+
+
+def _still_over_half_the_bar(held: _Held, ranks: list[int], name: str, excess: dict[tuple[int, str], float], bars: dict[str, float]) -> float | None:
+    """A raised unit's excess now (the median over its ranks) while it stays at least half the bar of its phase, else None."""
+    kept = [excess[(r, name)] for r in ranks if (r, name) in excess]
+    if held.raised and name in bars and kept and statistics.median(kept) >= 0.5 * bars[name]:
+        return statistics.median(kept)
+    return None
+
+
+def _named_once(units: dict[tuple, tuple[list[int], float]]) -> dict[tuple, tuple[list[int], float]]:
+    """`units` less the ranks of a slow host (a kept alert of one of them included): the host names them."""
+    hosted = {r for (kind, _, _), (ranks, _) in units.items() if kind == "host" for r in ranks}
+    return {key: value for key, value in units.items() if key[0] == "host" or key[1] not in hosted}
+
+
+def _steps_finished_since(live: list[ProcessState], newest: int | None, done: int) -> dict[int, list[StepFacts]]:
+    """Step → its facts on every rank, for the timed steps after `newest` (None: all kept) up to `done`, which every rank finished."""
+    by_step: dict[int, list[StepFacts]] = {}
+    for p in live:
+        for s in reversed(p.steps):
+            if newest is not None and s.step <= newest:
+                break
+            if s.step <= done and s.duration_ms is not None:
+                by_step.setdefault(s.step, []).append(s)
+    return by_step
+
+
+def _rise(medians: list[float], window: int, baseline: int) -> tuple[float, float, float]:
+    """(the last `window` steps' median, the `baseline` steps' before it, the noise of that median): the job against its own past.
+
+    Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own step-to-step spread.
+    """
+    recent = statistics.median(medians[-window:])
+    past = medians[-(window + baseline):-window]
+    base = statistics.median(past)
+    noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window ** 0.5
+    return recent, base, noise
+
+
+def _grown_phase(live: list[ProcessState], recent: list[int], past: list[int]) -> tuple[str | None, float | None, float | None]:
+    """(the phase that grew most from steps `past` to `recent`, by how much (ms), the recent median step (ms)); no phase
+    (None) where none grew.
+
+    A phase's growth: the median of its times over the ranks and the recent steps, less the same over the past ones; the
+    step-closing collective counted by its floor (`_phase_rise`).
+    """
+    by_step, keyed = _steps_by_number(live)
+    recent_steps = [k for k in recent if k in by_step]
+    past_steps = [k for k in past if k in by_step]
+    # The step-closing collective on evidence (`_anchor`, summarize's rule), not by its name.
+    anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
+    growth = _growth(by_step, anchor, recent_steps, past_steps)
+    phase = max(growth, key=growth.__getitem__) if growth else None
+    if phase is None or growth[phase] <= 0:
+        return None, None, _median_of_steps(by_step, recent_steps)
+    return phase, growth[phase], _median_of_steps(by_step, recent_steps)
+
+
+def _growth(by_step: dict[int, list[StepFacts]], anchor: str | None, recent: list[int], past: list[int]) -> dict[str, float]:
+    """Phase → its growth from steps `past` to `recent` (ms), for each phase of the recent steps timed in both."""
+    growth: dict[str, float] = {}
+    for name in {n for k in recent for s in by_step[k] for n in s.phases}:
+        rise = _phase_rise(name, name == anchor, by_step, recent, past)
+        if rise is not None:
+            growth[name] = rise
+    return growth
+
+
+def _steps_by_number(live: list[ProcessState]) -> tuple[dict[int, list[StepFacts]], dict[int, dict[str, StepFacts]]]:
+    """Every step the processes keep: step → its facts on each rank, and step → process key → its facts."""
+    by_step: dict[int, list[StepFacts]] = {}
+    keyed: dict[int, dict[str, StepFacts]] = {}
+    for p in live:
+        for s in p.steps:
+            by_step.setdefault(s.step, []).append(s)
+            keyed.setdefault(s.step, {})[p.key] = s
+    return by_step, keyed
+
+
+def _median_of_steps(by_step: dict[int, list[StepFacts]], steps: list[int]) -> float | None:
+    """The median time of `steps` over every rank (ms); None without steps."""
+    if not steps:
+        return None
+    return statistics.median(s.duration_ms for k in steps for s in by_step[k] if s.duration_ms is not None)
+
+
+def _phase_rise(name: str, closing: bool, by_step: dict[int, list[StepFacts]], recent: list[int], past: list[int]) -> float | None:
+    """How much phase `name` grew from steps `past` to `recent` (ms, medians), None without both.
+
+    `closing`: `name` is the step-closing collective.
+    """
+    if closing:
+        # A collective grows on every rank when one rank is late: count only its floor, the last arrival's wait.
+        r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent]
+        b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past]
+    else:
+        r = [s.phases.get(name, 0.0) for k in recent for s in by_step[k]]
+        b = [s.phases.get(name, 0.0) for k in past for s in by_step[k]]
+    return statistics.median(r) - statistics.median(b) if r and b else None
 
 
 #: How long past its logger's heartbeat interval a heartbeat may take to reach the file: a factor (the processor's next pass) and

@@ -34,30 +34,36 @@ import pickle
 import statistics
 from array import array
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
-from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
-from otel_titan.analysis.read import plain_data
-from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError
+from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads, segment_keys
+from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift, DriftFinding
+from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
+from otel_titan.analysis.model.facts import (
+    OpenSpanInfo,
+    PhaseStats,
+    ProcessSummary,
+    RankSlowness,
+    RunSummary,
+    StepTimes,
+    StopGroup,
+    StragglerFinding,
+    Stragglers,
+    utc,
+)
 from otel_titan.analysis.model.flight_recorder import find_torch_dumps
 from otel_titan.analysis.model.hang import bases_of, build_hang, stall_history
 from otel_titan.analysis.model.hang_facts import HangTracker
 from otel_titan.analysis.model.headline import compress
-from otel_titan.analysis.read.content import RangeReader
-from otel_titan.analysis.read.filters import StepRange
-from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
-from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_mesh, read_run
-from otel_titan.analysis.model import parallel as summary_parallel
-from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.model.rules import attempt_step as _attempt_step
+from otel_titan.analysis.model.rules import logger_scalar
 from otel_titan.analysis.model.scalar_steps import ScalarSteps
 from otel_titan.analysis.model.step_figures import StepFigures
 from otel_titan.analysis.model.step_grid import StepGrid
-from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift, DriftFinding
-from otel_titan.analysis.read.tails import ends_torn, tail_records
-from otel_titan.analysis.model.facts import OpenSpanInfo, PhaseStats, ProcessSummary, RunSummary, StopGroup, StragglerFinding, Stragglers, utc
-from otel_titan.analysis.model.facts import RankSlowness, StepTimes
 from otel_titan.analysis.model.stragglers import (
     MIN_EFFECT,
     MIN_LATENESS_SHARE,
@@ -72,12 +78,24 @@ from otel_titan.analysis.model.stragglers import (
     peer_groups,
     windowed,
 )
-from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
-from otel_titan.analysis.model.rules import attempt_step as _attempt_step
-from otel_titan.analysis.model.rules import logger_scalar
-from otel_titan.analysis.model.timeline import OpenSpan, TimelineVisitor, WalkState, error_details, finish_walk, walk_process
-from otel_titan.analysis.workers import merge_skipped, skipped_result
+from otel_titan.analysis.model.timeline import (
+    OpenSpan,
+    TimelineVisitor,
+    WalkState,
+    error_details,
+    finish_walk,
+    walk_process,
+)
 from otel_titan.analysis.model.wording import plural
+from otel_titan.analysis.read import plain_data
+from otel_titan.analysis.read.content import RangeReader
+from otel_titan.analysis.read.filters import StepRange
+from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
+from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError
+from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_mesh, read_run
+from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.read.tails import ends_torn, tail_records
+from otel_titan.analysis.workers import merge_skipped, skipped_result
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
 from otel_titan.schema import MetaEvent, StepCloser
 
@@ -688,7 +706,7 @@ def load_cached(data: bytes) -> Any:
         return None
 
 
-def load_cached_read(data: bytes | None) -> "ProcessRead | None":
+def load_cached_read(data: bytes | None) -> ProcessRead | None:
     """A cached `ProcessRead`, or None when `data` is not one."""
     state = load_cached(data) if data is not None else None
     return state if type(state) is ProcessRead else None

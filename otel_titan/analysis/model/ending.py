@@ -28,8 +28,9 @@ same functions.
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 from otel_titan.analysis.model.frames import parse_frames, program_frame
 from otel_titan.schema import Field, MetaEvent

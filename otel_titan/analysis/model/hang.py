@@ -62,12 +62,15 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Collection, Hashable, Iterable, Sequence
+from typing import Any, ClassVar
 
-from otel_titan.analysis.model.frames import program_frame as _program_frame, program_line, where as _where
-from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
 from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt
+from otel_titan.analysis.model.flight_recorder import COMPARED_SIZES, DEFAULT_GROUP, digest_recorder, group_label
+from otel_titan.analysis.model.frames import program_frame as _program_frame
+from otel_titan.analysis.model.frames import program_line
+from otel_titan.analysis.model.frames import where as _where
 from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name

@@ -39,7 +39,8 @@ import bisect
 import math
 import statistics
 from collections import defaultdict
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
 from otel_titan.analysis.model.rules import MAD_TO_SD, MEDIAN_SE, robust_sd
@@ -313,7 +314,7 @@ def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | 
     keys = first.keys()
     if any(by_step.keys() != keys for by_step in per_rank.values()):
         return None
-    import numpy as np  # noqa: PLC0415 - only here: `summarize --tail` starts without it
+    import numpy as np
 
     steps = sorted(keys)
     try:
@@ -457,7 +458,7 @@ def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] |
         >>> change_windows(times)
         [(2, 29, 40)]
     """
-    import numpy as np  # noqa: PLC0415 - only for runs with enough steps to have a window
+    import numpy as np
 
     ranks = [rank for rank in per_rank if rank not in skip]
     steps = sorted({step for by_step in per_rank.values() for step in by_step})

@@ -14,10 +14,10 @@ Example:
     >>> # frame, events = Watch("outputs").refresh()
 """
 
+from otel_titan.analysis.read.follow import RunFollower
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.detect import Detector, Rules
-from otel_titan.analysis.read.follow import RunFollower
-from otel_titan.analysis.watch.state import ProcessState
 from otel_titan.analysis.watch.loop import EXIT_ALERT, Watch, run_watch
+from otel_titan.analysis.watch.state import ProcessState
 
 __all__ = ["Alert", "AlertBook", "Detector", "EXIT_ALERT", "ProcessState", "Rules", "RunFollower", "Watch", "run_watch"]

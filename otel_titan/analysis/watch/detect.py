@@ -72,17 +72,43 @@ hang, in the own-work pause and the job-wide slowdown's phase).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from otel_titan.analysis.model.ending import End, describe_crash, failed_first, held_back_by, is_interrupt, kill_evidence, killed_crash
 from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evidence
-from otel_titan.analysis.model.hang import PAUSE_ALLOWANCE_S, RankPlace, flag_missing_that_ran, name_suspects, own_work, place_in_step
+from otel_titan.analysis.model.ending import (
+    End,
+    describe_crash,
+    failed_first,
+    held_back_by,
+    is_interrupt,
+    kill_evidence,
+    killed_crash,
+)
+from otel_titan.analysis.model.hang import (
+    PAUSE_ALLOWANCE_S,
+    RankPlace,
+    flag_missing_that_ran,
+    name_suspects,
+    own_work,
+    place_in_step,
+)
 from otel_titan.analysis.model.headline import compress as compress_ranks
+from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD
+from otel_titan.analysis.model.rules import MEDIAN_SE
+from otel_titan.analysis.model.stragglers import (
+    MIN_EFFECT,
+    MIN_MAJORITY,
+    MIN_STEP_SHARE,
+    MIN_Z,
+    effect_bar,
+    judge_arrival,
+    judge_phase,
+    peer_key,
+)
 from otel_titan.analysis.watch.alerts import Alert, AlertBook
 from otel_titan.analysis.watch.state import WINDOW_STEPS, ProcessState, StepFacts, is_collective
-from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD, MEDIAN_SE
-from otel_titan.analysis.model.stragglers import MIN_EFFECT, MIN_MAJORITY, MIN_STEP_SHARE, MIN_Z, effect_bar, judge_arrival, judge_phase, peer_key
 
 __all__ = ["Detector", "Rules", "takes_over"]
 
@@ -196,7 +222,7 @@ class Detector:
         """
         process = self.processes.get(key)
         if process is None:
-            process = self.processes[key] = ProcessState(key, **{k: identity.get(k) for k in ("label", "source", "rank", "attempt", "run_id", "host", "world_size", "pid")})
+            process = self.processes[key] = ProcessState(key, **{k: identity.get(k) for k in ("label", "source", "rank", "attempt", "run_id", "host", "world_size", "pid")})  # type: ignore[arg-type]  # the follower's identity: label and source always set
             process.first_arrival = arrival
             process.progress_arrival = arrival
         if arrivals is not None:
@@ -317,7 +343,7 @@ class Detector:
         hung_keys: set[str] = set()
         self.suspected = None
         self.pauses = []
-        suspected = []
+        suspected: list[str] = []
         for source in sorted({p.source for p in procs}):
             members = [p for p in procs if p.source == source]
             if any(ended.get(p.key) == "crashed" for p in members):
@@ -395,7 +421,8 @@ class Detector:
         after = self._after_crashed(source, attempt, procs) if kind == "terminated" else ""
         last = max(group, key=lambda p: p.last_arrival or 0.0)
         since = min(_stop_arrival(p, kind) or now for p in group)
-        where = last.innermost().name if last.innermost() else None
+        inner = last.innermost()
+        where = inner.name if inner is not None else None
         return Alert(kind, (kind, source, attempt), f"{source} {_ranks(ranks)} {kind}"
                      + (f" at step {last.step}" if last.step is not None else "") + (f" in {where}" if where else "") + after,
                      ranks=ranks, source=source, attempt=attempt, step=last.step, phase=where, detected=now, since=since,
@@ -413,7 +440,7 @@ class Detector:
         culprits, victims, first_us = failed_first({key: (crash or {}).get("time_us") for key, crash in crashes.items()})
         if not culprits:
             return None
-        by_key = {p.key: p for p in members}
+        by_key: dict[Any, ProcessState] = {p.key: p for p in members}  # failed_first's keys are these
         ends = [End(p.key, closed=False, last_us=p.last_program_us, step=p.step, entered=p.entered, crash=crashes[p.key], wrote=not p.silent) for p in unclean]
         held = held_back_by(ends, first_us)  # type: ignore[arg-type]
         if held:  # they crashed waiting for it (a collective that timed out): the crashes name it, not themselves
@@ -677,7 +704,7 @@ class Detector:
         for name, per_rank in window.times.items():
             if name not in raised_phases and not _may_stand_out([p.window_median(name) for p in group]):
                 continue  # no rank's median is near the rule's bar: nothing the model's rule could name (a shortcut, not a rule)
-            findings, _, slowness = judge_phase(name, per_rank, window.ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)  # type: ignore[arg-type]
+            findings, _, slowness = judge_phase(name, per_rank, window.ends.get(name, {}), exits, one_clock=one_clock, last_step=last, change_points=False, **common)
             for slow in slowness:
                 excess[(slow.rank, name)] = slow.median_excess_ms
                 bars[name] = effect_bar(slow.others_median_ms)
@@ -797,7 +824,7 @@ class Detector:
             cache.clear()
         by_step = _steps_finished_since(live, max(cache) if cache else None, done)
         for k in sorted(by_step):
-            values = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[operator]
+            values: list[float] = [s.duration_ms / s.tokens if s.tokens else s.duration_ms for s in by_step[k]]  # type: ignore[misc,operator]  # finished steps: their duration is set
             cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
         while len(cache) > 4 * (2 * rules.window + rules.baseline):
             del cache[min(cache)]
@@ -922,8 +949,8 @@ def _held_back_alert(source: str, attempt: int | None, crashed: list[ProcessStat
     """``crashed`` where the crashes name another process (`model.ending.held_back_by`): they crashed waiting for it (a
     collective that timed out), and it, which never reached their span, is the one to look at first."""
     crash = crashes[crashed[0].key] or {}
-    ranks = sorted(p.rank for p in crashed if p.rank is not None)  # type: ignore[type-var]
-    waited = sorted(p.rank for p in waited_for if p.rank is not None)  # type: ignore[type-var]
+    ranks = sorted(p.rank for p in crashed if p.rank is not None)
+    waited = sorted(p.rank for p in waited_for if p.rank is not None)
     message = (f"{source} {_ranks(ranks)} crashed: {describe_crash(crash)}; "
                f"{_one_or_many(ranks, 'it', 'they')} waited for {_ranks(waited)}, "
                f"which never reached {crash.get('span') or 'that span'} at step {crash.get('step')}: look at {_one_or_many(waited, 'it', 'them')} first")
@@ -937,8 +964,8 @@ def _failed_first_alert(source: str, attempt: int | None, culprits: list[Process
     """``crashed``: the processes that failed first (`model.ending.failed_first`), with the first one's error and line, and the
     ones that stopped after it, its victims."""
     crash = crashes[culprits[0].key] or {}
-    ranks = sorted(p.rank for p in culprits if p.rank is not None)  # type: ignore[type-var]
-    victim_ranks = sorted(p.rank for p in victims if p.rank is not None)  # type: ignore[type-var]
+    ranks = sorted(p.rank for p in culprits if p.rank is not None)
+    victim_ranks = sorted(p.rank for p in victims if p.rank is not None)
     who = f"{source} {_ranks(ranks)}" + (f" (attempt {attempt})" if show_attempt and attempt is not None else "")
     after = f"; {_ranks(victim_ranks)} stopped after it (victims)" if victim_ranks else ""
     since = min((p.crash_arrival or p.last_arrival or now) for p in culprits)
@@ -1133,7 +1160,7 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
             starts.append(f.closing_end_us - 1000.0 * f.closing_ms)
     if not rows:
         return None
-    import numpy as np  # noqa: PLC0415 - only once a peer group finished steps
+    import numpy as np
 
     best: tuple[int, str] | None = None
     for name, (proc, steps, starts, ends) in rows.items():
@@ -1196,7 +1223,7 @@ class _Window:
         """Per rank, per step, when it entered and left the step-closing collective `anchor` (µs, its own clock)."""
         anchors: dict[int, dict[int, tuple[int, int]]] = {}
         for rank, p in self.by_rank.items():
-            own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in self.by_step.items()  # type: ignore[operator]
+            own = {step: (int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us) for step, facts in self.by_step.items()
                    for f in (facts.get(p.key),) if f is not None and f.closing == anchor and f.closing_end_us is not None and f.closing_ms is not None}
             if own:
                 anchors[rank] = own
@@ -1210,7 +1237,7 @@ def _headline_stragglers(findings: Iterable[Any]) -> list[Any]:
 
 def _arrival_stragglers(anchor: str, anchors: dict[int, dict[int, tuple[int, int]]], common: dict[str, Any]) -> dict[tuple[int, str], float]:
     """`model.stragglers.judge_arrival` at the step-closing collective: (rank, "arrival") → excess ms of the ranks it names."""
-    findings, _ = judge_arrival(anchor, anchors, **common)  # type: ignore[arg-type]
+    findings, _ = judge_arrival(anchor, anchors, **common)
     return {(f.rank, "arrival"): f.cost_per_step_ms for f in _headline_stragglers(findings)}
 
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable, Mapping, TextIO
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TextIO
 
-from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 from otel_titan.analysis.model.hang import read_faulthandler_stacks, side_file_of
-from otel_titan.analysis.watch.alerts import Alert
-from otel_titan.analysis.watch.detect import Detector, Rules
 from otel_titan.analysis.read.follow import RunFollower
 from otel_titan.analysis.read.records import NotARunError, find_log_dir
-from otel_titan.analysis.watch.screen import Screen
 from otel_titan.analysis.read.safe_text import json_bytes
+from otel_titan.analysis.watch.alerts import Alert
+from otel_titan.analysis.watch.detect import Detector, Rules
+from otel_titan.analysis.watch.screen import Screen
+from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 
 __all__ = ["Watch", "run_watch", "wait_for_run", "parse_seconds", "parse_exit_on", "EXIT_ALERT", "EXIT_ON_KINDS", "TRIGGER_ENV", "default_trigger"]
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from otel_titan.analysis.watch.detect import Detector, Rules
-from otel_titan.analysis.read.records import read_run
 from otel_titan.analysis.read.lines import SkippedLines
+from otel_titan.analysis.read.records import read_run
 from otel_titan.analysis.read.tails import ends_torn
+from otel_titan.analysis.watch.detect import Detector, Rules
 
 __all__ = ["ReplayResult", "Replayer", "replay"]
 

@@ -17,9 +17,21 @@ import pytest
 from otel_titan import structured_logger as sl
 from otel_titan.analysis import NoRecordsError, NotARunError, format_summary, summarize_run
 from otel_titan.analysis.model.collect import MIN_EFFECT, MIN_STEP_SHARE, MIN_STEPS, MIN_Z, compare_ranks, percentile
-from tests.helpers.analysis import HANG_STEP, SLOW_MS, T0, TOY_STEPS, healthy_toy_run, hung_toy_run, three_rank_toy_run, titan_file, titan_record, toy_run, write_jsonl
 from tests.analysis.runs import jittered, rank_file
 from tests.conftest import REPO
+from tests.helpers.analysis import (
+    HANG_STEP,
+    SLOW_MS,
+    T0,
+    TOY_STEPS,
+    healthy_toy_run,
+    hung_toy_run,
+    three_rank_toy_run,
+    titan_file,
+    titan_record,
+    toy_run,
+    write_jsonl,
+)
 
 
 # -- exact figures on hand-written (torchtitan-format) files ---------------------------------------
@@ -606,5 +618,5 @@ def test_a_real_three_rank_run_names_its_straggler_with_the_cost():
     assert (item.rank, item.kind, item.what, item.verdict, item.persistent) == (1, "phase", "data_fetch", "straggler", True)
     assert item.cost_per_step_ms == pytest.approx(SLOW_MS, rel=0.15) and item.cost_run_ms == pytest.approx(item.cost_per_step_ms * item.compared_steps, rel=1e-3)
     look_first = format_summary(summary).split("Where the processes stopped")[0]
-    assert f"straggler: training rank 1: data_fetch " in look_first and f"costs the run {item.cost_per_step_ms:.2f} ms per step" in look_first
+    assert "straggler: training rank 1: data_fetch " in look_first and f"costs the run {item.cost_per_step_ms:.2f} ms per step" in look_first
     assert "straggler: training rank 0" not in look_first and "straggler: training rank 2" not in look_first

@@ -54,7 +54,7 @@ def launch(fault: str, output: Path, nproc: int = 4, bad: int = BAD, **extra: st
         "TORCH_FR_BUFFER_SIZE": "200",
         **extra,
     }
-    log = open(output / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(output / "torchrun.log", "wb")
     return subprocess.Popen([launcher, "--standalone", f"--nproc_per_node={nproc}", WORKLOAD, fault, str(bad), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 

@@ -164,9 +164,9 @@ def test_the_median_without_each_value_is_the_slow_rules_to_the_bit() -> None:
 @pytest.mark.parametrize("steps", [1, 2, 9, 10])
 def test_the_numpy_pass_is_the_general_ones_to_the_bit(ranks: int, steps: int) -> None:
     """`_dense` (every rank in every step: the common shape, in numpy) gives what `_per_step` gives, bit for bit: ties, a straggler, coarse values."""
-    import random  # noqa: PLC0415
+    import random
 
-    from otel_titan.analysis.model.stragglers import _dense, _per_step  # noqa: PLC0415
+    from otel_titan.analysis.model.stragglers import _dense, _per_step
 
     rng = random.Random(ranks * 100 + steps)
     for coarse in (False, True):  # coarse: many equal values (ties at the median and at the top)
@@ -190,7 +190,7 @@ def test_the_numpy_pass_is_the_general_ones_to_the_bit(ranks: int, steps: int) -
 
 
 def test_the_numpy_pass_leaves_other_shapes_to_the_general_one() -> None:
-    from otel_titan.analysis.model.stragglers import _dense  # noqa: PLC0415
+    from otel_titan.analysis.model.stragglers import _dense
 
     assert _dense({0: {1: 1.0, 2: 1.0}, 1: {1: 2.0, 2: 2.0}}) is None  # two ranks
     assert _dense({0: {1: 1.0, 2: 1.0}, 1: {1: 2.0}, 2: {1: 3.0, 2: 3.0}}) is None  # a step missing

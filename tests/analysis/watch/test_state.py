@@ -7,7 +7,14 @@ import threading
 import time
 
 from otel_titan.analysis.watch.detect import Detector, Rules
-from otel_titan.analysis.watch.state import NAMES_KEPT, STEPS_KEPT, WINDOW_STEPS, ProcessState, is_collective, mesh_coordinates
+from otel_titan.analysis.watch.state import (
+    NAMES_KEPT,
+    STEPS_KEPT,
+    WINDOW_STEPS,
+    ProcessState,
+    is_collective,
+    mesh_coordinates,
+)
 from otel_titan.core.blackbox import thread_stacks
 
 

@@ -45,7 +45,7 @@ def launch(fault: str, output: Path, **extra: str) -> subprocess.Popen[bytes]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "OTEL_TITAN_DUMP_TRIGGER": str(output / "dump-now"),
            "WATCH_STEP_S": str(STEP_S), **extra}
-    log = open(output / "torchrun.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(output / "torchrun.log", "wb")
     return subprocess.Popen([launcher, "--standalone", "--nproc_per_node=3", WORKLOAD, fault, str(BAD), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
@@ -76,7 +76,7 @@ def watch_until_exit(output: Path, job: subprocess.Popen[bytes], timeout: float 
     try:
         done = processes.run(command, timeout=timeout, capture_output=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     except subprocess.TimeoutExpired:
-        raise AssertionError("watch did not exit within %.0f s; job log: %s" % (timeout, (output / "torchrun.log").read_text(errors="replace")[-2000:])) from None
+        raise AssertionError(f"watch did not exit within {timeout:.0f} s; job log: {(output / 'torchrun.log').read_text(errors='replace')[-2000:]}") from None
     lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
     assert done.stderr.decode().strip() == "", done.stderr.decode()
     return done.returncode, lines

@@ -49,7 +49,7 @@ def events_of(text: str) -> list[dict]:
 def test_watch_started_before_the_job_waits_for_its_files_says_so_and_names_the_hang(tmp_path):
     """The docs' recipes start watch first: it must wait for the folder, then follow the job as if started after it."""
     run = tmp_path / "outputs"  # does not exist yet: the logger creates it at init
-    err = open(tmp_path / "watch.err", "wb")  # noqa: SIM115 - closed below
+    err = open(tmp_path / "watch.err", "wb")
     watcher = subprocess.Popen(watch_command(run, "--json", "--exit-on", "hang", "--interval", "1"), stdout=subprocess.PIPE, stderr=err, cwd=REPO, env=ENV)
     job = None
     try:

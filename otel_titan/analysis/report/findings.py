@@ -62,13 +62,13 @@ def findings_html(summary: Any) -> str:
     return "\n".join(parts)
 
 
-def clock_sections(go: Any, summary: Any) -> list[tuple[str, str, str, Any]]:
+def clock_sections(summary: Any) -> list[tuple[str, str, str, dict[str, Any]]]:
     """The clock offset per host that summarize's alignment subtracted (a bar each), when it applied any."""
     clock = summary.clock
     if clock is None or not clock.applied or not clock.offsets_us:
         return []
     hosts = sorted(clock.offsets_us)
-    bar = go.Figure(go.Bar(x=[plot_text(h) for h in hosts], y=[round(clock.offsets_us[h] / 1000, 3) for h in hosts], marker={"color": NEUTRAL},
-                           hovertemplate="%{x}: %{y:.3f} ms<extra></extra>"))
-    bar.update_layout(title="Clock offset per host (subtracted from its times to align them)", yaxis_title="ms", height=360)
+    bar = {"data": [{"type": "bar", "x": [plot_text(h) for h in hosts], "y": [round(clock.offsets_us[h] / 1000, 3) for h in hosts], "marker": {"color": NEUTRAL},
+                     "hovertemplate": "%{x}: %{y:.3f} ms<extra></extra>"}],
+           "layout": {"title": {"text": "Clock offset per host (subtracted from its times to align them)"}, "yaxis": {"title": {"text": "ms"}}, "height": 360}}
     return [("clocks", "Clock offsets", clock.describe(), bar)]

@@ -5,6 +5,7 @@ for the last), so a slow host shows as a band and a periodic stall as a
 column in the first, but a straggler shows as a row only in the second.
 Big runs are binned (steps first, then ranks, until `max_cells` fit); a bin
 shows its *slowest* value, so one slow rank or step is never averaged away.
+Each figure is a plain dict, as Plotly.js takes it (`page` draws it).
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ from otel_titan.analysis.report.data import ReportData
 
 __all__ = ["heatmap_sections"]
 
+#: Plotly's "Viridis" colour scale as its figures spell it out (``plotly.colors.sequential.Viridis``, evenly spaced); Plotly.js's own differs.
+VIRIDIS = [[0.0, "#440154"], [0.1111111111111111, "#482878"], [0.2222222222222222, "#3e4989"], [0.3333333333333333, "#31688e"],
+           [0.4444444444444444, "#26828e"], [0.5555555555555556, "#1f9e89"], [0.6666666666666666, "#35b779"], [0.7777777777777778, "#6ece58"],
+           [0.8888888888888888, "#b5de2b"], [1.0, "#fde725"]]
 
-def heatmap_sections(go: Any, np: Any, data: ReportData, max_cells: int) -> tuple[list[tuple[str, str, str, Any]], str]:
+
+def heatmap_sections(np: Any, data: ReportData, max_cells: int) -> tuple[list[tuple[str, str, str, dict[str, Any]]], str]:
     """The step-time heatmap and, with a step-closing collective, the arrival heatmap (section, heading, explanation, figure); and the binning in words."""
     if data.first_step is None or data.source is None:
         return [], "no binning"
@@ -30,7 +36,7 @@ def heatmap_sections(go: Any, np: Any, data: ReportData, max_cells: int) -> tupl
     bins = f" ({binning}; each cell the slowest of its bin)" if rank_bin * step_bin > 1 else ""
     out = [("heatmap", "Step time by rank", "Each row a rank, each column a step: a slow host is a band, a periodic stall a column. "
             "Step time: the step's first record to the next step's first (as summarize); colours clipped at the 99.5th percentile.",
-            _heatmap(go, np, _binned(np, grid.rows(grid.step_ms, source), shape, data.first_step, rank_bin, step_bin), data.first_step, rank_bin, step_bin,
+            _heatmap(np, _binned(np, grid.rows(grid.step_ms, source), shape, data.first_step, rank_bin, step_bin), data.first_step, rank_bin, step_bin,
                      f"Step time by rank ({shown}){bins}"))]
     anchor = grid.anchor
     arrivals = grid.rows(grid.arrival_ms, source) if anchor else []
@@ -38,7 +44,7 @@ def heatmap_sections(go: Any, np: Any, data: ReportData, max_cells: int) -> tupl
         out.append(("arrival", "Arrival at the step-closing collective",
                     f"Time from the step's start to the rank's arrival at {anchor} (the step-closing collective, each rank on its own clock): "
                     "a straggler is a bright row; a rank that arrives early waits for the others.",
-                    _heatmap(go, np, _binned(np, arrivals, shape, data.first_step, rank_bin, step_bin), data.first_step, rank_bin, step_bin,
+                    _heatmap(np, _binned(np, arrivals, shape, data.first_step, rank_bin, step_bin), data.first_step, rank_bin, step_bin,
                              f"Time to reach {plot_text(anchor)} by rank ({shown}){bins}")))
     return out, binning
 
@@ -59,18 +65,19 @@ def _binned(np: Any, rows: list[tuple[int, dict[int, float]]], shape: tuple[int,
     return np.round(grid, 1)
 
 
-def _heatmap(go: Any, np: Any, grid: Any, first_step: int, rank_bin: int, step_bin: int, title: str) -> Any:
-    """A ranks × steps heatmap of a binned grid, its colours clipped at the 0.5th and 99.5th percentiles."""
+def _heatmap(np: Any, grid: Any, first_step: int, rank_bin: int, step_bin: int, title: str) -> dict[str, Any]:
+    """A ranks × steps heatmap of a binned grid, its colours clipped at the 0.5th and 99.5th percentiles (NaN: no value, drawn as a gap)."""
     shape = grid.shape
     finite = grid[np.isfinite(grid)]
-    low, high = (float(np.percentile(finite, 0.5)), float(np.percentile(finite, 99.5))) if finite.size else (None, None)
-    fig = go.Figure(go.Heatmap(
-        z=grid, x=first_step + np.arange(shape[1]) * step_bin, y=np.arange(shape[0]) * rank_bin, colorscale="Viridis", zmin=low, zmax=high,
-        colorbar={"title": {"text": "ms"}},
-        hovertemplate=("step %{x}" + (f" (+{step_bin - 1})" if step_bin > 1 else "") + "<br>rank %{y}" + (f" (+{rank_bin - 1})" if rank_bin > 1 else "")
-                       + "<br>%{z:.1f} ms<extra></extra>"),
-    ))
-    fig.update_layout(title=title, xaxis={"title": {"text": "step"}, **integer_axis(first_step, shape[1] * step_bin, step_bin, ticks=15)},
-                      yaxis={"title": {"text": "rank"}, "autorange": "reversed", **integer_axis(0, shape[0] * rank_bin, rank_bin)},
-                      height=max(420, min(900, 120 + shape[0] * 3)))
-    return fig
+    trace: dict[str, Any] = {
+        "type": "heatmap", "z": grid.tolist(), "x": (first_step + np.arange(shape[1]) * step_bin).tolist(), "y": (np.arange(shape[0]) * rank_bin).tolist(),
+        "colorscale": VIRIDIS, "colorbar": {"title": {"text": "ms"}},
+        "hovertemplate": ("step %{x}" + (f" (+{step_bin - 1})" if step_bin > 1 else "") + "<br>rank %{y}" + (f" (+{rank_bin - 1})" if rank_bin > 1 else "")
+                          + "<br>%{z:.1f} ms<extra></extra>"),
+    }
+    if finite.size:
+        trace["zmin"], trace["zmax"] = float(np.percentile(finite, 0.5)), float(np.percentile(finite, 99.5))
+    layout = {"title": {"text": title}, "xaxis": {"title": {"text": "step"}, **integer_axis(first_step, shape[1] * step_bin, step_bin, ticks=15)},
+              "yaxis": {"title": {"text": "rank"}, "autorange": "reversed", **integer_axis(0, shape[0] * rank_bin, rank_bin)},
+              "height": max(420, min(900, 120 + shape[0] * 3))}
+    return {"data": [trace], "layout": layout}

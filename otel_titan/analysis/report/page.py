@@ -4,6 +4,8 @@ Why a policy: element ids are made here, never from the data, and the page's
 Content-Security-Policy allows only the scripts written here, by their
 SHA-256, so even a missed escape could not run an injected script. Plotly's
 JavaScript is embedded once; nothing is fetched (no CDN, no fonts, no MathJax).
+The figures are plain dicts given to ``Plotly.newPlot`` as they are, with
+Plotly's "plotly_white" template as it ships it (`data.plotly_template`).
 """
 
 from __future__ import annotations
@@ -11,25 +13,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 import os
 import time
 from typing import Any
 
 from otel_titan.analysis.model.hang import format_hang
 from otel_titan.analysis.model.headline import headline_data, headline_lines
-from otel_titan.analysis.report.data import ReportData
+from otel_titan.analysis.report.data import ReportData, plotly_js, plotly_template
 from otel_titan.analysis.report.findings import findings_html
 from otel_titan.analysis.report.markup import named_rank, script_json
 
 __all__ = ["page_html"]
 
 
-def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, Any]]) -> str:
+def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, dict[str, Any]]]) -> str:
     """The HTML page of the run at `path`: escaped text, figures drawn by scripts this page lists by hash in its Content-Security-Policy."""
-    from plotly.offline import get_plotlyjs  # optional, checked by data.require_plotly
-
     summary, named = data.summary, data.named
-    scripts = [get_plotlyjs()]
+    scripts = [plotly_js()]
     run_label = summary.run_id or os.fspath(path)
     body = ["<h1>otel-titan report</h1>"]
     steps = "no steps" if data.first_step is None else f"steps {data.first_step}–{data.last_step}"
@@ -63,7 +64,7 @@ def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, An
         if explanation:
             body.append(f"<p>{html.escape(explanation)}</p>")
         div_id = f"fig-{section}"  # made here, never from the records
-        height = int(fig.layout.height or 450)
+        height = int(fig["layout"].get("height") or 450)
         body.append(f'<div id="{div_id}" class="plotly-graph-div" style="height:{height}px; width:100%;"></div>')
         scripts.append(_figure_script(fig, div_id))
     if not findings_done:
@@ -75,11 +76,11 @@ def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, An
     return head + "\n" + "\n".join(body) + "\n" + tail + "\n</body></html>\n"
 
 
-def _figure_script(figure: Any, div_id: str) -> str:
-    import plotly.io as pio  # optional, checked by data.require_plotly
-
-    figure.update_layout(template="plotly_white", margin={"t": 60, "r": 30}, autosize=True)
-    payload = script_json(pio.to_json(figure, validate=False))
+def _figure_script(figure: dict[str, Any], div_id: str) -> str:
+    """The script that draws `figure` (``{"data": [...], "layout": {...}}``) into `div_id`, in Plotly's "plotly_white" look, with the width of the page."""
+    layout = {**figure["layout"], "margin": {"t": 60, "r": 30}, "autosize": True, "template": plotly_template("plotly_white")}
+    # NaN (a heatmap cell without a value) is written as JavaScript's NaN: the payload is a script's literal, never parsed as JSON.
+    payload = script_json(json.dumps({"data": figure["data"], "layout": layout}, separators=(",", ":")))
     config = '{"displaylogo": false, "responsive": true}'
     return f'(function () {{ var f = {payload}; Plotly.newPlot("{div_id}", f.data, f.layout, {config}); }})();'
 

@@ -38,23 +38,28 @@ def scalar_series(steps: dict[int, Any], points: int = MAX_SCALAR_POINTS) -> tup
     return at, [min(bins[s]) for s in at], [statistics.median(bins[s]) for s in at], [max(bins[s]) for s in at], width
 
 
-def scalar_sections(go: Any, np: Any, data: ReportData) -> list[tuple[str, str, str, Any]]:
+def scalar_sections(data: ReportData) -> list[tuple[str, str, str, dict[str, Any]]]:
     """One figure per scalar (section ``scalar-N``), the first `MAX_SCALARS` by name."""
     out = []
     series = {name: steps for name, steps in data.grid.scalars.items() if steps}
     for index, name in enumerate(sorted(series)[:MAX_SCALARS]):
         at, lows, medians, highs, width = scalar_series(series[name])
-        fig = go.Figure([
-            go.Scatter(x=at, y=highs, mode="lines", line={"width": 0}, name="max", showlegend=False, hovertemplate="max %{y:.4g}<extra></extra>"),
-            go.Scatter(x=at, y=lows, mode="lines", line={"width": 0}, fill="tonexty", fillcolor=NEUTRAL_FILL, name="min..max across ranks",
-                       hovertemplate="min %{y:.4g}<extra></extra>"),
-            go.Scatter(x=at, y=medians, mode="lines+markers" if len(at) <= 60 else "lines", line={"color": NEUTRAL}, marker={"size": 4},
-                       name="median across ranks", hovertemplate="median %{y:.4g}<extra></extra>"),
-        ])
+        traces = [
+            {"type": "scatter", "x": at, "y": highs, "mode": "lines", "line": {"width": 0}, "name": "max", "showlegend": False,
+             "hovertemplate": "max %{y:.4g}<extra></extra>"},
+            {"type": "scatter", "x": at, "y": lows, "mode": "lines", "line": {"width": 0}, "fill": "tonexty", "fillcolor": NEUTRAL_FILL,
+             "name": "min..max across ranks", "hovertemplate": "min %{y:.4g}<extra></extra>"},
+            {"type": "scatter", "x": at, "y": medians, "mode": "lines+markers" if len(at) <= 60 else "lines", "line": {"color": NEUTRAL}, "marker": {"size": 4},
+             "name": "median across ranks", "hovertemplate": "median %{y:.4g}<extra></extra>"},
+        ]
         low, high = float(min(lows)), float(max(highs))
         constant = f" (constant: {low:.6g})" if low == high else ""
         first, last = min(series[name]), max(series[name])
-        fig.update_layout(title=f"{plot_text(name)} over steps: median and min..max across ranks{constant}" + (f" ({width} steps per point)" if width > 1 else ""),
-                          xaxis={"title": {"text": "step"}, **integer_axis(int(first), int(last - first + 1))}, yaxis=value_axis(low, high), height=360)
-        out.append((f"scalar-{index}", "Scalars over steps", "", fig))
+        layout: dict[str, Any] = {
+            "title": {"text": f"{plot_text(name)} over steps: median and min..max across ranks{constant}" + (f" ({width} steps per point)" if width > 1 else "")},
+            "xaxis": {"title": {"text": "step"}, **integer_axis(int(first), int(last - first + 1))}, "height": 360}
+        yaxis = value_axis(low, high)
+        if yaxis:  # an empty axis is no setting (Plotly's own figures drop it)
+            layout["yaxis"] = yaxis
+        out.append((f"scalar-{index}", "Scalars over steps", "", {"data": traces, "layout": layout}))
     return out

@@ -1,4 +1,4 @@
-"""`write_report`: read the run once (`model.collect.read_model`), draw every figure from that model, write the page atomically."""
+"""`write_report`: read the run once (`model.collect.read_model`), draw every figure from that model (plain dicts), write the page atomically."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def write_report(
     """
     import numpy as np  # only when a report is written: the CLI starts without it
 
-    go = require_plotly()
+    require_plotly()
     started = time.monotonic()
     say = progress or (lambda text: None)
     say("reading the run ...")
@@ -65,8 +65,8 @@ def write_report(
     data = ReportData.of(summary, grid)
     say("drawing ...")
     # In the order a person needs them: step time, arrival, phases, scalars; the findings then the clocks (page.py).
-    heatmaps, binning = heatmap_sections(go, np, data, max_cells)
-    figures = heatmaps + phase_sections(go, np, data) + scalar_sections(go, np, data) + clock_sections(go, summary)
+    heatmaps, binning = heatmap_sections(np, data, max_cells)
+    figures = heatmaps + phase_sections(np, data) + scalar_sections(data) + clock_sections(summary)
     page = page_html(path, data, figures)
     out = os.fspath(output) if output is not None else os.path.join(run_dir(path), "analysis", "report.html")
     make_private_folders(os.path.dirname(os.path.abspath(out)))  # 0700 where made: the page names the run's hosts

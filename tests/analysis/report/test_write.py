@@ -133,6 +133,38 @@ def test_cli_and_missing_plotly(tmp_path, run) -> None:
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
 
 
+IMPORTS = r"""
+import sys
+from otel_titan.cli import main
+code = main(["report", sys.argv[1], "-o", sys.argv[2], "--no-progress"])
+print(sorted(m for m in ("plotly.graph_objects", "plotly.graph_objs", "plotly.io", "plotly.offline", "plotly.basedatatypes") if m in sys.modules), code)
+"""
+
+
+def test_the_report_imports_no_plotly_module(tmp_path, run) -> None:
+    """Issue 30: the figures are plain dicts, so `report` pays neither Plotly's figure classes (validation, copies) nor their imports."""
+    done = subprocess.run([sys.executable, "-c", IMPORTS, str(run), str(tmp_path / "x.html")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[] 0", done.stdout
+    assert (tmp_path / "x.html").stat().st_size > 1_000_000
+
+
+def test_the_look_is_plotlys() -> None:
+    """The template and the colour scale the figures carry are those Plotly's own figures carried (`update_layout(template=...)`, "Viridis")."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    from otel_titan.analysis.report.data import plotly_js, plotly_template
+    from otel_titan.analysis.report.heatmap import VIRIDIS
+
+    assert plotly_template("plotly_white") == pio.templates["plotly_white"].to_plotly_json()
+    assert plotly_template("plotly_white") is plotly_template("plotly_white")  # read once per process
+    assert VIRIDIS == [list(stop) for stop in go.Heatmap(colorscale="Viridis").colorscale]
+    assert plotly_js() == get_plotlyjs()
+
+
 def _ranks_named_on_the_page(page: dict) -> set[int]:
     """Every rank the page names as a finding: in its text, its tables and the labels its figures draw ("rank N")."""
     return {int(n) for n in re.findall(r"\brank (\d+)\b", page["text"] + "\n" + page["svg_text"])}
@@ -317,7 +349,6 @@ def test_the_same_page_from_workers(tmp_path, run) -> None:
 def test_the_figures_are_the_models(tmp_path, run) -> None:
     """What the page draws is the model's: the heatmap's cells are summarize's step times, the phase points its per-step phase times."""
     import numpy as np
-    import plotly.graph_objects as go
 
     from otel_titan.analysis.report.data import ReportData
     from otel_titan.analysis.report.heatmap import heatmap_sections
@@ -326,20 +357,20 @@ def test_the_figures_are_the_models(tmp_path, run) -> None:
     summary, grid = read_model(run)
     data = ReportData.of(summary, grid)
     assert (data.source, data.ranks, data.first_step, data.last_step) == ("training", 32, 1, 30)
-    (heat, arrival), binning = heatmap_sections(go, np, data, 200_000)
-    z = np.asarray(heat[3].data[0].z, dtype=float)
+    (heat, arrival), binning = heatmap_sections(np, data, 200_000)
+    z = np.asarray(heat[3]["data"][0]["z"], dtype=float)
     assert binning == "heatmap: one cell per rank and step" and z.shape == (32, 30)
     for rank, steps in grid.step_ms[("training", 0)].items():
         for step, ms in steps.items():
             assert z[rank, step - 1] == pytest.approx(round(ms, 1), abs=0.051)
     assert np.isnan(z[:, -1]).all()  # the last step has no end, so no time
     assert arrival[0] == "arrival" and grid.anchor == "all_reduce"
-    (phases,) = phase_sections(go, np, data)
-    fwd = next(trace for trace in phases[3].data if trace.name == "fwd")
+    (phases,) = phase_sections(np, data)
+    fwd = next(trace for trace in phases[3]["data"] if trace["name"] == "fwd")
     per_step = grid.phases_by_rank("training")["fwd"]
-    assert list(fwd.y) == pytest.approx([round(float(np.median(per_step[r])), 4) for r in sorted(per_step)])
+    assert fwd["y"] == pytest.approx([round(float(np.median(per_step[r])), 4) for r in sorted(per_step)])
     rank, phase, _ = STRAGGLER
-    assert max(zip(fwd.y, fwd.text))[1] == f"rank {rank}"
+    assert max(zip(fwd["y"], fwd["text"]))[1] == f"rank {rank}"
 
 
 def test_a_run_without_an_id_says_so(tmp_path) -> None:

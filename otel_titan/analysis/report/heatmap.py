@@ -70,7 +70,7 @@ def _heatmap(np: Any, grid: Any, first_step: int, rank_bin: int, step_bin: int, 
     shape = grid.shape
     finite = grid[np.isfinite(grid)]
     trace: dict[str, Any] = {
-        "type": "heatmap", "z": grid.tolist(), "x": (first_step + np.arange(shape[1]) * step_bin).tolist(), "y": (np.arange(shape[0]) * rank_bin).tolist(),
+        "type": "heatmap", "z": _typed_array(grid), "x": (first_step + np.arange(shape[1]) * step_bin).tolist(), "y": (np.arange(shape[0]) * rank_bin).tolist(),
         "colorscale": VIRIDIS, "colorbar": {"title": {"text": "ms"}},
         "hovertemplate": ("step %{x}" + (f" (+{step_bin - 1})" if step_bin > 1 else "") + "<br>rank %{y}" + (f" (+{rank_bin - 1})" if rank_bin > 1 else "")
                           + "<br>%{z:.1f} ms<extra></extra>"),
@@ -81,3 +81,14 @@ def _heatmap(np: Any, grid: Any, first_step: int, rank_bin: int, step_bin: int, 
               "yaxis": {"title": {"text": "rank"}, "autorange": "reversed", **integer_axis(0, shape[0] * rank_bin, rank_bin)},
               "height": max(420, min(900, 120 + shape[0] * 3))}
     return {"data": [trace], "layout": layout}
+
+
+def _typed_array(grid: Any) -> dict[str, str]:
+    """A float32 grid as Plotly.js's typed array (its bytes in base64, with dtype and shape), as Plotly.py wrote it.
+
+    A cell as text is a long decimal (``114.5999984741211``): on 1,024 ranks × 50 steps the page grew by a fifth, and its
+    JSON took forty times longer to write. NaN (no value) stays NaN in the bytes.
+    """
+    import base64
+
+    return {"dtype": "f4", "bdata": base64.b64encode(grid.astype("<f4").tobytes()).decode("ascii"), "shape": f"{grid.shape[0]},{grid.shape[1]}"}

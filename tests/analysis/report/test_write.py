@@ -8,6 +8,7 @@ file itself is recorded and aborted: the report must work with no network.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -358,7 +359,9 @@ def test_the_figures_are_the_models(tmp_path, run) -> None:
     data = ReportData.of(summary, grid)
     assert (data.source, data.ranks, data.first_step, data.last_step) == ("training", 32, 1, 30)
     (heat, arrival), binning = heatmap_sections(np, data, 200_000)
-    z = np.asarray(heat[3]["data"][0]["z"], dtype=float)
+    typed = heat[3]["data"][0]["z"]  # Plotly.js's typed array: the grid's float32 bytes
+    assert (typed["dtype"], typed["shape"]) == ("f4", "32,30")
+    z = np.frombuffer(base64.b64decode(typed["bdata"]), dtype="<f4").reshape(32, 30).astype(float)
     assert binning == "heatmap: one cell per rank and step" and z.shape == (32, 30)
     for rank, steps in grid.step_ms[("training", 0)].items():
         for step, ms in steps.items():

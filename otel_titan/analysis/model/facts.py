@@ -29,15 +29,20 @@ def innermost_open(spans: list[Any]) -> Any:
 
 
 def utc(time_us: int | None) -> str | None:
-    """ISO-8601 UTC time of a µs timestamp, to the millisecond.
+    """ISO-8601 UTC time of a µs timestamp, to the millisecond; None past the calendar's year 9999.
+
+    The reader keeps any timestamp below 2**62 µs (a corrupt or forged one included): it must not stop a summary.
 
     Example:
-        >>> utc(1_796_019_011_273_390)
-        '2026-11-30T06:10:11.273Z'
+        >>> utc(1_796_019_011_273_390), utc(253_402_300_799_999_984)
+        ('2026-11-30T06:10:11.273Z', None)
     """
     if time_us is None:
         return None
-    moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
+    try:
+        moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return None
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

@@ -24,7 +24,7 @@ import textwrap
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import orjson
 
@@ -72,6 +72,9 @@ from otel_titan.receive import (
     receive_facts,
     server_tls,
 )
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
 
@@ -801,53 +804,24 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None, rules=rules))
 
 
+#: A listening address asked for: (option, receiver class, host, port).
+_Address = tuple[str, type[OtlpHttpReceiver], str, int]
+
+
 def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: dict[str, float], rules: Rules) -> int:
     """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
-    addresses = []
-    for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
-        if value is not None:
-            try:
-                addresses.append((option, kind, *parse_address(value)))
-            except ValueError as error:
-                parser.error(f"{option}: {error}")
-    if args.run_dir is not None and args.spool is not None:
-        parser.error("give the spool folder once: RUN_DIR or --spool, not both")
-    if args.otlp_tls_key is not None and args.otlp_tls_cert is None:
-        parser.error("--otlp-tls-key: only with --otlp-tls-cert (the certificate it is the key of)")
+    addresses = _otlp_addresses(args, parser)
+    _check_otlp_options(args, parser)
     token = _watch_token(args)
-    tls = None
-    if args.otlp_tls_cert is not None:
-        try:
-            tls = server_tls(args.otlp_tls_cert, args.otlp_tls_key)
-        except ReceiverError as error:
-            raise UsageError(f"--otlp-tls-cert: {error.strerror}") from error
-    for option, _, host, port in addresses:
-        if not is_loopback(host) and token is None:
-            # Anyone who reaches the port could add records, and with --exit-on end the job: beyond loopback, only with a token.
-            raise UsageError(f"{option} {host}:{port}: listening beyond loopback needs a token (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file), and "
-                             "--otlp-tls-cert so that it does not cross the network in clear; or listen on 127.0.0.1 behind a collector (docs/security.md)")
-        if not is_loopback(host) and tls is None:
-            print(f"watch: warning: {option} {host}:{port} without TLS: the token and the records cross the network in clear (--otlp-tls-cert)",
-                  file=sys.stderr, flush=True)
-    folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        spool = Spool(folder)
-    except OSError as error:
-        raise UsageError(f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}") from error
+    tls = _watch_tls(args)
+    _check_exposure(addresses, token, tls)
+    spool = _open_spool(args)
     limits, limits_said = _receiver_limits()
-    receivers = []
+    receivers: list[OtlpHttpReceiver] = []
     try:
-        for option, kind, host, port in addresses:
-            try:
-                secure = {"tls_files": (args.otlp_tls_cert, args.otlp_tls_key)} if kind is OtlpGrpcReceiver else {"tls": tls}
-                receivers.append(kind(host, port, spool, token=token, limits=limits, **(secure if tls else {})).start())
-            except ReceiverError as error:
-                raise UsageError(f"{option}: {error.strerror}") from error
+        _start_receivers(receivers, addresses, spool, args, token=token, tls=tls, limits=limits)
         for receiver in receivers:
-            protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
-            secrets = (" OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>" if token else "") + (" OTEL_EXPORTER_OTLP_CERTIFICATE=<the certificate>" if tls else "")
-            print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
-                  f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}{secrets}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+            _say_receiving(receiver, spool, token=token, tls=tls)
         if limits_said:
             print(limits_said, file=sys.stderr, flush=True)
         # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
@@ -857,6 +831,76 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
     finally:
         for receiver in receivers:
             receiver.stop()
+
+
+def _otlp_addresses(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[_Address]:
+    """The addresses of --otlp (HTTP) and --otlp-grpc, in that order; a malformed one is a usage error naming its option."""
+    addresses = []
+    for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
+        if value is not None:
+            try:
+                addresses.append((option, kind, *parse_address(value)))
+            except ValueError as error:
+                parser.error(f"{option}: {error}")
+    return addresses
+
+
+def _check_otlp_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Options that contradict or lack one another: the spool folder given twice, a TLS key without its certificate."""
+    if args.run_dir is not None and args.spool is not None:
+        parser.error("give the spool folder once: RUN_DIR or --spool, not both")
+    if args.otlp_tls_key is not None and args.otlp_tls_cert is None:
+        parser.error("--otlp-tls-key: only with --otlp-tls-cert (the certificate it is the key of)")
+
+
+def _watch_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The server's TLS context from --otlp-tls-cert (and --otlp-tls-key); None without a certificate (clear text)."""
+    if args.otlp_tls_cert is None:
+        return None
+    try:
+        return server_tls(args.otlp_tls_cert, args.otlp_tls_key)
+    except ReceiverError as error:
+        raise UsageError(f"--otlp-tls-cert: {error.strerror}") from error
+
+
+def _check_exposure(addresses: list[_Address], token: str | None, tls: ssl.SSLContext | None) -> None:
+    """Refuse to listen beyond loopback without a token, and warn when it is without TLS."""
+    for option, _, host, port in addresses:
+        if not is_loopback(host) and token is None:
+            # Anyone who reaches the port could add records, and with --exit-on end the job: beyond loopback, only with a token.
+            raise UsageError(f"{option} {host}:{port}: listening beyond loopback needs a token (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file), and "
+                             "--otlp-tls-cert so that it does not cross the network in clear; or listen on 127.0.0.1 behind a collector (docs/security.md)")
+        if not is_loopback(host) and tls is None:
+            print(f"watch: warning: {option} {host}:{port} without TLS: the token and the records cross the network in clear (--otlp-tls-cert)",
+                  file=sys.stderr, flush=True)
+
+
+def _open_spool(args: argparse.Namespace) -> Spool:
+    """The folder the records are written to: --spool, RUN_DIR, else a new one named after the time."""
+    folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        return Spool(folder)
+    except OSError as error:
+        raise UsageError(f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}") from error
+
+
+def _start_receivers(receivers: list[OtlpHttpReceiver], addresses: list[_Address], spool: Spool, args: argparse.Namespace, *,
+                     token: str | None, tls: ssl.SSLContext | None, limits: Limits) -> None:
+    """Start a receiver per address, each added to `receivers` as it starts: the caller stops those started when a later one fails."""
+    for option, kind, host, port in addresses:
+        try:
+            secure = {"tls_files": (args.otlp_tls_cert, args.otlp_tls_key)} if kind is OtlpGrpcReceiver else {"tls": tls}
+            receivers.append(kind(host, port, spool, token=token, limits=limits, **(secure if tls else {})).start())
+        except ReceiverError as error:
+            raise UsageError(f"{option}: {error.strerror}") from error
+
+
+def _say_receiving(receiver: OtlpHttpReceiver, spool: Spool, *, token: str | None, tls: ssl.SSLContext | None) -> None:
+    """Where a receiver listens, and the variables that launch the ranks to send to it (a token and certificate as placeholders)."""
+    protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
+    credentials = (" OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>" if token else "") + (" OTEL_EXPORTER_OTLP_CERTIFICATE=<the certificate>" if tls else "")
+    print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
+          f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}{credentials}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
 
 
 def _watch_token(args: argparse.Namespace) -> str | None:

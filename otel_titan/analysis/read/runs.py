@@ -145,22 +145,45 @@ def select_run(run: RunLogs, run_id: str | None = None) -> tuple[RunLogs, RunCho
 
 def _group(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> tuple[dict[str | None, list[ProcessLog]], list[RunInfo]]:
     """The runs (processes of each, and its `RunInfo`, oldest first), by the rules of the module docstring."""
+    spans = _record_spans(named, unnamed)
+    named_runs = _named_runs(named, spans)
+    units, silent = _tree_units(unnamed, spans)
+    runs = named_runs + _cluster_runs(_time_clusters(units), named_runs)
+    runs.sort(key=lambda r: (r["start"], r["key"] is None, r["key"] or ""))
+    if not runs:  # not one record in the folder (every file empty): one run, nothing to tell them apart by
+        start = min(_start_us(p) for p in silent)
+        runs.append({"key": None, "processes": [], "start": start, "end": start, "named": False, "trees": []})
+    _place_silent(silent, runs)
+    groups = {r["key"]: r["processes"] for r in runs}
+    infos = [_info(r["key"], r["processes"], r["start"], r["end"], r["named"], sorted(set(r["trees"]))) for r in runs]
+    return groups, infos
+
+
+def _record_spans(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> dict[int, tuple[int, int] | None]:
+    """(first, last) record time of each process, by `id`: None for a named process when no process is unnamed."""
     # (first, last) record time of each process: the last costs a read at the end of each file, so only
     # where processes with no run id are to be grouped by time (named runs alone are ordered by start).
     if unnamed:
-        spans = {id(p): _span_us(p) for p in (*[p for ps in named.values() for p in ps], *unnamed)}
-    else:
-        spans = {id(p): None for ps in named.values() for p in ps}
+        return {id(p): _span_us(p) for p in (*[p for ps in named.values() for p in ps], *unnamed)}
+    return {id(p): None for ps in named.values() for p in ps}
+
+
+def _named_runs(named: dict[str, list[ProcessLog]], spans: dict[int, tuple[int, int] | None]) -> list[dict[str, Any]]:
+    """One run per run id, in the order first seen."""
     # Named runs: fixed, never merged; their span is their processes'.
     runs: list[dict[str, Any]] = []
     for run_key, processes in named.items():
         timed = [spans[id(p)] for p in processes if spans[id(p)] is not None]
         start = min((t[0] for t in timed), default=min(_start_us(p) for p in processes))  # type: ignore[index]  # the None ones filtered out above
         runs.append({"key": run_key, "processes": list(processes), "start": start, "end": max((t[1] for t in timed), default=start), "named": True, "trees": []})  # type: ignore[index]  # the None ones filtered out above
-    named_runs = list(runs)
+    return runs
+
+
+def _tree_units(unnamed: list[ProcessLog], spans: dict[int, tuple[int, int] | None]) -> tuple[dict[Any, dict[str, Any]], list[ProcessLog]]:
+    """The processes with no run id as units to cluster, and those with no record at all (placed later by file time)."""
     # Processes with no run id: one unit per process tree (or per process when it says none), then clusters by time.
     units: dict[Any, dict[str, Any]] = {}
-    silent: list[ProcessLog] = []  # no record at all: placed by their file's time below
+    silent: list[ProcessLog] = []  # no record at all: placed by their file's time (`_place_silent`)
     for process in unnamed:
         span = spans[id(process)]
         if span is None:
@@ -172,6 +195,11 @@ def _group(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> tup
             unit = units[unit_key] = {"processes": [], "start": span[0], "end": span[1], "trees": [process.process_run_id] if process.process_run_id else []}
         unit["processes"].append(process)
         unit["start"], unit["end"] = min(unit["start"], span[0]), max(unit["end"], span[1])
+    return units, silent
+
+
+def _time_clusters(units: dict[Any, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Units whose time spans overlap, chained into one cluster each, in the order they start."""
     clusters: list[dict[str, Any]] = []
     for unit in sorted(units.values(), key=lambda u: (u["start"], u["end"])):
         if clusters and unit["start"] <= clusters[-1]["end"]:  # overlaps: one run; any gap splits
@@ -181,31 +209,43 @@ def _group(named: dict[str, list[ProcessLog]], unnamed: list[ProcessLog]) -> tup
             last["end"] = max(last["end"], unit["end"])
         else:
             clusters.append({"processes": list(unit["processes"]), "start": unit["start"], "end": unit["end"], "trees": list(unit["trees"])})
+    return clusters
+
+
+def _cluster_runs(clusters: list[dict[str, Any]], named_runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs the clusters make: a cluster that overlaps a named run joins it (in place), any other is a run of its own."""
     anonymous = [c for c in clusters if not _overlapping(c, named_runs) and not c["trees"]]
+    runs: list[dict[str, Any]] = []
     for cluster in clusters:
         overlapping = _overlapping(cluster, named_runs)
         if overlapping:
-            begun = [r for r in overlapping if r["start"] <= cluster["start"]]
-            host = max(begun, key=lambda r: r["start"]) if begun else min(overlapping, key=lambda r: r["start"])
+            host = _host(cluster, overlapping)
             host["processes"] += cluster["processes"]
             host["trees"] += cluster["trees"]
             continue
-        if cluster["trees"]:
-            key: str | None = cluster["trees"][0]  # the earliest tree's
-        else:
-            key = None if len(anonymous) == 1 else f"no-run-id@{_utc(cluster['start'])}"
-        runs.append({"key": key, "processes": cluster["processes"], "start": cluster["start"], "end": cluster["end"], "named": False, "trees": cluster["trees"]})
-    runs.sort(key=lambda r: (r["start"], r["key"] is None, r["key"] or ""))
-    if not runs:  # not one record in the folder (every file empty): one run, nothing to tell them apart by
-        start = min(_start_us(p) for p in silent)
-        runs.append({"key": None, "processes": [], "start": start, "end": start, "named": False, "trees": []})
+        runs.append({"key": _cluster_key(cluster, anonymous), "processes": cluster["processes"], "start": cluster["start"], "end": cluster["end"], "named": False, "trees": cluster["trees"]})
+    return runs
+
+
+def _host(cluster: dict[str, Any], overlapping: list[dict[str, Any]]) -> dict[str, Any]:
+    """The named run a cluster joins: the one most recently started when it began, else the first to start after."""
+    begun = [r for r in overlapping if r["start"] <= cluster["start"]]
+    return max(begun, key=lambda r: r["start"]) if begun else min(overlapping, key=lambda r: r["start"])
+
+
+def _cluster_key(cluster: dict[str, Any], anonymous: list[dict[str, Any]]) -> str | None:
+    """A run of its own's name: its earliest tree's id, else None when it is the only such run, else its start time."""
+    if cluster["trees"]:
+        return cluster["trees"][0]  # the earliest tree's
+    return None if len(anonymous) == 1 else f"no-run-id@{_utc(cluster['start'])}"
+
+
+def _place_silent(silent: list[ProcessLog], runs: list[dict[str, Any]]) -> None:
+    """Each process with no record joins the run most recently started when its file began (else the first run)."""
     for process in silent:
         began = _start_us(process)
         earlier = [r for r in runs if r["start"] <= began]
         (earlier[-1] if earlier else runs[0])["processes"].append(process)
-    groups = {r["key"]: r["processes"] for r in runs}
-    infos = [_info(r["key"], r["processes"], r["start"], r["end"], r["named"], sorted(set(r["trees"]))) for r in runs]
-    return groups, infos
 
 
 def _overlapping(cluster: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

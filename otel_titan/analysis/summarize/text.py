@@ -287,93 +287,150 @@ def _excess(ms: float, pct: float | None, inline: bool = False) -> str:
 
 
 def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
-    attempt = f", attempt {group.attempt}" if show_attempt and group.attempt is not None else ""
-    compared = f"; steps {group.steps_compared} only (--steps)" if group.steps_compared else ""
-    lines = ["", f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks{compared}; step time = first record of step N → first record of step N+1 on that rank)"]
+    """One straggler section of a source (and attempt): its ranks, arrivals, slowest steps and phases, in that order."""
+    lines = ["", _stragglers_title(group, show_attempt)]
     if not group.steps:
         return lines + ["  no step was completed by two or more ranks"]
-    if len(group.peer_groups) > 1:
-        # A declared mesh: a rank is compared only with ranks that should do the same work.
-        shown = "; ".join(f"{describe_group(tuple(g['group'].items())) or 'no mesh'}: rank{'s' if len(g['ranks']) > 1 else ''} {compress_ranks(g['ranks'])}" for g in group.peer_groups[:6])
-        more = f"; … {len(group.peer_groups) - 6} more" if len(group.peer_groups) > 6 else ""
-        lines.append(f"  each rank compared only with its peers (same mesh coordinates but data-parallel): {len(group.peer_groups)} groups: {shown}{more}")
-    rows = []
-    for r in group.ranks_by_slowness[:RANK_COLUMNS]:
-        rows.append(
-            [
-                str(r.rank),
-                str(r.compared_steps),
-                f"{r.slowest_steps}",
-                format_ms(r.median_ms),
-                format_ms(r.others_median_ms),
-                _excess(r.median_excess_ms, r.median_excess_pct),
-                format_ms(r.noise_ms),
-                _z(r),
-                "← straggler" if r.straggler else ("← differs (no majority)" if r.differs else ""),
-            ]
-        )
+    lines += _peer_groups_line(group)
+    lines += _ranks_table(group)
+    lines.append(_straggler_verdict(group))
+    lines += _arrival_section(group)
+    lines += _largest_steps_table(group)
+    lines += _phase_section(group)
+    lines += _step_costs(group)
+    lines += _withheld(group)
+    return lines
+
+
+def _stragglers_title(group: Stragglers, show_attempt: bool) -> str:
+    """The section's title: what was compared, and what a step time is, so the figures below can be read."""
+    attempt = f", attempt {group.attempt}" if show_attempt and group.attempt is not None else ""
+    compared = f"; steps {group.steps_compared} only (--steps)" if group.steps_compared else ""
+    return f"Stragglers: {group.source}{attempt} ({len(group.ranks)} ranks{compared}; step time = first record of step N → first record of step N+1 on that rank)"
+
+
+def _peer_groups_line(group: Stragglers) -> list[str]:
+    """The peer groups, when there are several: a declared mesh compares a rank only with ranks that should do the same work."""
+    if len(group.peer_groups) <= 1:
+        return []
+    shown = "; ".join(f"{describe_group(tuple(g['group'].items())) or 'no mesh'}: rank{'s' if len(g['ranks']) > 1 else ''} {compress_ranks(g['ranks'])}" for g in group.peer_groups[:6])
+    more = f"; … {len(group.peer_groups) - 6} more" if len(group.peer_groups) > 6 else ""
+    return [f"  each rank compared only with its peers (same mesh coordinates but data-parallel): {len(group.peer_groups)} groups: {shown}{more}"]
+
+
+def _rank_row(r: RankSlowness) -> list[str]:
+    """One rank's row of the ranks table: its median step against the others', the noise, and its verdict."""
+    return [
+        str(r.rank),
+        str(r.compared_steps),
+        f"{r.slowest_steps}",
+        format_ms(r.median_ms),
+        format_ms(r.others_median_ms),
+        _excess(r.median_excess_ms, r.median_excess_pct),
+        format_ms(r.noise_ms),
+        _z(r),
+        "← straggler" if r.straggler else ("← differs (no majority)" if r.differs else ""),
+    ]
+
+
+def _ranks_table(group: Stragglers) -> list[str]:
+    """The slowest ranks first, at most `RANK_COLUMNS` of them (the JSON has all): a screen, not a dump."""
+    rows = [_rank_row(r) for r in group.ranks_by_slowness[:RANK_COLUMNS]]
+    lines = []
     if rows:
         lines += _table(["rank", "steps", "alone slowest in", "median step ms", "others' median", "difference", "noise ms", "z", ""], rows, right=(0, 1, 2, 3, 4, 6, 7))
     if len(group.ranks_by_slowness) > RANK_COLUMNS:
         lines.append(f"  … {len(group.ranks_by_slowness) - RANK_COLUMNS} more ranks (see --json)")
+    return lines
+
+
+def _straggler_verdict(group: Stragglers) -> str:
+    """Who is a straggler, or why nobody is, with the rule spelled out so a reader can judge the verdict."""
     rule = f"≥ {MIN_STEPS} steps, a median ≥ {effect_bar(1.0):.1%} and ≥ {MIN_Z:g} × noise ({MIN_Z_BELOW_EFFECT:g} × under {MIN_EFFECT:.0%}) above the others' median"
     step_differs = [f.rank for f in group.findings if f.kind == "step" and f.verdict == "difference"]
     if group.straggler_ranks:
-        lines.append(f"  straggler{'s' if len(group.straggler_ranks) > 1 else ''}: rank{'s' if len(group.straggler_ranks) > 1 else ''} {compress_ranks(group.straggler_ranks)} ({rule})")
-    elif step_differs:
-        lines.append(f"  no straggler: rank {compress_ranks(step_differs)}'s steps differ from its peers', but with fewer than {MIN_MAJORITY} ranks there is no majority to call one abnormal ({rule})")
-    else:
-        lines.append(f"  no straggler: no rank's step time is slower on evidence ({rule})")
-    if group.arrival_collective is not None:
-        lines += ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from leaving the previous one, which all ranks leave together, on each rank's own clock; over {group.arrival_steps} steps)"]
-        last = ", ".join(f"rank {row['rank']} in {row['steps']}" for row in group.last_arrivals[:3]) or "nobody alone (ties)"
-        lines.append(f"    last to arrive most often: {last} of {group.arrival_steps} steps")
-        for item in (f for f in group.findings if f.kind == "arrival"):
-            lines.append(
-                f"    rank {item.rank} arrives {item.excess_ms:+.2f} ms ({item.excess_pct:+.1f}%) after the others' median, "
-                f"z {'∞' if item.robust_z is None else format(item.robust_z, '.1f')} {_verdict(item)}"
-            )
-            lines.append(f"      {_cost_line(item)}")
-        if not any(f.kind == "arrival" for f in group.findings):
-            lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {effect_bar(1.0, MIN_ARRIVAL_EFFECT):.1%} and ≥ {MIN_Z:g} × noise ({MIN_Z_BELOW_EFFECT:g} × under {MIN_ARRIVAL_EFFECT:.0%}) after the others' median)")
+        return f"  straggler{'s' if len(group.straggler_ranks) > 1 else ''}: rank{'s' if len(group.straggler_ranks) > 1 else ''} {compress_ranks(group.straggler_ranks)} ({rule})"
+    if step_differs:
+        return f"  no straggler: rank {compress_ranks(step_differs)}'s steps differ from its peers', but with fewer than {MIN_MAJORITY} ranks there is no majority to call one abnormal ({rule})"
+    return f"  no straggler: no rank's step time is slower on evidence ({rule})"
+
+
+def _arrival_section(group: Stragglers) -> list[str]:
+    """Who arrives last at the step-closing collective: a late rank there makes every other rank wait."""
+    if group.arrival_collective is None:
+        return []
+    lines = ["", f"  Arrival at {group.arrival_collective} (the step-closing collective; time from leaving the previous one, which all ranks leave together, on each rank's own clock; over {group.arrival_steps} steps)"]
+    last = ", ".join(f"rank {row['rank']} in {row['steps']}" for row in group.last_arrivals[:3]) or "nobody alone (ties)"
+    lines.append(f"    last to arrive most often: {last} of {group.arrival_steps} steps")
+    arrivals = [f for f in group.findings if f.kind == "arrival"]
+    for item in arrivals:
+        lines.append(
+            f"    rank {item.rank} arrives {item.excess_ms:+.2f} ms ({item.excess_pct:+.1f}%) after the others' median, "
+            f"z {'∞' if item.robust_z is None else format(item.robust_z, '.1f')} {_verdict(item)}"
+        )
+        lines.append(f"      {_cost_line(item)}")
+    if not arrivals:
+        lines.append(f"    no rank arrives late on evidence (≥ {MIN_STEPS} steps, ≥ {effect_bar(1.0, MIN_ARRIVAL_EFFECT):.1%} and ≥ {MIN_Z:g} × noise ({MIN_Z_BELOW_EFFECT:g} × under {MIN_ARRIVAL_EFFECT:.0%}) after the others' median)")
+    return lines
+
+
+def _largest_steps_table(group: Stragglers) -> list[str]:
+    """The `STEPS_SHOWN` steps with the largest excess: a column per rank when they fit, else the slowest rank's time only."""
     largest = sorted(group.steps, key=lambda s: (-s.excess_ms, s.step))[:STEPS_SHOWN]
-    lines += ["", f"  Steps with the largest excess, largest first ({len(largest)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
+    lines = ["", f"  Steps with the largest excess, largest first ({len(largest)} of {len(group.steps)}; step time in ms; excess = slowest − the others' median)"]
     if len(group.ranks) <= RANK_COLUMNS:
         headers = ["step"] + [f"rank {rank}" for rank in group.ranks] + ["slowest", "excess"]
         rows = [[str(s.step)] + [format_ms(s.ms.get(rank)) for rank in group.ranks] + [_slowest(s.slowest_rank), f"+{format_ms(s.excess_ms)}"] for s in largest]
-        lines += _table(headers, rows, right=tuple(range(len(headers))), indent="    ")
-    else:
-        rows = [[str(s.step), _slowest(s.slowest_rank), format_ms(max(s.ms.values())), f"+{format_ms(s.excess_ms)}"] for s in largest]
-        lines += _table(["step", "slowest", "its ms", "excess"], rows, right=(0, 1, 2, 3), indent="    ")
+        return lines + _table(headers, rows, right=tuple(range(len(headers))), indent="    ")
+    rows = [[str(s.step), _slowest(s.slowest_rank), format_ms(max(s.ms.values())), f"+{format_ms(s.excess_ms)}"] for s in largest]
+    return lines + _table(["step", "slowest", "its ms", "excess"], rows, right=(0, 1, 2, 3), indent="    ")
+
+
+def _phase_section(group: Stragglers) -> list[str]:
+    """Phase stragglers in the order the phases start in a step: the first one listed is the likely cause."""
     phase_findings = [f for f in group.findings if f.kind == "phase"]
-    if phase_findings:
-        offsets = {row["phase"]: row["median_start_in_step_ms"] for row in group.phase_stragglers}
-        phase_findings.sort(key=lambda f: (offsets.get(f.what) is None, offsets.get(f.what) or 0.0, f.what, -f.excess_ms))
-        lines += ["", f"  Phase stragglers (time per step in the phase; the same rule, ≥ {MIN_STEP_SHARE:.0%} of the median step, and it ends the phase late: it did not wait)"]
-        for item in phase_findings:
-            others = item.others_median_ms
-            # Twice the others' time or more reads better as a factor than as a percentage.
-            if others > 0 and item.median_ms >= 2 * others:
-                difference = f"{item.excess_ms:+.2f} ms, {item.median_ms / others:.1f}×"
-            else:
-                difference = _excess(item.excess_ms, item.excess_pct, inline=True)
-            z = "∞" if item.robust_z is None else f"{item.robust_z:.1f}"
-            lines.append(
-                f"    {item.what}: rank {item.rank} median {format_ms(item.median_ms)} ms vs {format_ms(others)} ms on the others "
-                f"({difference}; z {z}; alone slowest in {item.slowest_steps}/{item.compared_steps} steps) {_verdict(item)}"
-            )
-            lines.append(f"      {_cost_line(item)}")
-        if any(f.verdict == "straggler" for f in phase_findings):
-            lines.append("    In synchronous training, ranks waiting for a straggler spend the wait in a later collective phase")
-            lines.append("    (e.g. backward's all-reduce): the first phase listed is the likely cause.")
-    else:
-        lines += ["", "  no phase straggler (no phase's time per step is slower on one rank on evidence)"]
-    for item in (f for f in group.findings if f.kind == "step"):
-        lines.append(f"  rank {item.rank}'s step time {_verdict(item)}: {_cost_line(item)}")
-    if group.withheld:
-        lines += ["", "  Withheld (not judged, and why):"]
-        lines += [f"    {line}" for line in group.withheld]
+    if not phase_findings:
+        return ["", "  no phase straggler (no phase's time per step is slower on one rank on evidence)"]
+    offsets = {row["phase"]: row["median_start_in_step_ms"] for row in group.phase_stragglers}
+    phase_findings.sort(key=lambda f: (offsets.get(f.what) is None, offsets.get(f.what) or 0.0, f.what, -f.excess_ms))
+    lines = ["", f"  Phase stragglers (time per step in the phase; the same rule, ≥ {MIN_STEP_SHARE:.0%} of the median step, and it ends the phase late: it did not wait)"]
+    for item in phase_findings:
+        lines += _phase_finding_lines(item)
+    if any(f.verdict == "straggler" for f in phase_findings):
+        lines.append("    In synchronous training, ranks waiting for a straggler spend the wait in a later collective phase")
+        lines.append("    (e.g. backward's all-reduce): the first phase listed is the likely cause.")
     return lines
+
+
+def _phase_difference(item: StragglerFinding) -> str:
+    """How much slower the rank is in the phase than the others."""
+    others = item.others_median_ms
+    # Twice the others' time or more reads better as a factor than as a percentage.
+    if others > 0 and item.median_ms >= 2 * others:
+        return f"{item.excess_ms:+.2f} ms, {item.median_ms / others:.1f}×"
+    return _excess(item.excess_ms, item.excess_pct, inline=True)
+
+
+def _phase_finding_lines(item: StragglerFinding) -> list[str]:
+    """One phase finding: the rank's median against the others', its evidence and verdict, then its cost."""
+    z = "∞" if item.robust_z is None else f"{item.robust_z:.1f}"
+    return [
+        f"    {item.what}: rank {item.rank} median {format_ms(item.median_ms)} ms vs {format_ms(item.others_median_ms)} ms on the others "
+        f"({_phase_difference(item)}; z {z}; alone slowest in {item.slowest_steps}/{item.compared_steps} steps) {_verdict(item)}",
+        f"      {_cost_line(item)}",
+    ]
+
+
+def _step_costs(group: Stragglers) -> list[str]:
+    """What each rank's slower step time costs the run, and whether it made "Look first at"."""
+    return [f"  rank {item.rank}'s step time {_verdict(item)}: {_cost_line(item)}" for item in group.findings if item.kind == "step"]
+
+
+def _withheld(group: Stragglers) -> list[str]:
+    """What was not judged, and why: silence must not read as "no straggler"."""
+    if not group.withheld:
+        return []
+    return ["", "  Withheld (not judged, and why):"] + [f"    {line}" for line in group.withheld]
 
 
 def _verdict(item: StragglerFinding) -> str:

@@ -41,6 +41,10 @@ def _cost(alert: dict[str, Any]) -> str:
     return f"{cost.get('ranks', len(alert.get('ranks') or []))} ranks"
 
 
+#: One line of the screen: its text, and a rich style name or None.
+_Line = tuple[str, str | None]
+
+
 def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     """(text, style) per line of the screen; style is a rich style name or None.
 
@@ -49,7 +53,18 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
         >>> lines[0][0].startswith("otel-titan watch · run r")
         True
     """
-    lines: list[tuple[str, str | None]] = []
+    lines: list[_Line] = [(_head(frame), "bold")]
+    lines += _receive_lines(frame)
+    lines.append((_processes(frame), None))
+    lines += _progress_lines(frame)
+    lines += _alert_lines(frame)
+    lines += _resolved_lines(frame)
+    lines += _trigger_lines(frame)
+    return lines
+
+
+def _head(frame: dict[str, Any]) -> str:
+    """The title: which run, how old, how many of its processes are seen, and what a refresh costs."""
     world = frame.get("world_size")
     head = f"otel-titan watch · run {printable(str(frame.get('run_id')))}"
     if frame.get("attempt"):
@@ -58,51 +73,100 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
     read = frame.get("read")
     if read:
         head += f" · refresh {read.get('cpu_s', 0):.2f} s CPU, {read.get('bytes', 0) / 1e6:,.1f} MB"
-    lines.append((head, "bold"))
+    return head
+
+
+#: The receiver's counts shown when not zero, in this order: what was lost or refused on the way.
+_RECEIVE_COUNTS = ("duplicates", "lost", "malformed", "out_of_sequence", "refused", "unauthorized", "overloaded", "write_failed", "timed_out")
+
+
+def _receive_lines(frame: dict[str, Any]) -> list[_Line]:
+    """`watch --otlp` only: the endpoint, what came in, and its write error or hint in red."""
     receive = frame.get("receive")
-    if receive:
-        # `watch --otlp`: where the records come from, and what was lost on the way (docs/watch.md).
-        text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
-                + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in ("duplicates", "lost", "malformed", "out_of_sequence", "refused", "unauthorized", "overloaded", "write_failed", "timed_out")
-                          if receive.get(k)))
-        lines.append((text, None))
-        for key in ("write_error", "hint"):
-            if receive.get(key):
-                lines.append((printable(str(receive[key])), "bold red"))
+    if not receive:
+        return []
+    # `watch --otlp`: where the records come from, and what was lost on the way (docs/watch.md).
+    text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
+            + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in _RECEIVE_COUNTS if receive.get(k)))
+    lines: list[_Line] = [(text, None)]
+    for key in ("write_error", "hint"):
+        if receive.get(key):
+            lines.append((printable(str(receive[key])), "bold red"))
+    return lines
+
+
+def _processes(frame: dict[str, Any]) -> str:
+    """The processes by state, with their ranks when there are few enough to read (40 at most)."""
     states = frame.get("states") or {}
     by_state = frame.get("ranks_by_state") or {}
     parts = []
     for state, count in states.items():
         ranks = by_state.get(state)
         parts.append(f"{state} {count}" + (f" (ranks {ranks})" if ranks and len(ranks) <= 40 else ""))
-    lines.append(("processes: " + " · ".join(parts) if parts else "processes: none yet", None))
+    return "processes: " + " · ".join(parts) if parts else "processes: none yet"
+
+
+def _progress_lines(frame: dict[str, Any]) -> list[_Line]:
+    """How the training moves: steps and their time, where that time goes, who arrives last, pauses and suspicions."""
+    lines: list[_Line] = []
     steps = frame.get("steps")
     if steps:
-        text = f"steps: min {steps['min']} · median {steps['median']} · max {steps['max']}"
-        if frame.get("step_ms"):
-            text += f" · median step {frame['step_ms']:,.1f} ms · {frame.get('steps_per_min') or 0:,.1f} steps/min"
-        lines.append((text, None))
+        lines.append((_steps(frame, steps), None))
     phases = frame.get("phases") or []
     if phases:
         lines.append(("time of the last steps: " + " · ".join(f"{printable(p['name'])} {p['ms']:,.1f} ms" + (f" ({p['share_pct']:.0f}%)" if p.get("share_pct") is not None else "") for p in phases), None))
     late = frame.get("last_arrivals") or []
     if late:
-        lines.append((f"last to arrive (step {late[0]['step']}): " + " · ".join(f"rank {a['rank']}" + (f" on {printable(str(a['host']))}" if a.get("host") else "") + f" +{a['late_ms']:,.1f} ms" for a in late), None))
+        lines.append((_last_arrivals(late), None))
     if frame.get("pause"):
         lines.append((f"pause: {printable(frame['pause'])}", None))
     if frame.get("suspected_hang"):
         lines.append((f"suspected hang: {printable(frame['suspected_hang'])}", "yellow"))
+    return lines
+
+
+def _steps(frame: dict[str, Any], steps: dict[str, Any]) -> str:
+    """The spread of the ranks' steps, and the median step time and rate once known."""
+    text = f"steps: min {steps['min']} · median {steps['median']} · max {steps['max']}"
+    if frame.get("step_ms"):
+        text += f" · median step {frame['step_ms']:,.1f} ms · {frame.get('steps_per_min') or 0:,.1f} steps/min"
+    return text
+
+
+def _last_arrivals(late: list[dict[str, Any]]) -> str:
+    """Who arrived last at the step-closing collective, on which host, and how late: the ranks the others wait for."""
+    return f"last to arrive (step {late[0]['step']}): " + " · ".join(f"rank {a['rank']}" + (f" on {printable(str(a['host']))}" if a.get("host") else "") + f" +{a['late_ms']:,.1f} ms" for a in late)
+
+
+def _alert_lines(frame: dict[str, Any]) -> list[_Line]:
+    """The alerts, newest first, each with its cost and evidence on the line below."""
     alerts = frame.get("alerts") or []
-    lines.append((f"alerts ({len(alerts)}), newest first:" if alerts else "alerts: none", "bold" if alerts else None))
+    lines: list[_Line] = [(f"alerts ({len(alerts)}), newest first:" if alerts else "alerts: none", "bold" if alerts else None)]
     for alert in alerts:
-        when = (alert.get("detected_utc") or "")[11:19]
-        text = f"  ▲ {when} {printable(alert['message'])}"
-        if alert.get("line") and alert["line"] not in alert["message"]:
-            text += f" at {printable(alert['line'])}"
-        lines.append((text, _KIND_STYLE.get(alert["kind"])))
-        lines.append((f"      {_cost(alert)}" + (f" · evidence: {', '.join(alert['evidence'])}" if alert.get("evidence") else ""), None))
-    for alert in frame.get("resolved") or []:
-        lines.append((f"  ✓ {(alert.get('resolved_utc') or '')[11:19]} resolved after {alert.get('lasted_s', 0):,.0f} s: {printable(alert['message'])}", "dim"))
+        lines += _alert(alert)
+    return lines
+
+
+def _alert(alert: dict[str, Any]) -> list[_Line]:
+    """One alert: when, what and where (the line only when the message does not already say it), then its cost."""
+    when = (alert.get("detected_utc") or "")[11:19]
+    text = f"  ▲ {when} {printable(alert['message'])}"
+    if alert.get("line") and alert["line"] not in alert["message"]:
+        text += f" at {printable(alert['line'])}"
+    return [
+        (text, _KIND_STYLE.get(alert["kind"])),
+        (f"      {_cost(alert)}" + (f" · evidence: {', '.join(alert['evidence'])}" if alert.get("evidence") else ""), None),
+    ]
+
+
+def _resolved_lines(frame: dict[str, Any]) -> list[_Line]:
+    """The alerts that went away, and after how long, dimmed: history, not news."""
+    return [(f"  ✓ {(alert.get('resolved_utc') or '')[11:19]} resolved after {alert.get('lasted_s', 0):,.0f} s: {printable(alert['message'])}", "dim") for alert in frame.get("resolved") or []]
+
+
+def _trigger_lines(frame: dict[str, Any]) -> list[_Line]:
+    """Black boxes asked for through the trigger file, and why writing the trigger failed, if it did."""
+    lines: list[_Line] = []
     if frame.get("black_box_requested_utc"):
         lines.append((f"black boxes requested (trigger file) at {', '.join(t[11:19] for t in frame['black_box_requested_utc'])}", "dim"))
     if frame.get("trigger_error"):

@@ -168,3 +168,15 @@ def test_a_rank_beyond_64_bits_in_a_file_name(run_dir):
     exported = _cli("export", str(run_dir))
     assert exported.returncode == 0, exported.stderr.decode(errors="replace")
     assert f"training rank {1 << 70}" in process_pids(load_trace(run_dir / "analysis" / "trace.json"))
+
+
+def test_a_timestamp_past_the_year_9999_is_summarised_not_fatal(tmp_path):
+    """The reader keeps any time_us below 2**62; the text, the JSON and the run's grouping all date them: one that rounds into year 10000
+    (found by the random records above) stopped `summarize` with ``ValueError: year 10000 is out of range``."""
+    late = 253_402_300_799_999_984
+    write_jsonl(titan_file(tmp_path), [{"log_type": "event", "log_type_name": "fwd_start", "time_us": late, "rank": 0},
+                                       {"log_type": "event", "log_type_name": "fwd_end", "time_us": late + 10, "rank": 0}])
+    summary = summarize_run(tmp_path, log_skipped=False)
+    text = format_summary(summary)
+    facts = json.loads(json.dumps(summary.to_dict(), allow_nan=False))
+    assert f"{late}" in text and facts["processes"][0]["last_utc"] is None

@@ -253,7 +253,11 @@ def _overlapping(cluster: dict[str, Any], runs: list[dict[str, Any]]) -> list[di
 
 
 def _utc(time_us: int) -> str:
-    return datetime.datetime.fromtimestamp(time_us / 1e6, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A run's start or end as ISO-8601 UTC; past the calendar's year 9999 (a corrupt timestamp the reader keeps), its µs as they are."""
+    try:
+        return datetime.datetime.fromtimestamp(time_us / 1e6, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (ValueError, OverflowError, OSError):
+        return f"{time_us} µs"
 
 
 def _info(key: str | None, processes: list[ProcessLog], start_us: int | None, end_us: int | None, named: bool, trees: list[str]) -> RunInfo:

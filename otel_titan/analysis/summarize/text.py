@@ -64,7 +64,10 @@ def _seconds(s: float) -> str:
 def _clock(time_us: int | None, with_date: bool = False) -> str:
     if time_us is None:
         return "-"
-    moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
+    try:
+        moment = _dt.datetime.fromtimestamp(time_us / 1e6, tz=_dt.timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return f"{time_us} µs"  # past the calendar's year 9999: a corrupt timestamp the reader keeps
     text = moment.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
     return f"{text}.{moment.microsecond // 1000:03d}"
 

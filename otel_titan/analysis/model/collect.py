@@ -842,56 +842,89 @@ def collect_run(
         if plan.cached_bytes:
             count(plan.cached_bytes)
     wanted = [index for index, plan in enumerate(plans) if not plan.hit]
-    jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
-    reads: dict[int, bytes] = {}
-    if wanted and (jobs > 1 or scheduler is not None):
-        blobs = summary_parallel.read_in_workers(read_share, [processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
-        reads.update(zip(wanted, blobs))
-    here = set(wanted) - set(reads)
+    reads = _read_in_workers(processes, plans, wanted, jobs, scheduler, count, log_skipped)
+    collector, summaries, read = _merged_reads(processes, plans, reads, set(wanted) - set(reads), store, skipped, log_skipped, on_bytes)
+    if store is not None:
+        _keep_facts(store, processes, keys, collector, summaries, read, facts_entry)
+    return collector, summaries
+
+
+def _merged_reads(processes: list[ProcessLog], plans: list[ReadPlan], reads: dict[int, bytes], here: set[int], store: ProcessCache | None, skipped: SkippedLines,
+                  log_skipped: bool, on_bytes: Callable[[int], None] | None) -> tuple[_Collector, list[ProcessSummary], tuple[SkippedLines, list[str], bool]]:
+    """Every process's read (the workers' `reads`, those read `here`, the cached ones) finished and merged into one collector, in order; each read made now kept in `store`.
+
+    (the collector, the summaries, (`skipped`, the warnings the reads logged, whether every read was complete)).
+    """
     collector = _Collector()
     summaries: list[ProcessSummary] = []
     replayed: list[str] = []
     complete = True
     for index, (process, plan) in enumerate(zip(processes, plans)):
         # Read here in turn, merged and let go: one process's read in memory at a time, as without the cache.
-        hit = load_cached_read(plan.resume) if plan.hit else None
-        if plan.hit and hit is None:  # a cached read that does not load (another layout): read the process after all
-            plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False)
-            here.add(index)
-        fresh: ProcessRead | bytes | None = reads.pop(index, None) if index not in here else read_process(process, plan, log_skipped, on_bytes)
-        if isinstance(fresh, bytes):
-            state: ProcessRead = pickle.loads(fresh)  # a worker's result, from our own worker (`model.parallel`): never a cache entry
-            state.rebind(process, log_skipped)
-        elif fresh is not None:
-            state = fresh
-        else:  # a hit: the cached read is the read
-            state = hit  # type: ignore[assignment]
-            state.rebind(process, log_skipped)
+        state, plan, fresh = _read_of(process, plan, reads.pop(index, None), index in here, log_skipped, on_bytes)
         if log_skipped and plan.hit:
             _replay_warnings(state.skipped)  # a resumed read replayed its cached part's as it went on
-        if store is not None and fresh is not None and plan.keys is not None and state.complete:
-            blob = dump_cached(state)
-            if blob is not None:
-                store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+        if store is not None and fresh:
+            _keep_read(store, process, plan, state)
         complete = complete and state.complete
         own, summary, own_skipped = finish_read(state, process, plan, on_bytes)
         replayed += _warnings_of(own_skipped)
         collector.merge(own.state())
         merge_skipped(skipped, skipped_result(own_skipped))
         summaries.append(summary)
-    if store is not None and not any(summary.records for summary in summaries):
-        return collector, summaries  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
-    if store is not None:
-        store.flush()
+    return collector, summaries, (skipped, replayed, complete)
+
+
+def _read_in_workers(processes: list[ProcessLog], plans: list[ReadPlan], wanted: list[int], jobs: int | None, scheduler: str | None, count: Callable[[int], None], log_skipped: bool) -> dict[int, bytes]:
+    """The reads of the processes `wanted` made by workers, pickled, by index: in `jobs` local ones or on the Dask cluster at `scheduler` (`model.parallel`); none with one job and no scheduler (all are read here)."""
+    jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
+    if not wanted or (jobs <= 1 and scheduler is None):
+        return {}
+    blobs = summary_parallel.read_in_workers(read_share, [processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
+    return dict(zip(wanted, blobs))
+
+
+def _read_of(process: ProcessLog, plan: ReadPlan, worker_read: bytes | None, read_here: bool, log_skipped: bool, on_bytes: Callable[[int], None] | None) -> tuple[ProcessRead, ReadPlan, bool]:
+    """(the read of `process`, the plan it was made by, whether it was made now): a worker's, one made here (`read_here`), or the cached read itself (a hit)."""
+    hit = load_cached_read(plan.resume) if plan.hit else None
+    if plan.hit and hit is None:  # a cached read that does not load (another layout): read the process after all
+        plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False)
+        read_here = True
+    fresh: ProcessRead | bytes | None = read_process(process, plan, log_skipped, on_bytes) if read_here else worker_read
+    if isinstance(fresh, bytes):
+        state: ProcessRead = pickle.loads(fresh)  # a worker's result, from our own worker (`model.parallel`): never a cache entry
+        state.rebind(process, log_skipped)
+    elif fresh is not None:
+        state = fresh
+    else:  # a hit: the cached read is the read
+        state = hit  # type: ignore[assignment]  # no fresh read is a hit, whose cached read loaded
+        state.rebind(process, log_skipped)
+    return state, plan, fresh is not None
+
+
+def _keep_read(store: ProcessCache, process: ProcessLog, plan: ReadPlan, state: ProcessRead) -> None:
+    """Keep a read made now for the next command (before it is finished: what follows its last complete line is never cached), when it read every byte its keys cover."""
+    if plan.keys is not None and state.complete:
+        blob = dump_cached(state)
+        if blob is not None:
+            store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+
+
+def _keep_facts(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], collector: _Collector, summaries: list[ProcessSummary],
+                read: tuple[SkippedLines, list[str], bool], facts_entry: list[Any] | None) -> None:
+    """Write the reads kept, then the merged facts (with the skipped lines and the warnings `read` logged, and whether every read was complete), when every process has records."""
+    skipped, replayed, complete = read
+    if not any(summary.records for summary in summaries):
+        return  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
+    store.flush()
     # (Not with an empty file: its creation time is its mtime, which no content key covers.)
-    if store is not None and complete and all(summary.records for summary in summaries):
+    if complete and all(summary.records for summary in summaries):
         # Kept now, before any verdict shifts a time: the facts on the clocks as written.
         kept = collector.state()
         kept["closing"] = [spans for _, spans in kept["closing"]]
         facts = dump_cached((kept, summaries, skipped_result(skipped), replayed))
         if facts is not None and store.save_run(processes, keys, facts) and facts_entry is not None:
             facts_entry.append((store, processes, keys))
-    return collector, summaries
 
 
 def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:

@@ -842,56 +842,89 @@ def collect_run(
         if plan.cached_bytes:
             count(plan.cached_bytes)
     wanted = [index for index, plan in enumerate(plans) if not plan.hit]
-    jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
-    reads: dict[int, bytes] = {}
-    if wanted and (jobs > 1 or scheduler is not None):
-        blobs = summary_parallel.read_in_workers(read_share, [processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
-        reads.update(zip(wanted, blobs))
-    here = set(wanted) - set(reads)
+    reads = _read_in_workers(processes, plans, wanted, jobs, scheduler, count, log_skipped)
+    collector, summaries, read = _merged_reads(processes, plans, reads, set(wanted) - set(reads), store, skipped, log_skipped, on_bytes)
+    if store is not None:
+        _keep_facts(store, processes, keys, collector, summaries, read, facts_entry)
+    return collector, summaries
+
+
+def _merged_reads(processes: list[ProcessLog], plans: list[ReadPlan], reads: dict[int, bytes], here: set[int], store: ProcessCache | None, skipped: SkippedLines,
+                  log_skipped: bool, on_bytes: Callable[[int], None] | None) -> tuple[_Collector, list[ProcessSummary], tuple[SkippedLines, list[str], bool]]:
+    """Every process's read (the workers' `reads`, those read `here`, the cached ones) finished and merged into one collector, in order; each read made now kept in `store`.
+
+    (the collector, the summaries, (`skipped`, the warnings the reads logged, whether every read was complete)).
+    """
     collector = _Collector()
     summaries: list[ProcessSummary] = []
     replayed: list[str] = []
     complete = True
     for index, (process, plan) in enumerate(zip(processes, plans)):
         # Read here in turn, merged and let go: one process's read in memory at a time, as without the cache.
-        hit = load_cached_read(plan.resume) if plan.hit else None
-        if plan.hit and hit is None:  # a cached read that does not load (another layout): read the process after all
-            plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False)
-            here.add(index)
-        fresh: ProcessRead | bytes | None = reads.pop(index, None) if index not in here else read_process(process, plan, log_skipped, on_bytes)
-        if isinstance(fresh, bytes):
-            state: ProcessRead = pickle.loads(fresh)  # a worker's result, from our own worker (`model.parallel`): never a cache entry
-            state.rebind(process, log_skipped)
-        elif fresh is not None:
-            state = fresh
-        else:  # a hit: the cached read is the read
-            state = hit  # type: ignore[assignment]
-            state.rebind(process, log_skipped)
+        state, plan, fresh = _read_of(process, plan, reads.pop(index, None), index in here, log_skipped, on_bytes)
         if log_skipped and plan.hit:
             _replay_warnings(state.skipped)  # a resumed read replayed its cached part's as it went on
-        if store is not None and fresh is not None and plan.keys is not None and state.complete:
-            blob = dump_cached(state)
-            if blob is not None:
-                store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+        if store is not None and fresh:
+            _keep_read(store, process, plan, state)
         complete = complete and state.complete
         own, summary, own_skipped = finish_read(state, process, plan, on_bytes)
         replayed += _warnings_of(own_skipped)
         collector.merge(own.state())
         merge_skipped(skipped, skipped_result(own_skipped))
         summaries.append(summary)
-    if store is not None and not any(summary.records for summary in summaries):
-        return collector, summaries  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
-    if store is not None:
-        store.flush()
+    return collector, summaries, (skipped, replayed, complete)
+
+
+def _read_in_workers(processes: list[ProcessLog], plans: list[ReadPlan], wanted: list[int], jobs: int | None, scheduler: str | None, count: Callable[[int], None], log_skipped: bool) -> dict[int, bytes]:
+    """The reads of the processes `wanted` made by workers, pickled, by index: in `jobs` local ones or on the Dask cluster at `scheduler` (`model.parallel`); none with one job and no scheduler (all are read here)."""
+    jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
+    if not wanted or (jobs <= 1 and scheduler is None):
+        return {}
+    blobs = summary_parallel.read_in_workers(read_share, [processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
+    return dict(zip(wanted, blobs))
+
+
+def _read_of(process: ProcessLog, plan: ReadPlan, worker_read: bytes | None, read_here: bool, log_skipped: bool, on_bytes: Callable[[int], None] | None) -> tuple[ProcessRead, ReadPlan, bool]:
+    """(the read of `process`, the plan it was made by, whether it was made now): a worker's, one made here (`read_here`), or the cached read itself (a hit)."""
+    hit = load_cached_read(plan.resume) if plan.hit else None
+    if plan.hit and hit is None:  # a cached read that does not load (another layout): read the process after all
+        plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False)
+        read_here = True
+    fresh: ProcessRead | bytes | None = read_process(process, plan, log_skipped, on_bytes) if read_here else worker_read
+    if isinstance(fresh, bytes):
+        state: ProcessRead = pickle.loads(fresh)  # a worker's result, from our own worker (`model.parallel`): never a cache entry
+        state.rebind(process, log_skipped)
+    elif fresh is not None:
+        state = fresh
+    else:  # a hit: the cached read is the read
+        state = hit  # type: ignore[assignment]  # no fresh read is a hit, whose cached read loaded
+        state.rebind(process, log_skipped)
+    return state, plan, fresh is not None
+
+
+def _keep_read(store: ProcessCache, process: ProcessLog, plan: ReadPlan, state: ProcessRead) -> None:
+    """Keep a read made now for the next command (before it is finished: what follows its last complete line is never cached), when it read every byte its keys cover."""
+    if plan.keys is not None and state.complete:
+        blob = dump_cached(state)
+        if blob is not None:
+            store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+
+
+def _keep_facts(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], collector: _Collector, summaries: list[ProcessSummary],
+                read: tuple[SkippedLines, list[str], bool], facts_entry: list[Any] | None) -> None:
+    """Write the reads kept, then the merged facts (with the skipped lines and the warnings `read` logged, and whether every read was complete), when every process has records."""
+    skipped, replayed, complete = read
+    if not any(summary.records for summary in summaries):
+        return  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
+    store.flush()
     # (Not with an empty file: its creation time is its mtime, which no content key covers.)
-    if store is not None and complete and all(summary.records for summary in summaries):
+    if complete and all(summary.records for summary in summaries):
         # Kept now, before any verdict shifts a time: the facts on the clocks as written.
         kept = collector.state()
         kept["closing"] = [spans for _, spans in kept["closing"]]
         facts = dump_cached((kept, summaries, skipped_result(skipped), replayed))
         if facts is not None and store.save_run(processes, keys, facts) and facts_entry is not None:
             facts_entry.append((store, processes, keys))
-    return collector, summaries
 
 
 def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:
@@ -1189,57 +1222,123 @@ def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: St
         per_rank = _in_steps(per_rank, step_range)
         if len(per_rank) < 2:
             continue
-        all_steps = [ms for by_step in per_rank.values() for ms in by_step.values()]
-        step_ms = statistics.median(all_steps) if all_steps else None
-        last_step = max((step for by_step in per_rank.values() for step in by_step), default=0)
-        hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in per_rank}
-        groups = peer_groups({rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank})
-        one_clock = len(set(hosts.values())) == 1
-        # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
-        anchors = _in_steps(_anchor_spans(collector, source, attempt, alignment.anchor), step_range) if alignment.anchor is not None and alignment.simultaneous else {}
-        exits = {rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None
-        steps, everyone = compare_ranks(per_rank)  # the table of steps, every rank; the verdicts below compare peers only
-        phases = {phase: _in_steps(ranks, step_range) for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
-        result = Stragglers(source=source, attempt=attempt, ranks=sorted(per_rank), median_step_ms=None if step_ms is None else round(step_ms, 6), steps=steps, ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
-        result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in groups.items()]
-        result.steps_compared = None if step_range is None else str(step_range)
-        cannot_tell = 0
-        last: dict[int, int] = {}
-        for key, members in groups.items():
-            common: dict[str, Any] = dict(source=source, attempt=attempt, step_ms=step_ms, peers=members, group=key)
-            mine = {rank: per_rank[rank] for rank in members if rank in per_rank}
-            if len(mine) < 2:
-                continue
-            # One group of every rank (no mesh, or one stage): its verdicts are the table's.
-            _, slowness = ([], everyone) if len(mine) == len(per_rank) else compare_ranks(mine, table=False)
-            result.ranks_by_slowness += slowness
-            result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
-            result.findings += [finding(slow, kind="step", what="step time", per_rank=times, window=window, window_to_end=window[1] >= last_step, **common)
-                                for slow, times, window in windowed(mine, slowness, None)]
-            for phase, phase_ranks in sorted(phases.items()):
-                peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
-                ends = {rank: by_step for rank, by_step in _in_steps(collector.phase_step_end.get((source, attempt, phase), {}), step_range).items() if rank in peers_times}
-                found, unknown, _ = judge_phase(phase, peers_times, ends, exits, one_clock=one_clock, last_step=last_step, **common)
-                result.findings += found
-                cannot_tell += unknown
-            if anchors:
-                found, arrival_steps = judge_arrival(alignment.anchor, {rank: anchors[rank] for rank in members if rank in anchors}, **common)  # type: ignore[arg-type]
-                result.arrival_steps = max(result.arrival_steps, len(arrival_steps))
-                for row in arrival_steps:
-                    if row.slowest_rank is not None:
-                        last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
-                result.findings += found
-        if anchors and result.arrival_steps:
-            result.arrival_collective = alignment.anchor
-            result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
-        result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
-        result.withheld = _withheld(alignment, hosts, one_clock, bool(anchors), cannot_tell)
-        alone = [members[0] for members in groups.values() if len(members) == 1]
-        if alone:  # a declared mesh with no other rank at the same coordinates but dp: nothing to compare it with
-            result.withheld.append(f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones")
-        _legacy_lists(result, collector, source)
-        out.append(result)
+        out.append(_judged(collector, alignment, _evidence(collector, alignment, step_range, source, attempt, per_rank)))
     return out
+
+
+@dataclasses.dataclass
+class _Evidence:
+    """What one source and attempt's verdicts are drawn from, on the steps judged (`_stragglers`): one read of the collector for every peer group."""
+
+    source: str
+    attempt: int | None
+    #: rank → step → ms of the step.
+    per_rank: dict[int, dict[int, float]]
+    #: The median step time of every rank (the bar a phase's difference is measured against).
+    step_ms: float | None
+    last_step: int
+    #: rank → its host (whose clock it writes on).
+    hosts: dict[int, str | None]
+    #: Ranks that should do the same work (`model.stragglers.peer_groups`).
+    groups: dict[tuple[tuple[str, int], ...], list[int]]
+    one_clock: bool
+    #: The step-closing collective every rank leaves at one instant, and rank → step → (start, end) µs of it, own clock ({}: none).
+    anchor: str | None
+    anchors: dict[int, dict[int, tuple[int, int]]]
+    #: rank → step → when it left that collective (None without one).
+    exits: dict[int, dict[int, int]] | None
+    #: phase → rank → step → ms; phase → rank → step → when its last span of the phase ended (µs, own clock).
+    phases: dict[str, dict[int, dict[int, float]]]
+    phase_ends: dict[str, dict[int, dict[int, int]]]
+    #: The steps compared (``--steps A:B``: ``"A:B"``); None: every step.
+    steps_compared: str | None
+
+
+def _evidence(collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None, source: str, attempt: int | None, per_rank: dict[int, dict[int, float]]) -> _Evidence:
+    """The collector's facts of one source and attempt that the verdicts need, within `step_range`."""
+    all_steps = [ms for by_step in per_rank.values() for ms in by_step.values()]
+    hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in per_rank}
+    # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
+    anchors = _in_steps(_anchor_spans(collector, source, attempt, alignment.anchor), step_range) if alignment.anchor is not None and alignment.simultaneous else {}
+    phases = {phase: _in_steps(ranks, step_range) for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
+    return _Evidence(
+        source=source,
+        attempt=attempt,
+        per_rank=per_rank,
+        step_ms=statistics.median(all_steps) if all_steps else None,
+        last_step=max((step for by_step in per_rank.values() for step in by_step), default=0),
+        hosts=hosts,
+        groups=peer_groups({rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank}),
+        one_clock=len(set(hosts.values())) == 1,
+        anchor=alignment.anchor,
+        anchors=anchors,
+        exits={rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None,
+        phases=phases,
+        phase_ends={phase: _in_steps(collector.phase_step_end.get((source, attempt, phase), {}), step_range) for phase in phases},
+        steps_compared=None if step_range is None else str(step_range),
+    )
+
+
+def _judged(collector: _Collector, alignment: ClockAlignment, facts: _Evidence) -> Stragglers:
+    """One source and attempt's verdicts: the table of steps, every peer group judged in turn, who arrived last most often, what was withheld."""
+    steps, everyone = compare_ranks(facts.per_rank)  # the table of steps, every rank; the verdicts below compare peers only
+    result = Stragglers(source=facts.source, attempt=facts.attempt, ranks=sorted(facts.per_rank), median_step_ms=None if facts.step_ms is None else round(facts.step_ms, 6), steps=steps,
+                        ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
+    result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in facts.groups.items()]
+    result.steps_compared = facts.steps_compared
+    cannot_tell = 0
+    last: dict[int, int] = {}
+    for key, members in facts.groups.items():
+        cannot_tell += _judge_group(result, facts, key, members, everyone, last)
+    if facts.anchors and result.arrival_steps:
+        result.arrival_collective = alignment.anchor
+        result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
+    result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
+    result.withheld = _withheld(alignment, facts.hosts, facts.one_clock, bool(facts.anchors), cannot_tell) + _not_compared(facts.groups)
+    _legacy_lists(result, collector, facts.source)
+    return result
+
+
+def _judge_group(result: Stragglers, facts: _Evidence, key: tuple[tuple[str, int], ...], members: list[int], everyone: list[RankSlowness], last: dict[int, int]) -> int:
+    """One peer group's verdicts added to `result` (step time, each phase, arrival; `last` counts who arrived last per step); how many are "cannot tell"."""
+    common: dict[str, Any] = dict(source=facts.source, attempt=facts.attempt, step_ms=facts.step_ms, peers=members, group=key)
+    mine = {rank: facts.per_rank[rank] for rank in members if rank in facts.per_rank}
+    if len(mine) < 2:
+        return 0
+    # One group of every rank (no mesh, or one stage): its verdicts are the table's.
+    slowness = everyone if len(mine) == len(facts.per_rank) else compare_ranks(mine, table=False)[1]
+    result.ranks_by_slowness += slowness
+    result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
+    result.findings += [finding(slow, kind="step", what="step time", per_rank=times, window=window, window_to_end=window[1] >= facts.last_step, **common)
+                        for slow, times, window in windowed(mine, slowness, None)]
+    cannot_tell = 0
+    for phase, phase_ranks in sorted(facts.phases.items()):
+        peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
+        ends = {rank: by_step for rank, by_step in facts.phase_ends[phase].items() if rank in peers_times}
+        found, unknown, _ = judge_phase(phase, peers_times, ends, facts.exits, one_clock=facts.one_clock, last_step=facts.last_step, **common)
+        result.findings += found
+        cannot_tell += unknown
+    if facts.anchors and facts.anchor is not None:
+        result.findings += _arrival_findings(result, facts.anchor, {rank: facts.anchors[rank] for rank in members if rank in facts.anchors}, last, common)
+    return cannot_tell
+
+
+def _arrival_findings(result: Stragglers, anchor: str, anchors: dict[int, dict[int, tuple[int, int]]], last: dict[int, int], common: dict[str, Any]) -> list[StragglerFinding]:
+    """One peer group's verdicts on arrival at the step-closing collective; `result` counts the steps compared, `last` who arrived last in each."""
+    found, arrival_steps = judge_arrival(anchor, anchors, **common)
+    result.arrival_steps = max(result.arrival_steps, len(arrival_steps))
+    for row in arrival_steps:
+        if row.slowest_rank is not None:
+            last[row.slowest_rank] = last.get(row.slowest_rank, 0) + 1
+    return found
+
+
+def _not_compared(groups: dict[tuple[tuple[str, int], ...], list[int]]) -> list[str]:
+    """The ranks alone in their peer group: a declared mesh with no other rank at the same coordinates but dp, nothing to compare them with."""
+    alone = [members[0] for members in groups.values() if len(members) == 1]
+    if not alone:
+        return []
+    return [f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones"]
 
 
 #: The question of the kept clock alignment (`_kept_alignment`): it depends on the facts alone (``--no-align`` is applied after).

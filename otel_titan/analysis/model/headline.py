@@ -15,10 +15,13 @@ the text.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_titan.analysis.model.ending import describe_crash, is_interrupt
 from otel_titan.analysis.model.facts import ProcessSummary, RunSummary, innermost_open
+
+if TYPE_CHECKING:  # model.hang imports this module (`compress`): for the annotations alone
+    from otel_titan.analysis.model.hang import HangReport, Suspect
 
 __all__ = ["headline_data", "headline_lines", "state_groups", "compress"]
 
@@ -103,52 +106,128 @@ def state_groups(summary: RunSummary, now_us: float) -> list[dict[str, Any]]:
 
 
 def _diagnosis(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
-    lines: list[str] = []
+    """The "Look first at" lines, most telling first: what cannot be seen elsewhere, then what failed, then who stands out.
+
+    Missing ranks first (a rank with no file is invisible everywhere else,
+    and often the one the others wait for), then crashes (a crash explains
+    what its peers did after it), the Hang section's other suspects, files
+    torn mid-line, files with nothing logged, the processes that stopped
+    apart from their peers, and last the stragglers found on evidence.
+    """
     latest_attempt = max((g["attempt"] for g in groups if g["attempt"] is not None), default=None)
     hang = getattr(summary, "hang", None)
+    lines = _missing_lines(summary, hang, latest_attempt)
+    lines += _crash_lines(summary, latest_attempt)
+    lines += _hang_suspect_lines(hang, len(lines))
+    lines += _torn_lines(summary, groups)
+    lines += _silent_lines(groups)
+    lines += _stopped_apart_lines(hang, groups, latest_attempt)
+    for group in summary.stragglers:
+        lines += straggler_lines(group, latest_attempt is not None and latest_attempt > 0)
+    return lines
+
+
+def _missing_lines(summary: RunSummary, hang: HangReport | None, latest_attempt: int | None) -> list[str]:
+    """``missing: training rank 3: no file, of world_size 8 (…)``: one line per source and attempt with ranks that left no file."""
     # The Hang section knows whether the others ran steps with a rank that has no file (then it got past init).
     ran = {(m["source"], m["attempt"]) for m in (hang.missing if hang is not None else []) if m.get("ran_with_others")}
-    for m in getattr(summary, "missing", None) or []:
-        # First: a rank with no file is invisible everywhere else, and often the one the others wait for.
-        attempt = f" (attempt {m['attempt']})" if latest_attempt else ""
-        one = len(m["ranks"]) == 1
-        its, it, log = ("its", "it", "logs") if one else ("their", "they", "log")
-        why = f"took part in the steps: {its} logs are not in this folder, or {it} {log} nothing" if (m["source"], m["attempt"]) in ran else "never reached init_structured_logger, or its logs are not in this folder"
-        lines.append(f"missing: {m['source']} rank{'s' if len(m['ranks']) > 1 else ''} {compress(m['ranks'])}{attempt}: no file, of world_size {m['world_size']} ({why})")
-    lines += _crash_lines(summary, latest_attempt)
-    if hang is not None:
-        for suspect in hang.suspects:
-            if suspect.rule not in ("missing", "crashed") and len(lines) < 4:
-                lines.append(f"hang suspect: {suspect.source} rank {suspect.rank}: {suspect.why}" if suspect.rank is not None else f"hang suspect: {suspect.label}: {suspect.why}")
+    return [_missing_line(m, (m["source"], m["attempt"]) in ran, latest_attempt) for m in getattr(summary, "missing", None) or []]
+
+
+def _missing_line(missing: dict[str, Any], ran_with_others: bool, latest_attempt: int | None) -> str:
+    """One source and attempt's ranks with no file, and the likelier reason: they logged elsewhere (or nothing) when the others ran steps with them, else they never started."""
+    attempt = f" (attempt {missing['attempt']})" if latest_attempt else ""
+    one = len(missing["ranks"]) == 1
+    its, it, log = ("its", "it", "logs") if one else ("their", "they", "log")
+    why = f"took part in the steps: {its} logs are not in this folder, or {it} {log} nothing" if ran_with_others else "never reached init_structured_logger, or its logs are not in this folder"
+    return f"missing: {missing['source']} rank{'s' if len(missing['ranks']) > 1 else ''} {compress(missing['ranks'])}{attempt}: no file, of world_size {missing['world_size']} ({why})"
+
+
+def _hang_suspect_lines(hang: HangReport | None, before: int) -> list[str]:
+    """The Hang section's suspects but the missing and the crashed (said above), while the diagnosis holds fewer than 4 lines (`before` so far)."""
+    if hang is None:
+        return []
+    suspects = [suspect for suspect in hang.suspects if suspect.rule not in ("missing", "crashed")]
+    return [_hang_suspect_line(suspect) for suspect in suspects[: max(0, 4 - before)]]
+
+
+def _hang_suspect_line(suspect: Suspect) -> str:
+    """``hang suspect: training rank 3: …`` (by label for a process with no rank)."""
+    if suspect.rank is not None:
+        return f"hang suspect: {suspect.source} rank {suspect.rank}: {suspect.why}"
+    return f"hang suspect: {suspect.label}: {suspect.why}"
+
+
+def _torn_lines(summary: RunSummary, groups: list[dict[str, Any]]) -> list[str]:
+    """Crashed groups whose files end mid-line with no crash record: killed, or died while writing (a crash with a record has its own line)."""
+    lines = []
     for g in groups:
+        if g["state"] != "crashed":
+            continue
         torn = [p for p in summary.processes if p.label in g["processes"] and p.attempt == g["attempt"] and p.crash is None]  # labels repeat across attempts
-        if g["state"] == "crashed" and torn:
+        if torn:
             lines.append(f"crashed (file ends mid-line: killed or died while writing): {_who(torn)} at step {g['step']}, {g['where']}")
-    for g in groups:
-        if g["state"] == "hung before first record":
-            lines.append(f"logged nothing since its file was created (hung or died before its first record): {g['who']}")
+    return lines
+
+
+def _silent_lines(groups: list[dict[str, Any]]) -> list[str]:
+    """Groups that logged nothing since their files were created: hung or died before their first record."""
+    return [f"logged nothing since its file was created (hung or died before its first record): {g['who']}" for g in groups if g["state"] == "hung before first record"]
+
+
+def _stopped_apart_lines(hang: HangReport | None, groups: list[dict[str, Any]], latest_attempt: int | None) -> list[str]:
+    """The groups that stopped apart from the largest of their attempt: "look at them first", or, among hung processes, what the Hang section says."""
     # The Hang section has compared these processes on evidence (black boxes, collectives, steps): "the odd group"
     # would only echo its suspects or, where it cannot tell, contradict it. A healthy job killed mid-step stops each
     # rank wherever it was, so a smaller group there is no evidence: the headline says what the Hang section says.
     in_hang = {place.label for place in hang.places} if hang is not None else set()
+    lines: list[str] = []
     cannot_tell = False
     for g in groups:
-        if in_hang and set(g["processes"]) <= in_hang:
-            # Differs from the largest group, or one of groups all of one size (2 ranks in 2 places): never "nothing stands out".
-            split = g["differs"] or sum(1 for o in groups if set(o["processes"]) <= in_hang and (o["attempt"], o["source"]) == (g["attempt"], g["source"])) > 1
-            if not hang.suspects and split and not cannot_tell:  # type: ignore[union-attr]  # in_hang is set only with a hang report
+        if hang is not None and in_hang and set(g["processes"]) <= in_hang:
+            if not hang.suspects and not cannot_tell and _hang_split(g, groups, in_hang):
                 cannot_tell = True
-                why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"  # type: ignore[union-attr]  # in_hang is set only with a hang report
-                lines.append(f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one")
+                lines.append(_cannot_tell_line(hang))
             continue
-        if g["differs"] and g["state"] not in ("crashed", "hung before first record", "closed"):
-            peers = [o for o in groups if o["attempt"] == g["attempt"] and o["source"] == g["source"] and not o["differs"]]
-            rest = f", while {peers[0]['count']:,} {'processes' if peers[0]['count'] > 1 else 'process'} {peers[0]['state']} at step {peers[0]['step']}, {peers[0]['where']}" if peers else ""
-            attempt = f" (attempt {g['attempt']})" if latest_attempt else ""
-            lines.append(f"{g['who']}{attempt}: {g['state']} at step {g['step']}, {g['where']}{rest} → look at {g['who']} first")
-    for group in summary.stragglers:
-        lines += straggler_lines(group, latest_attempt is not None and latest_attempt > 0)
+        line = _odd_group_line(g, groups, latest_attempt)
+        if line is not None:
+            lines.append(line)
     return lines
+
+
+def _hang_split(group: dict[str, Any], groups: list[dict[str, Any]], in_hang: set[str]) -> bool:
+    """Whether a group of hung processes is not where all of them are: it differs from the largest group, or is one of groups all of one size (2 ranks in 2 places).
+
+    Either way never "nothing stands out".
+    """
+    if group["differs"]:
+        return True
+    alike = sum(1 for o in groups if set(o["processes"]) <= in_hang and (o["attempt"], o["source"]) == (group["attempt"], group["source"]))
+    return alike > 1
+
+
+def _cannot_tell_line(hang: HangReport) -> str:
+    """The Hang section named no one while the hung processes stopped in different places: why it cannot tell, and that the places alone blame no one."""
+    why = hang.notes[0] if hang.notes else "every stuck process is in the same place and no record shows one behind"
+    return f"hang: cannot tell who holds the others up: {why}; the processes stopped in different places (below), which alone blames no one"
+
+
+def _odd_group_line(group: dict[str, Any], groups: list[dict[str, Any]], latest_attempt: int | None) -> str | None:
+    """``training rank 3: stalled at step 6, inside fwd_bwd > bwd, while 7 processes stalled at step 6, inside all_reduce → look at training rank 3 first``.
+
+    None for a group like the largest of its attempt, or one whose state has a line of its own (crashed, nothing logged) or is no trouble (closed).
+    """
+    if not group["differs"] or group["state"] in ("crashed", "hung before first record", "closed"):
+        return None
+    peers = [o for o in groups if o["attempt"] == group["attempt"] and o["source"] == group["source"] and not o["differs"]]
+    rest = _while_the_others(peers[0]) if peers else ""
+    attempt = f" (attempt {group['attempt']})" if latest_attempt else ""
+    return f"{group['who']}{attempt}: {group['state']} at step {group['step']}, {group['where']}{rest} → look at {group['who']} first"
+
+
+def _while_the_others(peers: dict[str, Any]) -> str:
+    """``, while 7 processes stalled at step 6, inside all_reduce``: where the largest group of the same attempt stopped."""
+    return f", while {peers['count']:,} {'processes' if peers['count'] > 1 else 'process'} {peers['state']} at step {peers['step']}, {peers['where']}"
 
 
 #: Crashed processes given a line each in the headline, per source and attempt (the first to fail first).

@@ -40,7 +40,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_titan.analysis.model.facts import RankSlowness, StepTimes, StragglerFinding
 from otel_titan.analysis.model.rules import MAD_TO_SD, MEDIAN_SE, robust_sd
@@ -595,18 +595,9 @@ def finding(
     either reaches "Look first at" when it costs enough, in both halves of its
     window.
     """
-    cost = slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
-    differences = per_step_differences(slow.rank, per_rank)
-    half = len(differences) // 2
-    bar = PERSISTENT_SHARE * slow.median_excess_ms
-    first = statistics.median([d for _, d in differences[:half]]) if half else None
-    second = statistics.median([d for _, d in differences[half:]]) if differences[half:] else None
-    persistent = slow.median_excess_ms > 0 and first is not None and second is not None and first >= bar and second >= bar
-    large = [step for step, d in differences if slow.median_excess_ms > 0 and d >= bar]
-    # Not in both halves, but large from one step to the last (nearly every step since): it began then and keeps
-    # costing the run, which is what "both halves" is there to find; one that came and went does not qualify.
-    since = [step for step, _ in differences if large and step >= large[0]]
-    lasted = not persistent and bool(large) and second is not None and second >= bar and large[-1] == differences[-1][0] and len(large) >= LASTED_SHARE * len(since)
+    cost = _cost_per_step(slow, late_ms)
+    held = _persistence(slow, per_rank)
+    persistent, lasted = held.persistent, held.lasted
     share = cost / step_ms if step_ms else None
     verdict = verdict or ("straggler" if slow.straggler else "difference")
     if window is not None:
@@ -614,15 +605,9 @@ def finding(
         # costing (since step N), else one that came and went, said with its steps.
         lasted = window_to_end
         persistent = persistent and not window_to_end
-    headline = verdict in ("straggler", "difference") and (persistent or lasted) and share is not None and share >= HEADLINE_MIN_SHARE
+    headline = _reaches_headline(verdict, persistent or lasted, share)
     if why is None and not headline:
-        if verdict == "cannot tell":
-            why = "cannot tell"
-        elif share is None or share < HEADLINE_MIN_SHARE:
-            why = f"costs {0.0 if share is None else share:.1%} of the step (< {HEADLINE_MIN_SHARE:.0%})"
-        else:
-            where = f"steps {large[0]}–{large[-1]}" if large else "no step"
-            why = f"came and went: large in {len(large)} of {len(differences)} steps, {where}; not in both halves of the run"
+        why = _why_not_headline(verdict, share, held)
     return StragglerFinding(
         source=source,
         attempt=attempt,
@@ -640,22 +625,108 @@ def finding(
         robust_z=slow.robust_z,
         compared_steps=slow.compared_steps,
         slowest_steps=slow.slowest_steps,
-        lateness_ms=None if late_ms is None else round(late_ms, 6),
+        lateness_ms=_rounded(late_ms, 6),
         cost_per_step_ms=round(cost, 6),
         cost_run_ms=round(cost * slow.compared_steps, 3),
-        share_of_step=None if share is None else round(share, 4),
+        share_of_step=_rounded(share, 4),
         persistent=persistent,
-        first_half_excess_ms=None if first is None else round(first, 6),
-        second_half_excess_ms=None if second is None else round(second, 6),
-        large_from_step=large[0] if large else None,
-        large_to_step=large[-1] if large else None,
-        large_steps=len(large),
+        first_half_excess_ms=_rounded(held.first, 6),
+        second_half_excess_ms=_rounded(held.second, 6),
+        large_from_step=held.large[0] if held.large else None,
+        large_to_step=held.large[-1] if held.large else None,
+        large_steps=len(held.large),
         headline=headline,
         why_not_headline=None if headline else why,
-        since_step=(window[0] if window is not None else large[0]) if lasted else None,
+        since_step=_since_step(held.large, window) if lasted else None,
         window_from_step=None if window is None else window[0],
         window_to_step=None if window is None else window[1],
     )
+
+
+def _cost_per_step(slow: RankSlowness, late_ms: float | None) -> float:
+    """What the run would save per step without the finding: the rank's excess, or for a phase its lateness when smaller (what the others wait for at the collective; 0 when not late)."""
+    return slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
+
+
+class _Persistence(NamedTuple):
+    """How a rank's per-step difference from its peers held over the steps judged (`finding`): whether it is a lasting cost or came and went."""
+
+    #: Steps compared (with another rank).
+    steps: int
+    #: The median difference in the first half of those steps, and in the second (None: no step in that half).
+    first: float | None
+    second: float | None
+    #: At least `PERSISTENT_SHARE` of the rank's excess in both halves.
+    persistent: bool
+    #: The steps whose difference is at least that share (in step order).
+    large: list[int]
+    #: Not in both halves, but large from one step to the last in nearly every step since (`LASTED_SHARE`).
+    lasted: bool
+
+
+def _persistence(slow: RankSlowness, per_rank: Mapping[int, Mapping[int, float]]) -> _Persistence:
+    """Whether `slow`'s excess held in both halves of the steps, or began at a step and lasted to the last one (`_Persistence`).
+
+    Why: a cost that holds in both halves (or lasts from its onset to the
+    end) is one the run keeps paying, what "Look first at" is for; one large
+    in a few steps only came and went, and is said with its steps instead.
+    """
+    differences = per_step_differences(slow.rank, per_rank)
+    half = len(differences) // 2
+    bar = PERSISTENT_SHARE * slow.median_excess_ms
+    first = _median_difference(differences[:half])
+    second = _median_difference(differences[half:])
+    persistent = slow.median_excess_ms > 0 and first is not None and second is not None and first >= bar and second >= bar
+    large = _large_steps(differences, slow.median_excess_ms, bar)
+    return _Persistence(len(differences), first, second, persistent, large, _lasted(differences, large, second, bar, persistent))
+
+
+def _median_difference(differences: list[tuple[int, float]]) -> float | None:
+    """The median of (step, difference) pairs' differences; None for no step."""
+    return statistics.median([d for _, d in differences]) if differences else None
+
+
+def _large_steps(differences: list[tuple[int, float]], excess_ms: float, bar: float) -> list[int]:
+    """The steps whose difference reaches `bar` (none when the rank is not slower at all), in step order."""
+    if not excess_ms > 0:
+        return []
+    return [step for step, d in differences if d >= bar]
+
+
+def _lasted(differences: list[tuple[int, float]], large: list[int], second: float | None, bar: float, persistent: bool) -> bool:
+    """Not in both halves, but large from one step to the last (nearly every step since): it began then and keeps costing.
+
+    That is what "both halves" is there to find; one that came and went does not qualify.
+    """
+    if persistent or not large or second is None or not second >= bar:
+        return False
+    since = [step for step, _ in differences if step >= large[0]]
+    return large[-1] == differences[-1][0] and len(large) >= LASTED_SHARE * len(since)
+
+
+def _reaches_headline(verdict: str, lasting: bool, share: float | None) -> bool:
+    """Whether a finding reaches "Look first at": a verdict on evidence, a lasting cost, and at least `HEADLINE_MIN_SHARE` of the step."""
+    return verdict in ("straggler", "difference") and lasting and share is not None and share >= HEADLINE_MIN_SHARE
+
+
+def _why_not_headline(verdict: str, share: float | None, held: _Persistence) -> str:
+    """Why a finding stays out of "Look first at": it cannot tell, it costs too little, or it came and went (with the steps it was large in)."""
+    if verdict == "cannot tell":
+        return "cannot tell"
+    if share is None or share < HEADLINE_MIN_SHARE:
+        return f"costs {0.0 if share is None else share:.1%} of the step (< {HEADLINE_MIN_SHARE:.0%})"
+    where = f"steps {held.large[0]}–{held.large[-1]}" if held.large else "no step"
+    return f"came and went: large in {len(held.large)} of {held.steps} steps, {where}; not in both halves of the run"
+
+
+def _since_step(large: list[int], window: tuple[int, int] | None) -> int:
+    """Where a lasting slowdown began: its change window's first step, else its first large step."""
+    return window[0] if window is not None else large[0]
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    """`value` rounded to `digits`, None kept."""
+    return None if value is None else round(value, digits)
 
 
 # -- one group's verdicts: the rule `summarize` (every step) and `watch` (its window) both call ------------------------

@@ -614,7 +614,10 @@ def test_make_trains_healthy_two_rank_run_names_no_straggler():
 def test_a_real_three_rank_run_names_its_straggler_with_the_cost():
     summary = summarize_run(three_rank_toy_run())
     (group,) = summary.stragglers
-    (item,) = summary.straggler_findings(headline_only=True)
+    # The most costly first. On this 2-core machine rank 1's forward, just after its 40 ms sleep, is now and then truly slower by
+    # ~1 % of the step (0.5 ms; 1 run in 18), and then reaches the headline too: a measured effect on the same rank, not a wrong one.
+    item, *others = summary.straggler_findings(headline_only=True)
+    assert all(f.rank == 1 and f.cost_per_step_ms < 0.05 * item.cost_per_step_ms for f in others), others
     assert (item.rank, item.kind, item.what, item.verdict, item.persistent) == (1, "phase", "data_fetch", "straggler", True)
     assert item.cost_per_step_ms == pytest.approx(SLOW_MS, rel=0.15) and item.cost_run_ms == pytest.approx(item.cost_per_step_ms * item.compared_steps, rel=1e-3)
     look_first = format_summary(summary).split("Where the processes stopped")[0]

@@ -390,10 +390,7 @@ class Detector:
                 continue
             for p, end in members:
                 self.killed.pop(p.key, None)  # judged again at every evaluation: a later record of its own clears it
-                # Also one already called crashed for writing nothing since the others' SIGTERM (`_ended`, after 2 s): its crash
-                # facts come from here, or the others' failures are taken for the first (a flake of --once right after the job).
-                unjudged = ended.get(p.key) is None or (ended.get(p.key) == "crashed" and p.crash is None)
-                evidence = kill_evidence(end, ends) if unjudged else None
+                evidence = kill_evidence(end, ends) if ended.get(p.key) is None else None
                 if evidence is not None:
                     ended[p.key] = "crashed"
                     self.killed[p.key] = killed_crash(end, evidence, _inner(p))

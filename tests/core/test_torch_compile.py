@@ -110,15 +110,20 @@ def test_compiling_while_other_threads_log_never_trips_a_dynamo_guard(logged):
     """Dynamo guarded on the capture queue it saw in `sl.*` calls (``len(_state.items) == 5``): another thread's
     records changed it while a frame was traced, and torch raised "Guard failed on the same frame it was created"
     (seen once in a whole-suite run, as the default compile's explain). The check for compilation comes first now,
-    so a traced call never reads the queue. Here other threads log as fast as they can while the block is traced."""
+    so a traced call never reads the queue. Here other threads log all the while the block is traced: each
+    record changes the queue's length, a thousand times a second per thread. Not flat out: two threads flat out
+    for the four compiles filled CI's 128 MB file, which rotated away the eager calls' records (857 of the
+    other threads' records and one block_forward_start were left in the active file)."""
     import threading
+    import time
 
-    logged()
+    logged(max_file_size_mb=1024)
     stop = threading.Event()
 
     def log_until_stopped() -> None:
         while not stop.is_set():
             sl.log_trace_instant("from_another_thread")
+            time.sleep(0.001)
 
     threads = [threading.Thread(target=log_until_stopped, daemon=True) for _ in range(2)]
     for thread in threads:

@@ -14,6 +14,9 @@ step ``CRASH_STEP`` (8) rank BAD:
   them at once), until torchrun terminates them;
 * ``sigkill``: SIGKILLs itself inside ``fwd_bwd`` (the kernel's OOM killer);
   gloo fails the others' all_reduce and they die of that exception;
+* ``sigkill_wait``: the same kill, and the others wait in ``all_reduce`` as in
+  ``raise_wait`` until torchrun's SIGTERM: signal records after the killed
+  rank's last record, and no exception;
 * ``hang``: sleeps in `read_shard` inside the ``data_fetch`` span every rank
   opens before ``fwd_bwd`` (the others wait in gloo's all_reduce) until the
   test presses Ctrl-C (SIGINT to the job's process group).
@@ -72,7 +75,7 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     sl.init_structured_logger("training", OUT)
     tensor = torch.ones(16)
-    peer_gone = FAULT == "raise_wait" and (ONLY_ATTEMPT is None or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == ONLY_ATTEMPT)
+    peer_gone = FAULT in ("raise_wait", "sigkill_wait") and (ONLY_ATTEMPT is None or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == ONLY_ATTEMPT)
     for step in range(1, STEPS + 1):
         sl.set_step(step)
         with sl.log_trace_span("data_fetch"):
@@ -84,7 +87,7 @@ def main() -> None:
                 time.sleep(CRASH_DELAY_S)
                 if FAULT in ("raise", "raise_wait"):
                     allocate()
-                elif FAULT == "sigkill":
+                elif FAULT in ("sigkill", "sigkill_wait"):
                     os.kill(os.getpid(), signal.SIGKILL)
         sl.log_trace_scalar({"loss": 1.0 / step})
         if COLLECTIVE:

@@ -390,10 +390,15 @@ class Detector:
                 continue
             for p, end in members:
                 self.killed.pop(p.key, None)  # judged again at every evaluation: a later record of its own clears it
-                evidence = kill_evidence(end, ends) if ended.get(p.key) is None else None
+                # No end of its own on record (no crash, closing or signal record), as summarize judges it: also one
+                # `_ended` already called crashed for its torn last line or for writing nothing since the others'
+                # SIGTERM. Else the others' failures read as the first (CI stop 34: rank 1 SIGKILLed, torchrun's
+                # SIGTERM reached ranks 0,2 as they failed, and --once named them, held back by rank 1).
+                unjudged = ended.get(p.key) is None or (ended.get(p.key) == "crashed" and p.crash is None)
+                evidence = kill_evidence(end, ends) if unjudged else None
                 if evidence is not None:
                     ended[p.key] = "crashed"
-                    self.killed[p.key] = killed_crash(end, evidence, _inner(p))
+                    self.killed[p.key] = killed_crash(end, evidence, _inner(p), torn=p.torn_since is not None)
 
     def _crash_of(self, p: ProcessState) -> dict[str, Any] | None:
         """Its crash (an uncaught exception) or its silent kill, as `model.ending` describes them; None for Ctrl-C or no crash."""

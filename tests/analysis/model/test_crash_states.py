@@ -136,10 +136,31 @@ def test_a_sigkilled_rank_is_a_crash_and_its_peers_whose_collective_failed_are_i
     data = json.loads(summarize(tmp_path, "--json"))
     assert [(s["rank"], s["rule"]) for s in data["hang"]["suspects"]] == [(BAD, "crashed")]
     assert {p["rank"]: p["state"] for p in data["processes"]} == {0: "crashed", 1: "crashed", 2: "crashed"}
-    code, lines = watch_once(tmp_path, "--exit-on", "crashed")
-    (crashed,) = alerts(lines, "crashed")
-    assert code == 3 and crashed["ranks"] == [BAD] and crashed["victims"] == 2 and "killed" in crashed["message"], crashed
-    assert not alerts(lines, "hang")
+    for wait in (0.0, 2.5):  # also once torchrun's SIGTERM (when it reached ranks 0,2 as they failed) is 2 s old
+        time.sleep(wait)
+        code, lines = watch_once(tmp_path, "--exit-on", "crashed")
+        (crashed,) = alerts(lines, "crashed")
+        assert code == 3 and crashed["ranks"] == [BAD] and crashed["victims"] == 2 and "killed" in crashed["message"], (wait, crashed)
+        assert not alerts(lines, "hang")
+
+
+def test_a_sigkilled_rank_whose_peers_torchrun_terminated_is_the_crash_and_they_its_victims(tmp_path):
+    """Item 4, as CI once raced it: rank 1 SIGKILLs itself in fwd_bwd at step 8; ranks 0,2 wait in all_reduce (as NCCL
+    does) until torchrun's SIGTERM, whose records come after rank 1's last one. `watch` once called rank 1 crashed for
+    writing nothing since (with no crash facts) once the SIGTERM was 2 s old, and then named ranks 0,2 as the crash,
+    held back by rank 1: `watch --once` runs at once and again 2.5 s later."""
+    run_job("sigkill_wait", tmp_path, 3)
+    head = summarize(tmp_path)[:2500]
+    print(head)
+    assert "▶ crashed: training rank 1: killed (no closing or signal record; the others were terminated by a signal after its last record), inside span fwd_bwd, step 8; ranks 0,2 stopped after it (its victims)" in head
+    for wait in (0.0, 2.5):
+        time.sleep(wait)
+        code, lines = watch_once(tmp_path, "--exit-on", "crashed")
+        (crashed,) = alerts(lines, "crashed")
+        assert code == 3 and crashed["ranks"] == [BAD] and crashed["victims"] == 2 and "killed" in crashed["message"], (wait, crashed)
+        assert not alerts(lines, "hang")
+        (terminated,) = alerts(lines, "terminated")
+        assert terminated["ranks"] == [0, 2] and "after rank 1 crashed (victims)" in terminated["message"], (wait, terminated)
 
 
 def test_ctrl_c_on_a_hung_job_still_names_the_rank_it_interrupted_in_its_span(tmp_path):

@@ -46,6 +46,8 @@ from tests.helpers.analysis import T0
 ONSETS = ("start", "late", "intermittent", "pause, every rank", "pause, rank 0")
 #: The step of the recovered stall or the pause (`ONSETS`), and how long it lasts (s): longer than `watch`'s patience for a hang.
 PAUSE_STEP, PAUSE_S = 2, 45.0
+#: An onset outside the sampled axis (`ONSETS`): rank 0's pause, the others waiting in a traced span named for no collective.
+PAUSE_IN_A_SPAN = "pause, rank 0, the others in a span"
 ENDS = ("clean", "exception_in_span", "exception_between", "interrupt", "sigterm", "sigkill", "stuck", "crawling", "ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
 WRITERS = ("otel-titan", "torchtitan", "pimm")
 LOOPS = ("collective", "readme", "nospan")
@@ -269,10 +271,15 @@ def _stall(w: _Writer, case: Case, since: int, until: int, own: bool) -> None:
 
 
 def _pause(w: _Writer, case: Case, step: int, t: int) -> None:
-    """A pause at the start of `step` (`ONSETS`): every rank's checkpoint, or rank 0's while the others wait in an untraced barrier."""
+    """A pause at the start of `step` (`ONSETS`): every rank's checkpoint, or rank 0's while the others wait in an untraced barrier
+    (or, for the onset `PAUSE_IN_A_SPAN`, in a span whose name says nothing of a wait: ``with sl.log_trace_span("after_save"): barrier()``)."""
     until = t + int(PAUSE_S * 1e6)
     if case.onset == "pause, every rank" or w.rank == 0:
         w.open("checkpoint", step, t)
+        _stall(w, case, t, until, own=False)
+        w.close(until)
+    elif case.onset == PAUSE_IN_A_SPAN:
+        w.open("after_save", step, t)
         _stall(w, case, t, until, own=False)
         w.close(until)
     else:

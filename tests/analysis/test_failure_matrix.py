@@ -46,7 +46,7 @@ from otel_titan.analysis import summarize_run
 from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.watch.loop import Watch
 from otel_titan.analysis.watch.replay import replay
-from tests.analysis.failure_runs import ENDS, HEALTHY, LOOPS, ONSETS, WRITERS, Case, write_failure_run
+from tests.analysis.failure_runs import ENDS, HEALTHY, LOOPS, ONSETS, PAUSE_IN_A_SPAN, WRITERS, Case, write_failure_run
 
 WORLDS = (2, 3, 8, 64)
 
@@ -232,4 +232,13 @@ def test_a_two_rank_job_whose_rank_0_checkpoints_never_pages_about_the_rank_that
     checkpoint, or its records still said the step before), with black boxes because the two groups were one rank each, without them
     because rank 0's checkpoint stamped the next step. Every alert raised while it lasted, and the verdicts at the end, name no one."""
     result = judge(Case(end="clean", world=2, onset="pause, rank 0", boxes=boxes), tmp_path)
+    assert not result["wrong"] and result["agree"] and result["named"]["watch"] == set(), result
+
+
+@pytest.mark.parametrize("boxes", ["all", "none"])
+def test_rank_0s_checkpoint_is_a_pause_whatever_the_span_the_others_wait_in_is_called(tmp_path: Path, boxes: str):
+    """``if rank == 0: save()`` then ``with sl.log_trace_span("after_save"): dist.barrier()``, 45 s: `watch` took a pause only where
+    the others' span was named for a collective, and named rank 0 in its checkpoint after 30 s (`unknown_span_s`) while `summarize`
+    said "a pause"; one rule now (`model.hang.waited_for_in_own_work`): the others all wait in a span rank 0 has not reached."""
+    result = judge(Case(end="clean", world=3, onset=PAUSE_IN_A_SPAN, boxes=boxes), tmp_path)
     assert not result["wrong"] and result["agree"] and result["named"]["watch"] == set(), result

@@ -75,7 +75,7 @@ from otel_titan.analysis.model.headline import compress
 from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
-__all__ = ["PAUSE_ALLOWANCE_S", "program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "own_work", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
+__all__ = ["PAUSE_ALLOWANCE_S", "program_line", "digest_black_box", "read_faulthandler_stacks", "build_hang", "name_suspects", "own_work", "waited_for_in_own_work", "place_in_step", "flag_missing_that_ran", "format_hang", "format_history", "stall_history", "HangReport", "HangGroup", "Suspect", "RankPlace"]
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -1044,7 +1044,7 @@ def _pause(suspect: Suspect, place: RankPlace | None, process: Any, places: list
     others = [q for q in places if place is not None and q is not place and (q.source, q.attempt) == (place.source, place.attempt)]
     if place is None or process is None or not others or place.span is None or place.between_spans or not place.seen:
         return None
-    if not _others_wait_for_its_own_work(place, others):
+    if not waited_for_in_own_work(place, others):
         return None
     open_s = _open_for(process, place.span)
     if open_s is None or open_s >= allowance_s:
@@ -1053,8 +1053,9 @@ def _pause(suspect: Suspect, place: RankPlace | None, process: Any, places: list
             f"{plural(len(others), 'rank')} wait for it (a hang after {allowance_s:,.0f} s)")
 
 
-def _others_wait_for_its_own_work(place: RankPlace, others: list[RankPlace]) -> bool:
-    """Whether `place` is in its own work (`own_work`) and the `others` of its world wait for it.
+def waited_for_in_own_work(place: RankPlace, others: Sequence[RankPlace]) -> bool:
+    """Whether `place` is in its own work (`own_work`) and the `others` of its world wait for it: `summarize`'s pause
+    and `watch`'s (`watch.detect.Detector._need` gives it ``--pause-after``), one rule.
 
     The others wait for it: between spans (an unspanned barrier), or all in one span it has not reached this step.
     """

@@ -65,8 +65,10 @@ clock (``sustain_steps``; hang after ``hang_after`` seconds). Still
 `watch`'s own, because they judge records still arriving: *when* a stop is
 a hang (the learned durations above), the job-wide slowdown's rule, the
 span pairing of `state.ProcessState` (records one at a time, bounded), and
-the collective names (`state.is_collective`: only to tell a start-up from a
-hang, in the own-work pause and the job-wide slowdown's phase).
+the collective names (`state.is_collective`: only to tell a start-up, where
+rank 0 logs while the others still build the model, from a hang on a rank
+silent since init). The own-work pause is the model's rule
+(`model.hang.waited_for_in_own_work`) with ``--pause-after``.
 """
 
 from __future__ import annotations
@@ -91,8 +93,8 @@ from otel_titan.analysis.model.hang import (
     RankPlace,
     flag_missing_that_ran,
     name_suspects,
-    own_work,
     place_in_step,
+    waited_for_in_own_work,
 )
 from otel_titan.analysis.model.headline import compress as compress_ranks
 from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD
@@ -569,7 +571,7 @@ class Detector:
         culprits = [by_label[s.label] for s in suspects if s.label in by_label]
         # A desync (one sequence number, different collectives: the flight recorder's) can never complete: no need to
         # wait for the culprit's span to outlast its past, even one never seen to finish (a barrier only it entered).
-        needed = self._stopped_long_enough(culprits, suspects[0].rule == "desync", live, now, hang_after)
+        needed = self._stopped_long_enough(culprits, suspects[0].rule == "desync", live, places, now, hang_after)
         if needed is None:
             return None
         ranks = sorted({s.rank for s in suspects if s.rank is not None})
@@ -582,7 +584,8 @@ class Detector:
             return _Verdict(ranks, "has written no record since init", first.why, first.rule, min(p.first_arrival or now for p in culprits), None, None, line, evidence, needed)
         return _located_verdict(first, by_label[first.label], places[first.label], culprits, live, ranks, now, needed)
 
-    def _stopped_long_enough(self, culprits: list[ProcessState], proven: bool, live: list[ProcessState], now: float, hang_after: float) -> float | None:
+    def _stopped_long_enough(self, culprits: list[ProcessState], proven: bool, live: list[ProcessState], places: dict[str, RankPlace], now: float,
+                             hang_after: float) -> float | None:
         """How long the culprits had to be stopped (s), once each was; None while one has not been where it is long enough.
 
         Each culprit must have been where it is longer than it ever took there before (the model judges
@@ -594,13 +597,13 @@ class Detector:
             if p.silent or proven:
                 continue
             stuck = now - (p.progress_arrival or now)
-            need = self._need(p, stuck, live, hang_after)
+            need = self._need(p, stuck, live, places, hang_after)
             if stuck < need:
                 return None
             needed = max(needed, need)
         return needed
 
-    def _need(self, p: ProcessState, stuck: float, live: list[ProcessState], hang_after: float) -> float:
+    def _need(self, p: ProcessState, stuck: float, live: list[ProcessState], places: dict[str, RankPlace], hang_after: float) -> float:
         """How long culprit `p`, `stuck` seconds where it is, must stay there to be hung: 3 × its longest gap between records
         (between spans), 3 × the span's longest finished duration, ``shared_pause_s`` in a span only it runs that the others
         wait for (noted in `pauses` meanwhile), ``unknown_span_s`` in a span never seen to finish."""
@@ -611,24 +614,14 @@ class Detector:
         if inner.name in p.span_max_ms or any(inner.name in q.span_max_ms for q in live[:64]):
             learned = max([p.span_max_ms.get(inner.name, 0.0)] + [q.span_max_ms.get(inner.name, 0.0) for q in live[:64]])
             return max(hang_after, 3.0 * learned / 1000.0)
-        if self._waited_for_in_own_work(p, inner.name, live):
+        place = places.get(p.label)
+        if place is not None and waited_for_in_own_work(place, [places[q.label] for q in live if q is not p and q.label in places]):
             need = max(hang_after, rules.shared_pause_s)  # rank 0's first checkpoint: a pause, until it lasts longer than allowed
             if stuck < need:
                 self.pauses.append(f"{p.label} in {inner.name}, a span only it runs, for {stuck:,.0f} s; {len(live) - 1} ranks wait for it "
                                    f"(a hang after {need:,.0f} s: --pause-after)")
             return need
         return max(hang_after, rules.unknown_span_s)
-
-    @staticmethod
-    def _waited_for_in_own_work(p: ProcessState, span: str, live: list[ProcessState]) -> bool:
-        """``if rank == 0: save(); dist.barrier()``: `p` is in a span no other rank ever ran (`model.hang.own_work`), and they all wait (in a collective, or between spans).
-
-        Never a collective of its own (a barrier only it entered): that waits for the others, it is no work of its own.
-        """
-        others = [q for q in live if q is not p]
-        if is_collective(span) or not others or not own_work(span, ([*q.span_max_ms, *q.open_names()] for q in others)):
-            return False
-        return all(q.innermost() is None or is_collective(q.innermost().name) for q in others)  # type: ignore[union-attr]
 
     # -- slow ----------------------------------------------------------------------------------
     def _slow(self, live: list[ProcessState], now: float) -> None:

@@ -1,4 +1,5 @@
-"""The analysis commands against DuckDB's JSON reader, side by side: 64, 256 and 1,024 ranks (`make bench-analysis`).
+"""The analysis commands against DuckDB's JSON reader, side by side: 64, 256 and 1,024 ranks (`make
+bench-analysis`).
 
 Why: issue 19 sets the analysis' speed relative to the parser a user could
 reach for instead: DuckDB's ``read_ndjson`` reading the same files' columns
@@ -29,9 +30,10 @@ worker processes the sum of each process's peak over its tree.
 
 Usage::
 
-    python benchmarks/analysis_scale.py                # 64, 256, 1,024 ranks x 40 steps, 3 rounds (about 8 min on 2 cores)
-    python benchmarks/analysis_scale.py --quick        # a CI-size smoke run (figures mean nothing)
-    python benchmarks/analysis_scale.py --ranks 256 --baseline /tmp/base   # before/after: also each command from another checkout
+    python benchmarks/analysis_scale.py                # 64, 256, 1,024 ranks x 40 steps, 3 rounds
+    (about 8 min on 2 cores) python benchmarks/analysis_scale.py --quick        # a CI-size smoke
+    run (figures mean nothing) python benchmarks/analysis_scale.py --ranks 256 --baseline /tmp/base
+    # before/after: also each command from another checkout
 """
 
 from __future__ import annotations
@@ -57,9 +59,21 @@ from tests.helpers import processes  # noqa: E402 - kills a measured command's w
 
 #: The fields summarize reads from a record (docs/schema.md), as DuckDB reads them.
 SUMMARY_COLUMNS = {
-    "time_us": "BIGINT", "log_type": "VARCHAR", "log_type_name": "VARCHAR", "event_name": "VARCHAR", "step": "BIGINT",
-    "span_id": "VARCHAR", "parent_span_id": "VARCHAR", "rank": "BIGINT", "source": "VARCHAR", "host_name": "VARCHAR",
-    "tid": "BIGINT", "run_id": "VARCHAR", "attempt": "BIGINT", "value": "VARCHAR", "caller": "VARCHAR",
+    "time_us": "BIGINT",
+    "log_type": "VARCHAR",
+    "log_type_name": "VARCHAR",
+    "event_name": "VARCHAR",
+    "step": "BIGINT",
+    "span_id": "VARCHAR",
+    "parent_span_id": "VARCHAR",
+    "rank": "BIGINT",
+    "source": "VARCHAR",
+    "host_name": "VARCHAR",
+    "tid": "BIGINT",
+    "run_id": "VARCHAR",
+    "attempt": "BIGINT",
+    "value": "VARCHAR",
+    "caller": "VARCHAR",
 }
 
 _DUCKDB = f"""
@@ -78,7 +92,8 @@ def work(run, out):
     return len(rows)
 """
 
-#: What each command's child runs: ``work(run, out)`` returns something of the result (so that nothing is skipped).
+#: What each command's child runs: ``work(run, out)`` returns something of the result (so that
+#: nothing is skipped).
 CHILDREN = {
     "duckdb": _DUCKDB,
     "summarize": "from otel_titan.analysis import summarize_run, format_summary\ndef work(run, out): return len(format_summary(summarize_run(run, log_skipped=False, cache=False)))",
@@ -91,9 +106,9 @@ CHILDREN = {
 COMMANDS = list(CHILDREN)
 
 
-#: What a measured child runs: the command's snippet (argv[1]) on the run (argv[2]), timed around `work` only.
-#: Run with ``-c`` from the checkout measured (its folder first on the path): nothing of this script is imported,
-#: so a ``--baseline`` checkout's own otel_titan is what runs.
+#: What a measured child runs: the command's snippet (argv[1]) on the run (argv[2]), timed around
+#: `work` only. Run with ``-c`` from the checkout measured (its folder first on the path): nothing
+#: of this script is imported, so a ``--baseline`` checkout's own otel_titan is what runs.
 _CHILD = """import json, resource, sys, time
 namespace = {}
 exec(sys.argv[1], namespace)
@@ -111,14 +126,21 @@ BASELINE = " (baseline)"
 
 
 def measure(which: str, run: str, out: str, baseline: str | None = None) -> dict[str, Any]:
-    """One command in a fresh interpreter: its own time, and its peak memory (``ru_maxrss``; the tree's sum when it has workers).
+    """One command in a fresh interpreter: its own time, and its peak memory (``ru_maxrss``; the
+    tree's sum when it has workers).
 
-    `baseline`: run it from that checkout of otel-titan instead (its own copy of this script and package).
+    `baseline`: run it from that checkout of otel-titan instead (its own copy of this script and
+    package).
     """
     repo = REPO
     if which.endswith(BASELINE):
         which, repo = which[: -len(BASELINE)], baseline or REPO
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, CHILDREN[which], run, out], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": repo}, cwd=repo)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, CHILDREN[which], run, out],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": repo},
+        cwd=repo,
+    )
     sampler = _TreeMemory(child.pid)
     sampler.start()
     try:
@@ -131,10 +153,13 @@ def measure(which: str, run: str, out: str, baseline: str | None = None) -> dict
         sampler.stop()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{which} failed on {run}")
-    # The figures are the child's last line (a worker or library that also writes to stdout must not break it).
+    # The figures are the child's last line (a worker or library that also writes to stdout must not
+    # break it).
     result = json.loads(output.strip().splitlines()[-1])
     own = usage.ru_maxrss * 1024
-    result["peak_rss_bytes"] = max(sum(sampler.peaks.values()), own) if len(sampler.peaks) > 1 else own
+    result["peak_rss_bytes"] = (
+        max(sum(sampler.peaks.values()), own) if len(sampler.peaks) > 1 else own
+    )
     for suffix in (".json", ".html"):
         if os.path.exists(out + suffix):
             os.unlink(out + suffix)
@@ -152,28 +177,56 @@ def _read_once(run: str) -> int:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The markdown table of docs/performance.md: per size and command, median time, MB/s, the rate as a fraction of DuckDB's, peak memory."""
-    lines = ["| ranks | MB | command | median s | MB/s | × DuckDB's rate | CPU s | peak MB |", "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    """The markdown table of docs/performance.md: per size and command, median time, MB/s, the rate
+    as a fraction of DuckDB's, peak memory."""
+    lines = [
+        "| ranks | MB | command | median s | MB/s | × DuckDB's rate | CPU s | peak MB |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
         base = row["commands"]["duckdb"]["median_s"]
         for which, figures in row["commands"].items():
             rate = row["bytes"] / 1e6 / figures["median_s"] if figures["median_s"] > 0 else 0.0
             ratio = base / figures["median_s"] if figures["median_s"] > 0 else 0.0
-            lines.append(f"| {row['ranks']:,} | {row['bytes'] / 1e6:,.0f} | {which} | {figures['median_s']:.2f} | {rate:,.0f} | {ratio:.2f} | {figures.get('median_cpu_s', 0.0):.2f} | {figures['peak_mb']:,.0f} |")
+            lines.append(
+                f"| {row['ranks']:,} | {row['bytes'] / 1e6:,.0f} | {which} | "
+                f"{figures['median_s']:.2f} | {rate:,.0f} | {ratio:.2f} | "
+                f"{figures.get('median_cpu_s', 0.0):.2f} | {figures['peak_mb']:,.0f} |"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="otel-titan summarize, --jobs 2, export, report and sql against DuckDB's read_ndjson, side by side (64, 256, 1,024 ranks).")
+    parser = argparse.ArgumentParser(
+        description="otel-titan summarize, --jobs 2, export, report and sql against DuckDB's read_ndjson, side by side (64, 256, 1,024 ranks)."
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--commands", nargs="+", choices=COMMANDS, default=COMMANDS, help="a subset of the commands (duckdb is always measured: it is the reference)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 8 and 16 ranks, 4 steps, one round (for CI; the figures mean nothing)")
-    parser.add_argument("--workdir", default=None, help="where to generate the runs (default: a temporary folder, deleted after)")
+    parser.add_argument(
+        "--commands",
+        nargs="+",
+        choices=COMMANDS,
+        default=COMMANDS,
+        help="a subset of the commands (duckdb is always measured: it is the reference)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 8 and 16 ranks, 4 steps, one round (for CI; the figures mean nothing)",
+    )
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="where to generate the runs (default: a temporary folder, deleted after)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
-    parser.add_argument("--baseline", metavar="DIR", help="also measure the commands from this checkout of otel-titan (e.g. a `git worktree` of the commit before a change), "
-                        "interleaved with this one's, named '<command> (baseline)': a before/after in one run")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also measure the commands from this checkout of otel-titan (e.g. a `git worktree` of the commit before a change), "
+        "interleaved with this one's, named '<command> (baseline)': a before/after in one run",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.ranks, args.steps, args.repeat = [8, 16], 4, 1
@@ -186,28 +239,60 @@ def main(argv: list[str] | None = None) -> int:
         for ranks in args.ranks:
             run = os.path.join(work, f"run-{ranks}")
             started = time.monotonic()
-            generate_run(run, RunSpec(ranks=ranks, steps=args.steps, seed=ranks, hung=(ranks // 2 + 1, max(1, args.steps * 3 // 4)), straggler=(ranks // 4, "fwd", 20.0)))
+            generate_run(
+                run,
+                RunSpec(
+                    ranks=ranks,
+                    steps=args.steps,
+                    seed=ranks,
+                    hung=(ranks // 2 + 1, max(1, args.steps * 3 // 4)),
+                    straggler=(ranks // 4, "fwd", 20.0),
+                ),
+            )
             size = _read_once(run)
-            print(f"{ranks} ranks x {args.steps} steps: {size / 1e6:,.0f} MB (generated in {time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"{ranks} ranks x {args.steps} steps: {size / 1e6:,.0f} MB (generated in "
+                f"{time.monotonic() - started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
             results: dict[str, list[dict[str, Any]]] = {c: [] for c in commands}
             for round_ in range(args.repeat):
-                order = commands[round_ % len(commands):] + commands[: round_ % len(commands)]
+                order = commands[round_ % len(commands) :] + commands[: round_ % len(commands)]
                 for which in order:
                     result = measure(which, run, os.path.join(work, "out"), args.baseline)
                     results[which].append(result)
-                    print(f"  {which}: {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), {result['peak_rss_bytes'] / 1e6:.0f} MB", file=sys.stderr, flush=True)
-            rows.append({
-                "ranks": ranks, "steps": args.steps, "bytes": size,
-                "commands": {c: {"median_s": statistics.median(r["seconds"] for r in results[c]),
-                                 "median_cpu_s": statistics.median(r["cpu_seconds"] for r in results[c]),
-                                 "peak_mb": statistics.median(r["peak_rss_bytes"] for r in results[c]) / 1e6,
-                                 "rounds_s": [r["seconds"] for r in results[c]]} for c in commands},
-            })
+                    print(
+                        f"  {which}: {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s "
+                        f"CPU), {result['peak_rss_bytes'] / 1e6:.0f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            rows.append(
+                {
+                    "ranks": ranks,
+                    "steps": args.steps,
+                    "bytes": size,
+                    "commands": {
+                        c: {
+                            "median_s": statistics.median(r["seconds"] for r in results[c]),
+                            "median_cpu_s": statistics.median(r["cpu_seconds"] for r in results[c]),
+                            "peak_mb": statistics.median(r["peak_rss_bytes"] for r in results[c])
+                            / 1e6,
+                            "rounds_s": [r["seconds"] for r in results[c]],
+                        }
+                        for c in commands
+                    },
+                }
+            )
             shutil.rmtree(run)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"\n{cpus} CPUs, load average {os.getloadavg()[0]:.1f} at the end; medians of {args.repeat} interleaved rounds, fresh interpreters\n")
+    print(
+        f"\n{cpus} CPUs, load average {os.getloadavg()[0]:.1f} at the end; medians of "
+        f"{args.repeat} interleaved rounds, fresh interpreters\n"
+    )
     print(table(rows))
     if args.json:
         with open(args.json, "w") as handle:

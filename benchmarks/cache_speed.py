@@ -1,4 +1,5 @@
-"""A second question is free: `summarize`, `sql` and `report` with the analysis cache, against a full read, and a run that grew.
+"""A second question is free: `summarize`, `sql` and `report` with the analysis cache, against a
+full read, and a run that grew.
 
 Why: the issue's target is a second ``summarize``, ``report`` or ``sql`` on an
 unchanged 1,024-rank run in at most 1 s on local disk, and a run that grew
@@ -21,8 +22,8 @@ every wall time is slower, the CPU time much less so; compare within one run.
 
 Usage::
 
-    python benchmarks/cache_speed.py                       # 1,024 ranks × 50 steps, 3 rounds; deleted after
-    python benchmarks/cache_speed.py --run /tmp/run --repeat 1 --commands summarize
+    python benchmarks/cache_speed.py                       # 1,024 ranks × 50 steps, 3 rounds;
+    deleted after python benchmarks/cache_speed.py --run /tmp/run --repeat 1 --commands summarize
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ if REPO not in sys.path:
 
 from benchmarks.generate_run import RunSpec, generate_run  # noqa: E402 - after the sys.path set-up (run as a script)
 
-QUERY = "SELECT name, count(*), quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name ORDER BY name"
+QUERY = (
+    "SELECT name, count(*), quantile_cont(duration_ms, 0.99) FROM spans GROUP BY name ORDER BY name"
+)
 
 
 def _command(name: str, run: str, out: str) -> list[str]:
@@ -59,7 +62,9 @@ def _command(name: str, run: str, out: str) -> list[str]:
     raise ValueError(name)
 
 
-CPU: list[tuple[str, float]] = []  # (what, user + system seconds of the command): less bent by other work on the machine than wall time
+CPU: list[
+    tuple[str, float]
+] = []  # (what, user + system seconds of the command): less bent by other work on the machine than wall time
 
 
 def _children_cpu() -> float:
@@ -73,8 +78,14 @@ def _timed(command: list[str], what: str = "") -> float:
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, env=env, timeout=1800)
     elapsed = time.perf_counter() - started
-    if done.returncode not in (0, 1):  # 1: the summary found something to look at (a hang, a straggler)
-        raise RuntimeError(f"{command}: exit {done.returncode}: {done.stderr.decode(errors='replace')[-2000:]}")
+    # 1: the summary found something to look at (a hang, a straggler)
+    if done.returncode not in (
+        0,
+        1,
+    ):
+        raise RuntimeError(
+            f"{command}: exit {done.returncode}: {done.stderr.decode(errors='replace')[-2000:]}"
+        )
     if what:
         CPU.append((what, _children_cpu() - cpu))
     return elapsed
@@ -89,7 +100,9 @@ def _cut_points(files: list[str], fraction: float) -> dict[str, int]:
     return points
 
 
-def measure(run: str, commands: list[str], repeat: int, grown_from: float) -> dict[str, dict[str, float]]:
+def measure(
+    run: str, commands: list[str], repeat: int, grown_from: float
+) -> dict[str, dict[str, float]]:
     files = sorted(glob.glob(os.path.join(run, "structured_logs", "*.jsonl")))
     cuts = _cut_points(files, grown_from)
     tails = {}
@@ -97,7 +110,9 @@ def measure(run: str, commands: list[str], repeat: int, grown_from: float) -> di
         with open(path, "rb") as handle:
             handle.seek(cuts[path])
             tails[path] = handle.read()
-    times: dict[str, dict[str, list[float]]] = {name: {"full": [], "second": [], "grown": []} for name in commands}
+    times: dict[str, dict[str, list[float]]] = {
+        name: {"full": [], "second": [], "grown": []} for name in commands
+    }
     with tempfile.TemporaryDirectory(prefix="otel-titan-cache-bench-") as out:
         for path in files:  # into the page cache
             with open(path, "rb") as handle:
@@ -116,17 +131,30 @@ def measure(run: str, commands: list[str], repeat: int, grown_from: float) -> di
                     with open(path, "ab") as handle:
                         handle.write(tails[path])
                 times[name]["grown"].append(_timed(command, f"{name} grown"))
-    return {name: {kind: statistics.median(values) for kind, values in kinds.items()} for name, kinds in times.items()}
+    return {
+        name: {kind: statistics.median(values) for kind, values in kinds.items()}
+        for name, kinds in times.items()
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", help="an existing run to measure (default: generate one in a temporary folder, deleted after)")
+    parser.add_argument(
+        "--run",
+        help="an existing run to measure (default: generate one in a temporary folder, deleted after)",
+    )
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--grown-from", type=float, default=0.95, help="the grown run was cached at this fraction of its bytes (default 0.95)")
-    parser.add_argument("--commands", default="summarize,sql,report", help="comma-separated: summarize, sql, report")
+    parser.add_argument(
+        "--grown-from",
+        type=float,
+        default=0.95,
+        help="the grown run was cached at this fraction of its bytes (default 0.95)",
+    )
+    parser.add_argument(
+        "--commands", default="summarize,sql,report", help="comma-separated: summarize, sql, report"
+    )
     args = parser.parse_args()
     commands = [name for name in args.commands.split(",") if name]
     folder = None
@@ -134,22 +162,57 @@ def main() -> int:
     if run is None:
         folder = tempfile.mkdtemp(prefix="otel-titan-cache-run-")
         run = os.path.join(folder, "run")
-        generate_run(run, RunSpec(ranks=args.ranks, steps=args.steps, seed=1, straggler=(min(7, args.ranks - 1), "bwd", 20.0)))
+        generate_run(
+            run,
+            RunSpec(
+                ranks=args.ranks,
+                steps=args.steps,
+                seed=1,
+                straggler=(min(7, args.ranks - 1), "bwd", 20.0),
+            ),
+        )
     else:
         shutil.rmtree(os.path.join(run, "analysis", "cache"), ignore_errors=True)
     try:
-        size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(run, "structured_logs", "*.jsonl")))
+        size = sum(
+            os.path.getsize(p) for p in glob.glob(os.path.join(run, "structured_logs", "*.jsonl"))
+        )
         load = os.getloadavg()[0]
         result = measure(run, commands, args.repeat, args.grown_from)
-        print(json.dumps({"ranks": args.ranks, "steps": args.steps, "bytes": size, "load_before": load, "load_after": os.getloadavg()[0], "median_s": result}, indent=2))
-        print(f"\n{size / 1e6:,.0f} MB; load average {load:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs); medians of {args.repeat}, wall time of a fresh otel-titan process:")
-        print(f"{'command':<10} {'--no-cache':>11} {'second':>8} {f'grown ({100 - 100 * args.grown_from:.0f} % appended)':>22}")
+        print(
+            json.dumps(
+                {
+                    "ranks": args.ranks,
+                    "steps": args.steps,
+                    "bytes": size,
+                    "load_before": load,
+                    "load_after": os.getloadavg()[0],
+                    "median_s": result,
+                },
+                indent=2,
+            )
+        )
+        print(
+            f"\n{size / 1e6:,.0f} MB; load average {load:.1f} before, {os.getloadavg()[0]:.1f} "
+            f"after ({os.cpu_count()} CPUs); medians of {args.repeat}, wall time of a fresh "
+            "otel-titan process:"
+        )
+        print(
+            f"{'command':<10} {'--no-cache':>11} {'second':>8} "
+            f"{f'grown ({100 - 100 * args.grown_from:.0f} % appended)':>22}"
+        )
         for name, kinds in result.items():
-            print(f"{name:<10} {kinds['full']:>10.2f}s {kinds['second']:>7.2f}s {kinds['grown']:>21.2f}s")
+            print(
+                f"{name:<10} {kinds['full']:>10.2f}s {kinds['second']:>7.2f}s "
+                f"{kinds['grown']:>21.2f}s"
+            )
         cpu: dict[str, list[float]] = {}
         for what, seconds in CPU:
             cpu.setdefault(what, []).append(seconds)
-        print("CPU time (user + system, median; DuckDB's threads add up):", ", ".join(f"{what} {statistics.median(v):.2f}s" for what, v in cpu.items()))
+        print(
+            "CPU time (user + system, median; DuckDB's threads add up):",
+            ", ".join(f"{what} {statistics.median(v):.2f}s" for what, v in cpu.items()),
+        )
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -115,11 +115,23 @@ class _LoggingSpan:
 
     def __enter__(self) -> None:
         self.start = time.perf_counter()
-        self.logger.info("[step %d] %s_start", STEP[0], self.name, extra={"log_type_name": f"{self.name}_start", "step": STEP[0]}, stacklevel=2)
+        self.logger.info(
+            "[step %d] %s_start",
+            STEP[0],
+            self.name,
+            extra={"log_type_name": f"{self.name}_start", "step": STEP[0]},
+            stacklevel=2,
+        )
 
     def __exit__(self, *exc: Any) -> None:
         value = (time.perf_counter() - self.start) * 1000
-        self.logger.info("[step %d] %s_end", STEP[0], self.name, extra={"log_type_name": f"{self.name}_end", "step": STEP[0], "value": value}, stacklevel=2)
+        self.logger.info(
+            "[step %d] %s_end",
+            STEP[0],
+            self.name,
+            extra={"log_type_name": f"{self.name}_end", "step": STEP[0], "value": value},
+            stacklevel=2,
+        )
 
 
 class _FormattingQueueHandler(logging.handlers.QueueHandler):
@@ -175,7 +187,8 @@ class LoggingSync:
         self.logger = logging.getLogger(f"bench.sync.{id(self)}")
         self.logger.propagate = False
         self.logger.setLevel(logging.INFO)
-        self.handler = logging.FileHandler(os.path.join(directory, "sync.jsonl"))  # flushes every record
+        # flushes every record
+        self.handler = logging.FileHandler(os.path.join(directory, "sync.jsonl"))
         self.handler.setFormatter(_JsonFormatter())
         self.logger.addHandler(self.handler)
 
@@ -225,10 +238,14 @@ class OtelSdk:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "bench", "titan.rank": 0}))
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": "bench", "titan.rank": 0})
+        )
         # A queue large enough for a whole repetition: with the default 2048 the SDK
         # drops spans it then never exports, which would understate its CPU cost.
-        self.provider.add_span_processor(BatchSpanProcessor(self.exporter(directory), max_queue_size=65536))  # type: ignore[arg-type]
+        self.provider.add_span_processor(
+            BatchSpanProcessor(self.exporter(directory), max_queue_size=65536)
+        )  # type: ignore[arg-type]
         self.tracer = self.provider.get_tracer("bench")
 
     def exporter(self, directory: str) -> Any:
@@ -261,7 +278,9 @@ class OtelTitan:
         from otel_titan import structured_logger as sl
 
         self.sl = sl
-        sl.init_structured_logger("training", directory, world_size=1, run_id="bench", handlers=self.handlers)
+        sl.init_structured_logger(
+            "training", directory, world_size=1, run_id="bench", handlers=self.handlers
+        )
         sl.set_step(STEP[0])
 
     def span(self, name: str) -> Any:
@@ -280,11 +299,15 @@ class OtelTitan:
 
 class OtelTitanOtlp(OtelTitan):
     name = "otel_titan_otlp"
-    handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler", "otel_titan.exporters.otlp.register_otlp_handler"]
+    handlers = [
+        "otel_titan.exporters.jsonl.register_jsonl_handler",
+        "otel_titan.exporters.otlp.register_otlp_handler",
+    ]
 
 
 def register_sdk_encoder_otlp_handler(*, add_span_exporter: Any, **_: Any) -> Any:
-    """The OTLP handler as it was before otel-titan's encoder: the SDK's gRPC exporter and ``encode_spans``, same queue."""
+    """The OTLP handler as it was before otel-titan's encoder: the SDK's gRPC exporter and
+    ``encode_spans``, same queue."""
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
     from otel_titan.exporters.otlp import _queued
@@ -296,7 +319,22 @@ def register_sdk_encoder_otlp_handler(*, add_span_exporter: Any, **_: Any) -> An
 
 class OtelTitanOtlpSdkEncoder(OtelTitan):
     name = "otel_titan_otlp_sdk"
-    handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler", "benchmarks.cases.register_sdk_encoder_otlp_handler"]
+    handlers = [
+        "otel_titan.exporters.jsonl.register_jsonl_handler",
+        "benchmarks.cases.register_sdk_encoder_otlp_handler",
+    ]
 
 
-CASES = {case.name: case for case in (Floor, LoggingQueue, LoggingSync, OtelSdk, OtelSdkJsonl, OtelTitan, OtelTitanOtlp, OtelTitanOtlpSdkEncoder)}
+CASES = {
+    case.name: case
+    for case in (
+        Floor,
+        LoggingQueue,
+        LoggingSync,
+        OtelSdk,
+        OtelSdkJsonl,
+        OtelTitan,
+        OtelTitanOtlp,
+        OtelTitanOtlpSdkEncoder,
+    )
+}

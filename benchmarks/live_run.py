@@ -26,8 +26,16 @@ __all__ = ["play"]
 FLUSH_S = 0.05
 
 
-def play(source_dir: str, out_dir: str, truth: dict[str, Any], *, flush_s: float = FLUSH_S, should_stop: Callable[[], bool] | None = None) -> int:
-    """Append every line of ``source_dir/structured_logs`` to ``out_dir/structured_logs`` at its true time; returns lines written."""
+def play(
+    source_dir: str,
+    out_dir: str,
+    truth: dict[str, Any],
+    *,
+    flush_s: float = FLUSH_S,
+    should_stop: Callable[[], bool] | None = None,
+) -> int:
+    """Append every line of ``source_dir/structured_logs`` to ``out_dir/structured_logs`` at its
+    true time; returns lines written."""
     src_logs = os.path.join(source_dir, "structured_logs")
     dst_logs = os.path.join(out_dir, "structured_logs")
     os.makedirs(dst_logs, exist_ok=True)
@@ -48,7 +56,8 @@ def play(source_dir: str, out_dir: str, truth: dict[str, Any], *, flush_s: float
             rank = record.get("rank")
             true_us = record["time_us"] - offsets.get(rank_host.get(rank, ""), 0.0)
         else:
-            true_us = last_true.get(index, 0.0)  # a torn last line: written right after the line before it
+            # a torn last line: written right after the line before it
+            true_us = last_true.get(index, 0.0)
         last_true[index] = true_us
         heapq.heappush(heap, (true_us, index, raw))
 
@@ -65,7 +74,8 @@ def play(source_dir: str, out_dir: str, truth: dict[str, Any], *, flush_s: float
                 _, index, raw = heapq.heappop(heap)
                 dest = dests.get(index)
                 if dest is None:
-                    dest = dests[index] = open(os.path.join(dst_logs, names[index]), "ab")  # closed below
+                    # closed below
+                    dest = dests[index] = open(os.path.join(dst_logs, names[index]), "ab")
                 dest.write(raw)
                 touched.add(index)
                 written += 1

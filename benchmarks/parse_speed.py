@@ -1,4 +1,5 @@
-"""Where summarize's time goes: JSON decoders against DuckDB's reader and today's reader, on the same files (issue 19, item "at the speed of the parser").
+"""Where summarize's time goes: JSON decoders against DuckDB's reader and today's reader, on the
+same files (issue 19, item "at the speed of the parser").
 
 Why: before replacing the reader's decoder (orjson, one dict per line), know
 what a typed decoder would buy. Measured on one generated run, in one
@@ -9,14 +10,17 @@ the files read from memory (each read once first):
 * ``duckdb``: ``read_ndjson`` of summarize's 15 columns (`analysis_scale.SUMMARY_COLUMNS`), grouped;
 * ``orjson``: ``orjson.loads`` per line, one dict each (what `read.lines` does at its core);
 * ``msgspec dict``: ``msgspec.json.Decoder()`` per line, one dict each;
-* ``msgspec Struct``: ``msgspec.json.Decoder(Record)`` per line, a typed Struct of the 15 fields (others skipped unparsed);
+* ``msgspec Struct``: ``msgspec.json.Decoder(Record)`` per line, a typed Struct of the 15 fields
+  (others skipped unparsed);
 * ``msgspec Struct lines``: the same, a whole file at a time (``decode_lines``);
-* ``reader``: `read.lines.file_records`, the reader with every tolerance, each record whole (orjson);
-* ``reader trimmed``: the same with ``trimmed=True``, as summarize and export read (msgspec into a TypedDict
-  of the fields the analysis reads; odd lines take the tolerant path);
+* ``reader``: `read.lines.file_records`, the reader with every tolerance, each record whole
+  (orjson);
+* ``reader trimmed``: the same with ``trimmed=True``, as summarize and export read (msgspec into a
+  TypedDict of the fields the analysis reads; odd lines take the tolerant path);
 * ``summarize``: `summarize_run`, the whole command but its start and text.
 
-msgspec is in the analysis extra (requirements-dev.txt pins it); without it the msgspec cases are skipped.
+msgspec is in the analysis extra (requirements-dev.txt pins it); without it the msgspec cases are
+skipped.
 
 Usage::
 
@@ -61,15 +65,27 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in SUMMARY_COLUMNS.items()) + "}"
     listed = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
     found: dict[str, Callable[[], Any]] = {
-        "duckdb": lambda: duckdb.connect().execute(
-            f"SELECT filename, log_type_name, count(*), min(time_us), max(step) FROM read_ndjson({listed}, columns = {columns}, "
-            "ignore_errors = true, filename = true) GROUP BY ALL").fetchall(),
-        "orjson": lambda: sum(1 for blob in blobs for line in blob.splitlines() if orjson.loads(line)),
+        "duckdb": lambda: (
+            duckdb.connect()
+            .execute(
+                "SELECT filename, log_type_name, count(*), min(time_us), max(step) FROM "
+                f"read_ndjson({listed}, columns = {columns}, "
+                "ignore_errors = true, filename = true) GROUP BY ALL"
+            )
+            .fetchall()
+        ),
+        "orjson": lambda: sum(
+            1 for blob in blobs for line in blob.splitlines() if orjson.loads(line)
+        ),
     }
     try:
         import msgspec
     except ImportError:
-        return {**found, "reader": lambda: _reader(files), "summarize": lambda: summarize_run(run, log_skipped=False, cache=False)}
+        return {
+            **found,
+            "reader": lambda: _reader(files),
+            "summarize": lambda: summarize_run(run, log_skipped=False, cache=False),
+        }
 
     class Record(msgspec.Struct):
         time_us: int | None = None
@@ -89,8 +105,12 @@ def cases(run: str) -> dict[str, Callable[[], Any]]:
         caller: str | None = None
 
     plain, typed = msgspec.json.Decoder(), msgspec.json.Decoder(Record)
-    found["msgspec dict"] = lambda: sum(1 for blob in blobs for line in blob.splitlines() if plain.decode(line))
-    found["msgspec Struct"] = lambda: sum(1 for blob in blobs for line in blob.splitlines() if typed.decode(line))
+    found["msgspec dict"] = lambda: sum(
+        1 for blob in blobs for line in blob.splitlines() if plain.decode(line)
+    )
+    found["msgspec Struct"] = lambda: sum(
+        1 for blob in blobs for line in blob.splitlines() if typed.decode(line)
+    )
     found["msgspec Struct lines"] = lambda: sum(len(typed.decode_lines(blob)) for blob in blobs)
     found["reader"] = lambda: _reader(files)
     found["reader trimmed"] = lambda: _reader(files, trimmed=True)
@@ -104,11 +124,17 @@ def _reader(files: list[str], trimmed: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="JSON decoders against DuckDB's read_ndjson and today's reader, on one generated run.")
+    parser = argparse.ArgumentParser(
+        description="JSON decoders against DuckDB's read_ndjson and today's reader, on one generated run."
+    )
     parser.add_argument("--ranks", type=int, default=128)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="8 ranks, 4 steps, one round (the figures mean nothing)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="8 ranks, 4 steps, one round (the figures mean nothing)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.ranks, args.steps, args.repeat = 8, 4, 1
@@ -122,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         cpu: dict[str, list[float]] = {name: [] for name in measured}
         names = list(measured)
         for round_ in range(args.repeat):
-            for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
                 started, cpu_started = time.perf_counter(), time.process_time()
                 measured[name]()
                 times[name].append(time.perf_counter() - started)
@@ -130,11 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(times["duckdb"])
-    print(f"{args.ranks} ranks x {args.steps} steps, {size / 1e6:,.0f} MB; load average {os.getloadavg()[0]:.1f}; medians of {args.repeat} interleaved rounds\n")
-    print("| case | median s | MB/s | × DuckDB's rate | CPU s (DuckDB's: all its threads) |\n| --- | ---: | ---: | ---: | ---: |")
+    print(
+        f"{args.ranks} ranks x {args.steps} steps, {size / 1e6:,.0f} MB; load average "
+        f"{os.getloadavg()[0]:.1f}; medians of {args.repeat} interleaved rounds\n"
+    )
+    print(
+        "| case | median s | MB/s | × DuckDB's rate | CPU s (DuckDB's: all its threads) |\n| --- "
+        "| ---: | ---: | ---: | ---: |"
+    )
     for name, samples in times.items():
         median = statistics.median(samples)
-        print(f"| {name} | {median:.3f} | {size / 1e6 / median:,.0f} | {base / median:.2f} | {statistics.median(cpu[name]):.3f} |")
+        print(
+            f"| {name} | {median:.3f} | {size / 1e6 / median:,.0f} | {base / median:.2f} | "
+            f"{statistics.median(cpu[name]):.3f} |"
+        )
     return 0
 
 

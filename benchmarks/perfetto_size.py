@@ -1,7 +1,7 @@
 """Native Perfetto trace vs the JSON trace of the same run: size, size gzipped, and time per span.
 
-    .venv/bin/python benchmarks/perfetto_size.py                   # 100 MB of JSONL, 8 ranks (a few minutes)
-    .venv/bin/python benchmarks/perfetto_size.py --size-mb 20      # a quick look
+    .venv/bin/python benchmarks/perfetto_size.py                   # 100 MB of JSONL, 8 ranks (a few
+    minutes) .venv/bin/python benchmarks/perfetto_size.py --size-mb 20      # a quick look
 
 Targets (issue 13): the native trace at least 5x smaller than the JSON trace
 and at least 2x smaller than the JSON trace gzipped; writing it no slower per
@@ -47,21 +47,40 @@ def _spans(run_dir: str) -> int:
     from otel_titan.analysis import generate_gantt_trace
 
     with tempfile.TemporaryDirectory() as folder:
-        return generate_gantt_trace(run_dir, os.path.join(folder, "t.pftrace"), jobs=1, log_skipped=False).spans
+        return generate_gantt_trace(
+            run_dir, os.path.join(folder, "t.pftrace"), jobs=1, log_skipped=False
+        ).spans
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-mb", type=float, default=100.0, help="size of the generated run in MB of JSONL (default 100)")
-    parser.add_argument("--ranks", type=int, default=8, help="ranks in the generated run (default 8)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved measured rounds; medians reported (default 3)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--size-mb",
+        type=float,
+        default=100.0,
+        help="size of the generated run in MB of JSONL (default 100)",
+    )
+    parser.add_argument(
+        "--ranks", type=int, default=8, help="ranks in the generated run (default 8)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved measured rounds; medians reported (default 3)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix="otel-titan-perfetto-size-")
     try:
         templates = capture_templates(workdir)
         run_dir = generate_run(workdir, templates, int(args.size_mb * 1e6), args.ranks, 32 << 20)
-        outputs = {"json": os.path.join(workdir, "trace.json"), "native": os.path.join(workdir, "trace.pftrace")}
+        outputs = {
+            "json": os.path.join(workdir, "trace.json"),
+            "native": os.path.join(workdir, "trace.pftrace"),
+        }
         for path in outputs.values():  # warm-up (page cache, imports)
             run_one("ours", run_dir, path, jobs=1)
         times: dict[str, list[float]] = {"json": [], "native": []}
@@ -72,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                 times[which].append(result["seconds"])
                 cpu[which].append(result["cpu_seconds"])
                 if sys.stderr.isatty():
-                    sys.stderr.write(f"\rround {round_ + 1}/{args.rounds}: {which} {result['seconds']:.2f} s\x1b[K")
+                    sys.stderr.write(
+                        f"\rround {round_ + 1}/{args.rounds}: {which} {result['seconds']:.2f} "
+                        "s\x1b[K"
+                    )
         if sys.stderr.isatty():
             sys.stderr.write("\r\x1b[K")
         spans = _spans(run_dir)
@@ -81,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         median = {which: statistics.median(values) for which, values in times.items()}
         median_cpu = {which: statistics.median(values) for which, values in cpu.items()}
         report = {
-            "input_bytes": sum(os.path.getsize(os.path.join(run_dir, "structured_logs", f)) for f in os.listdir(os.path.join(run_dir, "structured_logs"))),
+            "input_bytes": sum(
+                os.path.getsize(os.path.join(run_dir, "structured_logs", f))
+                for f in os.listdir(os.path.join(run_dir, "structured_logs"))
+            ),
             "ranks": args.ranks,
             "spans": spans,
             "json_bytes": sizes["json"],
@@ -103,14 +128,33 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     ok = lambda good: "met" if good else "NOT MET"  # noqa: E731 - a one-line local helper
-    print(f"run: {report['input_bytes'] / 1e6:,.1f} MB of JSONL, {args.ranks} ranks, {spans:,} spans; one job; medians of {args.rounds} interleaved rounds")
-    print(f"  JSON trace        {sizes['json'] / 1e6:10,.1f} MB   {median['json']:6.2f} s   {report['json_us_per_span']:6.2f} µs/span")
+    print(
+        f"run: {report['input_bytes'] / 1e6:,.1f} MB of JSONL, {args.ranks} ranks, {spans:,} "
+        f"spans; one job; medians of {args.rounds} interleaved rounds"
+    )
+    print(
+        f"  JSON trace        {sizes['json'] / 1e6:10,.1f} MB   {median['json']:6.2f} s   "
+        f"{report['json_us_per_span']:6.2f} µs/span"
+    )
     print(f"  JSON trace, gzip  {json_gz / 1e6:10,.1f} MB")
-    print(f"  native trace      {sizes['native'] / 1e6:10,.1f} MB   {median['native']:6.2f} s   {report['native_us_per_span']:6.2f} µs/span")
-    print(f"  native is {report['json_over_native']:.2f}x smaller than JSON (target >= 5x: {ok(report['json_over_native'] >= 5)}), "
-          f"{report['json_gzip_over_native']:.2f}x smaller than JSON gzipped (target >= 2x: {ok(report['json_gzip_over_native'] >= 2)})")
-    print(f"  native takes {report['native_over_json_time']:.2f}x the JSON export's time per span (target <= 1x: {ok(report['native_over_json_time'] <= 1)})")
-    print(f"  CPU time (steadier on a shared machine): JSON {median_cpu['json']:.2f} s, native {median_cpu['native']:.2f} s, {report['native_over_json_cpu']:.2f}x")
+    print(
+        f"  native trace      {sizes['native'] / 1e6:10,.1f} MB   {median['native']:6.2f} s   "
+        f"{report['native_us_per_span']:6.2f} µs/span"
+    )
+    print(
+        f"  native is {report['json_over_native']:.2f}x smaller than JSON (target >= 5x: "
+        f"{ok(report['json_over_native'] >= 5)}), "
+        f"{report['json_gzip_over_native']:.2f}x smaller than JSON gzipped (target >= 2x: "
+        f"{ok(report['json_gzip_over_native'] >= 2)})"
+    )
+    print(
+        f"  native takes {report['native_over_json_time']:.2f}x the JSON export's time per span "
+        f"(target <= 1x: {ok(report['native_over_json_time'] <= 1)})"
+    )
+    print(
+        f"  CPU time (steadier on a shared machine): JSON {median_cpu['json']:.2f} s, native "
+        f"{median_cpu['native']:.2f} s, {report['native_over_json_cpu']:.2f}x"
+    )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)

@@ -28,7 +28,8 @@ def measure(case_name: str, spans: int, reps: int) -> dict:
 
 
 def _exporter_threads_cpu_s() -> float:
-    """CPU seconds used so far by the OTLP exporters' own threads (named ``otel-titan-otlp…``), 0 when none."""
+    """CPU seconds used so far by the OTLP exporters' own threads (named ``otel-titan-otlp…``), 0
+    when none."""
     total = 0.0
     for thread in threading.enumerate():
         if thread.name.startswith("otel-titan-otlp") and thread.ident is not None:
@@ -66,7 +67,12 @@ def _measure(case_name: str, spans: int, reps: int, directory: str) -> dict:
     return {
         "case": case_name,
         "spans": spans,
-        "warmup": {"caller_us": caller[0], "caller_cpu_us": caller_cpu[0], "cpu_us": cpu[0], "otlp_thread_cpu_us": exporter_cpu[0]},
+        "warmup": {
+            "caller_us": caller[0],
+            "caller_cpu_us": caller_cpu[0],
+            "cpu_us": cpu[0],
+            "otlp_thread_cpu_us": exporter_cpu[0],
+        },
         "caller_us": caller[1:],
         "caller_cpu_us": caller_cpu[1:],
         "cpu_us": cpu[1:],
@@ -75,7 +81,7 @@ def _measure(case_name: str, spans: int, reps: int, directory: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("case", choices=sorted(CASES))
     parser.add_argument("--spans", type=int, default=20000)
     parser.add_argument("--reps", type=int, default=5)

@@ -1,4 +1,5 @@
-"""How long a span's `_start` record takes to reach the file, idle and with threads spinning for the interpreter lock.
+"""How long a span's `_start` record takes to reach the file, idle and with threads spinning for the
+interpreter lock.
 
     python -m benchmarks.start_latency [--rounds 10] [--probes 5] [--spinners 0,4] [--quick]
 
@@ -37,11 +38,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-# -- the measured process ----------------------------------------------------------------------------
+# -- the measured process --------------------------------------------------------------------------
 def child(directory: str, spinners: int, probes: int) -> None:
     from otel_titan import structured_logger as sl
 
-    sl.init_structured_logger("bench", directory, rank=0, world_size=1, run_id="bench-start-latency")
+    sl.init_structured_logger(
+        "bench", directory, rank=0, world_size=1, run_id="bench-start-latency"
+    )
     spinning = True
 
     def spin() -> None:
@@ -64,11 +67,21 @@ def child(directory: str, spinners: int, probes: int) -> None:
     sl.shutdown_structured_logger()
 
 
-# -- the observer --------------------------------------------------------------------------------------
+# -- the observer ----------------------------------------------------------------------------------
 def _one_process(spinners: int, probes: int, rng: random.Random) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="bench-start-latency-") as directory:
         process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.start_latency", "--child", directory, "--spinners", str(spinners), "--probes", str(probes)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.start_latency",
+                "--child",
+                directory,
+                "--spinners",
+                str(spinners),
+                "--probes",
+                str(probes),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -78,7 +91,9 @@ def _one_process(spinners: int, probes: int, rng: random.Random) -> list[float]:
         try:
             assert process.stdin is not None and process.stdout is not None
             if process.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"the measured process did not start (exit status {process.wait()})")
+                raise RuntimeError(
+                    f"the measured process did not start (exit status {process.wait()})"
+                )
             (path,) = glob.glob(os.path.join(directory, "structured_logs", "*.jsonl"))
             samples = []
             with open(path, "rb") as log:
@@ -107,7 +122,9 @@ def _one_process(spinners: int, probes: int, rng: random.Random) -> list[float]:
                     process.stdin.flush()
             process.stdin.close()
             if process.wait(60) != 0:
-                raise RuntimeError(f"the measured process failed (exit status {process.returncode})")
+                raise RuntimeError(
+                    f"the measured process failed (exit status {process.returncode})"
+                )
             return samples
         finally:
             if process.poll() is None:
@@ -127,23 +144,48 @@ def summary(samples: list[float]) -> dict:
     }
 
 
-def measure(rounds: int, probes: int, spinner_counts: list[int], seed: int = 0, progress=None) -> dict:
+def measure(
+    rounds: int, probes: int, spinner_counts: list[int], seed: int = 0, progress=None
+) -> dict:
     rng = random.Random(seed)
     samples: dict[int, list[float]] = {count: [] for count in spinner_counts}
     for round_index in range(rounds):
         for count in spinner_counts:
             if progress:
-                progress(f"start latency: round {round_index + 1}/{rounds}, {count} spinning threads")
+                progress(
+                    f"start latency: round {round_index + 1}/{rounds}, {count} spinning threads"
+                )
             samples[count].extend(_one_process(count, probes, rng))
-    return {"rounds": rounds, "probes_per_process": probes, "cases": {f"spinning_{count}": {"spinning_threads": count, **summary(samples[count])} for count in spinner_counts}}
+    return {
+        "rounds": rounds,
+        "probes_per_process": probes,
+        "cases": {
+            f"spinning_{count}": {"spinning_threads": count, **summary(samples[count])}
+            for count in spinner_counts
+        },
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--rounds", type=int, default=10, help="fresh processes per case (default 10)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=10, help="fresh processes per case (default 10)"
+    )
     parser.add_argument("--probes", type=int, default=5, help="spans per process (default 5)")
-    parser.add_argument("--spinners", default="0,4", help="comma-separated numbers of spinning threads, one case each (default 0,4)")
-    parser.add_argument("--quick", action="store_true", help="1 round of 3 probes: a smoke run, figures not meaningful")
+    parser.add_argument(
+        "--spinners",
+        default="0,4",
+        help="comma-separated numbers of spinning threads, one case each (default 0,4)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 round of 3 probes: a smoke run, figures not meaningful",
+    )
     parser.add_argument("--child", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -152,11 +194,15 @@ def main() -> None:
     if args.quick:
         args.rounds, args.probes = 1, 3
     counts = [int(c) for c in args.spinners.split(",")]
-    result = measure(args.rounds, args.probes, counts, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    result = measure(
+        args.rounds, args.probes, counts, progress=lambda m: print(m, file=sys.stderr, flush=True)
+    )
     for case in result["cases"].values():
         print(
-            f"_start in the file after: {case['median_ms']:.1f} ms median, {case['p95_ms']:.1f} ms p95, {case['max_ms']:.1f} ms max "
-            f"({len(case['samples_ms'])} spans, {case['spinning_threads']} threads spinning for the interpreter lock)",
+            f"_start in the file after: {case['median_ms']:.1f} ms median, {case['p95_ms']:.1f} "
+            f"ms p95, {case['max_ms']:.1f} ms max "
+            f"({len(case['samples_ms'])} spans, {case['spinning_threads']} threads spinning for "
+            "the interpreter lock)",
             file=sys.stderr,
         )
     print(json.dumps(result))

@@ -1,4 +1,5 @@
-"""How `otel-titan summarize` scales with ranks: 64, 256, 1,024 ranks × 200 steps (about 2 GB at 1,024), side by side with baselines.
+"""How `otel-titan summarize` scales with ranks: 64, 256, 1,024 ranks × 200 steps (about 2 GB at
+1,024), side by side with baselines.
 
 Why: users run on thousands of GPUs; the summary must read the run at least
 as fast per byte as the export does, in bounded memory, and "where did every
@@ -68,7 +69,12 @@ def _child(which: str, run: str, out: str) -> None:
 
 def measure(which: str, run: str, out: str, pythonpath: str) -> dict[str, Any]:
     """One command in a fresh interpreter: its own time, and the peak memory of its process tree."""
-    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", which, run, out], stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": pythonpath}, cwd=REPO)
+    child = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--child", which, run, out],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": pythonpath},
+        cwd=REPO,
+    )
     sampler = _TreeMemory(child.pid)
     sampler.start()
     try:
@@ -83,7 +89,9 @@ def measure(which: str, run: str, out: str, pythonpath: str) -> dict[str, Any]:
         raise SystemExit(f"{which} failed on {run}")
     result = json.loads(output)
     largest = usage.ru_maxrss * 1024
-    result["peak_rss_bytes"] = max(sum(sampler.peaks.values()), largest) if len(sampler.peaks) > 1 else largest
+    result["peak_rss_bytes"] = (
+        max(sum(sampler.peaks.values()), largest) if len(sampler.peaks) > 1 else largest
+    )
     if os.path.exists(out):
         os.unlink(out)
     return result
@@ -111,12 +119,22 @@ def _read_once(run: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Scaling of otel-titan summarize (64, 256, 1,024 ranks) against the export and an earlier summarize, in the same run.")
+    parser = argparse.ArgumentParser(
+        description="Scaling of otel-titan summarize (64, 256, 1,024 ranks) against the export and an earlier summarize, in the same run."
+    )
     parser.add_argument("--ranks", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--baseline-ref", default=DEFAULT_BASELINE_REF, help=f"git revision whose summarize is the baseline (default {DEFAULT_BASELINE_REF}, before this work); '' to skip")
-    parser.add_argument("--workdir", default=None, help="where to generate the runs (default: a temporary folder, deleted after)")
+    parser.add_argument(
+        "--baseline-ref",
+        default=DEFAULT_BASELINE_REF,
+        help=f"git revision whose summarize is the baseline (default {DEFAULT_BASELINE_REF}, before this work); '' to skip",
+    )
+    parser.add_argument(
+        "--workdir",
+        default=None,
+        help="where to generate the runs (default: a temporary folder, deleted after)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args(argv)
     work = tempfile.mkdtemp(prefix="otel-titan-scale-", dir=args.workdir)
@@ -127,34 +145,67 @@ def main(argv: list[str] | None = None) -> int:
         for ranks in args.ranks:
             run = os.path.join(work, f"run-{ranks}")
             started = time.monotonic()
-            truth = generate_run(run, RunSpec(ranks=ranks, steps=args.steps, seed=ranks, hung=(ranks // 2 + 1, args.steps * 3 // 4), straggler=(ranks // 4, "fwd", 20.0)), progress=True)
+            truth = generate_run(
+                run,
+                RunSpec(
+                    ranks=ranks,
+                    steps=args.steps,
+                    seed=ranks,
+                    hung=(ranks // 2 + 1, args.steps * 3 // 4),
+                    straggler=(ranks // 4, "fwd", 20.0),
+                ),
+                progress=True,
+            )
             size = _read_once(run)
-            print(f"{ranks} ranks: {size / 1e6:,.0f} MB, {truth['files']} files (generated in {time.monotonic() - started:.0f} s)", file=sys.stderr)
+            print(
+                f"{ranks} ranks: {size / 1e6:,.0f} MB, {truth['files']} files (generated in "
+                f"{time.monotonic() - started:.0f} s)",
+                file=sys.stderr,
+            )
             results: dict[str, list[dict[str, Any]]] = {c: [] for c in commands}
             for round_ in range(args.repeat):
-                order = commands[round_ % len(commands):] + commands[: round_ % len(commands)]
+                order = commands[round_ % len(commands) :] + commands[: round_ % len(commands)]
                 for which in order:
                     path = baseline if which == "baseline" else REPO
                     result = measure(which, run, os.path.join(work, "trace.json"), path)  # type: ignore[arg-type]
                     results[which].append(result)
-                    print(f"  {which}: {result['seconds']:.2f} s, {result['peak_rss_bytes'] / 1e6:.0f} MB", file=sys.stderr)
+                    print(
+                        f"  {which}: {result['seconds']:.2f} s, "
+                        f"{result['peak_rss_bytes'] / 1e6:.0f} MB",
+                        file=sys.stderr,
+                    )
             row = {"ranks": ranks, "steps": args.steps, "bytes": size}
             for which, runs in results.items():
                 seconds = statistics.median(r["seconds"] for r in runs)
-                row[which] = {"seconds": round(seconds, 3), "mb_per_s": round(size / 1e6 / seconds, 1), "peak_mb": round(max(r["peak_rss_bytes"] for r in runs) / 1e6, 1), "runs": [round(r["seconds"], 3) for r in runs]}
+                row[which] = {
+                    "seconds": round(seconds, 3),
+                    "mb_per_s": round(size / 1e6 / seconds, 1),
+                    "peak_mb": round(max(r["peak_rss_bytes"] for r in runs) / 1e6, 1),
+                    "runs": [round(r["seconds"], 3) for r in runs],
+                }
             rows.append(row)
             shutil.rmtree(run)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    names = {"summarize": "summarize", "tail": "summarize --tail", "export": "export (baseline)", "baseline": f"summarize @{args.baseline_ref} (baseline)"}
+    names = {
+        "summarize": "summarize",
+        "tail": "summarize --tail",
+        "export": "export (baseline)",
+        "baseline": f"summarize @{args.baseline_ref} (baseline)",
+    }
     print("| ranks | JSONL | " + " | ".join(names[c] for c in commands) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in commands) + " |")
     for row in rows:
-        cells = [f"{row[c]['seconds']:.2f} s, {row[c]['mb_per_s']:,.0f} MB/s, {row[c]['peak_mb']:.0f} MB" for c in commands]
+        cells = [
+            f"{row[c]['seconds']:.2f} s, {row[c]['mb_per_s']:,.0f} MB/s, {row[c]['peak_mb']:.0f} MB"
+            for c in commands
+        ]
         print(f"| {row['ranks']:,} | {row['bytes'] / 1e6:,.0f} MB | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"rows": rows, "repeat": args.repeat, "nproc": os.cpu_count()}, handle, indent=2)
+            json.dump(
+                {"rows": rows, "repeat": args.repeat, "nproc": os.cpu_count()}, handle, indent=2
+            )
     return 0
 
 

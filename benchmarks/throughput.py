@@ -69,7 +69,7 @@ def _run(threads: int, seconds: float, directory: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()

@@ -1,4 +1,5 @@
-"""Bytes and spans per OTLP trace for one training step of a large job, against Tempo's and Jaeger's limits.
+"""Bytes and spans per OTLP trace for one training step of a large job, against Tempo's and Jaeger's
+limits.
 
     python -m benchmarks.trace_sizes [--ranks 1024] [--group-size N] [--json FILE]
 
@@ -34,19 +35,32 @@ from otel_titan.core.trace_ids import DEFAULT_TRACE_GROUP_SIZE
 from otel_titan.exporters.otlp import is_sent_as_span
 from otel_titan.exporters.otlp_encoder import OtlpSpanEncoder
 
-#: Grafana Tempo's default ``max_bytes_per_trace`` (overrides), and where Jaeger's UI starts to struggle.
+#: Grafana Tempo's default ``max_bytes_per_trace`` (overrides), and where Jaeger's UI starts to
+#: struggle.
 TEMPO_MAX_BYTES_PER_TRACE = 5_000_000
 JAEGER_UI_SPANS = 2_000
 
 
-def one_rank_step(rank: int, ranks: int, group_size: int | None, directory: str, step: int = 812) -> list[Any]:
+def one_rank_step(
+    rank: int, ranks: int, group_size: int | None, directory: str, step: int = 812
+) -> list[Any]:
     """The spans OTLP would send for `rank`'s step `step` (the real logger, in this process)."""
     memory = InMemorySpanExporter()
 
     def register(*, add_span_exporter: Any, **_: Any) -> None:
         add_span_exporter(memory)
 
-    sl.init_structured_logger("training", directory, rank=rank, world_size=ranks, local_rank=rank % 8, run_id="trace-sizes", handlers=[register], handle_sigterm=False, trace_group_size=group_size)
+    sl.init_structured_logger(
+        "training",
+        directory,
+        rank=rank,
+        world_size=ranks,
+        local_rank=rank % 8,
+        run_id="trace-sizes",
+        handlers=[register],
+        handle_sigterm=False,
+        trace_group_size=group_size,
+    )
     try:
         sl.set_step(step)
         with sl.log_trace_span("data_fetch"):
@@ -96,7 +110,9 @@ def measure(ranks: int, group_size: int | None) -> dict[str, Any]:
             rank_spans.append(len(spans))
             rank_bytes.append(total)
             if tty and (rank + 1) % 32 == 0:
-                print(f"\rtrace sizes: {rank + 1}/{ranks} ranks", end="", file=sys.stderr, flush=True)
+                print(
+                    f"\rtrace sizes: {rank + 1}/{ranks} ranks", end="", file=sys.stderr, flush=True
+                )
     if tty:
         print(file=sys.stderr)
 
@@ -120,29 +136,59 @@ def measure(ranks: int, group_size: int | None) -> dict[str, Any]:
             "max_spans_per_trace": max(per_trace_spans.values()),
             "max_bytes_per_trace": max(per_trace_bytes.values()),
         },
-        "other_group_sizes": [regrouped(size) for size in sorted({ranks, 256, 128, 64, 32, 8} - {s for s in (256, 128, 64, 32, 8) if s > ranks}, reverse=True)],
-        "limits": {"tempo_max_bytes_per_trace": TEMPO_MAX_BYTES_PER_TRACE, "jaeger_ui_spans_per_trace": JAEGER_UI_SPANS},
+        "other_group_sizes": [
+            regrouped(size)
+            for size in sorted(
+                {ranks, 256, 128, 64, 32, 8} - {s for s in (256, 128, 64, 32, 8) if s > ranks},
+                reverse=True,
+            )
+        ],
+        "limits": {
+            "tempo_max_bytes_per_trace": TEMPO_MAX_BYTES_PER_TRACE,
+            "jaeger_ui_spans_per_trace": JAEGER_UI_SPANS,
+        },
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     parser.add_argument("--ranks", type=int, default=1024, help="ranks in the job (default 1024)")
-    parser.add_argument("--group-size", type=int, default=None, help=f"trace_group_size to run with (default: the logger's, {DEFAULT_TRACE_GROUP_SIZE})")
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=None,
+        help=f"trace_group_size to run with (default: the logger's, {DEFAULT_TRACE_GROUP_SIZE})",
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
     if args.ranks < 1:
         parser.error(f"--ranks must be >= 1, got {args.ranks}")
     result = measure(args.ranks, args.group_size)
     m = result["measured"]
-    print(f"{result['ranks']} ranks, one step: {result['spans_per_rank']} OTLP spans and {result['bytes_per_rank']:,} bytes per rank")
-    print(f"trace group size {result['group_size_used']}: {m['traces_per_step']} traces per step, at most {m['max_ranks_per_trace']} ranks, {m['max_spans_per_trace']:,} spans, {m['max_bytes_per_trace']:,} bytes per trace")
-    print("| ranks per trace | traces per step | max spans per trace | max bytes per trace | Tempo 5 MB | Jaeger ~2,000 spans |")
+    print(
+        f"{result['ranks']} ranks, one step: {result['spans_per_rank']} OTLP spans and "
+        f"{result['bytes_per_rank']:,} bytes per rank"
+    )
+    print(
+        f"trace group size {result['group_size_used']}: {m['traces_per_step']} traces per step, "
+        f"at most {m['max_ranks_per_trace']} ranks, {m['max_spans_per_trace']:,} spans, "
+        f"{m['max_bytes_per_trace']:,} bytes per trace"
+    )
+    print(
+        "| ranks per trace | traces per step | max spans per trace | max bytes per trace | Tempo "
+        "5 MB | Jaeger ~2,000 spans |"
+    )
     print("| ---: | ---: | ---: | ---: | --- | --- |")
     for row in result["other_group_sizes"]:
         print(
-            f"| {row['ranks_per_trace']} | {row['traces_per_step']} | {row['max_spans_per_trace']:,} | {row['max_bytes_per_trace']:,} | "
-            f"{'fits' if row['max_bytes_per_trace'] <= TEMPO_MAX_BYTES_PER_TRACE else 'rejected'} | {'fits' if row['max_spans_per_trace'] <= JAEGER_UI_SPANS else 'too many'} |"
+            f"| {row['ranks_per_trace']} | {row['traces_per_step']} | "
+            f"{row['max_spans_per_trace']:,} | {row['max_bytes_per_trace']:,} | "
+            f"{'fits' if row['max_bytes_per_trace'] <= TEMPO_MAX_BYTES_PER_TRACE else 'rejected'} "
+            f"| {'fits' if row['max_spans_per_trace'] <= JAEGER_UI_SPANS else 'too many'} |"
         )
     if args.json:
         with open(args.json, "w") as handle:

@@ -29,7 +29,15 @@ PHASES_PER_STEP = 20
 
 
 def build(hidden: int) -> tuple[nn.Module, torch.optim.Optimizer, list[nn.Module]]:
-    layers = [nn.Linear(256, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 256)]
+    layers = [
+        nn.Linear(256, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, 256),
+    ]
     model = nn.Sequential(*layers)
     return model, torch.optim.SGD(model.parameters(), lr=1e-3), layers
 
@@ -42,8 +50,12 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
     target = torch.randn(64, 256)
     directory = tempfile.TemporaryDirectory(prefix="bench-step-")
     if mode.startswith("jsonl"):
-        handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler"] + (["otel_titan.exporters.otlp.register_otlp_handler"] if mode == "jsonl_otlp" else [])
-        sl.init_structured_logger("training", directory.name, world_size=1, run_id="bench", handlers=handlers)
+        handlers = ["otel_titan.exporters.jsonl.register_jsonl_handler"] + (
+            ["otel_titan.exporters.otlp.register_otlp_handler"] if mode == "jsonl_otlp" else []
+        )
+        sl.init_structured_logger(
+            "training", directory.name, world_size=1, run_id="bench", handlers=handlers
+        )
     span = sl.log_trace_span if mode != "bare" else (lambda name: contextlib.nullcontext())
     scalar = sl.log_trace_scalar if mode != "bare" else (lambda values: None)
     set_step = sl.set_step if mode != "bare" else (lambda step, relative_step=None: None)
@@ -96,7 +108,7 @@ def run(mode: str, steps: int, reps: int, hidden: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("bare", "disabled", "jsonl", "jsonl_otlp"))
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)

@@ -33,21 +33,35 @@ from otel_titan.logging import init_logger, logger
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output-dir", default="outputs", help="run directory (default: outputs)")
     parser.add_argument("--steps", type=int, default=30, help="training steps (default: 30)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--gc-every", type=int, default=10, help="tag a step 'gc' and collect garbage every N steps")
-    parser.add_argument("--checkpoint-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
-    parser.add_argument("--slow-rank", type=int, default=-1, help="make this rank's data_fetch slower (a straggler)")
-    parser.add_argument("--slow-ms", type=float, default=20.0, help="extra data_fetch time on --slow-rank, in ms")
-    parser.add_argument("--hang-rank", type=int, default=-1, help="make this rank hang in data_fetch ...")
+    parser.add_argument(
+        "--gc-every", type=int, default=10, help="tag a step 'gc' and collect garbage every N steps"
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=0, help="save a checkpoint every N steps (0: never)"
+    )
+    parser.add_argument(
+        "--slow-rank", type=int, default=-1, help="make this rank's data_fetch slower (a straggler)"
+    )
+    parser.add_argument(
+        "--slow-ms", type=float, default=20.0, help="extra data_fetch time on --slow-rank, in ms"
+    )
+    parser.add_argument(
+        "--hang-rank", type=int, default=-1, help="make this rank hang in data_fetch ..."
+    )
     parser.add_argument("--hang-step", type=int, default=-1, help="... at this step")
     return parser.parse_args()
 
 
-def make_batch(step: int, rank: int, batch_size: int, dim: int, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    step: int, rank: int, batch_size: int, dim: int, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(step * 1000 + rank)
     inputs = torch.randn(batch_size, dim, generator=generator)
     return inputs, inputs @ target
@@ -65,7 +79,9 @@ def main() -> None:
 
     dim = 32
     target = torch.randn(dim, 1, generator=torch.Generator().manual_seed(42))
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(dim, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1)))
+    model = DistributedDataParallel(
+        nn.Sequential(nn.Linear(dim, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 1))
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loaded_step = 0
 
@@ -76,8 +92,8 @@ def main() -> None:
         if rank == args.hang_rank and step == args.hang_step:
             logger.warning("rank %d: hanging in data_fetch at step %d (as asked)", rank, step)
             # Hang until the launcher is gone. torchrun starts every worker in its own session, so a
-            # launcher killed on its own (SIGKILL, or `kill` of its process group) leaves the workers
-            # running: a hung toy rank then ends itself instead of living forever.
+            # launcher killed on its own (SIGKILL, or `kill` of its process group) leaves the
+            # workers running: a hung toy rank then ends itself instead of living forever.
             launcher = os.getppid()
             while os.getppid() == launcher:
                 time.sleep(1)
@@ -102,12 +118,19 @@ def main() -> None:
             optimizer.zero_grad(set_to_none=True)
 
         loss_value = loss.item()
-        sl.log_trace_scalar({"loss": loss_value, "num_tokens": args.batch_size * dim, "lr": optimizer.param_groups[0]["lr"]})
+        sl.log_trace_scalar(
+            {
+                "loss": loss_value,
+                "num_tokens": args.batch_size * dim,
+                "lr": optimizer.param_groups[0]["lr"],
+            }
+        )
         if args.checkpoint_every and step % args.checkpoint_every == 0:
             with sl.log_trace_span("checkpoint"):
                 if rank == 0:
                     torch.save(model.state_dict(), os.path.join(args.output_dir, "checkpoint.pt"))
-                    logger.info("step %d: checkpoint saved", step)  # inside the span: an OTLP log carries its trace id
+                    # inside the span: an OTLP log carries its trace id
+                    logger.info("step %d: checkpoint saved", step)
                 dist.barrier()
             sl.log_trace_instant("checkpoint_saved")
         if rank == 0 and (step % 10 == 0 or step == args.steps):
@@ -117,7 +140,11 @@ def main() -> None:
     sl.shutdown_structured_logger()
     dist.destroy_process_group()
     if rank == 0:
-        logger.info("done: %d ranks, structured logs in %s", world, os.path.join(args.output_dir, "structured_logs"))
+        logger.info(
+            "done: %d ranks, structured logs in %s",
+            world,
+            os.path.join(args.output_dir, "structured_logs"),
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ _LAZY = frozenset({"structured_logger", "analysis", "core", "exporters", "schema
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        # importlib, not an import statement: the package root stays out of the layers' import graph.
+        # importlib, not an import statement: the package root stays out of the layers' import
+        # graph.
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -1,4 +1,5 @@
-"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`, `watch`, `mcp`).
+"""`otel-titan`: the command line of the analysis tools (`export`, `summarize`, `sql`, `report`,
+`watch`, `mcp`).
 
 Exit codes: `ExitCode`, one meaning each, and `_failure`, the one place where
 an error becomes its exit code and its one line on stderr: every command raises,
@@ -42,7 +43,13 @@ from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceToo
 from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.query.output import write_result
-from otel_titan.analysis.query.sql import VIEW_HELP, MissingDependencyError, open_run, open_saved, require_duckdb
+from otel_titan.analysis.query.sql import (
+    VIEW_HELP,
+    MissingDependencyError,
+    open_run,
+    open_saved,
+    require_duckdb,
+)
 from otel_titan.analysis.read.filters import parse_rank_list
 from otel_titan.analysis.read.runs import find_run
 from otel_titan.analysis.read.safe_text import json_bytes, printable
@@ -59,7 +66,11 @@ from otel_titan.analysis.watch.loop import (
 )
 from otel_titan.analysis.workers import ClusterError, MissingClusterError, WorkerDiedError
 from otel_titan.distribution import install_hint
-from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER, OTEL_TITAN_MCP_TOKEN, OTEL_TITAN_WATCH_TOKEN
+from otel_titan.environment_variables import (
+    OTEL_TITAN_DUMP_TRIGGER,
+    OTEL_TITAN_MCP_TOKEN,
+    OTEL_TITAN_WATCH_TOKEN,
+)
 from otel_titan.receive import (
     Limits,
     OtlpGrpcReceiver,
@@ -80,7 +91,8 @@ __all__ = ["main", "ExitCode", "EXIT_CODE_MEANINGS"]
 
 
 class ExitCode(enum.IntEnum):
-    """The exit status of every command, one meaning each (scripts and schedulers branch on them): `EXIT_CODE_MEANINGS`."""
+    """The exit status of every command, one meaning each (scripts and schedulers branch on them):
+    `EXIT_CODE_MEANINGS`."""
 
     OK = 0
     NO_RECORDS = 1
@@ -92,7 +104,8 @@ class ExitCode(enum.IntEnum):
     INTERRUPTED = 130
 
 
-#: When each code is given: ``otel-titan --help`` prints this, docs/analysis.md's table says the same (tests/test_cli.py).
+#: When each code is given: ``otel-titan --help`` prints this, docs/analysis.md's table says the
+#: same (tests/test_cli.py).
 EXIT_CODE_MEANINGS = {
     ExitCode.OK: "done",
     ExitCode.NO_RECORDS: "no records: the run has none readable, or none is left after --steps, --ranks, --sources or --run",
@@ -108,30 +121,40 @@ EXIT_CODE_MEANINGS = {
 }
 
 _EXIT_CODES_HELP = "exit codes:\n" + "".join(
-    textwrap.fill(meaning, width=100, initial_indent=f"  {int(code):<4} ", subsequent_indent=" " * 7) + "\n" for code, meaning in EXIT_CODE_MEANINGS.items()
+    textwrap.fill(
+        meaning, width=100, initial_indent=f"  {int(code):<4} ", subsequent_indent=" " * 7
+    )
+    + "\n"
+    for code, meaning in EXIT_CODE_MEANINGS.items()
 )
 
 
 class UsageError(Exception):
-    """A command line that cannot be meant, found by a command rather than by argparse (`ExitCode.USAGE`)."""
+    """A command line that cannot be meant, found by a command rather than by argparse
+    (`ExitCode.USAGE`)."""
 
 
 class QueryError(Exception):
-    """DuckDB refused the query (`ExitCode.USAGE`); the message is DuckDB's, its lines kept so the caret still points."""
+    """DuckDB refused the query (`ExitCode.USAGE`); the message is DuckDB's, its lines kept so the
+    caret still points."""
 
 
-#: What each expected failure means, first match wins (a subclass before its base: `UnknownRunError` is a
-#: `NoRecordsError`, `TraceTooBigError` a `ValueError`). Anything else is `ExitCode.INTERNAL`.
+#: What each expected failure means, first match wins (a subclass before its base: `UnknownRunError`
+#: is a `NoRecordsError`, `TraceTooBigError` a `ValueError`). Anything else is `ExitCode.INTERNAL`.
 _FAILURES: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((NoRecordsError,), ExitCode.NO_RECORDS),
     ((NotARunError, UsageError, QueryError), ExitCode.USAGE),
     ((TraceTooBigError, OSError), ExitCode.CANNOT_WRITE),
-    ((MissingDependencyError, MissingClusterError, ClusterError, WorkerDiedError), ExitCode.UNAVAILABLE),
+    (
+        (MissingDependencyError, MissingClusterError, ClusterError, WorkerDiedError),
+        ExitCode.UNAVAILABLE,
+    ),
 )
 
 
 def _failure(error: BaseException, output: str | None = None) -> tuple[ExitCode, str]:
-    """The exit code of `error` and its one line on stderr (`main` prints it): the one mapping of every command.
+    """The exit code of `error` and its one line on stderr (`main` prints it): the one mapping of
+    every command.
 
     `output` names what the command writes, for an `OSError` that names no file.
 
@@ -150,25 +173,33 @@ def _failure(error: BaseException, output: str | None = None) -> tuple[ExitCode,
     code = next((code for kinds, code in _FAILURES if isinstance(error, kinds)), ExitCode.INTERNAL)
     if code is ExitCode.INTERNAL:
         what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        return code, f"otel-titan: internal error (a bug in otel-titan; please report it with the traceback above): {printable(what)}"
+        return (
+            code,
+            "otel-titan: internal error (a bug in otel-titan; please report it with the "
+            f"traceback above): {printable(what)}",
+        )
     if isinstance(error, QueryError):
-        # Each line escaped on its own, the line breaks kept: only DuckDB's own message keeps them (a line break
-        # in a file name or a span name could otherwise forge a line of output).
+        # Each line escaped on its own, the line breaks kept: only DuckDB's own message keeps them
+        # (a line break in a file name or a span name could otherwise forge a line of output).
         lines = [printable(line.rstrip()) for line in ("SQL: " + str(error).strip()).splitlines()]
         return code, "otel-titan: error: " + "\n".join(lines)
     if isinstance(error, OSError):
-        message = f"cannot write {error.filename or output or 'the output'}: {error.strerror or error}"
+        message = (
+            f"cannot write {error.filename or output or 'the output'}: {error.strerror or error}"
+        )
     else:
         message = str(error)
     return code, "otel-titan: error: " + printable(message)
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its exit on a bad command line spelled as ours (`ExitCode.USAGE`, its usual 2)."""
+    """argparse, with its exit on a bad command line spelled as ours (`ExitCode.USAGE`, its usual
+    2)."""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
 
 _EXPORT_EPILOG = """\
 examples:
@@ -283,7 +314,8 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     parser = _Parser(
         prog="otel-titan",
         description="Analysis of otel-titan (and torchtitan / pimm) structured-log runs.",
-        epilog="run `otel-titan COMMAND --help` for a command's options and examples.\n\n" + _EXIT_CODES_HELP,
+        epilog="run `otel-titan COMMAND --help` for a command's options and examples.\n\n"
+        + _EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"otel-titan {__version__}")
@@ -296,34 +328,102 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         epilog=_EXPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    export.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
-    export.add_argument("-o", "--output", metavar="OUT", help="output file (default: RUN_DIR/analysis/trace.json; for one .jsonl file, analysis/<its name>.trace.json)")
-    export.add_argument("--format", choices=("json", "perfetto"), help="json (default) or perfetto (native protobuf); default: perfetto when OUT ends in .pftrace or .perfetto-trace")
-    export.add_argument("--steps", metavar="A:B", help="only steps A to B, both included (A:, :B and N work too)")
+    export.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="run directory, its structured_logs/ folder, or one .jsonl file",
+    )
+    export.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="output file (default: RUN_DIR/analysis/trace.json; for one .jsonl file, analysis/<its name>.trace.json)",
+    )
+    export.add_argument(
+        "--format",
+        choices=("json", "perfetto"),
+        help="json (default) or perfetto (native protobuf); default: perfetto when OUT ends in .pftrace or .perfetto-trace",
+    )
+    export.add_argument(
+        "--steps", metavar="A:B", help="only steps A to B, both included (A:, :B and N work too)"
+    )
     _add_filters(export)
-    export.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)")
-    _add_scheduler(export, "convert the files; they write their parts beside OUT, which they must see")
-    export.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
-    export.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
-    export.add_argument("--force", action="store_true", help="write the trace even when it would be too big for Perfetto's UI (about 1 GB)")
+    export.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes (default: one per CPU, at most 8, for runs of 64 MB or more; 1: this process only)",
+    )
+    _add_scheduler(
+        export, "convert the files; they write their parts beside OUT, which they must see"
+    )
+    export.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress line (shown only when stderr is a terminal)",
+    )
+    export.add_argument(
+        "--no-align",
+        action="store_true",
+        help="keep each host's clock as written (default: aligned on the step-closing collective)",
+    )
+    export.add_argument(
+        "--force",
+        action="store_true",
+        help="write the trace even when it would be too big for Perfetto's UI (about 1 GB)",
+    )
 
     summarize = commands.add_parser(
         "summarize",
         help="print where every process stopped, open spans, phase timings and stragglers",
         description="Summarize a run: the first command after a hang or a timeout. When a process stalled, was killed or did not "
-        "close, a Hang section comes first: ranks grouped by where they are, the suspects named (docs/hangs.md).",
+        "close, a Hang section comes first: ranks grouped by where they are, the suspects named "
+        "(docs/hangs.md).",
         epilog=_SUMMARIZE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    summarize.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
-    summarize.add_argument("--json", action="store_true", help="print one JSON document instead of tables (for scripts and language models)")
-    summarize.add_argument("--all", action="store_true", help="a row per process and every group (default: processes grouped when there are more than 8)")
-    summarize.add_argument("--tail", action="store_true", help="only where every process stopped, from the ends of its files (seconds for thousands of ranks; no phases or stragglers)")
-    summarize.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective)")
-    summarize.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
-    summarize.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)")
-    summarize.add_argument("--steps", metavar="A:B", help="judge the stragglers on steps A to B only, both included (A:, :B and N work too): "
-                           "to narrow a slowdown the summary found 'since step N' or 'in steps A–B only'")
+    summarize.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="run directory, its structured_logs/ folder, or one .jsonl file",
+    )
+    summarize.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document instead of tables (for scripts and language models)",
+    )
+    summarize.add_argument(
+        "--all",
+        action="store_true",
+        help="a row per process and every group (default: processes grouped when there are more than 8)",
+    )
+    summarize.add_argument(
+        "--tail",
+        action="store_true",
+        help="only where every process stopped, from the ends of its files (seconds for thousands of ranks; no phases or stragglers)",
+    )
+    summarize.add_argument(
+        "--no-align",
+        action="store_true",
+        help="keep each host's clock as written (default: aligned on the step-closing collective)",
+    )
+    summarize.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress line (shown only when stderr is a terminal)",
+    )
+    summarize.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes reading the files (default 1; more can help on many idle cores, at the cost of memory)",
+    )
+    summarize.add_argument(
+        "--steps",
+        metavar="A:B",
+        help="judge the stragglers on steps A to B only, both included (A:, :B and N work too): "
+        "to narrow a slowdown the summary found 'since step N' or 'in steps A–B only'",
+    )
     _add_scheduler(summarize, "read the files")
     _add_no_cache(summarize)
     _add_filters(summarize)
@@ -336,15 +436,49 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         epilog=_SQL_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sql.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, one .jsonl file, or a .duckdb file written by --save")
-    sql.add_argument("query", metavar="QUERY", nargs="?", help="SQL to run ('-' reads it from stdin); without it, the views and their columns are listed")
-    sql.add_argument("--format", choices=["table", "csv", "json"], default="table", help="table (default; at most --max-rows rows), csv or json (one array, every row)")
-    sql.add_argument("--max-rows", type=int, default=40, metavar="N", help="rows shown in a table (default 40; the count of all rows is printed)")
-    sql.add_argument("--save", metavar="FILE.duckdb", help="also write the database (records and views) to this new file, for repeated queries: otel-titan sql FILE.duckdb QUERY")
+    sql.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="run directory, its structured_logs/ folder, one .jsonl file, or a .duckdb file written by --save",
+    )
+    sql.add_argument(
+        "query",
+        metavar="QUERY",
+        nargs="?",
+        help="SQL to run ('-' reads it from stdin); without it, the views and their columns are listed",
+    )
+    sql.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="table (default; at most --max-rows rows), csv or json (one array, every row)",
+    )
+    sql.add_argument(
+        "--max-rows",
+        type=int,
+        default=40,
+        metavar="N",
+        help="rows shown in a table (default 40; the count of all rows is printed)",
+    )
+    sql.add_argument(
+        "--save",
+        metavar="FILE.duckdb",
+        help="also write the database (records and views) to this new file, for repeated queries: otel-titan sql FILE.duckdb QUERY",
+    )
     sql.add_argument("--parquet", metavar="DIR", help="also write every view as DIR/<view>.parquet")
-    sql.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned on the step-closing collective, as summarize)")
-    sql.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
-    _add_scheduler(sql, "load the files (each worker's DuckDB reads a share, the rows come back here)")
+    sql.add_argument(
+        "--no-align",
+        action="store_true",
+        help="keep each host's clock as written (default: aligned on the step-closing collective, as summarize)",
+    )
+    sql.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress line (shown only when stderr is a terminal)",
+    )
+    _add_scheduler(
+        sql, "load the files (each worker's DuckDB reads a share, the rows come back here)"
+    )
     _add_no_cache(sql)
     _add_filters(sql)
 
@@ -352,18 +486,47 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "report",
         help="write a self-contained HTML report of the run (heatmap, phases, scalars, findings)",
         description="Write one offline HTML file with the run's pictures: headline, step-time heatmap, per-phase time by rank, "
-        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule of its own), from one read of the run, as summarize reads it. "
+        "scalars over steps, straggler and clock findings (summarize's: the report runs no rule "
+        "of its own), from one read of the run, as summarize reads it. "
         f"Needs Plotly (in the project's .venv already; elsewhere: {install_hint('analysis')}).",
         epilog=_REPORT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    report.add_argument("run_dir", metavar="RUN_DIR", help="run directory, its structured_logs/ folder, or one .jsonl file")
-    report.add_argument("-o", "--output", metavar="OUT.html", help="output file (default: RUN_DIR/analysis/report.html)")
-    report.add_argument("--max-cells", type=int, default=200_000, metavar="N", help="most heatmap cells; steps and ranks are binned above it (default 200,000)")
-    report.add_argument("--no-align", action="store_true", help="keep each host's clock as written (default: aligned, as summarize)")
-    report.add_argument("--no-progress", action="store_true", help="no progress line (shown only when stderr is a terminal)")
+    report.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="run directory, its structured_logs/ folder, or one .jsonl file",
+    )
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.html",
+        help="output file (default: RUN_DIR/analysis/report.html)",
+    )
+    report.add_argument(
+        "--max-cells",
+        type=int,
+        default=200_000,
+        metavar="N",
+        help="most heatmap cells; steps and ranks are binned above it (default 200,000)",
+    )
+    report.add_argument(
+        "--no-align",
+        action="store_true",
+        help="keep each host's clock as written (default: aligned, as summarize)",
+    )
+    report.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress line (shown only when stderr is a terminal)",
+    )
     _add_no_cache(report)
-    report.add_argument("--jobs", type=int, metavar="N", help="worker processes reading the files, as summarize's --jobs (default 1)")
+    report.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes reading the files, as summarize's --jobs (default 1)",
+    )
     _add_scheduler(report, "read the files (as summarize's)")
     _add_filters(report)
 
@@ -372,61 +535,145 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         help="follow a running job: name the hung, crashed or slowing rank within seconds",
         description="Follow a running job from its per-rank files (only the bytes appended since the last refresh are read), or with --otlp "
         "from the records its ranks send over OTLP (for NFS and node-local folders), and name "
-        "the hung, crashed, missing or slowing rank while it runs, with what it costs (docs/watch.md). On a suspected hang it "
+        "the hung, crashed, missing or slowing rank while it runs, with what it costs "
+        "(docs/watch.md). On a suspected hang it "
         "touches the dump trigger file so every rank writes its black box.",
         epilog=_WATCH_EPILOG.format(trigger=OTEL_TITAN_DUMP_TRIGGER, token=OTEL_TITAN_WATCH_TOKEN),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    watch.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
-                       help="run directory, its structured_logs/ folder, or one .jsonl file; with --otlp, the folder the received records are written to (as --spool)")
-    watch.add_argument("--otlp", metavar="HOST:PORT",
-                       help="receive the records over OTLP/HTTP on HOST:PORT (4318 alone: loopback; port 0: any free one) from ranks launched with "
-                       "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of reading their files; "
-                       f"beyond loopback a token is required (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file)")
-    watch.add_argument("--otlp-grpc", metavar="HOST:PORT",
-                       help="the same over OTLP/gRPC on HOST:PORT (127.0.0.1:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp")
-    watch.add_argument("--otlp-token-file", metavar="FILE",
-                       help=f"with --otlp: the bearer token every request must carry (its first line), else ${OTEL_TITAN_WATCH_TOKEN}; a request without it "
-                       "gets 401 and changes nothing (the ranks: OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%%20TOKEN)")
-    watch.add_argument("--otlp-tls-cert", metavar="FILE", help="with --otlp: serve TLS with this PEM certificate (chain); the ranks: https:// and OTEL_EXPORTER_OTLP_CERTIFICATE")
-    watch.add_argument("--otlp-tls-key", metavar="FILE", help="with --otlp-tls-cert: its PEM private key (default: in the certificate's file)")
-    watch.add_argument("--spool", metavar="DIR", help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)")
-    watch.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between refreshes (default 2)")
+    watch.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        nargs="?",
+        help="run directory, its structured_logs/ folder, or one .jsonl file; with --otlp, the folder the received records are written to (as --spool)",
+    )
+    watch.add_argument(
+        "--otlp",
+        metavar="HOST:PORT",
+        help="receive the records over OTLP/HTTP on HOST:PORT (4318 alone: loopback; port 0: any free one) from ranks launched with "
+        "OTEL_TITAN_OTLP_RECORDS=true, or from a collector forwarding their logs, instead of "
+        "reading their files; "
+        f"beyond loopback a token is required (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file)",
+    )
+    watch.add_argument(
+        "--otlp-grpc",
+        metavar="HOST:PORT",
+        help="the same over OTLP/gRPC on HOST:PORT (127.0.0.1:4317), for ranks or collectors with OTEL_EXPORTER_OTLP_PROTOCOL=grpc; alone or beside --otlp",
+    )
+    watch.add_argument(
+        "--otlp-token-file",
+        metavar="FILE",
+        help=f"with --otlp: the bearer token every request must carry (its first line), else ${OTEL_TITAN_WATCH_TOKEN}; a request without it "
+        "gets 401 and changes nothing (the ranks: "
+        "OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%%20TOKEN)",
+    )
+    watch.add_argument(
+        "--otlp-tls-cert",
+        metavar="FILE",
+        help="with --otlp: serve TLS with this PEM certificate (chain); the ranks: https:// and OTEL_EXPORTER_OTLP_CERTIFICATE",
+    )
+    watch.add_argument(
+        "--otlp-tls-key",
+        metavar="FILE",
+        help="with --otlp-tls-cert: its PEM private key (default: in the certificate's file)",
+    )
+    watch.add_argument(
+        "--spool",
+        metavar="DIR",
+        help="with --otlp: where the received records are written, as a run folder (default: ./otel-titan-watch-YYYYmmdd-HHMMSS)",
+    )
+    watch.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="seconds between refreshes (default 2)",
+    )
     watch.add_argument("--once", action="store_true", help="print one frame and exit")
-    watch.add_argument("--wait", type=_duration, metavar="S",
-                       help="started before the job: wait at most S seconds (30, 10m) for RUN_DIR to hold log files, then exit 2 "
-                       "(default: wait until it does, saying so on stderr; with --once: do not wait)")
-    watch.add_argument("--json", action="store_true", help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)")
-    watch.add_argument("--exit-on", metavar="KINDS",
-                       help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing; KIND:S only once "
-                       "it has lasted S (hang:10m: the alert is raised at once, the job killed only if it stays hung: page early, kill late)")
-    watch.add_argument("--hang-after", type=_duration, metavar="S",
-                       help="no progress for at least S seconds (30, 2m) before a hang is raised (default 8, and never under 2 steps)")
-    watch.add_argument("--pause-after", type=_duration, metavar="S",
-                       help="a pause (every rank in one span never seen to finish, or the others waiting for one rank's own work, as rank 0's "
-                       "first checkpoint) is a hang only after S seconds (default 300)")
-    watch.add_argument("--trigger", metavar="FILE", help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)")
-    watch.add_argument("--no-trigger", action="store_true", help="never touch the dump trigger file")
-    watch.add_argument("--plain", action="store_true", help="plain lines even on a terminal (no screen drawn in place)")
+    watch.add_argument(
+        "--wait",
+        type=_duration,
+        metavar="S",
+        help="started before the job: wait at most S seconds (30, 10m) for RUN_DIR to hold log files, then exit 2 "
+        "(default: wait until it does, saying so on stderr; with --once: do not wait)",
+    )
+    watch.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object a line: frames, alerts, resolved alerts (docs/watch.md)",
+    )
+    watch.add_argument(
+        "--exit-on",
+        metavar="KINDS",
+        help="exit with status 3 at the first confirmed alert of these kinds: hang,crashed,terminated,missing; KIND:S only once "
+        "it has lasted S (hang:10m: the alert is raised at once, the job killed only if it stays "
+        "hung: page early, kill late)",
+    )
+    watch.add_argument(
+        "--hang-after",
+        type=_duration,
+        metavar="S",
+        help="no progress for at least S seconds (30, 2m) before a hang is raised (default 8, and never under 2 steps)",
+    )
+    watch.add_argument(
+        "--pause-after",
+        type=_duration,
+        metavar="S",
+        help="a pause (every rank in one span never seen to finish, or the others waiting for one rank's own work, as rank 0's "
+        "first checkpoint) is a hang only after S seconds (default 300)",
+    )
+    watch.add_argument(
+        "--trigger",
+        metavar="FILE",
+        help=f"the dump trigger file to touch on a suspected hang (default: ${OTEL_TITAN_DUMP_TRIGGER}, else RUN_DIR/dump-now)",
+    )
+    watch.add_argument(
+        "--no-trigger", action="store_true", help="never touch the dump trigger file"
+    )
+    watch.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain lines even on a terminal (no screen drawn in place)",
+    )
     watch.set_defaults(ranks=None, sources=None, run=None)
 
     mcp = commands.add_parser(
         "mcp",
         help="serve the runs' questions to an agent as Model Context Protocol tools (stdio, or loopback HTTP)",
         description="Serve the runs under FOLDER (default: the current folder) as Model Context Protocol tools over stdio, for an agent "
-        "client (Claude Desktop / Code, any MCP client) that starts it, or with --http over streamable HTTP on loopback: list_runs, diagnose, process, steps, compare, sql, live, export, "
-        "each answer bounded to a budget of tokens and the records' strings kept as data (docs/agents.md). Needs the MCP SDK "
-        "(in the project's .venv already; elsewhere: pip install 'otel-titan[mcp]'). The guide it serves to agents follows.",
+        "client (Claude Desktop / Code, any MCP client) that starts it, or with --http over "
+        "streamable HTTP on loopback: list_runs, diagnose, process, steps, compare, sql, live, "
+        "export, "
+        "each answer bounded to a budget of tokens and the records' strings kept as data "
+        "(docs/agents.md). Needs the MCP SDK "
+        "(in the project's .venv already; elsewhere: pip install 'otel-titan[mcp]'). The guide it "
+        "serves to agents follows.",
         epilog=_MCP_EPILOG + _mcp_guide(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    mcp.add_argument("folders", metavar="FOLDER", nargs="*", help="folders whose runs are served (a run folder, or a folder of run folders); paths outside them are refused")
-    mcp.add_argument("--http", metavar="HOST:PORT",
-                     help=f"serve over streamable HTTP on a loopback address (127.0.0.1:8765; port 0: any free one) instead of stdio; every request "
-                     f"must carry Authorization: Bearer ${OTEL_TITAN_MCP_TOKEN} (unset: a random token, printed on stderr with the URL)")
+    mcp.add_argument(
+        "folders",
+        metavar="FOLDER",
+        nargs="*",
+        help="folders whose runs are served (a run folder, or a folder of run folders); paths outside them are refused",
+    )
+    mcp.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help=f"serve over streamable HTTP on a loopback address (127.0.0.1:8765; port 0: any free one) instead of stdio; every request "
+        f"must carry Authorization: Bearer ${OTEL_TITAN_MCP_TOKEN} (unset: a random token, "
+        "printed on stderr with the URL)",
+    )
     _add_no_cache(mcp)
     mcp.set_defaults(ranks=None, sources=None, run=None)
-    return parser, {"export": export, "summarize": summarize, "sql": sql, "report": report, "watch": watch, "mcp": mcp}
+    return parser, {
+        "export": export,
+        "summarize": summarize,
+        "sql": sql,
+        "report": report,
+        "watch": watch,
+        "mcp": mcp,
+    }
 
 
 _MCP_EPILOG = """\
@@ -438,7 +685,8 @@ or: claude mcp add otel-titan -- /path/to/.venv/bin/otel-titan mcp /path/to/outp
 
 
 def _mcp_guide() -> str:
-    """The guide the server gives agents (otel_titan/analysis/agents/guide.md), shown by ``otel-titan mcp --help``."""
+    """The guide the server gives agents (otel_titan/analysis/agents/guide.md), shown by
+    ``otel-titan mcp --help``."""
     try:
         return guide_text()
     except OSError:
@@ -447,24 +695,31 @@ def _mcp_guide() -> str:
 
 def _add_no_cache(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--no-cache", action="store_true",
+        "--no-cache",
+        action="store_true",
         help="read every byte again and keep nothing (default: what a read learned is kept in RUN_DIR/analysis/cache/, or, where "
-        "that is not yours to write, in $XDG_CACHE_HOME/otel-titan/runs/ (~/.cache without XDG_CACHE_HOME), so that a second "
-        "command on an unchanged run is not read again and a grown one only from where it was; used only when yours alone and "
-        "signed with your key, bounded to 1 GiB and 30 days per folder; docs/analysis.md, docs/security.md)",
+        "that is not yours to write, in $XDG_CACHE_HOME/otel-titan/runs/ (~/.cache without "
+        "XDG_CACHE_HOME), so that a second "
+        "command on an unchanged run is not read again and a grown one only from where it was; "
+        "used only when yours alone and "
+        "signed with your key, bounded to 1 GiB and 30 days per folder; docs/analysis.md, "
+        "docs/security.md)",
     )
 
 
 def _add_scheduler(parser: argparse.ArgumentParser, work: str) -> None:
     parser.add_argument(
-        "--scheduler", metavar="ADDRESS",
+        "--scheduler",
+        metavar="ADDRESS",
         help=f"a Dask scheduler (tcp://host:8786) whose workers {work}: the same result as here (docs/analysis.md; "
-        f"needs {install_hint('cluster')}). Default: $DASK_SCHEDULER_ADDRESS unless --jobs is given",
+        f"needs {install_hint('cluster')}). Default: $DASK_SCHEDULER_ADDRESS unless --jobs is "
+        "given",
     )
 
 
 def _scheduler(args: argparse.Namespace) -> str | None:
-    """--scheduler, else Dask's own DASK_SCHEDULER_ADDRESS (unless --jobs asks for local workers), else None: this machine."""
+    """--scheduler, else Dask's own DASK_SCHEDULER_ADDRESS (unless --jobs asks for local workers),
+    else None: this machine."""
     if args.scheduler:
         return str(args.scheduler)
     if getattr(args, "jobs", None) is None:
@@ -474,8 +729,14 @@ def _scheduler(args: argparse.Namespace) -> str | None:
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,3,8-11")
-    parser.add_argument("--sources", metavar="LIST", help="only these sources, e.g. training,rollouter")
-    parser.add_argument("--run", metavar="RUN_ID", help="the run to read when the folder holds several (default: the latest; the output names the others)")
+    parser.add_argument(
+        "--sources", metavar="LIST", help="only these sources, e.g. training,rollouter"
+    )
+    parser.add_argument(
+        "--run",
+        metavar="RUN_ID",
+        help="the run to read when the folder holds several (default: the latest; the output names the others)",
+    )
 
 
 class _Line:
@@ -508,7 +769,10 @@ class _Progress(_Line):
         self.last = now
         rate = done / max(now - self.started, 1e-9) / 1e6
         percent = 100.0 * done / total if total else 100.0
-        self.stream.write(f"\r{self.command}: {done / 1e6:,.1f} / {total / 1e6:,.1f} MB ({percent:.0f}%), {rate:,.0f} MB/s\x1b[K")
+        self.stream.write(
+            f"\r{self.command}: {done / 1e6:,.1f} / {total / 1e6:,.1f} MB ({percent:.0f}%), "
+            f"{rate:,.0f} MB/s\x1b[K"
+        )
         self.stream.flush()
         self.shown = True
 
@@ -536,7 +800,9 @@ class _WarningHandler(logging.Handler):
         self.stream.flush()
 
 
-def _filters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[int] | None, list[str] | None]:
+def _filters(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[list[int] | None, list[str] | None]:
 
     ranks = sources = None
     if args.ranks is not None:
@@ -564,8 +830,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, commands = _build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
-        # `sql RUN_DIR --format csv QUERY`: argparse gives the optional QUERY up once options follow RUN_DIR.
-        if getattr(args, "command", None) == "sql" and args.query is None and len(extra) == 1 and (extra[0] == "-" or not extra[0].startswith("-")):
+        # `sql RUN_DIR --format csv QUERY`: argparse gives the optional QUERY up once options follow
+        # RUN_DIR.
+        if (
+            getattr(args, "command", None) == "sql"
+            and args.query is None
+            and len(extra) == 1
+            and (extra[0] == "-" or not extra[0].startswith("-"))
+        ):
             args.query = extra[0]
         else:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -596,23 +868,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Exception, KeyboardInterrupt) as error:  # noqa: BLE001 - every failure leaves through the one mapping
         code, line = _failure(error, getattr(args, "output", None) or getattr(args, "save", None))
         if code is ExitCode.INTERNAL:
-            sys.stderr.write("".join(printable(text.rstrip("\n")) + "\n" for text in traceback.format_exception(error)))
+            sys.stderr.write(
+                "".join(
+                    printable(text.rstrip("\n")) + "\n"
+                    for text in traceback.format_exception(error)
+                )
+            )
         sys.stderr.write(line + "\n")
         return code
     finally:
         gc.set_threshold(*young)
 
 
-#: The analysis commands that read a run, answer and exit: their graphs of facts (millions of dicts, lists and floats
-#: at 1,024 ranks) live until the answer, and with the collector's default young generation (700 allocations) it ran
-#: ~900 collections that free nothing (0.2 s CPU of a second `summarize` at 1,024 ranks; docs/performance.md). A larger
-#: young generation only collects less often (cyclic garbage waits a little longer). Restored when the command ends.
+#: The analysis commands that read a run, answer and exit: their graphs of facts (millions of dicts,
+#: lists and floats at 1,024 ranks) live until the answer, and with the collector's default young
+#: generation (700 allocations) it ran ~900 collections that free nothing (0.2 s CPU of a second
+#: `summarize` at 1,024 ranks; docs/performance.md). A larger young generation only collects less
+#: often (cyclic garbage waits a little longer). Restored when the command ends.
 _ONE_SHOT = frozenset({"summarize", "report", "sql", "export"})
 _ONE_SHOT_YOUNG = 50_000
 
 
 def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callable[[], None]:
-    """Install the one path of every warning while a command runs, its workers' included (`workers.interpreters`); returns its undo.
+    """Install the one path of every warning while a command runs, its workers' included
+    (`workers.interpreters`); returns its undo.
 
     On stderr, escaped (`printable`), the progress line cleared first; never
     the raw text Python's last-resort handler would print.
@@ -629,7 +908,12 @@ def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callabl
     return stop
 
 
-def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+def _export(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    ranks: list[int] | None,
+    sources: list[str] | None,
+) -> int:
 
     steps = None
     if args.steps is not None:
@@ -645,8 +929,17 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
         choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
         native = None if args.format is None else args.format == "perfetto"
         stats = generate_gantt_trace(
-            args.run_dir, args.output, steps=steps, ranks=ranks, sources=sources, progress=progress, jobs=args.jobs, run_id=args.run,
-            align=not args.no_align, max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES, native=native,
+            args.run_dir,
+            args.output,
+            steps=steps,
+            ranks=ranks,
+            sources=sources,
+            progress=progress,
+            jobs=args.jobs,
+            run_id=args.run,
+            align=not args.no_align,
+            max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES,
+            native=native,
             scheduler=_scheduler(args),
         )
     finally:
@@ -654,57 +947,103 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
             progress.clear()
         stop_warnings()
     rate = stats.input_bytes / 1e6 / stats.seconds if stats.seconds > 0 else 0.0
-    print(f"trace: {printable(stats.output_path)}" + (" (replaced the file that was there)" if stats.replaced else ""))
     print(
-        f"  {plural(stats.processes, 'process')}, {plural(stats.spans, 'span')} ({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
-        f"{plural(stats.instants, 'instant')}, {plural(stats.counters, 'counter sample')}, {plural(stats.steps, 'step bar')}, "
+        f"trace: {printable(stats.output_path)}"
+        + (" (replaced the file that was there)" if stats.replaced else "")
+    )
+    print(
+        f"  {plural(stats.processes, 'process')}, {plural(stats.spans, 'span')} "
+        f"({stats.incomplete_spans:,} incomplete, {stats.failed_spans:,} failed), "
+        f"{plural(stats.instants, 'instant')}, {plural(stats.counters, 'counter sample')}, "
+        f"{plural(stats.steps, 'step bar')}, "
         f"{plural(stats.max_async_slots, 'async slot')} at most; {_size(stats.output_bytes)}"
     )
     print(
-        f"  read {plural(stats.records, 'record')} ({_size(stats.input_bytes)}) in {stats.seconds:.1f} s ({rate:,.0f} MB/s)"
-        + (f"; {plural(stats.skipped_lines, 'unreadable line')} skipped" if stats.skipped_lines else "")
-        + (f"; {plural(stats.repaired_lines, 'line')} with invalid Unicode kept, escaped" if stats.repaired_lines else "")
+        f"  read {plural(stats.records, 'record')} ({_size(stats.input_bytes)}) in "
+        f"{stats.seconds:.1f} s ({rate:,.0f} MB/s)"
+        + (
+            f"; {plural(stats.skipped_lines, 'unreadable line')} skipped"
+            if stats.skipped_lines
+            else ""
+        )
+        + (
+            f"; {plural(stats.repaired_lines, 'line')} with invalid Unicode kept, escaped"
+            if stats.repaired_lines
+            else ""
+        )
     )
     if choice.how != "only":
         print(f"  {printable(choice.describe())}")
     if stats.clock:
         print(f"  clocks: {printable(stats.clock)}")
-    native = stats.output_path.endswith((".pftrace", ".perfetto-trace")) or args.format == "perfetto"
+    native = (
+        stats.output_path.endswith((".pftrace", ".perfetto-trace")) or args.format == "perfetto"
+    )
     print("  open it in https://ui.perfetto.dev" + ("" if native else " (or chrome://tracing)"))
     return ExitCode.OK
 
 
-def _summarize(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+def _summarize(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    ranks: list[int] | None,
+    sources: list[str] | None,
+) -> int:
 
     steps = None
     if args.steps is not None:
         if args.tail:
-            parser.error("--steps judges the stragglers, which --tail does not read (it reads only the files' ends)")
+            parser.error(
+                "--steps judges the stragglers, which --tail does not read (it reads only the "
+                "files' ends)"
+            )
         try:
             steps = parse_step_range(args.steps)
         except ValueError as error:
             parser.error(f"--steps: {error}")
-    progress = _Progress(sys.stderr, "summarize") if not args.no_progress and not args.tail and sys.stderr.isatty() else None
+    progress = (
+        _Progress(sys.stderr, "summarize")
+        if not args.no_progress and not args.tail and sys.stderr.isatty()
+        else None
+    )
     stop_warnings = _show_warnings(progress)
     try:
         if args.tail:
             summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
         else:
-            summary = summarize_run(args.run_dir, ranks=ranks, sources=sources, run_id=args.run, align=not args.no_align, progress=progress, jobs=args.jobs,
-                                    scheduler=_scheduler(args), cache=not args.no_cache, steps=steps)
+            summary = summarize_run(
+                args.run_dir,
+                ranks=ranks,
+                sources=sources,
+                run_id=args.run,
+                align=not args.no_align,
+                progress=progress,
+                jobs=args.jobs,
+                scheduler=_scheduler(args),
+                cache=not args.no_cache,
+                steps=steps,
+            )
     finally:
         if progress is not None:
             progress.clear()
         stop_warnings()
     if args.json:
-        sys.stdout.buffer.write(json_bytes(summary_json(summary), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n")
+        sys.stdout.buffer.write(
+            json_bytes(summary_json(summary), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+            + b"\n"
+        )
         sys.stdout.flush()
     else:
         sys.stdout.write(format_summary(summary, show_all=args.all))
     return ExitCode.OK
 
 
-def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+def _sql(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    ranks: list[int] | None,
+    sources: list[str] | None,
+) -> int:
     if args.max_rows < 1:
         parser.error(f"--max-rows: must be at least 1, got {args.max_rows}")
     query = sys.stdin.read() if args.query == "-" else args.query
@@ -712,30 +1051,61 @@ def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[
         parser.error("QUERY is empty")
     saved = str(args.run_dir).endswith(".duckdb") and os.path.isfile(args.run_dir)
     if saved and (args.save or args.run or ranks or sources):
-        parser.error("--save, --run, --ranks and --sources apply to a run directory, not to a saved .duckdb file")
-    progress = _Progress(sys.stderr, "sql") if not args.no_progress and sys.stderr.isatty() else None
+        parser.error(
+            "--save, --run, --ranks and --sources apply to a run directory, not to a saved "
+            ".duckdb file"
+        )
+    progress = (
+        _Progress(sys.stderr, "sql") if not args.no_progress and sys.stderr.isatty() else None
+    )
     stop_warnings = _show_warnings(progress)
     duckdb = None
     try:
         duckdb = require_duckdb()
-        db = open_saved(args.run_dir) if saved else open_run(args.run_dir, run_id=args.run, align=not args.no_align, database=args.save, ranks=ranks, sources=sources,
-                                                             scheduler=_scheduler(args), cache=not args.no_cache)
+        db = (
+            open_saved(args.run_dir)
+            if saved
+            else open_run(
+                args.run_dir,
+                run_id=args.run,
+                align=not args.no_align,
+                database=args.save,
+                ranks=ranks,
+                sources=sources,
+                scheduler=_scheduler(args),
+                cache=not args.no_cache,
+            )
+        )
         if query is None and not args.save and not args.parquet:
             _print_views(db, VIEW_HELP)
             return ExitCode.OK
         if not db.loaded:
-            db.load((lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes)) if progress is not None else None)
+            db.load(
+                (lambda percent: progress(int(percent / 100 * db.total_bytes), db.total_bytes))
+                if progress is not None
+                else None
+            )
             if progress is not None:
                 progress.clear()
-                sys.stderr.write(f"sql: read {plural(db.processes, 'process')} ({_size(db.total_bytes)}) in {db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n")
+                sys.stderr.write(
+                    f"sql: read {plural(db.processes, 'process')} ({_size(db.total_bytes)}) in "
+                    f"{db.load_seconds:.1f} s; clocks: {printable(db.clock)}\n"
+                )
         if args.parquet:
             written = db.save_parquet(args.parquet)
-            sys.stderr.write(f"sql: wrote {plural(len(written), 'Parquet file')} to {printable(args.parquet)}\n")
+            sys.stderr.write(
+                f"sql: wrote {plural(len(written), 'Parquet file')} to {printable(args.parquet)}\n"
+            )
         if args.save:
-            sys.stderr.write(f"sql: saved the database to {printable(args.save)} (query it with: otel-titan sql {printable(args.save)} QUERY)\n")
+            sys.stderr.write(
+                f"sql: saved the database to {printable(args.save)} (query it with: otel-titan "
+                f"sql {printable(args.save)} QUERY)\n"
+            )
         if query is not None:
             write_result(db.con, query, args.format, sys.stdout, max_rows=args.max_rows)
-    except FileExistsError as error:  # --save names a file that is there: a command line to change, not a disk to fix
+    except (
+        FileExistsError
+    ) as error:  # --save names a file that is there: a command line to change, not a disk to fix
         raise UsageError(f"--save: {error}") from error
     except Exception as error:
         if duckdb is not None and isinstance(error, duckdb.Error):
@@ -755,11 +1125,18 @@ def _print_views(db, help_lines: dict[str, str]) -> None:
         out.append(f"{name}: {help_lines.get(name, '')}")
         out.append("  " + ", ".join(f"{c} {t}" for c, t in cols))
         out.append("")
-    out.append("example: otel-titan sql RUN_DIR \"SELECT name, quantile_cont(duration_ms, 0.99) AS p99_ms FROM spans GROUP BY name\"")
+    out.append(
+        'example: otel-titan sql RUN_DIR "SELECT name, quantile_cont(duration_ms, 0.99) AS p99_ms FROM spans GROUP BY name"'
+    )
     sys.stdout.write("\n".join(printable(line) for line in out) + "\n")
 
 
-def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: list[int] | None, sources: list[str] | None) -> int:
+def _report(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    ranks: list[int] | None,
+    sources: list[str] | None,
+) -> int:
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
@@ -768,14 +1145,31 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser, ranks: li
     progress = _TextProgress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
     try:
-        result = write_report(args.run_dir, args.output, run_id=args.run, align=not args.no_align, ranks=ranks, sources=sources,
-                              max_cells=args.max_cells, progress=progress, jobs=args.jobs, scheduler=_scheduler(args), cache=not args.no_cache)
+        result = write_report(
+            args.run_dir,
+            args.output,
+            run_id=args.run,
+            align=not args.no_align,
+            ranks=ranks,
+            sources=sources,
+            max_cells=args.max_cells,
+            progress=progress,
+            jobs=args.jobs,
+            scheduler=_scheduler(args),
+            cache=not args.no_cache,
+        )
     finally:
         if progress is not None:
             progress.clear()
         stop_warnings()
-    print(f"report: {printable(result.path)} ({_size(result.bytes)}, {plural(result.figures, 'figure')}; {printable(result.binning)})")
-    print(f"  {plural(result.ranks, 'rank')}, {plural(result.steps, 'step')}, read in {result.seconds:.1f} s; open it in a browser (works offline)")
+    print(
+        f"report: {printable(result.path)} ({_size(result.bytes)}, "
+        f"{plural(result.figures, 'figure')}; {printable(result.binning)})"
+    )
+    print(
+        f"  {plural(result.ranks, 'rank')}, {plural(result.steps, 'step')}, read in "
+        f"{result.seconds:.1f} s; open it in a browser (works offline)"
+    )
     return ExitCode.OK
 
 
@@ -784,32 +1178,63 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         kinds = parse_exit_on(args.exit_on or "")
     except ValueError as error:
         parser.error(f"--exit-on: {error}")
-    rules = Rules(**{name: value for name, value in (("hang_floor_s", args.hang_after), ("shared_pause_s", args.pause_after)) if value is not None})
+    rules = Rules(
+        **{
+            name: value
+            for name, value in (
+                ("hang_floor_s", args.hang_after),
+                ("shared_pause_s", args.pause_after),
+            )
+            if value is not None
+        }
+    )
     if not args.interval > 0:
         parser.error(f"--interval: must be a number of seconds > 0, got {args.interval}")
     if args.otlp is not None or args.otlp_grpc is not None:
         return _watch_otlp(args, parser, kinds, rules)
     for option in ("spool", "otlp_token_file", "otlp_tls_cert", "otlp_tls_key"):
         if getattr(args, option) is not None:
-            parser.error(f"--{option.replace('_', '-')}: only with --otlp or --otlp-grpc (without them, watch reads RUN_DIR's files)")
+            parser.error(
+                f"--{option.replace('_', '-')}: only with --otlp or --otlp-grpc (without them, "
+                "watch reads RUN_DIR's files)"
+            )
     if args.run_dir is None:
         parser.error("RUN_DIR is required (or --otlp HOST:PORT to receive the records over OTLP)")
-    # Started before the job (the recipes in docs/watch.md): the folder appears when the first rank opens its file.
+    # Started before the job (the recipes in docs/watch.md): the folder appears when the first rank
+    # opens its file.
     wait_s = args.wait if args.wait is not None else (0.0 if args.once else None)
     try:
-        run_dir = wait_for_run(args.run_dir, wait_s=wait_s, say=lambda line: print(printable(line), file=sys.stderr, flush=True))
+        run_dir = wait_for_run(
+            args.run_dir,
+            wait_s=wait_s,
+            say=lambda line: print(printable(line), file=sys.stderr, flush=True),
+        )
     except KeyboardInterrupt:
         return ExitCode.OK
     trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
-    return ExitCode(run_watch(args.run_dir, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger, plain=args.plain or None, rules=rules))
+    return ExitCode(
+        run_watch(
+            args.run_dir,
+            interval=args.interval,
+            once=args.once,
+            json_lines=args.json,
+            exit_on=kinds,
+            trigger=trigger,
+            plain=args.plain or None,
+            rules=rules,
+        )
+    )
 
 
 #: A listening address asked for: (option, receiver class, host, port).
 _Address = tuple[str, type[OtlpHttpReceiver], str, int]
 
 
-def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: dict[str, float], rules: Rules) -> int:
-    """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool folder (otel_titan/receive/) and watch that folder."""
+def _watch_otlp(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, kinds: dict[str, float], rules: Rules
+) -> int:
+    """``watch --otlp HOST:PORT`` / ``--otlp-grpc HOST:PORT``: receive the records into a spool
+    folder (otel_titan/receive/) and watch that folder."""
     addresses = _otlp_addresses(args, parser)
     _check_otlp_options(args, parser)
     token = _watch_token(args)
@@ -824,19 +1249,35 @@ def _watch_otlp(args: argparse.Namespace, parser: argparse.ArgumentParser, kinds
             _say_receiving(receiver, spool, token=token, tls=tls)
         if limits_said:
             print(limits_said, file=sys.stderr, flush=True)
-        # The dump trigger reaches ranks only through a folder they see: --trigger or $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
+        # The dump trigger reaches ranks only through a folder they see: --trigger or
+        # $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
         trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
-        return ExitCode(run_watch(spool.folder, interval=args.interval, once=args.once, json_lines=args.json, exit_on=kinds, trigger=trigger,
-                         plain=args.plain or None, frame_facts=lambda: receive_facts(receivers), rules=rules))
+        return ExitCode(
+            run_watch(
+                spool.folder,
+                interval=args.interval,
+                once=args.once,
+                json_lines=args.json,
+                exit_on=kinds,
+                trigger=trigger,
+                plain=args.plain or None,
+                frame_facts=lambda: receive_facts(receivers),
+                rules=rules,
+            )
+        )
     finally:
         for receiver in receivers:
             receiver.stop()
 
 
 def _otlp_addresses(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[_Address]:
-    """The addresses of --otlp (HTTP) and --otlp-grpc, in that order; a malformed one is a usage error naming its option."""
+    """The addresses of --otlp (HTTP) and --otlp-grpc, in that order; a malformed one is a usage
+    error naming its option."""
     addresses = []
-    for option, value, kind in (("--otlp", args.otlp, OtlpHttpReceiver), ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver)):
+    for option, value, kind in (
+        ("--otlp", args.otlp, OtlpHttpReceiver),
+        ("--otlp-grpc", args.otlp_grpc, OtlpGrpcReceiver),
+    ):
         if value is not None:
             try:
                 addresses.append((option, kind, *parse_address(value)))
@@ -846,7 +1287,8 @@ def _otlp_addresses(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _check_otlp_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Options that contradict or lack one another: the spool folder given twice, a TLS key without its certificate."""
+    """Options that contradict or lack one another: the spool folder given twice, a TLS key without
+    its certificate."""
     if args.run_dir is not None and args.spool is not None:
         parser.error("give the spool folder once: RUN_DIR or --spool, not both")
     if args.otlp_tls_key is not None and args.otlp_tls_cert is None:
@@ -854,7 +1296,8 @@ def _check_otlp_options(args: argparse.Namespace, parser: argparse.ArgumentParse
 
 
 def _watch_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The server's TLS context from --otlp-tls-cert (and --otlp-tls-key); None without a certificate (clear text)."""
+    """The server's TLS context from --otlp-tls-cert (and --otlp-tls-key); None without a
+    certificate (clear text)."""
     if args.otlp_tls_cert is None:
         return None
     try:
@@ -863,62 +1306,115 @@ def _watch_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
         raise UsageError(f"--otlp-tls-cert: {error.strerror}") from error
 
 
-def _check_exposure(addresses: list[_Address], token: str | None, tls: ssl.SSLContext | None) -> None:
+def _check_exposure(
+    addresses: list[_Address], token: str | None, tls: ssl.SSLContext | None
+) -> None:
     """Refuse to listen beyond loopback without a token, and warn when it is without TLS."""
     for option, _, host, port in addresses:
         if not is_loopback(host) and token is None:
-            # Anyone who reaches the port could add records, and with --exit-on end the job: beyond loopback, only with a token.
-            raise UsageError(f"{option} {host}:{port}: listening beyond loopback needs a token (${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file), and "
-                             "--otlp-tls-cert so that it does not cross the network in clear; or listen on 127.0.0.1 behind a collector (docs/security.md)")
+            # Anyone who reaches the port could add records, and with --exit-on end the job: beyond
+            # loopback, only with a token.
+            raise UsageError(
+                f"{option} {host}:{port}: listening beyond loopback needs a token "
+                f"(${OTEL_TITAN_WATCH_TOKEN} or --otlp-token-file), and "
+                "--otlp-tls-cert so that it does not cross the network in clear; or listen on "
+                "127.0.0.1 behind a collector (docs/security.md)"
+            )
         if not is_loopback(host) and tls is None:
-            print(f"watch: warning: {option} {host}:{port} without TLS: the token and the records cross the network in clear (--otlp-tls-cert)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"watch: warning: {option} {host}:{port} without TLS: the token and the records "
+                "cross the network in clear (--otlp-tls-cert)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _open_spool(args: argparse.Namespace) -> Spool:
-    """The folder the records are written to: --spool, RUN_DIR, else a new one named after the time."""
+    """The folder the records are written to: --spool, RUN_DIR, else a new one named after the
+    time."""
     folder = args.spool or args.run_dir or f"otel-titan-watch-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         return Spool(folder)
     except OSError as error:
-        raise UsageError(f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}") from error
+        raise UsageError(
+            f"--spool: cannot create {folder}/structured_logs: {error.strerror or error}"
+        ) from error
 
 
-def _start_receivers(receivers: list[OtlpHttpReceiver], addresses: list[_Address], spool: Spool, args: argparse.Namespace, *,
-                     token: str | None, tls: ssl.SSLContext | None, limits: Limits) -> None:
-    """Start a receiver per address, each added to `receivers` as it starts: the caller stops those started when a later one fails."""
+def _start_receivers(
+    receivers: list[OtlpHttpReceiver],
+    addresses: list[_Address],
+    spool: Spool,
+    args: argparse.Namespace,
+    *,
+    token: str | None,
+    tls: ssl.SSLContext | None,
+    limits: Limits,
+) -> None:
+    """Start a receiver per address, each added to `receivers` as it starts: the caller stops those
+    started when a later one fails."""
     for option, kind, host, port in addresses:
         try:
-            secure = {"tls_files": (args.otlp_tls_cert, args.otlp_tls_key)} if kind is OtlpGrpcReceiver else {"tls": tls}
-            receivers.append(kind(host, port, spool, token=token, limits=limits, **(secure if tls else {})).start())
+            secure = (
+                {"tls_files": (args.otlp_tls_cert, args.otlp_tls_key)}
+                if kind is OtlpGrpcReceiver
+                else {"tls": tls}
+            )
+            receivers.append(
+                kind(
+                    host, port, spool, token=token, limits=limits, **(secure if tls else {})
+                ).start()
+            )
         except ReceiverError as error:
             raise UsageError(f"{option}: {error.strerror}") from error
 
 
-def _say_receiving(receiver: OtlpHttpReceiver, spool: Spool, *, token: str | None, tls: ssl.SSLContext | None) -> None:
-    """Where a receiver listens, and the variables that launch the ranks to send to it (a token and certificate as placeholders)."""
-    protocol = "" if receiver.protocol == "http/protobuf" else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
-    credentials = (" OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>" if token else "") + (" OTEL_EXPORTER_OTLP_CERTIFICATE=<the certificate>" if tls else "")
-    print(f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
-          f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}{credentials}; records written to {printable(spool.log_dir)}", file=sys.stderr, flush=True)
+def _say_receiving(
+    receiver: OtlpHttpReceiver, spool: Spool, *, token: str | None, tls: ssl.SSLContext | None
+) -> None:
+    """Where a receiver listens, and the variables that launch the ranks to send to it (a token and
+    certificate as placeholders)."""
+    protocol = (
+        ""
+        if receiver.protocol == "http/protobuf"
+        else f"OTEL_EXPORTER_OTLP_PROTOCOL={receiver.protocol} "
+    )
+    credentials = (
+        " OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>" if token else ""
+    ) + (" OTEL_EXPORTER_OTLP_CERTIFICATE=<the certificate>" if tls else "")
+    print(
+        f"watch: receiving OTLP ({receiver.protocol}) on {printable(receiver.endpoint)}; launch "
+        "the ranks with OTEL_TITAN_OTLP_RECORDS=true "
+        f"{protocol}OTEL_EXPORTER_OTLP_ENDPOINT={printable(receiver.endpoint)}{credentials}; "
+        f"records written to {printable(spool.log_dir)}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _watch_token(args: argparse.Namespace) -> str | None:
-    """The bearer token: the first line of --otlp-token-file, else $OTEL_TITAN_WATCH_TOKEN; None when neither (loopback only)."""
+    """The bearer token: the first line of --otlp-token-file, else $OTEL_TITAN_WATCH_TOKEN; None
+    when neither (loopback only)."""
     if args.otlp_token_file is None:
         return os.environ.get(OTEL_TITAN_WATCH_TOKEN, "").strip() or None
     try:
         with open(args.otlp_token_file, encoding="utf-8") as handle:
             token = handle.readline().strip()
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"--otlp-token-file: cannot read {args.otlp_token_file}: {getattr(error, 'strerror', None) or error}") from error
+        raise UsageError(
+            f"--otlp-token-file: cannot read {args.otlp_token_file}: "
+            f"{getattr(error, 'strerror', None) or error}"
+        ) from error
     if not token:
-        raise UsageError(f"--otlp-token-file: {args.otlp_token_file} is empty (its first line is the token)")
+        raise UsageError(
+            f"--otlp-token-file: {args.otlp_token_file} is empty (its first line is the token)"
+        )
     return token
 
 
 def _receiver_limits() -> tuple[Limits, str | None]:
-    """The open-files soft limit raised to the hard one, the connection bound it allows, and what to say of it (None: nothing worth saying)."""
+    """The open-files soft limit raised to the hard one, the connection bound it allows, and what to
+    say of it (None: nothing worth saying)."""
     before = _open_files_soft_limit()
     soft, hard = raise_open_files_limit()
     limits = Limits.for_open_files(soft)
@@ -926,11 +1422,21 @@ def _receiver_limits() -> tuple[Limits, str | None]:
     if soft == before and not short:
         return limits, None
     raised = f" (raised from {before:,})" if soft != before else ""
-    enough = "" if not short else (
-        "; fewer than the 2,048 that 1,024 ranks hold (records and spans): raise the hard limit (ulimit -Hn, systemd LimitNOFILE=, "
-        "a container's --ulimit nofile=) to 4,096 or more; past the bound a connection gets 503 and its rank retries")
-    return limits, (f"watch: open files {soft:,}{raised}, hard limit {'unlimited' if hard < 0 else f'{hard:,}'}: "
-                    f"at most {limits.max_connections:,} connections at once{enough}")
+    enough = (
+        ""
+        if not short
+        else (
+            "; fewer than the 2,048 that 1,024 ranks hold (records and spans): raise the hard "
+            "limit (ulimit -Hn, systemd LimitNOFILE=, "
+            "a container's --ulimit nofile=) to 4,096 or more; past the bound a connection gets "
+            "503 and its rank retries"
+        )
+    )
+    return limits, (
+        f"watch: open files {soft:,}{raised}, hard limit "
+        f"{'unlimited' if hard < 0 else f'{hard:,}'}: "
+        f"at most {limits.max_connections:,} connections at once{enough}"
+    )
 
 
 def _open_files_soft_limit() -> int:
@@ -940,7 +1446,8 @@ def _open_files_soft_limit() -> int:
 
 
 def _duration(text: str) -> float:
-    """argparse's type for a duration option (`watch.loop.parse_seconds`): its error names the option."""
+    """argparse's type for a duration option (`watch.loop.parse_seconds`): its error names the
+    option."""
     try:
         return parse_seconds(text)
     except ValueError as error:
@@ -948,13 +1455,16 @@ def _duration(text: str) -> float:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is printed there); the SDK is imported here alone."""
+    """``otel-titan mcp``: the MCP server over stdio (stdout is the protocol's: nothing else is
+    printed there); the SDK is imported here alone."""
     folders = args.folders or [os.getcwd()]
     for folder in folders:
         if not os.path.exists(folder):
             raise UsageError(f"{folder}: no such file or directory")  # as every command says it
         if not os.path.isdir(folder):
-            raise UsageError(f"{folder}: not a folder (FOLDER is a run folder, or a folder of run folders)")
+            raise UsageError(
+                f"{folder}: not a folder (FOLDER is a run folder, or a folder of run folders)"
+            )
     address = _loopback(args.http) if args.http is not None else None
     stop_warnings = _show_warnings()
     try:
@@ -966,18 +1476,28 @@ def _mcp(args: argparse.Namespace) -> int:
             token = token or secrets.token_urlsafe(24)
 
             def announce(url: str) -> None:
-                bearer = f"the token in ${OTEL_TITAN_MCP_TOKEN}" if told is not None else f"token {token}"
-                sys.stderr.write(f"mcp: serving {printable(', '.join(folders))} on {url}; every request needs Authorization: Bearer ({bearer})\n")
+                bearer = (
+                    f"the token in ${OTEL_TITAN_MCP_TOKEN}"
+                    if told is not None
+                    else f"token {token}"
+                )
+                sys.stderr.write(
+                    f"mcp: serving {printable(', '.join(folders))} on {url}; every request needs "
+                    f"Authorization: Bearer ({bearer})\n"
+                )
                 sys.stderr.flush()
 
-            serve_http(folders, address[0], address[1], token, cache=not args.no_cache, announce=announce)
+            serve_http(
+                folders, address[0], address[1], token, cache=not args.no_cache, announce=announce
+            )
     finally:
         stop_warnings()
     return ExitCode.OK
 
 
 def _loopback(text: str) -> tuple[str, int]:
-    """``--http HOST:PORT`` on a loopback address only (127.0.0.0/8, ::1, localhost): the tools read the runs, and a token is no firewall."""
+    """``--http HOST:PORT`` on a loopback address only (127.0.0.0/8, ::1, localhost): the tools read
+    the runs, and a token is no firewall."""
     try:
         host, port = parse_address(text, default_host="127.0.0.1")
     except ValueError as error:
@@ -987,13 +1507,15 @@ def _loopback(text: str) -> tuple[str, int]:
     except ValueError:
         loopback = False
     if not loopback:
-        raise UsageError(f"--http: {host} is not a loopback address (127.0.0.1, ::1 or localhost): the server answers about the runs of whoever starts it")
+        raise UsageError(
+            f"--http: {host} is not a loopback address (127.0.0.1, ::1 or localhost): the server "
+            "answers about the runs of whoever starts it"
+        )
     return ("127.0.0.1" if host == "localhost" else host), port
 
 
 def _size(count: int) -> str:
     return f"{count / 1e6:,.1f} MB" if count >= 100_000 else f"{count / 1e3:,.1f} kB"
-
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m otel_titan.cli`

@@ -16,7 +16,8 @@ __all__ = ["checkout_root", "install_hint"]
 
 
 def checkout_root() -> Path | None:
-    """The repository this copy runs from (an editable install, or ``PYTHONPATH``), or None for an installed wheel.
+    """The repository this copy runs from (an editable install, or ``PYTHONPATH``), or None for an
+    installed wheel.
 
     Example:
         >>> root = checkout_root()
@@ -34,7 +35,8 @@ def checkout_root() -> Path | None:
 
 
 def install_hint(extra: str) -> str:
-    """The command that installs otel-titan's optional `extra` (``analysis``, ``metrics``, ``cluster``) into this environment.
+    """The command that installs otel-titan's optional `extra` (``analysis``, ``metrics``,
+    ``cluster``) into this environment.
 
     From the checkout this copy runs from, when it is one; otherwise from a
     checkout or a built wheel, whose paths only the user knows.

@@ -11,9 +11,9 @@ docs/configuration.md (the page a user reads; this module is its source).
 `flag` reads every on/off variable with one vocabulary (``1``/``0``, ``true``/``false``,
 ``on``/``off``, ``yes``/``no``, any case); another value is warned about once and its default used.
 
-A leaf module, standard library only (it defines strings, and the one reader of on/off values), on the schema's
-level: every layer may import it and it imports nothing of otel_titan. An
-option of `init_structured_logger` always wins over its variable.
+A leaf module, standard library only (it defines strings, and the one reader of on/off values), on
+the schema's level: every layer may import it and it imports nothing of otel_titan. An option of
+`init_structured_logger` always wins over its variable.
 
 The standard ``OTEL_*`` variables (``OTEL_TRACES_EXPORTER``,
 ``OTEL_EXPORTER_OTLP_*``, ``OTEL_SDK_DISABLED`` …) are OpenTelemetry's and keep
@@ -63,7 +63,7 @@ __all__ = [
     "flag",
 ]
 
-# -- who the process is ------------------------------------------------------------------------------
+# -- who the process is ----------------------------------------------------------------------------
 
 OTEL_TITAN_RUN_ID = "OTEL_TITAN_RUN_ID"
 """The run's id, shared by every process of the run (written as ``run_id`` in every record).
@@ -83,7 +83,7 @@ reader groups processes without a run id by it. Not meant to be set by hand.
 Default: unset (a new random id). Read in `otel_titan.core.identity`.
 """
 
-# -- which handlers write ----------------------------------------------------------------------------
+# -- which handlers write --------------------------------------------------------------------------
 
 OTEL_TITAN_HANDLERS = "OTEL_TITAN_HANDLERS"
 """Comma-separated import paths of handler factories (``pkg.mod.factory``): exactly these run.
@@ -100,7 +100,7 @@ TITAN_STRUCT_LOGGER_HANDLERS = "TITAN_STRUCT_LOGGER_HANDLERS"
 Default: unset. Read in `otel_titan.structured_logger.handler_factories`.
 """
 
-# -- what is written ---------------------------------------------------------------------------------
+# -- what is written -------------------------------------------------------------------------------
 
 OTEL_TITAN_TRACE_GROUP_SIZE = "OTEL_TITAN_TRACE_GROUP_SIZE"
 """Ranks per trace and step (option ``trace_group_size``); ``0`` puts every rank in one trace per step.
@@ -172,7 +172,7 @@ which changes what ``torch.cuda.max_memory_allocated`` returns to the program.
 Read in `otel_titan.core.process_figures`.
 """
 
-# -- the hang black box ------------------------------------------------------------------------------
+# -- the hang black box ----------------------------------------------------------------------------
 
 OTEL_TITAN_STALL_AFTER_S = "OTEL_TITAN_STALL_AFTER_S"
 """Seconds without a span ending that make a stall, which writes the black box (option ``stall_after_s``); ``0``: off.
@@ -212,7 +212,7 @@ Default: unset (none). Read in `otel_titan.structured_logger.lifecycle` and
 `otel_titan.analysis.watch.loop`.
 """
 
-# -- metrics (OTEL_METRICS_EXPORTER) -----------------------------------------------------------------
+# -- metrics (OTEL_METRICS_EXPORTER) ---------------------------------------------------------------
 
 OTEL_TITAN_METRICS_PER_RANK = "OTEL_TITAN_METRICS_PER_RANK"
 """Comma-separated `fnmatch` patterns of span names whose durations get bucketed histograms per rank.
@@ -234,7 +234,7 @@ OTEL_TITAN_HOST_METRICS = "OTEL_TITAN_HOST_METRICS"
 Default: on (local rank 0 of each host only). Read in `otel_titan.exporters.metrics`.
 """
 
-# -- the agents' server ------------------------------------------------------------------------------
+# -- the agents' server ----------------------------------------------------------------------------
 
 OTEL_TITAN_MCP_TOKEN = "OTEL_TITAN_MCP_TOKEN"
 """The bearer token ``otel-titan mcp --http`` requires of every request (``Authorization: Bearer TOKEN``).
@@ -246,7 +246,7 @@ URL. Never used over stdio. Read in `otel_titan.cli`.
 #: Every variable above, in this module's order (docs/configuration.md's table lists the same).
 ALL = tuple(globals()[name] for name in __all__ if name.startswith(("OTEL_TITAN_", "TITAN_")))
 
-# -- reading a boolean variable ----------------------------------------------------------------------
+# -- reading a boolean variable --------------------------------------------------------------------
 
 #: The one vocabulary of every on/off variable above (any case, spaces around ignored).
 TRUE_VALUES = frozenset({"1", "true", "on", "yes"})
@@ -256,11 +256,12 @@ _warned: set[tuple[str, str]] = set()
 
 
 def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """The on/off variable `name` of `environ` (default: ``os.environ``): `default` when unset or empty.
+    """The on/off variable `name` of `environ` (default: ``os.environ``): `default` when unset or
+    empty.
 
-    ``1``, ``true``, ``on``, ``yes`` are on; ``0``, ``false``, ``off``, ``no`` off, in any case. Any other
-    value is warned about once per variable and value (naming both, and the default used), then read as
-    `default`: a typo never silently turns a feature the other way.
+    ``1``, ``true``, ``on``, ``yes`` are on; ``0``, ``false``, ``off``, ``no`` off, in any case. Any
+    other value is warned about once per variable and value (naming both, and the default used),
+    then read as `default`: a typo never silently turns a feature the other way.
 
     Example:
         >>> flag("OTEL_TITAN_CUDA_STEP_PEAK", False, {"OTEL_TITAN_CUDA_STEP_PEAK": " On "})
@@ -280,5 +281,11 @@ def flag(name: str, default: bool, environ: Mapping[str, str] | None = None) -> 
         return default
     if (name, raw) not in _warned:
         _warned.add((name, raw))
-        _log.warning("otel-titan: %s=%r is not one of 1/0, true/false, on/off, yes/no: using its default (%s)", name, raw, "on" if default else "off")
+        _log.warning(
+            "otel-titan: %s=%r is not one of 1/0, true/false, on/off, yes/no: using its default "
+            "(%s)",
+            name,
+            raw,
+            "on" if default else "off",
+        )
     return default

@@ -1,4 +1,5 @@
-"""The file format, defined once: what the writer (`exporters/`) writes and the reader (`analysis/`) reads.
+"""The file format, defined once: what the writer (`exporters/`) writes and the reader (`analysis/`)
+reads.
 
 A leaf module, standard library only, so that both sides (and the CLI, which
 must start without loading OpenTelemetry) can import it. The writer's record
@@ -53,20 +54,24 @@ SCHEMA_VERSION = 1
 #: `logging.Logger` handed to factories for torchtitan-style handlers.
 LOGGER_NAME = "otel_titan.structured_logger"
 
-#: Signed 64-bit bounds: OpenTelemetry int attributes and the file's integers (steps, metric values).
+#: Signed 64-bit bounds: OpenTelemetry int attributes and the file's integers (steps, metric
+#: values).
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
-#: The longest record line readers take (16 MiB): a longer "line" is skipped (a file of binary garbage without
-#: newlines), and `watch --otlp` refuses a record longer than this (413) rather than write what its follower skips.
+#: The longest record line readers take (16 MiB): a longer "line" is skipped (a file of binary
+#: garbage without newlines), and `watch --otlp` refuses a record longer than this (413) rather than
+#: write what its follower skips.
 MAX_LINE_BYTES = 16 << 20
 
 
-#: The parallelism dimensions a job can declare (`init_structured_logger(mesh=...)`), and the record fields
-#: ``mesh`` (this rank's coordinate per dimension) and ``mesh_shape`` (each dimension's size) hold them.
+#: The parallelism dimensions a job can declare (`init_structured_logger(mesh=...)`), and the record
+#: fields ``mesh`` (this rank's coordinate per dimension) and ``mesh_shape`` (each dimension's size)
+#: hold them.
 MESH_DIMS = ("pp", "dp", "cp", "tp", "ep")
-#: Dimensions whose names start with this are data-parallel: ranks that differ only in them do the same work
-#: (``dp``, torchtitan's ``dp_replicate``, ``dp_shard``), so the straggler analysis compares them.
+#: Dimensions whose names start with this are data-parallel: ranks that differ only in them do the
+#: same work (``dp``, torchtitan's ``dp_replicate``, ``dp_shard``), so the straggler analysis
+#: compares them.
 DATA_PARALLEL_PREFIX = "dp"
 
 
@@ -84,28 +89,44 @@ class MetaEvent:
     OPENED = "structured_logger_opened"
     DROPPED = "records_dropped"
     SIGNAL_RECEIVED = "signal_received"
-    #: An exception nothing caught (``sys.excepthook``, ``threading.excepthook``): its type, message and where it was raised.
+    #: An exception nothing caught (``sys.excepthook``, ``threading.excepthook``): its type, message
+    #: and where it was raised.
     UNCAUGHT_EXCEPTION = "uncaught_exception"
     HEARTBEAT = "heartbeat"
     STALL = "stall"
     CLOSED = "structured_logger_closed"
     #: One per rank and step, written by the background thread: the step's totals (`rollup_fields`).
     STEP_ROLLUP = "step_rollup"
-    #: This rank's mesh coordinates found after init (``mesh``, ``mesh_shape``): a torch DeviceMesh the program did not pass in.
+    #: This rank's mesh coordinates found after init (``mesh``, ``mesh_shape``): a torch DeviceMesh
+    #: the program did not pass in.
     MESH_FOUND = "mesh_found"
 
 
 #: The logger's own records: the reader shows them as process-level markers, never as phases
 #: (a step rollup sums spans already in the file: it is never a phase, an instant or progress).
-META_EVENTS = frozenset({MetaEvent.OPENED, MetaEvent.DROPPED, MetaEvent.SIGNAL_RECEIVED, MetaEvent.UNCAUGHT_EXCEPTION, MetaEvent.HEARTBEAT, MetaEvent.STALL, MetaEvent.CLOSED, MetaEvent.STEP_ROLLUP, MetaEvent.MESH_FOUND})
+META_EVENTS = frozenset(
+    {
+        MetaEvent.OPENED,
+        MetaEvent.DROPPED,
+        MetaEvent.SIGNAL_RECEIVED,
+        MetaEvent.UNCAUGHT_EXCEPTION,
+        MetaEvent.HEARTBEAT,
+        MetaEvent.STALL,
+        MetaEvent.CLOSED,
+        MetaEvent.STEP_ROLLUP,
+        MetaEvent.MESH_FOUND,
+    }
+)
 
-#: The ``log_file`` of the per-step process figures the logger writes itself (scalars, docs/schema.md
-#: "Memory and process figures"): the file of the code that writes them, relative or absolute as any caller.
+#: The ``log_file`` of the per-step process figures the logger writes itself (scalars,
+#: docs/schema.md "Memory and process figures"): the file of the code that writes them, relative or
+#: absolute as any caller.
 LOGGER_FIGURES_FILE = "otel_titan/core/step_sampler.py"
 
 
 def is_logger_record(record: dict[str, Any]) -> bool:
-    """Whether a record is the logger's own (`META_EVENTS`, or one of its per-step figures), not the program's.
+    """Whether a record is the logger's own (`META_EVENTS`, or one of its per-step figures), not the
+    program's.
 
     Example:
         >>> is_logger_record({"log_type_name": "heartbeat"})
@@ -119,11 +140,16 @@ def is_logger_record(record: dict[str, Any]) -> bool:
     if name in META_EVENTS:
         return True
     log_file = record.get(Field.LOG_FILE)
-    return name == "metric_value" and isinstance(log_file, str) and log_file.endswith(LOGGER_FIGURES_FILE)
+    return (
+        name == "metric_value"
+        and isinstance(log_file, str)
+        and log_file.endswith(LOGGER_FIGURES_FILE)
+    )
 
 
 class OtlpRecords:
-    """The records over OTLP (``OTEL_TITAN_OTLP_RECORDS=true``): one log record per JSONL record, for `otel-titan watch --otlp`.
+    """The records over OTLP (``OTEL_TITAN_OTLP_RECORDS=true``): one log record per JSONL record,
+    for `otel-titan watch --otlp`.
 
     The writer (exporters/otlp_records.py) and the receiver (receive/decode.py)
     agree on these names and on nothing else: ``body`` is the JSONL line itself
@@ -132,7 +158,8 @@ class OtlpRecords:
 
     #: Instrumentation scope of the log records.
     SCOPE = "otel_titan.records"
-    #: The process's file name under the schema's naming rule: the receiver writes its records to that file.
+    #: The process's file name under the schema's naming rule: the receiver writes its records to
+    #: that file.
     FILE = "otel_titan.file"
     #: The record's ``seq_id``: orders the records, tells a duplicate (a retry) or a loss (a gap).
     SEQ = "otel_titan.seq"
@@ -141,7 +168,8 @@ class OtlpRecords:
 
 
 def stacks_file_name(jsonl_name: str) -> str:
-    """The faulthandler side file's name beside a JSONL file: its ``.jsonl`` suffix replaced by ``.stacks``.
+    """The faulthandler side file's name beside a JSONL file: its ``.jsonl`` suffix replaced by
+    ``.stacks``.
 
     Never ``<file>.jsonl.stacks``: readers that glob ``*.jsonl*`` to take in
     rotated segments (``X.jsonl.1``) would read the side file's text as JSONL.
@@ -159,7 +187,8 @@ def stacks_file_name(jsonl_name: str) -> str:
 
 
 class Field:
-    """The name of every field of a record, and of the logger's own records' fields (docs/schema.md's table, the same list).
+    """The name of every field of a record, and of the logger's own records' fields
+    (docs/schema.md's table, the same list).
 
     The writer (`exporters.records`, `exporters.jsonl`) writes these names and
     the reader (`analysis.read`) reads them, both through this class:
@@ -211,9 +240,11 @@ class Field:
     PARENT_SPAN_ID = "parent_span_id"
     ERROR_TYPE = "error_type"
     ERROR_MESSAGE = "error_message"
-    #: On ``uncaught_exception``: where it was raised, innermost frame first (``["path:line:function", ...]``, at most 16).
+    #: On ``uncaught_exception``: where it was raised, innermost frame first
+    #: (``["path:line:function", ...]``, at most 16).
     ERROR_FRAMES = "error_frames"
-    #: On ``uncaught_exception``: True when it ended the program (the main thread's), False for another thread's.
+    #: On ``uncaught_exception``: True when it ended the program (the main thread's), False for
+    #: another thread's.
     FATAL = "fatal"
     # -- the logger's own records (MetaEvent) ----------------------------------------------------
     LIBRARY_VERSION = "otel_titan_version"
@@ -221,8 +252,9 @@ class Field:
     MAX_FILE_SIZE_MB = "max_file_size_mb"
     BACKUP_COUNT = "backup_count"
     QUEUE_SIZE = "queue_size"
-    #: On ``structured_logger_opened``: the heartbeat's interval (0: none). A reader that sees it knows a process
-    #: alive with spans open writes a ``heartbeat`` after that long quiet, so silence from every one means they are gone.
+    #: On ``structured_logger_opened``: the heartbeat's interval (0: none). A reader that sees it
+    #: knows a process alive with spans open writes a ``heartbeat`` after that long quiet, so
+    #: silence from every one means they are gone.
     HEARTBEAT_INTERVAL_S = "heartbeat_interval_s"
     MESH = "mesh"
     MESH_SHAPE = "mesh_shape"
@@ -262,7 +294,8 @@ class ATTR:
     ERROR_TYPE = "error.type"
     #: Prefix of fields the logger adds to its own instants (``titan.extra.signal``).
     EXTRA_PREFIX = "titan.extra."
-    #: Resource attributes: this rank's coordinate in each mesh dimension (``titan.mesh.pp``), each size (``titan.mesh_shape.pp``).
+    #: Resource attributes: this rank's coordinate in each mesh dimension (``titan.mesh.pp``), each
+    #: size (``titan.mesh_shape.pp``).
     MESH_PREFIX = "titan.mesh."
     MESH_SHAPE_PREFIX = "titan.mesh_shape."
     #: On a span that was still open at shutdown or SIGTERM (its end is when the process stopped).
@@ -270,9 +303,9 @@ class ATTR:
 
 
 # -- step rollups ---------------------------------------------------------------------------------
-#: Version of the ``step_rollup`` record's own fields (bumped when one changes meaning or disappears).
-#: 2: ``late_spans`` (its absence means 0; in version 1 it meant "not counted", so a version-1 file cannot
-#: promise that its rollups hold every span: readers answer from its spans).
+#: Version of the ``step_rollup`` record's own fields (bumped when one changes meaning or
+#: disappears). 2: ``late_spans`` (its absence means 0; in version 1 it meant "not counted", so a
+#: version-1 file cannot promise that its rollups hold every span: readers answer from its spans).
 ROLLUP_VERSION = 2
 
 
@@ -293,7 +326,8 @@ class RollupField:
     CLOSING = "closing"
     #: Spans of the step still open when the record was written (not in ``phases``).
     OPEN_SPANS = "open_spans"
-    #: Spans of this file so far that ended after their step's rollup was written (in no rollup's ``phases``): cumulative.
+    #: Spans of this file so far that ended after their step's rollup was written (in no rollup's
+    #: ``phases``): cumulative.
     LATE_SPANS = "late_spans"
 
 
@@ -325,7 +359,9 @@ class StepCloser:
         self.start_us = 0
         self.end_us = 0
 
-    def span_ended(self, step: int | None, name: str, start_us: int, end_us: int, top_level: bool) -> None:
+    def span_ended(
+        self, step: int | None, name: str, start_us: int, end_us: int, top_level: bool
+    ) -> None:
         """A span of `step` ended (a span with no step, or a nested one, never closes a step)."""
         if top_level and step is not None:
             self.step, self.name, self.start_us, self.end_us = step, name, start_us, end_us
@@ -348,7 +384,8 @@ def rollup_fields(
     step_tags: tuple[str, ...] | list[str] = (),
     late_spans: int = 0,
 ) -> dict[str, object]:
-    """The fields of one ``step_rollup`` record (without time, identity and ``seq_id``), as every writer spells them.
+    """The fields of one ``step_rollup`` record (without time, identity and ``seq_id``), as every
+    writer spells them.
 
     Example:
         >>> fields = rollup_fields(5, 1000, 3500, {"fwd": [2, 1800]}, ("all_reduce", 3000, 3400), complete=True, ended_by="next_step")
@@ -365,10 +402,15 @@ def rollup_fields(
         RollupField.END_US: end_us,
         RollupField.DURATION_MS: duration_ms,
         RollupField.PHASES: phases,
-        "message": f"[step {step}] {MetaEvent.STEP_ROLLUP} {duration_ms:.3f} ms" + ("" if complete else f" ({ended_by}, step not over)"),
+        "message": f"[step {step}] {MetaEvent.STEP_ROLLUP} {duration_ms:.3f} ms"
+        + ("" if complete else f" ({ended_by}, step not over)"),
     }
     if closing is not None:
-        fields[RollupField.CLOSING] = {"name": closing[0], "start_us": closing[1], "end_us": closing[2]}
+        fields[RollupField.CLOSING] = {
+            "name": closing[0],
+            "start_us": closing[1],
+            "end_us": closing[2],
+        }
     if open_spans:
         fields[RollupField.OPEN_SPANS] = open_spans
     if late_spans:

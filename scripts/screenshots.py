@@ -1,6 +1,7 @@
 """Regenerate the README's two pictures: docs/images/report.png and docs/images/watch.png.
 
-    .venv/bin/python scripts/screenshots.py        # about a minute; needs chromium and tmux (make setup-tests)
+    .venv/bin/python scripts/screenshots.py        # about a minute; needs chromium and tmux (make
+    setup-tests)
 
 Both come from the real tools the tests use: `otel-titan report` on a generated 64-rank run with
 rank 21 slower in ``fwd``, opened in headless Chromium; `otel-titan watch` following a generated
@@ -40,14 +41,32 @@ def chromium() -> str:
 
 def photograph(html: Path, png: Path, width: int, height: int) -> None:
     """Headless Chromium's picture of a local page, after its scripts ran (Plotly draws on load)."""
-    subprocess.run([chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={width},{height}",
-                    "--virtual-time-budget=20000", f"--screenshot={png}", html.as_uri()], check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [
+            chromium(),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={width},{height}",
+            "--virtual-time-budget=20000",
+            f"--screenshot={png}",
+            html.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
 
 
 def report_picture(folder: Path) -> None:
     run = folder / "straggler"
     generate_run(str(run), RunSpec(ranks=64, steps=60, seed=7, straggler=(21, "fwd", 25.0)))
-    subprocess.run([OTEL_TITAN, "report", str(run), "-o", str(folder / "report.html"), "--no-progress"], check=True, timeout=300)
+    subprocess.run(
+        [OTEL_TITAN, "report", str(run), "-o", str(folder / "report.html"), "--no-progress"],
+        check=True,
+        timeout=300,
+    )
     photograph(folder / "report.html", IMAGES / "report.png", 1400, 1800)
 
 
@@ -57,17 +76,52 @@ def watch_picture(folder: Path) -> None:
     from rich.text import Text
 
     run = folder / "hung"
-    generate_run(str(run), RunSpec(ranks=16, steps=40, seed=2, hung=(5, 30), black_boxes=True, start_us=int(time.time() * 1e6) - 4_000_000))
+    generate_run(
+        str(run),
+        RunSpec(
+            ranks=16,
+            steps=40,
+            seed=2,
+            hung=(5, 30),
+            black_boxes=True,
+            start_us=int(time.time() * 1e6) - 4_000_000,
+        ),
+    )
     socket = f"otel-titan-screenshots-{os.getpid()}"
     tmux = ["tmux", "-L", socket]
     columns, rows = SCREEN
     try:
-        subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", str(rows), f"{OTEL_TITAN} watch {run} --no-trigger"], check=True, timeout=30)
+        subprocess.run(
+            [
+                *tmux,
+                "new-session",
+                "-d",
+                "-x",
+                str(columns),
+                "-y",
+                str(rows),
+                f"{OTEL_TITAN} watch {run} --no-trigger",
+            ],
+            check=True,
+            timeout=30,
+        )
         time.sleep(WATCH_SECONDS)
-        screen = subprocess.run([*tmux, "capture-pane", "-p", "-e"], check=True, capture_output=True, text=True, timeout=30).stdout
+        screen = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-e"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
-    console = Console(record=True, width=columns, file=open(os.devnull, "w"), force_terminal=True, color_system="truecolor")
+    console = Console(
+        record=True,
+        width=columns,
+        file=open(os.devnull, "w"),
+        force_terminal=True,
+        color_system="truecolor",
+    )
     console.print(Text.from_ansi(screen.rstrip("\n")))
     page = folder / "watch.html"
     page.write_text(console.export_html(theme=MONOKAI, inline_styles=True))

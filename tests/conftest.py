@@ -31,16 +31,21 @@ REPO = Path(__file__).resolve().parents[1]
 
 def pytest_configure(config: pytest.Config) -> None:
     # The per-step memory/CPU scalars (on by default in the product) would add records to every
-    # test's exact expectations; the tests of that feature turn it on (process_figures=True or the variable).
+    # test's exact expectations; the tests of that feature turn it on (process_figures=True or the
+    # variable).
     os.environ.setdefault("OTEL_TITAN_PROCESS_FIGURES", "0")
-    # The analysis cache's user folder (its signing key, the entries of read-only runs): the session's own,
-    # removed at its end, so that no test writes into ~/.cache (the commands run by tests inherit it).
+    # The analysis cache's user folder (its signing key, the entries of read-only runs): the
+    # session's own, removed at its end, so that no test writes into ~/.cache (the commands run by
+    # tests inherit it).
     config._otel_titan_cache_home = tempfile.mkdtemp(prefix="otel-titan-test-cache-")  # type: ignore[attr-defined]
     os.environ["XDG_CACHE_HOME"] = config._otel_titan_cache_home  # type: ignore[attr-defined]
-    # Likewise the per-step `step_rollup` records: the tests of rollups turn them on (step_rollups=True or the
-    # variable), and tests/analysis/test_rollup_blind.py checks that the analysis answers the same with them.
+    # Likewise the per-step `step_rollup` records: the tests of rollups turn them on
+    # (step_rollups=True or the variable), and tests/analysis/test_rollup_blind.py checks that the
+    # analysis answers the same with them.
     os.environ.setdefault("OTEL_TITAN_STEP_ROLLUPS", "0")
-    if sys.platform.startswith("linux") and not config.pluginmanager.has_plugin("otel-titan-process-check"):
+    if sys.platform.startswith("linux") and not config.pluginmanager.has_plugin(
+        "otel-titan-process-check"
+    ):
         config.pluginmanager.register(process_check.LeakCheck(), "otel-titan-process-check")
 
 
@@ -116,7 +121,13 @@ def logged(run_dir: Path):
     return start
 
 
-def run_python(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    cwd: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run `code` in a fresh interpreter (the real process lifecycle: exit, signals, fork).
 
     On a timeout the interpreter's whole tree is killed (it may have forked workers).

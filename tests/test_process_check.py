@@ -1,4 +1,5 @@
-"""Tests leave no process behind: the process check of tests/conftest.py, and the helpers that start torchrun.
+"""Tests leave no process behind: the process check of tests/conftest.py, and the helpers that start
+torchrun.
 
 The check is run for real on a throwaway test suite (pytester, in a fresh
 pytest process) that leaks in each way a test can: a plain child, an orphan
@@ -61,7 +62,7 @@ def test_a_leaked_process_fails_its_test_and_the_session_and_is_killed(pytester,
 
             @pytest.fixture(scope="session")
             def server():
-                return subprocess.Popen(["sleep", "{seconds['session']}"])  # never stopped
+                return subprocess.Popen(["sleep", "{seconds["session"]}"])  # never stopped
 
             def test_clean():
                 subprocess.run(["true"], check=True)
@@ -70,10 +71,10 @@ def test_a_leaked_process_fails_its_test_and_the_session_and_is_killed(pytester,
                 process.wait()
 
             def test_leaks_a_child():
-                subprocess.Popen(["sleep", "{seconds['child']}"])
+                subprocess.Popen(["sleep", "{seconds["child"]}"])
 
             def test_leaks_an_orphan_in_its_own_session():
-                launcher = "import subprocess; subprocess.Popen(['sleep', '{seconds['orphan']}'], start_new_session=True)"
+                launcher = "import subprocess; subprocess.Popen(['sleep', '{seconds["orphan"]}'], start_new_session=True)"
                 subprocess.run([sys.executable, "-c", launcher], check=True)  # the launcher exits, its child lives on
 
             def test_uses_a_session_server(server):
@@ -86,9 +87,14 @@ def test_a_leaked_process_fails_its_test_and_the_session_and_is_killed(pytester,
         output = result.stdout.str()
         result.assert_outcomes(passed=4, errors=2)  # the two leakers pass, then error at teardown
         assert "test_leaks.py::test_leaks_a_child left 1 process(es) running" in output, output
-        assert "test_leaks.py::test_leaks_an_orphan_in_its_own_session left 1 process(es) running" in output, output
+        assert (
+            "test_leaks.py::test_leaks_an_orphan_in_its_own_session left 1 process(es) running"
+            in output
+        ), output
         assert f"sleep {seconds['child']}" in output and f"sleep {seconds['orphan']}" in output
-        assert "processes left running" in output and f"sleep {seconds['session']}" in output, output
+        assert "processes left running" in output and f"sleep {seconds['session']}" in output, (
+            output
+        )
         assert "test_clean" not in output.split("short test summary info")[-1]
         assert result.ret != 0
         # ... and nothing is left: every leaked process was killed by the check.
@@ -122,7 +128,8 @@ def test_a_session_without_leftovers_passes(pytester, monkeypatch):
 
 
 def test_run_kills_the_whole_tree_on_timeout(tmp_path):
-    """`processes.run` on timeout: the command and the child it started in its own session are both gone."""
+    """`processes.run` on timeout: the command and the child it started in its own session are both
+    gone."""
     marker = f"{4000 + os.getpid() % 1000}.{uuid.uuid4().int % 10**9}"
     code = f"import subprocess, time; subprocess.Popen(['sleep', '{marker}'], start_new_session=True); time.sleep(600)"
     try:
@@ -136,7 +143,8 @@ def test_run_kills_the_whole_tree_on_timeout(tmp_path):
 
 @pytest.mark.slow
 def test_the_hung_toy_run_leaves_no_worker_behind():
-    """The hung 2-rank torchrun run of the analysis tests is killed whole: no `train_toy.py` worker survives it.
+    """The hung 2-rank torchrun run of the analysis tests is killed whole: no `train_toy.py` worker
+    survives it.
 
     torchrun starts each worker in its own session, so killing the launcher's
     process group used to leave both workers hanging forever (~315 MB each).

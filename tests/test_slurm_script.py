@@ -1,5 +1,5 @@
-"""docs/slurm.md's batch script works (issue 28 item 8): a healthy job ends with its training's status,
-a hung one is stopped by ``watch --exit-on`` and requeued.
+"""docs/slurm.md's batch script works (issue 28 item 8): a healthy job ends with its training's
+status, a hung one is stopped by ``watch --exit-on`` and requeued.
 
 The script is taken from the page as it is and run by bash as ``sbatch`` would, with SLURM's
 variables set and two stand-ins on the PATH: ``srun`` runs its command here (its options
@@ -44,7 +44,9 @@ def _script() -> str:
     return match.group(1)
 
 
-def _run_job(tmp_path: Path, train_args: str, timeout: float) -> tuple[processes.subprocess.CompletedProcess[str], Path, Path]:
+def _run_job(
+    tmp_path: Path, train_args: str, timeout: float
+) -> tuple[processes.subprocess.CompletedProcess[str], Path, Path]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, body in (("srun", _SRUN), ("scontrol", _SCONTROL)):
@@ -54,13 +56,29 @@ def _run_job(tmp_path: Path, train_args: str, timeout: float) -> tuple[processes
     script.write_text(_script())
     log = tmp_path / "scontrol.log"
     env = {
-        "PATH": f"{bin_dir}{os.pathsep}{Path(sys.prefix) / 'bin'}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path),
+        "PATH": f"{bin_dir}{os.pathsep}{Path(sys.prefix) / 'bin'}{os.pathsep}/usr/bin:/bin",
+        "HOME": str(tmp_path),
         "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(tmp_path / "cache")),
-        "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_RESTART_COUNT": "0",
-        "RUN_ROOT": str(tmp_path / "runs"), "TRAIN_SCRIPT": str(REPO / "examples" / "train_toy.py"), "NPROC": "2",
-        "TRAIN_ARGS": train_args, "RDZV_PORT": str(free_port()), "SCONTROL_LOG": str(log), "OTEL_TITAN_PROCESS_FIGURES": "0",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_NNODES": "1",
+        "SLURM_RESTART_COUNT": "0",
+        "RUN_ROOT": str(tmp_path / "runs"),
+        "TRAIN_SCRIPT": str(REPO / "examples" / "train_toy.py"),
+        "NPROC": "2",
+        "TRAIN_ARGS": train_args,
+        "RDZV_PORT": str(free_port()),
+        "SCONTROL_LOG": str(log),
+        "OTEL_TITAN_PROCESS_FIGURES": "0",
     }
-    done = processes.run(["bash", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout)
+    done = processes.run(
+        ["bash", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=timeout,
+    )
     return done, tmp_path / "runs" / "4242", log
 
 
@@ -70,8 +88,12 @@ def test_a_healthy_job_ends_with_the_training_s_status_and_no_requeue(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert len(list((run / "structured_logs").glob("*.jsonl"))) == 2
     assert (run / "watch.0.out").exists() and not log.exists()
-    records = [json.loads(line) for line in next((run / "structured_logs").glob("*rank_0*.jsonl")).read_text().splitlines()]
-    assert {r["run_id"] for r in records if "run_id" in r} == {"slurm-4242"}  # every attempt one run: the job's id
+    records = [
+        json.loads(line)
+        for line in next((run / "structured_logs").glob("*rank_0*.jsonl")).read_text().splitlines()
+    ]
+    # every attempt one run: the job's id
+    assert {r["run_id"] for r in records if "run_id" in r} == {"slurm-4242"}
 
 
 @pytest.mark.slow
@@ -79,7 +101,11 @@ def test_a_hung_rank_is_named_by_watch_the_job_is_stopped_and_requeued(tmp_path)
     done, run, log = _run_job(tmp_path, "--steps 200 --hang-rank 1 --hang-step 3", timeout=400)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-3000:]
     assert log.read_text() == "requeue 4242\n"
-    alerts = [record for record in map(json.loads, (run / "watch.0.out").read_text().splitlines()) if record["type"] == "alert"]
+    alerts = [
+        record
+        for record in map(json.loads, (run / "watch.0.out").read_text().splitlines())
+        if record["type"] == "alert"
+    ]
     hang = [alert for alert in alerts if alert["kind"] == "hang"]
     assert hang and hang[-1]["ranks"] == [1], alerts  # the culprit, not a victim
     assert "requeueing" in done.stderr

@@ -25,7 +25,6 @@ Example:
     True
 """
 
-
 from otel_titan.analysis.export.chrome_events import ExportStats
 from otel_titan.analysis.export.chrome_trace import export_trace, generate_gantt_trace
 from otel_titan.analysis.model.collect import summarize_run
@@ -40,10 +39,22 @@ from otel_titan.analysis.model.facts import (
     Stragglers,
 )
 from otel_titan.analysis.model.hang import HangGroup, HangReport, RankPlace, Suspect
-from otel_titan.analysis.model.timeline import OpenSpan, ProcessExtent, TimelineVisitor, walk_process
+from otel_titan.analysis.model.timeline import (
+    OpenSpan,
+    ProcessExtent,
+    TimelineVisitor,
+    walk_process,
+)
 from otel_titan.analysis.read.filters import StepRange, parse_rank_list, parse_step_range
 from otel_titan.analysis.read.lines import SkippedLines
-from otel_titan.analysis.read.records import NoRecordsError, NotARunError, ProcessLog, RunLogs, find_log_dir, read_run
+from otel_titan.analysis.read.records import (
+    NoRecordsError,
+    NotARunError,
+    ProcessLog,
+    RunLogs,
+    find_log_dir,
+    read_run,
+)
 from otel_titan.analysis.run_analysis import RunAnalysis
 from otel_titan.analysis.summarize.json_form import summary_json
 from otel_titan.analysis.summarize.text import format_summary

@@ -50,7 +50,8 @@ __all__ = ["RunAnalysis"]
 
 
 class RunAnalysis:
-    """A run folder (or its ``structured_logs/``) and the questions asked of it; the model is built once, on first use.
+    """A run folder (or its ``structured_logs/``) and the questions asked of it; the model is built
+    once, on first use.
 
     Arguments select what is read, as the commands' options do: `run_id`
     (``--run``; default: the latest run of the folder), `ranks`, `sources`,
@@ -92,22 +93,47 @@ class RunAnalysis:
         self.tail = tail
         self.log_skipped = log_skipped
         self.cache = cache
-        # The model's per (rank, step, phase) accumulators, kept when it is built: the step table from the spans.
+        # The model's per (rank, step, phase) accumulators, kept when it is built: the step table
+        # from the spans.
         self._collected: tuple[Any, Any, Any, Any] | None = None
         self._step_table: StepTable | None = None
 
     @cached_property
     def summary(self) -> RunSummary:
-        """The model of the run (read on first use, then kept): what every other question is answered from."""
+        """The model of the run (read on first use, then kept): what every other question is
+        answered from."""
         if self.tail:
-            return summarize_tails(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped)
-        return summarize_run(self.path, ranks=self.ranks, sources=self.sources, run_id=self.run_id, log_skipped=self.log_skipped, align=self.align, jobs=self.jobs, scheduler=self.scheduler, cache=self.cache, on_collected=self._keep_steps)
+            return summarize_tails(
+                self.path,
+                ranks=self.ranks,
+                sources=self.sources,
+                run_id=self.run_id,
+                log_skipped=self.log_skipped,
+            )
+        return summarize_run(
+            self.path,
+            ranks=self.ranks,
+            sources=self.sources,
+            run_id=self.run_id,
+            log_skipped=self.log_skipped,
+            align=self.align,
+            jobs=self.jobs,
+            scheduler=self.scheduler,
+            cache=self.cache,
+            on_collected=self._keep_steps,
+        )
 
     def _keep_steps(self, collector: Any) -> None:
-        self._collected = (collector.step_ms, collector.phase_step_ms, collector.phase_step_count, collector.closing)
+        self._collected = (
+            collector.step_ms,
+            collector.phase_step_ms,
+            collector.phase_step_count,
+            collector.closing,
+        )
 
     def steps(self) -> StepTable:
-        """Per (source, attempt, rank, step): the step time, each phase's count and total, the step-closing span's enter and exit (`model.step_table`).
+        """Per (source, attempt, rank, step): the step time, each phase's count and total, the
+        step-closing span's enter and exit (`model.step_table`).
 
         From the writer's rollups alone when every process's rollups hold
         everything its spans do (only their lines are parsed: a few percent of
@@ -128,7 +154,10 @@ class RunAnalysis:
         return self._step_table
 
     def _read_steps(self) -> StepTable:
-        logs, _ = select_run(read_run(self.path, ranks=self.ranks, sources=self.sources, log_skipped=False), self.run_id)
+        logs, _ = select_run(
+            read_run(self.path, ranks=self.ranks, sources=self.sources, log_skipped=False),
+            self.run_id,
+        )
         ranked = [process for process in logs.processes if process.rank is not None]
         why: list[str] = []
         scans = []
@@ -141,28 +170,46 @@ class RunAnalysis:
                 break  # one process without is enough: the spans answer; the first one says why
             scans.append(scan)
         if ranked and not why:
-            return StepTable(rows_from_rollups(scans), "rollups", parsed_bytes=parsed, total_bytes=logs.total_bytes)
+            return StepTable(
+                rows_from_rollups(scans),
+                "rollups",
+                parsed_bytes=parsed,
+                total_bytes=logs.total_bytes,
+            )
         if self.tail:
-            raise ValueError(f"the step table needs the spans ({why[0] if why else 'no rank has rollups'}), and tail=True reads only the ends of the files")
+            raise ValueError(
+                f"the step table needs the spans ({why[0] if why else 'no rank has rollups'}), "
+                "and tail=True reads only the ends of the files"
+            )
         self.summary  # noqa: B018 - builds the model, keeping its accumulators, unless it is built already
         rows = rows_from_collected(self._collected) if self._collected is not None else []
-        return StepTable(rows, "spans", why_spans=why or ["no process has a rank"], parsed_bytes=logs.total_bytes, total_bytes=logs.total_bytes)
+        return StepTable(
+            rows,
+            "spans",
+            why_spans=why or ["no process has a rank"],
+            parsed_bytes=logs.total_bytes,
+            total_bytes=logs.total_bytes,
+        )
 
     def headline(self) -> dict[str, Any]:
-        """How many processes ended how, the groups they stopped in, and ``diagnosis``: what to look at first, most telling first."""
+        """How many processes ended how, the groups they stopped in, and ``diagnosis``: what to look
+        at first, most telling first."""
         return headline_data(self.summary)
 
     def hang(self) -> HangReport | None:
-        """The Hang section as a `HangReport` (its `verdict`, `suspects` with their rule and line of code, process `groups`), or None when nothing is stuck now.
+        """The Hang section as a `HangReport` (its `verdict`, `suspects` with their rule and line of
+        code, process `groups`), or None when nothing is stuck now.
 
-        ``run.hang().suspects[0]`` is the rank to look at first (a `Suspect`: its `label`, `rank`, `where`, `why`,
-        `rule`); `groups` (`HangGroup`s) say where the others wait; `places` (`RankPlace`s) where each process
-        is; `notes` say why when the `verdict` is "cannot tell". ``to_json()["hang"]`` is the same as a dict.
+        ``run.hang().suspects[0]`` is the rank to look at first (a `Suspect`: its `label`, `rank`,
+        `where`, `why`, `rule`); `groups` (`HangGroup`s) say where the others wait; `places`
+        (`RankPlace`s) where each process is; `notes` say why when the `verdict` is "cannot tell".
+        ``to_json()["hang"]`` is the same as a dict.
         """
         return self.summary.hang
 
     def stragglers(self, headline_only: bool = False) -> list[StragglerFinding]:
-        """Every straggler finding with its verdict (``straggler``, ``difference``, ``cannot tell``) and cost, most costly first; `headline_only`: those that reach "Look first at"."""
+        """Every straggler finding with its verdict (``straggler``, ``difference``, ``cannot tell``)
+        and cost, most costly first; `headline_only`: those that reach "Look first at"."""
         return self.summary.straggler_findings(headline_only=headline_only)
 
     def missing(self) -> list[dict[str, Any]]:
@@ -170,7 +217,8 @@ class RunAnalysis:
         return list(self.summary.missing)
 
     def processes(self) -> list[ProcessSummary]:
-        """Every process (rank file and its segments) with its state, last step, open spans and last record."""
+        """Every process (rank file and its segments) with its state, last step, open spans and last
+        record."""
         return list(self.summary.processes)
 
     def text(self, show_all: bool = False) -> str:
@@ -181,9 +229,28 @@ class RunAnalysis:
         """What ``otel-titan summarize --json`` prints: the headline first, then the facts."""
         return summary_json(self.summary)
 
-    def export(self, output: str | os.PathLike[str] | None = None, *, native: bool | None = None, steps: str | None = None) -> ExportStats:
-        """Write the run's trace for Perfetto (JSON, or native with `native`), as ``otel-titan export``; reads the spans again (a trace holds every span, not the model's facts)."""
-        return generate_gantt_trace(self.path, output, steps=steps, ranks=self.ranks, sources=self.sources, jobs=self.jobs, run_id=self.run_id, log_skipped=self.log_skipped, align=self.align, native=native, scheduler=self.scheduler)
+    def export(
+        self,
+        output: str | os.PathLike[str] | None = None,
+        *,
+        native: bool | None = None,
+        steps: str | None = None,
+    ) -> ExportStats:
+        """Write the run's trace for Perfetto (JSON, or native with `native`), as ``otel-titan
+        export``; reads the spans again (a trace holds every span, not the model's facts)."""
+        return generate_gantt_trace(
+            self.path,
+            output,
+            steps=steps,
+            ranks=self.ranks,
+            sources=self.sources,
+            jobs=self.jobs,
+            run_id=self.run_id,
+            log_skipped=self.log_skipped,
+            align=self.align,
+            native=native,
+            scheduler=self.scheduler,
+        )
 
     def __repr__(self) -> str:
         read = "read" if "summary" in self.__dict__ else "not read yet"

@@ -1,4 +1,5 @@
-"""Compatibility layers: other projects' APIs running on otel-titan, unchanged (docs/migrating-from-torchtitan.md).
+"""Compatibility layers: other projects' APIs running on otel-titan, unchanged
+(docs/migrating-from-torchtitan.md).
 
 The top layer beside the CLI (pyproject.toml's contracts): a layer imports the
 writer (`otel_titan.structured_logger`) and, for tools, the reader

@@ -1,4 +1,5 @@
-"""The pipeline: capture on the calling thread, a bounded queue, spans built on one background thread.
+"""The pipeline: capture on the calling thread, a bounded queue, spans built on one background
+thread.
 
 It knows no exporter implementation, only the interface in `exporter.py`
 (every hook the pipeline calls is declared there). Above it: `otel_titan.exporters`

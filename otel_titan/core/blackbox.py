@@ -97,7 +97,8 @@ MAX_FR_ENTRIES = 64
 MAX_RECORD_BYTES = 192 * 1024
 MAX_RUN_BYTES = 640 * 1024
 #: The budget's pools (`BlackBoxBudget`): SIGTERM's own record; the live reserve, for a stall longer
-#: than every one the run recovered from; the shared rest (stalls, dump signal, trigger) and its records.
+#: than every one the run recovered from; the shared rest (stalls, dump signal, trigger) and its
+#: records.
 FINAL_RECORD_BYTES = 192 * 1024
 LIVE_RECORDS = 3
 LIVE_RECORD_BYTES = 64 * 1024
@@ -105,9 +106,11 @@ MAX_SHARED_BYTES = MAX_RUN_BYTES - FINAL_RECORD_BYTES - LIVE_RECORDS * LIVE_RECO
 MAX_RECORDS = 8
 #: A pool with less room than this takes no record (a record trimmed to nothing says nothing).
 MIN_RECORD_BYTES = 8 * 1024
-#: faulthandler's side file: no arming once it is this large (a dump of 100 × 100 frames is ~300 KB more at worst).
+#: faulthandler's side file: no arming once it is this large (a dump of 100 × 100 frames is ~300 KB
+#: more at worst).
 MAX_SIDE_FILE_BYTES = 64 * 1024
-#: The default threshold: the larger of this and `STALL_FACTOR` × the longest gap between progress seen so far.
+#: The default threshold: the larger of this and `STALL_FACTOR` × the longest gap between progress
+#: seen so far.
 DEFAULT_MIN_STALL_S = 120.0
 STALL_FACTOR = 10.0
 
@@ -116,15 +119,24 @@ _CWD = os.getcwd()
 
 
 def min_stall_s() -> float:
-    """The automatic threshold's floor: ``OTEL_TITAN_STALL_MIN_S`` (for short jobs and tests), else 120 s."""
+    """The automatic threshold's floor: ``OTEL_TITAN_STALL_MIN_S`` (for short jobs and tests), else
+    120 s."""
     try:
         value = float(os.environ.get(OTEL_TITAN_STALL_MIN_S, "") or DEFAULT_MIN_STALL_S)
     except ValueError:
-        raise ValueError(f"{OTEL_TITAN_STALL_MIN_S} must be a number of seconds, got {os.environ.get(OTEL_TITAN_STALL_MIN_S)!r}") from None
+        raise ValueError(
+            f"{OTEL_TITAN_STALL_MIN_S} must be a number of seconds, got "
+            f"{os.environ.get(OTEL_TITAN_STALL_MIN_S)!r}"
+        ) from None
     return value if value > 0 else DEFAULT_MIN_STALL_S
 
 
-def stall_threshold(configured: float | None, slowest_gap_s: float, gaps_seen: bool = True, floor: float | None = None) -> float:
+def stall_threshold(
+    configured: float | None,
+    slowest_gap_s: float,
+    gaps_seen: bool = True,
+    floor: float | None = None,
+) -> float:
     """Seconds without a span end that make a stall.
 
     The configured value; else the larger of the floor (120 s) and 10 × the
@@ -152,12 +164,14 @@ def _short(path: str) -> str:
     return path
 
 
-#: Frames an ``uncaught_exception`` record keeps of its traceback (the innermost ones: where it was raised).
+#: Frames an ``uncaught_exception`` record keeps of its traceback (the innermost ones: where it was
+#: raised).
 EXCEPTION_FRAMES = 16
 
 
 def exception_frames(tb: Any, max_frames: int = EXCEPTION_FRAMES) -> list[str]:
-    """Where an exception was raised: its traceback's frames as ``path:line:function``, innermost first, the innermost `max_frames`.
+    """Where an exception was raised: its traceback's frames as ``path:line:function``, innermost
+    first, the innermost `max_frames`.
 
     Spelled as the records' ``caller`` (paths relative to the working directory
     when under it), strings so that they are a valid OpenTelemetry attribute
@@ -179,8 +193,11 @@ def exception_frames(tb: Any, max_frames: int = EXCEPTION_FRAMES) -> list[str]:
     return frames[::-1][:max_frames]
 
 
-def thread_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) -> list[dict[str, Any]]:
-    """Every thread's Python stack (innermost frame first), main thread first; otel-titan's own threads left out.
+def thread_stacks(
+    max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES
+) -> list[dict[str, Any]]:
+    """Every thread's Python stack (innermost frame first), main thread first; otel-titan's own
+    threads left out.
 
     Each: ``thread_name``, ``thread_id`` (`threading` ident), ``native_id``, ``main``, ``daemon``,
     ``frames`` (``{"file", "line", "function"}``), ``frames_total``.
@@ -200,7 +217,9 @@ def thread_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) 
         while f is not None:
             if total < max_frames:
                 code = f.f_code
-                stack.append({"file": _short(code.co_filename), "line": f.f_lineno, "function": code.co_name})
+                stack.append(
+                    {"file": _short(code.co_filename), "line": f.f_lineno, "function": code.co_name}
+                )
             total += 1
             f = f.f_back
         out.append(
@@ -219,12 +238,16 @@ def thread_stacks(max_threads: int = MAX_THREADS, max_frames: int = MAX_FRAMES) 
 
 
 def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:
-    """torch's flight-recorder entries (the latest `max_entries`) and per-group status, or None when off.
+    """torch's flight-recorder entries (the latest `max_entries`) and per-group status, or None when
+    off.
 
     None unless torch is already imported, ``torch.distributed`` is initialised and
-    ``TORCH_FR_BUFFER_SIZE`` / ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is set; an error becomes ``{"error": ...}``.
+    ``TORCH_FR_BUFFER_SIZE`` / ``TORCH_NCCL_TRACE_BUFFER_SIZE`` is set; an error becomes ``{"error":
+    ...}``.
     """
-    if not (os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")):
+    if not (
+        os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")
+    ):
         return None
     dist = sys.modules.get("torch.distributed")
     torch = sys.modules.get("torch")
@@ -233,7 +256,9 @@ def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:
     try:
         if not (dist.is_available() and dist.is_initialized()):
             return None
-        raw = torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False)
+        raw = torch._C._distributed_c10d._dump_fr_trace_json(
+            includeCollectives=True, onlyActive=False
+        )
         data = json.loads(raw)
     except Exception as error:  # noqa: BLE001 - an old torch, a backend without it: say so, write the rest
         return {"error": f"{type(error).__name__}: {error}"[:300]}
@@ -243,7 +268,8 @@ def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:
         entries.append(
             {
                 "pg_id": entry.get("pg_id"),
-                # torch's group name: the same on every member (pg_id is not: it counts this rank's groups).
+                # torch's group name: the same on every member (pg_id is not: it counts this rank's
+                # groups).
                 "pg_name": pg[0] if isinstance(pg, list) and pg else None,
                 "pg_desc": pg[1] if isinstance(pg, list) and len(pg) > 1 else None,
                 "collective_seq_id": entry.get("collective_seq_id"),
@@ -261,7 +287,12 @@ def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:
                 "thread_name": entry.get("thread_name"),
             }
         )
-    return {"version": data.get("version"), "pg_status": data.get("pg_status"), "pg_config": _group_members(dist, data.get("pg_config")), "entries": entries}
+    return {
+        "version": data.get("version"),
+        "pg_status": data.get("pg_status"),
+        "pg_config": _group_members(dist, data.get("pg_config")),
+        "entries": entries,
+    }
 
 
 #: Sub-groups whose members the black box lists (the default group's are implied by world_size).
@@ -269,19 +300,29 @@ MAX_GROUPS_LISTED = 64
 
 
 def _group_members(dist: Any, torch_config: Any) -> dict[str, Any]:
-    """Group name → {"desc", "ranks"} of this rank's groups: torch's ``pg_config`` when it has members, else asked of torch.
+    """Group name → {"desc", "ranks"} of this rank's groups: torch's ``pg_config`` when it has
+    members, else asked of torch.
 
-    torch 2.13 leaves ``pg_config`` empty for gloo; the analysis compares ranks by group membership, never by pg_id.
+    torch 2.13 leaves ``pg_config`` empty for gloo; the analysis compares ranks by group membership,
+    never by pg_id.
     """
-    if isinstance(torch_config, dict) and any(isinstance(v, dict) and v.get("ranks") not in (None, "", "[]") for v in torch_config.values()):
+    if isinstance(torch_config, dict) and any(
+        isinstance(v, dict) and v.get("ranks") not in (None, "", "[]")
+        for v in torch_config.values()
+    ):
         return {str(k): v for k, v in list(torch_config.items())[:MAX_GROUPS_LISTED]}
     out: dict[str, Any] = {}
     try:
         c10d = sys.modules.get("torch.distributed.distributed_c10d")
-        for group, name in list(getattr(getattr(c10d, "_world", None), "pg_names", {}).items())[: MAX_GROUPS_LISTED + 1]:
+        for group, name in list(getattr(getattr(c10d, "_world", None), "pg_names", {}).items())[
+            : MAX_GROUPS_LISTED + 1
+        ]:
             if str(name) == "0":
                 continue
-            out[str(name)] = {"desc": getattr(group, "group_desc", None), "ranks": list(dist.get_process_group_ranks(group))}
+            out[str(name)] = {
+                "desc": getattr(group, "group_desc", None),
+                "ranks": list(dist.get_process_group_ranks(group)),
+            }
     except Exception:  # noqa: BLE001 - a torch without these: the analysis infers members from the entries
         return out
     return out
@@ -300,12 +341,19 @@ class _Pool:
         self.records_left, self.bytes_left, self.record_bytes = records, total_bytes, record_bytes
 
     def take(self, record: dict[str, Any]) -> bool:
-        """Trim `record` until it fits this pool (fewer frames, entries, threads) and charge it; False when it cannot."""
+        """Trim `record` until it fits this pool (fewer frames, entries, threads) and charge it;
+        False when it cannot."""
         limit = min(self.record_bytes, self.bytes_left)
         if self.records_left <= 0 or limit < MIN_RECORD_BYTES:
             return False
         size = _encoded_size(record)
-        for frames, entries, threads in ((16, 32, 64), (8, 16, 16), (4, 8, 4), (2, 4, 1), (0, 0, 0)):
+        for frames, entries, threads in (
+            (16, 32, 64),
+            (8, 16, 16),
+            (4, 8, 4),
+            (2, 4, 1),
+            (0, 0, 0),
+        ):
             if size <= limit:
                 break
             record["truncated"] = True
@@ -325,7 +373,8 @@ class _Pool:
 
 
 class BlackBoxBudget:
-    """How many black-box records and bytes this run may still write, in three pools; trims a record to fit.
+    """How many black-box records and bytes this run may still write, in three pools; trims a record
+    to fit.
 
     A healthy pause longer than the threshold (an eval, a checkpoint) writes a
     stall record too, and then progress ends it. If those spent the budget,
@@ -377,25 +426,31 @@ class BlackBoxBudget:
         return self._shared.records_left
 
     def stall_ended(self, lasted_s: float) -> None:
-        """A stall (written or not) ended after `lasted_s`: the run recovers from pauses that long."""
+        """A stall (written or not) ended after `lasted_s`: the run recovers from pauses that
+        long."""
         self.stalls_ended += 1
         self.longest_ended_s = max(self.longest_ended_s, lasted_s)
 
     def stall_bar_s(self, threshold_s: float) -> float:
         """How long the current stall must last before its record is written (inf: no room left)."""
         shared = self._shared
-        if shared.records_left > 0 and min(shared.bytes_left, shared.record_bytes) >= MIN_RECORD_BYTES:
+        if (
+            shared.records_left > 0
+            and min(shared.bytes_left, shared.record_bytes) >= MIN_RECORD_BYTES
+        ):
             return threshold_s
         if self._live.records_left > 0:
             return max(threshold_s, self.ESCALATION * self.longest_ended_s)
         return float("inf")
 
     def fit(self, record: dict[str, Any]) -> dict[str, Any] | None:
-        """`record` (the dump signal, the trigger), trimmed into the shared pool, or None when it is spent."""
+        """`record` (the dump signal, the trigger), trimmed into the shared pool, or None when it is
+        spent."""
         return record if self._shared.take(record) else None
 
     def fit_stall(self, record: dict[str, Any], stalled_s: float) -> dict[str, Any] | None:
-        """A stall's record: the shared pool, else the live reserve if it lasted past the bar; else None."""
+        """A stall's record: the shared pool, else the live reserve if it lasted past the bar; else
+        None."""
         if self._shared.take(record):
             return record
         if stalled_s >= self.ESCALATION * self.longest_ended_s and self._live.take(record):
@@ -410,7 +465,8 @@ class BlackBoxBudget:
 
 
 def open_side_file(path: str) -> Any:
-    """Open (create) faulthandler's side file at `path` for `FaulthandlerArm`: unbuffered bytes, at its end.
+    """Open (create) faulthandler's side file at `path` for `FaulthandlerArm`: unbuffered bytes, at
+    its end.
 
     Not in append mode: `FaulthandlerArm` rewrites its own note in place when
     no dump followed it, so the file grows only by dumps.
@@ -423,7 +479,8 @@ def open_side_file(path: str) -> Any:
 
 
 class FaulthandlerArm:
-    """Keeps ``faulthandler.dump_traceback_later`` armed past the stall threshold, writing to `file`.
+    """Keeps ``faulthandler.dump_traceback_later`` armed past the stall threshold, writing to
+    `file`.
 
     Used from the processor thread only (see the module docstring for why and
     for the traps). `rearm` is cheap and rate-limited; `cancel` when the Python
@@ -434,14 +491,16 @@ class FaulthandlerArm:
 
     @property
     def user_owns(self) -> bool:
-        """The program armed or cancelled its own dump (since otel-titan was imported): never touch it again."""
+        """The program armed or cancelled its own dump (since otel-titan was imported): never touch
+        it again."""
         return _USER_OWNS[0]
 
     def __init__(self, file: Any) -> None:
         self.file = file
         self.armed = False
         self._armed_at = 0.0
-        # Where our note (threads, armed at, fires at) begins and ends in the file: a dump lands after it.
+        # Where our note (threads, armed at, fires at) begins and ends in the file: a dump lands
+        # after it.
         self._note_start = self._note_end = -1
         self._lock = threading.RLock()
         self._timeout_s = 0.0
@@ -457,13 +516,15 @@ class FaulthandlerArm:
             return False
 
     def rearm(self, timeout_s: float, now: float | None = None) -> None:
-        """Progress was seen: push the dump `timeout_s` into the future (at most once per `REARM_EVERY_S`)."""
+        """Progress was seen: push the dump `timeout_s` into the future (at most once per
+        `REARM_EVERY_S`)."""
         if not self.enabled or self.user_owns or timeout_s <= 0:
             return
         now = time.monotonic() if now is None else now
         if self.armed and now - self._armed_at < self.REARM_EVERY_S:
             return
-        with self._lock:  # the processor thread, and a forking thread re-arming after fork: one note at a time
+        # the processor thread, and a forking thread re-arming after fork: one note at a time
+        with self._lock:
             if not self._room():
                 self.cancel()
                 return
@@ -478,7 +539,8 @@ class FaulthandlerArm:
             self.armed, self._armed_at, self._timeout_s = True, now, timeout_s
 
     def _write_note(self, timeout_s: float) -> None:
-        """Write, just before where a dump would land, the threads' names and when it was armed and will fire.
+        """Write, just before where a dump would land, the threads' names and when it was armed and
+        will fire.
 
         faulthandler names threads by ident only and never says when it wrote:
         the note does both, so a reader can name the threads and tell a dump of
@@ -486,19 +548,24 @@ class FaulthandlerArm:
         dumped after the previous note, the note replaces it, in place: the file
         grows by dumps only, not by one line per second of a days-long run.
         """
-        threads = " ".join(f"{t.ident:#018x}={t.name!r}" for t in threading.enumerate() if t.ident is not None)
+        threads = " ".join(
+            f"{t.ident:#018x}={t.name!r}" for t in threading.enumerate() if t.ident is not None
+        )
         main = threading.main_thread().ident or 0
         armed_us = time.time_ns() // 1000
         note = (
             f"# otel-titan threads (pid {os.getpid()}, main {main:#018x}): {threads}\n"
-            f"# otel-titan armed at {armed_us} us, fires at {armed_us + round(timeout_s * 1e6)} us (wall clock; pid {os.getpid()})\n"
+            f"# otel-titan armed at {armed_us} us, fires at {armed_us + round(timeout_s * 1e6)} "
+            f"us (wall clock; pid {os.getpid()})\n"
         ).encode()
         try:
             end = os.fstat(self.file.fileno()).st_size
-            start = self._note_start if self._note_end == end else end  # bytes after our note: a dump, kept
+            # bytes after our note: a dump, kept
+            start = self._note_start if self._note_end == end else end
             self.file.seek(start)
             self.file.write(note)
-            self.file.truncate(start + len(note))  # a longer note before (threads that ended) leaves no tail
+            # a longer note before (threads that ended) leaves no tail
+            self.file.truncate(start + len(note))
             self._note_start, self._note_end = start, start + len(note)
         except (OSError, ValueError):
             self._note_start = self._note_end = -1
@@ -511,8 +578,9 @@ class FaulthandlerArm:
             self.armed = False
 
     def before_fork(self) -> None:
-        """A child must not inherit an armed dump: its watchdog thread does not survive fork, and the
-        child's exit would then wait forever in faulthandler's cancel. Disarmed here, re-armed in the parent."""
+        """A child must not inherit an armed dump: its watchdog thread does not survive fork, and
+        the child's exit would then wait forever in faulthandler's cancel. Disarmed here, re-armed
+        in the parent."""
         with self._lock:
             if self.armed and not self.user_owns:
                 _ORIGINAL[1]()
@@ -542,10 +610,13 @@ def _after_fork_in_child() -> None:
     _ARMS.clear()
 
 
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
-_USER_OWNS = [False]  # the program called dump_traceback_later (or its cancel) itself, since this module was imported
+# the program called dump_traceback_later (or its cancel) itself, since this module was imported
+_USER_OWNS = [False]
 
 
 def _watch_user_calls(arm: FaulthandlerArm) -> None:
@@ -554,7 +625,8 @@ def _watch_user_calls(arm: FaulthandlerArm) -> None:
 
 
 def _wrap_faulthandler() -> None:
-    """Wrap the module's functions at import (before most programs arm their own), so a program's own dump wins for good."""
+    """Wrap the module's functions at import (before most programs arm their own), so a program's
+    own dump wins for good."""
     if getattr(faulthandler.dump_traceback_later, "_otel_titan", False):
         return
 
@@ -581,7 +653,8 @@ _wrap_faulthandler()
 
 
 class TrainingLane:
-    """What the training loop's thread did last, to tell *stuck between two spans of a step* from *idle*.
+    """What the training loop's thread did last, to tell *stuck between two spans of a step* from
+    *idle*.
 
     A rank blocked before its ``data_fetch`` opens (a data loader outside any
     span) has no span open, exactly like a server between requests or a loop
@@ -627,14 +700,21 @@ class TrainingLane:
         self.followed: set[str] = set()
 
     def _step_changed(self, step: Any) -> None:
-        if step != self.last_step and self.last_was_end and self.last_name is not None and len(self.closers) < self.MAX_NAMES:
+        if (
+            step != self.last_step
+            and self.last_was_end
+            and self.last_name is not None
+            and len(self.closers) < self.MAX_NAMES
+        ):
             self.closers.add(self.last_name)  # the last span of the step that just finished
 
     def started(self, name: str, step: Any) -> None:
         """A span of the training loop began."""
         if step != self.last_step:
             self._step_changed(step)
-        elif self.last_was_end and self.last_name is not None and len(self.followed) < self.MAX_NAMES:
+        elif (
+            self.last_was_end and self.last_name is not None and len(self.followed) < self.MAX_NAMES
+        ):
             self.followed.add(self.last_name)
         self.last_step, self.last_was_end = step, False
 
@@ -642,21 +722,34 @@ class TrainingLane:
         """A span of the training loop ended (`step`: the step it began in)."""
         if step != self.last_step:
             self._step_changed(step)
-        self.last_name, self.last_end_ns, self.last_step, self.last_was_end = name, end_ns, step, True
+        self.last_name, self.last_end_ns, self.last_step, self.last_was_end = (
+            name,
+            end_ns,
+            step,
+            True,
+        )
 
     def between_spans(self, step: Any) -> bool:
-        """Whether a process with no span open is stuck inside `step` (the loop's current step), not idle."""
+        """Whether a process with no span open is stuck inside `step` (the loop's current step), not
+        idle."""
         if step is None:
             return False
         if step != self.last_step or self.last_name is None:
             return True  # the step moved on (or began) and none of its spans started yet
-        return self.last_was_end and self.last_name in self.followed and self.last_name not in self.closers
+        return (
+            self.last_was_end
+            and self.last_name in self.followed
+            and self.last_name not in self.closers
+        )
 
     def last_span(self, now_ns: int) -> dict[str, Any] | None:
         """``{"name", "ended_s_ago"}`` of the loop's last span that ended, or None."""
         if self.last_name is None:
             return None
-        return {"name": self.last_name, "ended_s_ago": round(max(now_ns - self.last_end_ns, 0) / 1e9, 3)}
+        return {
+            "name": self.last_name,
+            "ended_s_ago": round(max(now_ns - self.last_end_ns, 0) / 1e9, 3),
+        }
 
 
 def open_span_rows(spans: Sequence[Any], now_ns: int, thread_name: Any) -> list[dict[str, Any]]:

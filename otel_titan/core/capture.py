@@ -63,7 +63,9 @@ _log = logging.getLogger("otel_titan")
 
 _get_running_loop = _asyncio_events._get_running_loop
 _getframe = sys._getframe
-_current_span: ContextVar[tuple[Any, ...] | None] = ContextVar("otel_titan_current_span", default=None)
+_current_span: ContextVar[tuple[Any, ...] | None] = ContextVar(
+    "otel_titan_current_span", default=None
+)
 #: Capture sequence numbers, process-wide and never reused (span ids derive from them).
 _seq = itertools.count(1)
 
@@ -132,7 +134,20 @@ class CaptureState:
       Dynamo needs the answer.
     """
 
-    __slots__ = ("items", "queue", "capacity", "crowded_at", "wake_writer", "generation", "remote_parent", "propagate", "detach", "thread_ids", "warned_keys", "compiling")
+    __slots__ = (
+        "items",
+        "queue",
+        "capacity",
+        "crowded_at",
+        "wake_writer",
+        "generation",
+        "remote_parent",
+        "propagate",
+        "detach",
+        "thread_ids",
+        "warned_keys",
+        "compiling",
+    )
 
     def __init__(self) -> None:
         self.items: Any = None
@@ -149,10 +164,12 @@ class CaptureState:
         self.compiling: Callable[[], bool] | None = None
 
 
-#: Scalar keys warned about per logger; past this many, warnings stop (the values are still counted).
+#: Scalar keys warned about per logger; past this many, warnings stop (the values are still
+#: counted).
 _MAX_WARNED_KEYS = 1000
 
-# The one home of the hot path's process state (None fields = not initialised: every call is a no-op).
+# The one home of the hot path's process state (None fields = not initialised: every call is a
+# no-op).
 _state = CaptureState()
 
 
@@ -184,7 +201,8 @@ def attach(
 
 
 def _dynamo_check() -> Callable[[], bool] | None:
-    """``torch.compiler.is_dynamo_compiling`` if the program imported torch (it is never imported here), else None."""
+    """``torch.compiler.is_dynamo_compiling`` if the program imported torch (it is never imported
+    here), else None."""
     torch = sys.modules.get("torch")
     check = getattr(getattr(torch, "compiler", None), "is_dynamo_compiling", None)
     return check if callable(check) else None
@@ -216,7 +234,8 @@ def detach() -> None:
 
 
 def _enqueue_crowded(state: CaptureState, q: Any, event: tuple[Any, ...], records: int) -> None:
-    """The queue is at least half full: append, wake the writer and yield the GIL; or drop when full.
+    """The queue is at least half full: append, wake the writer and yield the GIL; or drop when
+    full.
 
     No yield when the writer is stuck in an export (a frozen filesystem): it
     does not need the GIL then, and the caller's time per span stays as usual.
@@ -233,7 +252,8 @@ def _enqueue_crowded(state: CaptureState, q: Any, event: tuple[Any, ...], record
 
 
 #: Native thread id → `threading` name, noted on each thread's first record (once per thread, never
-#: per record): the writer names threads from it even after they ended (docs/schema.md ``thread_name``).
+#: per record): the writer names threads from it even after they ended (docs/schema.md
+#: ``thread_name``).
 thread_names: dict[int, str] = {}
 _MAX_THREAD_NAMES = 65536
 
@@ -248,7 +268,8 @@ def _first_call_on_thread(thread_ids: Any) -> int:
 
 
 def _step_thread_task(thread_ids: Any) -> tuple[Any, int, str | None]:
-    """The calling thread's step state, native thread id and asyncio task name: what every event carries."""
+    """The calling thread's step state, native thread id and asyncio task name: what every event
+    carries."""
     state = _context_state.get()
     if state is None:
         state = _default[0]
@@ -270,7 +291,9 @@ def _task_name(loop: Any) -> str | None:
     return None if task is None else task.get_name()
 
 
-def _describe_error(exc_type: type[BaseException], exc: BaseException | None, tb: Any) -> tuple[str, str, Any]:
+def _describe_error(
+    exc_type: type[BaseException], exc: BaseException | None, tb: Any
+) -> tuple[str, str, Any]:
     # Errors are rare, so this runs on the caller: the exception object may be
     # mutated or freed once the `with` block is left. `lookup_lines=False`
     # keeps source files unread here; the processor formats the stack.
@@ -279,10 +302,22 @@ def _describe_error(exc_type: type[BaseException], exc: BaseException | None, tb
     except Exception as str_error:  # noqa: BLE001 - a broken __str__ must not break training
         message = f"<str() failed: {type(str_error).__name__}>"
     try:
-        summary = traceback.TracebackException(exc_type, exc, tb, limit=STACK_FRAMES, lookup_lines=False, capture_locals=False) if exc is not None else None
+        summary = (
+            traceback.TracebackException(
+                exc_type, exc, tb, limit=STACK_FRAMES, lookup_lines=False, capture_locals=False
+            )
+            if exc is not None
+            else None
+        )
     except Exception:  # noqa: BLE001 - a traceback that cannot be summarized must not break training
         summary = None
-    return (exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}", message, summary)
+    return (
+        exc_type.__qualname__
+        if exc_type.__module__ == "builtins"
+        else f"{exc_type.__module__}.{exc_type.__qualname__}",
+        message,
+        summary,
+    )
 
 
 def _check_name(name: object, what: str = "event_type") -> None:
@@ -333,10 +368,21 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
         1
     """
 
-    __slots__ = ("_name", "_description", "_depth", "_code", "_lineno", "_handle", "_token", "_otel_token")
+    __slots__ = (
+        "_name",
+        "_description",
+        "_depth",
+        "_code",
+        "_lineno",
+        "_handle",
+        "_token",
+        "_otel_token",
+    )
     _lineno: int  # set by `_at` only (decorators), read only when `_code` was set with it
 
-    def __init__(self, event_type: str, description: str | None = None, *, stacklevel: int = 2) -> None:
+    def __init__(
+        self, event_type: str, description: str | None = None, *, stacklevel: int = 2
+    ) -> None:
         if type(event_type) is not str or not event_type:
             _check_name(event_type)
         if description is not None and not isinstance(description, str):
@@ -359,8 +405,9 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
 
     def __enter__(self) -> log_trace_span:
         hot = _state
-        # Compilation first: a call Dynamo traces must never read the queue (another thread's records change it while
-        # the frame is traced: "deque mutated during iteration", or a guard on its length that fails at once).
+        # Compilation first: a call Dynamo traces must never read the queue (another thread's
+        # records change it while the frame is traced: "deque mutated during iteration", or a guard
+        # on its length that fails at once).
         if hot.compiling is not None and hot.compiling():
             self._handle = None
             return self
@@ -426,7 +473,8 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         handle = self._handle
-        if handle is None:  # off, or inside torch.compile: read before the clock, which Dynamo cannot trace
+        # off, or inside torch.compile: read before the clock, which Dynamo cannot trace
+        if handle is None:
             return None
         end = perf_counter_ns()
         self._handle = None
@@ -463,7 +511,8 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"log_trace_span({self._name!r}) cannot decorate the generator {fn.__qualname__}: "
-                "a span around a generator would only time its creation; use `with sl.log_trace_span(...)` inside it"
+                "a span around a generator would only time its creation; use `with "
+                "sl.log_trace_span(...)` inside it"
             )
         name, description = self._name, self._description
         at = log_trace_span._at
@@ -473,7 +522,9 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 hot = _state
-                if (hot.compiling is not None and hot.compiling()) or hot.items is None:  # compilation first (see __enter__)
+                if (
+                    hot.compiling is not None and hot.compiling()
+                ) or hot.items is None:  # compilation first (see __enter__)
                     return await fn(*args, **kwargs)
                 code, lineno = _awaited_from(definition)
                 with at(name, description, code, lineno):
@@ -484,8 +535,11 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             hot = _state
-            if (hot.compiling is not None and hot.compiling()) or hot.items is None:  # compilation first (see __enter__)
-                return fn(*args, **kwargs)  # off, or traced by torch.compile: before the frame lookup Dynamo cannot trace
+            if (
+                hot.compiling is not None and hot.compiling()
+            ) or hot.items is None:  # compilation first (see __enter__)
+                # off, or traced by torch.compile: before the frame lookup Dynamo cannot trace
+                return fn(*args, **kwargs)
             try:
                 frame = _getframe(1)
             except ValueError:
@@ -503,21 +557,26 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
 SpanScope = log_trace_span
 
 
-#: asyncio's own source files: a coroutine whose caller frame is one of them was started by the event loop.
+#: asyncio's own source files: a coroutine whose caller frame is one of them was started by the
+#: event loop.
 _ASYNCIO_DIR = os.path.dirname(asyncio.__file__) + os.sep
 
 
 def _definition(fn: Callable[..., Any]) -> tuple[CodeType | None, int]:
-    """The code and first line of the function `fn` wraps (through decorators and partials), or (None, 0)."""
+    """The code and first line of the function `fn` wraps (through decorators and partials), or
+    (None, 0)."""
     target = inspect.unwrap(fn)
     while isinstance(target, functools.partial):
         target = target.func
-    code = getattr(target, "__code__", None) or getattr(getattr(type(target), "__call__", None), "__code__", None)  # noqa: B004 - the target's own __call__ code, not whether it is callable
+    # The target's own __call__ code, not whether it is callable (B004).
+    call = getattr(type(target), "__call__", None)  # noqa: B004 - its code is wanted, not callable()
+    code = getattr(target, "__code__", None) or getattr(call, "__code__", None)
     return (code, code.co_firstlineno) if code is not None else (None, 0)
 
 
 def _awaited_from(definition: tuple[CodeType | None, int]) -> tuple[CodeType, int]:
-    """The caller of a decorated coroutine: the frame awaiting it, or its definition when the event loop started it."""
+    """The caller of a decorated coroutine: the frame awaiting it, or its definition when the event
+    loop started it."""
     try:
         frame = _getframe(2)  # 0: here, 1: the wrapper's coroutine, 2: whoever awaits or resumes it
     except ValueError:
@@ -548,12 +607,16 @@ def log_trace_instant(event_type: str, *, stacklevel: int = 2) -> None:
     if type(event_type) is not str or not event_type:
         _check_name(event_type)
     hot = _state
-    if (hot.compiling is not None and hot.compiling()) or hot.items is None:  # compilation first (see __enter__)
+    if (
+        hot.compiling is not None and hot.compiling()
+    ) or hot.items is None:  # compilation first (see __enter__)
         return
     _emit_instant(hot, event_type, stacklevel, None)
 
 
-def _emit_instant(hot: CaptureState, event_type: str, stacklevel: int, attributes: Mapping[str, Any] | None) -> None:
+def _emit_instant(
+    hot: CaptureState, event_type: str, stacklevel: int, attributes: Mapping[str, Any] | None
+) -> None:
     try:
         frame = _getframe(stacklevel)
     except ValueError:
@@ -593,7 +656,8 @@ _SKIP: Any = object()
 
 
 def _as_metric_value(value: object) -> Any:
-    """`value` as an int or float for the file, or `_SKIP`; never reads a tensor (that could sync a device)."""
+    """`value` as an int or float for the file, or `_SKIP`; never reads a tensor (that could sync a
+    device)."""
     kind = type(value)
     if kind is float:
         return value
@@ -607,7 +671,8 @@ def _as_metric_value(value: object) -> Any:
             return _as_metric_value(int(value))
         if isinstance(value, numbers.Real):
             return float(value)
-        numpy: Any = sys.modules.get("numpy")  # only if the program imported it: never imported here
+        # only if the program imported it: never imported here
+        numpy: Any = sys.modules.get("numpy")
         if numpy is not None:
             # numpy's bool (what ``(arr > 0).all()`` returns) is registered as no kind of number,
             # and a 0-d array is one host value (reading it syncs no device): both are numbers here.
@@ -627,13 +692,16 @@ def _why_skipped(value: object) -> str:
     if type(value) is int or isinstance(value, numbers.Integral):
         return "an integer beyond the signed 64-bit range (pass a float)"
     if type(value).__module__ == "numpy":
-        # numpy's scalars and arrays have `.item` and `.device` too, but live on the host: never "a tensor".
+        # numpy's scalars and arrays have `.item` and `.device` too, but live on the host: never "a
+        # tensor".
         shape = getattr(value, "shape", ())
         if shape:
             return f"a numpy array of shape {tuple(shape)}, not one number (log one element, or a reduction such as arr.mean())"
         return f"a numpy {getattr(value, 'dtype', type(value).__qualname__)} is not a real number"
     torch = sys.modules.get("torch")
-    if (torch is not None and isinstance(value, torch.Tensor)) or (hasattr(value, "item") and hasattr(value, "device")):
+    if (torch is not None and isinstance(value, torch.Tensor)) or (
+        hasattr(value, "item") and hasattr(value, "device")
+    ):
         return f"a tensor ({type(value).__qualname__}); pass a Python number: otel-titan never calls .item(), which can force a device sync"
     return f"a {type(value).__qualname__} is not a real number"
 
@@ -647,7 +715,8 @@ def _skip_values(hot: CaptureState, skipped: list[tuple[str, object]]) -> None:
         if not hot.warned_keys.first(key):
             continue
         _log.warning(
-            "otel-titan: log_trace_scalar skipped the value of %r: %s. Values of this key that cannot be logged are skipped "
+            "otel-titan: log_trace_scalar skipped the value of %r: %s. Values of this key that "
+            "cannot be logged are skipped "
             "without further warnings and counted in skipped_values of the closing record.",
             key,
             _why_skipped(value),
@@ -657,30 +726,31 @@ def _skip_values(hot: CaptureState, skipped: list[tuple[str, object]]) -> None:
 def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2) -> None:
     """Record one ``metric_value`` record per name of `scalars`.
 
-    Values are real numbers: ``int`` (signed 64-bit), ``float`` (NaN and
-    infinities too; docs/schema.md says how they are written), ``bool`` (as
-    0/1) and numpy scalars (``np.bool_`` as 0/1 too) or 0-d numpy arrays. Any other value (``None``, a tensor, a string, an
-    integer beyond 64 bits) is skipped, as in torchtitan: a logger never stops
-    training over a value. Each such key is warned about once, and the skipped
-    values are counted in ``skipped_values`` of the closing record. A tensor is
-    never read (``.item()`` can force a device sync): pass ``loss.item()``
-    yourself where that sync is acceptable. A `scalars` that is not a mapping,
-    or a key that is not a non-empty string, raises `TypeError`/`ValueError`
-    (a mistake in the code, found on the first call). When logging is off the
-    call returns at once without looking at the values.
+    Values are real numbers: ``int`` (signed 64-bit), ``float`` (NaN and infinities too;
+    docs/schema.md says how they are written), ``bool`` (as 0/1) and numpy scalars (``np.bool_`` as
+    0/1 too) or 0-d numpy arrays. Any other value (``None``, a tensor, a string, an integer beyond
+    64 bits) is skipped, as in torchtitan: a logger never stops training over a value. Each such key
+    is warned about once, and the skipped values are counted in ``skipped_values`` of the closing
+    record. A tensor is never read (``.item()`` can force a device sync): pass ``loss.item()``
+    yourself where that sync is acceptable. A `scalars` that is not a mapping, or a key that is not
+    a non-empty string, raises `TypeError`/`ValueError` (a mistake in the code, found on the first
+    call). When logging is off the call returns at once without looking at the values.
 
     Example:
         >>> from otel_titan import structured_logger as sl
         >>> sl.log_trace_scalar({"loss": 2.5, "num_tokens": 4096})
     """
     hot = _state
-    if hot.compiling is not None and hot.compiling():  # compilation first: a traced call never reads the queue (__enter__)
+    # compilation first: a traced call never reads the queue (__enter__)
+    if hot.compiling is not None and hot.compiling():
         return
     q = hot.items
     if q is None:
         return
     if not isinstance(scalars, Mapping):
-        raise TypeError(f"log_trace_scalar takes a mapping of name to number, got {type(scalars).__name__}")
+        raise TypeError(
+            f"log_trace_scalar takes a mapping of name to number, got {type(scalars).__name__}"
+        )
     values: dict[str, int | float] = {}
     skipped: list[tuple[str, object]] | None = None
     for key, value in scalars.items():
@@ -721,4 +791,3 @@ def log_trace_scalar(scalars: Mapping[str, int | float], *, stacklevel: int = 2)
         q.append(event)
     else:
         _enqueue_crowded(hot, q, event, len(values))
-

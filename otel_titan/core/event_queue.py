@@ -38,7 +38,14 @@ class EventQueue:
         2
     """
 
-    __slots__ = ("items", "capacity", "dropped_records", "dropped_events", "skipped_values", "_drop_lock")
+    __slots__ = (
+        "items",
+        "capacity",
+        "dropped_records",
+        "dropped_events",
+        "skipped_values",
+        "_drop_lock",
+    )
 
     def __init__(self, capacity: int = DEFAULT_QUEUE_SIZE) -> None:
         if capacity < 1:

@@ -72,14 +72,51 @@ __all__ = [
 START, END, INSTANT, SCALAR, FLUSH, STOP, BLACK_BOX = range(7)
 
 #: A span handle (its START event), field by field after the kind.
-HANDLE_FIELDS = ("kind", "seq", "name", "description", "mono_ns", "code", "lineno", "parent", "state", "tid", "task", "remote_parent", "generation")
-H_SEQ, H_NAME, H_DESCRIPTION, H_MONO, H_CODE, H_LINE, H_PARENT, H_STATE, H_TID, H_TASK, H_REMOTE, H_GEN = range(1, 13)
+HANDLE_FIELDS = (
+    "kind",
+    "seq",
+    "name",
+    "description",
+    "mono_ns",
+    "code",
+    "lineno",
+    "parent",
+    "state",
+    "tid",
+    "task",
+    "remote_parent",
+    "generation",
+)
+(
+    H_SEQ,
+    H_NAME,
+    H_DESCRIPTION,
+    H_MONO,
+    H_CODE,
+    H_LINE,
+    H_PARENT,
+    H_STATE,
+    H_TID,
+    H_TASK,
+    H_REMOTE,
+    H_GEN,
+) = range(1, 13)
 
 #: ``(END, handle, end_mono_ns, error)``.
 END_HANDLE, END_MONO, END_ERROR = 1, 2, 3
 
 #: ``event[1:]`` of an INSTANT, in order: the parameters of `SpanBuilder.instant`.
-INSTANT_FIELDS = ("name", "mono", "code", "lineno", "parent_handle", "state", "tid", "task", "extra")
+INSTANT_FIELDS = (
+    "name",
+    "mono",
+    "code",
+    "lineno",
+    "parent_handle",
+    "state",
+    "tid",
+    "task",
+    "extra",
+)
 #: ``event[1:]`` of a SCALAR, in order: the parameters of `SpanBuilder.scalars`.
 SCALAR_FIELDS = ("values", "mono", "code", "lineno", "parent_handle", "state", "tid", "task")
 

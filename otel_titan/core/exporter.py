@@ -8,17 +8,18 @@ background thread, and ``force_flush`` / ``shutdown`` as usual.
 Beyond that the pipeline knows these optional hooks, and calls nothing else
 (docs/handlers.md):
 
-========================  ===========================================================  ====================
-hook                      called                                                       declared by
-========================  ===========================================================  ====================
-``export_timeline``       every start and end, in capture order (instead of `export`)  `StartAwareSpanExporter`
-``heartbeat``             nothing emitted for ``heartbeat_interval_s`` with spans open  `HeartbeatAware`
-``black_box``             a stall, a dump signal or trigger, SIGTERM: the hang record  `BlackBoxAware`
-``drain(timeout)``        SIGTERM, after the flush: deliver what is queued (network)   `Drainable`
-``delivery_losses()``     the closing record, the health counters: what was not sent   `DeliveryCounted`
-``discard()``             init failed after the exporter was made: undo, write nothing  `Discardable`
-``close_after_fork()``    in a forked child: let go of the parent's resources silently  `ForkAware`
-========================  ===========================================================  ====================
+========================  ===========================================================
+==================== hook                      called
+declared by ========================  ===========================================================
+==================== ``export_timeline``       every start and end, in capture order (instead of
+`export`)  `StartAwareSpanExporter` ``heartbeat``             nothing emitted for
+``heartbeat_interval_s`` with spans open  `HeartbeatAware` ``black_box``             a stall, a dump
+signal or trigger, SIGTERM: the hang record  `BlackBoxAware` ``drain(timeout)``        SIGTERM,
+after the flush: deliver what is queued (network)   `Drainable` ``delivery_losses()``     the
+closing record, the health counters: what was not sent   `DeliveryCounted` ``discard()``
+init failed after the exporter was made: undo, write nothing  `Discardable` ``close_after_fork()``
+in a forked child: let go of the parent's resources silently  `ForkAware` ========================
+===========================================================  ====================
 
 `TitanSpanExporter` is a `SpanExporter` declaring all of them with harmless
 defaults; subclass it (or `StartAwareSpanExporter`, which also sees starts)
@@ -150,7 +151,8 @@ class HeartbeatAware(Protocol):
     """Told when the process is quiet with spans open (start-aware exporters only)."""
 
     def heartbeat(self, time_ns: int, open_spans: Sequence[ReadableSpan]) -> None:
-        """Nothing was emitted for ``heartbeat_interval_s`` and `open_spans` are still open (processor thread)."""
+        """Nothing was emitted for ``heartbeat_interval_s`` and `open_spans` are still open
+        (processor thread)."""
         ...
 
 
@@ -159,7 +161,8 @@ class BlackBoxAware(Protocol):
     """Told when the process writes its hang black box (core/blackbox.py)."""
 
     def black_box(self, time_ns: int, record: dict[str, Any]) -> None:
-        """`record`: the ``stall`` record's fields (reason, open spans, thread stacks, flight recorder), processor thread."""
+        """`record`: the ``stall`` record's fields (reason, open spans, thread stacks, flight
+        recorder), processor thread."""
         ...
 
 
@@ -182,13 +185,15 @@ class DeliveryCounted(Protocol):
     """Sends what it is given somewhere else (a collector) and may lose some: says how much."""
 
     def delivery_losses(self) -> tuple[str, int, int]:
-        """``(what, dropped, failed)``: a short name (``otlp_logs``), items dropped (its queue was full, or
-        still queued when time ran out at shutdown) and items its exporter reported as failed, since init."""
+        """``(what, dropped, failed)``: a short name (``otlp_logs``), items dropped (its queue was
+        full, or still queued when time ran out at shutdown) and items its exporter reported as
+        failed, since init."""
         ...
 
 
 def delivery_losses(exporters: Sequence[SpanExporter]) -> dict[str, dict[str, int]]:
-    """``{what: {"dropped": n, "failed": m}}`` for every exporter that counts its deliveries (the closing record, the health counters).
+    """``{what: {"dropped": n, "failed": m}}`` for every exporter that counts its deliveries (the
+    closing record, the health counters).
 
     Example:
         >>> class Logs(TitanSpanExporter):
@@ -212,7 +217,8 @@ def delivery_losses(exporters: Sequence[SpanExporter]) -> dict[str, dict[str, in
 
 @runtime_checkable
 class Discardable(Protocol):
-    """Can undo its own construction: called instead of `shutdown` when init fails after it was made."""
+    """Can undo its own construction: called instead of `shutdown` when init fails after it was
+    made."""
 
     def discard(self) -> None:
         """Release what was created (remove an empty file) without writing anything more."""
@@ -272,7 +278,8 @@ def drain_exporter(exporter: SpanExporter, timeout: float) -> bool:
 
 
 def drain_exporters(exporters: Sequence[SpanExporter], deadline: float) -> bool:
-    """SIGTERM: drain every `Drainable` exporter side by side, each until `deadline` (``time.monotonic()``).
+    """SIGTERM: drain every `Drainable` exporter side by side, each until `deadline`
+    (``time.monotonic()``).
 
     One after the other, an unresponsive endpoint took the whole budget: metrics
     waiting on a hung collector left 0 of 40 queued log lines sent. Side by
@@ -282,7 +289,8 @@ def drain_exporters(exporters: Sequence[SpanExporter], deadline: float) -> bool:
     when every one finished in time.
     """
     drainable = [e for e in exporters if isinstance(e, Drainable)]
-    drainable.sort(key=lambda e: bool(getattr(e, "drain_last", False)))  # stable: the logs and traces first
+    # stable: the logs and traces first
+    drainable.sort(key=lambda e: bool(getattr(e, "drain_last", False)))
     results: dict[int, bool] = {}
 
     def run(index: int, exporter: Any) -> None:
@@ -291,7 +299,10 @@ def drain_exporters(exporters: Sequence[SpanExporter], deadline: float) -> bool:
         except Exception:  # noqa: BLE001 - the process is about to die: one exporter must not cost the others
             results[index] = False
 
-    threads = [threading.Thread(target=run, args=(i, e), name=f"otel-titan-drain-{i}", daemon=True) for i, e in enumerate(drainable)]
+    threads = [
+        threading.Thread(target=run, args=(i, e), name=f"otel-titan-drain-{i}", daemon=True)
+        for i, e in enumerate(drainable)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

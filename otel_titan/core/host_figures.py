@@ -27,7 +27,8 @@ from typing import Any
 __all__ = ["HostFigures", "read_pressure", "cgroup_cpu_stat_path", "FIGURE_NAMES"]
 
 _PSI = ("cpu", "memory", "io")
-#: Every name `HostFigures.read` may return (the logger's own figures: the metrics' name cap never drops them).
+#: Every name `HostFigures.read` may return (the logger's own figures: the metrics' name cap never
+#: drops them).
 FIGURE_NAMES = frozenset(
     [f"host/{resource}_pressure_some_pct" for resource in _PSI]
     + [f"host/{resource}_pressure_full_pct" for resource in _PSI if resource != "cpu"]
@@ -56,8 +57,11 @@ def read_pressure(resource: str, root: str = "/proc/pressure") -> dict[str, floa
     return out
 
 
-def cgroup_cpu_stat_path(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> str | None:
-    """The ``cpu.stat`` of this process's cgroup (v1's cpu controller where mounted, else v2's), or None.
+def cgroup_cpu_stat_path(
+    proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
+) -> str | None:
+    """The ``cpu.stat`` of this process's cgroup (v1's cpu controller where mounted, else v2's), or
+    None.
 
     Example:
         >>> cgroup_cpu_stat_path("/nonexistent") is None
@@ -75,9 +79,15 @@ def cgroup_cpu_stat_path(proc_cgroup: str = "/proc/self/cgroup", root: str = "/s
         controllers, _, path = rest.partition(":")
         path = path.lstrip("/")
         if controllers == "":  # cgroup v2 (unified)
-            v2 += [os.path.join(root, path, "cpu.stat"), os.path.join(root, "unified", path, "cpu.stat")]
+            v2 += [
+                os.path.join(root, path, "cpu.stat"),
+                os.path.join(root, "unified", path, "cpu.stat"),
+            ]
         elif "cpu" in controllers.split(","):
-            v1 += [os.path.join(root, "cpu,cpuacct", path, "cpu.stat"), os.path.join(root, "cpu", path, "cpu.stat")]
+            v1 += [
+                os.path.join(root, "cpu,cpuacct", path, "cpu.stat"),
+                os.path.join(root, "cpu", path, "cpu.stat"),
+            ]
     # A hybrid host mounts the cpu controller in v1, and there the quota is enforced.
     for candidate in v1 + v2:
         if os.path.isfile(candidate):
@@ -104,7 +114,8 @@ class HostFigures:
             pressure = read_pressure(resource, self._pressure_root)
             if "some" in pressure:
                 figures[f"host/{resource}_pressure_some_pct"] = pressure["some"]
-            if "full" in pressure and resource != "cpu":  # cpu "full" is undefined at the system level (always 0)
+            # cpu "full" is undefined at the system level (always 0)
+            if "full" in pressure and resource != "cpu":
                 figures[f"host/{resource}_pressure_full_pct"] = pressure["full"]
         if self._cpu_stat:
             stat = self._read_cpu_stat(self._cpu_stat)

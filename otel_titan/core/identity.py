@@ -73,9 +73,11 @@ class RESOURCE_ATTR:
     PROCESS_RUN_ID = "titan.process_run_id"
     ATTEMPT = "titan.attempt"
     JOB_ID = "titan.job_id"
-    #: Which of a step's traces this process's spans are in: rank // trace group size (absent when all ranks share one trace).
+    #: Which of a step's traces this process's spans are in: rank // trace group size (absent when
+    #: all ranks share one trace).
     TRACE_GROUP = "titan.trace_group"
-    #: Prefixes of the mesh coordinates (``titan.mesh.pp``) and sizes (``titan.mesh_shape.pp``), when the job declared a mesh.
+    #: Prefixes of the mesh coordinates (``titan.mesh.pp``) and sizes (``titan.mesh_shape.pp``),
+    #: when the job declared a mesh.
     MESH_PREFIX = ATTR.MESH_PREFIX
     MESH_SHAPE_PREFIX = ATTR.MESH_SHAPE_PREFIX
 
@@ -99,16 +101,20 @@ class RunIdentity:
     service_instance_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     #: Where each field came from ("argument", "RANK", "torch.distributed", "default"...).
     origins: Mapping[str, str] = field(default_factory=dict, compare=False)
-    #: This rank's coordinate per mesh dimension and each dimension's size (`core.mesh`); None without a declared mesh.
+    #: This rank's coordinate per mesh dimension and each dimension's size (`core.mesh`); None
+    #: without a declared mesh.
     mesh: Mapping[str, int] | None = None
     mesh_shape: Mapping[str, int] | None = None
-    #: The id this process's trace ids are made from and its children inherit: `run_id` when there is one,
-    #: else the one an otel-titan parent shared (``OTEL_TITAN_PROCESS_RUN_ID``), else a random one (None: made here).
+    #: The id this process's trace ids are made from and its children inherit: `run_id` when there
+    #: is one, else the one an otel-titan parent shared (``OTEL_TITAN_PROCESS_RUN_ID``), else a
+    #: random one (None: made here).
     process_run_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.process_run_id is None:
-            object.__setattr__(self, "process_run_id", self.run_id if self.run_id is not None else uuid.uuid4().hex)
+            object.__setattr__(
+                self, "process_run_id", self.run_id if self.run_id is not None else uuid.uuid4().hex
+            )
 
 
 def _env_int(environ: Mapping[str, str], name: str) -> int | None:
@@ -136,7 +142,15 @@ def _torch_distributed() -> Any | None:
     return None
 
 
-def _pick_int(name: str, explicit: int | None, environ: Mapping[str, str], env_names: tuple[str, ...], torch_value: Any, default: int | None, origins: dict[str, str]) -> int | None:
+def _pick_int(
+    name: str,
+    explicit: int | None,
+    environ: Mapping[str, str],
+    env_names: tuple[str, ...],
+    torch_value: Any,
+    default: int | None,
+    origins: dict[str, str],
+) -> int | None:
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, int):
             raise TypeError(f"{name} must be an int, got {type(explicit).__name__} {explicit!r}")
@@ -183,9 +197,21 @@ def discover_identity(
     env = os.environ if environ is None else environ
     origins: dict[str, str] = {}
     dist = _torch_distributed() if environ is None else None
-    rank_value = _pick_int("rank", rank, env, ("RANK", "SLURM_PROCID"), dist.get_rank if dist else None, None, origins)
-    world_value = _pick_int("world_size", world_size, env, ("WORLD_SIZE", "SLURM_NTASKS"), dist.get_world_size if dist else None, None, origins)
-    local_value = _pick_int("local_rank", local_rank, env, ("LOCAL_RANK", "SLURM_LOCALID"), None, None, origins)
+    rank_value = _pick_int(
+        "rank", rank, env, ("RANK", "SLURM_PROCID"), dist.get_rank if dist else None, None, origins
+    )
+    world_value = _pick_int(
+        "world_size",
+        world_size,
+        env,
+        ("WORLD_SIZE", "SLURM_NTASKS"),
+        dist.get_world_size if dist else None,
+        None,
+        origins,
+    )
+    local_value = _pick_int(
+        "local_rank", local_rank, env, ("LOCAL_RANK", "SLURM_LOCALID"), None, None, origins
+    )
     if rank_value is None and world_value is None and local_value is None:
         # Nothing says this is one of several processes: a plain single process.
         rank_value, world_value, local_value = 0, 1, 0
@@ -195,26 +221,47 @@ def discover_identity(
             # torchtitan (``int(os.environ.get("RANK", 0))``); origin "default".
             rank_value = 0
         if local_value is None and world_value == 1:
-            local_value, origins["local_rank"] = 0, "world_size"  # the only process is local rank 0: known, not guessed
+            # the only process is local rank 0: known, not guessed
+            local_value, origins["local_rank"] = (
+                0,
+                "world_size",
+            )
         for name, value in (("world_size", world_value), ("local_rank", local_value)):
             if value is None:
                 origins[name] = "unknown"
-    attempt_value = _pick_int("attempt", attempt, env, ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"), None, 0, origins)
+    attempt_value = _pick_int(
+        "attempt",
+        attempt,
+        env,
+        ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"),
+        None,
+        0,
+        origins,
+    )
     assert attempt_value is not None
     if world_value is not None and world_value < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_value} (from {origins['world_size']})")
+        raise ValueError(
+            f"world_size must be at least 1, got {world_value} (from {origins['world_size']})"
+        )
     if rank_value < 0 or (world_value is not None and rank_value >= world_value):
-        raise ValueError(f"rank {rank_value} (from {origins['rank']}) is outside [0, world_size={world_value}) (from {origins['world_size']})")
+        raise ValueError(
+            f"rank {rank_value} (from {origins['rank']}) is outside [0, world_size={world_value}) "
+            f"(from {origins['world_size']})"
+        )
     if local_value is not None and local_value < 0:
         raise ValueError(f"local_rank must be >= 0, got {local_value}")
 
     job_value = job_id if job_id is not None else (env.get("SLURM_JOB_ID") or None)
     run_value, process_value = _pick_run_id(run_id, env, origins)
-    if run_value is None and origins["process_run_id"] == "random" and world_value != 1:  # several ranks, or not known to be alone
+    # several ranks, or not known to be alone
+    if run_value is None and origins["process_run_id"] == "random" and world_value != 1:
         _log.warning(
-            "otel-titan: no run id (no OTEL_TITAN_RUN_ID, TORCHELASTIC_RUN_ID unset or 'none', no SLURM_JOB_ID or RAY_JOB_ID); rank %d records "
-            "run_id null, so ranks will not share per-step trace ids, and the reader groups the run's processes by time only. "
-            "Pass run_id=... to init_structured_logger, export OTEL_TITAN_RUN_ID, or launch with --rdzv-id.",
+            "otel-titan: no run id (no OTEL_TITAN_RUN_ID, TORCHELASTIC_RUN_ID unset or 'none', no "
+            "SLURM_JOB_ID or RAY_JOB_ID); rank %d records "
+            "run_id null, so ranks will not share per-step trace ids, and the reader groups the "
+            "run's processes by time only. "
+            "Pass run_id=... to init_structured_logger, export OTEL_TITAN_RUN_ID, or launch with "
+            "--rdzv-id.",
             rank_value,
         )
     host = socket.gethostname() if include_hostname else None
@@ -232,8 +279,11 @@ def discover_identity(
     )
 
 
-def _pick_run_id(explicit: str | None, env: Mapping[str, str], origins: dict[str, str]) -> tuple[str | None, str]:
-    """(run id, process run id) and their origins: the first source that names the run (module docstring)."""
+def _pick_run_id(
+    explicit: str | None, env: Mapping[str, str], origins: dict[str, str]
+) -> tuple[str | None, str]:
+    """(run id, process run id) and their origins: the first source that names the run (module
+    docstring)."""
     if explicit is not None:
         if not isinstance(explicit, str) or not explicit:
             raise TypeError(f"run_id must be a non-empty str, got {explicit!r}")
@@ -265,7 +315,8 @@ def _pick_run_id(explicit: str | None, env: Mapping[str, str], origins: dict[str
 
 
 def export_run_id(identity: RunIdentity, environ: Any = None) -> Callable[[], None]:
-    """Share `identity`'s run with the processes this one starts from now on; returns the undo (for shutdown).
+    """Share `identity`'s run with the processes this one starts from now on; returns the undo (for
+    shutdown).
 
     Sets ``OTEL_TITAN_RUN_ID`` to the run id, or, with none, ``OTEL_TITAN_PROCESS_RUN_ID``
     to the process run id, in `environ` (``os.environ``), which subprocesses and
@@ -279,7 +330,11 @@ def export_run_id(identity: RunIdentity, environ: Any = None) -> Callable[[], No
         (['OTEL_TITAN_PROCESS_RUN_ID'], None, {})
     """
     target = os.environ if environ is None else environ
-    name, value = (OTEL_TITAN_RUN_ID, identity.run_id) if identity.run_id is not None else (OTEL_TITAN_PROCESS_RUN_ID, identity.process_run_id)
+    name, value = (
+        (OTEL_TITAN_RUN_ID, identity.run_id)
+        if identity.run_id is not None
+        else (OTEL_TITAN_PROCESS_RUN_ID, identity.process_run_id)
+    )
     assert value is not None
     before = target.get(name)
     target[name] = value
@@ -316,7 +371,8 @@ def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Res
         "service.instance.id": identity.service_instance_id,
         "process.pid": identity.pid,
     }
-    # Unknown is absent: OpenTelemetry attributes cannot be null (the SDK would drop them with a warning).
+    # Unknown is absent: OpenTelemetry attributes cannot be null (the SDK would drop them with a
+    # warning).
     if identity.run_id is not None:
         attributes[RESOURCE_ATTR.RUN_ID] = identity.run_id
     else:
@@ -329,7 +385,8 @@ def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Res
         attributes[RESOURCE_ATTR.JOB_ID] = identity.job_id
     if identity.host_name is not None:
         attributes["host.name"] = identity.host_name
-    if trace_group is not None:  # which of the step's traces this rank's spans are in (trace_ids.py)
+    # which of the step's traces this rank's spans are in (trace_ids.py)
+    if trace_group is not None:
         attributes[RESOURCE_ATTR.TRACE_GROUP] = trace_group
     for name, coord in (identity.mesh or {}).items():
         attributes[RESOURCE_ATTR.MESH_PREFIX + name] = coord
@@ -337,7 +394,9 @@ def build_resource(identity: RunIdentity, trace_group: int | None = None) -> Res
         attributes[RESOURCE_ATTR.MESH_SHAPE_PREFIX + name] = size
     resource = Resource.create(attributes)
     service_name = resource.attributes.get("service.name")
-    explicit = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    explicit = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
     if not explicit or not service_name or str(service_name).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": identity.source}))
     attributes = dict(resource.attributes)

@@ -30,7 +30,9 @@ def current_span_ids() -> tuple[int, int] | None:
     if handle is not None:
         generation = handle[H_GEN]
         if generation.span_ids is not None and generation.trace_ids is not None:
-            return trace_id_of_handle(handle, generation.trace_ids), generation.span_ids.for_seq(handle[H_SEQ])
+            return trace_id_of_handle(handle, generation.trace_ids), generation.span_ids.for_seq(
+                handle[H_SEQ]
+            )
     context = trace.get_current_span().get_span_context()
     if context.is_valid:
         return context.trace_id, context.span_id

@@ -51,7 +51,8 @@ def _is_device_mesh(value: object) -> bool:
 
 
 def check_mesh_option(value: object) -> None:
-    """Raise `TypeError` / `ValueError` naming what is wrong with a ``mesh`` option (None, a mapping of sizes, or a DeviceMesh).
+    """Raise `TypeError` / `ValueError` naming what is wrong with a ``mesh`` option (None, a mapping
+    of sizes, or a DeviceMesh).
 
     Example:
         >>> check_mesh_option({"pp": 2, "dp": 4})
@@ -63,7 +64,10 @@ def check_mesh_option(value: object) -> None:
     if value is None or _is_device_mesh(value):
         return
     if not isinstance(value, Mapping):
-        raise TypeError(f"option mesh must be a dict of dimension sizes (e.g. {{'pp': 2, 'dp': 4}}) or a torch DeviceMesh, got {type(value).__name__} {value!r}")
+        raise TypeError(
+            f"option mesh must be a dict of dimension sizes (e.g. {{'pp': 2, 'dp': 4}}) or a "
+            f"torch DeviceMesh, got {type(value).__name__} {value!r}"
+        )
     _check_sizes(dict(value), "option mesh")
 
 
@@ -74,9 +78,14 @@ def _check_sizes(sizes: dict[Any, Any], where: str) -> dict[str, int]:
         raise ValueError(f"{where}: {len(sizes)} dimensions (at most {_MAX_DIMS})")
     for name, size in sizes.items():
         if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise ValueError(f"{where}: dimension name {name!r} must be a short identifier (pp, dp, dp_shard, cp, tp, ep, ...)")
+            raise ValueError(
+                f"{where}: dimension name {name!r} must be a short identifier (pp, dp, dp_shard, "
+                "cp, tp, ep, ...)"
+            )
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{where}: the size of dimension {name!r} must be an int >= 1, got {size!r}")
+            raise ValueError(
+                f"{where}: the size of dimension {name!r} must be an int >= 1, got {size!r}"
+            )
     return sizes
 
 
@@ -95,16 +104,25 @@ def _from_env(raw: str) -> dict[str, int]:
     for part in text.split(","):
         name, sep, size = part.partition("=")
         if not sep:
-            raise ValueError(f"{OTEL_TITAN_MESH}={raw!r}: expected NAME=SIZE pairs separated by commas (e.g. pp=2,dp=4,tp=2), got {part!r}")
+            raise ValueError(
+                f"{OTEL_TITAN_MESH}={raw!r}: expected NAME=SIZE pairs separated by commas (e.g. "
+                f"pp=2,dp=4,tp=2), got {part!r}"
+            )
         try:
             sizes[name.strip()] = int(size.strip())
         except ValueError:
-            raise ValueError(f"{OTEL_TITAN_MESH}={raw!r}: the size of {name.strip()!r} is not an integer: {size.strip()!r}") from None
+            raise ValueError(
+                f"{OTEL_TITAN_MESH}={raw!r}: the size of {name.strip()!r} is not an integer: "
+                f"{size.strip()!r}"
+            ) from None
     return _check_sizes(sizes, OTEL_TITAN_MESH)
 
 
-def resolve_mesh(mesh: object, rank: int, world_size: int | None, environ: Mapping[str, str] | None = None) -> MeshPlace | None:
-    """This rank's coordinates and the mesh's sizes, from the option, else ``OTEL_TITAN_MESH``; None when neither declares one.
+def resolve_mesh(
+    mesh: object, rank: int, world_size: int | None, environ: Mapping[str, str] | None = None
+) -> MeshPlace | None:
+    """This rank's coordinates and the mesh's sizes, from the option, else ``OTEL_TITAN_MESH``; None
+    when neither declares one.
 
     Raises `ValueError` when the mesh cannot hold this rank (its sizes
     multiply to less than the rank, or not to a known world size), naming the
@@ -144,10 +162,15 @@ def resolve_mesh(mesh: object, rank: int, world_size: int | None, environ: Mappi
 
 
 def _from_device_mesh(mesh: Any) -> MeshPlace | None:
-    """A torch DeviceMesh's names, shape and this rank's coordinate (None when this rank is not in it)."""
+    """A torch DeviceMesh's names, shape and this rank's coordinate (None when this rank is not in
+    it)."""
     names = mesh.mesh_dim_names
     if not names:
-        raise ValueError("option mesh: the DeviceMesh has no mesh_dim_names; build it with init_device_mesh(..., mesh_dim_names=('dp', 'tp', ...)) so its dimensions can be told apart")
+        raise ValueError(
+            "option mesh: the DeviceMesh has no mesh_dim_names; build it with "
+            "init_device_mesh(..., mesh_dim_names=('dp', 'tp', ...)) so its dimensions can be "
+            "told apart"
+        )
     shape = tuple(int(size) for size in (mesh.shape if hasattr(mesh, "shape") else mesh.mesh.shape))
     coordinate = mesh.get_coordinate()
     if coordinate is None:
@@ -156,12 +179,14 @@ def _from_device_mesh(mesh: Any) -> MeshPlace | None:
     return {name: int(c) for name, c in zip(names, coordinate)}, sizes
 
 
-#: The prefix torch's DeviceMesh gives each dimension's process group (``group_desc``); ``mesh_default`` is no dimension.
+#: The prefix torch's DeviceMesh gives each dimension's process group (``group_desc``);
+#: ``mesh_default`` is no dimension.
 _MESH_GROUP = "mesh_"
 
 
 def mesh_from_process_groups(rank: int, world_size: int | None) -> MeshPlace | None:
-    """This rank's mesh coordinates from the process groups a torch ``DeviceMesh`` created, None when there are none (yet).
+    """This rank's mesh coordinates from the process groups a torch ``DeviceMesh`` created, None
+    when there are none (yet).
 
     Each group whose ``group_desc`` is ``mesh_<dim>`` is one dimension: its
     size is its member count, this rank's coordinate its rank within it, and
@@ -186,11 +211,16 @@ def mesh_from_process_groups(rank: int, world_size: int | None) -> MeshPlace | N
         dims: list[tuple[int, str, int, int]] = []  # (stride, name, size, coordinate)
         for group, ranks in list(groups.items()):
             desc = getattr(group, "group_desc", None)
-            if not isinstance(desc, str) or not desc.startswith(_MESH_GROUP) or desc == _MESH_GROUP + "default" or rank not in ranks:
+            if (
+                not isinstance(desc, str)
+                or not desc.startswith(_MESH_GROUP)
+                or desc == _MESH_GROUP + "default"
+                or rank not in ranks
+            ):
                 continue
             members = sorted(ranks, key=ranks.__getitem__)
             stride = members[1] - members[0] if len(members) > 1 else 0
-            dims.append((stride, desc[len(_MESH_GROUP):], len(members), int(ranks[rank])))
+            dims.append((stride, desc[len(_MESH_GROUP) :], len(members), int(ranks[rank])))
     except Exception:  # noqa: BLE001 - torch's internals moved: no mesh, never a failed step
         return None
     if not dims:
@@ -200,6 +230,10 @@ def mesh_from_process_groups(rank: int, world_size: int | None) -> MeshPlace | N
     total = 1
     for size in sizes.values():
         total *= size
-    if len(sizes) != len(dims) or (world_size is not None and total != world_size) or any(not _NAME.fullmatch(name) for name in sizes):
+    if (
+        len(sizes) != len(dims)
+        or (world_size is not None and total != world_size)
+        or any(not _NAME.fullmatch(name) for name in sizes)
+    ):
         return None
     return {name: coord for _, name, _, coord in dims}, sizes

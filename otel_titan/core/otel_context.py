@@ -46,7 +46,8 @@ def sdk_tracer_provider_configured() -> bool:
 
 
 def remote_parent_hook() -> Callable[[], Any]:
-    """The function the hot path calls for a top-level span: the active foreign span context, or None."""
+    """The function the hot path calls for a top-level span: the active foreign span context, or
+    None."""
     get_current_span = trace.get_current_span
 
     def remote_parent() -> Any:
@@ -56,7 +57,9 @@ def remote_parent_hook() -> Callable[[], Any]:
     return remote_parent
 
 
-def propagation_hooks(trace_ids: StepTraceIds, span_ids: SpanIdAllocator) -> tuple[Callable[[tuple[Any, ...]], Any], Callable[[Any], None]]:
+def propagation_hooks(
+    trace_ids: StepTraceIds, span_ids: SpanIdAllocator
+) -> tuple[Callable[[tuple[Any, ...]], Any], Callable[[Any], None]]:
     """(attach, detach) making each open `sl` span the current OpenTelemetry span.
 
     The ids are the same the processor will give the span (same allocators),
@@ -67,7 +70,9 @@ def propagation_hooks(trace_ids: StepTraceIds, span_ids: SpanIdAllocator) -> tup
     set_span_in_context = trace.set_span_in_context
 
     def propagate(handle: tuple[Any, ...]) -> Any:
-        span_context = SpanContext(trace_id_of_handle(handle, trace_ids), span_ids.for_seq(handle[H_SEQ]), False, _SAMPLED)
+        span_context = SpanContext(
+            trace_id_of_handle(handle, trace_ids), span_ids.for_seq(handle[H_SEQ]), False, _SAMPLED
+        )
         return attach(set_span_in_context(NonRecordingSpan(span_context)))
 
     return propagate, detach

@@ -36,12 +36,23 @@ import time
 from collections import deque
 from typing import Any
 
-from otel_titan.environment_variables import OTEL_TITAN_CUDA_STEP_PEAK, OTEL_TITAN_PROCESS_FIGURES, flag
+from otel_titan.environment_variables import (
+    OTEL_TITAN_CUDA_STEP_PEAK,
+    OTEL_TITAN_PROCESS_FIGURES,
+    flag,
+)
 
-__all__ = ["ProcessFigures", "BoundaryReadings", "cuda_device", "process_figures_on", "FIGURE_NAMES"]
+__all__ = [
+    "ProcessFigures",
+    "BoundaryReadings",
+    "cuda_device",
+    "process_figures_on",
+    "FIGURE_NAMES",
+]
 
 _STATUS = "/proc/self/status"
-#: Every name `ProcessFigures.read` may return: the logger's own figures, which the metrics' name cap never drops.
+#: Every name `ProcessFigures.read` may return: the logger's own figures, which the metrics' name
+#: cap never drops.
 FIGURE_NAMES = frozenset(
     {
         "memory/rss_bytes",
@@ -75,7 +86,8 @@ def _status_fields(path: str = _STATUS) -> dict[str, int]:
 
 
 def process_figures_on(option: bool | None, environ: Any = None) -> bool:
-    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES`` (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
+    """The ``process_figures`` option, else ``OTEL_TITAN_PROCESS_FIGURES``
+    (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
 
     Example:
         >>> process_figures_on(None, {}), process_figures_on(None, {"OTEL_TITAN_PROCESS_FIGURES": "0"}), process_figures_on(True, {"OTEL_TITAN_PROCESS_FIGURES": "0"})
@@ -112,7 +124,8 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class BoundaryReadings:
-    """The resident memory and CPU times at the moment each step ended, read by the training loop's `set_step`.
+    """The resident memory and CPU times at the moment each step ended, read by the training loop's
+    `set_step`.
 
     Read later, on the background thread, a step's figures came a median
     25 ms (up to 167 ms) into the next step: 300 MiB allocated at the start of
@@ -172,7 +185,12 @@ class ProcessFigures:
         (True, False)
     """
 
-    def __init__(self, local_rank: int | None, step_peak: bool | None = None, modules: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        local_rank: int | None,
+        step_peak: bool | None = None,
+        modules: dict[str, Any] | None = None,
+    ) -> None:
         self.local_rank = local_rank
         self.step_peak = flag(OTEL_TITAN_CUDA_STEP_PEAK, False) if step_peak is None else step_peak
         self._modules = sys.modules if modules is None else modules
@@ -213,7 +231,9 @@ class ProcessFigures:
             figures["memory/cuda_peak_reserved_bytes"] = int(cuda.max_memory_reserved(device))
             if self.step_peak:
                 stats = cuda.memory_stats(device)
-                figures["memory/cuda_step_peak_allocated_bytes"] = int(stats.get("allocated_bytes.all.peak", 0))
+                figures["memory/cuda_step_peak_allocated_bytes"] = int(
+                    stats.get("allocated_bytes.all.peak", 0)
+                )
                 cuda.reset_peak_memory_stats(device)
         except Exception as error:  # noqa: BLE001 - stop asking, say why once (the sampler logs it)
             self.cuda_error = f"{type(error).__name__}: {error}"

@@ -70,7 +70,8 @@ __all__ = ["BatchProcessor"]
 _log = logging.getLogger("otel_titan")
 
 
-_CALM, _IDLE, _WATCHED, _WRITTEN = range(4)  # the watchdog's view of the current stall (BatchProcessor._stall)
+# the watchdog's view of the current stall (BatchProcessor._stall)
+_CALM, _IDLE, _WATCHED, _WRITTEN = range(4)
 
 
 class BatchProcessor:
@@ -106,8 +107,11 @@ class BatchProcessor:
         self._queue = queue
         self._builder = builder
         self._timeline_exporters = [e for e in exporters if isinstance(e, StartAwareSpanExporter)]
-        # Declared hooks, resolved once (core/exporter.py): heartbeats go to start-aware exporters only.
-        self._heartbeat_exporters: list[Any] = [e for e in self._timeline_exporters if isinstance(e, HeartbeatAware)]
+        # Declared hooks, resolved once (core/exporter.py): heartbeats go to start-aware exporters
+        # only.
+        self._heartbeat_exporters: list[Any] = [
+            e for e in self._timeline_exporters if isinstance(e, HeartbeatAware)
+        ]
         self._plain_exporters = [e for e in exporters if not isinstance(e, StartAwareSpanExporter)]
         self._exporters = list(exporters)
         self._schedule_delay = schedule_delay
@@ -125,26 +129,38 @@ class BatchProcessor:
         #: Captured events that could not be built into spans (skipped; the first is logged).
         self.failed_events = 0
         # The stall watchdog (blackbox.py): None = automatic threshold, 0 = off.
-        self._black_box_exporters: list[Any] = [e for e in exporters if isinstance(e, BlackBoxAware)]
+        self._black_box_exporters: list[Any] = [
+            e for e in exporters if isinstance(e, BlackBoxAware)
+        ]
         self.stall_after_s = stall_after_s
         self._stall_floor_s = stall_floor_s
         self._watching = stall_after_s != 0
-        self._progress_ns = 0  # perf_counter_ns of the latest span end seen (0 = none yet: the start)
+        self._progress_ns = (
+            0  # perf_counter_ns of the latest span end seen (0 = none yet: the start)
+        )
         self._slowest_gap_s = 0.0
         self._gaps_seen = False  # a gap between two span ends was measured (the first step's length is unknown before)
         self._started_ns = 0
-        # The current stall (no span end for the threshold): _CALM, _IDLE (nothing open, no step under
-        # way: looked at again each tick), _WATCHED (a stall, its record deferred until it lasts past
-        # the budget's bar) or _WRITTEN (once per stall: the next span end starts a new watch).
+        # The current stall (no span end for the threshold): _CALM, _IDLE (nothing open, no step
+        # under way: looked at again each tick), _WATCHED (a stall, its record deferred until it
+        # lasts past the budget's bar) or _WRITTEN (once per stall: the next span end starts a new
+        # watch).
         self._stall = _CALM
-        self._stall_from_ns = 0  # when the current watch began: the last span end, or when an idle process got busy
+        self._stall_from_ns = (
+            0  # when the current watch began: the last span end, or when an idle process got busy
+        )
         self._armed_progress_ns = -1
         self._budget = blackbox.BlackBoxBudget()
-        # The training loop's thread (native id, refreshed each tick) and what it did last: a process
-        # with no span open is stuck between two spans of a step, or idle (blackbox.TrainingLane).
+        # The training loop's thread (native id, refreshed each tick) and what it did last: a
+        # process with no span open is stuck between two spans of a step, or idle
+        # (blackbox.TrainingLane).
         self._lane = blackbox.TrainingLane()
         self._lane_tid = threading.main_thread().native_id
-        self._faulthandler = blackbox.FaulthandlerArm(stacks_file) if stacks_file is not None and self._watching else None
+        self._faulthandler = (
+            blackbox.FaulthandlerArm(stacks_file)
+            if stacks_file is not None and self._watching
+            else None
+        )
         # ``OTEL_TITAN_DUMP_TRIGGER``: a file whose modification (touch) asks for the black box.
         self._trigger_path = trigger_path
         self._trigger_seen: int | None = self._trigger_mtime()
@@ -224,7 +240,8 @@ class BatchProcessor:
         return done.wait(timeout)
 
     def black_box(self, reason: str, timeout: float | None = 2.0) -> bool:
-        """Write the hang black box now (a dump signal, a trigger file, SIGTERM); False if `timeout` passed first.
+        """Write the hang black box now (a dump signal, a trigger file, SIGTERM); False if `timeout`
+        passed first.
 
         Safe from any thread; the processor thread collects it (the open spans are its own).
         """
@@ -237,8 +254,11 @@ class BatchProcessor:
         return done.wait(timeout)
 
     def stall_threshold(self) -> float:
-        """Seconds without a span end that make a stall now (configured, or max(120 s, 10 × the slowest gap seen))."""
-        return blackbox.stall_threshold(self.stall_after_s or None, self._slowest_gap_s, self._gaps_seen, self._stall_floor_s)
+        """Seconds without a span end that make a stall now (configured, or max(120 s, 10 × the
+        slowest gap seen))."""
+        return blackbox.stall_threshold(
+            self.stall_after_s or None, self._slowest_gap_s, self._gaps_seen, self._stall_floor_s
+        )
 
     def shutdown(self, timeout: float | None = 5.0) -> bool:
         """Export what is queued, shut the exporters down, stop the thread.
@@ -290,7 +310,8 @@ class BatchProcessor:
             while not stop:
                 wake.wait(self._schedule_delay)
                 wake.clear()
-                if not torch_noticed:  # torch imported after init: its torch.compile must find the check too
+                # torch imported after init: its torch.compile must find the check too
+                if not torch_noticed:
                     torch_noticed = notice_torch()
                 if items:
                     last_activity = time.monotonic()
@@ -304,7 +325,11 @@ class BatchProcessor:
                     except IndexError:
                         pass
                     stop = self._process(batch)
-                if self._heartbeat_s and not stop and time.monotonic() - last_activity >= self._heartbeat_s:
+                if (
+                    self._heartbeat_s
+                    and not stop
+                    and time.monotonic() - last_activity >= self._heartbeat_s
+                ):
                     last_activity = time.monotonic()
                     self._heartbeat()
                 if (self._watching or self._trigger_path) and not stop:
@@ -324,7 +349,8 @@ class BatchProcessor:
             return None
 
     def _check_trigger(self) -> None:
-        """Every 2 s at most (a stat, on a shared filesystem for 1,000 ranks): touched since? Write the black box."""
+        """Every 2 s at most (a stat, on a shared filesystem for 1,000 ranks): touched since? Write
+        the black box."""
         now = time.monotonic()
         if now - self._trigger_checked < 2.0:
             return
@@ -349,9 +375,10 @@ class BatchProcessor:
                 if gap > self._slowest_gap_s:
                     self._slowest_gap_s = gap
             if self._stall in (_WATCHED, _WRITTEN):
-                # The run recovered: healthy pauses spend no reserve. The stall began where its watch did (the
-                # last span end, or when an idle process got busy), never before the start: measured from 0,
-                # a first stall before any span ended "lasted" the machine's uptime and put the reserve out of reach.
+                # The run recovered: healthy pauses spend no reserve. The stall began where its
+                # watch did (the last span end, or when an idle process got busy), never before the
+                # start: measured from 0, a first stall before any span ended "lasted" the machine's
+                # uptime and put the reserve out of reach.
                 began = max(progress_before, self._stall_from_ns, self._started_ns)
                 self._budget.stall_ended((progress - began) / 1e9)
             self._stall = _CALM
@@ -374,9 +401,12 @@ class BatchProcessor:
             self._armed_progress_ns = progress  # re-armed at the next span end, not before
         if self._stall != _WATCHED:
             if not self._builder.open_spans() and not self._lane.between_spans(self._step()):
-                self._stall = _IDLE  # nothing open, no step under way: not stuck (looked at again next tick)
+                self._stall = (
+                    _IDLE  # nothing open, no step under way: not stuck (looked at again next tick)
+                )
                 return
-            if self._stall == _IDLE:  # busy again (a span opened, a step began): a new watch, from now
+            # busy again (a span opened, a step began): a new watch, from now
+            if self._stall == _IDLE:
                 self._stall, self._stall_from_ns = _CALM, now
                 self._armed_progress_ns = -1  # and faulthandler armed again at the next tick
                 return
@@ -391,7 +421,9 @@ class BatchProcessor:
         """The training loop's current step (the default every thread without its own sees)."""
         return step_context.default_state[0].step
 
-    def _write_black_box(self, reason: str, stalled_s: float | None = None, threshold: float | None = None) -> None:
+    def _write_black_box(
+        self, reason: str, stalled_s: float | None = None, threshold: float | None = None
+    ) -> None:
         """Collect the black box (blackbox.py) and hand it to the exporters that take it."""
         now = time.time_ns()
         open_spans = self._builder.open_spans()
@@ -403,13 +435,23 @@ class BatchProcessor:
             where = "in_span"
             place = "open: " + ", ".join(span.name for span in open_spans[-4:])
         else:
-            # A stall is never written for an idle process; a dump signal, a trigger or SIGTERM may find one.
+            # A stall is never written for an idle process; a dump signal, a trigger or SIGTERM may
+            # find one.
             where = "between_spans" if self._lane.between_spans(step) else "idle"
-            place = f"no span open, {'at' if where == 'between_spans' else 'idle after'} step {step}" + (f", {last_span['ended_s_ago']:.1f} s after {last_span['name']} ended" if last_span else "")
+            place = (
+                f"no span open, {'at' if where == 'between_spans' else 'idle after'} step {step}"
+                + (
+                    f", {last_span['ended_s_ago']:.1f} s after {last_span['name']} ended"
+                    if last_span
+                    else ""
+                )
+            )
         record: dict[str, Any] = {
             "reason": reason,
             "stalled_s": round(stalled_s, 3),
-            "stall_after_s": round(threshold if threshold is not None else self.stall_threshold(), 3),
+            "stall_after_s": round(
+                threshold if threshold is not None else self.stall_threshold(), 3
+            ),
             "message": f"{reason}: no span ended for {stalled_s:.1f} s; {place}",
             "log_level": "WARNING",
             "where": where,
@@ -450,7 +492,11 @@ class BatchProcessor:
         stop = False
         progress = 0
         longest = 0
-        lane, lane_tid = self._lane, self._lane_tid if self._watching else -1  # -1: no thread has it
+        # -1: no thread has it
+        lane, lane_tid = (
+            self._lane,
+            self._lane_tid if self._watching else -1,
+        )
         for event in batch:
             kind = event[0]
             try:
@@ -466,7 +512,8 @@ class BatchProcessor:
                     progress = event[END_MONO]
                     if span.thread_id == lane_tid:
                         lane.ended(span.name, span.step, progress)
-                    if progress - event[END_HANDLE][H_MONO] > longest:  # the slowest span: the stall threshold's scale
+                    # the slowest span: the stall threshold's scale
+                    if progress - event[END_HANDLE][H_MONO] > longest:
                         longest = progress - event[END_HANDLE][H_MONO]
                     if want_finished:
                         finished.append(span)
@@ -495,7 +542,8 @@ class BatchProcessor:
                     finished.extend(self._incomplete_copies())
                     stop = True
                 elif kind == BLACK_BOX:
-                    self._export(timeline, finished)  # the starts before it: its open spans are current
+                    # the starts before it: its open spans are current
+                    self._export(timeline, finished)
                     timeline = Timeline()
                     finished = []
                     started, ended_flags = timeline.spans.append, timeline.ended.append
@@ -506,7 +554,9 @@ class BatchProcessor:
             except Exception:  # noqa: BLE001 - one bad event must not stop the thread
                 self.failed_events += 1
                 if self._failures.first("build"):
-                    _log.exception("otel-titan: could not build a span from a captured event; it was skipped")
+                    _log.exception(
+                        "otel-titan: could not build a span from a captured event; it was skipped"
+                    )
         if progress > self._progress_ns:
             self._progress_ns = progress
         if longest:
@@ -530,7 +580,8 @@ class BatchProcessor:
             except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
                 self._report_failure(exporter, "heartbeat")
         if self._plain_exporters:
-            # A hung span visible in Jaeger or Tempo while the job hangs (Logfire's "pending spans").
+            # A hung span visible in Jaeger or Tempo while the job hangs (Logfire's "pending
+            # spans").
             self._export(Timeline(), self._incomplete_copies(pending="heartbeat"))
 
     def _incomplete_copies(self, pending: str | None = None) -> list[TitanSpan]:
@@ -556,7 +607,8 @@ class BatchProcessor:
             self._exporting_since = 0.0
 
     def _add_step_figures(self, timeline: Timeline, finished: list[TitanSpan], final: bool) -> None:
-        """A step ended in `model.timeline` (or the last one, `final`): append its figures' scalars (step_sampler.py)."""
+        """A step ended in `model.timeline` (or the last one, `final`): append its figures' scalars
+        (step_sampler.py)."""
         try:
             spans = self._step_sampler.after_batch(timeline.spans, final=final)
         except Exception:  # noqa: BLE001 - figures are a bonus: never lose the batch for them
@@ -598,6 +650,7 @@ class BatchProcessor:
         that records "may be lost" when the JSONL file closed cleanly. Side by
         side the wait is the longest one, not the sum.
         """
+
         def stop(exporter: SpanExporter) -> None:
             try:
                 exporter.shutdown()
@@ -608,7 +661,12 @@ class BatchProcessor:
             for exporter in self._exporters:
                 stop(exporter)
             return
-        threads = [threading.Thread(target=stop, args=(exporter,), name=f"otel-titan-shutdown-{i}", daemon=True) for i, exporter in enumerate(self._exporters)]
+        threads = [
+            threading.Thread(
+                target=stop, args=(exporter,), name=f"otel-titan-shutdown-{i}", daemon=True
+            )
+            for i, exporter in enumerate(self._exporters)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -617,7 +675,8 @@ class BatchProcessor:
     def _report_failure(self, exporter: SpanExporter, method: str) -> None:
         if self._failures.first(id(exporter)):
             _log.exception(
-                "otel-titan: exporter %s raised in %s; other exporters are unaffected, and its later failures are counted, not logged",
+                "otel-titan: exporter %s raised in %s; other exporters are unaffected, and its "
+                "later failures are counted, not logged",
                 type(exporter).__qualname__,
                 method,
             )

@@ -55,7 +55,8 @@ def _checked_context(trace_id: int, span_id: int) -> trace_api.SpanContext:
 
 
 def _tuple_layout_matches() -> bool:
-    """Whether building `SpanContext`'s tuple directly gives what its constructor gives (checked once, at import).
+    """Whether building `SpanContext`'s tuple directly gives what its constructor gives (checked
+    once, at import).
 
     The shortcut relies on the SDK's field order; a future SDK that changes it
     gets the constructor instead of silently wrong ids, as `TitanSpan`'s own
@@ -63,7 +64,12 @@ def _tuple_layout_matches() -> bool:
     """
     try:
         fast, real = _context(0x1234, 0x5678), _checked_context(0x1234, 0x5678)
-        return tuple(fast) == tuple(real) and (fast.trace_id, fast.span_id, fast.is_remote, fast.is_valid) == (0x1234, 0x5678, False, True)
+        return tuple(fast) == tuple(real) and (
+            fast.trace_id,
+            fast.span_id,
+            fast.is_remote,
+            fast.is_valid,
+        ) == (0x1234, 0x5678, False, True)
     except Exception:  # noqa: BLE001 - any surprise: use the constructor
         return False
 
@@ -81,7 +87,14 @@ class SpanBuilder:
     #: Open spans remembered for their children and ends; the oldest is forgotten past this.
     MAX_OPEN_SPANS = 100_000
 
-    def __init__(self, resource: Resource, scope: InstrumentationScope, trace_ids: StepTraceIds, span_ids: SpanIdAllocator, cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        resource: Resource,
+        scope: InstrumentationScope,
+        trace_ids: StepTraceIds,
+        span_ids: SpanIdAllocator,
+        cwd: str | None = None,
+    ) -> None:
         self.resource = resource
         self.scope = scope
         self.trace_ids = trace_ids
@@ -109,7 +122,9 @@ class SpanBuilder:
             self._code_info[code] = info
         return info
 
-    def _trace_and_parent(self, parent_handle: tuple[Any, ...] | None, remote: Any, step: int | None) -> tuple[int, Any]:
+    def _trace_and_parent(
+        self, parent_handle: tuple[Any, ...] | None, remote: Any, step: int | None
+    ) -> tuple[int, Any]:
         if parent_handle is None:
             if remote is not None:
                 return remote.trace_id, remote
@@ -126,7 +141,9 @@ class SpanBuilder:
         trace_id = self._trace_of_handle(parent_handle)
         return trace_id, _context(trace_id, self.span_ids.for_seq(parent_handle[H_SEQ]))
 
-    def _foreign_parent(self, parent_handle: tuple[Any, ...], generation: Any, step: int | None) -> tuple[int, Any]:
+    def _foreign_parent(
+        self, parent_handle: tuple[Any, ...], generation: Any, step: int | None
+    ) -> tuple[int, Any]:
         """Trace and parent context for a parent captured under another logger (fork, re-init).
 
         Its ids are the ones its own logger computed (same allocators, still in
@@ -142,7 +159,11 @@ class SpanBuilder:
         # An open ancestor already knows its trace; otherwise derive it from the top-level one.
         ancestor: tuple[Any, ...] | None = handle
         while ancestor is not None:
-            open_span = self._open.get(ancestor[H_SEQ]) if ancestor[H_GEN].span_ids is self.span_ids else None
+            open_span = (
+                self._open.get(ancestor[H_SEQ])
+                if ancestor[H_GEN].span_ids is self.span_ids
+                else None
+            )
             if open_span is not None:
                 return open_span._context.trace_id
             ancestor = ancestor[H_PARENT]
@@ -164,12 +185,41 @@ class SpanBuilder:
         task: str | None,
     ) -> TitanSpan:
         info = self._code_info.get(code) or self.code_info(code)
-        return self._make_span(name, _context(trace_id, span_id), parent, start, end, kind, state.step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid)
+        return self._make_span(
+            name,
+            _context(trace_id, span_id),
+            parent,
+            start,
+            end,
+            kind,
+            state.step,
+            state.relative_step,
+            state.tags,
+            task,
+            info[0],
+            lineno,
+            info[1],
+            tid,
+        )
 
     # -- spans -------------------------------------------------------------------------------
     def started(self, handle: tuple[Any, ...]) -> TitanSpan:
         """Build and remember the open span of a START capture."""
-        _start, seq, name, description, mono, code, lineno, parent_handle, state, tid, task, remote, _generation = handle
+        (
+            _start,
+            seq,
+            name,
+            description,
+            mono,
+            code,
+            lineno,
+            parent_handle,
+            state,
+            tid,
+            task,
+            remote,
+            _generation,
+        ) = handle
         step = state.step
         if parent_handle is None and remote is None:  # the common top-level span
             trace_id, parent = self._for_step(step), None
@@ -177,7 +227,22 @@ class SpanBuilder:
             trace_id, parent = self._trace_and_parent(parent_handle, remote, step)
         info = self._code_info.get(code) or self.code_info(code)
         span = self._make_span(
-            name, _new_tuple(_SpanContext, (trace_id, self._for_seq(seq), False, _SAMPLED, _TRACE_STATE, True)), parent, mono + self.clock.offset, None, _SPAN, step, state.relative_step, state.tags, task, info[0], lineno, info[1], tid
+            name,
+            _new_tuple(
+                _SpanContext, (trace_id, self._for_seq(seq), False, _SAMPLED, _TRACE_STATE, True)
+            ),
+            parent,
+            mono + self.clock.offset,
+            None,
+            _SPAN,
+            step,
+            state.relative_step,
+            state.tags,
+            task,
+            info[0],
+            lineno,
+            info[1],
+            tid,
         )
         if description is not None:
             span.description = description
@@ -188,7 +253,9 @@ class SpanBuilder:
         opened[seq] = span
         return span
 
-    def ended(self, handle: tuple[Any, ...], end_mono: int, error: tuple[str, str, Any] | None) -> TitanSpan:
+    def ended(
+        self, handle: tuple[Any, ...], end_mono: int, error: tuple[str, str, Any] | None
+    ) -> TitanSpan:
         """Finish the span of an END capture (building it if its START was dropped)."""
         span = self._open.pop(handle[H_SEQ], None)
         if span is None:
@@ -220,7 +287,11 @@ class SpanBuilder:
             },
             end_time,
         )
-        span._finish(end_time, Status(StatusCode.ERROR, f"{type_name}: {message}" if message else type_name), event)
+        span._finish(
+            end_time,
+            Status(StatusCode.ERROR, f"{type_name}: {message}" if message else type_name),
+            event,
+        )
         return span
 
     def open_spans(self) -> Sequence[TitanSpan]:
@@ -243,7 +314,20 @@ class SpanBuilder:
         """A zero-length span for an instant, also added as an event to its enclosing span."""
         wall = mono + self.clock.offset
         trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
-        span = self._new_span(RecordKind.INSTANT, name, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)
+        span = self._new_span(
+            RecordKind.INSTANT,
+            name,
+            self.span_ids.fresh(),
+            trace_id,
+            parent,
+            wall,
+            wall,
+            code,
+            lineno,
+            state,
+            tid,
+            task,
+        )
         if extra:
             span.extra = dict(extra)
         if parent_handle is not None and parent_handle[H_GEN].span_ids is self.span_ids:
@@ -253,18 +337,52 @@ class SpanBuilder:
                 span.attached_to_parent = True
         return span
 
-    def scalars(self, values: dict[str, int | float], mono: int, code: CodeType, lineno: int, parent_handle: Any, state: Any, tid: int, task: str | None) -> list[TitanSpan]:
-        """One zero-length span per metric (named after it), and an event per metric on the enclosing span."""
+    def scalars(
+        self,
+        values: dict[str, int | float],
+        mono: int,
+        code: CodeType,
+        lineno: int,
+        parent_handle: Any,
+        state: Any,
+        tid: int,
+        task: str | None,
+    ) -> list[TitanSpan]:
+        """One zero-length span per metric (named after it), and an event per metric on the
+        enclosing span."""
         wall = mono + self.clock.offset
         trace_id, parent = self._trace_and_parent(parent_handle, None, state.step)
-        enclosing = self._open.get(parent_handle[H_SEQ]) if parent_handle is not None and parent_handle[H_GEN].span_ids is self.span_ids else None
+        enclosing = (
+            self._open.get(parent_handle[H_SEQ])
+            if parent_handle is not None and parent_handle[H_GEN].span_ids is self.span_ids
+            else None
+        )
         spans = []
         for metric, value in values.items():
-            span = self._new_span(RecordKind.SCALAR, metric, self.span_ids.fresh(), trace_id, parent, wall, wall, code, lineno, state, tid, task)
+            span = self._new_span(
+                RecordKind.SCALAR,
+                metric,
+                self.span_ids.fresh(),
+                trace_id,
+                parent,
+                wall,
+                wall,
+                code,
+                lineno,
+                state,
+                tid,
+                task,
+            )
             span.metric_name = metric
             span.metric_value = value
             spans.append(span)
             if enclosing is not None:
-                enclosing._add_event(Event(metric, {ATTR.RECORD_KIND: RecordKind.SCALAR, ATTR.METRIC_VALUE: value}, wall))
+                enclosing._add_event(
+                    Event(
+                        metric,
+                        {ATTR.RECORD_KIND: RecordKind.SCALAR, ATTR.METRIC_VALUE: value},
+                        wall,
+                    )
+                )
                 span.attached_to_parent = True
         return spans

@@ -51,7 +51,6 @@ __all__ = [
 ]
 
 
-
 class StepState(NamedTuple):
     """What `set_step` and `add_step_tag` recorded: copied into every capture."""
 
@@ -64,9 +63,11 @@ NO_STEP = StepState(None, None, ())
 
 
 class _LoopStepState(StepState):
-    """A `StepState` the training loop wrote: how an asyncio task tells the loop's tags from its own (`add_step_tag`)."""
+    """A `StepState` the training loop wrote: how an asyncio task tells the loop's tags from its own
+    (`add_step_tag`)."""
 
     __slots__ = ()
+
 
 # The process-wide default lives in a one-element list so the hot path reads it
 # with a constant-time index instead of a `global` statement in a writer.
@@ -81,7 +82,8 @@ _owner: list[tuple[Any, Any] | None] = [None]
 #: one-element list holding the training loop's. Read them, never set them.
 context_state = _context_state
 default_state = _default
-#: Called by the training loop's `set_step` with the step that just ended (`add_boundary_hook`), in order.
+#: Called by the training loop's `set_step` with the step that just ended (`add_boundary_hook`), in
+#: order.
 _boundary_hooks: list[Callable[[int], None]] = []
 _get_running_loop = _asyncio_events._get_running_loop
 _main_thread = threading.main_thread
@@ -101,7 +103,8 @@ def current_step_state() -> StepState:
 
 
 def training_loop_thread() -> threading.Thread:
-    """The thread of the training loop that owns the default step (the main thread until another claims it).
+    """The thread of the training loop that owns the default step (the main thread until another
+    claims it).
 
     For the stall watchdog (processor.py), which watches that thread's spans to
     tell a process stuck between two spans of a step from one that is idle.
@@ -112,7 +115,8 @@ def training_loop_thread() -> threading.Thread:
 
 
 def _owns_default(claim: bool) -> bool:
-    """Whether the caller is the training loop (see the module docstring); with `claim`, become it if free.
+    """Whether the caller is the training loop (see the module docstring); with `claim`, become it
+    if free.
 
     Only writes call this (once a step), so finding the caller's thread and
     task here costs the hot path nothing.
@@ -123,11 +127,15 @@ def _owns_default(claim: bool) -> bool:
     owner = _owner[0]
     if owner is not None:
         owner_thread, owner_task = owner
-        if owner_thread() is thread and (owner_task is None if task is None else owner_task is not None and owner_task() is task):
+        if owner_thread() is thread and (
+            owner_task is None if task is None else owner_task is not None and owner_task() is task
+        ):
             return True
     # The main thread outside asyncio tasks always counts as the training loop;
     # anyone else becomes it only by calling `set_step` while it is free.
-    if not (task is None and thread is _main_thread()) and (not claim or (owner is not None and _is_alive(owner))):
+    if not (task is None and thread is _main_thread()) and (
+        not claim or (owner is not None and _is_alive(owner))
+    ):
         return False
     _owner[0] = (weakref.ref(thread), None if task is None else weakref.ref(task))
     return True
@@ -161,7 +169,8 @@ def _write(new: StepState, claim: bool = False) -> bool:
 
 
 def add_boundary_hook(hook: Callable[[int], None]) -> Callable[[], None]:
-    """Have the training loop's `set_step` call `hook(ended_step)` at each step boundary; returns its remover.
+    """Have the training loop's `set_step` call `hook(ended_step)` at each step boundary; returns
+    its remover.
 
     A boundary is the training loop moving from one step to another (not a
     helper thread's step of its own, nor `set_step` to the same step or from
@@ -190,7 +199,8 @@ def add_boundary_hook(hook: Callable[[int], None]) -> Callable[[], None]:
 
 
 def clear_boundary_hooks() -> None:
-    """Remove every boundary hook (the logger's shutdown, and a forked child: its parent's hooks are not its own)."""
+    """Remove every boundary hook (the logger's shutdown, and a forked child: its parent's hooks are
+    not its own)."""
     _boundary_hooks.clear()
 
 
@@ -202,7 +212,9 @@ def _as_step(value: object, what: str) -> int | None:
     try:
         number = operator.index(value)  # type: ignore[arg-type]  # accepts int, numpy integers, 0-d int tensors; else TypeError
     except TypeError:
-        raise TypeError(f"{what} must be an int or None, got {type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"{what} must be an int or None, got {type(value).__name__} {value!r}"
+        ) from None
     if not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"{what} {number} does not fit in a signed 64-bit integer")
     return number
@@ -232,7 +244,12 @@ def set_step(step: int | None, *, relative_step: int | None = None) -> None:
     number = _as_step(step, "step")
     relative = number if relative_step is None else _as_step(relative_step, "relative_step")
     ended = _default[0].step
-    if _write(StepState(number, relative, ()), claim=True) and _boundary_hooks and ended is not None and ended != number:
+    if (
+        _write(StepState(number, relative, ()), claim=True)
+        and _boundary_hooks
+        and ended is not None
+        and ended != number
+    ):
         for hook in tuple(_boundary_hooks):  # a copy: a hook may remove itself
             try:
                 hook(ended)

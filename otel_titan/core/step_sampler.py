@@ -46,10 +46,13 @@ class StepSampler:
         >>> sampler = StepSampler(builder, ProcessFigures(local_rank).read)  # doctest: +SKIP
     """
 
-    def __init__(self, builder: Any, read: Callable[[], dict[str, int | float]], boundary: Any = None) -> None:
+    def __init__(
+        self, builder: Any, read: Callable[[], dict[str, int | float]], boundary: Any = None
+    ) -> None:
         self._builder = builder
         self._read = read
-        #: `BoundaryReadings`: what the training loop's ``set_step`` read when each step ended, or None.
+        #: `BoundaryReadings`: what the training loop's ``set_step`` read when each step ended, or
+        #: None.
         self._boundary = boundary
         self._state: StepState | None = None
         self._failures = WarnOnce()
@@ -62,7 +65,9 @@ class StepSampler:
         for span in reversed(spans):
             step = getattr(span, "step", None)
             if step is not None:
-                newest = StepState(step, getattr(span, "relative_step", None), getattr(span, "step_tags", ()) or ())
+                newest = StepState(
+                    step, getattr(span, "relative_step", None), getattr(span, "step_tags", ()) or ()
+                )
                 break
         out: list[Any] = []
         previous = self._state
@@ -79,22 +84,33 @@ class StepSampler:
         try:
             figures = self._read()
             at = time.perf_counter_ns()
-            taken = self._boundary.take(state.step) if self._boundary is not None and state.step is not None else None
-            if taken is not None:  # read when the step ended, not now: the next step's allocations are not this one's
+            taken = (
+                self._boundary.take(state.step)
+                if self._boundary is not None and state.step is not None
+                else None
+            )
+            # read when the step ended, not now: the next step's allocations are not this one's
+            if taken is not None:
                 figures = {**figures, **taken[0]}
                 at = taken[1]
                 peak, rss = figures.get("memory/rss_peak_bytes"), figures.get("memory/rss_bytes")
-                if peak is not None and rss is not None and rss > peak:  # the kernel's counters differ by a few pages
+                # the kernel's counters differ by a few pages
+                if peak is not None and rss is not None and rss > peak:
                     figures["memory/rss_peak_bytes"] = rss
             if not figures:
                 return []
             code = self._sample.__code__
-            spans: list[Any] = self._builder.scalars(figures, at, code, code.co_firstlineno, None, state, threading.get_ident(), None)
+            spans: list[Any] = self._builder.scalars(
+                figures, at, code, code.co_firstlineno, None, state, threading.get_ident(), None
+            )
             for span in spans:
                 span.by_logger = True
         except Exception:  # noqa: BLE001 - a figure we cannot read must never stop the processor
             if self._failures.first():
-                _log.exception("otel-titan: could not read the per-step process figures; later failures are not logged")
+                _log.exception(
+                    "otel-titan: could not read the per-step process figures; later failures are "
+                    "not logged"
+                )
             return []
         self.samples += 1
         return spans

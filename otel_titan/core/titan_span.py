@@ -70,7 +70,8 @@ class TitanSpan(ReadableSpan):
         "ended",
         "_encoded",
     )
-    # The SDK types these Optional (a span before it starts); a TitanSpan is made with its context and start.
+    # The SDK types these Optional (a span before it starts); a TitanSpan is made with its context
+    # and start.
     _context: SpanContext
     _start_time: int
     _end_time: int | None
@@ -112,14 +113,19 @@ class TitanSpan(ReadableSpan):
     #: True on the copy of a span still open at shutdown or SIGTERM, sent to exporters
     #: that only see finished spans (OTLP) so a hung phase does not vanish from the trace.
     incomplete = False
-    #: True on the scalars the logger writes itself (its per-step figures, step_sampler.py): kept out
-    #: of what stands for the user's own records (torchtitan-style handlers: exporters/logging_bridge.py).
+    #: True on the scalars the logger writes itself (its per-step figures, step_sampler.py): kept
+    #: out of what stands for the user's own records (torchtitan-style handlers:
+    #: exporters/logging_bridge.py).
     by_logger = False
 
     @classmethod
     def bind(cls, resource: Resource, scope: InstrumentationScope) -> type[TitanSpan]:
         """A subclass whose spans all carry `resource` and `scope` (one per logger)."""
-        return type(cls.__name__, (cls,), {"_resource": resource, "_instrumentation_scope": scope, "__module__": cls.__module__})
+        return type(
+            cls.__name__,
+            (cls,),
+            {"_resource": resource, "_instrumentation_scope": scope, "__module__": cls.__module__},
+        )
 
     @classmethod
     def make(
@@ -149,7 +155,16 @@ class TitanSpan(ReadableSpan):
         """
         span = cls.__new__(cls)
         if not _SDK_LAYOUT_MATCHES:
-            ReadableSpan.__init__(span, name, context=context, parent=parent, resource=cls._resource, start_time=start_time, end_time=end_time, instrumentation_scope=cls._instrumentation_scope)
+            ReadableSpan.__init__(
+                span,
+                name,
+                context=context,
+                parent=parent,
+                resource=cls._resource,
+                start_time=start_time,
+                end_time=end_time,
+                instrumentation_scope=cls._instrumentation_scope,
+            )
         span._name = name
         span._context = context
         span._parent = parent
@@ -212,7 +227,8 @@ class TitanSpan(ReadableSpan):
         return attributes
 
     def incomplete_copy(self, end_time: int) -> TitanSpan:
-        """A finished copy of this open span, ending at `end_time` and marked ``titan.incomplete``."""
+        """A finished copy of this open span, ending at `end_time` and marked
+        ``titan.incomplete``."""
         copy = type(self).make(
             self._name,
             self._context,
@@ -235,7 +251,9 @@ class TitanSpan(ReadableSpan):
             copy._events = list(self._events)
         return copy
 
-    def _finish(self, end_time: int, status: Status | None = None, error_event: Event | None = None) -> None:
+    def _finish(
+        self, end_time: int, status: Status | None = None, error_event: Event | None = None
+    ) -> None:
         self._end_time = end_time
         if status is not None:
             self._status = status
@@ -271,7 +289,9 @@ _SDK_FIELDS = frozenset(
         "_status",
     }
 )
-_SDK_LAYOUT_MATCHES = frozenset(vars(ReadableSpan("probe", resource=Resource.get_empty()))) == _SDK_FIELDS
+_SDK_LAYOUT_MATCHES = (
+    frozenset(vars(ReadableSpan("probe", resource=Resource.get_empty()))) == _SDK_FIELDS
+)
 
 
 def fields_of(span: ReadableSpan) -> TitanSpan | Any:
@@ -283,7 +303,8 @@ def fields_of(span: ReadableSpan) -> TitanSpan | Any:
     if isinstance(span, TitanSpan):
         return span
     view = _AttributeView()
-    attributes: Mapping[str, Any] = span.attributes or {}  # values of any type a foreign pipeline set: checked below
+    # values of any type a foreign pipeline set: checked below
+    attributes: Mapping[str, Any] = span.attributes or {}
     view.record_kind = attributes.get(ATTR.RECORD_KIND, RecordKind.SPAN)
     view.step = attributes.get(ATTR.STEP)
     view.relative_step = attributes.get(ATTR.RELATIVE_STEP)
@@ -292,7 +313,9 @@ def fields_of(span: ReadableSpan) -> TitanSpan | Any:
     view.description = attributes.get(ATTR.DESCRIPTION)
     view.code_file = str(attributes.get(ATTR.CODE_FILE, attributes.get("code.filepath", "")))
     view.code_line = int(attributes.get(ATTR.CODE_LINE, attributes.get("code.lineno", 0)) or 0)
-    view.code_function = str(attributes.get(ATTR.CODE_FUNCTION, attributes.get("code.function", "")))
+    view.code_function = str(
+        attributes.get(ATTR.CODE_FUNCTION, attributes.get("code.function", ""))
+    )
     view.thread_id = int(attributes.get(ATTR.THREAD_ID, 0) or 0)
     view.metric_name = attributes.get(ATTR.METRIC_NAME)
     view.metric_value = attributes.get(ATTR.METRIC_VALUE)
@@ -302,7 +325,11 @@ def fields_of(span: ReadableSpan) -> TitanSpan | Any:
         if event.name == "exception" and event.attributes:
             view.error_type = event.attributes.get("exception.type", view.error_type)
             view.error_message = event.attributes.get("exception.message")
-    view.extra = {k[len(ATTR.EXTRA_PREFIX) :]: v for k, v in attributes.items() if k.startswith(ATTR.EXTRA_PREFIX)} or None
+    view.extra = {
+        k[len(ATTR.EXTRA_PREFIX) :]: v
+        for k, v in attributes.items()
+        if k.startswith(ATTR.EXTRA_PREFIX)
+    } or None
     return view
 
 

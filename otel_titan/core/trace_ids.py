@@ -40,17 +40,26 @@ from typing import Any
 from otel_titan.core.events import H_GEN, H_PARENT, H_REMOTE, H_STATE
 from otel_titan.environment_variables import OTEL_TITAN_TRACE_GROUP_SIZE
 
-__all__ = ["StepTraceIds", "SpanIdAllocator", "splitmix64", "trace_id_of_handle", "trace_group_of", "resolve_trace_group_size", "DEFAULT_TRACE_GROUP_SIZE"]
+__all__ = [
+    "StepTraceIds",
+    "SpanIdAllocator",
+    "splitmix64",
+    "trace_id_of_handle",
+    "trace_group_of",
+    "resolve_trace_group_size",
+    "DEFAULT_TRACE_GROUP_SIZE",
+]
 
 _MASK = (1 << 64) - 1
 
-#: Ranks per trace and step by default: 32 ranks × ~20-40 spans per step stays far below
-#: Jaeger's ~2,000 spans per trace and Tempo's 5 MB per trace (docs/collectors.md, "Traces that fit").
+#: Ranks per trace and step by default: 32 ranks × ~20-40 spans per step stays far below Jaeger's
+#: ~2,000 spans per trace and Tempo's 5 MB per trace (docs/collectors.md, "Traces that fit").
 DEFAULT_TRACE_GROUP_SIZE = 32
 
 
 def resolve_trace_group_size(option: int | None, environ: Mapping[str, str] | None = None) -> int:
-    """The trace group size: the option, else ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all ranks in one trace.
+    """The trace group size: the option, else ``OTEL_TITAN_TRACE_GROUP_SIZE``, else 32; 0 = all
+    ranks in one trace.
 
     Example:
         >>> resolve_trace_group_size(None, {}), resolve_trace_group_size(8, {}), resolve_trace_group_size(None, {"OTEL_TITAN_TRACE_GROUP_SIZE": "0"})
@@ -64,9 +73,15 @@ def resolve_trace_group_size(option: int | None, environ: Mapping[str, str] | No
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"{OTEL_TITAN_TRACE_GROUP_SIZE}={raw!r} is not an integer (ranks per trace; 0 = all ranks in one trace)") from None
+        raise ValueError(
+            f"{OTEL_TITAN_TRACE_GROUP_SIZE}={raw!r} is not an integer (ranks per trace; 0 = all "
+            "ranks in one trace)"
+        ) from None
     if value < 0:
-        raise ValueError(f"{OTEL_TITAN_TRACE_GROUP_SIZE}={raw!r} must be >= 0 (ranks per trace; 0 = all ranks in one trace)")
+        raise ValueError(
+            f"{OTEL_TITAN_TRACE_GROUP_SIZE}={raw!r} must be >= 0 (ranks per trace; 0 = all ranks "
+            "in one trace)"
+        )
     return value
 
 
@@ -112,7 +127,9 @@ class StepTraceIds:
 
     def __init__(self, run_id: str, attempt: int, group: int | None = None) -> None:
         self.group = group
-        self._prefix = f"otel-titan|{run_id}|{attempt}|" + ("" if group is None else f"ranks|{group}|")
+        self._prefix = f"otel-titan|{run_id}|{attempt}|" + (
+            "" if group is None else f"ranks|{group}|"
+        )
         self._cache: dict[int | None, int] = {}
 
     def for_step(self, step: int | None) -> int:
@@ -146,7 +163,9 @@ class SpanIdAllocator:
     _ODD = 0x9E3779B97F4A7C15  # odd, so multiplication modulo 2**64 is a bijection
 
     def __init__(self, salt: int | None = None) -> None:
-        seed = secrets.randbits(128) if salt is None else splitmix64(salt) << 64 | splitmix64(salt + 1)
+        seed = (
+            secrets.randbits(128) if salt is None else splitmix64(salt) << 64 | splitmix64(salt + 1)
+        )
         self._add = seed >> 64
         self._xor = seed & _MASK
         self._fresh = 0

@@ -23,7 +23,8 @@ __all__ = ["WarnOnce"]
 
 
 class WarnOnce:
-    """Remembers which keys were already reported; thread-safe enough (a lost race warns twice, never zero times)."""
+    """Remembers which keys were already reported; thread-safe enough (a lost race warns twice,
+    never zero times)."""
 
     __slots__ = ("_counts", "_limit")
 

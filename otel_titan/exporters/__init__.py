@@ -16,4 +16,9 @@ from otel_titan.core.exporter import StartAwareSpanExporter
 from otel_titan.exporters.jsonl import JsonlSpanExporter, register_jsonl_handler
 from otel_titan.exporters.queued import QueuedSpanExporter
 
-__all__ = ["StartAwareSpanExporter", "JsonlSpanExporter", "register_jsonl_handler", "QueuedSpanExporter"]
+__all__ = [
+    "StartAwareSpanExporter",
+    "JsonlSpanExporter",
+    "register_jsonl_handler",
+    "QueuedSpanExporter",
+]

@@ -1,4 +1,5 @@
-"""The loop of an exporter's own sender thread: wake on a timer or when asked, send what is queued in batches.
+"""The loop of an exporter's own sender thread: wake on a timer or when asked, send what is queued
+in batches.
 
 Why one copy: the OTLP log records (`otel_logs`) and the records stream of
 ``watch --otlp`` (`otlp_records`) each send from a thread of their own, off the
@@ -17,9 +18,17 @@ from typing import Any
 __all__ = ["run_batches"]
 
 
-def run_batches(queue: deque[Any], wake: threading.Event, idle: threading.Event, delay_s: float, batch_size: int,
-                send: Callable[[list[Any]], None], stopping: Callable[[], bool]) -> None:
-    """Run the sender loop until `stopping()` is true after a drain: `send` each batch popped from the left of `queue`.
+def run_batches(
+    queue: deque[Any],
+    wake: threading.Event,
+    idle: threading.Event,
+    delay_s: float,
+    batch_size: int,
+    send: Callable[[list[Any]], None],
+    stopping: Callable[[], bool],
+) -> None:
+    """Run the sender loop until `stopping()` is true after a drain: `send` each batch popped from
+    the left of `queue`.
 
     Example:
         >>> sent = []

@@ -34,7 +34,8 @@ __all__ = ["TraceJsonlFormatter", "TraceEventsOnlyFilter", "RECORD_ATTRIBUTE", "
 #: The `LogRecord` attribute holding the full structured record (a dict).
 RECORD_ATTRIBUTE = "otel_titan_record"
 
-#: Characters of a plain log record's message kept by `TraceJsonlFormatter` (torchtitan's limit): longer ones keep both ends.
+#: Characters of a plain log record's message kept by `TraceJsonlFormatter` (torchtitan's limit):
+#: longer ones keep both ends.
 MAX_MESSAGE_SIZE = 1000
 
 
@@ -106,9 +107,17 @@ class TraceJsonlFormatter(logging.Formatter):
         return data
 
     def _plain_record(self, record: logging.LogRecord) -> dict[str, Any]:
-        """A record logged by hand, as torchtitan's formatter writes it (field for field, in its order)."""
+        """A record logged by hand, as torchtitan's formatter writes it (field for field, in its
+        order)."""
         data: dict[str, Any] = {"delta_ms": self._delta_ms(), "tid": threading.get_native_id()}
-        data.update(rank=self.rank, global_rank=self.rank, local_rank=_local_rank(), source=self.source, host_name=socket.gethostname(), pid=os.getpid())
+        data.update(
+            rank=self.rank,
+            global_rank=self.rank,
+            local_rank=_local_rank(),
+            source=self.source,
+            host_name=socket.gethostname(),
+            pid=os.getpid(),
+        )
         state = current_step_state()
         if state.step is not None:
             data["step"] = state.step
@@ -116,7 +125,11 @@ class TraceJsonlFormatter(logging.Formatter):
             data["relative_step"] = state.relative_step
         if state.tags:
             data["step_tags"] = list(state.tags)
-        data.update(time=int(record.created), time_ms=int(record.created * 1000), time_us=int(record.created * 1_000_000))
+        data.update(
+            time=int(record.created),
+            time_ms=int(record.created * 1000),
+            time_us=int(record.created * 1_000_000),
+        )
         data["log_type"] = getattr(record, "log_type", "text")
         data["log_type_name"] = getattr(record, "log_type_name", None)
         for key in ("step", "relative_step"):  # the record's own (extra=) win over the thread's
@@ -128,14 +141,23 @@ class TraceJsonlFormatter(logging.Formatter):
             data["value"] = float(value)
         if getattr(record, "task_name", None) is not None:
             data["task_name"] = record.task_name  # type: ignore[attr-defined]  # an extra= field, checked above
-        data.update(caller=f"{_relative(record.pathname)}:{record.lineno}:{record.funcName}", log_file=record.filename, log_function=record.funcName,
-                    log_level=record.levelname, logger_name=record.name)
+        data.update(
+            caller=f"{_relative(record.pathname)}:{record.lineno}:{record.funcName}",
+            log_file=record.filename,
+            log_function=record.funcName,
+            log_level=record.levelname,
+            logger_name=record.name,
+        )
         if record.stack_info:
             data["stack_info"] = record.stack_info
         data["seq_id"] = next(self._seq)
         message = record.getMessage()
         half = MAX_MESSAGE_SIZE // 2
-        data["message"] = message if len(message) <= MAX_MESSAGE_SIZE else message[:half] + "..." + message[-half:]
+        data["message"] = (
+            message
+            if len(message) <= MAX_MESSAGE_SIZE
+            else message[:half] + "..." + message[-half:]
+        )
         return data
 
     def _delta_ms(self) -> float:

@@ -1,4 +1,5 @@
-"""Host figures as metrics, once per host (local rank 0): what explains a straggler beyond its own code.
+"""Host figures as metrics, once per host (local rank 0): what explains a straggler beyond its own
+code.
 
 Attached by the metrics handler (metrics.py) to its `MeterProvider` in the
 process of local rank 0 only, so a host of 8 ranks sends them once:
@@ -50,7 +51,8 @@ SYSTEM_METRICS: dict[str, list[str] | None] = {
 
 
 class HostMetrics:
-    """Register the host's instruments on `provider`; `close()` removes what is global (the instrumentor)."""
+    """Register the host's instruments on `provider`; `close()` removes what is global (the
+    instrumentor)."""
 
     def __init__(self, provider: Any, host_figures: HostFigures | None = None) -> None:
         self._instrumentor: Any = None
@@ -60,8 +62,9 @@ class HostMetrics:
         self.nvml_status: str | None = None
         self._figures = host_figures or HostFigures()
         self._names = sorted(self._figures.read())
-        #: The step scalars (``host/…``, core/step_sampler.py) this process already exports as the host's gauges:
-        #: the metrics handler leaves them out, so one figure is one series, not two that Prometheus names alike.
+        #: The step scalars (``host/…``, core/step_sampler.py) this process already exports as the
+        #: host's gauges: the metrics handler leaves them out, so one figure is one series, not two
+        #: that Prometheus names alike.
         self.names = frozenset(self._names)
         meter = provider.get_meter("otel_titan.host")
         for name in self._names:
@@ -81,7 +84,7 @@ class HostMetrics:
 
         return observe
 
-    # -- the system-metrics instrumentation ---------------------------------------------------------
+    # -- the system-metrics instrumentation --------------------------------------------------------
     def _start_system_metrics(self, provider: Any) -> None:
         try:
             from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
@@ -91,7 +94,9 @@ class HostMetrics:
             return
         instrumentor = SystemMetricsInstrumentor(config=SYSTEM_METRICS)
         if instrumentor.is_instrumented_by_opentelemetry:
-            self.system_status = "already instrumented in this process (by the program or another logger)"
+            self.system_status = (
+                "already instrumented in this process (by the program or another logger)"
+            )
             return
         try:
             instrumentor.instrument(meter_provider=provider)
@@ -101,7 +106,7 @@ class HostMetrics:
             return
         self._instrumentor = instrumentor
 
-    # -- NVML ---------------------------------------------------------------------------------------
+    # -- NVML --------------------------------------------------------------------------------------
     def _start_nvml(self, meter: Any) -> None:
         try:
             import pynvml  # nvidia-ml-py
@@ -113,7 +118,9 @@ class HostMetrics:
             for index in range(pynvml.nvmlDeviceGetCount()):
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = pynvml.nvmlDeviceGetUUID(handle)
-                self._gpus.append((index, uuid.decode() if isinstance(uuid, bytes) else str(uuid), handle))
+                self._gpus.append(
+                    (index, uuid.decode() if isinstance(uuid, bytes) else str(uuid), handle)
+                )
         except Exception as error:  # noqa: BLE001 - no driver, no GPU: NVMLError_LibraryNotFound, _DriverNotLoaded...
             self.nvml_status = f"NVML is not available here ({type(error).__name__}: {error})"
             return
@@ -124,7 +131,9 @@ class HostMetrics:
         try:
             self._xid_set = pynvml.nvmlEventSetCreate()
             for _index, _uuid, handle in self._gpus:
-                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self._xid_set)
+                pynvml.nvmlDeviceRegisterEvents(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, self._xid_set
+                )
         except Exception:  # noqa: BLE001 - XID events need a supported GPU and driver; clocks still work
             self._xid_set = None
         meter.create_observable_gauge("gpu.clock.sm", unit="MHz", callbacks=[self._observe_clocks])
@@ -142,7 +151,9 @@ class HostMetrics:
 
     def _observe_clocks(self, _options: CallbackOptions) -> Iterable[Observation]:
         nvml = self._nvml
-        return self._each_gpu(lambda handle: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
+        return self._each_gpu(
+            lambda handle: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
+        )
 
     def _observe_throttle(self, _options: CallbackOptions) -> Iterable[Observation]:
         nvml = self._nvml
@@ -159,7 +170,10 @@ class HostMetrics:
                 uuid = nvml.nvmlDeviceGetUUID(event.device)
                 uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
                 self._xids[uuid] = self._xids.get(uuid, 0) + 1
-        return [Observation(self._xids.get(uuid, 0), {"gpu.uuid": uuid, "gpu.index": index}) for index, uuid, _handle in self._gpus]
+        return [
+            Observation(self._xids.get(uuid, 0), {"gpu.uuid": uuid, "gpu.index": index})
+            for index, uuid, _handle in self._gpus
+        ]
 
     # -- shutdown ----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,7 +1,7 @@
 """The default handler: one JSONL file per process, in torchtitan's record format.
 
-File: ``{output_dir}/structured_logs/{source}.global_rank_{rank}.{YYYYmmdd-HHMMSS}-{6 chars}.jsonl``,
-rotated at ``max_file_size_mb`` into ``….jsonl.1`` … ``….jsonl.<backup_count>``.
+File: ``{output_dir}/structured_logs/{source}.global_rank_{rank}.{YYYYmmdd-HHMMSS}-{6
+chars}.jsonl``, rotated at ``max_file_size_mb`` into ``….jsonl.1`` … ``….jsonl.<backup_count>``.
 
 Besides one record per span start/end, instant and scalar (see
 `records.py` and docs/schema.md), the file holds three kinds of records about
@@ -55,7 +55,13 @@ from otel_titan.exporters.rotating_file import RotatingFile
 from otel_titan.exporters.step_rollups import StepRollups, step_rollups_on
 from otel_titan.schema import Field, MetaEvent, stacks_file_name
 
-__all__ = ["JsonlSpanExporter", "register_jsonl_handler", "jsonl_file_path", "check_file_name", "opened_fields"]
+__all__ = [
+    "JsonlSpanExporter",
+    "register_jsonl_handler",
+    "jsonl_file_path",
+    "check_file_name",
+    "opened_fields",
+]
 
 _log = logging.getLogger("otel_titan")
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -84,15 +90,23 @@ def check_file_name(output_dir: str, source: str, rank: int, backup_count: int) 
     name = f"{source}.global_rank_{rank}{_NAME_TAIL}" + (f".{backup_count}" if backup_count else "")
     name_bytes = len(os.fsencode(name))
     path_bytes = len(os.fsencode(os.path.join(directory, name)))
-    name_max, path_max = _limit(directory, "PC_NAME_MAX", 255), _limit(directory, "PC_PATH_MAX", 4096)
+    name_max, path_max = (
+        _limit(directory, "PC_NAME_MAX", 255),
+        _limit(directory, "PC_PATH_MAX", 4096),
+    )
     source_bytes = len(source.encode("utf-8", "surrogatepass"))
     if name_bytes > name_max:
         raise ValueError(
-            f"the JSONL file name for source {source[:16]!r}{'...' if len(source) > 16 else ''} ({source_bytes} bytes) and rank {rank} would be {name_bytes} bytes, "
-            f"more than the {name_max} bytes a file name can have in {directory!r}: use a shorter source"
+            f"the JSONL file name for source {source[:16]!r}{'...' if len(source) > 16 else ''} "
+            f"({source_bytes} bytes) and rank {rank} would be {name_bytes} bytes, "
+            f"more than the {name_max} bytes a file name can have in {directory!r}: use a shorter "
+            "source"
         )
     if path_bytes >= path_max:
-        raise ValueError(f"the JSONL file path in {directory!r} would be {path_bytes} bytes, more than the {path_max - 1} a path can have: use a shorter output_dir")
+        raise ValueError(
+            f"the JSONL file path in {directory!r} would be {path_bytes} bytes, more than the "
+            f"{path_max - 1} a path can have: use a shorter output_dir"
+        )
 
 
 def _limit(directory: str, name: str, default: int) -> int:
@@ -112,7 +126,9 @@ def jsonl_file_path(output_dir: str, source: str, rank: int, now: float | None =
     """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
     suffix = "".join(secrets.choice(_ALPHABET) for _ in range(6))
-    return os.path.join(output_dir, "structured_logs", f"{source}.global_rank_{rank}.{stamp}-{suffix}.jsonl")
+    return os.path.join(
+        output_dir, "structured_logs", f"{source}.global_rank_{rank}.{stamp}-{suffix}.jsonl"
+    )
 
 
 class JsonlSpanExporter(StartAwareSpanExporter):
@@ -147,22 +163,26 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._file = RotatingFile(path, max_bytes, backup_count)  # raises OSError: init reports it
         self.path = self._file.path  # absolute
         #: The side file faulthandler writes stacks to when a C call holds the interpreter lock
-        #: (core/blackbox.py): ``<file>.stacks`` (`schema.stacks_file_name`: no ``*.jsonl*`` glob takes it
-        #: for a segment), opened now, since it cannot be opened then.
+        #: (core/blackbox.py): ``<file>.stacks`` (`schema.stacks_file_name`: no ``*.jsonl*`` glob
+        #: takes it for a segment), opened now, since it cannot be opened then.
         self.stacks_file: Any = None
         opened_fields = dict(opened_fields or {})
         if stacks_file:
             try:
                 name = stacks_file_name(os.path.basename(self.path))
-                self.stacks_file = blackbox.open_side_file(os.path.join(os.path.dirname(self.path), name))
+                self.stacks_file = blackbox.open_side_file(
+                    os.path.join(os.path.dirname(self.path), name)
+                )
                 opened_fields[Field.STACKS_FILE] = name
             except OSError:
                 self.stacks_file = None
         self._encoder = RecordEncoder(identity)
-        #: Sums each step's spans as they pass, for its ``step_rollup`` record (step_rollups.py); None = off.
+        #: Sums each step's spans as they pass, for its ``step_rollup`` record (step_rollups.py);
+        #: None = off.
         self.rollups: StepRollups | None = StepRollups() if step_rollups else None
         self._stats = stats
-        #: The other exporters of the pipeline (`observe_pipeline`): their delivery losses go into the closing record.
+        #: The other exporters of the pipeline (`observe_pipeline`): their delivery losses go into
+        #: the closing record.
         self._pipeline: Sequence[Any] = ()
         self._opened_fields = opened_fields or {}
         self._opened_at_ns = time.time_ns()  # the opening record carries the creation time
@@ -174,8 +194,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         self._failing_since: float | None = None
         self._rotation_warned = False
         self._pending_meta: list[bytes] = []
-        # Written when init has made every exporter (`observe_pipeline`: the others may add to it, as the
-        # Prometheus endpoint a taken port moved), else with the first batch.
+        # Written when init has made every exporter (`observe_pipeline`: the others may add to it,
+        # as the Prometheus endpoint a taken port moved), else with the first batch.
         self._opened_size = -1
 
     def _write_opened(self) -> int:
@@ -224,7 +244,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         was_opened, reported = self._opened, self._reported_loss
         if not was_opened:
             self._opened = True
-            lines.append(self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns))
+            lines.append(
+                self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns)
+            )
         report = self._loss_report()
         if report is not None:
             lines.append(report)
@@ -240,7 +262,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         return result
 
     def _rollups_due(self, timeline: Sequence[TimelineItem] | None) -> list[dict[str, Any]]:
-        """The rollups `timeline` completes (None: the last ones, at shutdown); a failure turns rollups off, never loses the batch."""
+        """The rollups `timeline` completes (None: the last ones, at shutdown); a failure turns
+        rollups off, never loses the batch."""
         rollups = self.rollups
         if rollups is None:
             return []
@@ -248,15 +271,24 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             return rollups.observe(timeline) if timeline is not None else rollups.final("close")
         except Exception:  # noqa: BLE001 - totals are a bonus: the records they sum must still be written
             self.rollups = None
-            _log.exception("otel-titan: step rollups failed; %s gets no more step_rollup records (every other record is still written)", self.path)
+            _log.exception(
+                "otel-titan: step rollups failed; %s gets no more step_rollup records (every "
+                "other record is still written)",
+                self.path,
+            )
             return []
 
     def _add_rollups(self, due: list[dict[str, Any]], lines: list[bytes]) -> None:
         """Append the ``step_rollup`` lines of the steps `due` (after the records they sum)."""
         if due:
-            # Stamped with the latest record it has seen, not the clock: a rollup written late (SIGTERM,
-            # shutdown) never stretches the process's last timestamp, to which readers extend open spans.
-            at_ns = self.rollups.last_us * 1000 if self.rollups is not None and self.rollups.last_us else time.time_ns()
+            # Stamped with the latest record it has seen, not the clock: a rollup written late
+            # (SIGTERM, shutdown) never stretches the process's last timestamp, to which readers
+            # extend open spans.
+            at_ns = (
+                self.rollups.last_us * 1000
+                if self.rollups is not None and self.rollups.last_us
+                else time.time_ns()
+            )
             for fields in due:
                 lines.append(self._encoder.rollup_line(fields, at_ns))
 
@@ -268,7 +300,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             if self._failing_since is None:
                 self._failing_since = time.monotonic()
                 _log.warning(
-                    "otel-titan: cannot write %s (%s); training continues, records are counted as failed until a write succeeds",
+                    "otel-titan: cannot write %s (%s); training continues, records are counted as "
+                    "failed until a write succeeds",
                     self.path,
                     f"{errno.errorcode.get(error.errno or 0, 'error')}: {error.strerror or error}",
                 )
@@ -278,15 +311,18 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         if rotation_error is not None and not self._rotation_warned:
             self._rotation_warned = True
             _log.warning(
-                "otel-titan: cannot rotate %s (%s); writing on past max_file_size_mb until rotation works again",
+                "otel-titan: cannot rotate %s (%s); writing on past max_file_size_mb until "
+                "rotation works again",
                 self.path,
-                f"{errno.errorcode.get(rotation_error.errno or 0, 'error')}: {rotation_error.strerror or rotation_error}",
+                f"{errno.errorcode.get(rotation_error.errno or 0, 'error')}: "
+                f"{rotation_error.strerror or rotation_error}",
             )
         elif rotation_error is None:
             self._rotation_warned = False
         if self._failing_since is not None:
             _log.warning(
-                "otel-titan: writing %s again after %.1f s; %d records were lost meanwhile (reported in the file)",
+                "otel-titan: writing %s again after %.1f s; %d records were lost meanwhile "
+                "(reported in the file)",
                 self.path,
                 time.monotonic() - self._failing_since,
                 self.failed_records,
@@ -301,8 +337,9 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         return SpanExportResult.SUCCESS
 
     def observe_pipeline(self, exporters: Sequence[Any], processor: Any) -> None:
-        """Know the other exporters (init, before any record): write the opening record with what they add to it
-        (``opened_record_fields()``: the Prometheus endpoint); what the network ones did not deliver goes into the closing record."""
+        """Know the other exporters (init, before any record): write the opening record with what
+        they add to it (``opened_record_fields()``: the Prometheus endpoint); what the network ones
+        did not deliver goes into the closing record."""
         self._pipeline = tuple(e for e in exporters if e is not self)
         for exporter in self._pipeline:
             extra = getattr(exporter, "opened_record_fields", None)
@@ -334,7 +371,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             pass  # a heartbeat is best effort; the next one retries
 
     def black_box(self, time_ns: int, record: dict[str, Any]) -> None:
-        """Write a ``stall`` record: the hang black box (core/blackbox.py; fields in docs/schema.md)."""
+        """Write a ``stall`` record: the hang black box (core/blackbox.py; fields in
+        docs/schema.md)."""
         if self._closed:
             return
         line = self._encoder.meta_line(MetaEvent.STALL, record, time_ns)
@@ -354,34 +392,45 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         lines: list[bytes] = []
         if not self._opened:
             self._opened = True
-            lines.append(self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns))
+            lines.append(
+                self._encoder.meta_line(MetaEvent.OPENED, self._opened_fields, self._opened_at_ns)
+            )
         report = self._loss_report()
         if report is not None:
             lines.append(report)
         if self.rollups is not None:
-            # The last step has no next step to end it: written now, marked not complete, before the closing line.
+            # The last step has no next step to end it: written now, marked not complete, before the
+            # closing line.
             self._add_rollups(self._rollups_due(None), lines)
         fields: dict[str, Any] = {
             Field.CLOSING: True,
             Field.WRITTEN_RECORDS: self.written_records,
             Field.DROPPED_RECORDS: self.dropped_records,
             Field.FAILED_RECORDS: self.failed_records,
-            # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost; counted.
+            # Scalar values log_trace_scalar skipped (None, tensors): not records, not lost;
+            # counted.
             Field.SKIPPED_VALUES: self._stats.skipped_values if self._stats is not None else 0,
             Field.MESSAGE: f"closed cleanly: {self.written_records} records written, {self.dropped_records} dropped, {self.failed_records} failed",
         }
-        # What the network exporters (OTLP traces, logs, records) did not deliver, read as they stop beside this one.
+        # What the network exporters (OTLP traces, logs, records) did not deliver, read as they stop
+        # beside this one.
         losses = delivery_losses(self._pipeline)
         if losses:
             fields[Field.EXPORTER_LOSSES] = losses
-            lost = [f"{what} {entry['dropped']} dropped, {entry['failed']} failed" for what, entry in losses.items() if entry["dropped"] or entry["failed"]]
+            lost = [
+                f"{what} {entry['dropped']} dropped, {entry['failed']} failed"
+                for what, entry in losses.items()
+                if entry["dropped"] or entry["failed"]
+            ]
             if lost:
                 fields[Field.MESSAGE] += "; not delivered: " + "; ".join(lost)
         lines.append(self._encoder.meta_line(MetaEvent.CLOSED, fields))
         try:
             self._file.write_lines(lines)
         except OSError as error:
-            _log.warning("otel-titan: could not write the closing record to %s: %s", self.path, error)
+            _log.warning(
+                "otel-titan: could not write the closing record to %s: %s", self.path, error
+            )
         self._closed = True
         self._file.close()
         self._close_stacks(remove_empty=True)
@@ -401,7 +450,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
             pass
 
     def discard(self) -> None:
-        """Undo a construction whose init failed later: close and remove the file, if it holds nothing but the opening record."""
+        """Undo a construction whose init failed later: close and remove the file, if it holds
+        nothing but the opening record."""
         self._closed = True
         self._file.close()
         self._close_stacks(remove_empty=True)
@@ -428,7 +478,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
 
 
 def opened_fields(identity: RunIdentity, options: Any) -> dict[str, Any]:
-    """The fields of this process's ``structured_logger_opened`` record (the file's, and the OTLP records stream's: exporters/otlp_records.py).
+    """The fields of this process's ``structured_logger_opened`` record (the file's, and the OTLP
+    records stream's: exporters/otlp_records.py).
 
     Example:
         >>> from types import SimpleNamespace
@@ -442,11 +493,21 @@ def opened_fields(identity: RunIdentity, options: Any) -> dict[str, Any]:
         Field.MAX_FILE_SIZE_MB: options.max_file_size_mb,
         Field.BACKUP_COUNT: options.backup_count,
         Field.QUEUE_SIZE: options.queue_size,
-        # What a silence means (watch): alive with spans open, this process writes a heartbeat after this long quiet.
-        **({Field.HEARTBEAT_INTERVAL_S: options.heartbeat_interval_s} if hasattr(options, "heartbeat_interval_s") else {}),
+        # What a silence means (watch): alive with spans open, this process writes a heartbeat after
+        # this long quiet.
+        **(
+            {Field.HEARTBEAT_INTERVAL_S: options.heartbeat_interval_s}
+            if hasattr(options, "heartbeat_interval_s")
+            else {}
+        ),
         Field.MESSAGE: f"structured logger opened for {identity.source} rank {identity.rank}",
-        # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its peers only.
-        **({Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})} if identity.mesh else {}),
+        # Where this rank sits in the job's mesh (core/mesh.py): the reader compares it with its
+        # peers only.
+        **(
+            {Field.MESH: dict(identity.mesh), Field.MESH_SHAPE: dict(identity.mesh_shape or {})}
+            if identity.mesh
+            else {}
+        ),
     }
 
 
@@ -463,7 +524,8 @@ def register_jsonl_handler(
 
     Named in a handler list beside others, in the job's shell (an illustration, not Python)::
 
-        export OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
+        export
+        OTEL_TITAN_HANDLERS=otel_titan.exporters.jsonl.register_jsonl_handler,mypkg.register_db
     """
 
     check_file_name(output_dir, identity.source, identity.rank, options.backup_count)

@@ -1,4 +1,5 @@
-"""Hands the user's records to torchtitan-style `logging.Handler`s attached to the structured logger.
+"""Hands the user's records to torchtitan-style `logging.Handler`s attached to the structured
+logger.
 
 Always registered by `init_structured_logger`, for the handlers attached to
 ``structured_logger`` (``logging.getLogger("otel_titan.structured_logger")``)
@@ -14,7 +15,6 @@ per-step process figures) would stand in a torchtitan-format file or database
 as the user's scalars and instants, and as its last event.
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -29,7 +29,10 @@ from otel_titan.schema import META_EVENTS
 __all__ = ["LoggingBridgeExporter"]
 
 # LogRecord attributes the structured fields must not overwrite.
-_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+_RESERVED = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+}
 
 
 class LoggingBridgeExporter(StartAwareSpanExporter):
@@ -54,7 +57,8 @@ class LoggingBridgeExporter(StartAwareSpanExporter):
             if getattr(span, "by_logger", False) or span.name in META_EVENTS:
                 continue
             for fields in encoder.records(ended, span):
-                fields["seq_id"] = self._seq  # from 0, as torchtitan's formatter numbers its records
+                # from 0, as torchtitan's formatter numbers its records
+                fields["seq_id"] = self._seq
                 self._seq += 1
                 full = encoder.full_record(fields)
                 level = logging.ERROR if full.get("log_level") == "ERROR" else logging.INFO

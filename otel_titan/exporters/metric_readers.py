@@ -53,7 +53,16 @@ from opentelemetry.sdk.metrics.export import (
 from otel_titan.distribution import install_hint
 from otel_titan.exporters.otel_env import exporter_names, ignored_value, signal_protocol
 
-__all__ = ["metrics_exporters", "metrics_protocol", "prometheus_address", "build_readers", "Readers", "ForkSafeMetricExporter", "METRICS_EXPORTER_ENV", "otlp_histogram_preference"]
+__all__ = [
+    "metrics_exporters",
+    "metrics_protocol",
+    "prometheus_address",
+    "build_readers",
+    "Readers",
+    "ForkSafeMetricExporter",
+    "METRICS_EXPORTER_ENV",
+    "otlp_histogram_preference",
+]
 
 _log = logging.getLogger("otel_titan")
 
@@ -66,7 +75,8 @@ def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def metrics_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The exporter names in ``OTEL_METRICS_EXPORTER`` (``none`` removed, duplicates once; unknown ones warned about and ignored).
+    """The exporter names in ``OTEL_METRICS_EXPORTER`` (``none`` removed, duplicates once; unknown
+    ones warned about and ignored).
 
     Example:
         >>> metrics_exporters({"OTEL_METRICS_EXPORTER": "otlp, prometheus,otlp"})
@@ -91,7 +101,9 @@ def metrics_protocol(environ: Mapping[str, str] | None = None) -> str:
     return signal_protocol("METRICS", environ)
 
 
-def prometheus_address(local_rank: int | None, environ: Mapping[str, str] | None = None) -> tuple[str, int]:
+def prometheus_address(
+    local_rank: int | None, environ: Mapping[str, str] | None = None
+) -> tuple[str, int]:
     """(host, port) of this rank's scrape endpoint: the configured port plus the local rank.
 
     Example:
@@ -105,14 +117,21 @@ def prometheus_address(local_rank: int | None, environ: Mapping[str, str] | None
     except ValueError:
         base = 0
     if not 1 <= base <= 65535 - (local_rank or 0):
-        ignored_value("OTEL_EXPORTER_PROMETHEUS_PORT", raw, f"not a port number (1-65535, plus the local rank {local_rank or 0}): 9464 is used")
+        ignored_value(
+            "OTEL_EXPORTER_PROMETHEUS_PORT",
+            raw,
+            f"not a port number (1-65535, plus the local rank {local_rank or 0}): 9464 is used",
+        )
         base = 9464
-    return env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost", base + (local_rank or 0)
+    return env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost", base + (
+        local_rank or 0
+    )
 
 
 @dataclass
 class Readers:
-    """The readers to give the `MeterProvider`, and what must be stopped with them (the scrape server)."""
+    """The readers to give the `MeterProvider`, and what must be stopped with them (the scrape
+    server)."""
 
     readers: list[MetricReader] = field(default_factory=list)
     #: ``(host, port)`` of the Prometheus endpoint when one was started.
@@ -120,7 +139,8 @@ class Readers:
     _server: Any = None
 
     def close_after_fork(self) -> None:
-        """In a forked child: close the inherited listening socket (the serving thread is the parent's, not here)."""
+        """In a forked child: close the inherited listening socket (the serving thread is the
+        parent's, not here)."""
         server, self._server = self._server, None
         if server is not None:
             try:
@@ -150,11 +170,16 @@ class ForkSafeMetricExporter(MetricExporter):
     """
 
     def __init__(self, inner: MetricExporter) -> None:
-        super().__init__(preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation)
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
         self.inner = inner
         self._pid = os.getpid()
 
-    def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+    def export(
+        self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
         if os.getpid() != self._pid:
             return MetricExportResult.SUCCESS
         return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
@@ -171,7 +196,8 @@ HISTOGRAM_AGGREGATION_ENV = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREG
 
 
 def otlp_histogram_preference(environ: Mapping[str, str] | None = None) -> dict[type, Any] | None:
-    """The OTLP reader's histogram aggregation: base-2 exponential unless the standard variable says otherwise.
+    """The OTLP reader's histogram aggregation: base-2 exponential unless the standard variable says
+    otherwise.
 
     Exponential histograms (160 buckets whose scale follows the data) resolve a
     +20 % straggler at any duration, where fixed buckets need to be fine
@@ -195,7 +221,8 @@ def otlp_histogram_preference(environ: Mapping[str, str] | None = None) -> dict[
 
 
 def _local_world_size(environ: Mapping[str, str]) -> int:
-    """torchrun's ``LOCAL_WORLD_SIZE`` (ranks on this host), else 1: the stride between one rank's fallback ports."""
+    """torchrun's ``LOCAL_WORLD_SIZE`` (ranks on this host), else 1: the stride between one rank's
+    fallback ports."""
     try:
         return max(1, int(environ.get("LOCAL_WORLD_SIZE", "") or 1))
     except ValueError:
@@ -214,10 +241,12 @@ PORT_TRIES = 32
 
 
 def _prometheus_reader(reader_class: Any, prometheus_client: Any, registry: Any) -> Any:
-    """A PrometheusMetricReader whose collector is in the logger's own `registry` (served by `_listen`'s server).
+    """A PrometheusMetricReader whose collector is in the logger's own `registry` (served by
+    `_listen`'s server).
 
-    Newer exporters take ``registry=``; older ones (down to the declared minimum, 0.61b0) register its collector in prometheus_client's
-    global REGISTRY, which is moved into ours here, so every supported version serves the same series.
+    Newer exporters take ``registry=``; older ones (down to the declared minimum, 0.61b0) register
+    its collector in prometheus_client's global REGISTRY, which is moved into ours here, so every
+    supported version serves the same series.
     """
     try:
         return reader_class(registry=registry)
@@ -230,56 +259,85 @@ def _prometheus_reader(reader_class: Any, prometheus_client: Any, registry: Any)
         return reader
 
 
-def _listen(prometheus_client: Any, host: str, port: int, step: int, registry: Any) -> tuple[Any, int]:
-    """Start the scrape server on `port`, else the next free one of ``port + k * step``; raises the first OSError when none is."""
+def _listen(
+    prometheus_client: Any, host: str, port: int, step: int, registry: Any
+) -> tuple[Any, int]:
+    """Start the scrape server on `port`, else the next free one of ``port + k * step``; raises the
+    first OSError when none is."""
     first: OSError | None = None
     for attempt in range(PORT_TRIES):
         candidate = port + attempt * step
         if candidate > 65535:
             break
         try:
-            server, _thread = prometheus_client.start_http_server(candidate, addr=host, registry=registry)
+            server, _thread = prometheus_client.start_http_server(
+                candidate, addr=host, registry=registry
+            )
         except OSError as error:
             first = first or error
             continue
         if attempt:
             _log.warning(
-                "otel-titan: the Prometheus port %s:%d cannot listen (%s: another job on this host, or a process that outlived its rank?); "
-                "serving on %d instead (the JSONL opening record's metrics_endpoint says so): add it to Prometheus's targets",
-                host, port, first, candidate,
+                "otel-titan: the Prometheus port %s:%d cannot listen (%s: another job on this "
+                "host, or a process that outlived its rank?); "
+                "serving on %d instead (the JSONL opening record's metrics_endpoint says so): add "
+                "it to Prometheus's targets",
+                host,
+                port,
+                first,
+                candidate,
             )
         return server, candidate
     assert first is not None
     raise first
 
 
-def build_readers(names: list[str], local_rank: int | None, environ: Mapping[str, str] | None = None) -> Readers:
-    """One reader per name. A Prometheus port already taken moves to the next free one (`_listen`); none free is logged and left out (never fatal).
+def build_readers(
+    names: list[str], local_rank: int | None, environ: Mapping[str, str] | None = None
+) -> Readers:
+    """One reader per name. A Prometheus port already taken moves to the next free one (`_listen`);
+    none free is logged and left out (never fatal).
 
-    Raises ``ValueError`` for a bad variable and ``ImportError`` when the
-    Prometheus exporter is not installed (the ``metrics`` extra; the message says how to install it).
+    Raises ``ValueError`` for a bad variable and ``ImportError`` when the Prometheus exporter is not
+    installed (the ``metrics`` extra; the message says how to install it).
     """
     env = _env(environ)
     out = Readers()
     for name in names:
         if name == "otlp":
-            out.readers.append(PeriodicExportingMetricReader(ForkSafeMetricExporter(_otlp_exporter(env))))
+            out.readers.append(
+                PeriodicExportingMetricReader(ForkSafeMetricExporter(_otlp_exporter(env)))
+            )
         elif name == "console":
-            out.readers.append(PeriodicExportingMetricReader(ForkSafeMetricExporter(ConsoleMetricExporter())))
+            out.readers.append(
+                PeriodicExportingMetricReader(ForkSafeMetricExporter(ConsoleMetricExporter()))
+            )
         elif name == "prometheus":
             host, port = prometheus_address(local_rank, env)
             try:
                 import prometheus_client
                 from opentelemetry.exporter.prometheus import PrometheusMetricReader
             except ImportError as error:
-                raise ImportError(f"OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus ({install_hint('metrics')}): {error}") from error
+                raise ImportError(
+                    "OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus "
+                    f"({install_hint('metrics')}): {error}"
+                ) from error
             registry = prometheus_client.CollectorRegistry(auto_describe=True)
             step = _local_world_size(env)
             try:
                 server, port = _listen(prometheus_client, host, port, step, registry)
             except OSError as error:
-                _log.warning("otel-titan: the Prometheus endpoint %s:%d cannot listen (%s), nor the next %d ports of this rank; this rank exports no Prometheus metrics", host, port, error, PORT_TRIES - 1)
+                _log.warning(
+                    "otel-titan: the Prometheus endpoint %s:%d cannot listen (%s), nor the next "
+                    "%d ports of this rank; this rank exports no Prometheus metrics",
+                    host,
+                    port,
+                    error,
+                    PORT_TRIES - 1,
+                )
                 continue
             out._server, out.prometheus = server, (host, port)
-            out.readers.append(_prometheus_reader(PrometheusMetricReader, prometheus_client, registry))
+            out.readers.append(
+                _prometheus_reader(PrometheusMetricReader, prometheus_client, registry)
+            )
     return out

@@ -2,7 +2,8 @@
 
 Selected with the standard variables (`metric_readers`)::
 
-    OTEL_METRICS_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 torchrun ... train.py
+    OTEL_METRICS_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 torchrun ...
+    train.py
 
 `MetricsSpanExporter` is one more exporter of the processor: it receives the
 finished spans, scalars and instants on the processor thread, like OTLP, so
@@ -85,7 +86,13 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_titan._version import __version__
 from otel_titan.core import host_figures, process_figures
-from otel_titan.core.exporter import DeliveryCounted, HandlerSkipped, PipelineStats, TitanSpanExporter, delivery_losses
+from otel_titan.core.exporter import (
+    DeliveryCounted,
+    HandlerSkipped,
+    PipelineStats,
+    TitanSpanExporter,
+    delivery_losses,
+)
 from otel_titan.core.warn_once import WarnOnce
 from otel_titan.environment_variables import (
     OTEL_TITAN_HOST_METRICS,
@@ -131,12 +138,13 @@ def _duration_buckets_s() -> tuple[float, ...]:
     return (0.001, 0.002, 0.004, *fine, 300.0, 600.0, 1800.0)
 
 
-#: Explicit bucket boundaries (seconds, the semantic conventions' unit for durations): 63 boundaries, 64 buckets;
-#: ≤ 19 % wide from 8 ms to 131 s (Prometheus and explicit-bucket OTLP). The OTLP reader prefers exponential
-#: histograms (metric_readers.py), which need none.
+#: Explicit bucket boundaries (seconds, the semantic conventions' unit for durations): 63
+#: boundaries, 64 buckets; ≤ 19 % wide from 8 ms to 131 s (Prometheus and explicit-bucket OTLP). The
+#: OTLP reader prefers exponential histograms (metric_readers.py), which need none.
 DURATION_BUCKETS_S = _duration_buckets_s()
-#: The logger's own per-step process figures, exported under the semantic conventions' names and units
-#: (docs/metrics.md): name → (instrument, unit, attributes). ``process.cpu.time`` is a counter (cumulative).
+#: The logger's own per-step process figures, exported under the semantic conventions' names and
+#: units (docs/metrics.md): name → (instrument, unit, attributes). ``process.cpu.time`` is a counter
+#: (cumulative).
 SEMCONV_FIGURES: dict[str, tuple[str, str, dict[str, str]]] = {
     "memory/rss_bytes": ("process.memory.usage", "By", {}),
     "memory/rss_peak_bytes": ("titan.process.memory.peak", "By", {}),
@@ -150,19 +158,22 @@ SEMCONV_FIGURES: dict[str, tuple[str, str, dict[str, str]]] = {
     "memory/cuda_step_peak_allocated_bytes": ("titan.gpu.memory.step_peak_allocated", "By", {}),
 }
 OVERFLOW_NAME = "_overflow"
-#: At most this many prefixes are named in ``titan.metrics.overflow``; the rest count under ``_other``.
+#: At most this many prefixes are named in ``titan.metrics.overflow``; the rest count under
+#: ``_other``.
 MAX_OVERFLOW_PREFIXES = 100
 #: The logger's own per-step figures: never dropped by the name cap, never counted against it.
 OWN_FIGURES = process_figures.FIGURE_NAMES | host_figures.FIGURE_NAMES
 _INVALID = re.compile(r"[^A-Za-z0-9_./-]")
-#: What a name becomes in Prometheus (runs of anything but letters, digits and ``:`` as one ``_``), lowercased:
-#: OpenTelemetry instrument names are case-insensitive, so ``Loss`` and ``loss`` are one instrument to the SDK.
+#: What a name becomes in Prometheus (runs of anything but letters, digits and ``:`` as one ``_``),
+#: lowercased: OpenTelemetry instrument names are case-insensitive, so ``Loss`` and ``loss`` are one
+#: instrument to the SDK.
 _EXPOSED = re.compile(r"[^a-z0-9:]+")
 _SPAN, _SCALAR = RecordKind.SPAN, RecordKind.SCALAR
 
 
 def metrics_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The handler factory ``OTEL_METRICS_EXPORTER`` asks for (none when unset, ``none`` or the SDK is disabled).
+    """The handler factory ``OTEL_METRICS_EXPORTER`` asks for (none when unset, ``none`` or the SDK
+    is disabled).
 
     Example:
         >>> metrics_exporter_handler_specs({"OTEL_METRICS_EXPORTER": "prometheus"})
@@ -176,7 +187,8 @@ def metrics_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> 
 
 
 def summary_views() -> list[View]:
-    """The summary histogram keeps its sum and count even where the exporter prefers exponential histograms.
+    """The summary histogram keeps its sum and count even where the exporter prefers exponential
+    histograms.
 
     A View's aggregation beats the reader's preference
     (``OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION``), which
@@ -186,11 +198,17 @@ def summary_views() -> list[View]:
         >>> [v._instrument_name for v in summary_views()]
         ['titan.span.duration.summary']
     """
-    return [View(instrument_name="titan.span.duration.summary", aggregation=ExplicitBucketHistogramAggregation(boundaries=()))]
+    return [
+        View(
+            instrument_name="titan.span.duration.summary",
+            aggregation=ExplicitBucketHistogramAggregation(boundaries=()),
+        )
+    ]
 
 
 def instrument_name(name: str) -> str:
-    """A valid OpenTelemetry instrument name for a scalar name (at most 255 characters, starting with a letter).
+    """A valid OpenTelemetry instrument name for a scalar name (at most 255 characters, starting
+    with a letter).
 
     Example:
         >>> instrument_name("memory/rss_bytes"), instrument_name("2nd loss"), instrument_name("grad norm")
@@ -203,7 +221,8 @@ def instrument_name(name: str) -> str:
 
 
 def name_prefix(name: str) -> str:
-    """The family a scalar name belongs to, for the name cap: before its last ``/``, else its first ``.``.
+    """The family a scalar name belongs to, for the name cap: before its last ``/``, else its first
+    ``.``.
 
     A family (the per-parameter grad norms, say) may take at most half of
     ``OTEL_TITAN_METRICS_MAX_NAMES``, so 1,200 of them logged before ``loss``
@@ -221,7 +240,8 @@ def name_prefix(name: str) -> str:
 
 
 def exposed_key(name: str) -> str:
-    """The name two scalar names collide on: the SDK's (case-insensitive) and Prometheus's (``/`` and ``.`` as ``_``).
+    """The name two scalar names collide on: the SDK's (case-insensitive) and Prometheus's (``/``
+    and ``.`` as ``_``).
 
     Example:
         >>> exposed_key("train/loss") == exposed_key("train.loss") == exposed_key("Train_Loss")
@@ -231,7 +251,8 @@ def exposed_key(name: str) -> str:
 
 
 def _distinct_name(name: str) -> str:
-    """An instrument name for `name` that no other name has: the name plus 6 hex digits of its sha1 (the same on every rank)."""
+    """An instrument name for `name` that no other name has: the name plus 6 hex digits of its sha1
+    (the same on every rank)."""
     return f"{instrument_name(name)[:240]}_{hashlib.sha1(name.encode('utf-8', 'surrogatepass')).hexdigest()[:6]}"
 
 
@@ -251,7 +272,10 @@ def _max_names(environ: Mapping[str, str]) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"{OTEL_TITAN_METRICS_MAX_NAMES}={raw!r} must be an int >= 1 (distinct scalar names, and span names, recorded as metrics)")
+        raise ValueError(
+            f"{OTEL_TITAN_METRICS_MAX_NAMES}={raw!r} must be an int >= 1 (distinct scalar names, "
+            "and span names, recorded as metrics)"
+        )
     return value
 
 
@@ -298,36 +322,78 @@ class MetricsSpanExporter(TitanSpanExporter):
         meter = provider.get_meter("otel_titan", __version__)
         self._meter = meter
         self._bucketed = meter.create_histogram(
-            "titan.span.duration", unit="s", description="Span duration (per-rank allowlist: OTEL_TITAN_METRICS_PER_RANK)", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
+            "titan.span.duration",
+            unit="s",
+            description="Span duration (per-rank allowlist: OTEL_TITAN_METRICS_PER_RANK)",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
-        self._summary = meter.create_histogram("titan.span.duration.summary", unit="s", description="Span duration, sum and count only (names outside the per-rank allowlist)", explicit_bucket_boundaries_advisory=())
+        self._summary = meter.create_histogram(
+            "titan.span.duration.summary",
+            unit="s",
+            description="Span duration, sum and count only (names outside the per-rank allowlist)",
+            explicit_bucket_boundaries_advisory=(),
+        )
         self._step_duration = meter.create_histogram(
-            "titan.step.duration", unit="s", description="From the first span start of a step to the first of the next", explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
+            "titan.step.duration",
+            unit="s",
+            description="From the first span start of a step to the first of the next",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S,
         )
-        self._step_gauge = meter.create_gauge("titan.step", unit="{step}", description="The latest training step seen")
-        self._steps_completed = meter.create_counter("titan.steps.completed", unit="{step}", description="Steps that ended (a later step began)")
+        self._step_gauge = meter.create_gauge(
+            "titan.step", unit="{step}", description="The latest training step seen"
+        )
+        self._steps_completed = meter.create_counter(
+            "titan.steps.completed",
+            unit="{step}",
+            description="Steps that ended (a later step began)",
+        )
         self._overflow = meter.create_counter(
-            "titan.metrics.overflow", unit="{value}", description=f"Values not recorded under their own name: more than {max_names} distinct names, or half of them under one prefix"
+            "titan.metrics.overflow",
+            unit="{value}",
+            description=f"Values not recorded under their own name: more than {max_names} distinct names, or half of them under one prefix",
         )
         self._nonfinite = meter.create_counter(
-            "titan.scalar.nonfinite", unit="{value}", description="log_trace_scalar values that were NaN or infinite (exported as they are; this counts them between scrapes)"
+            "titan.scalar.nonfinite",
+            unit="{value}",
+            description="log_trace_scalar values that were NaN or infinite (exported as they are; this counts them between scrapes)",
         )
-        meter.create_observable_counter("titan.logger.records", callbacks=[self._observe_health], unit="{record}", description="The logger's own records: written, dropped, skipped, failed")
-        #: The semantic-convention instruments of the logger's own figures (`SEMCONV_FIGURES`), made on first use.
+        meter.create_observable_counter(
+            "titan.logger.records",
+            callbacks=[self._observe_health],
+            unit="{record}",
+            description="The logger's own records: written, dropped, skipped, failed",
+        )
+        #: The semantic-convention instruments of the logger's own figures (`SEMCONV_FIGURES`), made
+        #: on first use.
         self._figures: dict[str, Any] = {}
-        #: ``process.cpu.time`` by ``cpu.mode``: the latest cumulative figures, observed at each export.
+        #: ``process.cpu.time`` by ``cpu.mode``: the latest cumulative figures, observed at each
+        #: export.
         self._cpu_time: dict[str, float] = {}
         self._gauges: dict[str, Any] = {}
-        #: `exposed_key` → the name that has it: the logger's own instruments, then the scalars in order of arrival.
+        #: `exposed_key` → the name that has it: the logger's own instruments, then the scalars in
+        #: order of arrival.
         self._exposed: dict[str, str] = {}
-        for own in ("titan.span.duration", "titan.span.duration.summary", "titan.step.duration", "titan.step", "titan.steps.completed",
-                    "titan.metrics.overflow", "titan.scalar.nonfinite", "titan.logger.records", *(entry[0] for entry in SEMCONV_FIGURES.values())):
-            self._exposed[exposed_key(own)] = self._exposed[exposed_key(own) + "_total"] = f"the logger's own {own}"
-        #: Scalar names exported under a distinct name because theirs collided (name → instrument name).
+        for own in (
+            "titan.span.duration",
+            "titan.span.duration.summary",
+            "titan.step.duration",
+            "titan.step",
+            "titan.steps.completed",
+            "titan.metrics.overflow",
+            "titan.scalar.nonfinite",
+            "titan.logger.records",
+            *(entry[0] for entry in SEMCONV_FIGURES.values()),
+        ):
+            self._exposed[exposed_key(own)] = self._exposed[exposed_key(own) + "_total"] = (
+                f"the logger's own {own}"
+            )
+        #: Scalar names exported under a distinct name because theirs collided (name → instrument
+        #: name).
         self.renamed: dict[str, str] = {}
         #: Scalar names recorded per prefix (`name_prefix`), for the per-prefix share of the cap.
         self._per_prefix: dict[str, int] = {}
-        #: Values dropped per prefix (scalars) or span name prefix (spans), as counted in ``titan.metrics.overflow``.
+        #: Values dropped per prefix (scalars) or span name prefix (spans), as counted in
+        #: ``titan.metrics.overflow``.
         self.overflow_by_prefix: dict[str, int] = {}
         self._user_names = 0
         #: Scalar values that were NaN or ±Inf (exported as they are).
@@ -353,7 +419,9 @@ class MetricsSpanExporter(TitanSpanExporter):
             if isinstance(exporter, DeliveryCounted):
                 continue  # counted below, every signal alike (traces, logs, records)
             written += int(getattr(exporter, "written_records", 0) or 0)
-            failed += int(getattr(exporter, "failed_records", 0) or 0) + int(getattr(exporter, "failed_spans", 0) or 0)
+            failed += int(getattr(exporter, "failed_records", 0) or 0) + int(
+                getattr(exporter, "failed_spans", 0) or 0
+            )
             dropped += int(getattr(exporter, "dropped_spans", 0) or 0)
         for entry in delivery_losses(self._pipeline).values():
             dropped += entry["dropped"]
@@ -403,7 +471,12 @@ class MetricsSpanExporter(TitanSpanExporter):
             self._step_duration.record((start_ns - started) / 1e9)
 
     def _scalar(self, name: str | None, value: Any) -> None:
-        if name is None or isinstance(value, bool) or not isinstance(value, (int, float)) or name in self._host_names:
+        if (
+            name is None
+            or isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or name in self._host_names
+        ):
             return  # a host figure: already the host's own gauge (``host.…``), read at each export
         if name in SEMCONV_FIGURES:
             self._figure(name, value)
@@ -423,22 +496,36 @@ class MetricsSpanExporter(TitanSpanExporter):
         instrument_name_, unit, attributes = SEMCONV_FIGURES[name]
         if instrument_name_ == "process.cpu.time":
             if not self._cpu_time:
-                self._meter.create_observable_counter(instrument_name_, callbacks=[self._observe_cpu_time], unit=unit, description="CPU time of the process, all threads, since it started")
+                self._meter.create_observable_counter(
+                    instrument_name_,
+                    callbacks=[self._observe_cpu_time],
+                    unit=unit,
+                    description="CPU time of the process, all threads, since it started",
+                )
             self._cpu_time[attributes["cpu.mode"]] = float(value)
             return
         gauge = self._figures.get(instrument_name_)
         if gauge is None:
-            gauge = self._figures[instrument_name_] = self._meter.create_gauge(instrument_name_, unit=unit, description=f"otel-titan's per-step {name!r}, read when the step ended")
+            gauge = self._figures[instrument_name_] = self._meter.create_gauge(
+                instrument_name_,
+                unit=unit,
+                description=f"otel-titan's per-step {name!r}, read when the step ended",
+            )
         gauge.set(value, attributes or None)
 
     def _observe_cpu_time(self, _options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(seconds, {"cpu.mode": mode}) for mode, seconds in list(self._cpu_time.items())]
+        return [
+            Observation(seconds, {"cpu.mode": mode})
+            for mode, seconds in list(self._cpu_time.items())
+        ]
 
     def _new_gauge(self, name: str) -> Any:
         """The gauge for a new scalar name, or None when the cap drops it (counted, warned)."""
         if name not in OWN_FIGURES:  # the logger's own figures are a few, known names: always kept
             prefix = name_prefix(name)
-            if self._user_names >= self._max_names or self._per_prefix.get(prefix, 0) >= max(1, self._max_names // 2):
+            if self._user_names >= self._max_names or self._per_prefix.get(prefix, 0) >= max(
+                1, self._max_names // 2
+            ):
                 self._overflowed("scalar", name, prefix)
                 return None
             self._user_names += 1
@@ -446,10 +533,12 @@ class MetricsSpanExporter(TitanSpanExporter):
         exported = instrument_name(name)
         key = exposed_key(exported)
         holder = self._exposed.get(key)
-        if holder is not None:  # two families of one name: Prometheus would keep the first and say nothing
+        # two families of one name: Prometheus would keep the first and say nothing
+        if holder is not None:
             exported = self.renamed[name] = _distinct_name(name)
             _log.warning(
-                "otel-titan: scalar %r and %s are one metric name to OpenTelemetry and Prometheus (%r); %r is exported as %r (its description keeps the name)",
+                "otel-titan: scalar %r and %s are one metric name to OpenTelemetry and Prometheus "
+                "(%r); %r is exported as %r (its description keeps the name)",
                 name,
                 holder if holder.startswith("the logger's own") else repr(holder),
                 key,
@@ -458,7 +547,9 @@ class MetricsSpanExporter(TitanSpanExporter):
             )
             key = exposed_key(exported)
         self._exposed[key] = name
-        gauge = self._gauges[name] = self._meter.create_gauge(exported, description=f"log_trace_scalar {name!r}")
+        gauge = self._gauges[name] = self._meter.create_gauge(
+            exported, description=f"log_trace_scalar {name!r}"
+        )
         return gauge
 
     def _set_nonfinite(self, gauge: Any, name: str, value: float) -> None:
@@ -473,15 +564,26 @@ class MetricsSpanExporter(TitanSpanExporter):
         self.nonfinite += 1
         self._nonfinite.add(1, {"titan.scalar.name": name})
         if self._warned.first(("nonfinite", name)):
-            _log.warning("otel-titan: scalar %r is %s; exported as it is and counted in titan.scalar.nonfinite (later ones are not warned about)", name, value)
+            _log.warning(
+                "otel-titan: scalar %r is %s; exported as it is and counted in "
+                "titan.scalar.nonfinite (later ones are not warned about)",
+                name,
+                value,
+            )
         consumer = getattr(gauge, "_measurement_consumer", None)
         if consumer is None or _Measurement is None:
             return  # an SDK without the internals this relies on: the counter still says it
         try:
-            consumer.consume_measurement(_Measurement(value, time.time_ns(), gauge, context_api.get_current(), None))
+            consumer.consume_measurement(
+                _Measurement(value, time.time_ns(), gauge, context_api.get_current(), None)
+            )
         except Exception:  # noqa: BLE001 - an SDK that changed: the counter still says it
             if self._warned.first("nonfinite-consume"):
-                _log.warning("otel-titan: this OpenTelemetry SDK does not take a non-finite gauge value; only titan.scalar.nonfinite counts them", exc_info=True)
+                _log.warning(
+                    "otel-titan: this OpenTelemetry SDK does not take a non-finite gauge value; "
+                    "only titan.scalar.nonfinite counts them",
+                    exc_info=True,
+                )
 
     def _duration(self, span: ReadableSpan) -> None:
         name = span.name
@@ -491,21 +593,36 @@ class MetricsSpanExporter(TitanSpanExporter):
                 self._overflowed("span", name, name_prefix(name))
                 entry = self._span_attrs.get(OVERFLOW_NAME)
                 if entry is None:
-                    entry = self._span_attrs[OVERFLOW_NAME] = (self._summary, {"titan.span.name": OVERFLOW_NAME})
+                    entry = self._span_attrs[OVERFLOW_NAME] = (
+                        self._summary,
+                        {"titan.span.name": OVERFLOW_NAME},
+                    )
             else:
                 bucketed = any(fnmatch.fnmatchcase(name, pattern) for pattern in self._per_rank)
-                entry = self._span_attrs[name] = (self._bucketed if bucketed else self._summary, {"titan.span.name": name})
+                entry = self._span_attrs[name] = (
+                    self._bucketed if bucketed else self._summary,
+                    {"titan.span.name": name},
+                )
         instrument, attributes = entry
         duration_s = (span.end_time - span.start_time) / 1e9  # type: ignore[operator]  # an ended span has both times
         if instrument is self._bucketed:
             # In the span's context: the trace-based exemplar filter links the bucket to this trace.
-            instrument.record(duration_s, attributes, context=trace_api.set_span_in_context(trace_api.NonRecordingSpan(span.get_span_context())))  # type: ignore[arg-type]  # an ended span has its context
+            instrument.record(
+                duration_s,
+                attributes,
+                context=trace_api.set_span_in_context(
+                    trace_api.NonRecordingSpan(span.get_span_context())  # type: ignore[arg-type]  # an ended span has its context
+                ),
+            )
         else:  # no buckets to link: skip the context (a third of the cost of a record)
             instrument.record(duration_s, attributes)
 
     def _overflowed(self, kind: str, name: str, prefix: str) -> None:
         self.overflowed += 1
-        if prefix not in self.overflow_by_prefix and len(self.overflow_by_prefix) >= MAX_OVERFLOW_PREFIXES:
+        if (
+            prefix not in self.overflow_by_prefix
+            and len(self.overflow_by_prefix) >= MAX_OVERFLOW_PREFIXES
+        ):
             prefix = "_other"  # bounded: a name with a step number in it is a new prefix every step
         self.overflow_by_prefix[prefix] = self.overflow_by_prefix.get(prefix, 0) + 1
         self._overflow.add(1, {"kind": kind, "titan.metric.prefix": prefix})
@@ -514,13 +631,24 @@ class MetricsSpanExporter(TitanSpanExporter):
         if not self._warned.first(("overflow", kind, None if full else prefix)):
             return
         if kind == "span":
-            why, what = f"more than {self._max_names} distinct span names", f"recorded as {OVERFLOW_NAME!r}"
+            why, what = (
+                f"more than {self._max_names} distinct span names",
+                f"recorded as {OVERFLOW_NAME!r}",
+            )
         elif full:
-            why, what = f"more than {self._max_names} distinct scalar names", "not exported as metrics"
+            why, what = (
+                f"more than {self._max_names} distinct scalar names",
+                "not exported as metrics",
+            )
         else:
-            why, what = f"the prefix {prefix!r} has its share of the names ({max(1, self._max_names // 2)}, half of {self._max_names})", "not exported as metrics"
+            why, what = (
+                f"the prefix {prefix!r} has its share of the names "
+                f"({max(1, self._max_names // 2)}, half of {self._max_names})",
+                "not exported as metrics",
+            )
         _log.warning(
-            "otel-titan: %s; %r and later new %s are %s (counted in titan.metrics.overflow by kind and titan.metric.prefix; "
+            "otel-titan: %s; %r and later new %s are %s (counted in titan.metrics.overflow by "
+            "kind and titan.metric.prefix; "
             "the first names and the logger's own figures are kept). Raise %s if they are wanted",
             why,
             name,
@@ -534,7 +662,8 @@ class MetricsSpanExporter(TitanSpanExporter):
     drain_last = True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Nothing to push now: readers export every ``OTEL_METRIC_EXPORT_INTERVAL`` and at shutdown.
+        """Nothing to push now: readers export every ``OTEL_METRIC_EXPORT_INTERVAL`` and at
+        shutdown.
 
         A synchronous export here would hold the processor thread (and the
         JSONL file behind it) for as long as a dead collector takes to time out.
@@ -542,8 +671,11 @@ class MetricsSpanExporter(TitanSpanExporter):
         return True
 
     def drain(self, timeout: float) -> bool:
-        """SIGTERM: push what was recorded, within `timeout` seconds (the signal watcher's thread)."""
-        return self._bounded(lambda: self.provider.force_flush(timeout_millis=int(timeout * 1000)), timeout)
+        """SIGTERM: push what was recorded, within `timeout` seconds (the signal watcher's
+        thread)."""
+        return self._bounded(
+            lambda: self.provider.force_flush(timeout_millis=int(timeout * 1000)), timeout
+        )
 
     def shutdown(self) -> None:
         """Export once more and stop the readers, giving a backend at most `shutdown_timeout_s`."""
@@ -558,13 +690,15 @@ class MetricsSpanExporter(TitanSpanExporter):
             self.host.close()
 
     def close_after_fork(self) -> None:
-        """In a forked child: the parent's readers, threads and port are not ours; record nothing more, let go of the port."""
+        """In a forked child: the parent's readers, threads and port are not ours; record nothing
+        more, let go of the port."""
         self._shut = True
         if self._readers is not None:
             self._readers.close_after_fork()
 
     def opened_record_fields(self) -> dict[str, str]:
-        """For the JSONL opening record: where this rank serves ``/metrics`` (a taken port moves it)."""
+        """For the JSONL opening record: where this rank serves ``/metrics`` (a taken port moves
+        it)."""
         address = self._readers.prometheus if self._readers is not None else None
         if address is None:
             return {}
@@ -573,7 +707,8 @@ class MetricsSpanExporter(TitanSpanExporter):
 
     @staticmethod
     def _bounded(call: Any, timeout: float) -> bool:
-        """Run `call` on a helper thread and wait at most `timeout` (+0.5 s): a hung backend never holds us."""
+        """Run `call` on a helper thread and wait at most `timeout` (+0.5 s): a hung backend never
+        holds us."""
         result: list[Any] = []
 
         def run() -> None:
@@ -611,9 +746,23 @@ def register_metrics_handler(
     readers = build_readers(names, local_rank)
     if not readers.readers:
         readers.close()
-        raise HandlerSkipped(f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the warning above)")
-    provider = MeterProvider(resource=resource, metric_readers=readers.readers, views=summary_views())
+        raise HandlerSkipped(
+            f"no metric reader could start for OTEL_METRICS_EXPORTER={','.join(names)} (see the "
+            "warning above)"
+        )
+    provider = MeterProvider(
+        resource=resource, metric_readers=readers.readers, views=summary_views()
+    )
     host = None
     if local_rank in (0, None) and flag(OTEL_TITAN_HOST_METRICS, True, environ):
         host = HostMetrics(provider)  # psutil and NVML are imported by it only now
-    add_span_exporter(MetricsSpanExporter(provider, per_rank=per_rank, max_names=max_names, stats=stats, readers=readers, host=host))
+    add_span_exporter(
+        MetricsSpanExporter(
+            provider,
+            per_rank=per_rank,
+            max_names=max_names,
+            stats=stats,
+            readers=readers,
+            host=host,
+        )
+    )

@@ -53,13 +53,15 @@ _warned_lock = threading.Lock()
 
 
 def forget_warnings() -> None:
-    """Forget which values were warned about: the next unknown value is warned about again (a new session, a test)."""
+    """Forget which values were warned about: the next unknown value is warned about again (a new
+    session, a test)."""
     with _warned_lock:
         _warned.clear()
 
 
 def ignored_value(name: str, raw: str, why: str) -> None:
-    """Warn, once per variable and value, that a standard variable's value is ignored (init goes on).
+    """Warn, once per variable and value, that a standard variable's value is ignored (init goes
+    on).
 
     Example:
         >>> ignored_value("OTEL_TRACES_EXPORTER", "zipkin", "unsupported exporter 'zipkin' (supported: otlp, console, none)")
@@ -68,11 +70,20 @@ def ignored_value(name: str, raw: str, why: str) -> None:
         if (name, raw) in _warned:
             return
         _warned.add((name, raw))
-    _log.warning("otel-titan: %s=%r: %s; ignored, as the OpenTelemetry specification asks for unknown values", name, raw, why)
+    _log.warning(
+        "otel-titan: %s=%r: %s; ignored, as the OpenTelemetry specification asks for unknown "
+        "values",
+        name,
+        raw,
+        why,
+    )
 
 
-def exporter_names(name: str, supported: Iterable[str], environ: Mapping[str, str] | None = None, hint: str = "") -> list[str]:
-    """The names in the comma-separated exporter variable `name` that are `supported` (``none`` removed, duplicates once); the rest warned about and ignored.
+def exporter_names(
+    name: str, supported: Iterable[str], environ: Mapping[str, str] | None = None, hint: str = ""
+) -> list[str]:
+    """The names in the comma-separated exporter variable `name` that are `supported` (``none``
+    removed, duplicates once); the rest warned about and ignored.
 
     Example:
         >>> exporter_names("OTEL_TRACES_EXPORTER", ("otlp", "console"), {"OTEL_TRACES_EXPORTER": "otlp, zipkin,otlp"})
@@ -85,14 +96,19 @@ def exporter_names(name: str, supported: Iterable[str], environ: Mapping[str, st
         if not part or part == "none" or part in out:
             continue
         if part not in known:
-            ignored_value(name, raw, f"unsupported exporter {part!r} (supported: {', '.join(known)}, none{hint})")
+            ignored_value(
+                name,
+                raw,
+                f"unsupported exporter {part!r} (supported: {', '.join(known)}, none{hint})",
+            )
             continue
         out.append(part)
     return out
 
 
 def signal_protocol(signal: str, environ: Mapping[str, str] | None = None) -> str:
-    """The OTLP transport for `signal` (``TRACES``, ``METRICS``, ``LOGS``): its own variable, then the generic one, else ``http/protobuf``.
+    """The OTLP transport for `signal` (``TRACES``, ``METRICS``, ``LOGS``): its own variable, then
+    the generic one, else ``http/protobuf``.
 
     An unknown value is warned about and ignored (the next variable decides);
     ``http/json``, which the Python exporter does not implement, means ``http/protobuf``.
@@ -111,7 +127,12 @@ def signal_protocol(signal: str, environ: Mapping[str, str] | None = None) -> st
         if value in _PROTOCOLS:
             return value
         if value == "http/json":
-            ignored_value(name, value, "the Python OTLP exporter does not implement http/json: http/protobuf is used (an OTLP/HTTP collector takes both on the same port)")
+            ignored_value(
+                name,
+                value,
+                "the Python OTLP exporter does not implement http/json: http/protobuf is used (an "
+                "OTLP/HTTP collector takes both on the same port)",
+            )
             return DEFAULT_PROTOCOL
         ignored_value(name, value, f"unsupported protocol (use one of: {', '.join(_PROTOCOLS)})")
     return DEFAULT_PROTOCOL
@@ -132,7 +153,8 @@ def sdk_disabled(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def traces_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The exporter names in ``OTEL_TRACES_EXPORTER`` (``none`` removed); unknown names are warned about and ignored.
+    """The exporter names in ``OTEL_TRACES_EXPORTER`` (``none`` removed); unknown names are warned
+    about and ignored.
 
     Example:
         >>> traces_exporters({"OTEL_TRACES_EXPORTER": "otlp, console"})

@@ -48,21 +48,35 @@ from otel_titan._version import __version__
 from otel_titan.core.exporter import HandlerSkipped, StartAwareSpanExporter
 from otel_titan.core.log_context import current_span_ids
 from otel_titan.exporters.batch_sender import run_batches
-from otel_titan.exporters.otel_env import exporter_names, ignored_value, sdk_disabled, signal_protocol
+from otel_titan.exporters.otel_env import (
+    exporter_names,
+    ignored_value,
+    sdk_disabled,
+    signal_protocol,
+)
 from otel_titan.exporters.otlp import quiet_exporter_logs
 
-__all__ = ["OtelLogHandler", "OtelLogsExporter", "register_otel_logs_handler", "logs_exporters", "logs_exporter_handler_specs", "LOGS_HANDLER"]
+__all__ = [
+    "OtelLogHandler",
+    "OtelLogsExporter",
+    "register_otel_logs_handler",
+    "logs_exporters",
+    "logs_exporter_handler_specs",
+    "LOGS_HANDLER",
+]
 
 _log = logging.getLogger("otel_titan")
 
 LOGS_HANDLER = "otel_titan.exporters.otel_logs.register_otel_logs_handler"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-#: Loggers whose records are never exported: the SDK's own (a failure to export must not be exported).
+#: Loggers whose records are never exported: the SDK's own (a failure to export must not be
+#: exported).
 _NEVER_SENT = ("opentelemetry", "grpc", "urllib3")
 
 
 def logs_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The names in ``OTEL_LOGS_EXPORTER`` (``none`` removed); only ``otlp`` is supported, others are warned about and ignored.
+    """The names in ``OTEL_LOGS_EXPORTER`` (``none`` removed); only ``otlp`` is supported, others
+    are warned about and ignored.
 
     ``console`` too: the console already shows every line (a second copy as
     JSON would interleave with it).
@@ -73,11 +87,14 @@ def logs_exporters(environ: Mapping[str, str] | None = None) -> list[str]:
         >>> logs_exporters({"OTEL_LOGS_EXPORTER": "console"})
         []
     """
-    return exporter_names("OTEL_LOGS_EXPORTER", ("otlp",), environ, hint="; the console already shows the log")
+    return exporter_names(
+        "OTEL_LOGS_EXPORTER", ("otlp",), environ, hint="; the console already shows the log"
+    )
 
 
 def logs_exporter_handler_specs(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The handler factory ``OTEL_LOGS_EXPORTER`` asks for (none when unset, ``none`` or the SDK is disabled).
+    """The handler factory ``OTEL_LOGS_EXPORTER`` asks for (none when unset, ``none`` or the SDK is
+    disabled).
 
     Example:
         >>> logs_exporter_handler_specs({"OTEL_LOGS_EXPORTER": "otlp"})
@@ -103,7 +120,8 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _severity(levelno: int) -> SeverityNumber:
-    # The specification's mapping of Python levels: DEBUG 5, INFO 9, WARNING 13, ERROR 17, CRITICAL 21.
+    # The specification's mapping of Python levels: DEBUG 5, INFO 9, WARNING 13, ERROR 17, CRITICAL
+    # 21.
     if levelno >= logging.CRITICAL:
         return SeverityNumber.FATAL
     if levelno >= logging.ERROR:
@@ -116,14 +134,17 @@ def _severity(levelno: int) -> SeverityNumber:
 
 
 def _exception_attributes(exc_info: Any) -> dict[str, str] | None:
-    """``exception.type``, ``.message`` and ``.stacktrace`` (the semantic conventions) of a ``logger.exception`` record."""
+    """``exception.type``, ``.message`` and ``.stacktrace`` (the semantic conventions) of a
+    ``logger.exception`` record."""
     if exc_info is True:
         exc_info = sys.exc_info()
     if not isinstance(exc_info, tuple) or exc_info[0] is None:
         return None
     kind, value, tb = exc_info
     return {
-        "exception.type": f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ not in ("builtins", "__main__") else kind.__qualname__,
+        "exception.type": f"{kind.__module__}.{kind.__qualname__}"
+        if kind.__module__ not in ("builtins", "__main__")
+        else kind.__qualname__,
         "exception.message": str(value),
         "exception.stacktrace": "".join(traceback.format_exception(kind, value, tb)),
     }
@@ -156,7 +177,21 @@ class OtelLogHandler(logging.Handler):
         except Exception:  # noqa: BLE001 - logging's own convention: report, never raise into the caller
             self.handleError(record)
             return
-        queue.append((int(record.created * 1e9), record.levelno, record.levelname, message, record.name, record.pathname, record.lineno, record.funcName, record.thread, ids, exception))
+        queue.append(
+            (
+                int(record.created * 1e9),
+                record.levelno,
+                record.levelname,
+                message,
+                record.name,
+                record.pathname,
+                record.lineno,
+                record.funcName,
+                record.thread,
+                ids,
+                exception,
+            )
+        )
         if len(queue) >= owner.max_export_batch_size:
             owner._wake.set()
 
@@ -212,11 +247,13 @@ class OtelLogsExporter(StartAwareSpanExporter):
         return SpanExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Nothing synchronous here: the records go every ``OTEL_BLRP_SCHEDULE_DELAY`` and at shutdown."""
+        """Nothing synchronous here: the records go every ``OTEL_BLRP_SCHEDULE_DELAY`` and at
+        shutdown."""
         return True
 
     def delivery_losses(self) -> tuple[str, int, int]:
-        """``("logs:otlp", dropped, failed)`` records since init (the closing record, the health counters)."""
+        """``("logs:otlp", dropped, failed)`` records since init (the closing record, the health
+        counters)."""
         return ("logs:otlp", self.dropped_logs, self.failed_logs)
 
     def drain(self, timeout: float) -> bool:
@@ -260,7 +297,15 @@ class OtelLogsExporter(StartAwareSpanExporter):
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
-        run_batches(self._queue, self._wake, self._idle, self._schedule_delay_s, self.max_export_batch_size, self._send, lambda: self._stopping)
+        run_batches(
+            self._queue,
+            self._wake,
+            self._idle,
+            self._schedule_delay_s,
+            self.max_export_batch_size,
+            self._send,
+            lambda: self._stopping,
+        )
 
     def _send(self, batch: list[tuple[Any, ...]]) -> None:
         records = [self._record(item) for item in batch]
@@ -276,21 +321,38 @@ class OtelLogsExporter(StartAwareSpanExporter):
         self._warn_dropped()
 
     def _warn_dropped(self) -> None:
-        """Once, from this thread (never the writing thread, whose handler is the one dropping): records were dropped."""
+        """Once, from this thread (never the writing thread, whose handler is the one dropping):
+        records were dropped."""
         if self._warned_drop or not self.dropped_logs:
             return
         self._warned_drop = True
         _log.warning(
-            "otel-titan: OTLP log records are being dropped: %d waiting records (OTEL_BLRP_MAX_QUEUE_SIZE) while the collector is slow or down; "
-            "counted in the closing record (exporter_losses) and titan.logger.records{outcome=dropped}, not warned about again",
+            "otel-titan: OTLP log records are being dropped: %d waiting records "
+            "(OTEL_BLRP_MAX_QUEUE_SIZE) while the collector is slow or down; "
+            "counted in the closing record (exporter_losses) and "
+            "titan.logger.records{outcome=dropped}, not warned about again",
             self.max_queue_size,
         )
 
     def _record(self, item: tuple[Any, ...]) -> ReadWriteLogRecord:
-        created_ns, levelno, levelname, message, name, path, lineno, function, thread, ids, exception = item
+        (
+            created_ns,
+            levelno,
+            levelname,
+            message,
+            name,
+            path,
+            lineno,
+            function,
+            thread,
+            ids,
+            exception,
+        ) = item
         context = None
         if ids is not None:
-            context = trace.set_span_in_context(NonRecordingSpan(SpanContext(ids[0], ids[1], False, _SAMPLED)))
+            context = trace.set_span_in_context(
+                NonRecordingSpan(SpanContext(ids[0], ids[1], False, _SAMPLED))
+            )
         record = LogRecord(
             timestamp=created_ns,
             observed_timestamp=time.time_ns(),
@@ -298,9 +360,18 @@ class OtelLogsExporter(StartAwareSpanExporter):
             severity_text=levelname,  # Python's own (WARNING, CRITICAL), as the SDK's handler sends it; the number says WARN, FATAL
             severity_number=_severity(levelno),
             body=message,
-            attributes={"code.file.path": path, "code.line.number": lineno, "code.function.name": function, "thread.id": thread, "logger.name": name, **(exception or {})},
+            attributes={
+                "code.file.path": path,
+                "code.line.number": lineno,
+                "code.function.name": function,
+                "thread.id": thread,
+                "logger.name": name,
+                **(exception or {}),
+            },
         )
-        return ReadWriteLogRecord(log_record=record, resource=self._resource, instrumentation_scope=self._scope)
+        return ReadWriteLogRecord(
+            log_record=record, resource=self._resource, instrumentation_scope=self._scope
+        )
 
 
 def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: Any) -> None:
@@ -317,4 +388,12 @@ def register_otel_logs_handler(add_span_exporter: Any, resource: Resource, **_: 
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     else:
         from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # type: ignore[assignment]  # either protocol's
-    add_span_exporter(OtelLogsExporter(OTLPLogExporter(), resource, max_queue_size=max_queue, max_export_batch_size=min(batch, max_queue), schedule_delay_s=delay_s))
+    add_span_exporter(
+        OtelLogsExporter(
+            OTLPLogExporter(),
+            resource,
+            max_queue_size=max_queue,
+            max_export_batch_size=min(batch, max_queue),
+            schedule_delay_s=delay_s,
+        )
+    )

@@ -2,22 +2,22 @@
 
 Usually selected with the standard variables, nothing else::
 
-    OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 torchrun ... train.py
+    OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 torchrun ...
+    train.py
 
-or named in a handler list (``OTEL_TITAN_HANDLERS=...jsonl.register_jsonl_handler,otel_titan.exporters.otlp.register_otlp_handler``).
+or named in a handler list
+(``OTEL_TITAN_HANDLERS=...jsonl.register_jsonl_handler,otel_titan.exporters.otlp.register_otlp_handler``).
 
-The exporter is the standard ``opentelemetry-exporter-otlp`` one, over
-HTTP/protobuf (default) or gRPC as ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` /
-``OTEL_EXPORTER_OTLP_PROTOCOL`` say; endpoint, headers, timeout, compression,
-certificates and retries come from the standard ``OTEL_EXPORTER_OTLP_*``
-variables, read by that exporter untouched. Only its encoding step is
-replaced (`otlp_grpc`, `otlp_http`): `otlp_encoder.OtlpSpanEncoder` writes the
-same protobuf from cached fragments, a few µs per span instead of ~25 µs. It runs behind a `QueuedSpanExporter`: its
-own bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, default 16384 spans) and
-thread, batches of ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512) every
-``OTEL_BSP_SCHEDULE_DELAY`` ms (1000), so a collector that is down, slow or
-refusing never slows training or the JSONL file; drops are counted and shutdown
-gives the collector at most 3 s.
+The exporter is the standard ``opentelemetry-exporter-otlp`` one, over HTTP/protobuf (default) or
+gRPC as ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL`` say; endpoint,
+headers, timeout, compression, certificates and retries come from the standard
+``OTEL_EXPORTER_OTLP_*`` variables, read by that exporter untouched. Only its encoding step is
+replaced (`otlp_grpc`, `otlp_http`): `otlp_encoder.OtlpSpanEncoder` writes the same protobuf from
+cached fragments, a few µs per span instead of ~25 µs. It runs behind a `QueuedSpanExporter`: its
+own bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``, default 16384 spans) and thread, batches of
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512) every ``OTEL_BSP_SCHEDULE_DELAY`` ms (1000), so a collector
+that is down, slow or refusing never slows training or the JSONL file; drops are counted and
+shutdown gives the collector at most 3 s.
 
 What the backend receives: spans with their step attributes, errors with
 status and an ``exception`` event; instants and scalars as events on their
@@ -41,10 +41,15 @@ from otel_titan.exporters.otlp_grpc import grpc_exporter_class
 from otel_titan.exporters.otlp_http import http_exporter_class
 from otel_titan.exporters.queued import QueuedSpanExporter
 
-__all__ = ["register_otlp_handler", "register_console_handler", "is_sent_as_span", "quiet_exporter_logs"]
+__all__ = [
+    "register_otlp_handler",
+    "register_console_handler",
+    "is_sent_as_span",
+    "quiet_exporter_logs",
+]
 
-#: The loggers the OTLP exporters and the SDK's readers report export errors on, every signal's: a filter on a
-#: logger sees only what is logged on that very logger, so each is named.
+#: The loggers the OTLP exporters and the SDK's readers report export errors on, every signal's: a
+#: filter on a logger sees only what is logged on that very logger, so each is named.
 _OTLP_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.grpc.exporter",
     "opentelemetry.exporter.otlp.proto.grpc.metric_exporter",
@@ -106,7 +111,8 @@ class _ExporterLogFilter(logging.Filter):
         self._lock = threading.Lock()
 
     def reset(self) -> None:
-        """Forget what passed and what was held back (a fresh minute for every message and signal)."""
+        """Forget what passed and what was held back (a fresh minute for every message and
+        signal)."""
         with self._lock:
             self._last.clear()
             self._held.clear()
@@ -115,13 +121,19 @@ class _ExporterLogFilter(logging.Filter):
     def secrets() -> list[str]:
         """Header values of the standard variables (read each time: tests and users change them)."""
         values = []
-        for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_LOGS_HEADERS"):
+        for name in (
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+            "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+        ):
             for pair in os.environ.get(name, "").split(","):
                 _, _, value = pair.partition("=")
                 value = value.strip()
                 if value:
                     values.append(value)
-                    values.extend(part for part in value.split() if len(part) >= 6)  # "Bearer <token>": the token alone too
+                    # "Bearer <token>": the token alone too
+                    values.extend(part for part in value.split() if len(part) >= 6)
         return values
 
     def redact(self, text: str) -> str:
@@ -132,8 +144,13 @@ class _ExporterLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
-        # One key per message and signal: the gRPC exporters of all three share one logger and one message.
-        key = (record.name, str(record.msg), tuple(a for a in args if isinstance(a, str) and a in _SIGNALS))
+        # One key per message and signal: the gRPC exporters of all three share one logger and one
+        # message.
+        key = (
+            record.name,
+            str(record.msg),
+            tuple(a for a in args if isinstance(a, str) and a in _SIGNALS),
+        )
         now = time.monotonic()
         with self._lock:
             last = self._last.get(key)
@@ -162,7 +179,8 @@ _quiet = _ExporterLogFilter()
 
 
 def quiet_exporter_logs() -> None:
-    """Put the redacting, once-a-minute filter on every OTLP exporter's and SDK reader's logger (all signals)."""
+    """Put the redacting, once-a-minute filter on every OTLP exporter's and SDK reader's logger (all
+    signals)."""
     for name in _OTLP_LOGGERS:
         logger = logging.getLogger(name)
         if _quiet not in logger.filters:
@@ -181,7 +199,9 @@ def _session_honouring_otlp_certificate() -> Any:
     import requests  # a dependency of the HTTP exporter
 
     class Session(requests.Session):
-        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+        def merge_environment_settings(
+            self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+        ) -> Any:
             settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
             if isinstance(self.verify, str) and verify in (None, True):
                 settings["verify"] = self.verify

@@ -39,7 +39,10 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.common._internal import _encode_instrumentation_scope, _encode_resource
+from opentelemetry.exporter.otlp.proto.common._internal import (
+    _encode_instrumentation_scope,
+    _encode_resource,
+)
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanKind, StatusCode
@@ -56,7 +59,8 @@ _log = logging.getLogger("otel_titan")
 
 
 def _utf8(text: str) -> bytes:
-    """`text` as UTF-8, a lone surrogate (``surrogateescape``'d bytes) as its escape ``\\udcXX``: protobuf strings must be valid UTF-8.
+    """`text` as UTF-8, a lone surrogate (``surrogateescape``'d bytes) as its escape ``\\udcXX``:
+    protobuf strings must be valid UTF-8.
 
     Example:
         >>> _utf8("shard_\\udcff.bin"), _utf8("step")
@@ -128,7 +132,9 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, bytes):
         return _len_field(b"\x3a", value)
     if isinstance(value, (list, tuple)):
-        return _len_field(b"\x2a", b"".join(_len_field(b"\x0a", _any_value(item)) for item in value))
+        return _len_field(
+            b"\x2a", b"".join(_len_field(b"\x0a", _any_value(item)) for item in value)
+        )
     raise _Unsupported(value)
 
 
@@ -152,16 +158,21 @@ _EMPTY_STATUS = b"\x7a\x00"  # Span.status = 15, always present (as the SDK send
 _TAIL_LOCAL = _EMPTY_STATUS + _FLAGS_LOCAL
 _TAIL_REMOTE = _EMPTY_STATUS + _FLAGS_REMOTE
 _DEFAULT_TRACE_STATE = DEFAULT_TRACE_STATE
-_KIND = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}  # Span.kind = 6 (proto enum = SDK value + 1)
+# Span.kind = 6 (proto enum = SDK value + 1)
+_KIND = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}
 
 
 def _resource_message(resource: Any) -> bytes:
-    """The ``Resource`` message: the SDK's own encoding, or ours with strings escaped where one is not valid UTF-8.
+    """The ``Resource`` message: the SDK's own encoding, or ours with strings escaped where one is
+    not valid UTF-8.
 
     (The SDK would log a traceback and leave such an attribute out: an
     ``OTEL_RESOURCE_ATTRIBUTES`` value holding bytes that are not UTF-8, say.)
     """
-    if any(not _valid_utf8(key) or (type(value) is str and not _valid_utf8(value)) for key, value in resource.attributes.items()):
+    if any(
+        not _valid_utf8(key) or (type(value) is str and not _valid_utf8(value))
+        for key, value in resource.attributes.items()
+    ):
         return _attributes(b"\x0a", resource.attributes)
     encoded: bytes = _encode_resource(resource).SerializeToString()
     return encoded
@@ -204,10 +215,12 @@ class OtlpSpanEncoder:
         self._shapes: dict[tuple[Any, ...], bytes] = {}
         self._traces: dict[int, bytes] = {}
         self._kvs: dict[tuple[str, Any], bytes] = {}
-        #: Spans encoded here, and spans handed to the SDK's encoder (not TitanSpans, or unsupported values).
+        #: Spans encoded here, and spans handed to the SDK's encoder (not TitanSpans, or unsupported
+        #: values).
         self.fast_spans = 0
         self.sdk_spans = 0
-        #: Spans left out because neither encoder could encode them (each kind of failure is warned about once).
+        #: Spans left out because neither encoder could encode them (each kind of failure is warned
+        #: about once).
         self.dropped_spans = 0
         self._warned = WarnOnce(limit=64)
 
@@ -233,12 +246,16 @@ class OtlpSpanEncoder:
         out = []
         for cls, group in groups.items():
             try:
-                _resource, _scope, resource_head, scope_head, scope_tail, resource_tail = self._head(cls)
+                _resource, _scope, resource_head, scope_head, scope_tail, resource_tail = (
+                    self._head(cls)
+                )
             except Exception as error:  # noqa: BLE001 - a Resource the SDK cannot encode must not cost the batch
                 self._drop(len(group), error, "its Resource")
                 continue
             scope_spans = scope_head + b"".join(group) + scope_tail
-            resource_spans = resource_head + b"\x12" + _varint(len(scope_spans)) + scope_spans + resource_tail
+            resource_spans = (
+                resource_head + b"\x12" + _varint(len(scope_spans)) + scope_spans + resource_tail
+            )
             out.append(b"\x0a" + _varint(len(resource_spans)) + resource_spans)
             self.fast_spans += len(group)
         if others:
@@ -246,7 +263,8 @@ class OtlpSpanEncoder:
         return b"".join(out)
 
     def _sdk_encode(self, spans: list[ReadableSpan]) -> bytes:
-        """The SDK's encoding of `spans`; one at a time when the batch fails, leaving out only the spans that fail alone."""
+        """The SDK's encoding of `spans`; one at a time when the batch fails, leaving out only the
+        spans that fail alone."""
         try:
             data: bytes = encode_spans(spans).SerializeToString()
         except Exception:  # noqa: BLE001 - find the span at fault below
@@ -268,23 +286,32 @@ class OtlpSpanEncoder:
         self.dropped_spans += count
         if self._warned.first(type(error).__name__):
             _log.warning(
-                "otel-titan: OTLP: %d span(s) left out of a batch, %s could not be encoded (%s: %s); the rest of the batch is sent, "
-                "the JSONL file has them all. Later such failures are counted in dropped_spans without a warning.",
-                count, _printable(what), type(error).__name__, _printable(str(error)),
+                "otel-titan: OTLP: %d span(s) left out of a batch, %s could not be encoded (%s: "
+                "%s); the rest of the batch is sent, "
+                "the JSONL file has them all. Later such failures are counted in dropped_spans "
+                "without a warning.",
+                count,
+                _printable(what),
+                type(error).__name__,
+                _printable(str(error)),
             )
 
     def _head(self, cls: type) -> tuple[Any, ...]:
-        """(resource, scope, ResourceSpans.resource field, ScopeSpans.scope field, ScopeSpans.schema_url, ResourceSpans.schema_url) of a span class."""
+        """(resource, scope, ResourceSpans.resource field, ScopeSpans.scope field,
+        ScopeSpans.schema_url, ResourceSpans.schema_url) of a span class."""
         cached = self._heads.get(cls)
         resource, scope = cls._resource, cls._instrumentation_scope  # type: ignore[attr-defined]  # set by TitanSpan.bind on the logger's subclass
         if cached is None or cached[0] is not resource or cached[1] is not scope:
-            # Encoded once with the SDK's own helpers: the Resource and scope are exactly what it sends.
+            # Encoded once with the SDK's own helpers: the Resource and scope are exactly what it
+            # sends.
             cached = self._heads[cls] = (
                 resource,
                 scope,
                 _len_field(b"\x0a", _resource_message(resource)),
                 _len_field(b"\x0a", _encode_instrumentation_scope(scope).SerializeToString()),
-                _len_field(b"\x1a", _utf8(scope.schema_url)) if scope is not None and scope.schema_url else b"",
+                _len_field(b"\x1a", _utf8(scope.schema_url))
+                if scope is not None and scope.schema_url
+                else b"",
                 _len_field(b"\x1a", _utf8(resource.schema_url)) if resource.schema_url else b"",
             )
         return cached
@@ -300,29 +327,77 @@ class OtlpSpanEncoder:
                 self._traces.clear()
             trace = self._traces[trace_id] = b"\x0a\x10" + trace_id.to_bytes(16, "big")
         # Name, kind, call-site and step attributes: one fragment per shape of span.
-        shape_key = (span._name, span.record_kind, span.code_file, span.code_line, span.code_function, span.thread_id, span.step, span.relative_step, span.step_tags, span._kind)
+        shape_key = (
+            span._name,
+            span.record_kind,
+            span.code_file,
+            span.code_line,
+            span.code_function,
+            span.thread_id,
+            span.step,
+            span.relative_step,
+            span.step_tags,
+            span._kind,
+        )
         shape = self._shapes.get(shape_key)
         if shape is None:
             shape = self._shape(span, shape_key)
         end = span._end_time
-        times = _pack_times(0x39, span._start_time, 0x41, end) if end is not None else b"\x39" + _pack_fixed64(span._start_time)
+        times = (
+            _pack_times(0x39, span._start_time, 0x41, end)
+            if end is not None
+            else b"\x39" + _pack_fixed64(span._start_time)
+        )
         parent = span._parent
-        if not span.__dict__ and span.task_name is None and context.trace_state is _DEFAULT_TRACE_STATE:
+        if (
+            not span.__dict__
+            and span.task_name is None
+            and context.trace_state is _DEFAULT_TRACE_STATE
+        ):
             # The common span: nothing set beyond the slots (no description, metric, error,
             # extra, event, link or status), no task, no trace state: one join.
             if parent is None:
-                body = b"".join((trace, b"\x12\x08", context.span_id.to_bytes(8, "big"), shape, times, _TAIL_LOCAL))
+                body = b"".join(
+                    (
+                        trace,
+                        b"\x12\x08",
+                        context.span_id.to_bytes(8, "big"),
+                        shape,
+                        times,
+                        _TAIL_LOCAL,
+                    )
+                )
             else:
                 body = b"".join(
-                    (trace, b"\x12\x08", context.span_id.to_bytes(8, "big"), shape, times, b"\x22\x08", parent.span_id.to_bytes(8, "big"), _TAIL_REMOTE if parent.is_remote else _TAIL_LOCAL)
+                    (
+                        trace,
+                        b"\x12\x08",
+                        context.span_id.to_bytes(8, "big"),
+                        shape,
+                        times,
+                        b"\x22\x08",
+                        parent.span_id.to_bytes(8, "big"),
+                        _TAIL_REMOTE if parent.is_remote else _TAIL_LOCAL,
+                    )
                 )
             return b"\x12" + _varint(len(body)) + body
         parts = [trace, b"\x12\x08", context.span_id.to_bytes(8, "big"), shape, times]
         if parent is not None:
             parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
         if context.trace_state:
-            parts.append(_len_field(b"\x1a", _utf8(",".join(f"{k}={v}" for k, v in context.trace_state.items()))))
-        if span.task_name is not None or span.description is not None or span.metric_name is not None or span.error_type is not None or span.extra or span.incomplete:
+            parts.append(
+                _len_field(
+                    b"\x1a", _utf8(",".join(f"{k}={v}" for k, v in context.trace_state.items()))
+                )
+            )
+        if (
+            span.task_name is not None
+            or span.description is not None
+            or span.metric_name is not None
+            or span.error_type is not None
+            or span.extra
+            or span.incomplete
+        ):
             parts.append(self._rare_attributes(span))
         if span._events:
             parts.append(self._events(span))
@@ -338,14 +413,23 @@ class OtlpSpanEncoder:
         return b"\x12" + _varint(len(body)) + body
 
     def _shape(self, span: TitanSpan, key: tuple[Any, ...]) -> bytes:
-        """Name and kind (fields 5, 6), then the call-site and step attributes, in `_build_attributes`'s order."""
+        """Name and kind (fields 5, 6), then the call-site and step attributes, in
+        `_build_attributes`'s order."""
         name_key = (span._name, span._kind)
         name = self._names.get(name_key)
         if name is None:
             if len(self._names) >= self.MAX_CACHE:
                 self._names.clear()
-            name = self._names[name_key] = _len_field(b"\x2a", _utf8(span._name)) + _KIND[span._kind]
-        site_key = (span.record_kind, span.code_file, span.code_line, span.code_function, span.thread_id)
+            name = self._names[name_key] = (
+                _len_field(b"\x2a", _utf8(span._name)) + _KIND[span._kind]
+            )
+        site_key = (
+            span.record_kind,
+            span.code_file,
+            span.code_line,
+            span.code_function,
+            span.thread_id,
+        )
         site = self._sites.get(site_key) or self._site(site_key)
         step_key = (span.step, span.relative_step, span.step_tags)
         step = self._steps.get(step_key)
@@ -360,7 +444,13 @@ class OtlpSpanEncoder:
         record_kind, code_file, code_line, code_function, thread_id = key
         data = b"".join(
             _len_field(_SPAN_ATTR, _key_value(k, v))
-            for k, v in ((ATTR.RECORD_KIND, record_kind), (ATTR.CODE_FILE, code_file), (ATTR.CODE_LINE, code_line), (ATTR.CODE_FUNCTION, code_function), (ATTR.THREAD_ID, thread_id))
+            for k, v in (
+                (ATTR.RECORD_KIND, record_kind),
+                (ATTR.CODE_FILE, code_file),
+                (ATTR.CODE_LINE, code_line),
+                (ATTR.CODE_FUNCTION, code_function),
+                (ATTR.THREAD_ID, thread_id),
+            )
         )
         if len(self._sites) >= self.MAX_CACHE:
             self._sites.clear()
@@ -418,7 +508,10 @@ class OtlpSpanEncoder:
         kv = self._kv
         parts = []
         for event in span._events:
-            body = [b"\x09" + _pack_fixed64(event.timestamp), _len_field(b"\x12", _utf8(event.name))]
+            body = [
+                b"\x09" + _pack_fixed64(event.timestamp),
+                _len_field(b"\x12", _utf8(event.name)),
+            ]
             attributes = event.attributes
             if attributes:
                 for key, value in attributes.items():
@@ -436,12 +529,16 @@ class OtlpSpanEncoder:
         parts = []
         for link in links:
             context = link.context
-            body = [b"\x0a\x10" + context.trace_id.to_bytes(16, "big"), b"\x12\x08" + context.span_id.to_bytes(8, "big")]
+            body = [
+                b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),
+                b"\x12\x08" + context.span_id.to_bytes(8, "big"),
+            ]
             # (Link.trace_state stays empty: the SDK's encoder does not send it either.)
             body.append(_attributes(b"\x22", link.attributes))
             if link.dropped_attributes:
                 body.append(b"\x28" + _varint(link.dropped_attributes))
-            body.append(b"\x35" + struct.pack("<I", 0x300 if context.is_remote else 0x100))  # Link.flags = 6 (fixed32)
+            # Link.flags = 6 (fixed32)
+            body.append(b"\x35" + struct.pack("<I", 0x300 if context.is_remote else 0x100))
             parts.append(_len_field(b"\x6a", b"".join(body)))  # Span.links = 13
         return b"".join(parts)
 

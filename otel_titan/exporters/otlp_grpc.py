@@ -26,7 +26,8 @@ _EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 @functools.cache
 def grpc_exporter_class() -> type:
-    """``TitanGrpcSpanExporter``: the SDK's gRPC ``OTLPSpanExporter`` encoding with `OtlpSpanEncoder`.
+    """``TitanGrpcSpanExporter``: the SDK's gRPC ``OTLPSpanExporter`` encoding with
+    `OtlpSpanEncoder`.
 
     Built on first use, so that importing otel-titan never loads grpc. It
     takes the same arguments and reads the same variables as the SDK's exporter.
@@ -35,14 +36,22 @@ def grpc_exporter_class() -> type:
         >>> exporter = grpc_exporter_class()(endpoint="localhost:4317", insecure=True)
         >>> exporter.shutdown()
     """
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # grpc is heavy
+    # grpc is heavy
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+        OTLPSpanExporter,
+    )
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
     class _BytesTraceServiceStub:
         """``TraceServiceStub`` whose ``Export`` takes an already serialized request."""
 
         def __init__(self, channel: Any) -> None:
-            self.Export = channel.unary_unary(_EXPORT_METHOD, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString)  # the gRPC method name
+            # the gRPC method name
+            self.Export = channel.unary_unary(
+                _EXPORT_METHOD,
+                request_serializer=None,
+                response_deserializer=ExportTraceServiceResponse.FromString,
+            )
 
     class TitanGrpcSpanExporter(OTLPSpanExporter):
         """The SDK's OTLP/gRPC span exporter with `OtlpSpanEncoder` as its encoding step."""

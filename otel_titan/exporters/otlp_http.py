@@ -1,4 +1,5 @@
-"""The SDK's OTLP/HTTP (protobuf) span exporter, with otel-titan's encoder in place of ``encode_spans``.
+"""The SDK's OTLP/HTTP (protobuf) span exporter, with otel-titan's encoder in place of
+``encode_spans``.
 
 Endpoint, headers, TLS, compression, timeout, retries and the request size
 limit are the standard exporter's, from ``OTEL_EXPORTER_OTLP_*`` or the
@@ -29,7 +30,8 @@ _logger = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_export
 
 @functools.cache
 def http_exporter_class() -> type:
-    """``TitanHttpSpanExporter``: the SDK's HTTP ``OTLPSpanExporter`` encoding with `OtlpSpanEncoder`.
+    """``TitanHttpSpanExporter``: the SDK's HTTP ``OTLPSpanExporter`` encoding with
+    `OtlpSpanEncoder`.
 
     Built on first use (the HTTP exporter loads requests). It takes the same
     arguments and reads the same variables as the SDK's exporter.
@@ -50,7 +52,10 @@ def http_exporter_class() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.encoder = OtlpSpanEncoder()
-            self._fast = None not in (too_large, too_large_error, status_code_attr) and all(hasattr(self, name) for name in ("_shutdown", "_metrics", "_client", "_max_request_size"))
+            self._fast = None not in (too_large, too_large_error, status_code_attr) and all(
+                hasattr(self, name)
+                for name in ("_shutdown", "_metrics", "_client", "_max_request_size")
+            )
 
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
             """The SDK's `export`, with `OtlpSpanEncoder` producing the request body."""
@@ -67,15 +72,25 @@ def http_exporter_class() -> type:
                     result.error = error
                     return SpanExportResult.FAILURE
                 if too_large(serialized_data, self._max_request_size):  # type: ignore[misc]  # an SDK helper looked up with getattr: present in the versions that send this
-                    _logger.warning("Dropping span batch: serialized size %d bytes exceeds max_request_size %d bytes.", len(serialized_data), self._max_request_size)
+                    _logger.warning(
+                        "Dropping span batch: serialized size %d bytes exceeds max_request_size "
+                        "%d bytes.",
+                        len(serialized_data),
+                        self._max_request_size,
+                    )
                     result.error = too_large_error(  # type: ignore[misc]  # an SDK class looked up with getattr: present in the versions that send this
-                        f"Serialized span request size {len(serialized_data)} bytes exceeds max_request_size {self._max_request_size} bytes."
+                        f"Serialized span request size {len(serialized_data)} bytes exceeds "
+                        f"max_request_size {self._max_request_size} bytes."
                     )
                     return SpanExportResult.FAILURE
                 export_result = self._client.export(serialized_data)
                 if not export_result.success:
                     result.error = export_result.error
-                    result.error_attrs = {status_code_attr: export_result.status_code} if export_result.status_code is not None else None  # type: ignore[dict-item]  # the SDK's attribute name (a str where it has one)
+                    result.error_attrs = (
+                        {status_code_attr: export_result.status_code}  # type: ignore[dict-item]  # the SDK's attribute name (a str where it has one)
+                        if export_result.status_code is not None
+                        else None
+                    )
                     return SpanExportResult.FAILURE
             return SpanExportResult.SUCCESS
 

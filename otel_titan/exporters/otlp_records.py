@@ -88,21 +88,37 @@ from otel_titan.exporters.otlp_records_wire import (
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan.schema import MetaEvent, OtlpRecords
 
-__all__ = ["OtlpRecordsExporter", "register_otlp_records_handler", "records_enabled", "RECORDS_ENV", "RECORDS_HANDLER", "SCOPE_NAME",
-           "FILE_ATTRIBUTE", "SEQ_ATTRIBUTE", "RECORD_ATTRIBUTE"]
+__all__ = [
+    "OtlpRecordsExporter",
+    "register_otlp_records_handler",
+    "records_enabled",
+    "RECORDS_ENV",
+    "RECORDS_HANDLER",
+    "SCOPE_NAME",
+    "FILE_ATTRIBUTE",
+    "SEQ_ATTRIBUTE",
+    "RECORD_ATTRIBUTE",
+]
 
 _log = logging.getLogger("otel_titan")
 
 #: The variable that turns the stream on (``true``, ``1``, ``yes``, ``on``).
 RECORDS_ENV = OTEL_TITAN_OTLP_RECORDS
 RECORDS_HANDLER = "otel_titan.exporters.otlp_records.register_otlp_records_handler"
-#: The instrumentation scope of the log records, and their attributes (the receiver's contract: `schema.OtlpRecords`).
+#: The instrumentation scope of the log records, and their attributes (the receiver's contract:
+#: `schema.OtlpRecords`).
 SCOPE_NAME = OtlpRecords.SCOPE
 FILE_ATTRIBUTE = OtlpRecords.FILE
 SEQ_ATTRIBUTE = OtlpRecords.SEQ
 RECORD_ATTRIBUTE = OtlpRecords.RECORD
 
-_SEVERITY = {"DEBUG": SeverityNumber.DEBUG, "INFO": SeverityNumber.INFO, "WARNING": SeverityNumber.WARN, "ERROR": SeverityNumber.ERROR, "CRITICAL": SeverityNumber.FATAL}
+_SEVERITY = {
+    "DEBUG": SeverityNumber.DEBUG,
+    "INFO": SeverityNumber.INFO,
+    "WARNING": SeverityNumber.WARN,
+    "ERROR": SeverityNumber.ERROR,
+    "CRITICAL": SeverityNumber.FATAL,
+}
 _SEVERITY_TEXT = {"WARNING": "WARN", "CRITICAL": "FATAL"}
 
 
@@ -160,20 +176,25 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
         self._idle.set()
         self._stopping = False
         self._closed = False
-        #: Records not sent because the queue was full (a slow or dead receiver); records the exporter failed to send; records sent.
+        #: Records not sent because the queue was full (a slow or dead receiver); records the
+        #: exporter failed to send; records sent.
         self.dropped_records = 0
         self.failed_records = 0
         self.sent_records = 0
-        #: The program's records (starts, ends, instants, scalars) handed to the queue, as the file's ``written_records``.
+        #: The program's records (starts, ends, instants, scalars) handed to the queue, as the
+        #: file's ``written_records``.
         self.queued_records = 0
         self._reported_drops = 0
         self._put([self._encoder.meta_line(MetaEvent.OPENED, dict(opened or {}))])
-        self._thread = threading.Thread(target=self._run, name="otel-titan-otlp-records", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="otel-titan-otlp-records", daemon=True
+        )
         self._thread.start()
 
     # -- what the processor thread calls ---------------------------------------------------------
     def export_timeline(self, timeline: Sequence[TimelineItem]) -> SpanExportResult:
-        """Encode the records of `timeline` (as the JSONL file does) and queue them for the sender thread."""
+        """Encode the records of `timeline` (as the JSONL file does) and queue them for the sender
+        thread."""
         if self._closed:
             return SpanExportResult.FAILURE
         lines: list[bytes] = []
@@ -187,12 +208,24 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
         return SpanExportResult.SUCCESS
 
     def heartbeat(self, time_ns: int, open_spans: Sequence[Any]) -> None:
-        """A ``heartbeat`` record: alive, quiet, and still inside `open_spans` (the JSONL file's)."""
+        """A ``heartbeat`` record: alive, quiet, and still inside `open_spans` (the JSONL
+        file's)."""
         if self._closed:
             return
         names = [span.name for span in open_spans[-8:]]
-        self._put([self._encoder.meta_line(MetaEvent.HEARTBEAT, {"open_spans": len(open_spans), "open_span_names": names,
-                                                                 "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}"}, time_ns)])
+        self._put(
+            [
+                self._encoder.meta_line(
+                    MetaEvent.HEARTBEAT,
+                    {
+                        "open_spans": len(open_spans),
+                        "open_span_names": names,
+                        "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
+                    },
+                    time_ns,
+                )
+            ]
+        )
         self._wake.set()  # news for a watcher: not held back for the batch
 
     def black_box(self, time_ns: int, record: dict[str, Any]) -> None:
@@ -213,26 +246,36 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
             self._wake.set()
 
     def _drop_report(self) -> bytes | None:
-        """A ``records_dropped`` record when records were lost since the last one (the capture queue's, this stream's queue, or a failed send)."""
+        """A ``records_dropped`` record when records were lost since the last one (the capture
+        queue's, this stream's queue, or a failed send)."""
         capture = self._stats.dropped_records if self._stats is not None else 0
-        unsent = self.dropped_records + self.failed_records  # this stream's own losses: its queue full, or a send that failed
+        # this stream's own losses: its queue full, or a send that failed
+        unsent = self.dropped_records + self.failed_records
         lost = unsent + capture
         if lost == self._reported_drops or len(self._queue) >= self.max_queue_size:
             return None
-        line = self._encoder.meta_line(MetaEvent.DROPPED, {
-            "value": lost - self._reported_drops, "dropped_records": capture, "failed_records": unsent,
-            "message": f"{lost - self._reported_drops} records lost (capture queue full: {capture} in total; not sent over OTLP, queue full or send failed: {unsent} in total)",
-            "log_level": "WARNING"})
+        line = self._encoder.meta_line(
+            MetaEvent.DROPPED,
+            {
+                "value": lost - self._reported_drops,
+                "dropped_records": capture,
+                "failed_records": unsent,
+                "message": f"{lost - self._reported_drops} records lost (capture queue full: {capture} in total; not sent over OTLP, queue full or send failed: {unsent} in total)",
+                "log_level": "WARNING",
+            },
+        )
         self._reported_drops = lost
         return line
 
     def delivery_losses(self) -> tuple[str, int, int]:
-        """``("records:otlp", dropped, failed)`` records since init (the closing record, the health counters)."""
+        """``("records:otlp", dropped, failed)`` records since init (the closing record, the health
+        counters)."""
         return ("records:otlp", self.dropped_records, self.failed_records)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Start sending what is queued now; does not wait (called on the processor thread: a dead receiver must not hold it; see `drain`)."""
+        """Start sending what is queued now; does not wait (called on the processor thread: a dead
+        receiver must not hold it; see `drain`)."""
         self._wake.set()
         return True
 
@@ -240,7 +283,11 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
         """Send what is queued within `timeout` seconds (SIGTERM, flush); False if time ran out."""
         deadline = time.monotonic() + timeout
         self._wake.set()
-        while (self._queue or not self._idle.is_set()) and time.monotonic() < deadline and self._thread.is_alive():
+        while (
+            (self._queue or not self._idle.is_set())
+            and time.monotonic() < deadline
+            and self._thread.is_alive()
+        ):
             self._wake.set()
             time.sleep(0.005)
         return not self._queue and self._idle.is_set()
@@ -254,10 +301,19 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
         if report is not None:
             lines.append(report)
         capture = self._stats.dropped_records if self._stats is not None else 0
-        lines.append(self._encoder.meta_line(MetaEvent.CLOSED, {
-            "closing": True, "written_records": self.queued_records, "dropped_records": capture, "failed_records": self.dropped_records + self.failed_records,
-            "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
-            "message": f"closed cleanly: {self.queued_records} records sent over OTLP, {capture} dropped, {self.dropped_records + self.failed_records} failed"}))
+        lines.append(
+            self._encoder.meta_line(
+                MetaEvent.CLOSED,
+                {
+                    "closing": True,
+                    "written_records": self.queued_records,
+                    "dropped_records": capture,
+                    "failed_records": self.dropped_records + self.failed_records,
+                    "skipped_values": self._stats.skipped_values if self._stats is not None else 0,
+                    "message": f"closed cleanly: {self.queued_records} records sent over OTLP, {capture} dropped, {self.dropped_records + self.failed_records} failed",
+                },
+            )
+        )
         self._put(lines)
         self._closed = True
         self._stopping = True
@@ -281,13 +337,22 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
 
     # -- the sender thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        run_batches(self._queue, self._wake, self._idle, self._schedule_delay_s, self.max_export_batch_size, self._send, lambda: self._stopping)
+        run_batches(
+            self._queue,
+            self._wake,
+            self._idle,
+            self._schedule_delay_s,
+            self.max_export_batch_size,
+            self._send,
+            lambda: self._stopping,
+        )
 
     def _send(self, lines: list[bytes]) -> None:
         exporter = self._exporter
         try:
             if getattr(exporter, "fast", False):
-                # The request's bytes written directly (otlp_records_wire.py): a few µs a record instead of the SDK's ~35.
+                # The request's bytes written directly (otlp_records_wire.py): a few µs a record
+                # instead of the SDK's ~35.
                 ok = exporter.export_request(len(lines), self._wire.encode(lines))
             else:
                 result = exporter.export([self._log_record(line) for line in lines])
@@ -303,16 +368,26 @@ class OtlpRecordsExporter(StartAwareSpanExporter):
         record = orjson.loads(line)
         level = record.get("log_level") if isinstance(record.get("log_level"), str) else "INFO"
         name = record.get("log_type_name")
-        body = line[:-1].decode("utf-8", "replace") if line.endswith(b"\n") else line.decode("utf-8", "replace")
+        body = (
+            line[:-1].decode("utf-8", "replace")
+            if line.endswith(b"\n")
+            else line.decode("utf-8", "replace")
+        )
         log = LogRecord(
             timestamp=int(record.get("time_us") or 0) * 1000,
             observed_timestamp=time.time_ns(),
             severity_text=_SEVERITY_TEXT.get(level, level),
             severity_number=_SEVERITY.get(level, SeverityNumber.INFO),
             body=body,
-            attributes={FILE_ATTRIBUTE: self.file_name, SEQ_ATTRIBUTE: int(record.get("seq_id") or 0), RECORD_ATTRIBUTE: name if isinstance(name, str) else ""},
+            attributes={
+                FILE_ATTRIBUTE: self.file_name,
+                SEQ_ATTRIBUTE: int(record.get("seq_id") or 0),
+                RECORD_ATTRIBUTE: name if isinstance(name, str) else "",
+            },
         )
-        return ReadWriteLogRecord(log_record=log, resource=self._resource, instrumentation_scope=self._scope)
+        return ReadWriteLogRecord(
+            log_record=log, resource=self._resource, instrumentation_scope=self._scope
+        )
 
 
 def _env_int(name: str, default: int) -> int:
@@ -333,15 +408,28 @@ def _log_exporter() -> Any:
         value = os.environ.get(name, "").strip().lower()
         if value:
             if value not in ("http/protobuf", "grpc"):
-                raise ValueError(f"{name}={value!r} is not supported for the records stream (use one of: http/protobuf, grpc)")
+                raise ValueError(
+                    f"{name}={value!r} is not supported for the records stream (use one of: "
+                    "http/protobuf, grpc)"
+                )
             if value == "grpc":
                 return records_grpc_exporter_class()()  # grpc is heavy: loaded only here
             break
     return records_http_exporter_class()()
 
 
-def register_otlp_records_handler(*, identity: RunIdentity, resource: Resource, add_span_exporter: Any, stats: PipelineStats, options: Any, output_dir: str = ".", **_: Any) -> OtlpRecordsExporter:
-    """Handler factory: every record also as an OTLP log record, for ``otel-titan watch --otlp`` (module docstring).
+def register_otlp_records_handler(
+    *,
+    identity: RunIdentity,
+    resource: Resource,
+    add_span_exporter: Any,
+    stats: PipelineStats,
+    options: Any,
+    output_dir: str = ".",
+    **_: Any,
+) -> OtlpRecordsExporter:
+    """Handler factory: every record also as an OTLP log record, for ``otel-titan watch --otlp``
+    (module docstring).
 
     Among the defaults it runs when ``OTEL_TITAN_OTLP_RECORDS=true``; named in a
     handler list (``OTEL_TITAN_HANDLERS``) it runs as named. Skipped (not an
@@ -349,7 +437,8 @@ def register_otlp_records_handler(*, identity: RunIdentity, resource: Resource, 
 
     Example (a shell line, not Python)::
 
-        OTEL_TITAN_OTLP_RECORDS=true OTEL_EXPORTER_OTLP_ENDPOINT=http://watch-host:4318 torchrun ... train.py
+        OTEL_TITAN_OTLP_RECORDS=true OTEL_EXPORTER_OTLP_ENDPOINT=http://watch-host:4318 torchrun ...
+        train.py
     """
     if sdk_disabled():
         raise HandlerSkipped("OTEL_SDK_DISABLED=true")

@@ -107,7 +107,8 @@ class QueuedSpanExporter(TitanSpanExporter):
         return SpanExportResult.SUCCESS
 
     def delivery_losses(self) -> tuple[str, int, int]:
-        """``("traces:<name>", dropped, failed)`` spans since init (the closing record, the health counters)."""
+        """``("traces:<name>", dropped, failed)`` spans since init (the closing record, the health
+        counters)."""
         return (f"traces:{self.name}", self.dropped_spans, self.failed_spans)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -116,7 +117,8 @@ class QueuedSpanExporter(TitanSpanExporter):
         return True
 
     def drain(self, timeout_s: float) -> bool:
-        """Wait up to `timeout_s` for the queue to be exported (from any thread but the processor's)."""
+        """Wait up to `timeout_s` for the queue to be exported (from any thread but the
+        processor's)."""
         self._wake.set()
         return self._idle.wait(timeout_s)
 
@@ -144,10 +146,16 @@ class QueuedSpanExporter(TitanSpanExporter):
             else:
                 self.exporter.shutdown()
         except Exception:  # noqa: BLE001 - shutting down: report, do not raise
-            _log.warning("otel-titan: %s exporter failed to shut down cleanly", self.name, exc_info=True)
+            _log.warning(
+                "otel-titan: %s exporter failed to shut down cleanly", self.name, exc_info=True
+            )
         if not finished:
             _log.warning(
-                "otel-titan: %s exporter did not finish within %.1f s at shutdown; %d spans in all were not delivered", self.name, self.shutdown_timeout_s, self.dropped_spans + self.failed_spans
+                "otel-titan: %s exporter did not finish within %.1f s at shutdown; %d spans in "
+                "all were not delivered",
+                self.name,
+                self.shutdown_timeout_s,
+                self.dropped_spans + self.failed_spans,
             )
         return finished
 
@@ -194,7 +202,8 @@ class QueuedSpanExporter(TitanSpanExporter):
         if now - self._last_failure_log >= 60.0:
             self._last_failure_log = now
             _log.warning(
-                "otel-titan: %s export failed (%d spans failed, %d dropped so far); training and the JSONL file are not affected",
+                "otel-titan: %s export failed (%d spans failed, %d dropped so far); training and "
+                "the JSONL file are not affected",
                 self.name,
                 self.failed_spans,
                 self.dropped_spans,

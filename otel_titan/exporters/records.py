@@ -32,7 +32,8 @@ __all__ = ["RecordEncoder", "json_safe_number"]
 
 
 def json_safe_number(value: Any) -> Any:
-    """NaN and infinities as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as protobuf's JSON mapping does).
+    """NaN and infinities as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (as protobuf's
+    JSON mapping does).
 
     Example:
         >>> json_safe_number(float("nan")), json_safe_number(1.5)
@@ -77,13 +78,21 @@ class RecordEncoder:
             }
         )
         if identity.run_id is None:
-            # Nobody named the run: `run_id` is null, and this says which process tree the record is from.
+            # Nobody named the run: `run_id` is null, and this says which process tree the record is
+            # from.
             constants[Field.PROCESS_RUN_ID] = identity.process_run_id
         self.constants = constants
         # `{...variable...,` + this + `}\n`
         self._tail = b"," + orjson.dumps(constants)[1:-1] + b"}\n"
-        # A step rollup's identity: who and which attempt, no more (the file says the rest; docs/schema.md).
-        self._rollup_tail = b"," + orjson.dumps({key: constants[key] for key in ("schema_version", "rank", "source", "attempt")})[1:-1] + b"}\n"
+        # A step rollup's identity: who and which attempt, no more (the file says the rest;
+        # docs/schema.md).
+        self._rollup_tail = (
+            b","
+            + orjson.dumps(
+                {key: constants[key] for key in ("schema_version", "rank", "source", "attempt")}
+            )[1:-1]
+            + b"}\n"
+        )
         self._seq = 0
         self._last_us_by_thread: dict[int, int] = {}
         # Encoded pieces of the fields a span's records share (see encode_timeline).
@@ -143,7 +152,9 @@ class RecordEncoder:
         self.encode_timeline(((ended, span),), out)
         return out
 
-    def encode_timeline(self, timeline: Sequence[tuple[bool, ReadableSpan]] | Any, out: list[bytes]) -> None:
+    def encode_timeline(
+        self, timeline: Sequence[tuple[bool, ReadableSpan]] | Any, out: list[bytes]
+    ) -> None:
         """Append the JSONL lines of every ``(ended, span)`` item to `out`, in order.
 
         This loop is the writer thread's hot path, so it is written flat: the
@@ -163,7 +174,11 @@ class RecordEncoder:
         for ended, span in timeline:
             # The fast path reads TitanSpan's slots directly; other spans, and
             # every record but a span's start or successful end, take `records`.
-            if not isinstance(span, TitanSpan) or span.record_kind != _SPAN or (ended and span._status.status_code is _ERROR):
+            if (
+                not isinstance(span, TitanSpan)
+                or span.record_kind != _SPAN
+                or (ended and span._status.status_code is _ERROR)
+            ):
                 self._seq = seq
                 for record in self.records(ended, span):
                     self._seq += 1
@@ -180,7 +195,14 @@ class RecordEncoder:
                 # Three cached parts: the call site's fields (the same every
                 # step), the step's fields (the same for every span of the
                 # step), and the ids, which are the span's own.
-                site_key = (span.code_file, span.code_line, span.code_function, span.thread_id, span.task_name, span.description)
+                site_key = (
+                    span.code_file,
+                    span.code_line,
+                    span.code_function,
+                    span.thread_id,
+                    span.task_name,
+                    span.description,
+                )
                 site = sites.get(site_key)
                 if site is None:
                     site = self._site_fragment(site_key)
@@ -238,11 +260,13 @@ class RecordEncoder:
         self._seq = seq
 
     def thread_name(self, tid: Any) -> str | None:
-        """The `threading` name of the thread with native id `tid` (cached), or None once it is gone."""
+        """The `threading` name of the thread with native id `tid` (cached), or None once it is
+        gone."""
         names = self._thread_names
         name = names.get(tid)
         if name is None:
-            name = capture_thread_names.get(tid)  # noted on the thread's first record, so ended threads keep their name
+            # noted on the thread's first record, so ended threads keep their name
+            name = capture_thread_names.get(tid)
             if name is not None:
                 names[tid] = name
         if name is None and type(tid) is int:
@@ -342,7 +366,17 @@ class RecordEncoder:
                     error_type = fields.error_type or ""
                     error_message = fields.error_message or ""
                     detail = f"{error_type}: {error_message}" if error_message else error_type
-                    error_record = self._record(time_ns, fields, "event", f"{name}_error", None, "ERROR", f"{prefix}{name}_error: {detail}", None, shared)
+                    error_record = self._record(
+                        time_ns,
+                        fields,
+                        "event",
+                        f"{name}_error",
+                        None,
+                        "ERROR",
+                        f"{prefix}{name}_error: {detail}",
+                        None,
+                        shared,
+                    )
                     error_record[Field.ERROR_TYPE] = error_type
                     error_record[Field.ERROR_MESSAGE] = error_message
         elif kind == _SCALAR:
@@ -355,13 +389,26 @@ class RecordEncoder:
             time_ns = span.start_time or 0
             log_type, type_name = "instant", name
             message = f"{prefix}{name}"
-        record = self._record(time_ns, fields, log_type, type_name, event_name, level, message, value, shared)
+        record = self._record(
+            time_ns, fields, log_type, type_name, event_name, level, message, value, shared
+        )
         if fields.extra:
             for key, extra in fields.extra.items():
                 record.setdefault(key, extra)
         return [record] if error_record is None else [error_record, record]
 
-    def _record(self, time_ns: int, fields: Any, log_type: str, type_name: str, event_name: str | None, level: str, message: str, value: Any, shared: tuple[Any, ...]) -> dict[str, Any]:
+    def _record(
+        self,
+        time_ns: int,
+        fields: Any,
+        log_type: str,
+        type_name: str,
+        event_name: str | None,
+        level: str,
+        message: str,
+        value: Any,
+        shared: tuple[Any, ...],
+    ) -> dict[str, Any]:
         time_us = time_ns // 1000
         tid = fields.thread_id
         last = self._last_us_by_thread
@@ -410,7 +457,15 @@ _ERROR = StatusCode.ERROR
 # The hot path's field names as module globals: each use is one specialised global load (a class
 # attribute, `Field.TIME_US`, would be a lookup per use, per record).
 _DELTA_MS, _TIME, _TIME_MS, _TIME_US, _LOG_TYPE_NAME, _MESSAGE, _SEQ_ID, _VALUE = (
-    Field.DELTA_MS, Field.TIME, Field.TIME_MS, Field.TIME_US, Field.LOG_TYPE_NAME, Field.MESSAGE, Field.SEQ_ID, Field.VALUE)
+    Field.DELTA_MS,
+    Field.TIME,
+    Field.TIME_MS,
+    Field.TIME_US,
+    Field.LOG_TYPE_NAME,
+    Field.MESSAGE,
+    Field.SEQ_ID,
+    Field.VALUE,
+)
 #: The ids' part of a span record: site, step, the three ids, then the per-process tail.
 _IDS_FORMAT = f'%b%b,"{Field.TRACE_ID}":"%032x","{Field.SPAN_ID}":"%016x","{Field.PARENT_SPAN_ID}":%b%b'.encode()
 

@@ -49,7 +49,9 @@ class RotatingFile:
     #: After a failed rotation, how long to keep appending before trying again.
     ROTATION_RETRY_S = 10.0
 
-    def __init__(self, path: str, max_bytes: int, backup_count: int, liveness_interval_s: float = 0.0) -> None:
+    def __init__(
+        self, path: str, max_bytes: int, backup_count: int, liveness_interval_s: float = 0.0
+    ) -> None:
         """`liveness_interval_s`: how often to check that the file still exists at its path
         (0: before every write; one `stat` per batch, so a record is never written
         into a file that was deleted before the batch)."""
@@ -115,7 +117,9 @@ class RotatingFile:
     def segment_paths(self) -> list[str]:
         """Existing segments, oldest first (the order a reader should use)."""
         older = [f"{self.path}.{i}" for i in range(self.backup_count, 0, -1)]
-        return [p for p in older if os.path.exists(p)] + ([self.path] if os.path.exists(self.path) else [])
+        return [p for p in older if os.path.exists(p)] + (
+            [self.path] if os.path.exists(self.path) else []
+        )
 
     def _rotate(self) -> None:
         try:
@@ -181,7 +185,10 @@ class RotatingFile:
         if self._torn:
             self._write_all(b"\n")
             self._torn = False
-        if self._size + sum(map(len, lines)) <= self.max_bytes or time.monotonic() < self._next_rotation_attempt:
+        if (
+            self._size + sum(map(len, lines)) <= self.max_bytes
+            or time.monotonic() < self._next_rotation_attempt
+        ):
             self._write_all(b"".join(lines))  # the usual case: no rotation inside this batch
             return
         chunk: list[bytes] = []
@@ -189,7 +196,11 @@ class RotatingFile:
         limit = self.max_bytes
         for line in lines:
             size = len(line)
-            if self._size + chunk_size + size > limit and (self._size + chunk_size) > 0 and time.monotonic() >= self._next_rotation_attempt:
+            if (
+                self._size + chunk_size + size > limit
+                and (self._size + chunk_size) > 0
+                and time.monotonic() >= self._next_rotation_attempt
+            ):
                 if chunk:
                     self._write_all(b"".join(chunk))
                     chunk, chunk_size = [], 0

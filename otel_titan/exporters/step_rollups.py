@@ -1,4 +1,5 @@
-"""Per-step totals of one process's spans, summed on the writer's thread as the records pass: the ``step_rollup`` records.
+"""Per-step totals of one process's spans, summed on the writer's thread as the records pass: the
+``step_rollup`` records.
 
 The JSONL writer hands every timeline it encodes to `StepRollups.observe`
 (the processor thread; the training thread does nothing more than before).
@@ -39,7 +40,8 @@ from otel_titan.schema import META_EVENTS, MetaEvent, RecordKind, StepCloser, ro
 
 __all__ = ["StepRollups", "WAIT_STEPS", "STEP_ROLLUPS_ENV", "step_rollups_on"]
 
-#: Set to ``0`` / ``false`` / ``no`` / ``off`` to write no ``step_rollup`` records (the ``step_rollups`` option wins).
+#: Set to ``0`` / ``false`` / ``no`` / ``off`` to write no ``step_rollup`` records (the
+#: ``step_rollups`` option wins).
 STEP_ROLLUPS_ENV = OTEL_TITAN_STEP_ROLLUPS
 
 #: A step whose spans are still open waits for them until this many later steps have begun.
@@ -51,7 +53,8 @@ _SIGNAL = MetaEvent.SIGNAL_RECEIVED
 
 
 def step_rollups_on(option: bool | None, environ: Any = None) -> bool:
-    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (`environment_variables.flag`: ``0``, ``false``, ``no``, ``off``: off), else on.
+    """The ``step_rollups`` option, else ``OTEL_TITAN_STEP_ROLLUPS`` (`environment_variables.flag`:
+    ``0``, ``false``, ``no``, ``off``: off), else on.
 
     Example:
         >>> step_rollups_on(None, {}), step_rollups_on(None, {"OTEL_TITAN_STEP_ROLLUPS": "off"}), step_rollups_on(True, {"OTEL_TITAN_STEP_ROLLUPS": "0"})
@@ -79,7 +82,8 @@ class _Step:
 
 
 class StepRollups:
-    """Sum one process's spans per step and hand back the ``step_rollup`` fields of steps that are over.
+    """Sum one process's spans per step and hand back the ``step_rollup`` fields of steps that are
+    over.
 
     Not thread-safe: one per JSONL file, used on the processor thread.
 
@@ -99,12 +103,14 @@ class StepRollups:
         self._signalled = False
         #: Rollup records handed out so far.
         self.written = 0
-        #: Spans that ended after their step's rollup was out (in no rollup): every later rollup says how many, so far.
+        #: Spans that ended after their step's rollup was out (in no rollup): every later rollup
+        #: says how many, so far.
         self.late = 0
 
     @property
     def last_us(self) -> int:
-        """The latest time (µs) of a record seen so far: a rollup's own time, so that it never extends the process's time."""
+        """The latest time (µs) of a record seen so far: a rollup's own time, so that it never
+        extends the process's time."""
         return self._last_us
 
     def observe(self, timeline: Iterable[tuple[bool, Any]]) -> list[dict[str, Any]]:
@@ -196,7 +202,8 @@ class StepRollups:
         return out
 
     def final(self, ended_by: str) -> list[dict[str, Any]]:
-        """The rollups of every step not written yet, at shutdown (`ended_by` ``"close"``) or SIGTERM (``"signal"``).
+        """The rollups of every step not written yet, at shutdown (`ended_by` ``"close"``) or
+        SIGTERM (``"signal"``).
 
         At SIGTERM the step under way is written as it stands and kept, so
         that a process that survives the signal writes it again, complete,
@@ -220,4 +227,15 @@ class StepRollups:
         self.written += 1
         # Copies: a step kept after SIGTERM goes on summing into its own lists.
         phases = {name: list(pair) for name, pair in totals.phases.items()}
-        return rollup_fields(totals.step, totals.begin_us, totals.end_us, phases, totals.closing, complete=complete, ended_by=ended_by, open_spans=totals.open, step_tags=totals.tags, late_spans=self.late)
+        return rollup_fields(
+            totals.step,
+            totals.begin_us,
+            totals.end_us,
+            phases,
+            totals.closing,
+            complete=complete,
+            ended_by=ended_by,
+            open_spans=totals.open,
+            step_tags=totals.tags,
+            late_spans=self.late,
+        )

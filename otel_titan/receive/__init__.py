@@ -1,4 +1,5 @@
-"""Receive the records over OTLP and write them as the run's files: `otel-titan watch --otlp HOST:PORT`.
+"""Receive the records over OTLP and write them as the run's files: `otel-titan watch --otlp
+HOST:PORT`.
 
 For runs whose files the watching machine cannot read in time (NFS shows
 other hosts' writes tens of seconds late; node-local folders not at all), the
@@ -33,16 +34,27 @@ Example:
 
 from otel_titan.receive.grpc_server import OtlpGrpcReceiver
 from otel_titan.receive.http_server import (
-                                            Limits,
-                                            OtlpHttpReceiver,
-                                            ReceiverError,
-                                            is_loopback,
-                                            parse_address,
-                                            raise_open_files_limit,
-                                            receive_facts,
-                                            server_tls,
+    Limits,
+    OtlpHttpReceiver,
+    ReceiverError,
+    is_loopback,
+    parse_address,
+    raise_open_files_limit,
+    receive_facts,
+    server_tls,
 )
 from otel_titan.receive.spool import Spool, SpoolWriteError
 
-__all__ = ["Limits", "OtlpGrpcReceiver", "OtlpHttpReceiver", "ReceiverError", "Spool", "SpoolWriteError", "is_loopback", "parse_address",
-           "raise_open_files_limit", "receive_facts", "server_tls"]
+__all__ = [
+    "Limits",
+    "OtlpGrpcReceiver",
+    "OtlpHttpReceiver",
+    "ReceiverError",
+    "Spool",
+    "SpoolWriteError",
+    "is_loopback",
+    "parse_address",
+    "raise_open_files_limit",
+    "receive_facts",
+    "server_tls",
+]

@@ -1,4 +1,5 @@
-"""OTLP request bodies → the records' JSONL lines: the one module of the receiver that reads OTLP's messages.
+"""OTLP request bodies → the records' JSONL lines: the one module of the receiver that reads OTLP's
+messages.
 
 A log record is one of ours when it carries the ``otel_titan.file``
 attribute (`schema.OtlpRecords`); its ``body`` string is the JSONL line. Any
@@ -20,7 +21,14 @@ from typing import Any
 
 from otel_titan.schema import MAX_LINE_BYTES, OtlpRecords
 
-__all__ = ["ReceivedRecord", "Decoded", "DecodeError", "RecordTooLong", "decode_logs", "count_spans"]
+__all__ = [
+    "ReceivedRecord",
+    "Decoded",
+    "DecodeError",
+    "RecordTooLong",
+    "decode_logs",
+    "count_spans",
+]
 
 
 class DecodeError(ValueError):
@@ -28,12 +36,14 @@ class DecodeError(ValueError):
 
 
 class RecordTooLong(ValueError):
-    """A record's line is longer than readers take (`schema.MAX_LINE_BYTES`): written, it would be skipped by every reader."""
+    """A record's line is longer than readers take (`schema.MAX_LINE_BYTES`): written, it would be
+    skipped by every reader."""
 
 
 @dataclass
 class ReceivedRecord:
-    """One record as it came: its process's file name, its ``seq_id`` (0 when absent) and its JSONL line (no newline)."""
+    """One record as it came: its process's file name, its ``seq_id`` (0 when absent) and its JSONL
+    line (no newline)."""
 
     file: str
     seq: int
@@ -49,7 +59,8 @@ class Decoded:
 
 
 def decode_logs(body: bytes, *, json_body: bool = False) -> Decoded:
-    """Our records in an ``ExportLogsServiceRequest`` (protobuf, or OTLP JSON when `json_body`); `RecordTooLong` past `schema.MAX_LINE_BYTES`.
+    """Our records in an ``ExportLogsServiceRequest`` (protobuf, or OTLP JSON when `json_body`);
+    `RecordTooLong` past `schema.MAX_LINE_BYTES`.
 
     Example:
         >>> from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
@@ -63,8 +74,11 @@ def decode_logs(body: bytes, *, json_body: bool = False) -> Decoded:
     decoded = _decode_json(body) if json_body else _decode_protobuf(body)
     for record in decoded.records:
         if len(record.line) > MAX_LINE_BYTES:
-            raise RecordTooLong(f"the record {record.seq} of {record.file!r} is {len(record.line):,} bytes, more than the {MAX_LINE_BYTES >> 20} MiB "
-                                "a reader takes in one line")
+            raise RecordTooLong(
+                f"the record {record.seq} of {record.file!r} is {len(record.line):,} bytes, more "
+                f"than the {MAX_LINE_BYTES >> 20} MiB "
+                "a reader takes in one line"
+            )
     return decoded
 
 
@@ -93,7 +107,11 @@ def _decode_protobuf(body: bytes) -> Decoded:
                 if not name:
                     out.foreign += 1
                     continue
-                append(ReceivedRecord(name, seq, log.body.string_value.encode("utf-8", "surrogatepass")))
+                append(
+                    ReceivedRecord(
+                        name, seq, log.body.string_value.encode("utf-8", "surrogatepass")
+                    )
+                )
     return out
 
 
@@ -115,11 +133,19 @@ def _decode_json(body: bytes) -> Decoded:
         raise DecodeError("not an OTLP logs request (JSON): the body is not an object")
     out = Decoded()
     for resource_logs in _list(request.get("resourceLogs")):
-        for scope_logs in _list(resource_logs.get("scopeLogs") if isinstance(resource_logs, dict) else None):
-            for log in _list(scope_logs.get("logRecords") if isinstance(scope_logs, dict) else None):
+        for scope_logs in _list(
+            resource_logs.get("scopeLogs") if isinstance(resource_logs, dict) else None
+        ):
+            for log in _list(
+                scope_logs.get("logRecords") if isinstance(scope_logs, dict) else None
+            ):
                 if not isinstance(log, dict):
                     continue
-                attributes = {a.get("key"): _any_value(a.get("value")) for a in _list(log.get("attributes")) if isinstance(a, dict)}
+                attributes = {
+                    a.get("key"): _any_value(a.get("value"))
+                    for a in _list(log.get("attributes"))
+                    if isinstance(a, dict)
+                }
                 name = attributes.get(OtlpRecords.FILE)
                 line = _any_value(log.get("body"))
                 if not isinstance(name, str) or not name or not isinstance(line, str):
@@ -138,7 +164,8 @@ def _list(value: Any) -> list[Any]:
 
 
 def count_spans(body: bytes, *, json_body: bool = False) -> int:
-    """How many spans an ``ExportTraceServiceRequest`` holds (the frame says so; the records stream has them already).
+    """How many spans an ``ExportTraceServiceRequest`` holds (the frame says so; the records stream
+    has them already).
 
     Example:
         >>> count_spans(b"")
@@ -149,8 +176,13 @@ def count_spans(body: bytes, *, json_body: bool = False) -> int:
             request = json.loads(body)
         except ValueError as error:
             raise DecodeError(f"not an OTLP traces request (JSON): {error}") from None
-        return sum(len(_list(s.get("spans"))) for r in _list(request.get("resourceSpans") if isinstance(request, dict) else None) if isinstance(r, dict)
-                   for s in _list(r.get("scopeSpans")) if isinstance(s, dict))
+        return sum(
+            len(_list(s.get("spans")))
+            for r in _list(request.get("resourceSpans") if isinstance(request, dict) else None)
+            if isinstance(r, dict)
+            for s in _list(r.get("scopeSpans"))
+            if isinstance(s, dict)
+        )
     from google.protobuf.message import DecodeError as ProtobufError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -158,4 +190,6 @@ def count_spans(body: bytes, *, json_body: bool = False) -> int:
         request = ExportTraceServiceRequest.FromString(body)
     except ProtobufError as error:
         raise DecodeError(f"not an OTLP traces request (protobuf): {error}") from None
-    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+    return sum(
+        len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans
+    )

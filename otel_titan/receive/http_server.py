@@ -51,11 +51,23 @@ from typing import Any
 from otel_titan.receive.decode import DecodeError, RecordTooLong, count_spans, decode_logs
 from otel_titan.receive.spool import Spool, SpoolWriteError
 
-__all__ = ["OtlpHttpReceiver", "ReceiverError", "Limits", "is_loopback", "parse_address", "receive_facts", "server_tls", "raise_open_files_limit", "MAX_BODY"]
+__all__ = [
+    "OtlpHttpReceiver",
+    "ReceiverError",
+    "Limits",
+    "is_loopback",
+    "parse_address",
+    "receive_facts",
+    "server_tls",
+    "raise_open_files_limit",
+    "MAX_BODY",
+]
 
-#: The largest request body taken, before and after decompression (the SDK exporters' batches are far smaller).
+#: The largest request body taken, before and after decompression (the SDK exporters' batches are
+#: far smaller).
 MAX_BODY = 64 << 20
-#: File descriptors kept for the spool's writes, the follower's reads and the process itself, beside the connections.
+#: File descriptors kept for the spool's writes, the follower's reads and the process itself, beside
+#: the connections.
 _RESERVED_FDS = 64
 
 
@@ -65,7 +77,8 @@ class ReceiverError(OSError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What all senders together may hold of one receiver (docs/security.md); beyond, an answer the sender retries, never a silent drop.
+    """What all senders together may hold of one receiver (docs/security.md); beyond, an answer the
+    sender retries, never a silent drop.
 
     Example:
         >>> Limits().max_in_flight >> 20, Limits.for_open_files(1024).max_connections
@@ -74,7 +87,8 @@ class Limits:
 
     #: Connections open at once (each a thread and a file descriptor); past it a new one gets 503.
     max_connections: int = 4096
-    #: Seconds a connection may sit without a whole request line and headers (kept-alive and idle, or trickling).
+    #: Seconds a connection may sit without a whole request line and headers (kept-alive and idle,
+    #: or trickling).
     idle_s: float = 60.0
     #: Seconds a request's body may take to arrive, plus one second per `body_bytes_per_s`.
     request_s: float = 30.0
@@ -86,14 +100,18 @@ class Limits:
 
     @classmethod
     def for_open_files(cls, soft_limit: int, **kwargs: Any) -> Limits:
-        """The limits for a process that may open `soft_limit` files: connections up to it, less what the spool and follower need."""
+        """The limits for a process that may open `soft_limit` files: connections up to it, less
+        what the spool and follower need."""
         if soft_limit < 0:  # RLIM_INFINITY
             soft_limit = 1 << 30
-        return cls(max_connections=max(16, min(cls.max_connections, soft_limit - _RESERVED_FDS)), **kwargs)
+        return cls(
+            max_connections=max(16, min(cls.max_connections, soft_limit - _RESERVED_FDS)), **kwargs
+        )
 
 
 def raise_open_files_limit() -> tuple[int, int]:
-    """Raise this process's open-files soft limit to its hard limit (1,024 ranks hold 1,024 to 2,048 connections); (soft, hard) after.
+    """Raise this process's open-files soft limit to its hard limit (1,024 ranks hold 1,024 to 2,048
+    connections); (soft, hard) after.
 
     Example (not run: it would change the calling process's limit):
         >>> soft, hard = raise_open_files_limit()  # doctest: +SKIP
@@ -114,7 +132,8 @@ def raise_open_files_limit() -> tuple[int, int]:
 
 
 def server_tls(cert_file: str, key_file: str | None = None) -> ssl.SSLContext:
-    """A TLS server context from a PEM certificate (chain) and its key (in `cert_file` when `key_file` is None); `ReceiverError` naming the file.
+    """A TLS server context from a PEM certificate (chain) and its key (in `cert_file` when
+    `key_file` is None); `ReceiverError` naming the file.
 
     The standard `ssl` module's defaults (TLS 1.2 at least, the system's ciphers).
     """
@@ -123,9 +142,16 @@ def server_tls(cert_file: str, key_file: str | None = None) -> ssl.SSLContext:
     try:
         context.load_cert_chain(cert_file, key_file)
     except FileNotFoundError as error:
-        raise ReceiverError(errno.ENOENT, f"cannot read the TLS certificate or key {error.filename or cert_file}: no such file") from None
+        raise ReceiverError(
+            errno.ENOENT,
+            f"cannot read the TLS certificate or key {error.filename or cert_file}: no such file",
+        ) from None
     except (ssl.SSLError, OSError) as error:
-        raise ReceiverError(errno.EINVAL, f"cannot use the TLS certificate {cert_file} and key {key_file or cert_file}: {getattr(error, 'reason', None) or error}") from None
+        raise ReceiverError(
+            errno.EINVAL,
+            f"cannot use the TLS certificate {cert_file} and key {key_file or cert_file}: "
+            f"{getattr(error, 'reason', None) or error}",
+        ) from None
     return context
 
 
@@ -147,7 +173,8 @@ def is_loopback(host: str) -> bool:
 
 
 def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT``, ``PORT`` or ``[v6]:PORT`` → (host, port); `ValueError` naming what is wrong. No host: loopback.
+    """``HOST:PORT``, ``:PORT``, ``PORT`` or ``[v6]:PORT`` → (host, port); `ValueError` naming what
+    is wrong. No host: loopback.
 
     Example:
         >>> parse_address("10.0.0.5:4318"), parse_address("4318"), parse_address("[::1]:4318")
@@ -160,7 +187,7 @@ def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     raw = text.strip()
     for prefix in ("http://", "https://"):
         if raw.startswith(prefix):
-            raw = raw[len(prefix):].rstrip("/")
+            raw = raw[len(prefix) :].rstrip("/")
     if raw.startswith("["):
         host, _, rest = raw[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else ""
@@ -171,7 +198,9 @@ def parse_address(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]
     else:
         raise ValueError(f"{text!r}: write an IPv6 address in brackets ([::1]:4318)")
     if not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"{text!r}: the port must be a number from 0 to 65535 (HOST:PORT, e.g. 127.0.0.1:4318)")
+        raise ValueError(
+            f"{text!r}: the port must be a number from 0 to 65535 (HOST:PORT, e.g. 127.0.0.1:4318)"
+        )
     return host or default_host, int(port_text)
 
 
@@ -186,8 +215,11 @@ class _Server(ThreadingHTTPServer):
     receiver: OtlpHttpReceiver
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for the connection, or, at the bound of `Limits.max_connections`, a 503 and the door closed at once."""
-        if not self.receiver._connections.admit(request, time.monotonic() + self.receiver.limits.idle_s):
+        """A thread for the connection, or, at the bound of `Limits.max_connections`, a 503 and the
+        door closed at once."""
+        if not self.receiver._connections.admit(
+            request, time.monotonic() + self.receiver.limits.idle_s
+        ):
             self.receiver.count(overloaded=1)
             _turn_away(request, tls=self.receiver.tls is not None)
             return
@@ -198,14 +230,18 @@ class _Server(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        """A sender that went away mid-request (reset, broken pipe, a failed TLS handshake): counted, never a traceback over the screen."""
+        """A sender that went away mid-request (reset, broken pipe, a failed TLS handshake):
+        counted, never a traceback over the screen."""
         error = sys.exc_info()[1]
         if isinstance(error, TimeoutError):
-            if self.receiver._connections.forget(request):  # else the tick thread closed it, and counted it
+            # else the tick thread closed it, and counted it
+            if self.receiver._connections.forget(request):
                 self.receiver.count(timed_out=1)
             return
         self.receiver.count(connection_errors=1)
-        self.receiver.last_connection_error = f"{type(error).__name__}: {error}"[:200] if error is not None else None
+        self.receiver.last_connection_error = (
+            f"{type(error).__name__}: {error}"[:200] if error is not None else None
+        )
 
 
 class _Server6(_Server):
@@ -213,7 +249,8 @@ class _Server6(_Server):
 
 
 def _turn_away(request: Any, *, tls: bool) -> None:
-    """Answer 503 on a connection past the bound without a thread for it (under TLS there is no handshake to answer in: closed)."""
+    """Answer 503 on a connection past the bound without a thread for it (under TLS there is no
+    handshake to answer in: closed)."""
     try:
         if not tls:
             request.setblocking(False)
@@ -225,12 +262,15 @@ def _turn_away(request: Any, *, tls: bool) -> None:
         request.close()
 
 
-_TURNED_AWAY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                b"Content-Length: 55\r\n\r\nthe receiver is at its bound of connections: retry soon")
+_TURNED_AWAY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 55\r\n\r\nthe receiver is at its bound of connections: retry soon"
+)
 
 
 class _Connections:
-    """The open connections and when each must have sent what it owes (its deadline, monotonic); the tick thread closes the late ones.
+    """The open connections and when each must have sent what it owes (its deadline, monotonic); the
+    tick thread closes the late ones.
 
     Why deadlines and not only a socket timeout: a sender that trickles a
     byte every few seconds never trips a per-read timeout, and would hold its
@@ -263,7 +303,8 @@ class _Connections:
             return self._deadlines.pop(connection, None) is not None
 
     def expired(self, now: float) -> list[Any]:
-        """The connections past their deadline, forgotten (their thread ends once its blocked read returns)."""
+        """The connections past their deadline, forgotten (their thread ends once its blocked read
+        returns)."""
         with self._lock:
             late = [c for c, deadline in self._deadlines.items() if deadline <= now]
             for connection in late:
@@ -276,7 +317,8 @@ class _Connections:
 
 
 class _InFlight:
-    """Bytes of request bodies held at once (read, inflated, decoded), against `Limits.max_in_flight`."""
+    """Bytes of request bodies held at once (read, inflated, decoded), against
+    `Limits.max_in_flight`."""
 
     def __init__(self, bound: int) -> None:
         self.bound = bound
@@ -305,8 +347,11 @@ class _Handler(BaseHTTPRequestHandler):
         """Silent: a request is not news for the watch's screen (the frame counts them)."""
 
     def log_error(self, format: str, *args: Any) -> None:  # the base class's name
-        """Silent too; a connection silent for idle_s before its request's headers (http.server closes it) is counted."""
-        if format.startswith("Request timed out") and self.server.receiver._connections.forget(self.request):
+        """Silent too; a connection silent for idle_s before its request's headers (http.server
+        closes it) is counted."""
+        if format.startswith("Request timed out") and self.server.receiver._connections.forget(
+            self.request
+        ):
             self.server.receiver.count(timed_out=1)
 
     def setup(self) -> None:
@@ -314,7 +359,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
 
     def handle_one_request(self) -> None:
-        # The next request's line and headers must be in within idle_s (a kept-alive connection idle that long is closed).
+        # The next request's line and headers must be in within idle_s (a kept-alive connection idle
+        # that long is closed).
         receiver = self.server.receiver
         receiver._connections.set_deadline(self.request, time.monotonic() + receiver.limits.idle_s)
         super().handle_one_request()
@@ -322,18 +368,31 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # http.server's name
         receiver = self.server.receiver
         path = self.path.split("?", 1)[0].rstrip("/")
-        if receiver.token is not None and not _authorized(self.headers.get("Authorization"), receiver.token):
-            # Before the body is taken: an unauthenticated sender changes nothing and costs no memory (what it sent is dropped).
+        if receiver.token is not None and not _authorized(
+            self.headers.get("Authorization"), receiver.token
+        ):
+            # Before the body is taken: an unauthenticated sender changes nothing and costs no
+            # memory (what it sent is dropped).
             receiver.count(unauthorized=1)
             self._discard(min(self._declared_length(), _DRAIN_UNAUTHORIZED))
-            self._answer(401, b"a bearer token is required (Authorization: Bearer ...; the ranks' OTEL_EXPORTER_OTLP_HEADERS)",
-                         "text/plain; charset=utf-8", close=True, headers={"WWW-Authenticate": 'Bearer realm="otel-titan watch"'})
+            self._answer(
+                401,
+                b"a bearer token is required (Authorization: Bearer ...; the ranks' OTEL_EXPORTER_OTLP_HEADERS)",
+                "text/plain; charset=utf-8",
+                close=True,
+                headers={"WWW-Authenticate": 'Bearer realm="otel-titan watch"'},
+            )
             return
         held = 0
         try:
             length = self._length()
             held = self._hold(2 * length)  # the body, and its records' lines once decoded
-            receiver._connections.set_deadline(self.request, time.monotonic() + receiver.limits.request_s + length / receiver.limits.body_bytes_per_s)
+            receiver._connections.set_deadline(
+                self.request,
+                time.monotonic()
+                + receiver.limits.request_s
+                + length / receiver.limits.body_bytes_per_s,
+            )
             body, inflated = self._body(length)
             held += inflated
         except _Refused as refused:
@@ -341,24 +400,39 @@ class _Handler(BaseHTTPRequestHandler):
             receiver.count(**{refused.counter: 1})
             if refused.drain:
                 self._discard(refused.drain)
-            self._answer(refused.status, refused.message.encode(), "text/plain; charset=utf-8", close=True, headers=refused.headers)
+            self._answer(
+                refused.status,
+                refused.message.encode(),
+                "text/plain; charset=utf-8",
+                close=True,
+                headers=refused.headers,
+            )
             return
         try:
             answer = self._serve(path, body)
         finally:
             del body
-            receiver.in_flight.give(held)  # before the answer is written: a slow reader of answers holds no budget
+            # before the answer is written: a slow reader of answers holds no budget
+            receiver.in_flight.give(held)
         self._answer(*answer)
 
     def _serve(self, path: str, body: bytes) -> tuple[int, bytes, str, dict[str, str] | None]:
-        """What to answer a request: (status, body, content type, headers); its records are in the spool when 200."""
+        """What to answer a request: (status, body, content type, headers); its records are in the
+        spool when 200."""
         receiver = self.server.receiver
         text = "text/plain; charset=utf-8"
-        json_body = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() == "application/json"
+        json_body = (self.headers.get("Content-Type") or "").split(";")[
+            0
+        ].strip().lower() == "application/json"
         kind = _PATHS.get(path)
         if kind is None:
             receiver.count(refused=1)
-            return 404, f"no such OTLP path {path!r} (this receiver takes /v1/logs, /v1/traces, /v1/metrics)".encode(), text, None
+            return (
+                404,
+                f"no such OTLP path {path!r} (this receiver takes /v1/logs, /v1/traces, /v1/metrics)".encode(),
+                text,
+                None,
+            )
         try:
             receiver.take(kind, body, json_body=json_body)
         except DecodeError as error:
@@ -368,11 +442,17 @@ class _Handler(BaseHTTPRequestHandler):
             receiver.count(refused=1)
             return 413, str(error).encode(), text, None
         except SpoolWriteError as error:
-            # Not written: the sender must keep the records and send them again (503 is retried by every OTLP exporter).
+            # Not written: the sender must keep the records and send them again (503 is retried by
+            # every OTLP exporter).
             receiver.count(write_failed=1)
             return 503, str(error).encode(), text, {"Retry-After": "1"}
         # The empty Export*ServiceResponse: full success (protobuf: no bytes at all).
-        return 200, b"{}" if json_body else b"", "application/json" if json_body else "application/x-protobuf", None
+        return (
+            200,
+            b"{}" if json_body else b"",
+            "application/json" if json_body else "application/x-protobuf",
+            None,
+        )
 
     def _length(self) -> int:
         length_text = self.headers.get("Content-Length")
@@ -380,17 +460,30 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Refused(411, "a Content-Length is required")
         length = int(length_text)
         if length > self.server.receiver.limits.max_body:
-            raise _Refused(413, f"body of {length} bytes, more than {self.server.receiver.limits.max_body}")
+            raise _Refused(
+                413, f"body of {length} bytes, more than {self.server.receiver.limits.max_body}"
+            )
         return length
 
     def _hold(self, count: int) -> int:
-        """Take `count` bytes of the in-flight budget, or refuse the request with 429 (the sender retries later)."""
+        """Take `count` bytes of the in-flight budget, or refuse the request with 429 (the sender
+        retries later)."""
         in_flight = self.server.receiver.in_flight
         if count > in_flight.bound:
-            raise _Refused(413, f"body of {count // 2} bytes: more than this receiver holds at once ({in_flight.bound} bytes in flight)")
+            raise _Refused(
+                413,
+                f"body of {count // 2} bytes: more than this receiver holds at once "
+                f"({in_flight.bound} bytes in flight)",
+            )
         if not in_flight.take(count):
-            raise _Refused(429, f"{in_flight.held} bytes of other requests in flight, at most {in_flight.bound}: retry soon",
-                           counter="overloaded", headers={"Retry-After": "1"}, drain=self._declared_length())
+            raise _Refused(
+                429,
+                f"{in_flight.held} bytes of other requests in flight, at most {in_flight.bound}: "
+                "retry soon",
+                counter="overloaded",
+                headers={"Retry-After": "1"},
+                drain=self._declared_length(),
+            )
         return count
 
     def _declared_length(self) -> int:
@@ -398,7 +491,8 @@ class _Handler(BaseHTTPRequestHandler):
         return int(text) if text.isdigit() else 0
 
     def _discard(self, count: int) -> None:
-        """Read and drop `count` bytes of a body not taken (a chunk at a time, under the request's deadline).
+        """Read and drop `count` bytes of a body not taken (a chunk at a time, under the request's
+        deadline).
 
         Why: a connection closed with unread bytes is reset, and the reset can
         reach the sender before it reads the answer: it would see a broken
@@ -414,7 +508,8 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _body(self, length: int) -> tuple[bytes, int]:
-        """The body read and inflated; and the bytes taken from the in-flight budget for the inflated part."""
+        """The body read and inflated; and the bytes taken from the in-flight budget for the
+        inflated part."""
         body = self.rfile.read(length)
         if len(body) < length:
             raise _Refused(400, f"the body ended after {len(body)} of its {length} bytes")
@@ -447,7 +542,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise
         return b"".join(parts), taken
 
-    def _answer(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None, close: bool = False) -> None:
+    def _answer(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -460,26 +562,45 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-#: The most of an unauthenticated request's body read (and dropped) so that its sender reads the 401 rather than a reset.
+#: The most of an unauthenticated request's body read (and dropped) so that its sender reads the 401
+#: rather than a reset.
 _DRAIN_UNAUTHORIZED = 1 << 20
-#: Inflate a compressed body this many bytes at a time, each taken from the in-flight budget before the next.
+#: Inflate a compressed body this many bytes at a time, each taken from the in-flight budget before
+#: the next.
 _INFLATE_STEP = 1 << 20
 
 
 def _authorized(header: str | None, token: bytes) -> bool:
     """``Authorization: Bearer <token>``, compared in constant time."""
     scheme, _, presented = (header or "").strip().partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode("utf-8", "surrogateescape"), token)
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        presented.strip().encode("utf-8", "surrogateescape"), token
+    )
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str, *, counter: str = "refused", headers: dict[str, str] | None = None, drain: int = 0) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        counter: str = "refused",
+        headers: dict[str, str] | None = None,
+        drain: int = 0,
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.counter, self.headers, self.drain = status, message, counter, headers, drain
+        self.status, self.message, self.counter, self.headers, self.drain = (
+            status,
+            message,
+            counter,
+            headers,
+            drain,
+        )
 
 
 class OtlpHttpReceiver:
-    """An OTLP/HTTP receiver writing our records to `spool` (module docstring); `start` it, `stop` it.
+    """An OTLP/HTTP receiver writing our records to `spool` (module docstring); `start` it, `stop`
+    it.
 
     `token`: the bearer token every request must carry (None: none asked,
     for loopback behind a collector); `tls`: a `server_tls` context (None:
@@ -497,8 +618,17 @@ class OtlpHttpReceiver:
         >>> receiver.stop()
     """
 
-    def __init__(self, host: str, port: int, spool: Spool, *, clock: Any = time.time, token: str | None = None, tls: ssl.SSLContext | None = None,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        spool: Spool,
+        *,
+        clock: Any = time.time,
+        token: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        limits: Limits | None = None,
+    ) -> None:
         self.host, self.port, self.spool, self.clock = host, port, spool, clock
         self.token = token.encode("utf-8", "surrogateescape") if token else None
         self.tls = tls
@@ -508,17 +638,19 @@ class OtlpHttpReceiver:
         self._server: _Server | None = None
         self._threads: list[threading.Thread] = []
         self._stopped = threading.Event()
-        self._counting = threading.Lock()  # requests are served on several threads: no increment lost
-        #: Our records received; other log records; spans seen (not used: the records have them); metric requests;
-        #: log requests; requests refused (bad path, body, encoding or size).
+        # requests are served on several threads: no increment lost
+        self._counting = threading.Lock()
+        #: Our records received; other log records; spans seen (not used: the records have them);
+        #: metric requests; log requests; requests refused (bad path, body, encoding or size).
         self.received = 0
         self.foreign_logs = 0
         self.spans = 0
         self.metric_requests = 0
         self.log_requests = 0
         self.refused = 0
-        #: Requests without the token (401); requests or connections turned away at a bound (429, 503); requests whose
-        #: records could not be written (503); connections closed for being late; connections that failed (reset, TLS).
+        #: Requests without the token (401); requests or connections turned away at a bound (429,
+        #: 503); requests whose records could not be written (503); connections closed for being
+        #: late; connections that failed (reset, TLS).
         self.unauthorized = 0
         self.overloaded = 0
         self.write_failed = 0
@@ -530,10 +662,12 @@ class OtlpHttpReceiver:
     protocol = "http/protobuf"
 
     def take(self, kind: str, body: bytes, *, json_body: bool = False) -> None:
-        """One request's body (``logs``, ``traces`` or ``metrics``): our records to the spool, the rest counted.
+        """One request's body (``logs``, ``traces`` or ``metrics``): our records to the spool, the
+        rest counted.
 
-        Raises `DecodeError` if it does not decode, `RecordTooLong` if a record is longer than the reader takes, and
-        `SpoolWriteError` if its records could not be written (nothing of it is then taken: the sender sends it again).
+        Raises `DecodeError` if it does not decode, `RecordTooLong` if a record is longer than the
+        reader takes, and `SpoolWriteError` if its records could not be written (nothing of it is
+        then taken: the sender sends it again).
         """
         if kind == "logs":
             decoded = decode_logs(body, json_body=json_body)
@@ -552,7 +686,8 @@ class OtlpHttpReceiver:
 
     @property
     def endpoint(self) -> str:
-        """The ranks' ``OTEL_EXPORTER_OTLP_ENDPOINT`` (``http://HOST:PORT``, ``https://`` with TLS, for gRPC too), with the port actually bound."""
+        """The ranks' ``OTEL_EXPORTER_OTLP_ENDPOINT`` (``http://HOST:PORT``, ``https://`` with TLS,
+        for gRPC too), with the port actually bound."""
         host = self.host if self.host not in ("", "0.0.0.0", "::") else socket.gethostname()
         return f"{'https' if self.tls else 'http'}://{'[' + host + ']' if ':' in host else host}:{self.port}"
 
@@ -567,19 +702,35 @@ class OtlpHttpReceiver:
         try:
             server = server_class((self.host, self.port), _Handler)
         except socket.gaierror as error:
-            raise ReceiverError(errno.EADDRNOTAVAIL, f"cannot listen on {self.host}:{self.port}: unknown host ({error.strerror or error})") from None
+            raise ReceiverError(
+                errno.EADDRNOTAVAIL,
+                f"cannot listen on {self.host}:{self.port}: unknown host "
+                f"({error.strerror or error})",
+            ) from None
         except OSError as error:
-            reason = {errno.EADDRINUSE: "the port is in use (another watch, or a collector, listens there: choose another port)",
-                      errno.EACCES: "permission denied (ports below 1024 need privileges: choose a port such as 4318)",
-                      errno.EADDRNOTAVAIL: "the address is not one of this machine's"}.get(error.errno or 0, error.strerror or str(error))
-            raise ReceiverError(error.errno or 0, f"cannot listen on {self.host}:{self.port}: {reason}") from None
+            reason = {
+                errno.EADDRINUSE: "the port is in use (another watch, or a collector, listens there: choose another port)",
+                errno.EACCES: "permission denied (ports below 1024 need privileges: choose a port such as 4318)",
+                errno.EADDRNOTAVAIL: "the address is not one of this machine's",
+            }.get(error.errno or 0, error.strerror or str(error))
+            raise ReceiverError(
+                error.errno or 0, f"cannot listen on {self.host}:{self.port}: {reason}"
+            ) from None
         if self.tls is not None:
-            # The handshake runs on the connection's own thread, at its first read (under its deadline), never in accept().
-            server.socket = self.tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+            # The handshake runs on the connection's own thread, at its first read (under its
+            # deadline), never in accept().
+            server.socket = self.tls.wrap_socket(
+                server.socket, server_side=True, do_handshake_on_connect=False
+            )
         server.receiver = self
         self._server = server
         self.port = server.server_address[1]
-        serve = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="otel-titan-receive", daemon=True)
+        serve = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="otel-titan-receive",
+            daemon=True,
+        )
         serve.start()
         self._threads.append(serve)
         self._start_tick()
@@ -599,7 +750,8 @@ class OtlpHttpReceiver:
                 _close_all(late)
 
     def stop(self) -> None:
-        """Stop listening and close the connections; what was held past a gap is written (nothing received is lost)."""
+        """Stop listening and close the connections; what was held past a gap is written (nothing
+        received is lost)."""
         self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
@@ -624,7 +776,8 @@ def _close_all(connections: list[Any]) -> None:
 
 
 def receive_facts(receivers: list[OtlpHttpReceiver]) -> dict[str, Any]:
-    """The frame's ``receive`` object for the endpoints of one watch (HTTP, gRPC or both), which share one spool.
+    """The frame's ``receive`` object for the endpoints of one watch (HTTP, gRPC or both), which
+    share one spool.
 
     Example:
         >>> import tempfile
@@ -632,12 +785,24 @@ def receive_facts(receivers: list[OtlpHttpReceiver]) -> dict[str, Any]:
         'http://127.0.0.1:4318'
     """
     spool = receivers[0].spool
-    facts: dict[str, Any] = {"endpoint": ", ".join(r.endpoint + ("" if r.protocol == "http/protobuf" else f" ({r.protocol})") for r in receivers),
-                             "spool": spool.folder, "processes": spool.processes, "records": sum(r.received for r in receivers),
-                             "written": spool.written, "duplicates": spool.duplicates, "lost": spool.lost, "malformed": spool.malformed,
-                             "out_of_sequence": spool.out_of_sequence, "restarts": spool.restarts,
-                             "other_logs": sum(r.foreign_logs for r in receivers), "spans": sum(r.spans for r in receivers),
-                             "refused": sum(r.refused for r in receivers)}
+    facts: dict[str, Any] = {
+        "endpoint": ", ".join(
+            r.endpoint + ("" if r.protocol == "http/protobuf" else f" ({r.protocol})")
+            for r in receivers
+        ),
+        "spool": spool.folder,
+        "processes": spool.processes,
+        "records": sum(r.received for r in receivers),
+        "written": spool.written,
+        "duplicates": spool.duplicates,
+        "lost": spool.lost,
+        "malformed": spool.malformed,
+        "out_of_sequence": spool.out_of_sequence,
+        "restarts": spool.restarts,
+        "other_logs": sum(r.foreign_logs for r in receivers),
+        "spans": sum(r.spans for r in receivers),
+        "refused": sum(r.refused for r in receivers),
+    }
     for name in ("unauthorized", "overloaded", "write_failed", "timed_out", "connection_errors"):
         total = sum(getattr(r, name) for r in receivers)
         if total:  # only when something happened: the frame of a healthy watch stays as it was
@@ -646,11 +811,20 @@ def receive_facts(receivers: list[OtlpHttpReceiver]) -> dict[str, Any]:
     if spool.write_error:
         facts["write_error"] = spool.write_error
     if facts.get("overloaded"):
-        # Retried by the senders, so nothing is lost yet; but a rank turned away often lags (docs/security.md).
+        # Retried by the senders, so nothing is lost yet; but a rank turned away often lags
+        # (docs/security.md).
         bound = receivers[0].limits
-        facts["hint"] = (f"{facts['overloaded']:,} requests or connections turned away at a bound ({bound.max_connections:,} connections, "
-                         f"{bound.max_in_flight >> 20} MiB in flight; the senders retry): raise the open-files limit (ulimit -n) or split the job across watches")
+        facts["hint"] = (
+            f"{facts['overloaded']:,} requests or connections turned away at a bound "
+            f"({bound.max_connections:,} connections, "
+            f"{bound.max_in_flight >> 20} MiB in flight; the senders retry): raise the open-files "
+            "limit (ulimit -n) or split the job across watches"
+        )
     if facts["spans"] and not facts["records"]:
-        # Ranks that export their spans here but not their records: the spans alone carry no start (a hung span never ends).
-        facts["hint"] = "spans arrive but no records: launch the ranks with OTEL_TITAN_OTLP_RECORDS=true (spans alone cannot show a hang)"
+        # Ranks that export their spans here but not their records: the spans alone carry no start
+        # (a hung span never ends).
+        facts["hint"] = (
+            "spans arrive but no records: launch the ranks with OTEL_TITAN_OTLP_RECORDS=true "
+            "(spans alone cannot show a hang)"
+        )
     return facts

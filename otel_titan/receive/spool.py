@@ -64,7 +64,8 @@ MAX_HELD = 100_000
 
 
 class SpoolWriteError(OSError):
-    """Records could not be written to the spool (the message says which file and why); nothing of the request was taken."""
+    """Records could not be written to the spool (the message says which file and why); nothing of
+    the request was taken."""
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+=@,-]")
@@ -72,7 +73,8 @@ _MAX_NAME = 200
 
 
 def safe_file_name(name: str) -> str:
-    """`name` as a plain ``.jsonl`` file name: no folder, no hidden file, no control character, at most 200 characters.
+    """`name` as a plain ``.jsonl`` file name: no folder, no hidden file, no control character, at
+    most 200 characters.
 
     Example:
         >>> safe_file_name("training.global_rank_3.20260101-000000-abcdef.jsonl")
@@ -96,25 +98,45 @@ class _Process:
     held: dict[int, bytes] = field(default_factory=dict)
     held_since: float | None = None
     written: int = 0
-    #: When a record last arrived in order (watcher time): a stream still arriving in order left no gap behind.
+    #: When a record last arrived in order (watcher time): a stream still arriving in order left no
+    #: gap behind.
     in_order_at: float | None = None
-    #: The last skip, while it may be undone: (the number skipped from, the number landed on, next_seq right after).
+    #: The last skip, while it may be undone: (the number skipped from, the number landed on,
+    #: next_seq right after).
     jump: tuple[int, int, int] | None = None
-    #: The line of the record numbered 1: another line under that number is a new process reusing the file name.
+    #: The line of the record numbered 1: another line under that number is a new process reusing
+    #: the file name.
     first_line: bytes | None = None
     #: Numbers skipped (never received).
     lost: int = 0
 
     def order(self) -> tuple[Any, ...]:
         """Where the order stands, to be put back when a write fails."""
-        return (self.next_seq, dict(self.held), self.held_since, self.in_order_at, self.jump, self.first_line, self.lost)
+        return (
+            self.next_seq,
+            dict(self.held),
+            self.held_since,
+            self.in_order_at,
+            self.jump,
+            self.first_line,
+            self.lost,
+        )
 
     def restore(self, order: tuple[Any, ...]) -> None:
-        self.next_seq, self.held, self.held_since, self.in_order_at, self.jump, self.first_line, self.lost = order
+        (
+            self.next_seq,
+            self.held,
+            self.held_since,
+            self.in_order_at,
+            self.jump,
+            self.first_line,
+            self.lost,
+        ) = order
 
 
 class Spool:
-    """Write received records to ``folder/structured_logs/`` in each process's order (module docstring); thread-safe.
+    """Write received records to ``folder/structured_logs/`` in each process's order (module
+    docstring); thread-safe.
 
     Example:
         >>> import tempfile, os
@@ -125,10 +147,13 @@ class Spool:
         '{"seq_id": 1}\\n{"seq_id": 2}\\n'
     """
 
-    def __init__(self, folder: str, *, hold_s: float = 1.0, max_bytes: int = 128 << 20, backup_count: int = 3) -> None:
+    def __init__(
+        self, folder: str, *, hold_s: float = 1.0, max_bytes: int = 128 << 20, backup_count: int = 3
+    ) -> None:
         self.folder = os.path.abspath(folder)
         self.log_dir = os.path.join(self.folder, "structured_logs")
-        os.makedirs(self.log_dir, exist_ok=True)  # OSError: the caller says which folder could not be made
+        # OSError: the caller says which folder could not be made
+        os.makedirs(self.log_dir, exist_ok=True)
         self.hold_s = hold_s
         self.max_bytes = max_bytes
         self.backup_count = backup_count
@@ -137,13 +162,15 @@ class Spool:
         self._lock = threading.Lock()
         self._processes: dict[str, _Process] = {}
         self._by_path: dict[str, _Process] = {}
-        #: Records written; numbers received twice (dropped); numbers never received (skipped after `hold_s`);
-        #: records whose line is not one JSON object on one line (dropped); failed writes (records lost).
+        #: Records written; numbers received twice (dropped); numbers never received (skipped after
+        #: `hold_s`); records whose line is not one JSON object on one line (dropped); failed writes
+        #: (records lost).
         self.written = 0
         self.duplicates = 0
         self.malformed = 0
         self.failed = 0
-        #: Records whose number did not fit their process's stream (far ahead of it, or a skip undone); new streams under a used name.
+        #: Records whose number did not fit their process's stream (far ahead of it, or a skip
+        #: undone); new streams under a used name.
         self.out_of_sequence = 0
         self.restarts = 0
         self.write_error: str | None = None
@@ -159,7 +186,8 @@ class Spool:
         return len(self._processes)
 
     def add(self, records: Iterable[ReceivedRecord], now: float) -> None:
-        """Take one request's records (watcher time `now`, seconds); write what is in order; `SpoolWriteError` when it cannot."""
+        """Take one request's records (watcher time `now`, seconds); write what is in order;
+        `SpoolWriteError` when it cannot."""
         with self._lock:
             out: dict[str, list[bytes]] = {}
             before: dict[str, tuple[Any, ...]] = {}
@@ -178,8 +206,11 @@ class Spool:
             if failed:
                 raise SpoolWriteError(self.write_error or "cannot write the spool")
 
-    def _place(self, process: _Process, seq: int, line: bytes, lines: list[bytes], now: float) -> None:
-        """One numbered record into its process's order: written, held past a gap, or dropped (a duplicate)."""
+    def _place(
+        self, process: _Process, seq: int, line: bytes, lines: list[bytes], now: float
+    ) -> None:
+        """One numbered record into its process's order: written, held past a gap, or dropped (a
+        duplicate)."""
         if seq <= 0:
             lines.append(line)
             return
@@ -187,9 +218,16 @@ class Spool:
             if process.first_line is None:
                 process.first_line = line
             elif line != process.first_line and process.next_seq > 1:
-                # Another process's opening record under this name (a restart reusing it): its stream starts again.
+                # Another process's opening record under this name (a restart reusing it): its
+                # stream starts again.
                 self.restarts += 1
-                process.next_seq, process.held, process.held_since, process.jump, process.first_line = 1, {}, None, None, line
+                (
+                    process.next_seq,
+                    process.held,
+                    process.held_since,
+                    process.jump,
+                    process.first_line,
+                ) = 1, {}, None, None, line
         if seq < process.next_seq and process.jump is not None and self._undo_jump(process, seq):
             pass  # the numbers before a lone record arrive after all: it was the wrong one, the stream goes on from here
         if seq < process.next_seq or seq in process.held:
@@ -208,13 +246,20 @@ class Spool:
                 self._skip_gap(process, lines, now)
 
     def _undo_jump(self, process: _Process, seq: int) -> bool:
-        """Undo the last skip if `seq` lies in the gap it skipped and the skip landed on one record that nothing followed."""
+        """Undo the last skip if `seq` lies in the gap it skipped and the skip landed on one record
+        that nothing followed."""
         skipped_from, landed_on, next_after = process.jump  # type: ignore[misc]  # called only after a jump was recorded
-        if not (skipped_from <= seq < landed_on and next_after == landed_on + 1 and process.next_seq == next_after):
+        if not (
+            skipped_from <= seq < landed_on
+            and next_after == landed_on + 1
+            and process.next_seq == next_after
+        ):
             return False
-        process.lost -= landed_on - seq  # the numbers from `seq` on are the stream's after all; those before it stay lost
+        # the numbers from `seq` on are the stream's after all; those before it stay lost
+        process.lost -= landed_on - seq
         self.out_of_sequence += 1
-        # Records held past the lone one are kept (they may be as wrong as it, or the stream's: they wait their hold).
+        # Records held past the lone one are kept (they may be as wrong as it, or the stream's: they
+        # wait their hold).
         process.next_seq, process.jump = seq, None
         return True
 
@@ -226,15 +271,22 @@ class Spool:
             for process in self._processes.values():
                 if process.held_since is not None and now - process.held_since >= self.hold_s:
                     before[process.path] = process.order()
-                    if process.in_order_at is not None and process.in_order_at > process.held_since and now != float("inf"):
-                        self._drop_far_ahead(process, now)  # the stream still arrives in order: it left no gap behind it
+                    if (
+                        process.in_order_at is not None
+                        and process.in_order_at > process.held_since
+                        and now != float("inf")
+                    ):
+                        # the stream still arrives in order: it left no gap behind it
+                        self._drop_far_ahead(process, now)
                     else:
                         self._skip_gap(process, out.setdefault(process.path, []), now)
             for path in self._write(out):
-                self._by_path[path].restore(before[path])  # skipped again at the next tick, once the spool can be written
+                # skipped again at the next tick, once the spool can be written
+                self._by_path[path].restore(before[path])
 
     def _drop_far_ahead(self, process: _Process, now: float) -> None:
-        """Held records further ahead of a stream arriving in order than `MAX_HELD` are not its own: dropped; the rest wait again."""
+        """Held records further ahead of a stream arriving in order than `MAX_HELD` are not its own:
+        dropped; the rest wait again."""
         limit = process.next_seq + MAX_HELD
         far = [seq for seq in process.held if seq > limit]
         for seq in far:
@@ -247,14 +299,16 @@ class Spool:
         if process is None:
             path = os.path.join(self.log_dir, safe_file_name(name))
             try:
-                size = os.path.getsize(path)  # a watch restarted on its spool appends to what is there
+                # a watch restarted on its spool appends to what is there
+                size = os.path.getsize(path)
             except OSError:
                 size = 0
             process = self._processes[name] = self._by_path[path] = _Process(path, size=size)
         return process
 
     def _rotate(self, process: _Process) -> None:
-        """``X.jsonl`` → ``X.jsonl.1`` (older segments shifted, the oldest past `backup_count` deleted), as the writer rotates."""
+        """``X.jsonl`` → ``X.jsonl.1`` (older segments shifted, the oldest past `backup_count`
+        deleted), as the writer rotates."""
         path = process.path
         try:
             if self.backup_count <= 0:
@@ -301,16 +355,18 @@ class Spool:
             if process.size and process.size + len(data) > self.max_bytes:
                 self._rotate(process)
             try:
-                # One append per process and request: the follower never sees half a batch's line (O_APPEND, one write).
+                # One append per process and request: the follower never sees half a batch's line
+                # (O_APPEND, one write).
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
                     view = memoryview(data)
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                 finally:
                     os.close(fd)
             except OSError as error:
-                # A short write leaves a partial line at worst; the retried request writes its records whole after it.
+                # A short write leaves a partial line at worst; the retried request writes its
+                # records whole after it.
                 self.failed += len(lines)
                 self.write_error = f"cannot write {path}: {error.strerror or error}"
                 failed.append(path)

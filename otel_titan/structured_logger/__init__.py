@@ -13,7 +13,8 @@ Data flow (one concern per module)::
     BatchProcessor thread (every 50 ms or on flush)              core/processor.py
         │  SpanBuilder: tuples → OpenTelemetry ReadableSpans     core/span_builder.py, trace_ids.py
         ▼
-    exporters registered by handler factories                   handler_factories.py, core/exporter.py
+    exporters registered by handler factories                   handler_factories.py,
+    core/exporter.py
         ├── JsonlSpanExporter → structured_logs/*.jsonl          otel_titan/exporters/jsonl.py
         └── any SDK SpanExporter (OTLP, console, yours)
 
@@ -41,7 +42,8 @@ from otel_titan.core.step_context import (
     set_step,
 )
 
-# The variables' public names since the first release (otel_titan.environment_variables defines them).
+# The variables' public names since the first release (otel_titan.environment_variables defines
+# them).
 from otel_titan.environment_variables import OTEL_TITAN_HANDLERS as HANDLERS_ENV
 from otel_titan.environment_variables import TITAN_STRUCT_LOGGER_HANDLERS as TORCHTITAN_HANDLERS_ENV
 from otel_titan.exporters.compat import TraceEventsOnlyFilter, TraceJsonlFormatter

@@ -34,7 +34,12 @@ from typing import Any
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.core.exporter import HandlerFactoryError, HandlerSkipped, PipelineStats, discard_exporter
+from otel_titan.core.exporter import (
+    HandlerFactoryError,
+    HandlerSkipped,
+    PipelineStats,
+    discard_exporter,
+)
 from otel_titan.core.identity import RunIdentity
 from otel_titan.core.options import LoggerOptions
 from otel_titan.environment_variables import OTEL_TITAN_HANDLERS, TITAN_STRUCT_LOGGER_HANDLERS
@@ -85,7 +90,9 @@ def _split(value: str) -> list[str]:
 
 
 def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
-    """The factories that run when nothing names them: the JSONL file, plus those of ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_LOGS_EXPORTER`` and ``OTEL_TITAN_OTLP_RECORDS``.
+    """The factories that run when nothing names them: the JSONL file, plus those of
+    ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER``, ``OTEL_LOGS_EXPORTER`` and
+    ``OTEL_TITAN_OTLP_RECORDS``.
 
     Example:
         >>> default_handler_specs({"OTEL_TRACES_EXPORTER": "otlp"})[1]
@@ -94,10 +101,18 @@ def default_handler_specs(environ: Mapping[str, str]) -> list[str]:
         'otel_titan.exporters.metrics.register_metrics_handler'
     """
     records = [RECORDS_HANDLER] if records_enabled(environ) else []
-    return [JSONL_HANDLER, *traces_exporter_handler_specs(environ), *metrics_exporter_handler_specs(environ), *logs_exporter_handler_specs(environ), *records]
+    return [
+        JSONL_HANDLER,
+        *traces_exporter_handler_specs(environ),
+        *metrics_exporter_handler_specs(environ),
+        *logs_exporter_handler_specs(environ),
+        *records,
+    ]
 
 
-def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, str] | None = None) -> tuple[list[Any], str]:
+def resolve_handler_specs(
+    explicit: Sequence[Any] | None, environ: Mapping[str, str] | None = None
+) -> tuple[list[Any], str]:
     """Return the handler factories to run and where that list came from.
 
     Example:
@@ -115,7 +130,8 @@ def resolve_handler_specs(explicit: Sequence[Any] | None, environ: Mapping[str, 
 
 
 def load_factory(spec: Any) -> Callable[..., Any]:
-    """Import ``"package.module.function"`` (or ``"package.module:function"``); callables pass through.
+    """Import ``"package.module.function"`` (or ``"package.module:function"``); callables pass
+    through.
 
     Raises `HandlerFactoryError` naming the path and the reason.
 
@@ -130,23 +146,34 @@ def load_factory(spec: Any) -> Callable[..., Any]:
     if callable(spec):
         return spec
     if not isinstance(spec, str) or not spec:
-        raise HandlerFactoryError(f"handler factory {spec!r} is neither a 'module.function' path nor a callable")
+        raise HandlerFactoryError(
+            f"handler factory {spec!r} is neither a 'module.function' path nor a callable"
+        )
     if ":" in spec:
         module_name, _, attribute = spec.partition(":")
     else:
         module_name, _, attribute = spec.rpartition(".")
     if not module_name or not attribute:
-        raise HandlerFactoryError(f"handler factory {spec!r} must be a fully-qualified 'package.module.function' path")
+        raise HandlerFactoryError(
+            f"handler factory {spec!r} must be a fully-qualified 'package.module.function' path"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as error:  # report any import-time failure with the path
-        raise HandlerFactoryError(f"handler factory {spec!r}: cannot import module {module_name!r} ({type(error).__name__}: {error})") from error
+        raise HandlerFactoryError(
+            f"handler factory {spec!r}: cannot import module {module_name!r} "
+            f"({type(error).__name__}: {error})"
+        ) from error
     try:
         factory = getattr(module, attribute)
     except AttributeError:
-        raise HandlerFactoryError(f"handler factory {spec!r}: module {module_name!r} has no attribute {attribute!r}") from None
+        raise HandlerFactoryError(
+            f"handler factory {spec!r}: module {module_name!r} has no attribute {attribute!r}"
+        ) from None
     if not callable(factory):
-        raise HandlerFactoryError(f"handler factory {spec!r} is a {type(factory).__name__}, not a callable")
+        raise HandlerFactoryError(
+            f"handler factory {spec!r} is a {type(factory).__name__}, not a callable"
+        )
     return factory
 
 
@@ -186,7 +213,10 @@ def run_factories(
 
     def add_span_exporter(exporter: SpanExporter) -> None:
         if not isinstance(exporter, SpanExporter):
-            raise TypeError(f"add_span_exporter() takes an opentelemetry SpanExporter, got {type(exporter).__name__}")
+            raise TypeError(
+                "add_span_exporter() takes an opentelemetry SpanExporter, got "
+                f"{type(exporter).__name__}"
+            )
         exporters.append(exporter)
 
     kwargs = {
@@ -212,16 +242,25 @@ def run_factories(
         if not specs:
             raise HandlerFactoryError(f"no handler factory to run ({origin} is empty)")
         new_handlers = [h for h in structured_logger.handlers if h not in handlers_before]
-        # Always: a handler attached to the logger later (not by a factory) receives the records too, as in torchtitan.
+        # Always: a handler attached to the logger later (not by a factory) receives the records
+        # too, as in torchtitan.
         exporters.append(LoggingBridgeExporter(structured_logger, identity))
     except BaseException:
         _discard_all(exporters)
-        close_handlers(structured_logger, [h for h in structured_logger.handlers if h not in handlers_before])
+        close_handlers(
+            structured_logger, [h for h in structured_logger.handlers if h not in handlers_before]
+        )
         raise
     return exporters, new_handlers
 
 
-def _run_one(spec: Any, origin: str, kwargs: dict[str, Any], exporters: list[SpanExporter], structured_logger: logging.Logger) -> None:
+def _run_one(
+    spec: Any,
+    origin: str,
+    kwargs: dict[str, Any],
+    exporters: list[SpanExporter],
+    structured_logger: logging.Logger,
+) -> None:
     factory = load_factory(spec)
     registered_before = len(exporters) + len(structured_logger.handlers)
     try:
@@ -230,12 +269,16 @@ def _run_one(spec: Any, origin: str, kwargs: dict[str, Any], exporters: list[Spa
         _log.info("otel-titan: handler factory %s skipped: %s", describe(spec), skipped)
         return
     except Exception as error:
-        raise HandlerFactoryError(f"handler factory {describe(spec)!r} (from {origin}) raised {type(error).__name__}: {error}") from error
+        raise HandlerFactoryError(
+            f"handler factory {describe(spec)!r} (from {origin}) raised {type(error).__name__}: "
+            f"{error}"
+        ) from error
     if len(exporters) + len(structured_logger.handlers) == registered_before:
         # Accepted, as torchtitan does: a factory may attach on some ranks only (rank 0's database
         # writer). Said, so that a factory that attaches nothing by mistake does not pass unseen.
         _log.info(
-            "otel-titan: handler factory %s (from %s) registered no exporter (add_span_exporter) and no handler (structured_logger.addHandler) on rank %s",
+            "otel-titan: handler factory %s (from %s) registered no exporter (add_span_exporter) "
+            "and no handler (structured_logger.addHandler) on rank %s",
             describe(spec),
             origin,
             kwargs["rank"],

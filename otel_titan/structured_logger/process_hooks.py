@@ -49,7 +49,8 @@ _log = logging.getLogger("otel_titan")
 
 
 def install(options: LoggerOptions) -> None:
-    """Put the exit, fork and (unless ``handle_sigterm=False``) SIGTERM hooks in place for a new logger."""
+    """Put the exit, fork and (unless ``handle_sigterm=False``) SIGTERM hooks in place for a new
+    logger."""
     if not STATE.hooks_installed:
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -68,7 +69,8 @@ _previous_hooks: dict[str, Any] = {}
 
 
 def _install_excepthooks() -> None:
-    """Chain `sys.excepthook` and `threading.excepthook` (once per process): an uncaught exception is recorded as one."""
+    """Chain `sys.excepthook` and `threading.excepthook` (once per process): an uncaught exception
+    is recorded as one."""
     _previous_hooks["sys"] = sys.excepthook
     _previous_hooks["threading"] = threading.excepthook
     sys.excepthook = _on_uncaught
@@ -76,51 +78,81 @@ def _install_excepthooks() -> None:
 
 
 def _on_uncaught(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
-    """`sys.excepthook`: the main thread's exception, about to end the program (not in an interactive session)."""
+    """`sys.excepthook`: the main thread's exception, about to end the program (not in an
+    interactive session)."""
     _record_uncaught(exc_type, exc, tb, fatal=not (sys.flags.interactive or hasattr(sys, "ps1")))
     (_previous_hooks.get("sys") or sys.__excepthook__)(exc_type, exc, tb)
 
 
 def _on_uncaught_in_thread(args: Any) -> None:
-    """`threading.excepthook`: a thread died of it; the program goes on (SystemExit ends a thread quietly, as threading's own hook)."""
+    """`threading.excepthook`: a thread died of it; the program goes on (SystemExit ends a thread
+    quietly, as threading's own hook)."""
     if args.exc_type is not SystemExit:
         _record_uncaught(args.exc_type, args.exc_value, args.exc_traceback, fatal=False)
     (_previous_hooks.get("threading") or threading.__excepthook__)(args)
 
 
-def _record_uncaught(exc_type: type[BaseException], exc: BaseException | None, tb: Any, fatal: bool) -> None:
-    """The ``uncaught_exception`` record, queued like any instant (the exit hook then writes it before the closing record)."""
+def _record_uncaught(
+    exc_type: type[BaseException], exc: BaseException | None, tb: Any, fatal: bool
+) -> None:
+    """The ``uncaught_exception`` record, queued like any instant (the exit hook then writes it
+    before the closing record)."""
     runtime = STATE.running
     if runtime is None or not runtime.is_ours():
         return
     try:
-        name = exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}"
+        name = (
+            exc_type.__qualname__
+            if exc_type.__module__ == "builtins"
+            else f"{exc_type.__module__}.{exc_type.__qualname__}"
+        )
         try:
             message = str(exc) if exc is not None else ""
         except Exception as str_error:  # noqa: BLE001 - a broken __str__ must not hide the crash
             message = f"<str() failed: {type(str_error).__name__}>"
-        capture.emit_internal_instant(MetaEvent.UNCAUGHT_EXCEPTION, {
-            Field.ERROR_TYPE: name,
-            Field.ERROR_MESSAGE: message[:4096],
-            Field.ERROR_FRAMES: exception_frames(tb),
-            Field.FATAL: fatal,
-        })
+        capture.emit_internal_instant(
+            MetaEvent.UNCAUGHT_EXCEPTION,
+            {
+                Field.ERROR_TYPE: name,
+                Field.ERROR_MESSAGE: message[:4096],
+                Field.ERROR_FRAMES: exception_frames(tb),
+                Field.FATAL: fatal,
+            },
+        )
     except Exception:  # noqa: BLE001 - the logger never changes how a program dies
         _log.debug("otel-titan: could not record the uncaught exception", exc_info=True)
 
 
 def _install_dump_signal() -> None:
-    """``OTEL_TITAN_DUMP_SIGNAL=SIGUSR2`` (a name or a number): that signal writes the black box, nothing else."""
+    """``OTEL_TITAN_DUMP_SIGNAL=SIGUSR2`` (a name or a number): that signal writes the black box,
+    nothing else."""
     raw = os.environ.get(OTEL_TITAN_DUMP_SIGNAL, "").strip()
     if not raw:
         return
     try:
-        signum = int(raw) if raw.isdigit() else int(getattr(signal.Signals, raw.upper() if raw.upper().startswith("SIG") else "SIG" + raw.upper()))
+        signum = (
+            int(raw)
+            if raw.isdigit()
+            else int(
+                getattr(
+                    signal.Signals,
+                    raw.upper() if raw.upper().startswith("SIG") else "SIG" + raw.upper(),
+                )
+            )
+        )
     except (AttributeError, ValueError):
-        _log.warning("otel-titan: %s must name a signal (SIGUSR2, USR1, 12), got %r; no dump signal", OTEL_TITAN_DUMP_SIGNAL, raw)
+        _log.warning(
+            "otel-titan: %s must name a signal (SIGUSR2, USR1, 12), got %r; no dump signal",
+            OTEL_TITAN_DUMP_SIGNAL,
+            raw,
+        )
         return
     if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
-        _log.warning("otel-titan: %s=%s: that signal has another job; use SIGUSR1 or SIGUSR2", OTEL_TITAN_DUMP_SIGNAL, raw)
+        _log.warning(
+            "otel-titan: %s=%s: that signal has another job; use SIGUSR1 or SIGUSR2",
+            OTEL_TITAN_DUMP_SIGNAL,
+            raw,
+        )
         return
     sigterm.install_dump_signal(signum, _dump_black_box)
 
@@ -177,7 +209,8 @@ def _at_exit() -> None:
 
 
 def _flush_for_sigterm(signum: int, dying: bool) -> None:
-    """Write what is queued and a ``signal_received`` record (on the signal watcher thread, or the main thread)."""
+    """Write what is queued and a ``signal_received`` record (on the signal watcher thread, or the
+    main thread)."""
     runtime = STATE.running
     if runtime is None:
         closing = STATE.closing
@@ -188,7 +221,9 @@ def _flush_for_sigterm(signum: int, dying: bool) -> None:
         return
     if not runtime.is_ours() or not runtime.options.handle_sigterm:
         return
-    capture.emit_internal_instant(MetaEvent.SIGNAL_RECEIVED, {Field.SIGNAL: "SIGTERM", Field.SIGNAL_NUMBER: int(signum)})
+    capture.emit_internal_instant(
+        MetaEvent.SIGNAL_RECEIVED, {Field.SIGNAL: "SIGTERM", Field.SIGNAL_NUMBER: int(signum)}
+    )
     deadline = time.monotonic() + runtime.options.exit_timeout_s
     # The hang black box first (where every thread is, open spans, collectives), bounded:
     # a launcher's SIGTERM is most often the end of a hang.

@@ -46,17 +46,21 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def canonical_json(config: Any) -> str:
-    """`config` as compact JSON with sorted keys (non-JSON values as their ``str``): equal configurations, equal text.
+    """`config` as compact JSON with sorted keys (non-JSON values as their ``str``): equal
+    configurations, equal text.
 
     Example:
         >>> canonical_json({"b": 1, "a": [1.5, None]})
         '{"a":[1.5,null],"b":1}'
     """
-    return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False)
+    return json.dumps(
+        config, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False
+    )
 
 
 def config_hash(text: str) -> str:
-    """The first 16 hex digits of the sha256 of `text` (64 bits: a collision among a job's configurations is not a concern).
+    """The first 16 hex digits of the sha256 of `text` (64 bits: a collision among a job's
+    configurations is not a concern).
 
     Example:
         >>> config_hash('{"a":1}')
@@ -66,7 +70,8 @@ def config_hash(text: str) -> str:
 
 
 def _claim(directory: str, key: str) -> bool:
-    """True for the first process to claim `key` in the run's folder (O_EXCL); False if another has, or on error."""
+    """True for the first process to claim `key` in the run's folder (O_EXCL); False if another has,
+    or on error."""
     folder = os.path.join(directory, "structured_logs", CLAIMS_DIR)
     try:
         os.makedirs(folder, exist_ok=True)
@@ -75,14 +80,20 @@ def _claim(directory: str, key: str) -> bool:
         return False
     except OSError as error:
         # Cannot tell whether another rank wrote it: write it here (a copy too many beats none).
-        _log.warning("otel-titan: cannot claim %s in %s (%s); this rank writes the configuration in full", key, folder, error)
+        _log.warning(
+            "otel-titan: cannot claim %s in %s (%s); this rank writes the configuration in full",
+            key,
+            folder,
+            error,
+        )
         return True
     os.close(fd)
     return True
 
 
 def log_run_config(name: str, config: Mapping[str, Any] | Any, *, per: str = "job") -> str | None:
-    """Record `config` (a mapping, or anything JSON-serialisable) under `name`: in full once per job, its hash on every rank.
+    """Record `config` (a mapping, or anything JSON-serialisable) under `name`: in full once per
+    job, its hash on every rank.
 
     Args:
         name: what it is (``"job_config"``, ``"environment"``); letters, digits, ``_ . -``.
@@ -100,7 +111,9 @@ def log_run_config(name: str, config: Mapping[str, Any] | Any, *, per: str = "jo
         True
     """
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"log_run_config: name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}")
+        raise ValueError(
+            f"log_run_config: name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}"
+        )
     if per not in ("job", "host"):
         raise ValueError(f"log_run_config: per must be 'job' or 'host', got {per!r}")
     running = STATE.running
@@ -110,7 +123,12 @@ def log_run_config(name: str, config: Mapping[str, Any] | Any, *, per: str = "jo
     digest = config_hash(text)
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", running.identity.host_name or "unknown")
     key = f"{name}-{digest}" if per == "job" else f"{name}-{digest}-host-{host}"
-    fields: dict[str, Any] = {"config_name": name, "config_hash": digest, "config_bytes": len(text.encode("utf-8")), "config_per": per}
+    fields: dict[str, Any] = {
+        "config_name": name,
+        "config_hash": digest,
+        "config_bytes": len(text.encode("utf-8")),
+        "config_per": per,
+    }
     if _claim(running.output_dir, key):
         fields["config"] = json.loads(text)
     capture.emit_internal_instant(RUN_CONFIG, fields)

@@ -72,7 +72,8 @@ class LoggerState:
         self.mp_finalizer_pid = 0
 
     def reset_after_fork(self) -> Runtime | None:
-        """In a forked child: forget the parent's logger (returned, for its exporters to let go) and its lock."""
+        """In a forked child: forget the parent's logger (returned, for its exporters to let go) and
+        its lock."""
         inherited = self.running
         self.running = self.closing = None
         self.lock = threading.RLock()  # another thread may have held it at fork time
@@ -83,7 +84,8 @@ STATE = LoggerState()
 
 
 def shutdown(timeout: float | None) -> bool:
-    """Write what is queued, the closing record, and stop; True when done within `timeout` (see lifecycle)."""
+    """Write what is queued, the closing record, and stop; True when done within `timeout` (see
+    lifecycle)."""
     with STATE.lock:
         runtime = STATE.running
         if runtime is None:
@@ -102,5 +104,9 @@ def shutdown(timeout: float | None) -> bool:
         if runtime.unshare_run_id is not None and runtime.is_ours():
             runtime.unshare_run_id()  # a later init in this process (a test, a notebook) must not read it as a parent's
         if not finished:
-            _log.warning("otel-titan: the writer did not finish within %s s; records still queued may be lost", timeout)
+            _log.warning(
+                "otel-titan: the writer did not finish within %s s; records still queued may be "
+                "lost",
+                timeout,
+            )
         return finished

@@ -42,7 +42,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["install", "uninstall", "after_fork_in_child", "is_installed", "install_dump_signal", "reset", "SignalState", "STATE"]
+__all__ = [
+    "install",
+    "uninstall",
+    "after_fork_in_child",
+    "is_installed",
+    "install_dump_signal",
+    "reset",
+    "SignalState",
+    "STATE",
+]
 
 _log = logging.getLogger("otel_titan")
 
@@ -55,7 +64,8 @@ class _Watcher:
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()  # non-inheritable: never reaches an exec'd program
-        os.set_blocking(self.write_fd, False)  # set_wakeup_fd requires it; a full pipe drops, never blocks
+        # set_wakeup_fd requires it; a full pipe drops, never blocks
+        os.set_blocking(self.write_fd, False)
         self.previous_fd = -1
         self.previous_id: tuple[int, int] | None = None
         self.pid = os.getpid()
@@ -68,7 +78,8 @@ class _Watcher:
     def forward(self, data: bytes) -> None:
         """Pass signal bytes on to the wakeup fd that was set before ours (asyncio's loop, say)."""
         fd = self.previous_fd
-        if fd < 0 or not data or _fd_identity(fd) != self.previous_id:  # closed, or the number reused
+        # closed, or the number reused
+        if fd < 0 or not data or _fd_identity(fd) != self.previous_id:
             return
         try:
             os.write(fd, data)
@@ -106,7 +117,8 @@ def _run_dump(callback: Callable[[], None]) -> None:
 
 
 def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
-    """Make `signum` (``OTEL_TITAN_DUMP_SIGNAL``) run `callback` without disturbing the process (main thread only).
+    """Make `signum` (``OTEL_TITAN_DUMP_SIGNAL``) run `callback` without disturbing the process
+    (main thread only).
 
     The callback runs on the watcher thread when there is one (so it works while the
     main thread is stuck in native code: the C-level handler writes the signal's byte to
@@ -132,7 +144,8 @@ def install_dump_signal(signum: int, callback: Callable[[], None]) -> bool:
 
 
 class SignalState:
-    """What `install`, the watcher, the handlers and fork share, in one place (as `runtime.LoggerState`).
+    """What `install`, the watcher, the handlers and fork share, in one place (as
+    `runtime.LoggerState`).
 
     * ``lock``: held by `install` and `uninstall`;
     * ``watcher``: the running `_Watcher`, or None;
@@ -149,7 +162,16 @@ class SignalState:
     `reset` (module level) the one tests use between installs in one interpreter.
     """
 
-    __slots__ = ("lock", "watcher", "previous", "on_signal", "owed_given", "owed_taken", "dying", "dump_callbacks")
+    __slots__ = (
+        "lock",
+        "watcher",
+        "previous",
+        "on_signal",
+        "owed_given",
+        "owed_taken",
+        "dying",
+        "dump_callbacks",
+    )
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -162,7 +184,8 @@ class SignalState:
         self.dump_callbacks: dict[int, Callable[[], None]] = {}
 
     def reset_after_fork(self) -> _Watcher | None:
-        """In a fork child: a new lock (another thread may have held it at fork time), nothing owed, not dying, no watcher.
+        """In a fork child: a new lock (another thread may have held it at fork time), nothing owed,
+        not dying, no watcher.
 
         Returns the parent's watcher (its pipe is the child's to let go of); the
         disposition from before `install` (``previous``) is kept, for the child to restore.
@@ -268,17 +291,23 @@ def _uninstall_locked() -> None:
 
 
 def _restore_disposition() -> None:
-    """SIGTERM's disposition from before `install`, only if ours is still the installed handler (one installed after us stays)."""
+    """SIGTERM's disposition from before `install`, only if ours is still the installed handler (one
+    installed after us stays)."""
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, STATE.previous if STATE.previous is not None else signal.SIG_DFL)
+            signal.signal(
+                signal.SIGTERM, STATE.previous if STATE.previous is not None else signal.SIG_DFL
+            )
     except (ValueError, OSError):
         pass
 
 
 def _restore_wakeup_fd(watcher: _Watcher) -> bool:
-    """Put back the wakeup fd from before ours, unless someone replaced ours since (theirs stays)."""
-    previous = watcher.previous_fd if _fd_identity(watcher.previous_fd) == watcher.previous_id else -1
+    """Put back the wakeup fd from before ours, unless someone replaced ours since (theirs
+    stays)."""
+    previous = (
+        watcher.previous_fd if _fd_identity(watcher.previous_fd) == watcher.previous_id else -1
+    )
     try:
         current = signal.set_wakeup_fd(previous)
         if current != watcher.write_fd:
@@ -302,7 +331,8 @@ def _stop_watcher(watcher: _Watcher) -> None:
 
 
 def after_fork_in_child() -> None:
-    """In a fork child: the disposition and wakeup fd from before `install`; no pipe to the parent."""
+    """In a fork child: the disposition and wakeup fd from before `install`; no pipe to the
+    parent."""
     watcher = STATE.reset_after_fork()
     if watcher is None:
         return
@@ -326,7 +356,8 @@ def after_fork_in_child() -> None:
 
 
 def reset() -> None:
-    """Back to as if `install` had never run in this process (main thread only); for tests that install again.
+    """Back to as if `install` had never run in this process (main thread only); for tests that
+    install again.
 
     SIGTERM's disposition and the wakeup fd are given back and the watcher
     stopped (as `uninstall`), then the state is the initial one: no flush
@@ -335,7 +366,10 @@ def reset() -> None:
     kept), and with no watcher it runs its callback on the main thread.
     """
     if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("sigterm.reset() runs on the main thread only (signal dispositions can be changed there only)")
+        raise RuntimeError(
+            "sigterm.reset() runs on the main thread only (signal dispositions can be changed "
+            "there only)"
+        )
     with STATE.lock:
         _uninstall_locked()
         STATE.previous = STATE.on_signal = None
@@ -344,9 +378,10 @@ def reset() -> None:
         STATE.dump_callbacks.clear()
 
 
-# -- what a SIGTERM does ------------------------------------------------------------------------------
+# -- what a SIGTERM does ---------------------------------------------------------------------------
 def _dies_of_it() -> bool:
-    """Whether the signal's usual course is the process's death (default action, or a C handler Python cannot call)."""
+    """Whether the signal's usual course is the process's death (default action, or a C handler
+    Python cannot call)."""
     previous = STATE.previous
     return not callable(previous) and previous != signal.SIG_IGN
 
@@ -425,7 +460,8 @@ def _die_of_sigterm() -> bool:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.signal.restype = ctypes.c_void_p
         libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
-        if libc.signal(signal.SIGTERM, None) == ctypes.c_void_p(-1).value:  # SIG_DFL; SIG_ERR on failure
+        # SIG_DFL; SIG_ERR on failure
+        if libc.signal(signal.SIGTERM, None) == ctypes.c_void_p(-1).value:
             raise OSError(ctypes.get_errno(), "signal() failed")
         os.kill(os.getpid(), signal.SIGTERM)
     except Exception as error:  # noqa: BLE001 - the main thread does it when it runs Python again
@@ -436,7 +472,8 @@ def _die_of_sigterm() -> bool:
 
 
 def _watching(watcher: _Watcher | None) -> bool:
-    """Whether the watcher sees SIGTERM (main thread): our wakeup fd must still be the installed one."""
+    """Whether the watcher sees SIGTERM (main thread): our wakeup fd must still be the installed
+    one."""
     if watcher is None or watcher.pid != os.getpid() or not watcher.thread.is_alive():
         return False
     try:
@@ -450,7 +487,8 @@ def _watching(watcher: _Watcher | None) -> bool:
             signal.set_wakeup_fd(current)
         except (ValueError, OSError):
             pass
-    # else: it had been unset (a closed asyncio loop): ours is back for the next signal, but missed this one.
+    # else: it had been unset (a closed asyncio loop): ours is back for the next signal, but missed
+    # this one.
     return False
 
 

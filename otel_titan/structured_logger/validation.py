@@ -15,26 +15,38 @@ from typing import Any
 from otel_titan.core.options import LoggerOptions
 from otel_titan.structured_logger.runtime import Runtime
 
-__all__ = ["MAX_SOURCE_BYTES", "validate_source", "validate_call", "absolute_dir", "check_output_dir", "same_dir", "differences"]
+__all__ = [
+    "MAX_SOURCE_BYTES",
+    "validate_source",
+    "validate_call",
+    "absolute_dir",
+    "check_output_dir",
+    "same_dir",
+    "differences",
+]
 
 _SOURCE_PATTERN = re.compile(r"[^\W][\w.\-]*")
-#: A source names the file: at most this many bytes of UTF-8 (a file name has 255 on most filesystems).
+#: A source names the file: at most this many bytes of UTF-8 (a file name has 255 on most
+#: filesystems).
 MAX_SOURCE_BYTES = 128
 
 
 def validate_source(source: object) -> str:
-    """`source` names the file: a plain name of at most `MAX_SOURCE_BYTES` bytes, or a clear error."""
+    """`source` names the file: a plain name of at most `MAX_SOURCE_BYTES` bytes, or a clear
+    error."""
     if not isinstance(source, str):
         raise TypeError(f"source must be a str, got {type(source).__name__} {source!r}")
     if not _SOURCE_PATTERN.fullmatch(source):
         raise ValueError(
-            f"source {source!r} cannot be used in a file name: use letters, digits, '_', '-' or '.', not starting with '.' or '-' (no path separators)"
+            f"source {source!r} cannot be used in a file name: use letters, digits, '_', '-' or "
+            "'.', not starting with '.' or '-' (no path separators)"
         )
     # Limits on file names are in bytes: 100 CJK characters are 300 bytes.
     size = len(source.encode("utf-8"))
     if size > MAX_SOURCE_BYTES:
         raise ValueError(
-            f"source {source[:16]!r}{'...' if len(source) > 16 else ''} is {size} bytes in UTF-8 ({len(source)} characters); it names the file, so at most {MAX_SOURCE_BYTES} bytes"
+            f"source {source[:16]!r}{'...' if len(source) > 16 else ''} is {size} bytes in UTF-8 "
+            f"({len(source)} characters); it names the file, so at most {MAX_SOURCE_BYTES} bytes"
         )
     return source
 
@@ -42,7 +54,9 @@ def validate_source(source: object) -> str:
 def absolute_dir(output_dir: object) -> str:
     """`output_dir` as an absolute path, resolved against the working directory of now."""
     if not isinstance(output_dir, (str, os.PathLike)):
-        raise TypeError(f"output_dir must be a path, got {type(output_dir).__name__} {output_dir!r}")
+        raise TypeError(
+            f"output_dir must be a path, got {type(output_dir).__name__} {output_dir!r}"
+        )
     path = os.fspath(output_dir)
     if not path or "\x00" in path:
         raise ValueError(f"output_dir {path!r} is not a usable path")
@@ -61,10 +75,13 @@ def check_output_dir(output_dir: object) -> str:
     try:
         os.makedirs(logs, exist_ok=True)
     except OSError as error:
-        raise OSError(error.errno, f"otel-titan: cannot create {logs!r}: {error.strerror}") from error
+        raise OSError(
+            error.errno, f"otel-titan: cannot create {logs!r}: {error.strerror}"
+        ) from error
     if not os.access(logs, os.W_OK | os.X_OK):
         raise PermissionError(f"otel-titan: output directory {logs!r} is not writable")
-    # Tidy ("a/./b/.." → "a") only where that names the same directory: ".." after a symlink may not.
+    # Tidy ("a/./b/.." → "a") only where that names the same directory: ".." after a symlink may
+    # not.
     tidy = os.path.normpath(path)
     try:
         return tidy if tidy == path or os.path.samefile(tidy, path) else path
@@ -81,7 +98,15 @@ def same_dir(a: str, b: str) -> bool:
         return False
 
 
-def differences(runtime: Runtime, source: str, output_dir: object, rank: int | None, enable: bool, options: dict[str, Any], parsed: LoggerOptions) -> list[str]:
+def differences(
+    runtime: Runtime,
+    source: str,
+    output_dir: object,
+    rank: int | None,
+    enable: bool,
+    options: dict[str, Any],
+    parsed: LoggerOptions,
+) -> list[str]:
     """What a second `init_structured_logger` call asks for that the running logger does not have.
 
     An argument left out agrees with anything (a library calling
@@ -99,7 +124,13 @@ def differences(runtime: Runtime, source: str, output_dir: object, rank: int | N
         found.append(f"output_dir {directory!r} (running: {runtime.output_dir!r})")
     if rank is not None and rank != identity.rank:
         found.append(f"rank {rank} (running: {identity.rank})")
-    discovered = {"world_size": identity.world_size, "local_rank": identity.local_rank, "run_id": identity.run_id, "attempt": identity.attempt, "job_id": identity.job_id}
+    discovered = {
+        "world_size": identity.world_size,
+        "local_rank": identity.local_rank,
+        "run_id": identity.run_id,
+        "attempt": identity.attempt,
+        "job_id": identity.job_id,
+    }
     for name in options:
         value = getattr(parsed, name)
         if name in discovered:

@@ -1,36 +1,44 @@
-"""Runs that fail the way real training jobs fail, with a known culprit: the axes of tests/analysis/test_failure_matrix.py.
+"""Runs that fail the way real training jobs fail, with a known culprit: the axes of
+tests/analysis/test_failure_matrix.py.
 
-The axes come from the field's failure taxonomy (how real jobs fail: the Llama 3 paper's interruption causes, MegaScale's and C4D's fault kinds), not from our generator's knobs:
+The axes come from the field's failure taxonomy (how real jobs fail: the Llama 3 paper's
+interruption causes, MegaScale's and C4D's fault kinds), not from our generator's knobs:
 
-* **how the culprit's process ends** (`ENDS`): ``clean`` (no fault); ``exception_in_span`` / ``exception_between``
-  (a CUDA error or OOM raised by the next call: the most common crash); ``interrupt`` (Ctrl-C on a hung job: the
-  hung rank gets KeyboardInterrupt, the ranks stuck in the collective ignore it); ``sigterm`` (a hung job stopped by
-  torchrun's agent or ``scancel``: every rank SIGTERMed); ``sigkill`` (the OOM killer, a node agent: nothing written
-  after its last record, sometimes a torn line); ``stuck`` and ``crawling`` (still alive: stopped, or writing a
-  record every 20 s from inside ``fwd``). Healthy jobs stopped from outside (``ctrl_c_healthy``, ``sigterm_healthy``,
-  ``sigkill_healthy``: the whole job killed at once, nothing written)
-  have no culprit;
-* **how its peers react** (`peers`): ``fail`` (gloo fails their collective at once: they raise ``Connection reset
-  by peer``, the exit hook closes their files) or ``wait`` (NCCL fails nothing: they wait, their watchdogs write
-  black boxes, then torchrun SIGTERMs them, or, after Ctrl-C, kills them);
-* **who wrote the files** (`WRITERS`): ``otel-titan`` (opening and closing records, ``uncaught_exception``,
-  ``signal_received``, ``stall`` black boxes, heartbeats); ``torchtitan`` (its logger: no span ids, no closing
-  record, no black box, nothing about how the process ended); ``pimm`` (the same, with pimm's fields and no logger name);
-* **the loop** (`LOOPS`): ``collective`` (data_fetch, fwd_bwd [fwd, bwd], then an ``all_reduce`` span closes the step);
-  ``readme`` (the README's loop: fwd_bwd [fwd, bwd], then ``optimizer``; the all-reduce runs inside ``bwd``, as DDP's
-  hooks do, with no span of its own); ``nospan`` (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer);
-* **onset**: the fault in step 1 (``start``) or in the last step (``late``); or in the last step after a stall it
-  recovered from in step 2 (``intermittent``: the same rank stopped 45 s inside ``fwd`` while the others waited for it),
-  after a pause every rank shares in step 2 (``pause, every rank``: 45 s in a ``checkpoint`` span, a sharded save), or
-  after one on rank 0 only (``pause, rank 0``: its ``checkpoint`` while the others wait in an untraced barrier). Healthy
-  jobs get the same: a recovered stall, a pause, is no culprit;
-* **evidence** (``boxes``): black boxes from every stuck rank, from all but the culprit (its call holds the interpreter
-  lock: neither its watchdog nor its heartbeat can run), or from none (the watchdog off, or its threshold, minutes by
-  default, not reached); the flight recorder in them on or off. Whatever the boxes, a process alive and quiet with
-  spans open writes a ``heartbeat`` every 10 s (the opening record's ``heartbeat_interval_s``), as the writer does.
+* **how the culprit's process ends** (`ENDS`): ``clean`` (no fault); ``exception_in_span`` /
+  ``exception_between`` (a CUDA error or OOM raised by the next call: the most common crash);
+  ``interrupt`` (Ctrl-C on a hung job: the hung rank gets KeyboardInterrupt, the ranks stuck in the
+  collective ignore it); ``sigterm`` (a hung job stopped by torchrun's agent or ``scancel``: every
+  rank SIGTERMed); ``sigkill`` (the OOM killer, a node agent: nothing written after its last record,
+  sometimes a torn line); ``stuck`` and ``crawling`` (still alive: stopped, or writing a record
+  every 20 s from inside ``fwd``). Healthy jobs stopped from outside (``ctrl_c_healthy``,
+  ``sigterm_healthy``, ``sigkill_healthy``: the whole job killed at once, nothing written) have no
+  culprit;
+* **how its peers react** (`peers`): ``fail`` (gloo fails their collective at once: they raise
+  ``Connection reset by peer``, the exit hook closes their files) or ``wait`` (NCCL fails nothing:
+  they wait, their watchdogs write black boxes, then torchrun SIGTERMs them, or, after Ctrl-C, kills
+  them);
+* **who wrote the files** (`WRITERS`): ``otel-titan`` (opening and closing records,
+  ``uncaught_exception``, ``signal_received``, ``stall`` black boxes, heartbeats); ``torchtitan``
+  (its logger: no span ids, no closing record, no black box, nothing about how the process ended);
+  ``pimm`` (the same, with pimm's fields and no logger name);
+* **the loop** (`LOOPS`): ``collective`` (data_fetch, fwd_bwd [fwd, bwd], then an ``all_reduce``
+  span closes the step); ``readme`` (the README's loop: fwd_bwd [fwd, bwd], then ``optimizer``; the
+  all-reduce runs inside ``bwd``, as DDP's hooks do, with no span of its own); ``nospan``
+  (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer);
+* **onset**: the fault in step 1 (``start``) or in the last step (``late``); or in the last step
+  after a stall it recovered from in step 2 (``intermittent``: the same rank stopped 45 s inside
+  ``fwd`` while the others waited for it), after a pause every rank shares in step 2 (``pause, every
+  rank``: 45 s in a ``checkpoint`` span, a sharded save), or after one on rank 0 only (``pause, rank
+  0``: its ``checkpoint`` while the others wait in an untraced barrier). Healthy jobs get the same:
+  a recovered stall, a pause, is no culprit;
+* **evidence** (``boxes``): black boxes from every stuck rank, from all but the culprit (its call
+  holds the interpreter lock: neither its watchdog nor its heartbeat can run), or from none (the
+  watchdog off, or its threshold, minutes by default, not reached); the flight recorder in them on
+  or off. Whatever the boxes, a process alive and quiet with spans open writes a ``heartbeat`` every
+  10 s (the opening record's ``heartbeat_interval_s``), as the writer does.
 
-Each rank's records are written as the writer writes them; where a rank is stuck, where the others wait and what each
-writes follows from the loop, never from the expected answer.
+Each rank's records are written as the writer writes them; where a rank is stuck, where the others
+wait and what each writes follows from the loop, never from the expected answer.
 """
 
 from __future__ import annotations
@@ -44,11 +52,25 @@ from typing import Any
 from tests.helpers.analysis import T0
 
 ONSETS = ("start", "late", "intermittent", "pause, every rank", "pause, rank 0")
-#: The step of the recovered stall or the pause (`ONSETS`), and how long it lasts (s): longer than `watch`'s patience for a hang.
+#: The step of the recovered stall or the pause (`ONSETS`), and how long it lasts (s): longer than
+#: `watch`'s patience for a hang.
 PAUSE_STEP, PAUSE_S = 2, 45.0
-#: An onset outside the sampled axis (`ONSETS`): rank 0's pause, the others waiting in a traced span named for no collective.
+#: An onset outside the sampled axis (`ONSETS`): rank 0's pause, the others waiting in a traced span
+#: named for no collective.
 PAUSE_IN_A_SPAN = "pause, rank 0, the others in a span"
-ENDS = ("clean", "exception_in_span", "exception_between", "interrupt", "sigterm", "sigkill", "stuck", "crawling", "ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
+ENDS = (
+    "clean",
+    "exception_in_span",
+    "exception_between",
+    "interrupt",
+    "sigterm",
+    "sigkill",
+    "stuck",
+    "crawling",
+    "ctrl_c_healthy",
+    "sigterm_healthy",
+    "sigkill_healthy",
+)
 WRITERS = ("otel-titan", "torchtitan", "pimm")
 LOOPS = ("collective", "readme", "nospan")
 #: Ends with no culprit: the job was healthy until stopped from outside.
@@ -77,7 +99,8 @@ class Case:
 
     @property
     def slow_rank(self) -> int:
-        """The rank the fault is in; in a healthy job, the one whose stall (``intermittent``) it recovered from."""
+        """The rank the fault is in; in a healthy job, the one whose stall (``intermittent``) it
+        recovered from."""
         return (self.seed * 7 + 1) % self.world
 
     @property
@@ -85,21 +108,62 @@ class Case:
         return 1 if self.onset == "start" else self.steps
 
     def __str__(self) -> str:
-        return (f"{self.end}/{self.writer}/{self.loop}/{self.world} ranks/onset {self.onset}/boxes {self.boxes}/fr {'on' if self.recorder else 'off'}"
-                f"/peers {self.peers}/culprit {self.culprit}")
+        return (
+            f"{self.end}/{self.writer}/{self.loop}/{self.world} ranks/onset {self.onset}/boxes "
+            f"{self.boxes}/fr {'on' if self.recorder else 'off'}"
+            f"/peers {self.peers}/culprit {self.culprit}"
+        )
 
 
 def _ops(loop: str) -> list[tuple]:
-    """One step's program: ("open", name), ("close",), ("coll",) (the all-reduce every rank must reach), ("fault",) where the culprit stops in a span,
-    ("fault_between",) where it stops between spans."""
+    """One step's program: ("open", name), ("close",), ("coll",) (the all-reduce every rank must
+    reach), ("fault",) where the culprit stops in a span, ("fault_between",) where it stops between
+    spans."""
     if loop == "collective":
-        return [("open", "data_fetch"), ("close",), ("fault_between",), ("open", "fwd_bwd"), ("open", "fwd"), ("fault",), ("close",), ("open", "bwd"), ("close",),
-                ("close",), ("open", "all_reduce"), ("coll",), ("close",)]
+        return [
+            ("open", "data_fetch"),
+            ("close",),
+            ("fault_between",),
+            ("open", "fwd_bwd"),
+            ("open", "fwd"),
+            ("fault",),
+            ("close",),
+            ("open", "bwd"),
+            ("close",),
+            ("close",),
+            ("open", "all_reduce"),
+            ("coll",),
+            ("close",),
+        ]
     if loop == "readme":
-        return [("fault_between",), ("open", "fwd_bwd"), ("open", "fwd"), ("fault",), ("close",), ("open", "bwd"), ("coll",), ("close",), ("close",),
-                ("open", "optimizer"), ("close",)]
-    return [("open", "data_fetch"), ("close",), ("fault_between",), ("open", "fwd_bwd"), ("open", "fwd"), ("fault",), ("close",), ("open", "bwd"), ("close",),
-            ("close",), ("coll",), ("open", "optimizer"), ("close",)]
+        return [
+            ("fault_between",),
+            ("open", "fwd_bwd"),
+            ("open", "fwd"),
+            ("fault",),
+            ("close",),
+            ("open", "bwd"),
+            ("coll",),
+            ("close",),
+            ("close",),
+            ("open", "optimizer"),
+            ("close",),
+        ]
+    return [
+        ("open", "data_fetch"),
+        ("close",),
+        ("fault_between",),
+        ("open", "fwd_bwd"),
+        ("open", "fwd"),
+        ("fault",),
+        ("close",),
+        ("open", "bwd"),
+        ("close",),
+        ("close",),
+        ("coll",),
+        ("open", "optimizer"),
+        ("close",),
+    ]
 
 
 class _Writer:
@@ -116,74 +180,195 @@ class _Writer:
         self.pid = 7000 + rank
 
     def add(self, name: str, time_us: int, log_type: str = "event", **fields: Any) -> None:
-        record: dict[str, Any] = {"time_us": time_us, "time_ms": time_us // 1000, "time": time_us // 1_000_000, "log_type": log_type, "log_type_name": name,
-                                  "event_name": None, "log_level": "INFO", "tid": self.pid, "pid": self.pid, "caller": "train.py:10:main",
-                                  "rank": self.rank, "global_rank": self.rank, "local_rank": self.rank % 8, "world_size": self.case.world, "source": "training",
-                                  "host_name": f"node-{self.rank // 8:03d}", **fields}
+        record: dict[str, Any] = {
+            "time_us": time_us,
+            "time_ms": time_us // 1000,
+            "time": time_us // 1_000_000,
+            "log_type": log_type,
+            "log_type_name": name,
+            "event_name": None,
+            "log_level": "INFO",
+            "tid": self.pid,
+            "pid": self.pid,
+            "caller": "train.py:10:main",
+            "rank": self.rank,
+            "global_rank": self.rank,
+            "local_rank": self.rank % 8,
+            "world_size": self.case.world,
+            "source": "training",
+            "host_name": f"node-{self.rank // 8:03d}",
+            **fields,
+        }
         if self.ours:
-            record.update(schema_version=1, run_id="failure-matrix", attempt=0, job_id=None, logger_name="otel_titan.structured_logger", seq_id=len(self.out) + 1)
+            record.update(
+                schema_version=1,
+                run_id="failure-matrix",
+                attempt=0,
+                job_id=None,
+                logger_name="otel_titan.structured_logger",
+                seq_id=len(self.out) + 1,
+            )
             if name.endswith(("_start", "_end", "_error")) and "span_id" not in fields:
                 raise AssertionError(name)
         else:
             for key in ("span_id", "parent_span_id"):
                 record.pop(key, None)
             if self.case.writer == "torchtitan":
-                record.update(logger_name="torchtitan.structured_logger", message=name, delta_ms=0.0)
+                record.update(
+                    logger_name="torchtitan.structured_logger", message=name, delta_ms=0.0
+                )
             else:  # pimm's writer: its own fields, no logger name
-                record.update(schema_version=1, attempt=0, job_id="123", trace_id="run-abc", epoch=0, iteration=record.get("step"))
+                record.update(
+                    schema_version=1,
+                    attempt=0,
+                    job_id="123",
+                    trace_id="run-abc",
+                    epoch=0,
+                    iteration=record.get("step"),
+                )
         self.out.append(record)
 
     def open(self, name: str, step: int, time_us: int) -> None:
         sid = hashlib.sha256(f"{self.rank}|{step}|{len(self.out)}".encode()).hexdigest()[:16]
-        self.add(f"{name}_start", time_us, span_id=sid, parent_span_id=self.stack[-1][1] if self.stack else None, step=step)
+        self.add(
+            f"{name}_start",
+            time_us,
+            span_id=sid,
+            parent_span_id=self.stack[-1][1] if self.stack else None,
+            step=step,
+        )
         self.stack.append((name, sid, time_us, step))
 
     def close(self, time_us: int, error: tuple[str, str] | None = None) -> None:
         name, sid, start, step = self.stack.pop()
         parent = self.stack[-1][1] if self.stack else None
         if error is not None and self.ours:
-            self.add(f"{name}_error", time_us, span_id=sid, parent_span_id=parent, step=step, error_type=error[0], error_message=error[1])
-        self.add(f"{name}_end", time_us, span_id=sid, parent_span_id=parent, step=step, value=(time_us - start) / 1000)
+            self.add(
+                f"{name}_error",
+                time_us,
+                span_id=sid,
+                parent_span_id=parent,
+                step=step,
+                error_type=error[0],
+                error_message=error[1],
+            )
+        self.add(
+            f"{name}_end",
+            time_us,
+            span_id=sid,
+            parent_span_id=parent,
+            step=step,
+            value=(time_us - start) / 1000,
+        )
         self.last_closed = (name, time_us)
 
     def collective(self, state: str, time_us: int) -> None:
         self.seq += 1
-        self.entries.append({"pg_id": 0, "pg_name": "0", "pg_desc": "default_pg", "collective_seq_id": self.seq, "p2p_seq_id": 0, "is_p2p": False,
-                             "op": "nccl:all_reduce", "input_sizes": [[16]], "output_sizes": [[16]], "input_dtypes": ["Float"], "state": state,
-                             "retired": state == "completed", "time_created_ns": time_us * 1000})
+        self.entries.append(
+            {
+                "pg_id": 0,
+                "pg_name": "0",
+                "pg_desc": "default_pg",
+                "collective_seq_id": self.seq,
+                "p2p_seq_id": 0,
+                "is_p2p": False,
+                "op": "nccl:all_reduce",
+                "input_sizes": [[16]],
+                "output_sizes": [[16]],
+                "input_dtypes": ["Float"],
+                "state": state,
+                "retired": state == "completed",
+                "time_created_ns": time_us * 1000,
+            }
+        )
 
     def box(self, time_us: int, reason: str, step: int, stuck_here: bool, between: bool) -> None:
-        """The watchdog's ``stall`` record (or SIGTERM's black box): open spans, the main thread's stack, the flight recorder."""
+        """The watchdog's ``stall`` record (or SIGTERM's black box): open spans, the main thread's
+        stack, the flight recorder."""
         if not self.ours:
             return
-        frame = {"file": "train.py", "line": 34, "function": "read_shard"} if stuck_here else {"file": "train.py", "line": 80, "function": "main"}
-        library = [] if stuck_here else [{"file": ".venv/lib/python3.11/site-packages/torch/distributed/c10d.py", "line": 2800, "function": "all_reduce"}]
+        frame = (
+            {"file": "train.py", "line": 34, "function": "read_shard"}
+            if stuck_here
+            else {"file": "train.py", "line": 80, "function": "main"}
+        )
+        library = (
+            []
+            if stuck_here
+            else [
+                {
+                    "file": ".venv/lib/python3.11/site-packages/torch/distributed/c10d.py",
+                    "line": 2800,
+                    "function": "all_reduce",
+                }
+            ]
+        )
         fields: dict[str, Any] = {
-            "reason": reason, "stalled_s": 3.0, "stall_after_s": 3.0, "message": reason,
-            "open_spans": [{"name": n, "span_id": sid, "step": st, "open_s": round((time_us - t) / 1e6, 3), "tid": self.pid, "thread_name": "MainThread"}
-                           for n, sid, t, st in self.stack],
+            "reason": reason,
+            "stalled_s": 3.0,
+            "stall_after_s": 3.0,
+            "message": reason,
+            "open_spans": [
+                {
+                    "name": n,
+                    "span_id": sid,
+                    "step": st,
+                    "open_s": round((time_us - t) / 1e6, 3),
+                    "tid": self.pid,
+                    "thread_name": "MainThread",
+                }
+                for n, sid, t, st in self.stack
+            ],
             "threads": [{"thread_name": "MainThread", "main": True, "frames": library + [frame]}],
             "where": "in_span" if self.stack else ("between_spans" if between else "idle"),
-            "last_span": {"name": self.last_closed[0], "ended_s_ago": round((time_us - self.last_closed[1]) / 1e6, 3)} if self.last_closed and not self.stack else None,
+            "last_span": {
+                "name": self.last_closed[0],
+                "ended_s_ago": round((time_us - self.last_closed[1]) / 1e6, 3),
+            }
+            if self.last_closed and not self.stack
+            else None,
             "step": step,
         }
         if self.case.recorder:
-            fields["flight_recorder"] = {"version": "2.10", "entries": self.entries[-64:], "pg_config": {"0": {"desc": "default_pg", "ranks": list(range(self.case.world))}}}
+            fields["flight_recorder"] = {
+                "version": "2.10",
+                "entries": self.entries[-64:],
+                "pg_config": {"0": {"desc": "default_pg", "ranks": list(range(self.case.world))}},
+            }
         self.add("stall", time_us, log_type="instant", **fields)
 
     def raise_(self, time_us: int, error: tuple[str, str], step: int, frame: str) -> None:
-        """An exception nothing caught: it fails every open span, innermost first; the excepthook's record; the exit hook's close."""
+        """An exception nothing caught: it fails every open span, innermost first; the excepthook's
+        record; the exit hook's close."""
         while self.stack:
             self.close(time_us, error)
         if self.ours:
-            self.add("uncaught_exception", time_us, log_type="instant", step=step, error_type=error[0], error_message=error[1],
-                     error_frames=[".venv/lib/python3.11/site-packages/torch/cuda/memory.py:120:alloc", frame], fatal=True)
+            self.add(
+                "uncaught_exception",
+                time_us,
+                log_type="instant",
+                step=step,
+                error_type=error[0],
+                error_message=error[1],
+                error_frames=[
+                    ".venv/lib/python3.11/site-packages/torch/cuda/memory.py:120:alloc",
+                    frame,
+                ],
+                fatal=True,
+            )
             self.add("structured_logger_closed", time_us + 1000, log_type="instant", closing=True)
 
     def write(self, run_dir: Path, torn: bool = False) -> None:
-        path = run_dir / "structured_logs" / f"training.global_rank_{self.rank}.20261202-000000-abcdef.jsonl"
+        path = (
+            run_dir
+            / "structured_logs"
+            / f"training.global_rank_{self.rank}.20261202-000000-abcdef.jsonl"
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in self.out) + (b'{"time_us": 1, "log_ty' if torn else b""))
+        path.write_bytes(
+            b"".join(json.dumps(r).encode() + b"\n" for r in self.out)
+            + (b'{"time_us": 1, "log_ty' if torn else b"")
+        )
 
 
 def write_failure_run(run_dir: Path, case: Case) -> int | None:
@@ -197,13 +382,29 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
         w = _Writer(case, rank)
         t = T0
         if w.ours:
-            w.add("structured_logger_opened", t, log_type="instant", otel_titan_version="0.1.0", stacks_file=None, heartbeat_interval_s=HEARTBEAT_S)
+            w.add(
+                "structured_logger_opened",
+                t,
+                log_type="instant",
+                otel_titan_version="0.1.0",
+                stacks_file=None,
+                heartbeat_interval_s=HEARTBEAT_S,
+            )
         # Before the loop: the model's build (every writer logs something there: one span).
         w.open("build_model", 0, T0 + 100 + rank * 3)
         w.close(T0 + 50_000 + rank * 11)
         ended = False
         for step in range(1, case.steps + 1):
-            step_start = T0 + 60_000 + (step - 1) * STEP_US + (int(PAUSE_S * 1e6) if step > PAUSE_STEP and case.onset not in ("start", "late") else 0)
+            step_start = (
+                T0
+                + 60_000
+                + (step - 1) * STEP_US
+                + (
+                    int(PAUSE_S * 1e6)
+                    if step > PAUSE_STEP and case.onset not in ("start", "late")
+                    else 0
+                )
+            )
             t = step_start + rank * 7  # a few µs apart
             last_step = step == fault_step and case.end not in ("clean",)
             stall_here = step == PAUSE_STEP and case.onset == "intermittent"
@@ -214,18 +415,33 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
             for index, op in enumerate(ops):
                 t += 5000
                 if stall_here and op == ("fault",):
-                    if rank == case.slow_rank:  # stopped inside fwd; it recovers, the others waited for it at the collective
+                    # stopped inside fwd; it recovers, the others waited for it at the collective
+                    if rank == case.slow_rank:
                         _stall(w, case, t, t + int(PAUSE_S * 1e6), own=True)
                         t += int(PAUSE_S * 1e6)
                     continue
-                faulty_here = rank == culprit and last_step and op[0] in ("fault", "fault_between") and op == stop_at
-                if case.end in ("stuck", "crawling", "interrupt", "sigterm") and rank == culprit and last_step and op == ("fault",):
+                faulty_here = (
+                    rank == culprit
+                    and last_step
+                    and op[0] in ("fault", "fault_between")
+                    and op == stop_at
+                )
+                if (
+                    case.end in ("stuck", "crawling", "interrupt", "sigterm")
+                    and rank == culprit
+                    and last_step
+                    and op == ("fault",)
+                ):
                     faulty_here = True
                 if faulty_here:
                     _culprit_end(w, case, step, t, between=op == ("fault_between",))
                     ended = True
                     break
-                if last_step and case.end in ("ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy") and index == (rank % 3) + 2:
+                if (
+                    last_step
+                    and case.end in ("ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
+                    and index == (rank % 3) + 2
+                ):
                     _healthy_stop(w, case, step, t)
                     ended = True
                     break
@@ -241,7 +457,11 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
                         _victim_end(w, case, step, t, between=not w.stack)
                         ended = True
                         break
-                    leave = step_start + (coll_index + 2) * 5000 + (int(PAUSE_S * 1e6) if stall_here else 0)
+                    leave = (
+                        step_start
+                        + (coll_index + 2) * 5000
+                        + (int(PAUSE_S * 1e6) if stall_here else 0)
+                    )
                     if stall_here and rank != case.slow_rank:
                         _stall(w, case, t, leave, own=False)
                     w.collective("completed", t)
@@ -250,19 +470,23 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
                 break
         if not ended and w.ours:
             w.add("structured_logger_closed", t + 1000, log_type="instant", closing=True)
-        w.write(run_dir, torn=ended and rank == culprit and case.end == "sigkill" and case.seed % 2 == 0)
+        w.write(
+            run_dir, torn=ended and rank == culprit and case.end == "sigkill" and case.seed % 2 == 0
+        )
     return culprit
 
 
-#: When the peers' watchdogs fire, when torchrun's agent stops everyone, after the last progress (s).
+#: When the peers' watchdogs fire, when torchrun's agent stops everyone, after the last progress
+#: (s).
 STALL_S, SIGTERM_S = 3.0, 40.0
-#: The writer's heartbeat interval (its opening record says it), when the peers Ctrl-C could not stop are killed, and how long a
-#: still-alive rank's file runs past its last progress (s).
+#: The writer's heartbeat interval (its opening record says it), when the peers Ctrl-C could not
+#: stop are killed, and how long a still-alive rank's file runs past its last progress (s).
 HEARTBEAT_S, KILLED_AFTER_CTRL_C_S, ALIVE_S = 10.0, 30.0, 200.0
 
 
 def _stall(w: _Writer, case: Case, since: int, until: int, own: bool) -> None:
-    """A stall it recovers from (µs `since` → `until`): its watchdog's black box (as the case's evidence has it), its heartbeats."""
+    """A stall it recovers from (µs `since` → `until`): its watchdog's black box (as the case's
+    evidence has it), its heartbeats."""
     if case.boxes == "all" or (case.boxes == "not the culprit" and not own):
         w.box(since + int(STALL_S * 1e6), "stall", PAUSE_STEP, own, not w.stack)
     if own and case.boxes == "not the culprit":
@@ -271,8 +495,9 @@ def _stall(w: _Writer, case: Case, since: int, until: int, own: bool) -> None:
 
 
 def _pause(w: _Writer, case: Case, step: int, t: int) -> None:
-    """A pause at the start of `step` (`ONSETS`): every rank's checkpoint, or rank 0's while the others wait in an untraced barrier
-    (or, for the onset `PAUSE_IN_A_SPAN`, in a span whose name says nothing of a wait: ``with sl.log_trace_span("after_save"): barrier()``)."""
+    """A pause at the start of `step` (`ONSETS`): every rank's checkpoint, or rank 0's while the
+    others wait in an untraced barrier (or, for the onset `PAUSE_IN_A_SPAN`, in a span whose name
+    says nothing of a wait: ``with sl.log_trace_span("after_save"): barrier()``)."""
     until = t + int(PAUSE_S * 1e6)
     if case.onset == "pause, every rank" or w.rank == 0:
         w.open("checkpoint", step, t)
@@ -287,7 +512,8 @@ def _pause(w: _Writer, case: Case, step: int, t: int) -> None:
 
 
 def _heartbeats(w: _Writer, quiet_since: int, until: int) -> None:
-    """What the writer's processor writes while the process is alive and quiet with spans open: a ``heartbeat`` each interval, up to `until` (µs)."""
+    """What the writer's processor writes while the process is alive and quiet with spans open: a
+    ``heartbeat`` each interval, up to `until` (µs)."""
     if not (w.ours and w.stack):
         return
     at = quiet_since + int(HEARTBEAT_S * 1e6)
@@ -299,11 +525,13 @@ def _heartbeats(w: _Writer, quiet_since: int, until: int) -> None:
 def _victim_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> None:
     """A rank that reached the all-reduce the culprit never will."""
     if case.end in ("exception_in_span", "exception_between", "sigkill") and case.peers == "fail":
-        w.raise_(t + 500_000, ("RuntimeError", RESET), step, "train.py:60:train_step")  # gloo fails it once the peer is gone
+        # gloo fails it once the peer is gone
+        w.raise_(t + 500_000, ("RuntimeError", RESET), step, "train.py:60:train_step")
         return
     if case.boxes != "none":
         w.box(t + int(STALL_S * 1e6), "stall", step, False, between)
-    # Alive and waiting, its spans open: heartbeats, whatever the watchdog's threshold (the stall record's default is minutes).
+    # Alive and waiting, its spans open: heartbeats, whatever the watchdog's threshold (the stall
+    # record's default is minutes).
     if case.end == "interrupt" and case.peers == "wait":
         _heartbeats(w, t, t + int(KILLED_AFTER_CTRL_C_S * 1e6))
         return  # stuck in gloo, Ctrl-C never reaches Python: killed later, nothing more written
@@ -323,23 +551,35 @@ def _culprit_end(w: _Writer, case: Case, step: int, t: int, between: bool) -> No
     elif case.end == "sigkill":
         pass  # nothing after its last record
     elif case.end in ("stuck", "interrupt", "sigterm"):
-        # Its own evidence: "not the culprit" is a call that holds the interpreter lock (no watchdog, no heartbeat can run);
-        # "none" a stall shorter than the watchdog's threshold, with the writer's heartbeats.
+        # Its own evidence: "not the culprit" is a call that holds the interpreter lock (no
+        # watchdog, no heartbeat can run); "none" a stall shorter than the watchdog's threshold,
+        # with the writer's heartbeats.
         if own:
             w.box(t + int(STALL_S * 1e6), "stall", step, True, between)
         end_s = {"stuck": ALIVE_S, "interrupt": 20.9, "sigterm": SIGTERM_S}[case.end]
         if case.boxes != "not the culprit":
             _heartbeats(w, t, t + int(end_s * 1e6))
         if case.end == "interrupt":  # Ctrl-C: KeyboardInterrupt unwinds the span it was stuck in
-            w.raise_(t + int(end_s * 1e6), ("KeyboardInterrupt", ""), step, "train.py:34:read_shard")
+            w.raise_(
+                t + int(end_s * 1e6), ("KeyboardInterrupt", ""), step, "train.py:34:read_shard"
+            )
         elif case.end == "sigterm" and w.ours:
             w.add("signal_received", t + int(SIGTERM_S * 1e6), log_type="instant", signal="SIGTERM")
             w.box(t + int(SIGTERM_S * 1e6) + 100, "SIGTERM", step, True, between)
-    elif case.end == "crawling":  # still inside fwd, one record every 20 s (a loop logging per layer); a heartbeat in each quiet 10 s
+    # still inside fwd, one record every 20 s (a loop logging per layer); a heartbeat in each quiet
+    # 10 s
+    elif case.end == "crawling":
         for k in range(1, 11):
             if case.boxes != "not the culprit":
                 _heartbeats(w, t + (k - 1) * 20_000_000, t + k * 20_000_000)
-            w.add("metric_value", t + k * 20_000_000, log_type="instant", event_name="fwd_progress", value=float(k), step=step)
+            w.add(
+                "metric_value",
+                t + k * 20_000_000,
+                log_type="instant",
+                event_name="fwd_progress",
+                value=float(k),
+                step=step,
+            )
 
 
 def _healthy_stop(w: _Writer, case: Case, step: int, t: int) -> None:

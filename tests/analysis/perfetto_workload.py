@@ -20,7 +20,15 @@ STEPS = 3
 INNER = 300
 
 #: (name, depth on its track) → spans per rank.
-EXPECTED = {("fwd_bwd", 0): STEPS, ("inner", 1): STEPS * INNER, ("leaf", 2): STEPS * INNER, ("optim", 0): STEPS, ("helper_work", 0): 1, ("task", 0): 3, ("never_ends", 0): 1}
+EXPECTED = {
+    ("fwd_bwd", 0): STEPS,
+    ("inner", 1): STEPS * INNER,
+    ("leaf", 2): STEPS * INNER,
+    ("optim", 0): STEPS,
+    ("helper_work", 0): 1,
+    ("task", 0): 3,
+    ("never_ends", 0): 1,
+}
 
 
 def main() -> int:

@@ -33,7 +33,8 @@ def rank_file(
     start_us: int = T0,
     closed: bool = True,
 ) -> Path:
-    """Write one rank's file: step N (1-based) lasts ``step_ms[N-1]`` ms; ``phases[name][N-1]`` ms of it in that phase.
+    """Write one rank's file: step N (1-based) lasts ``step_ms[N-1]`` ms; ``phases[name][N-1]`` ms
+    of it in that phase.
 
     Phases run one after the other from the start of their step, in the order
     given (None: the phase does not run in that step), each after
@@ -81,7 +82,13 @@ def rank_file(
         }
         records.append(record)
 
-    add("structured_logger_opened", start_us, log_type="instant", otel_titan_version="0.1.0", queue_size=65536)
+    add(
+        "structured_logger_opened",
+        start_us,
+        log_type="instant",
+        otel_titan_version="0.1.0",
+        queue_size=65536,
+    )
     now = start_us + 1000
     for index, length in enumerate(step_ms):
         step = index + 1
@@ -94,7 +101,13 @@ def rank_file(
             gap = untraced_before.get(name)
             now += int(round((gap[index] if gap is not None and index < len(gap) else 0.0) * 1000))
             span_id = hashlib.sha256(f"{trace}|{step}|{name}".encode()).hexdigest()[:16]
-            ids = {"trace_id": trace[:32], "span_id": span_id, "parent_span_id": None, "step": step, "relative_step": step}
+            ids = {
+                "trace_id": trace[:32],
+                "span_id": span_id,
+                "parent_span_id": None,
+                "step": step,
+                "relative_step": step,
+            }
             add(f"{name}_start", now, **ids)
             now += int(round(ms * 1000))
             add(f"{name}_end", now, value=ms, **ids)
@@ -102,9 +115,22 @@ def rank_file(
         if not ran:
             add("step_begin", begin, log_type="instant", step=step, relative_step=step)
         now = begin + int(round(length * 1000))
-    add("training_end", now, log_type="instant", step=len(step_ms) + 1, relative_step=len(step_ms) + 1)
+    add(
+        "training_end",
+        now,
+        log_type="instant",
+        step=len(step_ms) + 1,
+        relative_step=len(step_ms) + 1,
+    )
     if closed:
-        add("structured_logger_closed", now + 100, log_type="instant", closing=True, dropped_records=0, failed_records=0)
+        add(
+            "structured_logger_closed",
+            now + 100,
+            log_type="instant",
+            closing=True,
+            dropped_records=0,
+            failed_records=0,
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(start_us / 1e6))
     suffix = hashlib.sha256(f"{run_id}|{attempt}".encode()).hexdigest()[:6]
     path = run_dir / "structured_logs" / f"{source}.global_rank_{rank}.{stamp}-{suffix}.jsonl"
@@ -114,6 +140,7 @@ def rank_file(
 
 
 def jittered(base: Sequence[float], sigma: float, seed: int, offset: float = 0.0) -> list[float]:
-    """``base`` per step plus a fixed offset and seeded Gaussian noise (a healthy rank's step times)."""
+    """``base`` per step plus a fixed offset and seeded Gaussian noise (a healthy rank's step
+    times)."""
     rng = random.Random(seed)
     return [round(b + offset + rng.gauss(0.0, sigma), 3) for b in base]

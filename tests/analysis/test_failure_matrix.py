@@ -1,4 +1,5 @@
-"""The diagnosis over the failures real jobs have (issue 26, part E): never a wrong rank, and `watch` and `summarize` agree.
+"""The diagnosis over the failures real jobs have (issue 26, part E): never a wrong rank, and
+`watch` and `summarize` agree.
 
 Each case (tests/analysis/failure_runs.py) is a run with one known culprit,
 or none for a healthy job stopped from outside, sampled from the field's
@@ -46,43 +47,78 @@ from otel_titan.analysis import summarize_run
 from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.watch.loop import Watch
 from otel_titan.analysis.watch.replay import replay
-from tests.analysis.failure_runs import ENDS, HEALTHY, LOOPS, ONSETS, PAUSE_IN_A_SPAN, WRITERS, Case, write_failure_run
+from tests.analysis.failure_runs import (
+    ENDS,
+    HEALTHY,
+    LOOPS,
+    ONSETS,
+    PAUSE_IN_A_SPAN,
+    WRITERS,
+    Case,
+    write_failure_run,
+)
 
 WORLDS = (2, 3, 8, 64)
 
 
 def cases() -> list[Case]:
-    """The sample: every (end, loop, writer) at each size, 3 draws of the other axes for otel-titan's files (1 at 64 ranks), 1 for the others'."""
+    """The sample: every (end, loop, writer) at each size, 3 draws of the other axes for
+    otel-titan's files (1 at 64 ranks), 1 for the others'."""
     rng = random.Random(26)
     out = []
     for world in WORLDS:
         for end, loop, writer in itertools.product(ENDS, LOOPS, WRITERS):
-            draws = (3 if world < 64 else 1) if writer == "otel-titan" else (1 if world < 64 or loop == "collective" else 0)
+            draws = (
+                (3 if world < 64 else 1)
+                if writer == "otel-titan"
+                else (1 if world < 64 or loop == "collective" else 0)
+            )
             for _ in range(draws):
-                out.append(Case(end=end, writer=writer, loop=loop, world=world, onset=rng.choice(ONSETS),
-                                boxes=rng.choice(("all", "not the culprit", "none")), recorder=rng.random() < 0.5, peers=rng.choice(("wait", "fail")), seed=len(out)))
+                out.append(
+                    Case(
+                        end=end,
+                        writer=writer,
+                        loop=loop,
+                        world=world,
+                        onset=rng.choice(ONSETS),
+                        boxes=rng.choice(("all", "not the culprit", "none")),
+                        recorder=rng.random() < 0.5,
+                        peers=rng.choice(("wait", "fail")),
+                        seed=len(out),
+                    )
+                )
     return out
 
 
 def watch_named(path: str) -> tuple[set[int], list[str], set[int]]:
-    """The ranks `watch`'s alerts name as culprits at the end of a live replay (each alert as last raised or updated), their messages,
-    and the ranks any alert named at any moment (one raised in a pause and resolved after it paged someone all the same)."""
+    """The ranks `watch`'s alerts name as culprits at the end of a live replay (each alert as last
+    raised or updated), their messages, and the ranks any alert named at any moment (one raised in a
+    pause and resolved after it paged someone all the same)."""
     latest: dict[str, dict] = {}
     ever: list[dict] = []
     for event in replay(path, tail_s=200.0).events:
         if event["type"] in ("alert", "update"):
             latest[event["id"]] = event
             ever.append(event)
-        elif event["type"] == "resolved":  # a pause over, a stall recovered from: no verdict at the end
+        # a pause over, a stall recovered from: no verdict at the end
+        elif event["type"] == "resolved":
             latest.pop(event["id"], None)
     return _culprits(latest.values()), [a["message"] for a in latest.values()], _culprits(ever)
 
 
 def watch_once_named(path: Path) -> set[int]:
-    """The ranks one `watch --once` names, run 10 minutes after the files were last written (a cron health check)."""
+    """The ranks one `watch --once` names, run 10 minutes after the files were last written (a cron
+    health check)."""
     last = 0.0
     for file in (path / "structured_logs").glob("*.jsonl"):
-        written = max(json.loads(line)["time_us"] for line in file.read_text().splitlines() if line.endswith("}")) / 1e6
+        written = (
+            max(
+                json.loads(line)["time_us"]
+                for line in file.read_text().splitlines()
+                if line.endswith("}")
+            )
+            / 1e6
+        )
         os.utime(file, (written, written))
         last = max(last, written)
     _, events = Watch(str(path), clock=lambda: last + 600.0).refresh()
@@ -95,8 +131,14 @@ def _culprits(alerts) -> set[int]:
         if alert["kind"] == "hang":
             named |= set(alert["ranks"])
         elif alert["kind"] == "crashed":
-            if alert.get("rule") == "held back":  # the crashed ranks waited for another: that one is named
-                named |= {int(m.group(1)) for e in alert.get("evidence", []) for m in [re.fullmatch(r"waited for rank (\d+)", e)] if m}
+            # the crashed ranks waited for another: that one is named
+            if alert.get("rule") == "held back":
+                named |= {
+                    int(m.group(1))
+                    for e in alert.get("evidence", [])
+                    for m in [re.fullmatch(r"waited for rank (\d+)", e)]
+                    if m
+                }
             else:
                 named |= set(alert["ranks"])
     return named
@@ -117,25 +159,41 @@ def judge(case: Case, root: Path) -> dict:
     finally:
         shutil.rmtree(run, ignore_errors=True)
     truth = set() if culprit is None else {culprit}
-    # While it lasted, the rank that stalled and recovered (``intermittent``) held the others: naming it then was right.
+    # While it lasted, the rank that stalled and recovered (``intermittent``) held the others:
+    # naming it then was right.
     held = truth | ({case.slow_rank} if case.onset == "intermittent" else set())
     wrong = {k: sorted(v - truth) for k, v in named.items() if v - truth}
     if ever - held:
         wrong["watch, at any moment"] = sorted(ever - held)
-    return {"case": case, "culprit": culprit, "named": named, "wrong": wrong,
-            "agree": len({frozenset(v) for v in named.values()}) == 1, "notes": notes, "watch": messages}
+    return {
+        "case": case,
+        "culprit": culprit,
+        "named": named,
+        "wrong": wrong,
+        "agree": len({frozenset(v) for v in named.values()}) == 1,
+        "notes": notes,
+        "watch": messages,
+    }
 
 
-# -- the classes ------------------------------------------------------------------------------------
+# -- the classes -----------------------------------------------------------------------------------
 def unseen_waiting(case: Case) -> bool:
-    """The ranks waiting for the culprit said nothing since their progress: no black box (the watchdog off, or its threshold not reached),
-    no heartbeat (the all-reduce they wait in has no span: between spans none is written), and nothing stopped them that writes (a
-    signal): the culprit is behind them only if they are alive, which no record says."""
-    return case.boxes == "none" and case.loop == "nospan" and (case.end in ("stuck", "crawling") or (case.end == "interrupt" and case.peers == "wait"))
+    """The ranks waiting for the culprit said nothing since their progress: no black box (the
+    watchdog off, or its threshold not reached), no heartbeat (the all-reduce they wait in has no
+    span: between spans none is written), and nothing stopped them that writes (a signal): the
+    culprit is behind them only if they are alive, which no record says."""
+    return (
+        case.boxes == "none"
+        and case.loop == "nospan"
+        and (
+            case.end in ("stuck", "crawling") or (case.end == "interrupt" and case.peers == "wait")
+        )
+    )
 
 
 def gated(case: Case) -> bool:
-    """What the evidence decides: otel-titan's files (their heartbeats, black boxes and records of how each process ended), but where the waiting ranks left no evidence at all."""
+    """What the evidence decides: otel-titan's files (their heartbeats, black boxes and records of
+    how each process ended), but where the waiting ranks left no evidence at all."""
     return case.writer == "otel-titan" and not unseen_waiting(case)
 
 
@@ -143,24 +201,39 @@ def gated(case: Case) -> bool:
 EXCLUDED: dict[str, tuple[Callable[[Case], bool], str]] = {
     "the waiting ranks unseen": (
         lambda c: c.writer == "otel-titan" and unseen_waiting(c),
-        "a rank stuck or crawling in a span, the others waiting between spans (an all-reduce with no span) with no black box, no "
-        "heartbeat and no signal since: summarize cannot tell the waiting ranks alive from killed mid-step and names no one; watch, "
-        "by its clock, names the culprit: they differ, never on a wrong rank (test_our_files_left_out_of_the_gate_name_no_wrong_rank)"),
+        "a rank stuck or crawling in a span, the others waiting between spans (an all-reduce with "
+        "no span) with no black box, no "
+        "heartbeat and no signal since: summarize cannot tell the waiting ranks alive from killed "
+        "mid-step and names no one; watch, "
+        "by its clock, names the culprit: they differ, never on a wrong rank "
+        "(test_our_files_left_out_of_the_gate_name_no_wrong_rank)",
+    ),
     "torchtitan's and pimm's files": (
         lambda c: c.writer != "otel-titan",
-        "files with no heartbeat, no black box and no record of how a process ended: summarize never names a rank from them "
-        "(docs/hangs.md), watch names the least advanced by its clock, beside the live job as on a replay"),
+        "files with no heartbeat, no black box and no record of how a process ended: summarize "
+        "never names a rank from them "
+        "(docs/hangs.md), watch names the least advanced by its clock, beside the live job as on "
+        "a replay",
+    ),
 }
 
 
 def _check(results: list[dict]) -> tuple[list[str], list[str]]:
-    wrong = [f"{r['case']}: named {r['named']}; watch: {r['watch'][:2]}" for r in results if r["wrong"]]
-    disagree = [f"{r['case']}: {r['named']}; watch: {r['watch'][:2]}" for r in results if not r["wrong"] and not r["agree"]]
+    wrong = [
+        f"{r['case']}: named {r['named']}; watch: {r['watch'][:2]}" for r in results if r["wrong"]
+    ]
+    disagree = [
+        f"{r['case']}: {r['named']}; watch: {r['watch'][:2]}"
+        for r in results
+        if not r["wrong"] and not r["agree"]
+    ]
     return wrong, disagree
 
 
 def _judge_all(select: Callable[[Case], bool], tmp_path: Path) -> list[dict]:
-    return [judge(case, tmp_path / f"case{index}") for index, case in enumerate(cases()) if select(case)]
+    return [
+        judge(case, tmp_path / f"case{index}") for index, case in enumerate(cases()) if select(case)
+    ]
 
 
 def test_the_failure_matrix_names_no_wrong_rank_and_watch_agrees_with_summarize(tmp_path: Path):
@@ -169,14 +242,21 @@ def test_the_failure_matrix_names_no_wrong_rank_and_watch_agrees_with_summarize(
     blamed = [r for r in results if r["culprit"] is not None]
     silent = [r for r in blamed if not r["named"]["summarize_run"]]
     classes = Counter(f"{r['case'].end}/{r['case'].loop}" for r in results)
-    print(f"\n{len(results)} gated cases ({len(classes)} end/loop classes; {len(blamed)} with a rank to blame): {len(wrong)} wrong-rank verdicts, "
-          f"{len(disagree)} where watch and summarize differ; cannot tell in {len(silent)} of {len(blamed)} ({100 * len(silent) / max(len(blamed), 1):.1f} %)")
-    why = Counter(f"{r['case'].end}/{r['case'].loop}: {(r['notes'] or ['no note'])[0][:140]}" for r in silent)
+    print(
+        f"\n{len(results)} gated cases ({len(classes)} end/loop classes; {len(blamed)} with a "
+        f"rank to blame): {len(wrong)} wrong-rank verdicts, "
+        f"{len(disagree)} where watch and summarize differ; cannot tell in {len(silent)} of "
+        f"{len(blamed)} ({100 * len(silent) / max(len(blamed), 1):.1f} %)"
+    )
+    why = Counter(
+        f"{r['case'].end}/{r['case'].loop}: {(r['notes'] or ['no note'])[0][:140]}" for r in silent
+    )
     for line, count in why.most_common():
         print(f"  cannot tell ×{count}: {line}")
     assert not wrong, "\n".join(wrong[:20])
     assert not disagree, "\n".join(disagree[:20])
-    # The crash's rank, its error and its victims: every case with an exception names the rank that raised, both ways.
+    # The crash's rank, its error and its victims: every case with an exception names the rank that
+    # raised, both ways.
     for r in results:
         if r["case"].end.startswith("exception"):
             assert r["named"]["summarize_run"] == {r["culprit"]}, r
@@ -189,10 +269,15 @@ def test_the_classes_left_out_of_the_gate_still_fail_it(tmp_path: Path, name: st
     request.node.add_marker(pytest.mark.xfail(strict=True, reason=reason))
     results = _judge_all(select, tmp_path)
     wrong, disagree = _check(results)
-    print(f"\n{name}: {len(results)} cases, {len(wrong)} with a wrong rank, {len(disagree)} where watch and summarize differ")
+    print(
+        f"\n{name}: {len(results)} cases, {len(wrong)} with a wrong rank, {len(disagree)} where "
+        "watch and summarize differ"
+    )
     for line in (wrong + disagree)[:5]:
         print("  ", line[:300])
-    assert results and not wrong and not disagree, f"{name}: {len(wrong)} wrong, {len(disagree)} disagree"
+    assert results and not wrong and not disagree, (
+        f"{name}: {len(wrong)} wrong, {len(disagree)} disagree"
+    )
 
 
 def test_our_files_left_out_of_the_gate_name_no_wrong_rank(tmp_path: Path):
@@ -207,7 +292,12 @@ def test_the_sample_covers_every_axis():
     gate = [c for c in sample if gated(c)]
     for axis, values in (("end", ENDS), ("loop", LOOPS), ("world", WORLDS)):
         assert {getattr(c, axis) for c in gate} == set(values), axis
-    for axis, values in (("onset", set(ONSETS)), ("boxes", {"all", "not the culprit", "none"}), ("recorder", {True, False}), ("peers", {"wait", "fail"})):
+    for axis, values in (
+        ("onset", set(ONSETS)),
+        ("boxes", {"all", "not the culprit", "none"}),
+        ("recorder", {True, False}),
+        ("peers", {"wait", "fail"}),
+    ):
         assert {getattr(c, axis) for c in gate} == values, axis
     assert {c.writer for c in sample} == set(WRITERS)
     # Every case is in the gate or in exactly one class left out of it, each said why.
@@ -217,28 +307,46 @@ def test_the_sample_covers_every_axis():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [Case(end="stuck", world=1024, boxes="all", seed=3), Case(end="exception_in_span", world=1024, peers="wait", seed=4),
-                                  Case(end="sigkill", world=1024, peers="fail", boxes="none", seed=5), Case(end="interrupt", world=1024, boxes="not the culprit", seed=6)],
-                         ids=str)
+@pytest.mark.parametrize(
+    "case",
+    [
+        Case(end="stuck", world=1024, boxes="all", seed=3),
+        Case(end="exception_in_span", world=1024, peers="wait", seed=4),
+        Case(end="sigkill", world=1024, peers="fail", boxes="none", seed=5),
+        Case(end="interrupt", world=1024, boxes="not the culprit", seed=6),
+    ],
+    ids=str,
+)
 def test_the_gate_holds_at_1024_ranks(tmp_path: Path, case: Case):
     assert gated(case)
     result = judge(case, tmp_path)
-    assert not result["wrong"] and result["agree"] and result["named"]["summarize_run"] == {case.culprit}, result
+    assert (
+        not result["wrong"]
+        and result["agree"]
+        and result["named"]["summarize_run"] == {case.culprit}
+    ), result
 
 
 @pytest.mark.parametrize("boxes", ["all", "none"])
-def test_a_two_rank_job_whose_rank_0_checkpoints_never_pages_about_the_rank_that_waits(tmp_path: Path, boxes: str):
-    """``if rank == 0: save(); dist.barrier()`` at a step's start, 45 s: watch named rank 1 "behind in the step" (it never entered the
-    checkpoint, or its records still said the step before), with black boxes because the two groups were one rank each, without them
-    because rank 0's checkpoint stamped the next step. Every alert raised while it lasted, and the verdicts at the end, name no one."""
+def test_a_two_rank_job_whose_rank_0_checkpoints_never_pages_about_the_rank_that_waits(
+    tmp_path: Path, boxes: str
+):
+    """``if rank == 0: save(); dist.barrier()`` at a step's start, 45 s: watch named rank 1 "behind
+    in the step" (it never entered the checkpoint, or its records still said the step before), with
+    black boxes because the two groups were one rank each, without them because rank 0's checkpoint
+    stamped the next step. Every alert raised while it lasted, and the verdicts at the end, name no
+    one."""
     result = judge(Case(end="clean", world=2, onset="pause, rank 0", boxes=boxes), tmp_path)
     assert not result["wrong"] and result["agree"] and result["named"]["watch"] == set(), result
 
 
 @pytest.mark.parametrize("boxes", ["all", "none"])
-def test_rank_0s_checkpoint_is_a_pause_whatever_the_span_the_others_wait_in_is_called(tmp_path: Path, boxes: str):
-    """``if rank == 0: save()`` then ``with sl.log_trace_span("after_save"): dist.barrier()``, 45 s: `watch` took a pause only where
-    the others' span was named for a collective, and named rank 0 in its checkpoint after 30 s (`unknown_span_s`) while `summarize`
-    said "a pause"; one rule now (`model.hang.waited_for_in_own_work`): the others all wait in a span rank 0 has not reached."""
+def test_rank_0s_checkpoint_is_a_pause_whatever_the_span_the_others_wait_in_is_called(
+    tmp_path: Path, boxes: str
+):
+    """``if rank == 0: save()`` then ``with sl.log_trace_span("after_save"): dist.barrier()``, 45 s:
+    `watch` took a pause only where the others' span was named for a collective, and named rank 0 in
+    its checkpoint after 30 s (`unknown_span_s`) while `summarize` said "a pause"; one rule now
+    (`model.hang.waited_for_in_own_work`): the others all wait in a span rank 0 has not reached."""
     result = judge(Case(end="clean", world=3, onset=PAUSE_IN_A_SPAN, boxes=boxes), tmp_path)
     assert not result["wrong"] and result["agree"] and result["named"]["watch"] == set(), result

@@ -1,4 +1,5 @@
-"""The hang rules over a generated matrix: never a wrong rank; how often "cannot tell" (printed, not gated).
+"""The hang rules over a generated matrix: never a wrong rank; how often "cannot tell" (printed, not
+gated).
 
 Every case is a simulated hang (tests/analysis/hang_runs.py) with one known
 culprit: where it is stuck (in a span, between spans, before init, before
@@ -27,8 +28,9 @@ LAYOUTS = ("world", "tp", "pp")
 RECORDERS = ("on", "legacy", "off")
 
 
-#: Who wrote a black box: every rank; every rank but the culprit (its watchdog killed, its budget spent); nobody
-#: (killed before any watchdog fired: the records alone cannot tell a hang from a healthy job killed mid-step).
+#: Who wrote a black box: every rank; every rank but the culprit (its watchdog killed, its budget
+#: spent); nobody (killed before any watchdog fired: the records alone cannot tell a hang from a
+#: healthy job killed mid-step).
 BOXES = ("all", "not the culprit", "none")
 
 
@@ -49,7 +51,16 @@ def test_the_hang_rules_never_name_a_wrong_rank_over_the_matrix(tmp_path: Path):
     total = 0
     for index, (fault, layout, world, recorder, boxes) in enumerate(cases()):
         run = tmp_path / f"case{index}"
-        culprit = write_hang_run(run, layout, world, fault, recorder, seed=index, boxes=boxes != "none", culprit_box=boxes == "all")
+        culprit = write_hang_run(
+            run,
+            layout,
+            world,
+            fault,
+            recorder,
+            seed=index,
+            boxes=boxes != "none",
+            culprit_box=boxes == "all",
+        )
         for reader in (summarize_run, summarize_tails):
             total += 1
             report = reader(run).hang
@@ -58,16 +69,25 @@ def test_the_hang_rules_never_name_a_wrong_rank_over_the_matrix(tmp_path: Path):
             named = {s.rank for s in report.suspects}
             rules.update(s.rule for s in report.suspects)
             if named - {culprit}:
-                wrong.append(f"{case}: named {sorted(named)}: " + " | ".join(s.why for s in report.suspects if s.rank != culprit))
+                wrong.append(
+                    f"{case}: named {sorted(named)}: "
+                    + " | ".join(s.why for s in report.suspects if s.rank != culprit)
+                )
             elif not named:
                 assert report.verdict == "cannot tell", case
                 silent.append(f"{case}: {report.notes[:1]}")
         shutil.rmtree(run)
-    print(f"\n{total} cases: {len(wrong)} wrong-rank verdicts; cannot tell in {len(silent)} ({100 * len(silent) / total:.1f} %)")
+    print(
+        f"\n{total} cases: {len(wrong)} wrong-rank verdicts; cannot tell in {len(silent)} "
+        f"({100 * len(silent) / total:.1f} %)"
+    )
     print("  rules that named the culprit:", dict(rules.most_common()))
     for line in silent[:20]:
         print("  cannot tell:", line)
     assert not wrong, "\n".join(wrong[:20])
-    # Where the others' black boxes show them waiting, the evidence is there: only the cases without any black box are silent
-    # (a rank missing its file is still named: "missing" needs no black box).
-    assert all("boxes: none" in line for line in silent), "\n".join(line for line in silent if "boxes: none" not in line)
+    # Where the others' black boxes show them waiting, the evidence is there: only the cases without
+    # any black box are silent (a rank missing its file is still named: "missing" needs no black
+    # box).
+    assert all("boxes: none" in line for line in silent), "\n".join(
+        line for line in silent if "boxes: none" not in line
+    )

@@ -24,7 +24,8 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 
-#: What differs, rightly, between the two copies: the lines and bytes read, and the line numbers (``seq_id``).
+#: What differs, rightly, between the two copies: the lines and bytes read, and the line numbers
+#: (``seq_id``).
 _COUNTS = {"records", "input_bytes", "seq_id"}
 
 
@@ -40,7 +41,11 @@ def _comparable(value: Any, run: str) -> Any:
 def test_summarize_and_export_answer_the_same_with_rollups(tmp_path):
     with_rollups = toy_run_with_rollups()
     without = strip_rollups(with_rollups, tmp_path / "without")
-    rollups = sum(line.count(b'"log_type_name":"step_rollup"') for path in (with_rollups / "structured_logs").iterdir() for line in [path.read_bytes()])
+    rollups = sum(
+        line.count(b'"log_type_name":"step_rollup"')
+        for path in (with_rollups / "structured_logs").iterdir()
+        for line in [path.read_bytes()]
+    )
     assert rollups == 2 * TOY_STEPS  # one per rank and step
     now = 4e15
     answers, records = {}, {}
@@ -48,9 +53,20 @@ def test_summarize_and_export_answer_the_same_with_rollups(tmp_path):
         summary = summarize_run(run, log_skipped=False)
         stats = generate_gantt_trace(run, tmp_path / f"{run.name}.json", log_skipped=False)
         trace = json.loads((tmp_path / f"{run.name}.json").read_text())
-        # The text says how long ago the last record was (now is the moment it is printed): not compared.
-        text = re.sub(r"last record [0-9.]+ \w+ before now", "last record <ago>", format_summary(summary).replace(f"{summary.records} records", "<n> records"))
-        answers[run] = (_comparable(summary_json(summary, now_us=now), str(run)), _comparable(text, str(run)), _comparable(trace, str(run)), stats.instants, stats.spans)
+        # The text says how long ago the last record was (now is the moment it is printed): not
+        # compared.
+        text = re.sub(
+            r"last record [0-9.]+ \w+ before now",
+            "last record <ago>",
+            format_summary(summary).replace(f"{summary.records} records", "<n> records"),
+        )
+        answers[run] = (
+            _comparable(summary_json(summary, now_us=now), str(run)),
+            _comparable(text, str(run)),
+            _comparable(trace, str(run)),
+            stats.instants,
+            stats.spans,
+        )
         records[run] = summary.records
     assert answers[with_rollups] == answers[without]
     # Read, not counted as anything: the records read are the only difference.
@@ -70,14 +86,24 @@ def test_sql_answers_the_same_with_rollups(tmp_path):
         try:
             db.load()
             answers[run] = {
-                view: db.con.execute(f"SELECT * EXCLUDE (process_id) FROM {view} ORDER BY ALL").fetchall()
+                view: db.con.execute(
+                    f"SELECT * EXCLUDE (process_id) FROM {view} ORDER BY ALL"
+                ).fetchall()
                 for view in ("spans", "instants", "scalars", "steps")
             }
-            answers[run]["processes"] = db.con.execute("SELECT rank, last_record, last_event, last_step, closed, records FROM processes ORDER BY rank").fetchall()
+            answers[run]["processes"] = db.con.execute(
+                "SELECT rank, last_record, last_event, last_step, closed, records FROM processes "
+                "ORDER BY rank"
+            ).fetchall()
         finally:
             db.con.close()
     rollups = 2 * TOY_STEPS  # one per rank and step, in `records` only
     for view in ("spans", "instants", "scalars", "steps"):
         assert answers[with_rollups][view] == answers[without][view], view
-    assert [row[:5] for row in answers[with_rollups]["processes"]] == [row[:5] for row in answers[without]["processes"]]
-    assert sum(row[5] for row in answers[with_rollups]["processes"]) == sum(row[5] for row in answers[without]["processes"]) + rollups
+    assert [row[:5] for row in answers[with_rollups]["processes"]] == [
+        row[:5] for row in answers[without]["processes"]
+    ]
+    assert (
+        sum(row[5] for row in answers[with_rollups]["processes"])
+        == sum(row[5] for row in answers[without]["processes"]) + rollups
+    )

@@ -27,7 +27,9 @@ def test_a_hung_run_is_answered_from_one_read_and_agrees_with_summarize(tmp_path
     # The model is kept: with the files gone, every later question is still answered, the same way.
     shutil.rmtree(run)
     assert analysis.hang() is hang
-    assert any(line.startswith("hung:") or "rank 5" in line for line in analysis.headline()["diagnosis"]), analysis.headline()["diagnosis"]
+    assert any(
+        line.startswith("hung:") or "rank 5" in line for line in analysis.headline()["diagnosis"]
+    ), analysis.headline()["diagnosis"]
     assert "rank 5" in analysis.text()
     assert [p.rank for p in analysis.processes()] == list(range(8))
     assert analysis.missing() == []
@@ -39,14 +41,33 @@ def test_hang_is_the_exported_report_and_has_the_attributes_its_docstrings_name(
     analysis = RunAnalysis(run, log_skipped=False)
     hang = analysis.hang()
     assert type(hang) is HangReport
-    assert hang.verdict == "named" and [type(s) for s in hang.suspects] == [Suspect] * len(hang.suspects)
+    assert hang.verdict == "named" and [type(s) for s in hang.suspects] == [Suspect] * len(
+        hang.suspects
+    )
     assert hang.suspects[0].rank == 5 and hang.suspects[0].rule, hang.suspects
     assert hang.groups and all(type(g) is HangGroup for g in hang.groups)
     assert sorted(p.rank for p in hang.places if type(p) is RankPlace) == list(range(8))
-    # Every attribute (a lowercase name in single backticks) that `hang()`'s and `HangReport`'s docstrings name is a field.
-    named = set(re.findall(r"(?<!`)`([a-z_]+)`(?!`)", inspect.getdoc(RunAnalysis.hang) + (HangReport.__doc__ or "")))
-    fields = {f.name for cls in (HangReport, Suspect, HangGroup, RankPlace) for f in dataclasses.fields(cls)}
-    assert {"verdict", "suspects", "groups", "places", "notes", "rule", "where"} <= named and named <= fields, named - fields
+    # Every attribute (a lowercase name in single backticks) that `hang()`'s and `HangReport`'s
+    # docstrings name is a field.
+    named = set(
+        re.findall(
+            r"(?<!`)`([a-z_]+)`(?!`)", inspect.getdoc(RunAnalysis.hang) + (HangReport.__doc__ or "")
+        )
+    )
+    fields = {
+        f.name
+        for cls in (HangReport, Suspect, HangGroup, RankPlace)
+        for f in dataclasses.fields(cls)
+    }
+    assert {
+        "verdict",
+        "suspects",
+        "groups",
+        "places",
+        "notes",
+        "rule",
+        "where",
+    } <= named and named <= fields, named - fields
     as_json = json.loads(json.dumps(analysis.to_json()["hang"], default=str))
     assert as_json == json.loads(json.dumps(dataclasses.asdict(hang), default=str))
 
@@ -58,7 +79,14 @@ def test_the_front_gives_what_the_commands_give(tmp_path):
     findings = analysis.stragglers(headline_only=True)
     assert {f.rank for f in findings if f.verdict == "straggler"} == {11}
     assert "rank 11" in analysis.text().split("Look first at", 1)[1]
-    command = subprocess.run([sys.executable, "-m", "otel_titan.cli", "summarize", run, "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    command = subprocess.run(
+        [sys.executable, "-m", "otel_titan.cli", "summarize", run, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     assert command.returncode == 0, command.stderr
     printed = json.loads(command.stdout)
     mine = json.loads(json.dumps(analysis.to_json(), default=str))
@@ -76,7 +104,8 @@ def test_tail_mode_answers_where_each_rank_stopped(tmp_path):
 
 
 def test_a_second_analysis_of_a_run_that_grew_answers_as_a_full_read(tmp_path):
-    """`cache` (default on): the second `RunAnalysis` reads only what was appended; ``cache=False`` reads it all."""
+    """`cache` (default on): the second `RunAnalysis` reads only what was appended; ``cache=False``
+    reads it all."""
     run = tmp_path / "run"
     generate_run(str(run), RunSpec(ranks=4, steps=12, seed=2, straggler=(1, "fwd", 40.0)))
     files = sorted((run / "structured_logs").glob("*.jsonl"))
@@ -93,7 +122,8 @@ def test_a_second_analysis_of_a_run_that_grew_answers_as_a_full_read(tmp_path):
 
 
 def _timeless(value):
-    """Without the ages relative to now (``*_s_before_now``), which differ by the time between two calls."""
+    """Without the ages relative to now (``*_s_before_now``), which differ by the time between two
+    calls."""
     if isinstance(value, dict):
         return {k: _timeless(v) for k, v in value.items() if not k.endswith("_before_now")}
     if isinstance(value, list):

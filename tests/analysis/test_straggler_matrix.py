@@ -1,4 +1,5 @@
-"""The straggler rules over a generated matrix (issue 18, "Done when"): zero wrong-rank verdicts, and how often the analysis rightly says it cannot tell.
+"""The straggler rules over a generated matrix (issue 18, "Done when"): zero wrong-rank verdicts,
+and how often the analysis rightly says it cannot tell.
 
 Each case is a generated run (benchmarks/generate_run.py) of 2, 3, 8 or 64
 ranks, over seeds, under one clock condition (host offsets, two hosts drifting
@@ -25,7 +26,8 @@ from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis import summarize_run
 from otel_titan.analysis.model.headline import headline_data
 
-#: (phase, % slower): each about 12 ms, 11 % of a ~104 ms step (well above the 5 % of "Look first at" whatever the noise).
+#: (phase, % slower): each about 12 ms, 11 % of a ~104 ms step (well above the 5 % of "Look first
+#: at" whatever the noise).
 _FAULTS = [("data_fetch", 300.0), ("fwd", 40.0), ("bwd", 20.0), ("optimizer", 150.0)]
 _CLOCKS = {
     "offsets": {"offset_ms": 5.0},
@@ -44,10 +46,18 @@ class Case:
     straggler: tuple[int, str, float] | None
 
     def spec(self) -> RunSpec:
-        per_host = 1 if self.ranks <= 3 else (4 if self.ranks == 8 else 8)  # small runs: every rank its own clock
+        # small runs: every rank its own clock
+        per_host = 1 if self.ranks <= 3 else (4 if self.ranks == 8 else 8)
         return RunSpec(
-            ranks=self.ranks, steps=24, seed=self.seed, noise=0.05 + 0.03 * (self.seed % 2), ranks_per_host=per_host, straggler=self.straggler,
-            pp=self.pp, last_stage_fwd_pct=40.0 if self.pp > 1 else 0.0, **_CLOCKS[self.clock],  # type: ignore[arg-type]
+            ranks=self.ranks,
+            steps=24,
+            seed=self.seed,
+            noise=0.05 + 0.03 * (self.seed % 2),
+            ranks_per_host=per_host,
+            straggler=self.straggler,
+            pp=self.pp,
+            last_stage_fwd_pct=40.0 if self.pp > 1 else 0.0,
+            **_CLOCKS[self.clock],  # type: ignore[arg-type]
         )
 
 
@@ -59,20 +69,31 @@ def _cases() -> list[Case]:
                 for pp in (1, 2) if ranks >= 8 else (1,):
                     rng = random.Random(f"{ranks}|{seed}|{clock}|{pp}")
                     phase, pct = rng.choice(_FAULTS)
-                    cases += [Case(ranks, seed, clock, pp, None), Case(ranks, seed, clock, pp, (rng.randrange(ranks), phase, pct))]
+                    cases += [
+                        Case(ranks, seed, clock, pp, None),
+                        Case(ranks, seed, clock, pp, (rng.randrange(ranks), phase, pct)),
+                    ]
     return cases
 
 
 def _blamed(summary) -> set[int]:
-    """Every rank a verdict blames: a straggler verdict anywhere, or any line of "Look first at" about it."""
-    ranks = {f.rank for f in summary.straggler_findings() if f.verdict == "straggler"} | {f.rank for f in summary.straggler_findings(headline_only=True)}
+    """Every rank a verdict blames: a straggler verdict anywhere, or any line of "Look first at"
+    about it."""
+    ranks = {f.rank for f in summary.straggler_findings() if f.verdict == "straggler"} | {
+        f.rank for f in summary.straggler_findings(headline_only=True)
+    }
     for group in summary.stragglers:
-        ranks |= set(group.straggler_ranks) | {row["rank"] for row in group.phase_stragglers} | {row["rank"] for row in group.arrival_stragglers}
+        ranks |= (
+            set(group.straggler_ranks)
+            | {row["rank"] for row in group.phase_stragglers}
+            | {row["rank"] for row in group.arrival_stragglers}
+        )
     return ranks
 
 
 def _outcome(case: Case, summary) -> str:
-    """``named``, ``difference`` (shown, nobody blamed), ``cannot tell`` or ``missed`` for an injected straggler; ``quiet`` for a clean run."""
+    """``named``, ``difference`` (shown, nobody blamed), ``cannot tell`` or ``missed`` for an
+    injected straggler; ``quiet`` for a clean run."""
     if case.straggler is None:
         return "quiet"
     rank = case.straggler[0]
@@ -81,7 +102,9 @@ def _outcome(case: Case, summary) -> str:
         return "named"
     if any(f.verdict == "difference" and f.headline for f in mine):
         return "difference"
-    if any(f.verdict == "cannot tell" for f in mine) or any(group.withheld for group in summary.stragglers):
+    if any(f.verdict == "cannot tell" for f in mine) or any(
+        group.withheld for group in summary.stragglers
+    ):
         return "cannot tell"
     return "missed"
 
@@ -97,20 +120,42 @@ def test_no_straggler_verdict_blames_the_wrong_rank_over_the_matrix(tmp_path, ca
         shutil.rmtree(run)
         injected = set() if case.straggler is None else {case.straggler[0]}
         if _blamed(summary) - injected:
-            wrong.append(f"{case}: blamed {sorted(_blamed(summary) - injected)}; {headline_data(summary)['diagnosis']}")
+            wrong.append(
+                f"{case}: blamed {sorted(_blamed(summary) - injected)}; "
+                f"{headline_data(summary)['diagnosis']}"
+            )
         outcome = _outcome(case, summary)
         outcomes[case.clock][outcome] += 1
-        # Three peers or more and a collective every rank leaves together: the evidence is there, the straggler must be named.
+        # Three peers or more and a collective every rank leaves together: the evidence is there,
+        # the straggler must be named.
         peers = case.ranks // case.pp
-        if case.straggler is not None and peers >= 3 and case.clock != "no moment" and outcome != "named":
-            should_name.append(f"{case}: {outcome}; {[(f.rank, f.kind, f.what, f.verdict, f.why_not_headline) for f in summary.straggler_findings()]}")
+        if (
+            case.straggler is not None
+            and peers >= 3
+            and case.clock != "no moment"
+            and outcome != "named"
+        ):
+            should_name.append(
+                f"{case}: {outcome}; "
+                f"{[(f.rank, f.kind, f.what, f.verdict, f.why_not_headline) for f in summary.straggler_findings()]}"
+            )
     injected_total = sum(sum(c.values()) - c["quiet"] for c in outcomes.values())
     cannot = sum(c["cannot tell"] for c in outcomes.values())
     with capsys.disabled():
-        print(f"\nstraggler matrix: {sum(sum(c.values()) for c in outcomes.values())} runs, {len(wrong)} wrong-rank verdicts; of {injected_total} injected stragglers, "
-              f"{cannot} ({cannot / injected_total:.0%}) 'cannot tell'")
+        print(
+            f"\nstraggler matrix: {sum(sum(c.values()) for c in outcomes.values())} runs, "
+            f"{len(wrong)} wrong-rank verdicts; of {injected_total} injected stragglers, "
+            f"{cannot} ({cannot / injected_total:.0%}) 'cannot tell'"
+        )
         for clock, counts in outcomes.items():
-            print(f"  {clock:>10}: " + ", ".join(f"{name} {counts[name]}" for name in ("quiet", "named", "difference", "cannot tell", "missed")))
+            print(
+                f"  {clock:>10}: "
+                + ", ".join(
+                    f"{name} {counts[name]}"
+                    for name in ("quiet", "named", "difference", "cannot tell", "missed")
+                )
+            )
     assert wrong == [], "\n".join(wrong)
     assert should_name == [], "\n".join(should_name)
-    assert sum(c["missed"] for c in outcomes.values()) == 0  # never silently missed: named, shown, or said to be unknowable
+    # never silently missed: named, shown, or said to be unknowable
+    assert sum(c["missed"] for c in outcomes.values()) == 0

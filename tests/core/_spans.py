@@ -1,4 +1,5 @@
-"""Building real TitanSpans through a real SpanBuilder, for the core tests (no logger, no thread)."""
+"""Building real TitanSpans through a real SpanBuilder, for the core tests (no logger, no
+thread)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,17 @@ from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds
 
 
 def new_builder() -> SpanBuilder:
-    return SpanBuilder(Resource.get_empty(), InstrumentationScope("test"), StepTraceIds("run", 0), SpanIdAllocator())
+    return SpanBuilder(
+        Resource.get_empty(),
+        InstrumentationScope("test"),
+        StepTraceIds("run", 0),
+        SpanIdAllocator(),
+    )
 
 
 class Captured:
-    """Point the real hot path at a queue of our own; the events it appends are what the processor would get."""
+    """Point the real hot path at a queue of our own; the events it appends are what the processor
+    would get."""
 
     def __init__(self, builder: SpanBuilder | None = None, capacity: int = 1000) -> None:
         self.builder = builder or new_builder()

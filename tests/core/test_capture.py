@@ -42,12 +42,35 @@ def test_every_record_carries_torchtitan_fields_and_identity(logged):
     sl.log_trace_instant("marker")
     records = logged.finish()
     (record,) = records
-    for field in ("time", "time_ms", "time_us", "delta_ms", "tid", "pid", "caller", "log_file", "log_function", "log_level", "logger_name", "seq_id", "message"):
+    for field in (
+        "time",
+        "time_ms",
+        "time_us",
+        "delta_ms",
+        "tid",
+        "pid",
+        "caller",
+        "log_file",
+        "log_function",
+        "log_level",
+        "logger_name",
+        "seq_id",
+        "message",
+    ):
         assert field in record, field
     assert record["rank"] == record["global_rank"] == 3
-    assert (record["local_rank"], record["world_size"], record["run_id"], record["attempt"], record["job_id"]) == (1, 4, "r-1", 2, "j-9")
+    assert (
+        record["local_rank"],
+        record["world_size"],
+        record["run_id"],
+        record["attempt"],
+        record["job_id"],
+    ) == (1, 4, "r-1", 2, "j-9")
     assert record["source"] == "training" and record["schema_version"] == 1
-    assert record["time_ms"] == record["time_us"] // 1000 and record["time"] == record["time_us"] // 1_000_000
+    assert (
+        record["time_ms"] == record["time_us"] // 1000
+        and record["time"] == record["time_us"] // 1_000_000
+    )
     assert record["host_name"]
 
 
@@ -57,8 +80,15 @@ def test_caller_is_the_with_statement_line(logged):
         pass
     line = test_caller_is_the_with_statement_line.__code__.co_firstlineno + 2
     start, end = logged.finish()
-    assert start["caller"] == end["caller"] == f"{THIS_FILE}:{line}:test_caller_is_the_with_statement_line"
-    assert start["log_file"] == THIS_FILE and start["log_function"] == "test_caller_is_the_with_statement_line"
+    assert (
+        start["caller"]
+        == end["caller"]
+        == f"{THIS_FILE}:{line}:test_caller_is_the_with_statement_line"
+    )
+    assert (
+        start["log_file"] == THIS_FILE
+        and start["log_function"] == "test_caller_is_the_with_statement_line"
+    )
 
 
 def _library_helper():
@@ -86,9 +116,10 @@ async def decorated_async(x):
 
 
 def test_decorators_report_the_call_site_and_keep_results(logged):
-    # The call site, as torchtitan's sync decorator (its test_sync_decorator_caller_points_at_user_site);
-    # before, the decorated function's definition. A coroutine the event loop started has no call site
-    # of user code: its definition, never asyncio's internals.
+    # The call site, as torchtitan's sync decorator (its
+    # test_sync_decorator_caller_points_at_user_site); before, the decorated function's definition.
+    # A coroutine the event loop started has no call site of user code: its definition, never
+    # asyncio's internals.
     async def awaits_it():
         return await decorated_async(5)  # the awaiting line
 
@@ -99,13 +130,24 @@ def test_decorators_report_the_call_site_and_keep_results(logged):
     assert asyncio.run(awaits_it()) == 6
     records = logged.finish()
     names = [r["log_type_name"] for r in records]
-    assert names == ["decorated_sync_start", "decorated_sync_end", "decorated_async_start", "decorated_async_end"] + ["decorated_async_start", "decorated_async_end"]
+    assert names == [
+        "decorated_sync_start",
+        "decorated_sync_end",
+        "decorated_async_start",
+        "decorated_async_end",
+    ] + ["decorated_async_start", "decorated_async_end"]
     async_line = decorated_async.__wrapped__.__code__.co_firstlineno
     awaiting_line = awaits_it.__code__.co_firstlineno + 1
-    assert records[0]["caller"] == records[1]["caller"] == f"{THIS_FILE}:{call_line}:test_decorators_report_the_call_site_and_keep_results"
+    assert (
+        records[0]["caller"]
+        == records[1]["caller"]
+        == f"{THIS_FILE}:{call_line}:test_decorators_report_the_call_site_and_keep_results"
+    )
     assert records[2]["caller"] == f"{THIS_FILE}:{async_line}:decorated_async"
     assert records[4]["caller"] == f"{THIS_FILE}:{awaiting_line}:awaits_it"
-    assert records[2]["task_name"] == records[3]["task_name"] and records[2]["task_name"].startswith("Task-")
+    assert records[2]["task_name"] == records[3]["task_name"] and records[2][
+        "task_name"
+    ].startswith("Task-")
     assert asyncio.iscoroutinefunction(decorated_async)
     assert decorated_sync.__name__ == "decorated_sync"
 
@@ -114,7 +156,10 @@ def test_decorator_recorded_even_if_applied_before_init(logged):
     # decorated_sync was decorated at import, long before this init.
     logged()
     decorated_sync(1)
-    assert [r["log_type_name"] for r in logged.finish()] == ["decorated_sync_start", "decorated_sync_end"]
+    assert [r["log_type_name"] for r in logged.finish()] == [
+        "decorated_sync_start",
+        "decorated_sync_end",
+    ]
 
 
 def test_decorating_a_generator_is_refused():
@@ -194,9 +239,18 @@ def test_spans_nest_with_parent_ids_and_share_the_trace(logged):
     scalar = by_name(records, "metric_value")[0]
     assert outer["parent_span_id"] is None
     assert inner["parent_span_id"] == outer["span_id"]
-    assert mark["parent_span_id"] == inner["span_id"] and scalar["parent_span_id"] == inner["span_id"]
+    assert (
+        mark["parent_span_id"] == inner["span_id"] and scalar["parent_span_id"] == inner["span_id"]
+    )
     assert len({r["trace_id"] for r in records}) == 1
-    assert [r["log_type_name"] for r in records] == ["outer_start", "inner_start", "mark", "metric_value", "inner_end", "outer_end"]
+    assert [r["log_type_name"] for r in records] == [
+        "outer_start",
+        "inner_start",
+        "mark",
+        "metric_value",
+        "inner_end",
+        "outer_end",
+    ]
 
 
 def test_one_trace_per_step_and_children_keep_their_parents_trace(logged):
@@ -230,8 +284,12 @@ def test_step_trace_ids_are_shared_across_processes_of_a_run(run_dir):
     from tests.conftest import data_records, jsonl_files, read_records
 
     (start, _end) = data_records(read_records(jsonl_files(run_dir)[0]))
-    # Every process of the run computes the same id for step 7 of its trace group (rank // 32 by default).
-    assert start["trace_id"] == f"{StepTraceIds('shared', 0, trace_group_of(1, DEFAULT_TRACE_GROUP_SIZE)).for_step(7):032x}"
+    # Every process of the run computes the same id for step 7 of its trace group (rank // 32 by
+    # default).
+    assert (
+        start["trace_id"]
+        == f"{StepTraceIds('shared', 0, trace_group_of(1, DEFAULT_TRACE_GROUP_SIZE)).for_step(7):032x}"
+    )
 
 
 def test_instant_record(logged):
@@ -247,11 +305,27 @@ def test_instant_record(logged):
 
 def test_scalars_one_record_per_name_with_special_floats_as_json(logged):
     logged()
-    sl.log_trace_scalar({"loss": 2.5, "tokens": 4096, "nan": float("nan"), "inf": math.inf, "ninf": -math.inf, "flag": True})
+    sl.log_trace_scalar(
+        {
+            "loss": 2.5,
+            "tokens": 4096,
+            "nan": float("nan"),
+            "inf": math.inf,
+            "ninf": -math.inf,
+            "flag": True,
+        }
+    )
     records = logged.finish()
     assert all(r["log_type"] == "instant" and r["log_type_name"] == "metric_value" for r in records)
     values = {r["event_name"]: r["value"] for r in records}
-    assert values == {"loss": 2.5, "tokens": 4096, "nan": "NaN", "inf": "Infinity", "ninf": "-Infinity", "flag": 1}
+    assert values == {
+        "loss": 2.5,
+        "tokens": 4096,
+        "nan": "NaN",
+        "inf": "Infinity",
+        "ninf": "-Infinity",
+        "flag": 1,
+    }
     assert len({r["span_id"] for r in records}) == 6
 
 
@@ -289,12 +363,28 @@ def test_every_numpy_number_kind_is_written_and_none_is_called_a_tensor(logged, 
         )
     records = logged.finish()
     values = {r["event_name"]: r["value"] for r in records}
-    assert values == {"all_pos": 1, "any_neg": 0, "f16": 1.5, "ld": 2.5, "u64": 2**63 - 1, "i8": -3, "zero_d": 0.25, "zero_d_bool": 1, "zero_d_int": 7}
+    assert values == {
+        "all_pos": 1,
+        "any_neg": 0,
+        "f16": 1.5,
+        "ld": 2.5,
+        "u64": 2**63 - 1,
+        "i8": -3,
+        "zero_d": 0.25,
+        "zero_d_bool": 1,
+        "zero_d_int": 7,
+    }
     assert all(type(v) in (int, float) for v in values.values())
-    warnings = {r.getMessage().split("%r")[0] for r in caplog.records if "skipped" in r.getMessage()}
+    warnings = {
+        r.getMessage().split("%r")[0] for r in caplog.records if "skipped" in r.getMessage()
+    }
     assert len(warnings) == 3 and not any("tensor" in w for w in warnings), warnings
     text = " ".join(warnings)
-    assert "beyond the signed 64-bit range" in text and "numpy array of shape (2,)" in text and "complex64 is not a real number" in text
+    assert (
+        "beyond the signed 64-bit range" in text
+        and "numpy array of shape (2,)" in text
+        and "complex64 is not a real number" in text
+    )
     assert closing_record(run_dir)["skipped_values"] == 3
 
 
@@ -307,7 +397,9 @@ def closing_record(run_dir):
     return record
 
 
-def test_scalar_values_that_are_not_numbers_are_skipped_warned_once_per_key_and_counted(logged, run_dir, caplog):
+def test_scalar_values_that_are_not_numbers_are_skipped_warned_once_per_key_and_counted(
+    logged, run_dir, caplog
+):
     # torchtitan skips such values with a warning; a logger must never stop training over a value.
     logged()
     bad_values = ["1.0", None, [1], {"a": 1}, b"1", complex(1, 2), 2**64, -(2**63) - 1]
@@ -317,9 +409,11 @@ def test_scalar_values_that_are_not_numbers_are_skipped_warned_once_per_key_and_
         sl.log_trace_scalar({"grad_norm": None})  # only skipped values: nothing to write
         sl.log_trace_scalar({"grad_norm": None, "loss": None})
     records = logged.finish()
-    assert [r["event_name"] for r in records] == ["ok"] * len(bad_values)  # the good value of each call is kept
+    # the good value of each call is kept
+    assert [r["event_name"] for r in records] == ["ok"] * len(bad_values)
     warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert len(warnings) == 2 and "'loss'" in warnings[0] and "'grad_norm'" in warnings[1]  # once per key
+    # once per key
+    assert len(warnings) == 2 and "'loss'" in warnings[0] and "'grad_norm'" in warnings[1]
     assert "None is not a number" in warnings[0] + warnings[1]
     assert closing_record(run_dir)["skipped_values"] == len(bad_values) + 3
 
@@ -329,7 +423,8 @@ def test_scalar_tensors_are_skipped_without_ever_being_read(logged, run_dir, cap
     reads = []
 
     class Watched(torch.Tensor):
-        """A real tensor that notes every way of reading its value (each can force a device sync)."""
+        """A real tensor that notes every way of reading its value (each can force a device
+        sync)."""
 
         def item(self):
             reads.append("item")
@@ -354,7 +449,9 @@ def test_scalar_tensors_are_skipped_without_ever_being_read(logged, run_dir, cap
     logged()
     loss = torch.tensor(2.5).as_subclass(Watched)
     with caplog.at_level("WARNING", logger="otel_titan"):
-        sl.log_trace_scalar({"loss": loss, "tokens": torch.tensor(7).as_subclass(Watched), "lr": 0.1})
+        sl.log_trace_scalar(
+            {"loss": loss, "tokens": torch.tensor(7).as_subclass(Watched), "lr": 0.1}
+        )
         sl.log_trace_scalar({"loss": loss})
     records = logged.finish()
     assert reads == []
@@ -435,7 +532,9 @@ def test_asyncio_tasks_nest_per_task_with_task_names_and_their_own_steps(logged)
     for i in range(5):
         mine = [r for r in records if r.get("task_name") == f"actor-{i}"]
         assert len(mine) == 4
-        assert {r["step"] for r in mine} == {100 + i} and all(r["step_tags"] == [f"actor{i}"] for r in mine)
+        assert {r["step"] for r in mine} == {100 + i} and all(
+            r["step_tags"] == [f"actor{i}"] for r in mine
+        )
         rollout = [r for r in mine if r["log_type_name"] == "rollout_start"][0]
         generate = [r for r in mine if r["log_type_name"] == "generate_start"][0]
         assert generate["parent_span_id"] == rollout["span_id"]
@@ -515,11 +614,23 @@ def test_span_open_across_shutdown_and_reinit_stays_incomplete_in_its_own_file(t
     # The old file keeps the start and no end: visibly incomplete, as a crash would leave it.
     assert "outer_start" in old and "outer_end" not in old and "structured_logger_closed" in old
     # The new file never gets an end that belongs to the old one.
-    assert names == ["structured_logger_opened", "inner_start", "inner_end", "in_outer", "after_start", "after_end", "structured_logger_closed"]
+    assert names == [
+        "structured_logger_opened",
+        "inner_start",
+        "inner_end",
+        "in_outer",
+        "after_start",
+        "after_end",
+        "structured_logger_closed",
+    ]
     by_name = {r["log_type_name"]: r for r in new}
     outer = old["outer_start"]
     # Records inside the old span name it by the id the old file records.
-    assert by_name["inner_start"]["parent_span_id"] == by_name["in_outer"]["parent_span_id"] == outer["span_id"]
+    assert (
+        by_name["inner_start"]["parent_span_id"]
+        == by_name["in_outer"]["parent_span_id"]
+        == outer["span_id"]
+    )
     assert by_name["inner_start"]["trace_id"] == outer["trace_id"]
     assert by_name["after_start"]["parent_span_id"] is None  # the current span was restored on exit
 
@@ -535,7 +646,11 @@ def test_recursion_error_in_a_decorated_function_ends_every_span_and_propagates_
         recurse(0)
     # The user's own RecursionError, not one raised inside the logger while describing it.
     assert caught.value.__context__ is None and "in comparison" not in str(caught.value)
-    assert caught.traceback[-1].name in ("recurse", "wrapper")  # where the stack ran out, not in __exit__
+    # where the stack ran out, not in __exit__
+    assert caught.traceback[-1].name in (
+        "recurse",
+        "wrapper",
+    )
     with sl.log_trace_span("after"):
         pass
     records = logged.finish()
@@ -543,7 +658,11 @@ def test_recursion_error_in_a_decorated_function_ends_every_span_and_propagates_
     ends = [r for r in records if r["log_type_name"] == "recurse_end"]
     errors = [r for r in records if r["log_type_name"] == "recurse_error"]
     assert len(starts) > 100
-    assert sorted(r["span_id"] for r in ends) == sorted(r["span_id"] for r in starts) == sorted(r["span_id"] for r in errors)
+    assert (
+        sorted(r["span_id"] for r in ends)
+        == sorted(r["span_id"] for r in starts)
+        == sorted(r["span_id"] for r in errors)
+    )
     assert all(r["error_type"] == "RecursionError" for r in errors)
     (after,) = [r for r in records if r["log_type_name"] == "after_start"]
     assert after["parent_span_id"] is None  # no span left current
@@ -584,8 +703,15 @@ def test_decorating_a_callable_without_code_names_the_call_site(logged):
     assert partial() == 4
     line = test_decorating_a_callable_without_code_names_the_call_site.__code__.co_firstlineno + 6
     records = logged.finish()
-    assert records[0]["caller"] == f"{THIS_FILE}:{line}:test_decorating_a_callable_without_code_names_the_call_site"
-    assert records[2]["caller"] == f"{THIS_FILE}:{line + 1}:test_decorating_a_callable_without_code_names_the_call_site"  # a partial: its call site too
+    assert (
+        records[0]["caller"]
+        == f"{THIS_FILE}:{line}:test_decorating_a_callable_without_code_names_the_call_site"
+    )
+    # a partial: its call site too
+    assert (
+        records[2]["caller"]
+        == f"{THIS_FILE}:{line + 1}:test_decorating_a_callable_without_code_names_the_call_site"
+    )
 
 
 def test_children_never_start_before_or_end_after_their_parent(logged):
@@ -615,7 +741,8 @@ def test_wall_clock_follows_a_step_but_not_jitter():
     original = clock.offset
     clock._next_check = 0
     clock.refresh()
-    assert clock.offset == original and clock.steps == 0  # re-measuring gives (nearly) the same offset: kept
+    # re-measuring gives (nearly) the same offset: kept
+    assert clock.offset == original and clock.steps == 0
     clock.offset -= 5_000_000_000  # as if the wall clock had stepped by 5 s since
     clock._next_check = 0
     clock.refresh()

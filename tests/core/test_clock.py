@@ -1,4 +1,5 @@
-"""WallClock: one offset maps the monotonic readings of the hot path to wall time, and follows a stepped clock."""
+"""WallClock: one offset maps the monotonic readings of the hot path to wall time, and follows a
+stepped clock."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ def test_refresh_follows_a_stepped_wall_clock():
     clock.offset -= 10 * WallClock.STEP_NS  # as if the wall clock had stepped 10 ms since
     clock._next_check = 0.0
     clock.refresh()
-    assert clock.steps == 1 and abs(clock.to_wall(time.perf_counter_ns()) - time.time_ns()) < 50_000_000
+    assert (
+        clock.steps == 1
+        and abs(clock.to_wall(time.perf_counter_ns()) - time.time_ns()) < 50_000_000
+    )
 
 
 def test_refresh_ignores_jitter_and_runs_at_most_once_a_second():

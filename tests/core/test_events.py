@@ -24,11 +24,22 @@ def test_a_captured_span_matches_the_handle_layout():
                 pass
     outer, inner, inner_end, outer_end = captured.events()
     assert len(outer) == len(events.HANDLE_FIELDS)
-    assert outer[0] == events.START and outer[events.H_NAME] == "outer" and outer[events.H_DESCRIPTION] == "why"
-    assert outer[events.H_LINE] == line and outer[events.H_CODE].co_name == "test_a_captured_span_matches_the_handle_layout"
+    assert (
+        outer[0] == events.START
+        and outer[events.H_NAME] == "outer"
+        and outer[events.H_DESCRIPTION] == "why"
+    )
+    assert (
+        outer[events.H_LINE] == line
+        and outer[events.H_CODE].co_name == "test_a_captured_span_matches_the_handle_layout"
+    )
     assert inner[events.H_PARENT] is outer and inner[events.H_SEQ] > outer[events.H_SEQ]
     assert outer[events.H_GEN] is inner[events.H_GEN] is not None
-    assert inner_end[0] == events.END and inner_end[events.END_HANDLE] is inner and inner_end[events.END_ERROR] is None
+    assert (
+        inner_end[0] == events.END
+        and inner_end[events.END_HANDLE] is inner
+        and inner_end[events.END_ERROR] is None
+    )
     assert outer_end[events.END_MONO] >= inner_end[events.END_MONO] >= inner[events.H_MONO]
 
 
@@ -43,10 +54,18 @@ def test_instant_and_scalar_events_match_their_layouts():
             sl.set_step(None)
     start, instant, scalar, _end = captured.events()
     fields = dict(zip(events.INSTANT_FIELDS, instant[1:], strict=True))
-    assert instant[0] == events.INSTANT and fields["name"] == "marker" and fields["parent_handle"] is start
+    assert (
+        instant[0] == events.INSTANT
+        and fields["name"] == "marker"
+        and fields["parent_handle"] is start
+    )
     assert fields["state"].step == 7 and fields["extra"] is None
     fields = dict(zip(events.SCALAR_FIELDS, scalar[1:], strict=True))
-    assert scalar[0] == events.SCALAR and fields["values"] == {"loss": 1.5} and fields["parent_handle"] is start
+    assert (
+        scalar[0] == events.SCALAR
+        and fields["values"] == {"loss": 1.5}
+        and fields["parent_handle"] is start
+    )
     assert fields["tid"] == start[events.H_TID] and fields["task"] is None
 
 

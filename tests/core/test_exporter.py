@@ -1,4 +1,5 @@
-"""The declared exporter interface (core/exporter.py): each hook reaches exporters that declare it, and only those."""
+"""The declared exporter interface (core/exporter.py): each hook reaches exporters that declare it,
+and only those."""
 
 from __future__ import annotations
 
@@ -87,7 +88,9 @@ def test_the_defaults_are_harmless():
 
 
 def test_the_library_exporters_declare_what_they_implement():
-    assert isinstance(QueuedSpanExporter, type) and issubclass(QueuedSpanExporter, TitanSpanExporter)
+    assert isinstance(QueuedSpanExporter, type) and issubclass(
+        QueuedSpanExporter, TitanSpanExporter
+    )
     assert issubclass(JsonlSpanExporter, StartAwareSpanExporter)
     for hook in ("discard", "close_after_fork", "heartbeat"):
         assert getattr(JsonlSpanExporter, hook) is not getattr(StartAwareSpanExporter, hook), hook
@@ -156,7 +159,8 @@ def test_a_users_exporter_is_drained_on_sigterm_like_ours(tmp_path):
         process.stdout.close()
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     network = [c["call"] for c in calls if c["who"] == "network"]
-    # The SIGTERM flush exported the finished span (and the open one, marked incomplete), then drain ran.
+    # The SIGTERM flush exported the finished span (and the open one, marked incomplete), then drain
+    # ran.
     assert network[-1] == "drain" and "export" in network[:-1]
     drains = {c["who"]: c["timeout"] for c in calls if c["call"] == "drain"}
     assert set(drains) == {"network", "duck"}

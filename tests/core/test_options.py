@@ -9,8 +9,15 @@ from otel_titan.core.options import LoggerOptions, parse_options
 
 def test_defaults_and_values():
     assert parse_options({}) == LoggerOptions()
-    parsed = parse_options({"queue_size": 10, "handlers": ["a.b"], "flush_interval_s": 1, "world_size": None})
-    assert (parsed.queue_size, parsed.handlers, parsed.flush_interval_s, parsed.world_size) == (10, ["a.b"], 1, None)
+    parsed = parse_options(
+        {"queue_size": 10, "handlers": ["a.b"], "flush_interval_s": 1, "world_size": None}
+    )
+    assert (parsed.queue_size, parsed.handlers, parsed.flush_interval_s, parsed.world_size) == (
+        10,
+        ["a.b"],
+        1,
+        None,
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Interop with other OpenTelemetry instrumentation in the same process (real SDK TracerProvider)."""
+"""Interop with other OpenTelemetry instrumentation in the same process (real SDK
+TracerProvider)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,16 @@ with sl.log_trace_span("outside"):
     (request,) = out["theirs"]
     spans = {r["log_type_name"]: r for r in out["records"]}
     assert spans["handler_start"]["parent_span_id"] == request["span_id"]
-    assert spans["handler_start"]["trace_id"] == request["trace_id"] == spans["inner_start"]["trace_id"]
+    assert (
+        spans["handler_start"]["trace_id"]
+        == request["trace_id"]
+        == spans["inner_start"]["trace_id"]
+    )
     assert spans["inner_start"]["parent_span_id"] == spans["handler_start"]["span_id"]
-    assert spans["outside_start"]["parent_span_id"] is None and spans["outside_start"]["trace_id"] != request["trace_id"]
+    assert (
+        spans["outside_start"]["parent_span_id"] is None
+        and spans["outside_start"]["trace_id"] != request["trace_id"]
+    )
 
 
 def test_joining_can_be_switched_off(tmp_path):

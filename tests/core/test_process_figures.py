@@ -1,4 +1,5 @@
-"""Per-step memory and CPU figures (core/process_figures.py, core/step_sampler.py), written by the background thread."""
+"""Per-step memory and CPU figures (core/process_figures.py, core/step_sampler.py), written by the
+background thread."""
 
 from __future__ import annotations
 
@@ -11,18 +12,28 @@ from otel_titan import structured_logger as sl
 from otel_titan.core.process_figures import ProcessFigures, cuda_device
 from tests.conftest import run_python
 
-BASE = {"memory/rss_bytes", "memory/rss_peak_bytes", "process/cpu_user_s", "process/cpu_system_s", "process/threads"}
+BASE = {
+    "memory/rss_bytes",
+    "memory/rss_peak_bytes",
+    "process/cpu_user_s",
+    "process/cpu_system_s",
+    "process/threads",
+}
 
 
 def figures_by_step(records):
     out = defaultdict(dict)
     for record in records:
-        if record["log_type_name"] == "metric_value" and record["event_name"].startswith(("memory/", "process/")):
+        if record["log_type_name"] == "metric_value" and record["event_name"].startswith(
+            ("memory/", "process/")
+        ):
             out[record["step"]][record["event_name"]] = record
     return out
 
 
-def test_each_step_gets_its_figures_once_as_scalars_of_that_step_written_by_the_background_thread(logged):
+def test_each_step_gets_its_figures_once_as_scalars_of_that_step_written_by_the_background_thread(
+    logged,
+):
     logged(process_figures=True)
     import threading
 
@@ -32,9 +43,10 @@ def test_each_step_gets_its_figures_once_as_scalars_of_that_step_written_by_the_
         if step == 3:
             sl.add_step_tag("gc")
         with sl.log_trace_span("fwd_bwd"):
-            ballast = bytearray(8 << 20) if step == 2 else None  # resident memory that step 2 touched
+            # resident memory that step 2 touched
+            ballast = bytearray(8 << 20) if step == 2 else None
             if ballast is not None:
-                ballast[:: 4096] = b"x" * len(ballast[:: 4096])
+                ballast[::4096] = b"x" * len(ballast[::4096])
         sl.log_trace_scalar({"loss": 1.0})
         assert sl.flush_structured_logger(5)
     records = logged.finish()
@@ -47,9 +59,18 @@ def test_each_step_gets_its_figures_once_as_scalars_of_that_step_written_by_the_
     assert by_step[3]["memory/rss_bytes"].get("step_tags") == ["gc"]
     # The high-water mark remembers step 2's 8 MB after they were freed (the kernel's counters are
     # approximate, a few pages either way, so no exact monotonicity is asserted).
-    assert by_step[4]["memory/rss_peak_bytes"]["value"] - by_step[4]["memory/rss_bytes"]["value"] >= 6 << 20
-    assert all(by_step[s]["memory/rss_bytes"]["value"] <= by_step[s]["memory/rss_peak_bytes"]["value"] for s in by_step)
-    cpu = [by_step[s]["process/cpu_user_s"]["value"] + by_step[s]["process/cpu_system_s"]["value"] for s in (1, 2, 3, 4)]
+    assert (
+        by_step[4]["memory/rss_peak_bytes"]["value"] - by_step[4]["memory/rss_bytes"]["value"]
+        >= 6 << 20
+    )
+    assert all(
+        by_step[s]["memory/rss_bytes"]["value"] <= by_step[s]["memory/rss_peak_bytes"]["value"]
+        for s in by_step
+    )
+    cpu = [
+        by_step[s]["process/cpu_user_s"]["value"] + by_step[s]["process/cpu_system_s"]["value"]
+        for s in (1, 2, 3, 4)
+    ]
     assert cpu == sorted(cpu) and cpu[0] > 0
 
 
@@ -151,22 +172,38 @@ class _FakeTorch:
 
 def test_cuda_figures_read_only_the_ranks_own_device_and_only_once_cuda_is_in_use():
     idle = _FakeCuda(initialized=False)
-    assert "memory/cuda_allocated_bytes" not in ProcessFigures(3, modules={"torch": _FakeTorch(idle)}).read() and idle.asked == []
-    assert ProcessFigures(3, modules={}).read().keys() >= BASE  # torch never imported: no CUDA figures, no import
+    assert (
+        "memory/cuda_allocated_bytes"
+        not in ProcessFigures(3, modules={"torch": _FakeTorch(idle)}).read()
+        and idle.asked == []
+    )
+    # torch never imported: no CUDA figures, no import
+    assert ProcessFigures(3, modules={}).read().keys() >= BASE
     busy = _FakeCuda(initialized=True)
     figures = ProcessFigures(3, step_peak=False, modules={"torch": _FakeTorch(busy)}).read()
-    assert figures["memory/cuda_allocated_bytes"] == figures["memory/cuda_peak_reserved_bytes"] == 1003
-    assert {device for _, device in busy.asked} == {3} and not any(name == "reset_peak_memory_stats" for name, _ in busy.asked)
+    assert (
+        figures["memory/cuda_allocated_bytes"] == figures["memory/cuda_peak_reserved_bytes"] == 1003
+    )
+    assert {device for _, device in busy.asked} == {3} and not any(
+        name == "reset_peak_memory_stats" for name, _ in busy.asked
+    )
     # One visible device per process (CUDA_VISIBLE_DEVICES): the current one, not local_rank 3.
     assert cuda_device(_FakeTorch(_FakeCuda(True, count=1, current=0)), 3) == 0
     # The per-step peak only when asked: it resets the allocator's peak.
     stepped = _FakeCuda(initialized=True)
     figures = ProcessFigures(2, step_peak=True, modules={"torch": _FakeTorch(stepped)}).read()
-    assert figures["memory/cuda_step_peak_allocated_bytes"] == 77 and ("reset_peak_memory_stats", 2) in stepped.asked
+    assert (
+        figures["memory/cuda_step_peak_allocated_bytes"] == 77
+        and ("reset_peak_memory_stats", 2) in stepped.asked
+    )
 
 
 def _host_names(records):
-    return {r["event_name"] for r in records if r["log_type_name"] == "metric_value" and r["event_name"].startswith("host/")}
+    return {
+        r["event_name"]
+        for r in records
+        if r["log_type_name"] == "metric_value" and r["event_name"].startswith("host/")
+    }
 
 
 def test_host_pressure_figures_are_written_by_local_rank_0_only(logged, run_dir):
@@ -201,14 +238,21 @@ def test_the_figures_are_counters_of_the_exported_trace(logged, run_dir, tmp_pat
             pass
     logged.finish()
     out = tmp_path / "trace.json"
-    result = subprocess.run([sys.executable, "-m", "otel_titan.cli", "export", str(run_dir), "-o", str(out)], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_titan.cli", "export", str(run_dir), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     events = json.loads(out.read_text())["traceEvents"]
     counters = {e["name"] for e in events if e.get("ph") == "C"}
     assert BASE <= counters
 
 
-def test_a_figure_that_cannot_be_read_costs_no_record_and_is_reported_once(logged, monkeypatch, caplog):
+def test_a_figure_that_cannot_be_read_costs_no_record_and_is_reported_once(
+    logged, monkeypatch, caplog
+):
     import logging
 
     def broken(self):
@@ -223,25 +267,35 @@ def test_a_figure_that_cannot_be_read_costs_no_record_and_is_reported_once(logge
                 pass
             assert sl.flush_structured_logger(5)
         records = logged.finish()
-    assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 4 and not figures_by_step(records)
+    assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 4 and not figures_by_step(
+        records
+    )
     assert len([r for r in caplog.records if "per-step process figures" in r.getMessage()]) == 1
 
 
 def test_memory_allocated_at_the_start_of_a_step_is_that_steps_not_the_one_before(run_dir):
-    """Read on the background thread, step N's figures came up to a processor interval into step N+1:
-    memory allocated at the start of step 10 showed as step 9's memory/rss_bytes. Now read at set_step itself."""
+    """Read on the background thread, step N's figures came up to a processor interval into step
+    N+1: memory allocated at the start of step 10 showed as step 9's memory/rss_bytes. Now read at
+    set_step itself."""
     from tests.conftest import data_records, jsonl_files, read_records
 
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="boundary", process_figures=True)
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="boundary", process_figures=True
+    )
     held = []
     for step in range(1, 13):
         sl.set_step(step)
         if step == 10:
-            held.append(b"\x01" * (200 << 20))  # resident at once: 200 MiB, at the very start of step 10
+            # resident at once: 200 MiB, at the very start of step 10
+            held.append(b"\x01" * (200 << 20))
         with sl.log_trace_span("fwd_bwd"):
             time.sleep(0.15)  # longer than the processor's interval: it wakes inside this step
     sl.shutdown_structured_logger(10)
-    rss = {r["step"]: r["value"] for r in data_records(read_records(jsonl_files(run_dir)[0])) if r["log_type_name"] == "metric_value" and r["event_name"] == "memory/rss_bytes"}
+    rss = {
+        r["step"]: r["value"]
+        for r in data_records(read_records(jsonl_files(run_dir)[0]))
+        if r["log_type_name"] == "metric_value" and r["event_name"] == "memory/rss_bytes"
+    }
     assert {8, 9, 10, 11} <= set(rss), sorted(rss)
     mib = 1 << 20
     assert abs(rss[9] - rss[8]) < 50 * mib, (rss[8], rss[9])  # step 9 did not allocate

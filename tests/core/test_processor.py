@@ -1,4 +1,5 @@
-"""BatchProcessor: a real thread turning captured events into exports, exporters isolated from each other."""
+"""BatchProcessor: a real thread turning captured events into exports, exporters isolated from each
+other."""
 
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ class _Finished(SpanExporter):
 
     def export(self, spans):
         for span in spans:
-            (self.incomplete if span.attributes.get("titan.incomplete") else self.names).append(span.name)
+            (self.incomplete if span.attributes.get("titan.incomplete") else self.names).append(
+                span.name
+            )
         return SpanExportResult.SUCCESS
 
     def shutdown(self):
@@ -51,11 +54,15 @@ class _Raising(SpanExporter):
         pass
 
 
-def test_starts_and_ends_in_order_finished_spans_only_to_plain_exporters_and_a_raising_one_isolated(caplog):
+def test_starts_and_ends_in_order_finished_spans_only_to_plain_exporters_and_a_raising_one_isolated(
+    caplog,
+):
     caplog.set_level(logging.ERROR, logger="otel_titan")
     timeline, finished, raising = _Timeline(), _Finished(), _Raising()
     with Captured() as captured:
-        processor = BatchProcessor(captured.queue, captured.builder, [raising, timeline, finished], schedule_delay=0.01)
+        processor = BatchProcessor(
+            captured.queue, captured.builder, [raising, timeline, finished], schedule_delay=0.01
+        )
         processor.start()
         try:
             with sl.log_trace_span("outer"):
@@ -66,7 +73,13 @@ def test_starts_and_ends_in_order_finished_spans_only_to_plain_exporters_and_a_r
                 assert processor.flush(timeout=10, open_spans=True)  # as on SIGTERM
         finally:
             assert processor.shutdown(timeout=10)
-    assert timeline.items == [(False, "outer"), (False, "inner"), (True, "inner"), (True, "mark"), (True, "outer")]
+    assert timeline.items == [
+        (False, "outer"),
+        (False, "inner"),
+        (True, "inner"),
+        (True, "mark"),
+        (True, "outer"),
+    ]
     assert finished.names == ["inner", "mark", "outer"] and finished.incomplete == ["outer"]
     assert raising.calls == 3
     logged = [r for r in caplog.records if "raised in export" in r.getMessage()]
@@ -77,7 +90,9 @@ def test_an_event_that_cannot_be_built_is_counted_and_skipped(caplog):
     caplog.set_level(logging.ERROR, logger="otel_titan")
     timeline = _Timeline()
     with Captured() as captured:
-        processor = BatchProcessor(captured.queue, captured.builder, [timeline], schedule_delay=0.01)
+        processor = BatchProcessor(
+            captured.queue, captured.builder, [timeline], schedule_delay=0.01
+        )
         processor.start()
         try:
             captured.queue.put((2, "broken"))  # an INSTANT with most fields missing
@@ -93,7 +108,9 @@ def test_an_event_that_cannot_be_built_is_counted_and_skipped(caplog):
 def test_a_quiet_process_with_spans_open_gets_heartbeats():
     timeline = _Timeline()
     with Captured() as captured:
-        processor = BatchProcessor(captured.queue, captured.builder, [timeline], schedule_delay=0.01, heartbeat_s=0.05)
+        processor = BatchProcessor(
+            captured.queue, captured.builder, [timeline], schedule_delay=0.01, heartbeat_s=0.05
+        )
         processor.start()
         try:
             with sl.log_trace_span("hung"):

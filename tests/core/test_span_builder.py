@@ -70,7 +70,8 @@ def test_a_child_forked_inside_a_span_names_the_parents_real_span(run_dir):
         records = _file_of(run_dir, source)
         child = _by_name(records)
         getitem, decoded, scalar = child["getitem_start"], child["decoded"], child["metric_value"]
-        # Children of the parent's open span point at the id the parent's file records, in its trace.
+        # Children of the parent's open span point at the id the parent's file records, in its
+        # trace.
         assert getitem["parent_span_id"] == fetch["span_id"], source
         assert scalar["parent_span_id"] == fetch["span_id"], source
         assert getitem["trace_id"] == scalar["trace_id"] == fetch["trace_id"], source
@@ -78,7 +79,14 @@ def test_a_child_forked_inside_a_span_names_the_parents_real_span(run_dir):
         assert decoded["parent_span_id"] == getitem["span_id"] == child["getitem_end"]["span_id"]
         # The child never ends the parent's spans in its own file (they were not its own).
         names = [r["log_type_name"] for r in records]
-        assert names == ["structured_logger_opened", "getitem_start", "decoded", "getitem_end", "metric_value", "structured_logger_closed"], (source, names)
+        assert names == [
+            "structured_logger_opened",
+            "getitem_start",
+            "decoded",
+            "getitem_end",
+            "metric_value",
+            "structured_logger_closed",
+        ], (source, names)
 
 
 def test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented():
@@ -93,7 +101,21 @@ def test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented():
 
     def handle(seq, parent, generation):
         code = test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented.__code__
-        return (capture.START, seq, f"s{seq}", None, 0, code, 1, parent, NO_STEP, 1, None, None, generation)
+        return (
+            capture.START,
+            seq,
+            f"s{seq}",
+            None,
+            0,
+            code,
+            1,
+            parent,
+            NO_STEP,
+            1,
+            None,
+            None,
+            generation,
+        )
 
     trace_ids, span_ids = StepTraceIds("r", 0), SpanIdAllocator()
     builder = SpanBuilder(Resource.get_empty(), InstrumentationScope("t"), trace_ids, span_ids)
@@ -107,7 +129,7 @@ def test_a_parent_captured_under_a_logger_without_ids_is_null_not_invented():
     assert child.context.trace_id == other_trace_ids.for_step(None)
 
 
-# -- SpanBuilder on its own: captured tuples in, TitanSpans out (no logger, no thread) ---------------
+# -- SpanBuilder on its own: captured tuples in, TitanSpans out (no logger, no thread) -------------
 def test_builder_a_span_whose_start_was_dropped_is_still_built_from_its_end():
     from otel_titan.core import events
     from tests.core._spans import Captured
@@ -117,8 +139,12 @@ def test_builder_a_span_whose_start_was_dropped_is_still_built_from_its_end():
             pass
     start, end = captured.events()
     builder = captured.builder
-    span = builder.ended(end[events.END_HANDLE], end[events.END_MONO], None)  # START never reached the builder
-    assert span.name == "fwd_bwd" and span.end_time - span.start_time == end[events.END_MONO] - start[events.H_MONO]
+    # START never reached the builder
+    span = builder.ended(end[events.END_HANDLE], end[events.END_MONO], None)
+    assert (
+        span.name == "fwd_bwd"
+        and span.end_time - span.start_time == end[events.END_MONO] - start[events.H_MONO]
+    )
     assert builder.open_spans() == []
 
 
@@ -138,9 +164,15 @@ def test_builder_an_error_sets_status_and_an_exception_event():
     builder = captured.builder
     assert builder.open_spans() == [] and builder.started(start) in builder.open_spans()
     span = builder.ended(end[events.END_HANDLE], end[events.END_MONO], end[events.END_ERROR])
-    assert span.status.status_code is StatusCode.ERROR and span.status.description == "ValueError: nan in grads"
+    assert (
+        span.status.status_code is StatusCode.ERROR
+        and span.status.description == "ValueError: nan in grads"
+    )
     (exception,) = span.events
-    assert exception.attributes["exception.type"] == "ValueError" and "raise ValueError" in exception.attributes["exception.stacktrace"]
+    assert (
+        exception.attributes["exception.type"] == "ValueError"
+        and "raise ValueError" in exception.attributes["exception.stacktrace"]
+    )
     assert span.attributes["error.type"] == "ValueError"
 
 
@@ -176,4 +208,5 @@ def test_the_span_context_shortcut_matches_the_sdk_constructor():
 
     assert span_builder._tuple_layout_matches()  # with this SDK, the fast path is taken...
     assert span_builder._context is not span_builder._checked_context
-    assert span_builder._context(7, 9) == span_builder._checked_context(7, 9)  # ...and builds the same context
+    # ...and builds the same context
+    assert span_builder._context(7, 9) == span_builder._checked_context(7, 9)

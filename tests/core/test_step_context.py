@@ -1,4 +1,5 @@
-"""Step and tags: the training loop moves the process-wide default; every other thread or task that writes gets its own view."""
+"""Step and tags: the training loop moves the process-wide default; every other thread or task that
+writes gets its own view."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from otel_titan import structured_logger as sl
 def seen_by_a_fresh_thread():
     """(step, relative step, tags) as a thread that never wrote a step sees them."""
     out = []
-    thread = threading.Thread(target=lambda: out.append((sl.get_step(), sl.get_relative_step(), sl.get_step_tags())))
+    thread = threading.Thread(
+        target=lambda: out.append((sl.get_step(), sl.get_relative_step(), sl.get_step_tags()))
+    )
     thread.start()
     thread.join()
     return out[0]
@@ -93,7 +96,10 @@ def test_a_plain_thread_that_tags_a_step_keeps_the_tag_to_itself():
 
 def test_executor_workers_that_tag_or_set_a_step_do_not_pin_the_others():
     sl.set_step(1)
-    with ThreadPoolExecutor(1, thread_name_prefix="ckpt") as tagger, ThreadPoolExecutor(2, thread_name_prefix="other") as others:
+    with (
+        ThreadPoolExecutor(1, thread_name_prefix="ckpt") as tagger,
+        ThreadPoolExecutor(2, thread_name_prefix="other") as others,
+    ):
         tagger.submit(sl.add_step_tag, "ckpt").result()
         assert tagger.submit(lambda: (sl.get_step(), sl.get_step_tags())).result() == (1, ("ckpt",))
         sl.set_step(2)
@@ -166,7 +172,10 @@ def test_dataloader_style_worker_threads_follow_the_loop_and_keep_their_own_tags
     for thread in workers:
         thread.join()
     ends = [r for r in logged.finish() if r["log_type_name"].endswith("_end")]
-    steps = lambda name: [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]  # noqa: E731 - a one-line local helper
+
+    def steps(name):
+        return [(r["step"], r.get("step_tags", [])) for r in ends if r["log_type_name"] == name]
+
     assert steps("fwd_bwd_end") == [(s, []) for s in range(1, 6)]
     assert steps("load0_end") == [(s, []) for s in range(1, 6)]
     # The tagging worker has its own view from then on; nobody else ever sees its tag.
@@ -204,7 +213,8 @@ def test_a_trainer_thread_owns_the_default_until_it_ends_and_the_main_thread_alw
 
 
 def test_concurrent_asyncio_tasks_that_tag_see_only_their_own_tags_not_the_loops(logged):
-    # torchtitan's test_add_step_tag_concurrent_async_tasks_are_isolated: before, each task saw the loop's tag as well.
+    # torchtitan's test_add_step_tag_concurrent_async_tasks_are_isolated: before, each task saw the
+    # loop's tag as well.
     logged()
     sl.set_step(7)
     sl.add_step_tag("loop_tag")
@@ -224,9 +234,19 @@ def test_concurrent_asyncio_tasks_that_tag_see_only_their_own_tags_not_the_loops
     (gc_before, gc_view), (eval_before, eval_view) = asyncio.run(both())
     assert gc_before == eval_before == ("loop_tag",)
     assert (gc_view, eval_view) == (("gc",), ("eval",))
-    assert sl.get_step_tags() == ("loop_tag",) and seen_by_a_fresh_thread() == (7, 7, ("loop_tag",))  # the loop's own, untouched
+    # the loop's own, untouched
+    assert sl.get_step_tags() == ("loop_tag",) and seen_by_a_fresh_thread() == (
+        7,
+        7,
+        ("loop_tag",),
+    )
     tags = {r["log_type_name"]: r.get("step_tags") for r in logged.finish()}
-    assert tags == {"gc_work_start": ["gc"], "gc_work_end": ["gc"], "eval_work_start": ["eval"], "eval_work_end": ["eval"]}
+    assert tags == {
+        "gc_work_start": ["gc"],
+        "gc_work_end": ["gc"],
+        "eval_work_start": ["eval"],
+        "eval_work_end": ["eval"],
+    }
 
 
 def test_an_asyncio_controller_owns_the_default_and_its_tasks_keep_their_step():
@@ -248,7 +268,12 @@ def test_an_asyncio_controller_owns_the_default_and_its_tasks_keep_their_step():
     out, step, tags, helper_sees = asyncio.run(controller())
     assert out == [1, ("mine",)]
     assert (step, tags) == (2, ())
-    assert helper_sees == (2, 2, ())  # the controller moved the default; the task's tag stayed in the task
+    # the controller moved the default; the task's tag stayed in the task
+    assert helper_sees == (
+        2,
+        2,
+        (),
+    )
 
 
 @pytest.mark.parametrize("bad", [1.5, "3", True, [1]])
@@ -271,7 +296,9 @@ def test_out_of_range_steps_raise_value_error_and_none_unsets():
 def test_numpy_integers_are_steps():
     np = pytest.importorskip("numpy")
     sl.set_step(np.int64(12))
-    assert sl.get_step() == 12 and type(sl.get_step()) is int and type(sl.get_relative_step()) is int
+    assert (
+        sl.get_step() == 12 and type(sl.get_step()) is int and type(sl.get_relative_step()) is int
+    )
 
 
 @pytest.mark.parametrize("bad", ["", None, 3])
@@ -280,7 +307,7 @@ def test_bad_tags_raise(bad):
         sl.add_step_tag(bad)
 
 
-# -- the boundary hooks: one list, the training loop's boundaries only (issue 31 item 6) -----------------
+# -- the boundary hooks: one list, the training loop's boundaries only (issue 31 item 6) -----------
 
 
 def test_boundary_hooks_run_in_order_at_the_loops_boundaries_only():
@@ -294,7 +321,8 @@ def test_boundary_hooks_run_in_order_at_the_loops_boundaries_only():
         sl.set_step(1)  # from no step: no boundary
         sl.set_step(1)  # the same step: none
         sl.set_step(2)
-        helper = threading.Thread(target=lambda: sl.set_step(50))  # a helper's step of its own: not the loop's boundary
+        # a helper's step of its own: not the loop's boundary
+        helper = threading.Thread(target=lambda: sl.set_step(50))
         helper.start()
         helper.join()
         sl.set_step(3)

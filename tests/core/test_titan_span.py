@@ -23,8 +23,15 @@ def test_incomplete_copy_is_a_finished_copy_marked_incomplete():
     assert span.end_time is None
     end = span.start_time + 5_000_000
     copy = span.incomplete_copy(end)
-    assert copy is not span and span.end_time is None and not span.incomplete  # the open span is untouched
-    assert (copy.name, copy.context, copy.parent, copy.start_time, copy.end_time) == (span.name, span.context, span.parent, span.start_time, end)
+    # the open span is untouched
+    assert copy is not span and span.end_time is None and not span.incomplete
+    assert (copy.name, copy.context, copy.parent, copy.start_time, copy.end_time) == (
+        span.name,
+        span.context,
+        span.parent,
+        span.start_time,
+        end,
+    )
     assert copy.attributes["titan.incomplete"] is True and "titan.incomplete" not in span.attributes
     assert copy.attributes["titan.description"] == "a phase that never ends"
     assert [e.name for e in copy.events] == ["inside"]

@@ -1,4 +1,5 @@
-"""`sl.*` calls inside a `torch.compile`d model: no-ops Dynamo traces, so compilation succeeds (issue 28).
+"""`sl.*` calls inside a `torch.compile`d model: no-ops Dynamo traces, so compilation succeeds
+(issue 28).
 
 torchtitan compiles every transformer block with ``fullgraph=True`` and its
 own calls return early under ``torch.compiler.is_compiling()``. Ours must too:
@@ -50,7 +51,9 @@ def _compiled_step(fullgraph: bool):
 
 
 @pytest.mark.parametrize("fullgraph", [True, False], ids=["fullgraph", "default"])
-def test_a_compiled_model_with_sl_calls_inside_compiles_runs_and_records_nothing_of_the_compiled_region(logged, fullgraph):
+def test_a_compiled_model_with_sl_calls_inside_compiles_runs_and_records_nothing_of_the_compiled_region(
+    logged, fullgraph
+):
     torch._dynamo.reset()
     logged()
     sl.set_step(1)
@@ -83,7 +86,8 @@ def test_calls_before_init_compile_too():
 
 
 def test_torch_imported_after_init_is_noticed_before_a_compile(tmp_path):
-    # The check is looked up at init; a program that imports torch later gets it from the writer thread.
+    # The check is looked up at init; a program that imports torch later gets it from the writer
+    # thread.
     result = run_python(
         f"""
         import sys, time
@@ -107,13 +111,14 @@ def test_torch_imported_after_init_is_noticed_before_a_compile(tmp_path):
 
 
 def test_compiling_while_other_threads_log_never_trips_a_dynamo_guard(logged):
-    """Dynamo guarded on the capture queue it saw in `sl.*` calls (``len(_state.items) == 5``): another thread's
-    records changed it while a frame was traced, and torch raised "Guard failed on the same frame it was created"
-    (seen once in a whole-suite run, as the default compile's explain). The check for compilation comes first now,
-    so a traced call never reads the queue. Here other threads log all the while the block is traced: each
-    record changes the queue's length, a thousand times a second per thread. Not flat out: two threads flat out
-    for the four compiles filled CI's 128 MB file, which rotated away the eager calls' records (857 of the
-    other threads' records and one block_forward_start were left in the active file)."""
+    """Dynamo guarded on the capture queue it saw in `sl.*` calls (``len(_state.items) == 5``):
+    another thread's records changed it while a frame was traced, and torch raised "Guard failed on
+    the same frame it was created" (seen once in a whole-suite run, as the default compile's
+    explain). The check for compilation comes first now, so a traced call never reads the queue.
+    Here other threads log all the while the block is traced: each record changes the queue's
+    length, a thousand times a second per thread. Not flat out: two threads flat out for the four
+    compiles filled CI's 128 MB file, which rotated away the eager calls' records (857 of the other
+    threads' records and one block_forward_start were left in the active file)."""
     import threading
     import time
 

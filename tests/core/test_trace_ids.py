@@ -8,7 +8,18 @@ from otel_titan.core.trace_ids import SpanIdAllocator, StepTraceIds, splitmix64
 def test_trace_id_depends_on_run_attempt_and_step_only():
     a = StepTraceIds("run", 0)
     assert a.for_step(3) == StepTraceIds("run", 0).for_step(3)
-    assert len({a.for_step(3), a.for_step(4), a.for_step(None), StepTraceIds("run", 1).for_step(3), StepTraceIds("other", 0).for_step(3)}) == 5
+    assert (
+        len(
+            {
+                a.for_step(3),
+                a.for_step(4),
+                a.for_step(None),
+                StepTraceIds("run", 1).for_step(3),
+                StepTraceIds("other", 0).for_step(3),
+            }
+        )
+        == 5
+    )
     assert 0 < a.for_step(3) < 2**128
 
 
@@ -22,7 +33,11 @@ def test_span_ids_are_unique_nonzero_and_disjoint_from_fresh_ids():
 
 def test_span_ids_are_a_function_of_the_sequence_number():
     ids = SpanIdAllocator(salt=123)
-    assert ids.for_seq(5) == SpanIdAllocator(salt=123).for_seq(5) != SpanIdAllocator(salt=124).for_seq(5)
+    assert (
+        ids.for_seq(5)
+        == SpanIdAllocator(salt=123).for_seq(5)
+        != SpanIdAllocator(salt=124).for_seq(5)
+    )
 
 
 def test_splitmix64_is_a_bijection_on_a_sample():
@@ -32,10 +47,13 @@ def test_splitmix64_is_a_bijection_on_a_sample():
 def test_ranks_of_a_trace_group_share_a_step_trace_and_other_groups_do_not():
     from otel_titan.core.trace_ids import StepTraceIds, trace_group_of
 
-    ids = {rank: StepTraceIds("run", 0, trace_group_of(rank, 32)).for_step(7) for rank in range(1024)}
+    ids = {
+        rank: StepTraceIds("run", 0, trace_group_of(rank, 32)).for_step(7) for rank in range(1024)
+    }
     assert len(set(ids.values())) == 32
     assert ids[0] == ids[31] != ids[32] == ids[63]
-    assert StepTraceIds("run", 0, None).for_step(7) not in ids.values()  # size 0: one trace for every rank, its own id
+    # size 0: one trace for every rank, its own id
+    assert StepTraceIds("run", 0, None).for_step(7) not in ids.values()
     assert StepTraceIds("run", 0, 1).for_step(7) != StepTraceIds("run", 0, 1).for_step(8)
 
 

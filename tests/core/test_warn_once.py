@@ -1,4 +1,5 @@
-"""WarnOnce: the first occurrence of each key is reported, every occurrence counted, the memory bounded."""
+"""WarnOnce: the first occurrence of each key is reported, every occurrence counted, the memory
+bounded."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from tests.core._spans import Captured
 
 def test_first_per_key_and_counts():
     once = WarnOnce()
-    assert [once.first("a"), once.first("a"), once.first("b"), once.first("a")] == [True, False, True, False]
+    assert [once.first("a"), once.first("a"), once.first("b"), once.first("a")] == [
+        True,
+        False,
+        True,
+        False,
+    ]
     assert (once.count("a"), once.count("b"), once.count("c")) == (3, 1, 0)
     once.reset()
     assert once.first("a")

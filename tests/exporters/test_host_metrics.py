@@ -1,4 +1,5 @@
-"""Host figures once per host (exporters/host_metrics.py, core/host_figures.py): local rank 0 only."""
+"""Host figures once per host (exporters/host_metrics.py, core/host_figures.py): local rank 0
+only."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ from tests.exporters.test_metrics import points
 def test_pressure_and_cgroup_throttling_are_read_from_the_kernels_files(tmp_path):
     pressure = tmp_path / "pressure"
     pressure.mkdir()
-    (pressure / "cpu").write_text("some avg10=41.50 avg60=30.00 avg300=10.00 total=123\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-    (pressure / "io").write_text("some avg10=2.25 avg60=1.00 avg300=0.50 total=9\nfull avg10=1.50 avg60=0.50 avg300=0.10 total=3\n")
+    (pressure / "cpu").write_text(
+        "some avg10=41.50 avg60=30.00 avg300=10.00 total=123\nfull avg10=0.00 avg60=0.00 "
+        "avg300=0.00 total=0\n"
+    )
+    (pressure / "io").write_text(
+        "some avg10=2.25 avg60=1.00 avg300=0.50 total=9\nfull avg10=1.50 avg60=0.50 avg300=0.10 "
+        "total=3\n"
+    )
     cgroup = tmp_path / "cpu.stat"
     cgroup.write_text("usage_usec 100\nnr_periods 50\nnr_throttled 7\nthrottled_usec 2500000\n")
     figures = HostFigures(pressure_root=str(pressure), cpu_stat=str(cgroup)).read()
@@ -36,7 +43,10 @@ def test_pressure_and_cgroup_throttling_are_read_from_the_kernels_files(tmp_path
     (tmp_path / "fs" / "user.slice" / "cpu.stat").write_text("nr_throttled 0\nthrottled_usec 0\n")
     path = cgroup_cpu_stat_path(str(tmp_path / "cgroup"), str(tmp_path / "fs"))
     assert path == str(v1 / "cpu.stat")
-    assert HostFigures(pressure_root=str(tmp_path / "none"), cpu_stat=path).read() == {"host/cgroup_throttled_periods": 3, "host/cgroup_throttled_s": 1.5}
+    assert HostFigures(pressure_root=str(tmp_path / "none"), cpu_stat=path).read() == {
+        "host/cgroup_throttled_periods": 3,
+        "host/cgroup_throttled_s": 1.5,
+    }
     assert read_pressure("memory", str(tmp_path / "none")) == {}
 
 
@@ -62,7 +72,14 @@ def test_only_local_rank_0_attaches_the_host_figures(run_dir, monkeypatch):
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "3600000")
     for local_rank, expected in ((1, False), (0, True)):
-        sl.init_structured_logger("training", run_dir / str(local_rank), rank=local_rank, world_size=2, local_rank=local_rank, run_id="host")
+        sl.init_structured_logger(
+            "training",
+            run_dir / str(local_rank),
+            rank=local_rank,
+            world_size=2,
+            local_rank=local_rank,
+            run_id="host",
+        )
         (exporter,) = [e for e in sl.get_exporters() if isinstance(e, MetricsSpanExporter)]
         assert (exporter.host is not None) is expected
         sl.shutdown_structured_logger()

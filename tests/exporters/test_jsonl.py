@@ -19,7 +19,9 @@ def segments_oldest_first(run_dir):
 
 
 def test_rotation_bounds_disk_and_keeps_records_in_order_across_segments(run_dir):
-    sl.init_structured_logger("training", run_dir, world_size=1, max_file_size_mb=0.05, backup_count=2, step_rollups=True)
+    sl.init_structured_logger(
+        "training", run_dir, world_size=1, max_file_size_mb=0.05, backup_count=2, step_rollups=True
+    )
     for step in range(1, 1001):
         sl.set_step(step)
         with sl.log_trace_span("fwd_bwd"):
@@ -33,15 +35,27 @@ def test_rotation_bounds_disk_and_keeps_records_in_order_across_segments(run_dir
     assert all(os.path.getsize(p) <= limit for p in paths)
     records = [json.loads(line) for p in paths for line in open(p)]
     seq = [r["seq_id"] for r in records]
-    assert seq == list(range(seq[0], seq[0] + len(seq)))  # contiguous: nothing lost between segments
-    assert records[-1]["log_type_name"] == "structured_logger_closed" and records[-1]["written_records"] == 2000
-    # The last step's rollup sits between its records and the closing line (not complete: no next step ended it).
-    assert records[-2]["log_type_name"] == "step_rollup" and records[-2]["step"] == 1000 and records[-2]["complete"] is False
+    # contiguous: nothing lost between segments
+    assert seq == list(range(seq[0], seq[0] + len(seq)))
+    assert (
+        records[-1]["log_type_name"] == "structured_logger_closed"
+        and records[-1]["written_records"] == 2000
+    )
+    # The last step's rollup sits between its records and the closing line (not complete: no next
+    # step ended it).
+    assert (
+        records[-2]["log_type_name"] == "step_rollup"
+        and records[-2]["step"] == 1000
+        and records[-2]["complete"] is False
+    )
     spans = [r for r in records if r["log_type_name"] != "step_rollup"]
     assert spans[-2]["log_type_name"] == "fwd_bwd_end" and spans[-2]["step"] == 1000
     # One rollup per step in what the segments kept, the earlier ones complete.
     rollups = [r["step"] for r in records if r["log_type_name"] == "step_rollup"]
-    assert rollups == list(range(rollups[0], 1001)) and rollups[0] <= min(r["step"] for r in spans if "step" in r) + 1
+    assert (
+        rollups == list(range(rollups[0], 1001))
+        and rollups[0] <= min(r["step"] for r in spans if "step" in r) + 1
+    )
 
 
 def test_failed_writes_are_counted_reported_and_writing_resumes(run_dir, caplog):
@@ -59,7 +73,13 @@ def test_failed_writes_are_counted_reported_and_writing_resumes(run_dir, caplog)
     sl.shutdown_structured_logger()
     records = [json.loads(line) for line in open(jsonl_files(run_dir)[0])]
     names = [r["log_type_name"] for r in records]
-    assert names == ["structured_logger_opened", "before", "records_dropped", "after", "structured_logger_closed"]
+    assert names == [
+        "structured_logger_opened",
+        "before",
+        "records_dropped",
+        "after",
+        "structured_logger_closed",
+    ]
     assert records[2]["failed_records"] == 2 and records[2]["value"] == 2
     assert records[-1]["failed_records"] == 2 and records[-1]["written_records"] == 2
     assert caplog.text.count("cannot write") == 1 and "ENOSPC" in caplog.text

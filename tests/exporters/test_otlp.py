@@ -40,7 +40,15 @@ def collector(backend, tmp_path):
 
 
 def otel_env(endpoint: str, protocol: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TITAN_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "LOCAL_RANK")) or k in ("OTEL_TITAN_PROCESS_FIGURES", "OTEL_TITAN_STEP_ROLLUPS")}  # the suite's settings (tests/conftest.py)
+    # the suite's settings (tests/conftest.py)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("OTEL_", "TITAN_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+        )
+        or k in ("OTEL_TITAN_PROCESS_FIGURES", "OTEL_TITAN_STEP_ROLLUPS")
+    }
     env.update(
         {
             "PYTHONPATH": str(REPO),
@@ -55,9 +63,18 @@ def otel_env(endpoint: str, protocol: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_workload(out: Path, env: dict[str, str], *args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+def run_workload(
+    out: Path, env: dict[str, str], *args: str, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "tests.helpers.workload", str(out), *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.workload", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=timeout,
+    )
     return result, time.monotonic() - started
 
 
@@ -70,24 +87,46 @@ def jsonl_spans(out: Path) -> dict[str, list[dict]]:
     return by_span
 
 
-@pytest.mark.parametrize("protocol, endpoint_of", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")])
-def test_a_run_reaches_the_backend_through_the_collector_as_in_the_jsonl(collector, backend, tmp_path, protocol, endpoint_of):
+@pytest.mark.parametrize(
+    "protocol, endpoint_of", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")]
+)
+def test_a_run_reaches_the_backend_through_the_collector_as_in_the_jsonl(
+    collector, backend, tmp_path, protocol, endpoint_of
+):
     out = tmp_path / "run"
-    result, _ = run_workload(out, otel_env(getattr(collector, endpoint_of), protocol, OTEL_SERVICE_NAME="toy-trainer", OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci"), "--steps", "4")
+    result, _ = run_workload(
+        out,
+        otel_env(
+            getattr(collector, endpoint_of),
+            protocol,
+            OTEL_SERVICE_NAME="toy-trainer",
+            OTEL_RESOURCE_ATTRIBUTES="deployment.environment=ci",
+        ),
+        "--steps",
+        "4",
+    )
     assert result.returncode == 0, result.stderr
     expected = 1 + 4 * 5  # training_start; per step the four spans and the top-level loss scalar
     spans = backend.wait_for(lambda s: len(s) >= expected)
     time.sleep(0.3)  # anything beyond the expected count would show up in the Counter below
     spans = backend.spans()
     names = Counter(s.name for s in spans)
-    # Spans; instants and scalars inside a span arrive as its events, top-level ones as zero-length spans.
-    assert names == Counter({"step": 4, "data_fetch": 4, "fwd_bwd": 4, "optimizer": 4, "loss": 4, "training_start": 1}), names
+    # Spans; instants and scalars inside a span arrive as its events, top-level ones as zero-length
+    # spans.
+    assert names == Counter(
+        {"step": 4, "data_fetch": 4, "fwd_bwd": 4, "optimizer": 4, "loss": 4, "training_start": 1}
+    ), names
     by_id = {s.span_id: s for s in spans}
 
     # The Resource: service name from OTEL_SERVICE_NAME, identity, OTEL_RESOURCE_ATTRIBUTES merged.
     resource = spans[0].resource
     assert resource["service.name"] == "toy-trainer" and resource["deployment.environment"] == "ci"
-    assert (resource["titan.rank"], resource["titan.world_size"], resource["titan.source"], resource["titan.run_id"]) == (0, 1, "training", "otlp-test-run")
+    assert (
+        resource["titan.rank"],
+        resource["titan.world_size"],
+        resource["titan.source"],
+        resource["titan.run_id"],
+    ) == (0, 1, "training", "otlp-test-run")
     assert resource["service.instance.id"] and resource["host.name"] and resource["process.pid"] > 0
     assert all(s.scope == "otel_titan" for s in spans)
 
@@ -101,13 +140,18 @@ def test_a_run_reaches_the_backend_through_the_collector_as_in_the_jsonl(collect
     assert len({s.trace_id for s in steps}) == 4
     assert all(s.parent_span_id is None for s in steps)
     assert [s.attributes["titan.step"] for s in steps] == [1, 2, 3, 4]
-    assert steps[1].attributes["titan.step_tags"] == ("gc",) and "titan.step_tags" not in steps[0].attributes
+    assert (
+        steps[1].attributes["titan.step_tags"] == ("gc",)
+        and "titan.step_tags" not in steps[0].attributes
+    )
     assert all(s.attributes["titan.relative_step"] == s.attributes["titan.step"] for s in steps)
 
     # Durations: data_fetch sleeps 2 ms.
     assert all(s.duration_ms >= 2.0 for s in spans if s.name == "data_fetch")
     loss = [s for s in spans if s.name == "loss"]
-    assert all(s.start_ns == s.end_ns and s.attributes["titan.record_kind"] == "scalar" for s in loss)
+    assert all(
+        s.start_ns == s.end_ns and s.attributes["titan.record_kind"] == "scalar" for s in loss
+    )
 
     # Events for instants and scalars on the enclosing span.
     for fwd in (s for s in spans if s.name == "fwd_bwd"):
@@ -133,16 +177,31 @@ def test_a_run_reaches_the_backend_through_the_collector_as_in_the_jsonl(collect
             assert end["value"] == pytest.approx(span.duration_ms, abs=0.002)
             assert mine[0]["time_us"] == span.start_ns // 1000
     instants = [r for rs in records.values() for r in rs if r["log_type_name"] == "grads_ready"]
-    assert len(instants) == 4 and all(records[i["parent_span_id"]][0]["log_type_name"] == "fwd_bwd_start" for i in instants)
+    assert len(instants) == 4 and all(
+        records[i["parent_span_id"]][0]["log_type_name"] == "fwd_bwd_start" for i in instants
+    )
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")), reason="needs torch")
+@pytest.mark.skipif(
+    not os.path.exists(os.path.join(os.path.dirname(sys.executable), "torchrun")),
+    reason="needs torch",
+)
 def test_two_torchrun_ranks_share_one_trace_per_step(collector, backend, tmp_path):
     env = otel_env(collector.grpc_endpoint, "grpc", OMP_NUM_THREADS="1")
     env.pop("TORCHELASTIC_RUN_ID")  # torchrun sets it, the same for both ranks
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     result = processes.run(  # on a timeout, kills the workers too: each is in its own session
-        [torchrun, "--nproc_per_node=2", "examples/train_toy.py", "--output-dir", str(tmp_path / "run"), "--steps", "5", "--gc-every", "0"],
+        [
+            torchrun,
+            "--nproc_per_node=2",
+            "examples/train_toy.py",
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--steps",
+            "5",
+            "--gc-every",
+            "0",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -166,12 +225,25 @@ def test_two_torchrun_ranks_share_one_trace_per_step(collector, backend, tmp_pat
     assert all(fwd_ids[c.parent_span_id].trace_id == c.trace_id for c in children)
 
 
-def test_killing_the_collector_mid_run_costs_training_nothing_and_jsonl_loses_nothing(collector, backend, tmp_path):
+def test_killing_the_collector_mid_run_costs_training_nothing_and_jsonl_loses_nothing(
+    collector, backend, tmp_path
+):
     out = tmp_path / "run"
     ready = tmp_path / "ready"
     env = otel_env(collector.grpc_endpoint, "grpc")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.helpers.workload", str(out), "--steps", "150", "--sleep-ms", "15", "--ready-file", str(ready)],
+        [
+            sys.executable,
+            "-m",
+            "tests.helpers.workload",
+            str(out),
+            "--steps",
+            "150",
+            "--sleep-ms",
+            "15",
+            "--ready-file",
+            str(ready),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -192,7 +264,11 @@ def test_killing_the_collector_mid_run_costs_training_nothing_and_jsonl_loses_no
 
     records = read_records(jsonl_files(out)[0])
     closing = records[-1]
-    assert closing["log_type_name"] == "structured_logger_closed" and closing["dropped_records"] == 0 and closing["failed_records"] == 0
+    assert (
+        closing["log_type_name"] == "structured_logger_closed"
+        and closing["dropped_records"] == 0
+        and closing["failed_records"] == 0
+    )
     step_ends = [r for r in records if r["log_type_name"] == "step_end"]
     assert len(step_ends) == 150
     # Full speed: a step is a 15 ms sleep plus microseconds of logging; an exporter
@@ -205,7 +281,9 @@ def test_killing_the_collector_mid_run_costs_training_nothing_and_jsonl_loses_no
 
 def test_shutdown_with_an_unreachable_collector_is_bounded(tmp_path):
     nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    result, elapsed = run_workload(tmp_path / "run", otel_env(nobody, "grpc", OTEL_BSP_SCHEDULE_DELAY="60000"), "--steps", "20")
+    result, elapsed = run_workload(
+        tmp_path / "run", otel_env(nobody, "grpc", OTEL_BSP_SCHEDULE_DELAY="60000"), "--steps", "20"
+    )
     assert result.returncode == 0, result.stderr
     loop_s = json.loads(result.stdout.strip().splitlines()[-1])["loop_s"]
     assert elapsed - loop_s < 15  # interpreter start + at most ~3 s for the OTLP exporter at exit
@@ -215,7 +293,12 @@ def test_shutdown_with_an_unreachable_collector_is_bounded(tmp_path):
 
 
 def test_sdk_disabled_keeps_jsonl_and_sends_nothing(collector, backend, tmp_path):
-    result, _ = run_workload(tmp_path / "run", otel_env(collector.grpc_endpoint, "grpc", OTEL_SDK_DISABLED="true"), "--steps", "2")
+    result, _ = run_workload(
+        tmp_path / "run",
+        otel_env(collector.grpc_endpoint, "grpc", OTEL_SDK_DISABLED="true"),
+        "--steps",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
     time.sleep(1.0)
     assert backend.spans() == []
@@ -230,7 +313,11 @@ def test_console_exporter_prints_spans_as_json(tmp_path):
 
 
 def test_explicit_handler_list_wins_over_otel_traces_exporter(collector, backend, tmp_path):
-    env = otel_env(collector.grpc_endpoint, "grpc", OTEL_TITAN_HANDLERS="otel_titan.exporters.jsonl.register_jsonl_handler")
+    env = otel_env(
+        collector.grpc_endpoint,
+        "grpc",
+        OTEL_TITAN_HANDLERS="otel_titan.exporters.jsonl.register_jsonl_handler",
+    )
     result, _ = run_workload(tmp_path / "run", env, "--steps", "2")
     assert result.returncode == 0, result.stderr
     time.sleep(1.0)
@@ -240,17 +327,28 @@ def test_explicit_handler_list_wins_over_otel_traces_exporter(collector, backend
 def test_slow_backend_does_not_slow_training(tmp_path):
     slow = OtlpReceiver(delay_s=2.0)  # answers every export after 2 s
     try:
-        env = otel_env(slow.endpoint, "grpc", OTEL_BSP_SCHEDULE_DELAY="100", OTEL_BSP_MAX_EXPORT_BATCH_SIZE="16")
+        env = otel_env(
+            slow.endpoint,
+            "grpc",
+            OTEL_BSP_SCHEDULE_DELAY="100",
+            OTEL_BSP_MAX_EXPORT_BATCH_SIZE="16",
+        )
         result, _ = run_workload(tmp_path / "run", env, "--steps", "60", "--sleep-ms", "10")
         assert result.returncode == 0, result.stderr
-        step_ends = [r for r in read_records(jsonl_files(tmp_path / "run")[0]) if r["log_type_name"] == "step_end"]
+        step_ends = [
+            r
+            for r in read_records(jsonl_files(tmp_path / "run")[0])
+            if r["log_type_name"] == "step_end"
+        ]
         assert len(step_ends) == 60 and max(r["value"] for r in step_ends) < 1000
         assert len(slow.spans()) > 0
     finally:
         slow.stop()
 
 
-def test_sigterm_sends_the_hung_phase_to_the_backend_marked_incomplete(collector, backend, tmp_path):
+def test_sigterm_sends_the_hung_phase_to_the_backend_marked_incomplete(
+    collector, backend, tmp_path
+):
     import signal
 
     code = """
@@ -265,7 +363,13 @@ with sl.log_trace_span("data_fetch"):
     time.sleep(120)
 """
     env = otel_env(collector.grpc_endpoint, "grpc", OTEL_BSP_SCHEDULE_DELAY="60000")
-    process = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "run")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert process.stdout.readline().strip() == "hung"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == -signal.SIGTERM
@@ -304,7 +408,9 @@ def test_blackholed_collector(tmp_path):
             result, elapsed = run_workload(out, env, "--steps", "60", "--sleep-ms", "10")
             assert result.returncode == 0, result.stderr
             loop_s = json.loads(result.stdout.strip().splitlines()[-1])["loop_s"]
-            step_ends = [r for r in read_records(jsonl_files(out)[0]) if r["log_type_name"] == "step_end"]
+            step_ends = [
+                r for r in read_records(jsonl_files(out)[0]) if r["log_type_name"] == "step_end"
+            ]
             assert len(step_ends) == 60 and max(r["value"] for r in step_ends) < 1000
             assert elapsed - loop_s < 20  # exit is bounded even though every request hangs
         assert accepted  # the exporters did connect to the black hole
@@ -316,7 +422,7 @@ def test_blackholed_collector(tmp_path):
         server.close()
 
 
-_BAD_NAMES = r'''
+_BAD_NAMES = r"""
 import os, sys
 from otel_titan import structured_logger as sl
 
@@ -330,21 +436,35 @@ bad = os.fsdecode(b"shard_\xff\xfe.bin")
 with sl.log_trace_span(bad, description=bad):
     sl.log_trace_instant("opened " + bad)  # becomes an event of the span
 sl.shutdown_structured_logger()
-'''
+"""
 
 
-@pytest.mark.parametrize("protocol, endpoint_of", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")])
-def test_one_span_name_that_is_not_utf8_loses_nothing_else_and_arrives_escaped(collector, backend, tmp_path, protocol, endpoint_of):
+@pytest.mark.parametrize(
+    "protocol, endpoint_of", [("grpc", "grpc_endpoint"), ("http/protobuf", "http_endpoint")]
+)
+def test_one_span_name_that_is_not_utf8_loses_nothing_else_and_arrives_escaped(
+    collector, backend, tmp_path, protocol, endpoint_of
+):
     # Issue 18 item 15: one such name used to fail the whole batch (0 of 51 spans arrived).
     out = tmp_path / "run"
-    env = otel_env(getattr(collector, endpoint_of), protocol, OTEL_BSP_SCHEDULE_DELAY="60000")  # one batch, sent at shutdown
-    result = processes.run([sys.executable, "-c", _BAD_NAMES, str(out)], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    # one batch, sent at shutdown
+    env = otel_env(getattr(collector, endpoint_of), protocol, OTEL_BSP_SCHEDULE_DELAY="60000")
+    result = processes.run(
+        [sys.executable, "-c", _BAD_NAMES, str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     spans = backend.wait_for(lambda s: len(s) >= 51)
     time.sleep(0.3)
     spans = backend.spans()
     assert len(spans) == 51, sorted(s.name for s in spans)
-    escaped = "shard_\\udcff\\udcfe.bin"  # the text the JSONL file holds for it once read back, escaped
+    escaped = (
+        "shard_\\udcff\\udcfe.bin"  # the text the JSONL file holds for it once read back, escaped
+    )
     (bad,) = [s for s in spans if s.name.startswith("shard_")]
     assert bad.name == escaped and bad.attributes["titan.description"] == escaped
     assert [e[0] for e in bad.events] == ["opened " + escaped]
@@ -352,4 +472,7 @@ def test_one_span_name_that_is_not_utf8_loses_nothing_else_and_arrives_escaped(c
     assert "could not be encoded" not in result.stderr  # nothing was left out
     # The JSONL file has the same 51 spans, the name as its JSON escape.
     names = {r["log_type_name"] for rs in jsonl_spans(out).values() for r in rs}
-    assert os.fsdecode(b"shard_\xff\xfe.bin") + "_end" in names and len([n for n in names if n.endswith("_end")]) == 51
+    assert (
+        os.fsdecode(b"shard_\xff\xfe.bin") + "_end" in names
+        and len([n for n in names if n.endswith("_end")]) == 51
+    )

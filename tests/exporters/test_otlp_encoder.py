@@ -19,8 +19,12 @@ from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as SdkGrpcExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as SdkHttpExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as SdkGrpcExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as SdkHttpExporter,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext
@@ -42,8 +46,11 @@ def _sorted_attributes(repeated: Any) -> None:
         repeated.add().ParseFromString(data)
 
 
-def by_span(requests: list[ExportTraceServiceRequest]) -> dict[tuple[bytes, bytes], list[tuple[Any, ...]]]:
-    """(trace id, span id) → [(resource, resource schema, scope, scope schema, span)] with attributes sorted."""
+def by_span(
+    requests: list[ExportTraceServiceRequest],
+) -> dict[tuple[bytes, bytes], list[tuple[Any, ...]]]:
+    """(trace id, span id) → [(resource, resource schema, scope, scope schema, span)] with
+    attributes sorted."""
     out: dict[tuple[bytes, bytes], list[tuple[Any, ...]]] = {}
     for request in requests:
         for resource_spans in request.resource_spans:
@@ -60,7 +67,15 @@ def by_span(requests: list[ExportTraceServiceRequest]) -> dict[tuple[bytes, byte
                     for link in copy.links:
                         _sorted_attributes(link.attributes)
                     key = (span.trace_id, span.span_id)
-                    out.setdefault(key, []).append((resource, resource_spans.schema_url, scope_spans.scope, scope_spans.schema_url, copy))
+                    out.setdefault(key, []).append(
+                        (
+                            resource,
+                            resource_spans.schema_url,
+                            scope_spans.scope,
+                            scope_spans.schema_url,
+                            copy,
+                        )
+                    )
     return out
 
 
@@ -76,8 +91,13 @@ def test_the_mix_covers_what_the_encoder_must_handle(spans):
     assert any(s.status.status_code.name == "ERROR" for s in titan)
     assert any(s.events for s in titan) and any(s.links for s in titan)
     assert any(s.parent is not None and s.parent.is_remote for s in titan)
-    assert any(s.parent is not None and not s.parent.is_remote and not s.__dict__ for s in titan)  # the fast path, as a child
-    assert any(s.incomplete for s in titan) and any(s.step_tags for s in titan) and any(s.task_name for s in titan)
+    # the fast path, as a child
+    assert any(s.parent is not None and not s.parent.is_remote and not s.__dict__ for s in titan)
+    assert (
+        any(s.incomplete for s in titan)
+        and any(s.step_tags for s in titan)
+        and any(s.task_name for s in titan)
+    )
     assert any(s.extra for s in titan) and any(s.description for s in titan)
     assert len(titan) < len(spans)  # plain SDK spans too
 
@@ -86,7 +106,10 @@ def test_our_bytes_decode_to_exactly_the_sdks_messages(spans):
     encoder = OtlpSpanEncoder()
     ours = ExportTraceServiceRequest.FromString(encoder.encode(spans))
     sdk = encode_spans(spans)
-    assert encoder.fast_spans == sum(isinstance(s, TitanSpan) for s in spans) and encoder.sdk_spans == len(spans) - encoder.fast_spans
+    assert (
+        encoder.fast_spans == sum(isinstance(s, TitanSpan) for s in spans)
+        and encoder.sdk_spans == len(spans) - encoder.fast_spans
+    )
     mine, theirs = by_span([ours]), by_span([sdk])
     assert mine.keys() == theirs.keys() and len(mine) == len(spans)
     for key in theirs:
@@ -100,7 +123,11 @@ def test_values_outside_the_fast_path_go_to_the_sdk_encoder(spans):
     odd = span.incomplete_copy(span.end_time)
     odd.incomplete = False
     odd._context = SpanContext(span.context.trace_id, span.context.span_id ^ 1, is_remote=False)
-    odd.extra = {"nested": {"a": 1}, "huge": 2**70}  # a map; an integer beyond int64 (the SDK logs and drops it)
+    # a map; an integer beyond int64 (the SDK logs and drops it)
+    odd.extra = {
+        "nested": {"a": 1},
+        "huge": 2**70,
+    }
     encoder = OtlpSpanEncoder()
     ours = ExportTraceServiceRequest.FromString(encoder.encode([odd, span]))
     assert encoder.sdk_spans == 1 and encoder.fast_spans == 1
@@ -108,7 +135,12 @@ def test_values_outside_the_fast_path_go_to_the_sdk_encoder(spans):
 
 
 def test_varint():
-    assert [encode_varint(n) for n in (0, 127, 128, 2**64 - 1)] == [b"\x00", b"\x7f", b"\x80\x01", b"\xff" * 9 + b"\x01"]
+    assert [encode_varint(n) for n in (0, 127, 128, 2**64 - 1)] == [
+        b"\x00",
+        b"\x7f",
+        b"\x80\x01",
+        b"\xff" * 9 + b"\x01",
+    ]
 
 
 @pytest.mark.slow
@@ -124,8 +156,11 @@ def test_through_the_real_collector_both_encodings_arrive_identical(spans, tmp_p
             ours = http_exporter_class()(endpoint=collector.http_endpoint + "/v1/traces")
             sdk = SdkHttpExporter(endpoint=collector.http_endpoint + "/v1/traces")
         assert ours.export(spans) is SpanExportResult.SUCCESS
-        # Over HTTP the encoder needs the SDK exporter's internals of 1.45 (older: the SDK's own export runs, the same bytes, slower).
-        encodes = protocol == "grpc" or Version(package_version("opentelemetry-exporter-otlp-proto-http")) >= Version("1.45")
+        # Over HTTP the encoder needs the SDK exporter's internals of 1.45 (older: the SDK's own
+        # export runs, the same bytes, slower).
+        encodes = protocol == "grpc" or Version(
+            package_version("opentelemetry-exporter-otlp-proto-http")
+        ) >= Version("1.45")
         assert (ours.encoder.fast_spans > 0) == encodes
         received_ours = receiver.wait_for(lambda got: len(got) >= len(spans))
         assert len(received_ours) == len(spans)
@@ -144,12 +179,17 @@ def test_through_the_real_collector_both_encodings_arrive_identical(spans, tmp_p
     assert received.keys() == expected.keys()
     for key, copies in received.items():
         assert len(copies) == 2, f"span {key[1].hex()} arrived {len(copies)} times"
-        assert copies[0] == copies[1], f"span {key[1].hex()}: our encoding and the SDK's arrived different"
+        assert copies[0] == copies[1], (
+            f"span {key[1].hex()}: our encoding and the SDK's arrived different"
+        )
         assert copies[0][4] == expected[key][0][4], f"span {key[1].hex()} changed on the way"
 
 
-def test_the_standard_variables_still_drive_the_exporters_headers_compression_endpoint(spans, monkeypatch):
-    """Only the encoding changed: OTEL_EXPORTER_OTLP_* (endpoint, headers, compression) reach the wire as the SDK sends them."""
+def test_the_standard_variables_still_drive_the_exporters_headers_compression_endpoint(
+    spans, monkeypatch
+):
+    """Only the encoding changed: OTEL_EXPORTER_OTLP_* (endpoint, headers, compression) reach the
+    wire as the SDK sends them."""
     import gzip
     import http.server
     import threading
@@ -167,7 +207,10 @@ def test_the_standard_variables_still_drive_the_exporters_headers_compression_en
         assert type(queued.exporter).__name__ == "TitanGrpcSpanExporter"
         assert queued.exporter.export(spans) is SpanExportResult.SUCCESS
         queued.shutdown()
-        assert receiver.metadata[-1]["x-tenant"] == "team-a" and receiver.metadata[-1]["authorization"] == "Bearer t0ken"
+        assert (
+            receiver.metadata[-1]["x-tenant"] == "team-a"
+            and receiver.metadata[-1]["authorization"] == "Bearer t0ken"
+        )
         assert by_span(receiver.requests) == by_span([encode_spans(spans)])
     finally:
         receiver.stop()
@@ -189,7 +232,9 @@ def test_the_standard_variables_still_drive_the_exporters_headers_compression_en
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}"
+    )
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     try:
         queued = register_otlp_handler(add_span_exporter=lambda exporter: None)
@@ -202,7 +247,9 @@ def test_the_standard_variables_still_drive_the_exporters_headers_compression_en
         thread.join(5)
     assert got["path"] == "/v1/traces"
     assert got["headers"]["x-tenant"] == "team-a" and got["headers"]["Content-Encoding"] == "gzip"
-    assert by_span([ExportTraceServiceRequest.FromString(gzip.decompress(got["body"]))]) == by_span([encode_spans(spans)])
+    assert by_span([ExportTraceServiceRequest.FromString(gzip.decompress(got["body"]))]) == by_span(
+        [encode_spans(spans)]
+    )
 
 
 def test_a_span_neither_encoder_can_encode_is_left_out_alone_and_warned_about_once(caplog):
@@ -234,7 +281,12 @@ def test_a_resource_value_that_is_not_utf8_is_sent_escaped_not_dropped():
 
     from otel_titan.exporters.otlp_encoder import _resource_message
 
-    resource = Resource({"service.name": "t", "deployment.environment": "ci_\udcff", "titan.rank": 3})
+    resource = Resource(
+        {"service.name": "t", "deployment.environment": "ci_\udcff", "titan.rank": 3}
+    )
     decoded = PbResource.FromString(_resource_message(resource))
     values = {kv.key: kv.value for kv in decoded.attributes}
-    assert values["deployment.environment"].string_value == "ci_\\udcff" and values["titan.rank"].int_value == 3
+    assert (
+        values["deployment.environment"].string_value == "ci_\\udcff"
+        and values["titan.rank"].int_value == 3
+    )

@@ -1,4 +1,5 @@
-"""The records over OTLP (exporters/otlp_records.py): each record of the file, as it happens, to a real OTLP receiver.
+"""The records over OTLP (exporters/otlp_records.py): each record of the file, as it happens, to a
+real OTLP receiver.
 
 The receiver is otel-titan's own (otel_titan/receive: HTTP/protobuf, into a
 spool folder) or the gRPC test backend; the ranks' side is the real logger.
@@ -49,10 +50,21 @@ def wait_for(predicate, timeout: float = 20.0) -> bool:
     return predicate()
 
 
-def test_a_spans_start_reaches_the_receiver_while_the_span_is_open_and_every_record_is_the_files(receiver, run_dir, monkeypatch):
+def test_a_spans_start_reaches_the_receiver_while_the_span_is_open_and_every_record_is_the_files(
+    receiver, run_dir, monkeypatch
+):
     records_env(monkeypatch, receiver.endpoint)
-    monkeypatch.setenv("OTEL_TITAN_STEP_ROLLUPS", "1")  # the file's per-step totals: not in the stream (docs/watch.md)
-    sl.init_structured_logger("training", run_dir, rank=2, world_size=4, run_id="otlp-records", heartbeat_interval_s=0.5, stall_after_s=1)
+    # the file's per-step totals: not in the stream (docs/watch.md)
+    monkeypatch.setenv("OTEL_TITAN_STEP_ROLLUPS", "1")
+    sl.init_structured_logger(
+        "training",
+        run_dir,
+        rank=2,
+        world_size=4,
+        run_id="otlp-records",
+        heartbeat_interval_s=0.5,
+        stall_after_s=1,
+    )
     sl.set_step(1)
     with sl.log_trace_span("data_fetch"):
         pass
@@ -60,23 +72,39 @@ def test_a_spans_start_reaches_the_receiver_while_the_span_is_open_and_every_rec
     span = sl.log_trace_span("all_reduce")
     span.__enter__()
     try:
-        # The span is open: its start, a heartbeat and the black box (stall) arrive while it stays open.
-        assert wait_for(lambda: {"all_reduce_start", "heartbeat", "stall"} <= {r["log_type_name"] for r in spooled(receiver)}), [r["log_type_name"] for r in spooled(receiver)]
+        # The span is open: its start, a heartbeat and the black box (stall) arrive while it stays
+        # open.
+        assert wait_for(
+            lambda: (
+                {"all_reduce_start", "heartbeat", "stall"}
+                <= {r["log_type_name"] for r in spooled(receiver)}
+            )
+        ), [r["log_type_name"] for r in spooled(receiver)]
         assert "all_reduce_end" not in {r["log_type_name"] for r in spooled(receiver)}
     finally:
         span.__exit__(None, None, None)
     assert sl.shutdown_structured_logger(timeout=10)
-    assert wait_for(lambda: any(r["log_type_name"] == "structured_logger_closed" for r in spooled(receiver)))
+    assert wait_for(
+        lambda: any(r["log_type_name"] == "structured_logger_closed" for r in spooled(receiver))
+    )
     (path,) = jsonl_files(run_dir)
     written = read_records(path)
     assert any(r["log_type_name"] == "step_rollup" for r in written)
     written = [r for r in written if r["log_type_name"] != "step_rollup"]
     received = spooled(receiver)
-    # The same records, in the same order, field for field: the opening record names the file's side file, the rest is equal.
+    # The same records, in the same order, field for field: the opening record names the file's side
+    # file, the rest is equal.
     assert [r["log_type_name"] for r in received] == [r["log_type_name"] for r in written]
     for mine, theirs in zip(received[1:-1], written[1:-1]):
-        assert {k: v for k, v in mine.items() if k != "seq_id"} == {k: v for k, v in theirs.items() if k != "seq_id"}  # the file numbers its rollups too
-    assert received[0]["rank"] == 2 and received[0]["world_size"] == 4 and received[0]["message"] == written[0]["message"]
+        # the file numbers its rollups too
+        assert {k: v for k, v in mine.items() if k != "seq_id"} == {
+            k: v for k, v in theirs.items() if k != "seq_id"
+        }
+    assert (
+        received[0]["rank"] == 2
+        and received[0]["world_size"] == 4
+        and received[0]["message"] == written[0]["message"]
+    )
     assert received[-1]["written_records"] == written[-1]["written_records"]
     (name,) = os.listdir(receiver.spool.log_dir)
     assert name.startswith("training.global_rank_2.") and name.endswith(".jsonl")
@@ -110,7 +138,12 @@ def test_over_grpc_each_record_is_a_log_record_with_its_file_seq_and_kind(run_di
     finally:
         backend.stop()
     kinds = [log.attributes["otel_titan.record"] for log in logs]
-    assert kinds == ["structured_logger_opened", "data_fetch_start", "data_fetch_end", "structured_logger_closed"]
+    assert kinds == [
+        "structured_logger_opened",
+        "data_fetch_start",
+        "data_fetch_end",
+        "structured_logger_closed",
+    ]
     assert [log.attributes["otel_titan.seq"] for log in logs] == [1, 2, 3, 4]
     assert len({log.attributes["otel_titan.file"] for log in logs}) == 1
     assert json.loads(logs[1].body)["log_type_name"] == "data_fetch_start"
@@ -130,7 +163,8 @@ def test_a_receiver_that_is_down_costs_the_training_nothing(run_dir, monkeypatch
     began = time.monotonic()
     assert sl.shutdown_structured_logger(timeout=10)
     assert time.monotonic() - began < 8  # its shutdown is bounded (3 s), beside the others'
-    assert spent < 5, spent  # not a speed figure: a send that blocked the training would take 200 × the 1 s timeout
+    # not a speed figure: a send that blocked the training would take 200 × the 1 s timeout
+    assert spent < 5, spent
     (path,) = jsonl_files(run_dir)
     assert sum(1 for r in read_records(path) if r["log_type_name"] == "data_fetch_end") == 200
 
@@ -138,12 +172,25 @@ def test_a_receiver_that_is_down_costs_the_training_nothing(run_dir, monkeypatch
 def test_named_in_a_handler_list_it_runs_without_the_variable(receiver, run_dir, monkeypatch):
     monkeypatch.delenv("OTEL_TITAN_OTLP_RECORDS", raising=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-    monkeypatch.setenv("OTEL_TITAN_HANDLERS", f"otel_titan.exporters.jsonl.register_jsonl_handler,{RECORDS_HANDLER}")
+    monkeypatch.setenv(
+        "OTEL_TITAN_HANDLERS",
+        f"otel_titan.exporters.jsonl.register_jsonl_handler,{RECORDS_HANDLER}",
+    )
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1)
     with sl.log_trace_span("data_fetch"):
         pass
     assert sl.shutdown_structured_logger(timeout=10)
-    assert wait_for(lambda: [r["log_type_name"] for r in spooled(receiver)] == ["structured_logger_opened", "data_fetch_start", "data_fetch_end", "structured_logger_closed"])
+    assert wait_for(
+        lambda: (
+            [r["log_type_name"] for r in spooled(receiver)]
+            == [
+                "structured_logger_opened",
+                "data_fetch_start",
+                "data_fetch_end",
+                "structured_logger_closed",
+            ]
+        )
+    )
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     sl.init_structured_logger("training", run_dir / "off", rank=0, world_size=1)
     assert sl.shutdown_structured_logger(timeout=10)

@@ -1,4 +1,5 @@
-"""The records stream's hand-written OTLP bytes mean what the SDK's encoding of the same log records means."""
+"""The records stream's hand-written OTLP bytes mean what the SDK's encoding of the same log records
+means."""
 
 from __future__ import annotations
 
@@ -23,10 +24,17 @@ class _Nowhere:
 
 
 def lines() -> list[bytes]:
-    encoder = RecordEncoder(discover_identity("training", environ={"RANK": "5", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "wire"}))
+    encoder = RecordEncoder(
+        discover_identity(
+            "training", environ={"RANK": "5", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "wire"}
+        )
+    )
     return [
         encoder.meta_line("structured_logger_opened", {"message": "opened, ünïcode ✓"}),
-        encoder.meta_line("stall", {"log_level": "WARNING", "threads": [{"frames": [{"file": "train.py", "line": 3}]}]}),
+        encoder.meta_line(
+            "stall",
+            {"log_level": "WARNING", "threads": [{"frames": [{"file": "train.py", "line": 3}]}]},
+        ),
         encoder.meta_line("heartbeat", {"log_level": "DEBUG"}),
         encoder.meta_line("records_dropped", {"log_level": "ERROR", "value": 3}),
         encoder.meta_line("x" * 300, {"log_level": "CRITICAL"}),
@@ -35,12 +43,21 @@ def lines() -> list[bytes]:
 
 
 def test_the_bytes_decode_to_the_sdks_message_field_for_field():
-    resource = Resource.create({"service.name": "trainer", "otel_titan.rank": 5, "host.name": "node-7"})
-    exporter = OtlpRecordsExporter(_Nowhere(), resource, discover_identity("training", environ={"TORCHELASTIC_RUN_ID": "wire"}), "training.global_rank_5.x.jsonl")
+    resource = Resource.create(
+        {"service.name": "trainer", "otel_titan.rank": 5, "host.name": "node-7"}
+    )
+    exporter = OtlpRecordsExporter(
+        _Nowhere(),
+        resource,
+        discover_identity("training", environ={"TORCHELASTIC_RUN_ID": "wire"}),
+        "training.global_rank_5.x.jsonl",
+    )
     try:
         batch = lines()
         ours = ExportLogsServiceRequest.FromString(exporter._wire.encode(batch))
-        theirs = ExportLogsServiceRequest.FromString(encode_logs([exporter._log_record(line) for line in batch]).SerializeToString())
+        theirs = ExportLogsServiceRequest.FromString(
+            encode_logs([exporter._log_record(line) for line in batch]).SerializeToString()
+        )
     finally:
         exporter.discard()
     for request in (ours, theirs):
@@ -49,7 +66,14 @@ def test_the_bytes_decode_to_the_sdks_message_field_for_field():
             log.observed_time_unix_nano = 0  # when it was sent: not the same instant
     assert ours == theirs
     logs = ours.resource_logs[0].scope_logs[0].log_records
-    assert [log.severity_text for log in logs] == ["INFO", "WARN", "DEBUG", "ERROR", "FATAL", "LOUD"]
+    assert [log.severity_text for log in logs] == [
+        "INFO",
+        "WARN",
+        "DEBUG",
+        "ERROR",
+        "FATAL",
+        "LOUD",
+    ]
     assert [log.severity_number for log in logs] == [9, 13, 5, 17, 21, 9]
     assert [orjson.loads(log.body.string_value)["seq_id"] for log in logs] == [1, 2, 3, 4, 5, 6]
     assert logs[0].time_unix_nano == orjson.loads(batch[0])["time_us"] * 1000

@@ -1,4 +1,5 @@
-"""QueuedSpanExporter on its own: a bounded queue and a thread in front of a slow or failing exporter."""
+"""QueuedSpanExporter on its own: a bounded queue and a thread in front of a slow or failing
+exporter."""
 
 from __future__ import annotations
 
@@ -55,7 +56,14 @@ def test_export_never_waits_and_drain_delivers():
 
 def test_a_full_queue_drops_and_counts_while_the_backend_hangs():
     gated = _Gated()
-    queued = QueuedSpanExporter(gated, name="gated", max_queue_size=3, max_export_batch_size=1, schedule_delay_s=0.01, shutdown_timeout_s=5)
+    queued = QueuedSpanExporter(
+        gated,
+        name="gated",
+        max_queue_size=3,
+        max_export_batch_size=1,
+        schedule_delay_s=0.01,
+        shutdown_timeout_s=5,
+    )
     try:
         queued.export(_spans(1))
         assert gated.entered.wait(10)  # the thread is stuck delivering the first span

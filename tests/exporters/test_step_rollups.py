@@ -1,4 +1,5 @@
-"""The writer's ``step_rollup`` records: one per step, written by the background thread, equal to what the reader makes of the spans."""
+"""The writer's ``step_rollup`` records: one per step, written by the background thread, equal to
+what the reader makes of the spans."""
 
 from __future__ import annotations
 
@@ -40,13 +41,17 @@ def _assert_rollups_match_spans(records: list[dict], complete_steps: set[int]) -
         assert closing_of(rollup) == expected["closing"], step
         assert rollup["complete"] is (step in complete_steps), step
         if rollup["complete"]:
-            assert rollup["end_us"] == expected["end_us"] and rollup["ended_by"] == "next_step", step
+            assert rollup["end_us"] == expected["end_us"] and rollup["ended_by"] == "next_step", (
+                step
+            )
             assert rollup["duration_ms"] == round((rollup["end_us"] - rollup["begin_us"]) / 1000, 3)
     return rollups
 
 
 def test_one_rollup_per_step_equal_to_the_spans_it_sums(run_dir):
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True
+    )
     for step in range(1, 6):
         sl.set_step(step)
         if step == 3:
@@ -67,12 +72,23 @@ def test_one_rollup_per_step_equal_to_the_spans_it_sums(run_dir):
     sl.shutdown_structured_logger()
     records = _records(run_dir)
     rollups = _assert_rollups_match_spans(records, complete_steps={1, 2, 3, 4})
-    assert [r["step"] for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
     assert rollups[2]["phases"]["forward"][0] == 2 and rollups[2]["phases"]["all_reduce"][1] >= 2000
     assert rollups[2]["closing"]["name"] == "all_reduce"
     assert rollups[3]["step_tags"] == ["gc"] and "step_tags" not in rollups[2]
-    # The last step has no next step to end it: written at shutdown, before the closing line, not complete.
-    assert records[-2]["log_type_name"] == MetaEvent.STEP_ROLLUP and records[-2]["ended_by"] == "close" and records[-1]["log_type_name"] == MetaEvent.CLOSED
+    # The last step has no next step to end it: written at shutdown, before the closing line, not
+    # complete.
+    assert (
+        records[-2]["log_type_name"] == MetaEvent.STEP_ROLLUP
+        and records[-2]["ended_by"] == "close"
+        and records[-1]["log_type_name"] == MetaEvent.CLOSED
+    )
     # Numbered with the other lines (a gap would read as lost lines), never counted as written data.
     assert [r["seq_id"] for r in records] == list(range(1, len(records) + 1))
     assert records[-1]["written_records"] == len(records) - 2 - len(rollups)
@@ -80,7 +96,9 @@ def test_one_rollup_per_step_equal_to_the_spans_it_sums(run_dir):
 
 def test_a_span_that_ends_after_its_step_is_summed_into_its_step(run_dir):
     """An asynchronous checkpoint started in step 1 ends in step 2: step 1's rollup waits for it."""
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True
+    )
     sl.set_step(1)
     release = threading.Event()
 
@@ -98,7 +116,11 @@ def test_a_span_that_ends_after_its_step_is_summed_into_its_step(run_dir):
         pass
     sl.flush_structured_logger()
     time.sleep(0.1)
-    early = [r for r in read_records(jsonl_files(run_dir)[0]) if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
+    early = [
+        r
+        for r in read_records(jsonl_files(run_dir)[0])
+        if r["log_type_name"] == MetaEvent.STEP_ROLLUP
+    ]
     assert early == []  # step 1 is over, but its checkpoint is still running
     release.set()
     writer.join()
@@ -112,8 +134,11 @@ def test_a_span_that_ends_after_its_step_is_summed_into_its_step(run_dir):
 
 
 def test_a_step_waits_for_an_open_span_only_so_long(run_dir):
-    """A span that never ends (a stuck thread) holds its step back for WAIT_STEPS steps, then it goes out, saying so."""
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    """A span that never ends (a stuck thread) holds its step back for WAIT_STEPS steps, then it
+    goes out, saying so."""
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True
+    )
     release = threading.Event()
     sl.set_step(1)
 
@@ -129,22 +154,40 @@ def test_a_step_waits_for_an_open_span_only_so_long(run_dir):
         with sl.log_trace_span("fwd_bwd"):
             pass
         sl.flush_structured_logger()
-    written = [r for r in read_records(jsonl_files(run_dir)[0]) if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
-    assert [r["step"] for r in written] == [1, 2, 3, 4]  # step 1 went out when step 2 + WAIT_STEPS began; 5 is under way
+    written = [
+        r
+        for r in read_records(jsonl_files(run_dir)[0])
+        if r["log_type_name"] == MetaEvent.STEP_ROLLUP
+    ]
+    # step 1 went out when step 2 + WAIT_STEPS began; 5 is under way
+    assert [r["step"] for r in written] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     assert written[0]["open_spans"] == 1 and "stuck_io" not in written[0]["phases"]
     assert not any("late_spans" in r for r in written)
     release.set()
     thread.join()
     sl.set_step(2 + WAIT_STEPS + 2)
     sl.shutdown_structured_logger()
-    later = [r for r in read_records(jsonl_files(run_dir)[0]) if r["log_type_name"] == MetaEvent.STEP_ROLLUP][len(written) :]
-    # Its span ended after step 1's rollup was out: in no rollup's totals, and every later rollup says so (the last one too).
+    later = [
+        r
+        for r in read_records(jsonl_files(run_dir)[0])
+        if r["log_type_name"] == MetaEvent.STEP_ROLLUP
+    ][len(written) :]
+    # Its span ended after step 1's rollup was out: in no rollup's totals, and every later rollup
+    # says so (the last one too).
     assert later and all(r["late_spans"] == 1 for r in later) and later[-1]["ended_by"] == "close"
 
 
 def test_a_span_of_a_step_whose_rollup_is_out_is_counted_late(run_dir):
-    """A thread with an older step of its own adds nothing to a rollup already written: later rollups count it in late_spans."""
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    """A thread with an older step of its own adds nothing to a rollup already written: later
+    rollups count it in late_spans."""
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True
+    )
     go = threading.Event()
 
     def loader() -> None:
@@ -169,13 +212,15 @@ def test_a_span_of_a_step_whose_rollup_is_out_is_counted_late(run_dir):
     records = read_records(jsonl_files(run_dir)[0])
     written = [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
     assert [r["step"] for r in written] == [1, 2, 3, 4, 5]
-    assert any(r["log_type_name"] == "loader_start" and r["step"] == 1 for r in records)  # the reader counts it in step 1
+    # the reader counts it in step 1
+    assert any(r["log_type_name"] == "loader_start" and r["step"] == 1 for r in records)
     assert "loader" not in written[0]["phases"] and written[-1]["late_spans"] == 1
 
 
-
 def test_no_rollups_when_turned_off(run_dir):
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=False)
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=False
+    )
     sl.set_step(1)
     with sl.log_trace_span("fwd_bwd"):
         pass
@@ -199,14 +244,21 @@ sl.shutdown_structured_logger()
     for value in ("1", "0"):
         out = tmp_path / value
         env = {**os.environ, "PYTHONPATH": str(REPO), "OTEL_TITAN_STEP_ROLLUPS": value}
-        result = processes.run([sys.executable, "-c", code, str(out)], env=env, capture_output=True, text=True, timeout=60)
+        result = processes.run(
+            [sys.executable, "-c", code, str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         counts[value] = sum(r["log_type_name"] == MetaEvent.STEP_ROLLUP for r in _records(out))
     assert counts == {"1": 2, "0": 0}
 
 
 def test_sigterm_writes_the_step_under_way_as_not_complete(tmp_path):
-    """A rank killed by the launcher mid-step: its file still has the steps before, and the one under way so far."""
+    """A rank killed by the launcher mid-step: its file still has the steps before, and the one
+    under way so far."""
     code = textwrap.dedent(
         """
         import sys, time
@@ -222,7 +274,9 @@ def test_sigterm_writes_the_step_under_way_as_not_complete(tmp_path):
         """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO), "OTEL_TITAN_STEP_ROLLUPS": "0"}
-    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         time.sleep(0.3)  # the _start of all_reduce is in the file
@@ -232,13 +286,22 @@ def test_sigterm_writes_the_step_under_way_as_not_complete(tmp_path):
         processes.kill_tree(child)
     records = _records(tmp_path)
     rollups = [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
-    assert [(r["step"], r["complete"], r["ended_by"]) for r in rollups] == [(1, True, "next_step"), (2, True, "next_step"), (3, False, "signal")]
-    assert rollups[-1]["open_spans"] == 1 and rollups[-1]["phases"] == {"fwd_bwd": [1, rollups[-1]["phases"]["fwd_bwd"][1]]}
-    assert records.index(rollups[-1]) > [r["log_type_name"] for r in records].index("signal_received")
+    assert [(r["step"], r["complete"], r["ended_by"]) for r in rollups] == [
+        (1, True, "next_step"),
+        (2, True, "next_step"),
+        (3, False, "signal"),
+    ]
+    assert rollups[-1]["open_spans"] == 1 and rollups[-1]["phases"] == {
+        "fwd_bwd": [1, rollups[-1]["phases"]["fwd_bwd"][1]]
+    }
+    assert records.index(rollups[-1]) > [r["log_type_name"] for r in records].index(
+        "signal_received"
+    )
 
 
 def test_spans_of_other_kinds_and_steps_are_left_alone():
-    """Timelines with no step, or spans that are not the logger's own, give no rollup (nothing is invented)."""
+    """Timelines with no step, or spans that are not the logger's own, give no rollup (nothing is
+    invented)."""
 
     class Foreign:
         record_kind = "span"
@@ -258,13 +321,24 @@ def test_a_real_torchrun_run_has_one_rollup_per_rank_and_step_equal_to_its_spans
     for path in files:
         records = read_records(path)
         rollups = [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
-        assert [r["step"] for r in rollups] == list(range(1, TOY_STEPS + 1))  # one per step, in order
+        # one per step, in order
+        assert [r["step"] for r in rollups] == list(range(1, TOY_STEPS + 1))
         assert {r["rank"] for r in rollups} == {records[0]["rank"]}
         by_step = _assert_rollups_match_spans(records, complete_steps=set(range(1, TOY_STEPS)))
-        assert by_step[TOY_STEPS]["ended_by"] == "close" and records[-1]["log_type_name"] == MetaEvent.CLOSED
+        assert (
+            by_step[TOY_STEPS]["ended_by"] == "close"
+            and records[-1]["log_type_name"] == MetaEvent.CLOSED
+        )
         for step, rollup in by_step.items():
-            assert set(rollup["phases"]) >= {"data_fetch", "fwd_bwd", "forward", "backward", "optimizer"}
-            # The step-closing span: the last top-level span of the step (the checkpoint's barrier every 4 steps).
+            assert set(rollup["phases"]) >= {
+                "data_fetch",
+                "fwd_bwd",
+                "forward",
+                "backward",
+                "optimizer",
+            }
+            # The step-closing span: the last top-level span of the step (the checkpoint's barrier
+            # every 4 steps).
             assert rollup["closing"]["name"] == ("checkpoint" if step % 4 == 0 else "optimizer")
         # A few percent of the bytes (process figures off in tests): the spans are the bulk.
         size = os.path.getsize(path)
@@ -273,13 +347,16 @@ def test_a_real_torchrun_run_has_one_rollup_per_rank_and_step_equal_to_its_spans
 
 
 def test_a_failing_rollup_never_costs_a_record(run_dir, caplog):
-    """Rollups are a bonus: if summing raises, the batch is written all the same, once warned, and rollups stop."""
+    """Rollups are a bonus: if summing raises, the batch is written all the same, once warned, and
+    rollups stop."""
 
     class Broken(StepRollups):
         def observe(self, timeline):
             raise RuntimeError("rollup bug")
 
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True)
+    sl.init_structured_logger(
+        "training", run_dir, rank=0, world_size=1, run_id="r", step_rollups=True
+    )
     (exporter,) = [e for e in sl.get_exporters() if hasattr(e, "rollups")]
     exporter.rollups = Broken()
     for step in (1, 2, 3):
@@ -288,7 +365,9 @@ def test_a_failing_rollup_never_costs_a_record(run_dir, caplog):
             pass
     sl.shutdown_structured_logger()
     records = _records(run_dir)
-    assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 3 and records[-1]["log_type_name"] == MetaEvent.CLOSED
+    assert [r["log_type_name"] for r in records].count("fwd_bwd_end") == 3 and records[-1][
+        "log_type_name"
+    ] == MetaEvent.CLOSED
     assert not [r for r in records if r["log_type_name"] == MetaEvent.STEP_ROLLUP]
     assert exporter.rollups is None
     assert [r.getMessage() for r in caplog.records if "step rollups failed" in r.getMessage()] != []

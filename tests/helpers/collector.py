@@ -39,7 +39,9 @@ class RotelCollector:
 
     def __init__(self, forward_to: str, workdir: Path, protocol: str = "grpc") -> None:
         self.forward_to = forward_to
-        self.protocol = protocol  # how it forwards: grpc, or http (OTLP/HTTP protobuf, gzip: rotel's default)
+        self.protocol = (
+            protocol  # how it forwards: grpc, or http (OTLP/HTTP protobuf, gzip: rotel's default)
+        )
         self.workdir = workdir
         self.grpc_port = free_port()
         self.http_port = free_port()

@@ -1,4 +1,5 @@
-"""A gloo training loop whose rank BAD ends the way real ranks end (tests/analysis/model/test_crash_states.py).
+"""A gloo training loop whose rank BAD ends the way real ranks end
+(tests/analysis/model/test_crash_states.py).
 
 ``python crash_workload.py FAULT BAD OUTPUT_DIR`` under torchrun. Every rank
 runs steps of ``data_fetch``, ``fwd_bwd`` (a scalar ``loss`` after it) then ``all_reduce``
@@ -36,7 +37,8 @@ import time
 import torch
 import torch.distributed as dist
 
-if os.environ.get("WRITER") == "torchtitan":  # torchtitan's own logger writes the files (no closing record, no black box)
+# torchtitan's own logger writes the files (no closing record, no black box)
+if os.environ.get("WRITER") == "torchtitan":
     from torchtitan.observability import structured_logger as sl
 else:
     from otel_titan import structured_logger as sl
@@ -47,13 +49,16 @@ CRASH_STEP = int(os.environ.get("CRASH_STEP", "8"))
 STEP_S = float(os.environ.get("STEP_S", "0.05"))
 COLLECTIVE = os.environ.get("NO_COLLECTIVE") != "1"
 ONLY_ATTEMPT = os.environ.get("ONLY_ATTEMPT")
-#: Seconds rank BAD works in its faulty fwd_bwd before it fails (with NO_COLLECTIVE: the others finish first, torchrun
-#: would otherwise terminate them as soon as it fails).
+#: Seconds rank BAD works in its faulty fwd_bwd before it fails (with NO_COLLECTIVE: the others
+#: finish first, torchrun would otherwise terminate them as soon as it fails).
 CRASH_DELAY_S = float(os.environ.get("CRASH_DELAY_S", "0"))
 
 
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1; 79.15 GiB total capacity)"
+
+
 def allocate() -> None:
-    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1; 79.15 GiB total capacity)")  # the crash line
+    raise RuntimeError(OOM)  # the crash line
 
 
 def read_shard() -> None:
@@ -75,7 +80,9 @@ def main() -> None:
     rank = int(os.environ["RANK"])
     sl.init_structured_logger("training", OUT)
     tensor = torch.ones(16)
-    peer_gone = FAULT in ("raise_wait", "sigkill_wait") and (ONLY_ATTEMPT is None or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == ONLY_ATTEMPT)
+    peer_gone = FAULT in ("raise_wait", "sigkill_wait") and (
+        ONLY_ATTEMPT is None or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == ONLY_ATTEMPT
+    )
     for step in range(1, STEPS + 1):
         sl.set_step(step)
         with sl.log_trace_span("data_fetch"):

@@ -1,4 +1,5 @@
-"""A 4-rank gloo training loop that hangs on purpose, one fault at a time (tests/analysis/model/test_hang.py).
+"""A 4-rank gloo training loop that hangs on purpose, one fault at a time
+(tests/analysis/model/test_hang.py).
 
 ``python hang_workload.py FAULT BAD_RANK OUTPUT_DIR`` under torchrun. Every
 rank runs steps of ``data_fetch`` then ``all_reduce``; at step 3 rank
@@ -10,16 +11,19 @@ BAD_RANK injects FAULT:
 * ``gil``: a C call that holds the interpreter lock (``ctypes.PyDLL(None).sleep``);
 * ``mismatch``: calls broadcast where the others call all_reduce;
 * ``deadlock``: its main thread and a ``ckpt-writer`` thread take two locks in opposite orders;
-* ``subgroup``: every step's all_reduce is on ``dist.new_group([0, 1])`` (as a device mesh's groups are);
-  rank BAD sleeps in `read_shard` inside ``data_fetch``;
+* ``subgroup``: every step's all_reduce is on ``dist.new_group([0, 1])`` (as a device mesh's groups
+  are); rank BAD sleeps in `read_shard` inside ``data_fetch``;
 * ``sleep2``: ranks BAD and BAD + 1 sleep in `read_shard` (two culprits);
-* ``before_init``: rank BAD blocks in `load_checkpoint` before ``init_structured_logger`` (it writes no file);
-* ``recover``: every rank pauses `PAUSE_S` in ``all_reduce`` at step 2 (longer than the stall threshold), then goes on and closes;
-* ``frdump``: the `sleep` fault, with torch's flight recorder kept out of the black boxes (its variable
-  unset after the process group is made) and, as torch's watchdog does on a timeout
+* ``before_init``: rank BAD blocks in `load_checkpoint` before ``init_structured_logger`` (it writes
+  no file);
+* ``recover``: every rank pauses `PAUSE_S` in ``all_reduce`` at step 2 (longer than the stall
+  threshold), then goes on and closes;
+* ``frdump``: the `sleep` fault, with torch's flight recorder kept out of the black boxes (its
+  variable unset after the process group is made) and, as torch's watchdog does on a timeout
   (``TORCH_NCCL_DUMP_ON_TIMEOUT``), each rank's recorder dumped by torch (``_dump_fr_trace``) to
   ``OUTPUT_DIR/flight_recorder/rank_<rank>`` after `DUMP_AFTER_S`;
-* ``healthy``: no fault, steps of ``STEP_S`` seconds each (slower than the stall floor), then a clean end;
+* ``healthy``: no fault, steps of ``STEP_S`` seconds each (slower than the stall floor), then a
+  clean end;
 * ``live``: no fault, runs until killed (the dump trigger is tried on it).
 """
 
@@ -54,7 +58,8 @@ def load_checkpoint() -> None:
 
 
 def sub_group() -> object:
-    """The group every step's all_reduce runs on: a sub-group for the `subgroup` fault, else the default one."""
+    """The group every step's all_reduce runs on: a sub-group for the `subgroup` fault, else the
+    default one."""
     return dist.new_group([0, 1]) if FAULT == "subgroup" else None
 
 
@@ -68,16 +73,19 @@ def is_bad(rank: int) -> bool:
 
 
 def pause(step: int) -> None:
-    """A healthy pause longer than the stall threshold (a checkpoint, an eval): the run then recovers."""
+    """A healthy pause longer than the stall threshold (a checkpoint, an eval): the run then
+    recovers."""
     if FAULT == "recover" and step == 2:
         time.sleep(float(os.environ.get("PAUSE_S", "4.5")))
 
 
 def dump_like_torch_on_timeout(rank: int) -> None:
-    """For `frdump`: torch's own dump file, written from a thread while the main thread hangs (gloo has no dump on timeout)."""
+    """For `frdump`: torch's own dump file, written from a thread while the main thread hangs (gloo
+    has no dump on timeout)."""
     if FAULT != "frdump":
         return
-    os.environ.pop("TORCH_FR_BUFFER_SIZE", None)  # torch read it when the group was made; the black box now skips the recorder
+    # torch read it when the group was made; the black box now skips the recorder
+    os.environ.pop("TORCH_FR_BUFFER_SIZE", None)
 
     def dump() -> None:
         time.sleep(float(os.environ.get("DUMP_AFTER_S", "4")))

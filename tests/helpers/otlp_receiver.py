@@ -76,7 +76,9 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
             time.sleep(self.delay_s)
         with self._lock:
             self.requests.append(request)
-            self.metadata.append({k: v for k, v in context.invocation_metadata() if isinstance(v, str)})
+            self.metadata.append(
+                {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            )
         return trace_service_pb2.ExportTraceServiceResponse()
 
     def spans(self) -> list[ReceivedSpan]:
@@ -97,7 +99,10 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
                                 start_ns=span.start_time_unix_nano,
                                 end_ns=span.end_time_unix_nano,
                                 attributes=attributes(span.attributes),
-                                events=[(e.name, e.time_unix_nano, attributes(e.attributes)) for e in span.events],
+                                events=[
+                                    (e.name, e.time_unix_nano, attributes(e.attributes))
+                                    for e in span.events
+                                ],
                                 status_code=span.status.code,
                                 status_message=span.status.message,
                                 resource=resource,
@@ -107,7 +112,9 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
                         )
         return out
 
-    def wait_for(self, predicate: Callable[[list[ReceivedSpan]], bool], timeout: float = 30.0) -> list[ReceivedSpan]:
+    def wait_for(
+        self, predicate: Callable[[list[ReceivedSpan]], bool], timeout: float = 30.0
+    ) -> list[ReceivedSpan]:
         """Poll until `predicate(spans)` holds; return the spans (the caller asserts on them)."""
         deadline = time.monotonic() + timeout
         spans = self.spans()

@@ -68,7 +68,8 @@ class _Logs(logs_service_pb2_grpc.LogsServiceServicer):
 
 
 class OtlpSignalsReceiver:
-    """Collects every metrics and logs export sent to ``127.0.0.1:<port>``; `log_delay_s`: each logs export takes that long."""
+    """Collects every metrics and logs export sent to ``127.0.0.1:<port>``; `log_delay_s`: each logs
+    export takes that long."""
 
     def __init__(self, log_delay_s: float = 0.0) -> None:
         self.log_delay_s = log_delay_s
@@ -98,7 +99,11 @@ class OtlpSignalsReceiver:
                         for point in getattr(metric, kind).data_points:
                             value = None
                             if kind in ("gauge", "sum"):
-                                value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
+                                value = (
+                                    point.as_double
+                                    if point.WhichOneof("value") == "as_double"
+                                    else point.as_int
+                                )
                             elif kind in ("histogram", "exponential_histogram"):
                                 value = point.sum
                             out.append(
@@ -108,7 +113,9 @@ class OtlpSignalsReceiver:
                                     attributes=attributes(point.attributes),
                                     resource=resource,
                                     value=value,
-                                    count=getattr(point, "count", None) if kind.endswith("histogram") else None,
+                                    count=getattr(point, "count", None)
+                                    if kind.endswith("histogram")
+                                    else None,
                                     exemplars=list(getattr(point, "exemplars", [])),
                                     raw=point,
                                 )
@@ -137,8 +144,11 @@ class OtlpSignalsReceiver:
                         )
         return out
 
-    def wait_for(self, predicate: Callable[[OtlpSignalsReceiver], bool], timeout: float = 60.0) -> bool:
-        """Poll until `predicate(self)` holds; False on timeout (the caller asserts on what arrived)."""
+    def wait_for(
+        self, predicate: Callable[[OtlpSignalsReceiver], bool], timeout: float = 60.0
+    ) -> bool:
+        """Poll until `predicate(self)` holds; False on timeout (the caller asserts on what
+        arrived)."""
         deadline = time.monotonic() + timeout
         while not predicate(self):
             if time.monotonic() > deadline:

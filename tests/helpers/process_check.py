@@ -1,4 +1,5 @@
-"""The process check: a test that leaves a process running fails, and so does a session that ends with one.
+"""The process check: a test that leaves a process running fails, and so does a session that ends
+with one.
 
 Registered by ``tests/conftest.py`` (Linux: it reads /proc). It exists
 because the suite once left two hung torchrun workers running forever after
@@ -21,7 +22,8 @@ def _describe(leftovers: dict[int, str]) -> str:
 
 
 class LeakCheck:
-    """Pytest plugin: fail the test that leaves a process running, and the session if any is left at its end.
+    """Pytest plugin: fail the test that leaves a process running, and the session if any is left at
+    its end.
 
     Per test, the processes alive after its teardown that were not alive
     before it are its leftovers (processes of module- or session-scoped
@@ -31,7 +33,8 @@ class LeakCheck:
     session anything still alive is killed and the exit status is a failure.
     """
 
-    #: How long a test's new processes may take to exit after its teardown (a process told to stop, still flushing).
+    #: How long a test's new processes may take to exit after its teardown (a process told to stop,
+    #: still flushing).
     grace_s = 5.0
 
     def __init__(self) -> None:
@@ -57,7 +60,11 @@ class LeakCheck:
         leaked = {pid: command for pid, command in new.items() if pid in still}
         if leaked:
             self._kill(leaked)
-            pytest.fail(f"{request.node.nodeid} left {len(leaked)} process(es) running (killed now):\n{_describe(leaked)}", pytrace=False)
+            pytest.fail(
+                f"{request.node.nodeid} left {len(leaked)} process(es) running (killed "
+                f"now):\n{_describe(leaked)}",
+                pytrace=False,
+            )
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -65,7 +72,11 @@ class LeakCheck:
             return
         leftovers = self.leftovers()
         if leftovers:
-            leftovers = {pid: command for pid, command in leftovers.items() if pid in set(wait_gone(leftovers, self.grace_s))}
+            leftovers = {
+                pid: command
+                for pid, command in leftovers.items()
+                if pid in set(wait_gone(leftovers, self.grace_s))
+            }
         if not leftovers:
             return
         self._kill(leftovers)

@@ -1,4 +1,5 @@
-"""Process trees: kill a whole tree, run a command without ever leaving its tree behind, find leftovers.
+"""Process trees: kill a whole tree, run a command without ever leaving its tree behind, find
+leftovers.
 
 Why a tree and not a process group: torchrun's agent starts every worker with
 ``start_new_session=True`` (torch 2.13), so each worker is the leader of its
@@ -24,13 +25,17 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-#: Environment variable naming the test session that started a process (inherited by every descendant
-#: that keeps its environment). Not ``OTEL_``/``TITAN_``/``TORCHELASTIC_``-prefixed: tests strip those.
+#: Environment variable naming the test session that started a process (inherited by every
+#: descendant that keeps its environment). Not ``OTEL_``/``TITAN_``/``TORCHELASTIC_``-prefixed:
+#: tests strip those.
 SESSION_VARIABLE = "PYTEST_PROCESS_CHECK_SESSION"
 
-# Python's own per-interpreter helper processes: they belong to the interpreter (pytest), live until it
-# exits by design, and are not a test's leftovers.
-_INTERPRETER_HELPERS = ("from multiprocessing.resource_tracker import main", "from multiprocessing.forkserver import main")
+# Python's own per-interpreter helper processes: they belong to the interpreter (pytest), live until
+# it exits by design, and are not a test's leftovers.
+_INTERPRETER_HELPERS = (
+    "from multiprocessing.resource_tracker import main",
+    "from multiprocessing.forkserver import main",
+)
 
 
 def _stat(pid: int) -> tuple[int, str] | None:
@@ -40,7 +45,8 @@ def _stat(pid: int) -> tuple[int, str] | None:
             data = handle.read()
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may contain spaces and parentheses, so split after the last ')'.
+    # "pid (comm) state ppid ...": comm may contain spaces and parentheses, so split after the last
+    # ')'.
     fields = data[data.rindex(b")") + 2 :].split()
     return int(fields[1]), fields[0].decode()
 
@@ -112,7 +118,8 @@ def kill_tree(root: int | subprocess.Popen[Any], timeout: float = 30) -> list[in
     pid = root.pid if isinstance(root, subprocess.Popen) else root
     members: list[int] = []
     entry = _stat(pid)
-    if entry is not None and _alive(entry[1]):  # an exited root's children were re-parented: not findable from it
+    # an exited root's children were re-parented: not findable from it
+    if entry is not None and _alive(entry[1]):
         members.append(pid)
         _signal(pid, signal.SIGSTOP)
     while True:
@@ -145,7 +152,15 @@ def wait_gone(pids: Iterable[int], timeout: float) -> list[int]:
         time.sleep(0.02)
 
 
-def run(args: Sequence[str], *, timeout: float | None = None, input: Any = None, check: bool = False, capture_output: bool = False, **popen: Any) -> subprocess.CompletedProcess[Any]:
+def run(
+    args: Sequence[str],
+    *,
+    timeout: float | None = None,
+    input: Any = None,
+    check: bool = False,
+    capture_output: bool = False,
+    **popen: Any,
+) -> subprocess.CompletedProcess[Any]:
     """`subprocess.run`, except that a timeout (or any interruption) kills the command's whole tree.
 
     `subprocess.run` kills only the direct child on timeout: a torchrun
@@ -171,8 +186,9 @@ def run(args: Sequence[str], *, timeout: float | None = None, input: Any = None,
 
 
 def started_by(pid: int, token: str) -> dict[int, str]:
-    """Live processes of this session other than `pid` itself: its descendants, and any process whose
-    environment names session `token` (re-parented orphans), minus the interpreter's own helpers. pid → command line."""
+    """Live processes of this session other than `pid` itself: its descendants, and any process
+    whose environment names session `token` (re-parented orphans), minus the interpreter's own
+    helpers. pid → command line."""
     table = _table()
     below = set(descendants(pid, table))
     needle = f"\0{SESSION_VARIABLE}={token}\0".encode()

@@ -1,4 +1,5 @@
-"""The README's own training loop under torchrun (gloo, DDP): ``fwd_bwd`` then ``optimizer``, no span around the collective.
+"""The README's own training loop under torchrun (gloo, DDP): ``fwd_bwd`` then ``optimizer``, no
+span around the collective.
 
 ``python readme_loop.py OUTPUT_DIR STEPS SLOW_RANK SLOW_PCT``: every rank runs
 the Quickstart's loop; DDP's all-reduce runs inside ``loss.backward()``, so
@@ -27,7 +28,12 @@ OPTIMIZER_MS = 10.0
 
 
 def main() -> None:
-    out, steps, slow_rank, slow_pct = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    out, steps, slow_rank, slow_pct = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        int(sys.argv[3]),
+        float(sys.argv[4]),
+    )
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)

@@ -1,4 +1,5 @@
-"""What a file's spans say per step, as the reader pairs them: the ground truth a ``step_rollup`` record must match."""
+"""What a file's spans say per step, as the reader pairs them: the ground truth a ``step_rollup``
+record must match."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from tests.helpers.analysis import _SESSION_DIR, SLOW_MS, TOY_STEPS, _torchrun_c
 
 
 def rollups_by_step(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """step → its ``step_rollup`` record (the last one written: a rollup after SIGTERM is superseded by a later one)."""
+    """step → its ``step_rollup`` record (the last one written: a rollup after SIGTERM is superseded
+    by a later one)."""
     out: dict[int, dict[str, Any]] = {}
     for record in records:
         if record["log_type_name"] == MetaEvent.STEP_ROLLUP:
@@ -39,20 +41,30 @@ class _Truth(TimelineVisitor):
         step = first.get("step")
         if type(step) is not int:
             return
-        self.closer.span_ended(step, span.name, span.start_us, end_us, first.get("parent_span_id") is None)
+        self.closer.span_ended(
+            step, span.name, span.start_us, end_us, first.get("parent_span_id") is None
+        )
         phase = self.phases.setdefault(step, {}).setdefault(span.name, [0, 0])
         phase[0] += 1
         phase[1] += int(dur_us)
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
-        self.steps[step] = {"begin_us": begin_us, "end_us": end_us, "closing": self.closer.closing(step)}
+        self.steps[step] = {
+            "begin_us": begin_us,
+            "end_us": end_us,
+            "closing": self.closer.closing(step),
+        }
 
 
 def spans_by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """step → {"phases": {name: [count, total µs]}, "begin_us", "end_us", "closing": (name, start, end) | None} from the spans."""
+    """step → {"phases": {name: [count, total µs]}, "begin_us", "end_us", "closing": (name, start,
+    end) | None} from the spans."""
     truth = _Truth()
     walk_process(records, truth)
-    return {step: {**extent, "phases": truth.phases.get(step, {})} for step, extent in truth.steps.items()}
+    return {
+        step: {**extent, "phases": truth.phases.get(step, {})}
+        for step, extent in truth.steps.items()
+    }
 
 
 def closing_of(rollup: dict[str, Any]) -> tuple[str, int, int] | None:
@@ -63,12 +75,25 @@ def closing_of(rollup: dict[str, Any]) -> tuple[str, int, int] | None:
 
 @functools.cache
 def toy_run_with_rollups() -> Path:
-    """A finished 2-rank torchrun (gloo) toy run with rollups on: 8 steps, rank 1 slower in data_fetch, gc and checkpoints every 4 steps.
+    """A finished 2-rank torchrun (gloo) toy run with rollups on: 8 steps, rank 1 slower in
+    data_fetch, gc and checkpoints every 4 steps.
 
     Made once per session (tests/helpers/analysis.py's session folder, removed at exit).
     """
     output = _SESSION_DIR / "toy-rollups"
-    command, env = _torchrun_command(output, "--steps", str(TOY_STEPS), "--slow-rank", "1", "--slow-ms", str(SLOW_MS), "--gc-every", "4", "--checkpoint-every", "4")
+    command, env = _torchrun_command(
+        output,
+        "--steps",
+        str(TOY_STEPS),
+        "--slow-rank",
+        "1",
+        "--slow-ms",
+        str(SLOW_MS),
+        "--gc-every",
+        "4",
+        "--checkpoint-every",
+        "4",
+    )
     env["OTEL_TITAN_STEP_ROLLUPS"] = "1"
     result = processes.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -76,7 +101,8 @@ def toy_run_with_rollups() -> Path:
 
 
 def strip_rollups(run_dir: Path, into: Path) -> Path:
-    """A copy of `run_dir`'s logs without their rollup lines, ``seq_id`` renumbered: the same run as written without rollups.
+    """A copy of `run_dir`'s logs without their rollup lines, ``seq_id`` renumbered: the same run as
+    written without rollups.
 
     Every other line is kept byte for byte but for its ``seq_id``.
     """

@@ -23,7 +23,13 @@ from otel_titan import structured_logger as sl
 from otel_titan.core.capture import emit_internal_instant
 from otel_titan.core.titan_span import TitanSpan
 
-REMOTE = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("vendor", "x1")]))
+REMOTE = SpanContext(
+    0x0AF7651916CD43DD8448EB211C80319C,
+    0xB7AD6B7169203331,
+    is_remote=True,
+    trace_flags=TraceFlags(1),
+    trace_state=TraceState([("vendor", "x1")]),
+)
 
 
 def titan_spans(output_dir: str) -> list[ReadableSpan]:
@@ -34,7 +40,15 @@ def titan_spans(output_dir: str) -> list[ReadableSpan]:
         captured["exporter"] = InMemorySpanExporter()
         add_span_exporter(captured["exporter"])
 
-    sl.init_structured_logger("training", output_dir, rank=3, world_size=8, run_id="equivalence", handlers=[register], join_otel_context=True)
+    sl.init_structured_logger(
+        "training",
+        output_dir,
+        rank=3,
+        world_size=8,
+        run_id="equivalence",
+        handlers=[register],
+        join_otel_context=True,
+    )
     try:
         sl.log_trace_instant("training_start")
         for step in range(1, 4):
@@ -45,7 +59,8 @@ def titan_spans(output_dir: str) -> list[ReadableSpan]:
             with sl.log_trace_span("fwd_bwd", "forward and backward"):
                 with sl.log_trace_span("forward"):
                     sl.log_trace_instant("micro_batch_done")
-                with sl.log_trace_span("backward"):  # a plain child: the encoder's fast path with a local parent
+                # a plain child: the encoder's fast path with a local parent
+                with sl.log_trace_span("backward"):
                     pass
                 sl.log_trace_scalar({"loss": 2.5 / step, "tokens": 4096 * step, "neg": -7})
             try:
@@ -61,7 +76,17 @@ def titan_spans(output_dir: str) -> list[ReadableSpan]:
                 await asyncio.sleep(0)
 
         asyncio.run(task_body())
-        emit_internal_instant("internal", {"s": "text", "i": -(2**63), "f": 1.25, "b": True, "l": ["a", "b"], "n": [1, 2.5, True]})
+        emit_internal_instant(
+            "internal",
+            {
+                "s": "text",
+                "i": -(2**63),
+                "f": 1.25,
+                "b": True,
+                "l": ["a", "b"],
+                "n": [1, 2.5, True],
+            },
+        )
         token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(REMOTE)))
         try:
             with sl.log_trace_span("remote_child"):
@@ -73,7 +98,9 @@ def titan_spans(output_dir: str) -> list[ReadableSpan]:
     finally:
         sl.shutdown_structured_logger()
     spans = list(captured["exporter"].get_finished_spans())
-    assert any(getattr(s, "incomplete", False) for s in spans), "the open span's incomplete copy was not exported"
+    assert any(getattr(s, "incomplete", False) for s in spans), (
+        "the open span's incomplete copy was not exported"
+    )
     linked = next(s for s in spans if isinstance(s, TitanSpan) and s.name == "forward")
     linked._links = (Link(REMOTE, {"titan.link": "step", "n": 1}), Link(spans[0].context))
     return spans + foreign_spans()

@@ -1,4 +1,5 @@
-"""Real second (and third) users for the tests where who wrote a file matters: a shared project folder, a shared cache, a spool.
+"""Real second (and third) users for the tests where who wrote a file matters: a shared project
+folder, a shared cache, a spool.
 
 `local_users` makes users sharing one new group with ``groupadd``/``useradd``
 (CI runs as root), each with a home of its own in a fresh folder, and
@@ -47,27 +48,58 @@ class User:
     home: str
 
     def env(self, **extra: str) -> dict[str, str]:
-        """A clean environment for this user: PATH, HOME, LANG, no XDG_CACHE_HOME unless given (pass it to share one)."""
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.home, "LANG": "C.UTF-8", "USER": self.name}
-        if "PYTHONPATH" in os.environ:  # the code under test, when the tests run against another tree
+        """A clean environment for this user: PATH, HOME, LANG, no XDG_CACHE_HOME unless given (pass
+        it to share one)."""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": self.home,
+            "LANG": "C.UTF-8",
+            "USER": self.name,
+        }
+        # the code under test, when the tests run against another tree
+        if "PYTHONPATH" in os.environ:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(extra)
         return env
 
-    def run(self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | None = None, umask: int = 0o022,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        """`argv` run as this user (uid, the shared group, no supplementary groups) with `umask`; its output, as text."""
-        command = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", *argv]
-        process = subprocess.Popen(command, env=env if env is not None else self.env(), cwd=cwd or self.home, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                   preexec_fn=lambda: os.umask(umask))
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        umask: int = 0o022,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess[str]:
+        """`argv` run as this user (uid, the shared group, no supplementary groups) with `umask`;
+        its output, as text."""
+        command = [
+            "setpriv",
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--",
+            *argv,
+        ]
+        process = subprocess.Popen(
+            command,
+            env=env if env is not None else self.env(),
+            cwd=cwd or self.home,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: os.umask(umask),
+        )
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             out, err = process.communicate()
-            raise AssertionError(f"{' '.join(argv)} as {self.name} ran past {timeout} s:\n{out}\n{err}") from None
+            raise AssertionError(
+                f"{' '.join(argv)} as {self.name} ran past {timeout} s:\n{out}\n{err}"
+            ) from None
         finally:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)  # nothing of it outlives the call
@@ -80,7 +112,8 @@ def _name(tag: str, letter: str) -> str:
 
 @contextlib.contextmanager
 def local_users(tag: str, count: int = 2) -> Iterator[tuple[list[User], int, str]]:
-    """`count` new users (a, b, ...) in one new group: (users, the group's gid, a fresh folder all of them can enter, 0755).
+    """`count` new users (a, b, ...) in one new group: (users, the group's gid, a fresh folder all
+    of them can enter, 0755).
 
     Everything is removed at the end (`User.run` has killed each command's process group already).
     """
@@ -95,12 +128,20 @@ def local_users(tag: str, count: int = 2) -> Iterator[tuple[list[User], int, str
     try:
         subprocess.run(["groupadd", group], check=True, capture_output=True)
         group_made = True
-        gid = int(subprocess.run(["getent", "group", group], check=True, capture_output=True, text=True).stdout.split(":")[2])
+        gid = int(
+            subprocess.run(
+                ["getent", "group", group], check=True, capture_output=True, text=True
+            ).stdout.split(":")[2]
+        )
         users = []
         for index in range(count):
             name = _name(tag, "abcdefgh"[index])
             home = os.path.join(top, f"home-{name}")
-            subprocess.run(["useradd", "-M", "-N", "-g", group, "-d", home, "-s", "/bin/sh", name], check=True, capture_output=True)
+            subprocess.run(
+                ["useradd", "-M", "-N", "-g", group, "-d", home, "-s", "/bin/sh", name],
+                check=True,
+                capture_output=True,
+            )
             made.append(name)
             entry = pwd.getpwnam(name)
             os.mkdir(home, 0o700)

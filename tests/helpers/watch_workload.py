@@ -1,4 +1,5 @@
-"""A gloo training loop for `otel-titan watch` (tests/analysis/watch/test_watch_torchrun.py): one fault at a time.
+"""A gloo training loop for `otel-titan watch` (tests/analysis/watch/test_watch_torchrun.py): one
+fault at a time.
 
 ``python watch_workload.py FAULT BAD_RANK OUTPUT_DIR`` under torchrun. Every
 rank runs steps of ``data_fetch`` (``STEP_S`` seconds) then ``all_reduce``,
@@ -7,13 +8,16 @@ until killed; from step ``FAULT_STEP`` (default 4) rank BAD_RANK injects FAULT:
 * ``peer_phase``: sleeps in `read_shard` inside ``data_fetch`` (the others wait in all_reduce);
 * ``between_spans``: sleeps in `load_batch` after `set_step`, before its ``data_fetch`` span opens;
 * ``slow``: its ``data_fetch`` takes ``SLOW_FACTOR`` (default 1.5) times as long, from then on;
-* ``hiccup``: at that step only, its ``data_fetch`` waits ``HICCUP_S`` (default 11) in `read_shard_slowly` (a storage hiccup), then the job runs on;
-* ``checkpoint``: after that step's ``all_reduce``, rank 0 alone saves a checkpoint (a ``checkpoint`` span of
-  ``CHECKPOINT_S``, default 45) and every rank then waits in ``dist.barrier()`` (in a ``barrier`` span, or in none
-  with ``WATCH_BARRIER_SPAN=0``): rank-0 work the others wait for, no hang; the job runs on (BAD_RANK is unused);
-* ``lone_barrier``: at that step, in place of its ``all_reduce``, it enters a ``barrier`` span (a span never seen to
-  finish) and calls ``dist.barrier()``, which no other rank joins (they wait in all_reduce): a desync that the flight
-  recorder (``TORCH_FR_BUFFER_SIZE``) shows in the black boxes;
+* ``hiccup``: at that step only, its ``data_fetch`` waits ``HICCUP_S`` (default 11) in
+  `read_shard_slowly` (a storage hiccup), then the job runs on;
+* ``checkpoint``: after that step's ``all_reduce``, rank 0 alone saves a checkpoint (a
+  ``checkpoint`` span of ``CHECKPOINT_S``, default 45) and every rank then waits in
+  ``dist.barrier()`` (in a ``barrier`` span, or in none with ``WATCH_BARRIER_SPAN=0``): rank-0 work
+  the others wait for, no hang; the job runs on (BAD_RANK is unused);
+* ``lone_barrier``: at that step, in place of its ``all_reduce``, it enters a ``barrier`` span (a
+  span never seen to finish) and calls ``dist.barrier()``, which no other rank joins (they wait in
+  all_reduce): a desync that the flight recorder (``TORCH_FR_BUFFER_SIZE``) shows in the black
+  boxes;
 * ``healthy``: no fault.
 """
 

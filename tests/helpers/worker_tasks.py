@@ -1,4 +1,5 @@
-"""Tasks for `otel_titan.analysis.workers.interpreters` tests, imported by name in a worker interpreter (standard library only: it starts fast)."""
+"""Tasks for `otel_titan.analysis.workers.interpreters` tests, imported by name in a worker
+interpreter (standard library only: it starts fast)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The OTLP/HTTP endpoint of watch --otlp, on loopback, with real requests: the SDK's exporter, and raw ones for each refusal."""
+"""The OTLP/HTTP endpoint of watch --otlp, on loopback, with real requests: the SDK's exporter, and
+raw ones for each refusal."""
 
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ def logs_request(*records: tuple[str | None, int, str]) -> bytes:
 
 
 def post(receiver: OtlpHttpReceiver, path: str, body: bytes, **headers: str) -> tuple[int, bytes]:
-    request = urllib.request.Request(f"http://127.0.0.1:{receiver.port}{path}", data=body, method="POST",
-                                     headers={"Content-Type": "application/x-protobuf", **headers})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{receiver.port}{path}",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/x-protobuf", **headers},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read()
@@ -62,7 +67,15 @@ def test_the_sdks_log_exporter_is_answered_and_its_records_written(receiver):
     from opentelemetry.sdk._logs.export import LogRecordExportResult
 
     exporter = OTLPLogExporter(endpoint=f"http://127.0.0.1:{receiver.port}/v1/logs")
-    logs = [ReadWriteLogRecord(LogRecord(body=json.dumps({"seq_id": n}), attributes={"otel_titan.file": NAME, "otel_titan.seq": n})) for n in (1, 2)]
+    logs = [
+        ReadWriteLogRecord(
+            LogRecord(
+                body=json.dumps({"seq_id": n}),
+                attributes={"otel_titan.file": NAME, "otel_titan.seq": n},
+            )
+        )
+        for n in (1, 2)
+    ]
     assert exporter.export(logs) == LogRecordExportResult.SUCCESS
     exporter.shutdown()
     assert spooled(receiver) == ['{"seq_id": 1}', '{"seq_id": 2}']
@@ -71,23 +84,64 @@ def test_the_sdks_log_exporter_is_answered_and_its_records_written(receiver):
 def test_gzip_and_deflate_bodies_as_collectors_send_them(receiver):
     import zlib
 
-    assert post(receiver, "/v1/logs", gzip.compress(logs_request((NAME, 1, '{"a": 1}'))), **{"Content-Encoding": "gzip"})[0] == 200
-    assert post(receiver, "/v1/logs", zlib.compress(logs_request((NAME, 2, '{"a": 2}'))), **{"Content-Encoding": "deflate"})[0] == 200
+    assert (
+        post(
+            receiver,
+            "/v1/logs",
+            gzip.compress(logs_request((NAME, 1, '{"a": 1}'))),
+            **{"Content-Encoding": "gzip"},
+        )[0]
+        == 200
+    )
+    assert (
+        post(
+            receiver,
+            "/v1/logs",
+            zlib.compress(logs_request((NAME, 2, '{"a": 2}'))),
+            **{"Content-Encoding": "deflate"},
+        )[0]
+        == 200
+    )
     assert spooled(receiver) == ['{"a": 1}', '{"a": 2}']
 
 
 def test_otlp_json_bodies(receiver):
-    body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [
-        {"body": {"stringValue": '{"a": 1}'}, "attributes": [{"key": "otel_titan.file", "value": {"stringValue": NAME}}, {"key": "otel_titan.seq", "value": {"intValue": "1"}}]},
-        {"body": {"stringValue": "a training log line"}, "attributes": []},
-    ]}]}]}
-    status, answer = post(receiver, "/v1/logs", json.dumps(body).encode(), **{"Content-Type": "application/json"})
+    body = {
+        "resourceLogs": [
+            {
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {
+                                "body": {"stringValue": '{"a": 1}'},
+                                "attributes": [
+                                    {"key": "otel_titan.file", "value": {"stringValue": NAME}},
+                                    {"key": "otel_titan.seq", "value": {"intValue": "1"}},
+                                ],
+                            },
+                            {"body": {"stringValue": "a training log line"}, "attributes": []},
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    status, answer = post(
+        receiver, "/v1/logs", json.dumps(body).encode(), **{"Content-Type": "application/json"}
+    )
     assert (status, answer) == (200, b"{}")
     assert spooled(receiver) == ['{"a": 1}'] and receiver.foreign_logs == 1
 
 
 def test_other_logs_spans_and_metrics_are_answered_and_counted_not_written(receiver):
-    assert post(receiver, "/v1/logs", logs_request((None, 0, "a training log line"), (NAME, 1, '{"a": 1}')))[0] == 200
+    assert (
+        post(
+            receiver,
+            "/v1/logs",
+            logs_request((None, 0, "a training log line"), (NAME, 1, '{"a": 1}')),
+        )[0]
+        == 200
+    )
     traces = ExportTraceServiceRequest()
     scope = traces.resource_spans.add().scope_spans.add()
     for name in ("data_fetch", "all_reduce"):
@@ -120,21 +174,31 @@ def test_refusals_say_why(receiver):
 
 def test_a_body_too_large_is_refused_before_it_is_read(receiver):
     with socket.create_connection(("127.0.0.1", receiver.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 999999999999\r\n\r\n")
+        sock.sendall(
+            b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 999999999999\r\n\r\n"
+        )
         answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer
 
 
 def test_a_port_in_use_is_said_plainly(receiver, tmp_path):
-    with pytest.raises(ReceiverError, match=rf"cannot listen on 127.0.0.1:{receiver.port}: the port is in use"):
+    with pytest.raises(
+        ReceiverError, match=rf"cannot listen on 127.0.0.1:{receiver.port}: the port is in use"
+    ):
         OtlpHttpReceiver("127.0.0.1", receiver.port, Spool(str(tmp_path / "other"))).start()
-    with pytest.raises(ReceiverError, match="cannot listen on no-such-host.invalid:0: unknown host"):
+    with pytest.raises(
+        ReceiverError, match="cannot listen on no-such-host.invalid:0: unknown host"
+    ):
         OtlpHttpReceiver("no-such-host.invalid", 0, Spool(str(tmp_path / "other"))).start()
 
 
 def test_addresses():
     assert parse_address("127.0.0.1:4318") == ("127.0.0.1", 4318)
-    assert parse_address(":4318") == ("127.0.0.1", 4318) and parse_address("4318") == ("127.0.0.1", 4318)  # no host: loopback, never every interface
+    # no host: loopback, never every interface
+    assert parse_address(":4318") == ("127.0.0.1", 4318) and parse_address("4318") == (
+        "127.0.0.1",
+        4318,
+    )
     assert parse_address("0.0.0.0:4318") == ("0.0.0.0", 4318)
     assert parse_address("http://collector:4318/") == ("collector", 4318)
     for wrong in ("host", "host:99999", "::1:4318", "host:"):
@@ -158,10 +222,17 @@ def test_an_ipv6_loopback_endpoint(tmp_path):
     except ReceiverError as error:
         pytest.skip(f"IPv6 loopback unavailable: {error}")
     try:
-        request = urllib.request.Request(f"http://[::1]:{receiver.port}/v1/logs", data=logs_request((NAME, 1, '{"a": 1}')), method="POST",
-                                         headers={"Content-Type": "application/x-protobuf"})
+        request = urllib.request.Request(
+            f"http://[::1]:{receiver.port}/v1/logs",
+            data=logs_request((NAME, 1, '{"a": 1}')),
+            method="POST",
+            headers={"Content-Type": "application/x-protobuf"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
-        assert spooled(receiver) == ['{"a": 1}'] and receiver.endpoint == f"http://[::1]:{receiver.port}"
+        assert (
+            spooled(receiver) == ['{"a": 1}']
+            and receiver.endpoint == f"http://[::1]:{receiver.port}"
+        )
     finally:
         receiver.stop()

@@ -14,7 +14,13 @@ NAME = "training.global_rank_0.20260101-000000-abcdef.jsonl"
 
 
 def rec(seq: int, name: str = NAME) -> ReceivedRecord:
-    return ReceivedRecord(name, seq, json.dumps({"seq_id": seq, "log_type_name": "x", "log_type": "instant", "time_us": 1_000_000 + seq}).encode())
+    return ReceivedRecord(
+        name,
+        seq,
+        json.dumps(
+            {"seq_id": seq, "log_type_name": "x", "log_type": "instant", "time_us": 1_000_000 + seq}
+        ).encode(),
+    )
 
 
 def seqs(spool: Spool, name: str = NAME) -> list[int]:
@@ -51,7 +57,8 @@ def test_a_gap_that_stays_is_skipped_after_the_hold_and_counted_lost(tmp_path):
     spool.tick(11.0)
     assert seqs(spool) == [1, 4, 5]
     assert spool.lost == 2
-    spool.add([rec(3)], now=11.5)  # arrives after its gap was given up: too late, never out of order
+    # arrives after its gap was given up: too late, never out of order
+    spool.add([rec(3)], now=11.5)
     assert seqs(spool) == [1, 4, 5] and spool.duplicates == 1
 
 
@@ -71,32 +78,55 @@ def test_held_records_are_bounded(tmp_path):
 def test_records_without_a_number_are_written_as_they_come_and_processes_are_apart(tmp_path):
     spool = Spool(str(tmp_path))
     other = "training.global_rank_1.20260101-000000-zzzzzz.jsonl"
-    spool.add([ReceivedRecord(NAME, 0, b'{"a": 1}'), rec(1, other), ReceivedRecord(NAME, 0, b'{"a": 2}')], now=0.0)
+    spool.add(
+        [ReceivedRecord(NAME, 0, b'{"a": 1}'), rec(1, other), ReceivedRecord(NAME, 0, b'{"a": 2}')],
+        now=0.0,
+    )
     assert open(os.path.join(spool.log_dir, NAME), "rb").read() == b'{"a": 1}\n{"a": 2}\n'
     assert seqs(spool, other) == [1] and spool.processes == 2
 
 
 def test_a_line_that_is_not_one_json_object_on_one_line_is_dropped(tmp_path):
     spool = Spool(str(tmp_path))
-    spool.add([ReceivedRecord(NAME, 0, b'{"a": 1}\n{"b": 2}'), ReceivedRecord(NAME, 0, b"plain text"), ReceivedRecord(NAME, 0, b'{"ok": 1}')], now=0.0)
+    spool.add(
+        [
+            ReceivedRecord(NAME, 0, b'{"a": 1}\n{"b": 2}'),
+            ReceivedRecord(NAME, 0, b"plain text"),
+            ReceivedRecord(NAME, 0, b'{"ok": 1}'),
+        ],
+        now=0.0,
+    )
     assert open(os.path.join(spool.log_dir, NAME), "rb").read() == b'{"ok": 1}\n'
     assert spool.malformed == 2
 
 
 def test_a_name_from_the_network_never_writes_outside_the_spool(tmp_path):
     spool = Spool(str(tmp_path / "spool"))
-    for name in ("../../escape.jsonl", "/etc/passwd", "..", "a/../../b.jsonl", "x\x00y.jsonl", ".hidden.jsonl", "é" * 300):
+    for name in (
+        "../../escape.jsonl",
+        "/etc/passwd",
+        "..",
+        "a/../../b.jsonl",
+        "x\x00y.jsonl",
+        ".hidden.jsonl",
+        "é" * 300,
+    ):
         spool.add([ReceivedRecord(name, 1, b'{"a": 1}')], now=0.0)
     outside = [p for p in tmp_path.rglob("*") if p.is_file() and spool.log_dir not in str(p)]
     assert outside == []
     names = os.listdir(spool.log_dir)
-    assert len(names) == 7 and all(n.endswith(".jsonl") and not n.startswith(".") and "/" not in n and len(n) <= 206 for n in names), names
+    assert len(names) == 7 and all(
+        n.endswith(".jsonl") and not n.startswith(".") and "/" not in n and len(n) <= 206
+        for n in names
+    ), names
 
 
 def test_a_failed_write_is_raised_and_the_retry_is_written_not_dropped_as_a_duplicate(tmp_path):
     spool = Spool(str(tmp_path))
     os.rmdir(spool.log_dir)
-    open(spool.log_dir, "w").close()  # the folder replaced by a file: every open fails (ENOTDIR), root or not
+    open(
+        spool.log_dir, "w"
+    ).close()  # the folder replaced by a file: every open fails (ENOTDIR), root or not
     with pytest.raises(SpoolWriteError, match="cannot write .*Not a directory"):
         spool.add([rec(1), rec(2)], now=0.0)
     assert spool.failed == 2 and spool.written == 0 and "cannot write" in (spool.write_error or "")
@@ -126,18 +156,31 @@ def test_a_process_file_rotates_as_the_writer_s_and_the_follower_reads_through_i
     for seq in range(1, 301):
         spool.add([rec(seq)], now=float(seq))
         if seq % 7 == 0:
-            seen.extend(r["seq_id"] for _, records in follower.poll(now=float(seq)).records for r in records)
+            seen.extend(
+                r["seq_id"] for _, records in follower.poll(now=float(seq)).records for r in records
+            )
     seen.extend(r["seq_id"] for _, records in follower.poll(now=1e4).records for r in records)
     assert spool.rotations >= 10
-    assert sorted(os.listdir(spool.log_dir)) == [NAME, NAME + ".1", NAME + ".2"]  # the oldest beyond backup_count deleted
-    assert all(os.path.getsize(os.path.join(spool.log_dir, n)) <= 2_000 for n in os.listdir(spool.log_dir))
-    assert seen == list(range(1, 301))  # followed across every rotation, nothing lost, nothing twice
+    # the oldest beyond backup_count deleted
+    assert sorted(os.listdir(spool.log_dir)) == [
+        NAME,
+        NAME + ".1",
+        NAME + ".2",
+    ]
+    assert all(
+        os.path.getsize(os.path.join(spool.log_dir, n)) <= 2_000 for n in os.listdir(spool.log_dir)
+    )
+    # followed across every rotation, nothing lost, nothing twice
+    assert seen == list(range(1, 301))
 
 
 def test_a_restarted_watch_appends_to_its_spool_and_rotates_by_the_size_there(tmp_path):
     line = b'{"pad": "' + b"x" * 988 + b'"}'  # 1,000 bytes and a newline
-    Spool(str(tmp_path), max_bytes=2_500).add([ReceivedRecord(NAME, 0, line), ReceivedRecord(NAME, 0, line)], now=0.0)
-    again = Spool(str(tmp_path), max_bytes=2_500)  # a new watch on the same spool: 2,000 bytes already there
+    Spool(str(tmp_path), max_bytes=2_500).add(
+        [ReceivedRecord(NAME, 0, line), ReceivedRecord(NAME, 0, line)], now=0.0
+    )
+    # a new watch on the same spool: 2,000 bytes already there
+    again = Spool(str(tmp_path), max_bytes=2_500)
     again.add([ReceivedRecord(NAME, 0, b'{"new": 1}')], now=0.0)
     assert again.rotations == 0 and os.path.getsize(os.path.join(again.log_dir, NAME)) == 2_011
     again.add([ReceivedRecord(NAME, 0, line)], now=0.0)
@@ -147,7 +190,18 @@ def test_a_restarted_watch_appends_to_its_spool_and_rotates_by_the_size_there(tm
 
 
 def line(seq: int, text: str = "x") -> ReceivedRecord:
-    return ReceivedRecord(NAME, seq, json.dumps({"seq_id": seq, "log_type_name": text, "log_type": "instant", "time_us": 1_000_000 + seq}).encode())
+    return ReceivedRecord(
+        NAME,
+        seq,
+        json.dumps(
+            {
+                "seq_id": seq,
+                "log_type_name": text,
+                "log_type": "instant",
+                "time_us": 1_000_000 + seq,
+            }
+        ).encode(),
+    )
 
 
 def test_a_forged_far_number_while_the_stream_arrives_in_order_swallows_nothing(tmp_path):
@@ -157,14 +211,20 @@ def test_a_forged_far_number_while_the_stream_arrives_in_order_swallows_nothing(
     for step in range(1, 30):  # the rank goes on sending, in order, past the hold
         spool.add([rec(100 + step)], now=0.1 * step)
         spool.tick(0.1 * step)
-    assert seqs(spool) == list(range(1, 130)) and spool.duplicates == 0 and spool.lost == 0 and spool.out_of_sequence == 1
+    assert (
+        seqs(spool) == list(range(1, 130))
+        and spool.duplicates == 0
+        and spool.lost == 0
+        and spool.out_of_sequence == 1
+    )
 
 
 def test_a_forged_far_number_while_the_rank_is_quiet_is_undone_when_the_rank_speaks_again(tmp_path):
     spool = Spool(str(tmp_path), hold_s=1.0)
     spool.add([rec(n) for n in range(1, 101)], now=0.0)
     spool.add([rec(10**15)], now=0.1)
-    spool.tick(5.0)  # the rank is in a long step: the hold expires and the gap is skipped to the forged number
+    # the rank is in a long step: the hold expires and the gap is skipped to the forged number
+    spool.tick(5.0)
     assert spool.lost == 10**15 - 101
     spool.add([rec(101), rec(102)], now=6.0)  # the rank's own next records: not duplicates
     spool.add([rec(103)], now=6.1)
@@ -173,7 +233,8 @@ def test_a_forged_far_number_while_the_rank_is_quiet_is_undone_when_the_rank_spe
 
 
 def test_a_real_lost_batch_is_still_skipped_and_its_late_copy_dropped(tmp_path):
-    """The defence against a wrong number keeps the rule for a real loss: the stream moved past the gap, a late copy is not rewritten."""
+    """The defence against a wrong number keeps the rule for a real loss: the stream moved past the
+    gap, a late copy is not rewritten."""
     spool = Spool(str(tmp_path), hold_s=1.0)
     spool.add([rec(1), *(rec(n) for n in range(10, 20))], now=0.0)
     spool.tick(1.0)
@@ -186,6 +247,9 @@ def test_a_new_process_reusing_the_file_name_starts_its_stream_again(tmp_path):
     spool = Spool(str(tmp_path), hold_s=1.0)
     spool.add([line(n, "first") for n in range(1, 50)], now=0.0)
     spool.add([line(1, "first")], now=0.5)  # a retry of the opening record: a duplicate
-    spool.add([line(n, "second") for n in range(1, 4)], now=1.0)  # a restarted process, the same name, numbering from 1
-    assert [json.loads(x)["log_type_name"] for x in open(os.path.join(spool.log_dir, NAME), "rb")][-3:] == ["second"] * 3
+    # a restarted process, the same name, numbering from 1
+    spool.add([line(n, "second") for n in range(1, 4)], now=1.0)
+    assert [json.loads(x)["log_type_name"] for x in open(os.path.join(spool.log_dir, NAME), "rb")][
+        -3:
+    ] == ["second"] * 3
     assert spool.restarts == 1 and spool.duplicates == 1

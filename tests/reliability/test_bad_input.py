@@ -24,12 +24,19 @@ from tests.conftest import data_records, jsonl_files, read_records
 numpy = pytest.importorskip("numpy")
 torch = pytest.importorskip("torch")
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 names = st.one_of(
     st.text(max_size=60),
-    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=30),  # includes lone surrogates
-    st.sampled_from(["", "x" * 1_000_000, 'a"b\\c\n\r\t\x00\x1f', "\u2028\u2029", "../../etc/passwd", "fwd/bwd"]),
+    # includes lone surrogates
+    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=30),
+    st.sampled_from(
+        ["", "x" * 1_000_000, 'a"b\\c\n\r\t\x00\x1f', "\u2028\u2029", "../../etc/passwd", "fwd/bwd"]
+    ),
     st.integers(),
     st.none(),
     st.binary(max_size=10),
@@ -47,7 +54,8 @@ scalar_values = st.one_of(
     st.integers(min_value=-(2**80), max_value=2**80),
     st.floats(allow_nan=True, allow_infinity=True),
     st.floats(width=32).map(numpy.float32),
-    st.integers(min_value=-(2**31), max_value=2**31 - 1).map(numpy.int32),  # int32 holds up to 2**31 - 1
+    # int32 holds up to 2**31 - 1
+    st.integers(min_value=-(2**31), max_value=2**31 - 1).map(numpy.int32),
     st.floats(allow_nan=False, allow_infinity=False).map(lambda v: torch.tensor(v)),
     st.text(max_size=5),
     st.none(),
@@ -79,7 +87,11 @@ def test_span_and_instant_names(logged, run_dir, name, description):
     try:
         scope = sl.log_trace_span(name, description)
     except (TypeError, ValueError):
-        assert not isinstance(name, str) or not name or (description is not None and not isinstance(description, str))
+        assert (
+            not isinstance(name, str)
+            or not name
+            or (description is not None and not isinstance(description, str))
+        )
         return
     with scope:
         pass
@@ -116,15 +128,22 @@ def test_steps(logged, run_dir, step, relative):
         for value in (step, relative):
             if value is None:
                 continue
-            ok = isinstance(value, (int, numpy.integer)) and not isinstance(value, bool) and -(2**63) <= int(value) < 2**63
+            ok = (
+                isinstance(value, (int, numpy.integer))
+                and not isinstance(value, bool)
+                and -(2**63) <= int(value) < 2**63
+            )
             if not ok:
                 return
         pytest.fail(f"set_step({step!r}, relative_step={relative!r}) raised for valid input")
     sl.log_trace_instant("stepped")
     record = last_data_record(run_dir)
     assert record.get("step") == (None if step is None else int(step))
-    expected_relative = step if relative is None else relative  # defaults to the step, as in torchtitan
-    assert record.get("relative_step") == (None if expected_relative is None else int(expected_relative))
+    # defaults to the step, as in torchtitan
+    expected_relative = step if relative is None else relative
+    assert record.get("relative_step") == (
+        None if expected_relative is None else int(expected_relative)
+    )
 
 
 @SETTINGS
@@ -133,19 +152,28 @@ def test_scalar_values(logged, run_dir, value):
     if not sl.is_initialized():
         logged()
     sl.log_trace_instant("before_scalar")
-    sl.log_trace_scalar({"metric": value})  # never raises: a value that is not a number is skipped, warned and counted
+    # never raises: a value that is not a number is skipped, warned and counted
+    sl.log_trace_scalar({"metric": value})
     sl.log_trace_instant("after_scalar")
     assert sl.flush_structured_logger(timeout=10)
     records = data_records(read_records(jsonl_files(run_dir)[0]))
     before = max(i for i, r in enumerate(records) if r["log_type_name"] == "before_scalar")
     written = records[before + 1 : -1]
-    real = isinstance(value, (bool, int, float, numpy.integer, numpy.floating)) and not isinstance(value, complex)
-    in_range = not isinstance(value, (int, numpy.integer)) or isinstance(value, bool) or -(2**63) <= int(value) < 2**63
+    real = isinstance(value, (bool, int, float, numpy.integer, numpy.floating)) and not isinstance(
+        value, complex
+    )
+    in_range = (
+        not isinstance(value, (int, numpy.integer))
+        or isinstance(value, bool)
+        or -(2**63) <= int(value) < 2**63
+    )
     if not (real and in_range):
         assert written == [], f"wrote {value!r}"
         return
     (record,) = written
     assert record["event_name"] == "metric"
     expected = expected_number(value)
-    assert record["value"] == expected or (isinstance(expected, float) and math.isclose(record["value"], expected))
+    assert record["value"] == expected or (
+        isinstance(expected, float) and math.isclose(record["value"], expected)
+    )
     json.dumps(record, allow_nan=False)  # strict JSON: no bare NaN / Infinity

@@ -28,7 +28,11 @@ from tests.conftest import jsonl_files, read_records
 def small_disk(tmp_path):
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:
@@ -78,7 +82,11 @@ def test_disk_full_then_freed(small_disk, caplog):
     assert closing["log_type_name"] == "structured_logger_closed"
     assert closing["failed_records"] == 200 and closing["written_records"] == 40
     report = [r for r in records if r["log_type_name"] == "records_dropped"]
-    assert report and report[0]["failed_records"] == 200 and names.index("records_dropped") < names.index("after_start")
+    assert (
+        report
+        and report[0]["failed_records"] == 200
+        and names.index("records_dropped") < names.index("after_start")
+    )
     warnings = [r for r in caplog.records if "cannot write" in r.getMessage()]
     assert len(warnings) == 1 and "ENOSPC" in warnings[0].getMessage()
     assert any("again after" in r.getMessage() for r in caplog.records)
@@ -97,7 +105,8 @@ def test_directory_turned_read_only_keeps_the_file_growing_and_rotation_resumes(
         subprocess.run(["mount", "-o", "remount,bind,ro", str(logs), str(logs)], check=True)
         emit(100, "while_read_only")  # ~70 kB through a 10 kB file: rotation is due and fails
         (active,) = jsonl_files(run)
-        assert os.path.getsize(active) > 0.01 * 1024 * 1024  # grew past the limit instead of losing records
+        # grew past the limit instead of losing records
+        assert os.path.getsize(active) > 0.01 * 1024 * 1024
     finally:
         subprocess.run(["umount", str(logs)], check=True)
     from otel_titan.exporters.jsonl import JsonlSpanExporter
@@ -109,8 +118,13 @@ def test_directory_turned_read_only_keeps_the_file_growing_and_rotation_resumes(
     (active,) = jsonl_files(run)
     segments = sorted(logs.glob("*.jsonl.*"))
     assert segments  # rotation worked again
-    records = [r for p in [*sorted(segments, key=lambda p: -int(p.suffix[1:])), active] for r in read_records(p)]
+    records = [
+        r
+        for p in [*sorted(segments, key=lambda p: -int(p.suffix[1:])), active]
+        for r in read_records(p)
+    ]
     assert records[-1]["log_type_name"] == "structured_logger_closed"
-    assert records[-1]["failed_records"] == 0 and records[-1]["dropped_records"] == 0  # nothing lost
+    # nothing lost
+    assert records[-1]["failed_records"] == 0 and records[-1]["dropped_records"] == 0
     messages = [r.getMessage() for r in caplog.records if "cannot rotate" in r.getMessage()]
     assert len(messages) == 1 and "EROFS" in messages[0]

@@ -34,7 +34,9 @@ BACKUPS = 3
 
 
 def test_threads_and_tasks_together_with_rotation(run_dir):
-    sl.init_structured_logger("training", run_dir, world_size=1, max_file_size_mb=MAX_MB, backup_count=BACKUPS)
+    sl.init_structured_logger(
+        "training", run_dir, world_size=1, max_file_size_mb=MAX_MB, backup_count=BACKUPS
+    )
     stop = threading.Event()
     emitted = [0] * (THREADS + 1)
 
@@ -61,12 +63,19 @@ def test_threads_and_tasks_together_with_rotation(run_dir):
     def loop_thread() -> None:
         async def main() -> None:
             counter = [0]
-            await asyncio.gather(*(asyncio.create_task(task_worker(i, counter), name=f"actor-{i}") for i in range(TASKS)))
+            await asyncio.gather(
+                *(
+                    asyncio.create_task(task_worker(i, counter), name=f"actor-{i}")
+                    for i in range(TASKS)
+                )
+            )
             emitted[THREADS] = counter[0]
 
         asyncio.run(main())
 
-    workers = [threading.Thread(target=thread_worker, args=(i,)) for i in range(THREADS)] + [threading.Thread(target=loop_thread)]
+    workers = [threading.Thread(target=thread_worker, args=(i,)) for i in range(THREADS)] + [
+        threading.Thread(target=loop_thread)
+    ]
     for worker in workers:
         worker.start()
     time.sleep(SECONDS)
@@ -80,7 +89,8 @@ def test_threads_and_tasks_together_with_rotation(run_dir):
     (active,) = jsonl_files(run_dir)
     older = sorted(glob.glob(active + ".*"), key=lambda p: -int(p.rsplit(".", 1)[1]))
     segments = older + [active]
-    assert len(segments) == BACKUPS + 1  # rotation happened, and only backup_count older segments stay
+    # rotation happened, and only backup_count older segments stay
+    assert len(segments) == BACKUPS + 1
     disk = sum(os.path.getsize(p) for p in segments)
     assert disk <= (BACKUPS + 1) * MAX_MB * 1024 * 1024 + 4096
     seq_ids: list[int] = []
@@ -100,9 +110,17 @@ def test_threads_and_tasks_together_with_rotation(run_dir):
                 elif record["log_type_name"].startswith("thread_work"):
                     assert record["step"] >= 10_000 and "step_tags" not in record
     assert all(b > a for a, b in zip(seq_ids, seq_ids[1:]))  # strictly increasing across segments
-    assert seq_ids[-1] - seq_ids[0] == len(seq_ids) - 1  # and contiguous: no line lost between kept segments
+    # and contiguous: no line lost between kept segments
+    assert seq_ids[-1] - seq_ids[0] == len(seq_ids) - 1
 
     closing = json.loads(open(active, "rb").read().splitlines()[-1])
     assert closing["log_type_name"] == "structured_logger_closed"
-    assert closing["written_records"] + closing["dropped_records"] + closing["failed_records"] == total_emitted
-    print(f"emitted {total_emitted:,} records in {SECONDS:.0f} s: written {closing['written_records']:,}, dropped {closing['dropped_records']:,}; {disk / 1e6:.1f} MB on disk in {len(segments)} segments")
+    assert (
+        closing["written_records"] + closing["dropped_records"] + closing["failed_records"]
+        == total_emitted
+    )
+    print(
+        f"emitted {total_emitted:,} records in {SECONDS:.0f} s: written "
+        f"{closing['written_records']:,}, dropped {closing['dropped_records']:,}; "
+        f"{disk / 1e6:.1f} MB on disk in {len(segments)} segments"
+    )

@@ -31,10 +31,11 @@ from tests.helpers.collector import free_port
 SECRET = "s3cr3t-token-DO-NOT-LEAK"
 
 
-# -- paths and modes ---------------------------------------------------------------------------------
+# -- paths and modes -------------------------------------------------------------------------------
 @pytest.mark.parametrize("source", ["../outside", "a/../../b", "/etc/x", "x\x00y", "..", "."])
 def test_a_source_cannot_name_a_file_outside_the_log_directory(tmp_path, source):
-    # Injected: path separators, `..` and NUL in the source (the only part of the file name from the user).
+    # Injected: path separators, `..` and NUL in the source (the only part of the file name from the
+    # user).
     with pytest.raises(ValueError):
         sl.init_structured_logger(source, tmp_path / "run", world_size=1)
     assert not (tmp_path / "outside").exists() and list(tmp_path.rglob("*.jsonl")) == []
@@ -46,7 +47,9 @@ def test_event_names_never_become_paths(run_dir):
     with sl.log_trace_span("../../escape"):
         sl.log_trace_instant("/etc/passwd")
     sl.shutdown_structured_logger()
-    assert [p.name for p in run_dir.rglob("*") if p.is_file()] == [os.path.basename(jsonl_files(run_dir)[0])]
+    assert [p.name for p in run_dir.rglob("*") if p.is_file()] == [
+        os.path.basename(jsonl_files(run_dir)[0])
+    ]
     names = [r["log_type_name"] for r in data_records(read_records(jsonl_files(run_dir)[0]))]
     assert names == ["../../escape_start", "/etc/passwd", "../../escape_end"]
 
@@ -56,7 +59,13 @@ def test_files_take_the_process_umask_and_are_never_world_writable(run_dir):
     for umask, expected in ((0o000, 0o664), (0o077, 0o600)):
         old = os.umask(umask)
         try:
-            sl.init_structured_logger("training", run_dir / oct(umask), world_size=1, max_file_size_mb=0.001, backup_count=1)
+            sl.init_structured_logger(
+                "training",
+                run_dir / oct(umask),
+                world_size=1,
+                max_file_size_mb=0.001,
+                backup_count=1,
+            )
             for _ in range(20):
                 with sl.log_trace_span("x"):
                     pass
@@ -68,13 +77,17 @@ def test_files_take_the_process_umask_and_are_never_world_writable(run_dir):
         assert {os.stat(f).st_mode & 0o777 for f in files} == {expected}
 
 
-# -- secrets ------------------------------------------------------------------------------------------
+# -- secrets ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_otlp_credentials_appear_in_no_record_log_line_or_error(tmp_path, protocol):
     # Injected: a bearer token in OTEL_EXPORTER_OTLP_HEADERS and user:password in the endpoint,
     # with nothing listening there, so the exporter fails and logs its errors.
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") or k == "OTEL_TITAN_PROCESS_FIGURES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("OTEL_") or k == "OTEL_TITAN_PROCESS_FIGURES"
+    }
     env.update(
         {
             "PYTHONPATH": str(REPO),
@@ -85,7 +98,14 @@ def test_otlp_credentials_appear_in_no_record_log_line_or_error(tmp_path, protoc
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
     )
-    result = subprocess.run([sys.executable, "-m", "tests.helpers.workload", str(tmp_path / "run"), "--steps", "3"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.workload", str(tmp_path / "run"), "--steps", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert SECRET not in result.stdout and SECRET not in result.stderr
     for path in glob.glob(str(tmp_path / "run" / "structured_logs" / "*")):
@@ -94,8 +114,9 @@ def test_otlp_credentials_appear_in_no_record_log_line_or_error(tmp_path, protoc
 
 
 def test_init_warnings_do_not_echo_header_values(run_dir, monkeypatch, caplog):
-    # Injected: a malformed protocol next to a secret header. An unknown value of a standard variable is warned
-    # about and ignored (the OpenTelemetry specification; issue 29): the warning names the variable, not the secret.
+    # Injected: a malformed protocol next to a secret header. An unknown value of a standard
+    # variable is warned about and ignored (the OpenTelemetry specification; issue 29): the warning
+    # names the variable, not the secret.
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization=Bearer {SECRET}")
@@ -106,7 +127,7 @@ def test_init_warnings_do_not_echo_header_values(run_dir, monkeypatch, caplog):
     assert "OTEL_EXPORTER_OTLP_PROTOCOL" in said and "carrier-pigeon" in said and SECRET not in said
 
 
-# -- TLS ---------------------------------------------------------------------------------------------
+# -- TLS -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
     from cryptography import x509
@@ -125,14 +146,25 @@ def certificate(tmp_path_factory):
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
     directory = tmp_path_factory.mktemp("tls")
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return cert_path, key_path
 
 
@@ -146,7 +178,9 @@ class _GrpcTlsReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         self.server.start()
 
     def Export(self, request, context):
-        self.spans += [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        self.spans += [
+            s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans
+        ]
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -160,7 +194,12 @@ class _HttpTlsReceiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 request = trace_service_pb2.ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                receiver.spans += [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+                receiver.spans += [
+                    s.name
+                    for rs in request.resource_spans
+                    for ss in rs.scope_spans
+                    for s in ss.spans
+                ]
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.end_headers()
@@ -184,7 +223,11 @@ def test_tls_to_the_collector_with_otel_exporter_otlp_certificate(certificate, t
     # to trust it only through OTEL_EXPORTER_OTLP_CERTIFICATE.
     cert, key = certificate
     receiver = _GrpcTlsReceiver(cert, key) if protocol == "grpc" else _HttpTlsReceiver(cert, key)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") or k == "OTEL_TITAN_PROCESS_FIGURES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("OTEL_") or k == "OTEL_TITAN_PROCESS_FIGURES"
+    }
     env.update(
         {
             "PYTHONPATH": str(REPO),
@@ -195,29 +238,54 @@ def test_tls_to_the_collector_with_otel_exporter_otlp_certificate(certificate, t
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
     )
-    result = subprocess.run([sys.executable, "-m", "tests.helpers.workload", str(tmp_path / "run"), "--steps", "2"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.workload", str(tmp_path / "run"), "--steps", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert receiver.spans.count("data_fetch") == 2, result.stderr[-2000:]
     # Without the certificate the same receiver is refused (so TLS really was verified).
     env.pop("OTEL_EXPORTER_OTLP_CERTIFICATE")
     before = len(receiver.spans)
-    subprocess.run([sys.executable, "-m", "tests.helpers.workload", str(tmp_path / "run2"), "--steps", "1"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "tests.helpers.workload", str(tmp_path / "run2"), "--steps", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert len(receiver.spans) == before
 
 
-# -- host names ---------------------------------------------------------------------------------------
+# -- host names ------------------------------------------------------------------------------------
 def test_host_name_left_out_of_every_record_and_the_resource(run_dir, monkeypatch):
     # Injected: include_hostname=False, even with host.name in OTEL_RESOURCE_ATTRIBUTES.
     import socket
 
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"host.name={socket.gethostname()}")
-    sl.init_structured_logger("training", run_dir, world_size=1, include_hostname=False, handlers=["tests.helpers.factories.register_memory", "otel_titan.exporters.jsonl.register_jsonl_handler"])
+    sl.init_structured_logger(
+        "training",
+        run_dir,
+        world_size=1,
+        include_hostname=False,
+        handlers=[
+            "tests.helpers.factories.register_memory",
+            "otel_titan.exporters.jsonl.register_jsonl_handler",
+        ],
+    )
     with sl.log_trace_span("x"):
         sl.log_trace_scalar({"y": 1})
     sl.shutdown_structured_logger()
     records = read_records(jsonl_files(run_dir)[0])
     assert records and all("host_name" not in r for r in records)
-    assert all(socket.gethostname() not in (v for v in r.values() if isinstance(v, str)) for r in records)
+    assert all(
+        socket.gethostname() not in (v for v in r.values() if isinstance(v, str)) for r in records
+    )
     from tests.helpers import factories
 
     spans = factories.LAST["exporter"].get_finished_spans()

@@ -1,4 +1,5 @@
-"""SIGKILL in the middle of a span: what was emitted before is on disk, and the summary shows the open span.
+"""SIGKILL in the middle of a span: what was emitted before is on disk, and the summary shows the
+open span.
 
 Injected: a real process emitting steps (each with a timestamped instant) and
 then sitting inside a `data_fetch` span is killed with SIGKILL; in a second
@@ -47,7 +48,10 @@ with sl.log_trace_span("data_fetch"):
 
 def start(run_dir, seconds: float) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", _WORKLOAD, str(run_dir), str(seconds)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+        [sys.executable, "-c", _WORKLOAD, str(run_dir), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
 
@@ -97,14 +101,18 @@ def test_sigkill_while_writing_loses_only_the_last_200_ms(run_dir, caplog):
     # Every instant emitted up to 200 ms before the kill is there: they are consecutive,
     # so nothing older than the newest record on disk minus the tail may be missing.
     newest = max(on_disk)
-    assert killed_at - newest < 200_000_000, f"the last record on disk is {(killed_at - newest) / 1e6:.0f} ms older than the kill"
+    assert killed_at - newest < 200_000_000, (
+        f"the last record on disk is {(killed_at - newest) / 1e6:.0f} ms older than the kill"
+    )
 
     with caplog.at_level(logging.WARNING):
         run = read_run(str(run_dir))
         records = [r for process_log in run.processes for r in process_log.records(run.skipped)]
     assert records and records[-1]["log_type_name"] != "fwd_bw"
     assert run.skipped.count == 1
-    assert any(os.path.basename(path) in message and "line" in message for message in caplog.messages)
+    assert any(
+        os.path.basename(path) in message and "line" in message for message in caplog.messages
+    )
 
 
 def test_a_hung_phase_keeps_its_length_after_sigkill_thanks_to_heartbeats(run_dir, tmp_path):
@@ -121,7 +129,12 @@ with sl.log_trace_span("data_fetch"):
     print("hung", flush=True)
     time.sleep(600)
 """
-    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert process.stdout.readline().strip() == "hung"
     time.sleep(2.0)
     process.send_signal(signal.SIGKILL)
@@ -131,7 +144,8 @@ with sl.log_trace_span("data_fetch"):
     records = [json.loads(line) for line in open(path)]
     beats = [r for r in records if r["log_type_name"] == "heartbeat"]
     fetch = [r for r in records if r["log_type_name"] == "data_fetch_start"][0]
-    assert len(beats) >= 3 and all(b["time_us"] > fetch["time_us"] for b in beats)  # none before the span opened
+    # none before the span opened
+    assert len(beats) >= 3 and all(b["time_us"] > fetch["time_us"] for b in beats)
     assert beats[-1]["open_span_names"] == ["data_fetch"] and beats[-1]["open_spans"] == 1
 
     (proc,) = summarize_run(str(run_dir)).processes
@@ -143,7 +157,11 @@ with sl.log_trace_span("data_fetch"):
 
     out = tmp_path / "trace.json"
     generate_gantt_trace(str(run_dir), str(out))
-    bars = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X" and e["name"] == "data_fetch"]
+    bars = [
+        e
+        for e in json.load(open(out))["traceEvents"]
+        if e.get("ph") == "X" and e["name"] == "data_fetch"
+    ]
     assert len(bars) == 1 and bars[0]["args"]["incomplete"] is True and bars[0]["dur"] >= 1_000_000
     assert not [e for e in json.load(open(out))["traceEvents"] if e.get("name") == "heartbeat"]
 
@@ -159,7 +177,12 @@ sl.init_structured_logger("training", sys.argv[1], rank=0, world_size=1, flush_i
 print("initialised", flush=True)
 time.sleep(600)
 """
-    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert process.stdout.readline().strip() == "initialised"
         process.send_signal(signal.SIGKILL)

@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 QUEUE = 4096  # small, so that ten seconds of a training-like rate overflow it
 
 
-def emit_for(seconds: float, durations: list[float], counter: list[int], queue_sizes: list[int]) -> None:
+def emit_for(
+    seconds: float, durations: list[float], counter: list[int], queue_sizes: list[int]
+) -> None:
     """A training-like loop: bursts of 20 spans every 2 ms; records each span's caller time."""
     queue = runtime.STATE.running.queue  # type: ignore[union-attr]
     deadline = time.perf_counter() + seconds
@@ -45,7 +47,14 @@ def emit_for(seconds: float, durations: list[float], counter: list[int], queue_s
 def test_a_stalled_writer_costs_the_caller_nothing_and_drops_are_counted_then_written(run_dir):
     factories.GATE.set()
     sl.init_structured_logger(
-        "training", run_dir, world_size=1, queue_size=QUEUE, handlers=["tests.helpers.factories.register_gate", "otel_titan.exporters.jsonl.register_jsonl_handler"]
+        "training",
+        run_dir,
+        world_size=1,
+        queue_size=QUEUE,
+        handlers=[
+            "tests.helpers.factories.register_gate",
+            "otel_titan.exporters.jsonl.register_jsonl_handler",
+        ],
     )
     emitted = [0]
     normal: list[float] = []
@@ -72,8 +81,12 @@ def test_a_stalled_writer_costs_the_caller_nothing_and_drops_are_counted_then_wr
 
     p99_normal = statistics.quantiles(normal, n=100)[98]
     p99_stalled = statistics.quantiles(stalled, n=100)[98]
-    print(f"caller per span: p99 {p99_normal * 1e6:.1f} us writing, {p99_stalled * 1e6:.1f} us stalled; max stalled {max(stalled) * 1e6:.0f} us")
-    # A caller that waited for the writer would take seconds; the bound leaves room for a noisy machine.
+    print(
+        f"caller per span: p99 {p99_normal * 1e6:.1f} us writing, {p99_stalled * 1e6:.1f} us "
+        f"stalled; max stalled {max(stalled) * 1e6:.0f} us"
+    )
+    # A caller that waited for the writer would take seconds; the bound leaves room for a noisy
+    # machine.
     assert p99_stalled <= max(5 * p99_normal, 0.001)
     assert max(stalled) < 0.5
     # Memory is bounded by the queue: never more than its capacity (plus one in-flight event).
@@ -84,12 +97,15 @@ def test_a_stalled_writer_costs_the_caller_nothing_and_drops_are_counted_then_wr
     closing = records[-1]
     assert closing["log_type_name"] == "structured_logger_closed"
     assert closing["dropped_records"] > 0
-    assert closing["written_records"] + closing["dropped_records"] == emitted[0]  # every record accounted for
+    # every record accounted for
+    assert closing["written_records"] + closing["dropped_records"] == emitted[0]
     reports = [r for r in records if r["log_type_name"] == "records_dropped"]
     assert reports and sum(r["value"] for r in reports) == closing["dropped_records"]
     # The stall's drops are reported once the writer is back, before what came after.
     report_positions = [i for i, name in enumerate(names) if name == "records_dropped"]
-    assert any(names.index("stall_begins") < i < names.index("stall_ended") for i in report_positions)
+    assert any(
+        names.index("stall_begins") < i < names.index("stall_ended") for i in report_positions
+    )
 
 
 def test_the_callers_time_is_not_spent_yielding_to_a_stuck_writer():
@@ -129,7 +145,8 @@ def test_the_callers_time_is_not_spent_yielding_to_a_stuck_writer():
             processor._blocked_sampled_at = 0.0
             processor._exporting_since = time.monotonic() - 1.0  # an export running for a second
             time.sleep(0.1)
-            assert processor.wake() is expected, name  # no yield to a blocked writer; yield to a busy one
+            # no yield to a blocked writer; yield to a busy one
+            assert processor.wake() is expected, name
     finally:
         waiting.set()
         computing.set()

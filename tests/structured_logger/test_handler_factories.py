@@ -21,7 +21,10 @@ def test_project_variable_wins_over_torchtitans_and_the_option_wins_over_both():
     env = {"OTEL_TITAN_HANDLERS": "a.b.c", "TITAN_STRUCT_LOGGER_HANDLERS": "d.e.f"}
     assert resolve_handler_specs(None, env) == (["a.b.c"], "OTEL_TITAN_HANDLERS")
     assert resolve_handler_specs(["x.y.z"], env) == (["x.y.z"], "handlers= option")
-    assert resolve_handler_specs(None, {"TITAN_STRUCT_LOGGER_HANDLERS": " d.e.f , g.h.i ,"}) == (["d.e.f", "g.h.i"], "TITAN_STRUCT_LOGGER_HANDLERS")
+    assert resolve_handler_specs(None, {"TITAN_STRUCT_LOGGER_HANDLERS": " d.e.f , g.h.i ,"}) == (
+        ["d.e.f", "g.h.i"],
+        "TITAN_STRUCT_LOGGER_HANDLERS",
+    )
 
 
 def test_only_listed_factories_run(run_dir, monkeypatch):
@@ -35,17 +38,43 @@ def test_only_listed_factories_run(run_dir, monkeypatch):
 
 
 def test_factory_receives_the_documented_arguments(run_dir):
-    sl.init_structured_logger("reward", run_dir, rank=1, world_size=2, run_id="r", job_id="j", handlers=[MEMORY])
+    sl.init_structured_logger(
+        "reward", run_dir, rank=1, world_size=2, run_id="r", job_id="j", handlers=[MEMORY]
+    )
     got = factories.LAST
-    for name in ("structured_logger", "rank", "local_rank", "world_size", "source", "output_dir", "run_id", "attempt", "job_id", "trace_id", "identity", "resource", "options", "stats"):
+    for name in (
+        "structured_logger",
+        "rank",
+        "local_rank",
+        "world_size",
+        "source",
+        "output_dir",
+        "run_id",
+        "attempt",
+        "job_id",
+        "trace_id",
+        "identity",
+        "resource",
+        "options",
+        "stats",
+    ):
         assert name in got, name
-    assert (got["rank"], got["world_size"], got["source"], got["run_id"], got["job_id"], got["trace_id"]) == (1, 2, "reward", "r", "j", "r")
+    assert (
+        got["rank"],
+        got["world_size"],
+        got["source"],
+        got["run_id"],
+        got["job_id"],
+        got["trace_id"],
+    ) == (1, 2, "reward", "r", "j", "r")
     assert got["output_dir"] == str(run_dir)
     assert got["resource"].attributes["titan.rank"] == 1
 
 
 def test_sdk_exporters_receive_readable_spans_with_resource_attributes_and_events(run_dir):
-    sl.init_structured_logger("training", run_dir, world_size=1, run_id="r", handlers=[MEMORY, JSONL_HANDLER])
+    sl.init_structured_logger(
+        "training", run_dir, world_size=1, run_id="r", handlers=[MEMORY, JSONL_HANDLER]
+    )
     sl.set_step(4, relative_step=2)
     sl.add_step_tag("gc")
     with sl.log_trace_span("outer", "the outer one"):
@@ -62,21 +91,43 @@ def test_sdk_exporters_receive_readable_spans_with_resource_attributes_and_event
     assert inner.parent.span_id == outer.context.span_id and outer.parent is None
     assert inner.context.trace_id == outer.context.trace_id == spans["mark"].context.trace_id
     attrs = outer.attributes
-    assert attrs["titan.step"] == 4 and attrs["titan.relative_step"] == 2 and attrs["titan.step_tags"] == ("gc",)
+    assert (
+        attrs["titan.step"] == 4
+        and attrs["titan.relative_step"] == 2
+        and attrs["titan.step_tags"] == ("gc",)
+    )
     assert attrs["titan.description"] == "the outer one" and attrs["titan.record_kind"] == "span"
-    assert attrs["code.function.name"] == "test_sdk_exporters_receive_readable_spans_with_resource_attributes_and_events"
-    assert attrs["code.file.path"].endswith("test_handler_factories.py") and attrs["code.line.number"] > 0
+    assert (
+        attrs["code.function.name"]
+        == "test_sdk_exporters_receive_readable_spans_with_resource_attributes_and_events"
+    )
+    assert (
+        attrs["code.file.path"].endswith("test_handler_factories.py")
+        and attrs["code.line.number"] > 0
+    )
     assert attrs["thread.id"] > 0
     assert outer.end_time > outer.start_time
-    assert outer.resource.attributes["titan.run_id"] == "r" and outer.resource.attributes["service.name"] == "training"
+    assert (
+        outer.resource.attributes["titan.run_id"] == "r"
+        and outer.resource.attributes["service.name"] == "training"
+    )
     assert outer.instrumentation_scope.name == "otel_titan"
     assert [e.name for e in outer.events] == ["mark", "loss"]  # instants and scalars as events
     assert outer.events[1].attributes["titan.metric.value"] == 0.5
-    assert inner.status.status_code is StatusCode.ERROR and inner.attributes["error.type"] == "ZeroDivisionError"
+    assert (
+        inner.status.status_code is StatusCode.ERROR
+        and inner.attributes["error.type"] == "ZeroDivisionError"
+    )
     (exception,) = inner.events
-    assert exception.name == "exception" and exception.attributes["exception.type"] == "ZeroDivisionError"
+    assert (
+        exception.name == "exception"
+        and exception.attributes["exception.type"] == "ZeroDivisionError"
+    )
     assert "1 / 0" in exception.attributes["exception.stacktrace"]
-    assert spans["loss"].attributes["titan.metric.value"] == 0.5 and spans["loss"].start_time == spans["loss"].end_time
+    assert (
+        spans["loss"].attributes["titan.metric.value"] == 0.5
+        and spans["loss"].start_time == spans["loss"].end_time
+    )
     assert spans["top_level"].parent is None
     assert spans["mark"].parent.span_id == outer.context.span_id
 
@@ -108,7 +159,9 @@ def test_a_failing_exporter_is_isolated_and_reported_once(run_dir, caplog):
     def register_broken(*, add_span_exporter, **_):
         add_span_exporter(Broken())
 
-    sl.init_structured_logger("training", run_dir, world_size=1, handlers=[register_broken, JSONL_HANDLER])
+    sl.init_structured_logger(
+        "training", run_dir, world_size=1, handlers=[register_broken, JSONL_HANDLER]
+    )
     for _ in range(3):
         with sl.log_trace_span("x"):
             pass
@@ -144,13 +197,24 @@ def test_spans_open_at_shutdown_reach_finished_span_exporters_marked_incomplete(
     from tests.conftest import data_records, read_records
 
     names = [r["log_type_name"] for r in data_records(read_records(jsonl_files(run_dir)[0]))]
-    assert names == ["data_fetch_start", "done_start", "done_end"]  # the file keeps the truth: no _end
+    # the file keeps the truth: no _end
+    assert names == [
+        "data_fetch_start",
+        "done_start",
+        "done_end",
+    ]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
-def test_a_factory_that_attaches_on_rank_zero_only_is_accepted_on_every_rank(run_dir, monkeypatch, caplog, rank):
-    # torchtitan accepts it (its test_custom_env_replaces_default); before, every rank but 0 raised HandlerFactoryError.
-    monkeypatch.setenv("TITAN_STRUCT_LOGGER_HANDLERS", f"{JSONL_HANDLER},tests.helpers.factories.register_on_rank_zero")
+def test_a_factory_that_attaches_on_rank_zero_only_is_accepted_on_every_rank(
+    run_dir, monkeypatch, caplog, rank
+):
+    # torchtitan accepts it (its test_custom_env_replaces_default); before, every rank but 0 raised
+    # HandlerFactoryError.
+    monkeypatch.setenv(
+        "TITAN_STRUCT_LOGGER_HANDLERS",
+        f"{JSONL_HANDLER},tests.helpers.factories.register_on_rank_zero",
+    )
     with caplog.at_level("INFO", logger="otel_titan"):
         sl.init_structured_logger("training", run_dir, rank=rank, world_size=2)
     assert sl.is_initialized()

@@ -1,4 +1,5 @@
-"""init / flush / shutdown: strictness, prompt writes, drops (lifecycle.py, validation.py, handler_factories.py)."""
+"""init / flush / shutdown: strictness, prompt writes, drops (lifecycle.py, validation.py,
+handler_factories.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def processor_threads():
     return [t for t in threading.enumerate() if t.name == "otel-titan-processor"]
 
 
-# -- strict init ------------------------------------------------------------------------------------
+# -- strict init -----------------------------------------------------------------------------------
 def test_unwritable_output_dir_fails_naming_it(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
@@ -66,8 +67,12 @@ def test_source_that_is_not_a_safe_file_name_is_refused(run_dir, source):
         ("justaname", "fully-qualified"),
     ],
 )
-def test_broken_handler_factory_fails_init_and_leaves_nothing_attached(run_dir, monkeypatch, spec, message):
-    monkeypatch.setenv("TITAN_STRUCT_LOGGER_HANDLERS", f"otel_titan.exporters.jsonl.register_jsonl_handler,{spec}")
+def test_broken_handler_factory_fails_init_and_leaves_nothing_attached(
+    run_dir, monkeypatch, spec, message
+):
+    monkeypatch.setenv(
+        "TITAN_STRUCT_LOGGER_HANDLERS", f"otel_titan.exporters.jsonl.register_jsonl_handler,{spec}"
+    )
     with pytest.raises(sl.HandlerFactoryError, match=message):
         sl.init_structured_logger("training", run_dir, world_size=1)
     assert not sl.is_initialized() and processor_threads() == []
@@ -82,7 +87,9 @@ def test_broken_handler_factory_fails_init_and_leaves_nothing_attached(run_dir, 
 
 def test_source_limits_are_in_bytes_and_checked_before_anything_is_created(run_dir):
     # 100 CJK characters pass a 128-character rule but are 300 bytes: the file name would not fit.
-    with pytest.raises(ValueError, match=r"300 bytes in UTF-8 \(100 characters\).*at most 128 bytes"):
+    with pytest.raises(
+        ValueError, match=r"300 bytes in UTF-8 \(100 characters\).*at most 128 bytes"
+    ):
         sl.init_structured_logger("训" * 100, run_dir, world_size=1)
     assert not run_dir.exists()
     sl.init_structured_logger("训" * 42, run_dir, world_size=1)  # 126 bytes: fine
@@ -91,12 +98,17 @@ def test_source_limits_are_in_bytes_and_checked_before_anything_is_created(run_d
 
 
 def test_a_file_path_too_long_for_the_filesystem_is_refused_at_init_naming_it(tmp_path):
-    # The whole path counts, not just the source: an output_dir 4,000 bytes deep leaves no room for the name.
+    # The whole path counts, not just the source: an output_dir 4,000 bytes deep leaves no room for
+    # the name.
     deep = str(tmp_path)
     while len(deep) < 4040 - 251:
         deep += "/" + "d" * 250
-    deep += "/" + "e" * (4040 - len(deep) - 1)  # 4,040 bytes: its structured_logs/ can still be created
-    with pytest.raises(sl.HandlerFactoryError, match=r"JSONL file path .* would be \d+ bytes, more than the 4095 a path can have: use a shorter output_dir"):
+    # 4,040 bytes: its structured_logs/ can still be created
+    deep += "/" + "e" * (4040 - len(deep) - 1)
+    with pytest.raises(
+        sl.HandlerFactoryError,
+        match=r"JSONL file path .* would be \d+ bytes, more than the 4095 a path can have: use a shorter output_dir",
+    ):
         sl.init_structured_logger("training", deep, world_size=1)
     assert not sl.is_initialized() and list(tmp_path.rglob("*.jsonl")) == []
 
@@ -106,9 +118,11 @@ def test_second_init_with_the_same_arguments_is_a_no_op(run_dir, monkeypatch):
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1, backup_count=5)
     sl.log_trace_instant("first")
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1, backup_count=5)
-    sl.init_structured_logger("training", str(run_dir))  # a subset: what is left out agrees with anything
+    # a subset: what is left out agrees with anything
+    sl.init_structured_logger("training", str(run_dir))
     monkeypatch.chdir(run_dir.parent)
-    sl.init_structured_logger("training", run_dir.name, world_size=1)  # the same directory, relative
+    # the same directory, relative
+    sl.init_structured_logger("training", run_dir.name, world_size=1)
     sl.log_trace_instant("second")
     assert sl.is_initialized()
     assert sl.shutdown_structured_logger()
@@ -129,8 +143,11 @@ def test_second_init_with_the_same_arguments_is_a_no_op(run_dir, monkeypatch):
         ({"enable": False}, "enable=False"),
     ],
 )
-def test_second_init_with_other_arguments_is_a_no_op_that_warns_naming_the_difference(run_dir, tmp_path, kwargs, named, caplog):
-    # As in torchtitan (its test_second_call_is_noop): a second call never raises; ours also says what it ignored.
+def test_second_init_with_other_arguments_is_a_no_op_that_warns_naming_the_difference(
+    run_dir, tmp_path, kwargs, named, caplog
+):
+    # As in torchtitan (its test_second_call_is_noop): a second call never raises; ours also says
+    # what it ignored.
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1)
     call = {"source": "training", "output_dir": run_dir, "rank": 0, **kwargs}
     if call["output_dir"] == "OTHER":
@@ -139,7 +156,9 @@ def test_second_init_with_other_arguments_is_a_no_op_that_warns_naming_the_diffe
         sl.init_structured_logger(**call)
         sl.init_structured_logger(**call)  # the same call again: warned once
     warnings = [r.getMessage() for r in caplog.records if "already running" in r.getMessage()]
-    assert len(warnings) == 1 and re.search("does nothing: .*" + re.escape(named), warnings[0]), warnings
+    assert len(warnings) == 1 and re.search("does nothing: .*" + re.escape(named), warnings[0]), (
+        warnings
+    )
     assert sl.is_initialized()  # the running logger is untouched
     sl.log_trace_instant("still_logging")
     sl.shutdown_structured_logger()
@@ -151,13 +170,16 @@ def test_second_init_with_other_arguments_is_a_no_op_that_warns_naming_the_diffe
 def test_file_name_follows_the_torchtitan_rule(run_dir):
     sl.init_structured_logger("rollouter", run_dir, rank=3, world_size=8)
     (path,) = jsonl_files(run_dir)
-    assert re.fullmatch(r"rollouter\.global_rank_3\.\d{8}-\d{6}-[a-z0-9]{6}\.jsonl", os.path.basename(path))
+    assert re.fullmatch(
+        r"rollouter\.global_rank_3\.\d{8}-\d{6}-[a-z0-9]{6}\.jsonl", os.path.basename(path)
+    )
     assert (os.stat(path).st_mode & 0o002) == 0  # never world-writable
 
 
 def test_the_opened_record_is_on_disk_when_init_returns(run_dir):
-    # Written synchronously, by init itself: no flush, and the writer's next tick is 10 s away.
-    # A file holding only this record is a rank that has recorded nothing since; an empty file never is.
+    # Written synchronously, by init itself: no flush, and the writer's next tick is 10 s away. A
+    # file holding only this record is a rank that has recorded nothing since; an empty file never
+    # is.
     sl.init_structured_logger("training", run_dir, rank=0, world_size=1, flush_interval_s=10)
     (path,) = jsonl_files(run_dir)
     records = read_records(path)
@@ -166,7 +188,12 @@ def test_the_opened_record_is_on_disk_when_init_returns(run_dir):
     sl.log_trace_instant("later")
     sl.shutdown_structured_logger()
     names = [r["log_type_name"] for r in read_records(path)]
-    assert names == ["structured_logger_opened", "later", "structured_logger_closed"]  # written once
+    # written once
+    assert names == [
+        "structured_logger_opened",
+        "later",
+        "structured_logger_closed",
+    ]
 
 
 def test_relative_output_dir_is_resolved_once_so_a_chdir_does_not_split_the_run(tmp_path):
@@ -191,14 +218,22 @@ print(paths[0])
 """
     result = run_python(code, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(tmp_path / "outputs")  # factories get the absolute directory
+    # factories get the absolute directory
+    assert result.stdout.strip() == str(tmp_path / "outputs")
     assert list((tmp_path / "hydra_run").iterdir()) == []
     (path,) = jsonl_files(tmp_path / "outputs")
     names = [r["log_type_name"] for r in read_records(path)]
-    assert names == ["structured_logger_opened", "before_chdir", "after_chdir_0", "after_chdir_1", "after_chdir_2", "structured_logger_closed"]
+    assert names == [
+        "structured_logger_opened",
+        "before_chdir",
+        "after_chdir_0",
+        "after_chdir_1",
+        "after_chdir_2",
+        "structured_logger_closed",
+    ]
 
 
-# -- flushing -----------------------------------------------------------------------------------------
+# -- flushing --------------------------------------------------------------------------------------
 def test_start_record_reaches_the_file_while_the_span_is_still_open(run_dir):
     sl.init_structured_logger("training", run_dir, world_size=1)
     (path,) = jsonl_files(run_dir)
@@ -209,7 +244,8 @@ def test_start_record_reaches_the_file_while_the_span_is_still_open(run_dir):
             time.sleep(0.02)
             with open(path) as handle:
                 names = [json.loads(line)["log_type_name"] for line in handle]
-        assert "data_fetch_start" in names and "data_fetch_end" not in names  # no flush call was made
+        # no flush call was made
+        assert "data_fetch_start" in names and "data_fetch_end" not in names
 
 
 def test_flush_writes_everything_captured_before_it(run_dir):
@@ -232,16 +268,29 @@ def test_closing_record_has_totals(run_dir):
     assert records[0]["log_type_name"] == "structured_logger_opened"
     closing = records[-1]
     assert closing["log_type_name"] == "structured_logger_closed" and closing["closing"] is True
-    assert (closing["written_records"], closing["dropped_records"], closing["failed_records"]) == (8, 0, 0)
+    assert (closing["written_records"], closing["dropped_records"], closing["failed_records"]) == (
+        8,
+        0,
+        0,
+    )
 
 
-# -- drops ----------------------------------------------------------------------------------------------
+# -- drops -----------------------------------------------------------------------------------------
 def test_full_queue_drops_counts_and_reports_without_blocking(run_dir):
     from tests.helpers import factories
 
     # The writer is stuck (a gate exporter, closed), so the queue fills.
     factories.GATE.clear()
-    sl.init_structured_logger("training", run_dir, world_size=1, queue_size=50, handlers=["tests.helpers.factories.register_gate", "otel_titan.exporters.jsonl.register_jsonl_handler"])
+    sl.init_structured_logger(
+        "training",
+        run_dir,
+        world_size=1,
+        queue_size=50,
+        handlers=[
+            "tests.helpers.factories.register_gate",
+            "otel_titan.exporters.jsonl.register_jsonl_handler",
+        ],
+    )
     for i in range(200):
         sl.log_trace_instant(f"i{i}")  # returns at once even though nothing is written
     sl.log_trace_scalar({"a": 1.0, "b": 2.0})
@@ -252,18 +301,24 @@ def test_full_queue_drops_counts_and_reports_without_blocking(run_dir):
     records = read_records(jsonl_files(run_dir)[0])
     names = [r["log_type_name"] for r in records]
     kept = [n for n in names if n.startswith("i")]
-    assert 50 <= len(kept) < 200 and kept == [f"i{i}" for i in range(len(kept))]  # a prefix, in order, no gap
+    # a prefix, in order, no gap
+    assert 50 <= len(kept) < 200 and kept == [f"i{i}" for i in range(len(kept))]
     closing = records[-1]
     dropped = [r for r in records if r["log_type_name"] == "records_dropped"]
-    assert len(dropped) == 1 and dropped[0]["dropped_records"] == closing["dropped_records"] == dropped[0]["value"] > 0
+    assert (
+        len(dropped) == 1
+        and dropped[0]["dropped_records"] == closing["dropped_records"] == dropped[0]["value"] > 0
+    )
     assert names.index("records_dropped") < names.index("after")
     written_scalars = names.count("metric_value")
     assert closing["written_records"] == len(kept) + written_scalars + 1
-    assert closing["written_records"] + closing["dropped_records"] == 203  # every emitted record accounted for
+    # every emitted record accounted for
+    assert closing["written_records"] + closing["dropped_records"] == 203
 
 
-
-def test_trace_group_size_groups_ranks_into_step_traces_and_names_the_group_in_the_resource(tmp_path, monkeypatch):
+def test_trace_group_size_groups_ranks_into_step_traces_and_names_the_group_in_the_resource(
+    tmp_path, monkeypatch
+):
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from otel_titan import structured_logger as sl
@@ -271,7 +326,15 @@ def test_trace_group_size_groups_ranks_into_step_traces_and_names_the_group_in_t
 
     def step_span(rank: int, **options) -> object:
         memory = InMemorySpanExporter()
-        sl.init_structured_logger("training", tmp_path, rank=rank, world_size=16, run_id="groups", handlers=[lambda add_span_exporter, **_: add_span_exporter(memory)], **options)
+        sl.init_structured_logger(
+            "training",
+            tmp_path,
+            rank=rank,
+            world_size=16,
+            run_id="groups",
+            handlers=[lambda add_span_exporter, **_: add_span_exporter(memory)],
+            **options,
+        )
         sl.set_step(5)
         with sl.log_trace_span("fwd_bwd"):
             pass
@@ -281,27 +344,48 @@ def test_trace_group_size_groups_ranks_into_step_traces_and_names_the_group_in_t
 
     four = step_span(5, trace_group_size=4)
     assert four.resource.attributes["titan.trace_group"] == 1
-    assert four.context.trace_id == StepTraceIds("groups", 0, 1).for_step(5) == step_span(7, trace_group_size=4).context.trace_id
+    assert (
+        four.context.trace_id
+        == StepTraceIds("groups", 0, 1).for_step(5)
+        == step_span(7, trace_group_size=4).context.trace_id
+    )
     assert four.context.trace_id != step_span(8, trace_group_size=4).context.trace_id
     monkeypatch.setenv("OTEL_TITAN_TRACE_GROUP_SIZE", "0")
     everyone = step_span(5)
     assert "titan.trace_group" not in everyone.resource.attributes
-    assert everyone.context.trace_id == StepTraceIds("groups", 0).for_step(5) == step_span(15).context.trace_id
+    assert (
+        everyone.context.trace_id
+        == StepTraceIds("groups", 0).for_step(5)
+        == step_span(15).context.trace_id
+    )
 
 
-def test_init_shares_the_run_with_processes_started_later_and_shutdown_takes_it_back(tmp_path, monkeypatch):
-    for name in ("OTEL_TITAN_RUN_ID", "OTEL_TITAN_PROCESS_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "RAY_JOB_ID"):
+def test_init_shares_the_run_with_processes_started_later_and_shutdown_takes_it_back(
+    tmp_path, monkeypatch
+):
+    for name in (
+        "OTEL_TITAN_RUN_ID",
+        "OTEL_TITAN_PROCESS_RUN_ID",
+        "TORCHELASTIC_RUN_ID",
+        "SLURM_JOB_ID",
+        "RAY_JOB_ID",
+    ):
         monkeypatch.delenv(name, raising=False)
     sl.init_structured_logger("controller", tmp_path / "a", rank=0, world_size=1)
     identity = sl.get_run_identity()
-    assert identity.run_id is None and os.environ["OTEL_TITAN_PROCESS_RUN_ID"] == identity.process_run_id
+    assert (
+        identity.run_id is None
+        and os.environ["OTEL_TITAN_PROCESS_RUN_ID"] == identity.process_run_id
+    )
     assert "OTEL_TITAN_RUN_ID" not in os.environ
     sl.shutdown_structured_logger()
     assert "OTEL_TITAN_PROCESS_RUN_ID" not in os.environ  # a later init here is not anyone's child
     (first,) = [read_records(p)[0] for p in jsonl_files(tmp_path / "a")]
     assert first["run_id"] is None and first["process_run_id"] == identity.process_run_id
     sl.init_structured_logger("controller", tmp_path / "b", rank=0, world_size=1, run_id="given")
-    assert os.environ["OTEL_TITAN_RUN_ID"] == "given" and "OTEL_TITAN_PROCESS_RUN_ID" not in os.environ
+    assert (
+        os.environ["OTEL_TITAN_RUN_ID"] == "given" and "OTEL_TITAN_PROCESS_RUN_ID" not in os.environ
+    )
     sl.shutdown_structured_logger()
     assert "OTEL_TITAN_RUN_ID" not in os.environ
     (first,) = [read_records(p)[0] for p in jsonl_files(tmp_path / "b")]

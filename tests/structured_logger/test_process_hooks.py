@@ -14,7 +14,7 @@ import pytest
 from otel_titan import structured_logger as sl
 from tests.conftest import REPO, jsonl_files, read_records, run_python
 
-# -- process events (real interpreters) ----------------------------------------------------------------
+# -- process events (real interpreters) ------------------------------------------------------------
 _EMIT = """
 import os, sys, time
 from otel_titan import structured_logger as sl
@@ -27,7 +27,8 @@ for step in range(1, 201):
 
 
 def _records_of(run_dir):
-    """The file's records but the hang black box (`stall`: SIGTERM writes one; tests/core/test_blackbox.py checks it)."""
+    """The file's records but the hang black box (`stall`: SIGTERM writes one;
+    tests/core/test_blackbox.py checks it)."""
     (path,) = jsonl_files(run_dir)
     return [r for r in read_records(path) if r["log_type_name"] != "stall"]
 
@@ -37,7 +38,10 @@ def test_interpreter_exit_writes_everything_and_the_closing_record(run_dir):
     assert result.returncode == 0, result.stderr
     records = _records_of(run_dir)
     assert len([r for r in records if r["log_type_name"] == "fwd_bwd_end"]) == 200
-    assert records[-1]["log_type_name"] == "structured_logger_closed" and records[-1]["written_records"] == 400
+    assert (
+        records[-1]["log_type_name"] == "structured_logger_closed"
+        and records[-1]["written_records"] == 400
+    )
 
 
 _CRASH = """
@@ -62,36 +66,61 @@ for step in range(1, 9):
 """
 
 
-def test_an_uncaught_exception_is_recorded_with_its_type_message_and_line_before_the_closing_record(run_dir):
+def test_an_uncaught_exception_is_recorded_with_its_type_message_and_line_before_the_closing_record(
+    run_dir,
+):
     result = run_python(_CRASH, str(run_dir))
-    assert result.returncode == 1 and "CUDA out of memory" in result.stderr  # the traceback is still printed: the earlier hook ran
+    # the traceback is still printed: the earlier hook ran
+    assert result.returncode == 1 and "CUDA out of memory" in result.stderr
     assert "a helper thread's bug" in result.stderr
     records = _records_of(run_dir)
     names = [r["log_type_name"] for r in records]
     crashes = [r for r in records if r["log_type_name"] == "uncaught_exception"]
     assert len(crashes) == 2, names
     thread, main = crashes
-    assert thread["fatal"] is False and thread["error_type"] == "ValueError" and thread["thread_name"] == "prefetch"
-    assert main["fatal"] is True and main["error_type"] == "RuntimeError" and main["error_message"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert (
+        thread["fatal"] is False
+        and thread["error_type"] == "ValueError"
+        and thread["thread_name"] == "prefetch"
+    )
+    assert (
+        main["fatal"] is True
+        and main["error_type"] == "RuntimeError"
+        and main["error_message"] == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
     assert main["step"] == 8 and main["thread_name"] == "MainThread"
     line = next(n for n, text in enumerate(_CRASH.splitlines(), 1) if "# raised here" in text)
-    assert main["error_frames"][0] == f"<string>:{line}:allocate", main["error_frames"]  # innermost first: where it was raised
-    assert names.index("fwd_bwd_error") < names.index("uncaught_exception", names.index("fwd_bwd_error")) < names.index("structured_logger_closed")
+    # innermost first: where it was raised
+    assert main["error_frames"][0] == f"<string>:{line}:allocate", main["error_frames"]
+    assert (
+        names.index("fwd_bwd_error")
+        < names.index("uncaught_exception", names.index("fwd_bwd_error"))
+        < names.index("structured_logger_closed")
+    )
 
 
 def test_sigterm_writes_the_queue_and_dies_of_sigterm(run_dir):
-    code = _EMIT + """
+    code = (
+        _EMIT
+        + """
 with sl.log_trace_span("data_fetch"):
     print("ready", flush=True)
     time.sleep(60)
 """
-    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert process.stdout.readline().strip() == "ready"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == -signal.SIGTERM  # the exit status it would have had
     records = _records_of(run_dir)
     names = [r["log_type_name"] for r in records]
-    assert names.count("fwd_bwd_end") == 200  # the flush interval is 10 s: only the SIGTERM flush wrote these
+    # the flush interval is 10 s: only the SIGTERM flush wrote these
+    assert names.count("fwd_bwd_end") == 200
     assert names[-2:] == ["data_fetch_start", "signal_received"]
     assert records[-1]["signal"] == "SIGTERM"
 
@@ -112,7 +141,12 @@ print("ready", flush=True)
 time.sleep(60)
 """
     )
-    process = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert process.stdout.readline().strip() == "ready"
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 7
@@ -140,7 +174,9 @@ sl.log_trace_instant("still_alive")
 
 
 def test_fork_child_never_writes_into_the_parents_file(run_dir):
-    code = _EMIT + """
+    code = (
+        _EMIT
+        + """
 sl.flush_structured_logger()
 pids = []
 for how in ("exit", "_exit"):
@@ -158,6 +194,7 @@ for pid in pids:
 with sl.log_trace_span("parent_after_fork"):
     pass
 """
+    )
     result = run_python(code, str(run_dir), timeout=60)
     assert result.returncode == 0, result.stderr
     records = _records_of(run_dir)  # parses every line: no corruption
@@ -195,7 +232,9 @@ print("ok")
 
 
 def test_multiprocessing_fork_pool_children_are_silent_and_nothing_deadlocks(run_dir):
-    code = _EMIT + """
+    code = (
+        _EMIT
+        + """
 import multiprocessing as mp
 
 def work(i):
@@ -208,6 +247,7 @@ with ctx.Pool(3) as pool:
         with sl.log_trace_span("map"):
             assert pool.map(work, range(50)) == [i * i for i in range(50)]
 """
+    )
     result = run_python(code, str(run_dir), timeout=120)
     assert result.returncode == 0, result.stderr
     names = [r["log_type_name"] for r in _records_of(run_dir)]
@@ -241,7 +281,8 @@ for epoch in range(2):
             batch = next(it)
         assert batch.shape == (8, 4)
 """
-    # TMPDIR: the workers leave multiprocessing's pymp-* folders behind; keep them in the test's tmp.
+    # TMPDIR: the workers leave multiprocessing's pymp-* folders behind; keep them in the test's
+    # tmp.
     result = run_python(code, str(run_dir), timeout=180, env={"TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     names = [r["log_type_name"] for r in _records_of(run_dir)]
@@ -249,10 +290,15 @@ for epoch in range(2):
     assert names[-1] == "structured_logger_closed"
 
 
-# -- SIGTERM wherever the main thread is (item: native calls that never return to Python) --------------
+# -- SIGTERM wherever the main thread is (item: native calls that never return to Python) ----------
 def _start(code, *args, **kwargs):
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True, **kwargs
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+        **kwargs,
     )
 
 
@@ -263,7 +309,8 @@ def _kill_group(process):
 
 
 def _wait_until_main_thread_blocks(pid, timeout=30.0):
-    """Until the main thread has been asleep in the kernel for 0.5 s: inside its blocking call, past any Python code."""
+    """Until the main thread has been asleep in the kernel for 0.5 s: inside its blocking call, past
+    any Python code."""
     deadline = time.monotonic() + timeout
     asleep_since = None
     while time.monotonic() < deadline:
@@ -281,9 +328,11 @@ def _wait_until_main_thread_blocks(pid, timeout=30.0):
 
 
 _STUCK = {
-    # A native call that does not return on a signal, as a collective waiting for a hung peer: a mutex locked twice.
+    # A native call that does not return on a signal, as a collective waiting for a hung peer: a
+    # mutex locked twice.
     "native_mutex": "import ctypes\nlibc = ctypes.CDLL(None)\nmutex = ctypes.create_string_buffer(64)\nlibc.pthread_mutex_lock(mutex)\nlibc.pthread_mutex_lock(mutex)\n",
-    # SIGTERM blocked in the main thread (native libraries do that): the kernel hands it to another thread.
+    # SIGTERM blocked in the main thread (native libraries do that): the kernel hands it to another
+    # thread.
     "blocked_signal_sleep": "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\ntime.sleep(600)\n",
     "blocked_signal_event_wait": "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\nthreading.Event().wait()\n",
 }
@@ -293,7 +342,11 @@ _STUCK = {
 def test_sigterm_kills_a_process_whose_main_thread_is_stuck_in_native_code(run_dir, stuck):
     # Python runs handlers on the main thread between bytecodes: here it never gets there. The
     # watcher thread writes the queue and lets the default action kill the process.
-    code = _EMIT + "import signal, threading\nwith sl.log_trace_span('collective'):\n    print('ready', flush=True)\n" + "".join(f"    {line}\n" for line in _STUCK[stuck].splitlines())
+    code = (
+        _EMIT
+        + "import signal, threading\nwith sl.log_trace_span('collective'):\n    print('ready', flush=True)\n"
+        + "".join(f"    {line}\n" for line in _STUCK[stuck].splitlines())
+    )
     process = _start(code, str(run_dir))
     try:
         assert process.stdout.readline().strip() == "ready"
@@ -305,11 +358,16 @@ def test_sigterm_kills_a_process_whose_main_thread_is_stuck_in_native_code(run_d
         _kill_group(process)
     records = _records_of(run_dir)
     names = [r["log_type_name"] for r in records]
-    assert names.count("fwd_bwd_end") == 200  # queued behind a 10 s flush interval: the SIGTERM flush wrote them
-    assert names[-2:] == ["collective_start", "signal_received"] and records[-1]["signal"] == "SIGTERM"
+    # queued behind a 10 s flush interval: the SIGTERM flush wrote them
+    assert names.count("fwd_bwd_end") == 200
+    assert (
+        names[-2:] == ["collective_start", "signal_received"] and records[-1]["signal"] == "SIGTERM"
+    )
 
 
-def test_sigterm_with_the_main_thread_stuck_still_calls_the_earlier_python_handler_once(run_dir, tmp_path):
+def test_sigterm_with_the_main_thread_stuck_still_calls_the_earlier_python_handler_once(
+    run_dir, tmp_path
+):
     # The watcher flushes at once; the user's handler runs where Python would run it (on the main
     # thread when it next runs Python code), once, after the flush, and its exit status wins.
     marker = tmp_path / "handler-ran"
@@ -345,7 +403,11 @@ while True:
 
 
 def test_ignored_sigterm_is_recorded_while_the_main_thread_is_stuck_and_stays_ignored(run_dir):
-    code = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + _EMIT + "print('ready', flush=True)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\ntime.sleep(600)\n"
+    code = (
+        "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        + _EMIT
+        + "print('ready', flush=True)\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\ntime.sleep(600)\n"
+    )
     process = _start(code, str(run_dir))
     try:
         assert process.stdout.readline().strip() == "ready"
@@ -363,7 +425,9 @@ def test_ignored_sigterm_is_recorded_while_the_main_thread_is_stuck_and_stays_ig
         _kill_group(process)
 
 
-@pytest.mark.parametrize("loop_first", [True, False], ids=["asyncio_handlers_before_init", "asyncio_handlers_after_init"])
+@pytest.mark.parametrize(
+    "loop_first", [True, False], ids=["asyncio_handlers_before_init", "asyncio_handlers_after_init"]
+)
 def test_asyncio_signal_handlers_keep_working_and_sigterm_still_kills(run_dir, loop_first):
     # asyncio's add_signal_handler has its own wakeup fd: set before ours, every byte is forwarded
     # to it; set after ours, it wins, and our handler runs on the (woken) main thread instead.
@@ -429,7 +493,10 @@ def test_shutdown_gives_back_the_sigterm_handler_and_wakeup_fd_and_reinit_takes_
     try:
         for _ in range(2):
             sl.init_structured_logger("training", run_dir, world_size=1)
-            assert signal.getsignal(signal.SIGTERM) is not mine and _current_wakeup_fd() not in (-1, write)
+            assert signal.getsignal(signal.SIGTERM) is not mine and _current_wakeup_fd() not in (
+                -1,
+                write,
+            )
             assert len(_signal_threads()) == 1
             # The wakeup fd set before ours still gets the signal numbers: forwarded by the watcher.
             signal.signal(signal.SIGUSR1, lambda s, f: None)
@@ -437,7 +504,11 @@ def test_shutdown_gives_back_the_sigterm_handler_and_wakeup_fd_and_reinit_takes_
             assert select_readable(read, 10) and os.read(read, 16) == bytes([signal.SIGUSR1])
             signal.signal(signal.SIGUSR1, signal.SIG_DFL)
             assert sl.shutdown_structured_logger()
-            assert signal.getsignal(signal.SIGTERM) is mine and _current_wakeup_fd() == write and _signal_threads() == []
+            assert (
+                signal.getsignal(signal.SIGTERM) is mine
+                and _current_wakeup_fd() == write
+                and _signal_threads() == []
+            )
     finally:
         signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGTERM, before)
@@ -454,7 +525,9 @@ def select_readable(fd, timeout):
 def test_a_fork_childs_own_sigterm_never_reaches_the_parents_watcher(run_dir):
     # The child inherits the pipe behind the parent's wakeup fd; a signal the child handles in
     # Python must not wake the parent's watcher (which would flush, then kill the parent).
-    code = _EMIT + """
+    code = (
+        _EMIT
+        + """
 import signal
 sl.flush_structured_logger()
 pid = os.fork()
@@ -467,15 +540,21 @@ assert os.waitpid(pid, 0)[1] == 0
 time.sleep(0.5)
 sl.log_trace_instant("parent_still_alive")
 """
+    )
     result = run_python(code, str(run_dir))
     assert result.returncode == 0, result.stderr
     names = [r["log_type_name"] for r in _records_of(run_dir)]
-    assert "signal_received" not in names and "parent_still_alive" in names and names[-1] == "structured_logger_closed"
+    assert (
+        "signal_received" not in names
+        and "parent_still_alive" in names
+        and names[-1] == "structured_logger_closed"
+    )
 
 
-# -- multiprocessing and DataLoader workers that start their own logger ---------------------------------
+# -- multiprocessing and DataLoader workers that start their own logger ----------------------------
 def _run_script(tmp_path, text, *args, timeout=240):
-    """Run `text` as a script file (spawn and forkserver workers import it), killing its whole group on a timeout."""
+    """Run `text` as a script file (spawn and forkserver workers import it), killing its whole group
+    on a timeout."""
     script = tmp_path / "script.py"
     script.write_text(text)
     process = subprocess.Popen(
@@ -496,7 +575,8 @@ def _run_script(tmp_path, text, *args, timeout=240):
 def _files_by_rank(run_dir):
     by_rank: dict[int, list[list[dict]]] = {}
     for path in jsonl_files(run_dir):
-        records = [r for r in read_records(path) if r["log_type_name"] != "stall"]  # SIGTERM's black box
+        # SIGTERM's black box
+        records = [r for r in read_records(path) if r["log_type_name"] != "stall"]
         by_rank.setdefault(records[0]["rank"], []).append(records)
     return by_rank
 
@@ -547,7 +627,9 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
-def test_multiprocessing_workers_that_start_a_logger_write_everything_and_close(run_dir, tmp_path, method):
+def test_multiprocessing_workers_that_start_a_logger_write_everything_and_close(
+    run_dir, tmp_path, method
+):
     # fork and forkserver children end with os._exit (no atexit): their records used to stay queued.
     returncode, out, err = _run_script(tmp_path, _MP_WORKERS, method, str(run_dir))
     assert returncode == 0 and out.strip() == "done", err
@@ -555,14 +637,21 @@ def test_multiprocessing_workers_that_start_a_logger_write_everything_and_close(
     assert sorted(by_rank) == [0, 11, 12, 21, 22], sorted(by_rank)
     (process_file,) = by_rank[0]
     names = [r["log_type_name"] for r in process_file]
-    assert names.count("work_end") == 100 and names[-1] == "structured_logger_closed" and process_file[-1]["written_records"] == 200
+    assert (
+        names.count("work_end") == 100
+        and names[-1] == "structured_logger_closed"
+        and process_file[-1]["written_records"] == 200
+    )
     closed = [records for rank in (11, 12) for records in by_rank[rank]]
     assert all(records[-1]["log_type_name"] == "structured_logger_closed" for records in closed)
     assert sum(r["log_type_name"] == "work_end" for records in closed for r in records) == 200
     # terminate(): every record, then either the closing record (a worker that took its
     # sentinel first) or signal_received (killed by SIGTERM, the queue written first).
     terminated = [records for rank in (21, 22) for records in by_rank[rank]]
-    assert {records[-1]["log_type_name"] for records in terminated} <= {"structured_logger_closed", "signal_received"}, [r[-1] for r in terminated]
+    assert {records[-1]["log_type_name"] for records in terminated} <= {
+        "structured_logger_closed",
+        "signal_received",
+    }, [r[-1] for r in terminated]
     assert sum(r["log_type_name"] == "work_end" for records in terminated for r in records) == 200
 
 
@@ -605,20 +694,45 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
-def test_dataloader_workers_that_start_a_logger_in_worker_init_fn_write_everything(run_dir, tmp_path, method):
+def test_dataloader_workers_that_start_a_logger_in_worker_init_fn_write_everything(
+    run_dir, tmp_path, method
+):
     pytest.importorskip("torch")
     returncode, out, err = _run_script(tmp_path, _DATALOADER, method, str(run_dir))
     assert returncode == 0 and out.strip() == "done", err
     by_rank = _files_by_rank(run_dir)
     assert sorted(by_rank) == [0, 1, 10, 11, 20, 21], sorted(by_rank)
-    assert [len(by_rank[rank]) for rank in (0, 1, 10, 11, 20, 21)] == [2, 2, 1, 1, 1, 1]  # a file per worker start
+    # a file per worker start
+    assert [len(by_rank[rank]) for rank in (0, 1, 10, 11, 20, 21)] == [
+        2,
+        2,
+        1,
+        1,
+        1,
+        1,
+    ]
 
     def getitems(ranks):
-        return sum(r["log_type_name"] == "getitem_end" for rank in ranks for records in by_rank[rank] for r in records)
+        return sum(
+            r["log_type_name"] == "getitem_end"
+            for rank in ranks
+            for records in by_rank[rank]
+            for r in records
+        )
 
     for ranks in ((0, 1), (10, 11), (20, 21)):
-        assert getitems(ranks) == 64, ranks  # 2 epochs x 32 items: every record, whichever worker had it
+        # 2 epochs x 32 items: every record, whichever worker had it
+        assert getitems(ranks) == 64, ranks
     # Workers shut down by their loader end normally, with the closing record.
-    assert all(records[-1]["log_type_name"] == "structured_logger_closed" for rank in (0, 1, 10, 11) for records in by_rank[rank])
-    # Workers still alive at exit are terminated by multiprocessing (SIGTERM): the queue is written first.
-    assert all(records[-1]["log_type_name"] == "signal_received" for rank in (20, 21) for records in by_rank[rank])
+    assert all(
+        records[-1]["log_type_name"] == "structured_logger_closed"
+        for rank in (0, 1, 10, 11)
+        for records in by_rank[rank]
+    )
+    # Workers still alive at exit are terminated by multiprocessing (SIGTERM): the queue is written
+    # first.
+    assert all(
+        records[-1]["log_type_name"] == "signal_received"
+        for rank in (20, 21)
+        for records in by_rank[rank]
+    )

@@ -1,4 +1,5 @@
-"""sigterm.py's state: one object (`SignalState`), reset in a fork child and by `reset`, in real interpreters.
+"""sigterm.py's state: one object (`SignalState`), reset in a fork child and by `reset`, in real
+interpreters.
 
 What a SIGTERM does with a logger running is tests/structured_logger/test_process_hooks.py's;
 here, the module alone: what `install` leaves in the state, that `reset` gives
@@ -12,7 +13,9 @@ import signal
 
 from tests.conftest import run_python
 
-_STATE_FIELDS = "(s.watcher, s.previous, s.on_signal, s.owed_given, s.owed_taken, s.dying, s.dump_callbacks)"
+_STATE_FIELDS = (
+    "(s.watcher, s.previous, s.on_signal, s.owed_given, s.owed_taken, s.dying, s.dump_callbacks)"
+)
 
 
 def test_reset_gives_everything_back_and_a_second_install_works_as_the_first():

@@ -46,6 +46,8 @@ def test_output_dir_made_absolute_once_and_created(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert absolute_dir("run") == os.path.join(str(tmp_path), "run")
     directory = check_output_dir("run/./x/..")
-    assert directory == os.path.join(str(tmp_path), "run") and os.path.isdir(os.path.join(directory, "structured_logs"))
+    assert directory == os.path.join(str(tmp_path), "run") and os.path.isdir(
+        os.path.join(directory, "structured_logs")
+    )
     with pytest.raises(ValueError, match="not a usable path"):
         absolute_dir("a\x00b")

@@ -1,4 +1,5 @@
-"""The run as tools for an agent: `otel-titan mcp` (Model Context Protocol over stdio), a thin front over the analysis.
+"""The run as tools for an agent: `otel-titan mcp` (Model Context Protocol over stdio), a thin front
+over the analysis.
 
 * `tools` — each tool's answer, from `RunAnalysis`, summarize's ``--json`` form,
   `query.sql` and watch's `Watch` (no rule of its own), in one envelope that

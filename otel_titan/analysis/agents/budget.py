@@ -1,4 +1,5 @@
-"""Answers that fit a model's context: a budget in tokens, lists cut to fit, and what was cut said in the answer.
+"""Answers that fit a model's context: a budget in tokens, lists cut to fit, and what was cut said
+in the answer.
 
 Why: at 1,024 ranks ``summarize --json`` is megabytes; a model given it
 whole loses the verdict in the rows. Every answer of the MCP tools is a JSON
@@ -24,7 +25,8 @@ __all__ = ["Budget", "CHARS_PER_TOKEN", "DEFAULT_TOKENS", "MAX_TOKENS", "fit", "
 
 #: The rough rate of characters per token for JSON text (the budget is an estimate, said as one).
 CHARS_PER_TOKEN = 4
-#: The default budget of one answer, in tokens: a few thousand, so that several answers fit one context.
+#: The default budget of one answer, in tokens: a few thousand, so that several answers fit one
+#: context.
 DEFAULT_TOKENS = 4000
 #: The most a caller may ask for in one answer.
 MAX_TOKENS = 32000
@@ -54,7 +56,8 @@ def size_of(value: Any) -> int:
 
 
 def fit(answer: dict[str, Any], budget: Budget) -> dict[str, Any]:
-    """`answer` (a JSON-ready dict) with a ``budget`` entry, cut to `budget` if needed: longest lists first, then longest strings.
+    """`answer` (a JSON-ready dict) with a ``budget`` entry, cut to `budget` if needed: longest
+    lists first, then longest strings.
 
     Cuts only what is under ``answer["data"]``; every cut is listed in
     ``budget.omitted`` as ``{"path", "kept", "of"}`` (strings: characters).
@@ -66,7 +69,8 @@ def fit(answer: dict[str, Any], budget: Budget) -> dict[str, Any]:
     """
     data = json_safe(answer.get("data"))
     omitted: dict[str, dict[str, Any]] = {}
-    room = budget.chars - size_of({k: v for k, v in answer.items() if k != "data"}) - 400  # the budget entry itself
+    # the budget entry itself
+    room = budget.chars - size_of({k: v for k, v in answer.items() if k != "data"}) - 400
     for _ in range(200):
         size = size_of(data)
         if size <= room:
@@ -84,16 +88,24 @@ def fit(answer: dict[str, Any], budget: Budget) -> dict[str, Any]:
         else:
             kept = max(_MIN_STRING // 2, len(value) - excess - 16)
             container[key] = value[:kept] + "…"
-            entry = omitted.setdefault(path, {"path": path, "kept": kept, "of": len(value), "unit": "characters"})
+            entry = omitted.setdefault(
+                path, {"path": path, "kept": kept, "of": len(value), "unit": "characters"}
+            )
             entry["kept"] = kept
     out = {**answer, "data": data}
-    out["budget"] = {"tokens": budget.tokens, "used_tokens": 0, "complete": not omitted, "omitted": list(omitted.values())}
+    out["budget"] = {
+        "tokens": budget.tokens,
+        "used_tokens": 0,
+        "complete": not omitted,
+        "omitted": list(omitted.values()),
+    }
     out["budget"]["used_tokens"] = -(-size_of(out) // CHARS_PER_TOKEN)
     return out
 
 
 def _keep_items(items: list[Any], excess: int) -> int:
-    """How many of `items` to keep (a prefix) so that about `excess` characters go: at least 1, fewer than all."""
+    """How many of `items` to keep (a prefix) so that about `excess` characters go: at least 1,
+    fewer than all."""
     if len(items) <= 1:
         return 0
     sizes = [size_of(item) + 1 for item in items]
@@ -105,12 +117,19 @@ def _keep_items(items: list[Any], excess: int) -> int:
 
 
 def _largest(value: Any, path: str) -> tuple[str, Any, Any, Any] | None:
-    """The longest list of two or more items (by characters), else the longest string over `_MIN_STRING`, under `value`: (path, parent, key, it)."""
+    """The longest list of two or more items (by characters), else the longest string over
+    `_MIN_STRING`, under `value`: (path, parent, key, it)."""
     lists: list[tuple[int, str, Any, Any, Any]] = []
     strings: list[tuple[int, str, Any, Any, Any]] = []
 
     def walk(node: Any, where: str) -> None:
-        children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        children = (
+            node.items()
+            if isinstance(node, dict)
+            else enumerate(node)
+            if isinstance(node, list)
+            else ()
+        )
         for key, child in children:
             at = f"{where}.{key}" if isinstance(node, dict) else f"{where}[{key}]"
             if isinstance(child, list):
@@ -128,4 +147,3 @@ def _largest(value: Any, path: str) -> tuple[str, Any, Any, Any] | None:
             _, at, parent, key, child = max(found, key=lambda item: item[0])
             return at, parent, key, child
     return None
-

@@ -1,4 +1,5 @@
-"""What the export checks before it writes: the hosts' clock offsets, and whether Perfetto could open the trace.
+"""What the export checks before it writes: the hosts' clock offsets, and whether Perfetto could
+open the trace.
 
 Why: a trace merged from hosts whose clocks disagree puts ranks side by side
 that were not; `tail_alignment` estimates each host's offset from the ends
@@ -21,11 +22,20 @@ from otel_titan.analysis.read.lines import SkippedLines, file_records
 from otel_titan.analysis.read.records import RunLogs
 from otel_titan.analysis.read.tails import tail_records
 
-__all__ = ["tail_alignment", "check_size", "steps_held", "no_match_message", "TraceTooBigError", "PERFETTO_MAX_TRACE_BYTES", "TRACE_BYTES_PER_INPUT_BYTE"]
+__all__ = [
+    "tail_alignment",
+    "check_size",
+    "steps_held",
+    "no_match_message",
+    "TraceTooBigError",
+    "PERFETTO_MAX_TRACE_BYTES",
+    "TRACE_BYTES_PER_INPUT_BYTE",
+]
 
 #: About the largest JSON trace Perfetto's UI opens in a browser.
 PERFETTO_MAX_TRACE_BYTES = 1_000_000_000
-#: Trace bytes per JSONL byte: 0.20 measured on the export benchmark's run, 0.2 on generated runs; with a margin.
+#: Trace bytes per JSONL byte: 0.20 measured on the export benchmark's run, 0.2 on generated runs;
+#: with a margin.
 TRACE_BYTES_PER_INPUT_BYTE = 0.25
 #: Lines read from the end of each file to align clocks (about 20 steps of a training loop).
 _ALIGN_LINES = 256
@@ -43,7 +53,8 @@ def tail_alignment(run: RunLogs) -> ClockAlignment:
         >>> tail_alignment(read_run("outputs")).describe()
         'not aligned: all ranks on one host (one clock)'
     """
-    visitor = ClosingVisitor()  # the step-closing spans alone: nothing else of the summary's collector is needed here
+    # the step-closing spans alone: nothing else of the summary's collector is needed here
+    visitor = ClosingVisitor()
     skipped = SkippedLines(log=False)
     for process in run.processes:
         records, _ = tail_records(process, skipped, min_lines=_ALIGN_LINES, trimmed=True)
@@ -65,7 +76,8 @@ def _last_step(run: RunLogs) -> int | None:
 
 
 def steps_held(run: RunLogs) -> tuple[int, int] | None:
-    """(first, last) step the run's records hold, from each process's first records and its tail; None without steps.
+    """(first, last) step the run's records hold, from each process's first records and its tail;
+    None without steps.
 
     For the message of an export whose ``--steps`` matched nothing: it reads
     the head of each process's oldest file up to its first record with a step,
@@ -74,8 +86,11 @@ def steps_held(run: RunLogs) -> tuple[int, int] | None:
     skipped = SkippedLines(log=False)
     firsts: list[int] = []
     for process in run.processes:
-        for path in process.segments:  # oldest first: the process's first step is in the first file that has one
-            step = next((r["step"] for r in file_records(path, skipped) if type(r.get("step")) is int), None)
+        # oldest first: the process's first step is in the first file that has one
+        for path in process.segments:
+            step = next(
+                (r["step"] for r in file_records(path, skipped) if type(r.get("step")) is int), None
+            )
             if step is not None:
                 firsts.append(step)
                 break
@@ -86,7 +101,8 @@ def steps_held(run: RunLogs) -> tuple[int, int] | None:
 
 
 def no_match_message(run: RunLogs, steps: StepRange | None, processes: int) -> str:
-    """Why an export wrote nothing: the filter, and what the run holds instead (its steps, its processes).
+    """Why an export wrote nothing: the filter, and what the run holds instead (its steps, its
+    processes).
 
     Example:
         >>> from otel_titan.analysis import read_run
@@ -96,13 +112,20 @@ def no_match_message(run: RunLogs, steps: StepRange | None, processes: int) -> s
     what = f"{run.log_dir}: no records match the filters"
     if steps is not None:
         held = steps_held(run)
-        where = "the run has no steps" if held is None else f"the run's steps are {held[0]}–{held[1]}" if held[0] != held[1] else f"the run's only step is {held[0]}"
+        where = (
+            "the run has no steps"
+            if held is None
+            else f"the run's steps are {held[0]}–{held[1]}"
+            if held[0] != held[1]
+            else f"the run's only step is {held[0]}"
+        )
         what += f": --steps {steps}, but {where}"
     return what + f" ({processes} process{'es' if processes != 1 else ''} selected)"
 
 
 def check_size(run: RunLogs, steps: StepRange | None, limit: int = PERFETTO_MAX_TRACE_BYTES) -> int:
-    """The estimated trace size in bytes; raises `TraceTooBigError` (with a window that fits) above `limit`.
+    """The estimated trace size in bytes; raises `TraceTooBigError` (with a window that fits) above
+    `limit`.
 
     Example:
         >>> from otel_titan.analysis import read_run
@@ -128,14 +151,23 @@ def check_size(run: RunLogs, steps: StepRange | None, limit: int = PERFETTO_MAX_
     if last:
         span = steps_wanted = max(1, math.floor((fraction * last) * keep))
         top = min(steps.last, last) if steps is not None and steps.last is not None else last
-        proposals.append(f"--steps {max(top - span + 1, 1)}:{top} (the last {steps_wanted} steps, about {_gb(estimate * steps_wanted / (fraction * last))})")
+        proposals.append(
+            f"--steps {max(top - span + 1, 1)}:{top} (the last {steps_wanted} steps, about "
+            f"{_gb(estimate * steps_wanted / (fraction * last))})"
+        )
     ranks = sorted({p.rank for p in run.processes if p.rank is not None})
     if len(ranks) > 1:
         count = max(1, math.floor(len(ranks) * keep))
         chosen = ranks[:count]
-        proposals.append(f"--ranks {chosen[0]}-{chosen[-1]} ({count} of {len(ranks)} ranks, about {_gb(estimate * count / len(ranks))})" if count > 1 else f"--ranks {chosen[0]}")
+        proposals.append(
+            f"--ranks {chosen[0]}-{chosen[-1]} ({count} of {len(ranks)} ranks, about "
+            f"{_gb(estimate * count / len(ranks))})"
+            if count > 1
+            else f"--ranks {chosen[0]}"
+        )
     raise TraceTooBigError(
-        f"the trace would be about {_gb(estimate)} (from {_gb(run.total_bytes)} of JSONL), more than Perfetto's UI opens "
+        f"the trace would be about {_gb(estimate)} (from {_gb(run.total_bytes)} of JSONL), more "
+        "than Perfetto's UI opens "
         f"(about {_gb(limit)}; larger files crash it): nothing written. Export a window instead: "
         + " or ".join(proposals)
         + "; or --force to write it anyway."

@@ -41,20 +41,46 @@ from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.safe_text import json_bytes
 from otel_titan.schema import MetaEvent
 
-__all__ = ["ExportStats", "EventStream", "ExportVisitor", "ProcessTracks", "SLOT_TID_BASE", "STEP_TID", "UNKNOWN_TID", "ARG_FIELDS", "FAILED_COLOR", "INCOMPLETE_COLOR"]
+__all__ = [
+    "ExportStats",
+    "EventStream",
+    "ExportVisitor",
+    "ProcessTracks",
+    "SLOT_TID_BASE",
+    "STEP_TID",
+    "UNKNOWN_TID",
+    "ARG_FIELDS",
+    "FAILED_COLOR",
+    "INCOMPLETE_COLOR",
+]
 
-#: The logger's records that are no marker: `heartbeat` (it extends open spans) and `step_rollup` (totals of spans drawn as bars).
+#: The logger's records that are no marker: `heartbeat` (it extends open spans) and `step_rollup`
+#: (totals of spans drawn as bars).
 _UNDRAWN = frozenset({MetaEvent.HEARTBEAT, MetaEvent.STEP_ROLLUP})
 
 #: Track ids: threads on their real tid (< 2**22 on Linux), steps and unknown threads just below the
-#: asyncio slots, which are above every possible tid (tid 0 would be shown as the process's main thread).
+#: asyncio slots, which are above every possible tid (tid 0 would be shown as the process's main
+#: thread).
 SLOT_TID_BASE = 10_000_000
 STEP_TID = SLOT_TID_BASE - 1
 UNKNOWN_TID = SLOT_TID_BASE - 2
 #: The per-process track of torch flight-recorder collectives, from `stall` records (docs/hangs.md).
 COLLECTIVES_TID = SLOT_TID_BASE - 3
 #: Record fields copied into a span's or instant's ``args`` when present.
-ARG_FIELDS = ("step", "relative_step", "step_tags", "caller", "task_name", "description", "span_id", "parent_span_id", "trace_id", "epoch", "iteration", "tid")
+ARG_FIELDS = (
+    "step",
+    "relative_step",
+    "step_tags",
+    "caller",
+    "task_name",
+    "description",
+    "span_id",
+    "parent_span_id",
+    "trace_id",
+    "epoch",
+    "iteration",
+    "tid",
+)
 #: Chrome's reserved colour names (catapult's colour scheme; Perfetto picks its own).
 FAILED_COLOR = "terrible"
 INCOMPLETE_COLOR = "yellow"
@@ -125,8 +151,9 @@ class EventStream:
             # One orjson call per batch: `[e1,e2,…]` without its brackets.
             data = orjson.dumps(batch)[1:-1]
         except orjson.JSONEncodeError:
-            # A record read by the fallback parser can hold what orjson cannot write (an int beyond 64 bits,
-            # nesting deeper than 255): only that event's odd values are made safe (safe_text.json_safe).
+            # A record read by the fallback parser can hold what orjson cannot write (an int beyond
+            # 64 bits, nesting deeper than 255): only that event's odd values are made safe
+            # (safe_text.json_safe).
             data = b",".join(map(json_bytes, batch))
         self._file.write(data if self._first else b",\n" + data)
         self._first = False
@@ -155,7 +182,11 @@ def _plottable(value: Any) -> int | float | None:
     """A counter value for `value`, or None when it has none (NaN, ±∞, not a number)."""
     kind = type(value)
     if kind is int:
-        return value if -(1 << 53) <= value <= 1 << 53 else (float(value) if abs(value) < 1e300 else None)
+        return (
+            value
+            if -(1 << 53) <= value <= 1 << 53
+            else (float(value) if abs(value) < 1e300 else None)
+        )
     if kind is float:
         return value if math.isfinite(value) else None
     if kind is bool:
@@ -171,11 +202,13 @@ class ProcessTracks:
         self.threads: set[Any] = set()
         self.free_slots: list[int] = []  # a heap: the lowest free slot is reused first
         self.slots = 0
-        self.collectives_seen: set[Any] = set()  # (pg, seq, p2p seq) already drawn from a stall record
+        # (pg, seq, p2p seq) already drawn from a stall record
+        self.collectives_seen: set[Any] = set()
 
 
 class ExportVisitor(TimelineVisitor):
-    """Turns one export's timelines into events on `out`, counting them in `stats` (`steps`: keep only those)."""
+    """Turns one export's timelines into events on `out`, counting them in `stats` (`steps`: keep
+    only those)."""
 
     def __init__(self, out: EventStream, stats: ExportStats, steps: StepRange | None) -> None:
         self.out = out
@@ -188,14 +221,32 @@ class ExportVisitor(TimelineVisitor):
         self.alive_until_us: int | None = None
 
     # -- processes and tracks -------------------------------------------------------------------
-    def begin_process(self, tracks: ProcessTracks, os_pid: Any, alive_until_us: int | None = None) -> None:
-        """The next records are one OS process's; it was alive at `alive_until_us` (its file's last write)."""
-        self.tracks, self.pid, self.os_pid, self.alive_until_us = tracks, tracks.pid, os_pid, alive_until_us
+    def begin_process(
+        self, tracks: ProcessTracks, os_pid: Any, alive_until_us: int | None = None
+    ) -> None:
+        """The next records are one OS process's; it was alive at `alive_until_us` (its file's last
+        write)."""
+        self.tracks, self.pid, self.os_pid, self.alive_until_us = (
+            tracks,
+            tracks.pid,
+            os_pid,
+            alive_until_us,
+        )
 
     def _name_thread(self, tid: Any, name: str, sort_index: int) -> None:
         pid = self.pid
-        self.out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-        self.out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": sort_index}})
+        self.out.add(
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+        )
+        self.out.add(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": sort_index},
+            }
+        )
 
     def thread_track(self, tid: Any) -> int:
         track = tid if type(tid) is int and 0 < tid < UNKNOWN_TID else UNKNOWN_TID
@@ -225,7 +276,14 @@ class ExportVisitor(TimelineVisitor):
             heapq.heappush(self.tracks.free_slots, track - SLOT_TID_BASE)
 
     # -- events ---------------------------------------------------------------------------------
-    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+    def span(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> None:
         first = span.start
         if first is not None and span.error is None and not incomplete:
             # The common case (`span_event`'s first return), inline: one per span.
@@ -235,19 +293,39 @@ class ExportVisitor(TimelineVisitor):
             dur = dur_us if type(dur_us) is int else round(dur_us, 3)
             if span.children_end >= end_us:
                 dur += 1  # strictly contain the children (module docstring)
-            self.add({"name": span.name, "cat": "span", "ph": "X", "ts": span.start_us, "dur": dur, "pid": self.pid, "tid": span.track, "args": {key: first[key] for key in ARG_FIELDS if key in first}})
+            self.add(
+                {
+                    "name": span.name,
+                    "cat": "span",
+                    "ph": "X",
+                    "ts": span.start_us,
+                    "dur": dur,
+                    "pid": self.pid,
+                    "tid": span.track,
+                    "args": {key: first[key] for key in ARG_FIELDS if key in first},
+                }
+            )
             return
         event = self.span_event(span, end, end_us, dur_us, incomplete)
         if event is not None:
-            # Strictly contain the children (module docstring), and a failed span its ``ERROR:`` instant: Perfetto
-            # draws a thread instant as a slice of zero width, so a failed span of zero width (raised within its
-            # microsecond) and its error, written first, were a tie, and the span was drawn inside its own error.
+            # Strictly contain the children (module docstring), and a failed span its ``ERROR:``
+            # instant: Perfetto draws a thread instant as a slice of zero width, so a failed span of
+            # zero width (raised within its microsecond) and its error, written first, were a tie,
+            # and the span was drawn inside its own error.
             if span.children_end >= end_us or (span.error is not None and event["dur"] == 0):
                 event["dur"] += 1
             self.add(event)
 
-    def span_event(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> dict[str, Any] | None:
-        """The span's complete (``X``) event, counted in the stats; None when the step filter drops it."""
+    def span_event(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> dict[str, Any] | None:
+        """The span's complete (``X``) event, counted in the stats; None when the step filter drops
+        it."""
         first = span.start
         if first is None:
             first = end
@@ -256,14 +334,24 @@ class ExportVisitor(TimelineVisitor):
         if self.steps is not None and first.get("step") not in self.steps:
             return None
         args = {key: first[key] for key in ARG_FIELDS if key in first}
-        event: dict[str, Any] = {"name": span.name, "cat": "span", "ph": "X", "ts": span.start_us, "dur": dur_us if type(dur_us) is int else round(dur_us, 3), "pid": self.pid, "tid": span.track, "args": args}
+        event: dict[str, Any] = {
+            "name": span.name,
+            "cat": "span",
+            "ph": "X",
+            "ts": span.start_us,
+            "dur": dur_us if type(dur_us) is int else round(dur_us, 3),
+            "pid": self.pid,
+            "tid": span.track,
+            "args": args,
+        }
         stats = self.stats
         stats.spans += 1
         if span.error is None and not incomplete and span.start is not None:
             return event
         if incomplete:
-            # Open until at least the process's last record (`end_us`), and it was still alive when its file was
-            # last written: a span killed before any later record would otherwise be a bar of zero width.
+            # Open until at least the process's last record (`end_us`), and it was still alive when
+            # its file was last written: a span killed before any later record would otherwise be a
+            # bar of zero width.
             alive = self.alive_until_us
             if alive is not None and end_us < alive <= end_us + ALIVE_EVIDENCE_US:
                 event["dur"] = alive - span.start_us
@@ -292,7 +380,18 @@ class ExportVisitor(TimelineVisitor):
         if self.steps is not None and record.get("step") not in self.steps:
             return
         args = {key: record[key] for key in ARG_FIELDS if key in record}
-        self.out.add({"name": record["log_type_name"] or "(unnamed)", "cat": "instant", "ph": "i", "s": "t", "ts": record["time_us"], "pid": self.pid, "tid": self._lane_track(record, track), "args": args})
+        self.out.add(
+            {
+                "name": record["log_type_name"] or "(unnamed)",
+                "cat": "instant",
+                "ph": "i",
+                "s": "t",
+                "ts": record["time_us"],
+                "pid": self.pid,
+                "tid": self._lane_track(record, track),
+                "args": args,
+            }
+        )
         self.stats.instants += 1
 
     def scalar(self, record: dict[str, Any], track: Any) -> None:
@@ -303,14 +402,35 @@ class ExportVisitor(TimelineVisitor):
         value = record.get("value")
         plotted = _plottable(value)
         if plotted is not None:
-            self.out.add({"name": name, "ph": "C", "ts": record["time_us"], "pid": self.pid, "tid": STEP_TID, "args": {"value": plotted}})
+            self.out.add(
+                {
+                    "name": name,
+                    "ph": "C",
+                    "ts": record["time_us"],
+                    "pid": self.pid,
+                    "tid": STEP_TID,
+                    "args": {"value": plotted},
+                }
+            )
             self.stats.counters += 1
             return
-        # NaN / Infinity (written as strings) and non-numbers cannot be plotted: show them as a marker.
+        # NaN / Infinity (written as strings) and non-numbers cannot be plotted: show them as a
+        # marker.
         args = {key: record[key] for key in ARG_FIELDS if key in record}
         args["value"] = value
         shown = str(value)
-        self.out.add({"name": f"{name}={shown if len(shown) <= 40 else shown[:39] + '…'}", "cat": "scalar", "ph": "i", "s": "t", "ts": record["time_us"], "pid": self.pid, "tid": self._lane_track(record, track), "args": args})
+        self.out.add(
+            {
+                "name": f"{name}={shown if len(shown) <= 40 else shown[:39] + '…'}",
+                "cat": "scalar",
+                "ph": "i",
+                "s": "t",
+                "ts": record["time_us"],
+                "pid": self.pid,
+                "tid": self._lane_track(record, track),
+                "args": args,
+            }
+        )
         self.stats.instants += 1
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
@@ -320,7 +440,19 @@ class ExportVisitor(TimelineVisitor):
         args = {key: record[key] for key in ARG_FIELDS if key in record}
         args["error_type"], args["error_message"] = error_type, error_message
         name = record["log_type_name"][:-6] or "(unnamed)"
-        self.out.add({"name": f"ERROR: {name}", "cat": "error", "ph": "i", "s": "t", "ts": record["time_us"], "pid": self.pid, "tid": self._lane_track(record, track), "cname": FAILED_COLOR, "args": args})
+        self.out.add(
+            {
+                "name": f"ERROR: {name}",
+                "cat": "error",
+                "ph": "i",
+                "s": "t",
+                "ts": record["time_us"],
+                "pid": self.pid,
+                "tid": self._lane_track(record, track),
+                "cname": FAILED_COLOR,
+                "args": args,
+            }
+        )
         self.stats.instants += 1
 
     def meta(self, record: dict[str, Any]) -> None:
@@ -328,10 +460,31 @@ class ExportVisitor(TimelineVisitor):
             return
         if record["log_type_name"] in _UNDRAWN:
             return  # a heartbeat only extends the process's last timestamp (and so its open spans); a rollup sums bars already drawn
-        skip = ("log_type", "log_type_name", "event_name", "time", "time_ms", "time_us", "logger_name", "schema_version")
+        skip = (
+            "log_type",
+            "log_type_name",
+            "event_name",
+            "time",
+            "time_ms",
+            "time_us",
+            "logger_name",
+            "schema_version",
+        )
         args = {key: value for key, value in record.items() if key not in skip}
-        event: dict[str, Any] = {"name": record["log_type_name"], "cat": "logger", "ph": "i", "s": "p", "ts": record["time_us"], "pid": self.pid, "tid": STEP_TID, "args": args}
-        if record["log_type_name"] != "structured_logger_opened" and record["log_type_name"] != "structured_logger_closed":
+        event: dict[str, Any] = {
+            "name": record["log_type_name"],
+            "cat": "logger",
+            "ph": "i",
+            "s": "p",
+            "ts": record["time_us"],
+            "pid": self.pid,
+            "tid": STEP_TID,
+            "args": args,
+        }
+        if (
+            record["log_type_name"] != "structured_logger_opened"
+            and record["log_type_name"] != "structured_logger_closed"
+        ):
             event["cname"] = FAILED_COLOR  # records lost, or a signal: worth seeing
         self.out.add(event)
         self.stats.instants += 1
@@ -340,7 +493,8 @@ class ExportVisitor(TimelineVisitor):
             self._collectives(recorder.get("entries") or [], record["time_us"])
 
     def _collectives(self, entries: list[Any], stall_us: int) -> None:
-        """Flight-recorder entries as slices on the process's collectives track (each (pg, seq) once)."""
+        """Flight-recorder entries as slices on the process's collectives track (each (pg, seq)
+        once)."""
         seen = self.tracks.collectives_seen
         for entry in entries:
             if not isinstance(entry, dict) or type(entry.get("time_created_ns")) is not int:
@@ -353,7 +507,11 @@ class ExportVisitor(TimelineVisitor):
                 self._name_thread(COLLECTIVES_TID, "collectives (flight recorder)", COLLECTIVES_TID)
             seen.add(key)
             begin = entry["time_created_ns"] // 1000
-            end = done // 1000 if type(done) is int and done else (begin if entry.get("retired") else stall_us)
+            end = (
+                done // 1000
+                if type(done) is int and done
+                else (begin if entry.get("retired") else stall_us)
+            )
             self.out.add(
                 {
                     "name": f"{entry.get('op')} #{entry.get('collective_seq_id')}",
@@ -363,7 +521,19 @@ class ExportVisitor(TimelineVisitor):
                     "dur": max(end - begin, 0),
                     "pid": self.pid,
                     "tid": COLLECTIVES_TID,
-                    "args": {k: entry.get(k) for k in ("pg_id", "pg_name", "collective_seq_id", "op", "state", "retired", "input_sizes", "output_sizes")},
+                    "args": {
+                        k: entry.get(k)
+                        for k in (
+                            "pg_id",
+                            "pg_name",
+                            "collective_seq_id",
+                            "op",
+                            "state",
+                            "retired",
+                            "input_sizes",
+                            "output_sizes",
+                        )
+                    },
                 }
             )
 
@@ -376,6 +546,19 @@ class ExportVisitor(TimelineVisitor):
                 args[key] = first[key]
         self.step_arguments(step, first, args)
         tags = first.get("step_tags")
-        name = f"step {step}" + (f" [{', '.join(map(str, tags))}]" if isinstance(tags, list) and tags else "")
-        self.out.add({"name": name, "cat": "step", "ph": "X", "ts": begin_us, "dur": max(end_us - begin_us, 0), "pid": self.pid, "tid": STEP_TID, "args": args})
+        name = f"step {step}" + (
+            f" [{', '.join(map(str, tags))}]" if isinstance(tags, list) and tags else ""
+        )
+        self.out.add(
+            {
+                "name": name,
+                "cat": "step",
+                "ph": "X",
+                "ts": begin_us,
+                "dur": max(end_us - begin_us, 0),
+                "pid": self.pid,
+                "tid": STEP_TID,
+                "args": args,
+            }
+        )
         self.stats.steps += 1

@@ -1,4 +1,5 @@
-"""Records → a Chrome Trace JSON file for Perfetto, streamed: one process at a time, one event at a time.
+"""Records → a Chrome Trace JSON file for Perfetto, streamed: one process at a time, one event at a
+time.
 
 `export_trace` (also importable as `generate_gantt_trace`, the name it had
 first; torchtitan's function of that name, with torchtitan's behaviour, is
@@ -35,7 +36,12 @@ from typing import Any, BinaryIO
 import orjson
 
 from otel_titan.analysis.export import parallel as export_parallel
-from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, check_size, no_match_message, tail_alignment
+from otel_titan.analysis.export.checks import (
+    PERFETTO_MAX_TRACE_BYTES,
+    check_size,
+    no_match_message,
+    tail_alignment,
+)
 from otel_titan.analysis.export.chrome_events import EventStream, ExportStats
 from otel_titan.analysis.export.perfetto import PerfettoStream, is_native
 from otel_titan.analysis.export.pid_groups import PidGroup, pid_groups, process_name, write_groups
@@ -47,11 +53,20 @@ from otel_titan.analysis.read.records import NoRecordsError, read_run
 from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.read.safe_text import json_bytes
 
-__all__ = ["export_trace", "generate_gantt_trace", "default_output", "pid_groups", "process_name", "write_groups", "PidGroup"]
+__all__ = [
+    "export_trace",
+    "generate_gantt_trace",
+    "default_output",
+    "pid_groups",
+    "process_name",
+    "write_groups",
+    "PidGroup",
+]
 
 
 class _TraceFile(EventStream):
-    """``{"traceEvents": [ … ], …}`` written to a fresh temporary file next to `path`, renamed to `path` when complete.
+    """``{"traceEvents": [ … ], …}`` written to a fresh temporary file next to `path`, renamed to
+    `path` when complete.
 
     The temporary file is created with ``O_EXCL`` under a random name
     (`tempfile.mkstemp`), so a file or symlink someone planted in the folder
@@ -64,12 +79,17 @@ class _TraceFile(EventStream):
         self.path = path
         self.existed = os.path.lexists(path)
         if os.path.isdir(path):
-            raise IsADirectoryError(errno.EISDIR, "is a directory (give a file name, e.g. -o DIR/trace.json)", path)
+            raise IsADirectoryError(
+                errno.EISDIR, "is a directory (give a file name, e.g. -o DIR/trace.json)", path
+            )
         folder = os.path.dirname(os.path.abspath(path))
-        #: The folders made for it (0700, whatever the umask: a trace names the run's hosts), removed again by `abandon`.
+        #: The folders made for it (0700, whatever the umask: a trace names the run's hosts),
+        #: removed again by `abandon`.
         self.made_folders = make_private_folders(folder)
         try:
-            fd, self.tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+            fd, self.tmp_path = tempfile.mkstemp(
+                prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder
+            )
         except OSError as error:
             remove_made_folders(self.made_folders)
             raise OSError(error.errno, error.strerror, path) from None
@@ -94,7 +114,11 @@ class _TraceFile(EventStream):
         return b'{"traceEvents":[\n'
 
     def _footer(self, other_data: dict[str, Any]) -> bytes:
-        return b'\n],"displayTimeUnit":"ms","otherData":' + json_bytes(other_data, option=orjson.OPT_NON_STR_KEYS) + b"}\n"
+        return (
+            b'\n],"displayTimeUnit":"ms","otherData":'
+            + json_bytes(other_data, option=orjson.OPT_NON_STR_KEYS)
+            + b"}\n"
+        )
 
     def finish(self, other_data: dict[str, Any]) -> int:
         try:
@@ -124,7 +148,8 @@ class _TraceFile(EventStream):
 
 
 class _PerfettoFile(PerfettoStream, _TraceFile):
-    """The native trace (`export.perfetto.PerfettoStream`) in a `_TraceFile`'s temporary file; no header or footer."""
+    """The native trace (`export.perfetto.PerfettoStream`) in a `_TraceFile`'s temporary file; no
+    header or footer."""
 
     __init__ = _TraceFile.__init__  # the temporary file's; it calls `_open` for the stream's
 
@@ -168,7 +193,8 @@ def export_trace(
     native: bool | None = None,
     scheduler: str | None = None,
 ) -> ExportStats:
-    """Write a run's Chrome Trace JSON (open it in https://ui.perfetto.dev); returns what was written.
+    """Write a run's Chrome Trace JSON (open it in https://ui.perfetto.dev); returns what was
+    written.
 
     `input_dir` is the run directory or its ``structured_logs/`` folder (as in
     torchtitan), or one ``.jsonl`` file; `output_path` defaults to
@@ -205,8 +231,11 @@ def export_trace(
     started = time.perf_counter()
     ranks = None if ranks is None else sorted(set(ranks))
     sources = None if sources is None else sorted(set(sources))
-    # One run: a folder can hold several (runs.select_run); the latest unless `run_id` names another.
-    run, choice = select_run(read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
+    # One run: a folder can hold several (runs.select_run); the latest unless `run_id` names
+    # another.
+    run, choice = select_run(
+        read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id
+    )
     step_range = parse_step_range(steps) if isinstance(steps, str) else steps
     native = (output_path is not None and is_native(output_path)) if native is None else native
     if max_output_bytes is not None and not native:
@@ -215,23 +244,49 @@ def export_trace(
     alignment = tail_alignment(run) if align else ClockAlignment(False, "turned off (--no-align)")
     for process in run.processes:
         process.clock_offset_us = int(round(alignment.offset(process.host_name or process.label)))
-    output = os.fspath(output_path) if output_path is not None else default_output(run.run_dir, run.only_base, native)
+    output = (
+        os.fspath(output_path)
+        if output_path is not None
+        else default_output(run.run_dir, run.only_base, native)
+    )
     stats = ExportStats(output_path=output, input_bytes=run.total_bytes, clock=alignment.describe())
     groups = pid_groups(run.processes)
     on_bytes = _progress_counter(run.total_bytes, progress)
-    jobs = export_parallel.default_jobs(run.total_bytes, len(groups)) if jobs is None else max(1, min(jobs, len(groups)))
+    jobs = (
+        export_parallel.default_jobs(run.total_bytes, len(groups))
+        if jobs is None
+        else max(1, min(jobs, len(groups)))
+    )
     out = _PerfettoFile(output) if native else _TraceFile(output)
     stats.replaced = out.existed
     try:
         if jobs > 1 or scheduler is not None:
-            first_us = export_parallel.convert_in_workers(groups, jobs, step_range, out, stats, run.skipped, on_bytes, log_skipped, native, scheduler)
+            first_us = export_parallel.convert_in_workers(
+                groups,
+                jobs,
+                step_range,
+                out,
+                stats,
+                run.skipped,
+                on_bytes,
+                log_skipped,
+                native,
+                scheduler,
+            )
         else:
             first_us = write_groups(groups, out, stats, step_range, run.skipped, on_bytes, native)
         stats.skipped_lines = run.skipped.count
         stats.skipped_examples = run.skipped.examples[:20]
         stats.repaired_lines = run.skipped.repaired
         if stats.records == 0:
-            raise NoRecordsError(f"{run.log_dir}: no readable records" + (f" ({plural(stats.skipped_lines, 'unreadable line')} skipped)" if stats.skipped_lines else ""))
+            raise NoRecordsError(
+                f"{run.log_dir}: no readable records"
+                + (
+                    f" ({plural(stats.skipped_lines, 'unreadable line')} skipped)"
+                    if stats.skipped_lines
+                    else ""
+                )
+            )
         if stats.spans + stats.instants + stats.counters + stats.steps == 0:
             raise NoRecordsError(no_match_message(run, step_range, stats.processes))
     except BaseException:
@@ -243,24 +298,34 @@ def export_trace(
         "log_dir": os.path.abspath(run.log_dir),
         "time_unit": "ts and dur in microseconds; ts is wall-clock time since the Unix epoch",
         "first_time_us": first_us,
-        "filters": {"steps": None if step_range is None else str(step_range), "ranks": ranks, "sources": sources},
+        "filters": {
+            "steps": None if step_range is None else str(step_range),
+            "ranks": ranks,
+            "sources": sources,
+        },
         "run_ids": sorted({p.run_id for p in run.processes if p.run_id}),
         "clock_alignment": dataclasses.asdict(alignment),
         **choice.to_dict(),
-        "stats": {k: v for k, v in stats.to_dict().items() if k not in ("output_path", "output_bytes", "seconds", "replaced", "clock")},
+        "stats": {
+            k: v
+            for k, v in stats.to_dict().items()
+            if k not in ("output_path", "output_bytes", "seconds", "replaced", "clock")
+        },
     }
     stats.output_bytes = out.finish(other)
     stats.seconds = time.perf_counter() - started
     return stats
 
 
-#: The name `export_trace` had first, kept for existing callers: otel-titan's export (it returns `ExportStats`),
-#: not torchtitan's function of that name (``otel_titan.compat.torchtitan``'s gantt_generator has that one).
+#: The name `export_trace` had first, kept for existing callers: otel-titan's export (it returns
+#: `ExportStats`), not torchtitan's function of that name (``otel_titan.compat.torchtitan``'s
+#: gantt_generator has that one).
 generate_gantt_trace = export_trace
 
 
 def default_output(run_dir: str, only_base: str | None = None, native: bool = False) -> str:
-    """Where `generate_gantt_trace` writes by default: the run's trace, or for one file a trace named after it.
+    """Where `generate_gantt_trace` writes by default: the run's trace, or for one file a trace
+    named after it.
 
     Example:
         >>> default_output("outputs"), default_output("outputs", "outputs/structured_logs/training.global_rank_1.20260101-000000-abc123.jsonl")
@@ -270,10 +335,16 @@ def default_output(run_dir: str, only_base: str | None = None, native: bool = Fa
     if only_base is None:
         return os.path.join(run_dir, "analysis", "trace" + suffix)
     name = os.path.basename(only_base)
-    return os.path.join(run_dir, "analysis", (name[: -len(".jsonl")] if name.endswith(".jsonl") else name) + ".trace" + suffix)
+    return os.path.join(
+        run_dir,
+        "analysis",
+        (name[: -len(".jsonl")] if name.endswith(".jsonl") else name) + ".trace" + suffix,
+    )
 
 
-def _progress_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None]:
+def _progress_counter(
+    total: int, progress: Callable[[int, int], None] | None
+) -> Callable[[int], None]:
     done = 0
 
     def on_bytes(count: int) -> None:

@@ -37,9 +37,23 @@ from otel_titan.analysis.workers import (
     skipped_result,
 )
 
-__all__ = ["convert_in_workers", "convert_share", "default_jobs"]  # default_jobs: the export's own choice of jobs
+# default_jobs: the export's own choice of jobs
+__all__ = [
+    "convert_in_workers",
+    "convert_share",
+    "default_jobs",
+]
 
-_ADDITIVE = ("processes", "records", "spans", "incomplete_spans", "failed_spans", "instants", "counters", "steps")
+_ADDITIVE = (
+    "processes",
+    "records",
+    "spans",
+    "incomplete_spans",
+    "failed_spans",
+    "instants",
+    "counters",
+    "steps",
+)
 
 
 def convert_in_workers(
@@ -54,7 +68,8 @@ def convert_in_workers(
     native: bool = False,
     scheduler: str | None = None,
 ) -> int | None:
-    """Convert `groups` in `jobs` local workers (or on the Dask cluster at `scheduler`) and append their events to `out`; returns the earliest timestamp.
+    """Convert `groups` in `jobs` local workers (or on the Dask cluster at `scheduler`) and append
+    their events to `out`; returns the earliest timestamp.
 
     Counts go into `stats` and `skipped`, bytes read to `on_bytes` as workers
     report them. The part files are written beside the output, so a cluster's
@@ -65,19 +80,33 @@ def convert_in_workers(
     calls it, and tests/analysis/export/test_parallel.py runs that):
         >>> first_us = convert_in_workers(pid_groups(run.processes), 2, None, trace_file, stats, run.skipped, print)  # doctest: +SKIP
     """
-    with tempfile.TemporaryDirectory(prefix="otel-titan-export-", dir=os.path.dirname(os.path.abspath(getattr(out, "path", ".")))) as work_dir:
+    with tempfile.TemporaryDirectory(
+        prefix="otel-titan-export-", dir=os.path.dirname(os.path.abspath(getattr(out, "path", ".")))
+    ) as work_dir:
         with open_workers(jobs, scheduler, "export worker", on_bytes) as workers:
             slots = min(workers.slots, len(groups))
             if native:
-                slots = min(slots, MAX_SEQUENCES - 1)  # one packet sequence each, the parent's is 1: track uuids stay unique
+                # one packet sequence each, the parent's is 1: track uuids stay unique
+                slots = min(slots, MAX_SEQUENCES - 1)
             shares = []
-            for index, indices in enumerate(balance(groups, slots, lambda g: sum(p.size for p in g[1]))):
+            for index, indices in enumerate(
+                balance(groups, slots, lambda g: sum(p.size for p in g[1]))
+            ):
                 bucket = [groups[i] for i in indices]
                 if workers.cluster:  # its workers run in directories of their own: absolute paths
                     bucket = [(pid, [for_cluster(p) for p in group]) for pid, group in bucket]
                 part = os.path.join(work_dir, f"part-{index}")
                 # native parts: one packet sequence each (the parent's is 1)
-                shares.append((part, None if steps is None else (steps.first, steps.last), log_skipped, native, index + 2, bucket))
+                shares.append(
+                    (
+                        part,
+                        None if steps is None else (steps.first, steps.last),
+                        log_skipped,
+                        native,
+                        index + 2,
+                        bucket,
+                    )
+                )
             results = run_shares(workers, f"{__name__}:convert_share", shares, on_bytes)
         first_us: int | None = None
         for (part, *_), result in zip(shares, results, strict=True):
@@ -87,17 +116,41 @@ def convert_in_workers(
                 setattr(stats, name, getattr(stats, name) + result["stats"][name])
             stats.max_async_slots = max(stats.max_async_slots, result["stats"]["max_async_slots"])
             merge_skipped(skipped, result)
-            if result["first_us"] is not None and (first_us is None or result["first_us"] < first_us):
+            if result["first_us"] is not None and (
+                first_us is None or result["first_us"] < first_us
+            ):
                 first_us = result["first_us"]
         return first_us
 
 
-def convert_share(part: str, steps: tuple[int, int] | None, log_skipped: bool, native: bool, sequence_id: int, groups: list[PidGroup], on_bytes: Callable[[int], None]) -> dict[str, Any]:
-    """One worker's share: convert `groups` into the part file `part`; its counts (a task of `workers.run_shares`)."""
+def convert_share(
+    part: str,
+    steps: tuple[int, int] | None,
+    log_skipped: bool,
+    native: bool,
+    sequence_id: int,
+    groups: list[PidGroup],
+    on_bytes: Callable[[int], None],
+) -> dict[str, Any]:
+    """One worker's share: convert `groups` into the part file `part`; its counts (a task of
+    `workers.run_shares`)."""
     stats = ExportStats(output_path=part)
     skipped = SkippedLines(log=log_skipped)
     with open(part, "wb") as handle:
         out = PerfettoStream(handle, sequence_id) if native else EventStream(handle)
-        first_us = write_groups(groups, out, stats, None if steps is None else StepRange(*steps), skipped, on_bytes, native)
+        first_us = write_groups(
+            groups,
+            out,
+            stats,
+            None if steps is None else StepRange(*steps),
+            skipped,
+            on_bytes,
+            native,
+        )
         out.flush()
-    return {"events": out.events, "first_us": first_us, "stats": {name: getattr(stats, name) for name in (*_ADDITIVE, "max_async_slots")}, **skipped_result(skipped)}
+    return {
+        "events": out.events,
+        "first_us": first_us,
+        "stats": {name: getattr(stats, name) for name in (*_ADDITIVE, "max_async_slots")},
+        **skipped_result(skipped),
+    }

@@ -1,4 +1,5 @@
-"""Records → Perfetto's native trace (protobuf ``TracePacket``/``TrackEvent``), streamed, names interned.
+"""Records → Perfetto's native trace (protobuf ``TracePacket``/``TrackEvent``), streamed, names
+interned.
 
 Why native: Perfetto treats Chrome JSON as a legacy format (it ignores colour
 names, so failed and incomplete spans look like any other bar), and its
@@ -42,14 +43,28 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from otel_titan.analysis.export.chrome_events import ARG_FIELDS, SLOT_TID_BASE, STEP_TID, UNKNOWN_TID, ExportVisitor
+from otel_titan.analysis.export.chrome_events import (
+    ARG_FIELDS,
+    SLOT_TID_BASE,
+    STEP_TID,
+    UNKNOWN_TID,
+    ExportVisitor,
+)
 from otel_titan.analysis.model.timeline import OpenSpan
 
-__all__ = ["PerfettoStream", "NativeVisitor", "FAILED_SUFFIX", "NATIVE_SUFFIXES", "TRACK_UUID_STRIDE", "MAX_SEQUENCES"]
+__all__ = [
+    "PerfettoStream",
+    "NativeVisitor",
+    "FAILED_SUFFIX",
+    "NATIVE_SUFFIXES",
+    "TRACK_UUID_STRIDE",
+    "MAX_SEQUENCES",
+]
 
 #: Output names that select the native format.
 NATIVE_SUFFIXES = (".pftrace", ".perfetto-trace")
-#: Appended to a failed span's name: Perfetto colours slices by name, so failures stand out at a glance.
+#: Appended to a failed span's name: Perfetto colours slices by name, so failures stand out at a
+#: glance.
 FAILED_SUFFIX = " (failed)"
 #: ``TrackEvent.Type``: SLICE_BEGIN, SLICE_END, INSTANT, COUNTER.
 _BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
@@ -57,29 +72,41 @@ _BEGIN, _END, _INSTANT, _COUNTER = 1, 2, 3, 4
 _CLEARED, _NEEDS_STATE = 1, 2
 #: Encoded packets written (and deflated) at a time.
 _BATCH_BYTES = 1 << 20
-#: Deflate level of ``compressed_packets`` (zlib's default: most of level 9's size for a fraction of its time).
+#: Deflate level of ``compressed_packets`` (zlib's default: most of level 9's size for a fraction of
+#: its time).
 _ZLIB_LEVEL = 6
 _INT64 = 1 << 63
-#: The trace's clock (BOOTTIME, Perfetto's default), and this sequence's incremental copy of it (ids 64–127 are
-#: sequence-scoped): every packet's timestamp is a delta on it, unless it names the trace clock.
+#: The trace's clock (BOOTTIME, Perfetto's default), and this sequence's incremental copy of it (ids
+#: 64–127 are sequence-scoped): every packet's timestamp is a delta on it, unless it names the trace
+#: clock.
 _TRACE_CLOCK, _INCREMENTAL_CLOCK = 6, 64
 _ON_TRACE_CLOCK = b"\xd0\x03\x06"  # TracePacket.timestamp_clock_id = _TRACE_CLOCK
 #: Encoded (argument, value) pairs kept (callers, a few per step; cleared when full).
 _ENCODED_CACHE = 4096
-#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned per sequence;
+#: Arguments holding 64-bit hex ids (written as numbers), and those whose values repeat (interned
+#: per sequence;
 #: a step's ``trace_id`` is on each rank's step bar).
-#: A span's arguments that repeat from span to span (all but its ids), as `span_prefix` encodes them.
-_CACHED_ARGS = tuple(name for name in ARG_FIELDS if name not in ("span_id", "parent_span_id", "step", "relative_step", "trace_id"))
-#: What a span's end adds to the arguments its begin carried (a failure; `ExportVisitor.span_event`).
+#: A span's arguments that repeat from span to span (all but its ids), as `span_prefix` encodes
+#: them.
+_CACHED_ARGS = tuple(
+    name
+    for name in ARG_FIELDS
+    if name not in ("span_id", "parent_span_id", "step", "relative_step", "trace_id")
+)
+#: What a span's end adds to the arguments its begin carried (a failure;
+#: `ExportVisitor.span_event`).
 _END_ARGS = ("status", "error_type", "error_message")
 _ID_ARGS = frozenset({"span_id", "parent_span_id"})
-_REPEATED_ARGS = frozenset({"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"})
+_REPEATED_ARGS = frozenset(
+    {"trace_id", "caller", "task_name", "step_tags", "description", "error_type", "error_message"}
+)
 
 
-#: Track uuids are interleaved between the packet sequences of one trace: sequence ``s`` numbers its tracks
-#: ``s``, ``s + STRIDE``, ``s + 2·STRIDE``…, so two parts (the export's workers) never give the same uuid, however
-#: many tracks each makes (a process with 70,000 scalar names, 256 ranks × 128 metrics in one part). Sequence ids
-#: are therefore 1 … ``TRACK_UUID_STRIDE - 1``; uuids stay small (a varint on every packet).
+#: Track uuids are interleaved between the packet sequences of one trace: sequence ``s`` numbers its
+#: tracks ``s``, ``s + STRIDE``, ``s + 2·STRIDE``…, so two parts (the export's workers) never give
+#: the same uuid, however many tracks each makes (a process with 70,000 scalar names, 256 ranks ×
+#: 128 metrics in one part). Sequence ids are therefore 1 … ``TRACK_UUID_STRIDE - 1``; uuids stay
+#: small (a varint on every packet).
 TRACK_UUID_STRIDE = 256
 #: The most packet sequences (the parent's and one per export worker) one trace can have.
 MAX_SEQUENCES = TRACK_UUID_STRIDE - 1
@@ -104,7 +131,10 @@ class PerfettoStream:
 
     def __init__(self, handle: BinaryIO, sequence_id: int = 1, compress: bool = True) -> None:
         if type(sequence_id) is not int or not 1 <= sequence_id <= MAX_SEQUENCES:
-            raise ValueError(f"sequence_id must be an int from 1 to {MAX_SEQUENCES} (track uuids are unique per sequence), got {sequence_id!r}")
+            raise ValueError(
+                f"sequence_id must be an int from 1 to {MAX_SEQUENCES} (track uuids are unique "
+                f"per sequence), got {sequence_id!r}"
+            )
         self._file = handle
         self.sequence_id = sequence_id
         self.compress = compress
@@ -121,31 +151,45 @@ class PerfettoStream:
         self._arg_names: dict[str, int] = {}
         self._strings: dict[str, int] = {}
         self._locations: dict[str, int] = {}  # caller ("file:line:function") → source location iid
-        self._encoded: dict[tuple[str, Any], bytes] = {}  # (argument, value) → its encoded annotation
+        self._encoded: dict[
+            tuple[str, Any], bytes
+        ] = {}  # (argument, value) → its encoded annotation
         # Tracks: (pid, key) → uuid; key is a tid, or ("counter", name).
         self._tracks: dict[tuple[int, Any], int] = {}
-        self._track_bytes: dict[tuple[int, Any], bytes] = {}  # (pid, tid) → encoded ``track_uuid`` field
-        self._ends: dict[tuple[int, Any], bytes] = {}  # (pid, tid) → a slice end's encoded ``track_event``
-        self._counter_heads: dict[tuple[int, str], bytes] = {}  # (pid, name) → a sample's bytes before its value
+        self._track_bytes: dict[
+            tuple[int, Any], bytes
+        ] = {}  # (pid, tid) → encoded ``track_uuid`` field
+        self._ends: dict[
+            tuple[int, Any], bytes
+        ] = {}  # (pid, tid) → a slice end's encoded ``track_event``
+        self._counter_heads: dict[
+            tuple[int, str], bytes
+        ] = {}  # (pid, name) → a sample's bytes before its value
         self._steps: dict[Any, bytes] = {}  # step → its encoded annotation
-        self._id_heads: dict[str, bytes] = {}  # argument → an id annotation's bytes before the number
-        #: A span begin's ``TrackEvent`` fields but its ids, by what decides them (`NativeVisitor.span_begun`).
+        self._id_heads: dict[
+            str, bytes
+        ] = {}  # argument → an id annotation's bytes before the number
+        #: A span begin's ``TrackEvent`` fields but its ids, by what decides them
+        #: (`NativeVisitor.span_begun`).
         self.span_prefixes: dict[tuple, bytes] = {}
         self._process_uuids: dict[int, int] = {}
-        self._next_uuid = sequence_id - TRACK_UUID_STRIDE  # the first is `sequence_id` itself (see TRACK_UUID_STRIDE)
+        # the first is `sequence_id` itself (see TRACK_UUID_STRIDE)
+        self._next_uuid = sequence_id - TRACK_UUID_STRIDE
 
     # -- packets --------------------------------------------------------------------------------
     def _emit(self, body: bytes, us: float | None = None) -> None:
-        """One packet: `body` (its fields but the sequence id and time), with the names interned since the last
-        one, at `us` (µs) if given.
+        """One packet: `body` (its fields but the sequence id and time), with the names interned
+        since the last one, at `us` (µs) if given.
 
-        Field order is free in protobuf; the one chosen puts what varies from packet to packet (ids, time) at the
-        end, so that deflate finds the rest of a packet as one match, not two (a tenth of the compressed size).
+        Field order is free in protobuf; the one chosen puts what varies from packet to packet (ids,
+        time) at the end, so that deflate finds the rest of a packet as one match, not two (a tenth
+        of the compressed size).
         """
         if self._first:
-            # The sequence's incremental state, valid from here to its end (one writer, nothing lost in between,
-            # so later packets need not repeat the flags): interned names, and timestamps as deltas on a clock
-            # of this sequence (`_INCREMENTAL_CLOCK`, in µs, on the trace clock) that starts at 0.
+            # The sequence's incremental state, valid from here to its end (one writer, nothing lost
+            # in between, so later packets need not repeat the flags): interned names, and
+            # timestamps as deltas on a clock of this sequence (`_INCREMENTAL_CLOCK`, in µs, on the
+            # trace clock) that starts at 0.
             self._first = False
             self._zero_clock(_CLEARED | _NEEDS_STATE)
         if us is None:
@@ -169,20 +213,29 @@ class PerfettoStream:
             self.flush()
 
     def _zero_clock(self, flags: int = 0) -> None:
-        """A clock snapshot: the incremental clock restarts at 0 (the next timestamp is absolute, later ones deltas)."""
-        incremental = _field(b"\x0a", b"\x08" + _varint(_INCREMENTAL_CLOCK) + b"\x10\x00\x18\x01\x20" + _varint(1000))  # in µs
+        """A clock snapshot: the incremental clock restarts at 0 (the next timestamp is absolute,
+        later ones deltas)."""
+        # in µs
+        incremental = _field(
+            b"\x0a", b"\x08" + _varint(_INCREMENTAL_CLOCK) + b"\x10\x00\x18\x01\x20" + _varint(1000)
+        )
         trace_clock = _field(b"\x0a", b"\x08" + _varint(_TRACE_CLOCK) + b"\x10\x00")
         body = _field(b"\x32", incremental + trace_clock)
         if flags:
-            body += b"\x68" + _varint(flags) + _field(b"\xda\x03", b"\xd0\x03" + _varint(_INCREMENTAL_CLOCK))
+            body += (
+                b"\x68"
+                + _varint(flags)
+                + _field(b"\xda\x03", b"\xd0\x03" + _varint(_INCREMENTAL_CLOCK))
+            )
         body += self._seq
         self._out += b"\x0a" + _varint(len(body)) + body
         self._last_us = 0
 
     def _stamp(self, us: float) -> bytes:
-        """A packet's time fields: in whole µs, a delta from the previous packet's when later (1–3 bytes instead
-        of 9, and deflate finds them: ns deltas, multiples of 1000, look random byte by byte); else absolute, in
-        ns, on the trace clock (earlier: another rank; a fraction of a µs: an end from a monotonic clock)."""
+        """A packet's time fields: in whole µs, a delta from the previous packet's when later (1–3
+        bytes instead of 9, and deflate finds them: ns deltas, multiples of 1000, look random byte
+        by byte); else absolute, in ns, on the trace clock (earlier: another rank; a fraction of a
+        µs: an end from a monotonic clock)."""
         if type(us) is not int:
             if not us.is_integer():
                 return b"\x40" + _varint(_ns(us)) + _ON_TRACE_CLOCK
@@ -194,12 +247,14 @@ class PerfettoStream:
         return b"\x40" + _varint(us * 1000) + _ON_TRACE_CLOCK
 
     def flush(self) -> None:
-        """Write the batched packets: deflated into one ``compressed_packets`` packet (`compress`), as Perfetto's
-        own tracing service writes them, or as they are."""
+        """Write the batched packets: deflated into one ``compressed_packets`` packet (`compress`),
+        as Perfetto's own tracing service writes them, or as they are."""
         out = self._out
         if out:
             if self.compress:
-                self._file.write(_field(b"\x0a", _field(b"\x92\x03", zlib.compress(out, _ZLIB_LEVEL))))
+                self._file.write(
+                    _field(b"\x0a", _field(b"\x92\x03", zlib.compress(out, _ZLIB_LEVEL)))
+                )
             else:
                 self._file.write(out)
             self._out = bytearray()
@@ -218,37 +273,55 @@ class PerfettoStream:
 
     # -- interning ------------------------------------------------------------------------------
     def _iid(self, table: dict[str, int], text: str, field: bytes) -> int:
-        """`text`'s iid in `table`, interned in the next packet if new (`field`: its ``InternedData`` field)."""
+        """`text`'s iid in `table`, interned in the next packet if new (`field`: its
+        ``InternedData`` field)."""
         iid = table.get(text)
         if iid is None:
             iid = table[text] = len(table) + 1
-            self._interned.append(_field(field, b"\x08" + _varint(iid) + _field(b"\x12", _utf8(text))))
+            self._interned.append(
+                _field(field, b"\x08" + _varint(iid) + _field(b"\x12", _utf8(text)))
+            )
         return iid
 
     def _location_iid(self, caller: str) -> int | None:
-        """A caller ``file:line:function`` as an interned source location (Perfetto shows it as the slice's
-        ``source``), or None when it is not in that form."""
+        """A caller ``file:line:function`` as an interned source location (Perfetto shows it as the
+        slice's ``source``), or None when it is not in that form."""
         iid = self._locations.get(caller)
         if iid is None:
             parts = caller.rsplit(":", 2)
-            if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()) or len(parts[1]) > 9:
+            if (
+                len(parts) != 3
+                or not (parts[1].isascii() and parts[1].isdigit())
+                or len(parts[1]) > 9
+            ):
                 return None
             iid = self._locations[caller] = len(self._locations) + 1
-            location = b"\x08" + _varint(iid) + _field(b"\x12", _utf8(parts[0])) + _field(b"\x1a", _utf8(parts[2])) + b"\x20" + _varint(int(parts[1]))
+            location = (
+                b"\x08"
+                + _varint(iid)
+                + _field(b"\x12", _utf8(parts[0]))
+                + _field(b"\x1a", _utf8(parts[2]))
+                + b"\x20"
+                + _varint(int(parts[1]))
+            )
             self._interned.append(_field(b"\x22", location))
         return iid
 
     def _annotation(self, key: str, value: Any) -> bytes:
-        """One argument as a ``debug_annotations`` field (its name, and its value when it repeats, interned)."""
+        """One argument as a ``debug_annotations`` field (its name, and its value when it repeats,
+        interned)."""
         iid = self._arg_names.get(key)
-        body = b"\x08" + _varint(iid if iid is not None else self._iid(self._arg_names, key, b"\x1a"))
+        body = b"\x08" + _varint(
+            iid if iid is not None else self._iid(self._arg_names, key, b"\x1a")
+        )
         kind = type(value)
         if kind is int and -_INT64 <= value < _INT64:
             body += b"\x20" + _varint(value)
         elif kind is str:
             if key in _ID_ARGS and len(value) == 16:
                 try:
-                    return _field(b"\x22", body + b"\x38" + _varint(int(value, 16)))  # 64-bit ids: shown as 0x…
+                    # 64-bit ids: shown as 0x…
+                    return _field(b"\x22", body + b"\x38" + _varint(int(value, 16)))
                 except ValueError:
                     pass
             if key in _REPEATED_ARGS:
@@ -260,14 +333,19 @@ class PerfettoStream:
         elif kind is float:
             body += b"\x29" + _DOUBLE.pack(value)
         elif kind is list and key in _REPEATED_ARGS:
-            body += b"\x88\x01" + _varint(self._string_iid(orjson.dumps(value, default=str).decode()))
+            body += b"\x88\x01" + _varint(
+                self._string_iid(orjson.dumps(value, default=str).decode())
+            )
         else:
-            body += _field(b"\x32", _utf8(orjson.dumps(value, default=str).decode() if kind is not int else str(value)))
+            body += _field(
+                b"\x32",
+                _utf8(orjson.dumps(value, default=str).decode() if kind is not int else str(value)),
+            )
         return _field(b"\x22", body)
 
     def _annotations(self, args: dict[str, Any]) -> bytes:
-        """The arguments as ``debug_annotations`` (and a caller as ``source_location_iid``); the encoding of
-        each (argument, value) that repeats (step, trace id, tags, task) is cached."""
+        """The arguments as ``debug_annotations`` (and a caller as ``source_location_iid``); the
+        encoding of each (argument, value) that repeats (step, trace id, tags, task) is cached."""
         encoded = self._encoded
         parts = []
         for item in args.items():
@@ -276,12 +354,17 @@ class PerfettoStream:
             if value is None:
                 continue  # unknown (``null`` in the records): Perfetto shows no value as well as a "null" string
             if key in _ID_ARGS or (kind is not str and kind is not int):
-                parts.append(self._annotation(key, value))  # unique per span, or a kind not worth caching
+                # unique per span, or a kind not worth caching
+                parts.append(self._annotation(key, value))
                 continue
             part = encoded.get(item)
             if part is None:
                 location = self._location_iid(value) if key == "caller" and kind is str else None
-                part = b"\x90\x02" + _varint(location) if location is not None else self._annotation(key, value)
+                part = (
+                    b"\x90\x02" + _varint(location)
+                    if location is not None
+                    else self._annotation(key, value)
+                )
                 if len(encoded) >= _ENCODED_CACHE:
                     encoded.clear()
                 encoded[item] = part
@@ -293,18 +376,24 @@ class PerfettoStream:
 
     def _name_fields(self, name: str, category: str | None) -> bytes:
         if category == "step":
-            body = _field(b"\xba\x01", _utf8(name))  # a step bar's name is its own (``step 12``): interning it only adds
+            # a step bar's name is its own (``step 12``): interning it only adds
+            body = _field(b"\xba\x01", _utf8(name))
         else:
             iid = self._names.get(name)
-            body = b"\x50" + _varint(iid if iid is not None else self._iid(self._names, name, b"\x12"))
+            body = b"\x50" + _varint(
+                iid if iid is not None else self._iid(self._names, name, b"\x12")
+            )
         if category:
             iid = self._categories.get(category)
-            body += b"\x18" + _varint(iid if iid is not None else self._iid(self._categories, category, b"\x0a"))
+            body += b"\x18" + _varint(
+                iid if iid is not None else self._iid(self._categories, category, b"\x0a")
+            )
         return body
 
     # -- tracks ---------------------------------------------------------------------------------
     def _uuid(self) -> int:
-        """A new track uuid: ≡ `sequence_id` modulo `TRACK_UUID_STRIDE`, so unique in the whole trace by construction."""
+        """A new track uuid: ≡ `sequence_id` modulo `TRACK_UUID_STRIDE`, so unique in the whole
+        trace by construction."""
         self._next_uuid += TRACK_UUID_STRIDE
         return self._next_uuid
 
@@ -340,9 +429,16 @@ class PerfettoStream:
                 thread += _field(b"\x2a", _utf8(name))
             descriptor += _field(b"\x22", thread)
         else:
-            # Steps, async slots, a thread whose id the records do not give: named tracks of the process.
+            # Steps, async slots, a thread whose id the records do not give: named tracks of the
+            # process.
             if name is None:
-                name = "steps" if tid == STEP_TID else "thread (id unknown)" if tid == UNKNOWN_TID else f"async slot {tid - SLOT_TID_BASE}"
+                name = (
+                    "steps"
+                    if tid == STEP_TID
+                    else "thread (id unknown)"
+                    if tid == UNKNOWN_TID
+                    else f"async slot {tid - SLOT_TID_BASE}"
+                )
             descriptor += b"\x28" + _varint(parent) + _field(b"\x12", _utf8(name))
         self._emit(_field(b"\xe2\x03", descriptor))
         return field  # type: ignore[return-value]  # the track's field bytes, made above on every path
@@ -353,30 +449,47 @@ class PerfettoStream:
         if uuid is None:
             parent = self._process(pid)
             uuid = self._tracks[key] = self._uuid()
-            descriptor = b"\x08" + _varint(uuid) + b"\x28" + _varint(parent) + _field(b"\x12", _utf8(name)) + b"\x42\x00"
+            descriptor = (
+                b"\x08"
+                + _varint(uuid)
+                + b"\x28"
+                + _varint(parent)
+                + _field(b"\x12", _utf8(name))
+                + b"\x42\x00"
+            )
             self._emit(_field(b"\xe2\x03", descriptor))
         return uuid
 
     def _counter(self, uuid: int, us: float, value: float) -> None:
-        self._emit(_field(b"\x5a", b"\x48\x04\x58" + _varint(uuid) + b"\xe1\x02" + _DOUBLE.pack(value)), us)
+        self._emit(
+            _field(b"\x5a", b"\x48\x04\x58" + _varint(uuid) + b"\xe1\x02" + _DOUBLE.pack(value)), us
+        )
 
     def end_process(self, pid: int, last_us: int) -> None:
-        """End the process's counter tracks at its last record: Perfetto draws a counter's last value to the end
-        of the trace, and a NaN sample stops it (a crashed rank's loss then ends where the rank did)."""
+        """End the process's counter tracks at its last record: Perfetto draws a counter's last
+        value to the end of the trace, and a NaN sample stops it (a crashed rank's loss then ends
+        where the rank did)."""
         for (track_pid, key), uuid in list(self._tracks.items()):
             if track_pid == pid and type(key) is tuple:
                 self._counter(uuid, last_us, math.nan)
 
     # -- events ---------------------------------------------------------------------------------
     def add(self, event: dict[str, Any]) -> None:
-        """Encode one Chrome-trace event dict (``X``, ``B``, ``E``, ``i``, ``C``, ``M``) as packets."""
+        """Encode one Chrome-trace event dict (``X``, ``B``, ``E``, ``i``, ``C``, ``M``) as
+        packets."""
         phase = event["ph"]
         self.events += 1
         if phase == "C":  # the most frequent (scalars)
             key = (event["pid"], event["name"])
             head = self._counter_heads.get(key)
             if head is None:
-                head = self._counter_heads[key] = b"\x5a" + _SMALL_VARINTS[13 + len(_varint(self._counter_track(*key)))] + b"\x48\x04\x58" + _varint(self._counter_track(*key)) + b"\xe1\x02"
+                head = self._counter_heads[key] = (
+                    b"\x5a"
+                    + _SMALL_VARINTS[13 + len(_varint(self._counter_track(*key)))]
+                    + b"\x48\x04\x58"
+                    + _varint(self._counter_track(*key))
+                    + b"\xe1\x02"
+                )
             self._emit(head + _DOUBLE.pack(float(event["args"]["value"])), event["ts"])
         elif phase == "X":
             self._slice(_BEGIN, event, event["ts"], with_args=False)
@@ -394,9 +507,18 @@ class PerfettoStream:
                 self._process(event["pid"], event["args"]["name"])
             elif kind == "thread_name":
                 self._track(event["pid"], event["tid"], event["args"]["name"])
-            # sort indexes: Perfetto orders processes by pid (the rank) and threads by their own rules
+            # sort indexes: Perfetto orders processes by pid (the rank) and threads by their own
+            # rules
 
-    def begin(self, pid: int, tid: Any, name: str, category: str, ts: int, args: dict[str, Any] | None = None) -> None:
+    def begin(
+        self,
+        pid: int,
+        tid: Any,
+        name: str,
+        category: str,
+        ts: int,
+        args: dict[str, Any] | None = None,
+    ) -> None:
         """A slice begins (what ``{"ph": "B"}`` says, without building the dict: one per span)."""
         self.events += 1
         track = self._track(pid, tid)
@@ -415,14 +537,29 @@ class PerfettoStream:
         self._emit(_field(b"\x5a", body), ts)
 
     def span_prefix(self, pid: int, tid: Any, name: str, args: dict[str, Any]) -> bytes:
-        """A span begin's ``TrackEvent`` fields but its ids: type, track, name, category, arguments (the names
-        interned in the next packet, which is this begin). Cached by the caller in `span_prefixes`."""
+        """A span begin's ``TrackEvent`` fields but its ids: type, track, name, category, arguments
+        (the names interned in the next packet, which is this begin). Cached by the caller in
+        `span_prefixes`."""
         if len(self.span_prefixes) >= _ENCODED_CACHE:
             self.span_prefixes.clear()
-        return b"\x48\x01" + self._track(pid, tid) + self._name_fields(name, "span") + self._annotations(args)
+        return (
+            b"\x48\x01"
+            + self._track(pid, tid)
+            + self._name_fields(name, "span")
+            + self._annotations(args)
+        )
 
-    def begin_span(self, ts: int, prefix: bytes, step: Any, extra: dict[str, Any] | None, span_id: Any, parent_id: Any) -> None:
-        """A span begins: `prefix` (`span_prefix`, on this sequence), its step, `extra` arguments, its own ids."""
+    def begin_span(
+        self,
+        ts: int,
+        prefix: bytes,
+        step: Any,
+        extra: dict[str, Any] | None,
+        span_id: Any,
+        parent_id: Any,
+    ) -> None:
+        """A span begins: `prefix` (`span_prefix`, on this sequence), its step, `extra` arguments,
+        its own ids."""
         self.events += 1
         if type(step) is not int:
             if step is not None:
@@ -438,7 +575,12 @@ class PerfettoStream:
             prefix += self._annotations(extra)
         if span_id is not None:
             head = self._id_heads.get("span_id")
-            if head is not None and type(span_id) is str and len(span_id) == 16 and span_id.isalnum():
+            if (
+                head is not None
+                and type(span_id) is str
+                and len(span_id) == 16
+                and span_id.isalnum()
+            ):
                 # `_id_annotation`'s common case, inline (one per span)
                 try:
                     data = head + _varint(int(span_id, 16))
@@ -461,7 +603,8 @@ class PerfettoStream:
         self._emit(body, ts)
 
     def _id_annotation(self, key: str, value: Any) -> bytes:
-        """A 64-bit hex id as a number (``pointer_value``: 9–10 bytes, shown as 0x…); anything else as it is."""
+        """A 64-bit hex id as a number (``pointer_value``: 9–10 bytes, shown as 0x…); anything else
+        as it is."""
         if type(value) is str and len(value) == 16:
             try:
                 number = int(value, 16)
@@ -471,12 +614,20 @@ class PerfettoStream:
                 head = self._id_heads.get(key)
                 if head is None:
                     iid = self._arg_names.get(key)
-                    head = self._id_heads[key] = b"\x08" + _varint(iid if iid is not None else self._iid(self._arg_names, key, b"\x1a")) + b"\x38"
+                    head = self._id_heads[key] = (
+                        b"\x08"
+                        + _varint(
+                            iid if iid is not None else self._iid(self._arg_names, key, b"\x1a")
+                        )
+                        + b"\x38"
+                    )
                 data = head + _varint(number)
                 return b"\x22" + _SMALL_VARINTS[len(data)] + data
         return self._annotation(key, value)
 
-    def _slice(self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None) -> None:
+    def _slice(
+        self, kind: int, event: dict[str, Any], ts: float, with_args: bool, tid: Any = None
+    ) -> None:
         track = self._track(event["pid"], event["tid"] if tid is None else tid)
         body = b"\x48" + _varint(kind) + track
         if kind != _END:
@@ -489,7 +640,8 @@ class PerfettoStream:
 
 
 def _varint(value: int) -> bytes:
-    """A protobuf varint (negative numbers as their 64-bit two's complement, as protobuf writes int64).
+    """A protobuf varint (negative numbers as their 64-bit two's complement, as protobuf writes
+    int64).
 
     14 bits at a time from two tables (a 64-bit id is 5 lookups, not 10 rounds of bit twiddling).
     """
@@ -510,7 +662,8 @@ def _field(tag: bytes, data: bytes) -> bytes:
 
 
 def _utf8(text: str) -> bytes:
-    """Valid UTF-8 (protobuf strings must be): a lone surrogate (from a ``\\ud800`` escape in a record) as that escape."""
+    """Valid UTF-8 (protobuf strings must be): a lone surrogate (from a ``\\ud800`` escape in a
+    record) as that escape."""
     return text.encode("utf-8", "backslashreplace")
 
 
@@ -527,10 +680,12 @@ def _slow_varint(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_VARINTS = [_slow_varint(value) for value in range(_SMALL)]  # 1 or 2 bytes: the last 14 bits of any varint
+# 1 or 2 bytes: the last 14 bits of any varint
+_SMALL_VARINTS = [_slow_varint(value) for value in range(_SMALL)]
 _STAMPS = [b"\x40" + encoded for encoded in _SMALL_VARINTS]  # TracePacket.timestamp = n
 _PACKET_HEADS = [b"\x0a" + encoded for encoded in _SMALL_VARINTS]  # Trace.packet of n bytes
-_CONTINUED = [bytes(((value & 0x7F) | 0x80, (value >> 7) | 0x80)) for value in range(_SMALL)]  # 14 bits, more follow
+# 14 bits, more follow
+_CONTINUED = [bytes(((value & 0x7F) | 0x80, (value >> 7) | 0x80)) for value in range(_SMALL)]
 _DOUBLE = struct.Struct("<d")
 
 
@@ -540,7 +695,8 @@ def _ns(us: float) -> int:
 
 
 class NativeVisitor(ExportVisitor):
-    """`ExportVisitor` for the native writer: a begin when a span's ``_start`` is read, an end when it ends.
+    """`ExportVisitor` for the native writer: a begin when a span's ``_start`` is read, an end when
+    it ends.
 
     What is shown (names, args, filters, counts, tracks) is the JSON export's
     (`ExportVisitor.span_event`); only the timing of the writes differs, and
@@ -563,30 +719,38 @@ class NativeVisitor(ExportVisitor):
     """
 
     def begin_process(self, tracks: Any, os_pid: Any, alive_until_us: int | None = None) -> None:
-        """As `ExportVisitor.begin_process`; what is left out is decided per process (its own tracks and steps)."""
+        """As `ExportVisitor.begin_process`; what is left out is decided per process (its own tracks
+        and steps)."""
         super().begin_process(tracks, os_pid, alive_until_us)
         self._open_ids: dict[Any, list[Any]] = {}  # track → span ids of its begun, unended slices
-        self._step_traces: dict[Any, Any] = {}  # step → its trace id (the first begun span's, or the step's first record's)
-        self._steps_begun: set[Any] = set()  # steps whose bar will be written (every begun step gets one)
+        self._step_traces: dict[
+            Any, Any
+        ] = {}  # step → its trace id (the first begun span's, or the step's first record's)
+        # steps whose bar will be written (every begun step gets one)
+        self._steps_begun: set[Any] = set()
 
     def step_begun(self, step: int, begin_us: int) -> None:
-        """Every begun step gets its bar (`model.timeline.walk_process`), so its spans may leave their trace id to it."""
+        """Every begun step gets its bar (`model.timeline.walk_process`), so its spans may leave
+        their trace id to it."""
         super().step_begun(step, begin_us)
         self._steps_begun.add(step)
 
     def step_arguments(self, step: int, first: dict[str, Any], args: dict[str, Any]) -> None:
-        """The step's trace id on its bar (the one its spans left out); ``relative_step`` only when it differs."""
-        trace_id = self._step_traces.setdefault(step, first.get("trace_id"))  # fixed from here: later spans compare to it
+        """The step's trace id on its bar (the one its spans left out); ``relative_step`` only when
+        it differs."""
+        # fixed from here: later spans compare to it
+        trace_id = self._step_traces.setdefault(step, first.get("trace_id"))
         if trace_id is not None:
             args["trace_id"] = trace_id
         if "relative_step" in args and args["relative_step"] == step:
             del args["relative_step"]  # no resumed run: the same as step, as on spans
 
     def span_begun(self, span: OpenSpan) -> None:
-        """The begin carries the span's arguments (so a span that never ends has them too); its end only the error.
+        """The begin carries the span's arguments (so a span that never ends has them too); its end
+        only the error.
 
-        All but the span's ids repeat from span to span (track, name, step, caller, tags): the begin's encoding
-        of them is cached by their values (`PerfettoStream.span_prefixes`)."""
+        All but the span's ids repeat from span to span (track, name, step, caller, tags): the
+        begin's encoding of them is cached by their values (`PerfettoStream.span_prefixes`)."""
         start: dict[str, Any] = span.start  # type: ignore[assignment]  # a span's start record is a dict
         get = start.get
         step = get("step")
@@ -600,7 +764,11 @@ class NativeVisitor(ExportVisitor):
         if parent_id is not None and open_ids and open_ids[-1] == parent_id:
             parent_id = None  # the enclosing slice's id
         open_ids.append(span_id)
-        if trace_id is not None and step in self._steps_begun and self._step_traces.setdefault(step, trace_id) == trace_id:
+        if (
+            trace_id is not None
+            and step in self._steps_begun
+            and self._step_traces.setdefault(step, trace_id) == trace_id
+        ):
             trace_id = None  # the step's, on its bar
         relative_step = get("relative_step")
         extra = None
@@ -609,12 +777,14 @@ class NativeVisitor(ExportVisitor):
         if trace_id is not None:
             extra = extra or {}
             extra["trace_id"] = trace_id  # another trace than its step's
-        # What the rest of the begin depends on (the step, which changes every few spans, is added apart).
+        # What the rest of the begin depends on (the step, which changes every few spans, is added
+        # apart).
         key: tuple | None = (self.pid, track, span.name, *map(get, _CACHED_ARGS))
         out = self.out
         try:
             prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]  # the native stream's own cache (NativeVisitor writes a PerfettoStream)
-        except TypeError:  # a list (step tags): as a tuple; still unhashable (tags holding lists): not cached
+        # a list (step tags): as a tuple; still unhashable (tags holding lists): not cached
+        except TypeError:
             key = tuple(tuple(value) if type(value) is list else value for value in key)  # type: ignore[union-attr]  # the key was made just above, not None
             try:
                 prefix = out.span_prefixes.get(key)  # type: ignore[attr-defined]  # the native stream's own cache (NativeVisitor writes a PerfettoStream)
@@ -629,10 +799,17 @@ class NativeVisitor(ExportVisitor):
                 out.span_prefixes[key] = prefix  # type: ignore[attr-defined]  # the native stream's own cache (NativeVisitor writes a PerfettoStream)
         out.begin_span(span.start_us, prefix, step, extra, span_id, parent_id)  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
 
-    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+    def span(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> None:
         if span.start is not None and span.error is None and not incomplete:
-            # The common case, without the event dict `span_event` builds (its begin said everything): counted
-            # and filtered as `span_event` does.
+            # The common case, without the event dict `span_event` builds (its begin said
+            # everything): counted and filtered as `span_event` does.
             if self.steps is not None and span.start.get("step") not in self.steps:
                 return
             self.stats.spans += 1
@@ -655,7 +832,12 @@ class NativeVisitor(ExportVisitor):
         if open_ids:
             open_ids.pop()  # Perfetto ends the slice last begun on the track
         args = event["args"]
-        self.out.end(self.pid, span.track, span.start_us + dur_us, {key: args[key] for key in _END_ARGS if key in args} if "status" in args else None)  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
+        self.out.end(  # type: ignore[attr-defined]  # a PerfettoStream method (NativeVisitor writes one)
+            self.pid,
+            span.track,
+            span.start_us + dur_us,
+            {key: args[key] for key in _END_ARGS if key in args} if "status" in args else None,
+        )
 
 
 def is_native(path: str | os.PathLike[str]) -> bool:

@@ -1,4 +1,5 @@
-"""Processes grouped into Perfetto processes (pids: one per source and rank, restarts sharing it), and the loop that streams their events.
+"""Processes grouped into Perfetto processes (pids: one per source and rank, restarts sharing it),
+and the loop that streams their events.
 
 A "pid group" here; not the "trace group" of `core/trace_ids.py` (ranks sharing a trace id).
 
@@ -11,7 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from otel_titan.analysis.export.chrome_events import STEP_TID, EventStream, ExportStats, ExportVisitor, ProcessTracks
+from otel_titan.analysis.export.chrome_events import (
+    STEP_TID,
+    EventStream,
+    ExportStats,
+    ExportVisitor,
+    ProcessTracks,
+)
 from otel_titan.analysis.export.perfetto import NativeVisitor, PerfettoStream
 from otel_titan.analysis.model.timeline import walk_process
 from otel_titan.analysis.read.filters import StepRange
@@ -24,7 +31,8 @@ PidGroup = tuple[int, list[ProcessLog]]
 
 
 def pid_groups(processes: list[ProcessLog]) -> list[PidGroup]:
-    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid (the rank, when unique).
+    """(trace pid, processes) per (source, rank), in sorted order; restarts of a rank share the pid
+    (the rank, when unique).
 
     Example:
         >>> from otel_titan.analysis.read.records import ProcessLog
@@ -39,13 +47,16 @@ def pid_groups(processes: list[ProcessLog]) -> list[PidGroup]:
         groups.setdefault((process.source, process.rank), []).append(process)
     ranks = [rank for _, rank in groups]
     # Perfetto's pids are 32-bit: a rank beyond that (a broken file name) cannot be one.
-    if all(rank is not None and 0 <= rank < 1 << 31 for rank in ranks) and len(set(ranks)) == len(ranks):
+    if all(rank is not None and 0 <= rank < 1 << 31 for rank in ranks) and len(set(ranks)) == len(
+        ranks
+    ):
         return [(rank, group) for (_, rank), group in groups.items()]  # type: ignore[misc]  # every rank is an int here: checked just above
     return list(enumerate(groups.values(), start=1))
 
 
 def process_name(pid: int, processes: list[ProcessLog]) -> str:
-    """The trace process's name; Perfetto appends the pid, so ``training rank`` with pid 3 reads ``training rank 3``.
+    """The trace process's name; Perfetto appends the pid, so ``training rank`` with pid 3 reads
+    ``training rank 3``.
 
     Example:
         >>> from otel_titan.analysis.read.records import ProcessLog
@@ -53,11 +64,24 @@ def process_name(pid: int, processes: list[ProcessLog]) -> str:
         ('training rank', 'rollouter rank 0 #')
     """
     first = processes[0]
-    return f"{first.source} rank" if first.rank is not None and first.rank == pid else f"{first.label} #"
+    return (
+        f"{first.source} rank"
+        if first.rank is not None and first.rank == pid
+        else f"{first.label} #"
+    )
 
 
-def write_groups(groups: Iterable[PidGroup], out: EventStream | PerfettoStream, stats: ExportStats, steps: StepRange | None, skipped: SkippedLines, on_bytes: Callable[[int], None] | None, native: bool = False) -> int | None:
-    """Stream the events of `groups` into `out`, counting into `stats`; returns the earliest timestamp.
+def write_groups(
+    groups: Iterable[PidGroup],
+    out: EventStream | PerfettoStream,
+    stats: ExportStats,
+    steps: StepRange | None,
+    skipped: SkippedLines,
+    on_bytes: Callable[[int], None] | None,
+    native: bool = False,
+) -> int | None:
+    """Stream the events of `groups` into `out`, counting into `stats`; returns the earliest
+    timestamp.
 
     What `generate_gantt_trace` and each export worker run, one process after the other.
 
@@ -75,10 +99,42 @@ def write_groups(groups: Iterable[PidGroup], out: EventStream | PerfettoStream, 
     for pid, processes in groups:
         tracks = ProcessTracks(pid=pid)
         stats.processes += 1
-        out.add({"name": "process_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": process_name(pid, processes)}})
-        out.add({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": pid}})
-        out.add({"name": "thread_name", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"name": "steps"}})
-        out.add({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": STEP_TID, "args": {"sort_index": -1}})
+        out.add(
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": pid,
+                "tid": STEP_TID,
+                "args": {"name": process_name(pid, processes)},
+            }
+        )
+        out.add(
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": STEP_TID,
+                "args": {"sort_index": pid},
+            }
+        )
+        out.add(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": pid,
+                "tid": STEP_TID,
+                "args": {"name": "steps"},
+            }
+        )
+        out.add(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": STEP_TID,
+                "args": {"sort_index": -1},
+            }
+        )
         last_us: int | None = None
         for process in processes:
             visitor.begin_process(tracks, process.pid, process.modified_us)

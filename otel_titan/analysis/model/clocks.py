@@ -1,4 +1,5 @@
-"""Clock alignment across hosts: each host's clock offset, from events that are simultaneous by construction.
+"""Clock alignment across hosts: each host's clock offset, from events that are simultaneous by
+construction.
 
 Why: every record's time is its host's wall clock, and hosts disagree (NTP
 leaves milliseconds; merged timelines have been seen seconds apart). Who
@@ -52,7 +53,17 @@ from otel_titan.schema import StepCloser
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ClockAlignment", "ClosingSpans", "ClosingVisitor", "estimate_offsets", "MAX_RESIDUAL_US", "MIN_STEPS", "MAX_WINDOWS", "MAX_END_TO_ARRIVAL", "collective_evidence"]
+__all__ = [
+    "ClockAlignment",
+    "ClosingSpans",
+    "ClosingVisitor",
+    "estimate_offsets",
+    "MAX_RESIDUAL_US",
+    "MIN_STEPS",
+    "MAX_WINDOWS",
+    "MAX_END_TO_ARRIVAL",
+    "collective_evidence",
+]
 
 #: The anchor's aligned ends must agree within this (µs, p95 over ranks and steps) to be used.
 MAX_RESIDUAL_US = 1000.0
@@ -60,14 +71,15 @@ MAX_RESIDUAL_US = 1000.0
 MIN_STEPS = 3
 #: Piecewise alignment (drifting clocks) tries up to this many windows of consecutive steps.
 MAX_WINDOWS = 64
-#: A collective's ends vary from step to step at most this share of how much its starts (arrivals) vary:
-#: whoever arrives later waits less. A local span's ends vary at least as much as its starts.
+#: A collective's ends vary from step to step at most this share of how much its starts (arrivals)
+#: vary: whoever arrives later waits less. A local span's ends vary at least as much as its starts.
 MAX_END_TO_ARRIVAL = 0.5
 
 
 @dataclass
 class ClosingSpans:
-    """One process's step-closing spans: per step, the last top-level span that ended in it (name, start, end µs)."""
+    """One process's step-closing spans: per step, the last top-level span that ended in it (name,
+    start, end µs)."""
 
     host: str
     key: object  # what the offsets are applied to (a process label)
@@ -83,9 +95,9 @@ class ClosingSpans:
         self.ends.append(end_us)
 
 
-
 class ClosingVisitor(TimelineVisitor):
-    """A walk's step-closing spans and nothing else: per process, the last top-level span that ended in each step.
+    """A walk's step-closing spans and nothing else: per process, the last top-level span that ended
+    in each step.
 
     What clock alignment reads (`estimate_offsets`). The summary's collector
     (`model.collect._Collector`) gathers the same, by the same rule, inline
@@ -113,18 +125,33 @@ class ClosingVisitor(TimelineVisitor):
         self._attempt: int | None = None
 
     def begin(self, host: str, key: object, attempt: int | None) -> None:
-        """The next records are one process's: `host` (whose clock they are on), `key` (its label), its `attempt`."""
+        """The next records are one process's: `host` (whose clock they are on), `key` (its label),
+        its `attempt`."""
         self._spans = ClosingSpans(host=host, key=key)
         self.closing.append(self._spans)
         self._closer, self._attempt = StepCloser(), attempt
 
-    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+    def span(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> None:
         if incomplete:
             return
         first = span.start if span.start is not None else end
         step = first.get("step") if first is not None else None
-        if type(step) is int:  # the step-closing span's rule: schema.StepCloser, as the collector and the writer's rollups
-            self._closer.span_ended(step, span.name, span.start_us, end_us, first.get("parent_span_id") is None)  # type: ignore[union-attr]  # a span that ended has its first record
+        # the step-closing span's rule: schema.StepCloser, as the collector and the writer's rollups
+        if type(step) is int:
+            self._closer.span_ended(
+                step,
+                span.name,
+                span.start_us,
+                end_us,
+                first.get("parent_span_id") is None,  # type: ignore[union-attr]  # a span that ended has its first record
+            )
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         top = self._closer.closing(step)
@@ -148,25 +175,32 @@ class ClockAlignment:
     steps: int = 0
     offsets_us: dict[str, float] = field(default_factory=dict)
     residual_p95_us: float | None = None
-    #: Every rank leaves `anchor` at one moment (its ends agree within `MAX_RESIDUAL_US` once aligned, or on one clock):
-    #: its end is then a reference on each rank's own clock, and evidence measured from it needs no shared clock.
+    #: Every rank leaves `anchor` at one moment (its ends agree within `MAX_RESIDUAL_US` once
+    #: aligned, or on one clock): its end is then a reference on each rank's own clock, and evidence
+    #: measured from it needs no shared clock.
     simultaneous: bool = False
-    #: Piecewise alignment (drifting clocks): per window of steps its middle (µs, median raw end) and offsets; empty: one offset per host.
+    #: Piecewise alignment (drifting clocks): per window of steps its middle (µs, median raw end)
+    #: and offsets; empty: one offset per host.
     windows: list[dict] = field(default_factory=list)
-    #: Per host, how far its offset moved from the first window to the last, relative to the median host's move (µs); empty without windows.
+    #: Per host, how far its offset moved from the first window to the last, relative to the median
+    #: host's move (µs); empty without windows.
     drift_us: dict[str, float] = field(default_factory=dict)
-    #: The anchor's evidence of being a collective (`collective_evidence`): how much its ends vary from step to step against
-    #: its starts (near 0: whoever arrives later waits less; 1 or more: a local span); None when not measured.
+    #: The anchor's evidence of being a collective (`collective_evidence`): how much its ends vary
+    #: from step to step against its starts (near 0: whoever arrives later waits less; 1 or more: a
+    #: local span); None when not measured.
     end_to_arrival: float | None = None
-    #: Hosts whose own residual p95 stays above `MAX_RESIDUAL_US` under the fit (µs): left unaligned, their times as written.
+    #: Hosts whose own residual p95 stays above `MAX_RESIDUAL_US` under the fit (µs): left
+    #: unaligned, their times as written.
     unaligned_us: dict[str, float] = field(default_factory=dict)
 
     def offset(self, host: str | None) -> float:
-        """The offset of `host` in µs (0 when unknown or not applied); with windows, the median over the run."""
+        """The offset of `host` in µs (0 when unknown or not applied); with windows, the median over
+        the run."""
         return self.offsets_us.get(host or "", 0.0) if self.applied else 0.0
 
     def offset_at(self, host: str | None, time_us: float) -> float:
-        """The offset of `host` at `time_us` (its own clock): interpolated between windows when the clocks drift, else `offset`.
+        """The offset of `host` at `time_us` (its own clock): interpolated between windows when the
+        clocks drift, else `offset`.
 
         Example:
             >>> a = ClockAlignment(True, "", windows=[{"center_us": 0, "offsets_us": {"h": 0.0}}, {"center_us": 100, "offsets_us": {"h": 50.0}}], offsets_us={"h": 25.0})
@@ -175,7 +209,11 @@ class ClockAlignment:
         """
         if not self.applied or not self.windows:
             return self.offset(host)
-        points = [(w["center_us"], w["offsets_us"][host]) for w in self.windows if (host or "") in w["offsets_us"]]
+        points = [
+            (w["center_us"], w["offsets_us"][host])
+            for w in self.windows
+            if (host or "") in w["offsets_us"]
+        ]
         if not points:
             return self.offset(host)
         if time_us <= points[0][0]:
@@ -188,14 +226,19 @@ class ClockAlignment:
     @property
     def spread_us(self) -> float:
         """Largest minus smallest offset."""
-        return max(self.offsets_us.values()) - min(self.offsets_us.values()) if self.offsets_us else 0.0
+        return (
+            max(self.offsets_us.values()) - min(self.offsets_us.values())
+            if self.offsets_us
+            else 0.0
+        )
 
     def largest(self, count: int = 3) -> list[tuple[str, float]]:
         """The `count` hosts furthest from the median clock, furthest first."""
         return sorted(self.offsets_us.items(), key=lambda item: -abs(item[1]))[:count]
 
     def describe(self) -> str:
-        """One line: ``aligned on all_reduce_end over 199 steps: 128 hosts, offsets spread 9.9 ms (largest node-007 +4.9 ms, …); residual p95 0.01 ms``."""
+        """One line: ``aligned on all_reduce_end over 199 steps: 128 hosts, offsets spread 9.9 ms
+        (largest node-007 +4.9 ms, …); residual p95 0.01 ms``."""
         if not self.applied:
             return f"not aligned: {self.reason}"
         return self._fitted() + self._left_out()
@@ -204,7 +247,9 @@ class ClockAlignment:
         if not self.unaligned_us:
             return ""
         worst = sorted(self.unaligned_us.items(), key=lambda item: -item[1])
-        named = ", ".join(f"{host} (residual p95 {p95 / 1000:.2f} ms)" for host, p95 in worst[:5]) + (f" and {len(worst) - 5} more" if len(worst) > 5 else "")
+        named = ", ".join(
+            f"{host} (residual p95 {p95 / 1000:.2f} ms)" for host, p95 in worst[:5]
+        ) + (f" and {len(worst) - 5} more" if len(worst) > 5 else "")
         return f"; {len(worst)} host{'s' if len(worst) != 1 else ''} left unaligned, no fit holds for {'them' if len(worst) != 1 else 'it'}: {named}: times shown as written"
 
     def _fitted(self) -> str:
@@ -212,13 +257,18 @@ class ClockAlignment:
         if self.windows:
             drifting = sorted(self.drift_us.items(), key=lambda item: -abs(item[1]))[:3]
             return (
-                f"aligned piecewise on the end of {self.anchor} (all ranks leave it together; one offset per host did not fit: the clocks drift) over {self.steps} steps "
-                f"in {len(self.windows)} windows: {self.hosts} hosts, largest drift from the first window to the last (against the median host) " + ", ".join(f"{host} {drift / 1000:+.2f} ms" for host, drift in drifting)
+                f"aligned piecewise on the end of {self.anchor} (all ranks leave it together; one "
+                f"offset per host did not fit: the clocks drift) over {self.steps} steps "
+                f"in {len(self.windows)} windows: {self.hosts} hosts, largest drift from the "
+                "first window to the last (against the median host) "
+                + ", ".join(f"{host} {drift / 1000:+.2f} ms" for host, drift in drifting)
                 + f"; offsets spread {self.spread_us / 1000:.2f} ms; residual p95 {(self.residual_p95_us or 0) / 1000:.3f} ms"
             )
         return (
-            f"aligned on the end of {self.anchor} (all ranks leave it together) over {self.steps} steps: {self.hosts} hosts, "
-            f"offsets spread {self.spread_us / 1000:.2f} ms (largest {largest}); residual p95 {(self.residual_p95_us or 0) / 1000:.3f} ms"
+            f"aligned on the end of {self.anchor} (all ranks leave it together) over {self.steps} "
+            f"steps: {self.hosts} hosts, "
+            f"offsets spread {self.spread_us / 1000:.2f} ms (largest {largest}); residual p95 "
+            f"{(self.residual_p95_us or 0) / 1000:.3f} ms"
         )
 
 
@@ -238,17 +288,29 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
     if not hosts:
         return ClockAlignment(False, "no step-closing spans")
     one_clock = len(hosts) < 2
-    candidates = [c for c in (_estimate(processes, name, hosts, one_clock=one_clock) for name in sorted({n for p in processes for n in set(p.names)})) if c is not None]
+    candidates = [
+        c
+        for c in (
+            _estimate(processes, name, hosts, one_clock=one_clock)
+            for name in sorted({n for p in processes for n in set(p.names)})
+        )
+        if c is not None
+    ]
     candidates.sort(key=lambda c: c.residual_p95_us)  # type: ignore[arg-type,return-value]  # candidates are estimates that have a residual
-    refused: str | None = None  # why the best fit is no collective on evidence (said when nothing else is found)
+    refused: str | None = (
+        None  # why the best fit is no collective on evidence (said when nothing else is found)
+    )
     for candidate in candidates:
         fitted: ClockAlignment | None = candidate
         if candidate.residual_p95_us > MAX_RESIDUAL_US:  # type: ignore[operator]  # candidates are estimates that have a residual
-            fitted = None if one_clock else _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]  # the candidates' anchor is a span name
+            fitted = (
+                None if one_clock else _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]  # the candidates' anchor is a span name
+            )
             if fitted is None:
                 continue
         elif candidate.unaligned_us:
-            # The run fits, some hosts do not: their clocks drift (the fit is judged per host, `_unaligned`).
+            # The run fits, some hosts do not: their clocks drift (the fit is judged per host,
+            # `_unaligned`).
             piecewise = _estimate(processes, candidate.anchor, hosts, piecewise=True)  # type: ignore[arg-type]  # the candidates' anchor is a span name
             if piecewise is not None and len(piecewise.unaligned_us) < len(candidate.unaligned_us):
                 fitted = piecewise
@@ -256,16 +318,34 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
         judged = _judged(fitted)
         if judged.simultaneous:
             if one_clock:
-                # One clock: nothing to align, but which span is the collective is still worth knowing (arrival order).
-                return ClockAlignment(False, "all ranks on one host (one clock)", anchor=judged.anchor, hosts=1, steps=judged.steps, residual_p95_us=judged.residual_p95_us, simultaneous=True, end_to_arrival=judged.end_to_arrival)
+                # One clock: nothing to align, but which span is the collective is still worth
+                # knowing (arrival order).
+                return ClockAlignment(
+                    False,
+                    "all ranks on one host (one clock)",
+                    anchor=judged.anchor,
+                    hosts=1,
+                    steps=judged.steps,
+                    residual_p95_us=judged.residual_p95_us,
+                    simultaneous=True,
+                    end_to_arrival=judged.end_to_arrival,
+                )
             return judged
         refused = refused or judged.reason
     if one_clock:
-        return ClockAlignment(False, "all ranks on one host (one clock)" + (f"; {refused}" if refused else ""), hosts=1)
+        return ClockAlignment(
+            False,
+            "all ranks on one host (one clock)" + (f"; {refused}" if refused else ""),
+            hosts=1,
+        )
     if refused is not None:
         return ClockAlignment(False, refused, hosts=len(hosts))
     if not candidates:
-        return ClockAlignment(False, f"no step-closing span seen on two or more hosts in {MIN_STEPS} steps or more", hosts=len(hosts))
+        return ClockAlignment(
+            False,
+            f"no step-closing span seen on two or more hosts in {MIN_STEPS} steps or more",
+            hosts=len(hosts),
+        )
     best = candidates[0]
     return ClockAlignment(
         False,
@@ -276,8 +356,11 @@ def estimate_offsets(processes: Iterable[ClosingSpans]) -> ClockAlignment:
     )
 
 
-def collective_evidence(proc: np.ndarray, step: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float | None:
-    """How much a span's ends vary from step to step against how much its starts do (ends / starts); None without variation to judge.
+def collective_evidence(
+    proc: np.ndarray, step: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> float | None:
+    """How much a span's ends vary from step to step against how much its starts do (ends / starts);
+    None without variation to judge.
 
     A collective is left together: whoever arrives later waits less, so its
     ends vary far less than its starts (a ratio near 0). A local span ends
@@ -309,7 +392,8 @@ def collective_evidence(proc: np.ndarray, step: np.ndarray, starts: np.ndarray, 
 
 
 def _double_residuals(proc: np.ndarray, step: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """`values` less what is constant per step and per process (two-way means, a few passes: steps a rank missed are allowed).
+    """`values` less what is constant per step and per process (two-way means, a few passes: steps a
+    rank missed are allowed).
 
     Means, not medians: with three ranks a median per step leaves one
     residual in three at exactly 0, and the spread of what remains is noise.
@@ -338,15 +422,22 @@ def _ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _spread(values: np.ndarray) -> float:
-    """1.4826 × the median absolute residual (0 for none): a standard deviation's estimate that a few bad rows (one host's
-    jumping clock, a rank's hiccup) do not move."""
+    """1.4826 × the median absolute residual (0 for none): a standard deviation's estimate that a
+    few bad rows (one host's jumping clock, a rank's hiccup) do not move."""
     import numpy as np
 
     return float(1.4826 * np.median(np.abs(values))) if values.size else 0.0
 
 
-def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecewise: bool = False, one_clock: bool = False) -> ClockAlignment | None:
-    """One offset per host from the ends of `name` (or, `piecewise`, offsets per window of steps that fit within `MAX_RESIDUAL_US`).
+def _estimate(
+    processes: list[ClosingSpans],
+    name: str,
+    hosts: list[str],
+    piecewise: bool = False,
+    one_clock: bool = False,
+) -> ClockAlignment | None:
+    """One offset per host from the ends of `name` (or, `piecewise`, offsets per window of steps
+    that fit within `MAX_RESIDUAL_US`).
 
     `one_clock`: every process writes on one clock: no offset is fitted, the
     ends are compared as written. The result's `simultaneous` says whether
@@ -364,17 +455,43 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecew
         steps = np.asarray(p.steps, dtype=np.int64)[mask]
         starts = np.asarray(p.starts, dtype=np.float64)[mask]
         ends = np.asarray(p.ends, dtype=np.float64)[mask]
-        rows.append(np.column_stack([np.full(len(steps), index), np.full(len(steps), host_index[p.host]), steps, ends, starts]))
+        rows.append(
+            np.column_stack(
+                [
+                    np.full(len(steps), index),
+                    np.full(len(steps), host_index[p.host]),
+                    steps,
+                    ends,
+                    starts,
+                ]
+            )
+        )
     if not rows:
         return None
     data = np.concatenate(rows)
-    proc, host, step, end, start = data[:, 0].astype(np.int64), data[:, 1].astype(np.int64), data[:, 2].astype(np.int64), data[:, 3], data[:, 4]
-    # Steps seen by at least half the processes that have this anchor: a median over them is meaningful.
+    proc, host, step, end, start = (
+        data[:, 0].astype(np.int64),
+        data[:, 1].astype(np.int64),
+        data[:, 2].astype(np.int64),
+        data[:, 3],
+        data[:, 4],
+    )
+    # Steps seen by at least half the processes that have this anchor: a median over them is
+    # meaningful.
     uniq_steps, step_idx, counts = np.unique(step, return_inverse=True, return_counts=True)
     keep = counts[step_idx] >= max(2, len(np.unique(proc)) // 2)
-    if np.unique(step[keep]).size < MIN_STEPS or np.unique((proc if one_clock else host)[keep]).size < 2:
+    if (
+        np.unique(step[keep]).size < MIN_STEPS
+        or np.unique((proc if one_clock else host)[keep]).size < 2
+    ):
         return None
-    proc, host, step_idx, end, start = proc[keep], host[keep], step_idx[keep], end[keep], start[keep]
+    proc, host, step_idx, end, start = (
+        proc[keep],
+        host[keep],
+        step_idx[keep],
+        end[keep],
+        start[keep],
+    )
     present = np.unique(host)
     if not piecewise:
         offsets = np.zeros(len(hosts)) if one_clock else _fit(host, step_idx, end, len(hosts))
@@ -388,16 +505,21 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecew
             anchor=name,
             hosts=int(present.size),
             steps=int(np.unique(step_idx).size),
-            offsets_us={} if one_clock else {hosts[h]: round(float(offsets[h]), 3) for h in present},
+            offsets_us={}
+            if one_clock
+            else {hosts[h]: round(float(offsets[h]), 3) for h in present},
             residual_p95_us=round(p95, 3),
         )
-        found.end_to_arrival = _rounded(collective_evidence(proc, step_idx, start - offsets[host], end - offsets[host]))
+        found.end_to_arrival = _rounded(
+            collective_evidence(proc, step_idx, start - offsets[host], end - offsets[host])
+        )
         if not one_clock:
             found.unaligned_us = _unaligned(host, step_idx, end, offsets[host], hosts)
         return found
     kept_steps = np.unique(step_idx)
     windows = 2
-    # The fewest windows that fit every host; failing that, the fewest that fit the run as a whole (its unfit hosts named).
+    # The fewest windows that fit every host; failing that, the fewest that fit the run as a whole
+    # (its unfit hosts named).
     fallback: tuple[tuple[np.ndarray, list[dict], float], dict[str, float]] | None = None
     chosen = None
     while windows <= MAX_WINDOWS and kept_steps.size // windows >= MIN_STEPS:
@@ -422,19 +544,32 @@ def _estimate(processes: list[ClosingSpans], name: str, hosts: list[str], piecew
             anchor=name,
             hosts=int(present.size),
             steps=int(kept_steps.size),
-            offsets_us={hosts[h]: round(float(np.median(row)), 3) for h, row in zip(present, every)},
+            offsets_us={
+                hosts[h]: round(float(np.median(row)), 3) for h, row in zip(present, every)
+            },
             residual_p95_us=round(p95, 3),
             windows=table,
             # Relative to the median host's drift: only differences between clocks can be known.
-            drift_us={hosts[h]: round(float(moved - np.median(every[:, -1] - every[:, 0])), 3) for h, moved in zip(present, every[:, -1] - every[:, 0])},
+            drift_us={
+                hosts[h]: round(float(moved - np.median(every[:, -1] - every[:, 0])), 3)
+                for h, moved in zip(present, every[:, -1] - every[:, 0])
+            },
         )
-        found.end_to_arrival = _rounded(collective_evidence(proc, step_idx, start - offsets_at, end - offsets_at))
+        found.end_to_arrival = _rounded(
+            collective_evidence(proc, step_idx, start - offsets_at, end - offsets_at)
+        )
         found.unaligned_us = unfit
         return found
     return None
 
 
-def _unaligned(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_of_row: np.ndarray, hosts: list[str]) -> dict[str, float]:
+def _unaligned(
+    host: np.ndarray,
+    step_idx: np.ndarray,
+    end: np.ndarray,
+    offset_of_row: np.ndarray,
+    hosts: list[str],
+) -> dict[str, float]:
     """Hosts whose own residual p95 exceeds `MAX_RESIDUAL_US` under these offsets (host → µs).
 
     Why per host: one p95 over every rank hides a few hosts (under one in
@@ -449,7 +584,7 @@ def _unaligned(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_o
     bounds = np.searchsorted(host[order], np.arange(len(hosts) + 1))
     out = {}
     for h in range(len(hosts)):
-        rows = order[bounds[h]:bounds[h + 1]]
+        rows = order[bounds[h] : bounds[h + 1]]
         if rows.size:
             p95 = float(np.percentile(residual[rows], 95))
             if p95 > MAX_RESIDUAL_US:
@@ -458,12 +593,21 @@ def _unaligned(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_o
 
 
 def _left_unaligned(found: ClockAlignment) -> ClockAlignment:
-    """`found` without offsets for its unaligned hosts: their times stay as written (a wrong shift is worse than none)."""
+    """`found` without offsets for its unaligned hosts: their times stay as written (a wrong shift
+    is worse than none)."""
     if not found.unaligned_us:
         return found
     drop = found.unaligned_us
-    windows = [{**w, "offsets_us": {h: o for h, o in w["offsets_us"].items() if h not in drop}} for w in found.windows]
-    return dataclasses.replace(found, offsets_us={h: o for h, o in found.offsets_us.items() if h not in drop}, windows=windows, drift_us={h: d for h, d in found.drift_us.items() if h not in drop})
+    windows = [
+        {**w, "offsets_us": {h: o for h, o in w["offsets_us"].items() if h not in drop}}
+        for w in found.windows
+    ]
+    return dataclasses.replace(
+        found,
+        offsets_us={h: o for h, o in found.offsets_us.items() if h not in drop},
+        windows=windows,
+        drift_us={h: d for h, d in found.drift_us.items() if h not in drop},
+    )
 
 
 def _rounded(value: float | None) -> float | None:
@@ -471,20 +615,26 @@ def _rounded(value: float | None) -> float | None:
 
 
 def _judged(found: ClockAlignment) -> ClockAlignment:
-    """`found`, unless its anchor is no collective on evidence (`collective_evidence`): then neither applied nor simultaneous, and why."""
+    """`found`, unless its anchor is no collective on evidence (`collective_evidence`): then neither
+    applied nor simultaneous, and why."""
     ratio = found.end_to_arrival
     if ratio is not None and ratio <= MAX_END_TO_ARRIVAL:
         return found
     why = (
-        f"{found.anchor} is no collective on evidence: from step to step its ends vary {ratio:.2f} × as much as its starts (a collective's at most {MAX_END_TO_ARRIVAL:g} ×: whoever arrives later waits less); it ends when each rank is done"
+        f"{found.anchor} is no collective on evidence: from step to step its ends vary "
+        f"{ratio:.2f} × as much as its starts (a collective's at most {MAX_END_TO_ARRIVAL:g} ×: "
+        "whoever arrives later waits less); it ends when each rank is done"
         if ratio is not None
         else f"{found.anchor} is no collective on evidence: its starts never vary, so whether a later arrival waits less cannot be seen"
     )
-    return dataclasses.replace(found, applied=False, simultaneous=False, reason=why, offsets_us={}, windows=[], drift_us={})
+    return dataclasses.replace(
+        found, applied=False, simultaneous=False, reason=why, offsets_us={}, windows=[], drift_us={}
+    )
 
 
 def _fit(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, size: int) -> np.ndarray:
-    """Per host, the median of its ranks' differences from each step's median end (two passes: the second on aligned clocks)."""
+    """Per host, the median of its ranks' differences from each step's median end (two passes: the
+    second on aligned clocks)."""
     import numpy as np
 
     offsets = np.zeros(size)
@@ -495,7 +645,9 @@ def _fit(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, size: int) -> 
     return offsets
 
 
-def _residual_p95(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_of_row: np.ndarray) -> float:
+def _residual_p95(
+    host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offset_of_row: np.ndarray
+) -> float:
     import numpy as np
 
     aligned = end - offset_of_row
@@ -503,8 +655,17 @@ def _residual_p95(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, offse
     return float(np.percentile(np.abs(residual), 95))
 
 
-def _fit_windows(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, kept_steps: np.ndarray, windows: int, hosts: list[str], present: np.ndarray) -> tuple[np.ndarray, list[dict], float] | None:
-    """Offsets per window of consecutive steps, interpolated between the windows' middles; None when a window lacks a host or the fit is off."""
+def _fit_windows(
+    host: np.ndarray,
+    step_idx: np.ndarray,
+    end: np.ndarray,
+    kept_steps: np.ndarray,
+    windows: int,
+    hosts: list[str],
+    present: np.ndarray,
+) -> tuple[np.ndarray, list[dict], float] | None:
+    """Offsets per window of consecutive steps, interpolated between the windows' middles; None when
+    a window lacks a host or the fit is off."""
     import numpy as np
 
     table: list[dict] = []
@@ -518,7 +679,14 @@ def _fit_windows(host: np.ndarray, step_idx: np.ndarray, end: np.ndarray, kept_s
         center = float(np.median(end[rows]))
         centers.append(center)
         per_window.append(offsets)
-        table.append({"from_step_index": int(chunk[0]), "to_step_index": int(chunk[-1]), "center_us": round(center, 1), "offsets_us": {hosts[h]: round(float(offsets[h]), 3) for h in present}})
+        table.append(
+            {
+                "from_step_index": int(chunk[0]),
+                "to_step_index": int(chunk[-1]),
+                "center_us": round(center, 1),
+                "offsets_us": {hosts[h]: round(float(offsets[h]), 3) for h in present},
+            }
+        )
     grid = np.array(per_window)  # window × host
     offset_of_row = np.empty(len(end))
     for h in present:

@@ -42,7 +42,14 @@ from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads, segment_keys
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
 from otel_titan.analysis.model.config_drift import RUN_CONFIG, ConfigDrift, DriftFinding
-from otel_titan.analysis.model.ending import UNCAUGHT, End, crash_of, is_interrupt, kill_evidence, killed_crash
+from otel_titan.analysis.model.ending import (
+    UNCAUGHT,
+    End,
+    crash_of,
+    is_interrupt,
+    kill_evidence,
+    killed_crash,
+)
 from otel_titan.analysis.model.facts import (
     OpenSpanInfo,
     PhaseStats,
@@ -92,7 +99,13 @@ from otel_titan.analysis.read.content import RangeReader
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
 from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError
-from otel_titan.analysis.read.records import META_EVENTS, NoRecordsError, ProcessLog, read_mesh, read_run
+from otel_titan.analysis.read.records import (
+    META_EVENTS,
+    NoRecordsError,
+    ProcessLog,
+    read_mesh,
+    read_run,
+)
 from otel_titan.analysis.read.runs import select_run
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.workers import merge_skipped, skipped_result
@@ -116,16 +129,21 @@ __all__ = [
 
 #: Open spans listed per process, the most recently started (all are counted).
 OPEN_SPANS_LISTED = 20
-#: Uncaught exceptions of threads other than the main one kept per process (the program went on after them).
+#: Uncaught exceptions of threads other than the main one kept per process (the program went on
+#: after them).
 THREAD_EXCEPTIONS_KEPT = 4
 
 
 def _interrupted(error: dict[str, Any]) -> bool:
-    """Whether an ``_error`` record is Ctrl-C's (``KeyboardInterrupt``): the span ended because the process was interrupted."""
+    """Whether an ``_error`` record is Ctrl-C's (``KeyboardInterrupt``): the span ended because the
+    process was interrupted."""
     return is_interrupt({"type": error_details(error)[0]})
+
+
 _OPENED = MetaEvent.OPENED
 _ROLLUP = MetaEvent.STEP_ROLLUP
 _MESH_FOUND = MetaEvent.MESH_FOUND
+
 
 # -- collection -----------------------------------------------------------------------------------
 class _PhaseAcc:
@@ -144,37 +162,59 @@ class _Collector(TimelineVisitor):
 
     def __init__(self) -> None:
         self.phases: dict[tuple[str, str], _PhaseAcc] = {}
-        # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never merged.
+        # (source, attempt) → rank → step → ms. Keyed by attempt: restarts are kept apart, never
+        # merged.
         self.step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
         self.phase_step_ms: dict[tuple[str, int | None, str], dict[int, dict[int, float]]] = {}
-        # The same keys → rank → step → how many of its spans were summed there (the step table's counts, `model.step_table`).
+        # The same keys → rank → step → how many of its spans were summed there (the step table's
+        # counts, `model.step_table`).
         self.phase_step_count: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
-        # The same keys → rank → step → when the rank's last span of the phase in that step ended (µs, its host's clock).
+        # The same keys → rank → step → when the rank's last span of the phase in that step ended
+        # (µs, its host's clock).
         self.phase_step_end: dict[tuple[str, int | None, str], dict[int, dict[int, int]]] = {}
         # (source, attempt, rank) → host (whose clock offset applies to its ends).
         self.rank_hosts: dict[tuple[str, int | None, int], str] = {}
-        # (source, attempt, rank) → its mesh coordinates, when the job declared a mesh (its peers share all but dp).
+        # (source, attempt, rank) → its mesh coordinates, when the job declared a mesh (its peers
+        # share all but dp).
         self.rank_meshes: dict[tuple[str, int | None, int], dict[str, int] | None] = {}
         # When a phase starts, in ms after its step began: orders the phase stragglers.
         self.phase_offsets: dict[tuple[str, str], array] = {}
-        # label → what the Hang section needs: its live black box, past stalls, spans entered in its last step
+        # label → what the Hang section needs: its live black box, past stalls, spans entered in its
+        # last step
         self.hang = HangTracker()
         # Bound straight to the tracker (one call per record, not two): a span begun is progress.
         self.span_begun = self.hang.span_begun  # type: ignore[method-assign]
-        # Per process, the last top-level span of each step: the step-closing collective (clock_align).
+        # Per process, the last top-level span of each step: the step-closing collective
+        # (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
         # The memory/host figures that explain slow steps (step_figures.py).
         self.figures = StepFigures()
         # Every rank's `run_config` hashes: the ranks whose configuration differs (config_drift.py).
         self.config_drift = ConfigDrift()
-        # For the report's figures (step_grid.py): (source, attempt) → rank → step → when it began (µs, own clock) ...
+        # For the report's figures (step_grid.py): (source, attempt) → rank → step → when it began
+        # (µs, own clock) ...
         self.step_starts: dict[tuple[str, int | None], dict[int, dict[int, int]]] = {}
         # ... and the scalars over steps (scalar_steps.py).
         self.scalar_steps = ScalarSteps()
 
     def state(self) -> dict[str, Any]:
         """What a worker sends back (`model.parallel`): the run-wide accumulators."""
-        return {"phases": self.phases, "step_ms": self.step_ms, "phase_step_ms": self.phase_step_ms, "phase_step_count": self.phase_step_count, "phase_step_end": self.phase_step_end, "rank_hosts": self.rank_hosts, "rank_meshes": self.rank_meshes, "phase_offsets": self.phase_offsets, "closing": self.closing, "hang_facts": self.hang.facts, "figures": self.figures.state(), "config_drift": self.config_drift, "step_starts": self.step_starts, "scalar_steps": self.scalar_steps}
+        return {
+            "phases": self.phases,
+            "step_ms": self.step_ms,
+            "phase_step_ms": self.phase_step_ms,
+            "phase_step_count": self.phase_step_count,
+            "phase_step_end": self.phase_step_end,
+            "rank_hosts": self.rank_hosts,
+            "rank_meshes": self.rank_meshes,
+            "phase_offsets": self.phase_offsets,
+            "closing": self.closing,
+            "hang_facts": self.hang.facts,
+            "figures": self.figures.state(),
+            "config_drift": self.config_drift,
+            "step_starts": self.step_starts,
+            "scalar_steps": self.scalar_steps,
+        }
 
     def merge(self, state: dict[str, Any]) -> None:
         """Add a worker's accumulators (disjoint processes) to these."""
@@ -188,7 +228,13 @@ class _Collector(TimelineVisitor):
             mine.incomplete += acc.incomplete
             if acc.max_ms > mine.max_ms:
                 mine.max_ms, mine.max_at = acc.max_ms, acc.max_at
-        for name in ("step_ms", "phase_step_ms", "phase_step_count", "phase_step_end", "step_starts"):
+        for name in (
+            "step_ms",
+            "phase_step_ms",
+            "phase_step_count",
+            "phase_step_end",
+            "step_starts",
+        ):
             target = getattr(self, name)
             for key, per_rank in state.get(name, {}).items():
                 ranks = target.setdefault(key, {})
@@ -210,30 +256,41 @@ class _Collector(TimelineVisitor):
         self.process, self.summary = process, summary
         self.hang.begin(process.label, partial=not whole, world_size=process.world_size)
         self.open: list[tuple[OpenSpan, float]] = []
-        #: Span name → its (source, name) accumulator in `phases`, for this process (one lookup per span, no key built).
+        #: Span name → its (source, name) accumulator in `phases`, for this process (one lookup per
+        #: span, no key built).
         self.process_phases: dict[str, _PhaseAcc] = {}
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
         self.phase_counts: dict[str, dict[int, int]] = {}
         self.phase_ends: dict[str, dict[int, int]] = {}
         self.step_begins: dict[int, int] = {}
-        # The step-closing span of each step: the one rule the writer's rollups use too (schema.StepCloser).
+        # The step-closing span of each step: the one rule the writer's rollups use too
+        # (schema.StepCloser).
         self.closer = StepCloser()
-        self.closing_spans = ClosingSpans(host=process.host_name or process.label, key=process.label)
+        self.closing_spans = ClosingSpans(
+            host=process.host_name or process.label, key=process.label
+        )
         self.closing.append((process, self.closing_spans))
-        # The innermost span the latest exception failed: (name, step, start µs, error type). An exception unwinding
-        # nested spans writes the innermost's _error first; an outer one started earlier, a new exception's later.
+        # The innermost span the latest exception failed: (name, step, start µs, error type). An
+        # exception unwinding nested spans writes the innermost's _error first; an outer one started
+        # earlier, a new exception's later.
         self.failed: tuple[str, int | None, int, str] | None = None
-        # Spans that ended only because Ctrl-C interrupted them, in the process's last records: where it was.
+        # Spans that ended only because Ctrl-C interrupted them, in the process's last records:
+        # where it was.
         self.interrupted: list[tuple[OpenSpan, float]] = []
 
     def step_begun(self, step: int, begin_us: int) -> None:
         self.step_begins[step] = begin_us
         self.hang.step_begun(step, begin_us)
 
-
-
-    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+    def span(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> None:
         name = span.name
         acc = self.process_phases.get(name)
         if acc is None:
@@ -241,7 +298,8 @@ class _Collector(TimelineVisitor):
         if span.error is not None:
             acc.errors += 1
             if not incomplete and _interrupted(span.error):
-                # Ended by Ctrl-C: the span is where the process was, as if still open (unless the program goes on after).
+                # Ended by Ctrl-C: the span is where the process was, as if still open (unless the
+                # program goes on after).
                 acc.incomplete += 1
                 self.interrupted.append((span, dur_us))
                 self.hang.interrupted = True
@@ -294,7 +352,8 @@ class _Collector(TimelineVisitor):
                     offsets.append((span.start_us - begin) / 1000.0)
 
     def _phase(self, name: str) -> _PhaseAcc:
-        """The run-wide accumulator of this process's source and phase `name`, remembered for the process."""
+        """The run-wide accumulator of this process's source and phase `name`, remembered for the
+        process."""
         key = (self.process.source, name)
         acc = self.phases.get(key)
         if acc is None:
@@ -311,7 +370,9 @@ class _Collector(TimelineVisitor):
         if not logger_scalar(record):  # the logger's own figures are no progress of the program
             self.hang.progress_at()  # a scalar after a black box is progress too
         process = self.process
-        self.figures.observe(record, process.source, process.attempt, process.rank, process.host_name)
+        self.figures.observe(
+            record, process.source, process.attempt, process.rank, process.host_name
+        )
         self.scalar_steps.observe(record)
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
@@ -321,8 +382,17 @@ class _Collector(TimelineVisitor):
             self.hang.progress_us = max(self.hang.progress_us, record["time_us"])
         start = span.start_us if span is not None else record["time_us"]
         if self.failed is None or start >= self.failed[2]:
-            step = (span.start or {}).get("step") if span is not None and span.start is not None else record.get("step")
-            self.failed = (record["log_type_name"][:-6], step if type(step) is int else None, start, error_type)
+            step = (
+                (span.start or {}).get("step")
+                if span is not None and span.start is not None
+                else record.get("step")
+            )
+            self.failed = (
+                record["log_type_name"][:-6],
+                step if type(step) is int else None,
+                start,
+                error_type,
+            )
         if span is None:
             name = record["log_type_name"][:-6]
             acc = self.phases.setdefault((self.process.source, name), _PhaseAcc())
@@ -338,7 +408,8 @@ class _Collector(TimelineVisitor):
         elif name == _OPENED:
             self.hang.opened(record)
         if name == _MESH_FOUND:
-            # A DeviceMesh found after init (its process groups, at the first steps): the opening record's `mesh`, late.
+            # A DeviceMesh found after init (its process groups, at the first steps): the opening
+            # record's `mesh`, late.
             mesh = read_mesh(record.get("mesh"))
             if mesh is not None and self.process.mesh is None:
                 self.process.mesh = mesh
@@ -355,7 +426,8 @@ class _Collector(TimelineVisitor):
             summary.records_failed = max(summary.records_failed, failed)
 
     def _uncaught(self, record: dict[str, Any]) -> None:
-        """An ``uncaught_exception`` record: the main thread's ends the program (a crash); another thread's is kept as a note."""
+        """An ``uncaught_exception`` record: the main thread's ends the program (a crash); another
+        thread's is kept as a note."""
         crash = crash_of(record)
         failed = self.failed
         if failed is not None and failed[3] == crash["type"] and failed[1] == crash["step"]:
@@ -368,7 +440,8 @@ class _Collector(TimelineVisitor):
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
         self.steps_seen.append((step, (end_us - begin_us) / 1000.0))
-        # The step-closing span (`schema.StepCloser`; SQL's alignment applies it too, `rules.CLOSING_SPAN_SQL`).
+        # The step-closing span (`schema.StepCloser`; SQL's alignment applies it too,
+        # `rules.CLOSING_SPAN_SQL`).
         top = self.closer.closing(step)
         if top is not None:
             # Steps of a restart replay the first attempt's numbers: the attempt keeps them apart.
@@ -378,24 +451,38 @@ class _Collector(TimelineVisitor):
         process, summary = self.process, self.summary
         if process.rank is not None:
             # The last step has no next step to end it: its time is unknown.
-            step_ms = self.step_ms.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {})
+            step_ms = self.step_ms.setdefault((process.source, process.attempt), {}).setdefault(
+                process.rank, {}
+            )
             for step, ms in self.steps_seen[:-1]:
                 step_ms[step] = ms
             for phase, sums in self.phase_sums.items():
-                per_rank = self.phase_step_ms.setdefault((process.source, process.attempt, phase), {})
+                per_rank = self.phase_step_ms.setdefault(
+                    (process.source, process.attempt, phase), {}
+                )
                 per_rank.setdefault(process.rank, {}).update(sums)
             for phase, counts in self.phase_counts.items():
-                per_rank_count = self.phase_step_count.setdefault((process.source, process.attempt, phase), {})
+                per_rank_count = self.phase_step_count.setdefault(
+                    (process.source, process.attempt, phase), {}
+                )
                 per_rank_count.setdefault(process.rank, {}).update(counts)
             for phase, ends in self.phase_ends.items():
-                per_rank_end = self.phase_step_end.setdefault((process.source, process.attempt, phase), {})
+                per_rank_end = self.phase_step_end.setdefault(
+                    (process.source, process.attempt, phase), {}
+                )
                 per_rank_end.setdefault(process.rank, {}).update(ends)
-            self.rank_hosts[(process.source, process.attempt, process.rank)] = process.host_name or process.label
-            self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(process.rank, {}).update(self.step_begins)
+            self.rank_hosts[(process.source, process.attempt, process.rank)] = (
+                process.host_name or process.label
+            )
+            self.step_starts.setdefault((process.source, process.attempt), {}).setdefault(
+                process.rank, {}
+            ).update(self.step_begins)
             key = (process.source, process.attempt, process.rank)
-            # A mesh found in an earlier read of this process (a cached read resumed past its `mesh_found` record) stays.
+            # A mesh found in an earlier read of this process (a cached read resumed past its
+            # `mesh_found` record) stays.
             self.rank_meshes[key] = process.mesh or self.rank_meshes.get(key)
-        if self.hang.interrupted:  # nothing of the program came after Ctrl-C ended them: where the process was
+        # nothing of the program came after Ctrl-C ended them: where the process was
+        if self.hang.interrupted:
             self.open.extend(self.interrupted)
         self.hang.alive_after(last_us, bool(self.open), summary.signal_us)
         self.hang.end(seen=[name for name, acc in self.process_phases.items() if acc.durations])
@@ -403,8 +490,10 @@ class _Collector(TimelineVisitor):
         open_now = {id(span) for span, _ in self.open}
         parents = {id(span.parent) for span, _ in self.open if span.parent is not None}
         listed = []
-        for index, (span, dur_us) in enumerate(self.open):  # in file order, so a span's parents come before it
-            if index >= len(self.open) - OPEN_SPANS_LISTED:  # the most recent ones; each has its full path
+        # in file order, so a span's parents come before it
+        for index, (span, dur_us) in enumerate(self.open):
+            # the most recent ones; each has its full path
+            if index >= len(self.open) - OPEN_SPANS_LISTED:
                 path, outer = [span.name], span.parent
                 while outer is not None and id(outer) in open_now and len(path) < 64:
                     path.append(outer.name)
@@ -428,45 +517,79 @@ class _Collector(TimelineVisitor):
 
 
 class _Observed:
-    """Where `_observe` stands between two records (picklable: the cache resumes a process where its cached read ended)."""
+    """Where `_observe` stands between two records (picklable: the cache resumes a process where its
+    cached read ended)."""
 
-    __slots__ = ("expected_seq", "last_name", "writer", "last_program", "last_step", "last_step_record")
+    __slots__ = (
+        "expected_seq",
+        "last_name",
+        "writer",
+        "last_program",
+        "last_step",
+        "last_step_record",
+    )
 
     def __init__(self) -> None:
         self.expected_seq: int | None = None
         self.last_name: str | None = None
         self.writer: Any = None
-        # The last program record, and the last one with the highest step so far: their fields are read once, at
-        # the end of a pass, instead of being copied into the summary for every record.
+        # The last program record, and the last one with the highest step so far: their fields are
+        # read once, at the end of a pass, instead of being copied into the summary for every
+        # record.
         self.last_program: dict[str, Any] | None = None
         self.last_step: int | None = None
         self.last_step_record: dict[str, Any] | None = None
 
     def __getstate__(self) -> tuple[Any, ...]:
-        return (self.expected_seq, self.last_name, self.writer, self.last_program, self.last_step, self.last_step_record)
+        return (
+            self.expected_seq,
+            self.last_name,
+            self.writer,
+            self.last_program,
+            self.last_step,
+            self.last_step_record,
+        )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.expected_seq, self.last_name, self.writer, self.last_program, self.last_step, self.last_step_record = state
+        (
+            self.expected_seq,
+            self.last_name,
+            self.writer,
+            self.last_program,
+            self.last_step,
+            self.last_step_record,
+        ) = state
 
 
-def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: bool = True, state: _Observed | None = None) -> Iterator[dict[str, Any]]:
+def _observe(
+    records: Iterable[dict[str, Any]],
+    summary: ProcessSummary,
+    whole: bool = True,
+    state: _Observed | None = None,
+) -> Iterator[dict[str, Any]]:
     """Pass records through, noting last event, last step, sequence gaps and the closing record.
 
-    `whole` False: `records` are a file's tail (`read.tails`), so the first one is not where the file began.
-    `state`: go on from an earlier pass over the same process (updated in place;
+    `whole` False: `records` are a file's tail (`read.tails`), so the first one is not where the
+    file began. `state`: go on from an earlier pass over the same process (updated in place;
     `_observed_end` then says whether it closed).
     """
     state = _Observed() if state is None else state
     expected_seq, last_name, writer = state.expected_seq, state.last_name, state.writer
-    last_program, last_step, last_step_record = state.last_program, state.last_step, state.last_step_record
+    last_program, last_step, last_step_record = (
+        state.last_program,
+        state.last_step,
+        state.last_step_record,
+    )
     meta_events = META_EVENTS
     try:
         for record in records:
             name = record["log_type_name"]
             last_name = name
-            if writer is None and name != _ROLLUP:  # a rollup carries a short identity, no logger name (a tail may begin with one)
+            # a rollup carries a short identity, no logger name (a tail may begin with one)
+            if writer is None and name != _ROLLUP:
                 writer = record.get("logger_name", "")
-                if name == _OPENED:  # the first line of an otel-titan file: when the file was created
+                # the first line of an otel-titan file: when the file was created
+                if name == _OPENED:
                     summary.created_us = record["time_us"]
             seq = record.get("seq_id")
             if type(seq) is int and whole:
@@ -483,10 +606,18 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
             yield record
     finally:
         state.expected_seq, state.last_name, state.writer = expected_seq, last_name, writer
-        state.last_program, state.last_step, state.last_step_record = last_program, last_step, last_step_record
+        state.last_program, state.last_step, state.last_step_record = (
+            last_program,
+            last_step,
+            last_step_record,
+        )
         if last_program is not None:
             step = last_program.get("step")
-            summary.last_event, summary.last_event_us, summary.last_event_step = last_program["log_type_name"], last_program["time_us"], step if type(step) is int else None
+            summary.last_event, summary.last_event_us, summary.last_event_step = (
+                last_program["log_type_name"],
+                last_program["time_us"],
+                step if type(step) is int else None,
+            )
         if last_step_record is not None:
             summary.last_step = last_step
             relative = last_step_record.get("relative_step")
@@ -497,7 +628,11 @@ def _observe(records: Iterable[dict[str, Any]], summary: ProcessSummary, whole: 
 def _observed_end(state: _Observed, summary: ProcessSummary) -> None:
     if state.last_name is not None:
         # Only otel-titan writes a closing record; for torchtitan's and pimm's files it is unknown.
-        summary.closed_cleanly = True if state.last_name == "structured_logger_closed" else (False if state.writer == _OTEL_TITAN_LOGGER else None)
+        summary.closed_cleanly = (
+            True
+            if state.last_name == "structured_logger_closed"
+            else (False if state.writer == _OTEL_TITAN_LOGGER else None)
+        )
 
 
 def summarize_run(
@@ -550,7 +685,20 @@ def summarize_run(
         >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
         [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
-    return read_model(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped, align=align, progress=progress, jobs=jobs, scheduler=scheduler, cache=cache, on_collected=on_collected, steps=steps)[0]
+    return read_model(
+        path,
+        ranks=ranks,
+        sources=sources,
+        run_id=run_id,
+        log_skipped=log_skipped,
+        align=align,
+        progress=progress,
+        jobs=jobs,
+        scheduler=scheduler,
+        cache=cache,
+        on_collected=on_collected,
+        steps=steps,
+    )[0]
 
 
 def read_model(
@@ -568,7 +716,8 @@ def read_model(
     on_collected: Callable[[Any], None] | None = None,
     steps: StepRange | None = None,
 ) -> tuple[RunSummary, StepGrid]:
-    """`summarize_run`'s summary and the grid of ranks × steps it was drawn from (`model.step_grid`), from one read.
+    """`summarize_run`'s summary and the grid of ranks × steps it was drawn from
+    (`model.step_grid`), from one read.
 
     What ``report`` draws: the same read, the same rules, so the page and
     ``summarize`` agree. Arguments and errors as `summarize_run`.
@@ -578,24 +727,57 @@ def read_model(
         >>> grid.source_steps("training"), len(summary.processes)
         ((1, 3), 2)
     """
-    logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
+    logs, choice = select_run(
+        read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id
+    )
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
     facts_entry: list[Any] = []
-    collector, processes = collect_run(logs.processes, logs.run_dir, logs.log_dir, logs.skipped, jobs=jobs, scheduler=scheduler, cache=cache, on_bytes=on_bytes,
-                                       log_skipped=log_skipped, facts_entry=facts_entry)
+    collector, processes = collect_run(
+        logs.processes,
+        logs.run_dir,
+        logs.log_dir,
+        logs.skipped,
+        jobs=jobs,
+        scheduler=scheduler,
+        cache=cache,
+        on_bytes=on_bytes,
+        log_skipped=log_skipped,
+        facts_entry=facts_entry,
+    )
     if on_collected is not None:
         on_collected(collector)
     records = sum(p.records for p in processes)
     if records == 0 and logs.skipped.count:
-        raise NoRecordsError(f"{logs.log_dir}: no readable records ({plural(logs.skipped.count, 'unreadable line')} skipped)")
+        raise NoRecordsError(
+            f"{logs.log_dir}: no readable records "
+            f"({plural(logs.skipped.count, 'unreadable line')} skipped)"
+        )
     alignment = _kept_alignment(facts_entry, collector)
     if not align and alignment.applied:
-        # The times stay as written; evidence measured on each rank's own clock (`model.stragglers`) still stands.
-        alignment = dataclasses.replace(alignment, applied=False, reason="turned off (--no-align)", offsets_us={}, windows=[], drift_us={})
+        # The times stay as written; evidence measured on each rank's own clock (`model.stragglers`)
+        # still stands.
+        alignment = dataclasses.replace(
+            alignment,
+            applied=False,
+            reason="turned off (--no-align)",
+            offsets_us={},
+            windows=[],
+            drift_us={},
+        )
     _apply_offsets(processes, alignment)
     stragglers = _kept_stragglers(facts_entry, collector, alignment, steps, align)
-    summary = _run_summary(logs, choice, processes, alignment, phases=_phase_stats(collector.phases), stragglers=stragglers, records=records, hang_facts=collector.hang.facts, rank_filter=ranks)
+    summary = _run_summary(
+        logs,
+        choice,
+        processes,
+        alignment,
+        phases=_phase_stats(collector.phases),
+        stragglers=stragglers,
+        records=records,
+        hang_facts=collector.hang.facts,
+        rank_filter=ranks,
+    )
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
     return summary, _step_grid(collector, alignment, logs.total_bytes)
@@ -603,7 +785,8 @@ def read_model(
 
 # -- one process's read, resumable (the analysis cache, `model.cache`) ----------------------------
 class ProcessRead:
-    """One process read up to a point: everything needed to go on reading it where it stopped, or to finish it.
+    """One process read up to a point: everything needed to go on reading it where it stopped, or to
+    finish it.
 
     Its own collector (begun on the process: its run-wide accumulators hold
     this process only, merged as `model.parallel`'s workers' are), its
@@ -627,7 +810,8 @@ class ProcessRead:
         self.complete = True
 
     def rebind(self, process: ProcessLog, log_skipped: bool) -> None:
-        """Make a read of another copy of the files (a copied run, rotated segments) this `process`'s: its paths and labels."""
+        """Make a read of another copy of the files (a copied run, rotated segments) this
+        `process`'s: its paths and labels."""
         collector = self.collector
         collector.process = process
         collector.closing = [(process, spans) for _, spans in collector.closing]
@@ -639,43 +823,99 @@ class ProcessRead:
         self.lines += [0] * (len(process.segments) - len(self.lines))
         self.skipped.log = log_skipped
 
-    def read(self, process: ProcessLog, segment: int, start: int, stop: int | None, first_line: int, on_bytes: Callable[[int], None] | None) -> None:
-        """Go on with bytes `start` .. `stop` (None: to its end) of segment `segment`, whose first `first_line` lines came before."""
+    def read(
+        self,
+        process: ProcessLog,
+        segment: int,
+        start: int,
+        stop: int | None,
+        first_line: int,
+        on_bytes: Callable[[int], None] | None,
+    ) -> None:
+        """Go on with bytes `start` .. `stop` (None: to its end) of segment `segment`, whose first
+        `first_line` lines came before."""
         path = process.segments[segment]
         try:
             handle = open(path, "rb")
         except OSError:
             self.complete = False
-            records = file_records(path, self.skipped, on_bytes)  # counts it as "cannot open", as a read of the whole run would
-            walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
+            # counts it as "cannot open", as a read of the whole run would
+            records = file_records(path, self.skipped, on_bytes)
+            walk_process(
+                _observe(records, self.summary, state=self.observed),
+                self.collector,
+                state=self.walk,
+                finish=False,
+            )
             return
         reader = RangeReader(handle, start, stop)
-        # On the aligned clock, as `ProcessLog.records` gives them (a shifted read is never cached: `plan_reads`).
-        records = file_records(path, self.skipped, on_bytes, source=reader, first_line=first_line, offset_us=process.clock_offset_us, trimmed=True)  # type: ignore[arg-type]
-        walk_process(_observe(records, self.summary, state=self.observed), self.collector, state=self.walk, finish=False)
+        # On the aligned clock, as `ProcessLog.records` gives them (a shifted read is never cached:
+        # `plan_reads`).
+        records = file_records(
+            path,
+            self.skipped,
+            on_bytes,
+            source=reader,  # type: ignore[arg-type]
+            first_line=first_line,
+            offset_us=process.clock_offset_us,
+            trimmed=True,
+        )
+        walk_process(
+            _observe(records, self.summary, state=self.observed),
+            self.collector,
+            state=self.walk,
+            finish=False,
+        )
         self.lines[segment] = first_line + reader.newlines
         if stop is not None and reader.left:
             self.complete = False  # shorter than its key said: truncated meanwhile
 
     def finish(self, process: ProcessLog) -> tuple[_Collector, ProcessSummary, SkippedLines]:
-        """The records have ended: close what is open; (its collector, its summary, its skipped lines)."""
+        """The records have ended: close what is open; (its collector, its summary, its skipped
+        lines)."""
         extent = finish_walk(self.walk, self.collector)
         self.collector.end(extent.last_us)
         _observed_end(self.observed, self.summary)
         summary = self.summary
-        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
+        summary.records, summary.first_us, summary.last_us = (
+            extent.records,
+            extent.first_us,
+            extent.last_us,
+        )
         summary.skipped_lines = self.skipped.count
         _finish_process(summary, process)
         return self.collector, summary, self.skipped
 
 
-#: What a cache entry may hold besides plain data (`read.plain_data`): the classes of a `ProcessRead` and of the
-#: merged facts, rebuilt from their attributes alone. A class added to the read that is not here is refused on
-#: writing (TypeError: the entry is not kept), never pickled.
+#: What a cache entry may hold besides plain data (`read.plain_data`): the classes of a
+#: `ProcessRead` and of the merged facts, rebuilt from their attributes alone. A class added to the
+#: read that is not here is refused on writing (TypeError: the entry is not kept), never pickled.
 def _cached_classes() -> list[type]:
-    return [ProcessRead, _Collector, _PhaseAcc, _Observed, HangTracker, ProcessLog, ClosingSpans, StepFigures, ConfigDrift, DriftFinding,
-            ScalarSteps, ProcessSummary, OpenSpanInfo, StepCloser, WalkState, OpenSpan, SkippedLines,
-            Stragglers, StepTimes, RankSlowness, StragglerFinding, ClockAlignment]  # the kept verdicts (`_kept_stragglers`, `_kept_alignment`)
+    # the kept verdicts (`_kept_stragglers`, `_kept_alignment`)
+    return [
+        ProcessRead,
+        _Collector,
+        _PhaseAcc,
+        _Observed,
+        HangTracker,
+        ProcessLog,
+        ClosingSpans,
+        StepFigures,
+        ConfigDrift,
+        DriftFinding,
+        ScalarSteps,
+        ProcessSummary,
+        OpenSpanInfo,
+        StepCloser,
+        WalkState,
+        OpenSpan,
+        SkippedLines,
+        Stragglers,
+        StepTimes,
+        RankSlowness,
+        StragglerFinding,
+        ClockAlignment,
+    ]
 
 
 @lru_cache(maxsize=1)
@@ -684,7 +924,8 @@ def _codec() -> PlainCodec | None:
 
 
 def dump_cached(value: Any) -> bytes | None:
-    """`value` (a `ProcessRead`, or the merged facts) as a cache entry's plain data; None when it cannot be (no msgspec, a foreign object)."""
+    """`value` (a `ProcessRead`, or the merged facts) as a cache entry's plain data; None when it
+    cannot be (no msgspec, a foreign object)."""
     codec = _codec()
     if codec is None:
         return None
@@ -696,7 +937,8 @@ def dump_cached(value: Any) -> bytes | None:
 
 
 def load_cached(data: bytes) -> Any:
-    """What `dump_cached` wrote, or None for anything else (torn, another layout, not plain data): a miss. Runs nothing of `data`."""
+    """What `dump_cached` wrote, or None for anything else (torn, another layout, not plain data): a
+    miss. Runs nothing of `data`."""
     codec = _codec()
     if codec is None:
         return None
@@ -713,7 +955,8 @@ def load_cached_read(data: bytes | None) -> ProcessRead | None:
 
 
 def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:
-    """The skipped lines of a read of other paths (a copied run, a segment rotated to a new name), named by the paths now."""
+    """The skipped lines of a read of other paths (a copied run, a segment rotated to a new name),
+    named by the paths now."""
     for counter in (skipped.by_file, skipped.repaired_by_file):
         for old, new in renamed.items():
             if old in counter:
@@ -736,15 +979,25 @@ def _rename_paths(skipped: SkippedLines, renamed: dict[str, str]) -> None:
     skipped.warnings = warnings
 
 
-def read_process(process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_bytes: Callable[[int], None] | None) -> ProcessRead:
-    """Read what `plan` says of `process`: from its cached read (or the start) up to the end of the written content of segment ``plan.stop``.
+def read_process(
+    process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_bytes: Callable[[int], None] | None
+) -> ProcessRead:
+    """Read what `plan` says of `process`: from its cached read (or the start) up to the end of the
+    written content of segment ``plan.stop``.
 
     What follows (a partial last line, NULs not written yet, later segments
     after a partial one) is left to `finish_read`: it is never cached.
     """
     state = load_cached_read(plan.resume) if plan.resume is not None else None
-    if state is None:  # no cached read, or not one of ours (`plan_reads` made it a resume after checking its key)
-        plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False) if plan.resume is not None else plan
+    # no cached read, or not one of ours (`plan_reads` made it a resume after checking its key)
+    if state is None:
+        plan = (
+            dataclasses.replace(
+                plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False
+            )
+            if plan.resume is not None
+            else plan
+        )
         state = ProcessRead(process, log_skipped)
     if plan.resume is not None:
         state.rebind(process, log_skipped)
@@ -759,18 +1012,33 @@ def read_process(process: ProcessLog, plan: ReadPlan, log_skipped: bool, on_byte
     return state
 
 
-def read_share(processes: list[ProcessLog], plans: list[ReadPlan], log_skipped: bool, on_bytes: Callable[[int], None]) -> list[bytes]:
-    """One worker's share (`model.parallel.read_in_workers`): each of `processes` read as its plan says (`read_process`), pickled.
+def read_share(
+    processes: list[ProcessLog],
+    plans: list[ReadPlan],
+    log_skipped: bool,
+    on_bytes: Callable[[int], None],
+) -> list[bytes]:
+    """One worker's share (`model.parallel.read_in_workers`): each of `processes` read as its plan
+    says (`read_process`), pickled.
 
-    What the cache keeps and the parent finishes. Here, beside `read_process`, and handed to the dispatcher
-    as an argument: `parallel` imports nothing of this module, which imports it (no cycle), and the
-    worker imports this function by the name of the object it was given, never by a string written out.
+    What the cache keeps and the parent finishes. Here, beside `read_process`, and handed to the
+    dispatcher as an argument: `parallel` imports nothing of this module, which imports it (no
+    cycle), and the worker imports this function by the name of the object it was given, never by a
+    string written out.
     """
-    return [pickle.dumps(read_process(process, plan, log_skipped, on_bytes), protocol=pickle.HIGHEST_PROTOCOL) for process, plan in zip(processes, plans, strict=True)]
+    return [
+        pickle.dumps(
+            read_process(process, plan, log_skipped, on_bytes), protocol=pickle.HIGHEST_PROTOCOL
+        )
+        for process, plan in zip(processes, plans, strict=True)
+    ]
 
 
-def finish_read(state: ProcessRead, process: ProcessLog, plan: ReadPlan, on_bytes: Callable[[int], None] | None) -> tuple[_Collector, ProcessSummary, SkippedLines]:
-    """Read what is never cached (the bytes after the last complete line of segment ``plan.stop``, the segments after it), then finish the process."""
+def finish_read(
+    state: ProcessRead, process: ProcessLog, plan: ReadPlan, on_bytes: Callable[[int], None] | None
+) -> tuple[_Collector, ProcessSummary, SkippedLines]:
+    """Read what is never cached (the bytes after the last complete line of segment ``plan.stop``,
+    the segments after it), then finish the process."""
     if plan.keys is None:
         for segment in range(len(process.segments)):
             state.read(process, segment, 0, None, 0, on_bytes)
@@ -784,19 +1052,29 @@ def finish_read(state: ProcessRead, process: ProcessLog, plan: ReadPlan, on_byte
 
 
 def _replay_warnings(skipped: SkippedLines) -> None:
-    """The warnings a cached read logged when it read its lines: logged again, as a read of the files would."""
+    """The warnings a cached read logged when it read its lines: logged again, as a read of the
+    files would."""
     for message in _warnings_of(skipped):
         _LOG.warning("%s", message)
 
 
 def _warnings_of(skipped: SkippedLines) -> list[str]:
-    """The warnings a read logs about the lines it skipped or repaired (the first few of each file, then that it only counts), in their order.
+    """The warnings a read logs about the lines it skipped or repaired (the first few of each file,
+    then that it only counts), in their order.
 
-    A read cached by an older version kept no `SkippedLines.warnings`: its skipped lines' warnings are made again.
+    A read cached by an older version kept no `SkippedLines.warnings`: its skipped lines' warnings
+    are made again.
     """
     if skipped.warnings or not (skipped.examples or skipped.repaired):
         return list(skipped.warnings)
-    return [*skipped.examples, *(f"{path}: more unreadable lines; only counting them from now on" for path, count in skipped.by_file.items() if count > WARNINGS_PER_FILE)]
+    return [
+        *skipped.examples,
+        *(
+            f"{path}: more unreadable lines; only counting them from now on"
+            for path, count in skipped.by_file.items()
+            if count > WARNINGS_PER_FILE
+        ),
+    ]
 
 
 _LOG = logging.getLogger("otel_titan.analysis")
@@ -815,7 +1093,8 @@ def collect_run(
     log_skipped: bool = True,
     facts_entry: list[Any] | None = None,
 ) -> tuple[_Collector, list[ProcessSummary]]:
-    """Every process read into one collector (merged process by process, in order), and their summaries; `skipped` gets their skipped lines.
+    """Every process read into one collector (merged process by process, in order), and their
+    summaries; `skipped` gets their skipped lines.
 
     `facts_entry`: a list that gets ``(cache, processes, keys)`` when the
     merged facts of exactly these files are in the cache (found, or just
@@ -843,27 +1122,43 @@ def collect_run(
             count(plan.cached_bytes)
     wanted = [index for index, plan in enumerate(plans) if not plan.hit]
     reads = _read_in_workers(processes, plans, wanted, jobs, scheduler, count, log_skipped)
-    collector, summaries, read = _merged_reads(processes, plans, reads, set(wanted) - set(reads), store, skipped, log_skipped, on_bytes)
+    collector, summaries, read = _merged_reads(
+        processes, plans, reads, set(wanted) - set(reads), store, skipped, log_skipped, on_bytes
+    )
     if store is not None:
         _keep_facts(store, processes, keys, collector, summaries, read, facts_entry)
     return collector, summaries
 
 
-def _merged_reads(processes: list[ProcessLog], plans: list[ReadPlan], reads: dict[int, bytes], here: set[int], store: ProcessCache | None, skipped: SkippedLines,
-                  log_skipped: bool, on_bytes: Callable[[int], None] | None) -> tuple[_Collector, list[ProcessSummary], tuple[SkippedLines, list[str], bool]]:
-    """Every process's read (the workers' `reads`, those read `here`, the cached ones) finished and merged into one collector, in order; each read made now kept in `store`.
+def _merged_reads(
+    processes: list[ProcessLog],
+    plans: list[ReadPlan],
+    reads: dict[int, bytes],
+    here: set[int],
+    store: ProcessCache | None,
+    skipped: SkippedLines,
+    log_skipped: bool,
+    on_bytes: Callable[[int], None] | None,
+) -> tuple[_Collector, list[ProcessSummary], tuple[SkippedLines, list[str], bool]]:
+    """Every process's read (the workers' `reads`, those read `here`, the cached ones) finished and
+    merged into one collector, in order; each read made now kept in `store`.
 
-    (the collector, the summaries, (`skipped`, the warnings the reads logged, whether every read was complete)).
+    (the collector, the summaries, (`skipped`, the warnings the reads logged, whether every read was
+    complete)).
     """
     collector = _Collector()
     summaries: list[ProcessSummary] = []
     replayed: list[str] = []
     complete = True
     for index, (process, plan) in enumerate(zip(processes, plans)):
-        # Read here in turn, merged and let go: one process's read in memory at a time, as without the cache.
-        state, plan, fresh = _read_of(process, plan, reads.pop(index, None), index in here, log_skipped, on_bytes)
+        # Read here in turn, merged and let go: one process's read in memory at a time, as without
+        # the cache.
+        state, plan, fresh = _read_of(
+            process, plan, reads.pop(index, None), index in here, log_skipped, on_bytes
+        )
         if log_skipped and plan.hit:
-            _replay_warnings(state.skipped)  # a resumed read replayed its cached part's as it went on
+            # a resumed read replayed its cached part's as it went on
+            _replay_warnings(state.skipped)
         if store is not None and fresh:
             _keep_read(store, process, plan, state)
         complete = complete and state.complete
@@ -875,24 +1170,56 @@ def _merged_reads(processes: list[ProcessLog], plans: list[ReadPlan], reads: dic
     return collector, summaries, (skipped, replayed, complete)
 
 
-def _read_in_workers(processes: list[ProcessLog], plans: list[ReadPlan], wanted: list[int], jobs: int | None, scheduler: str | None, count: Callable[[int], None], log_skipped: bool) -> dict[int, bytes]:
-    """The reads of the processes `wanted` made by workers, pickled, by index: in `jobs` local ones or on the Dask cluster at `scheduler` (`model.parallel`); none with one job and no scheduler (all are read here)."""
+def _read_in_workers(
+    processes: list[ProcessLog],
+    plans: list[ReadPlan],
+    wanted: list[int],
+    jobs: int | None,
+    scheduler: str | None,
+    count: Callable[[int], None],
+    log_skipped: bool,
+) -> dict[int, bytes]:
+    """The reads of the processes `wanted` made by workers, pickled, by index: in `jobs` local ones
+    or on the Dask cluster at `scheduler` (`model.parallel`); none with one job and no scheduler
+    (all are read here)."""
     jobs = 1 if jobs is None else max(1, min(jobs, len(wanted)))
     if not wanted or (jobs <= 1 and scheduler is None):
         return {}
-    blobs = summary_parallel.read_in_workers(read_share, [processes[i] for i in wanted], [plans[i] for i in wanted], jobs, count, log_skipped, scheduler)
+    blobs = summary_parallel.read_in_workers(
+        read_share,
+        [processes[i] for i in wanted],
+        [plans[i] for i in wanted],
+        jobs,
+        count,
+        log_skipped,
+        scheduler,
+    )
     return dict(zip(wanted, blobs))
 
 
-def _read_of(process: ProcessLog, plan: ReadPlan, worker_read: bytes | None, read_here: bool, log_skipped: bool, on_bytes: Callable[[int], None] | None) -> tuple[ProcessRead, ReadPlan, bool]:
-    """(the read of `process`, the plan it was made by, whether it was made now): a worker's, one made here (`read_here`), or the cached read itself (a hit)."""
+def _read_of(
+    process: ProcessLog,
+    plan: ReadPlan,
+    worker_read: bytes | None,
+    read_here: bool,
+    log_skipped: bool,
+    on_bytes: Callable[[int], None] | None,
+) -> tuple[ProcessRead, ReadPlan, bool]:
+    """(the read of `process`, the plan it was made by, whether it was made now): a worker's, one
+    made here (`read_here`), or the cached read itself (a hit)."""
     hit = load_cached_read(plan.resume) if plan.hit else None
-    if plan.hit and hit is None:  # a cached read that does not load (another layout): read the process after all
-        plan = dataclasses.replace(plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False)
+    # a cached read that does not load (another layout): read the process after all
+    if plan.hit and hit is None:
+        plan = dataclasses.replace(
+            plan, resume=None, start_segment=0, start_offset=0, start_line=0, hit=False
+        )
         read_here = True
-    fresh: ProcessRead | bytes | None = read_process(process, plan, log_skipped, on_bytes) if read_here else worker_read
+    fresh: ProcessRead | bytes | None = (
+        read_process(process, plan, log_skipped, on_bytes) if read_here else worker_read
+    )
     if isinstance(fresh, bytes):
-        state: ProcessRead = pickle.loads(fresh)  # a worker's result, from our own worker (`model.parallel`): never a cache entry
+        # a worker's result, from our own worker (`model.parallel`): never a cache entry
+        state: ProcessRead = pickle.loads(fresh)
         state.rebind(process, log_skipped)
     elif fresh is not None:
         state = fresh
@@ -902,17 +1229,30 @@ def _read_of(process: ProcessLog, plan: ReadPlan, worker_read: bytes | None, rea
     return state, plan, fresh is not None
 
 
-def _keep_read(store: ProcessCache, process: ProcessLog, plan: ReadPlan, state: ProcessRead) -> None:
-    """Keep a read made now for the next command (before it is finished: what follows its last complete line is never cached), when it read every byte its keys cover."""
+def _keep_read(
+    store: ProcessCache, process: ProcessLog, plan: ReadPlan, state: ProcessRead
+) -> None:
+    """Keep a read made now for the next command (before it is finished: what follows its last
+    complete line is never cached), when it read every byte its keys cover."""
     if plan.keys is not None and state.complete:
         blob = dump_cached(state)
         if blob is not None:
-            store.save(process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob)
+            store.save(
+                process, plan.keys[: plan.stop + 1], tuple(state.lines[: plan.stop + 1]), blob
+            )
 
 
-def _keep_facts(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], collector: _Collector, summaries: list[ProcessSummary],
-                read: tuple[SkippedLines, list[str], bool], facts_entry: list[Any] | None) -> None:
-    """Write the reads kept, then the merged facts (with the skipped lines and the warnings `read` logged, and whether every read was complete), when every process has records."""
+def _keep_facts(
+    store: ProcessCache,
+    processes: list[ProcessLog],
+    keys: list[Any],
+    collector: _Collector,
+    summaries: list[ProcessSummary],
+    read: tuple[SkippedLines, list[str], bool],
+    facts_entry: list[Any] | None,
+) -> None:
+    """Write the reads kept, then the merged facts (with the skipped lines and the warnings `read`
+    logged, and whether every read was complete), when every process has records."""
     skipped, replayed, complete = read
     if not any(summary.records for summary in summaries):
         return  # not one record (a folder that is not a run): nothing worth keeping, and nothing written into it
@@ -927,8 +1267,15 @@ def _keep_facts(store: ProcessCache, processes: list[ProcessLog], keys: list[Any
             facts_entry.append((store, processes, keys))
 
 
-def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: list[Any], skipped: SkippedLines, log_skipped: bool) -> tuple[_Collector, list[ProcessSummary]] | None:
-    """What `collect_run` returns, from the merged facts kept for exactly these files (None: not kept, or torn)."""
+def _merged_from_cache(
+    store: ProcessCache,
+    processes: list[ProcessLog],
+    keys: list[Any],
+    skipped: SkippedLines,
+    log_skipped: bool,
+) -> tuple[_Collector, list[ProcessSummary]] | None:
+    """What `collect_run` returns, from the merged facts kept for exactly these files (None: not
+    kept, or torn)."""
     payload = store.lookup_run(processes, keys)
     if payload is None:
         return None
@@ -936,7 +1283,11 @@ def _merged_from_cache(store: ProcessCache, processes: list[ProcessLog], keys: l
     if not (isinstance(facts, tuple) and len(facts) == 4):
         return None
     state, summaries, skipped_lines, replayed = facts
-    if not isinstance(state, dict) or len(state.get("closing", ())) != len(processes) or len(summaries) != len(processes):
+    if (
+        not isinstance(state, dict)
+        or len(state.get("closing", ())) != len(processes)
+        or len(summaries) != len(processes)
+    ):
         return None
     state["closing"] = list(zip(processes, state["closing"]))
     collector = _Collector()
@@ -956,7 +1307,8 @@ def summarize_tails(
     run_id: str | None = None,
     log_skipped: bool = True,
 ) -> RunSummary:
-    """Where every process stopped, from the ends of its files only (`read.tails`): seconds for thousands of ranks.
+    """Where every process stopped, from the ends of its files only (`read.tails`): seconds for
+    thousands of ranks.
 
     The same `RunSummary` as `summarize_run` with what the tails hold: last
     event, last step, open spans (those that started within the tail), closing
@@ -969,7 +1321,9 @@ def summarize_tails(
         (True, ['metric_value'])
     """
 
-    logs, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id)
+    logs, choice = select_run(
+        read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id
+    )
     collector = _Collector()
     processes: list[ProcessSummary] = []
     for process in logs.processes:
@@ -979,17 +1333,33 @@ def summarize_tails(
         collector.begin(process, summary, whole=whole)
         extent = walk_process(_observe(records, summary, whole=whole), collector)
         collector.end(extent.last_us)
-        summary.records, summary.first_us, summary.last_us = extent.records, extent.first_us, extent.last_us
+        summary.records, summary.first_us, summary.last_us = (
+            extent.records,
+            extent.first_us,
+            extent.last_us,
+        )
         summary.skipped_lines = logs.skipped.count - skipped_before
         _finish_process(summary, process)
         processes.append(summary)
     alignment = ClockAlignment(False, "not estimated from file tails")
-    run = _run_summary(logs, choice, processes, alignment, phases=[], stragglers=[], records=sum(p.records for p in processes), hang_facts=collector.hang.facts, rank_filter=ranks)
+    run = _run_summary(
+        logs,
+        choice,
+        processes,
+        alignment,
+        phases=[],
+        stragglers=[],
+        records=sum(p.records for p in processes),
+        hang_facts=collector.hang.facts,
+        rank_filter=ranks,
+    )
     run.tail_only = True
     return run
 
 
-def _byte_counter(total: int, progress: Callable[[int, int], None] | None) -> Callable[[int], None] | None:
+def _byte_counter(
+    total: int, progress: Callable[[int, int], None] | None
+) -> Callable[[int], None] | None:
     if progress is None:
         return None
     done = 0
@@ -1018,7 +1388,8 @@ def _new_summary(process: ProcessLog) -> ProcessSummary:
 def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
 
     if summary.last_event is None and summary.closed_cleanly is not True:
-        # Nothing but the logger's own records since the file was created: it hung (or died) before its first record.
+        # Nothing but the logger's own records since the file was created: it hung (or died) before
+        # its first record.
         summary.hang_suspect = True
         if summary.created_us is None and summary.records == 0:
             summary.created_us = _modified_us(process.segments)
@@ -1027,7 +1398,8 @@ def _finish_process(summary: ProcessSummary, process: ProcessLog) -> None:
 
 
 def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -> None:
-    """Every time shown on the aligned clock: the host's offset at that moment subtracted (it moves when the clocks drift)."""
+    """Every time shown on the aligned clock: the host's offset at that moment subtracted (it moves
+    when the clocks drift)."""
     if not alignment.applied:
         return
     for p in processes:
@@ -1041,11 +1413,27 @@ def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -
             span.start_us -= int(round(alignment.offset_at(host, span.start_us)))
         if p.signal_us is not None:
             p.signal_us -= int(round(alignment.offset_at(host, p.signal_us)))
-        if p.crash is not None and type(p.crash.get("time_us")) is int:  # a copy: the cached read keeps the times as written
-            p.crash = {**p.crash, "time_us": p.crash["time_us"] - int(round(alignment.offset_at(host, p.crash["time_us"])))}
+        # a copy: the cached read keeps the times as written
+        if p.crash is not None and type(p.crash.get("time_us")) is int:
+            p.crash = {
+                **p.crash,
+                "time_us": p.crash["time_us"]
+                - int(round(alignment.offset_at(host, p.crash["time_us"]))),
+            }
 
 
-def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignment: ClockAlignment, *, phases: list[PhaseStats], stragglers: list[Stragglers], records: int, hang_facts: dict[str, dict[str, Any]] | None = None, rank_filter: Iterable[int] | None = None) -> RunSummary:
+def _run_summary(
+    logs: Any,
+    choice: Any,
+    processes: list[ProcessSummary],
+    alignment: ClockAlignment,
+    *,
+    phases: list[PhaseStats],
+    stragglers: list[Stragglers],
+    records: int,
+    hang_facts: dict[str, dict[str, Any]] | None = None,
+    rank_filter: Iterable[int] | None = None,
+) -> RunSummary:
     # Every file empty: each process hung (or died) before its first record; that is the summary.
     last_us = max((p.last_us for p in processes if p.last_us is not None), default=None)
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
@@ -1076,20 +1464,40 @@ def _run_summary(logs: Any, choice: Any, processes: list[ProcessSummary], alignm
         straggler_rule=dict(STRAGGLER_RULE),
         clock=alignment,
         missing=(missing := missing_ranks(logs.processes, rank_filter)),
-        hang=build_hang(processes, hang_facts or {}, bases_of(logs.processes), missing, _torch_dumps(logs, processes, first_us)),
+        hang=build_hang(
+            processes,
+            hang_facts or {},
+            bases_of(logs.processes),
+            missing,
+            _torch_dumps(logs, processes, first_us),
+        ),
         stalls_ended=stall_history(processes, hang_facts or {}),
     )
 
 
 def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str, Any]]) -> None:
-    """Mark the processes killed without a word (`model.ending.killed_silently`), judged against the others of their source and attempt."""
+    """Mark the processes killed without a word (`model.ending.killed_silently`), judged against the
+    others of their source and attempt."""
     by_run: dict[tuple[str, int | None], list[tuple[ProcessSummary, End]]] = {}
     labels = Counter(p.label for p in processes)
     for p in processes:
-        # The facts are kept by label, which repeats across restart attempts: an earlier attempt's are then its open spans.
-        fact: dict[str, Any] = (hang_facts.get(p.label) or {}) if labels[p.label] == 1 else {"step": p.last_step, "entered": [s.name for s in p.open_spans]}
-        end = End(p.label, closed=bool(p.closed_cleanly), last_us=p.last_us, step=fact.get("step"), entered=fact.get("entered") or (),
-                  crash=p.crash, signal_us=p.signal_us if p.signal else None, wrote=p.last_event is not None)
+        # The facts are kept by label, which repeats across restart attempts: an earlier attempt's
+        # are then its open spans.
+        fact: dict[str, Any] = (
+            (hang_facts.get(p.label) or {})
+            if labels[p.label] == 1
+            else {"step": p.last_step, "entered": [s.name for s in p.open_spans]}
+        )
+        end = End(
+            p.label,
+            closed=bool(p.closed_cleanly),
+            last_us=p.last_us,
+            step=fact.get("step"),
+            entered=fact.get("entered") or (),
+            crash=p.crash,
+            signal_us=p.signal_us if p.signal else None,
+            wrote=p.last_event is not None,
+        )
         by_run.setdefault((p.source, p.attempt), []).append((p, end))
     for members in by_run.values():
         ends = [end for _, end in members]
@@ -1099,8 +1507,11 @@ def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str
                 p.crash = killed_crash(end, evidence, p.last_phase, torn=p.torn_last_line)
 
 
-def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None) -> list[dict[str, Any]]:
-    """Per (source, attempt) whose records say ``world_size`` N: the ranks below N with no file (never reached init).
+def missing_ranks(
+    processes: Iterable[ProcessLog], rank_filter: Iterable[int] | None = None
+) -> list[dict[str, Any]]:
+    """Per (source, attempt) whose records say ``world_size`` N: the ranks below N with no file
+    (never reached init).
 
     Example:
         >>> missing_ranks([ProcessLog("a", [], "training", 0, world_size=3, attempt=0), ProcessLog("b", [], "training", 1, world_size=3, attempt=0)])
@@ -1116,23 +1527,37 @@ def missing_ranks(processes: Iterable[ProcessLog], rank_filter: Iterable[int] | 
         if type(process.world_size) is int and 0 < process.world_size <= 1 << 20:
             sizes[key] = max(sizes.get(key, 0), process.world_size)
     out = []
-    for (source, attempt), size in sorted(sizes.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
-        absent = [r for r in range(size) if r not in present.get((source, attempt), set()) and (wanted is None or r in wanted)]
+    for (source, attempt), size in sorted(
+        sizes.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])
+    ):
+        absent = [
+            r
+            for r in range(size)
+            if r not in present.get((source, attempt), set()) and (wanted is None or r in wanted)
+        ]
         if absent:
             out.append({"source": source, "attempt": attempt, "world_size": size, "ranks": absent})
     return out
 
 
-def _torch_dumps(logs: Any, processes: list[ProcessSummary], first_us: int | None) -> dict[int, tuple[str, dict[str, Any]]]:
-    """torch's own flight-recorder dumps of this run (beside the logs, or at ``TORCH_FR_DUMP_TEMP_FILE``), only when a process did not close."""
+def _torch_dumps(
+    logs: Any, processes: list[ProcessSummary], first_us: int | None
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """torch's own flight-recorder dumps of this run (beside the logs, or at
+    ``TORCH_FR_DUMP_TEMP_FILE``), only when a process did not close."""
     if all(p.closed_cleanly for p in processes):
         return {}
     folders = [logs.log_dir, logs.run_dir, os.path.join(logs.run_dir, "flight_recorder")]
     found = find_torch_dumps(folders, os.environ.get("TORCH_FR_DUMP_TEMP_FILE"))
-    # A dump of an earlier job in the same folder is not this run's: its collectives began before this run did.
+    # A dump of an earlier job in the same folder is not this run's: its collectives began before
+    # this run did.
     out = {}
     for rank, (path, dump) in found.items():
-        created: list[int] = [e["time_created_ns"] for e in dump["entries"] if isinstance(e, dict) and type(e.get("time_created_ns")) is int]
+        created: list[int] = [
+            e["time_created_ns"]
+            for e in dump["entries"]
+            if isinstance(e, dict) and type(e.get("time_created_ns")) is int
+        ]
         if first_us is None or (created and max(created) / 1000 >= first_us):
             out[rank] = (path, dump)
     return out
@@ -1161,7 +1586,9 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     position = (len(sorted_values) - 1) * fraction
     low = int(position)
     high = min(low + 1, len(sorted_values) - 1)
-    return round(sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low), 9)
+    return round(
+        sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low), 9
+    )
 
 
 def _phase_stats(phases: dict[tuple[str, str], _PhaseAcc]) -> list[PhaseStats]:
@@ -1196,12 +1623,20 @@ def _stop_groups(processes: list[ProcessSummary]) -> list[StopGroup]:
     largest = max((len(v) for v in groups.values()), default=0)
     majority = sum(1 for v in groups.values() if len(v) == largest) == 1
     ordered = sorted(groups.items(), key=lambda item: (len(item[1]), item[0]))
-    return [StopGroup(event=event, count=len(labels), processes=labels, odd_one_out=majority and len(groups) > 1 and len(labels) < largest) for event, labels in ordered]
+    return [
+        StopGroup(
+            event=event,
+            count=len(labels),
+            processes=labels,
+            odd_one_out=majority and len(groups) > 1 and len(labels) < largest,
+        )
+        for event, labels in ordered
+    ]
 
 
-
-
-def _anchor_spans(collector: _Collector, source: str, attempt: int | None, anchor: str) -> dict[int, dict[int, tuple[int, int]]]:
+def _anchor_spans(
+    collector: _Collector, source: str, attempt: int | None, anchor: str
+) -> dict[int, dict[int, tuple[int, int]]]:
     """rank → step → (start, end) µs of its step-closing collective `anchor`, on its own clock."""
     out: dict[int, dict[int, tuple[int, int]]] = {}
     for process, spans in collector.closing:
@@ -1215,20 +1650,33 @@ def _anchor_spans(collector: _Collector, source: str, attempt: int | None, ancho
     return {rank: by_step for rank, by_step in out.items() if by_step}
 
 
-def _stragglers(collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None = None) -> list[Stragglers]:
-    """Per source and attempt: every rank compared with its peers (`model.stragglers`), with the findings and what was withheld; `step_range`: on those steps alone."""
+def _stragglers(
+    collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None = None
+) -> list[Stragglers]:
+    """Per source and attempt: every rank compared with its peers (`model.stragglers`), with the
+    findings and what was withheld; `step_range`: on those steps alone."""
     out = []
-    for (source, attempt), per_rank in sorted(collector.step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
+    for (source, attempt), per_rank in sorted(
+        collector.step_ms.items(),
+        key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1]),
+    ):
         per_rank = _in_steps(per_rank, step_range)
         if len(per_rank) < 2:
             continue
-        out.append(_judged(collector, alignment, _evidence(collector, alignment, step_range, source, attempt, per_rank)))
+        out.append(
+            _judged(
+                collector,
+                alignment,
+                _evidence(collector, alignment, step_range, source, attempt, per_rank),
+            )
+        )
     return out
 
 
 @dataclasses.dataclass
 class _Evidence:
-    """What one source and attempt's verdicts are drawn from, on the steps judged (`_stragglers`): one read of the collector for every peer group."""
+    """What one source and attempt's verdicts are drawn from, on the steps judged (`_stragglers`):
+    one read of the collector for every peer group."""
 
     source: str
     attempt: int | None
@@ -1242,25 +1690,44 @@ class _Evidence:
     #: Ranks that should do the same work (`model.stragglers.peer_groups`).
     groups: dict[tuple[tuple[str, int], ...], list[int]]
     one_clock: bool
-    #: The step-closing collective every rank leaves at one instant, and rank → step → (start, end) µs of it, own clock ({}: none).
+    #: The step-closing collective every rank leaves at one instant, and rank → step → (start, end)
+    #: µs of it, own clock ({}: none).
     anchor: str | None
     anchors: dict[int, dict[int, tuple[int, int]]]
     #: rank → step → when it left that collective (None without one).
     exits: dict[int, dict[int, int]] | None
-    #: phase → rank → step → ms; phase → rank → step → when its last span of the phase ended (µs, own clock).
+    #: phase → rank → step → ms; phase → rank → step → when its last span of the phase ended (µs,
+    #: own clock).
     phases: dict[str, dict[int, dict[int, float]]]
     phase_ends: dict[str, dict[int, dict[int, int]]]
     #: The steps compared (``--steps A:B``: ``"A:B"``); None: every step.
     steps_compared: str | None
 
 
-def _evidence(collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None, source: str, attempt: int | None, per_rank: dict[int, dict[int, float]]) -> _Evidence:
-    """The collector's facts of one source and attempt that the verdicts need, within `step_range`."""
+def _evidence(
+    collector: _Collector,
+    alignment: ClockAlignment,
+    step_range: StepRange | None,
+    source: str,
+    attempt: int | None,
+    per_rank: dict[int, dict[int, float]],
+) -> _Evidence:
+    """The collector's facts of one source and attempt that the verdicts need, within
+    `step_range`."""
     all_steps = [ms for by_step in per_rank.values() for ms in by_step.values()]
     hosts = {rank: collector.rank_hosts.get((source, attempt, rank)) for rank in per_rank}
-    # The step-closing collective that every rank leaves at one instant: its end is each rank's own-clock reference.
-    anchors = _in_steps(_anchor_spans(collector, source, attempt, alignment.anchor), step_range) if alignment.anchor is not None and alignment.simultaneous else {}
-    phases = {phase: _in_steps(ranks, step_range) for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items() if (ph_source, ph_attempt) == (source, attempt)}
+    # The step-closing collective that every rank leaves at one instant: its end is each rank's
+    # own-clock reference.
+    anchors = (
+        _in_steps(_anchor_spans(collector, source, attempt, alignment.anchor), step_range)
+        if alignment.anchor is not None and alignment.simultaneous
+        else {}
+    )
+    phases = {
+        phase: _in_steps(ranks, step_range)
+        for (ph_source, ph_attempt, phase), ranks in collector.phase_step_ms.items()
+        if (ph_source, ph_attempt) == (source, attempt)
+    }
     return _Evidence(
         source=source,
         attempt=attempt,
@@ -1268,23 +1735,45 @@ def _evidence(collector: _Collector, alignment: ClockAlignment, step_range: Step
         step_ms=statistics.median(all_steps) if all_steps else None,
         last_step=max((step for by_step in per_rank.values() for step in by_step), default=0),
         hosts=hosts,
-        groups=peer_groups({rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank}),
+        groups=peer_groups(
+            {rank: collector.rank_meshes.get((source, attempt, rank)) for rank in per_rank}
+        ),
         one_clock=len(set(hosts.values())) == 1,
         anchor=alignment.anchor,
         anchors=anchors,
-        exits={rank: {step: end for step, (_, end) in by_step.items()} for rank, by_step in anchors.items()} if anchors else None,
+        exits={
+            rank: {step: end for step, (_, end) in by_step.items()}
+            for rank, by_step in anchors.items()
+        }
+        if anchors
+        else None,
         phases=phases,
-        phase_ends={phase: _in_steps(collector.phase_step_end.get((source, attempt, phase), {}), step_range) for phase in phases},
+        phase_ends={
+            phase: _in_steps(collector.phase_step_end.get((source, attempt, phase), {}), step_range)
+            for phase in phases
+        },
         steps_compared=None if step_range is None else str(step_range),
     )
 
 
 def _judged(collector: _Collector, alignment: ClockAlignment, facts: _Evidence) -> Stragglers:
-    """One source and attempt's verdicts: the table of steps, every peer group judged in turn, who arrived last most often, what was withheld."""
-    steps, everyone = compare_ranks(facts.per_rank)  # the table of steps, every rank; the verdicts below compare peers only
-    result = Stragglers(source=facts.source, attempt=facts.attempt, ranks=sorted(facts.per_rank), median_step_ms=None if facts.step_ms is None else round(facts.step_ms, 6), steps=steps,
-                        ranks_by_slowness=[], straggler_ranks=[], phase_stragglers=[])
-    result.peer_groups = [{"group": dict(key), "ranks": members} for key, members in facts.groups.items()]
+    """One source and attempt's verdicts: the table of steps, every peer group judged in turn, who
+    arrived last most often, what was withheld."""
+    # the table of steps, every rank; the verdicts below compare peers only
+    steps, everyone = compare_ranks(facts.per_rank)
+    result = Stragglers(
+        source=facts.source,
+        attempt=facts.attempt,
+        ranks=sorted(facts.per_rank),
+        median_step_ms=None if facts.step_ms is None else round(facts.step_ms, 6),
+        steps=steps,
+        ranks_by_slowness=[],
+        straggler_ranks=[],
+        phase_stragglers=[],
+    )
+    result.peer_groups = [
+        {"group": dict(key), "ranks": members} for key, members in facts.groups.items()
+    ]
     result.steps_compared = facts.steps_compared
     cannot_tell = 0
     last: dict[int, int] = {}
@@ -1292,39 +1781,95 @@ def _judged(collector: _Collector, alignment: ClockAlignment, facts: _Evidence) 
         cannot_tell += _judge_group(result, facts, key, members, everyone, last)
     if facts.anchors and result.arrival_steps:
         result.arrival_collective = alignment.anchor
-        result.last_arrivals = [{"rank": rank, "steps": count} for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]]
-    result.ranks_by_slowness.sort(key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank))
-    result.withheld = _withheld(alignment, facts.hosts, facts.one_clock, bool(facts.anchors), cannot_tell) + _not_compared(facts.groups)
+        result.last_arrivals = [
+            {"rank": rank, "steps": count}
+            for rank, count in sorted(last.items(), key=lambda item: (-item[1], item[0]))[:10]
+        ]
+    result.ranks_by_slowness.sort(
+        key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank)
+    )
+    result.withheld = _withheld(
+        alignment, facts.hosts, facts.one_clock, bool(facts.anchors), cannot_tell
+    ) + _not_compared(facts.groups)
     _legacy_lists(result, collector, facts.source)
     return result
 
 
-def _judge_group(result: Stragglers, facts: _Evidence, key: tuple[tuple[str, int], ...], members: list[int], everyone: list[RankSlowness], last: dict[int, int]) -> int:
-    """One peer group's verdicts added to `result` (step time, each phase, arrival; `last` counts who arrived last per step); how many are "cannot tell"."""
-    common: dict[str, Any] = dict(source=facts.source, attempt=facts.attempt, step_ms=facts.step_ms, peers=members, group=key)
+def _judge_group(
+    result: Stragglers,
+    facts: _Evidence,
+    key: tuple[tuple[str, int], ...],
+    members: list[int],
+    everyone: list[RankSlowness],
+    last: dict[int, int],
+) -> int:
+    """One peer group's verdicts added to `result` (step time, each phase, arrival; `last` counts
+    who arrived last per step); how many are "cannot tell"."""
+    common: dict[str, Any] = dict(
+        source=facts.source, attempt=facts.attempt, step_ms=facts.step_ms, peers=members, group=key
+    )
     mine = {rank: facts.per_rank[rank] for rank in members if rank in facts.per_rank}
     if len(mine) < 2:
         return 0
     # One group of every rank (no mesh, or one stage): its verdicts are the table's.
     slowness = everyone if len(mine) == len(facts.per_rank) else compare_ranks(mine, table=False)[1]
     result.ranks_by_slowness += slowness
-    result.findings += [finding(slow, kind="step", what="step time", per_rank=mine, **common) for slow in slowness if slow.differs]
-    result.findings += [finding(slow, kind="step", what="step time", per_rank=times, window=window, window_to_end=window[1] >= facts.last_step, **common)
-                        for slow, times, window in windowed(mine, slowness, None)]
+    result.findings += [
+        finding(slow, kind="step", what="step time", per_rank=mine, **common)
+        for slow in slowness
+        if slow.differs
+    ]
+    result.findings += [
+        finding(
+            slow,
+            kind="step",
+            what="step time",
+            per_rank=times,
+            window=window,
+            window_to_end=window[1] >= facts.last_step,
+            **common,
+        )
+        for slow, times, window in windowed(mine, slowness, None)
+    ]
     cannot_tell = 0
     for phase, phase_ranks in sorted(facts.phases.items()):
         peers_times = {rank: phase_ranks[rank] for rank in members if rank in phase_ranks}
-        ends = {rank: by_step for rank, by_step in facts.phase_ends[phase].items() if rank in peers_times}
-        found, unknown, _ = judge_phase(phase, peers_times, ends, facts.exits, one_clock=facts.one_clock, last_step=facts.last_step, **common)
+        ends = {
+            rank: by_step
+            for rank, by_step in facts.phase_ends[phase].items()
+            if rank in peers_times
+        }
+        found, unknown, _ = judge_phase(
+            phase,
+            peers_times,
+            ends,
+            facts.exits,
+            one_clock=facts.one_clock,
+            last_step=facts.last_step,
+            **common,
+        )
         result.findings += found
         cannot_tell += unknown
     if facts.anchors and facts.anchor is not None:
-        result.findings += _arrival_findings(result, facts.anchor, {rank: facts.anchors[rank] for rank in members if rank in facts.anchors}, last, common)
+        result.findings += _arrival_findings(
+            result,
+            facts.anchor,
+            {rank: facts.anchors[rank] for rank in members if rank in facts.anchors},
+            last,
+            common,
+        )
     return cannot_tell
 
 
-def _arrival_findings(result: Stragglers, anchor: str, anchors: dict[int, dict[int, tuple[int, int]]], last: dict[int, int], common: dict[str, Any]) -> list[StragglerFinding]:
-    """One peer group's verdicts on arrival at the step-closing collective; `result` counts the steps compared, `last` who arrived last in each."""
+def _arrival_findings(
+    result: Stragglers,
+    anchor: str,
+    anchors: dict[int, dict[int, tuple[int, int]]],
+    last: dict[int, int],
+    common: dict[str, Any],
+) -> list[StragglerFinding]:
+    """One peer group's verdicts on arrival at the step-closing collective; `result` counts the
+    steps compared, `last` who arrived last in each."""
     found, arrival_steps = judge_arrival(anchor, anchors, **common)
     result.arrival_steps = max(result.arrival_steps, len(arrival_steps))
     for row in arrival_steps:
@@ -1334,19 +1879,25 @@ def _arrival_findings(result: Stragglers, anchor: str, anchors: dict[int, dict[i
 
 
 def _not_compared(groups: dict[tuple[tuple[str, int], ...], list[int]]) -> list[str]:
-    """The ranks alone in their peer group: a declared mesh with no other rank at the same coordinates but dp, nothing to compare them with."""
+    """The ranks alone in their peer group: a declared mesh with no other rank at the same
+    coordinates but dp, nothing to compare them with."""
     alone = [members[0] for members in groups.values() if len(members) == 1]
     if not alone:
         return []
-    return [f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has the same mesh coordinates but data-parallel ones"]
+    return [
+        f"rank{'s' if len(alone) > 1 else ''} {compress(alone)}: not compared: no other rank has "
+        "the same mesh coordinates but data-parallel ones"
+    ]
 
 
-#: The question of the kept clock alignment (`_kept_alignment`): it depends on the facts alone (``--no-align`` is applied after).
+#: The question of the kept clock alignment (`_kept_alignment`): it depends on the facts alone
+#: (``--no-align`` is applied after).
 CLOCKS_QUESTION = "clocks"
 
 
 def _kept_alignment(facts_entry: list[Any], collector: _Collector) -> ClockAlignment:
-    """`clocks.estimate_offsets` of the step-closing spans, kept beside the merged facts as the stragglers are (`_kept_stragglers`)."""
+    """`clocks.estimate_offsets` of the step-closing spans, kept beside the merged facts as the
+    stragglers are (`_kept_stragglers`)."""
     if not facts_entry:
         return estimate_offsets(spans for _, spans in collector.closing)
     store, processes, keys = facts_entry[0]
@@ -1362,12 +1913,20 @@ def _kept_alignment(facts_entry: list[Any], collector: _Collector) -> ClockAlign
 
 
 def stragglers_question(step_range: StepRange | None, align: bool) -> str:
-    """What shapes the straggler verdicts besides the facts: the name of their cache entry's question (`ProcessCache.lookup_verdicts`)."""
+    """What shapes the straggler verdicts besides the facts: the name of their cache entry's
+    question (`ProcessCache.lookup_verdicts`)."""
     return f"stragglers|steps={step_range}|align={align}"
 
 
-def _kept_stragglers(facts_entry: list[Any], collector: _Collector, alignment: ClockAlignment, step_range: StepRange | None, align: bool) -> list[Stragglers]:
-    """`_stragglers`, kept in the cache beside the merged facts they are drawn from (`facts_entry`), per question (``--steps``, ``--no-align``).
+def _kept_stragglers(
+    facts_entry: list[Any],
+    collector: _Collector,
+    alignment: ClockAlignment,
+    step_range: StepRange | None,
+    align: bool,
+) -> list[Stragglers]:
+    """`_stragglers`, kept in the cache beside the merged facts they are drawn from (`facts_entry`),
+    per question (``--steps``, ``--no-align``).
 
     The verdicts are a function of the facts and of the rules' code, which
     the entry's key covers (content keys and `cache_version`): what is read
@@ -1388,45 +1947,84 @@ def _kept_stragglers(facts_entry: list[Any], collector: _Collector, alignment: C
     return found
 
 
-def _in_steps(per_rank: dict[int, dict[int, Any]], steps: StepRange | None) -> dict[int, dict[int, Any]]:
-    """rank → step → value, with only the steps in `steps` (all of them without); ranks left with none dropped."""
+def _in_steps(
+    per_rank: dict[int, dict[int, Any]], steps: StepRange | None
+) -> dict[int, dict[int, Any]]:
+    """rank → step → value, with only the steps in `steps` (all of them without); ranks left with
+    none dropped."""
     if steps is None:
         return per_rank
-    out = {rank: {step: value for step, value in by_step.items() if step in steps} for rank, by_step in per_rank.items()}
+    out = {
+        rank: {step: value for step, value in by_step.items() if step in steps}
+        for rank, by_step in per_rank.items()
+    }
     return {rank: by_step for rank, by_step in out.items() if by_step}
 
 
 def _step_grid(collector: _Collector, alignment: ClockAlignment, bytes_read: int) -> StepGrid:
-    """The collector's per-rank, per-step facts as the report draws them (`model.step_grid`); arrivals at the anchor, when there is one."""
+    """The collector's per-rank, per-step facts as the report draws them (`model.step_grid`);
+    arrivals at the anchor, when there is one."""
     arrival: dict[tuple[str, int | None], dict[int, dict[int, float]]] = {}
     if alignment.anchor is not None:
         for key, per_rank in collector.step_starts.items():
             for rank, by_step in _anchor_spans(collector, key[0], key[1], alignment.anchor).items():
                 starts = per_rank.get(rank, {})
-                arrived = {step: (start_us - starts[step]) / 1000.0 for step, (start_us, _) in by_step.items() if step in starts}
+                arrived = {
+                    step: (start_us - starts[step]) / 1000.0
+                    for step, (start_us, _) in by_step.items()
+                    if step in starts
+                }
                 if arrived:
                     arrival.setdefault(key, {})[rank] = arrived
-    return StepGrid(step_ms=collector.step_ms, step_starts=collector.step_starts, phase_step_ms=collector.phase_step_ms, arrival_ms=arrival,
-                    anchor=alignment.anchor, scalars=collector.scalar_steps.series, bytes_read=bytes_read)
+    return StepGrid(
+        step_ms=collector.step_ms,
+        step_starts=collector.step_starts,
+        phase_step_ms=collector.phase_step_ms,
+        arrival_ms=arrival,
+        anchor=alignment.anchor,
+        scalars=collector.scalar_steps.series,
+        bytes_read=bytes_read,
+    )
 
 
-def _withheld(alignment: ClockAlignment, hosts: dict[int, str | None], one_clock: bool, anchored: bool, cannot_tell: int) -> list[str]:
+def _withheld(
+    alignment: ClockAlignment,
+    hosts: dict[int, str | None],
+    one_clock: bool,
+    anchored: bool,
+    cannot_tell: int,
+) -> list[str]:
     """What was not concluded, and why (shown in the Stragglers section and ``--json``)."""
     out = []
     if not anchored:
-        why = "" if one_clock or alignment.reason.startswith("turned off") else f" ({alignment.reason})"
-        out.append(f"arrival at the step-closing collective: not judged: the last span of each step does not end at one moment on every rank (it is no collective they leave together){why}")
+        why = (
+            ""
+            if one_clock or alignment.reason.startswith("turned off")
+            else f" ({alignment.reason})"
+        )
+        out.append(
+            "arrival at the step-closing collective: not judged: the last span of each step does "
+            f"not end at one moment on every rank (it is no collective they leave together){why}"
+        )
     if not one_clock and not anchored:
         out.append(
-            f"wait or work in each phase: not judged: {len(set(hosts.values()))} hosts whose clocks cannot be compared, and no collective every rank leaves at one moment "
-            f"to measure each rank on its own clock; a phase longer on one rank may be time spent waiting inside a collective"
-            + (f" ({cannot_tell} such phase{'s' if cannot_tell != 1 else ''} listed as 'cannot tell'; nobody named)" if cannot_tell else "")
+            f"wait or work in each phase: not judged: {len(set(hosts.values()))} hosts whose "
+            "clocks cannot be compared, and no collective every rank leaves at one moment "
+            "to measure each rank on its own clock; a phase longer on one rank may be time spent "
+            "waiting inside a collective"
+            + (
+                f" ({cannot_tell} such phase{'s' if cannot_tell != 1 else ''} listed as 'cannot "
+                "tell'; nobody named)"
+                if cannot_tell
+                else ""
+            )
         )
     return out
 
 
 def _legacy_lists(result: Stragglers, collector: _Collector, source: str) -> None:
-    """The per-kind lists kept from before the findings (``straggler_ranks``, ``phase_stragglers``, ``arrival_stragglers``): stragglers only."""
+    """The per-kind lists kept from before the findings (``straggler_ranks``, ``phase_stragglers``,
+    ``arrival_stragglers``): stragglers only."""
     for item in result.findings:
         if item.verdict != "straggler":
             continue
@@ -1437,10 +2035,28 @@ def _legacy_lists(result: Stragglers, collector: _Collector, source: str) -> Non
         else:
             offsets = collector.phase_offsets.get((source, item.what))
             offset = statistics.median(offsets) if offsets else None
-            result.phase_stragglers.append({"phase": item.what, "median_start_in_step_ms": None if offset is None else round(offset, 6), **_row(item), "median_end_lateness_ms": item.lateness_ms})
+            result.phase_stragglers.append(
+                {
+                    "phase": item.what,
+                    "median_start_in_step_ms": None if offset is None else round(offset, 6),
+                    **_row(item),
+                    "median_end_lateness_ms": item.lateness_ms,
+                }
+            )
     # In the order the phases run within a step: a delay shows up as waiting in the phases after it.
-    result.phase_stragglers.sort(key=lambda row: (row["median_start_in_step_ms"] is None, row["median_start_in_step_ms"] or 0.0, row["phase"], -row["median_excess_ms"]))
-    result.straggler_ranks.sort(key=lambda rank: -next(f.excess_ms for f in result.findings if f.kind == "step" and f.rank == rank))
+    result.phase_stragglers.sort(
+        key=lambda row: (
+            row["median_start_in_step_ms"] is None,
+            row["median_start_in_step_ms"] or 0.0,
+            row["phase"],
+            -row["median_excess_ms"],
+        )
+    )
+    result.straggler_ranks.sort(
+        key=lambda rank: (
+            -next(f.excess_ms for f in result.findings if f.kind == "step" and f.rank == rank)
+        )
+    )
 
 
 def _row(item: StragglerFinding) -> dict[str, Any]:

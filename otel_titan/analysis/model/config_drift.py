@@ -39,13 +39,15 @@ class DriftFinding:
     groups: list[tuple[str, list[int]]]
     #: The ranks named as different (empty when no hash has a strict majority).
     odd_ranks: list[int]
-    #: Top-level keys whose values differ between the majority's content and the others' (when both were written).
+    #: Top-level keys whose values differ between the majority's content and the others' (when both
+    #: were written).
     differing_keys: list[str] = field(default_factory=list)
     message: str = ""
 
 
 class ConfigDrift:
-    """Accumulate ``run_config`` records (one streaming pass, per record) and report the names that drift."""
+    """Accumulate ``run_config`` records (one streaming pass, per record) and report the names that
+    drift."""
 
     def __init__(self) -> None:
         self._ranks: dict[str, dict[str, set[int]]] = {}
@@ -53,7 +55,11 @@ class ConfigDrift:
 
     def observe(self, record: dict[str, Any], rank: int | None) -> None:
         """Take one record (others are ignored cheaply); `rank` is its process's rank."""
-        if record.get("log_type_name") != RUN_CONFIG or rank is None or record.get("config_per", "job") != "job":
+        if (
+            record.get("log_type_name") != RUN_CONFIG
+            or rank is None
+            or record.get("config_per", "job") != "job"
+        ):
             return
         name, digest = record.get("config_name"), record.get("config_hash")
         if not isinstance(name, str) or not isinstance(digest, str):
@@ -72,17 +78,23 @@ class ConfigDrift:
             self._contents.setdefault(key, content)
 
     def findings(self) -> list[DriftFinding]:
-        """Every name with more than one hash, with the odd ranks named when a strict majority says which they are."""
+        """Every name with more than one hash, with the odd ranks named when a strict majority says
+        which they are."""
         out = []
         for name, by_hash in sorted(self._ranks.items()):
             if len(by_hash) < 2:
                 continue
-            groups = sorted(((digest, sorted(ranks)) for digest, ranks in by_hash.items()), key=lambda item: (-len(item[1]), item[0]))
+            groups = sorted(
+                ((digest, sorted(ranks)) for digest, ranks in by_hash.items()),
+                key=lambda item: (-len(item[1]), item[0]),
+            )
             total = len({rank for _, ranks in groups for rank in ranks})
             majority_hash, majority = groups[0]
             if 2 * len(majority) > total:
                 odd = sorted(rank for _, ranks in groups[1:] for rank in ranks)
-                keys = self._differing_keys(name, majority_hash, [digest for digest, _ in groups[1:]])
+                keys = self._differing_keys(
+                    name, majority_hash, [digest for digest, _ in groups[1:]]
+                )
                 noun = "rank" if len(odd) == 1 else "ranks"
                 message = f"configuration {name!r}: {noun} {compress(odd)} {'differs' if len(odd) == 1 else 'differ'} from the other {len(majority)} ranks"
                 if keys:
@@ -91,7 +103,11 @@ class ConfigDrift:
                 odd, keys = [], []
                 sizes = ", ".join(f"{len(ranks)} with {digest}" for digest, ranks in groups)
                 message = f"configuration {name!r}: the ranks disagree with no majority ({sizes}); cannot tell which ranks are the odd ones"
-            out.append(DriftFinding(name=name, groups=groups, odd_ranks=odd, differing_keys=keys, message=message))
+            out.append(
+                DriftFinding(
+                    name=name, groups=groups, odd_ranks=odd, differing_keys=keys, message=message
+                )
+            )
         return out
 
     def _differing_keys(self, name: str, majority: str, others: list[str]) -> list[str]:
@@ -103,7 +119,11 @@ class ConfigDrift:
             other = self._contents.get((name, digest))
             if not isinstance(other, dict):
                 continue
-            keys.update(k for k in base.keys() | other.keys() if base.get(k, _MISSING) != other.get(k, _MISSING))
+            keys.update(
+                k
+                for k in base.keys() | other.keys()
+                if base.get(k, _MISSING) != other.get(k, _MISSING)
+            )
         return sorted(keys)
 
 

@@ -35,7 +35,20 @@ from typing import Any
 from otel_titan.analysis.model.frames import parse_frames, program_frame
 from otel_titan.schema import Field, MetaEvent
 
-__all__ = ["UNCAUGHT", "INTERRUPT", "crash_of", "is_interrupt", "crash_state", "describe_crash", "End", "kill_evidence", "killed_silently", "killed_crash", "failed_first", "held_back_by"]
+__all__ = [
+    "UNCAUGHT",
+    "INTERRUPT",
+    "crash_of",
+    "is_interrupt",
+    "crash_state",
+    "describe_crash",
+    "End",
+    "kill_evidence",
+    "killed_silently",
+    "killed_crash",
+    "failed_first",
+    "held_back_by",
+]
 
 #: The record that says so (`schema.MetaEvent.UNCAUGHT_EXCEPTION`).
 UNCAUGHT = MetaEvent.UNCAUGHT_EXCEPTION
@@ -46,7 +59,8 @@ MESSAGE_SHOWN = 120
 
 
 def crash_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The facts of an ``uncaught_exception`` record: type, message, the program's line, step, time, whether it ended the program.
+    """The facts of an ``uncaught_exception`` record: type, message, the program's line, step, time,
+    whether it ended the program.
 
     ``span`` is None here: the reader fills it in from the ``_error`` records
     the exception left as it unwound the spans (the innermost one).
@@ -58,7 +72,11 @@ def crash_of(record: dict[str, Any]) -> dict[str, Any]:
         ('RuntimeError', 'train.py', 88, 'fwd_bwd', 8, True)
     """
     frame = program_frame(parse_frames(record.get(Field.ERROR_FRAMES))) or {}
-    error_type, message, step = record.get(Field.ERROR_TYPE), record.get(Field.ERROR_MESSAGE), record.get(Field.STEP)
+    error_type, message, step = (
+        record.get(Field.ERROR_TYPE),
+        record.get(Field.ERROR_MESSAGE),
+        record.get(Field.STEP),
+    )
     return {
         "type": error_type if isinstance(error_type, str) and error_type else "exception",
         "message": message if isinstance(message, str) else "",
@@ -78,12 +96,14 @@ def is_interrupt(crash: dict[str, Any] | None) -> bool:
 
 
 def crash_state(crash: dict[str, Any]) -> str:
-    """``interrupted`` for Ctrl-C, else ``crashed``: the state an uncaught exception gives its process."""
+    """``interrupted`` for Ctrl-C, else ``crashed``: the state an uncaught exception gives its
+    process."""
     return "interrupted" if is_interrupt(crash) else "crashed"
 
 
 def describe_crash(crash: dict[str, Any], *, step: bool = True) -> str:
-    """``RuntimeError: CUDA out of memory … at train.py:88 in fwd_bwd, inside span fwd_bwd, step 8``: one line, the message cut.
+    """``RuntimeError: CUDA out of memory … at train.py:88 in fwd_bwd, inside span fwd_bwd, step
+    8``: one line, the message cut.
 
     Example:
         >>> describe_crash({"type": "RuntimeError", "message": "CUDA out of memory. Tried to allocate 2.00 GiB", "file": "/job/train.py", "line": 88,
@@ -100,7 +120,9 @@ def describe_crash(crash: dict[str, Any], *, step: bool = True) -> str:
             message = message[: MESSAGE_SHOWN - 1] + "…"
         text = f"{crash.get('type')}: {message}" if message else str(crash.get("type"))
         if crash.get("file"):
-            text += f" at {os.path.basename(str(crash['file']))}:{crash.get('line')}" + (f" in {crash['function']}" if crash.get("function") else "")
+            text += f" at {os.path.basename(str(crash['file']))}:{crash.get('line')}" + (
+                f" in {crash['function']}" if crash.get("function") else ""
+            )
     if crash.get("span"):
         text += f", inside span {crash['span']}"
     if step and crash.get("step") is not None:
@@ -110,12 +132,13 @@ def describe_crash(crash: dict[str, Any], *, step: bool = True) -> str:
 
 @dataclass
 class End:
-    """What one process's records say of its end, for the rules below (from a `ProcessSummary` or a watched `ProcessState`).
+    """What one process's records say of its end, for the rules below (from a `ProcessSummary` or a
+    watched `ProcessState`).
 
-    `last_us`: its last record of any kind for `kill_evidence` (on the aligned
-    clock where there is one), its last program record for `held_back_by`; `step` and `entered`: its last step and the spans it started there;
-    `crash`: its fatal `crash_of` facts (with ``span``), or None; `signal_us`:
-    when it recorded a terminating signal, or None.
+    `last_us`: its last record of any kind for `kill_evidence` (on the aligned clock where there is
+    one), its last program record for `held_back_by`; `step` and `entered`: its last step and the
+    spans it started there; `crash`: its fatal `crash_of` facts (with ``span``), or None;
+    `signal_us`: when it recorded a terminating signal, or None.
     """
 
     key: Hashable
@@ -125,12 +148,14 @@ class End:
     entered: Sequence[str] = ()
     crash: dict[str, Any] | None = None
     signal_us: int | None = None
-    #: Any record of its own after its file was created (a process that logged nothing is `hang_suspect`'s, not this).
+    #: Any record of its own after its file was created (a process that logged nothing is
+    #: `hang_suspect`'s, not this).
     wrote: bool = True
 
     @property
     def failed_us(self) -> int | None:
-        """When it crashed (not interrupted): its uncaught exception's time (a silent kill's: its last record)."""
+        """When it crashed (not interrupted): its uncaught exception's time (a silent kill's: its
+        last record)."""
         crash = self.crash
         if crash is None or is_interrupt(crash) or type(crash.get("time_us")) is not int:
             return None
@@ -143,8 +168,9 @@ class End:
 
 
 def _never_reached(end: End, peer: End) -> bool:
-    """Whether `peer` failed where `end` never got: a later step, the same step's span it had not started, or, failing
-    between spans (a collective with no span of its own), after spans of that step it had not started.
+    """Whether `peer` failed where `end` never got: a later step, the same step's span it had not
+    started, or, failing between spans (a collective with no span of its own), after spans of that
+    step it had not started.
 
     Example:
         >>> dead = End("r1", closed=False, last_us=100, step=1, entered=["data_fetch", "fwd_bwd", "fwd"])
@@ -165,7 +191,8 @@ def _never_reached(end: End, peer: End) -> bool:
 
 
 def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
-    """Why a process with no end on record was killed (SIGKILL, the OOM killer) before peers that then failed because of it; None when it was not.
+    """Why a process with no end on record was killed (SIGKILL, the OOM killer) before peers that
+    then failed because of it; None when it was not.
 
     Its own records say nothing (no closing, signal or crash record); its
     peers (the other processes of its source and attempt) say it: after its
@@ -186,7 +213,11 @@ def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
         return None
     others = [p for p in peers if p.key != end.key]
     crashed_after = [p for p in others if p.failed_us is not None and p.failed_us > end.last_us]
-    if crashed_after and all(_never_reached(end, p) for p in crashed_after) and not any(p.failed_us is not None and p.failed_us <= end.last_us for p in others):
+    if (
+        crashed_after
+        and all(_never_reached(end, p) for p in crashed_after)
+        and not any(p.failed_us is not None and p.failed_us <= end.last_us for p in others)
+    ):
         return "its peers failed after its last record, in what it never reached"
     if others and all(p.signal_us is not None and p.signal_us > end.last_us for p in others):
         return "the others were terminated by a signal after its last record"
@@ -198,18 +229,34 @@ def killed_silently(end: End, peers: Sequence[End]) -> bool:
     return kill_evidence(end, peers) is not None
 
 
-def killed_crash(end: End, evidence: str, open_span: str | None = None, torn: bool = False) -> dict[str, Any]:
-    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `kill_evidence` says was killed (`evidence`): at its last record.
+def killed_crash(
+    end: End, evidence: str, open_span: str | None = None, torn: bool = False
+) -> dict[str, Any]:
+    """The crash facts (`crash_of`'s shape, type ``killed``) of a process `kill_evidence` says was
+    killed (`evidence`): at its last record.
 
     `torn`: its file ends mid-line (killed while it wrote), said first.
     """
     why = ("its file ends mid-line; " if torn else "") + f"no closing or signal record; {evidence}"
-    return {"type": "killed", "message": "", "why": why,
-            "file": None, "line": None, "function": None, "span": open_span, "step": end.step, "time_us": end.last_us, "fatal": True}
+    return {
+        "type": "killed",
+        "message": "",
+        "why": why,
+        "file": None,
+        "line": None,
+        "function": None,
+        "span": open_span,
+        "step": end.step,
+        "time_us": end.last_us,
+        "fatal": True,
+    }
 
 
-def failed_first(failed_at: dict[Hashable, int | None]) -> tuple[list[Hashable], list[Hashable], int | None]:
-    """(the processes that failed first, the others: their victims, when) among one source and attempt.
+def failed_first(
+    failed_at: dict[Hashable, int | None],
+) -> tuple[list[Hashable], list[Hashable], int | None]:
+    """(the processes that failed first, the others: their victims, when) among one source and
+    attempt.
 
     `failed_at`: every process of it that did not close cleanly → when it
     failed itself (its crash's time, a silent kill's last record: `End.failed_us`),
@@ -232,7 +279,8 @@ def failed_first(failed_at: dict[Hashable, int | None]) -> tuple[list[Hashable],
 
 
 def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
-    """The processes the crashes waited for: alive (or unknown), behind every process that crashed, quiet before the first crash.
+    """The processes the crashes waited for: alive (or unknown), behind every process that crashed,
+    quiet before the first crash.
 
     Why: a crash is not always first in cause. A collective that times out
     (gloo, NCCL's error handling) raises in the ranks that waited, while the
@@ -251,4 +299,13 @@ def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
     crashed = [e for e in ends if e.failed_us is not None]
     if not crashed:
         return []
-    return [e.key for e in ends if e.crash is None and not e.closed and e.wrote and e.last_us is not None and e.last_us < first_us and all(_never_reached(e, c) for c in crashed)]
+    return [
+        e.key
+        for e in ends
+        if e.crash is None
+        and not e.closed
+        and e.wrote
+        and e.last_us is not None
+        and e.last_us < first_us
+        and all(_never_reached(e, c) for c in crashed)
+    ]

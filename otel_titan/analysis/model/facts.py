@@ -1,4 +1,5 @@
-"""What `otel-titan summarize` reports, as data: `RunSummary` and its parts (`to_dict()` is the ``--json`` form).
+"""What `otel-titan summarize` reports, as data: `RunSummary` and its parts (`to_dict()` is the
+``--json`` form).
 
 Times are µs since the epoch (``*_us``); `to_dict` adds UTC strings.
 """
@@ -14,24 +15,42 @@ from otel_titan.analysis.model.clocks import ClockAlignment
 from otel_titan.analysis.model.ending import crash_state
 from otel_titan.analysis.read.runs import RunInfo
 
-if TYPE_CHECKING:  # model.hang imports model.headline, which imports this module: for the annotation alone
+# model.hang imports model.headline, which imports this module: for the annotation alone
+if TYPE_CHECKING:
     from otel_titan.analysis.model.hang import HangReport
 
-__all__ = ["innermost_open", "OpenSpanInfo", "PhaseStats", "ProcessSummary", "RankSlowness", "RunSummary", "StepTimes", "StopGroup", "StragglerFinding", "Stragglers", "utc"]
+__all__ = [
+    "innermost_open",
+    "OpenSpanInfo",
+    "PhaseStats",
+    "ProcessSummary",
+    "RankSlowness",
+    "RunSummary",
+    "StepTimes",
+    "StopGroup",
+    "StragglerFinding",
+    "Stragglers",
+    "utc",
+]
 
 
 def innermost_open(spans: list[Any]) -> Any:
-    """The innermost span of the most recently opened nest (`OpenSpanInfo`s in file order): the last leaf.
+    """The innermost span of the most recently opened nest (`OpenSpanInfo`s in file order): the last
+    leaf.
 
     Never chosen by timestamp: a child can start in the same µs as its parent.
     """
-    return next((span for span in reversed(spans) if getattr(span, "innermost", True)), spans[-1] if spans else None)
+    return next(
+        (span for span in reversed(spans) if getattr(span, "innermost", True)),
+        spans[-1] if spans else None,
+    )
 
 
 def utc(time_us: int | None) -> str | None:
     """ISO-8601 UTC time of a µs timestamp, to the millisecond; None past the calendar's year 9999.
 
-    The reader keeps any timestamp below 2**62 µs (a corrupt or forged one included): it must not stop a summary.
+    The reader keeps any timestamp below 2**62 µs (a corrupt or forged one included): it must not
+    stop a summary.
 
     Example:
         >>> utc(1_796_019_011_273_390), utc(253_402_300_799_999_984)
@@ -58,7 +77,8 @@ class OpenSpanInfo:
     task_name: str | None = None
     thread: int | None = None
     failed: bool = False
-    #: No other open span is nested in it (by parent id, else LIFO on its lane): a leaf of the open nest.
+    #: No other open span is nested in it (by parent id, else LIFO on its lane): a leaf of the open
+    #: nest.
     innermost: bool = True
 
 
@@ -92,20 +112,26 @@ class ProcessSummary:
     first_seq_id: int | None = None
     open_span_count: int = 0
     open_spans: list[OpenSpanInfo] = field(default_factory=list)
-    #: When the file was created: its ``structured_logger_opened`` record, or an empty file's modification time.
+    #: When the file was created: its ``structured_logger_opened`` record, or an empty file's
+    #: modification time.
     created_us: int | None = None
-    #: No record but the logger's own since the file was created, and no clean close: hung before its first record.
+    #: No record but the logger's own since the file was created, and no clean close: hung before
+    #: its first record.
     hang_suspect: bool = False
-    #: The file ends mid-line: the process was killed (SIGKILL, OOM) or crashed while writing (or is writing now).
+    #: The file ends mid-line: the process was killed (SIGKILL, OOM) or crashed while writing (or is
+    #: writing now).
     torn_last_line: bool = False
-    #: Its host's clock offset, subtracted from every time shown (`model.clocks`); 0 when not aligned.
+    #: Its host's clock offset, subtracted from every time shown (`model.clocks`); 0 when not
+    #: aligned.
     clock_offset_ms: float = 0.0
-    #: Its watchdog's ``stall`` record is its latest news (no program record since): stuck, however fresh its
-    #: heartbeats keep the file. Set from the hang facts (`model.hang_facts`), so "running" never stands beside a hang.
+    #: Its watchdog's ``stall`` record is its latest news (no program record since): stuck, however
+    #: fresh its heartbeats keep the file. Set from the hang facts (`model.hang_facts`), so
+    #: "running" never stands beside a hang.
     stalled_now: bool = False
-    #: How its program ended, when it crashed (`model.ending.crash_of`: type, message, file, line, function, span,
-    #: step, time_us): an uncaught exception (even with a closing record after it), or killed without a word
-    #: (type ``killed``: no closing, signal or crash record, and its peers failed after its last record).
+    #: How its program ended, when it crashed (`model.ending.crash_of`: type, message, file, line,
+    #: function, span, step, time_us): an uncaught exception (even with a closing record after it),
+    #: or killed without a word (type ``killed``: no closing, signal or crash record, and its peers
+    #: failed after its last record).
     crash: dict[str, Any] | None = None
     #: When its ``signal_received`` record was written (µs), with `signal`.
     signal_us: int | None = None
@@ -113,7 +139,8 @@ class ProcessSummary:
     thread_exceptions: list[dict[str, Any]] = field(default_factory=list)
 
     def state(self, now_us: float, running_s: float = 60.0) -> str:
-        """How the process ended: ``crashed``, ``interrupted``, ``closed``, ``hung before first record``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``stopped``.
+        """How the process ended: ``crashed``, ``interrupted``, ``closed``, ``hung before first
+        record``, ``terminated (SIGTERM)``, ``running``, ``stalled``, ``stopped``.
 
         docs/hangs.md's table says which record gives which state; an uncaught
         exception decides before the closing record the exit hook writes after it.
@@ -133,13 +160,14 @@ class ProcessSummary:
         last = self.last_us if self.last_us is not None else self.created_us
         if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"
-        # torchtitan's and pimm's files have no closing record: quiet, their process may have finished, hung or died
-        # (never "ended": a live hang read from them is one).
+        # torchtitan's and pimm's files have no closing record: quiet, their process may have
+        # finished, hung or died (never "ended": a live hang read from them is one).
         return "stopped" if self.closed_cleanly is None else "stalled"
 
     @property
     def last_phase(self) -> str | None:
-        """The innermost open span of the most recently started nest, or None when nothing is open."""
+        """The innermost open span of the most recently started nest, or None when nothing is
+        open."""
         span = innermost_open(self.open_spans)
         return span.name if span is not None else None
 
@@ -255,17 +283,20 @@ class StragglerFinding:
     large_steps: int
     headline: bool
     why_not_headline: str | None
-    #: Not in both halves, but large from this step to the last one compared (a fail-slow onset that keeps costing): None otherwise.
+    #: Not in both halves, but large from this step to the last one compared (a fail-slow onset that
+    #: keeps costing): None otherwise.
     since_step: int | None = None
-    #: A slowdown found between change points (`model.stragglers.change_windows`): judged on steps `window_from_step`…
-    #: `window_to_step` alone (it started late, or came and went); None for a finding over every step.
+    #: A slowdown found between change points (`model.stragglers.change_windows`): judged on steps
+    #: `window_from_step`… `window_to_step` alone (it started late, or came and went); None for a
+    #: finding over every step.
     window_from_step: int | None = None
     window_to_step: int | None = None
 
 
 @dataclass
 class Stragglers:
-    """Straggler analysis of one source and restart attempt: step times per rank, straggler ranks and phases."""
+    """Straggler analysis of one source and restart attempt: step times per rank, straggler ranks
+    and phases."""
 
     source: str
     attempt: int | None
@@ -275,16 +306,19 @@ class Stragglers:
     ranks_by_slowness: list[RankSlowness]
     straggler_ranks: list[int]
     phase_stragglers: list[dict[str, Any]]
-    #: Arrival at the step-closing collective (aligned clocks): the collective, steps compared, stragglers, who was last most often.
+    #: Arrival at the step-closing collective (aligned clocks): the collective, steps compared,
+    #: stragglers, who was last most often.
     arrival_collective: str | None = None
     arrival_steps: int = 0
     arrival_stragglers: list[dict[str, Any]] = field(default_factory=list)
     last_arrivals: list[dict[str, int]] = field(default_factory=list)
     #: Every verdict with its cost (`StragglerFinding`): what "Look first at" and the report show.
     findings: list[StragglerFinding] = field(default_factory=list)
-    #: Conclusions not drawn, each with why (clocks that cannot be compared, no collective every rank leaves together).
+    #: Conclusions not drawn, each with why (clocks that cannot be compared, no collective every
+    #: rank leaves together).
     withheld: list[str] = field(default_factory=list)
-    #: Ranks compared with each other (same mesh coordinates but data-parallel): ``{"group": {"pp": 1}, "ranks": [...]}``.
+    #: Ranks compared with each other (same mesh coordinates but data-parallel): ``{"group": {"pp":
+    #: 1}, "ranks": [...]}``.
     peer_groups: list[dict[str, Any]] = field(default_factory=list)
     #: The steps compared (``summarize --steps A:B``: ``"A:B"``); None: every step.
     steps_compared: str | None = None
@@ -316,7 +350,8 @@ class RunSummary:
     stopped_at: list[StopGroup]
     phases: list[PhaseStats]
     stragglers: list[Stragglers]
-    #: The run analysed (a folder can hold several: the latest unless chosen), how it was chosen, every run found.
+    #: The run analysed (a folder can hold several: the latest unless chosen), how it was chosen,
+    #: every run found.
     run_id: str | None = None
     run_selection: str = "only"
     runs: list[RunInfo] = field(default_factory=list)
@@ -324,36 +359,50 @@ class RunSummary:
     hang_suspects: list[str] = field(default_factory=list)
     #: The thresholds of the straggler rule (`model.stragglers.compare_ranks`).
     straggler_rule: dict[str, float] = field(default_factory=dict)
-    #: Lines kept after lone surrogates in their strings were escaped (`read.lines.SkippedLines.repaired`).
+    #: Lines kept after lone surrogates in their strings were escaped
+    #: (`read.lines.SkippedLines.repaired`).
     repaired_lines: int = 0
     #: Clock offsets per host and how they were found (`model.clocks`).
     clock: ClockAlignment | None = None
     #: Built from file tails only (`summarize_tails`): no phases, no stragglers.
     tail_only: bool = False
-    #: The Hang section (`model.hang.HangReport`), None when every process closed cleanly and none stalled.
+    #: The Hang section (`model.hang.HangReport`), None when every process closed cleanly and none
+    #: stalled.
     hang: HangReport | None = None
-    #: Ranks the records' ``world_size`` says exist but that wrote no file (`model.collect.missing_ranks`).
+    #: Ranks the records' ``world_size`` says exist but that wrote no file
+    #: (`model.collect.missing_ranks`).
     missing: list[dict[str, Any]] = field(default_factory=list)
     #: Stalls that progress ended (the process resumed): history, not hangs (`hang.stall_history`).
     stalls_ended: list[dict[str, Any]] = field(default_factory=list)
     #: Slow steps next to a memory peak or a busy host, one line each (analysis/step_figures.py).
     slow_steps: list[str] = field(default_factory=list)
-    #: Configurations (``sl.log_run_config``) whose hash differs between ranks, one line each (analysis/config_drift.py).
+    #: Configurations (``sl.log_run_config``) whose hash differs between ranks, one line each
+    #: (analysis/config_drift.py).
     config_drift: list[str] = field(default_factory=list)
 
     def straggler_findings(self, headline_only: bool = False) -> list[StragglerFinding]:
-        """Every straggler finding of the run (or only those for "Look first at"), most costly first.
+        """Every straggler finding of the run (or only those for "Look first at"), most costly
+        first.
 
         Example (a run of 3 steps: too few to call anyone a straggler):
             >>> from otel_titan.analysis import summarize_run
             >>> [(f.rank, f.what, f.cost_per_step_ms) for f in summarize_run("outputs").straggler_findings()]
             []
         """
-        found = [f for group in self.stragglers for f in group.findings if f.headline or not headline_only]
-        return sorted(found, key=lambda f: (not f.headline, f.verdict != "straggler", -f.cost_per_step_ms, f.rank))
+        found = [
+            f
+            for group in self.stragglers
+            for f in group.findings
+            if f.headline or not headline_only
+        ]
+        return sorted(
+            found,
+            key=lambda f: (not f.headline, f.verdict != "straggler", -f.cost_per_step_ms, f.rank),
+        )
 
     def to_dict(self, now_us: float | None = None) -> dict[str, Any]:
-        """The facts as a JSON-ready dict: times as µs and as UTC strings, open spans with their path.
+        """The facts as a JSON-ready dict: times as µs and as UTC strings, open spans with their
+        path.
 
         The ``--json`` form puts the diagnosis (`model.headline.headline_data`) first:
         `otel_titan.analysis.summarize.summary_json`. Not here: the headline is
@@ -369,17 +418,28 @@ class RunSummary:
         data = asdict(self)
         now_us = time.time() * 1e6 if now_us is None else now_us
         data["first_utc"], data["last_utc"] = utc(self.first_us), utc(self.last_us)
-        data["last_record_s_before_now"] = None if self.last_us is None else round(max(now_us - self.last_us, 0) / 1e6, 3)
-        data["duration_s"] = None if self.first_us is None or self.last_us is None else round((self.last_us - self.first_us) / 1e6, 6)
+        data["last_record_s_before_now"] = (
+            None if self.last_us is None else round(max(now_us - self.last_us, 0) / 1e6, 3)
+        )
+        data["duration_s"] = (
+            None
+            if self.first_us is None or self.last_us is None
+            else round((self.last_us - self.first_us) / 1e6, 6)
+        )
         for process, raw in zip(self.processes, data["processes"]):
             raw["last_utc"] = utc(process.last_us)
             raw["last_event_utc"] = utc(process.last_event_us)
             raw["last_phase"] = process.last_phase
             raw["created_utc"] = utc(process.created_us)
-            raw["created_s_before_now"] = None if process.created_us is None else round(max(now_us - process.created_us, 0) / 1e6, 3)
+            raw["created_s_before_now"] = (
+                None
+                if process.created_us is None
+                else round(max(now_us - process.created_us, 0) / 1e6, 3)
+            )
             raw["state"] = process.state(now_us)
-            # The crash wins (docs/hangs.md, "How a process ended"): the exit hook's closing record after an uncaught
-            # exception is no clean close. Whether that record was written stays in `closing_record`.
+            # The crash wins (docs/hangs.md, "How a process ended"): the exit hook's closing record
+            # after an uncaught exception is no clean close. Whether that record was written stays
+            # in `closing_record`.
             raw["closing_record"] = process.closed_cleanly
             if process.crash is not None:
                 raw["closed_cleanly"] = False
@@ -387,7 +447,8 @@ class RunSummary:
                 span["start_utc"] = utc(span["start_us"])
         for info in data["runs"]:
             if info["start_us"] is None and info["selected"] and not self.tail_only:
-                info["start_us"] = self.first_us  # the one run of its folder: its start is its first record
+                # the one run of its folder: its start is its first record
+                info["start_us"] = self.first_us
             info["start_utc"] = utc(info["start_us"])
         if self.clock is not None and not self.clock.applied:
             data["clock"]["residual_p95_us"] = None  # nothing applied: no alignment has a residual

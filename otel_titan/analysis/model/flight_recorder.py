@@ -1,4 +1,5 @@
-"""torch's flight recorder, as the Hang section compares it: per process group, where each rank got to.
+"""torch's flight recorder, as the Hang section compares it: per process group, where each rank got
+to.
 
 Two inputs hold the same facts: the ``model.flight_recorder`` field of a ``stall``
 record (the black box: entries abridged by the writer) and the files torch
@@ -34,7 +35,14 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["digest_recorder", "read_torch_dump", "find_torch_dumps", "group_label", "COMPARED_SIZES", "DEFAULT_GROUP"]
+__all__ = [
+    "digest_recorder",
+    "read_torch_dump",
+    "find_torch_dumps",
+    "group_label",
+    "COMPARED_SIZES",
+    "DEFAULT_GROUP",
+]
 
 #: The default group's name in torch (``dist.init_process_group`` creates it first).
 DEFAULT_GROUP = "0"
@@ -42,16 +50,33 @@ DEFAULT_GROUP = "0"
 RECENT_PER_GROUP = 4
 #: Point-to-point entries kept per group and process.
 P2P_PER_GROUP = 8
-#: The black box keeps this many entries (core/blackbox.py MAX_FR_ENTRIES): fewer means nothing was cut.
+#: The black box keeps this many entries (core/blackbox.py MAX_FR_ENTRIES): fewer means nothing was
+#: cut.
 WRITER_MAX_ENTRIES = 64
-#: Ops whose input sizes and dtypes must be equal on every rank (all_to_all, gather and scatter legitimately differ).
-COMPARED_SIZES = frozenset({"all_reduce", "allreduce", "broadcast", "all_gather", "_allgather_base", "allgather", "reduce_scatter", "_reduce_scatter_base", "reduce", "barrier", "allreduce_coalesced"})
+#: Ops whose input sizes and dtypes must be equal on every rank (all_to_all, gather and scatter
+#: legitimately differ).
+COMPARED_SIZES = frozenset(
+    {
+        "all_reduce",
+        "allreduce",
+        "broadcast",
+        "all_gather",
+        "_allgather_base",
+        "allgather",
+        "reduce_scatter",
+        "_reduce_scatter_base",
+        "reduce",
+        "barrier",
+        "allreduce_coalesced",
+    }
+)
 _DUMP_NAME = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
 _P2P = re.compile(r"^(send|recv) (\d+)(->|<-)(\d+)$")
 
 
 def _op_name(profiling: Any) -> tuple[str | None, int | None]:
-    """``"nccl:send 0->1"`` → ("send", 1) (the group-local peer); ``"gloo:all_reduce"`` → ("all_reduce", None)."""
+    """``"nccl:send 0->1"`` → ("send", 1) (the group-local peer); ``"gloo:all_reduce"`` →
+    ("all_reduce", None)."""
     if not isinstance(profiling, str):
         return None, None
     name = profiling.split(":", 1)[1] if ":" in profiling else profiling
@@ -81,7 +106,8 @@ def _ranks(value: Any) -> tuple[int, ...] | None:
 
 
 def digest_recorder(recorder: Any, world: tuple[int, ...] | None = None) -> dict[str, Any] | None:
-    """One rank's flight recorder (black-box field or torch dump) → ``{"groups": {name: ...}, "complete": bool}``; None when off.
+    """One rank's flight recorder (black-box field or torch dump) → ``{"groups": {name: ...},
+    "complete": bool}``; None when off.
 
     Each group: ``name`` (None: unidentified), ``pg_id`` (this rank's), ``desc``, ``ranks``
     (membership, None when unknown), ``last`` (the latest collective: seq, op, state,
@@ -112,7 +138,15 @@ def digest_recorder(recorder: Any, world: tuple[int, ...] | None = None) -> dict
             ranks = configs.get(name) if name is not None else None
             if ranks is None and name == DEFAULT_GROUP:
                 ranks = world
-            group = groups[key] = {"name": name, "pg_id": pg_id, "desc": desc, "ranks": ranks, "last": None, "recent": {}, "p2p": []}
+            group = groups[key] = {
+                "name": name,
+                "pg_id": pg_id,
+                "desc": desc,
+                "ranks": ranks,
+                "last": None,
+                "recent": {},
+                "p2p": [],
+            }
         op, peer = _op_name(entry.get("op") if "op" in entry else entry.get("profiling_name"))
         sizes = entry.get("input_sizes")
         dtypes = entry.get("input_dtypes")
@@ -126,7 +160,13 @@ def digest_recorder(recorder: Any, world: tuple[int, ...] | None = None) -> dict
             continue
         last = group["last"]
         if last is None or seq >= last["seq"]:
-            group["last"] = {"seq": seq, "op": op, "state": _state(entry), "sizes": sizes, "dtypes": dtypes}
+            group["last"] = {
+                "seq": seq,
+                "op": op,
+                "state": _state(entry),
+                "sizes": sizes,
+                "dtypes": dtypes,
+            }
         group["recent"][seq] = (op, _freeze(sizes), _freeze(dtypes))
         if len(group["recent"]) > RECENT_PER_GROUP:
             del group["recent"][min(group["recent"])]
@@ -168,7 +208,8 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def read_torch_dump(path: str, max_bytes: int = 256 << 20) -> dict[str, Any] | None:
-    """torch's flight-recorder dump file (a pickle: entries, pg_config, pg_status, version), or None when it is not one."""
+    """torch's flight-recorder dump file (a pickle: entries, pg_config, pg_status, version), or None
+    when it is not one."""
     try:
         with open(path, "rb") as handle:
             if handle.read(1) != b"\x80":  # pickle protocol 2+
@@ -188,8 +229,11 @@ def read_torch_dump(path: str, max_bytes: int = 256 << 20) -> dict[str, Any] | N
     return dump
 
 
-def find_torch_dumps(folders: Iterable[str], prefix: str | None = None) -> dict[int, tuple[str, dict[str, Any]]]:
-    """Global rank → (path, dump) of torch's flight-recorder files found in `folders` (and at `prefix`, torch's ``TORCH_FR_DUMP_TEMP_FILE``).
+def find_torch_dumps(
+    folders: Iterable[str], prefix: str | None = None
+) -> dict[int, tuple[str, dict[str, Any]]]:
+    """Global rank → (path, dump) of torch's flight-recorder files found in `folders` (and at
+    `prefix`, torch's ``TORCH_FR_DUMP_TEMP_FILE``).
 
     A file qualifies when its name ends in the rank's number and it unpickles (plainly) to a dump;
     when a rank has several, the newest.
@@ -200,11 +244,17 @@ def find_torch_dumps(folders: Iterable[str], prefix: str | None = None) -> dict[
             names = os.listdir(folder)
         except OSError:
             continue
-        candidates += [os.path.join(folder, n) for n in names if _DUMP_NAME.match(n) and ".jsonl" not in n]
+        candidates += [
+            os.path.join(folder, n) for n in names if _DUMP_NAME.match(n) and ".jsonl" not in n
+        ]
     if prefix:
         folder, start = os.path.split(prefix)
         try:
-            candidates += [os.path.join(folder or ".", n) for n in os.listdir(folder or ".") if n.startswith(start) and n[len(start) :].isdigit()]
+            candidates += [
+                os.path.join(folder or ".", n)
+                for n in os.listdir(folder or ".")
+                if n.startswith(start) and n[len(start) :].isdigit()
+            ]
         except OSError:
             pass
     found: dict[int, tuple[float, str, dict[str, Any]]] = {}

@@ -12,11 +12,14 @@ from typing import Any
 
 __all__ = ["program_frame", "program_line", "where", "parse_frames"]
 
-_LIBRARY = re.compile(r"(^|/)(site-packages|dist-packages|otel_titan|lib/python\d+\.\d+)/|^<frozen |^<string>")
+_LIBRARY = re.compile(
+    r"(^|/)(site-packages|dist-packages|otel_titan|lib/python\d+\.\d+)/|^<frozen |^<string>"
+)
 
 
 def program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost frame of the program's own code (`frames` innermost first), else the innermost."""
+    """The innermost frame of the program's own code (`frames` innermost first), else the
+    innermost."""
     for frame in frames:
         if not _LIBRARY.search(str(frame.get("file", ""))):
             return frame
@@ -24,7 +27,8 @@ def program_frame(frames: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def program_line(frames: Sequence[dict[str, Any]]) -> str | None:
-    """``file:line function`` of the innermost frame of the program's own code in a black box's stack (innermost first).
+    """``file:line function`` of the innermost frame of the program's own code in a black box's
+    stack (innermost first).
 
     Why: a stuck rank's innermost frame is nearly always a library's (a queue's
     ``get``, torch's collective wrapper, ``selectors``): the line to read is the
@@ -46,7 +50,8 @@ def where(frame: dict[str, Any] | None) -> str | None:
 
 
 def parse_frames(frames: Any) -> list[dict[str, Any]]:
-    """``["path:line:function", ...]`` (an ``uncaught_exception`` record's ``error_frames``, innermost first) as frames; malformed entries skipped.
+    """``["path:line:function", ...]`` (an ``uncaught_exception`` record's ``error_frames``,
+    innermost first) as frames; malformed entries skipped.
 
     Example:
         >>> parse_frames(["train.py:88:fwd_bwd", "bad"])

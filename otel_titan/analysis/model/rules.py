@@ -1,4 +1,5 @@
-"""The rules that define a step, the step-closing span and a robust z: written once, here, for Python and SQL alike.
+"""The rules that define a step, the step-closing span and a robust z: written once, here, for
+Python and SQL alike.
 
 Why one place: ``summarize`` (`model.collect`, `model.stragglers`), ``sql``
 (`query.sql`'s views and its clock alignment), ``report`` and ``watch`` all
@@ -43,17 +44,20 @@ __all__ = [
     "sql_in_list",
 ]
 
-#: A restart replays the first attempt's step numbers: (attempt, step) is one number, ``attempt × 2⁴⁰ + step``,
-#: so that restart 1's step 5 is never the first attempt's step 5 (2⁴⁰ steps: more than any run takes).
+#: A restart replays the first attempt's step numbers: (attempt, step) is one number, ``attempt ×
+#: 2⁴⁰ + step``, so that restart 1's step 5 is never the first attempt's step 5 (2⁴⁰ steps: more
+#: than any run takes).
 ATTEMPT_STRIDE = 1 << 40
 
-#: The logger's own records (docs/schema.md): process-level markers, never phases, and never the start of a step
-#: (a heartbeat stamped with the current step says nothing about when the step began).
+#: The logger's own records (docs/schema.md): process-level markers, never phases, and never the
+#: start of a step (a heartbeat stamped with the current step says nothing about when the step
+#: began).
 LOGGER_RECORDS: frozenset[str] = META_EVENTS
 
 
 def attempt_step(attempt: int | None, step: int) -> int:
-    """One number per (attempt, step) (`ATTEMPT_STRIDE`): a restart's step N is not the first attempt's.
+    """One number per (attempt, step) (`ATTEMPT_STRIDE`): a restart's step N is not the first
+    attempt's.
 
     Example:
         >>> attempt_step(None, 7), attempt_step(2, 7) == 2 * ATTEMPT_STRIDE + 7
@@ -63,7 +67,8 @@ def attempt_step(attempt: int | None, step: int) -> int:
 
 
 def begins_step(name: str) -> bool:
-    """Whether a record named `name` (``log_type_name``) stamped with a new step can begin that step.
+    """Whether a record named `name` (``log_type_name``) stamped with a new step can begin that
+    step.
 
     A step begins at the first ``_start``, instant or scalar stamped with a
     step above every earlier one (`model.timeline`). ``_end`` and ``_error``
@@ -78,14 +83,16 @@ def begins_step(name: str) -> bool:
     return not (name.endswith("_end") or name.endswith("_error") or name in LOGGER_RECORDS)
 
 
-#: A ``caller`` in otel-titan's own core (the step sampler): the logger wrote the record itself, the program did not.
+#: A ``caller`` in otel-titan's own core (the step sampler): the logger wrote the record itself, the
+#: program did not.
 _LOGGER_CODE = re.compile(r"(^|/)otel_titan/core/[a-z_]+\.py(:\d+:\w+)?$")
 #: caller → whether it is the logger's (a run has a handful of distinct ones).
 _LOGGER_FILES: dict[str, bool] = {}
 
 
 def logger_scalar(record: dict[str, Any]) -> bool:
-    """Whether a ``metric_value`` record is one the logger wrote itself (the per-step memory and process figures), not the program.
+    """Whether a ``metric_value`` record is one the logger wrote itself (the per-step memory and
+    process figures), not the program.
 
     Why: where a process stopped is its program's last record. The figures are
     written by the logger's background thread at each step boundary and at
@@ -119,30 +126,36 @@ def sql_in_list(values: Iterable[str]) -> str:
     return "(" + ", ".join("'" + value.replace("'", "''") + "'" for value in sorted(values)) + ")"
 
 
-#: `begins_step` in SQL, over the ``records`` table's ``log_type_name`` (used by the ``steps`` view).
+#: `begins_step` in SQL, over the ``records`` table's ``log_type_name`` (used by the ``steps``
+#: view).
 STEP_BEGIN_SQL = (
-    "log_type_name IS NOT NULL AND NOT suffix(log_type_name, '_end') AND NOT suffix(log_type_name, '_error') "
+    "log_type_name IS NOT NULL AND NOT suffix(log_type_name, '_end') AND NOT "
+    "suffix(log_type_name, '_error') "
     f"AND log_type_name NOT IN {sql_in_list(LOGGER_RECORDS)}"
 )
 
-#: The step-closing span of a process's step: the top-level span (no parent) started in the step that ended
-#: last, once complete. In synchronous training that is the collective every rank leaves together (the clocks
-#: are aligned on its end, `model.clocks`), and arriving late at it is what a straggler does to the others.
-#: Only spans that ended before the next step began count (`model.timeline` reads records in file order: a
-#: later end belongs to no closed step). Every step counts, the process's last included (it may end in its closing
-#: span before the process stops). In SQL, over the ``spans`` view: this condition on a span, the end before the
-#: next step's start (the ``steps`` view), then per (process, step) ``arg_max(name, end_us)``
+#: The step-closing span of a process's step: the top-level span (no parent) started in the step
+#: that ended last, once complete. In synchronous training that is the collective every rank leaves
+#: together (the clocks are aligned on its end, `model.clocks`), and arriving late at it is what a
+#: straggler does to the others. Only spans that ended before the next step began count
+#: (`model.timeline` reads records in file order: a later end belongs to no closed step). Every step
+#: counts, the process's last included (it may end in its closing span before the process stops). In
+#: SQL, over the ``spans`` view: this condition on a span, the end before the next step's start (the
+#: ``steps`` view), then per (process, step) ``arg_max(name, end_us)``
 #: (`query.sql.CLOSING_SPANS_QUERY`).
 CLOSING_SPAN_SQL = "parent_span_id IS NULL AND NOT incomplete AND step IS NOT NULL"
 
-#: The median absolute deviation (MAD) × this estimates a standard deviation for normal data, robust to outliers.
+#: The median absolute deviation (MAD) × this estimates a standard deviation for normal data, robust
+#: to outliers.
 MAD_TO_SD = 1.4826
-#: ... × this / √n more: the standard error of a median of n values (π/2 ≈ 1.2533², the median's efficiency).
+#: ... × this / √n more: the standard error of a median of n values (π/2 ≈ 1.2533², the median's
+#: efficiency).
 MEDIAN_SE = 1.2533
 
 
 def robust_sd(values: list[float]) -> float:
-    """`MAD_TO_SD` × the median absolute deviation of `values` (0.0 for none): the robust spread z is measured in.
+    """`MAD_TO_SD` × the median absolute deviation of `values` (0.0 for none): the robust spread z
+    is measured in.
 
     Written in SQL as ``MAD_TO_SD * mad(x)`` (DuckDB's ``mad``: the same median absolute deviation).
 

@@ -1,4 +1,5 @@
-"""The scalars over steps (``sl.log_trace_scalar``: loss, learning rate, ...): per name and step, the values of every rank.
+"""The scalars over steps (``sl.log_trace_scalar``: loss, learning rate, ...): per name and step,
+the values of every rank.
 
 Why in the model: the report draws each scalar's min, median and max across
 ranks per step, and it draws them from the summary's one read of the run
@@ -41,7 +42,8 @@ class ScalarSteps:
         self._cutoff: str | None = None
 
     def observe(self, record: dict[str, Any]) -> None:
-        """Take one ``metric_value`` record (malformed ones are ignored: any field may be anything)."""
+        """Take one ``metric_value`` record (malformed ones are ignored: any field may be
+        anything)."""
         name, step, value = record.get("event_name"), record.get("step"), record.get("value")
         if type(name) is not str or type(step) is not int or type(value) not in (float, int):
             return
@@ -69,7 +71,8 @@ class ScalarSteps:
         return series
 
     def merge(self, other: ScalarSteps) -> None:
-        """Add another worker's values (disjoint processes); the first `kept` names of both are kept."""
+        """Add another worker's values (disjoint processes); the first `kept` names of both are
+        kept."""
         for name, steps in other.series.items():
             mine = self.series.get(name)
             if mine is None:

@@ -1,4 +1,5 @@
-"""A slow step next to a memory peak or a busy host: the per-step figures, read back for the summary.
+"""A slow step next to a memory peak or a busy host: the per-step figures, read back for the
+summary.
 
 The logger writes ``memory/…`` and ``process/…`` scalars for every step of
 every rank, and ``host/…`` pressure and throttling scalars for every step of
@@ -33,7 +34,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-__all__ = ["StepFigures", "MIN_SLOW_FACTOR", "MIN_PEAK_GROWTH", "MIN_PRESSURE_PCT", "MIN_PRESSURE_RISE", "NOTES_SHOWN"]
+__all__ = [
+    "StepFigures",
+    "MIN_SLOW_FACTOR",
+    "MIN_PEAK_GROWTH",
+    "MIN_PRESSURE_PCT",
+    "MIN_PRESSURE_RISE",
+    "NOTES_SHOWN",
+]
 
 #: A step at least this many times the run's median step is slow ...
 MIN_SLOW_FACTOR = 1.5
@@ -47,8 +55,16 @@ MIN_PRESSURE_RISE = 10.0
 #: Slow steps looked at, slowest first.
 NOTES_SHOWN = 5
 
-_PEAKS = {"memory/rss_peak_bytes": "resident memory", "memory/cuda_peak_allocated_bytes": "CUDA memory", "memory/cuda_step_peak_allocated_bytes": "CUDA memory"}
-_PRESSURES = {"host/cpu_pressure_some_pct": "CPU", "host/memory_pressure_some_pct": "memory", "host/io_pressure_some_pct": "I/O"}
+_PEAKS = {
+    "memory/rss_peak_bytes": "resident memory",
+    "memory/cuda_peak_allocated_bytes": "CUDA memory",
+    "memory/cuda_step_peak_allocated_bytes": "CUDA memory",
+}
+_PRESSURES = {
+    "host/cpu_pressure_some_pct": "CPU",
+    "host/memory_pressure_some_pct": "memory",
+    "host/io_pressure_some_pct": "I/O",
+}
 _THROTTLE = "host/cgroup_throttled_s"
 _KEPT = frozenset(_PEAKS) | frozenset(_PRESSURES) | {_THROTTLE}
 
@@ -58,7 +74,8 @@ def _gib(value: float) -> str:
 
 
 class StepFigures:
-    """The explaining figures per rank and step, and per host and step (a few numbers per step: no records kept)."""
+    """The explaining figures per rank and step, and per host and step (a few numbers per step: no
+    records kept)."""
 
     def __init__(self) -> None:
         # (source, attempt) → rank → step → {name: value}
@@ -68,10 +85,18 @@ class StepFigures:
         # (source, attempt) → rank → host
         self.host_of: dict[tuple[str, int | None], dict[int, str]] = {}
 
-    def observe(self, record: dict[str, Any], source: str, attempt: int | None, rank: int | None, host: str | None) -> None:
+    def observe(
+        self,
+        record: dict[str, Any],
+        source: str,
+        attempt: int | None,
+        rank: int | None,
+        host: str | None,
+    ) -> None:
         """Take one ``metric_value`` record of `rank` (others are ignored after one set lookup)."""
         name = record.get("event_name")
-        if type(name) is not str or name not in _KEPT or rank is None:  # any record may be malformed
+        # any record may be malformed
+        if type(name) is not str or name not in _KEPT or rank is None:
             return
         step, value = record.get("step"), record.get("value")
         if type(step) is not int or not isinstance(value, (int, float)):
@@ -80,9 +105,13 @@ class StepFigures:
         if host is not None:
             self.host_of.setdefault(key, {})[rank] = host
         if name.startswith("host/"):
-            self.hosts.setdefault(key, {}).setdefault(host or f"rank {rank}", {}).setdefault(step, {})[name] = float(value)
+            self.hosts.setdefault(key, {}).setdefault(host or f"rank {rank}", {}).setdefault(
+                step, {}
+            )[name] = float(value)
         else:
-            self.ranks.setdefault(key, {}).setdefault(rank, {}).setdefault(step, {})[name] = float(value)
+            self.ranks.setdefault(key, {}).setdefault(rank, {}).setdefault(step, {})[name] = float(
+                value
+            )
 
     def state(self) -> dict[str, Any]:
         """For a worker process to send back (`model.parallel`)."""
@@ -100,22 +129,38 @@ class StepFigures:
                     else:
                         mine[k] = v
 
-    def notes(self, step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]]) -> list[str]:
-        """One line per slow step the figures explain, slowest first (at most `NOTES_SHOWN` slow steps looked at)."""
+    def notes(
+        self, step_ms: dict[tuple[str, int | None], dict[int, dict[int, float]]]
+    ) -> list[str]:
+        """One line per slow step the figures explain, slowest first (at most `NOTES_SHOWN` slow
+        steps looked at)."""
         out: list[str] = []
-        for key, per_rank in sorted(step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
+        for key, per_rank in sorted(
+            step_ms.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])
+        ):
             times = [ms for steps in per_rank.values() for ms in steps.values()]
             if len(times) < 4:
                 continue
             median = statistics.median(times)
             if median <= 0:
                 continue
-            slow = sorted(((ms, rank, step) for rank, steps in per_rank.items() for step, ms in steps.items() if ms >= MIN_SLOW_FACTOR * median), reverse=True)
+            slow = sorted(
+                (
+                    (ms, rank, step)
+                    for rank, steps in per_rank.items()
+                    for step, ms in steps.items()
+                    if ms >= MIN_SLOW_FACTOR * median
+                ),
+                reverse=True,
+            )
             for ms, rank, step in slow[:NOTES_SHOWN]:
                 reasons = self._reasons(key, rank, step)
                 if reasons:
                     label = key[0] if key[1] in (None, 0) else f"{key[0]} (attempt {key[1]})"
-                    out.append(f"{label} rank {rank}, step {step}: {ms:,.0f} ms (median {median:,.0f} ms); " + "; ".join(reasons))
+                    out.append(
+                        f"{label} rank {rank}, step {step}: {ms:,.0f} ms (median {median:,.0f} "
+                        "ms); " + "; ".join(reasons)
+                    )
         return out
 
     def _reasons(self, key: tuple[str, int | None], rank: int, step: int) -> list[str]:
@@ -128,7 +173,9 @@ class StepFigures:
             if name in now and name in previous:
                 grown = now[name] - previous[name]
                 if grown >= _MIN_PEAK_BYTES and grown >= MIN_PEAK_GROWTH * previous[name]:
-                    reasons.append(f"its {what} reached a new peak of {_gib(now[name])} (+{_gib(grown)})")
+                    reasons.append(
+                        f"its {what} reached a new peak of {_gib(now[name])} (+{_gib(grown)})"
+                    )
                     break
         host = self.host_of.get(key, {}).get(rank)
         host_steps = self.hosts.get(key, {}).get(host, {}) if host is not None else {}
@@ -138,8 +185,12 @@ class StepFigures:
             if value is None or value < MIN_PRESSURE_PCT:
                 continue
             usual = statistics.median(v[name] for v in host_steps.values() if name in v)
-            if value - usual >= MIN_PRESSURE_RISE:  # a host always this busy slows every step, not this one
-                reasons.append(f"its host {host} was under {what} pressure ({value:.0f} % of the time tasks waited for {what})")
+            # a host always this busy slows every step, not this one
+            if value - usual >= MIN_PRESSURE_RISE:
+                reasons.append(
+                    f"its host {host} was under {what} pressure ({value:.0f} % of the time tasks "
+                    f"waited for {what})"
+                )
         throttled = figures.get(_THROTTLE)
         before_host = [s for s in host_steps if s < step and _THROTTLE in host_steps[s]]
         if throttled is not None and before_host:

@@ -1,4 +1,5 @@
-"""The run as a grid of ranks × steps (and phases, and scalars): what the report's figures are drawn from.
+"""The run as a grid of ranks × steps (and phases, and scalars): what the report's figures are drawn
+from.
 
 Why: the report's pictures (step time by rank and step, arrival at the
 step-closing collective, each phase per rank, the scalars over steps) are
@@ -30,7 +31,8 @@ PerRank = dict[int, dict[int, float]]
 
 @dataclass
 class StepGrid:
-    """Per source and attempt, per rank and step: step times, step starts, phase times, arrival at the step-closing collective; the scalars.
+    """Per source and attempt, per rank and step: step times, step starts, phase times, arrival at
+    the step-closing collective; the scalars.
 
     `step_ms`: a step's time (its start to the next step's start; a process's
     last step has none). `step_starts`: when each step began on the rank's own
@@ -52,23 +54,47 @@ class StepGrid:
     bytes_read: int = 0
 
     def source_steps(self, source: str) -> tuple[int | None, int | None]:
-        """(first, last) step any rank of `source` began (every attempt); (None, None) without steps."""
-        steps = [step for (src, _), per_rank in self.step_starts.items() if src == source for starts in per_rank.values() for step in starts]
+        """(first, last) step any rank of `source` began (every attempt); (None, None) without
+        steps."""
+        steps = [
+            step
+            for (src, _), per_rank in self.step_starts.items()
+            if src == source
+            for starts in per_rank.values()
+            for step in starts
+        ]
         return (min(steps), max(steps)) if steps else (None, None)
 
     def source_ranks(self, source: str) -> int | None:
         """The highest rank of `source` with a step (None without steps)."""
-        ranks = [rank for (src, _), per_rank in self.step_starts.items() if src == source for rank, starts in per_rank.items() if starts]
+        ranks = [
+            rank
+            for (src, _), per_rank in self.step_starts.items()
+            if src == source
+            for rank, starts in per_rank.items()
+            if starts
+        ]
         return max(ranks) if ranks else None
 
     def rows(self, figure: dict[Key, PerRank], source: str) -> list[tuple[int, dict[int, float]]]:
-        """(rank, step → value) of every attempt of `source` in `figure` (`step_ms` or `arrival_ms`); a rank restarted has a row per attempt."""
-        return [(rank, steps) for (src, _), per_rank in figure.items() if src == source for rank, steps in per_rank.items() if steps]
+        """(rank, step → value) of every attempt of `source` in `figure` (`step_ms` or
+        `arrival_ms`); a rank restarted has a row per attempt."""
+        return [
+            (rank, steps)
+            for (src, _), per_rank in figure.items()
+            if src == source
+            for rank, steps in per_rank.items()
+            if steps
+        ]
 
     def phases_by_rank(self, source: str) -> dict[str, dict[int, list[float]]]:
-        """phase → rank → its per-step times in the phase (every attempt of `source`), phases and ranks in order."""
+        """phase → rank → its per-step times in the phase (every attempt of `source`), phases and
+        ranks in order."""
         out: dict[str, dict[int, list[float]]] = {}
-        for (src, _, phase), per_rank in sorted(self.phase_step_ms.items(), key=lambda item: (item[0][0], item[0][2], -1 if item[0][1] is None else item[0][1])):
+        for (src, _, phase), per_rank in sorted(
+            self.phase_step_ms.items(),
+            key=lambda item: (item[0][0], item[0][2], -1 if item[0][1] is None else item[0][1]),
+        ):
             if src != source:
                 continue
             by_rank = out.setdefault(phase, {})

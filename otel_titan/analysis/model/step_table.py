@@ -1,4 +1,5 @@
-"""The step table: per (source, attempt, rank, step) the step time, each phase's count and total, the step-closing span.
+"""The step table: per (source, attempt, rank, step) the step time, each phase's count and total,
+the step-closing span.
 
 Two ways to the same table. From the writer's rollups (`read.rollups`: one
 line per rank and step, a few percent of the bytes, the rest of the files
@@ -55,11 +56,13 @@ class StepRow:
     attempt: int | None
     rank: int
     step: int
-    #: From the step's first record to the next step's (ms); None when no next step ended it (a process's last).
+    #: From the step's first record to the next step's (ms); None when no next step ended it (a
+    #: process's last).
     step_ms: float | None
     #: Span name → (count, total ms, to the µs) of its spans that started in the step and ended.
     phases: dict[str, tuple[int, float]]
-    #: The step-closing span's name, and when the rank entered and left it (µs, its own clock as written).
+    #: The step-closing span's name, and when the rank entered and left it (µs, its own clock as
+    #: written).
     closing: str | None = None
     closing_enter_us: int | None = None
     closing_exit_us: int | None = None
@@ -83,13 +86,16 @@ class StepTable:
 
 
 def rows_from_collected(collected: tuple[Any, Any, Any, Any]) -> list[StepRow]:
-    """The rows from the model's accumulators: `(step_ms, phase_step_ms, phase_step_count, closing)` of `model.collect`'s collector."""
+    """The rows from the model's accumulators: `(step_ms, phase_step_ms, phase_step_count, closing)`
+    of `model.collect`'s collector."""
     step_ms, phase_ms, phase_count, closing = collected
     times: dict[_Key, dict[int, float]] = {}
     # Rounded to the µs here: sums of float ms (the rollups' totals are whole µs already).
     for (source, attempt), per_rank in step_ms.items():
         for rank, steps in per_rank.items():
-            times.setdefault((source, attempt, rank), {}).update((step, round(ms, 3)) for step, ms in steps.items())
+            times.setdefault((source, attempt, rank), {}).update(
+                (step, round(ms, 3)) for step, ms in steps.items()
+            )
     phases: dict[_Key, dict[int, dict[str, tuple[int, float]]]] = {}
     for (source, attempt, name), per_rank in phase_ms.items():
         counts_of = phase_count.get((source, attempt, name), {})
@@ -110,7 +116,8 @@ def rows_from_collected(collected: tuple[Any, Any, Any, Any]) -> list[StepRow]:
 
 
 def rows_from_rollups(scans: Iterable[ProcessRollups]) -> list[StepRow]:
-    """The rows from the processes' rollups (`read.rollups.scan_rollups`), merged as the model merges processes: in order, the later one's step winning, phase by phase."""
+    """The rows from the processes' rollups (`read.rollups.scan_rollups`), merged as the model
+    merges processes: in order, the later one's step winning, phase by phase."""
     times: dict[_Key, dict[int, float]] = {}
     phases: dict[_Key, dict[int, dict[str, tuple[int, float]]]] = {}
     closers: dict[_Key, dict[int, tuple[str, int, int]]] = {}
@@ -119,13 +126,21 @@ def rows_from_rollups(scans: Iterable[ProcessRollups]) -> list[StepRow]:
         if process.rank is None:
             continue
         key = (process.source, process.attempt, process.rank)
-        own_times, own_phases, own_closing = times.setdefault(key, {}), phases.setdefault(key, {}), closers.setdefault(key, {})
+        own_times, own_phases, own_closing = (
+            times.setdefault(key, {}),
+            phases.setdefault(key, {}),
+            closers.setdefault(key, {}),
+        )
         for step, rollup in scan.steps.items():
             if rollup.complete:
                 own_times[step] = (rollup.end_us - rollup.begin_us) / 1000.0
             if rollup.phases:
-                merged = {name: (count, total_us / 1000.0) for name, (count, total_us) in rollup.phases.items()}
-                if step in own_phases:  # another process of this rank had the step: phase by phase, as the model merges
+                merged = {
+                    name: (count, total_us / 1000.0)
+                    for name, (count, total_us) in rollup.phases.items()
+                }
+                # another process of this rank had the step: phase by phase, as the model merges
+                if step in own_phases:
                     own_phases[step].update(merged)
                 else:
                     own_phases[step] = merged
@@ -134,17 +149,49 @@ def rows_from_rollups(scans: Iterable[ProcessRollups]) -> list[StepRow]:
     return _rows(times, phases, closers)
 
 
-def _rows(times: dict[_Key, dict[int, float]], phases: dict[_Key, dict[int, dict[str, tuple[int, float]]]], closers: dict[_Key, dict[int, tuple[str, int, int]]]) -> list[StepRow]:
+def _rows(
+    times: dict[_Key, dict[int, float]],
+    phases: dict[_Key, dict[int, dict[str, tuple[int, float]]]],
+    closers: dict[_Key, dict[int, tuple[str, int, int]]],
+) -> list[StepRow]:
     out: list[StepRow] = []
     nothing: dict[str, tuple[int, float]] = {}
-    for key in sorted({*times, *phases, *closers}, key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])):
+    for key in sorted(
+        {*times, *phases, *closers}, key=lambda k: (k[0], -1 if k[1] is None else k[1], k[2])
+    ):
         source, attempt, rank = key
-        own_times, own_phases, own_closing = times.get(key, {}), phases.get(key, {}), closers.get(key, {})
+        own_times, own_phases, own_closing = (
+            times.get(key, {}),
+            phases.get(key, {}),
+            closers.get(key, {}),
+        )
         for step in sorted({*own_times, *own_phases, *own_closing}):
             closing = own_closing.get(step)
-            # Positional, in the fields' order: one row per rank and step. Each row's phases are its own dict (built per step above).
+            # Positional, in the fields' order: one row per rank and step. Each row's phases are its
+            # own dict (built per step above).
             if closing is None:
-                out.append(StepRow(source, attempt, rank, step, own_times.get(step), own_phases.get(step) or dict(nothing)))
+                out.append(
+                    StepRow(
+                        source,
+                        attempt,
+                        rank,
+                        step,
+                        own_times.get(step),
+                        own_phases.get(step) or dict(nothing),
+                    )
+                )
             else:
-                out.append(StepRow(source, attempt, rank, step, own_times.get(step), own_phases.get(step) or dict(nothing), closing[0], closing[1], closing[2]))
+                out.append(
+                    StepRow(
+                        source,
+                        attempt,
+                        rank,
+                        step,
+                        own_times.get(step),
+                        own_phases.get(step) or dict(nothing),
+                        closing[0],
+                        closing[1],
+                        closing[2],
+                    )
+                )
     return out

@@ -1,4 +1,5 @@
-"""Straggler verdicts: which rank is slower than its peers, on what evidence, and what it costs the run.
+"""Straggler verdicts: which rank is slower than its peers, on what evidence, and what it costs the
+run.
 
 Why a module of its own: a verdict that names a rank must be right (a wrong
 culprit costs more trust than a missing one), so each step of the reasoning is
@@ -9,11 +10,11 @@ same findings:
   the same work: the same mesh coordinates but data-parallel (a pipeline's
   last stage always runs a longer forward; an expert or tensor-parallel
   position differs by design). Without a declared mesh every rank is a peer.
-* *the statistic* (`compare_ranks`, its bar `stands_out`, which `watch` applies
-  too): a median at least `EFFECT_MARGIN` × `MIN_EFFECT` (7.5 %: a median of
-  noisy steps understates a true 10 % half the time) above the peers' median
-  and at least `MIN_Z` times the noise, over at least `MIN_STEPS` steps. With fewer than `MIN_MAJORITY` peers there is no majority
-  to call one rank abnormal: the difference is shown, nobody is blamed.
+* *the statistic* (`compare_ranks`, its bar `stands_out`, which `watch` applies too): a median at
+  least `EFFECT_MARGIN` × `MIN_EFFECT` (7.5 %: a median of noisy steps understates a true 10 % half
+  the time) above the peers' median and at least `MIN_Z` times the noise, over at least `MIN_STEPS`
+  steps. With fewer than `MIN_MAJORITY` peers there is no majority to call one rank abnormal: the
+  difference is shown, nobody is blamed.
 * *wait or work* (`lateness`): a longer phase that ends when the others' ends
   is a wait (the rank that reaches a collective first waits inside it). On one
   clock the ends are compared directly; across hosts, on each rank's own
@@ -80,31 +81,41 @@ __all__ = [
 
 #: A rank is a straggler only with at least this many steps compared with other ranks ...
 MIN_STEPS = 6
-#: ... slower than the other ranks by this fraction: the slowdown the rule is built to find (Greyhound's and FALCON's 10 %) ...
+#: ... slower than the other ranks by this fraction: the slowdown the rule is built to find
+#: (Greyhound's and FALCON's 10 %) ...
 MIN_EFFECT = 0.10
-#: ... which a median over noisy steps understates about half the time: the bar on the estimate is this share of it.
-#: One bar for `summarize` (`compare_ranks`) and `watch` (its window): a rank 10 % slower is found by both, or by neither.
+#: ... which a median over noisy steps understates about half the time: the bar on the estimate is
+#: this share of it. One bar for `summarize` (`compare_ranks`) and `watch` (its window): a rank 10 %
+#: slower is found by both, or by neither.
 EFFECT_MARGIN = 0.75
-#: Between that bar and `MIN_EFFECT` itself, the difference must stand this many times the noise (not `MIN_Z`): a smaller
-#: effect needs stronger evidence, or the many ranks × phases of a noisy healthy run offer one at 3.5 σ.
+#: Between that bar and `MIN_EFFECT` itself, the difference must stand this many times the noise
+#: (not `MIN_Z`): a smaller effect needs stronger evidence, or the many ranks × phases of a noisy
+#: healthy run offer one at 3.5 σ.
 MIN_Z_BELOW_EFFECT = 5.0
-#: ... and that difference at least this many times the noise (robust z; 3.5 is the usual outlier bar).
+#: ... and that difference at least this many times the noise (robust z; 3.5 is the usual outlier
+#: bar).
 MIN_Z = 3.5
 #: A phase straggler's difference must also be at least this fraction of the median step time.
 MIN_STEP_SHARE = 0.01
-#: ... and a phase straggler finishes the phase late by at least this share of its difference (else it waited).
+#: ... and a phase straggler finishes the phase late by at least this share of its difference (else
+#: it waited).
 MIN_LATENESS_SHARE = 0.5
-#: A late arrival at the step-closing collective delays every rank: a smaller share of the others' arrival time counts.
+#: A late arrival at the step-closing collective delays every rank: a smaller share of the others'
+#: arrival time counts.
 MIN_ARRIVAL_EFFECT = 0.10
-#: With fewer peers than this there is no majority to call one abnormal: a difference, nobody blamed.
+#: With fewer peers than this there is no majority to call one abnormal: a difference, nobody
+#: blamed.
 MIN_MAJORITY = 3
-#: A finding reaches "Look first at" only when it costs the run at least this share of the step: the phase bar itself
-#: (`MIN_STEP_SHARE`), so a rank `watch` raises `slow` about (the same rule, `stands_out`) is one `summarize` puts first
-#: (issue 26: at 5 % a rank 12 % slower in `fwd`, 3.5 % of the step, was named by both but kept out of the headline) ...
+#: A finding reaches "Look first at" only when it costs the run at least this share of the step: the
+#: phase bar itself (`MIN_STEP_SHARE`), so a rank `watch` raises `slow` about (the same rule,
+#: `stands_out`) is one `summarize` puts first (issue 26: at 5 % a rank 12 % slower in `fwd`, 3.5 %
+#: of the step, was named by both but kept out of the headline) ...
 HEADLINE_MIN_SHARE = MIN_STEP_SHARE
-#: ... in both halves of the run: in each, its median per-step difference is at least this share of the whole run's.
+#: ... in both halves of the run: in each, its median per-step difference is at least this share of
+#: the whole run's.
 PERSISTENT_SHARE = 0.5
-#: ... or, begun mid-run, large in at least this share of the steps from its first large one to the last step (it lasted).
+#: ... or, begun mid-run, large in at least this share of the steps from its first large one to the
+#: last step (it lasted).
 LASTED_SHARE = 0.8
 #: The rule as data (in ``--json``), so that a reader knows what "straggler" meant.
 STRAGGLER_RULE = {
@@ -124,7 +135,8 @@ _EXACT_SPREAD_UP_TO = 64
 
 # -- peers ----------------------------------------------------------------------------------------
 def peer_key(mesh: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
-    """What a rank must share with its peers: its mesh coordinates but the data-parallel ones (names starting ``dp``).
+    """What a rank must share with its peers: its mesh coordinates but the data-parallel ones (names
+    starting ``dp``).
 
     Example:
         >>> peer_key({"pp": 1, "dp": 3, "tp": 0}), peer_key(None)
@@ -132,11 +144,20 @@ def peer_key(mesh: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
     """
     if not mesh:
         return ()
-    return tuple(sorted((name, coord) for name, coord in mesh.items() if not name.startswith(DATA_PARALLEL_PREFIX)))
+    return tuple(
+        sorted(
+            (name, coord)
+            for name, coord in mesh.items()
+            if not name.startswith(DATA_PARALLEL_PREFIX)
+        )
+    )
 
 
-def peer_groups(meshes: Mapping[int, Mapping[str, int] | None]) -> dict[tuple[tuple[str, int], ...], list[int]]:
-    """Ranks that should do the same work, by `peer_key`; ranks without a mesh are all peers of each other.
+def peer_groups(
+    meshes: Mapping[int, Mapping[str, int] | None],
+) -> dict[tuple[tuple[str, int], ...], list[int]]:
+    """Ranks that should do the same work, by `peer_key`; ranks without a mesh are all peers of each
+    other.
 
     Example:
         >>> peer_groups({0: {"pp": 0, "dp": 0}, 1: {"pp": 0, "dp": 1}, 2: {"pp": 1, "dp": 0}, 3: {"pp": 1, "dp": 1}})
@@ -155,7 +176,8 @@ def describe_group(key: tuple[tuple[str, int], ...]) -> str:
 
 # -- the statistic ---------------------------------------------------------------------------------
 def effect_bar(reference: float, min_effect: float = MIN_EFFECT) -> float:
-    """The least excess (same unit as `reference`) that counts as `min_effect` slower than `reference`: `EFFECT_MARGIN` of it.
+    """The least excess (same unit as `reference`) that counts as `min_effect` slower than
+    `reference`: `EFFECT_MARGIN` of it.
 
     Example:
         >>> round(effect_bar(30.0), 6)  # ms: a rank whose fwd takes 30 ms on its peers is slow from +2.25 ms
@@ -164,9 +186,18 @@ def effect_bar(reference: float, min_effect: float = MIN_EFFECT) -> float:
     return EFFECT_MARGIN * min_effect * reference
 
 
-def stands_out(excess: float, reference: float, noise: float, *, min_effect: float = MIN_EFFECT, min_z: float = MIN_Z,
-               step_ms: float | None = None, min_step_share: float = MIN_STEP_SHARE) -> bool:
-    """Whether a unit's `excess` over its peers' `reference` is a slowdown on evidence: the one rule `summarize` and `watch` apply.
+def stands_out(
+    excess: float,
+    reference: float,
+    noise: float,
+    *,
+    min_effect: float = MIN_EFFECT,
+    min_z: float = MIN_Z,
+    step_ms: float | None = None,
+    min_step_share: float = MIN_STEP_SHARE,
+) -> bool:
+    """Whether a unit's `excess` over its peers' `reference` is a slowdown on evidence: the one rule
+    `summarize` and `watch` apply.
 
     At least `effect_bar` of the reference (when the reference is positive),
     at least `min_z` times the `noise` (when there is any; `MIN_Z_BELOW_EFFECT`
@@ -182,7 +213,8 @@ def stands_out(excess: float, reference: float, noise: float, *, min_effect: flo
         >>> stands_out(2.5, 30.0, 0.6), stands_out(2.5, 30.0, 0.4)  # under 10 %: 5 × the noise, not 3.5 ×
         (False, True)
     """
-    below = reference > 0 and excess < min_effect * reference  # under the effect the rule is built for: stronger evidence
+    # under the effect the rule is built for: stronger evidence
+    below = reference > 0 and excess < min_effect * reference
     return (
         excess > 0
         and (reference <= 0 or excess >= effect_bar(reference, min_effect))
@@ -191,8 +223,15 @@ def stands_out(excess: float, reference: float, noise: float, *, min_effect: flo
     )
 
 
-def compare_ranks(per_rank: Mapping[int, Mapping[int, float]], *, step_ms: float | None = None, min_effect: float = MIN_EFFECT, table: bool = True) -> tuple[list[StepTimes], list[RankSlowness]]:
-    """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler, by how much.
+def compare_ranks(
+    per_rank: Mapping[int, Mapping[int, float]],
+    *,
+    step_ms: float | None = None,
+    min_effect: float = MIN_EFFECT,
+    table: bool = True,
+) -> tuple[list[StepTimes], list[RankSlowness]]:
+    """Per step: each rank's time and the slowest rank (None on a tie); per rank: is it a straggler,
+    by how much.
 
     A rank's *excess* is its median minus the median of the other ranks'
     medians (over the steps it shares with another rank). It *differs* when it
@@ -223,9 +262,12 @@ def compare_ranks(per_rank: Mapping[int, Mapping[int, float]], *, step_ms: float
     else:
         slowest_count, counts, medians, standard_errors = _per_step(per_rank, rows, table)
     ordered_medians = sorted(medians.values())
-    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic: the
-    # spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000 ranks).
-    shared_spread = robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
+    # Beyond this many ranks, leaving one rank out moves the spread by at most one order statistic:
+    # the spread of all ranks stands for "the others'" (O(R log R) instead of O(R² log R) at 1,000
+    # ranks).
+    shared_spread = (
+        robust_sd(ordered_medians) if len(ordered_medians) > _EXACT_SPREAD_UP_TO else None
+    )
     majority = len(medians) >= MIN_MAJORITY
     ranks = []
     for rank, compared in counts.items():
@@ -239,7 +281,9 @@ def compare_ranks(per_rank: Mapping[int, Mapping[int, float]], *, step_ms: float
             spread = robust_sd(others) if len(others) > 1 else 0.0
         noise = max(spread, standard_errors[rank])
         z = excess / noise if noise > 0 else None
-        differs = compared >= MIN_STEPS and stands_out(excess, others_median, noise, min_effect=min_effect, step_ms=step_ms)
+        differs = compared >= MIN_STEPS and stands_out(
+            excess, others_median, noise, min_effect=min_effect, step_ms=step_ms
+        )
         ranks.append(
             RankSlowness(
                 rank=rank,
@@ -259,9 +303,13 @@ def compare_ranks(per_rank: Mapping[int, Mapping[int, float]], *, step_ms: float
     return rows, ranks
 
 
-def _per_step(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes], table: bool) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]]:
-    """`compare_ranks`'s per-step pass, any shape: (slowest steps, compared steps, median, standard error of the difference) per rank; `rows` filled when `table`."""
-    # defaultdicts, not setdefault: one call per rank and step, without a new empty container each time.
+def _per_step(
+    per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes], table: bool
+) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]]:
+    """`compare_ranks`'s per-step pass, any shape: (slowest steps, compared steps, median, standard
+    error of the difference) per rank; `rows` filled when `table`."""
+    # defaultdicts, not setdefault: one call per rank and step, without a new empty container each
+    # time.
     steps: dict[int, dict[int, float]] = defaultdict(dict)
     for rank, by_step in per_rank.items():
         for step, ms in by_step.items():
@@ -285,23 +333,36 @@ def _per_step(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes]
             own[rank].append(ms)
             differences[rank].append(ms - without(ms))
         if table:
-            rows.append(StepTimes(step=step, ms=dict(sorted(times.items())), slowest_rank=slowest, excess_ms=round(excess, 6)))
+            rows.append(
+                StepTimes(
+                    step=step,
+                    ms=dict(sorted(times.items())),
+                    slowest_rank=slowest,
+                    excess_ms=round(excess, 6),
+                )
+            )
     counts = {rank: len(values) for rank, values in own.items()}
     medians = {rank: statistics.median(values) for rank, values in own.items()}
-    errors = {rank: MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values)) for rank, values in own.items()}
+    errors = {
+        rank: MEDIAN_SE * robust_sd(differences[rank]) / math.sqrt(len(values))
+        for rank, values in own.items()
+    }
     return slowest_count, counts, medians, errors
 
 
-def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | None = None) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
-    """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a float, in the same steps (None: another shape); `rows`, when given, filled as `_per_step` fills them.
+def _dense(
+    per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | None = None
+) -> tuple[dict[int, int], dict[int, int], dict[int, float], dict[int, float]] | None:
+    """`_per_step`'s answer for the common shape, in numpy: every rank (three or more) timed, as a
+    float, in the same steps (None: another shape); `rows`, when given, filled as `_per_step` fills
+    them.
 
-    Why: the verdicts are computed on every first read of a question (the
-    cache keeps them beside the facts, `collect._kept_stragglers`, but not
-    across a changed file, `--steps` or `--no-align`), and at 1,024 ranks ×
-    50 steps this pass was most of a `summarize` of cached facts. The same operations on the same operands, in the same
-    order, as `_per_step` (a sort per step; the median without each value
-    from the two or three values around the middle, `_median_without_each`;
-    medians as the middle value or the half-sum of the two middle ones; the
+    Why: the verdicts are computed on every first read of a question (the cache keeps them beside
+    the facts, `collect._kept_stragglers`, but not across a changed file, `--steps` or
+    `--no-align`), and at 1,024 ranks × 50 steps this pass was most of a `summarize` of cached
+    facts. The same operations on the same operands, in the same order, as `_per_step` (a sort per
+    step; the median without each value from the two or three values around the middle,
+    `_median_without_each`; medians as the middle value or the half-sum of the two middle ones; the
     MAD as `rules.robust_sd`), so the result is the same to the bit
     (tests/analysis/model/test_stragglers.py compares them).
     """
@@ -318,10 +379,15 @@ def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | 
 
     steps = sorted(keys)
     try:
-        matrix = np.array([[by_step[step] for step in steps] for by_step in per_rank.values()], dtype=np.float64)
+        matrix = np.array(
+            [[by_step[step] for step in steps] for by_step in per_rank.values()], dtype=np.float64
+        )
     except (TypeError, ValueError):
         return None
-    if any(type(ms) is not float for by_step in per_rank.values() for ms in by_step.values()) or np.isnan(matrix).any():
+    if (
+        any(type(ms) is not float for by_step in per_rank.values() for ms in by_step.values())
+        or np.isnan(matrix).any()
+    ):
         return None  # ints (a median of ints stays an int in Python) or NaN (which sorts otherwise): the general pass
     ordered = np.sort(matrix, axis=0)
     n = len(ranks) - 1
@@ -330,7 +396,11 @@ def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | 
         without = np.where(matrix > pivot, pivot, above)
     else:
         low, high, next_high = ordered[n // 2 - 1], ordered[n // 2], ordered[n // 2 + 1]
-        without = np.where(matrix > high, (low + high) / 2, np.where(matrix > low, (low + next_high) / 2, (high + next_high) / 2))
+        without = np.where(
+            matrix > high,
+            (low + high) / 2,
+            np.where(matrix > low, (low + next_high) / 2, (high + next_high) / 2),
+        )
     differences = matrix - without
     slowest_count: dict[int, int] = {}
     unique = ordered[-2] < ordered[-1]  # a shared slowest time is nobody's
@@ -339,22 +409,42 @@ def _dense(per_rank: Mapping[int, Mapping[int, float]], rows: list[StepTimes] | 
         for index in slowest_index[unique].tolist():
             slowest_count[ranks[index]] = slowest_count.get(ranks[index], 0) + 1
     if rows is not None:
-        # The slowest value's median of the others is `without` at its cell: the excess `_per_step` computes.
-        excess = np.where(unique, ordered[-1] - without[slowest_index, np.arange(len(steps))], 0.0).tolist()
+        # The slowest value's median of the others is `without` at its cell: the excess `_per_step`
+        # computes.
+        excess = np.where(
+            unique, ordered[-1] - without[slowest_index, np.arange(len(steps))], 0.0
+        ).tolist()
         by_rank = sorted(range(len(ranks)), key=ranks.__getitem__)
         sorted_ranks = [ranks[index] for index in by_rank]
         columns = matrix[by_rank].T.tolist()
-        for column, step, is_unique, index, step_excess in zip(columns, steps, unique.tolist(), slowest_index.tolist(), excess):
-            rows.append(StepTimes(step=step, ms=dict(zip(sorted_ranks, column)), slowest_rank=ranks[index] if is_unique else None, excess_ms=round(step_excess, 6)))
+        for column, step, is_unique, index, step_excess in zip(
+            columns, steps, unique.tolist(), slowest_index.tolist(), excess
+        ):
+            rows.append(
+                StepTimes(
+                    step=step,
+                    ms=dict(zip(sorted_ranks, column)),
+                    slowest_rank=ranks[index] if is_unique else None,
+                    excess_ms=round(step_excess, 6),
+                )
+            )
     medians = _row_medians(np, matrix)
-    spread = MAD_TO_SD * _row_medians(np, np.abs(differences - _row_medians(np, differences)[:, None]))
+    spread = MAD_TO_SD * _row_medians(
+        np, np.abs(differences - _row_medians(np, differences)[:, None])
+    )
     errors = MEDIAN_SE * spread / math.sqrt(len(steps))
     count = len(steps)
-    return slowest_count, dict.fromkeys(ranks, count), dict(zip(ranks, medians.tolist())), dict(zip(ranks, errors.tolist()))
+    return (
+        slowest_count,
+        dict.fromkeys(ranks, count),
+        dict(zip(ranks, medians.tolist())),
+        dict(zip(ranks, errors.tolist())),
+    )
 
 
 def _row_medians(np: Any, matrix: Any) -> Any:
-    """Each row's median as `statistics.median` takes it: the middle value, or the half-sum of the two middle ones."""
+    """Each row's median as `statistics.median` takes it: the middle value, or the half-sum of the
+    two middle ones."""
     ordered = np.sort(matrix, axis=1)
     width = ordered.shape[1]
     if width % 2:
@@ -376,7 +466,8 @@ def _median_without(ordered: list[float], value: float) -> float:
 
 
 def _median_without_each(ordered: list[float]) -> Callable[[float], float]:
-    """`_median_without(ordered, value)` for any `value` of sorted `ordered`, each in one or two comparisons.
+    """`_median_without(ordered, value)` for any `value` of sorted `ordered`, each in one or two
+    comparisons.
 
     Why: it is asked for every rank of every step (51,200 times per statistic
     at 1,024 ranks × 50 steps). Leaving one value out moves the median by at
@@ -397,31 +488,41 @@ def _median_without_each(ordered: list[float]) -> Callable[[float], float]:
     return lambda value: both_low if value > high else (mixed if value > low else both_high)
 
 
-def per_step_differences(rank: int, per_rank: Mapping[int, Mapping[int, float]]) -> list[tuple[int, float]]:
-    """Per step the rank shares with another: its value minus the median of the others' (step order)."""
+def per_step_differences(
+    rank: int, per_rank: Mapping[int, Mapping[int, float]]
+) -> list[tuple[int, float]]:
+    """Per step the rank shares with another: its value minus the median of the others' (step
+    order)."""
     out = []
     for step, value in sorted(per_rank.get(rank, {}).items()):
-        others = [by_step[step] for other, by_step in per_rank.items() if other != rank and step in by_step]
+        others = [
+            by_step[step]
+            for other, by_step in per_rank.items()
+            if other != rank and step in by_step
+        ]
         if others:
             out.append((step, value - statistics.median(others)))
     return out
 
 
-# -- when: slowdowns that start late or come and go ----------------------------------------------------
+# -- when: slowdowns that start late or come and go ------------------------------------------------
 #: The width of the running median that finds a change window (a single slow step is no shift) ...
 WINDOW_MIN_STEPS = MIN_STEPS
-#: ... and the steps a window holds at least: fewer, and a run of noisy steps chosen for being high looks like one.
+#: ... and the steps a window holds at least: fewer, and a run of noisy steps chosen for being high
+#: looks like one.
 WINDOW_MIN_LENGTH = 2 * MIN_STEPS
 #: At most this many windows per rank and phase are judged (the largest first).
 MAX_WINDOWS = 3
-#: A window is chosen for being high, out of every rank's, phase's and step's: judged on its steps alone, it must be
-#: `MIN_EFFECT` slower (the ≥ 10 % filter itself, not the bar below it) and stand this many times the noise (a noisy
-#: healthy 64-rank run offered a 10-step window at +15 %, z 5.3; a rank's fwd doubling shows z 37 to 71).
+#: A window is chosen for being high, out of every rank's, phase's and step's: judged on its steps
+#: alone, it must be `MIN_EFFECT` slower (the ≥ 10 % filter itself, not the bar below it) and stand
+#: this many times the noise (a noisy healthy 64-rank run offered a 10-step window at +15 %, z 5.3;
+#: a rank's fwd doubling shows z 37 to 71).
 WINDOW_MIN_Z = 8.0
 
 
 def window_stands_out(slow: RankSlowness) -> bool:
-    """Whether a rank judged on a change window's steps alone (`change_windows`) is slower on the stricter evidence a chosen window needs.
+    """Whether a rank judged on a change window's steps alone (`change_windows`) is slower on the
+    stricter evidence a chosen window needs.
 
     Example:
         >>> from otel_titan.analysis.model.facts import RankSlowness
@@ -438,20 +539,24 @@ def window_stands_out(slow: RankSlowness) -> bool:
     )
 
 
-def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] | frozenset[int] = frozenset(), *, min_effect: float = MIN_EFFECT) -> list[tuple[int, int, int]]:
-    """Where a rank shifted above its peers for a while: [(rank, first step, last step)], largest windows first.
+def change_windows(
+    per_rank: Mapping[int, Mapping[int, float]],
+    skip: set[int] | frozenset[int] = frozenset(),
+    *,
+    min_effect: float = MIN_EFFECT,
+) -> list[tuple[int, int, int]]:
+    """Where a rank shifted above its peers for a while: [(rank, first step, last step)], largest
+    windows first.
 
-    Why: `compare_ranks` judges each rank's median over every step, and a
-    slowdown that starts in the last quarter of the run (or comes and goes)
-    never moves a median over the run. Per rank, its per-step difference
-    from the median of every rank in that step, smoothed by a running median
-    over `WINDOW_MIN_STEPS` steps (a single slow step is no shift); the steps
-    where it stays at least `MIN_EFFECT` of the ranks' median (the change
-    points: the ≥ 10 % filter of Greyhound and FALCON) form windows of at
-    least `WINDOW_MIN_LENGTH` steps. A window is a candidate only: the caller
-    judges the rank on those steps alone (`compare_ranks`), on the stricter
-    evidence a window chosen for being high needs (`window_stands_out`). Ranks in `skip` (already found
-    over the whole run) are not searched.
+    Why: `compare_ranks` judges each rank's median over every step, and a slowdown that starts in
+    the last quarter of the run (or comes and goes) never moves a median over the run. Per rank, its
+    per-step difference from the median of every rank in that step, smoothed by a running median
+    over `WINDOW_MIN_STEPS` steps (a single slow step is no shift); the steps where it stays at
+    least `MIN_EFFECT` of the ranks' median (the change points: the ≥ 10 % filter of Greyhound and
+    FALCON) form windows of at least `WINDOW_MIN_LENGTH` steps. A window is a candidate only: the
+    caller judges the rank on those steps alone (`compare_ranks`), on the stricter evidence a window
+    chosen for being high needs (`window_stands_out`). Ranks in `skip` (already found over the whole
+    run) are not searched.
 
     Example:
         >>> times = {r: {s: 10.0 + (10.0 if r == 2 and s > 28 else 0.0) + 0.1 * ((r + s) % 3) for s in range(1, 41)} for r in range(5)}
@@ -462,7 +567,11 @@ def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] |
 
     ranks = [rank for rank in per_rank if rank not in skip]
     steps = sorted({step for by_step in per_rank.values() for step in by_step})
-    if len(per_rank) < MIN_MAJORITY or not ranks or len(steps) < WINDOW_MIN_LENGTH + WINDOW_MIN_STEPS:
+    if (
+        len(per_rank) < MIN_MAJORITY
+        or not ranks
+        or len(steps) < WINDOW_MIN_LENGTH + WINDOW_MIN_STEPS
+    ):
         return []
     index = {step: i for i, step in enumerate(steps)}
     matrix = np.full((len(per_rank), len(steps)), np.nan)
@@ -486,7 +595,8 @@ def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] |
         if present.sum() < WINDOW_MIN_LENGTH + width:
             continue
         values, kept = differences[present], np.asarray(steps)[present]
-        smooth = np.median(np.lib.stride_tricks.sliding_window_view(values, width), axis=1)  # smooth[i]: values[i : i + width]
+        # smooth[i]: values[i : i + width]
+        smooth = np.median(np.lib.stride_tricks.sliding_window_view(values, width), axis=1)
         large = smooth >= bar
         windows = []
         i = 0
@@ -497,10 +607,11 @@ def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] |
             j = i
             while j + 1 < large.size and large[j + 1]:
                 j += 1
-            # Running windows i..j cover values i .. j + width - 1; trim to the steps that are themselves large: at
-            # least half the window's own median shift (a noisy step at the bar just before the onset is not in it).
+            # Running windows i..j cover values i .. j + width - 1; trim to the steps that are
+            # themselves large: at least half the window's own median shift (a noisy step at the bar
+            # just before the onset is not in it).
             first, last = i, j + width - 1
-            edge = max(bar, 0.5 * float(np.median(values[first:last + 1])))
+            edge = max(bar, 0.5 * float(np.median(values[first : last + 1])))
             while first < last and values[first] < edge:
                 first += 1
             while last > first and values[last] < edge:
@@ -514,15 +625,24 @@ def change_windows(per_rank: Mapping[int, Mapping[int, float]], skip: set[int] |
     return out
 
 
-def within(per_rank: Mapping[int, Mapping[int, Any]], first: int, last: int) -> dict[int, dict[int, Any]]:
-    """`per_rank` (rank → step → value) with only the steps `first`…`last` (ranks left with none dropped)."""
-    out = {rank: {step: value for step, value in by_step.items() if first <= step <= last} for rank, by_step in per_rank.items()}
+def within(
+    per_rank: Mapping[int, Mapping[int, Any]], first: int, last: int
+) -> dict[int, dict[int, Any]]:
+    """`per_rank` (rank → step → value) with only the steps `first`…`last` (ranks left with none
+    dropped)."""
+    out = {
+        rank: {step: value for step, value in by_step.items() if first <= step <= last}
+        for rank, by_step in per_rank.items()
+    }
     return {rank: by_step for rank, by_step in out.items() if by_step}
 
 
-# -- wait or work ------------------------------------------------------------------------------------
-def lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None) -> float | None:
-    """Median over steps of how much later `rank` finished a phase than its peers (ms); None without a shared step.
+# -- wait or work ----------------------------------------------------------------------------------
+def lateness(
+    rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None
+) -> float | None:
+    """Median over steps of how much later `rank` finished a phase than its peers (ms); None without
+    a shared step.
 
     `ends`: rank → step → when its last span of the phase in that step ended
     (µs, its own clock). With `exits` (rank → step → when it left the
@@ -531,6 +651,7 @@ def lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[in
     another (drift and offsets cancel). Without, the ends are compared as they
     are: only valid when every rank writes on one clock.
     """
+
     def before_exit(other: int, step: int) -> float | None:
         end = ends.get(other, {}).get(step)
         if exits is None:
@@ -543,14 +664,21 @@ def lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[in
         mine = before_exit(rank, step)
         if mine is None:
             continue
-        others = [value for other in ends if other != rank for value in (before_exit(other, step),) if value is not None]
+        others = [
+            value
+            for other in ends
+            if other != rank
+            for value in (before_exit(other, step),)
+            if value is not None
+        ]
         if others:
             late.append((statistics.median(others) - mine) / 1000.0)
     return statistics.median(late) if late else None
 
 
 def arrivals(anchors: Mapping[int, Mapping[int, tuple[int, int]]]) -> dict[int, dict[int, float]]:
-    """rank → step → ms from leaving step N−1's closing collective to entering step N's, on the rank's own clock.
+    """rank → step → ms from leaving step N−1's closing collective to entering step N's, on the
+    rank's own clock.
 
     `anchors`: rank → step → (start, end) µs of its step-closing collective.
     Every rank leaves the collective at one instant, so this is every rank's
@@ -558,13 +686,17 @@ def arrivals(anchors: Mapping[int, Mapping[int, tuple[int, int]]]) -> dict[int, 
     """
     out: dict[int, dict[int, float]] = {}
     for rank, by_step in anchors.items():
-        own = {step: (start - by_step[step - 1][1]) / 1000.0 for step, (start, _) in by_step.items() if step - 1 in by_step}
+        own = {
+            step: (start - by_step[step - 1][1]) / 1000.0
+            for step, (start, _) in by_step.items()
+            if step - 1 in by_step
+        }
         if own:
             out[rank] = own
     return out
 
 
-# -- cost and persistence ------------------------------------------------------------------------------
+# -- cost and persistence --------------------------------------------------------------------------
 def finding(
     slow: RankSlowness,
     *,
@@ -582,7 +714,8 @@ def finding(
     window: tuple[int, int] | None = None,
     window_to_end: bool = False,
 ) -> StragglerFinding:
-    """One finding with its cost (what the run would save without it) and whether it held in both halves of the run.
+    """One finding with its cost (what the run would save without it) and whether it held in both
+    halves of the run.
 
     The cost per step is the rank's excess, or for a phase its lateness when
     smaller (what the others wait for at the collective); over the run, that
@@ -601,8 +734,9 @@ def finding(
     share = cost / step_ms if step_ms else None
     verdict = verdict or ("straggler" if slow.straggler else "difference")
     if window is not None:
-        # Judged on the window's steps alone ("both halves" are the window's): to the end of the run an onset that kept
-        # costing (since step N), else one that came and went, said with its steps.
+        # Judged on the window's steps alone ("both halves" are the window's): to the end of the run
+        # an onset that kept costing (since step N), else one that came and went, said with its
+        # steps.
         lasted = window_to_end
         persistent = persistent and not window_to_end
     headline = _reaches_headline(verdict, persistent or lasted, share)
@@ -644,28 +778,35 @@ def finding(
 
 
 def _cost_per_step(slow: RankSlowness, late_ms: float | None) -> float:
-    """What the run would save per step without the finding: the rank's excess, or for a phase its lateness when smaller (what the others wait for at the collective; 0 when not late)."""
-    return slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
+    """What the run would save per step without the finding: the rank's excess, or for a phase its
+    lateness when smaller (what the others wait for at the collective; 0 when not late)."""
+    return (
+        slow.median_excess_ms if late_ms is None else max(0.0, min(slow.median_excess_ms, late_ms))
+    )
 
 
 class _Persistence(NamedTuple):
-    """How a rank's per-step difference from its peers held over the steps judged (`finding`): whether it is a lasting cost or came and went."""
+    """How a rank's per-step difference from its peers held over the steps judged (`finding`):
+    whether it is a lasting cost or came and went."""
 
     #: Steps compared (with another rank).
     steps: int
-    #: The median difference in the first half of those steps, and in the second (None: no step in that half).
+    #: The median difference in the first half of those steps, and in the second (None: no step in
+    #: that half).
     first: float | None
     second: float | None
     #: At least `PERSISTENT_SHARE` of the rank's excess in both halves.
     persistent: bool
     #: The steps whose difference is at least that share (in step order).
     large: list[int]
-    #: Not in both halves, but large from one step to the last in nearly every step since (`LASTED_SHARE`).
+    #: Not in both halves, but large from one step to the last in nearly every step since
+    #: (`LASTED_SHARE`).
     lasted: bool
 
 
 def _persistence(slow: RankSlowness, per_rank: Mapping[int, Mapping[int, float]]) -> _Persistence:
-    """Whether `slow`'s excess held in both halves of the steps, or began at a step and lasted to the last one (`_Persistence`).
+    """Whether `slow`'s excess held in both halves of the steps, or began at a step and lasted to
+    the last one (`_Persistence`).
 
     Why: a cost that holds in both halves (or lasts from its onset to the
     end) is one the run keeps paying, what "Look first at" is for; one large
@@ -676,9 +817,22 @@ def _persistence(slow: RankSlowness, per_rank: Mapping[int, Mapping[int, float]]
     bar = PERSISTENT_SHARE * slow.median_excess_ms
     first = _median_difference(differences[:half])
     second = _median_difference(differences[half:])
-    persistent = slow.median_excess_ms > 0 and first is not None and second is not None and first >= bar and second >= bar
+    persistent = (
+        slow.median_excess_ms > 0
+        and first is not None
+        and second is not None
+        and first >= bar
+        and second >= bar
+    )
     large = _large_steps(differences, slow.median_excess_ms, bar)
-    return _Persistence(len(differences), first, second, persistent, large, _lasted(differences, large, second, bar, persistent))
+    return _Persistence(
+        len(differences),
+        first,
+        second,
+        persistent,
+        large,
+        _lasted(differences, large, second, bar, persistent),
+    )
 
 
 def _median_difference(differences: list[tuple[int, float]]) -> float | None:
@@ -687,14 +841,22 @@ def _median_difference(differences: list[tuple[int, float]]) -> float | None:
 
 
 def _large_steps(differences: list[tuple[int, float]], excess_ms: float, bar: float) -> list[int]:
-    """The steps whose difference reaches `bar` (none when the rank is not slower at all), in step order."""
+    """The steps whose difference reaches `bar` (none when the rank is not slower at all), in step
+    order."""
     if not excess_ms > 0:
         return []
     return [step for step, d in differences if d >= bar]
 
 
-def _lasted(differences: list[tuple[int, float]], large: list[int], second: float | None, bar: float, persistent: bool) -> bool:
-    """Not in both halves, but large from one step to the last (nearly every step since): it began then and keeps costing.
+def _lasted(
+    differences: list[tuple[int, float]],
+    large: list[int],
+    second: float | None,
+    bar: float,
+    persistent: bool,
+) -> bool:
+    """Not in both halves, but large from one step to the last (nearly every step since): it began
+    then and keeps costing.
 
     That is what "both halves" is there to find; one that came and went does not qualify.
     """
@@ -705,16 +867,25 @@ def _lasted(differences: list[tuple[int, float]], large: list[int], second: floa
 
 
 def _reaches_headline(verdict: str, lasting: bool, share: float | None) -> bool:
-    """Whether a finding reaches "Look first at": a verdict on evidence, a lasting cost, and at least `HEADLINE_MIN_SHARE` of the step."""
-    return verdict in ("straggler", "difference") and lasting and share is not None and share >= HEADLINE_MIN_SHARE
+    """Whether a finding reaches "Look first at": a verdict on evidence, a lasting cost, and at
+    least `HEADLINE_MIN_SHARE` of the step."""
+    return (
+        verdict in ("straggler", "difference")
+        and lasting
+        and share is not None
+        and share >= HEADLINE_MIN_SHARE
+    )
 
 
 def _why_not_headline(verdict: str, share: float | None, held: _Persistence) -> str:
-    """Why a finding stays out of "Look first at": it cannot tell, it costs too little, or it came and went (with the steps it was large in)."""
+    """Why a finding stays out of "Look first at": it cannot tell, it costs too little, or it came
+    and went (with the steps it was large in)."""
     if verdict == "cannot tell":
         return "cannot tell"
     if share is None or share < HEADLINE_MIN_SHARE:
-        return f"costs {0.0 if share is None else share:.1%} of the step (< {HEADLINE_MIN_SHARE:.0%})"
+        return (
+            f"costs {0.0 if share is None else share:.1%} of the step (< {HEADLINE_MIN_SHARE:.0%})"
+        )
     where = f"steps {held.large[0]}–{held.large[-1]}" if held.large else "no step"
     return f"came and went: large in {len(held.large)} of {held.steps} steps, {where}; not in both halves of the run"
 
@@ -729,9 +900,12 @@ def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-# -- one group's verdicts: the rule `summarize` (every step) and `watch` (its window) both call ------------------------
-def windowed(times: Mapping[int, Mapping[int, float]], slowness: list[RankSlowness], step_ms: float | None) -> list[tuple[RankSlowness, dict[int, dict[int, float]], tuple[int, int]]]:
-    """Ranks not found over every step that stand out between change points (`change_windows`): judged by the same rule on those steps alone.
+# -- one group's verdicts: the rule `summarize` (every step) and `watch` (its window) both call ----
+def windowed(
+    times: Mapping[int, Mapping[int, float]], slowness: list[RankSlowness], step_ms: float | None
+) -> list[tuple[RankSlowness, dict[int, dict[int, float]], tuple[int, int]]]:
+    """Ranks not found over every step that stand out between change points (`change_windows`):
+    judged by the same rule on those steps alone.
 
     Each: (its verdict on the window, the peers' times in it, the window). A
     slowdown that begins late or comes and goes never moves a median over the
@@ -751,8 +925,15 @@ def windowed(times: Mapping[int, Mapping[int, float]], slowness: list[RankSlowne
     return out
 
 
-def phase_lateness(rank: int, ends: Mapping[int, Mapping[int, int]], exits: Mapping[int, Mapping[int, int]] | None, one_clock: bool, step_ms: float | None) -> tuple[float | None, bool]:
-    """How much later `rank` finished the phase than its peers (ms), on the best evidence there is (None: cannot tell), and whether in lockstep.
+def phase_lateness(
+    rank: int,
+    ends: Mapping[int, Mapping[int, int]],
+    exits: Mapping[int, Mapping[int, int]] | None,
+    one_clock: bool,
+    step_ms: float | None,
+) -> tuple[float | None, bool]:
+    """How much later `rank` finished the phase than its peers (ms), on the best evidence there is
+    (None: cannot tell), and whether in lockstep.
 
     One clock: the ends compared as written (exact, no assumption); ranks
     more than a step apart there are not in lockstep (False): no rank waits
@@ -783,7 +964,8 @@ def judge_phase(
     group: tuple[tuple[str, int], ...],
     change_points: bool = True,
 ) -> tuple[list[StragglerFinding], int, list[RankSlowness]]:
-    """One peer group's verdicts on one phase: (findings, how many are "cannot tell", every rank's comparison).
+    """One peer group's verdicts on one phase: (findings, how many are "cannot tell", every rank's
+    comparison).
 
     The one implementation of "a rank is slow in a phase", called by
     `summarize` (`collect._stragglers`, over every step of the run or
@@ -805,22 +987,51 @@ def judge_phase(
     if len(times) < 2:
         return [], 0, []
     _, slowness = compare_ranks(times, step_ms=step_ms, table=False)
-    judged = [(slow, times, None) for slow in slowness if slow.differs] + (windowed(times, slowness, step_ms) if change_points else [])
+    judged = [(slow, times, None) for slow in slowness if slow.differs] + (
+        windowed(times, slowness, step_ms) if change_points else []
+    )
     out: list[StragglerFinding] = []
     cannot_tell = 0
     for slow, judged_times, window in judged:
-        where: dict[str, Any] = {} if window is None else {"window": window, "window_to_end": window[1] >= last_step}
-        late, lockstep = phase_lateness(slow.rank, ends if window is None else within(ends, *window), exits, one_clock, step_ms)
+        where: dict[str, Any] = (
+            {} if window is None else {"window": window, "window_to_end": window[1] >= last_step}
+        )
+        late, lockstep = phase_lateness(
+            slow.rank, ends if window is None else within(ends, *window), exits, one_clock, step_ms
+        )
         if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
-            out.append(finding(slow, kind="phase", what=phase, per_rank=judged_times, **where, **common))  # type: ignore[arg-type]
+            out.append(
+                finding(slow, kind="phase", what=phase, per_rank=judged_times, **where, **common)  # type: ignore[arg-type]
+            )
             continue
         if late is None:
             cannot_tell += 1
-            out.append(finding(slow, kind="phase", what=phase, per_rank=judged_times, verdict="cannot tell", why="cannot tell whether it waited or worked (see withheld)", **where, **common))  # type: ignore[arg-type]
+            out.append(
+                finding(
+                    slow,
+                    kind="phase",
+                    what=phase,
+                    per_rank=judged_times,
+                    verdict="cannot tell",
+                    why="cannot tell whether it waited or worked (see withheld)",
+                    **where,
+                    **common,  # type: ignore[arg-type]
+                )
+            )
             continue
         if late < MIN_LATENESS_SHARE * slow.median_excess_ms:
             continue  # longer, but it ends with the others: it waited (e.g. inside a collective), it was not slow
-        out.append(finding(slow, kind="phase", what=phase, per_rank=judged_times, late_ms=late, **where, **common))  # type: ignore[arg-type]
+        out.append(
+            finding(
+                slow,
+                kind="phase",
+                what=phase,
+                per_rank=judged_times,
+                late_ms=late,
+                **where,
+                **common,  # type: ignore[arg-type]
+            )
+        )
     return out, cannot_tell, slowness
 
 
@@ -834,7 +1045,8 @@ def judge_arrival(
     peers: list[int],
     group: tuple[tuple[str, int], ...],
 ) -> tuple[list[StragglerFinding], list[StepTimes]]:
-    """One peer group's verdicts on arrival at the step-closing collective `anchor`: (findings, the per-step rows).
+    """One peer group's verdicts on arrival at the step-closing collective `anchor`: (findings, the
+    per-step rows).
 
     `anchors`: rank → step → (start, end) µs of its `anchor` span, own clock
     (`arrivals`); the bar is `MIN_ARRIVAL_EFFECT` of the others' arrival
@@ -846,4 +1058,8 @@ def judge_arrival(
         return [], []
     rows, slowness = compare_ranks(per_rank, step_ms=step_ms, min_effect=MIN_ARRIVAL_EFFECT)
     common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=peers, group=group)
-    return [finding(slow, kind="arrival", what=anchor, per_rank=per_rank, **common) for slow in slowness if slow.differs], rows  # type: ignore[arg-type]
+    return [
+        finding(slow, kind="arrival", what=anchor, per_rank=per_rank, **common)  # type: ignore[arg-type]
+        for slow in slowness
+        if slow.differs
+    ], rows

@@ -39,10 +39,19 @@ from typing import Any, NamedTuple
 
 from otel_titan.analysis.read.records import META_EVENTS
 
-__all__ = ["OpenSpan", "TimelineVisitor", "ProcessExtent", "WalkState", "walk_process", "finish_walk", "error_details"]
+__all__ = [
+    "OpenSpan",
+    "TimelineVisitor",
+    "ProcessExtent",
+    "WalkState",
+    "walk_process",
+    "finish_walk",
+    "error_details",
+]
 
 Lane = tuple  # (tid, task_name): a thread, or an asyncio task on it
-#: A span ``value`` (ms) at or above this (~30 years) is not a duration: the timestamps are used instead.
+#: A span ``value`` (ms) at or above this (~30 years) is not a duration: the timestamps are used
+#: instead.
 _MAX_MS = 1e12
 #: The name of a span whose records are just ``_start`` / ``_end``.
 _UNNAMED = "(unnamed)"
@@ -56,9 +65,28 @@ class OpenSpan:
     `lane_opened` returned for the span's lane.
     """
 
-    __slots__ = ("name", "start_us", "start", "lane", "track", "error", "children_end", "parent", "order")
+    __slots__ = (
+        "name",
+        "start_us",
+        "start",
+        "lane",
+        "track",
+        "error",
+        "children_end",
+        "parent",
+        "order",
+    )
 
-    def __init__(self, name: str, start_us: int, start: dict[str, Any] | None, lane: Lane, track: Any, parent: OpenSpan | None = None, order: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        start_us: int,
+        start: dict[str, Any] | None,
+        lane: Lane,
+        track: Any,
+        parent: OpenSpan | None = None,
+        order: int = 0,
+    ) -> None:
         self.name = name
         self.start_us = start_us
         self.start = start
@@ -66,7 +94,8 @@ class OpenSpan:
         self.track = track
         self.error: dict[str, Any] | None = None
         self.children_end = 0  # the latest end of a span nested in this one on its lane
-        #: The open span it is nested in when it started: by ``parent_span_id``, else its lane's innermost (LIFO).
+        #: The open span it is nested in when it started: by ``parent_span_id``, else its lane's
+        #: innermost (LIFO).
         self.parent = parent
         #: Its ``_start``'s position in the file: orders spans that started in the same µs.
         self.order = order
@@ -86,39 +115,54 @@ class TimelineVisitor:
         """The lane's last open span ended."""
 
     def span_begun(self, span: OpenSpan) -> None:
-        """A span's ``_start`` was read (its lane's track is `span.track`); `span` is reported again when it ends.
+        """A span's ``_start`` was read (its lane's track is `span.track`); `span` is reported again
+        when it ends.
 
-        For writers that emit a begin and an end (Perfetto's native slices): in file order, a parent's begin
-        comes before its children's, so nesting holds even when they share a timestamp to the nanosecond.
+        For writers that emit a begin and an end (Perfetto's native slices): in file order, a
+        parent's begin comes before its children's, so nesting holds even when they share a
+        timestamp to the nanosecond.
         """
 
-    def span(self, span: OpenSpan, end: dict[str, Any] | None, end_us: int, dur_us: float, incomplete: bool) -> None:
+    def span(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> None:
         """A span ended (`end` is its ``_end`` record), or is still open at the end (`incomplete`).
 
         `dur_us` is an int when it comes from the timestamps, a float when from ``value``.
         """
 
     def instant(self, record: dict[str, Any], track: Any) -> None:
-        """A user instant; `track` is its lane's open track, or None when the lane has no open span."""
+        """A user instant; `track` is its lane's open track, or None when the lane has no open
+        span."""
 
     def scalar(self, record: dict[str, Any], track: Any) -> None:
-        """A ``metric_value`` record (``event_name`` = metric, ``value`` = number or "NaN"/"Infinity" string)."""
+        """A ``metric_value`` record (``event_name`` = metric, ``value`` = number or
+        "NaN"/"Infinity" string)."""
 
     def error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
-        """An ``_error`` record; `span` is the span it failed (None when its ``_start`` was not seen)."""
+        """An ``_error`` record; `span` is the span it failed (None when its ``_start`` was not
+        seen)."""
 
     def meta(self, record: dict[str, Any]) -> None:
-        """A record the logger wrote about itself (opened, records_dropped, signal_received, closed)."""
+        """A record the logger wrote about itself (opened, records_dropped, signal_received,
+        closed)."""
 
     def step_begun(self, step: int, begin_us: int) -> None:
         """Step `step` begins at `begin_us` on this process (called before any of its records)."""
 
     def step(self, step: int, begin_us: int, end_us: int, first: dict[str, Any]) -> None:
-        """Step `step` ran from `begin_us` to `end_us` on this process (`first`: its first record)."""
+        """Step `step` ran from `begin_us` to `end_us` on this process (`first`: its first
+        record)."""
 
 
 class ProcessExtent(NamedTuple):
-    """How many records a process had, and its first and last timestamps (µs; None without records)."""
+    """How many records a process had, and its first and last timestamps (µs; None without
+    records)."""
 
     records: int
     first_us: int | None
@@ -126,14 +170,25 @@ class ProcessExtent(NamedTuple):
 
 
 class WalkState:
-    """Where a walk stands between two records: open spans (by id and per lane), tracks, the current step, the extent so far.
+    """Where a walk stands between two records: open spans (by id and per lane), tracks, the current
+    step, the extent so far.
 
     Picklable (its open spans hold their ``_start`` records), so that a walk
     over a file that grows can go on from where it stopped (`walk_process`
     with ``finish=False``, then again with the same state).
     """
 
-    __slots__ = ("by_id", "stacks", "tracks", "last_us", "first_us", "count", "step", "step_begin", "step_first")
+    __slots__ = (
+        "by_id",
+        "stacks",
+        "tracks",
+        "last_us",
+        "first_us",
+        "count",
+        "step",
+        "step_begin",
+        "step_first",
+    )
 
     def __init__(self) -> None:
         self.by_id: dict[str, OpenSpan] = {}
@@ -154,8 +209,14 @@ class WalkState:
             setattr(self, name, value)
 
 
-def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, state: WalkState | None = None, finish: bool = True) -> ProcessExtent:
-    """Feed one process's records (in file order) through the pairing rules; returns their count and time extent.
+def walk_process(
+    records: Iterable[dict[str, Any]],
+    visitor: TimelineVisitor,
+    state: WalkState | None = None,
+    finish: bool = True,
+) -> ProcessExtent:
+    """Feed one process's records (in file order) through the pairing rules; returns their count and
+    time extent.
 
     `state`: go on from where an earlier walk with ``finish=False`` stopped
     (it is updated in place). `finish` False: stop after the last record
@@ -179,11 +240,17 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
     by_id, stacks, tracks = state.by_id, state.stacks, state.tracks
     last_us, first_us, count = state.last_us, state.first_us, state.count
     step, step_begin, step_first = state.step, state.step_begin, state.step_first
-    # What each record name is (`_event_kind`, `_other_kind`), worked out once per name, not once per record.
+    # What each record name is (`_event_kind`, `_other_kind`), worked out once per name, not once
+    # per record.
     event_kinds: dict[str, tuple[int, str]] = {}
     other_kinds: dict[str, int] = {}
     # Bound once: these run for nearly every record.
-    on_span, on_scalar, on_instant, on_begun = visitor.span, visitor.scalar, visitor.instant, visitor.span_begun
+    on_span, on_scalar, on_instant, on_begun = (
+        visitor.span,
+        visitor.scalar,
+        visitor.instant,
+        visitor.span_begun,
+    )
 
     for record in records:
         time_us = record["time_us"]
@@ -202,7 +269,11 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
             kind, base = known
             if kind == _END:
                 span_id = record.get("span_id")
-                span = by_id.pop(span_id, None) if span_id else _pop_lifo(stacks, (record.get("tid"), record.get("task_name")), base)
+                span = (
+                    by_id.pop(span_id, None)
+                    if span_id
+                    else _pop_lifo(stacks, (record.get("tid"), record.get("task_name")), base)
+                )
                 value = record.get("value")
                 if span is None:
                     _orphan_end(record, base, time_us, value, stacks, tracks, visitor)
@@ -218,14 +289,18 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
                 value_type = type(value)
                 if (value_type is float or value_type is int) and 0 <= value < _MAX_MS:  # type: ignore[operator]  # an int or float: its type() was checked
                     monotonic = value * 1000.0  # type: ignore[operator]  # an int or float: its type() was checked
-                    # Both timestamps are whole µs, rounded alike, so a child never pokes out of its parent;
-                    # `value` (a monotonic clock) is only needed when the wall clock jumped during the span.
-                    dur_us = elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
+                    # Both timestamps are whole µs, rounded alike, so a child never pokes out of its
+                    # parent; `value` (a monotonic clock) is only needed when the wall clock jumped
+                    # during the span.
+                    dur_us = (
+                        elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
+                    )
                 else:
                     dur_us = elapsed if elapsed > 0 else 0
                 end_us = start_us + int(dur_us)
                 if span.children_end > end_us:
-                    # A child's end, computed from another clock reading, can come a few µs later: cover it.
+                    # A child's end, computed from another clock reading, can come a few µs later:
+                    # cover it.
                     end_us = span.children_end
                     dur_us = end_us - start_us
                 on_span(span, record, end_us, dur_us, False)
@@ -256,7 +331,11 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
 
         # A _start, an instant or a scalar stamped with a higher step begins that step.
         record_step = record.get("step")
-        if record_step != step and type(record_step) is int and (step is None or record_step > step):
+        if (
+            record_step != step
+            and type(record_step) is int
+            and (step is None or record_step > step)
+        ):
             if step is not None and step_first is not None:
                 visitor.step(step, step_begin, time_us, step_first)
             step, step_begin, step_first = record_step, time_us, record
@@ -270,9 +349,11 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
                 tracks[lane] = visitor.lane_opened(lane)
             parent_id = record.get("parent_span_id")
             span_id = record.get("span_id")
-            # Nesting from the records' own parent ids; without them (torchtitan's files), the lane's innermost.
+            # Nesting from the records' own parent ids; without them (torchtitan's files), the
+            # lane's innermost.
             if parent_id and type(parent_id) is str:
-                parent = by_id.get(parent_id) or (stack[-1] if stack else None)  # a parent seen in no segment read: the lane's
+                # a parent seen in no segment read: the lane's
+                parent = by_id.get(parent_id) or (stack[-1] if stack else None)
             else:
                 parent = stack[-1] if stack and not span_id else None
             span = OpenSpan(base, time_us, record, lane, tracks[lane], parent, count)
@@ -281,24 +362,44 @@ def walk_process(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, st
                 by_id[span_id] = span
             on_begun(span)
         elif kind == _SCALAR:
-            on_scalar(record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None)
+            on_scalar(
+                record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None
+            )
         else:
-            on_instant(record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None)
+            on_instant(
+                record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None
+            )
 
     state.last_us, state.first_us, state.count = last_us, first_us, count
     state.step, state.step_begin, state.step_first = step, step_begin, step_first
     if not finish:
-        return ProcessExtent(count, first_us, last_us) if last_us is not None else ProcessExtent(0, None, None)
+        return (
+            ProcessExtent(count, first_us, last_us)
+            if last_us is not None
+            else ProcessExtent(0, None, None)
+        )
     return finish_walk(state, visitor)
 
 
 def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
-    """The records have ended: the spans still open are reported as incomplete, the last step ends at the last record."""
-    stacks, tracks, last_us, step, step_begin, step_first, count = state.stacks, state.tracks, state.last_us, state.step, state.step_begin, state.step_first, state.count
+    """The records have ended: the spans still open are reported as incomplete, the last step ends
+    at the last record."""
+    stacks, tracks, last_us, step, step_begin, step_first, count = (
+        state.stacks,
+        state.tracks,
+        state.last_us,
+        state.step,
+        state.step_begin,
+        state.step_first,
+        state.count,
+    )
     if last_us is None:
         return ProcessExtent(0, None, None)
-    # In file order (never by timestamp: a child can start in its parent's µs), so a parent comes before its children.
-    still_open = sorted((span for stack in stacks.values() for span in stack), key=lambda s: s.order)
+    # In file order (never by timestamp: a child can start in its parent's µs), so a parent comes
+    # before its children.
+    still_open = sorted(
+        (span for stack in stacks.values() for span in stack), key=lambda s: s.order
+    )
     for span in still_open:
         end_us = max(last_us, span.children_end)
         visitor.span(span, None, end_us, max(end_us - span.start_us, 0), True)
@@ -309,13 +410,17 @@ def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
     return ProcessExtent(count, state.first_us, last_us)
 
 
-#: What a record is, by its name (and whether its ``log_type`` is "event"): `walk_process`'s branches.
+#: What a record is, by its name (and whether its ``log_type`` is "event"): `walk_process`'s
+#: branches.
 _END, _ERROR, _START, _SCALAR, _META, _INSTANT = range(6)
-#: Distinct names remembered per process; beyond, the tables start again (a file of random names stays small).
+#: Distinct names remembered per process; beyond, the tables start again (a file of random names
+#: stays small).
 _KINDS_KEPT = 4096
 
 
-def _event_kind(name: str, event_kinds: dict[str, tuple[int, str]], other_kinds: dict[str, int]) -> tuple[int, str]:
+def _event_kind(
+    name: str, event_kinds: dict[str, tuple[int, str]], other_kinds: dict[str, int]
+) -> tuple[int, str]:
     """(kind, span name) of an ``event`` record named `name`, remembered in `event_kinds`."""
     if name.endswith("_end"):
         known = (_END, name[:-4] or _UNNAMED)
@@ -332,7 +437,8 @@ def _event_kind(name: str, event_kinds: dict[str, tuple[int, str]], other_kinds:
 
 
 def _other_kind(name: str, other_kinds: dict[str, int]) -> int:
-    """The kind of a record that opens, ends or fails no span: a scalar, one of the logger's own, or an instant."""
+    """The kind of a record that opens, ends or fails no span: a scalar, one of the logger's own, or
+    an instant."""
     kind = _SCALAR if name == "metric_value" else _META if name in META_EVENTS else _INSTANT
     if len(other_kinds) >= _KINDS_KEPT:
         other_kinds.clear()
@@ -340,8 +446,15 @@ def _other_kind(name: str, other_kinds: dict[str, int]) -> int:
     return kind
 
 
-def _find_open(by_id: dict[str, OpenSpan], stacks: dict[Lane, list[OpenSpan]], lane: Lane, span_id: Any, base: str) -> OpenSpan | None:
-    """The open span an ``_error`` belongs to: by id, else the latest open one of that name in its lane."""
+def _find_open(
+    by_id: dict[str, OpenSpan],
+    stacks: dict[Lane, list[OpenSpan]],
+    lane: Lane,
+    span_id: Any,
+    base: str,
+) -> OpenSpan | None:
+    """The open span an ``_error`` belongs to: by id, else the latest open one of that name in its
+    lane."""
     if span_id:
         return by_id.get(span_id)
     stack = stacks.get(lane)
@@ -353,7 +466,8 @@ def _find_open(by_id: dict[str, OpenSpan], stacks: dict[Lane, list[OpenSpan]], l
 
 
 def _pop_lifo(stacks: dict[Lane, list[OpenSpan]], lane: Lane, base: str) -> OpenSpan | None:
-    """For an ``_end`` without a span id: the latest open span of that name in its lane (torchtitan's rule)."""
+    """For an ``_end`` without a span id: the latest open span of that name in its lane
+    (torchtitan's rule)."""
     stack = stacks.get(lane)
     if stack:
         for span in reversed(stack):
@@ -362,8 +476,17 @@ def _pop_lifo(stacks: dict[Lane, list[OpenSpan]], lane: Lane, base: str) -> Open
     return None
 
 
-def _orphan_end(record: dict[str, Any], base: str, time_us: int, value: Any, stacks: dict[Lane, list[OpenSpan]], tracks: dict[Lane, Any], visitor: TimelineVisitor) -> None:
-    """An ``_end`` whose ``_start`` was never seen (rotated away, or never written): it began `value` ms before."""
+def _orphan_end(
+    record: dict[str, Any],
+    base: str,
+    time_us: int,
+    value: Any,
+    stacks: dict[Lane, list[OpenSpan]],
+    tracks: dict[Lane, Any],
+    visitor: TimelineVisitor,
+) -> None:
+    """An ``_end`` whose ``_start`` was never seen (rotated away, or never written): it began
+    `value` ms before."""
     dur_us = float(value) * 1000.0 if type(value) in (int, float) and 0 <= value < _MAX_MS else 0.0
     lane = (record.get("tid"), record.get("task_name"))
     if stacks.get(lane):
@@ -371,7 +494,9 @@ def _orphan_end(record: dict[str, Any], base: str, time_us: int, value: Any, sta
     else:
         track = visitor.lane_opened(lane)
         visitor.lane_closed(lane, track)
-    visitor.span(OpenSpan(base, int(time_us - dur_us), None, lane, track), record, time_us, dur_us, False)
+    visitor.span(
+        OpenSpan(base, int(time_us - dur_us), None, lane, track), record, time_us, dur_us, False
+    )
 
 
 def error_details(record: dict[str, Any]) -> tuple[str, str]:

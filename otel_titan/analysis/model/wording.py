@@ -13,7 +13,8 @@ _IRREGULAR = {"process": "processes", "is": "are", "was": "were", "has": "have"}
 
 
 def plural(count: int, noun: str, many: str | None = None) -> str:
-    """``count`` and `noun`, singular for exactly 1 (thousands separated); `many` when the plural is not `noun` + s.
+    """``count`` and `noun`, singular for exactly 1 (thousands separated); `many` when the plural is
+    not `noun` + s.
 
     Example:
         >>> plural(1, "process"), plural(2, "process"), plural(1024, "rank"), plural(0, "step")

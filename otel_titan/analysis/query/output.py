@@ -26,7 +26,8 @@ _BATCH = 10_000
 
 
 def write_result(con: Any, query: str, fmt: str, stream: TextIO, *, max_rows: int = 40) -> int:
-    """Run `query` on `con` and write its result to `stream` as `fmt` (table, csv, json); returns the rows written (table: shown).
+    """Run `query` on `con` and write its result to `stream` as `fmt` (table, csv, json); returns
+    the rows written (table: shown).
 
     Statements without a result (CREATE, INSERT) write nothing for csv/json and ``ok`` for a table.
     """
@@ -56,7 +57,10 @@ def write_result(con: Any, query: str, fmt: str, stream: TextIO, *, max_rows: in
     stream.write("[")
     while batch := result.fetchmany(_BATCH):
         for row in batch:
-            stream.write(("\n" if rows == 0 else ",\n") + orjson.dumps({n: _json_cell(v) for n, v in zip(names, row)}, default=str).decode())
+            stream.write(
+                ("\n" if rows == 0 else ",\n")
+                + orjson.dumps({n: _json_cell(v) for n, v in zip(names, row)}, default=str).decode()
+            )
             rows += 1
     stream.write("\n]\n" if rows else "]\n")
     return rows

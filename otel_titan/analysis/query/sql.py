@@ -1,4 +1,5 @@
-"""SQL over a run: an embedded DuckDB database whose views are the run's spans, instants, scalars, steps and processes.
+"""SQL over a run: an embedded DuckDB database whose views are the run's spans, instants, scalars,
+steps and processes.
 
 Why: every team asks questions the summary did not foresee ("p99 of
 `data_fetch` on host 12 after step 5,000"). Rather than a flag per question,
@@ -24,8 +25,8 @@ read-only instead of reading the JSONL. A run that grew is loaded again in
 full (DuckDB's reader is fast enough that appending rows, then moving every
 time by the new clock offsets, would save little).
 
-DuckDB is an optional dependency (the ``analysis`` extra: `otel_titan.distribution.install_hint`): the
-library and the other commands never import it.
+DuckDB is an optional dependency (the ``analysis`` extra: `otel_titan.distribution.install_hint`):
+the library and the other commands never import it.
 
 Example:
     >>> db = open_run("outputs"); db.load()
@@ -68,14 +69,25 @@ from otel_titan.schema import ROLLUP_VERSION, MetaEvent
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["MissingDependencyError", "RunDatabase", "load_share", "open_run", "open_saved", "require_duckdb", "VIEWS", "INSTALL_HINT"]
+__all__ = [
+    "MissingDependencyError",
+    "RunDatabase",
+    "load_share",
+    "open_run",
+    "open_saved",
+    "require_duckdb",
+    "VIEWS",
+    "INSTALL_HINT",
+]
 
-# otel-titan is installed from a checkout or a wheel (no package index has it): the hint says the command that works here.
+# otel-titan is installed from a checkout or a wheel (no package index has it): the hint says the
+# command that works here.
 INSTALL_HINT = install_hint("analysis")
 
 
 class MissingDependencyError(ImportError):
-    """An optional dependency of the analysis commands is not installed (the message says how to install it)."""
+    """An optional dependency of the analysis commands is not installed (the message says how to
+    install it)."""
 
 
 def require_duckdb() -> Any:
@@ -83,7 +95,10 @@ def require_duckdb() -> Any:
     try:
         import duckdb  # optional
     except ImportError as error:
-        raise MissingDependencyError(f"`otel-titan sql` needs DuckDB, which is not installed: {INSTALL_HINT} (or pip install duckdb)") from error
+        raise MissingDependencyError(
+            f"`otel-titan sql` needs DuckDB, which is not installed: {INSTALL_HINT} (or pip "
+            "install duckdb)"
+        ) from error
     return duckdb
 
 
@@ -108,8 +123,9 @@ RECORD_COLUMNS: dict[str, str] = {
     "caller": "VARCHAR",
     "description": "VARCHAR",
     "signal": "VARCHAR",
-    # The `step_rollup` records' own fields (docs/schema.md, "Step rollups"): the `step_rollups` view. JSON where
-    # another record uses the name for something else (`closing` is a boolean on the closed record).
+    # The `step_rollup` records' own fields (docs/schema.md, "Step rollups"): the `step_rollups`
+    # view. JSON where another record uses the name for something else (`closing` is a boolean on
+    # the closed record).
     "rollup_version": "BIGINT",
     "complete": "BOOLEAN",
     "ended_by": "VARCHAR",
@@ -134,8 +150,9 @@ _RECORDS = (
 )
 
 
-# The views: what docs/sql.md documents. Identity columns first, in the same order everywhere.
-# The rules in them (which records begin a step, which are the logger's own) are `model.rules`', as SQL text.
+# The views: what docs/sql.md documents. Identity columns first, in the same order everywhere. The
+# rules in them (which records begin a step, which are the logger's own) are `model.rules`', as SQL
+# text.
 _IDENTITY = "p.run_id, p.source, p.rank, p.host_name, p.attempt"
 _LOGGER_RECORDS = sql_in_list(LOGGER_RECORDS)
 VIEWS: dict[str, str] = {
@@ -243,14 +260,16 @@ FROM process_info p LEFT JOIN agg a USING (process_id)
 """,
 }
 
-#: SQL functions of the rules (docs/sql.md): `robust_sd(x)`, the spread a robust z is measured in (`model.rules.robust_sd`).
+#: SQL functions of the rules (docs/sql.md): `robust_sd(x)`, the spread a robust z is measured in
+#: (`model.rules.robust_sd`).
 MACROS: dict[str, str] = {
     "robust_sd": f"CREATE MACRO robust_sd(x) AS {MAD_TO_SD!r} * mad(x)",
 }
 
-#: Per process and step, its step-closing span (`model.rules.CLOSING_SPAN_SQL`: the top-level span started in
-#: the step that ended last, before the next step began, as `model.timeline` sees them in file order), as
-#: (process_id, host, attempt, step, name, start_us, end_us): what the clocks are aligned on, as in summarize.
+#: Per process and step, its step-closing span (`model.rules.CLOSING_SPAN_SQL`: the top-level span
+#: started in the step that ended last, before the next step began, as `model.timeline` sees them in
+#: file order), as (process_id, host, attempt, step, name, start_us, end_us): what the clocks are
+#: aligned on, as in summarize.
 CLOSING_SPANS_QUERY = f"""
 SELECT s.process_id, coalesce(s.host_name, 'process ' || s.process_id) AS host, s.attempt, s.step,
        arg_max(s.name, s.end_us), arg_max(s.start_us, s.end_us), max(s.end_us)
@@ -259,8 +278,9 @@ WHERE t.end_us IS NULL OR s.end_us <= t.end_us
 GROUP BY ALL ORDER BY s.process_id, s.attempt, s.step
 """
 
-# The writer's rollups, the last one written of each (process, step) (one after SIGTERM is superseded), of a version
-# this reader knows; times moved by the process's clock offset as every `time_us` is (host_time_us - time_us).
+# The writer's rollups, the last one written of each (process, step) (one after SIGTERM is
+# superseded), of a version this reader knows; times moved by the process's clock offset as every
+# `time_us` is (host_time_us - time_us).
 VIEWS["step_rollups"] = f"""
 CREATE VIEW step_rollups AS
 WITH r AS (
@@ -295,7 +315,8 @@ VIEW_HELP = {
 
 @dataclass
 class RunDatabase:
-    """A DuckDB connection holding one run: tables ``process_info``, ``files``, ``clock_offsets``, ``records``, and the views.
+    """A DuckDB connection holding one run: tables ``process_info``, ``files``, ``clock_offsets``,
+    ``records``, and the views.
 
     `load` reads the JSONL into ``records`` (once); until then the views are
     empty, so their columns can be listed without reading anything.
@@ -311,7 +332,8 @@ class RunDatabase:
     load_seconds: float = 0.0
     align: bool = False
     scheduler: str | None = None
-    #: Where the loaded records are cached (None: ``--no-cache``, ``--save``, or a file that cannot be read).
+    #: Where the loaded records are cached (None: ``--no-cache``, ``--save``, or a file that cannot
+    #: be read).
     cache: _SqlCache | None = None
     #: Whether `load` found them there.
     from_cache: bool = False
@@ -319,7 +341,8 @@ class RunDatabase:
     log_dir: str = ""
 
     def load(self, progress: Callable[[float], None] | None = None) -> None:
-        """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets 0..100.
+        """Read every file into ``records`` with DuckDB's JSON reader (both cores); `progress` gets
+        0..100.
 
         With `scheduler` (a Dask scheduler's address) the files are read on
         the cluster's workers instead, a share each, by the same query
@@ -335,7 +358,13 @@ class RunDatabase:
         if self.paths and self.scheduler is not None:
             self._load_on_cluster(progress)
         elif self.paths:
-            _read_records(self.paths, lambda query: _run_with_progress(self.con, "INSERT INTO records " + query, progress), "JOIN process_info p ON p.process_id = f.process_id")
+            _read_records(
+                self.paths,
+                lambda query: _run_with_progress(
+                    self.con, "INSERT INTO records " + query, progress
+                ),
+                "JOIN process_info p ON p.process_id = f.process_id",
+            )
         self._check_readable()
         if self.align:
             self._align()
@@ -346,7 +375,9 @@ class RunDatabase:
 
     def _load_on_cluster(self, progress: Callable[[float], None] | None) -> None:
         assert self.scheduler is not None
-        files = self.con.execute("SELECT filename, process_id FROM files ORDER BY process_id, segment").fetchall()
+        files = self.con.execute(
+            "SELECT filename, process_id FROM files ORDER BY process_id, segment"
+        ).fetchall()
         sizes = {path: os.path.getsize(path) if os.path.exists(path) else 0 for path, _ in files}
         read = 0
 
@@ -357,39 +388,61 @@ class RunDatabase:
                 progress(min(100.0, 100.0 * read / self.total_bytes))
 
         with open_workers(1, self.scheduler, "sql worker", on_bytes) as workers:
-            buckets: list[list[tuple[str, int]]] = [[] for _ in range(min(workers.slots, len(files)))]
+            buckets: list[list[tuple[str, int]]] = [
+                [] for _ in range(min(workers.slots, len(files)))
+            ]
             loads = [0] * len(buckets)
-            for path, process_id in sorted(files, key=lambda f: -sizes[f[0]]):  # largest first onto the least loaded
+            # largest first onto the least loaded
+            for path, process_id in sorted(files, key=lambda f: -sizes[f[0]]):
                 target = loads.index(min(loads))
-                # The workers run in directories of their own (dask-jobqueue's, other nodes'): absolute paths.
+                # The workers run in directories of their own (dask-jobqueue's, other nodes'):
+                # absolute paths.
                 buckets[target].append((os.path.abspath(path), process_id))
                 loads[target] += sizes[path]
-            parts = run_shares(workers, f"{__name__}:load_share", [(bucket,) for bucket in buckets if bucket], on_bytes)
+            parts = run_shares(
+                workers,
+                f"{__name__}:load_share",
+                [(bucket,) for bucket in buckets if bucket],
+                on_bytes,
+            )
         with tempfile.TemporaryDirectory(prefix="otel-titan-sql-") as folder:
             names = []
             for index, part in enumerate(parts):
                 names.append(os.path.join(folder, f"part-{index}.parquet"))
                 with open(names[-1], "wb") as handle:
                     handle.write(part)
-            self.con.execute(f"INSERT INTO records SELECT * FROM read_parquet([{', '.join(_quote(n) for n in names)}])")
+            self.con.execute(
+                "INSERT INTO records SELECT * FROM "
+                f"read_parquet([{', '.join(_quote(n) for n in names)}])"
+            )
 
     def _check_readable(self) -> None:
-        """Raise `NoRecordsError` when not one line read is a record while some could not be read: a folder that is not a run (as ``summarize``).
+        """Raise `NoRecordsError` when not one line read is a record while some could not be read: a
+        folder that is not a run (as ``summarize``).
 
-        (Files with no line at all are a run that stopped before its first record: its processes are still shown.)
+        (Files with no line at all are a run that stopped before its first record: its processes are
+        still shown.)
         """
-        readable, unreadable = self.con.execute("SELECT count(log_type_name), count(*) - count(log_type_name) FROM records").fetchone()  # type: ignore[misc]  # an aggregate query returns one row
+        readable, unreadable = self.con.execute(
+            "SELECT count(log_type_name), count(*) - count(log_type_name) FROM records"
+        ).fetchone()  # type: ignore[misc]  # an aggregate query returns one row
         if readable == 0 and unreadable:
-            raise NoRecordsError(f"{self.log_dir or 'the run'}: no readable records ({unreadable:,} unreadable line{'s' if unreadable != 1 else ''} skipped)")
+            raise NoRecordsError(
+                f"{self.log_dir or 'the run'}: no readable records ({unreadable:,} unreadable "
+                f"line{'s' if unreadable != 1 else ''} skipped)"
+            )
 
     def _align(self) -> None:
-        """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift every record's time by it.
+        """Estimate each host's clock offset as ``summarize`` does (`model.clocks`), then shift
+        every record's time by it.
 
         The step-closing spans (`CLOSING_SPANS_QUERY`, the rule of
         `model.rules.CLOSING_SPAN_SQL`), on the clocks as written.
         """
         groups: dict[int, ClosingSpans] = {}
-        for process_id, host, attempt, step, name, start_us, end_us in self.con.execute(CLOSING_SPANS_QUERY).fetchall():
+        for process_id, host, attempt, step, name, start_us, end_us in self.con.execute(
+            CLOSING_SPANS_QUERY
+        ).fetchall():
             spans = groups.get(process_id)
             if spans is None:
                 spans = groups[process_id] = ClosingSpans(host=host, key=process_id)
@@ -398,13 +451,24 @@ class RunDatabase:
         self.clock = alignment.describe()
         if not alignment.applied:
             return
-        _insert_columns(self.con, "clock_offsets", [(h, o, alignment.anchor, True, self.clock) for h, o in sorted(alignment.offsets_us.items())], 5)
-        self.con.execute(
-            "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM clock_offsets o "
-            "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = o.host_name"
+        _insert_columns(
+            self.con,
+            "clock_offsets",
+            [
+                (h, o, alignment.anchor, True, self.clock)
+                for h, o in sorted(alignment.offsets_us.items())
+            ],
+            5,
         )
         self.con.execute(
-            "UPDATE records SET time_us = records.host_time_us - p.clock_offset_us FROM process_info p "
+            "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM "
+            "clock_offsets o "
+            "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = "
+            "o.host_name"
+        )
+        self.con.execute(
+            "UPDATE records SET time_us = records.host_time_us - p.clock_offset_us FROM "
+            "process_info p "
             "WHERE records.process_id = p.process_id AND p.clock_offset_us <> 0"
         )
 
@@ -412,11 +476,14 @@ class RunDatabase:
         """View (and table) name → [(column, type)], for `describe`."""
         out = {}
         for name in [*VIEWS, "clock_offsets", "records"]:
-            out[name] = [(row[0], row[1]) for row in self.con.execute(f"DESCRIBE {name}").fetchall()]
+            out[name] = [
+                (row[0], row[1]) for row in self.con.execute(f"DESCRIBE {name}").fetchall()
+            ]
         return out
 
     def save_parquet(self, folder: str) -> list[str]:
-        """Write every view and the clock offsets as ``folder/<view>.parquet``; returns the paths."""
+        """Write every view and the clock offsets as ``folder/<view>.parquet``; returns the
+        paths."""
         make_private_folders(folder)  # 0700 where made, as analysis/ is
         written = []
         for name in [*VIEWS, "clock_offsets"]:
@@ -427,7 +494,8 @@ class RunDatabase:
 
 
 class _SqlCache:
-    """The loaded ``records`` and ``clock_offsets`` of one selection of a run, kept as a DuckDB file in the run's analysis cache.
+    """The loaded ``records`` and ``clock_offsets`` of one selection of a run, kept as a DuckDB file
+    in the run's analysis cache.
 
     `name` is the selection's (its processes' files and the alignment), so a
     selection has one entry, replaced when its content changes; `key` names
@@ -453,12 +521,21 @@ class _SqlCache:
                 return None
             selection.append(os.path.basename(process.base))
             content.append([[k.length, k.head, k.tail, k.size, k.rest] for k in keys])  # type: ignore[union-attr]  # keys of readable segments only, checked before
-        name = "sql-" + hashlib.blake2b(json.dumps([align, selection]).encode(errors="surrogateescape"), digest_size=16).hexdigest() + ".duckdb"
-        key = hashlib.blake2b(json.dumps([cache_version(), _module_version(), content]).encode(), digest_size=16).hexdigest()
+        name = (
+            "sql-"
+            + hashlib.blake2b(
+                json.dumps([align, selection]).encode(errors="surrogateescape"), digest_size=16
+            ).hexdigest()
+            + ".duckdb"
+        )
+        key = hashlib.blake2b(
+            json.dumps([cache_version(), _module_version(), content]).encode(), digest_size=16
+        ).hexdigest()
         return cls(CacheFolder(run_dir, log_dir), name, key)
 
     def attach(self, db: RunDatabase) -> bool:
-        """Use the cached records if there are ours for this content: ``records`` becomes a view of them (read-only).
+        """Use the cached records if there are ours for this content: ``records`` becomes a view of
+        them (read-only).
 
         Nothing of a file is run before it is known to be ours: its seal (a
         MAC over all its bytes with the user's key, `CacheFolder.sealed`) is
@@ -479,13 +556,16 @@ class _SqlCache:
                 except duckdb.Error:
                     continue  # replaced as we looked: a miss
                 try:
-                    con.execute("BEGIN TRANSACTION")  # all or nothing: a miss leaves the empty `records` table to load into
+                    # all or nothing: a miss leaves the empty `records` table to load into
+                    con.execute("BEGIN TRANSACTION")
                     con.execute("DROP TABLE records")
                     con.execute("CREATE VIEW records AS SELECT * FROM run_cache.records")
                     con.execute("INSERT INTO clock_offsets SELECT * FROM run_cache.clock_offsets")
                     con.execute(
-                        "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS BIGINT) FROM clock_offsets o "
-                        "WHERE coalesce(process_info.host_name, 'process ' || process_info.process_id) = o.host_name"
+                        "UPDATE process_info SET clock_offset_us = CAST(round(o.offset_us) AS "
+                        "BIGINT) FROM clock_offsets o "
+                        "WHERE coalesce(process_info.host_name, 'process ' || "
+                        "process_info.process_id) = o.host_name"
                     )
                     con.execute("COMMIT")
                     db.clock = clock
@@ -496,7 +576,8 @@ class _SqlCache:
         return False
 
     def keep(self, db: RunDatabase) -> None:
-        """Write the loaded records to the cache (a new file, sealed, renamed over the old entry); best effort: a failure only means no cache."""
+        """Write the loaded records to the cache (a new file, sealed, renamed over the old entry);
+        best effort: a failure only means no cache."""
         duckdb = require_duckdb()
         con = db.con
         try:
@@ -506,22 +587,33 @@ class _SqlCache:
                 con.execute(f"ATTACH {_quote(temp)} AS cache_out")
                 try:
                     con.execute("CREATE TABLE cache_out.records AS SELECT * FROM records")
-                    con.execute("CREATE TABLE cache_out.clock_offsets AS SELECT * FROM clock_offsets")
-                    con.execute("CREATE TABLE cache_out.cache_key AS SELECT $1 AS key, $2 AS clock", [self.key, db.clock])
+                    con.execute(
+                        "CREATE TABLE cache_out.clock_offsets AS SELECT * FROM clock_offsets"
+                    )
+                    con.execute(
+                        "CREATE TABLE cache_out.cache_key AS SELECT $1 AS key, $2 AS clock",
+                        [self.key, db.clock],
+                    )
                 finally:
                     con.execute("DETACH cache_out")
         except (duckdb.Error, OSError):
             pass
 
 
-#: How a cache file is first opened: its own files only (no other file, no URL), no extension installed or loaded.
-_LOCKED = {"enable_external_access": False, "autoinstall_known_extensions": False, "autoload_known_extensions": False}
+#: How a cache file is first opened: its own files only (no other file, no URL), no extension
+#: installed or loaded.
+_LOCKED = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
 #: The tables `_SqlCache.keep` writes: a cache file holds exactly these.
 _CACHE_TABLES = {"records", "clock_offsets", "cache_key"}
 
 
 def _checked_entry(duckdb: Any, path: str) -> str | None:
-    """The clock description of the sealed cache file at `path` when it holds only `_CACHE_TABLES` (no view, no macro); None otherwise.
+    """The clock description of the sealed cache file at `path` when it holds only `_CACHE_TABLES`
+    (no view, no macro); None otherwise.
 
     Opened on its own with `_LOCKED`: even a file that passed its seal runs
     nothing that reaches beyond it.
@@ -531,9 +623,20 @@ def _checked_entry(duckdb: Any, path: str) -> str | None:
     except duckdb.Error:
         return None
     try:
-        tables = {row[0] for row in check.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()}
-        views = check.execute("SELECT count(*) FROM duckdb_views() WHERE database_name = current_database() AND NOT internal").fetchone()
-        macros = check.execute("SELECT count(*) FROM duckdb_functions() WHERE database_name = current_database() AND NOT internal").fetchone()
+        tables = {
+            row[0]
+            for row in check.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+            ).fetchall()
+        }
+        views = check.execute(
+            "SELECT count(*) FROM duckdb_views() WHERE database_name = current_database() AND NOT "
+            "internal"
+        ).fetchone()
+        macros = check.execute(
+            "SELECT count(*) FROM duckdb_functions() WHERE database_name = current_database() AND "
+            "NOT internal"
+        ).fetchone()
         if tables != _CACHE_TABLES or (views and views[0]) or (macros and macros[0]):
             return None
         row = check.execute("SELECT clock FROM cache_key").fetchone()
@@ -554,7 +657,8 @@ def _module_version() -> str:
 
 
 def _records_query(paths: list[str], join: str = "", copies: dict[str, str] | None = None) -> str:
-    """The SELECT of ``records``' rows from `paths` (each joined to its process by the ``files`` table): one query for every loader.
+    """The SELECT of ``records``' rows from `paths` (each joined to its process by the ``files``
+    table): one query for every loader.
 
     `copies`: a path read in place of a run's file (a copy without its long lines) → that file.
     """
@@ -565,26 +669,36 @@ def _records_query(paths: list[str], join: str = "", copies: dict[str, str] | No
     names = [k for k in RECORD_COLUMNS if k != "time_us"]
     filename = "r.filename"
     if copies:
-        filename = "CASE r.filename " + " ".join(f"WHEN {_quote(copy)} THEN {_quote(original)}" for copy, original in copies.items()) + " ELSE r.filename END"
+        filename = (
+            "CASE r.filename "
+            + " ".join(
+                f"WHEN {_quote(copy)} THEN {_quote(original)}" for copy, original in copies.items()
+            )
+            + " ELSE r.filename END"
+        )
     return (
         f"SELECT f.process_id, r.time_us, {', '.join('r.' + n for n in names)}, r.time_us "
-        f"FROM read_json({files}, format = 'newline_delimited', ignore_errors = true, filename = true, "
+        f"FROM read_json({files}, format = 'newline_delimited', ignore_errors = true, filename = "
+        "true, "
         f"maximum_object_size = {MAX_LINE_BYTES}, columns = {columns}) r "
         f"JOIN files f ON {filename} = f.filename {join}"
     )
 
 
-#: DuckDB's error for a line over `maximum_object_size`: it fails the whole query, however many lines are fine.
+#: DuckDB's error for a line over `maximum_object_size`: it fails the whole query, however many
+#: lines are fine.
 _TOO_LONG = re.compile(r'"maximum_object_size" of \d+ bytes exceeded while reading file "(.*?)"')
 
 
 def _read_records(paths: list[str], execute: Callable[[str], None], join: str = "") -> None:
-    """`execute` the records query over `paths`, reading a file with a line too long for DuckDB from a copy without it.
+    """`execute` the records query over `paths`, reading a file with a line too long for DuckDB from
+    a copy without it.
 
-    The other commands skip a line longer than `MAX_LINE_BYTES` with a warning (`read.lines`); so does
-    this one: the file DuckDB names is copied without its long lines (`copy_without_long_lines`, a block
-    of memory at a time, with the other commands' warning), and the query runs again on the copy, whose
-    rows are the file's (a long line is a row of NULLs, counted in ``processes.unreadable_lines``).
+    The other commands skip a line longer than `MAX_LINE_BYTES` with a warning (`read.lines`); so
+    does this one: the file DuckDB names is copied without its long lines
+    (`copy_without_long_lines`, a block of memory at a time, with the other commands' warning), and
+    the query runs again on the copy, whose rows are the file's (a long line is a row of NULLs,
+    counted in ``processes.unreadable_lines``).
     """
     duckdb = require_duckdb()
     copies: dict[str, str] = {}
@@ -605,7 +719,8 @@ def _read_records(paths: list[str], execute: Callable[[str], None], join: str = 
 
 
 def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) -> bytes:
-    """One Dask worker's share of `RunDatabase.load`: ``records``' rows of `files` ((path, process id) pairs), as Parquet bytes.
+    """One Dask worker's share of `RunDatabase.load`: ``records``' rows of `files` ((path, process
+    id) pairs), as Parquet bytes.
 
     The same query as the local load (`_records_query`), in a DuckDB of the
     worker's own; the bytes travel back to the command (no shared folder
@@ -618,7 +733,10 @@ def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) ->
         _insert_columns(con, "files", [(path, process_id, 0) for path, process_id in files], 3)
         with tempfile.TemporaryDirectory(prefix="otel-titan-sql-share-") as folder:
             part = os.path.join(folder, "part.parquet")
-            _read_records([path for path, _ in files], lambda query: con.execute(f"COPY ({query}) TO {_quote(part)} (FORMAT parquet)"))
+            _read_records(
+                [path for path, _ in files],
+                lambda query: con.execute(f"COPY ({query}) TO {_quote(part)} (FORMAT parquet)"),
+            )
             with open(part, "rb") as handle:
                 data = handle.read()
     finally:
@@ -627,20 +745,29 @@ def load_share(files: list[tuple[str, int]], on_bytes: Callable[[int], None]) ->
     return data
 
 
-def _insert_columns(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple], width: int) -> None:
-    """Insert `rows` in one statement (one list parameter per column: executemany is a round trip per row)."""
+def _insert_columns(
+    con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple], width: int
+) -> None:
+    """Insert `rows` in one statement (one list parameter per column: executemany is a round trip
+    per row)."""
     if not rows:
         return
     columns = [list(column) for column in zip(*rows)]
-    con.execute(f"INSERT INTO {table} SELECT {', '.join(f'unnest(${i + 1})' for i in range(width))}", columns)
+    con.execute(
+        f"INSERT INTO {table} SELECT {', '.join(f'unnest(${i + 1})' for i in range(width))}",
+        columns,
+    )
 
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _run_with_progress(con: duckdb.DuckDBPyConnection, sql: str, progress: Callable[[float], None] | None) -> None:
-    """Run `sql`; while it runs, report DuckDB's own progress estimate (`query_progress`) every 0.2 s."""
+def _run_with_progress(
+    con: duckdb.DuckDBPyConnection, sql: str, progress: Callable[[float], None] | None
+) -> None:
+    """Run `sql`; while it runs, report DuckDB's own progress estimate (`query_progress`) every 0.2
+    s."""
     if progress is None:
         con.execute(sql)
         return
@@ -677,59 +804,99 @@ def open_run(
     scheduler: str | None = None,
     cache: bool = True,
 ) -> RunDatabase:
-    """A `RunDatabase` for the run at `path` (a run directory, its ``structured_logs/``, or one .jsonl file).
+    """A `RunDatabase` for the run at `path` (a run directory, its ``structured_logs/``, or one
+    .jsonl file).
 
-    `run_id`: the run when the folder holds several (default: the latest, as
-    ``summarize``). `align`: subtract each host's clock offset from its times.
-    `database`: a ``.duckdb`` file to build the database in (``--save``; it
-    must not exist yet), else in memory. `scheduler`: a Dask scheduler's
-    address; its workers read the files on `RunDatabase.load`. `cache`: load
-    from the analysis cache when it holds this content, and keep what is loaded
-    there (not with `database`: ``--save`` writes a database of its own). Reads one line per process;
-    `RunDatabase.load` reads the rest and aligns the clocks.
-    Raises `NotARunError` / `NoRecordsError` as ``summarize``, `MissingDependencyError`
-    without duckdb, `FileExistsError` when `database` exists.
+    `run_id`: the run when the folder holds several (default: the latest, as ``summarize``).
+    `align`: subtract each host's clock offset from its times. `database`: a ``.duckdb`` file to
+    build the database in (``--save``; it must not exist yet), else in memory. `scheduler`: a Dask
+    scheduler's address; its workers read the files on `RunDatabase.load`. `cache`: load from the
+    analysis cache when it holds this content, and keep what is loaded there (not with `database`:
+    ``--save`` writes a database of its own). Reads one line per process; `RunDatabase.load` reads
+    the rest and aligns the clocks. Raises `NotARunError` / `NoRecordsError` as ``summarize``,
+    `MissingDependencyError` without duckdb, `FileExistsError` when `database` exists.
     """
     duckdb = require_duckdb()
-    run, choice = select_run(read_run(path, ranks=ranks, sources=sources, log_skipped=False), run_id)
+    run, choice = select_run(
+        read_run(path, ranks=ranks, sources=sources, log_skipped=False), run_id
+    )
     if not run.processes:
         raise NoRecordsError(f"{run.log_dir}: no process left after the filters")
     if database is not None:
         if os.path.exists(database):
-            raise FileExistsError(f"{database} exists already (--save writes a new database; remove it or pick another name)")
+            raise FileExistsError(
+                f"{database} exists already (--save writes a new database; remove it or pick "
+                "another name)"
+            )
         con = duckdb.connect(database)
     else:
         con = duckdb.connect()
-    # query_progress needs the progress bar on; DuckDB must not print its own (it would mix into the output).
+    # query_progress needs the progress bar on; DuckDB must not print its own (it would mix into the
+    # output).
     con.execute("SET enable_progress_bar = true")
     con.execute("SET enable_progress_bar_print = false")
     for ddl in (_PROCESS_INFO, _FILES, _CLOCK, _RECORDS, *VIEWS.values(), *MACROS.values()):
         con.execute(ddl)
     info_rows, file_rows, paths, total = [], [], [], 0
     for index, process in enumerate(run.processes):
-        info_rows.append((index, process.run_id, process.source, process.rank, process.host_name, process.pid, process.attempt,
-                          process.world_size, os.path.basename(process.base), len(process.segments), process.size, 0))
+        info_rows.append(
+            (
+                index,
+                process.run_id,
+                process.source,
+                process.rank,
+                process.host_name,
+                process.pid,
+                process.attempt,
+                process.world_size,
+                os.path.basename(process.base),
+                len(process.segments),
+                process.size,
+                0,
+            )
+        )
         for segment, file_path in enumerate(process.segments):
             file_rows.append((file_path, index, segment))
             paths.append(file_path)
         total += process.size
     _insert_columns(con, "process_info", info_rows, 12)
     _insert_columns(con, "files", file_rows, 3)
-    cached = _SqlCache.of(run.run_dir, run.log_dir, run.processes, align) if cache and database is None else None
-    return RunDatabase(con=con, paths=paths, total_bytes=total, processes=len(run.processes), choice=choice, align=align, scheduler=scheduler,
-                       clock="turned off (--no-align)" if not align else "", cache=cached, log_dir=run.log_dir)
+    cached = (
+        _SqlCache.of(run.run_dir, run.log_dir, run.processes, align)
+        if cache and database is None
+        else None
+    )
+    return RunDatabase(
+        con=con,
+        paths=paths,
+        total_bytes=total,
+        processes=len(run.processes),
+        choice=choice,
+        align=align,
+        scheduler=scheduler,
+        clock="turned off (--no-align)" if not align else "",
+        cache=cached,
+        log_dir=run.log_dir,
+    )
 
 
 def open_saved(path: str) -> RunDatabase:
-    """Open a database written by ``--save`` (read-only): its tables and views as they were saved."""
+    """Open a database written by ``--save`` (read-only): its tables and views as they were
+    saved."""
     duckdb = require_duckdb()
     try:
         con = duckdb.connect(path, read_only=True)
     except duckdb.Error as error:
-        raise NoRecordsError(f"{path}: not a DuckDB database written by `otel-titan sql --save` ({error})") from error
-    tables = {row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        raise NoRecordsError(
+            f"{path}: not a DuckDB database written by `otel-titan sql --save` ({error})"
+        ) from error
+    tables = {
+        row[0] for row in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    }
     missing = sorted({*VIEWS, "records", "process_info"} - tables)
     if missing:
         con.close()
-        raise NoRecordsError(f"{path}: not a database written by `otel-titan sql --save` (no {', '.join(missing)})")
+        raise NoRecordsError(
+            f"{path}: not a database written by `otel-titan sql --save` (no {', '.join(missing)})"
+        )
     return RunDatabase(con=con, loaded=True)

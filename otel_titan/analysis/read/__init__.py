@@ -1,1 +1,2 @@
-"""Reading runs: finding runs and their files, lines (torn-line and surrogate tolerant), run selection, tails, filters, following growing files, the writer's step rollups."""
+"""Reading runs: finding runs and their files, lines (torn-line and surrogate tolerant), run
+selection, tails, filters, following growing files, the writer's step rollups."""

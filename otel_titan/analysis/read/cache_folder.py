@@ -1,4 +1,5 @@
-"""Where the analysis cache lives, who may have written it, and how an entry is written and read so that no command ever sees half of one.
+"""Where the analysis cache lives, who may have written it, and how an entry is written and read so
+that no command ever sees half of one.
 
 Where: beside the run, in ``<run>/analysis/cache/`` (where ``export`` writes
 its trace; a copied or moved run takes its cache along, and nothing is added
@@ -77,7 +78,8 @@ _SEAL = ".seal"
 MAX_AGE_DAYS = 30
 #: A cache folder holds at most this much (the least recently used entries go first).
 MAX_BYTES = 1 << 30
-#: At most this many of `sql`'s databases (one per ``--ranks``/``--sources`` selection) are kept per folder.
+#: At most this many of `sql`'s databases (one per ``--ranks``/``--sources`` selection) are kept per
+#: folder.
 MAX_SQL_SELECTIONS = 8
 
 _LOG = logging.getLogger("otel_titan.analysis")
@@ -87,17 +89,20 @@ _warned: set[str] = set()
 
 
 def user_cache_home() -> str:
-    """The user's otel-titan cache folder: ``$XDG_CACHE_HOME/otel-titan``, else ``~/.cache/otel-titan``."""
+    """The user's otel-titan cache folder: ``$XDG_CACHE_HOME/otel-titan``, else
+    ``~/.cache/otel-titan``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "otel-titan")
 
 
 class _Refused(Exception):
-    """A folder, key or entry that is not the reader's alone (the message says whose, or what mode)."""
+    """A folder, key or entry that is not the reader's alone (the message says whose, or what
+    mode)."""
 
 
 def refusal(info: os.stat_result, path: str, secret: bool = False) -> str | None:
-    """Why `path` (as `info` says) cannot be trusted: not owned by this user, or writable by others (readable too, when `secret`); None when it can.
+    """Why `path` (as `info` says) cannot be trusted: not owned by this user, or writable by others
+    (readable too, when `secret`); None when it can.
 
     Example:
         >>> import tempfile; folder = tempfile.mkdtemp()
@@ -111,7 +116,13 @@ def refusal(info: os.stat_result, path: str, secret: bool = False) -> str | None
         return f"{path} is owned by uid {info.st_uid}, not by you (uid {uid})"
     loose = stat.S_IMODE(info.st_mode) & (0o077 if secret else 0o022)
     if loose:
-        who = "group and others" if loose & 0o070 and loose & 0o007 else "its group" if loose & 0o070 else "others"
+        who = (
+            "group and others"
+            if loose & 0o070 and loose & 0o007
+            else "its group"
+            if loose & 0o070
+            else "others"
+        )
         return f"{path} is {'readable or writable' if secret else 'writable'} by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
     return None
 
@@ -121,13 +132,21 @@ def _warn(path: str, reason: str, then: str) -> None:
     if path in _warned:
         return
     _warned.add(path)
-    _LOG.warning("not using the analysis cache %s: %s (left as it is; fix it or remove it to use it again); %s", path, reason, then)
+    _LOG.warning(
+        "not using the analysis cache %s: %s (left as it is; fix it or remove it to use it "
+        "again); %s",
+        path,
+        reason,
+        then,
+    )
 
 
 def _open_dir(parent: int | None, name: str, create: bool, path: str) -> int:
-    """The folder `name` in the open folder `parent` (or the path `name`), opened without following a link and checked; made 0700 when `create`.
+    """The folder `name` in the open folder `parent` (or the path `name`), opened without following
+    a link and checked; made 0700 when `create`.
 
-    Raises `_Refused` (not this user's alone), FileNotFoundError (missing and not `create`), other OSErrors.
+    Raises `_Refused` (not this user's alone), FileNotFoundError (missing and not `create`), other
+    OSErrors.
     """
     try:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
@@ -153,7 +172,8 @@ def _open_dir(parent: int | None, name: str, create: bool, path: str) -> int:
 
 
 def make_private_folders(path: str) -> list[str]:
-    """Make the folder `path` and any missing parent, each new one 0700 whatever the umask (existing ones are left as they are); the folders made, outermost first.
+    """Make the folder `path` and any missing parent, each new one 0700 whatever the umask (existing
+    ones are left as they are); the folders made, outermost first.
 
     For what otel-titan writes beside a run (``analysis/``): a trace or a
     report names the run's processes and hosts; the user shares it by choice.
@@ -187,7 +207,8 @@ def make_private_folders(path: str) -> list[str]:
 
 
 def remove_made_folders(made: list[str]) -> None:
-    """Remove the folders `make_private_folders` made (innermost first), where still empty: what a command that failed leaves behind."""
+    """Remove the folders `make_private_folders` made (innermost first), where still empty: what a
+    command that failed leaves behind."""
     for folder in reversed(made):
         try:
             os.rmdir(folder)
@@ -196,7 +217,8 @@ def remove_made_folders(made: list[str]) -> None:
 
 
 def _user_key() -> bytes | None:
-    """This user's signing key, made on first use; None (nothing is then cached) when it can be neither read nor made, or is refused."""
+    """This user's signing key, made on first use; None (nothing is then cached) when it can be
+    neither read nor made, or is refused."""
     home = user_cache_home()
     path = os.path.join(home, "key")
     try:
@@ -219,20 +241,24 @@ def _user_key() -> bytes | None:
 
 
 def _key_in(folder: int, path: str) -> bytes | None:
-    """The key file in the open folder `folder`: read when it is this user's alone, else made (never replacing one made meanwhile)."""
+    """The key file in the open folder `folder`: read when it is this user's alone, else made (never
+    replacing one made meanwhile)."""
     for _ in range(2):
         try:
             fd = os.open("key", _FILE_FLAGS, dir_fd=folder)
         except FileNotFoundError:
             temp = f".key-{secrets.token_hex(8)}"
-            made = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+            made = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+            )
             try:
                 os.fchmod(made, 0o600)
                 os.write(made, secrets.token_bytes(32))
             finally:
                 os.close(made)
             try:
-                os.link(temp, "key", src_dir_fd=folder, dst_dir_fd=folder)  # never replaces a key another command made meanwhile
+                # never replaces a key another command made meanwhile
+                os.link(temp, "key", src_dir_fd=folder, dst_dir_fd=folder)
             except FileExistsError:
                 pass
             finally:
@@ -252,12 +278,14 @@ def _key_in(folder: int, path: str) -> bytes | None:
     return None
 
 
-#: A temporary file older than this is a command's that was killed mid-write: removed by the next write.
+#: A temporary file older than this is a command's that was killed mid-write: removed by the next
+#: write.
 STALE_TEMP_S = 3600
 
 
 class CacheFolder:
-    """The cache folders of one run (`run_dir`, whose files are in `log_dir`): `read` the entries called `name`, `write` one atomically.
+    """The cache folders of one run (`run_dir`, whose files are in `log_dir`): `read` the entries
+    called `name`, `write` one atomically.
 
     Example (not run here: the first use makes your signing key in ~/.cache/otel-titan;
     tests/analysis/read/test_cache_folder.py runs it):
@@ -273,17 +301,23 @@ class CacheFolder:
         self.run_dir = os.path.abspath(run_dir)
         where = hashlib.blake2b(os.fsencode(self.log_dir), digest_size=12).hexdigest()
         home = user_cache_home()
-        #: Looked in in this order; written to the first that can be. Each: (where it starts, the folders made in it).
-        self._chains = [(self.run_dir, ["analysis", "cache"]), (os.path.dirname(home), [os.path.basename(home), "runs", where])]
+        #: Looked in in this order; written to the first that can be. Each: (where it starts, the
+        #: folders made in it).
+        self._chains = [
+            (self.run_dir, ["analysis", "cache"]),
+            (os.path.dirname(home), [os.path.basename(home), "runs", where]),
+        ]
         self.folders = [os.path.join(start, *names) for start, names in self._chains]
         self._key = _user_key()
 
-    # -- the folders, checked ---------------------------------------------------------------------------
+    # -- the folders, checked ----------------------------------------------------------------------
     def _open(self, index: int, create: bool) -> int | None:
-        """Folder `index` opened and checked at every level (made 0700 where missing, when `create`); None when missing, unwritable or refused."""
+        """Folder `index` opened and checked at every level (made 0700 where missing, when
+        `create`); None when missing, unwritable or refused."""
         start, names = self._chains[index]
         try:
-            fd = os.open(start, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the run folder, or $XDG_CACHE_HOME: as the user named them
+            # the run folder, or $XDG_CACHE_HOME: as the user named them
+            fd = os.open(start, _DIR_FLAGS & ~os.O_NOFOLLOW)
         except OSError:
             return None
         path = start
@@ -297,14 +331,19 @@ class CacheFolder:
         except _Refused as refused:
             os.close(fd)
             if not self._quiet(index, path):
-                _warn(path, str(refused), "using " + (self.folders[1] if index == 0 else "no cache folder") + " instead")
+                _warn(
+                    path,
+                    str(refused),
+                    "using " + (self.folders[1] if index == 0 else "no cache folder") + " instead",
+                )
             return None
         except OSError:
             os.close(fd)
             return None
 
     def _quiet(self, index: int, path: str) -> bool:
-        """A folder beside another user's run that is that user's: theirs, never this user's to use (no warning: this user's cache is in the user's folder).
+        """A folder beside another user's run that is that user's: theirs, never this user's to use
+        (no warning: this user's cache is in the user's folder).
 
         A folder of someone else's beside this user's own run is what a swap
         looks like (issue 27): that is warned about.
@@ -319,7 +358,8 @@ class CacheFolder:
 
     @contextlib.contextmanager
     def _entry(self, folder: int, name: str) -> Iterator[int | None]:
-        """The entry `name` of the open folder: its file, when it is a regular file of this user's that nobody else can write."""
+        """The entry `name` of the open folder: its file, when it is a regular file of this user's
+        that nobody else can write."""
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=folder)
         except OSError:
@@ -332,7 +372,8 @@ class CacheFolder:
             os.close(fd)
 
     def _mac(self, *parts: bytes, fd: int | None = None) -> bytes:
-        """HMAC-SHA256 with this user's key over `parts` (each with its length), then every byte of the open file `fd`, read in chunks."""
+        """HMAC-SHA256 with this user's key over `parts` (each with its length), then every byte of
+        the open file `fd`, read in chunks."""
         assert self._key is not None
         mac = hmac.new(self._key, digestmod=hashlib.sha256)
         for part in parts:
@@ -347,9 +388,10 @@ class CacheFolder:
             offset += len(chunk)
         return mac.digest()
 
-    # -- entries read whole -----------------------------------------------------------------------------
+    # -- entries read whole ------------------------------------------------------------------------
     def read(self, name: str) -> list[bytes]:
-        """The payloads of the entries called `name` whose signature is this user's (beside the run first); torn or foreign ones are left out."""
+        """The payloads of the entries called `name` whose signature is this user's (beside the run
+        first); torn or foreign ones are left out."""
         if self._key is None:
             return []
         out = []
@@ -366,13 +408,17 @@ class CacheFolder:
                 os.close(folder)
             if len(data) < len(_MAGIC) + _MAC_BYTES or not data.startswith(_MAGIC):
                 continue
-            mac, payload = data[len(_MAGIC) : len(_MAGIC) + _MAC_BYTES], data[len(_MAGIC) + _MAC_BYTES :]
+            mac, payload = (
+                data[len(_MAGIC) : len(_MAGIC) + _MAC_BYTES],
+                data[len(_MAGIC) + _MAC_BYTES :],
+            )
             if hmac.compare_digest(mac, self._mac(name.encode(), payload)):
                 out.append(payload)
         return out
 
     def write(self, name: str, payload: bytes) -> bool:
-        """Write the entry `name` (temporary file, then renamed over the old one); False when no folder could take it."""
+        """Write the entry `name` (temporary file, then renamed over the old one); False when no
+        folder could take it."""
         if self._key is None:
             return False
         data = _MAGIC + self._mac(name.encode(), payload) + payload
@@ -389,10 +435,11 @@ class CacheFolder:
                 os.close(folder)
         return False
 
-    # -- entries another library writes and reads (a DuckDB database) -----------------------------------
+    # -- entries another library writes and reads (a DuckDB database) ------------------------------
     @contextlib.contextmanager
     def sealed(self, name: str, seal: str) -> Iterator[list[str]]:
-        """The files called `name` whose bytes this user sealed with `seal` (`new_sealed`): a path to open each by, beside the run first.
+        """The files called `name` whose bytes this user sealed with `seal` (`new_sealed`): a path
+        to open each by, beside the run first.
 
         The seal (a MAC over `seal` and every byte of the file) is checked
         before anything opens the file, and the path opens the very file that
@@ -428,7 +475,11 @@ class CacheFolder:
         except OSError:
             return None
         info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode) and refusal(info, name) is None and hmac.compare_digest(mac, self._mac(name.encode(), seal.encode(), fd=fd)):
+        if (
+            stat.S_ISREG(info.st_mode)
+            and refusal(info, name) is None
+            and hmac.compare_digest(mac, self._mac(name.encode(), seal.encode(), fd=fd))
+        ):
             _touch(folder, name)
             return fd
         os.close(fd)
@@ -436,7 +487,8 @@ class CacheFolder:
 
     @contextlib.contextmanager
     def new_sealed(self, name: str, seal: str) -> Iterator[str | None]:
-        """A temporary path to build the entry `name` in (None when no folder can take it); once the ``with`` ends without error, the file is sealed with `seal` and renamed to `name`.
+        """A temporary path to build the entry `name` in (None when no folder can take it); once the
+        ``with`` ends without error, the file is sealed with `seal` and renamed to `name`.
 
         For entries another library writes itself (a DuckDB database): the
         builder makes the file; `sealed` finds it again.
@@ -471,7 +523,8 @@ class CacheFolder:
 
 
 def _fd_path(fd: int, fallback: str, name: str = "") -> str:
-    """A path that opens the open file `fd` (or the file `name` in the open folder `fd`) wherever it has moved meanwhile; `fallback` without ``/proc``."""
+    """A path that opens the open file `fd` (or the file `name` in the open folder `fd`) wherever it
+    has moved meanwhile; `fallback` without ``/proc``."""
     proc = f"/proc/self/fd/{fd}"
     if not os.path.exists(proc):
         return fallback
@@ -496,10 +549,13 @@ def _touch(folder: int, name: str) -> None:
 
 
 def _write_into(folder: int, name: str, data: bytes) -> bool:
-    """`data` as the file `name` of the open folder: written to a temporary file (0600), then renamed over the old one."""
+    """`data` as the file `name` of the open folder: written to a temporary file (0600), then
+    renamed over the old one."""
     temp = f".{name[:40]}-{secrets.token_hex(6)}.tmp"
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+        fd = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+        )
     except OSError:
         return False
     try:
@@ -514,9 +570,12 @@ def _write_into(folder: int, name: str, data: bytes) -> bool:
 
 
 def _sweep(folder: int) -> None:
-    """Remove the temporary files of commands killed mid-write (never a live one: those are younger than `STALE_TEMP_S`)."""
+    """Remove the temporary files of commands killed mid-write (never a live one: those are younger
+    than `STALE_TEMP_S`)."""
     try:
-        names = [name for name in os.listdir(folder) if name.startswith(".") and name.endswith(".tmp")]
+        names = [
+            name for name in os.listdir(folder) if name.startswith(".") and name.endswith(".tmp")
+        ]
         now = time.time()
         for name in names:
             if now - os.stat(name, dir_fd=folder, follow_symlinks=False).st_mtime > STALE_TEMP_S:
@@ -526,7 +585,9 @@ def _sweep(folder: int) -> None:
 
 
 def prune(folder: int, keep: str = "", now: float | None = None) -> list[str]:
-    """Bound the open cache folder `folder`: remove entries unused for `MAX_AGE_DAYS`, then the least recently used beyond `MAX_SQL_SELECTIONS` sql databases and `MAX_BYTES`; never `keep` (just written). The names removed."""
+    """Bound the open cache folder `folder`: remove entries unused for `MAX_AGE_DAYS`, then the
+    least recently used beyond `MAX_SQL_SELECTIONS` sql databases and `MAX_BYTES`; never `keep`
+    (just written). The names removed."""
     now = time.time() if now is None else now
     entries = []
     try:
@@ -536,7 +597,11 @@ def prune(folder: int, keep: str = "", now: float | None = None) -> list[str]:
             info = os.stat(name, dir_fd=folder, follow_symlinks=False)
             if stat.S_ISREG(info.st_mode):
                 seal = name + _SEAL
-                size = info.st_size + (os.stat(seal, dir_fd=folder, follow_symlinks=False).st_size if _exists(folder, seal) else 0)
+                size = info.st_size + (
+                    os.stat(seal, dir_fd=folder, follow_symlinks=False).st_size
+                    if _exists(folder, seal)
+                    else 0
+                )
                 entries.append((info.st_mtime, name, size))
     except OSError:
         return []
@@ -545,7 +610,11 @@ def prune(folder: int, keep: str = "", now: float | None = None) -> list[str]:
     for used, name, size in entries:
         if name != keep:
             sql = name.startswith("sql-") and name.endswith(".duckdb")
-            if now - used > MAX_AGE_DAYS * 86400 or total + size > MAX_BYTES or (sql and selections >= MAX_SQL_SELECTIONS):
+            if (
+                now - used > MAX_AGE_DAYS * 86400
+                or total + size > MAX_BYTES
+                or (sql and selections >= MAX_SQL_SELECTIONS)
+            ):
                 for path in (name, name + _SEAL):
                     with contextlib.suppress(OSError):
                         os.unlink(path, dir_fd=folder)

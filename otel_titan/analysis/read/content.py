@@ -1,4 +1,5 @@
-"""What a file holds, named by its bytes: the content keys of the analysis cache, and reads of a byte range.
+"""What a file holds, named by its bytes: the content keys of the analysis cache, and reads of a
+byte range.
 
 Why by content: runs live on Lustre, GPFS and NFS, where the device number
 differs per client, mtimes come from the writer's clock and attribute caches
@@ -50,7 +51,8 @@ BLOCK_BYTES = 16 << 10
 
 @dataclass(frozen=True)
 class ContentKey:
-    """One file's written content: `name` (its base name), `length` (bytes up to its last complete line), hashes of its first and last block.
+    """One file's written content: `name` (its base name), `length` (bytes up to its last complete
+    line), hashes of its first and last block.
 
     `size` is the file's size when keyed and `rest` a hash of the bytes from
     `length` to `size` (the partial line, or NULs): not part of the content,
@@ -65,7 +67,8 @@ class ContentKey:
     rest: str
 
     def same_content(self, other: ContentKey) -> bool:
-        """The same written content (whatever the file is called now: a rotated segment changes its name, never its bytes)."""
+        """The same written content (whatever the file is called now: a rotated segment changes its
+        name, never its bytes)."""
         return (self.length, self.head, self.tail) == (other.length, other.head, other.tail)
 
 
@@ -74,7 +77,8 @@ def _digest(data: bytes) -> str:
 
 
 def _digest_range(handle: BinaryIO, start: int, stop: int) -> str:
-    """`_digest` of bytes `start`..`stop`, read a block at a time: a torn last line of 2 GB costs a block of memory."""
+    """`_digest` of bytes `start`..`stop`, read a block at a time: a torn last line of 2 GB costs a
+    block of memory."""
     digest = hashlib.blake2b(digest_size=16)
     handle.seek(start)
     left = stop - start
@@ -94,13 +98,15 @@ def read_range(handle: BinaryIO, start: int, stop: int) -> bytes:
 
 
 def _content_end(handle: BinaryIO, size: int, window: bytes, window_start: int) -> int:
-    """Where the written content ends: after the last newline (before the first NUL of the last block), 0 when none.
+    """Where the written content ends: after the last newline (before the first NUL of the last
+    block), 0 when none.
 
     `window` holds the file's bytes from `window_start` to `size` (the last ones read already).
     """
     last_block = max(window_start, size - BLOCK_BYTES) - window_start
     hole = window.find(b"\0", last_block)
-    end = hole if hole >= 0 else len(window)  # a hole not filled yet on this client: nothing after it is content
+    # a hole not filled yet on this client: nothing after it is content
+    end = hole if hole >= 0 else len(window)
     newline = window.rfind(b"\n", 0, end)
     if newline >= 0:
         return window_start + newline + 1
@@ -115,7 +121,8 @@ def _content_end(handle: BinaryIO, size: int, window: bytes, window_start: int) 
 
 
 def content_key(path: str) -> ContentKey | None:
-    """The `ContentKey` of the file at `path` now; None when it cannot be read (gone, or no permission).
+    """The `ContentKey` of the file at `path` now; None when it cannot be read (gone, or no
+    permission).
 
     One read of the last 32 KiB (and one of the first 16 KiB for a bigger file).
 
@@ -148,7 +155,8 @@ def content_key(path: str) -> ContentKey | None:
 
 
 def is_prefix(path: str, key: ContentKey) -> bool:
-    """Whether the file at `path` still begins with the content `key` names (it was appended to, never rewritten).
+    """Whether the file at `path` still begins with the content `key` names (it was appended to,
+    never rewritten).
 
     Reads the two blocks `key` hashed, at the same places: a file that grew
     is checked without reading what it grew by.
@@ -168,7 +176,8 @@ def is_prefix(path: str, key: ContentKey) -> bool:
 
 
 class RangeReader:
-    """A file read from `start` to `stop` only, as a binary stream (what `read.lines.file_records` reads), counting the newlines it hands out.
+    """A file read from `start` to `stop` only, as a binary stream (what `read.lines.file_records`
+    reads), counting the newlines it hands out.
 
     Why: the cache resumes a file where its cached content ended and stops at
     the content key's end, so that what was read is exactly what the key names,

@@ -22,14 +22,19 @@ class StepRange:
     def __contains__(self, step: object) -> bool:
         if type(step) is not int:
             return False
-        return (self.first is None or step >= self.first) and (self.last is None or step <= self.last)
+        return (self.first is None or step >= self.first) and (
+            self.last is None or step <= self.last
+        )
 
     def __str__(self) -> str:
-        return f"{'' if self.first is None else self.first}:{'' if self.last is None else self.last}"
+        return (
+            f"{'' if self.first is None else self.first}:{'' if self.last is None else self.last}"
+        )
 
 
 def parse_step_range(text: str) -> StepRange:
-    """``"A:B"`` (both included), ``"A:"``, ``":B"`` or ``"N"`` → `StepRange`; ValueError when malformed.
+    """``"A:B"`` (both included), ``"A:"``, ``":B"`` or ``"N"`` → `StepRange`; ValueError when
+    malformed.
 
     Example:
         >>> parse_step_range("100:200"), parse_step_range("7")
@@ -40,7 +45,9 @@ def parse_step_range(text: str) -> StepRange:
         first = int(low) if low.strip() else None
         last = (int(high) if high.strip() else None) if colon else first
     except ValueError:
-        raise ValueError(f"bad step range {text!r} (expected A:B, A:, :B or N, e.g. 100:200)") from None
+        raise ValueError(
+            f"bad step range {text!r} (expected A:B, A:, :B or N, e.g. 100:200)"
+        ) from None
     if not colon and first is None:
         raise ValueError(f"bad step range {text!r} (expected A:B, A:, :B or N, e.g. 100:200)")
     if first is not None and last is not None and first > last:

@@ -1,4 +1,5 @@
-"""Follow a run folder while it is written: each refresh reads only the bytes appended since the last one.
+"""Follow a run folder while it is written: each refresh reads only the bytes appended since the
+last one.
 
 Why a follower of its own rather than `read.records.read_run` in a loop: a full
 read of 1,024 growing files costs seconds to minutes; a refresh must cost a
@@ -51,14 +52,24 @@ from typing import Any
 from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, file_records
 from otel_titan.analysis.read.records import _SEGMENT, ProcessLog, _identify, find_log_dir
 
-__all__ = ["FileCursor", "RunFollower", "Batch", "NUL_RETRIES", "MAX_READ_BYTES", "FIRST_READ_BYTES"]
+__all__ = [
+    "FileCursor",
+    "RunFollower",
+    "Batch",
+    "NUL_RETRIES",
+    "MAX_READ_BYTES",
+    "FIRST_READ_BYTES",
+]
 
-#: Refreshes a NUL-headed line may stay as it is before it is skipped as a hole that will not be filled.
+#: Refreshes a NUL-headed line may stay as it is before it is skipped as a hole that will not be
+#: filled.
 NUL_RETRIES = 3
-#: At most this many bytes of one file per refresh (the rest next time): one refresh's memory stays bounded.
+#: At most this many bytes of one file per refresh (the rest next time): one refresh's memory stays
+#: bounded.
 MAX_READ_BYTES = 32 << 20
-#: A file already bigger than this when first seen is read from its last this-many bytes (its first record
-#: still gives its identity): starting `watch` on a day-old run must not read its gigabytes first.
+#: A file already bigger than this when first seen is read from its last this-many bytes (its first
+#: record still gives its identity): starting `watch` on a day-old run must not read its gigabytes
+#: first.
 FIRST_READ_BYTES = 8 << 20
 
 
@@ -73,7 +84,8 @@ class FileCursor:
     #: Size seen at the last refresh, and the watcher's time at which the file last grew.
     size: int = 0
     grew_at: float | None = None
-    #: Since when (watcher's clock) bytes after the last newline sat unchanged (None: the file ends with a newline).
+    #: Since when (watcher's clock) bytes after the last newline sat unchanged (None: the file ends
+    #: with a newline).
     torn_since: float | None = None
     torn_bytes: int = 0
     #: Offset of a NUL-headed line being retried, and how many refreshes it has been seen.
@@ -83,14 +95,16 @@ class FileCursor:
     rotations: int = 0
     restarts: int = 0
     lost_bytes: int = 0
-    #: Bytes skipped when the file was first seen already big (FIRST_READ_BYTES); its start was not read.
+    #: Bytes skipped when the file was first seen already big (FIRST_READ_BYTES); its start was not
+    #: read.
     skipped_head: int = 0
     bytes_read: int = 0
-    #: The active file's modification time (epoch seconds) at the last refresh, and whether it has been read yet.
+    #: The active file's modification time (epoch seconds) at the last refresh, and whether it has
+    #: been read yet.
     mtime: float | None = None
     reads: int = 0
-    #: The file's first bytes: a file deleted and created again can get the same inode (backup_count=0 rotation),
-    #: its first line (time, pid) cannot be the same.
+    #: The file's first bytes: a file deleted and created again can get the same inode
+    #: (backup_count=0 rotation), its first line (time, pid) cannot be the same.
     head: bytes = b""
     #: Inside a line longer than MAX_LINE_BYTES: what is read is dropped up to its newline.
     overlong: bool = False
@@ -107,7 +121,8 @@ class Batch:
 
 
 class RunFollower:
-    """Incremental reader of one run folder; `poll` returns what was appended since the previous poll.
+    """Incremental reader of one run folder; `poll` returns what was appended since the previous
+    poll.
 
     Example:
         >>> import tempfile, os, time
@@ -122,7 +137,13 @@ class RunFollower:
         ['a_end']
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, skipped: SkippedLines | None = None, first_read_bytes: int = FIRST_READ_BYTES) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        skipped: SkippedLines | None = None,
+        first_read_bytes: int = FIRST_READ_BYTES,
+    ) -> None:
         self.run_dir, self.log_dir, self.only_base = find_log_dir(path)
         self.skipped = skipped if skipped is not None else SkippedLines(log=False)
         self.first_read_bytes = first_read_bytes
@@ -131,13 +152,19 @@ class RunFollower:
         self.polls = 0
 
     def poll(self, now: float) -> Batch:
-        """One refresh at watcher time `now` (seconds, any monotonic clock): new files, appended records, vanished files."""
+        """One refresh at watcher time `now` (seconds, any monotonic clock): new files, appended
+        records, vanished files."""
         self.polls += 1
         batch = Batch()
         chains = self._list()
         if chains is None:
-            # The folder could not be listed (EMFILE, a remount): no file is new or gone, the known ones are read as they are.
-            chains = {base: cursor.process.segments for base, cursor in self.cursors.items() if not cursor.gone}
+            # The folder could not be listed (EMFILE, a remount): no file is new or gone, the known
+            # ones are read as they are.
+            chains = {
+                base: cursor.process.segments
+                for base, cursor in self.cursors.items()
+                if not cursor.gone
+            }
         for base, segments in chains.items():
             if base not in self.cursors:
                 cursor = FileCursor(process=_identify(base, segments))
@@ -161,7 +188,8 @@ class RunFollower:
 
     # -- discovery -----------------------------------------------------------------------------
     def _list(self) -> dict[str, list[str]] | None:
-        """base path → its segments, oldest first (the same rule as `read.records.read_run`); None when the folder cannot be listed."""
+        """base path → its segments, oldest first (the same rule as `read.records.read_run`); None
+        when the folder cannot be listed."""
         chains: dict[str, list[tuple[int, str]]] = {}
         try:
             entries = list(os.scandir(self.log_dir))
@@ -176,7 +204,11 @@ class RunFollower:
             if self.only_base is not None and base != self.only_base:
                 continue
             chains.setdefault(base, []).append((int(match.group("segment") or 0), entry.path))
-        return {base: [p for _, p in sorted(items, key=lambda item: (item[0] == 0, -item[0]))] for base, items in chains.items() if any(n == 0 for n, _ in items)}
+        return {
+            base: [p for _, p in sorted(items, key=lambda item: (item[0] == 0, -item[0]))]
+            for base, items in chains.items()
+            if any(n == 0 for n, _ in items)
+        }
 
     # -- reading -------------------------------------------------------------------------------
     def _advance(self, cursor: FileCursor, now: float) -> list[dict[str, Any]]:
@@ -190,7 +222,8 @@ class RunFollower:
         records: list[dict[str, Any]] = []
         if cursor.identity is None:
             cursor.identity = identity
-            # The older segments already there are read first (oldest first), within FIRST_READ_BYTES from the end.
+            # The older segments already there are read first (oldest first), within
+            # FIRST_READ_BYTES from the end.
             budget = self.first_read_bytes - info.st_size
             older = []
             for path in reversed(cursor.process.segments[:-1]):
@@ -212,8 +245,9 @@ class RunFollower:
                 cursor.offset = start
                 cursor.skipped_head += start
         elif identity != cursor.identity:
-            # Rotated: finish the old file (now a numbered segment, found by inode), then every segment rotated
-            # after it (several rotations can happen between two refreshes), then the new active file from 0.
+            # Rotated: finish the old file (now a numbered segment, found by inode), then every
+            # segment rotated after it (several rotations can happen between two refreshes), then
+            # the new active file from 0.
             old = self._find_inode(cursor)
             if old is not None:
                 records.extend(self._read(cursor, old, now, final=True) or [])
@@ -225,7 +259,13 @@ class RunFollower:
             else:
                 cursor.lost_bytes += max(0, cursor.size - cursor.offset)
             cursor.rotations += 1
-            cursor.identity, cursor.offset, cursor.size, cursor.head, cursor.overlong = identity, 0, 0, b"", False
+            cursor.identity, cursor.offset, cursor.size, cursor.head, cursor.overlong = (
+                identity,
+                0,
+                0,
+                b"",
+                False,
+            )
             cursor.torn_since, cursor.nul_at, cursor.nul_seen = None, None, 0
         elif info.st_size < cursor.offset:
             self._restart(cursor)
@@ -243,10 +283,18 @@ class RunFollower:
 
     @staticmethod
     def _restart(cursor: FileCursor) -> None:
-        """A new file under the same name and inode (rewritten in place, or deleted and created again)."""
+        """A new file under the same name and inode (rewritten in place, or deleted and created
+        again)."""
         cursor.restarts += 1
         cursor.lost_bytes += max(0, cursor.size - cursor.offset)
-        cursor.offset, cursor.size, cursor.torn_since, cursor.nul_at, cursor.head, cursor.overlong = 0, 0, None, None, b"", False
+        (
+            cursor.offset,
+            cursor.size,
+            cursor.torn_since,
+            cursor.nul_at,
+            cursor.head,
+            cursor.overlong,
+        ) = 0, 0, None, None, b"", False
 
     def _find_inode(self, cursor: FileCursor) -> str | None:
         for path in cursor.process.segments:
@@ -270,13 +318,17 @@ class RunFollower:
         index = chunk.find(b"\n")
         return offset if index < 0 else max(0, offset - 1) + index + 1
 
-    def _read(self, cursor: FileCursor, path: str, now: float, *, final: bool) -> list[dict[str, Any]] | None:
-        """The complete lines after `cursor.offset`; None when the file's first bytes are not the ones seen before."""
+    def _read(
+        self, cursor: FileCursor, path: str, now: float, *, final: bool
+    ) -> list[dict[str, Any]] | None:
+        """The complete lines after `cursor.offset`; None when the file's first bytes are not the
+        ones seen before."""
         try:
             with open(path, "rb") as handle:
                 if cursor.head and cursor.offset and not final:
-                    # A file deleted and created again can get the same inode (backup_count=0 rotation);
-                    # its first line (time, pid) cannot be the same. Checked in the same open as the read.
+                    # A file deleted and created again can get the same inode (backup_count=0
+                    # rotation); its first line (time, pid) cannot be the same. Checked in the same
+                    # open as the read.
                     if handle.read(len(cursor.head)) != cursor.head:
                         return None
                 handle.seek(cursor.offset)
@@ -297,8 +349,11 @@ class RunFollower:
             data, cursor.overlong = data[newline + 1 :], False
         end = data.rfind(b"\n") + 1  # complete lines only; 0 when none
         if not end and len(data) > MAX_LINE_BYTES and not final:
-            # No newline in more than a line may hold: not a record (every reader skips it), and not a torn line either.
-            self.skipped.add(path, 0, f"line longer than {MAX_LINE_BYTES >> 20} MiB at offset {cursor.offset}")
+            # No newline in more than a line may hold: not a record (every reader skips it), and not
+            # a torn line either.
+            self.skipped.add(
+                path, 0, f"line longer than {MAX_LINE_BYTES >> 20} MiB at offset {cursor.offset}"
+            )
             cursor.offset += len(data)
             cursor.overlong = True
             cursor.torn_since, cursor.torn_bytes = None, 0
@@ -310,7 +365,8 @@ class RunFollower:
         else:
             cursor.torn_since, cursor.torn_bytes = None, 0
         if final and rest:
-            complete += rest + b"\n"  # the old segment will never grow: its last partial line is read as is
+            # the old segment will never grow: its last partial line is read as is
+            complete += rest + b"\n"
             end = len(data)
         hole = complete.find(b"\0")
         if hole >= 0:
@@ -319,11 +375,17 @@ class RunFollower:
             if cursor.nul_at == at and cursor.nul_seen + 1 >= NUL_RETRIES:
                 # A hole that stays: skip that line, count it, and go on after it.
                 line_end = complete.find(b"\n", hole) + 1
-                self.skipped.add(path, 0, f"NUL bytes at offset {at} (a hole the writer never filled)")
+                self.skipped.add(
+                    path, 0, f"NUL bytes at offset {at} (a hole the writer never filled)"
+                )
                 records = self._parse(path, complete[:line_start])
                 cursor.offset += line_end
                 cursor.nul_at, cursor.nul_seen = None, 0
-                return records + (self._read(cursor, path, now, final=final) or []) if line_end < len(complete) else records
+                return (
+                    records + (self._read(cursor, path, now, final=final) or [])
+                    if line_end < len(complete)
+                    else records
+                )
             cursor.nul_seen = cursor.nul_seen + 1 if cursor.nul_at == at else 1
             cursor.nul_at = at
             complete = complete[:line_start]

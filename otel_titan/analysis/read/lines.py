@@ -53,43 +53,90 @@ except ImportError:  # pragma: no cover - the project's set-up installs it
     msgspec = None  # type: ignore[assignment]  # the analysis extra is optional: None marks it absent
 try:
     from typing import Required  # type: ignore[attr-defined]  # Python 3.11 and later; 3.10 below
-except ImportError:  # pragma: no cover - Python 3.10 (typing_extensions comes with opentelemetry-api)
+# pragma: no cover - Python 3.10 (typing_extensions comes with opentelemetry-api)
+except ImportError:
     from typing_extensions import Required
 
 from otel_titan.analysis.read.safe_text import escape_surrogates
 from otel_titan.schema import MAX_LINE_BYTES as _SCHEMA_MAX_LINE_BYTES
 from otel_titan.schema import META_EVENTS, Field
 
-__all__ = ["SkippedLines", "copy_without_long_lines", "file_records", "loads_line", "record_problem", "AnalysisRecord", "ANALYSIS_FIELDS", "WHOLE_RECORDS", "BLOCK_BYTES", "MAX_LINE_BYTES", "WARNINGS_PER_FILE"]
+__all__ = [
+    "SkippedLines",
+    "copy_without_long_lines",
+    "file_records",
+    "loads_line",
+    "record_problem",
+    "AnalysisRecord",
+    "ANALYSIS_FIELDS",
+    "WHOLE_RECORDS",
+    "BLOCK_BYTES",
+    "MAX_LINE_BYTES",
+    "WARNINGS_PER_FILE",
+]
 
 _log = logging.getLogger("otel_titan.analysis")
 
 #: Types a lane or pairing key may have (anything else could not be a dict key).
 _KEY_TYPES = (str, type(None))
-#: At most this many warnings are kept per read (`SkippedLines.warnings`): five per file are logged, and a run has many files.
+#: At most this many warnings are kept per read (`SkippedLines.warnings`): five per file are logged,
+#: and a run has many files.
 MAX_WARNINGS_KEPT = 10_000
-#: Beyond this (µs, about 146,000 years) a timestamp is not one; it also keeps every figure within 64 bits.
+#: Beyond this (µs, about 146,000 years) a timestamp is not one; it also keeps every figure within
+#: 64 bits.
 _MAX_TIME_US = 1 << 62
-# The fields every line's check reads, as module globals: one specialised global load per use, per line
-# (a class attribute, `Field.TIME_US`, would be a lookup each time).
-_TIME_US, _LOG_TYPE_NAME, _LOG_TYPE, _TID, _SPAN_ID, _TASK_NAME = Field.TIME_US, Field.LOG_TYPE_NAME, Field.LOG_TYPE, Field.TID, Field.SPAN_ID, Field.TASK_NAME
+# The fields every line's check reads, as module globals: one specialised global load per use, per
+# line (a class attribute, `Field.TIME_US`, would be a lookup each time).
+_TIME_US, _LOG_TYPE_NAME, _LOG_TYPE, _TID, _SPAN_ID, _TASK_NAME = (
+    Field.TIME_US,
+    Field.LOG_TYPE_NAME,
+    Field.LOG_TYPE,
+    Field.TID,
+    Field.SPAN_ID,
+    Field.TASK_NAME,
+)
 
-#: Read size: large enough that per-block overhead vanishes, small enough to be irrelevant in memory.
+#: Read size: large enough that per-block overhead vanishes, small enough to be irrelevant in
+#: memory.
 BLOCK_BYTES = 1 << 20
-#: A longer "line" is not a record (a file of binary garbage without newlines): skipped without holding it (the schema's limit).
+#: A longer "line" is not a record (a file of binary garbage without newlines): skipped without
+#: holding it (the schema's limit).
 MAX_LINE_BYTES = _SCHEMA_MAX_LINE_BYTES
-#: Warnings logged per file before they are only counted (a file of garbage must not flood the terminal).
+#: Warnings logged per file before they are only counted (a file of garbage must not flood the
+#: terminal).
 WARNINGS_PER_FILE = 5
 
-#: The fields of span, instant and scalar records that the analysis reads (the timeline, the summary's
-#: collector, the export's events and arguments, the checks of `record_problem`); trimmed records hold these.
+#: The fields of span, instant and scalar records that the analysis reads (the timeline, the
+#: summary's collector, the export's events and arguments, the checks of `record_problem`); trimmed
+#: records hold these.
 ANALYSIS_FIELDS = (
-    "time_us", "time_ms", "time", "log_type", "log_type_name", "event_name", "step", "relative_step", "step_tags",
-    "span_id", "parent_span_id", "trace_id", "tid", "task_name", "value", "caller", "description", "epoch", "iteration",
-    "seq_id", "logger_name", "error_type", "error_message", "message",
+    "time_us",
+    "time_ms",
+    "time",
+    "log_type",
+    "log_type_name",
+    "event_name",
+    "step",
+    "relative_step",
+    "step_tags",
+    "span_id",
+    "parent_span_id",
+    "trace_id",
+    "tid",
+    "task_name",
+    "value",
+    "caller",
+    "description",
+    "epoch",
+    "iteration",
+    "seq_id",
+    "logger_name",
+    "error_type",
+    "error_message",
+    "message",
 )
-#: Records read whole even when trimmed: the logger's own (every field is shown, the black box is digested) and a
-#: ``run_config`` (its configuration is compared between ranks).
+#: Records read whole even when trimmed: the logger's own (every field is shown, the black box is
+#: digested) and a ``run_config`` (its configuration is compared between ranks).
 WHOLE_RECORDS = frozenset(META_EVENTS | {"run_config"})
 
 
@@ -99,20 +146,26 @@ def _bounded(kind: Any, **bounds: int) -> Any:
 
 
 _Int64 = _bounded(int, ge=-(1 << 63), le=(1 << 63) - 1)
-#: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints beyond
-#: 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take orjson's path).
+#: A value the typed decoder takes: what orjson decodes to the same Python object (orjson turns ints
+#: beyond 64 bits into floats; msgspec bounds ints to int64, so those lines, and nested values, take
+#: orjson's path).
 _Scalar = _Int64 | float | str | bool | None
-#: A record as the typed decoder reads it: a plain dict of the `ANALYSIS_FIELDS` present, in the line's order.
-#: The fields every record must have, and those a lane or pairing key is made of, are typed as the reader
-#: requires them (the checks of `file_records`, in C): a record it decodes needs no check, nor any repair
-#: (`record_problem`), which a line that fails them gets on orjson's path.
-if TYPE_CHECKING:  # mypy cannot read a TypedDict whose fields come from a list (ANALYSIS_FIELDS): a dict to it
+#: A record as the typed decoder reads it: a plain dict of the `ANALYSIS_FIELDS` present, in the
+#: line's order. The fields every record must have, and those a lane or pairing key is made of, are
+#: typed as the reader requires them (the checks of `file_records`, in C): a record it decodes needs
+#: no check, nor any repair (`record_problem`), which a line that fails them gets on orjson's path.
+# mypy cannot read a TypedDict whose fields come from a list (ANALYSIS_FIELDS): a dict to it.
+if TYPE_CHECKING:
     AnalysisRecord = dict[str, Any]
 else:
     AnalysisRecord = TypedDict(
         "AnalysisRecord",
         {
-            **{name: (list[_Scalar] if name == "step_tags" else _Scalar) for name in ANALYSIS_FIELDS},  # noqa: F821 - "step_tags" is a field name, not a forward reference
+            # "step_tags" is a field name, not a forward reference (F821 reads it as one).
+            **{
+                name: (list[_Scalar] if name == "step_tags" else _Scalar)  # noqa: F821 - a field name
+                for name in ANALYSIS_FIELDS
+            },
             Field.TIME_US: Required[_bounded(int, ge=0, lt=_MAX_TIME_US)],
             Field.LOG_TYPE_NAME: Required[_bounded(str, min_length=1)],
             Field.LOG_TYPE: Required[str],
@@ -143,8 +196,9 @@ class SkippedLines:
     #: Lines kept after invalid Unicode in their strings was escaped (see `repair`), and per file.
     repaired: int = 0
     repaired_by_file: Counter = field(default_factory=Counter)
-    #: Every warning about the lines, in the order they came (skipped and repaired alike), logged or not: what a
-    #: command that answers from a cached read says again (`model.collect`), as a read of the files would say it.
+    #: Every warning about the lines, in the order they came (skipped and repaired alike), logged or
+    #: not: what a command that answers from a cached read says again (`model.collect`), as a read
+    #: of the files would say it.
     warnings: list[str] = field(default_factory=list)
 
     def _warn(self, message: str) -> None:
@@ -167,7 +221,8 @@ class SkippedLines:
             self._warn(f"{path}: more unreadable lines; only counting them from now on")
 
     def repair(self, path: str, line_no: int, strings: int) -> None:
-        """Count one line of `path` kept after `strings` strings with lone surrogates were escaped; warn about the first few.
+        """Count one line of `path` kept after `strings` strings with lone surrogates were escaped;
+        warn about the first few.
 
         Example:
             >>> skipped = SkippedLines(log=False)
@@ -179,13 +234,19 @@ class SkippedLines:
         self.repaired_by_file[path] += 1
         seen = self.repaired_by_file[path]
         if seen <= WARNINGS_PER_FILE:
-            self._warn(f"{path}:{line_no}: {strings} string{'' if strings == 1 else 's'} with invalid Unicode (lone surrogate) escaped as \\uXXXX text; line kept")
+            self._warn(
+                f"{path}:{line_no}: {strings} string{'' if strings == 1 else 's'} with invalid "
+                "Unicode (lone surrogate) escaped as \\uXXXX text; line kept"
+            )
         elif seen == WARNINGS_PER_FILE + 1:
             self._warn(f"{path}: more lines with invalid Unicode; only counting them from now on")
 
 
-def copy_without_long_lines(path: str, target: str, skipped: SkippedLines, placeholder: bytes = b"{") -> int:
-    """Copy the file at `path` to `target`, each line longer than `MAX_LINE_BYTES` replaced by `placeholder`; how many were.
+def copy_without_long_lines(
+    path: str, target: str, skipped: SkippedLines, placeholder: bytes = b"{"
+) -> int:
+    """Copy the file at `path` to `target`, each line longer than `MAX_LINE_BYTES` replaced by
+    `placeholder`; how many were.
 
     For a reader that cannot skip such a line itself (DuckDB's JSON reader fails the whole query on
     one over its ``maximum_object_size``): the copy has the same lines, in the same order, and the
@@ -205,7 +266,9 @@ def copy_without_long_lines(path: str, target: str, skipped: SkippedLines, place
     too_long = f"line longer than {MAX_LINE_BYTES >> 20} MiB"
     with open(path, "rb") as source, open(target, "wb") as out:
         carry = b""
-        overlong = False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
+        overlong = (
+            False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
+        )
         while True:
             block = source.read(BLOCK_BYTES)
             if not block:
@@ -220,7 +283,8 @@ def copy_without_long_lines(path: str, target: str, skipped: SkippedLines, place
                 block = block[newline + 1 :]
             data = carry + block if carry else block
             first_newline = data.find(b"\n")
-            if first_newline > MAX_LINE_BYTES:  # the line carried in ended here, too long (as file_records decides)
+            # the line carried in ended here, too long (as file_records decides)
+            if first_newline > MAX_LINE_BYTES:
                 line_no, replaced = line_no + 1, replaced + 1
                 skipped.add(path, line_no, too_long)
                 out.write(placeholder + b"\n")
@@ -243,7 +307,8 @@ def copy_without_long_lines(path: str, target: str, skipped: SkippedLines, place
 
 
 def loads_line(raw: bytes) -> Any:
-    """Parse one line; None when it is not JSON at all. Lone surrogates in its strings come back escaped.
+    """Parse one line; None when it is not JSON at all. Lone surrogates in its strings come back
+    escaped.
 
     Example:
         >>> loads_line(b'{"value": NaN}'), loads_line(b'{"torn'), loads_line(b'{"name": "fwd\\\\ud800"}')
@@ -284,7 +349,8 @@ def _loads_fallback(raw: bytes) -> tuple[Any, int]:
 
 
 def _valid_unicode(value: Any, repaired: list[int]) -> Any:
-    """`value` with every string (keys too) holding a lone surrogate escaped; `repaired[0]` counts them."""
+    """`value` with every string (keys too) holding a lone surrogate escaped; `repaired[0]` counts
+    them."""
     kind = type(value)
     if kind is str:
         if value.isascii():
@@ -299,7 +365,10 @@ def _valid_unicode(value: Any, repaired: list[int]) -> Any:
                 if type(item) in (str, dict, list):
                     value[key] = _valid_unicode(item, repaired)
             return value
-        return {_valid_unicode(key, repaired): _valid_unicode(item, repaired) for key, item in value.items()}
+        return {
+            _valid_unicode(key, repaired): _valid_unicode(item, repaired)
+            for key, item in value.items()
+        }
     if kind is list:
         for index, item in enumerate(value):
             if type(item) in (str, dict, list):
@@ -336,7 +405,9 @@ def record_problem(record: Any) -> str | None:
     if not 0 <= time_us < _MAX_TIME_US:
         return "timestamp out of range (before 1970, or not µs)"
     if type(record.get(Field.LOG_TYPE)) is not str:
-        record[Field.LOG_TYPE] = "event" if name.endswith(("_start", "_end", "_error")) else "instant"
+        record[Field.LOG_TYPE] = (
+            "event" if name.endswith(("_start", "_end", "_error")) else "instant"
+        )
     if type(record.get(Field.TID, 0)) is not int:
         del record[Field.TID]
     if type(record.get(Field.SPAN_ID)) not in _KEY_TYPES:
@@ -347,16 +418,27 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
-def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, source: BinaryIO | None = None, first_line: int = 0, offset_us: int = 0, trimmed: bool = False) -> Iterator[dict[str, Any]]:
-    """Every usable record of one file, in order; unusable lines are counted in `skipped` with file and line.
+def file_records(
+    path: str,
+    skipped: SkippedLines,
+    on_bytes: Callable[[int], None] | None = None,
+    source: BinaryIO | None = None,
+    first_line: int = 0,
+    offset_us: int = 0,
+    trimmed: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """Every usable record of one file, in order; unusable lines are counted in `skipped` with file
+    and line.
 
     `source`: read these bytes (the tail of `path`, see `read.tails`, or a range
     of it, see `read.content.RangeReader`) instead of opening `path`;
     `first_line`: how many lines of the file come before them (for the line
     numbers of what is skipped).
-    `offset_us`: taken off each record's ``time_us`` (its host's clock offset: the aligned clock), after the
+    `offset_us`: taken off each record's ``time_us`` (its host's clock offset: the aligned clock),
+    after the
     checks, which are on the time as written.
-    `trimmed`: records hold only `ANALYSIS_FIELDS` (but `WHOLE_RECORDS`), read by the typed decoder (module
+    `trimmed`: records hold only `ANALYSIS_FIELDS` (but `WHOLE_RECORDS`), read by the typed decoder
+    (module
     docstring): the same records otherwise, lines skipped and repaired alike.
 
     Example:
@@ -372,22 +454,30 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
         try:
             handle = open(path, "rb")
         except OSError as error:
-            # Rotated away between listing and reading, or unreadable: the rest of the run stays usable.
+            # Rotated away between listing and reading, or unreadable: the rest of the run stays
+            # usable.
             skipped.add(path, 0, f"cannot open ({error.strerror or error})")
             return
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
-    typed = _typed_decode if trimmed else None  # None without msgspec: orjson reads every line whole
+    # None without msgspec: orjson reads every line whole
+    typed = _typed_decode if trimmed else None
     whole_records = WHOLE_RECORDS
     with handle:
         line_no = first_line
         carry = b""
-        overlong = False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
+        overlong = (
+            False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
+        )
         while True:
             try:
                 block = handle.read(BLOCK_BYTES)
             except OSError as error:
-                skipped.add(path, line_no + 1, f"read error ({error.strerror or error}); rest of file skipped")
+                skipped.add(
+                    path,
+                    line_no + 1,
+                    f"read error ({error.strerror or error}); rest of file skipped",
+                )
                 return
             if not block:
                 break
@@ -407,7 +497,8 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
             if len(carry) > MAX_LINE_BYTES:
                 carry, overlong = b"", True
             if lines and len(lines[0]) > MAX_LINE_BYTES:
-                # A long line carried in that ended in this block (only the first line can be longer than a block).
+                # A long line carried in that ended in this block (only the first line can be longer
+                # than a block).
                 line_no += 1
                 skipped.add(path, line_no, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
                 del lines[0]
@@ -419,8 +510,11 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                     except Exception:  # noqa: BLE001 - whatever it refuses (or chokes on, nested too deep), orjson's path decides
                         pass
                     else:
-                        # Valid UTF-8 in the fields it skipped too (it only decodes those it keeps): else orjson's path.
-                        if record[_LOG_TYPE_NAME] not in whole_records and (raw.isascii() or _utf8(raw)):
+                        # Valid UTF-8 in the fields it skipped too (it only decodes those it keeps):
+                        # else orjson's path.
+                        if record[_LOG_TYPE_NAME] not in whole_records and (
+                            raw.isascii() or _utf8(raw)
+                        ):
                             if offset_us:
                                 record[_TIME_US] -= offset_us
                             yield record  # checked by its type (`AnalysisRecord`)
@@ -467,7 +561,12 @@ def file_records(path: str, skipped: SkippedLines, on_bytes: Callable[[int], Non
                 record, repaired = orjson.loads(carry), 0
             except decode_error:
                 record, repaired = _loads_fallback(carry)
-            reason = "truncated last line (no newline at end of file; crashed mid-write, or still being written)" if record is None else record_problem(record)
+            reason = (
+                "truncated last line (no newline at end of file; crashed mid-write, or still "
+                "being written)"
+                if record is None
+                else record_problem(record)
+            )
             if reason is None:
                 if repaired:
                     skipped.repair(path, line_no, repaired)

@@ -1,4 +1,5 @@
-"""Plain data for the analysis cache: a graph of the model's own objects written as MessagePack, read back without running code.
+"""Plain data for the analysis cache: a graph of the model's own objects written as MessagePack,
+read back without running code.
 
 Why not pickle: unpickling calls whatever callables the bytes name, so a
 planted or edited cache entry would run code as whoever reads it. Here the
@@ -56,19 +57,40 @@ available = msgspec is not None
 
 #: The layout's version (part of the analysis cache's version: `model.cache.cache_version`).
 FORMAT = 2
-# A node is a scalar, a MessagePack map (a dict of plain keys and values: `_LEAF_KEYS` → `_LEAF_VALUES`), or a
-# list whose first item is one of these tags:
-_REF, _LIST, _LEAF_LIST, _TUPLE, _DICT, _OBJECT, _ARRAY, _INT, _SET, _FROZENSET, _COUNTER, _DEFAULTDICT, _METHOD, _ENUM, _LEAF_REF, _STR, _NATIVE = range(17)
-# `_NATIVE`: a tree of dicts (int or str keys), lists and scalars that nothing else refers to, written as MessagePack
-# itself (msgspec builds it in C; its containers are not numbered): a hang fact, a span's record, a list of dicts.
+# A node is a scalar, a MessagePack map (a dict of plain keys and values: `_LEAF_KEYS` →
+# `_LEAF_VALUES`), or a list whose first item is one of these tags:
+(
+    _REF,
+    _LIST,
+    _LEAF_LIST,
+    _TUPLE,
+    _DICT,
+    _OBJECT,
+    _ARRAY,
+    _INT,
+    _SET,
+    _FROZENSET,
+    _COUNTER,
+    _DEFAULTDICT,
+    _METHOD,
+    _ENUM,
+    _LEAF_REF,
+    _STR,
+    _NATIVE,
+) = range(17)
+# `_NATIVE`: a tree of dicts (int or str keys), lists and scalars that nothing else refers to,
+# written as MessagePack itself (msgspec builds it in C; its containers are not numbered): a hang
+# fact, a span's record, a list of dicts.
 _SCALARS = frozenset({type(None), bool, int, float, str, bytes})
 _LEAF_KEYS = frozenset({int, str})
-#: What a `collections.defaultdict` may make its missing values with (by name: nothing else is ever called).
+#: What a `collections.defaultdict` may make its missing values with (by name: nothing else is ever
+#: called).
 _FACTORIES: dict[str, Any] = {"int": int, "float": float, "list": list, "dict": dict, "set": set}
 
 
 class PlainDataError(ValueError):
-    """Bytes that are not an entry of this format (torn, of another version or codec, or made by someone else): a miss."""
+    """Bytes that are not an entry of this format (torn, of another version or codec, or made by
+    someone else): a miss."""
 
 
 def _slots(cls: type) -> list[str]:
@@ -91,7 +113,8 @@ def _utf8(text: str) -> bool:
 
 
 def _plain(item: Any) -> bool:
-    """Whether MessagePack holds the scalar `item` as it is (an int within 64 bits, a str without lone surrogates)."""
+    """Whether MessagePack holds the scalar `item` as it is (an int within 64 bits, a str without
+    lone surrogates)."""
     kind = type(item)
     if kind is int:
         return -(2**63) <= item < 2**64
@@ -99,7 +122,8 @@ def _plain(item: Any) -> bool:
 
 
 class PlainCodec:
-    """Writes and reads graphs of plain data and of instances of `classes` (exactly these types; their state is their attributes).
+    """Writes and reads graphs of plain data and of instances of `classes` (exactly these types;
+    their state is their attributes).
 
     A class with a custom ``__new__``, a tuple or dict subclass, or a
     ``__setattr__`` of its own is refused when the codec is made: it could
@@ -108,7 +132,9 @@ class PlainCodec:
 
     def __init__(self, classes: Iterable[type]) -> None:
         if msgspec is None:
-            raise PlainDataError("the analysis cache needs msgspec (pip install 'otel-titan[analysis]')")
+            raise PlainDataError(
+                "the analysis cache needs msgspec (pip install 'otel-titan[analysis]')"
+            )
         self._classes = list(classes)
         self._names = [f"{cls.__module__}:{cls.__qualname__}" for cls in self._classes]
         self._index = {cls: index for index, cls in enumerate(self._classes)}
@@ -116,44 +142,64 @@ class PlainCodec:
         for cls in self._classes:
             if issubclass(cls, enum.Enum):
                 continue
-            if cls.__new__ is not object.__new__ or issubclass(cls, (tuple, dict, list, set)) or cls.__setattr__ is not object.__setattr__:
-                if not getattr(cls, "__dataclass_params__", None) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]  # a dataclass: getattr checked it has the parameters
+            if (
+                cls.__new__ is not object.__new__
+                or issubclass(cls, (tuple, dict, list, set))
+                or cls.__setattr__ is not object.__setattr__
+            ):
+                if (
+                    not getattr(cls, "__dataclass_params__", None)
+                    or not cls.__dataclass_params__.frozen  # type: ignore[attr-defined]  # a dataclass: getattr checked it has the parameters
+                ):
                     raise TypeError(f"{cls.__qualname__} cannot be rebuilt as plain data")
-        self._settable: dict[tuple[type, tuple[str, ...]], bool] = {}  # (class, attributes) → all plain? (asked once per codec)
+        self._settable: dict[
+            tuple[type, tuple[str, ...]], bool
+        ] = {}  # (class, attributes) → all plain? (asked once per codec)
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder()
 
-    # -- writing --------------------------------------------------------------------------------------
+    # -- writing -----------------------------------------------------------------------------------
     def encode(self, value: Any, native: bool = True) -> bytes:
-        """`value` as bytes; TypeError when it holds something that is neither plain data nor an instance of the codec's classes.
+        """`value` as bytes; TypeError when it holds something that is neither plain data nor an
+        instance of the codec's classes.
 
         `native`: trees of plain dicts and lists that nothing else shares are
         written as MessagePack itself (`_NATIVE`, read in C); False: every
         container node by node (the reference path: both read back equal).
         """
-        shared: set[int] = set()  # containers a native tree held that were met again: written node by node
+        # containers a native tree held that were met again: written node by node
+        shared: set[int] = set()
         checked = False
         for _ in range(4):
-            writer = _Writer(self._index, self._slots, checked=checked, native=native, shared=shared)
+            writer = _Writer(
+                self._index, self._slots, checked=checked, native=native, shared=shared
+            )
             tree = writer.node(value)
             if writer.conflicts:
                 shared |= writer.conflicts
                 continue
             try:
                 return self._encoder.encode([FORMAT, self._names, tree])
-            except (OverflowError, UnicodeEncodeError):  # an int beyond 64 bits, or a str with lone surrogates (a file name's
-                # undecodable bytes), inside a dict or list of plain values: those are written node by node
+            # an int beyond 64 bits, or a str with lone surrogates (a file name's
+            except (
+                OverflowError,
+                UnicodeEncodeError,
+            ):
+                # undecodable bytes), inside a dict or list of plain values: those are written node
+                # by node
                 if checked:
                     raise
                 checked = True
         writer = _Writer(self._index, self._slots, checked=True, native=False)
         return self._encoder.encode([FORMAT, self._names, writer.node(value)])
 
-    # -- reading --------------------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------------
     def decode(self, data: bytes) -> Any:
-        """What `encode` wrote; `PlainDataError` for anything else (nothing in `data` is ever run)."""
-        # Decoding only makes containers that stay alive (no garbage to find): the cyclic collector is paused meanwhile,
-        # or it would scan the graph being built every 700 allocations (~10 % of a 1,024-rank entry's load).
+        """What `encode` wrote; `PlainDataError` for anything else (nothing in `data` is ever
+        run)."""
+        # Decoding only makes containers that stay alive (no garbage to find): the cyclic collector
+        # is paused meanwhile, or it would scan the graph being built every 700 allocations (~10 %
+        # of a 1,024-rank entry's load).
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -167,30 +213,51 @@ class PlainCodec:
             top = self._decoder.decode(data)
         except (msgspec.DecodeError, ValueError, TypeError) as error:
             raise PlainDataError(f"not plain data: {error}") from None
-        if not (isinstance(top, list) and len(top) == 3 and top[0] == FORMAT and top[1] == self._names):
+        if not (
+            isinstance(top, list) and len(top) == 3 and top[0] == FORMAT and top[1] == self._names
+        ):
             raise PlainDataError("written by another version of the codec, or for other classes")
         try:
             return _Reader(self._classes, self._slots, self._settable).node(top[2])
         except PlainDataError:
             raise
-        except (IndexError, KeyError, TypeError, ValueError, AttributeError, RecursionError) as error:
+        except (
+            IndexError,
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            RecursionError,
+        ) as error:
             raise PlainDataError(f"malformed entry: {error!r}") from None
 
 
 class _Writer:
-    """One `encode`: the graph walked in pre-order; each container or object numbered as it is first met (`_Reader` numbers alike)."""
+    """One `encode`: the graph walked in pre-order; each container or object numbered as it is first
+    met (`_Reader` numbers alike)."""
 
-    def __init__(self, index: dict[type, int], slots: list[list[str]], checked: bool = False, native: bool = False, shared: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        index: dict[type, int],
+        slots: list[list[str]],
+        checked: bool = False,
+        native: bool = False,
+        shared: set[int] | None = None,
+    ) -> None:
         self.index, self.slots, self.checked, self.native = index, slots, checked, native
         self.seen: dict[int, int] = {}
         self.leaves: dict[int, int] = {}
-        self.keep: list[Any] = []  # what was numbered stays alive (ids are never reused within one encode)
+        self.keep: list[
+            Any
+        ] = []  # what was numbered stays alive (ids are never reused within one encode)
         self.shared = shared if shared is not None else set()
         self.in_native: set[int] = set()  # containers written inside a native tree (not numbered)
-        self.conflicts: set[int] = set()  # ... met again afterwards: this encode is redone without them native
+        # ... met again afterwards: this encode is redone without them native
+        self.conflicts: set[int] = set()
 
     def _native_tree(self, value: Any, inside: set[int]) -> bool:
-        """Whether `value` (a dict or list) is a tree of plain dicts, lists and scalars met nowhere else so far (its containers added to `inside`)."""
+        """Whether `value` (a dict or list) is a tree of plain dicts, lists and scalars met nowhere
+        else so far (its containers added to `inside`)."""
         key = id(value)
         if key in inside or key in self.seen or key in self.leaves or key in self.shared:
             return False
@@ -223,8 +290,12 @@ class _Writer:
         self.keep.append(value)
 
     def _leaf(self, value: dict[Any, Any]) -> bool:
-        """A dict MessagePack holds as it is: plain keys and values (and, when `checked`, ints within 64 bits)."""
-        if not set(map(type, value)) <= _LEAF_KEYS or not set(map(type, value.values())) <= _SCALARS:
+        """A dict MessagePack holds as it is: plain keys and values (and, when `checked`, ints
+        within 64 bits)."""
+        if (
+            not set(map(type, value)) <= _LEAF_KEYS
+            or not set(map(type, value.values())) <= _SCALARS
+        ):
             return False
         return not self.checked or all(_plain(item) for item in (*value, *value.values()))
 
@@ -249,7 +320,8 @@ class _Writer:
         if key in self.seen:
             return [_REF, self.seen[key]]
         if key in self.in_native:
-            self.conflicts.add(key)  # shared with a native tree written before: the encode is redone
+            # shared with a native tree written before: the encode is redone
+            self.conflicts.add(key)
             return None
         if kind is dict:
             if key in self.leaves:
@@ -266,11 +338,18 @@ class _Writer:
                 flat.append(self.node(item_key))
                 flat.append(self.node(item))
             return [_DICT, flat]
-        if kind is list and self.native and not set(map(type, value)) <= _SCALARS and self._native(value):
+        if (
+            kind is list
+            and self.native
+            and not set(map(type, value)) <= _SCALARS
+            and self._native(value)
+        ):
             return [_NATIVE, value]
         self._number(value)
         if kind is list:
-            if set(map(type, value)) <= _SCALARS and (not self.checked or all(_plain(item) for item in value)):
+            if set(map(type, value)) <= _SCALARS and (
+                not self.checked or all(_plain(item) for item in value)
+            ):
                 return [_LEAF_LIST, value]
             return [_LIST, [self.node(item) for item in value]]
         if kind is tuple:
@@ -282,15 +361,24 @@ class _Writer:
         if kind is collections.Counter:
             return [_COUNTER, [self.node(item) for pair in value.items() for item in pair]]
         if kind is collections.defaultdict:
-            factory = next((name for name, made in _FACTORIES.items() if made is value.default_factory), None)
+            factory = next(
+                (name for name, made in _FACTORIES.items() if made is value.default_factory), None
+            )
             if factory is None:
                 raise TypeError(f"a defaultdict of {value.default_factory!r} is not plain data")
-            return [_DEFAULTDICT, factory, [self.node(item) for pair in value.items() for item in pair]]
+            return [
+                _DEFAULTDICT,
+                factory,
+                [self.node(item) for pair in value.items() for item in pair],
+            ]
         if kind is types.MethodType:
             return [_METHOD, self.node(value.__self__), value.__func__.__name__]
         index = self.index.get(kind)
         if index is None:
-            raise TypeError(f"{kind.__module__}.{kind.__qualname__} is not one of the classes the cache may hold")
+            raise TypeError(
+                f"{kind.__module__}.{kind.__qualname__} is not one of the classes the cache may "
+                "hold"
+            )
         if isinstance(value, enum.Enum):
             return [_ENUM, index, self.node(value.value)]
         state: list[Any] = []
@@ -306,13 +394,20 @@ class _Writer:
 
 
 class _Reader:
-    """One `decode`: builds the graph `_Writer` numbered, in the same order, calling nothing the bytes name."""
+    """One `decode`: builds the graph `_Writer` numbered, in the same order, calling nothing the
+    bytes name."""
 
-    def __init__(self, classes: list[type], slots: list[list[str]], settable: dict[tuple[type, tuple[str, ...]], bool]) -> None:
+    def __init__(
+        self,
+        classes: list[type],
+        slots: list[list[str]],
+        settable: dict[tuple[type, tuple[str, ...]], bool],
+    ) -> None:
         self.classes, self.slots, self.settable = classes, slots, settable
         self.made: list[Any] = []
         self.leaves: list[dict[Any, Any]] = []
-        self.pending: set[int] = set()  # tuples being built: a reference to one from inside it is no graph we write
+        # tuples being built: a reference to one from inside it is no graph we write
+        self.pending: set[int] = set()
 
     def _pairs(self, flat: list[Any]) -> Iterable[tuple[Any, Any]]:
         if len(flat) % 2:
@@ -364,7 +459,8 @@ class _Reader:
             keys, items = flat[0::2], flat[1::2]
             if len(keys) == len(items) and set(map(type, keys)) <= _SCALARS:
                 kinds = set(map(type, items))
-                if kinds == {dict}:  # rank → {step: ms}, the bulk: plain dicts, numbered in order as `node` would
+                # rank → {step: ms}, the bulk: plain dicts, numbered in order as `node` would
+                if kinds == {dict}:
                     self.leaves.extend(items)
                 if kinds <= _SCALARS or kinds == {dict}:  # nothing inside to build: in C
                     mapping.update(zip(keys, items))
@@ -374,7 +470,8 @@ class _Reader:
             return mapping
         if tag == _TUPLE:
             items = node[1]
-            if set(map(type, items)) <= _SCALARS:  # the common tuple, a key or a (name, rank, step): nothing inside to build
+            # the common tuple, a key or a (name, rank, step): nothing inside to build
+            if set(map(type, items)) <= _SCALARS:
                 made = tuple(items)
                 self.made.append(made)
                 return made
@@ -412,7 +509,11 @@ class _Reader:
             self.made.append(None)
             owner = self.node(node[1])
             function = inspect.getattr_static(type(owner), node[2], None)
-            if type(owner) not in self.classes or not isinstance(function, types.FunctionType) or node[2].startswith("__"):
+            if (
+                type(owner) not in self.classes
+                or not isinstance(function, types.FunctionType)
+                or node[2].startswith("__")
+            ):
                 raise PlainDataError(f"{node[2]!r} is not a method of a class the cache may hold")
             self.made[slot] = method = types.MethodType(function, owner)
             return method
@@ -436,14 +537,23 @@ class _Reader:
             if len(flat) % 2:
                 raise PlainDataError("a mapping with a key and no value")
             names = tuple(flat[0::2])
-            allowed = self.settable.get((cls, names))  # asked once per class and set of attributes (a cache holds thousands alike)
+            # asked once per class and set of attributes (a cache holds thousands alike)
+            allowed = self.settable.get((cls, names))
             if allowed is None:
-                if len(self.settable) > 4096:  # an entry of thousands of shapes (forged): asked again rather than kept
+                # an entry of thousands of shapes (forged): asked again rather than kept
+                if len(self.settable) > 4096:
                     self.settable.clear()
-                allowed = self.settable[(cls, names)] = all(type(name) is str and (name in slots or (has_dict and _plain_attribute(cls, name))) for name in names)
+                allowed = self.settable[(cls, names)] = all(
+                    type(name) is str
+                    and (name in slots or (has_dict and _plain_attribute(cls, name)))
+                    for name in names
+                )
             if not allowed:
-                raise PlainDataError(f"{cls.__qualname__} has an attribute it cannot set plainly among {names!r}")
-            values = [item if type(item) in _SCALARS else self.node(item) for item in flat[1::2]]  # in order: numbered as written
+                raise PlainDataError(
+                    f"{cls.__qualname__} has an attribute it cannot set plainly among {names!r}"
+                )
+            # in order: numbered as written
+            values = [item if type(item) in _SCALARS else self.node(item) for item in flat[1::2]]
             if slots or not has_dict:
                 for name, item in zip(names, values):
                     object.__setattr__(obj, name, item)
@@ -454,8 +564,11 @@ class _Reader:
 
 
 def _plain_attribute(cls: type, name: str) -> bool:
-    """Whether setting `name` on an instance of `cls` only stores a value (no property, no descriptor of the class runs)."""
+    """Whether setting `name` on an instance of `cls` only stores a value (no property, no
+    descriptor of the class runs)."""
     if name.startswith("__"):
         return False
     found = inspect.getattr_static(cls, name, None)
-    return found is None or not (hasattr(type(found), "__set__") or hasattr(type(found), "__delete__"))
+    return found is None or not (
+        hasattr(type(found), "__set__") or hasattr(type(found), "__delete__")
+    )

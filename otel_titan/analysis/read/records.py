@@ -39,8 +39,11 @@ _log = logging.getLogger("otel_titan.analysis")
 
 #: The logger's own records (docs/schema.md): shown as process-level markers, never as phases.
 
-#: torchtitan's naming rule: `{source}.global_rank_{rank}.{stamp}-{rand}.jsonl` (rotated segments add `.N`).
-_TITAN_NAME = re.compile(r"^(?P<source>.+)\.global_rank_(?P<rank>\d+)\.(?P<stamp>\d{8}-\d{6})-(?P<suffix>[A-Za-z0-9]+)\.jsonl$")
+#: torchtitan's naming rule: `{source}.global_rank_{rank}.{stamp}-{rand}.jsonl` (rotated segments
+#: add `.N`).
+_TITAN_NAME = re.compile(
+    r"^(?P<source>.+)\.global_rank_(?P<rank>\d+)\.(?P<stamp>\d{8}-\d{6})-(?P<suffix>[A-Za-z0-9]+)\.jsonl$"
+)
 _SEGMENT = re.compile(r"^(?P<base>.+\.jsonl)(?:\.(?P<segment>\d+))?$")
 
 
@@ -82,9 +85,11 @@ class ProcessLog:
     run_id: str | None = None
     world_size: int | None = None
     modified_us: int | None = None
-    #: Its coordinates in the job's mesh (``{"pp": 1, "dp": 3}``), from the ``structured_logger_opened`` record; None if none declared.
+    #: Its coordinates in the job's mesh (``{"pp": 1, "dp": 3}``), from the
+    #: ``structured_logger_opened`` record; None if none declared.
     mesh: dict[str, int] | None = None
-    #: Subtracted from every record's ``time_us`` as it is read: its host's clock offset (`model.clocks`), 0 for none.
+    #: Subtracted from every record's ``time_us`` as it is read: its host's clock offset
+    #: (`model.clocks`), 0 for none.
     clock_offset_us: int = 0
     #: With no `run_id`: the id of the process tree the file is from (docs/schema.md), if it says.
     process_run_id: str | None = None
@@ -99,8 +104,14 @@ class ProcessLog:
         """Source, then rank, then start (restarts of one rank in order)."""
         return (self.source, -1 if self.rank is None else self.rank, self.stamp, self.attempt or 0)
 
-    def records(self, skipped: SkippedLines, on_bytes: Callable[[int], None] | None = None, trimmed: bool = False) -> Iterator[dict[str, Any]]:
-        """Every readable record of this process, in the order written; unreadable lines go to `skipped`.
+    def records(
+        self,
+        skipped: SkippedLines,
+        on_bytes: Callable[[int], None] | None = None,
+        trimmed: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """Every readable record of this process, in the order written; unreadable lines go to
+        `skipped`.
 
         `trimmed`: span, instant and scalar records hold only the fields the analysis reads
         (`read.lines.ANALYSIS_FIELDS`, decoded by a typed decoder: what summarize and export read).
@@ -110,10 +121,13 @@ class ProcessLog:
             >>> [record["log_type_name"] for record in process.records(SkippedLines())][:3]
             ['structured_logger_opened', 'data_fetch_start', 'data_fetch_end']
         """
-        # chain, not `yield from`: no extra Python frame to resume per record; the clock offset is taken off as
-        # each line is read (no generator of its own either).
+        # chain, not `yield from`: no extra Python frame to resume per record; the clock offset is
+        # taken off as each line is read (no generator of its own either).
         offset_us = self.clock_offset_us
-        return itertools.chain.from_iterable(file_records(path, skipped, on_bytes, offset_us=offset_us, trimmed=trimmed) for path in self.segments)
+        return itertools.chain.from_iterable(
+            file_records(path, skipped, on_bytes, offset_us=offset_us, trimmed=trimmed)
+            for path in self.segments
+        )
 
 
 @dataclass
@@ -158,17 +172,27 @@ def find_log_dir(path: str | os.PathLike[str]) -> tuple[str, str, str | None]:
     if os.path.isfile(path):
         match = _SEGMENT.match(os.path.basename(path))
         if match is None:
-            raise NotARunError(f"{path}: not a structured-log file (expected a .jsonl file or a run directory)")
+            raise NotARunError(
+                f"{path}: not a structured-log file (expected a .jsonl file or a run directory)"
+            )
         log_dir = os.path.dirname(os.path.abspath(path))
-        run_dir = os.path.dirname(log_dir) if os.path.basename(log_dir) == "structured_logs" else log_dir
+        run_dir = (
+            os.path.dirname(log_dir) if os.path.basename(log_dir) == "structured_logs" else log_dir
+        )
         return run_dir, log_dir, os.path.join(log_dir, match.group("base"))
     nested = os.path.join(path, "structured_logs")
     if os.path.isdir(nested):
         return path, nested, None
     if any(_SEGMENT.match(name) for name in _listdir(path)):
-        run_dir = os.path.dirname(os.path.abspath(path)) if os.path.basename(os.path.abspath(path)) == "structured_logs" else path
+        run_dir = (
+            os.path.dirname(os.path.abspath(path))
+            if os.path.basename(os.path.abspath(path)) == "structured_logs"
+            else path
+        )
         return run_dir, path, None
-    raise NotARunError(f"{path}: not a run directory (no structured_logs/ folder and no .jsonl files in it)")
+    raise NotARunError(
+        f"{path}: not a run directory (no structured_logs/ folder and no .jsonl files in it)"
+    )
 
 
 def _listdir(path: str) -> list[str]:
@@ -224,20 +248,36 @@ def read_run(
             continue
         processes.append(process)
     if not processes:
-        wanted = [f"ranks {sorted(wanted_ranks)}" if wanted_ranks is not None else "", f"sources {sorted(wanted_sources)}" if wanted_sources is not None else ""]
-        raise NoRecordsError(f"{log_dir}: no process matches the filters ({', '.join(w for w in wanted if w)})")
+        wanted = [
+            f"ranks {sorted(wanted_ranks)}" if wanted_ranks is not None else "",
+            f"sources {sorted(wanted_sources)}" if wanted_sources is not None else "",
+        ]
+        raise NoRecordsError(
+            f"{log_dir}: no process matches the filters ({', '.join(w for w in wanted if w)})"
+        )
     processes.sort(key=lambda p: p.sort_key)
-    return RunLogs(run_dir=run_dir, log_dir=log_dir, processes=processes, skipped=skipped, only_base=only_base)
+    return RunLogs(
+        run_dir=run_dir, log_dir=log_dir, processes=processes, skipped=skipped, only_base=only_base
+    )
 
 
 def _identify(base: str, segments: list[str]) -> ProcessLog:
     match = _TITAN_NAME.match(os.path.basename(base))
     first = _first_record(segments)
     if match is not None:
-        # A file name's undecodable bytes arrive as surrogates: escaped, so the label prints and encodes.
-        source, rank, stamp = escape_surrogates(match.group("source")), int(match.group("rank")), match.group("stamp")
+        # A file name's undecodable bytes arrive as surrogates: escaped, so the label prints and
+        # encodes.
+        source, rank, stamp = (
+            escape_surrogates(match.group("source")),
+            int(match.group("rank")),
+            match.group("stamp"),
+        )
     else:
-        source = first.get(Field.SOURCE) if isinstance(first.get(Field.SOURCE), str) else escape_surrogates(os.path.basename(base).split(".")[0])  # type: ignore[assignment]  # a str when isinstance says so, else the escaped file name
+        source = (
+            first.get(Field.SOURCE)  # type: ignore[assignment]  # a str when isinstance says so, else the escaped file name
+            if isinstance(first.get(Field.SOURCE), str)
+            else escape_surrogates(os.path.basename(base).split(".")[0])
+        )
         rank_value = first.get(Field.GLOBAL_RANK, first.get(Field.RANK))
         rank = rank_value if type(rank_value) is int else None  # type: ignore[assignment]  # None when the record names no rank: the label says so
         stamp = ""
@@ -272,7 +312,9 @@ def _identify(base: str, segments: list[str]) -> ProcessLog:
         run_id=run_id if isinstance(run_id, str) else None,
         world_size=_int("world_size"),
         modified_us=modified_us,
-        process_run_id=process_run_id if isinstance(process_run_id, str) and process_run_id else None,
+        process_run_id=process_run_id
+        if isinstance(process_run_id, str) and process_run_id
+        else None,
         mesh=read_mesh(first.get(Field.MESH)),
     )
 
@@ -290,16 +332,20 @@ def read_mesh(value: Any) -> dict[str, int] | None:
     """
     if not isinstance(value, dict) or not value:
         return None
-    coords = {name: coord for name, coord in value.items() if isinstance(name, str) and type(coord) is int}
+    coords = {
+        name: coord for name, coord in value.items() if isinstance(name, str) and type(coord) is int
+    }
     return coords if len(coords) == len(value) else None
 
 
 def _first_record(segments: list[str], limit: int = 64 << 10) -> dict[str, Any]:
-    """The first parseable object in the oldest readable segment (empty when none in its first `limit` bytes)."""
+    """The first parseable object in the oldest readable segment (empty when none in its first
+    `limit` bytes)."""
     for path in segments:
         try:
             with open(path, "rb") as handle:
-                head = handle.read(4096)  # one line is enough, almost always: no need to read more of a thousand files
+                # one line is enough, almost always: no need to read more of a thousand files
+                head = handle.read(4096)
                 if b"\n" not in head:
                     head += handle.read(limit - len(head))
         except OSError:

@@ -1,4 +1,5 @@
-"""The writer's ``step_rollup`` records → per process and step totals, found without parsing the spans around them.
+"""The writer's ``step_rollup`` records → per process and step totals, found without parsing the
+spans around them.
 
 A rollup (docs/schema.md, "Step rollups") is one line per rank and step: the
 step's time, each phase's count and total, its step-closing span. A
@@ -39,12 +40,20 @@ from otel_titan.analysis.read.lines import BLOCK_BYTES, MAX_LINE_BYTES, loads_li
 from otel_titan.analysis.read.records import ProcessLog, RunLogs
 from otel_titan.schema import ROLLUP_VERSION, Field, MetaEvent, RollupField
 
-__all__ = ["ProcessRollups", "StepRollup", "parse_rollup", "process_rollups", "read_rollups", "scan_rollups"]
+__all__ = [
+    "ProcessRollups",
+    "StepRollup",
+    "parse_rollup",
+    "process_rollups",
+    "read_rollups",
+    "scan_rollups",
+]
 
 #: The first rollup version whose writer counts ``late_spans`` (schema.ROLLUP_VERSION's note).
 LATE_SPANS_VERSION = 2
 
-#: A line holding this may be a rollup (parsed, then checked): spacing-blind, so a file rewritten by another JSON tool still counts.
+#: A line holding this may be a rollup (parsed, then checked): spacing-blind, so a file rewritten by
+#: another JSON tool still counts.
 _MARKER = b'"' + MetaEvent.STEP_ROLLUP.encode() + b'"'
 
 
@@ -69,7 +78,8 @@ class StepRollup:
     closing: tuple[str, int, int] | None
     open_spans: int = 0
     step_tags: tuple[str, ...] = ()
-    #: Spans of the file so far that ended after their step's rollup was out (`schema.RollupField.LATE_SPANS`).
+    #: Spans of the file so far that ended after their step's rollup was out
+    #: (`schema.RollupField.LATE_SPANS`).
     late_spans: int = 0
     version: int = 1
 
@@ -91,22 +101,48 @@ def parse_rollup(record: Any, offset_us: int = 0) -> StepRollup | None:
     """
     if type(record) is not dict or record.get(Field.LOG_TYPE_NAME) != MetaEvent.STEP_ROLLUP:
         return None
-    version, step, begin, end = record.get(RollupField.VERSION), record.get(Field.STEP), record.get(RollupField.BEGIN_US), record.get(RollupField.END_US)
-    # `type(x) is int` inline, not a helper: one rollup per rank and step, the whole cost of a step table from rollups.
-    if not (type(version) is int and 1 <= version <= ROLLUP_VERSION and type(step) is int and type(begin) is int and type(end) is int):
+    version, step, begin, end = (
+        record.get(RollupField.VERSION),
+        record.get(Field.STEP),
+        record.get(RollupField.BEGIN_US),
+        record.get(RollupField.END_US),
+    )
+    # `type(x) is int` inline, not a helper: one rollup per rank and step, the whole cost of a step
+    # table from rollups.
+    if not (
+        type(version) is int
+        and 1 <= version <= ROLLUP_VERSION
+        and type(step) is int
+        and type(begin) is int
+        and type(end) is int
+    ):
         return None
     raw_phases = record.get(RollupField.PHASES)
     if type(raw_phases) is not dict:
         return None
     phases: dict[str, tuple[int, int]] = {}
     for name, pair in raw_phases.items():
-        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not int:
+        if (
+            type(pair) is not list
+            or len(pair) != 2
+            or type(pair[0]) is not int
+            or type(pair[1]) is not int
+        ):
             return None
         phases[name] = (pair[0], pair[1])
     closing = record.get(RollupField.CLOSING)
     closed_by: tuple[str, int, int] | None = None
-    if isinstance(closing, dict) and isinstance(closing.get("name"), str) and _int(closing.get("start_us")) and _int(closing.get("end_us")):
-        closed_by = (closing["name"], closing["start_us"] - offset_us, closing["end_us"] - offset_us)
+    if (
+        isinstance(closing, dict)
+        and isinstance(closing.get("name"), str)
+        and _int(closing.get("start_us"))
+        and _int(closing.get("end_us"))
+    ):
+        closed_by = (
+            closing["name"],
+            closing["start_us"] - offset_us,
+            closing["end_us"] - offset_us,
+        )
     duration = record.get(RollupField.DURATION_MS)
     open_spans = record.get(RollupField.OPEN_SPANS, 0)
     late = record.get(RollupField.LATE_SPANS, 0)
@@ -128,7 +164,8 @@ def parse_rollup(record: Any, offset_us: int = 0) -> StepRollup | None:
 
 
 class _Edges:
-    """What a scan of one file saw besides its rollups: its first and last complete lines, whether bytes follow the last, if it could be read."""
+    """What a scan of one file saw besides its rollups: its first and last complete lines, whether
+    bytes follow the last, if it could be read."""
 
     __slots__ = ("first", "last", "torn", "readable")
 
@@ -140,7 +177,8 @@ class _Edges:
 
 
 def _rollup_lines(path: str, edges: _Edges | None = None) -> Iterable[bytes]:
-    """The lines of `path` that name themselves a rollup (complete lines only), read block by block; `edges` gets the file's ends."""
+    """The lines of `path` that name themselves a rollup (complete lines only), read block by block;
+    `edges` gets the file's ends."""
     edges = _Edges() if edges is None else edges
     try:
         handle = open(path, "rb")
@@ -149,8 +187,8 @@ def _rollup_lines(path: str, edges: _Edges | None = None) -> Iterable[bytes]:
         return  # rotated away or unreadable: the full reader reports it
     with handle:
         carry = b""
-        # Inside a line longer than MAX_LINE_BYTES: its bytes are not kept (a 2 GB line costs a block of
-        # memory, not 2 GB), and it is no rollup: the full reader skips it too.
+        # Inside a line longer than MAX_LINE_BYTES: its bytes are not kept (a 2 GB line costs a
+        # block of memory, not 2 GB), and it is no rollup: the full reader skips it too.
         overlong = False
         while True:
             try:
@@ -191,7 +229,8 @@ def _rollup_lines(path: str, edges: _Edges | None = None) -> Iterable[bytes]:
 
 @dataclass
 class ProcessRollups:
-    """One process's rollups (step → the one that counts) and whether they hold every span of its files.
+    """One process's rollups (step → the one that counts) and whether they hold every span of its
+    files.
 
     `why_not`: None when they do (a step table from them equals one from the
     spans), else why not, in words; `parsed_bytes`: the bytes of the lines
@@ -210,7 +249,8 @@ def _record(line: bytes | None) -> dict[str, Any] | None:
 
 
 def scan_rollups(process: ProcessLog) -> ProcessRollups:
-    """Every rollup of `process` and whether they hold everything its spans do (module docstring), from one scan of its files.
+    """Every rollup of `process` and whether they hold everything its spans do (module docstring),
+    from one scan of its files.
 
     Example:
         >>> from otel_titan.analysis import read_run
@@ -235,20 +275,39 @@ def scan_rollups(process: ProcessLog) -> ProcessRollups:
                 unusable += 1  # torn, of a newer version, or a user's text that names one: its step is not known from rollups
         if index == 0:
             first_edges = edges
-    parsed += sum(len(line) + 1 for line in ((first_edges.first if first_edges else None), edges.last) if line)
-    return ProcessRollups(process, steps, _why_not(steps, last, first_edges, edges, unusable), parsed)
+    parsed += sum(
+        len(line) + 1 for line in ((first_edges.first if first_edges else None), edges.last) if line
+    )
+    return ProcessRollups(
+        process, steps, _why_not(steps, last, first_edges, edges, unusable), parsed
+    )
 
 
-def _why_not(steps: dict[int, StepRollup], last: StepRollup | None, first_edges: _Edges | None, last_edges: _Edges, unusable: int) -> str | None:
+def _why_not(
+    steps: dict[int, StepRollup],
+    last: StepRollup | None,
+    first_edges: _Edges | None,
+    last_edges: _Edges,
+    unusable: int,
+) -> str | None:
     if not steps or last is None:
         return "no step_rollup records (torchtitan's, pimm's or an older otel-titan's files, or step_rollups off)"
     if unusable:
         return f"{unusable} line{'s' if unusable != 1 else ''} naming step_rollup could not be used (torn, of a newer version, or not a rollup)"
     opened = _record(first_edges.first if first_edges is not None else None)
-    if opened is None or opened.get(Field.LOG_TYPE_NAME) != MetaEvent.OPENED or opened.get(Field.SEQ_ID) != 1:
+    if (
+        opened is None
+        or opened.get(Field.LOG_TYPE_NAME) != MetaEvent.OPENED
+        or opened.get(Field.SEQ_ID) != 1
+    ):
         return "its files do not begin with the logger's opened record (a segment rotated away, or not read)"
     closed = _record(last_edges.last)
-    if not last_edges.readable or last_edges.torn or closed is None or closed.get(Field.LOG_TYPE_NAME) != MetaEvent.CLOSED:
+    if (
+        not last_edges.readable
+        or last_edges.torn
+        or closed is None
+        or closed.get(Field.LOG_TYPE_NAME) != MetaEvent.CLOSED
+    ):
         return "it did not close cleanly (crashed, killed, hung or still running): its last steps may have no rollup"
     lost = [closed.get(name) for name in ("dropped_records", "failed_records")]
     if any(type(count) is not int or count != 0 for count in lost):
@@ -263,7 +322,8 @@ def _why_not(steps: dict[int, StepRollup], last: StepRollup | None, first_edges:
 
 
 def process_rollups(process: ProcessLog) -> dict[int, StepRollup]:
-    """step → the rollup that counts (the last written) in one process's files, oldest segment first.
+    """step → the rollup that counts (the last written) in one process's files, oldest segment
+    first.
 
     Example:
         >>> from otel_titan.analysis import read_run

@@ -31,10 +31,14 @@ __all__ = ["printable", "escape_surrogates", "json_safe", "json_bytes", "MAX_DEP
 
 #: Nesting kept by `json_safe`; deeper values become a marker string (orjson refuses 255 and more).
 MAX_DEPTH = 64
-#: Unicode categories shown as escapes: controls (C0, DEL, C1), surrogates, line and paragraph separators.
+#: Unicode categories shown as escapes: controls (C0, DEL, C1), surrogates, line and paragraph
+#: separators.
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
-#: Format characters that reorder what a terminal shows (bidi embeddings, overrides, isolates, marks).
-_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+#: Format characters that reorder what a terminal shows (bidi embeddings, overrides, isolates,
+#: marks).
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
@@ -105,7 +109,10 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             return "(nested too deep)"
-        return {escape_surrogates(key if type(key) is str else str(key)): json_safe(item, depth + 1) for key, item in value.items()}
+        return {
+            escape_surrogates(key if type(key) is str else str(key)): json_safe(item, depth + 1)
+            for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
         if depth >= MAX_DEPTH:
             return "(nested too deep)"

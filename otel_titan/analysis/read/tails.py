@@ -1,4 +1,5 @@
-"""The last records of a process, read from the end of its files: where it stopped, without reading the rest.
+"""The last records of a process, read from the end of its files: where it stopped, without reading
+the rest.
 
 Why: "where did every rank stop" is the first question after a hang, and at
 1,000 ranks of gigabytes each a full read takes minutes where the answer sits
@@ -35,7 +36,8 @@ MIN_LINES = 24
 
 
 def ends_torn(process: ProcessLog) -> bool:
-    """Whether the newest non-empty segment ends without a newline: a write cut short (SIGKILL, crash) or still in progress.
+    """Whether the newest non-empty segment ends without a newline: a write cut short (SIGKILL,
+    crash) or still in progress.
 
     Example (True for a SIGKILLed process's file; this run closed cleanly):
         >>> from otel_titan.analysis import read_run
@@ -55,7 +57,9 @@ def ends_torn(process: ProcessLog) -> bool:
     return False
 
 
-def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
+def tail_records(
+    process: ProcessLog, skipped: SkippedLines, min_lines: int = MIN_LINES, trimmed: bool = False
+) -> tuple[list[dict[str, Any]], bool]:
     """(the last records of `process`, in file order; whether they are all of them).
 
     `trimmed`: as `ProcessLog.records`' (only the fields the analysis reads).
@@ -71,7 +75,13 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
     program = False
     whole = True
     for index in range(len(process.segments) - 1, -1, -1):
-        records, at_start = _segment_tail(process.segments[index], skipped, min_lines - lines, need_program=not program, trimmed=trimmed)
+        records, at_start = _segment_tail(
+            process.segments[index],
+            skipped,
+            min_lines - lines,
+            need_program=not program,
+            trimmed=trimmed,
+        )
         chunks.append(records)
         lines += len(records)
         program = program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)
@@ -87,14 +97,16 @@ def tail_records(process: ProcessLog, skipped: SkippedLines, min_lines: int = MI
     return out, whole
 
 
-def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program: bool, trimmed: bool = False) -> tuple[list[dict[str, Any]], bool]:
+def _segment_tail(
+    path: str, skipped: SkippedLines, min_lines: int, need_program: bool, trimmed: bool = False
+) -> tuple[list[dict[str, Any]], bool]:
     """The last complete lines of one file, parsed; and whether the file was read from its start.
 
-    Blocks are read backwards only to count newlines (at most `MAX_TAIL_BLOCK` bytes held: a 2 GB last
-    line is counted through, never held); once enough lines follow the first newline seen, that window is
-    parsed from the file by `file_records`, which skips a line longer than its limit without keeping it.
-    A window too short in records is parsed again only once it has doubled, and what each parse skipped
-    is counted in `skipped` only for the window kept (`_Noted`), in order.
+    Blocks are read backwards only to count newlines (at most `MAX_TAIL_BLOCK` bytes held: a 2 GB
+    last line is counted through, never held); once enough lines follow the first newline seen, that
+    window is parsed from the file by `file_records`, which skips a line longer than its limit
+    without keeping it. A window too short in records is parsed again only once it has doubled, and
+    what each parse skipped is counted in `skipped` only for the window kept (`_Noted`), in order.
     """
     try:
         handle = open(path, "rb")
@@ -129,8 +141,11 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
             noted = _Noted()
             with RangeReader(open(path, "rb"), start, size) as window:
                 records = list(file_records(path, noted, None, source=window, trimmed=trimmed))  # type: ignore[arg-type]  # RangeReader reads as a binary file does
-            if len(records) >= min_lines and (not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)):
-                # The window is the tail: parsed exactly as a full read parses (torn last line, bad lines and all).
+            if len(records) >= min_lines and (
+                not need_program or any(r[Field.LOG_TYPE_NAME] not in META_EVENTS for r in records)
+            ):
+                # The window is the tail: parsed exactly as a full read parses (torn last line, bad
+                # lines and all).
                 noted.replay(skipped)
                 return records, False
     # Read from its start: the whole file, parsed as a full read parses it.
@@ -139,7 +154,8 @@ def _segment_tail(path: str, skipped: SkippedLines, min_lines: int, need_program
 
 
 class _Noted(SkippedLines):
-    """What a window's parse skipped or repaired, noted but not counted: replayed into the caller's if the window is kept."""
+    """What a window's parse skipped or repaired, noted but not counted: replayed into the caller's
+    if the window is kept."""
 
     def __init__(self) -> None:
         super().__init__(log=False)

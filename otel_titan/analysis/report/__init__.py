@@ -1,4 +1,5 @@
-"""`otel-titan report`: one self-contained HTML file with the pictures of a run, from one read of it.
+"""`otel-titan report`: one self-contained HTML file with the pictures of a run, from one read of
+it.
 
 Why: people would rather look than read. A heatmap of step time by rank
 shows a straggler (a row), a slow host (a band of 8 rows), a periodic stall

@@ -1,4 +1,5 @@
-"""The report's axes, bins and colours: whole-number ticks for ranks and steps, powers of ten on log axes, bin widths.
+"""The report's axes, bins and colours: whole-number ticks for ranks and steps, powers of ten on log
+axes, bin widths.
 
 Why a module: every figure bins and labels the same way (a rank or a step has
 no halves; 2 ms and 5 ms between the decades read wrong), and Plotly's labels
@@ -11,9 +12,20 @@ import html
 import math
 from typing import Any
 
-__all__ = ["bin_size", "heatmap_bins", "integer_axis", "log_axis", "value_axis", "plot_text", "NEUTRAL", "NEUTRAL_FILL", "FLAG"]
+__all__ = [
+    "bin_size",
+    "heatmap_bins",
+    "integer_axis",
+    "log_axis",
+    "value_axis",
+    "plot_text",
+    "NEUTRAL",
+    "NEUTRAL_FILL",
+    "FLAG",
+]
 
-#: Colours: one neutral colour for everything that is not a finding; red only for what summarize names.
+#: Colours: one neutral colour for everything that is not a finding; red only for what summarize
+#: names.
 NEUTRAL = "#5b7083"
 NEUTRAL_FILL = "rgba(91,112,131,0.25)"
 FLAG = "#d62728"
@@ -30,7 +42,8 @@ def bin_size(count: int, limit: int) -> int:
 
 
 def heatmap_bins(ranks: int, steps: int, max_cells: int) -> tuple[int, int]:
-    """(rank bin, step bin): steps are binned first (down to 200 columns), then ranks, until the cells fit.
+    """(rank bin, step bin): steps are binned first (down to 200 columns), then ranks, until the
+    cells fit.
 
     Example:
         >>> heatmap_bins(64, 300, 1000), heatmap_bins(1024, 10_000, 200_000)
@@ -58,7 +71,8 @@ def _nice(step: float) -> int:
 
 
 def integer_axis(first: int, count: int, unit: int = 1, ticks: int = 12) -> dict[str, Any]:
-    """An axis of whole numbers (ranks, steps) from `first`, `count` items of width `unit`: ticks only on integers.
+    """An axis of whole numbers (ranks, steps) from `first`, `count` items of width `unit`: ticks
+    only on integers.
 
     Plotly's automatic ticks put 2 ranks at −0.5, 0, 0.5, 1, 1.5; a rank or a
     step has no halves.
@@ -73,7 +87,8 @@ def integer_axis(first: int, count: int, unit: int = 1, ticks: int = 12) -> dict
 
 
 def log_axis(low: float, high: float) -> dict[str, Any]:
-    """A log axis over [`low`, `high`] (> 0) labelled at the powers of ten only, from the one at or below `low` to the one at or above `high`.
+    """A log axis over [`low`, `high`] (> 0) labelled at the powers of ten only, from the one at or
+    below `low` to the one at or above `high`.
 
     Plotly's own log ticks label 2 and 5 between the decades in small type, which
     reads as 2 ms and 5 ms where 20 and 50 are meant.
@@ -96,7 +111,8 @@ def log_axis(low: float, high: float) -> dict[str, Any]:
 
 
 def value_axis(low: float, high: float) -> dict[str, Any]:
-    """A linear axis for values in [`low`, `high`]; a constant series gets a range around its value, not Plotly's −1…1.
+    """A linear axis for values in [`low`, `high`]; a constant series gets a range around its value,
+    not Plotly's −1…1.
 
     Example:
         >>> value_axis(0.001, 0.001)["range"]
@@ -111,7 +127,8 @@ def value_axis(low: float, high: float) -> dict[str, Any]:
 
 
 def plot_text(text: Any) -> str:
-    """`text` for a Plotly label, shown as written: Plotly reads ``<br>``, ``<b>``, ``<a href>`` and entities in labels.
+    """`text` for a Plotly label, shown as written: Plotly reads ``<br>``, ``<b>``, ``<a href>`` and
+    entities in labels.
 
     Example:
         >>> plot_text("<b>fwd</b>")

@@ -1,4 +1,5 @@
-"""What the report draws, from the model built by one read (`model.collect.read_model`): the summary, the grid, the ranks it names.
+"""What the report draws, from the model built by one read (`model.collect.read_model`): the
+summary, the grid, the ranks it names.
 
 Why: the report runs no rule of its own. Its numbers are the model's
 (`model.step_grid`: step times, arrivals, phase times per rank and step, the
@@ -23,7 +24,14 @@ from otel_titan.analysis.query.sql import INSTALL_HINT, MissingDependencyError
 if TYPE_CHECKING:
     from importlib.abc import Traversable  # importlib.resources.abc from Python 3.11 on
 
-__all__ = ["NamedRank", "ReportData", "named_ranks", "require_plotly", "plotly_js", "plotly_template"]
+__all__ = [
+    "NamedRank",
+    "ReportData",
+    "named_ranks",
+    "require_plotly",
+    "plotly_js",
+    "plotly_template",
+]
 
 
 @dataclass(frozen=True)
@@ -56,10 +64,26 @@ def named_ranks(summary: Any) -> list[NamedRank]:
             named.append(NamedRank(group.source, group.attempt, rank, None, "slower steps"))
         for row in group.phase_stragglers:
             if row.get("straggler", True) and row.get("rank") is not None:
-                named.append(NamedRank(group.source, group.attempt, row["rank"], row.get("phase"), f"slower {row.get('phase')}"))
+                named.append(
+                    NamedRank(
+                        group.source,
+                        group.attempt,
+                        row["rank"],
+                        row.get("phase"),
+                        f"slower {row.get('phase')}",
+                    )
+                )
         for row in group.arrival_stragglers:
             if row.get("straggler", True) and row.get("rank") is not None:
-                named.append(NamedRank(group.source, group.attempt, row["rank"], group.arrival_collective, f"last to arrive at {group.arrival_collective}"))
+                named.append(
+                    NamedRank(
+                        group.source,
+                        group.attempt,
+                        row["rank"],
+                        group.arrival_collective,
+                        f"last to arrive at {group.arrival_collective}",
+                    )
+                )
     hang = getattr(summary, "hang", None)
     for suspect in getattr(hang, "suspects", None) or []:
         if suspect.rank is not None:
@@ -69,7 +93,8 @@ def named_ranks(summary: Any) -> list[NamedRank]:
 
 @dataclass
 class ReportData:
-    """The run as the report shows it: `source` (the one with most processes: training, usually), its ranks and steps, the named ranks."""
+    """The run as the report shows it: `source` (the one with most processes: training, usually),
+    its ranks and steps, the named ranks."""
 
     summary: RunSummary
     grid: StepGrid
@@ -86,18 +111,33 @@ class ReportData:
         for process in summary.processes:
             counts[process.source] = counts.get(process.source, 0) + 1
         source = min(counts, key=lambda s: (-counts[s], s)) if counts else None
-        ranks = len({p.rank for p in summary.processes if p.source == source and p.rank is not None})
+        ranks = len(
+            {p.rank for p in summary.processes if p.source == source and p.rank is not None}
+        )
         first, last = grid.source_steps(source) if source is not None else (None, None)
-        return cls(summary=summary, grid=grid, named=named_ranks(summary), source=source, ranks=ranks, first_step=first, last_step=last)
+        return cls(
+            summary=summary,
+            grid=grid,
+            named=named_ranks(summary),
+            source=source,
+            ranks=ranks,
+            first_step=first,
+            last_step=last,
+        )
 
     @property
     def steps(self) -> int:
         """How many steps the source spans (0 without steps)."""
-        return 0 if self.first_step is None or self.last_step is None else self.last_step - self.first_step + 1
+        return (
+            0
+            if self.first_step is None or self.last_step is None
+            else self.last_step - self.first_step + 1
+        )
 
 
 def require_plotly() -> Traversable:
-    """Plotly's package data (``plotly/package_data``: its JavaScript and templates), or `MissingDependencyError` naming the extra to install.
+    """Plotly's package data (``plotly/package_data``: its JavaScript and templates), or
+    `MissingDependencyError` naming the extra to install.
 
     These files are all the report takes from Plotly: its figures are plain
     dicts (``{"data": [...], "layout": {...}}``, what Plotly.js takes), so
@@ -106,25 +146,36 @@ def require_plotly() -> Traversable:
     of validation and copies).
     """
     try:
-        files = importlib.resources.files("plotly") / "package_data"  # imports only plotly's own (lazy) __init__
+        # imports only plotly's own (lazy) __init__
+        files = importlib.resources.files("plotly") / "package_data"
     except ImportError as error:
-        raise MissingDependencyError(f"`otel-titan report` needs Plotly, which is not installed: {INSTALL_HINT} (or pip install plotly)") from error
+        raise MissingDependencyError(
+            f"`otel-titan report` needs Plotly, which is not installed: {INSTALL_HINT} (or pip "
+            "install plotly)"
+        ) from error
     if not (files / "plotly.min.js").is_file():
-        raise MissingDependencyError(f"`otel-titan report` needs Plotly's JavaScript, which its installation lacks: {INSTALL_HINT} (or pip install plotly)")
+        raise MissingDependencyError(
+            "`otel-titan report` needs Plotly's JavaScript, which its installation lacks: "
+            f"{INSTALL_HINT} (or pip install plotly)"
+        )
     return files
 
 
 def plotly_js() -> str:
-    """Plotly.js as Plotly ships it: ``package_data/plotly.min.js``, the text `plotly.offline.get_plotlyjs` reads (read again for each page)."""
+    """Plotly.js as Plotly ships it: ``package_data/plotly.min.js``, the text
+    `plotly.offline.get_plotlyjs` reads (read again for each page)."""
     return (require_plotly() / "plotly.min.js").read_bytes().decode("utf-8")
 
 
 @functools.cache
 def plotly_template(name: str = "plotly_white") -> dict[str, Any]:
-    """One of Plotly's templates as it ships it (``package_data/templates/<name>.json``), read once per process: shared, never to be changed.
+    """One of Plotly's templates as it ships it (``package_data/templates/<name>.json``), read once
+    per process: shared, never to be changed.
 
     It is what ``update_layout(template="plotly_white")`` put in a figure's
     layout (the same values; only the keys' order differs).
     """
-    template: dict[str, Any] = json.loads((require_plotly() / "templates" / f"{name}.json").read_bytes())
+    template: dict[str, Any] = json.loads(
+        (require_plotly() / "templates" / f"{name}.json").read_bytes()
+    )
     return template

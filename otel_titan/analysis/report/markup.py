@@ -1,4 +1,5 @@
-"""The report's HTML pieces: every string from the records escaped, raw HTML only from what this package makes.
+"""The report's HTML pieces: every string from the records escaped, raw HTML only from what this
+package makes.
 
 Why: the report is made to be shared, and every string in it (span, scalar
 and source names, tags, file names, host names) comes from files anyone with
@@ -25,13 +26,17 @@ class Html:
 
 
 def named_rank(source: str, rank: int) -> Html:
-    """A rank named as a finding: marked up so that a reader (and a test) can find every rank the page names.
+    """A rank named as a finding: marked up so that a reader (and a test) can find every rank the
+    page names.
 
     Example:
         >>> named_rank("<b>", 3).text
         "<span class=named-rank data-source='&lt;b&gt;' data-rank='3'>rank 3</span>"
     """
-    return Html(f"<span class=named-rank data-source='{html.escape(source)}' data-rank='{int(rank)}'>rank {int(rank)}</span>")
+    return Html(
+        f"<span class=named-rank data-source='{html.escape(source)}' data-rank='{int(rank)}'>rank "
+        f"{int(rank)}</span>"
+    )
 
 
 def ms(value: Any) -> str:
@@ -56,7 +61,8 @@ def _cell(value: Any) -> str:
 
 
 def script_json(text: str) -> str:
-    """JSON text made safe inside an inline ``<script>``: ``<``, ``>``, ``&`` and U+2028/9 as ``\\uXXXX`` escapes.
+    """JSON text made safe inside an inline ``<script>``: ``<``, ``>``, ``&`` and U+2028/9 as
+    ``\\uXXXX`` escapes.
 
     These characters are only ever inside JSON strings, where the escapes
     mean the same characters, so the data are unchanged; but no string can
@@ -66,6 +72,12 @@ def script_json(text: str) -> str:
         >>> script_json('{"name": "</script><script>x()</script>"}')
         '{"name": "\\\\u003c/script\\\\u003e\\\\u003cscript\\\\u003ex()\\\\u003c/script\\\\u003e"}'
     """
-    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for char, escape in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(char, escape)
     return text

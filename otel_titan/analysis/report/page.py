@@ -1,4 +1,5 @@
-"""The HTML page: the headline and Hang section, the figures in order, the findings; every script allowed by its hash.
+"""The HTML page: the headline and Hang section, the figures in order, the findings; every script
+allowed by its hash.
 
 Why a policy: element ids are made here, never from the data, and the page's
 Content-Security-Policy allows only the scripts written here, by their
@@ -27,30 +28,45 @@ from otel_titan.analysis.report.markup import named_rank, script_json
 __all__ = ["page_html"]
 
 
-def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, dict[str, Any]]]) -> str:
-    """The HTML page of the run at `path`: escaped text, figures drawn by scripts this page lists by hash in its Content-Security-Policy."""
+def page_html(
+    path: Any, data: ReportData, figures: list[tuple[str, str, str, dict[str, Any]]]
+) -> str:
+    """The HTML page of the run at `path`: escaped text, figures drawn by scripts this page lists by
+    hash in its Content-Security-Policy."""
     summary, named = data.summary, data.named
     scripts = [plotly_js()]
     run_label = summary.run_id or os.fspath(path)
     body = ["<h1>otel-titan report</h1>"]
     steps = "no steps" if data.first_step is None else f"steps {data.first_step}–{data.last_step}"
     processes = len(summary.processes)
-    run_id = f"run {html.escape(str(summary.run_id))}" if summary.run_id else "no run id"  # torchtitan's files name none
-    body.append(f"<p class=meta>{html.escape(os.path.abspath(os.fspath(path)))} · {run_id} · "
-                f"{data.ranks:,} rank{'s' if data.ranks != 1 else ''} · {steps} · {processes:,} process{'es' if processes != 1 else ''} · "
-                f"{data.grid.bytes_read / 1e6:,.1f} MB of JSONL · written {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>")
+    # torchtitan's files name none
+    run_id = f"run {html.escape(str(summary.run_id))}" if summary.run_id else "no run id"
+    body.append(
+        f"<p class=meta>{html.escape(os.path.abspath(os.fspath(path)))} · {run_id} · "
+        f"{data.ranks:,} rank{'s' if data.ranks != 1 else ''} · {steps} · {processes:,} "
+        f"process{'es' if processes != 1 else ''} · "
+        f"{data.grid.bytes_read / 1e6:,.1f} MB of JSONL · written "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}</p>"
+    )
     body.append("<h2 id=headline>Headline</h2>")
     if named:
         reasons: dict[tuple[str, int], list[str]] = {}
         for n in named:  # one entry per rank, its reasons together, in summarize's order
             reasons.setdefault((n.source, n.rank), []).append(n.why)
-        who = ", ".join(f"{named_rank(source, rank).text} ({html.escape(source)}: {html.escape('; '.join(why))})" for (source, rank), why in list(reasons.items())[:20])
+        who = ", ".join(
+            f"{named_rank(source, rank).text} ({html.escape(source)}: "
+            f"{html.escape('; '.join(why))})"
+            for (source, rank), why in list(reasons.items())[:20]
+        )
         more = f" … {len(reasons) - 20} more" if len(reasons) > 20 else ""
         body.append(f"<p class=warn>summarize names: {who}{more}</p>")
     text = format_hang(summary.hang) + headline_lines(summary, headline_data(summary))
     body.append(f"<pre>{html.escape(chr(10).join(text))}</pre>")
     if not figures:
-        body.append("<p>Nothing to draw: the run has no steps, no spans with ids and no scalars (see the headline).</p>")
+        body.append(
+            "<p>Nothing to draw: the run has no steps, no spans with ids and no scalars (see the "
+            "headline).</p>"
+        )
     findings_done = False
     heading_done: set[str] = set()
     for section, heading, explanation, fig in figures:
@@ -65,22 +81,37 @@ def page_html(path: Any, data: ReportData, figures: list[tuple[str, str, str, di
             body.append(f"<p>{html.escape(explanation)}</p>")
         div_id = f"fig-{section}"  # made here, never from the records
         height = int(fig["layout"].get("height") or 450)
-        body.append(f'<div id="{div_id}" class="plotly-graph-div" style="height:{height}px; width:100%;"></div>')
+        body.append(
+            f'<div id="{div_id}" class="plotly-graph-div" style="height:{height}px; width:100%;"></div>'
+        )
         scripts.append(_figure_script(fig, div_id))
     if not findings_done:
         body.append(findings_html(summary))
-    # Each script follows the body it draws into; the policy names each by its hash, so nothing else runs.
-    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode('utf-8')).digest()).decode()}'" for s in scripts)
+    # Each script follows the body it draws into; the policy names each by its hash, so nothing else
+    # runs.
+    hashes = " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(s.encode('utf-8')).digest()).decode()}'"
+        for s in scripts
+    )
     head = _HEAD.format(title=html.escape(f"otel-titan report: {run_label}"), hashes=hashes)
     tail = "\n".join(f'<script type="text/javascript">{s}</script>' for s in scripts)
     return head + "\n" + "\n".join(body) + "\n" + tail + "\n</body></html>\n"
 
 
 def _figure_script(figure: dict[str, Any], div_id: str) -> str:
-    """The script that draws `figure` (``{"data": [...], "layout": {...}}``) into `div_id`, in Plotly's "plotly_white" look, with the width of the page."""
-    layout = {**figure["layout"], "margin": {"t": 60, "r": 30}, "autosize": True, "template": plotly_template("plotly_white")}
-    # NaN (a heatmap cell without a value) is written as JavaScript's NaN: the payload is a script's literal, never parsed as JSON.
-    payload = script_json(json.dumps({"data": figure["data"], "layout": layout}, separators=(",", ":")))
+    """The script that draws `figure` (``{"data": [...], "layout": {...}}``) into `div_id`, in
+    Plotly's "plotly_white" look, with the width of the page."""
+    layout = {
+        **figure["layout"],
+        "margin": {"t": 60, "r": 30},
+        "autosize": True,
+        "template": plotly_template("plotly_white"),
+    }
+    # NaN (a heatmap cell without a value) is written as JavaScript's NaN: the payload is a script's
+    # literal, never parsed as JSON.
+    payload = script_json(
+        json.dumps({"data": figure["data"], "layout": layout}, separators=(",", ":"))
+    )
     config = '{"displaylogo": false, "responsive": true}'
     return f'(function () {{ var f = {payload}; Plotly.newPlot("{div_id}", f.data, f.layout, {config}); }})();'
 

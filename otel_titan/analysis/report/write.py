@@ -1,4 +1,5 @@
-"""`write_report`: read the run once (`model.collect.read_model`), draw every figure from that model (plain dicts), write the page atomically."""
+"""`write_report`: read the run once (`model.collect.read_model`), draw every figure from that model
+(plain dicts), write the page atomically."""
 
 from __future__ import annotations
 
@@ -47,13 +48,15 @@ def write_report(
     scheduler: str | None = None,
     cache: bool = True,
 ) -> ReportResult:
-    """Write the report of the run at `path` (default ``RUN_DIR/analysis/report.html``); returns what was written.
+    """Write the report of the run at `path` (default ``RUN_DIR/analysis/report.html``); returns
+    what was written.
 
     The run is read once, as ``summarize`` reads it (`jobs`, `scheduler`:
     where the per-file work runs), and every figure and verdict comes from
     that one model. Raises as `summarize_run`, and `MissingDependencyError`
     without Plotly (before anything is read).
-    `cache`: use and keep the analysis cache (docs/analysis.md), as ``summarize`` and ``sql`` do (False: ``--no-cache``).
+    `cache`: use and keep the analysis cache (docs/analysis.md), as ``summarize`` and ``sql`` do
+    (False: ``--no-cache``).
     """
     import numpy as np  # only when a report is written: the CLI starts without it
 
@@ -61,21 +64,43 @@ def write_report(
     started = time.monotonic()
     say = progress or (lambda text: None)
     say("reading the run ...")
-    summary, grid = read_model(path, ranks=ranks, sources=sources, run_id=run_id, align=align, jobs=jobs, scheduler=scheduler, cache=cache)
+    summary, grid = read_model(
+        path,
+        ranks=ranks,
+        sources=sources,
+        run_id=run_id,
+        align=align,
+        jobs=jobs,
+        scheduler=scheduler,
+        cache=cache,
+    )
     data = ReportData.of(summary, grid)
     say("drawing ...")
-    # In the order a person needs them: step time, arrival, phases, scalars; the findings then the clocks (page.py).
+    # In the order a person needs them: step time, arrival, phases, scalars; the findings then the
+    # clocks (page.py).
     heatmaps, binning = heatmap_sections(np, data, max_cells)
     figures = heatmaps + phase_sections(np, data) + scalar_sections(data) + clock_sections(summary)
     page = page_html(path, data, figures)
-    out = os.fspath(output) if output is not None else os.path.join(run_dir(path), "analysis", "report.html")
-    make_private_folders(os.path.dirname(os.path.abspath(out)))  # 0700 where made: the page names the run's hosts
+    out = (
+        os.fspath(output)
+        if output is not None
+        else os.path.join(run_dir(path), "analysis", "report.html")
+    )
+    # 0700 where made: the page names the run's hosts
+    make_private_folders(os.path.dirname(os.path.abspath(out)))
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(page)
     os.replace(tmp, out)
-    return ReportResult(path=out, bytes=os.path.getsize(out), figures=len(figures), ranks=data.ranks, steps=data.steps, binning=binning,
-                        seconds=time.monotonic() - started)
+    return ReportResult(
+        path=out,
+        bytes=os.path.getsize(out),
+        figures=len(figures),
+        ranks=data.ranks,
+        steps=data.steps,
+        binning=binning,
+        seconds=time.monotonic() - started,
+    )
 
 
 def run_dir(path: str | os.PathLike[str]) -> str:

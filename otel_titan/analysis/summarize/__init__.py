@@ -1,4 +1,5 @@
-"""What `otel-titan summarize` prints, from the model: the text (`format_summary`) and the ``--json`` form (`summary_json`)."""
+"""What `otel-titan summarize` prints, from the model: the text (`format_summary`) and the
+``--json`` form (`summary_json`)."""
 
 from otel_titan.analysis.summarize.json_form import summary_json
 from otel_titan.analysis.summarize.text import format_summary

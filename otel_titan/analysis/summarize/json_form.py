@@ -12,7 +12,8 @@ __all__ = ["summary_json"]
 
 
 def summary_json(summary: RunSummary, now_us: float | None = None) -> dict[str, Any]:
-    """What ``otel-titan summarize --json`` prints: ``headline`` (`headline_data`) first, so that ``summarize --json | head`` shows the diagnosis, not paths; then `RunSummary.to_dict`.
+    """What ``otel-titan summarize --json`` prints: ``headline`` (`headline_data`) first, so that
+    ``summarize --json | head`` shows the diagnosis, not paths; then `RunSummary.to_dict`.
 
     Both are computed at one `now_us` (default: now), so a process's state agrees between them.
 

@@ -20,4 +20,14 @@ from otel_titan.analysis.watch.detect import Detector, Rules
 from otel_titan.analysis.watch.loop import EXIT_ALERT, Watch, run_watch
 from otel_titan.analysis.watch.state import ProcessState
 
-__all__ = ["Alert", "AlertBook", "Detector", "EXIT_ALERT", "ProcessState", "Rules", "RunFollower", "Watch", "run_watch"]
+__all__ = [
+    "Alert",
+    "AlertBook",
+    "Detector",
+    "EXIT_ALERT",
+    "ProcessState",
+    "Rules",
+    "RunFollower",
+    "Watch",
+    "run_watch",
+]

@@ -1,4 +1,5 @@
-"""Alerts: raised once, kept while their condition holds, resolved (with how long they lasted) when it ends.
+"""Alerts: raised once, kept while their condition holds, resolved (with how long they lasted) when
+it ends.
 
 An `Alert` is what `watch` tells a person or a script: the kind (``hang``,
 ``slow``, ``job_slow``, ``crashed``, ``terminated``, ``missing``), the ranks it
@@ -20,7 +21,8 @@ KINDS = ("hang", "missing", "crashed", "terminated", "slow", "job_slow")
 
 @dataclass
 class Alert:
-    """One alert (see the module docstring); times are seconds on the watcher's clock (epoch seconds live)."""
+    """One alert (see the module docstring); times are seconds on the watcher's clock (epoch seconds
+    live)."""
 
     kind: str
     key: tuple
@@ -40,13 +42,15 @@ class Alert:
     evidence: list[str] = field(default_factory=list)
     victims: list[int] = field(default_factory=list)
     confirmed: bool = True
-    #: For a hang: the model's rule that named the culprits (`model.hang`: ``behind in step``, ``behind``, ``desync``, ``p2p``,
-    #: ``missing``, ``nothing logged``, ``odd one out``, …, or ``cannot tell``) and its reasoning, as `summarize` words it.
+    #: For a hang: the model's rule that named the culprits (`model.hang`: ``behind in step``,
+    #: ``behind``, ``desync``, ``p2p``, ``missing``, ``nothing logged``, ``odd one out``, …, or
+    #: ``cannot tell``) and its reasoning, as `summarize` words it.
     rule: str | None = None
     why: str | None = None
 
     def to_json(self, kind: str = "alert") -> dict[str, Any]:
-        """The ``{"type": "alert", …}`` (or ``"resolved"``) line of ``watch --json`` (docs/watch.md lists the fields)."""
+        """The ``{"type": "alert", …}`` (or ``"resolved"``) line of ``watch --json`` (docs/watch.md
+        lists the fields)."""
         out: dict[str, Any] = {
             "type": kind,
             "kind": self.kind,
@@ -71,12 +75,17 @@ class Alert:
             out["rule"], out["why"] = self.rule, self.why
         if self.resolved is not None:
             out["resolved_utc"] = _utc(self.resolved)
-            out["lasted_s"] = round(self.resolved - (self.since if self.since is not None else self.detected or self.resolved), 3)
+            out["lasted_s"] = round(
+                self.resolved
+                - (self.since if self.since is not None else self.detected or self.resolved),
+                3,
+            )
         return out
 
 
 def _alert_id(key: tuple) -> str:
-    """``slow/training/0/pp=1/11/bwd``: the key's parts, a peer group's mesh coordinates spelled out.
+    """``slow/training/0/pp=1/11/bwd``: the key's parts, a peer group's mesh coordinates spelled
+    out.
 
     Example:
         >>> _alert_id(("slow", ("training", 0, (("pp", 1),)), 11, "bwd")), _alert_id(("hang", "training", 0))
@@ -87,7 +96,9 @@ def _alert_id(key: tuple) -> str:
         if isinstance(part, tuple):
             for item in part:
                 if isinstance(item, tuple):
-                    parts.extend(f"{k}={v}" for k, v in item) if item and isinstance(item[0], tuple) else parts.append("=".join(map(str, item)) if item else "")
+                    parts.extend(f"{k}={v}" for k, v in item) if item and isinstance(
+                        item[0], tuple
+                    ) else parts.append("=".join(map(str, item)) if item else "")
                 else:
                     parts.append(str(item))
         else:
@@ -100,7 +111,11 @@ def _utc(seconds: float | None) -> str | None:
         return None
     import datetime
 
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 class AlertBook:
@@ -120,13 +135,18 @@ class AlertBook:
         self.active: dict[tuple, Alert] = {}
         self.history: list[Alert] = []
         self.keep = keep
-        #: Active alerts whose culprits or line of code changed at the last `update` (a black box arrived): shown again.
+        #: Active alerts whose culprits or line of code changed at the last `update` (a black box
+        #: arrived): shown again.
         self.updated: list[Alert] = []
 
-    def update(self, current: list[Alert], now: float, *, keep_keys: set | None = None) -> tuple[list[Alert], list[Alert]]:
-        """Alerts now true → (newly raised, newly resolved). An active one seen again is refreshed in place.
+    def update(
+        self, current: list[Alert], now: float, *, keep_keys: set | None = None
+    ) -> tuple[list[Alert], list[Alert]]:
+        """Alerts now true → (newly raised, newly resolved). An active one seen again is refreshed
+        in place.
 
-        `keep_keys`: keys that stay active even when absent from `current` (their detector did not run this refresh).
+        `keep_keys`: keys that stay active even when absent from `current` (their detector did not
+        run this refresh).
         """
         raised, resolved = [], []
         self.updated = []
@@ -138,8 +158,12 @@ class AlertBook:
                 self.active[alert.key] = alert
                 raised.append(alert)
             else:
-                # Same condition: its facts may sharpen (a black box arrived, the cost grew); it is not raised again.
-                alert.detected, alert.since = old.detected, old.since if old.since is not None else alert.since
+                # Same condition: its facts may sharpen (a black box arrived, the cost grew); it is
+                # not raised again.
+                alert.detected, alert.since = (
+                    old.detected,
+                    old.since if old.since is not None else alert.since,
+                )
                 if (alert.ranks, alert.line, alert.where) != (old.ranks, old.line, old.where):
                     self.updated.append(alert)
                 self.active[alert.key] = alert

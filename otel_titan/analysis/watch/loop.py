@@ -1,4 +1,5 @@
-"""`otel-titan watch`: follow a running job, refresh the detector, show the frame, ask for black boxes.
+"""`otel-titan watch`: follow a running job, refresh the detector, show the frame, ask for black
+boxes.
 
 `Watch.refresh` is one cycle: `follow.RunFollower.poll` (the bytes appended
 since the last cycle), `detect.Detector` (records in, frame and alerts out),
@@ -25,24 +26,45 @@ from otel_titan.analysis.watch.detect import Detector, Rules
 from otel_titan.analysis.watch.screen import Screen
 from otel_titan.environment_variables import OTEL_TITAN_DUMP_TRIGGER
 
-__all__ = ["Watch", "run_watch", "wait_for_run", "parse_seconds", "parse_exit_on", "EXIT_ALERT", "EXIT_ON_KINDS", "TRIGGER_ENV", "default_trigger"]
+__all__ = [
+    "Watch",
+    "run_watch",
+    "wait_for_run",
+    "parse_seconds",
+    "parse_exit_on",
+    "EXIT_ALERT",
+    "EXIT_ON_KINDS",
+    "TRIGGER_ENV",
+    "default_trigger",
+]
 
 #: Exit status of ``--exit-on`` when a confirmed alert of one of its kinds is raised.
 EXIT_ALERT = 3
-#: Alerts ``--exit-on`` may name: never ``slow`` (killing 1,024 GPUs over a slowdown is the operator's call).
+#: Alerts ``--exit-on`` may name: never ``slow`` (killing 1,024 GPUs over a slowdown is the
+#: operator's call).
 EXIT_ON_KINDS = ("hang", "crashed", "terminated", "missing")
-#: The writer's variable (`structured_logger.lifecycle.DUMP_TRIGGER_ENV`; the reader may not import the writer).
+#: The writer's variable (`structured_logger.lifecycle.DUMP_TRIGGER_ENV`; the reader may not import
+#: the writer).
 TRIGGER_ENV = OTEL_TITAN_DUMP_TRIGGER
 
 
 def default_trigger(run_dir: str) -> str:
-    """The trigger file `watch` touches: ``$OTEL_TITAN_DUMP_TRIGGER`` when set here, else ``RUN_DIR/dump-now``."""
+    """The trigger file `watch` touches: ``$OTEL_TITAN_DUMP_TRIGGER`` when set here, else
+    ``RUN_DIR/dump-now``."""
     return os.environ.get(TRIGGER_ENV, "").strip() or os.path.join(run_dir, "dump-now")
 
 
-def wait_for_run(path: str, *, wait_s: float | None, say: Callable[[str], None], poll_s: float = 0.5,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
-    """Return the run directory of `path` once it is a run; until then wait, saying so once through `say`.
+def wait_for_run(
+    path: str,
+    *,
+    wait_s: float | None,
+    say: Callable[[str], None],
+    poll_s: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Return the run directory of `path` once it is a run; until then wait, saying so once through
+    `say`.
 
     `watch` is started before the job in the docs' own recipes (a SLURM
     sidecar step, ``torchrun … &`` then ``watch``): the folder, or its
@@ -74,16 +96,23 @@ def wait_for_run(path: str, *, wait_s: float | None, say: Callable[[str], None],
             if wait_s is not None and waited >= wait_s:
                 if wait_s <= 0:
                     raise
-                raise NotARunError(f"{error} (waited {wait_s:g} s for the job to write its files: --wait)") from None
+                raise NotARunError(
+                    f"{error} (waited {wait_s:g} s for the job to write its files: --wait)"
+                ) from None
             if not said:
                 said = True
-                limit = "until it does (Ctrl-C to stop)" if wait_s is None else f"for up to {wait_s:g} s (--wait)"
+                limit = (
+                    "until it does (Ctrl-C to stop)"
+                    if wait_s is None
+                    else f"for up to {wait_s:g} s (--wait)"
+                )
                 say(f"watch: {error}: waiting for the job to write its files there, {limit}")
         sleep(poll_s if wait_s is None else max(0.0, min(poll_s, wait_s - (clock() - started))))
 
 
 def parse_seconds(text: str) -> float:
-    """A duration as ``watch``'s options take it: seconds (``90``, ``2.5``, ``90s``), minutes (``10m``) or hours (``1h``).
+    """A duration as ``watch``'s options take it: seconds (``90``, ``2.5``, ``90s``), minutes
+    (``10m``) or hours (``1h``).
 
     Example:
         >>> parse_seconds("90"), parse_seconds("10m"), parse_seconds("1.5h"), parse_seconds("45s")
@@ -106,7 +135,8 @@ def parse_seconds(text: str) -> float:
 
 
 def _may_appear(path: str) -> bool:
-    """Whether a path that is not a run yet may become one: it does not exist yet, or is a folder the logger writes into."""
+    """Whether a path that is not a run yet may become one: it does not exist yet, or is a folder
+    the logger writes into."""
     if not os.path.lexists(path):
         return True
     if not os.path.isdir(path):
@@ -125,14 +155,22 @@ class Watch:
         >>> # watch = Watch("outputs"); frame, events = watch.refresh()
     """
 
-    def __init__(self, path: str, *, rules: Rules | None = None, trigger: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        rules: Rules | None = None,
+        trigger: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.follower = RunFollower(path)
         self.detector = Detector(rules)
         self.trigger = trigger
         self.clock = clock
         self.triggered: list[float] = []
         self.trigger_error: str | None = None
-        #: Per process (its active JSONL path): its faulthandler side file, and that file's mtime when last parsed.
+        #: Per process (its active JSONL path): its faulthandler side file, and that file's mtime
+        #: when last parsed.
         self._side_files: dict[str, str] = {}
         self._side_file_seen: dict[str, int] = {}
 
@@ -143,18 +181,31 @@ class Watch:
         batch = self.follower.poll(now)
         detector = self.detector
         for cursor in batch.new:
-            detector.observe(cursor.process.base, _identity(cursor.process), (), self._arrival(cursor, now))
+            detector.observe(
+                cursor.process.base, _identity(cursor.process), (), self._arrival(cursor, now)
+            )
         for cursor, records in batch.records:
-            detector.observe(cursor.process.base, _identity(cursor.process), records, now, self._arrivals(cursor, records, now))
+            detector.observe(
+                cursor.process.base,
+                _identity(cursor.process),
+                records,
+                now,
+                self._arrivals(cursor, records, now),
+            )
         for cursor in self.follower.cursors.values():
             detector.file_facts(cursor.process.base, torn_since=cursor.torn_since, gone=cursor.gone)
         stopped = detector.suspected or any(key[0] == "hang" for key in detector.book.active)
         if stopped:
             self._read_side_files(now)
         frame, events = detector.evaluate(now)
-        if not stopped and (detector.suspected or any(key[0] == "hang" for key in detector.book.active)) and self._read_side_files(now):
-            # A hang seen at once (files already still for long: `--once`, a watch started on a stuck job) may have a
-            # faulthandler dump waiting beside a rank's file: its line of code goes into the alert before anyone acts on it.
+        if (
+            not stopped
+            and (detector.suspected or any(key[0] == "hang" for key in detector.book.active))
+            and self._read_side_files(now)
+        ):
+            # A hang seen at once (files already still for long: `--once`, a watch started on a
+            # stuck job) may have a faulthandler dump waiting beside a rank's file: its line of code
+            # goes into the alert before anyone acts on it.
             frame, more = detector.evaluate(now)
             events = events + more
         if detector.want_black_box:
@@ -166,12 +217,17 @@ class Watch:
         frame["black_box_requested_utc"] = [_utc(t) for t in self.triggered[-3:]]
         if self.trigger_error:
             frame["trigger_error"] = self.trigger_error
-        frame["read"] = {"files": len(self.follower.cursors), "bytes": batch.bytes_read, "skipped_lines": self.follower.skipped.count,
-                         "cpu_s": round(time.process_time() - cpu, 4)}
+        frame["read"] = {
+            "files": len(self.follower.cursors),
+            "bytes": batch.bytes_read,
+            "skipped_lines": self.follower.skipped.count,
+            "cpu_s": round(time.process_time() - cpu, 4),
+        }
         return frame, events
 
     def _read_side_files(self, now: float) -> bool:
-        """While a hang is suspected or raised: the faulthandler side files of the processes with no black box since their last progress.
+        """While a hang is suspected or raised: the faulthandler side files of the processes with no
+        black box since their last progress.
 
         A rank stuck in a C call that holds the interpreter lock cannot write
         its ``stall`` record; its faulthandler dump (the side file beside its
@@ -202,14 +258,16 @@ class Watch:
 
     @staticmethod
     def _arrival(cursor: Any, now: float) -> float:
-        # What a first read finds was written before `watch` started: it arrived when the file was last written.
+        # What a first read finds was written before `watch` started: it arrived when the file was
+        # last written.
         if cursor.reads <= 1 and cursor.mtime is not None:
             return min(now, cursor.mtime)
         return now
 
     @staticmethod
     def _arrivals(cursor: Any, records: list[dict[str, Any]], now: float) -> list[float] | None:
-        """For a first read, when each record was written, on the watcher's clock; None for a later one (all read `now`).
+        """For a first read, when each record was written, on the watcher's clock; None for a later
+        one (all read `now`).
 
         What a first read finds was written before `watch` started. Anchored
         at the file's modification time (the newest record's write), each
@@ -232,22 +290,37 @@ class Watch:
             self.triggered.append(now)
             self.trigger_error = None
         except OSError as error:
-            self.trigger_error = f"cannot touch the dump trigger {self.trigger}: {error.strerror or error}"
+            self.trigger_error = (
+                f"cannot touch the dump trigger {self.trigger}: {error.strerror or error}"
+            )
 
 
 def _identity(process: Any) -> dict[str, Any]:
-    return {"label": process.label, "source": process.source, "rank": process.rank, "attempt": process.attempt, "run_id": process.run_id,
-            "host": process.host_name, "world_size": process.world_size, "pid": process.pid}
+    return {
+        "label": process.label,
+        "source": process.source,
+        "rank": process.rank,
+        "attempt": process.attempt,
+        "run_id": process.run_id,
+        "host": process.host_name,
+        "world_size": process.world_size,
+        "pid": process.pid,
+    }
 
 
 def _utc(seconds: float) -> str:
     import datetime
 
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def parse_exit_on(text: str) -> dict[str, float]:
-    """``--exit-on``'s value: kinds, each with how long its confirmed alert must have lasted (``hang:10m``; none: at once).
+    """``--exit-on``'s value: kinds, each with how long its confirmed alert must have lasted
+    (``hang:10m``; none: at once).
 
     Page early, kill late: the alert is raised (on the screen, in ``--json``)
     as soon as it is confirmed; the command exits only once it has held for
@@ -269,7 +342,10 @@ def parse_exit_on(text: str) -> dict[str, float]:
         kind, _, limit = part.partition(":")
         kind = kind.strip()
         if kind not in EXIT_ON_KINDS:
-            raise ValueError(f"{kind} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job over a slowdown is the operator's call)")
+            raise ValueError(
+                f"{kind} is not one of {', '.join(EXIT_ON_KINDS)} (never slow: stopping a job "
+                "over a slowdown is the operator's call)"
+            )
         try:
             limits[kind] = parse_seconds(limit) if limit.strip() else 0.0
         except ValueError as error:
@@ -277,26 +353,48 @@ def parse_exit_on(text: str) -> dict[str, float]:
     return limits
 
 
-def _exit_alert(active: Iterable[Alert], limits: dict[str, float], now: float) -> tuple[Alert, float] | None:
-    """The first confirmed active alert of a kind in `limits` that has lasted its limit, and how long it has; None when none has."""
+def _exit_alert(
+    active: Iterable[Alert], limits: dict[str, float], now: float
+) -> tuple[Alert, float] | None:
+    """The first confirmed active alert of a kind in `limits` that has lasted its limit, and how
+    long it has; None when none has."""
     for alert in sorted(active, key=lambda a: a.detected or 0.0):
         if alert.kind not in limits or not alert.confirmed:
             continue
-        lasted = now - (alert.since if alert.since is not None else alert.detected if alert.detected is not None else now)
+        lasted = now - (
+            alert.since
+            if alert.since is not None
+            else alert.detected
+            if alert.detected is not None
+            else now
+        )
         if lasted >= limits[alert.kind]:
             return alert, max(0.0, lasted)
     return None
 
 
-def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_lines: bool = False, exit_on: tuple[str, ...] | Mapping[str, float] = (), trigger: str | None = None,
-              rules: Rules | None = None, out: TextIO | None = None, plain: bool | None = None, max_refreshes: int | None = None,
-              frame_facts: Callable[[], dict[str, Any]] | None = None) -> int:
-    """The command's loop; returns the exit status (0, or `EXIT_ALERT` for ``--exit-on``). Ctrl-C ends it with 0.
+def run_watch(
+    path: str,
+    *,
+    interval: float = 2.0,
+    once: bool = False,
+    json_lines: bool = False,
+    exit_on: tuple[str, ...] | Mapping[str, float] = (),
+    trigger: str | None = None,
+    rules: Rules | None = None,
+    out: TextIO | None = None,
+    plain: bool | None = None,
+    max_refreshes: int | None = None,
+    frame_facts: Callable[[], dict[str, Any]] | None = None,
+) -> int:
+    """The command's loop; returns the exit status (0, or `EXIT_ALERT` for ``--exit-on``). Ctrl-C
+    ends it with 0.
 
     `exit_on`: alert kinds (exit at the first confirmed one), or kind → seconds
     (`parse_exit_on`: exit once a confirmed alert of that kind has lasted that long).
 
-    `frame_facts`: what the records' source adds to each frame as ``receive`` (``watch --otlp``: the receiver's counts).
+    `frame_facts`: what the records' source adds to each frame as ``receive`` (``watch --otlp``: the
+    receiver's counts).
     """
     out = out if out is not None else sys.stdout
     limits = dict(exit_on) if isinstance(exit_on, Mapping) else {kind: 0.0 for kind in exit_on}
@@ -320,12 +418,28 @@ def run_watch(path: str, *, interval: float = 2.0, once: bool = False, json_line
             hit = _exit_alert(watch.detector.book.active.values(), limits, now)
             if hit is not None:
                 alert, lasted = hit
-                why = f"exit {EXIT_ALERT}: {alert.message}" + (f" (for {lasted:,.0f} s: --exit-on {alert.kind}:{limits[alert.kind]:g}s)" if limits[alert.kind] else "")
+                why = f"exit {EXIT_ALERT}: {alert.message}" + (
+                    f" (for {lasted:,.0f} s: --exit-on {alert.kind}:{limits[alert.kind]:g}s)"
+                    if limits[alert.kind]
+                    else ""
+                )
                 if screen is not None:
                     screen.close(why)
                 else:
-                    out.write(json_bytes({"type": "exit", "status": EXIT_ALERT, "kind": alert.kind, "id": alert.to_json()["id"], "message": why,
-                                          "lasted_s": round(lasted, 1), "limit_s": limits[alert.kind]}).decode() + "\n")
+                    out.write(
+                        json_bytes(
+                            {
+                                "type": "exit",
+                                "status": EXIT_ALERT,
+                                "kind": alert.kind,
+                                "id": alert.to_json()["id"],
+                                "message": why,
+                                "lasted_s": round(lasted, 1),
+                                "limit_s": limits[alert.kind],
+                            }
+                        ).decode()
+                        + "\n"
+                    )
                     out.flush()
                 return EXIT_ALERT
             if once or (max_refreshes is not None and refreshes >= max_refreshes):

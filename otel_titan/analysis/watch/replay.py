@@ -1,4 +1,5 @@
-"""Replay a run's files through the live detector faster than real time: how detection latency and false alarms are counted.
+"""Replay a run's files through the live detector faster than real time: how detection latency and
+false alarms are counted.
 
 The detector (`detect.Detector`) is a pure function of the records it was
 given and when, so feeding it a finished run's records in time order, each
@@ -28,7 +29,8 @@ __all__ = ["ReplayResult", "Replayer", "replay"]
 
 @dataclass
 class ReplayResult:
-    """What a replay gave: the alert and resolved events (each with ``at``: the simulated refresh time), and its cost."""
+    """What a replay gave: the alert and resolved events (each with ``at``: the simulated refresh
+    time), and its cost."""
 
     events: list[dict[str, Any]] = field(default_factory=list)
     refreshes: int = 0
@@ -40,19 +42,38 @@ class ReplayResult:
 
     def alerts(self, kind: str | None = None) -> list[dict[str, Any]]:
         """The raised alerts, of `kind` when given."""
-        return [e for e in self.events if e["type"] == "alert" and (kind is None or e["kind"] == kind)]
+        return [
+            e for e in self.events if e["type"] == "alert" and (kind is None or e["kind"] == kind)
+        ]
 
 
 def _identity(process: Any) -> dict[str, Any]:
-    return {"label": process.label, "source": process.source, "rank": process.rank, "attempt": process.attempt, "run_id": process.run_id,
-            "host": process.host_name, "world_size": process.world_size, "pid": process.pid}
+    return {
+        "label": process.label,
+        "source": process.source,
+        "rank": process.rank,
+        "attempt": process.attempt,
+        "run_id": process.run_id,
+        "host": process.host_name,
+        "world_size": process.world_size,
+        "pid": process.pid,
+    }
 
 
-def replay(path: str, *, rules: Rules | None = None, interval: float = 1.0, latency_s: float = 0.1, tail_s: float = 60.0,
-           stop: Callable[[dict[str, Any]], bool] | None = None) -> ReplayResult:
-    """Feed the run at `path` to a fresh detector, refreshing every `interval` simulated seconds; `tail_s` more after its last record.
+def replay(
+    path: str,
+    *,
+    rules: Rules | None = None,
+    interval: float = 1.0,
+    latency_s: float = 0.1,
+    tail_s: float = 60.0,
+    stop: Callable[[dict[str, Any]], bool] | None = None,
+) -> ReplayResult:
+    """Feed the run at `path` to a fresh detector, refreshing every `interval` simulated seconds;
+    `tail_s` more after its last record.
 
-    `stop(event)`: end the replay at the first event for which it returns True (a benchmark waiting for one alert).
+    `stop(event)`: end the replay at the first event for which it returns True (a benchmark waiting
+    for one alert).
 
     Example:
         >>> # result = replay("/tmp/run"); [a["kind"] for a in result.alerts()]
@@ -64,7 +85,8 @@ def replay(path: str, *, rules: Rules | None = None, interval: float = 1.0, late
 
 
 class Replayer:
-    """One detector fed folder after folder: a run generated in chunks replays as the one long run it is.
+    """One detector fed folder after folder: a run generated in chunks replays as the one long run
+    it is.
 
     `feed` streams one folder's records in time order into the detector,
     refreshing every `interval` simulated seconds as it goes; the next `feed`
@@ -77,15 +99,23 @@ class Replayer:
     an evaluation and unused there).
     """
 
-    def __init__(self, *, rules: Rules | None = None, interval: float = 1.0, latency_s: float = 0.1, key: Callable[[Any], str] | None = None,
-                 frames: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        rules: Rules | None = None,
+        interval: float = 1.0,
+        latency_s: float = 0.1,
+        key: Callable[[Any], str] | None = None,
+        frames: bool = True,
+    ) -> None:
         self.detector = Detector(rules)
         self.result = ReplayResult()
         self.interval, self.latency_s, self.frames = interval, latency_s, frames
         self.key = key or (lambda process: process.base)
         self.next_refresh: float | None = None
         self.last_s = 0.0
-        #: Records read but not yet handed to the detector (key → (identity, records)); files seen torn (key → since).
+        #: Records read but not yet handed to the detector (key → (identity, records)); files seen
+        #: torn (key → since).
         self._pending: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         self._torn_at: dict[str, float] = {}
 
@@ -131,7 +161,9 @@ class Replayer:
             if last is not None and ends_torn(process):
                 self._torn_at[keys[index]] = last / 1e6 + latency_s
 
-        merged = heapq.merge(*(stream(i, p) for i, p in enumerate(processes)), key=lambda item: item[0])
+        merged = heapq.merge(
+            *(stream(i, p) for i, p in enumerate(processes)), key=lambda item: item[0]
+        )
         pending = self._pending
         finished = False
         try:
@@ -158,8 +190,11 @@ class Replayer:
             result.simulated_s = (self.next_refresh or 0.0) - (result.first_s or 0.0)
         return finished
 
-    def finish(self, tail_s: float, stop: Callable[[dict[str, Any]], bool] | None = None) -> ReplayResult:
-        """Refresh for `tail_s` simulated seconds after the last record (what `watch` sees once the run stopped writing)."""
+    def finish(
+        self, tail_s: float, stop: Callable[[dict[str, Any]], bool] | None = None
+    ) -> ReplayResult:
+        """Refresh for `tail_s` simulated seconds after the last record (what `watch` sees once the
+        run stopped writing)."""
         cpu = time.process_time()
         if self.next_refresh is not None:
             end = self.last_s + tail_s

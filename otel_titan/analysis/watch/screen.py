@@ -1,4 +1,5 @@
-"""The watch screen: the frame drawn in place with `rich` on a terminal, plain lines everywhere else.
+"""The watch screen: the frame drawn in place with `rich` on a terminal, plain lines everywhere
+else.
 
 `frame_lines` is the one description of what is shown (the run, its age, the
 processes by state, the steps, step time and rate, where the time of the
@@ -19,8 +20,23 @@ from otel_titan.analysis.read.safe_text import printable
 
 __all__ = ["Screen", "frame_lines"]
 
-_STATE_STYLE = {"running": "green", "stalled": "yellow", "hung": "bold red", "crashed": "bold red", "terminated": "magenta", "closed": "dim", "missing": "bold red"}
-_KIND_STYLE = {"hang": "bold red", "crashed": "bold red", "missing": "bold red", "terminated": "magenta", "slow": "yellow", "job_slow": "yellow"}
+_STATE_STYLE = {
+    "running": "green",
+    "stalled": "yellow",
+    "hung": "bold red",
+    "crashed": "bold red",
+    "terminated": "magenta",
+    "closed": "dim",
+    "missing": "bold red",
+}
+_KIND_STYLE = {
+    "hang": "bold red",
+    "crashed": "bold red",
+    "missing": "bold red",
+    "terminated": "magenta",
+    "slow": "yellow",
+    "job_slow": "yellow",
+}
 
 
 def _age(seconds: float) -> str:
@@ -64,12 +80,17 @@ def frame_lines(frame: dict[str, Any]) -> list[tuple[str, str | None]]:
 
 
 def _head(frame: dict[str, Any]) -> str:
-    """The title: which run, how old, how many of its processes are seen, and what a refresh costs."""
+    """The title: which run, how old, how many of its processes are seen, and what a refresh
+    costs."""
     world = frame.get("world_size")
     head = f"otel-titan watch · run {printable(str(frame.get('run_id')))}"
     if frame.get("attempt"):
         head += f" (attempt {frame['attempt']})"
-    head += f" · age {_age(frame.get('age_s') or 0)} · {frame.get('processes', 0)}" + (f"/{world}" if world else "") + " processes"
+    head += (
+        f" · age {_age(frame.get('age_s') or 0)} · {frame.get('processes', 0)}"
+        + (f"/{world}" if world else "")
+        + " processes"
+    )
     read = frame.get("read")
     if read:
         head += f" · refresh {read.get('cpu_s', 0):.2f} s CPU, {read.get('bytes', 0) / 1e6:,.1f} MB"
@@ -77,7 +98,17 @@ def _head(frame: dict[str, Any]) -> str:
 
 
 #: The receiver's counts shown when not zero, in this order: what was lost or refused on the way.
-_RECEIVE_COUNTS = ("duplicates", "lost", "malformed", "out_of_sequence", "refused", "unauthorized", "overloaded", "write_failed", "timed_out")
+_RECEIVE_COUNTS = (
+    "duplicates",
+    "lost",
+    "malformed",
+    "out_of_sequence",
+    "refused",
+    "unauthorized",
+    "overloaded",
+    "write_failed",
+    "timed_out",
+)
 
 
 def _receive_lines(frame: dict[str, Any]) -> list[_Line]:
@@ -86,8 +117,13 @@ def _receive_lines(frame: dict[str, Any]) -> list[_Line]:
     if not receive:
         return []
     # `watch --otlp`: where the records come from, and what was lost on the way (docs/watch.md).
-    text = (f"receiving OTLP on {printable(str(receive.get('endpoint')))} · {receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
-            + "".join(f" · {receive[k]:,} {k.replace('_', ' ')}" for k in _RECEIVE_COUNTS if receive.get(k)))
+    text = (
+        f"receiving OTLP on {printable(str(receive.get('endpoint')))} · "
+        f"{receive.get('processes', 0)} processes · {receive.get('records', 0):,} records"
+        + "".join(
+            f" · {receive[k]:,} {k.replace('_', ' ')}" for k in _RECEIVE_COUNTS if receive.get(k)
+        )
+    )
     lines: list[_Line] = [(text, None)]
     for key in ("write_error", "hint"):
         if receive.get(key):
@@ -102,19 +138,32 @@ def _processes(frame: dict[str, Any]) -> str:
     parts = []
     for state, count in states.items():
         ranks = by_state.get(state)
-        parts.append(f"{state} {count}" + (f" (ranks {ranks})" if ranks and len(ranks) <= 40 else ""))
+        parts.append(
+            f"{state} {count}" + (f" (ranks {ranks})" if ranks and len(ranks) <= 40 else "")
+        )
     return "processes: " + " · ".join(parts) if parts else "processes: none yet"
 
 
 def _progress_lines(frame: dict[str, Any]) -> list[_Line]:
-    """How the training moves: steps and their time, where that time goes, who arrives last, pauses and suspicions."""
+    """How the training moves: steps and their time, where that time goes, who arrives last, pauses
+    and suspicions."""
     lines: list[_Line] = []
     steps = frame.get("steps")
     if steps:
         lines.append((_steps(frame, steps), None))
     phases = frame.get("phases") or []
     if phases:
-        lines.append(("time of the last steps: " + " · ".join(f"{printable(p['name'])} {p['ms']:,.1f} ms" + (f" ({p['share_pct']:.0f}%)" if p.get("share_pct") is not None else "") for p in phases), None))
+        lines.append(
+            (
+                "time of the last steps: "
+                + " · ".join(
+                    f"{printable(p['name'])} {p['ms']:,.1f} ms"
+                    + (f" ({p['share_pct']:.0f}%)" if p.get("share_pct") is not None else "")
+                    for p in phases
+                ),
+                None,
+            )
+        )
     late = frame.get("last_arrivals") or []
     if late:
         lines.append((_last_arrivals(late), None))
@@ -134,48 +183,79 @@ def _steps(frame: dict[str, Any], steps: dict[str, Any]) -> str:
 
 
 def _last_arrivals(late: list[dict[str, Any]]) -> str:
-    """Who arrived last at the step-closing collective, on which host, and how late: the ranks the others wait for."""
-    return f"last to arrive (step {late[0]['step']}): " + " · ".join(f"rank {a['rank']}" + (f" on {printable(str(a['host']))}" if a.get("host") else "") + f" +{a['late_ms']:,.1f} ms" for a in late)
+    """Who arrived last at the step-closing collective, on which host, and how late: the ranks the
+    others wait for."""
+    return f"last to arrive (step {late[0]['step']}): " + " · ".join(
+        f"rank {a['rank']}"
+        + (f" on {printable(str(a['host']))}" if a.get("host") else "")
+        + f" +{a['late_ms']:,.1f} ms"
+        for a in late
+    )
 
 
 def _alert_lines(frame: dict[str, Any]) -> list[_Line]:
     """The alerts, newest first, each with its cost and evidence on the line below."""
     alerts = frame.get("alerts") or []
-    lines: list[_Line] = [(f"alerts ({len(alerts)}), newest first:" if alerts else "alerts: none", "bold" if alerts else None)]
+    lines: list[_Line] = [
+        (
+            f"alerts ({len(alerts)}), newest first:" if alerts else "alerts: none",
+            "bold" if alerts else None,
+        )
+    ]
     for alert in alerts:
         lines += _alert(alert)
     return lines
 
 
 def _alert(alert: dict[str, Any]) -> list[_Line]:
-    """One alert: when, what and where (the line only when the message does not already say it), then its cost."""
+    """One alert: when, what and where (the line only when the message does not already say it),
+    then its cost."""
     when = (alert.get("detected_utc") or "")[11:19]
     text = f"  ▲ {when} {printable(alert['message'])}"
     if alert.get("line") and alert["line"] not in alert["message"]:
         text += f" at {printable(alert['line'])}"
     return [
         (text, _KIND_STYLE.get(alert["kind"])),
-        (f"      {_cost(alert)}" + (f" · evidence: {', '.join(alert['evidence'])}" if alert.get("evidence") else ""), None),
+        (
+            f"      {_cost(alert)}"
+            + (f" · evidence: {', '.join(alert['evidence'])}" if alert.get("evidence") else ""),
+            None,
+        ),
     ]
 
 
 def _resolved_lines(frame: dict[str, Any]) -> list[_Line]:
     """The alerts that went away, and after how long, dimmed: history, not news."""
-    return [(f"  ✓ {(alert.get('resolved_utc') or '')[11:19]} resolved after {alert.get('lasted_s', 0):,.0f} s: {printable(alert['message'])}", "dim") for alert in frame.get("resolved") or []]
+    return [
+        (
+            f"  ✓ {(alert.get('resolved_utc') or '')[11:19]} resolved after "
+            f"{alert.get('lasted_s', 0):,.0f} s: {printable(alert['message'])}",
+            "dim",
+        )
+        for alert in frame.get("resolved") or []
+    ]
 
 
 def _trigger_lines(frame: dict[str, Any]) -> list[_Line]:
-    """Black boxes asked for through the trigger file, and why writing the trigger failed, if it did."""
+    """Black boxes asked for through the trigger file, and why writing the trigger failed, if it
+    did."""
     lines: list[_Line] = []
     if frame.get("black_box_requested_utc"):
-        lines.append((f"black boxes requested (trigger file) at {', '.join(t[11:19] for t in frame['black_box_requested_utc'])}", "dim"))
+        lines.append(
+            (
+                "black boxes requested (trigger file) at "
+                f"{', '.join(t[11:19] for t in frame['black_box_requested_utc'])}",
+                "dim",
+            )
+        )
     if frame.get("trigger_error"):
         lines.append((printable(frame["trigger_error"]), "yellow"))
     return lines
 
 
 class Screen:
-    """Draws frames on `out`: in place with rich on a terminal, else one block of plain lines per refresh."""
+    """Draws frames on `out`: in place with rich on a terminal, else one block of plain lines per
+    refresh."""
 
     def __init__(self, out: TextIO, *, plain: bool | None = None) -> None:
         self.out = out
@@ -192,11 +272,18 @@ class Screen:
             self.clear = True
             return
         self.console = Console(file=out, highlight=False)
-        self.live = Live(console=self.console, auto_refresh=False, transient=False, redirect_stdout=False, redirect_stderr=False)
+        self.live = Live(
+            console=self.console,
+            auto_refresh=False,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         self.live.start()
 
     def show(self, frame: dict[str, Any], events: list[dict[str, Any]]) -> None:
-        """Draw one frame (plain output also prints each raised or resolved alert as its own line first)."""
+        """Draw one frame (plain output also prints each raised or resolved alert as its own line
+        first)."""
         lines = frame_lines(frame)
         if self.live is not None:
             from rich.console import Group
@@ -204,8 +291,9 @@ class Screen:
             from rich.table import Table
             from rich.text import Text
 
-            # One renderable a line, indented ones padded: on a narrow window a line wraps under itself, and an
-            # alert's message under its message, not under its "▲ time" (where it would read as the next alert).
+            # One renderable a line, indented ones padded: on a narrow window a line wraps under
+            # itself, and an alert's message under its message, not under its "▲ time" (where it
+            # would read as the next alert).
             parts: list[Any] = []
             for text, style in lines:
                 indent = len(text) - len(text.lstrip(" "))
@@ -217,7 +305,9 @@ class Screen:
                     line = Table.grid(padding=(0, 1, 0, 0))
                     line.add_column(no_wrap=True)
                     line.add_column()
-                    line.add_row(Text(f"{mark} {when}", style=style or ""), Text(message, style=style or ""))
+                    line.add_row(
+                        Text(f"{mark} {when}", style=style or ""), Text(message, style=style or "")
+                    )
                 parts.append(Padding(line, (0, 0, 0, indent)) if indent else line)
             self.live.update(Group(*parts), refresh=True)
             return

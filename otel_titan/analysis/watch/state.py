@@ -34,25 +34,38 @@ from otel_titan.analysis.model.timeline import error_details
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
-__all__ = ["ProcessState", "StepFacts", "LiveSpan", "BlackBox", "is_collective", "mesh_coordinates", "STEPS_KEPT", "WINDOW_STEPS"]
+__all__ = [
+    "ProcessState",
+    "StepFacts",
+    "LiveSpan",
+    "BlackBox",
+    "is_collective",
+    "mesh_coordinates",
+    "STEPS_KEPT",
+    "WINDOW_STEPS",
+]
 
 #: Steps whose facts are kept per process (the detectors look at most this far back).
 STEPS_KEPT = 96
-#: Finished steps whose phase times the straggler rule's window holds (`detect.Rules.slow_window` is at most this).
+#: Finished steps whose phase times the straggler rule's window holds (`detect.Rules.slow_window` is
+#: at most this).
 WINDOW_STEPS = 40
-#: Span names whose longest duration is learned, per process (a run logging a new name per step stays bounded).
+#: Span names whose longest duration is learned, per process (a run logging a new name per step
+#: stays bounded).
 NAMES_KEPT = 256
 
-#: Names of spans that wait for other ranks (torch.distributed's collectives and point-to-point, and the
-#: usual wrappers). A rank waiting in one is a victim of a hang, not its cause.
+#: Names of spans that wait for other ranks (torch.distributed's collectives and point-to-point, and
+#: the usual wrappers). A rank waiting in one is a victim of a hang, not its cause.
 _COLLECTIVE = re.compile(
     r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|barrier|\breduce\b|^reduce|scatter|gather|"
     r"send|recv|isend|irecv|p2p|collective|allreduce|sync|wait|nccl|gloo)",
     re.IGNORECASE,
 )
 
+
 def is_collective(name: str | None) -> bool:
-    """Whether a span's name says it waits for other ranks (``all_reduce``, ``barrier``, ``recv``, …).
+    """Whether a span's name says it waits for other ranks (``all_reduce``, ``barrier``, ``recv``,
+    …).
 
     Example:
         >>> is_collective("all_reduce"), is_collective("grad_sync"), is_collective("data_fetch"), is_collective(None)
@@ -63,7 +76,8 @@ def is_collective(name: str | None) -> bool:
     known = _COLLECTIVE_NAMES.get(name)
     if known is None:
         known = _COLLECTIVE.search(name) is not None
-        if len(_COLLECTIVE_NAMES) < 4096:  # a run with a new span name per step must not grow it without bound
+        # a run with a new span name per step must not grow it without bound
+        if len(_COLLECTIVE_NAMES) < 4096:
             _COLLECTIVE_NAMES[name] = known
     return known
 
@@ -73,7 +87,8 @@ _COLLECTIVE_NAMES: dict[str, bool] = {}
 
 
 def mesh_coordinates(record: dict[str, Any]) -> dict[str, int]:
-    """A process's mesh coordinates from its opening record's ``mesh`` field (docs/schema.md); empty without one.
+    """A process's mesh coordinates from its opening record's ``mesh`` field (docs/schema.md); empty
+    without one.
 
     Every dimension the job declared is kept, whatever its name (``pp``,
     ``dp_shard``, ``cp``, ``tp``, ``ep``, or one of the job's own): dropping a
@@ -98,7 +113,8 @@ class LiveSpan:
     start_us: int
     step: int | None
     caller: str | None
-    #: Order of its start among this process's records (nesting follows parent ids, then this order; never timestamps).
+    #: Order of its start among this process's records (nesting follows parent ids, then this order;
+    #: never timestamps).
     order: int
     arrival: float
 
@@ -110,22 +126,25 @@ class StepFacts:
     step: int
     begin_us: int
     duration_ms: float | None = None
-    #: Phase name → total ms in this step (spans that ended in it); and the names that were top level.
+    #: Phase name → total ms in this step (spans that ended in it); and the names that were top
+    #: level.
     phases: dict[str, float] = field(default_factory=dict)
     top: set = field(default_factory=set)
-    #: The step's last top-level span (the step-closing collective, if the evidence says it is one: `detect`), the ms
-    #: spent in it and when it ended (µs, own clock).
+    #: The step's last top-level span (the step-closing collective, if the evidence says it is one:
+    #: `detect`), the ms spent in it and when it ended (µs, own clock).
     closing: str | None = None
     closing_ms: float | None = None
     closing_end_us: int | None = None
     tokens: float | None = None
-    #: Phase name → when its last span in this step ended (µs, own clock): wait or work (`model.stragglers.lateness`).
+    #: Phase name → when its last span in this step ended (µs, own clock): wait or work
+    #: (`model.stragglers.lateness`).
     ends: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
 class BlackBox:
-    """The newest black box (``stall`` record) of a process: why it was written and where the process was."""
+    """The newest black box (``stall`` record) of a process: why it was written and where the
+    process was."""
 
     arrival: float
     time_us: int
@@ -134,12 +153,15 @@ class BlackBox:
     frame: str | None
     open_spans: list[str]
     flight_recorder: bool
-    #: What `summarize`'s Hang section keeps of the same record (`model.hang.digest_black_box`): its flight
-    #: recorder per process group (compared by name and members), whether it stopped between spans, its step.
+    #: What `summarize`'s Hang section keeps of the same record (`model.hang.digest_black_box`): its
+    #: flight recorder per process group (compared by name and members), whether it stopped between
+    #: spans, its step.
     digest: dict[str, Any] | None = None
 
 
-_TOKEN_SCALARS = frozenset({"tokens", "num_tokens", "ntokens", "n_tokens", "tokens_per_step", "batch_tokens"})
+_TOKEN_SCALARS = frozenset(
+    {"tokens", "num_tokens", "ntokens", "n_tokens", "tokens_per_step", "batch_tokens"}
+)
 
 
 class ProcessState:
@@ -155,21 +177,41 @@ class ProcessState:
         (True, 1.1)
     """
 
-    def __init__(self, key: str, *, label: str, source: str, rank: int | None, attempt: int | None = None, run_id: str | None = None,
-                 host: str | None = None, world_size: int | None = None, pid: int | None = None) -> None:
+    def __init__(
+        self,
+        key: str,
+        *,
+        label: str,
+        source: str,
+        rank: int | None,
+        attempt: int | None = None,
+        run_id: str | None = None,
+        host: str | None = None,
+        world_size: int | None = None,
+        pid: int | None = None,
+    ) -> None:
         self.key, self.label, self.source, self.rank = key, label, source, rank
-        self.attempt, self.run_id, self.host, self.world_size, self.pid = attempt, run_id, host, world_size, pid
+        self.attempt, self.run_id, self.host, self.world_size, self.pid = (
+            attempt,
+            run_id,
+            host,
+            world_size,
+            pid,
+        )
         self.coords: dict[str, int] = {}
         self.first_arrival: float | None = None
         self.last_arrival: float | None = None
-        #: Watcher time of the last progress: a span that ended, a new step, a program instant outside any open span.
+        #: Watcher time of the last progress: a span that ended, a new step, a program instant
+        #: outside any open span.
         self.progress_arrival: float | None = None
         #: ... and on the writer's clock (µs).
         self.progress_us: int | None = None
-        #: Whether it said it is alive since its last progress: a heartbeat, a black box, a stack dump, or a record
-        #: written a heartbeat's interval after it (a rank crawling in a hang). A process killed says nothing more.
+        #: Whether it said it is alive since its last progress: a heartbeat, a black box, a stack
+        #: dump, or a record written a heartbeat's interval after it (a rank crawling in a hang). A
+        #: process killed says nothing more.
         self.alive_since_progress = False
-        #: Its logger's heartbeat interval (the opening record's; None: not said, as in older or other writers' files).
+        #: Its logger's heartbeat interval (the opening record's; None: not said, as in older or
+        #: other writers' files).
         self.heartbeat_s: float | None = None
         self.opened_us: int | None = None
         self.last_us: int | None = None
@@ -180,13 +222,15 @@ class ProcessState:
         self._order = 0
         self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
         self._current: StepFacts | None = None
-        #: Phase → step → ms (and → its end, µs own clock) over the last `WINDOW_STEPS` finished steps, oldest first.
+        #: Phase → step → ms (and → its end, µs own clock) over the last `WINDOW_STEPS` finished
+        #: steps, oldest first.
         self.window_times: dict[str, dict[int, float]] = {}
         self.window_ends: dict[str, dict[int, int]] = {}
         #: ... and the same times sorted (its median at a glance: `window_median`).
         self.window_sorted: dict[str, list[float]] = {}
         self._last_top: tuple[str, float, int] | None = None
-        #: Longest duration seen per span name (ms), and the longest gap between two program records (ms).
+        #: Longest duration seen per span name (ms), and the longest gap between two program records
+        #: (ms).
         self.span_max_ms: dict[str, float] = {}
         self.gap_max_ms = 0.0
         self.last_program_us: int | None = None
@@ -194,22 +238,27 @@ class ProcessState:
         self.signal: str | None = None
         self.signal_arrival: float | None = None
         self.black_box: BlackBox | None = None
-        #: Whether `black_box` still says where the process is: no program record came after it (file order, as
-        #: `model.hang_facts`: a stall the process recovered from is history, not where it hangs).
+        #: Whether `black_box` still says where the process is: no program record came after it
+        #: (file order, as `model.hang_facts`: a stall the process recovered from is history, not
+        #: where it hangs).
         self.box_live = False
-        #: Spans started in the current step (distinct names, in order): how far it got in the step, against its peers.
+        #: Spans started in the current step (distinct names, in order): how far it got in the step,
+        #: against its peers.
         self.entered: list[str] = []
         self._entered_set: set[str] = set()
         self.steps_seen = 0
         self.last_end: str | None = None
-        #: Facts the follower adds (not from records): since when its last line sits torn, whether its file vanished.
+        #: Facts the follower adds (not from records): since when its last line sits torn, whether
+        #: its file vanished.
         self.torn_since: float | None = None
         self.gone = False
-        #: Its program's uncaught exception (`model.ending.crash_of`, with the innermost span it unwound), or None.
+        #: Its program's uncaught exception (`model.ending.crash_of`, with the innermost span it
+        #: unwound), or None.
         self.crash: dict[str, Any] | None = None
         self.crash_arrival: float | None = None
         self.signal_us: int | None = None
-        #: The innermost span the latest exception failed: (name, step, start µs, error type), as `summarize` keeps it.
+        #: The innermost span the latest exception failed: (name, step, start µs, error type), as
+        #: `summarize` keeps it.
         self._failed: tuple[str, int | None, int, str] | None = None
         #: Span ids of the open spans Ctrl-C failed (`_error`): kept open.
         self._interrupted: set[Any] = set()
@@ -231,7 +280,11 @@ class ProcessState:
         self.program_records += 1
         if self.box_live:
             self.box_live = False
-        if not self.alive_since_progress and self.progress_us is not None and time_us - self.progress_us >= 1e6 * (self.heartbeat_s or 10.0):
+        if (
+            not self.alive_since_progress
+            and self.progress_us is not None
+            and time_us - self.progress_us >= 1e6 * (self.heartbeat_s or 10.0)
+        ):
             self.alive_since_progress = True
         if self.last_program_us is not None:
             gap = (time_us - self.last_program_us) / 1000.0
@@ -248,10 +301,23 @@ class ProcessState:
             span = name[:-6]
             span_id = record.get("span_id") or (span, self._order)
             stepped = type(step) is int
-            self.open[span_id] = LiveSpan(span, span_id, record.get("parent_span_id"), time_us, step if stepped else None,
-                                          record.get("caller") if isinstance(record.get("caller"), str) else None, self._order, arrival)
+            self.open[span_id] = LiveSpan(
+                span,
+                span_id,
+                record.get("parent_span_id"),
+                time_us,
+                step if stepped else None,
+                record.get("caller") if isinstance(record.get("caller"), str) else None,
+                self._order,
+                arrival,
+            )
             entered = self._entered_set
-            if stepped and span not in entered and step == self.step and len(entered) < ENTERED_KEPT:
+            if (
+                stepped
+                and span not in entered
+                and step == self.step
+                and len(entered) < ENTERED_KEPT
+            ):
                 self.entered.append(span)
                 entered.add(span)
         elif kind == "event" and name.endswith("_end"):
@@ -260,10 +326,15 @@ class ProcessState:
             self._error(name[:-6], record)  # _error: its _end follows
         else:
             if not self.open:
-                # An instant (a scalar) from inside an open span is no progress out of it: a rank crawling in a hang (a
-                # record every 20 s from inside `bwd`) stays the hang's culprit, raised once, not again at each write.
+                # An instant (a scalar) from inside an open span is no progress out of it: a rank
+                # crawling in a hang (a record every 20 s from inside `bwd`) stays the hang's
+                # culprit, raised once, not again at each write.
                 self._progress(arrival, time_us)
-            if name == "metric_value" and self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
+            if (
+                name == "metric_value"
+                and self._current is not None
+                and record.get("event_name") in _TOKEN_SCALARS
+            ):
                 value: Any = record.get("value")
                 if type(value) in (int, float):
                     self._current.tokens = float(value)
@@ -273,7 +344,8 @@ class ProcessState:
         self.alive_since_progress = False
 
     def apply_stacks(self, dump: dict[str, Any], arrival: float) -> bool:
-        """Take a faulthandler dump of its side file (`hang.read_faulthandler_stacks`) as its black box; True when taken.
+        """Take a faulthandler dump of its side file (`hang.read_faulthandler_stacks`) as its black
+        box; True when taken.
 
         The side file is the black box of a process whose C call held the
         interpreter lock past the threshold, so that no ``stall`` record could
@@ -286,7 +358,16 @@ class ProcessState:
             return False
         if self.black_box is not None and self.black_box.time_us >= time_us:
             return False
-        self.black_box = _black_box({"time_us": time_us, "reason": "faulthandler", "threads": dump.get("threads"), "open_spans": [], "flight_recorder": None}, arrival)
+        self.black_box = _black_box(
+            {
+                "time_us": time_us,
+                "reason": "faulthandler",
+                "threads": dump.get("threads"),
+                "open_spans": [],
+                "flight_recorder": None,
+            },
+            arrival,
+        )
         self.box_live = True
         self.alive_since_progress = True
         return True
@@ -299,14 +380,18 @@ class ProcessState:
                 self.world_size = record["world_size"]
             interval: Any = record.get(Field.HEARTBEAT_INTERVAL_S)
             if type(interval) in (int, float) and interval >= 0:
-                # Capped as summarize caps it: a forged interval must not hold back the verdict on a job killed whole.
+                # Capped as summarize caps it: a forged interval must not hold back the verdict on a
+                # job killed whole.
                 self.heartbeat_s = min(float(interval), HEARTBEAT_S_MAX)
         elif name == MetaEvent.MESH_FOUND:
-            self.coords = self.coords or mesh_coordinates(record)  # a DeviceMesh found after init, as summarize reads it
+            # a DeviceMesh found after init, as summarize reads it
+            self.coords = self.coords or mesh_coordinates(record)
         elif name == MetaEvent.CLOSED:
             self.closed = True
         elif name == MetaEvent.SIGNAL_RECEIVED:
-            self.signal = record.get("signal") if isinstance(record.get("signal"), str) else "signal"
+            self.signal = (
+                record.get("signal") if isinstance(record.get("signal"), str) else "signal"
+            )
             self.signal_arrival = arrival
             self.signal_us = record["time_us"]
         elif name == UNCAUGHT and record.get(Field.FATAL) is not False:
@@ -323,10 +408,12 @@ class ProcessState:
             self.alive_since_progress = True
 
     def _error(self, name: str, record: dict[str, Any]) -> None:
-        """A span failed: the innermost one of an exception unwinding nested spans is the one started last.
+        """A span failed: the innermost one of an exception unwinding nested spans is the one
+        started last.
 
-        One Ctrl-C failed (``KeyboardInterrupt``) stays open: it ended only because the process was interrupted, so it
-        says where the process was, as `summarize` keeps it (a hung job stopped with Ctrl-C still names its culprit).
+        One Ctrl-C failed (``KeyboardInterrupt``) stays open: it ended only because the process was
+        interrupted, so it says where the process was, as `summarize` keeps it (a hung job stopped
+        with Ctrl-C still names its culprit).
         """
         span = self.open.get(record.get("span_id")) if record.get("span_id") is not None else None
         start = span.start_us if span is not None else record["time_us"]
@@ -343,12 +430,19 @@ class ProcessState:
             return  # Ctrl-C ended it: still where the process was, and no progress
         span = self.open.pop(span_id, None) if span_id is not None else None
         if span is None:  # no span id (torchtitan's files): the newest open span of that name
-            for key in sorted((k for k, s in self.open.items() if s.name == name), key=lambda k: -self.open[k].order)[:1]:
+            for key in sorted(
+                (k for k, s in self.open.items() if s.name == name),
+                key=lambda k: -self.open[k].order,
+            )[:1]:
                 span = self.open.pop(key)
         self._progress(arrival, record["time_us"])
         self.last_end = name
         value: Any = record.get("value")
-        ms = float(value) if type(value) in (int, float) else (None if span is None else (record["time_us"] - span.start_us) / 1000.0)
+        ms = (
+            float(value)
+            if type(value) in (int, float)
+            else (None if span is None else (record["time_us"] - span.start_us) / 1000.0)
+        )
         if ms is None or ms != ms:
             return
         if name in self.span_max_ms or len(self.span_max_ms) < NAMES_KEPT:
@@ -359,7 +453,11 @@ class ProcessState:
         if current is not None and step == current.step:
             current.phases[name] = current.phases.get(name, 0.0) + ms
             current.ends[name] = record["time_us"]
-            top = (span.parent is None) if span is not None else (record.get("parent_span_id") is None)
+            top = (
+                (span.parent is None)
+                if span is not None
+                else (record.get("parent_span_id") is None)
+            )
             if top:
                 current.top.add(name)
                 self._last_top = (name, ms, record["time_us"])
@@ -371,8 +469,9 @@ class ProcessState:
             if self._last_top is not None:
                 current.closing, current.closing_ms, current.closing_end_us = self._last_top
             self.steps.append(current)
-            # Per phase, its time and end in each of the last `WINDOW_STEPS` finished steps that had it (rank's own
-            # clock): the model's straggler rule takes them as they are (`model.stragglers.judge_phase`), not rebuilt per refresh.
+            # Per phase, its time and end in each of the last `WINDOW_STEPS` finished steps that had
+            # it (rank's own clock): the model's straggler rule takes them as they are
+            # (`model.stragglers.judge_phase`), not rebuilt per refresh.
             oldest = current.step - WINDOW_STEPS
             for name, ms in current.phases.items():
                 times = self.window_times.get(name)
@@ -393,7 +492,12 @@ class ProcessState:
                 while ends and next(iter(ends)) <= oldest:
                     del ends[next(iter(ends))]
                 if not times:
-                    del self.window_times[name], self.window_ends[name], self.window_sorted[name]  # a phase the last steps no longer run
+                    # a phase the last steps no longer run
+                    del (
+                        self.window_times[name],
+                        self.window_ends[name],
+                        self.window_sorted[name],
+                    )
         self.step = step
         self.steps_seen += 1
         self.entered, self._entered_set = [], set()
@@ -410,7 +514,8 @@ class ProcessState:
         return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
     def innermost(self) -> LiveSpan | None:
-        """The innermost open span: one no other open span names as parent, the latest started of those."""
+        """The innermost open span: one no other open span names as parent, the latest started of
+        those."""
         if not self.open:
             return None
         parents = {s.parent for s in self.open.values()}
@@ -427,9 +532,11 @@ class ProcessState:
         return self.program_records == 0
 
     def ended(self) -> str | None:
-        """``crashed``, ``interrupted``, ``closed``, ``terminated`` once the process is known to be over, else None.
+        """``crashed``, ``interrupted``, ``closed``, ``terminated`` once the process is known to be
+        over, else None.
 
-        An uncaught exception decides before the closing record that the exit hook writes after it (`model.ending`).
+        An uncaught exception decides before the closing record that the exit hook writes after it
+        (`model.ending`).
         """
         if self.crash is not None:
             return crash_state(self.crash)
@@ -443,21 +550,36 @@ class ProcessState:
 
 
 def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:
-    """The facts of a stall record that `watch` shows: the main thread's innermost frame of the program's code, the open spans."""
+    """The facts of a stall record that `watch` shows: the main thread's innermost frame of the
+    program's code, the open spans."""
     frame = where = None
     threads = record.get("threads")
     if isinstance(threads, list):
-        main = next((t for t in threads if isinstance(t, dict) and t.get("main")), None) or next((t for t in threads if isinstance(t, dict)), None)
+        main = next((t for t in threads if isinstance(t, dict) and t.get("main")), None) or next(
+            (t for t in threads if isinstance(t, dict)), None
+        )
         frames = main.get("frames") if isinstance(main, dict) else None
         if isinstance(frames, list) and frames:
             frame = program_line([f for f in frames if isinstance(f, dict)])
     spans = record.get("open_spans")
-    names: list[str] = [s["name"] for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)] if isinstance(spans, list) else []
+    names: list[str] = (
+        [s["name"] for s in spans if isinstance(s, dict) and isinstance(s.get("name"), str)]
+        if isinstance(spans, list)
+        else []
+    )
     where = record.get("where") if isinstance(record.get("where"), str) else None
     fr = record.get("flight_recorder")
     try:
         digest = digest_black_box(record)
     except Exception:  # noqa: BLE001 - a malformed black box (hand-edited, another writer): the records still place the process
         digest = None
-    return BlackBox(arrival=arrival, time_us=record["time_us"], reason=record.get("reason") if isinstance(record.get("reason"), str) else None,
-                    where=where, frame=frame, open_spans=names, flight_recorder=isinstance(fr, dict) and "error" not in fr, digest=digest)
+    return BlackBox(
+        arrival=arrival,
+        time_us=record["time_us"],
+        reason=record.get("reason") if isinstance(record.get("reason"), str) else None,
+        where=where,
+        frame=frame,
+        open_spans=names,
+        flight_recorder=isinstance(fr, dict) and "error" not in fr,
+        digest=digest,
+    )

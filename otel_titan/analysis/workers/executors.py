@@ -1,4 +1,5 @@
-"""Where a command's per-file work runs: worker interpreters here (``--jobs N``) or a Dask cluster (``--scheduler ADDRESS``).
+"""Where a command's per-file work runs: worker interpreters here (``--jobs N``) or a Dask cluster
+(``--scheduler ADDRESS``).
 
 Why one module: the export, the summary and `sql`'s load split their work
 into shares of files that are independent of each other, and how a share is
@@ -32,7 +33,14 @@ from typing import Any
 from otel_titan.analysis.workers.interpreters import LOGGER, InterpreterPool, run_task
 from otel_titan.distribution import install_hint
 
-__all__ = ["Workers", "ClusterError", "MissingClusterError", "CLUSTER_HINT", "open_workers", "run_shares"]
+__all__ = [
+    "Workers",
+    "ClusterError",
+    "MissingClusterError",
+    "CLUSTER_HINT",
+    "open_workers",
+    "run_shares",
+]
 
 CLUSTER_HINT = install_hint("cluster")
 #: Seconds to reach the scheduler before giving up with `ClusterError`.
@@ -40,7 +48,8 @@ CONNECT_TIMEOUT_S = 30
 
 
 class MissingClusterError(ImportError):
-    """``--scheduler`` was given but Dask's distributed scheduler client is not installed (the message says how to install it)."""
+    """``--scheduler`` was given but Dask's distributed scheduler client is not installed (the
+    message says how to install it)."""
 
 
 class ClusterError(RuntimeError):
@@ -49,7 +58,8 @@ class ClusterError(RuntimeError):
 
 @dataclass
 class Workers:
-    """An executor and how many tasks it runs at once (`slots`): the number of shares to cut the work into."""
+    """An executor and how many tasks it runs at once (`slots`): the number of shares to cut the
+    work into."""
 
     executor: Executor
     slots: int
@@ -59,15 +69,19 @@ class Workers:
 
 
 @contextmanager
-def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable[[int], None]) -> Iterator[Workers]:
-    """`Workers` for one command: `jobs` local interpreters, or the Dask cluster at `scheduler` (``tcp://host:8786``).
+def open_workers(
+    jobs: int, scheduler: str | None, what: str, on_bytes: Callable[[int], None]
+) -> Iterator[Workers]:
+    """`Workers` for one command: `jobs` local interpreters, or the Dask cluster at `scheduler`
+    (``tcp://host:8786``).
 
     On the way out the local workers still running are killed and the Dask
     client is closed (the cluster stays: it is the user's). Raises
     `MissingClusterError` without Dask, `ClusterError` when the scheduler
     cannot be reached or has no worker.
 
-    Example (not run here: it starts two worker interpreters; tests/analysis/workers/test_executors.py runs them):
+    Example (not run here: it starts two worker interpreters;
+    tests/analysis/workers/test_executors.py runs them):
         >>> with open_workers(2, None, "summary worker", print) as workers:  # doctest: +SKIP
         ...     results = run_shares(workers, "otel_titan.analysis.model.collect:read_share", shares, print)
     """
@@ -84,8 +98,17 @@ def open_workers(jobs: int, scheduler: str | None, what: str, on_bytes: Callable
     try:
         slots = sum(client.nthreads().values())
         if slots == 0:
-            raise ClusterError(f"the Dask scheduler at {scheduler} has no worker (start some: dask worker {scheduler})")
-        yield Workers(client.get_executor(pure=False), slots, f"the Dask cluster at {scheduler}", what, cluster=True)
+            raise ClusterError(
+                f"the Dask scheduler at {scheduler} has no worker (start some: dask worker "
+                f"{scheduler})"
+            )
+        yield Workers(
+            client.get_executor(pure=False),
+            slots,
+            f"the Dask cluster at {scheduler}",
+            what,
+            cluster=True,
+        )
     finally:
         client.close()
 
@@ -94,15 +117,21 @@ def _connect(scheduler: str) -> Any:
     try:
         from distributed import Client  # optional, only with --scheduler
     except ImportError as error:
-        raise MissingClusterError(f"--scheduler needs Dask's distributed scheduler, which is not installed: {CLUSTER_HINT}") from error
+        raise MissingClusterError(
+            "--scheduler needs Dask's distributed scheduler, which is not installed: "
+            f"{CLUSTER_HINT}"
+        ) from error
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as error:
         raise ClusterError(f"cannot reach the Dask scheduler at {scheduler}: {error}") from error
 
 
-def run_shares(workers: Workers, function: str, shares: list[tuple[Any, ...]], on_bytes: Callable[[int], None]) -> list[Any]:
-    """``function(*share, on_bytes)`` for every share on `workers`; the results in the order of `shares`.
+def run_shares(
+    workers: Workers, function: str, shares: list[tuple[Any, ...]], on_bytes: Callable[[int], None]
+) -> list[Any]:
+    """``function(*share, on_bytes)`` for every share on `workers`; the results in the order of
+    `shares`.
 
     A share's warnings are logged here as it finishes, and the bytes it read
     that it could not report live. The first failure cancels what has not
@@ -125,9 +154,14 @@ def run_shares(workers: Workers, function: str, shares: list[tuple[Any, ...]], o
             for future in done:
                 error = future.exception()
                 if error is not None and workers.cluster:
-                    # A worker elsewhere: its error names its own view of the files, which may not be ours.
-                    raise ClusterError(f"a {workers.what} on {workers.where} failed: {type(error).__name__}: {error} "
-                                       "(the workers must see the run's files, and the export's output folder, at the same paths)") from error
+                    # A worker elsewhere: its error names its own view of the files, which may not
+                    # be ours.
+                    raise ClusterError(
+                        f"a {workers.what} on {workers.where} failed: {type(error).__name__}: "
+                        f"{error} "
+                        "(the workers must see the run's files, and the export's output folder, "
+                        "at the same paths)"
+                    ) from error
                 if error is not None:
                     raise error
     finally:

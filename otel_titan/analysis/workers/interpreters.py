@@ -1,4 +1,5 @@
-"""The talk between the analysis and its worker interpreters, and the one path of a task's warnings and progress.
+"""The talk between the analysis and its worker interpreters, and the one path of a task's warnings
+and progress.
 
 Why one module: the export, summary and sql workers are started, fed and
 heard the same way, on this machine (`InterpreterPool`, ``--jobs N``) or on a
@@ -49,20 +50,30 @@ from typing import Any
 
 from otel_titan.analysis.read.safe_text import printable
 
-__all__ = ["LOGGER", "InterpreterPool", "TaskResult", "WorkerDiedError", "run_task", "start_process", "read_workers"]
+__all__ = [
+    "LOGGER",
+    "InterpreterPool",
+    "TaskResult",
+    "WorkerDiedError",
+    "run_task",
+    "start_process",
+    "read_workers",
+]
 
-#: The logger of every analysis warning (skipped lines, repaired lines), in the parent and in each worker.
+#: The logger of every analysis warning (skipped lines, repaired lines), in the parent and in each
+#: worker.
 LOGGER = "otel_titan.analysis"
 #: A local worker reports progress after this many bytes read.
 PROGRESS_BYTES = 8 << 20
 
-#: What `run_task` returns: (the function's result, its warnings escaped, bytes it read, of which already reported live).
+#: What `run_task` returns: (the function's result, its warnings escaped, bytes it read, of which
+#: already reported live).
 TaskResult = tuple[Any, list[str], int, int]
 
 
-
 class WorkerDiedError(RuntimeError):
-    """A worker interpreter exited with an error or without its result (out of memory, killed); what it wrote on stderr is logged first."""
+    """A worker interpreter exited with an error or without its result (out of memory, killed); what
+    it wrote on stderr is logged first."""
 
 
 _capturing = threading.local()
@@ -72,7 +83,8 @@ _live_progress: Callable[[int], None] | None = None
 
 
 class _TaskWarnings(logging.Filter):
-    """On the analysis logger: a record logged by a thread running a task is kept for the task's result, not emitted here."""
+    """On the analysis logger: a record logged by a thread running a task is kept for the task's
+    result, not emitted here."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         kept = getattr(_capturing, "warnings", None)
@@ -99,7 +111,8 @@ def _function(name: str) -> Callable[..., Any]:
 
 
 def run_task(function: str, *args: Any) -> TaskResult:
-    """Run ``function(*args, on_bytes)`` (named ``"module:function"``) as one task of a worker, anywhere.
+    """Run ``function(*args, on_bytes)`` (named ``"module:function"``) as one task of a worker,
+    anywhere.
 
     Returns (its result, the warnings it logged on ``otel_titan.analysis``,
     escaped, in order; the bytes it reported to `on_bytes`; of which already
@@ -135,8 +148,13 @@ def run_task(function: str, *args: Any) -> TaskResult:
     return value, warnings, total, live
 
 
-#: The worker's own unblocking of SIGINT, after it ignores it (nothing where the platform has no signal masks).
-_UNBLOCK_SIGINT = "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); " if hasattr(signal, "pthread_sigmask") else ""
+#: The worker's own unblocking of SIGINT, after it ignores it (nothing where the platform has no
+#: signal masks).
+_UNBLOCK_SIGINT = (
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    if hasattr(signal, "pthread_sigmask")
+    else ""
+)
 
 
 @contextmanager
@@ -158,7 +176,8 @@ def _sigint_blocked() -> Iterator[None]:
 
 
 def start_process(module: str, function: str, payload: bytes) -> subprocess.Popen[bytes]:
-    """A worker interpreter running ``module.function()`` (its exit status the function's result), `payload` on its stdin.
+    """A worker interpreter running ``module.function()`` (its exit status the function's result),
+    `payload` on its stdin.
 
     The package this module belongs to is put first on the worker's
     ``PYTHONPATH``, so the worker runs this very code, installed or not.
@@ -170,16 +189,30 @@ def start_process(module: str, function: str, payload: bytes) -> subprocess.Pope
     init_import_site`` and a KeyboardInterrupt traceback, which the command
     relayed as warnings above its one line ``otel-titan: interrupted``.
     """
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the folder holding otel_titan/
+    # the folder holding otel_titan/
+    package_root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    )
     env = dict(os.environ)
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    # Ctrl-C reaches the whole foreground group: the command stops its workers (`InterpreterPool.shutdown`) and
-    # says "interrupted" once, instead of each worker printing its KeyboardInterrupt traceback.
-    # Ignoring SIGINT discards one that came while it was blocked; only then is it unblocked.
-    code = (f"import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); {_UNBLOCK_SIGINT}"
-            f"from {module} import {function} as main; sys.exit(main())")
+    env["PYTHONPATH"] = package_root + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
+    # Ctrl-C reaches the whole foreground group: the command stops its workers
+    # (`InterpreterPool.shutdown`) and says "interrupted" once, instead of each worker printing its
+    # KeyboardInterrupt traceback. Ignoring SIGINT discards one that came while it was blocked; only
+    # then is it unblocked.
+    code = (
+        f"import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); {_UNBLOCK_SIGINT}"
+        f"from {module} import {function} as main; sys.exit(main())"
+    )
     with _sigint_blocked():
-        worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        worker = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
     assert worker.stdin is not None
     try:
         worker.stdin.write(payload)
@@ -195,7 +228,8 @@ def _progress_line(count: int) -> None:
 
 
 def _call_main() -> int:
-    """A local worker: ``(function, args, result_path)`` pickled on stdin; `run_task`'s result pickled into `result_path`."""
+    """A local worker: ``(function, args, result_path)`` pickled on stdin; `run_task`'s result
+    pickled into `result_path`."""
     global _live_progress
     function, args, result_path = pickle.loads(sys.stdin.buffer.read())
     _live_progress = _progress_line
@@ -205,7 +239,12 @@ def _call_main() -> int:
     return 0
 
 
-def read_workers(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int], None], what: str, first_index: int = 0) -> None:
+def read_workers(
+    workers: list[subprocess.Popen[bytes]],
+    on_bytes: Callable[[int], None],
+    what: str,
+    first_index: int = 0,
+) -> None:
     """Read every worker's lines until all have exited.
 
     ``P`` lines go to `on_bytes`; anything a worker writes to its stderr goes
@@ -228,7 +267,9 @@ def read_workers(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int
                 selector.unregister(key.fileobj)
                 open_streams -= 1
             elif is_stderr:
-                logger.warning("%s %d: %s", what, index, line.rstrip(b"\n").decode("utf-8", "backslashreplace"))
+                logger.warning(
+                    "%s %d: %s", what, index, line.rstrip(b"\n").decode("utf-8", "backslashreplace")
+                )
             elif line.startswith(b"P "):
                 on_bytes(int(line[2:]))
     selector.close()
@@ -239,7 +280,8 @@ def read_workers(workers: list[subprocess.Popen[bytes]], on_bytes: Callable[[int
 
 
 class InterpreterPool(Executor):
-    """A `concurrent.futures.Executor` on this machine: each call in a fresh worker interpreter, `max_workers` at once.
+    """A `concurrent.futures.Executor` on this machine: each call in a fresh worker interpreter,
+    `max_workers` at once.
 
     The local half of `workers.executors` (the other is Dask's ``Client.get_executor``):
     ``submit(run_task, "module:function", *args)`` runs `run_task` in a worker
@@ -268,13 +310,19 @@ class InterpreterPool(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if fn is not run_task or kwargs:
-            raise TypeError("InterpreterPool runs run_task(\"module:function\", *args) only: the worker imports the function by name")
+            raise TypeError(
+                'InterpreterPool runs run_task("module:function", *args) only: the worker imports the function by name'
+            )
         return self._threads.submit(self._call, next(self._numbers), args)
 
     def _call(self, number: int, args: tuple[Any, ...]) -> Any:
         result_path = os.path.join(self._folder, f"result-{number}")
         function, *rest = args
-        worker = start_process(__name__, "_call_main", pickle.dumps((function, tuple(rest), result_path), protocol=pickle.HIGHEST_PROTOCOL))
+        worker = start_process(
+            __name__,
+            "_call_main",
+            pickle.dumps((function, tuple(rest), result_path), protocol=pickle.HIGHEST_PROTOCOL),
+        )
         with self._lock:
             self._running.add(worker)
             if self._cancelled:
@@ -288,9 +336,12 @@ class InterpreterPool(Executor):
             with self._lock:
                 self._running.discard(worker)
         if not os.path.exists(result_path):
-            raise WorkerDiedError(f"{self._what} {number} exited without its result; its error is above")
+            raise WorkerDiedError(
+                f"{self._what} {number} exited without its result; its error is above"
+            )
         with open(result_path, "rb") as handle:
-            result = pickle.load(handle)  # written just now by our own worker, in our private folder
+            # written just now by our own worker, in our private folder
+            result = pickle.load(handle)
         os.unlink(result_path)
         return result
 

@@ -1,4 +1,5 @@
-"""How a command's per-file work is cut into shares, and what a share sends back of the lines it skipped.
+"""How a command's per-file work is cut into shares, and what a share sends back of the lines it
+skipped.
 
 Why here, once: the export, the summary and `sql`'s load all split a run's
 processes between workers the same way (by bytes, largest first onto the
@@ -16,7 +17,15 @@ from typing import Any, TypeVar
 from otel_titan.analysis.read.lines import MAX_WARNINGS_KEPT, SkippedLines
 from otel_titan.analysis.read.records import ProcessLog
 
-__all__ = ["PARALLEL_MIN_BYTES", "MAX_JOBS", "default_jobs", "balance", "skipped_result", "merge_skipped", "for_cluster"]
+__all__ = [
+    "PARALLEL_MIN_BYTES",
+    "MAX_JOBS",
+    "default_jobs",
+    "balance",
+    "skipped_result",
+    "merge_skipped",
+    "for_cluster",
+]
 
 #: Below this much JSONL, starting interpreters costs more than it saves.
 PARALLEL_MIN_BYTES = 64 << 20
@@ -26,7 +35,8 @@ Item = TypeVar("Item")
 
 
 def default_jobs(total_bytes: int, items: int) -> int:
-    """Workers to use by default: one per CPU (at most `MAX_JOBS`) for runs of `PARALLEL_MIN_BYTES` or more with several items, else 1 (in-process).
+    """Workers to use by default: one per CPU (at most `MAX_JOBS`) for runs of `PARALLEL_MIN_BYTES`
+    or more with several items, else 1 (in-process).
 
     Example:
         >>> default_jobs(10 << 20, 16)
@@ -36,12 +46,15 @@ def default_jobs(total_bytes: int, items: int) -> int:
     """
     if total_bytes < PARALLEL_MIN_BYTES or items < 2:
         return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     return max(1, min(cpus, items, MAX_JOBS))
 
 
 def for_cluster(process: ProcessLog) -> ProcessLog:
-    """`process` with absolute file paths: what a Dask worker, in a working directory of its own, must be sent.
+    """`process` with absolute file paths: what a Dask worker, in a working directory of its own,
+    must be sent.
 
     The user types the run's path as seen from the job's folder
     (``summarize run --scheduler tcp://…``); a cluster's workers run
@@ -55,11 +68,16 @@ def for_cluster(process: ProcessLog) -> ProcessLog:
         >>> os.path.isabs(p.base) and p.segments == [p.base]
         True
     """
-    return dataclasses.replace(process, base=os.path.abspath(process.base), segments=[os.path.abspath(path) for path in process.segments])
+    return dataclasses.replace(
+        process,
+        base=os.path.abspath(process.base),
+        segments=[os.path.abspath(path) for path in process.segments],
+    )
 
 
 def balance(items: Sequence[Item], jobs: int, size: Callable[[Item], int]) -> list[list[int]]:
-    """Indices of `items` in at most `jobs` shares: largest first onto the least-loaded share (by `size`), each share in the items' order.
+    """Indices of `items` in at most `jobs` shares: largest first onto the least-loaded share (by
+    `size`), each share in the items' order.
 
     Example:
         >>> balance([5, 1, 4, 2], 2, lambda n: n)
@@ -87,7 +105,8 @@ def skipped_result(skipped: SkippedLines) -> dict[str, Any]:
 
 
 def merge_skipped(skipped: SkippedLines, result: dict[str, Any]) -> None:
-    """Add a worker's `skipped_result` into `skipped` (at most 100 examples kept, as one reader keeps)."""
+    """Add a worker's `skipped_result` into `skipped` (at most 100 examples kept, as one reader
+    keeps)."""
     skipped.count += result["skipped"]
     skipped.repaired += result["repaired"]
     for path, count in result["repaired_by_file"].items():
@@ -95,4 +114,6 @@ def merge_skipped(skipped: SkippedLines, result: dict[str, Any]) -> None:
     skipped.examples.extend(result["skipped_examples"][: max(0, 100 - len(skipped.examples))])
     for path, count in result["skipped_by_file"].items():
         skipped.by_file[path] += count
-    skipped.warnings.extend(result.get("warnings", ())[: max(0, MAX_WARNINGS_KEPT - len(skipped.warnings))])
+    skipped.warnings.extend(
+        result.get("warnings", ())[: max(0, MAX_WARNINGS_KEPT - len(skipped.warnings))]
+    )

@@ -1,4 +1,5 @@
-"""torchtitan's structured logger, on otel-titan: torchtitan code runs unchanged (docs/migrating-from-torchtitan.md).
+"""torchtitan's structured logger, on otel-titan: torchtitan code runs unchanged
+(docs/migrating-from-torchtitan.md).
 
 Call `install` once, before the code that imports torchtitan's logger runs
 (at the top of the training script, or in a ``sitecustomize``)::
@@ -57,21 +58,28 @@ _MODULES = (
     "observability.structured_logger.jsonl_handler",
     "observability.structured_logger.gantt_generator",
 )
-#: What `install` changed, for `uninstall`: sys.modules entries it replaced (name → previous or None).
+#: What `install` changed, for `uninstall`: sys.modules entries it replaced (name → previous or
+#: None).
 _replaced: dict[str, types.ModuleType | None] = {}
 _placeholder: list[types.ModuleType] = []
 _logger_before: list[object] = []
 
 
 def install() -> None:
-    """Make ``torchtitan.observability.structured_logger`` otel-titan's (see the module docstring); a second call does nothing."""
+    """Make ``torchtitan.observability.structured_logger`` otel-titan's (see the module docstring);
+    a second call does nothing."""
     if _replaced:
         return
     parent = sys.modules.get("torchtitan")
     if parent is None and importlib.util.find_spec("torchtitan") is not None:
-        parent = importlib.import_module("torchtitan")  # its __init__ only, so that torchtitan.observability is an attribute too
+        # its __init__ only, so that torchtitan.observability is an attribute too
+        parent = importlib.import_module("torchtitan")
     if parent is None:
-        parent = types.ModuleType("torchtitan", "otel-titan's placeholder: torchtitan is not installed; only its structured logger is here")
+        parent = types.ModuleType(
+            "torchtitan",
+            "otel-titan's placeholder: torchtitan is not installed; only its structured logger is "
+            "here",
+        )
         parent.__path__ = []  # a package with no modules of its own: other torchtitan imports fail as before
         _placeholder.append(parent)
         _replaced["torchtitan"] = None
@@ -88,7 +96,8 @@ def install() -> None:
 
 
 def _alias_logger() -> None:
-    """``logging.getLogger("torchtitan.structured_logger")`` returns otel-titan's structured logger from now on."""
+    """``logging.getLogger("torchtitan.structured_logger")`` returns otel-titan's structured logger
+    from now on."""
     structured_logger = logging.getLogger(LOGGER_NAME)
     manager = logging.Logger.manager
     with _logging_lock():
@@ -110,7 +119,8 @@ class _NoLock:
 
 
 def uninstall() -> None:
-    """Undo `install` (for tests, and programs that switch back): the previous modules and logger come back."""
+    """Undo `install` (for tests, and programs that switch back): the previous modules and logger
+    come back."""
     if not _replaced:
         return
     for name, previous in reversed(list(_replaced.items())):

@@ -1,4 +1,5 @@
-"""A real MCP client session against the real `otel-titan mcp`: the SDK's own stdio client, the server a subprocess."""
+"""A real MCP client session against the real `otel-titan mcp`: the SDK's own stdio client, the
+server a subprocess."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from tests.conftest import REPO
 
 
 class Session:
-    """One client session: tool calls answered as the parsed JSON document (or the error text), and how long each took."""
+    """One client session: tool calls answered as the parsed JSON document (or the error text), and
+    how long each took."""
 
     def __init__(self, session: ClientSession) -> None:
         self.session = session
@@ -51,8 +53,12 @@ class Session:
 @asynccontextmanager
 async def mcp_session(*folders: str, extra: tuple[str, ...] = ()) -> AsyncIterator[Session]:
     """`otel-titan mcp FOLDER ...` started by the SDK's stdio client, initialized."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "otel_titan.cli", "mcp", *extra, *folders], cwd=str(REPO),
-                                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "otel_titan.cli", "mcp", *extra, *folders],
+        cwd=str(REPO),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     with open(os.devnull, "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write) as session:

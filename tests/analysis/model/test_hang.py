@@ -1,4 +1,5 @@
-"""The hang black box end to end: 4 real ranks (torchrun, gloo on CPU) hang on purpose, `summarize` names the culprit.
+"""The hang black box end to end: 4 real ranks (torchrun, gloo on CPU) hang on purpose, `summarize`
+names the culprit.
 
 Each test injects one fault on rank 2 (tests/helpers/hang_workload.py), with
 ``OTEL_TITAN_STALL_AFTER_S=3`` and torch's flight recorder on, waits until
@@ -44,7 +45,9 @@ def line_of(marker: str) -> int:
     raise AssertionError(marker)
 
 
-def launch(fault: str, output: Path, nproc: int = 4, bad: int = BAD, **extra: str) -> subprocess.Popen[bytes]:
+def launch(
+    fault: str, output: Path, nproc: int = 4, bad: int = BAD, **extra: str
+) -> subprocess.Popen[bytes]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
     env = {
         **os.environ,
@@ -55,7 +58,21 @@ def launch(fault: str, output: Path, nproc: int = 4, bad: int = BAD, **extra: st
         **extra,
     }
     log = open(output / "torchrun.log", "wb")
-    return subprocess.Popen([launcher, "--standalone", f"--nproc_per_node={nproc}", WORKLOAD, fault, str(bad), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    return subprocess.Popen(
+        [
+            launcher,
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            WORKLOAD,
+            fault,
+            str(bad),
+            str(output),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def black_boxes(output: Path) -> dict[int, dict[str, object]]:
@@ -71,11 +88,17 @@ def black_boxes(output: Path) -> dict[int, dict[str, object]]:
                     size += len(line)
         side = path[: -len(".jsonl")] + ".stacks"
         dump = open(side, encoding="utf-8", errors="replace").read() if os.path.exists(side) else ""
-        out[rank] = {"stalls": stalls, "bytes": size + len(dump.encode()), "dumped": "most recent call first" in dump}
+        out[rank] = {
+            "stalls": stalls,
+            "bytes": size + len(dump.encode()),
+            "dumped": "most recent call first" in dump,
+        }
     return out
 
 
-def wait_for_black_boxes(output: Path, launcher: subprocess.Popen[bytes], ready, files: int = 4) -> dict[int, dict[str, object]]:
+def wait_for_black_boxes(
+    output: Path, launcher: subprocess.Popen[bytes], ready, files: int = 4
+) -> dict[int, dict[str, object]]:
     deadline = time.monotonic() + STALL_AFTER_S + 30
     boxes: dict[int, dict[str, object]] = {}
     while time.monotonic() < deadline:
@@ -86,11 +109,21 @@ def wait_for_black_boxes(output: Path, launcher: subprocess.Popen[bytes], ready,
             break
         time.sleep(0.5)
     log = (output / "torchrun.log").read_text(errors="replace")[-3000:]
-    raise AssertionError(f"black boxes not all written within {STALL_AFTER_S + 30} s: {({r: (len(b['stalls']), b['dumped']) for r, b in boxes.items()})}\n{log}")
+    raise AssertionError(
+        f"black boxes not all written within {STALL_AFTER_S + 30} s: "
+        f"{ ({r: (len(b['stalls']), b['dumped']) for r, b in boxes.items()}) }\n{log}"
+    )
 
 
 def summarize(output: Path, *args: str) -> str:
-    result = processes.run([sys.executable, "-m", "otel_titan.cli", "summarize", str(output), *args], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = processes.run(
+        [sys.executable, "-m", "otel_titan.cli", "summarize", str(output), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -105,18 +138,26 @@ def check_named(output: Path, frame: str, why: str) -> str:
     print(head)
     suspects = head[head.index("Suspects:") :]
     assert f"rank {BAD} (training): " in suspects and frame in suspects and why in suspects, head
-    assert "rank 0 (training)" not in suspects and "rank 1 (training)" not in suspects and "rank 3 (training)" not in suspects, head
+    assert (
+        "rank 0 (training)" not in suspects
+        and "rank 1 (training)" not in suspects
+        and "rank 3 (training)" not in suspects
+    ), head
     hang = json.loads(summarize(output, "--json"))["hang"]
     assert [(s["source"], s["rank"]) for s in hang["suspects"]] == [("training", BAD)]
     assert frame in hang["suspects"][0]["where"]
     return head
 
 
-def run_fault(tmp_path: Path, fault: str, ready, frame: str, why: str) -> tuple[subprocess.Popen[bytes], str]:
+def run_fault(
+    tmp_path: Path, fault: str, ready, frame: str, why: str
+) -> tuple[subprocess.Popen[bytes], str]:
     launcher = launch(fault, tmp_path)
     try:
         boxes = wait_for_black_boxes(tmp_path, launcher, ready)
-        assert all(box["bytes"] <= 1 << 20 for box in boxes.values()), {r: b["bytes"] for r, b in boxes.items()}
+        assert all(box["bytes"] <= 1 << 20 for box in boxes.values()), {
+            r: b["bytes"] for r, b in boxes.items()
+        }
         head = check_named(tmp_path, frame, why)
     except BaseException:
         processes.kill_tree(launcher, timeout=30)
@@ -125,7 +166,13 @@ def run_fault(tmp_path: Path, fault: str, ready, frame: str, why: str) -> tuple[
 
 
 def test_a_rank_sleeping_in_data_fetch_is_named_and_sigterm_still_ends_the_ranks_promptly(tmp_path):
-    launcher, head = run_fault(tmp_path, "sleep", stalled, f"hang_workload.py:{line_of('culprit line of the `sleep`')} read_shard", "never entered seq 3")
+    launcher, head = run_fault(
+        tmp_path,
+        "sleep",
+        stalled,
+        f"hang_workload.py:{line_of('culprit line of the `sleep`')} read_shard",
+        "never entered seq 3",
+    )
     assert "3 × ranks 0-1,3: wait in all_reduce (pg 0, seq 3, " in head
     try:
         started = time.monotonic()
@@ -134,47 +181,96 @@ def test_a_rank_sleeping_in_data_fetch_is_named_and_sigterm_still_ends_the_ranks
         took = time.monotonic() - started
         print(f"torchrun and its ranks gone {took:.1f} s after SIGTERM")
         assert took < 15
-        # Each rank wrote its SIGTERM black box on the way out, or, when a peer died first, its collective
-        # failed (gloo: the connection closed) and it ended on its own, closing its file: a race between
-        # torchrun's signals and gloo, seen once in a full run. Either way nothing is lost.
+        # Each rank wrote its SIGTERM black box on the way out, or, when a peer died first, its
+        # collective failed (gloo: the connection closed) and it ended on its own, closing its file:
+        # a race between torchrun's signals and gloo, seen once in a full run. Either way nothing is
+        # lost.
         ended = {}
         for path in glob.glob(str(tmp_path / "structured_logs" / "*.jsonl")):
-            names = [json.loads(line)["log_type_name"] for line in open(path, encoding="utf-8") if line.strip()]
-            ended[int(path.split("global_rank_")[1].split(".")[0])] = names[-1] == "structured_logger_closed" and any(n.endswith("_error") for n in names)
+            names = [
+                json.loads(line)["log_type_name"]
+                for line in open(path, encoding="utf-8")
+                if line.strip()
+            ]
+            ended[int(path.split("global_rank_")[1].split(".")[0])] = names[
+                -1
+            ] == "structured_logger_closed" and any(n.endswith("_error") for n in names)
         boxes = black_boxes(tmp_path)
         assert sorted(boxes) == [0, 1, 2, 3]
-        assert all(any(s["reason"] == "SIGTERM" for s in box["stalls"]) or ended[rank] for rank, box in boxes.items()), ended
-        assert any(s["reason"] == "SIGTERM" for s in boxes[BAD]["stalls"])  # the culprit never left read_shard: signalled
+        assert all(
+            any(s["reason"] == "SIGTERM" for s in box["stalls"]) or ended[rank]
+            for rank, box in boxes.items()
+        ), ended
+        # the culprit never left read_shard: signalled
+        assert any(s["reason"] == "SIGTERM" for s in boxes[BAD]["stalls"])
     finally:
         processes.kill_tree(launcher, timeout=30)
 
 
-def test_a_rank_stuck_in_a_c_call_holding_the_interpreter_lock_is_named_from_its_faulthandler_dump(tmp_path):
+def test_a_rank_stuck_in_a_c_call_holding_the_interpreter_lock_is_named_from_its_faulthandler_dump(
+    tmp_path,
+):
     def ready(rank: int, box: dict[str, object]) -> bool:
         return bool(box["dumped"]) if rank == BAD else bool(box["stalls"])
 
-    launcher, head = run_fault(tmp_path, "gil", ready, f"hang_workload.py:{line_of('culprit line of the `gil`')} hold_the_gil", "interpreter lock held")
+    launcher, head = run_fault(
+        tmp_path,
+        "gil",
+        ready,
+        f"hang_workload.py:{line_of('culprit line of the `gil`')} hold_the_gil",
+        "interpreter lock held",
+    )
     processes.kill_tree(launcher, timeout=30)
     assert "the others wait in seq 3 all_reduce (pg 0)" in head
 
 
 def test_a_rank_calling_another_collective_is_named_from_the_flight_recorder(tmp_path):
-    launcher, head = run_fault(tmp_path, "mismatch", stalled, "hang_workload.py:", "desync in pg 0 seq 3: called broadcast [[16]] Float while 3 ranks called all_reduce [[16]] Float")
+    launcher, head = run_fault(
+        tmp_path,
+        "mismatch",
+        stalled,
+        "hang_workload.py:",
+        "desync in pg 0 seq 3: called broadcast [[16]] Float while 3 ranks called all_reduce "
+        "[[16]] Float",
+    )
     processes.kill_tree(launcher, timeout=30)
     # The export: stalls as instants carrying the stacks, collectives as slices on a per-rank track.
-    result = processes.run([sys.executable, "-m", "otel_titan.cli", "export", str(tmp_path)], capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = processes.run(
+        [sys.executable, "-m", "otel_titan.cli", "export", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 0, result.stderr
     events = json.loads((tmp_path / "analysis" / "trace.json").read_text())["traceEvents"]
     stalls = [e for e in events if e.get("name") == "stall" and e.get("ph") == "i"]
-    assert len({e["pid"] for e in stalls}) == 4 and all(e["args"]["threads"][0]["frames"] for e in stalls)
+    assert len({e["pid"] for e in stalls}) == 4 and all(
+        e["args"]["threads"][0]["frames"] for e in stalls
+    )
     collectives = [e for e in events if e.get("cat") == "collective"]
-    assert {e["name"] for e in collectives} >= {"gloo:all_reduce #3", "gloo:broadcast #3", "gloo:all_reduce #1"}
-    tracks = {(e["pid"], e["args"]["name"]) for e in events if e.get("name") == "thread_name" and e["tid"] == collectives[0]["tid"]}
+    assert {e["name"] for e in collectives} >= {
+        "gloo:all_reduce #3",
+        "gloo:broadcast #3",
+        "gloo:all_reduce #1",
+    }
+    tracks = {
+        (e["pid"], e["args"]["name"])
+        for e in events
+        if e.get("name") == "thread_name" and e["tid"] == collectives[0]["tid"]
+    }
     assert len(tracks) == 4 and all(name == "collectives (flight recorder)" for _, name in tracks)
 
 
 def test_two_threads_deadlocked_on_two_locks_are_named_with_both_stacks(tmp_path):
-    launcher, head = run_fault(tmp_path, "deadlock", stalled, f"hang_workload.py:{line_of('culprit line of the `deadlock`')} deadlock", "never entered seq 3")
+    launcher, head = run_fault(
+        tmp_path,
+        "deadlock",
+        stalled,
+        f"hang_workload.py:{line_of('culprit line of the `deadlock`')} deadlock",
+        "never entered seq 3",
+    )
     processes.kill_tree(launcher, timeout=30)
     writer_line = line_of("helper's side of the deadlock")
     assert "ckpt-writer: " in head and f"hang_workload.py:{writer_line} writer" in head
@@ -182,26 +278,44 @@ def test_two_threads_deadlocked_on_two_locks_are_named_with_both_stacks(tmp_path
 
 def test_a_healthy_run_with_steps_slower_than_the_floor_writes_no_stall(tmp_path):
     # Steps of 1.5 s with a 1 s floor: the automatic threshold (10 × the slowest gap) never fires.
-    launcher = launch("healthy", tmp_path, OTEL_TITAN_STALL_AFTER_S="", OTEL_TITAN_STALL_MIN_S="1", HANG_STEPS="5", HANG_STEP_S="1.5")
+    launcher = launch(
+        "healthy",
+        tmp_path,
+        OTEL_TITAN_STALL_AFTER_S="",
+        OTEL_TITAN_STALL_MIN_S="1",
+        HANG_STEPS="5",
+        HANG_STEP_S="1.5",
+    )
     try:
         assert launcher.wait(timeout=120) == 0, (tmp_path / "torchrun.log").read_text()[-3000:]
     finally:
         processes.kill_tree(launcher, timeout=30)
     boxes = black_boxes(tmp_path)
     assert len(boxes) == 4 and not any(box["stalls"] or box["dumped"] for box in boxes.values())
-    assert not glob.glob(str(tmp_path / "structured_logs" / "*.stacks"))  # nothing dumped: side files removed at close
+    # nothing dumped: side files removed at close
+    assert not glob.glob(str(tmp_path / "structured_logs" / "*.stacks"))
     assert "Hang:" not in summarize(tmp_path)
 
 
 def test_the_dump_signal_and_the_trigger_file_make_a_live_rank_write_its_black_box(tmp_path):
     trigger = tmp_path / "dump-now"
-    launcher = launch("live", tmp_path, OTEL_TITAN_STALL_AFTER_S="0", OTEL_TITAN_DUMP_SIGNAL="SIGUSR2", OTEL_TITAN_DUMP_TRIGGER=str(trigger))
+    launcher = launch(
+        "live",
+        tmp_path,
+        OTEL_TITAN_STALL_AFTER_S="0",
+        OTEL_TITAN_DUMP_SIGNAL="SIGUSR2",
+        OTEL_TITAN_DUMP_TRIGGER=str(trigger),
+    )
     try:
         deadline = time.monotonic() + 60
         while len(black_boxes(tmp_path)) < 4 and time.monotonic() < deadline:
             time.sleep(0.5)
         time.sleep(1)
-        workers = [pid for pid in processes.descendants(launcher.pid) if "hang_workload.py" in processes.cmdline(pid)]
+        workers = [
+            pid
+            for pid in processes.descendants(launcher.pid)
+            if "hang_workload.py" in processes.cmdline(pid)
+        ]
         assert len(workers) == 4
         os.kill(workers[0], signal.SIGUSR2)
         trigger.touch()
@@ -242,10 +356,18 @@ with sl.log_trace_span("step"):
 def test_without_a_flight_recorder_the_odd_one_out_of_a_majority_is_the_suspect(tmp_path):
     """No torch: the ranks are grouped by span and frame, and the one elsewhere is named."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    workers = [subprocess.Popen([sys.executable, "-c", _NO_TORCH, str(tmp_path), str(rank)], env=env, cwd=REPO) for rank in range(3)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _NO_TORCH, str(tmp_path), str(rank)], env=env, cwd=REPO
+        )
+        for rank in range(3)
+    ]
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (len(black_boxes(tmp_path)) == 3 and all(b["stalls"] for b in black_boxes(tmp_path).values())):
+        while time.monotonic() < deadline and not (
+            len(black_boxes(tmp_path)) == 3
+            and all(b["stalls"] for b in black_boxes(tmp_path).values())
+        ):
             time.sleep(0.2)
         head = "\n".join(summarize(tmp_path).splitlines()[:15])
     finally:
@@ -253,16 +375,21 @@ def test_without_a_flight_recorder_the_odd_one_out_of_a_majority_is_the_suspect(
             processes.kill_tree(worker, timeout=30)
     print(head)
     assert " 2 × ranks 0,2: span sync; main thread at <string>:7 wait_for_peers" in head
-    assert "rank 1 (training): <string>:9 parse_batch in span data_fetch: elsewhere than the 2 others (in sync at <string>:7 wait_for_peers)" in head
+    assert (
+        "rank 1 (training): <string>:9 parse_batch in span data_fetch: elsewhere than the 2 "
+        "others (in sync at <string>:7 wait_for_peers)" in head
+    )
 
 
-# -- issue 18: the analysis names the right rank on real jobs (2 and 3 ranks, sub-groups, missing ranks, --tail, recovery) --
+# -- issue 18: the analysis names the right rank on real jobs (2 and 3 ranks, sub-groups, missing
+# ranks, --tail, recovery) --
 def hang_of(output: Path, *args: str) -> dict[str, object]:
     return json.loads(summarize(output, "--json", *args))["hang"]
 
 
 def test_a_collective_on_a_sub_group_names_the_rank_that_never_entered_it(tmp_path):
-    """Every step's all_reduce on dist.new_group([0, 1]); rank 1 hangs in data_fetch: pg 0 holds only a stale barrier."""
+    """Every step's all_reduce on dist.new_group([0, 1]); rank 1 hangs in data_fetch: pg 0 holds
+    only a stale barrier."""
     launcher = launch("subgroup", tmp_path, nproc=2, bad=1)
     try:
         wait_for_black_boxes(tmp_path, launcher, stalled, files=2)
@@ -272,10 +399,16 @@ def test_a_collective_on_a_sub_group_names_the_rank_that_never_entered_it(tmp_pa
         processes.kill_tree(launcher, timeout=30)
     print(text)
     assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(1, "behind")], text
-    assert "behind in pg 1 (ranks 0-1): never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
-    assert f"hang_workload.py:{line_of('culprit line of the `sleep`')} read_shard" in hang["suspects"][0]["where"]
+    assert (
+        "behind in pg 1 (ranks 0-1): never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
+    )
+    assert (
+        f"hang_workload.py:{line_of('culprit line of the `sleep`')} read_shard"
+        in hang["suspects"][0]["where"]
+    )
     assert "1 × rank 0: waits in all_reduce (pg 1 (ranks 0-1), seq 3, scheduled)" in text
-    assert text.index(" ▶ 1 × rank 1") < text.index("1 × rank 0")  # the culprit first, its victim after
+    # the culprit first, its victim after
+    assert text.index(" ▶ 1 × rank 1") < text.index("1 × rank 0")
 
 
 def test_a_rank_that_never_reached_init_is_listed_missing_first(tmp_path):
@@ -289,11 +422,16 @@ def test_a_rank_that_never_reached_init_is_listed_missing_first(tmp_path):
         processes.kill_tree(launcher, timeout=30)
     head = "\n".join(text.splitlines()[:10])
     print(head)
-    assert head.splitlines()[0].startswith("Hang: 3 of 3 processes did not finish: 1 missing (no file), 2 ")
+    assert head.splitlines()[0].startswith(
+        "Hang: 3 of 3 processes did not finish: 1 missing (no file), 2 "
+    )
     assert head.splitlines()[1] == " ▶ 1 × training rank 2: missing: no file (world_size 3)"
     assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(2, "missing")]
     assert "Summary: 2 of 3 processes" in text and "▶ missing: training rank 2" in text
-    assert "rank 0 (training)" not in tail.split("Suspects:")[1].split("\n\n")[0] and "rank 2 (training): no stack: no file" in tail
+    assert (
+        "rank 0 (training)" not in tail.split("Suspects:")[1].split("\n\n")[0]
+        and "rank 2 (training): no stack: no file" in tail
+    )
 
 
 def test_summarize_tail_gives_the_same_hang_verdict_as_a_full_read(tmp_path):
@@ -305,7 +443,9 @@ def test_summarize_tail_gives_the_same_hang_verdict_as_a_full_read(tmp_path):
     finally:
         processes.kill_tree(launcher, timeout=30)
     print("\n".join(text.splitlines()[:10]))
-    assert [s["rank"] for s in full["suspects"]] == [1, 2] and [s["rank"] for s in tail["suspects"]] == [1, 2]
+    assert [s["rank"] for s in full["suspects"]] == [1, 2] and [
+        s["rank"] for s in tail["suspects"]
+    ] == [1, 2]
     assert [s["why"] for s in tail["suspects"]] == [s["why"] for s in full["suspects"]]
     assert "no black box" not in text and "black box from 3 of 3" in text
 
@@ -316,15 +456,20 @@ def test_a_run_that_recovered_from_a_long_pause_and_closed_has_no_hang_section(t
         assert launcher.wait(timeout=120) == 0, (tmp_path / "torchrun.log").read_text()[-3000:]
     finally:
         processes.kill_tree(launcher, timeout=30)
-    assert all(box["stalls"] for box in black_boxes(tmp_path).values())  # each rank's watchdog did write a stall
+    # each rank's watchdog did write a stall
+    assert all(box["stalls"] for box in black_boxes(tmp_path).values())
     text = summarize(tmp_path)
     assert "Hang:" not in text and hang_of(tmp_path) is None
-    assert "Stalls that ended (the process resumed: history, not a hang): 2" in text and "in all_reduce at step 2, then resumed" in text
+    assert (
+        "Stalls that ended (the process resumed: history, not a hang): 2" in text
+        and "in all_reduce at step 2, then resumed" in text
+    )
 
 
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_a_rank_blocked_between_spans_is_named_not_the_rank_waiting_for_it(tmp_path, nproc):
-    """Issue 18 item 1 as found: rank 1 blocks before data_fetch opens (a data loader outside any span); the others wait in all_reduce."""
+    """Issue 18 item 1 as found: rank 1 blocks before data_fetch opens (a data loader outside any
+    span); the others wait in all_reduce."""
     launcher = launch("between", tmp_path, nproc=nproc, bad=1)
     try:
         wait_for_black_boxes(tmp_path, launcher, stalled, files=nproc)
@@ -335,17 +480,28 @@ def test_a_rank_blocked_between_spans_is_named_not_the_rank_waiting_for_it(tmp_p
     print(text)
     for report in (hang, tail):
         assert [s["rank"] for s in report["suspects"]] == [1], text
-        assert f"hang_workload.py:{line_of('culprit line of the `between`')} load_batch" in report["suspects"][0]["where"]
+        assert (
+            f"hang_workload.py:{line_of('culprit line of the `between`')} load_batch"
+            in report["suspects"][0]["where"]
+        )
         assert "behind in pg 0: never entered seq 3 all_reduce" in report["suspects"][0]["why"]
-    assert " ▶ 1 × rank 1: last collective all_reduce (pg 0, seq 2, completed); between spans at step 3; main thread at " in text
+    assert (
+        " ▶ 1 × rank 1: last collective all_reduce (pg 0, seq 2, completed); between spans at "
+        "step 3; main thread at " in text
+    )
     assert "stalled in its own code" not in text and "frame unknown" not in text
 
 
-def test_torch_s_own_flight_recorder_dumps_beside_the_logs_name_the_rank_when_the_black_boxes_have_none(tmp_path):
+def test_torch_s_own_flight_recorder_dumps_beside_the_logs_name_the_rank_when_the_black_boxes_have_none(
+    tmp_path,
+):
     launcher = launch("frdump", tmp_path, nproc=3, bad=1)
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(glob.glob(str(tmp_path / "flight_recorder" / "rank_*"))) < 3:
+        while (
+            time.monotonic() < deadline
+            and len(glob.glob(str(tmp_path / "flight_recorder" / "rank_*"))) < 3
+        ):
             time.sleep(0.5)
         wait_for_black_boxes(tmp_path, launcher, stalled, files=3)
         boxes = black_boxes(tmp_path)
@@ -354,23 +510,33 @@ def test_torch_s_own_flight_recorder_dumps_beside_the_logs_name_the_rank_when_th
     finally:
         processes.kill_tree(launcher, timeout=30)
     print(text)
-    assert not any(s.get("flight_recorder") for box in boxes.values() for s in box["stalls"])  # the black boxes hold no recorder
+    # the black boxes hold no recorder
+    assert not any(s.get("flight_recorder") for box in boxes.values() for s in box["stalls"])
     assert [(s["rank"], s["rule"]) for s in hang["suspects"]] == [(1, "behind")], text
     assert "behind in pg 0: never entered seq 3 all_reduce" in hang["suspects"][0]["why"]
     assert all("torch flight-recorder dump rank_" in p["evidence"] for p in hang["places"])
 
 
 def test_the_side_file_is_found_from_the_segments_read_as_from_a_listing_of_the_folder(tmp_path):
-    """`side_file_of(base, oldest)`: the summary passes the oldest segment it read (no folder listing per process:
-    O(ranks²) at 1,000 ranks); the opening record there names the side file, as a listing would find it."""
+    """`side_file_of(base, oldest)`: the summary passes the oldest segment it read (no folder
+    listing per process: O(ranks²) at 1,000 ranks); the opening record there names the side file, as
+    a listing would find it."""
     from otel_titan.analysis.model.hang import side_file_of
 
     folder = tmp_path / "structured_logs"
     folder.mkdir()
     base = folder / "training.global_rank_0.20260101-000000-abc123.jsonl"
-    opened = {"time_us": 1, "log_type": "instant", "log_type_name": "structured_logger_opened", "stacks_file": "named.stacks"}
-    (folder / (base.name + ".2")).write_text(json.dumps(opened) + "\n")  # the oldest segment holds the opening record
-    (folder / (base.name + ".1")).write_text(json.dumps({"time_us": 2, "log_type_name": "x"}) + "\n")
+    opened = {
+        "time_us": 1,
+        "log_type": "instant",
+        "log_type_name": "structured_logger_opened",
+        "stacks_file": "named.stacks",
+    }
+    # the oldest segment holds the opening record
+    (folder / (base.name + ".2")).write_text(json.dumps(opened) + "\n")
+    (folder / (base.name + ".1")).write_text(
+        json.dumps({"time_us": 2, "log_type_name": "x"}) + "\n"
+    )
     base.write_text(json.dumps({"time_us": 3, "log_type_name": "y"}) + "\n")
     (folder / "named.stacks").write_text("")
     listed = side_file_of(str(base))

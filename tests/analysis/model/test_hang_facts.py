@@ -14,7 +14,14 @@ def _tracker() -> HangTracker:
 def test_a_stall_followed_by_progress_is_history_and_the_next_watch_starts_clean():
     tracker = _tracker()
     tracker.step_begun(2)
-    tracker.stall({"reason": "stall", "time_us": 5, "stalled_s": 3.0, "open_spans": [{"name": "eval", "step": 2}]})
+    tracker.stall(
+        {
+            "reason": "stall",
+            "time_us": 5,
+            "stalled_s": 3.0,
+            "open_spans": [{"name": "eval", "step": 2}],
+        }
+    )
     assert tracker.box is not None and tracker.stalled
     tracker.progress_at({"log_type_name": "loss"}, None)  # a scalar after it: the process resumed
     tracker.end()
@@ -28,12 +35,18 @@ def test_a_sigterm_box_after_a_stall_keeps_it_stuck_and_an_on_demand_dump_is_no_
     tracker.stall({"reason": "stall", "open_spans": []})
     tracker.stall({"reason": "SIGTERM", "open_spans": []})
     tracker.end()
-    assert tracker.facts["training rank 0"]["stalled"] and tracker.facts["training rank 0"]["box"]["reason"] == "SIGTERM"
+    assert (
+        tracker.facts["training rank 0"]["stalled"]
+        and tracker.facts["training rank 0"]["box"]["reason"] == "SIGTERM"
+    )
     tracker.begin("training rank 1", partial=False)
     tracker.stall({"reason": "trigger", "open_spans": []})
     tracker.progress()
     tracker.end()
-    assert tracker.facts["training rank 1"]["history"] == [] and not tracker.facts["training rank 1"]["stalled"]
+    assert (
+        tracker.facts["training rank 1"]["history"] == []
+        and not tracker.facts["training rank 1"]["stalled"]
+    )
 
 
 def test_a_heartbeat_since_the_last_record_means_quiet_and_a_tail_s_first_step_is_partial():
@@ -59,8 +72,9 @@ class _Span:
 
 
 def test_a_record_a_heartbeat_interval_after_the_last_progress_says_alive_and_stopped_one_sooner_does_not():
-    """Issue 26 items 5 and 10 without a watchdog: Ctrl-C's unwinding, a signal's box or a crawling rank's instant, written 10 s after the
-    last progress with spans open, is what a heartbeat says; a healthy job stopped mid-step writes its last records within a step."""
+    """Issue 26 items 5 and 10 without a watchdog: Ctrl-C's unwinding, a signal's box or a crawling
+    rank's instant, written 10 s after the last progress with spans open, is what a heartbeat says;
+    a healthy job stopped mid-step writes its last records within a step."""
     for last_us, quiet in ((20_000_000, True), (10_500_000, True), (10_400_000, False)):
         tracker = _tracker()
         tracker.opened({"log_type_name": "structured_logger_opened", "heartbeat_interval_s": 10.0})
@@ -72,7 +86,8 @@ def test_a_record_a_heartbeat_interval_after_the_last_progress_says_alive_and_st
 
 
 def test_between_spans_only_a_signal_long_after_the_progress_says_alive():
-    """No heartbeat is written between spans: a record there says nothing, a SIGTERM received 40 s after the progress does."""
+    """No heartbeat is written between spans: a record there says nothing, a SIGTERM received 40 s
+    after the progress does."""
     tracker = _tracker()
     tracker.step_begun(3, 100_000)
     tracker.alive_after(40_100_000, spans_open=False, signal_us=None)
@@ -83,9 +98,12 @@ def test_between_spans_only_a_signal_long_after_the_progress_says_alive():
 
 def test_the_heartbeat_interval_is_the_opening_record_s_capped_and_a_tail_with_no_progress_says_nothing():
     tracker = _tracker()
-    tracker.opened({"heartbeat_interval_s": 3600.0})  # forged: a stuck process must not hide behind an hour
+    # forged: a stuck process must not hide behind an hour
+    tracker.opened({"heartbeat_interval_s": 3600.0})
     assert tracker.heartbeat_s == 300.0
-    tracker.opened({"heartbeat_interval_s": 0})  # heartbeats off: a record 10 s after the progress still says it was alive
+    # heartbeats off: a record 10 s after the progress still says it was alive
+    tracker.opened({"heartbeat_interval_s": 0})
     assert tracker.heartbeat_s == 10.0
-    tracker.alive_after(10**12, spans_open=True, signal_us=10**12)  # a tail that began inside the open span: no progress read
+    # a tail that began inside the open span: no progress read
+    tracker.alive_after(10**12, spans_open=True, signal_us=10**12)
     assert not tracker.quiet

@@ -1,4 +1,5 @@
-"""`model.parallel`: the summary's reads in worker interpreters, the task handed over by `collect`, never named by a string."""
+"""`model.parallel`: the summary's reads in worker interpreters, the task handed over by `collect`,
+never named by a string."""
 
 from __future__ import annotations
 
@@ -27,4 +28,7 @@ def test_summary_read_in_two_workers_is_the_serial_summary(tmp_path):
     run = str(tmp_path / "run")
     generate_run(run, RunSpec(ranks=4, steps=6, seed=4, straggler=(2, "fwd", 30.0)))
     serial = collect.summarize_run(run, jobs=1, log_skipped=False, cache=False).to_dict(now_us=0)
-    assert collect.summarize_run(run, jobs=2, log_skipped=False, cache=False).to_dict(now_us=0) == serial
+    assert (
+        collect.summarize_run(run, jobs=2, log_skipped=False, cache=False).to_dict(now_us=0)
+        == serial
+    )

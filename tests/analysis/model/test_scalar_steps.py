@@ -1,4 +1,5 @@
-"""model/scalar_steps.py: the scalars over steps the report draws, kept bounded (the first names only) and merged as one pass would."""
+"""model/scalar_steps.py: the scalars over steps the report draws, kept bounded (the first names
+only) and merged as one pass would."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ from otel_titan.analysis.model.scalar_steps import SERIES_KEPT, ScalarSteps
 
 
 def _records(names: list[str], steps: int, ranks: int) -> list[dict]:
-    return [{"event_name": name, "step": step, "value": float(rank * 10 + step)} for name in names for step in range(1, steps + 1) for rank in range(ranks)]
+    return [
+        {"event_name": name, "step": step, "value": float(rank * 10 + step)}
+        for name in names
+        for step in range(1, steps + 1)
+        for rank in range(ranks)
+    ]
 
 
 def _as_lists(kept: ScalarSteps) -> dict:
-    return {name: {step: sorted(values) for step, values in steps.items()} for name, steps in kept.series.items()}
+    return {
+        name: {step: sorted(values) for step, values in steps.items()}
+        for name, steps in kept.series.items()
+    }
 
 
 def test_only_the_first_names_are_kept_whatever_the_order() -> None:
@@ -34,7 +43,8 @@ def test_merged_shares_equal_one_pass() -> None:
     for record in records:
         whole.observe(record)
     left, right = ScalarSteps(), ScalarSteps()
-    for index, record in enumerate(records):  # shares hold different names: the right one sees the late ones first
+    # shares hold different names: the right one sees the late ones first
+    for index, record in enumerate(records):
         (left if index % 3 else right).observe(record)
     left.merge(right)
     assert _as_lists(left) == _as_lists(whole)

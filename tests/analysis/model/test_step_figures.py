@@ -1,4 +1,5 @@
-"""summarize names a slow step next to a memory peak or a busy host (analysis/step_figures.py), from a real run's figures."""
+"""summarize names a slow step next to a memory peak or a busy host (analysis/step_figures.py), from
+a real run's figures."""
 
 from __future__ import annotations
 
@@ -30,13 +31,16 @@ sl.shutdown_structured_logger()
 """
 
 
-def test_summarize_says_a_slow_step_reached_a_memory_peak_and_says_nothing_of_an_unexplained_one(tmp_path):
+def test_summarize_says_a_slow_step_reached_a_memory_peak_and_says_nothing_of_an_unexplained_one(
+    tmp_path,
+):
     result = run_python(WORKLOAD, str(tmp_path), timeout=120)
     assert result.returncode == 0, result.stderr
     summary = summarize_run(tmp_path)
     (note,) = [n for n in summary.slow_steps if n.startswith("training rank 0, step 6: ")]
     assert "its resident memory reached a new peak of" in note
-    # Step 9 was as slow with no memory change: no memory reason (a loaded test machine's CPU pressure may be one).
+    # Step 9 was as slow with no memory change: no memory reason (a loaded test machine's CPU
+    # pressure may be one).
     assert not any("memory" in n for n in summary.slow_steps if ", step 9:" in n)
     text = format_summary(summary)
     assert "Slow steps and the machine" in text and "  training rank 0, step 6: " in text
@@ -47,12 +51,32 @@ def test_a_busy_host_is_named_for_the_ranks_on_it():
     figures = StepFigures()
     for rank, host in ((0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")):
         for step in range(1, 9):
-            figures.observe({"event_name": "memory/rss_peak_bytes", "value": 1 << 30, "step": step}, "training", 0, rank, host)
+            figures.observe(
+                {"event_name": "memory/rss_peak_bytes", "value": 1 << 30, "step": step},
+                "training",
+                0,
+                rank,
+                host,
+            )
             if rank in (0, 2):  # local rank 0 of each host writes the host's figures
                 pressure = 55.0 if host == "n2" and step == 4 else 1.0
-                figures.observe({"event_name": "host/cpu_pressure_some_pct", "value": pressure, "step": step}, "training", 0, rank, host)
-    step_ms = {("training", 0): {rank: {s: 100.0 + (300.0 if (rank == 3 and s == 4) else 0.0) for s in range(1, 9)} for rank in range(4)}}
-    assert figures.notes(step_ms) == ["training rank 3, step 4: 400 ms (median 100 ms); its host n2 was under CPU pressure (55 % of the time tasks waited for CPU)"]
+                figures.observe(
+                    {"event_name": "host/cpu_pressure_some_pct", "value": pressure, "step": step},
+                    "training",
+                    0,
+                    rank,
+                    host,
+                )
+    step_ms = {
+        ("training", 0): {
+            rank: {s: 100.0 + (300.0 if (rank == 3 and s == 4) else 0.0) for s in range(1, 9)}
+            for rank in range(4)
+        }
+    }
+    assert figures.notes(step_ms) == [
+        "training rank 3, step 4: 400 ms (median 100 ms); its host n2 was under CPU pressure (55 "
+        "% of the time tasks waited for CPU)"
+    ]
     # No figures at all (process_figures off): nothing is said.
     assert StepFigures().notes(step_ms) == []
 
@@ -61,8 +85,13 @@ def test_summary_workers_merge_the_figures_of_their_processes(tmp_path):
     for rank in (0, 1):
         result = run_python(WORKLOAD, str(tmp_path), str(rank), timeout=120)
         assert result.returncode == 0, result.stderr
-    one, two = summarize_run(tmp_path, jobs=1, cache=False), summarize_run(tmp_path, jobs=2, cache=False)
-    assert any(n.startswith("training rank 0, step 6: ") and "resident memory" in n for n in two.slow_steps)
+    one, two = (
+        summarize_run(tmp_path, jobs=1, cache=False),
+        summarize_run(tmp_path, jobs=2, cache=False),
+    )
+    assert any(
+        n.startswith("training rank 0, step 6: ") and "resident memory" in n for n in two.slow_steps
+    )
     assert one.slow_steps == two.slow_steps
 
 

@@ -1,4 +1,5 @@
-"""Pairing rules: by span id, else LIFO per lane and name; orphans, errors, incomplete spans; step boundaries; lanes."""
+"""Pairing rules: by span id, else LIFO per lane and name; orphans, errors, incomplete spans; step
+boundaries; lanes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ class Recorder(TimelineVisitor):
     """Remembers everything the walker reports, as plain tuples."""
 
     def __init__(self):
-        self.spans, self.errors, self.instants, self.scalars, self.metas, self.steps, self.lanes = [], [], [], [], [], [], []
+        self.spans, self.errors, self.instants, self.scalars, self.metas, self.steps, self.lanes = (
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         self._next_track = 0
 
     def lane_opened(self, lane):
@@ -27,7 +36,17 @@ class Recorder(TimelineVisitor):
         self.lanes.append(("close", lane, track))
 
     def span(self, span, end, end_us, dur_us, incomplete):
-        self.spans.append((span.name, span.start_us - T0, round(dur_us), incomplete, span.error is not None, span.start is None, span.track))
+        self.spans.append(
+            (
+                span.name,
+                span.start_us - T0,
+                round(dur_us),
+                incomplete,
+                span.error is not None,
+                span.start is None,
+                span.track,
+            )
+        )
 
     def error(self, record, span, track):
         self.errors.append((record["log_type_name"], None if span is None else span.name))
@@ -59,7 +78,10 @@ def test_span_ids_pair_interleaved_threads_exactly():
         titan_record("work_end", 9, tid=2, span_id="b", value=8.0),
     ]
     recorder, extent = walk(records)
-    assert [(name, start, dur) for name, start, dur, *_ in recorder.spans] == [("work", 0, 5000), ("work", 1000, 8000)]
+    assert [(name, start, dur) for name, start, dur, *_ in recorder.spans] == [
+        ("work", 0, 5000),
+        ("work", 1000, 8000),
+    ]
     assert extent == ProcessExtent(4, T0, T0 + 9000)
 
 
@@ -70,12 +92,18 @@ def test_without_ids_pairing_is_lifo_per_thread_task_and_name():
         titan_record("recurse_end", 2, value=1.0),  # the inner one
         titan_record("fetch_start", 3, task_name="Task-1"),
         titan_record("fetch_start", 4, task_name="Task-2"),
-        titan_record("fetch_end", 6, task_name="Task-1", value=3.0),  # Task-1's, not the most recent
+        # Task-1's, not the most recent
+        titan_record("fetch_end", 6, task_name="Task-1", value=3.0),
         titan_record("recurse_end", 7, value=7.0),
         titan_record("fetch_end", 8, task_name="Task-2", value=4.0),
     ]
     recorder, _ = walk(records)
-    assert [(n, s, d) for n, s, d, *_ in recorder.spans] == [("recurse", 1000, 1000), ("fetch", 3000, 3000), ("recurse", 0, 7000), ("fetch", 4000, 4000)]
+    assert [(n, s, d) for n, s, d, *_ in recorder.spans] == [
+        ("recurse", 1000, 1000),
+        ("fetch", 3000, 3000),
+        ("recurse", 0, 7000),
+        ("fetch", 4000, 4000),
+    ]
 
 
 def test_end_without_start_begins_value_before_the_end_and_is_marked():
@@ -100,7 +128,8 @@ def test_value_wins_over_the_wall_clock_for_the_duration():
 
 
 def test_microsecond_rounding_never_lets_a_child_end_after_its_parent():
-    # Real numbers from an asyncio run: start + value would put the child 0.2 µs past its parent's end.
+    # Real numbers from an asyncio run: start + value would put the child 0.2 µs past its parent's
+    # end.
     records = [
         titan_record("rollout_start", 0.0, span_id="p"),
         titan_record("generate_start", 2.276, span_id="c", parent_span_id="p"),
@@ -155,15 +184,28 @@ def test_open_spans_are_incomplete_to_the_last_timestamp_in_start_order():
         titan_record("signal_received", 50, log_type="instant", signal="SIGTERM"),
     ]
     recorder, _ = walk(records)
-    assert recorder.spans == [("step", 0, 50_000, True, False, False, 1), ("fwd", 2000, 48_000, True, False, False, 1)]
+    assert recorder.spans == [
+        ("step", 0, 50_000, True, False, False, 1),
+        ("fwd", 2000, 48_000, True, False, False, 1),
+    ]
     assert recorder.metas == ["signal_received"]
     assert recorder.lanes[-1] == ("close", (6161, None), 1)
 
 
 def test_a_lane_stays_open_while_any_of_its_spans_is_open():
-    records = titan_span("outer", 0, 10, span_id="o")[:1] + titan_span("inner", 1, 2, span_id="i") + titan_span("outer", 0, 10, span_id="o")[1:] + titan_span("next", 11, 12, span_id="n")
+    records = (
+        titan_span("outer", 0, 10, span_id="o")[:1]
+        + titan_span("inner", 1, 2, span_id="i")
+        + titan_span("outer", 0, 10, span_id="o")[1:]
+        + titan_span("next", 11, 12, span_id="n")
+    )
     recorder, _ = walk(records)
-    assert recorder.lanes == [("open", (6161, None), 1), ("close", (6161, None), 1), ("open", (6161, None), 2), ("close", (6161, None), 2)]
+    assert recorder.lanes == [
+        ("open", (6161, None), 1),
+        ("close", (6161, None), 1),
+        ("open", (6161, None), 2),
+        ("close", (6161, None), 2),
+    ]
     assert [s[-1] for s in recorder.spans] == [1, 1, 2]
 
 
@@ -172,19 +214,30 @@ def test_steps_begin_at_their_first_record_and_ends_never_move_them():
         titan_record("boot", 0, log_type="instant"),  # no step: before the first
         titan_record("a_start", 10, step=1, span_id="1"),
         titan_record("b_start", 20, step=2, span_id="2"),
-        titan_record("a_end", 25, step=1, span_id="1", value=15.0),  # step 1's span ending during step 2
-        titan_record("late", 26, log_type="instant", step=1),  # an older step's instant: not a new step
+        # step 1's span ending during step 2
+        titan_record("a_end", 25, step=1, span_id="1", value=15.0),
+        # an older step's instant: not a new step
+        titan_record("late", 26, log_type="instant", step=1),
         titan_record("b_end", 30, step=2, span_id="2", value=10.0),
         titan_record("metric_value", 40, log_type="instant", event_name="loss", value=1.0, step=3),
         titan_record("structured_logger_closed", 45, log_type="instant"),
     ]
     recorder, _ = walk(records)
     assert recorder.steps == [(1, 10_000, 20_000), (2, 20_000, 40_000), (3, 40_000, 45_000)]
-    assert recorder.instants == [("boot", None), ("late", 1)] and recorder.scalars == ["loss"] and recorder.metas == ["structured_logger_closed"]
+    assert (
+        recorder.instants == [("boot", None), ("late", 1)]
+        and recorder.scalars == ["loss"]
+        and recorder.metas == ["structured_logger_closed"]
+    )
 
 
 def test_instants_inside_an_open_span_get_its_track():
-    records = titan_span("fwd", 0, 5, span_id="f")[:1] + [titan_record("mark", 1, log_type="instant")] + titan_span("fwd", 0, 5, span_id="f")[1:] + [titan_record("after", 6, log_type="instant")]
+    records = (
+        titan_span("fwd", 0, 5, span_id="f")[:1]
+        + [titan_record("mark", 1, log_type="instant")]
+        + titan_span("fwd", 0, 5, span_id="f")[1:]
+        + [titan_record("after", 6, log_type="instant")]
+    )
     recorder, _ = walk(records)
     assert recorder.instants == [("mark", 1), ("after", None)]
 
@@ -231,7 +284,8 @@ def test_real_threads_and_tasks_pair_into_the_spans_they_were(logged):
 
 
 def _mixed_records():
-    """Spans with and without ids, nested, failed, orphaned and left open; instants, scalars, steps: every rule once."""
+    """Spans with and without ids, nested, failed, orphaned and left open; instants, scalars, steps:
+    every rule once."""
     return [
         titan_record("boot", 0, log_type="instant"),
         titan_record("step_start", 1, step=1, span_id="s1"),
@@ -251,7 +305,8 @@ def _mixed_records():
 
 
 def test_a_walk_stopped_after_any_record_and_pickled_goes_on_as_one_walk():
-    """The analysis cache stops a walk at the end of what is written and goes on with what is appended later (`WalkState`)."""
+    """The analysis cache stops a walk at the end of what is written and goes on with what is
+    appended later (`WalkState`)."""
     import pickle
 
     from otel_titan.analysis.model.timeline import WalkState, finish_walk
@@ -264,5 +319,13 @@ def test_a_walk_stopped_after_any_record_and_pickled_goes_on_as_one_walk():
         state = pickle.loads(pickle.dumps(state))  # as the cache keeps it
         walk_process(records[cut:], recorder, state=state, finish=False)
         assert finish_walk(state, recorder) == extent
-        assert (recorder.spans, recorder.errors, recorder.instants, recorder.scalars, recorder.metas, recorder.steps) == (
-            whole.spans, whole.errors, whole.instants, whole.scalars, whole.metas, whole.steps), cut
+        assert (
+            recorder.spans,
+            recorder.errors,
+            recorder.instants,
+            recorder.scalars,
+            recorder.metas,
+            recorder.steps,
+        ) == (whole.spans, whole.errors, whole.instants, whole.scalars, whole.metas, whole.steps), (
+            cut
+        )

@@ -9,7 +9,14 @@ from otel_titan.analysis import StepRange, parse_rank_list, parse_step_range
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("100:200", StepRange(100, 200)), ("5:", StepRange(5, None)), (":9", StepRange(None, 9)), ("7", StepRange(7, 7)), (" 3 : 4 ", StepRange(3, 4)), (":", StepRange(None, None))],
+    [
+        ("100:200", StepRange(100, 200)),
+        ("5:", StepRange(5, None)),
+        (":9", StepRange(None, 9)),
+        ("7", StepRange(7, 7)),
+        (" 3 : 4 ", StepRange(3, 4)),
+        (":", StepRange(None, None)),
+    ],
 )
 def test_step_ranges(text, expected):
     assert parse_step_range(text) == expected
@@ -23,7 +30,15 @@ def test_bad_step_ranges_say_what_is_expected(text):
 
 def test_step_range_membership_is_inclusive_and_needs_a_step():
     steps = StepRange(3, 5)
-    assert [s in steps for s in (2, 3, 5, 6, None, "4", True)] == [False, True, True, False, False, False, False]
+    assert [s in steps for s in (2, 3, 5, 6, None, "4", True)] == [
+        False,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
     assert str(steps) == "3:5" and str(StepRange(None, 5)) == ":5"
 
 

@@ -14,7 +14,10 @@ NAME = "training.global_rank_{rank}.20260101-000000-abcdef.jsonl"
 
 
 def line(name: str, t: int, **extra) -> bytes:
-    return orjson.dumps({"log_type_name": name, "log_type": "event", "time_us": t, "rank": 0, **extra}) + b"\n"
+    return (
+        orjson.dumps({"log_type_name": name, "log_type": "event", "time_us": t, "rank": 0, **extra})
+        + b"\n"
+    )
 
 
 def names(batch) -> list[str]:
@@ -65,13 +68,15 @@ def test_a_nul_tail_is_not_written_yet_and_a_hole_that_stays_is_skipped_not_bloc
     path.write_bytes(good + b"\0" * 64)
     follower = RunFollower(tmp_path)
     assert names(follower.poll(1.0)) == ["a_start"]
-    # The NUL bytes get filled in (NFS showed the size before the bytes): read as the record they become.
+    # The NUL bytes get filled in (NFS showed the size before the bytes): read as the record they
+    # become.
     filled = line("a_end", 2)
     with open(path, "r+b") as handle:
         handle.seek(len(good))
         handle.write(filled)
     assert names(follower.poll(2.0)) == ["a_end"]
-    # A hole that is never filled, with records after it: skipped after NUL_RETRIES polls, the records after it read.
+    # A hole that is never filled, with records after it: skipped after NUL_RETRIES polls, the
+    # records after it read.
     with open(path, "ab") as handle:
         handle.write(b"\0" * 20 + b"\n" + line("b_start", 3))
     seen = []
@@ -107,7 +112,9 @@ def test_rotation_with_no_backups_counts_what_was_lost(tmp_path):
     with open(path, "ab") as handle:
         handle.write(lost)
     os.stat(path)
-    follower.cursors[str(path)].size = path.stat().st_size  # the refresh saw the size but not the bytes
+    follower.cursors[
+        str(path)
+    ].size = path.stat().st_size  # the refresh saw the size but not the bytes
     os.unlink(path)  # backup_count=0: the writer deletes the full file
     path.write_bytes(line("b_start", 3))
     assert names(follower.poll(2.0)) == ["b_start"]
@@ -144,14 +151,27 @@ def test_a_file_rewritten_smaller_is_read_again_from_its_start(tmp_path):
 def test_a_big_file_first_seen_is_read_from_its_last_bytes_at_a_line_start(tmp_path):
     logs = run_dir(tmp_path)
     path = logs / NAME.format(rank=0)
-    opened = orjson.dumps({"log_type_name": "structured_logger_opened", "log_type": "instant", "time_us": 0, "rank": 0, "world_size": 4, "run_id": "r"}) + b"\n"
+    opened = (
+        orjson.dumps(
+            {
+                "log_type_name": "structured_logger_opened",
+                "log_type": "instant",
+                "time_us": 0,
+                "rank": 0,
+                "world_size": 4,
+                "run_id": "r",
+            }
+        )
+        + b"\n"
+    )
     body = b"".join(line("a_start", i) for i in range(1, 2000))
     path.write_bytes(opened + body)
     follower = RunFollower(tmp_path, first_read_bytes=4096)
     batch = follower.poll(1.0)
     cursor = follower.cursors[str(path)]
     assert batch.bytes_read <= 4096 + len(line("a_start", 1999)) and cursor.skipped_head > 0
-    assert follower.skipped.count == 0, follower.skipped.examples  # started at a line start, no torn first line
+    # started at a line start, no torn first line
+    assert follower.skipped.count == 0, follower.skipped.examples
     assert cursor.process.world_size == 4, "the identity still comes from the file's first record"
     assert [r["time_us"] for _, rs in batch.records for r in rs][-1] == 1999
 
@@ -159,7 +179,12 @@ def test_a_big_file_first_seen_is_read_from_its_last_bytes_at_a_line_start(tmp_p
 def test_invalid_utf8_and_garbage_lines_are_skipped_with_the_rest_read(tmp_path):
     logs = run_dir(tmp_path)
     path = logs / NAME.format(rank=0)
-    path.write_bytes(line("a_start", 1) + b"\xff\xfe garbage\n" + json.dumps({"log_type_name": "fwd\udc80_start", "time_us": 2}).encode() + b"\n")
+    path.write_bytes(
+        line("a_start", 1)
+        + b"\xff\xfe garbage\n"
+        + json.dumps({"log_type_name": "fwd\udc80_start", "time_us": 2}).encode()
+        + b"\n"
+    )
     follower = RunFollower(tmp_path)
     got = names(follower.poll(1.0))
     assert got[0] == "a_start" and len(got) == 2 and got[1].isprintable()
@@ -167,10 +192,13 @@ def test_invalid_utf8_and_garbage_lines_are_skipped_with_the_rest_read(tmp_path)
 
 
 def test_the_real_writer_rotating_under_a_follower_loses_and_repeats_nothing(tmp_path):
-    """The library itself writes and rotates (10 kB segments) while the follower polls between bursts: every seq_id once."""
+    """The library itself writes and rotates (10 kB segments) while the follower polls between
+    bursts: every seq_id once."""
     from otel_titan import structured_logger as sl
 
-    sl.init_structured_logger("training", str(tmp_path), rank=0, world_size=1, max_file_size_mb=0.01, backup_count=1000)
+    sl.init_structured_logger(
+        "training", str(tmp_path), rank=0, world_size=1, max_file_size_mb=0.01, backup_count=1000
+    )
     follower = RunFollower(tmp_path)
     seen: list[int] = []
     try:
@@ -191,15 +219,18 @@ def test_the_real_writer_rotating_under_a_follower_loses_and_repeats_nothing(tmp
 
 
 def test_a_line_longer_than_readers_take_is_skipped_and_the_follow_goes_on(tmp_path):
-    """A 40 MB line (more than a refresh reads of one file): skipped to its newline as the reader skips it, not re-read at every
-    refresh and not taken for a torn line (before: the cursor never moved, and after 5 s the healthy rank was `crashed`)."""
+    """A 40 MB line (more than a refresh reads of one file): skipped to its newline as the reader
+    skips it, not re-read at every refresh and not taken for a torn line (before: the cursor never
+    moved, and after 5 s the healthy rank was `crashed`)."""
     logs = run_dir(tmp_path)
     path = logs / NAME.format(rank=0)
     path.write_bytes(line("a_start", 1))
     follower = RunFollower(tmp_path)
     assert names(follower.poll(1.0)) == ["a_start"]
     with open(path, "ab") as handle:
-        handle.write(b'{"log_type_name": "huge", "pad": "' + b"x" * (40 << 20) + b'"}\n' + line("a_end", 2))
+        handle.write(
+            b'{"log_type_name": "huge", "pad": "' + b"x" * (40 << 20) + b'"}\n' + line("a_end", 2)
+        )
     seen = []
     for refresh in range(2, 6):
         seen += names(follower.poll(float(refresh)))
@@ -212,8 +243,8 @@ def test_a_line_longer_than_readers_take_is_skipped_and_the_follow_goes_on(tmp_p
 
 
 def test_a_folder_that_cannot_be_listed_makes_no_process_gone(tmp_path):
-    """No file descriptor left (EMFILE) at a refresh: before, every process was marked gone (the listing came back empty).
-    In a process of its own, which runs out of descriptors on purpose."""
+    """No file descriptor left (EMFILE) at a refresh: before, every process was marked gone (the
+    listing came back empty). In a process of its own, which runs out of descriptors on purpose."""
     import subprocess
     import sys
 
@@ -241,7 +272,9 @@ with open({str(logs / NAME.format(rank=0))!r}, "ab") as handle:
     handle.write(b'{{"log_type_name": "a_end", "log_type": "event", "time_us": 2, "rank": 0}}\\n')
 print([r["log_type_name"] for _, rs in follower.poll(3.0).records for r in rs])
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     gone, still_gone, skipped, *_ = done.stdout.split()
     assert (gone, still_gone) == ("0", "0") and int(skipped) >= 1, done.stdout + done.stderr
     assert done.stdout.splitlines()[1] == "['a_end']", done.stdout + done.stderr

@@ -1,4 +1,5 @@
-"""The analysis cache's format (`read.plain_data`): an exact round trip of the model's objects, and bytes that can only ever be data."""
+"""The analysis cache's format (`read.plain_data`): an exact round trip of the model's objects, and
+bytes that can only ever be data."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class Tracker:
 
 
 class Loud:
-    """A class whose construction has an effect: the codec never constructs, it only sets attributes."""
+    """A class whose construction has an effect: the codec never constructs, it only sets
+    attributes."""
 
     made = 0
 
@@ -77,8 +79,14 @@ def test_what_is_shared_stays_shared_and_every_type_comes_back() -> None:
     assert back["durations"].typecode == "d" and back["durations"] == value["durations"]
     assert type(back["counts"]) is collections.Counter and back["counts"]["missing"] == 0
     assert back["by_step"][9] == [] and back["by_step"][1] == [2]
-    assert back["ids"] == {1, 2} and back["frozen"] == frozenset({"x"}) and back["big"] == value["big"]
-    assert back["surrogate"] == value["surrogate"] and back["empty"] == ((), [], {}) and type(back["empty"]) is tuple
+    assert (
+        back["ids"] == {1, 2} and back["frozen"] == frozenset({"x"}) and back["big"] == value["big"]
+    )
+    assert (
+        back["surrogate"] == value["surrogate"]
+        and back["empty"] == ((), [], {})
+        and type(back["empty"]) is tuple
+    )
     back["tracker"].hook()  # the bound method is bound to the tracker that came back
     assert back["tracker"].count == 3
 
@@ -91,7 +99,12 @@ def test_a_pickle_or_anything_else_is_not_data_and_runs_nothing(tmp_path) -> Non
         def __reduce__(self) -> tuple:
             return os.system, (f"touch {marker}",)
 
-    for data in (pickle.dumps(Evil()), b"", b"\xc1", msgspec.msgpack.encode([1, ["other:Class"], None])):
+    for data in (
+        pickle.dumps(Evil()),
+        b"",
+        b"\xc1",
+        msgspec.msgpack.encode([1, ["other:Class"], None]),
+    ):
         with pytest.raises(PlainDataError):
             codec.decode(data)
     assert not marker.exists()
@@ -118,7 +131,8 @@ def test_only_the_codecs_classes_and_plain_attributes_are_ever_made() -> None:
 
 
 def test_decoding_gives_the_cyclic_collector_back_as_it_found_it() -> None:
-    """The collector is paused while a graph is built (nothing in it is garbage): on again after, after a miss too; left off if it was off."""
+    """The collector is paused while a graph is built (nothing in it is garbage): on again after,
+    after a miss too; left off if it was off."""
     import gc
 
     codec = PlainCodec([Span])
@@ -127,7 +141,12 @@ def test_decoding_gives_the_cyclic_collector_back_as_it_found_it() -> None:
     try:
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
-            for payload in (data, b"\xc1", msgspec.msgpack.encode([1, ["other:Class"], None]), msgspec.msgpack.encode([1, [f"{Span.__module__}:{Span.__qualname__}"], [0, 9]])):
+            for payload in (
+                data,
+                b"\xc1",
+                msgspec.msgpack.encode([1, ["other:Class"], None]),
+                msgspec.msgpack.encode([1, [f"{Span.__module__}:{Span.__qualname__}"], [0, 9]]),
+            ):
                 try:
                     assert codec.decode(payload)["span"].parent.name == "step"
                 except PlainDataError:
@@ -146,18 +165,37 @@ def _tags(tree: object) -> set[int]:
         if isinstance(node, list) and node and type(node[0]) is int:
             found.add(node[0])
             stack += [item for item in node[1:] if isinstance(item, list)]
-            stack += [item for part in node[1:] if isinstance(part, list) for item in part if isinstance(item, list)]
+            stack += [
+                item
+                for part in node[1:]
+                if isinstance(part, list)
+                for item in part
+                if isinstance(item, list)
+            ]
     return found
 
 
 def test_native_trees_read_back_as_the_node_by_node_path_does_sharing_included() -> None:
-    """The fast path (plain dict and list trees written as MessagePack itself) against the reference path: equal, and what was shared still is."""
+    """The fast path (plain dict and list trees written as MessagePack itself) against the reference
+    path: equal, and what was shared still is."""
     codec = PlainCodec([Span])
     span = Span("fwd")
-    shared = ["later", "again"]  # inside a tree first, then met on its own: the tree is written node by node
+    # inside a tree first, then met on its own: the tree is written node by node
+    shared = [
+        "later",
+        "again",
+    ]
     twice = [1.5]  # twice in one tree: not a tree
     earlier = {"a": [1, 2]}
-    facts = {f"rank {rank}": {"step": rank, "entered": ["fwd", "bwd"], "history": [{"at": rank, "open": ["fwd"]}], "box": None} for rank in range(50)}
+    facts = {
+        f"rank {rank}": {
+            "step": rank,
+            "entered": ["fwd", "bwd"],
+            "history": [{"at": rank, "open": ["fwd"]}],
+            "box": None,
+        }
+        for rank in range(50)
+    }
     value = {
         "facts": facts,
         "holder": {"list": shared, "n": 1, "nested": [[1], [2, [3]]]},
@@ -170,18 +208,25 @@ def test_native_trees_read_back_as_the_node_by_node_path_does_sharing_included()
         "surrogate": {"files": ["rank\udcff.jsonl"]},
     }
     fast, reference = codec.encode(value), codec.encode(value, native=False)
-    assert _NATIVE in _tags(msgspec.msgpack.decode(fast)[2]) and _NATIVE not in _tags(msgspec.msgpack.decode(reference)[2])
+    assert _NATIVE in _tags(msgspec.msgpack.decode(fast)[2]) and _NATIVE not in _tags(
+        msgspec.msgpack.decode(reference)[2]
+    )
     for back in (codec.decode(fast), codec.decode(reference)):
         assert back["facts"] == facts and back["holder"]["nested"] == [[1], [2, [3]]]
         assert back["holder"]["list"] is back["shared"] and back["shared"] == shared
         assert back["dup"]["x"] is back["dup"]["y"] and back["later"]["has"] is back["earlier"]
-        assert back["records"][1]["span"].name == "fwd" and back["records"][0] == {"name": "fwd_start", "step": 1}
+        assert back["records"][1]["span"].name == "fwd" and back["records"][0] == {
+            "name": "fwd_start",
+            "step": 1,
+        }
         assert back["big"] == {"n": [10**30]} and back["surrogate"] == value["surrogate"]
-    assert _shape(codec.decode(fast)) == _shape(codec.decode(reference)) == _shape(value)  # the same graph: values, types and sharing
+    # the same graph: values, types and sharing
+    assert _shape(codec.decode(fast)) == _shape(codec.decode(reference)) == _shape(value)
 
 
 def _shape(value: object, seen: dict[int, int] | None = None) -> object:
-    """`value` as nested tuples that say each container's type, contents and which ones are the same object (scalars by value)."""
+    """`value` as nested tuples that say each container's type, contents and which ones are the same
+    object (scalars by value)."""
     seen = {} if seen is None else seen
     if type(value) in (type(None), bool, int, float, str, bytes):
         return value
@@ -189,7 +234,15 @@ def _shape(value: object, seen: dict[int, int] | None = None) -> object:
         return ("same as", seen[id(value)])
     seen[id(value)] = len(seen)
     if isinstance(value, dict):
-        return (type(value).__name__, tuple((_shape(k, seen), _shape(v, seen)) for k, v in value.items()))
+        return (
+            type(value).__name__,
+            tuple((_shape(k, seen), _shape(v, seen)) for k, v in value.items()),
+        )
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_shape(item, seen) for item in value))
-    return (type(value).__name__, tuple((name, _shape(getattr(value, name), seen)) for name in getattr(value, "__slots__", ())))
+    return (
+        type(value).__name__,
+        tuple(
+            (name, _shape(getattr(value, name), seen)) for name in getattr(value, "__slots__", ())
+        ),
+    )

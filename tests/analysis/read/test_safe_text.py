@@ -1,4 +1,5 @@
-"""The one helper for text and JSON output: control characters shown, never executed; odd values always encode."""
+"""The one helper for text and JSON output: control characters shown, never executed; odd values
+always encode."""
 
 from __future__ import annotations
 
@@ -38,7 +39,18 @@ def test_printable_escapes_what_would_drive_the_terminal(text, shown):
     printable(text).encode("utf-8")
 
 
-@pytest.mark.parametrize("text", ["fwd_bwd", "步骤 前向", "données é", "emoji 🙂 ok", "tab-free   spaces", "C:\\path\\file", "\u3000ideographic space"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "fwd_bwd",
+        "步骤 前向",
+        "données é",
+        "emoji 🙂 ok",
+        "tab-free   spaces",
+        "C:\\path\\file",
+        "\u3000ideographic space",
+    ],
+)
 def test_printable_leaves_ordinary_text_alone(text):
     assert printable(text) == text
 
@@ -48,7 +60,12 @@ def test_printable_leaves_ordinary_text_alone(text):
 def test_printable_output_always_encodes_and_holds_no_control_character(text):
     shown = printable(text)
     shown.encode("utf-8")
-    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029" for c in shown)
+    assert not any(
+        ord(c) < 0x20
+        or 0x7F <= ord(c) < 0xA0
+        or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
+        for c in shown
+    )
 
 
 def test_escape_surrogates_keeps_valid_text_as_it_is():
@@ -68,7 +85,14 @@ def test_escape_surrogates_keeps_valid_text_as_it_is():
         ),
         lambda inner: st.one_of(
             st.lists(inner, max_size=3),
-            st.dictionaries(st.one_of(st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=4), st.integers(min_value=-(1 << 70), max_value=1 << 70)), inner, max_size=3),
+            st.dictionaries(
+                st.one_of(
+                    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=4),
+                    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+                ),
+                inner,
+                max_size=3,
+            ),
         ),
         max_leaves=10,
     )
@@ -82,7 +106,14 @@ def test_json_safe_keeps_what_orjson_can_write_and_fixes_only_the_rest():
     deep: list = []
     for _ in range(300):
         deep = [deep]
-    data = json.loads(json_bytes({"rank": 1 << 70, "ok": 5, "name": "fwd\ud800", "k\udc80": 1, "deep": deep}))
-    assert data["rank"] == str(1 << 70) and data["ok"] == 5 and data["name"] == "fwd\\ud800" and data["k\\udc80"] == 1
+    data = json.loads(
+        json_bytes({"rank": 1 << 70, "ok": 5, "name": "fwd\ud800", "k\udc80": 1, "deep": deep})
+    )
+    assert (
+        data["rank"] == str(1 << 70)
+        and data["ok"] == 5
+        and data["name"] == "fwd\\ud800"
+        and data["k\\udc80"] == 1
+    )
     assert "(nested too deep)" in json.dumps(data["deep"])
     assert json_safe({"a": [1, 2.5, None, True]}) == {"a": [1, 2.5, None, True]}

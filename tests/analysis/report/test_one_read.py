@@ -1,4 +1,5 @@
-"""Issue 19: `report` reads the run once (it once loaded it into DuckDB, then read it again for the summary).
+"""Issue 19: `report` reads the run once (it once loaded it into DuckDB, then read it again for the
+summary).
 
 Measured for real, in fresh interpreters: an audit hook (`sys.addaudithook`) counts every
 ``open`` of the run's files, and the kernel's own count of bytes read (``rchar`` in
@@ -24,7 +25,7 @@ pytest.importorskip("plotly")
 from benchmarks.generate_run import RunSpec, generate_run
 from tests.conftest import REPO
 
-PROBE = r'''
+PROBE = r"""
 import json, os, sys
 run, mode, out, warm, cache = sys.argv[1:6]
 cache = cache == "cache"
@@ -51,20 +52,43 @@ if mode == "report":
 else:
     summarize_run(run, cache=cache)
 print(json.dumps({"opens": opens, "read": rchar() - before, "plotly_js": len(get_plotlyjs().encode()), "duckdb": "duckdb" in sys.modules}))
-'''
+"""
 
 
 def _probe(run: Path, mode: str, out: Path, warm: Path, cache: bool = False) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, str(run), mode, str(out), str(warm), "cache" if cache else "no-cache"], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=str(out.parent))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PROBE,
+            str(run),
+            mode,
+            str(out),
+            str(warm),
+            "cache" if cache else "no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=str(out.parent),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="the kernel's count of bytes read (/proc/self/io) is Linux's")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/io"),
+    reason="the kernel's count of bytes read (/proc/self/io) is Linux's",
+)
 def test_report_reads_the_run_once(tmp_path) -> None:
     run, warm = tmp_path / "run", tmp_path / "warm"
-    generate_run(str(run), RunSpec(ranks=16, steps=60, seed=7, straggler=(5, "fwd", 30.0), start_us=1_796_000_000_000_000))
+    generate_run(
+        str(run),
+        RunSpec(
+            ranks=16, steps=60, seed=7, straggler=(5, "fwd", 30.0), start_us=1_796_000_000_000_000
+        ),
+    )
     generate_run(str(warm), RunSpec(ranks=2, steps=8, seed=7, start_us=1_796_000_000_000_000))
     size = sum(path.stat().st_size for path in (run / "structured_logs").iterdir())
     assert size > 4_000_000  # large enough that a second read stands out from everything else read
@@ -72,18 +96,29 @@ def test_report_reads_the_run_once(tmp_path) -> None:
     summary = _probe(run, "summarize", tmp_path / "unused.html", warm)
     assert (tmp_path / "report.html").stat().st_size > 1_000_000
     assert report["duckdb"] is False  # no second reader loaded ...
-    assert report["opens"] == summary["opens"] and len(report["opens"]) == 16  # ... each file opened as summarize opens it ...
-    # ... and no more of the run read than summarize reads (its heads and torn-tail checks included): a second
-    # read would add `size` again. Plotly's JavaScript, embedded in the page, is read once more for it.
+    # ... each file opened as summarize opens it ...
+    assert report["opens"] == summary["opens"] and len(report["opens"]) == 16
+    # ... and no more of the run read than summarize reads (its heads and torn-tail checks
+    # included): a second read would add `size` again. Plotly's JavaScript, embedded in the page, is
+    # read once more for it.
     extra = report["read"] - report["plotly_js"] - summary["read"]
     assert extra < size // 4, (extra, size, report, summary)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="the kernel's count of bytes read (/proc/self/io) is Linux's")
+@pytest.mark.skipif(
+    not os.path.exists("/proc/self/io"),
+    reason="the kernel's count of bytes read (/proc/self/io) is Linux's",
+)
 def test_a_second_report_reads_what_summarize_cached_not_the_run(tmp_path) -> None:
-    """The report's one read is summarize's, cache included: after a cached summarize, a report reads a fraction of the run."""
+    """The report's one read is summarize's, cache included: after a cached summarize, a report
+    reads a fraction of the run."""
     run, warm = tmp_path / "run", tmp_path / "warm"
-    generate_run(str(run), RunSpec(ranks=16, steps=60, seed=7, straggler=(5, "fwd", 30.0), start_us=1_796_000_000_000_000))
+    generate_run(
+        str(run),
+        RunSpec(
+            ranks=16, steps=60, seed=7, straggler=(5, "fwd", 30.0), start_us=1_796_000_000_000_000
+        ),
+    )
     generate_run(str(warm), RunSpec(ranks=2, steps=8, seed=7, start_us=1_796_000_000_000_000))
     size = sum(path.stat().st_size for path in (run / "structured_logs").iterdir())
     first = _probe(run, "summarize", tmp_path / "unused.html", warm, cache=True)

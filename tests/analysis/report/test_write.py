@@ -1,4 +1,5 @@
-"""`otel-titan report` (report/write.py, and the page it writes) on generated runs, opened in a real browser (headless Chromium, puppeteer-core, offline).
+"""`otel-titan report` (report/write.py, and the page it writes) on generated runs, opened in a real
+browser (headless Chromium, puppeteer-core, offline).
 
 The browser driver is `tests/browser/report_page.js` (the set-up of the Perfetto
 UI tests: scripts/setup-tests.sh installs Chromium and puppeteer-core; where they are
@@ -46,7 +47,12 @@ browser = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 
 
 def open_in_browser(report: Path, screenshot: Path | None = None) -> dict:
-    command = ["node", str(BROWSER_DIR / "report_page.js"), str(report), shutil.which("chromium") or "chromium"]
+    command = [
+        "node",
+        str(BROWSER_DIR / "report_page.js"),
+        str(report),
+        shutil.which("chromium") or "chromium",
+    ]
     if screenshot is not None:
         command.append(str(screenshot))
     # processes.run kills the node driver and its Chromium (the whole tree) on a timeout.
@@ -58,7 +64,10 @@ def open_in_browser(report: Path, screenshot: Path | None = None) -> dict:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("report-run")
-    generate_run(str(out), RunSpec(ranks=32, steps=30, seed=7, straggler=STRAGGLER, start_us=1_796_000_000_000_000))
+    generate_run(
+        str(out),
+        RunSpec(ranks=32, steps=30, seed=7, straggler=STRAGGLER, start_us=1_796_000_000_000_000),
+    )
     return out
 
 
@@ -69,12 +78,30 @@ def test_report_renders_offline(run) -> None:
     page = open_in_browser(Path(result.path))
     assert page["console_errors"] == [] and page["page_errors"] == []
     assert page["requests"] == []
-    assert page["sections"] == ["Headline", "Step time by rank", "Arrival at the step-closing collective", "Per-phase time by rank",
-                                "Scalars over steps", "Stragglers and clocks (summarize)", "Clock offsets"]
+    assert page["sections"] == [
+        "Headline",
+        "Step time by rank",
+        "Arrival at the step-closing collective",
+        "Per-phase time by rank",
+        "Scalars over steps",
+        "Stragglers and clocks (summarize)",
+        "Clock offsets",
+    ]
     figures = {f["id"]: f for f in page["figures"]}
-    assert list(figures) == ["fig-heatmap", "fig-arrival", "fig-phases", "fig-scalar-0", "fig-clocks"]
+    assert list(figures) == [
+        "fig-heatmap",
+        "fig-arrival",
+        "fig-phases",
+        "fig-scalar-0",
+        "fig-clocks",
+    ]
     for figure in figures.values():
-        assert figure["traces"] > 0 and figure["drawn"] > 0 and figure["width"] > 300 and figure["height"] > 200, figure
+        assert (
+            figure["traces"] > 0
+            and figure["drawn"] > 0
+            and figure["width"] > 300
+            and figure["height"] > 200
+        ), figure
     # Small run: one cell per rank and step (the last step's column is empty: it has no end).
     assert (figures["fig-heatmap"]["rows"], figures["fig-heatmap"]["cols"]) == (32, 30)
     html = Path(result.path).read_text()
@@ -88,11 +115,16 @@ def test_straggler_is_marked(run) -> None:
     rank, phase, _ = STRAGGLER
     result = write_report(run, run / "r2.html")
     html = Path(result.path).read_text()
-    # The phase figure marks the straggler by name; the findings table lists it, with human headings.
+    # The phase figure marks the straggler by name; the findings table lists it, with human
+    # headings.
     end = html.index('Plotly.newPlot("fig-phases"')
-    assert f"rank {rank}" in html[html.rindex("<script", 0, end):end]
-    findings = html[html.index("id=findings"):]
-    assert re.search(rf"<td>straggler</td><td>phase {phase}</td><td><span class=named-rank data-source='training' data-rank='{rank}'>rank {rank}</span></td>", findings)
+    assert f"rank {rank}" in html[html.rindex("<script", 0, end) : end]
+    findings = html[html.index("id=findings") :]
+    assert re.search(
+        rf"<td>straggler</td><td>phase {phase}</td><td><span class=named-rank "
+        rf"data-source='training' data-rank='{rank}'>rank {rank}</span></td>",
+        findings,
+    )
 
 
 @browser
@@ -107,7 +139,12 @@ def test_binning_keeps_the_slowest(tmp_path) -> None:
     heat = next(f for f in page["figures"] if f["id"] == "fig-heatmap")
     assert (heat["rows"], heat["cols"]) == (6, 150) and heat["rows"] * heat["cols"] <= 1000
     _, grid = read_model(out)
-    slowest = max(ms for per_rank in grid.step_ms.values() for steps in per_rank.values() for ms in steps.values())
+    slowest = max(
+        ms
+        for per_rank in grid.step_ms.values()
+        for steps in per_rank.values()
+        for ms in steps.values()
+    )
     assert heat["zmax"] == pytest.approx(round(slowest, 1), abs=0.051)
 
 
@@ -120,17 +157,57 @@ def test_bins_for_the_target_size() -> None:
 
 def test_cli_and_missing_plotly(tmp_path, run) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / "x.html")], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_titan.cli",
+            "report",
+            str(run),
+            "-o",
+            str(tmp_path / "x.html"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "report: " in done.stdout and (tmp_path / "x.html").stat().st_size > 1_000_000
     blocker = tmp_path / "block"
     blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['plotly'] = None\nsys.modules['plotly.graph_objects'] = None\n")
-    without = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(run), "-o", str(tmp_path / "y.html")], capture_output=True, text=True,
-                             env={**env, "PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"}, timeout=120)
-    assert without.returncode == 5 and f"pip install '{REPO}[analysis]'" in without.stderr and "Traceback" not in without.stderr  # ExitCode.UNAVAILABLE
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['plotly'] = None\nsys.modules['plotly.graph_objects'] = None\n"
+    )
+    without = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_titan.cli",
+            "report",
+            str(run),
+            "-o",
+            str(tmp_path / "y.html"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": f"{blocker}{os.pathsep}{REPO}"},
+        timeout=120,
+    )
+    # ExitCode.UNAVAILABLE
+    assert (
+        without.returncode == 5
+        and f"pip install '{REPO}[analysis]'" in without.stderr
+        and "Traceback" not in without.stderr
+    )
     assert not (tmp_path / "y.html").exists()
-    missing = subprocess.run([sys.executable, "-m", "otel_titan.cli", "report", str(tmp_path / "nowhere")], capture_output=True, text=True, env=env, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "otel_titan.cli", "report", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
 
 
@@ -143,16 +220,23 @@ print(sorted(m for m in ("plotly.graph_objects", "plotly.graph_objs", "plotly.io
 
 
 def test_the_report_imports_no_plotly_module(tmp_path, run) -> None:
-    """Issue 30: the figures are plain dicts, so `report` pays neither Plotly's figure classes (validation, copies) nor their imports."""
-    done = subprocess.run([sys.executable, "-c", IMPORTS, str(run), str(tmp_path / "x.html")], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    """Issue 30: the figures are plain dicts, so `report` pays neither Plotly's figure classes
+    (validation, copies) nor their imports."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS, str(run), str(tmp_path / "x.html")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[] 0", done.stdout
     assert (tmp_path / "x.html").stat().st_size > 1_000_000
 
 
 def test_the_look_is_plotlys() -> None:
-    """The template and the colour scale the figures carry are those Plotly's own figures carried (`update_layout(template=...)`, "Viridis")."""
+    """The template and the colour scale the figures carry are those Plotly's own figures carried
+    (`update_layout(template=...)`, "Viridis")."""
     import plotly.graph_objects as go
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
@@ -161,44 +245,60 @@ def test_the_look_is_plotlys() -> None:
     from otel_titan.analysis.report.heatmap import VIRIDIS
 
     assert plotly_template("plotly_white") == pio.templates["plotly_white"].to_plotly_json()
-    assert plotly_template("plotly_white") is plotly_template("plotly_white")  # read once per process
+    # read once per process
+    assert plotly_template("plotly_white") is plotly_template("plotly_white")
     assert VIRIDIS == [list(stop) for stop in go.Heatmap(colorscale="Viridis").colorscale]
     assert plotly_js() == get_plotlyjs()
 
 
 def _ranks_named_on_the_page(page: dict) -> set[int]:
-    """Every rank the page names as a finding: in its text, its tables and the labels its figures draw ("rank N")."""
+    """Every rank the page names as a finding: in its text, its tables and the labels its figures
+    draw ("rank N")."""
     return {int(n) for n in re.findall(r"\brank (\d+)\b", page["text"] + "\n" + page["svg_text"])}
 
 
 def _ranks_named_by_summarize(run_dir: Path) -> set[int]:
-    """The ranks summarize's own output names: hang suspects (its Hang section) and stragglers of every kind."""
+    """The ranks summarize's own output names: hang suspects (its Hang section) and stragglers of
+    every kind."""
     summary = summarize_run(run_dir)
     named = {s.rank for s in summary.hang.suspects} if summary.hang is not None else set()
     named |= {p.rank for p in summary.processes if p.hang_suspect}
     for group in summary.stragglers:
-        named |= set(group.straggler_ranks) | {row["rank"] for row in group.phase_stragglers} | {row["rank"] for row in group.arrival_stragglers}
+        named |= (
+            set(group.straggler_ranks)
+            | {row["rank"] for row in group.phase_stragglers}
+            | {row["rank"] for row in group.arrival_stragglers}
+        )
     return named
 
 
 @browser
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_a_clean_run_names_no_rank(tmp_path, seed) -> None:
-    """Issue 18 item 11: the report once applied its own |z| >= 3.5 to 64 ranks x 6 phases and named somebody on every clean run."""
+    """Issue 18 item 11: the report once applied its own |z| >= 3.5 to 64 ranks x 6 phases and named
+    somebody on every clean run."""
     out = tmp_path / "clean"
     generate_run(str(out), RunSpec(ranks=64, steps=20, seed=seed, start_us=1_796_000_000_000_000))
     assert _ranks_named_by_summarize(out) == set()  # summarize finds nothing here ...
     page = open_in_browser(Path(write_report(out, tmp_path / "clean.html").path))
     assert page["named_ranks"] == []
-    assert _ranks_named_on_the_page(page) == set()  # ... and neither does the report, in any text or mark
+    # ... and neither does the report, in any text or mark
+    assert _ranks_named_on_the_page(page) == set()
     phases = page["axes"]["fig-phases"]
-    assert [t["name"] for t in phases["traces"] if t["type"] != "box"] == []  # no marked points at all
+    assert [
+        t["name"] for t in phases["traces"] if t["type"] != "box"
+    ] == []  # no marked points at all
 
 
 @browser
 def test_a_straggler_is_named_exactly_as_summarize_names_it(tmp_path) -> None:
     out = tmp_path / "slow"
-    generate_run(str(out), RunSpec(ranks=64, steps=20, seed=5, straggler=(41, "bwd", 30.0), start_us=1_796_000_000_000_000))
+    generate_run(
+        str(out),
+        RunSpec(
+            ranks=64, steps=20, seed=5, straggler=(41, "bwd", 30.0), start_us=1_796_000_000_000_000
+        ),
+    )
     assert _ranks_named_by_summarize(out) == {41}
     page = open_in_browser(Path(write_report(out, tmp_path / "slow.html").path))
     assert _ranks_named_on_the_page(page) == {41}
@@ -210,7 +310,17 @@ def test_a_straggler_is_named_exactly_as_summarize_names_it(tmp_path) -> None:
 @browser
 def test_a_hung_rank_is_named_as_summarize_names_it(tmp_path) -> None:
     out = tmp_path / "hung"
-    generate_run(str(out), RunSpec(ranks=16, steps=20, seed=3, hung=(9, 12), black_boxes=True, start_us=1_796_000_000_000_000))
+    generate_run(
+        str(out),
+        RunSpec(
+            ranks=16,
+            steps=20,
+            seed=3,
+            hung=(9, 12),
+            black_boxes=True,
+            start_us=1_796_000_000_000_000,
+        ),
+    )
     assert _ranks_named_by_summarize(out) == {9}
     page = open_in_browser(Path(write_report(out, tmp_path / "hung.html").path))
     assert _ranks_named_on_the_page(page) == {9}
@@ -223,7 +333,7 @@ HOSTILE = {
     "span": "</script><script>window.pwned='span'</script>",
     "tag": "<img src=x onerror=\"window.pwned='tag'\">",
     "scalar": "</script><script>window.pwned='scalar';document.title='pwned'</script>",
-    "source": "\"><svg onload=\"window.pwned='source'\">",
+    "source": '"><svg onload="window.pwned=\'source\'">',
     "host": "<b onmouseover=window.pwned='host'>node</b>",
     "run": "</title><script>document.title='pwned'</script>",
     "file": "\"><img src=x onerror=window.pwned='file'>",
@@ -231,9 +341,15 @@ HOSTILE = {
 
 
 def _hostile_run(root: Path) -> Path:
-    """A generated 8-rank run whose span, tag, scalar, source, host, run and file names are all hostile."""
+    """A generated 8-rank run whose span, tag, scalar, source, host, run and file names are all
+    hostile."""
     out = root / ("run " + HOSTILE["file"])
-    generate_run(str(out), RunSpec(ranks=8, steps=12, seed=3, straggler=(5, "fwd", 40.0), start_us=1_796_000_000_000_000))
+    generate_run(
+        str(out),
+        RunSpec(
+            ranks=8, steps=12, seed=3, straggler=(5, "fwd", 40.0), start_us=1_796_000_000_000_000
+        ),
+    )
     logs = out / "structured_logs"
     for index, path in enumerate(sorted(logs.glob("*.jsonl"))):
         records = []
@@ -250,24 +366,30 @@ def _hostile_run(root: Path) -> Path:
             record["run_id"] = HOSTILE["run"]
             records.append(json.dumps(record))
         path.unlink()
-        (logs / f"{HOSTILE['file']}.global_rank_{index}.jsonl").write_text("\n".join(records) + "\n")
+        (logs / f"{HOSTILE['file']}.global_rank_{index}.jsonl").write_text(
+            "\n".join(records) + "\n"
+        )
     return out
 
 
 @browser
 def test_hostile_names_are_shown_never_run(tmp_path) -> None:
-    """Issue 18 item 18: a scalar named </script><script>... ran inside report.html; every record string is now text."""
+    """Issue 18 item 18: a scalar named </script><script>... ran inside report.html; every record
+    string is now text."""
     out = _hostile_run(tmp_path)
     result = write_report(out, tmp_path / "hostile.html")
     html = Path(result.path).read_text()
-    # No context took a record string as markup: nothing ran, the title is ours, no policy or script error.
+    # No context took a record string as markup: nothing ran, the title is ours, no policy or script
+    # error.
     page = open_in_browser(Path(result.path))
     assert page["pwned"] is None
     assert page["title"] == "otel-titan report: " + HOSTILE["run"]
     assert page["page_errors"] == [] and page["console_errors"] == [] and page["requests"] == []
-    # The injected tags never reach the HTML as tags: only this page's own <script> elements, each allowed by its hash.
+    # The injected tags never reach the HTML as tags: only this page's own <script> elements, each
+    # allowed by its hash.
     assert html.count("<script") == html.count("</script>") == 1 + len(page["figures"])
-    markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)  # the page less its scripts (plotly.js holds "<svg" itself)
+    # the page less its scripts (plotly.js holds "<svg" itself)
+    markup = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.S)
     assert "<img" not in markup and "<svg" not in markup and "<b " not in markup
     # ... and they are shown as written, in the page's text and in the figures' labels.
     seen = page["text"] + "\n" + page["svg_text"]
@@ -278,9 +400,10 @@ def test_hostile_names_are_shown_never_run(tmp_path) -> None:
 
 
 def _reddish(colour: str) -> bool:
-    """A colour that reads as a flag: red well above green and blue (``#d62728``, ``rgb(239,85,59)``)."""
+    """A colour that reads as a flag: red well above green and blue (``#d62728``,
+    ``rgb(239,85,59)``)."""
     if colour.startswith("#"):
-        r, g, b = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
     else:
         r, g, b = (float(v) for v in re.findall(r"[\d.]+", colour)[:3])
     return r > 1.5 * g and r > 1.5 * b
@@ -292,10 +415,17 @@ def _is_integer(label: str) -> bool:
 
 @browser
 def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
-    """Issue 18 item 22, checked as drawn in Chromium at 1,400 px: points drawn, one neutral colour, human tables, whole-number axes."""
+    """Issue 18 item 22, checked as drawn in Chromium at 1,400 px: points drawn, one neutral colour,
+    human tables, whole-number axes."""
     out = tmp_path / "two"
-    generate_run(str(out), RunSpec(ranks=2, steps=12, seed=4, straggler=(1, "fwd", 60.0), start_us=1_796_000_000_000_000))
-    for path in (out / "structured_logs").glob("*.jsonl"):  # a learning rate: constant and small, as `make train`'s lr
+    generate_run(
+        str(out),
+        RunSpec(
+            ranks=2, steps=12, seed=4, straggler=(1, "fwd", 60.0), start_us=1_796_000_000_000_000
+        ),
+    )
+    # a learning rate: constant and small, as `make train`'s lr
+    for path in (out / "structured_logs").glob("*.jsonl"):
         lines = [json.loads(line) for line in path.read_text().splitlines()]
         for record in lines:
             if record.get("event_name") == "loss":
@@ -304,10 +434,11 @@ def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
     result = write_report(out, tmp_path / "two.html")
     page = open_in_browser(Path(result.path), tmp_path / "two.png")
     assert page["console_errors"] == [] and page["page_errors"] == []
-    assert page["scroll_width"] <= page["client_width"] == 1400  # nothing makes the page scroll sideways
+    # nothing makes the page scroll sideways
+    assert page["scroll_width"] <= page["client_width"] == 1400
     axes = page["axes"]
-    # Per-phase: every rank drawn as a point (the text says "one point per rank"), in one neutral colour; a log
-    # axis labelled at powers of ten only.
+    # Per-phase: every rank drawn as a point (the text says "one point per rank"), in one neutral
+    # colour; a log axis labelled at powers of ten only.
     phases = axes["fig-phases"]
     boxes = [t for t in phases["traces"] if t["type"] == "box"]
     assert boxes and all(t["boxpoints"] == "all" for t in boxes)
@@ -315,9 +446,12 @@ def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
     colours = {t["color"] for t in boxes} | {t["line_color"] for t in boxes}
     assert len(colours) == 1 and not _reddish(colours.pop())
     assert phases["y"]["type"] == "log" and len(phases["y"]["ticks"]) >= 2
-    assert all(re.fullmatch(r"0\.0*1|10*", label.replace(",", "")) for label in phases["y"]["ticks"]), phases["y"]["ticks"]
-    # Red only for what summarize names: with 2 ranks there is no majority, so summarize shows the difference and
-    # blames no one (issue 18 item 9), and nothing is marked (test_a_straggler_is_named_exactly_as_summarize_names_it checks a named rank).
+    assert all(
+        re.fullmatch(r"0\.0*1|10*", label.replace(",", "")) for label in phases["y"]["ticks"]
+    ), phases["y"]["ticks"]
+    # Red only for what summarize names: with 2 ranks there is no majority, so summarize shows the
+    # difference and blames no one (issue 18 item 9), and nothing is marked
+    # (test_a_straggler_is_named_exactly_as_summarize_names_it checks a named rank).
     verdicts = {f.verdict for f in summarize_run(out).straggler_findings()}
     assert "difference" in verdicts and "straggler" not in verdicts, verdicts
     assert [t for t in phases["traces"] if t["type"] != "box"] == []
@@ -335,12 +469,14 @@ def test_the_pictures_read_right_at_1400_px(tmp_path) -> None:
 
 
 def _page_without_clock(path: str) -> str:
-    """The page less the moment it was written (the one thing that differs between two writes of one run)."""
+    """The page less the moment it was written (the one thing that differs between two writes of one
+    run)."""
     return re.sub(r"written \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", "written", Path(path).read_text())
 
 
 def test_the_same_page_from_workers(tmp_path, run) -> None:
-    """`--jobs 2` (worker interpreters: the grid's accumulators merged) draws the very page one process draws."""
+    """`--jobs 2` (worker interpreters: the grid's accumulators merged) draws the very page one
+    process draws."""
     one = write_report(run, tmp_path / "one.html")
     two = write_report(run, tmp_path / "two.html", jobs=2)
     assert (one.figures, one.ranks, one.steps) == (two.figures, two.ranks, two.steps) == (5, 32, 30)
@@ -348,7 +484,8 @@ def test_the_same_page_from_workers(tmp_path, run) -> None:
 
 
 def test_the_figures_are_the_models(tmp_path, run) -> None:
-    """What the page draws is the model's: the heatmap's cells are summarize's step times, the phase points its per-step phase times."""
+    """What the page draws is the model's: the heatmap's cells are summarize's step times, the phase
+    points its per-step phase times."""
     import numpy as np
 
     from otel_titan.analysis.report.data import ReportData
@@ -371,17 +508,29 @@ def test_the_figures_are_the_models(tmp_path, run) -> None:
     (phases,) = phase_sections(np, data)
     fwd = next(trace for trace in phases[3]["data"] if trace["name"] == "fwd")
     per_step = grid.phases_by_rank("training")["fwd"]
-    assert fwd["y"] == pytest.approx([round(float(np.median(per_step[r])), 4) for r in sorted(per_step)])
+    assert fwd["y"] == pytest.approx(
+        [round(float(np.median(per_step[r])), 4) for r in sorted(per_step)]
+    )
     rank, phase, _ = STRAGGLER
     assert max(zip(fwd["y"], fwd["text"]))[1] == f"rank {rank}"
 
 
 def test_a_run_without_an_id_says_so(tmp_path) -> None:
-    """torchtitan's files name no run: the page says "no run id", never "run None" or an empty "run ·"."""
+    """torchtitan's files name no run: the page says "no run id", never "run None" or an empty "run
+    ·"."""
     from tests.helpers.analysis import titan_file, titan_span, write_jsonl
 
     for rank in range(2):
-        write_jsonl(titan_file(tmp_path, rank), [record for step in (1, 2, 3) for record in titan_span("fwd", step * 100.0, step * 100.0 + 50, rank=rank, step=step)])
+        write_jsonl(
+            titan_file(tmp_path, rank),
+            [
+                record
+                for step in (1, 2, 3)
+                for record in titan_span(
+                    "fwd", step * 100.0, step * 100.0 + 50, rank=rank, step=step
+                )
+            ],
+        )
     page = Path(write_report(tmp_path, tmp_path / "titan.html").path).read_text()
     meta = re.search(r"<p class=meta>(.*?)</p>", page).group(1)
     assert " · no run id · 2 ranks" in meta

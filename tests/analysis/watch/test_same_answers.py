@@ -1,4 +1,5 @@
-"""`watch` and `summarize` give the same answers on the same data at the end (issue 20: "one set of rules in `model/`").
+"""`watch` and `summarize` give the same answers on the same data at the end (issue 20: "one set of
+rules in `model/`").
 
 Each run is generated with a known fault (benchmarks/generate_run.py), then
 read twice: by `summarize` (`RunAnalysis`, after the fact) and replayed
@@ -22,18 +23,21 @@ from otel_titan.analysis.watch.replay import replay
 RANKS, STEP_MS = 32, 200.0
 
 CASES = {
-    # The watchdog's black boxes come 120 s after the last progress: `summarize` needs them to call a rank stuck.
+    # The watchdog's black boxes come 120 s after the last progress: `summarize` needs them to call
+    # a rank stuck.
     "hang in a span": dict(hung=(13, 60), black_boxes=True),
     "hang between spans": dict(hung=(13, 60), black_boxes=True, hung_between=True),
     "fail-slow rank": dict(straggler=(9, "fwd", 25.0), slow_from=30),
     "slow host": dict(straggler=(17, "bwd", 25.0), slow_from=30, slow_host=True),
     "crash": dict(crashed=(5, 40)),
     "missing rank": dict(hung=(7, 1), missing=(7,), black_boxes=True),
-    # The others ran 29 steps with rank 7: its logs are elsewhere. Missing, and nobody blamed for the hang.
+    # The others ran 29 steps with rank 7: its logs are elsewhere. Missing, and nobody blamed for
+    # the hang.
     "missing rank the others ran with": dict(hung=(7, 30), missing=(7,), black_boxes=True),
     "restart": dict(restart=(5, 40), steps=70),
-    # Issue 26 A and item 9: a slowdown over part of the run. summarize finds it between its change points ("since step
-    # 91", "in steps 31-60 only"); watch, by the same function over its sliding window, while it lasts.
+    # Issue 26 A and item 9: a slowdown over part of the run. summarize finds it between its change
+    # points ("since step 91", "in steps 31-60 only"); watch, by the same function over its sliding
+    # window, while it lasts.
     "slowdown in the last quarter": dict(straggler=(9, "fwd", 100.0), slow_from=91),
     "slowdown that came and went": dict(straggler=(9, "fwd", 100.0), slow_from=31, slow_to=60),
 }
@@ -43,7 +47,8 @@ Answers = dict[str, dict[int, set]]
 
 
 def summarize_answers(path: str) -> Answers:
-    """kind → rank → the phases `summarize` names it in, over its verdicts about the run's latest attempt.
+    """kind → rank → the phases `summarize` names it in, over its verdicts about the run's latest
+    attempt.
 
     A straggler has one finding per piece of evidence (its arrival at the
     step-closing collective, each slow phase and the spans around it); `watch`
@@ -56,8 +61,14 @@ def summarize_answers(path: str) -> Answers:
         places = {p.label: p for p in hang.places}
         for s in hang.suspects:
             place = places.get(s.label)
-            phase = s.span if s.span else ("between spans" if place is not None and place.between_spans else None)
-            out.setdefault("crashed" if s.rule == "crashed" else "hang", {}).setdefault(s.rank, set()).add(phase)
+            phase = (
+                s.span
+                if s.span
+                else ("between spans" if place is not None and place.between_spans else None)
+            )
+            out.setdefault("crashed" if s.rule == "crashed" else "hang", {}).setdefault(
+                s.rank, set()
+            ).add(phase)
     for m in run.missing():
         for rank in m["ranks"]:
             out.setdefault("missing", {})[rank] = {None}
@@ -72,7 +83,8 @@ def summarize_answers(path: str) -> Answers:
 
 
 def watch_answers(path: str) -> Answers:
-    """kind → rank → the phase of every alert `watch` raised about the run's latest attempt, as last updated."""
+    """kind → rank → the phase of every alert `watch` raised about the run's latest attempt, as last
+    updated."""
     result = replay(path, tail_s=200.0)
     latest: dict[str, dict] = {}
     for event in result.events:
@@ -83,7 +95,11 @@ def watch_answers(path: str) -> Answers:
     for alert in latest.values():
         if alert["attempt"] != attempt or alert["kind"] == "job_slow":
             continue
-        phase = None if alert["kind"] in ("missing", "terminated") or alert.get("rule") == "missing" else alert["phase"]
+        phase = (
+            None
+            if alert["kind"] in ("missing", "terminated") or alert.get("rule") == "missing"
+            else alert["phase"]
+        )
         for rank in alert["ranks"]:
             out.setdefault(alert["kind"], {}).setdefault(rank, set()).add(phase)
     return out
@@ -93,35 +109,56 @@ def watch_answers(path: str) -> Answers:
 def test_watch_names_at_the_end_what_summarize_names(tmp_path: Path, case: str) -> None:
     spec = dict(CASES[case])
     path = str(tmp_path / "run")
-    generate_run(path, RunSpec(ranks=RANKS, steps=spec.pop("steps", 120), step_ms=STEP_MS, seed=1, **spec))
+    generate_run(
+        path, RunSpec(ranks=RANKS, steps=spec.pop("steps", 120), step_ms=STEP_MS, seed=1, **spec)
+    )
     expected = summarize_answers(path)
-    # Each case has a verdict to compare (but the restart's, which is "nothing": the second attempt ran to its end).
+    # Each case has a verdict to compare (but the restart's, which is "nothing": the second attempt
+    # ran to its end).
     assert expected or case == "restart", expected
     got = watch_answers(path)
-    assert {kind: sorted(ranks) for kind, ranks in got.items()} == {kind: sorted(ranks) for kind, ranks in expected.items()}
+    assert {kind: sorted(ranks) for kind, ranks in got.items()} == {
+        kind: sorted(ranks) for kind, ranks in expected.items()
+    }
     for kind, ranks in got.items():
         for rank, phases in ranks.items():
-            assert len(phases) == 1 and phases <= expected[kind][rank], (kind, rank, phases, expected[kind][rank])
+            assert len(phases) == 1 and phases <= expected[kind][rank], (
+                kind,
+                rank,
+                phases,
+                expected[kind][rank],
+            )
 
 
-#: A rank 10 % slower in `fwd` (the effect the straggler rule is built to find) on a 32-rank run, over seeds: `watch`
-#: raised `slow` while `summarize` kept it out of "Look first at" (issue 26, A: "3 of 4 seeds disagree at 10 %").
+#: A rank 10 % slower in `fwd` (the effect the straggler rule is built to find) on a 32-rank run,
+#: over seeds: `watch` raised `slow` while `summarize` kept it out of "Look first at" (issue 26, A:
+#: "3 of 4 seeds disagree at 10 %").
 SLOW_SEEDS = (1, 2, 3, 4)
 
 
 @pytest.mark.parametrize("pct", [10.0, 12.0])
 @pytest.mark.parametrize("seed", SLOW_SEEDS)
-def test_a_rank_slower_by_the_rules_effect_is_named_by_both_or_neither(tmp_path: Path, seed: int, pct: float) -> None:
+def test_a_rank_slower_by_the_rules_effect_is_named_by_both_or_neither(
+    tmp_path: Path, seed: int, pct: float
+) -> None:
     path = str(tmp_path / "run")
-    generate_run(path, RunSpec(ranks=RANKS, steps=120, step_ms=STEP_MS, seed=seed, straggler=(9, "fwd", pct)))
+    generate_run(
+        path, RunSpec(ranks=RANKS, steps=120, step_ms=STEP_MS, seed=seed, straggler=(9, "fwd", pct))
+    )
     expected = summarize_answers(path)
     got = watch_answers(path)
-    assert {kind: sorted(ranks) for kind, ranks in got.items()} == {kind: sorted(ranks) for kind, ranks in expected.items()}, (got, expected)
+    assert {kind: sorted(ranks) for kind, ranks in got.items()} == {
+        kind: sorted(ranks) for kind, ranks in expected.items()
+    }, (got, expected)
     assert set(expected) <= {"slow"} and set(expected.get("slow", {})) <= {9}, expected
     for rank, phases in got.get("slow", {}).items():
         assert phases == {"fwd"} and phases <= expected["slow"][rank], (rank, phases, expected)
-    # Named by summarize at all (a straggler verdict in the Stragglers section) is named where the user looks first.
-    named = [f for f in RunAnalysis(path, log_skipped=False).stragglers() if f.verdict == "straggler"]
+    # Named by summarize at all (a straggler verdict in the Stragglers section) is named where the
+    # user looks first.
+    named = [
+        f for f in RunAnalysis(path, log_skipped=False).stragglers() if f.verdict == "straggler"
+    ]
     assert all(f.headline for f in named), [(f.rank, f.what, f.why_not_headline) for f in named]
     if pct >= 12.0:
-        assert expected == {"slow": {9: {"fwd"}}}, expected  # 12 %: over the rule's 10 %, on 120 steps of 32 ranks
+        # 12 %: over the rule's 10 %, on 120 steps of 32 ranks
+        assert expected == {"slow": {9: {"fwd"}}}, expected

@@ -1,4 +1,5 @@
-"""One process's live state: nesting by parent ids, steps, black boxes, mesh coordinates, bounded memory."""
+"""One process's live state: nesting by parent ids, steps, black boxes, mesh coordinates, bounded
+memory."""
 
 from __future__ import annotations
 
@@ -19,12 +20,18 @@ from otel_titan.core.blackbox import thread_stacks
 
 
 def rec(name, t, **extra):
-    return {"log_type_name": name, "log_type": "event" if name.endswith(("_start", "_end")) else "instant", "time_us": t, **extra}
+    return {
+        "log_type_name": name,
+        "log_type": "event" if name.endswith(("_start", "_end")) else "instant",
+        "time_us": t,
+        **extra,
+    }
 
 
 def test_nesting_follows_parent_ids_not_timestamps():
     p = ProcessState("k", label="r0", source="training", rank=0)
-    # The child starts in the same microsecond as its parent, and its record comes first (another thread wrote it).
+    # The child starts in the same microsecond as its parent, and its record comes first (another
+    # thread wrote it).
     p.apply(rec("bwd_start", 100, span_id="c", parent_span_id="p", step=1), 1.0)
     p.apply(rec("fwd_bwd_start", 100, span_id="p", step=1), 1.0)
     assert p.innermost().name == "bwd" and p.open_names() == ["bwd", "fwd_bwd"]
@@ -41,24 +48,49 @@ def test_a_step_s_facts_phases_and_the_closing_collective_wait():
     first, second = p.steps
     assert first.duration_ms == 100.0 and first.phases == {"fwd": 60.0, "all_reduce": 39.0}
     assert first.closing == "all_reduce" and first.closing_ms == 39.0
-    # Each phase's end (own clock): wait or work is judged by the model's rule from these (`model.stragglers.lateness`).
+    # Each phase's end (own clock): wait or work is judged by the model's rule from these
+    # (`model.stragglers.lateness`).
     assert first.ends == {"fwd": 60_000, "all_reduce": 99_000} and first.closing_end_us == 99_000
     assert p.span_max_ms == {"fwd": 60.0, "all_reduce": 39.0}
 
 
 def test_a_black_box_gives_the_main_thread_s_innermost_frame():
     p = ProcessState("k", label="r0", source="training", rank=0)
-    p.apply({"log_type_name": "stall", "log_type": "instant", "time_us": 5, "reason": "trigger",
-             "threads": [{"thread_name": "loader", "main": False, "frames": [{"file": "x.py", "line": 1, "function": "f"}]},
-                         {"thread_name": "MainThread", "main": True, "frames": [{"file": "train.py", "line": 42, "function": "load_batch"}]}],
-             "open_spans": [], "flight_recorder": None}, 2.0)
-    assert p.black_box.frame == "train.py:42 load_batch" and p.black_box.reason == "trigger" and not p.black_box.flight_recorder
+    p.apply(
+        {
+            "log_type_name": "stall",
+            "log_type": "instant",
+            "time_us": 5,
+            "reason": "trigger",
+            "threads": [
+                {
+                    "thread_name": "loader",
+                    "main": False,
+                    "frames": [{"file": "x.py", "line": 1, "function": "f"}],
+                },
+                {
+                    "thread_name": "MainThread",
+                    "main": True,
+                    "frames": [{"file": "train.py", "line": 42, "function": "load_batch"}],
+                },
+            ],
+            "open_spans": [],
+            "flight_recorder": None,
+        },
+        2.0,
+    )
+    assert (
+        p.black_box.frame == "train.py:42 load_batch"
+        and p.black_box.reason == "trigger"
+        and not p.black_box.flight_recorder
+    )
 
 
 def test_a_black_box_names_the_program_s_line_not_the_library_frame_it_is_stuck_in():
-    # A real stack: a thread blocked in queue.get (a data loader's wait), read by the writer's own black box code.
-    # Its innermost frames are the standard library's (threading.py's wait); the line a user must read is the
-    # program's call into it, as summarize's Hang section shows it (hang.program_line).
+    # A real stack: a thread blocked in queue.get (a data loader's wait), read by the writer's own
+    # black box code. Its innermost frames are the standard library's (threading.py's wait); the
+    # line a user must read is the program's call into it, as summarize's Hang section shows it
+    # (hang.program_line).
     jobs: queue.Queue = queue.Queue()
     started = threading.Event()
 
@@ -78,16 +110,36 @@ def test_a_black_box_names_the_program_s_line_not_the_library_frame_it_is_stuck_
     assert stacks and "threading.py" in stacks[0]["frames"][0]["file"], stacks
     stacks[0]["main"] = True
     p = ProcessState("k", label="r0", source="training", rank=0)
-    p.apply({"log_type_name": "stall", "log_type": "instant", "time_us": 5, "reason": "trigger", "where": "between_spans",
-             "threads": stacks, "open_spans": [], "flight_recorder": None}, 2.0)
-    assert p.black_box.frame is not None and p.black_box.frame.endswith(" load_batch"), p.black_box.frame
+    p.apply(
+        {
+            "log_type_name": "stall",
+            "log_type": "instant",
+            "time_us": 5,
+            "reason": "trigger",
+            "where": "between_spans",
+            "threads": stacks,
+            "open_spans": [],
+            "flight_recorder": None,
+        },
+        2.0,
+    )
+    assert p.black_box.frame is not None and p.black_box.frame.endswith(" load_batch"), (
+        p.black_box.frame
+    )
     assert "test_state.py:" in p.black_box.frame and p.black_box.where == "between_spans"
 
 
 def test_mesh_coordinates_and_collective_names():
     assert mesh_coordinates({"mesh": {"pp": 1, "dp": 3, "tp": 0}}) == {"pp": 1, "tp": 0, "dp": 3}
-    assert mesh_coordinates({"mesh": {"stage": 1, "dp_shard": 3}, "tp_rank": 2}) == {"stage": 1, "dp_shard": 3}  # the field alone, every name
-    assert [is_collective(n) for n in ("all_reduce", "barrier", "pp_recv", "grad_sync", "fwd", "optimizer", "data_fetch")] == [True, True, True, True, False, False, False]
+    # the field alone, every name
+    assert mesh_coordinates({"mesh": {"stage": 1, "dp_shard": 3}, "tp_rank": 2}) == {
+        "stage": 1,
+        "dp_shard": 3,
+    }
+    assert [
+        is_collective(n)
+        for n in ("all_reduce", "barrier", "pp_recv", "grad_sync", "fwd", "optimizer", "data_fetch")
+    ] == [True, True, True, True, False, False, False]
 
 
 def test_memory_stays_bounded_however_long_the_job_runs():
@@ -98,30 +150,55 @@ def test_memory_stays_bounded_however_long_the_job_runs():
         p.apply(rec(f"{name}_start", t, span_id=f"s{step}", step=step), float(step))
         p.apply(rec(f"{name}_end", t + 500, span_id=f"s{step}", step=step, value=0.5), float(step))
     assert len(p.steps) == STEPS_KEPT and len(p.span_max_ms) == NAMES_KEPT and not p.open
-    # The straggler rule's window: the phases of the last WINDOW_STEPS finished steps only, sorted copy included.
-    assert len(p.window_times) <= WINDOW_STEPS and set(p.window_times) == set(p.window_ends) == set(p.window_sorted)
+    # The straggler rule's window: the phases of the last WINDOW_STEPS finished steps only, sorted
+    # copy included.
+    assert len(p.window_times) <= WINDOW_STEPS and set(p.window_times) == set(p.window_ends) == set(
+        p.window_sorted
+    )
     assert all(min(times) > p.steps[-1].step - WINDOW_STEPS for times in p.window_times.values())
 
 
 def feed(detector, ranks, steps, t0=0.0, step_s=0.2):
     for r in ranks:
-        detector.observe(f"r{r}", {"label": f"rank {r}", "source": "training", "rank": r, "world_size": len(ranks), "run_id": "x", "attempt": 0},
-                         [rec("structured_logger_opened", 0)], t0)
+        detector.observe(
+            f"r{r}",
+            {
+                "label": f"rank {r}",
+                "source": "training",
+                "rank": r,
+                "world_size": len(ranks),
+                "run_id": "x",
+                "attempt": 0,
+            },
+            [rec("structured_logger_opened", 0)],
+            t0,
+        )
     t = t0
     for step in range(1, steps + 1):
         for r in ranks:
             us = int(t * 1e6)
-            detector.observe(f"r{r}", {}, [rec("fwd_start", us, step=step, span_id=f"f{r}{step}"), rec("fwd_end", us + 100_000, step=step, span_id=f"f{r}{step}", value=100.0),
-                                           rec("barrier_start", us + 100_000, step=step, span_id=f"b{r}{step}"), rec("barrier_end", us + 190_000, step=step, span_id=f"b{r}{step}", value=90.0)], t + 0.2)
+            detector.observe(
+                f"r{r}",
+                {},
+                [
+                    rec("fwd_start", us, step=step, span_id=f"f{r}{step}"),
+                    rec("fwd_end", us + 100_000, step=step, span_id=f"f{r}{step}", value=100.0),
+                    rec("barrier_start", us + 100_000, step=step, span_id=f"b{r}{step}"),
+                    rec("barrier_end", us + 190_000, step=step, span_id=f"b{r}{step}", value=90.0),
+                ],
+                t + 0.2,
+            )
         t += step_s
     return t
 
 
 def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
-    """Rank 0 alone runs a first eval while the others wait in a barrier: its own work, a pause (issue 26 item 14).
+    """Rank 0 alone runs a first eval while the others wait in a barrier: its own work, a pause
+    (issue 26 item 14).
 
-    Not a hang at 8 s, nor at 30 s (the wait for a span never seen to finish): only once it lasted longer than the
-    user allows (``shared_pause_s``: 300 s, ``--pause-after``), and then rank 0 in eval is the culprit.
+    Not a hang at 8 s, nor at 30 s (the wait for a span never seen to finish): only once it lasted
+    longer than the user allows (``shared_pause_s``: 300 s, ``--pause-after``), and then rank 0 in
+    eval is the culprit.
     """
     for limit in (None, 45.0):
         detector = Detector(Rules() if limit is None else Rules(shared_pause_s=limit))
@@ -129,24 +206,42 @@ def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
         step = 11
         detector.observe("r0", {}, [rec("eval_start", int(t * 1e6), step=step, span_id="e")], t)
         for r in (1, 2):
-            detector.observe(f"r{r}", {}, [rec("barrier_start", int(t * 1e6), step=step, span_id=f"w{r}")], t)
+            detector.observe(
+                f"r{r}", {}, [rec("barrier_start", int(t * 1e6), step=step, span_id=f"w{r}")], t
+            )
         allowed = limit or 300.0
         events, frames = [], []
         for k in range(1, int(allowed)):
             frame, new = detector.evaluate(t + k)
             events += new
             frames.append(frame)
-        assert [e for e in events if e["kind"] == "hang"] == [], f"a first eval shorter than {allowed} s is not a hang"
-        assert frames[-1]["pause"].startswith("rank 0 in eval, a span only it runs"), frames[-1]["pause"]
+        assert [e for e in events if e["kind"] == "hang"] == [], (
+            f"a first eval shorter than {allowed} s is not a hang"
+        )
+        assert frames[-1]["pause"].startswith("rank 0 in eval, a span only it runs"), frames[-1][
+            "pause"
+        ]
         for k in range(int(allowed), int(allowed) + 5):
             events += detector.evaluate(t + k)[1]
         hangs = [e for e in events if e["kind"] == "hang"]
-        assert len(hangs) == 1 and hangs[0]["ranks"] == [0] and hangs[0]["phase"] == "eval", (limit, hangs)
+        assert len(hangs) == 1 and hangs[0]["ranks"] == [0] and hangs[0]["phase"] == "eval", (
+            limit,
+            hangs,
+        )
 
 
 def test_the_opening_record_s_heartbeat_interval_is_believed_up_to_a_cap():
-    """A forged interval (the run folder is a team's) must not keep a job killed whole a hang with a culprit for an hour."""
+    """A forged interval (the run folder is a team's) must not keep a job killed whole a hang with a
+    culprit for an hour."""
     for said, kept in ((10.0, 10.0), (0, 0.0), (3600.0, 300.0), ("10", None), (-1, None)):
         p = ProcessState("r0", label="training rank 0", source="training", rank=0)
-        p.apply({"log_type_name": "structured_logger_opened", "log_type": "instant", "time_us": 1, "heartbeat_interval_s": said}, arrival=0.0)
+        p.apply(
+            {
+                "log_type_name": "structured_logger_opened",
+                "log_type": "instant",
+                "time_us": 1,
+                "heartbeat_interval_s": said,
+            },
+            arrival=0.0,
+        )
         assert p.heartbeat_s == kept, said

@@ -1,4 +1,5 @@
-"""`otel-titan watch` beside real jobs: 3 ranks (torchrun, gloo on CPU), one fault at a time (tests/helpers/watch_workload.py).
+"""`otel-titan watch` beside real jobs: 3 ranks (torchrun, gloo on CPU), one fault at a time
+(tests/helpers/watch_workload.py).
 
 Each test starts the job and, once its files exist, the real command
 ``otel-titan watch RUN --json --exit-on hang --interval 1``, with the ranks
@@ -43,13 +44,27 @@ def line_of(marker: str) -> int:
 
 def launch(fault: str, output: Path, **extra: str) -> subprocess.Popen[bytes]:
     launcher = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "OTEL_TITAN_DUMP_TRIGGER": str(output / "dump-now"),
-           "WATCH_STEP_S": str(STEP_S), **extra}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "OTEL_TITAN_DUMP_TRIGGER": str(output / "dump-now"),
+        "WATCH_STEP_S": str(STEP_S),
+        **extra,
+    }
     log = open(output / "torchrun.log", "wb")
-    return subprocess.Popen([launcher, "--standalone", "--nproc_per_node=3", WORKLOAD, fault, str(BAD), str(output)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    return subprocess.Popen(
+        [launcher, "--standalone", "--nproc_per_node=3", WORKLOAD, fault, str(BAD), str(output)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=REPO,
+    )
 
 
-def wait_for_files(output: Path, job: subprocess.Popen[bytes], count: int = 3, timeout: float = 90) -> None:
+def wait_for_files(
+    output: Path, job: subprocess.Popen[bytes], count: int = 3, timeout: float = 90
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if len(glob.glob(str(output / "structured_logs" / "*.jsonl"))) >= count:
@@ -65,18 +80,45 @@ def last_program_record_s(output: Path, rank: int) -> float:
     last = None
     for line in open(path, "rb"):
         record = json.loads(line)
-        if record["log_type_name"] not in ("heartbeat", "stall", "structured_logger_opened", "signal_received"):
+        if record["log_type_name"] not in (
+            "heartbeat",
+            "stall",
+            "structured_logger_opened",
+            "signal_received",
+        ):
             last = record["time_us"] / 1e6
     assert last is not None
     return last
 
 
-def watch_until_exit(output: Path, job: subprocess.Popen[bytes], timeout: float = 90) -> tuple[int, list[dict]]:
-    command = [sys.executable, "-m", "otel_titan.cli", "watch", str(output), "--json", "--exit-on", "hang", "--interval", "1"]
+def watch_until_exit(
+    output: Path, job: subprocess.Popen[bytes], timeout: float = 90
+) -> tuple[int, list[dict]]:
+    command = [
+        sys.executable,
+        "-m",
+        "otel_titan.cli",
+        "watch",
+        str(output),
+        "--json",
+        "--exit-on",
+        "hang",
+        "--interval",
+        "1",
+    ]
     try:
-        done = processes.run(command, timeout=timeout, capture_output=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        done = processes.run(
+            command,
+            timeout=timeout,
+            capture_output=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"watch did not exit within {timeout:.0f} s; job log: {(output / 'torchrun.log').read_text(errors='replace')[-2000:]}") from None
+        raise AssertionError(
+            f"watch did not exit within {timeout:.0f} s; job log: "
+            f"{(output / 'torchrun.log').read_text(errors='replace')[-2000:]}"
+        ) from None
     lines = [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
     assert done.stderr.decode().strip() == "", done.stderr.decode()
     return done.returncode, lines
@@ -127,11 +169,28 @@ def test_a_healthy_job_raises_no_alert(tmp_path):
     job = launch("healthy", tmp_path)
     try:
         wait_for_files(tmp_path, job)
-        command = [sys.executable, "-m", "otel_titan.cli", "watch", str(tmp_path), "--json", "--interval", "1"]
-        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        command = [
+            sys.executable,
+            "-m",
+            "otel_titan.cli",
+            "watch",
+            str(tmp_path),
+            "--json",
+            "--interval",
+            "1",
+        ]
+        watcher = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
         time.sleep(20)
         processes.kill_tree(watcher)
-        lines = [json.loads(line) for line in watcher.stdout.read().decode().splitlines() if line.strip()]  # type: ignore[union-attr]
+        lines = [
+            json.loads(line) for line in watcher.stdout.read().decode().splitlines() if line.strip()
+        ]  # type: ignore[union-attr]
         watcher.stdout.close()  # type: ignore[union-attr]
         watcher.stderr.close()  # type: ignore[union-attr]
     finally:
@@ -147,8 +206,24 @@ def test_a_rank_that_slows_down_is_named_with_its_phase_and_cost_and_nobody_else
     job = launch("slow", tmp_path, WATCH_FAULT_STEP=str(fault_step), WATCH_SLOW_FACTOR="1.3")
     try:
         wait_for_files(tmp_path, job)
-        command = [sys.executable, "-m", "otel_titan.cli", "watch", str(tmp_path), "--json", "--interval", "1"]
-        watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True)
+        command = [
+            sys.executable,
+            "-m",
+            "otel_titan.cli",
+            "watch",
+            str(tmp_path),
+            "--json",
+            "--interval",
+            "1",
+        ]
+        watcher = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            text=True,
+        )
         alerts: list[dict] = []
         try:
             deadline = time.monotonic() + 90
@@ -164,7 +239,9 @@ def test_a_rank_that_slows_down_is_named_with_its_phase_and_cost_and_nobody_else
             processes.kill_tree(watcher)
             watcher.stdout.close()  # type: ignore[union-attr]
         onset = None
-        path = glob.glob(str(tmp_path / "structured_logs" / f"training.global_rank_{BAD}.*.jsonl"))[0]
+        path = glob.glob(str(tmp_path / "structured_logs" / f"training.global_rank_{BAD}.*.jsonl"))[
+            0
+        ]
         for raw in open(path, "rb"):
             record = json.loads(raw)
             if record["log_type_name"] == "data_fetch_start" and record.get("step") == fault_step:
@@ -172,10 +249,14 @@ def test_a_rank_that_slows_down_is_named_with_its_phase_and_cost_and_nobody_else
                 break
     finally:
         processes.kill_tree(job)
-    assert [(a["kind"], a["ranks"], a["phase"]) for a in alerts] == [("slow", [BAD], "data_fetch")], alerts
+    assert [(a["kind"], a["ranks"], a["phase"]) for a in alerts] == [
+        ("slow", [BAD], "data_fetch")
+    ], alerts
     slow = alerts[0]
     step_s = STEP_S * 1.3  # the job runs at the slow rank's pace
     latency = parse_utc(slow["detected_utc"]) - onset
     print(f"slow named {latency:.1f} s after its onset: {slow['message']}")
     assert 0 < latency <= max(60.0, 30 * step_s), latency
-    assert 40 <= slow["cost"]["ms_per_step"] <= 80 and slow["cost"]["pct_of_step"] > 10, slow["cost"]
+    assert 40 <= slow["cost"]["ms_per_step"] <= 80 and slow["cost"]["pct_of_step"] > 10, slow[
+        "cost"
+    ]

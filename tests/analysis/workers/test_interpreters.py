@@ -1,4 +1,5 @@
-"""One warning path for every command and every worker (`worker_io`, `cli`), and no control character on the terminal.
+"""One warning path for every command and every worker (`worker_io`, `cli`), and no control
+character on the terminal.
 
 A file name holding ``\\x1b[31m`` (the terminal's "red from here on") and a
 torn last line: each command warns about the torn line, naming the file.
@@ -43,7 +44,14 @@ COMMANDS = [
     ["export", "--jobs", "1"],
     ["export", "--jobs", "2", "--format", "perfetto"],
     ["summarize", "--jobs", "2"],
-    ["summarize", "--jobs", "2", "--json", "--no-cache"],  # read in the workers again (the line above cached the run)
+    # read in the workers again (the line above cached the run)
+    [
+        "summarize",
+        "--jobs",
+        "2",
+        "--json",
+        "--no-cache",
+    ],
     ["summarize", "--tail"],
     ["report"],
     ["report", "--jobs", "2"],
@@ -65,7 +73,9 @@ def run(tmp_path_factory) -> Path:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return processes.run([sys.executable, "-m", "otel_titan.cli", *args], capture_output=True, env=env, timeout=180)
+    return processes.run(
+        [sys.executable, "-m", "otel_titan.cli", *args], capture_output=True, env=env, timeout=180
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
@@ -80,27 +90,45 @@ def test_no_control_character_reaches_the_terminal(run, tmp_path, command) -> No
         assert b"\x1b" not in stream and b"\r" not in stream, stream[-2000:]
     stderr = done.stderr.decode()
     assert "RuntimeWarning" not in stderr and "frozen runpy" not in stderr
-    if name != "sql":  # DuckDB reads the files itself; every other command warns, once, by the one path, escaped
+    # DuckDB reads the files itself; every other command warns, once, by the one path, escaped
+    if name != "sql":
         warnings = [line for line in stderr.splitlines() if "truncated last line" in line]
         assert len(warnings) == 1, stderr
-        assert warnings[0].startswith("otel-titan: warning: ") and "global_rank_1\\x1b[31mRED" in warnings[0]
+        assert (
+            warnings[0].startswith("otel-titan: warning: ")
+            and "global_rank_1\\x1b[31mRED" in warnings[0]
+        )
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_a_parallel_export_on_a_real_terminal_stays_uncoloured(run, tmp_path) -> None:
-    """On a tty the progress line is on too; the screen shows the escape as text, and nothing turned red."""
+    """On a tty the progress line is on too; the screen shows the escape as text, and nothing turned
+    red."""
     socket = f"otel-titan-test-{os.getpid()}"
     done_file = tmp_path / "done"
-    command = (f"PYTHONPATH={REPO} {sys.executable} -m otel_titan.cli export {run} --jobs 2 -o {tmp_path / 't.json'}; "
-               f"echo EXIT=$? > {done_file}; sleep 60")
-    subprocess.run(["tmux", "-L", socket, "new-session", "-d", "-x", "250", "-y", "40", command], check=True, timeout=30)
+    command = (
+        f"PYTHONPATH={REPO} {sys.executable} -m otel_titan.cli export {run} --jobs 2 -o "
+        f"{tmp_path / 't.json'}; "
+        f"echo EXIT=$? > {done_file}; sleep 60"
+    )
+    subprocess.run(
+        ["tmux", "-L", socket, "new-session", "-d", "-x", "250", "-y", "40", command],
+        check=True,
+        timeout=30,
+    )
     try:
         deadline = time.monotonic() + 120
         while not done_file.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert done_file.read_text().strip() == "EXIT=0"
         # -e: the screen with its colours as escapes; red would show as a 31 SGR.
-        screen = subprocess.run(["tmux", "-L", socket, "capture-pane", "-p", "-e", "-J"], capture_output=True, text=True, check=True, timeout=30).stdout
+        screen = subprocess.run(
+            ["tmux", "-L", socket, "capture-pane", "-p", "-e", "-J"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
     finally:
         subprocess.run(["tmux", "-L", socket, "kill-server"], timeout=30)
     assert "global_rank_1\\x1b[31mRED" in screen and "truncated last line" in screen
@@ -108,34 +136,51 @@ def test_a_parallel_export_on_a_real_terminal_stays_uncoloured(run, tmp_path) ->
     assert "trace: " in screen
 
 
-def test_what_a_dying_worker_writes_on_stderr_comes_by_the_same_path(run, tmp_path, monkeypatch, capsys) -> None:
-    """A worker's own stderr (a traceback, a message of Python's) is shown escaped, named after the worker, then the error."""
+def test_what_a_dying_worker_writes_on_stderr_comes_by_the_same_path(
+    run, tmp_path, monkeypatch, capsys
+) -> None:
+    """A worker's own stderr (a traceback, a message of Python's) is shown escaped, named after the
+    worker, then the error."""
     from otel_titan.cli import main
 
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\nprintf 'Traceback: boom \\033[31m in red\\n' >&2\nexit 3\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake))
-    assert main(["export", str(run), "--jobs", "2", "-o", str(tmp_path / "t.json")]) == 5  # ExitCode.UNAVAILABLE: a worker died
+    # ExitCode.UNAVAILABLE: a worker died
+    assert main(["export", str(run), "--jobs", "2", "-o", str(tmp_path / "t.json")]) == 5
     err = capsys.readouterr().err
     assert "\x1b" not in err
-    # Both workers die; whichever is heard first is the error, and its own stderr came before it, escaped.
+    # Both workers die; whichever is heard first is the error, and its own stderr came before it,
+    # escaped.
     failed = re.search(r"otel-titan: error: export worker (\d) failed \(exit status 3\)", err)
     assert failed, err
-    assert f"otel-titan: warning: export worker {failed.group(1)}: Traceback: boom \\x1b[31m in red" in err.split("otel-titan: error:")[0]
+    assert (
+        f"otel-titan: warning: export worker {failed.group(1)}: Traceback: boom \\x1b[31m in red"
+        in err.split("otel-titan: error:")[0]
+    )
     assert not (tmp_path / "t.json").exists()
 
 
 @pytest.mark.parametrize("after_ms", [0, 1, 3, 10, 30])
-def test_a_ctrl_c_while_a_worker_starts_neither_kills_it_nor_makes_it_print(tmp_path, after_ms) -> None:
-    """SIGINT `after_ms` after `start_process` returns: within its interpreter's start-up (~30 ms; at 0 ms, before Python's own handler)."""
+def test_a_ctrl_c_while_a_worker_starts_neither_kills_it_nor_makes_it_print(
+    tmp_path, after_ms
+) -> None:
+    """SIGINT `after_ms` after `start_process` returns: within its interpreter's start-up (~30 ms;
+    at 0 ms, before Python's own handler)."""
     result = tmp_path / "result"
-    worker = start_process("otel_titan.analysis.workers.interpreters", "_call_main", pickle.dumps(("builtins:callable", (), str(result))))
+    worker = start_process(
+        "otel_titan.analysis.workers.interpreters",
+        "_call_main",
+        pickle.dumps(("builtins:callable", (), str(result))),
+    )
     try:
         time.sleep(after_ms / 1000)
-        worker.send_signal(signal.SIGINT)  # the worker only: a terminal's Ctrl-C reaches it the same way, with its command's
+        # the worker only: a terminal's Ctrl-C reaches it the same way, with its command's
+        worker.send_signal(signal.SIGINT)
         assert worker.stderr is not None
-        stderr = worker.stderr.read()  # start_process wrote the payload and closed stdin: not communicate(), which flushes it
+        # start_process wrote the payload and closed stdin: not communicate(), which flushes it
+        stderr = worker.stderr.read()
         worker.wait(timeout=60)
     finally:
         if worker.poll() is None:
@@ -150,12 +195,16 @@ def test_a_ctrl_c_while_a_worker_starts_neither_kills_it_nor_makes_it_print(tmp_
 
 
 def test_a_worker_started_while_the_pool_is_cancelled_is_killed_at_once() -> None:
-    """shutdown(cancel_futures=True) right after submit: the thread is still in `start_process`, its worker not yet known to the pool."""
+    """shutdown(cancel_futures=True) right after submit: the thread is still in `start_process`, its
+    worker not yet known to the pool."""
     pool = InterpreterPool(1, "test worker", lambda count: None)
     future = pool.submit(run_task, "tests.helpers.worker_tasks:sleep", 30)
-    while not future.running():  # its thread has taken it: it is starting the worker (a fork and exec, milliseconds)
+    # its thread has taken it: it is starting the worker (a fork and exec, milliseconds)
+    while not future.running():
         time.sleep(0.0001)
     started = time.monotonic()
     pool.shutdown(cancel_futures=True)  # waits for the pool's thread, so for its worker
-    assert time.monotonic() - started < 10, "the worker escaped the kill and ran its task to the end"
+    assert time.monotonic() - started < 10, (
+        "the worker escaped the kill and ran its task to the end"
+    )
     assert future.cancelled() or future.exception() is not None

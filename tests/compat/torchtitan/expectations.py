@@ -1,4 +1,5 @@
-"""Which of torchtitan's 77 tests fail against otel-titan's layer, and why (docs/migrating-from-torchtitan.md explains each group).
+"""Which of torchtitan's 77 tests fail against otel-titan's layer, and why
+(docs/migrating-from-torchtitan.md explains each group).
 
 Every other test of the file passes; test_torchtitan_suite.py checks both
 ways (a test listed here that passes fails the check too, so the list never
@@ -7,16 +8,18 @@ goes stale).
 
 from __future__ import annotations
 
-#: sha256 of data/test_structured_logging.py (torchtitan's, byte for byte; data/SOURCE.md names the commit).
+#: sha256 of data/test_structured_logging.py (torchtitan's, byte for byte; data/SOURCE.md names the
+#: commit).
 SHA256 = "b1b559b361768437a6152b7fdf3b25552ca10ba532cecf83dd77286b7cb92dd6"
 #: Tests in the file.
 TOTAL = 77
 
 _T = "test_structured_logging.py::"
 
-#: They read or patch torchtitan's private internals, which otel-titan does not have: the module flag
-#: ``structured_logging._disabled`` (patched with mock.patch) and the split of ``step_state``'s globals
-#: and ContextVars (the training loop's ``add_step_tag`` sets its own view too, so ``_TAGS_CV`` is not empty).
+#: They read or patch torchtitan's private internals, which otel-titan does not have: the module
+#: flag ``structured_logging._disabled`` (patched with mock.patch) and the split of ``step_state``'s
+#: globals and ContextVars (the training loop's ``add_step_tag`` sets its own view too, so
+#: ``_TAGS_CV`` is not empty).
 PRIVATE = {
     _T + "TestStepTags::test_add_step_tag_spmd_writes_global_only",
     _T + "TestNoOpFlag::test_structured_logger_disabled_flag",
@@ -25,17 +28,17 @@ PRIVATE = {
 }
 
 #: The default JSONL file is otel-titan's background writer, not a `TraceJsonlHandler` on the logger
-#: (the second also writes with ``_structured_logger.info(..., extra=event_extra(...))``, torchtitan's
-#: private way in, expecting the file to receive it).
+#: (the second also writes with ``_structured_logger.info(..., extra=event_extra(...))``,
+#: torchtitan's private way in, expecting the file to receive it).
 DEFAULT_FILE_IS_NOT_A_HANDLER = {
     _T + "TestInitStructuredLogger::test_creates_trace_jsonl",
     _T + "TestFactoryMechanism::test_default_creates_jsonl",
 }
 
 #: They read the file right after the call (otel-titan writes from a background thread: call
-#: flush_structured_logger() first), count its lines (every file opens with ``structured_logger_opened``)
-#: or its folder's files (the hang black box's ``.stacks`` side file). With those accounted for
-#: (plugin.py's ``--otel-titan-read-flushed``) every one of them passes.
+#: flush_structured_logger() first), count its lines (every file opens with
+#: ``structured_logger_opened``) or its folder's files (the hang black box's ``.stacks`` side file).
+#: With those accounted for (plugin.py's ``--otel-titan-read-flushed``) every one of them passes.
 BACKGROUND_WRITER = {
     _T + "TestInitStructuredLogger::test_file_naming_pattern",
     _T + "TestLogTraceScalar::test_writes_metric_events",

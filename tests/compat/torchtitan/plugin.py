@@ -37,17 +37,22 @@ def _otel_titan_logger_per_test() -> Iterator[None]:
     step_context._reset_for_tests()
 
 
-# -- the second run: the two differences of the writer accounted for -----------------------------------
-# With ``--otel-titan-read-flushed`` a test that opens a file of a ``structured_logs`` folder to read it
-# first gets everything written (flush_structured_logger(): otel-titan writes from a background thread),
-# and reads it without otel-titan's opening record (``structured_logger_opened``, the first line of every
-# file); listing the folder leaves out the hang black box's ``.stacks`` side file. Those are the
-# differences docs/migrating-from-torchtitan.md lists as intentional; the tests that pass only in this run
-# hit those and nothing else (test_torchtitan_suite.py checks which).
+# -- the second run: the two differences of the writer accounted for
+# ----------------------------------- With ``--otel-titan-read-flushed`` a test that opens a file of
+# a ``structured_logs`` folder to read it first gets everything written (flush_structured_logger():
+# otel-titan writes from a background thread), and reads it without otel-titan's opening record
+# (``structured_logger_opened``, the first line of every file); listing the folder leaves out the
+# hang black box's ``.stacks`` side file. Those are the differences
+# docs/migrating-from-torchtitan.md lists as intentional; the tests that pass only in this run hit
+# those and nothing else (test_torchtitan_suite.py checks which).
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--otel-titan-read-flushed", action="store_true", help="flush before a structured_logs file is read, and hide the opening record and the .stacks side file")
+    parser.addoption(
+        "--otel-titan-read-flushed",
+        action="store_true",
+        help="flush before a structured_logs file is read, and hide the opening record and the .stacks side file",
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -62,19 +67,33 @@ def _read_flushed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     real_open, real_listdir = builtins.open, os.listdir
 
     def in_logs(path: object) -> bool:
-        return isinstance(path, (str, os.PathLike)) and os.path.basename(os.path.dirname(os.fspath(path))) == "structured_logs"
+        return (
+            isinstance(path, (str, os.PathLike))
+            and os.path.basename(os.path.dirname(os.fspath(path))) == "structured_logs"
+        )
 
     def open_flushed(file, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
         if not in_logs(file) or any(flag in mode for flag in "wax+b"):
             return real_open(file, mode, *args, **kwargs)
         sl.flush_structured_logger(timeout=10)
         with real_open(file, mode, *args, **kwargs) as handle:
-            lines = [line for line in handle if not (line.strip() and json.loads(line).get("log_type_name") == "structured_logger_opened")]
+            lines = [
+                line
+                for line in handle
+                if not (
+                    line.strip()
+                    and json.loads(line).get("log_type_name") == "structured_logger_opened"
+                )
+            ]
         return io.StringIO("".join(lines))
 
     def listdir_without_stacks(path="."):  # type: ignore[no-untyped-def]
         names = real_listdir(path)
-        return [n for n in names if not n.endswith(".stacks")] if os.path.basename(os.path.normpath(os.fspath(path))) == "structured_logs" else names
+        return (
+            [n for n in names if not n.endswith(".stacks")]
+            if os.path.basename(os.path.normpath(os.fspath(path))) == "structured_logs"
+            else names
+        )
 
     monkeypatch.setattr(builtins, "open", open_flushed)
     monkeypatch.setattr(os, "listdir", listdir_without_stacks)

@@ -1,4 +1,5 @@
-"""`otel_titan.compat.torchtitan`: torchtitan code runs unchanged on otel-titan (issue 28 items 2 and 3).
+"""`otel_titan.compat.torchtitan`: torchtitan code runs unchanged on otel-titan (issue 28 items 2
+and 3).
 
 Code written for torchtitan runs in a fresh interpreter after `install()`, as
 a user's script would, once with the real torchtitan installed (this venv has
@@ -72,14 +73,22 @@ FACTORIES = "torchtitan.observability.structured_logger.jsonl_handler.register_j
 @pytest.mark.parametrize("rank", [0, 1])
 def test_torchtitan_code_with_its_handler_factories_runs_unchanged(tmp_path, rank):
     run = tmp_path / "run"
-    result = run_python(TORCHTITAN_SCRIPT, str(run), str(rank), env={"TITAN_STRUCT_LOGGER_HANDLERS": FACTORIES, "OTEL_TITAN_PROCESS_FIGURES": "1"})
+    result = run_python(
+        TORCHTITAN_SCRIPT,
+        str(run),
+        str(rank),
+        env={"TITAN_STRUCT_LOGGER_HANDLERS": FACTORIES, "OTEL_TITAN_PROCESS_FIGURES": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     program = ["fwd_bwd_start", "metric_value", "fwd_bwd_end"] * 2
-    assert out["rows"] == (program if rank == 0 else [])  # the rank-0 handler; rank 1 runs without it
+    # the rank-0 handler; rank 1 runs without it
+    assert out["rows"] == (program if rank == 0 else [])
     assert out["later"] == program  # a handler attached by name, after init
-    assert "site-packages" in out["torchtitan"] and out["ours"]  # the real torchtitan package, its structured logger ours
-    (path,) = jsonl_files(run)  # torchtitan's default factory: otel-titan's own file, one (the second init did nothing)
+    # the real torchtitan package, its structured logger ours
+    assert "site-packages" in out["torchtitan"] and out["ours"]
+    # torchtitan's default factory: otel-titan's own file, one (the second init did nothing)
+    (path,) = jsonl_files(run)
     assert f"training.global_rank_{rank}." in path
     names = [r["log_type_name"] for r in read_records(path)]
     assert names[0] == "structured_logger_opened" and names[-1] == "structured_logger_closed"
@@ -87,7 +96,8 @@ def test_torchtitan_code_with_its_handler_factories_runs_unchanged(tmp_path, ran
 
 
 def test_install_without_torchtitan_installed_gives_torchtitans_import_path_only(tmp_path):
-    # A venv without torchtitan: its import path exists after install(), the rest of torchtitan does not.
+    # A venv without torchtitan: its import path exists after install(), the rest of torchtitan does
+    # not.
     code = """
     import importlib.util, sys
     real_find_spec = importlib.util.find_spec
@@ -111,13 +121,19 @@ def test_install_without_torchtitan_installed_gives_torchtitans_import_path_only
     assert result.stdout.split() == ["no", "models", "ok"]
 
 
-def test_register_jsonl_handler_called_the_torchtitan_way_attaches_torchtitans_file_handler(tmp_path):
+def test_register_jsonl_handler_called_the_torchtitan_way_attaches_torchtitans_file_handler(
+    tmp_path,
+):
     logger = logging.getLogger("tests.compat.register_jsonl_handler")
-    register_jsonl_handler(structured_logger=logger, rank=2, source="test_src", output_dir=str(tmp_path))
+    register_jsonl_handler(
+        structured_logger=logger, rank=2, source="test_src", output_dir=str(tmp_path)
+    )
     (handler,) = logger.handlers
     try:
         assert isinstance(handler, TraceJsonlHandler) and "structured_logs" in handler.baseFilename
-        assert "test_src.global_rank_2." in handler.baseFilename and handler.baseFilename.endswith(".jsonl")
+        assert "test_src.global_rank_2." in handler.baseFilename and handler.baseFilename.endswith(
+            ".jsonl"
+        )
         record = logging.LogRecord(logger.name, logging.INFO, __file__, 1, "", None, None)
         record.log_type_name = "marker"
         handler.handle(record)
@@ -130,21 +146,33 @@ def test_register_jsonl_handler_called_the_torchtitan_way_attaches_torchtitans_f
 
 
 def _a_run_with_the_loggers_own_records(run_dir) -> None:
-    sl.init_structured_logger("training", run_dir, rank=0, world_size=1, process_figures=True, step_rollups=True, heartbeat_interval_s=0.05)
+    sl.init_structured_logger(
+        "training",
+        run_dir,
+        rank=0,
+        world_size=1,
+        process_figures=True,
+        step_rollups=True,
+        heartbeat_interval_s=0.05,
+    )
     sl.log_trace_instant("training_start")
     for step in (1, 2, 3):
         sl.set_step(step)
         with sl.log_trace_span("fwd_bwd"):
             sl.log_trace_scalar({"loss": 2.5})
-            time.sleep(0.12)  # heartbeats, and the writer's period passes: figures and rollups of every step
+            # heartbeats, and the writer's period passes: figures and rollups of every step
+            time.sleep(0.12)
     sl.log_trace_scalar({"loss": float("nan")})
     sl.shutdown_structured_logger()
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="torchtitan 0.3.0 needs Python >= 3.11")
 def test_torchtitans_gantt_view_of_our_files_has_the_programs_records_only(run_dir):
-    # Issue 28 item 3: torchtitan's own generator shows our figures, rollups and heartbeats as the user's instants.
-    from torchtitan.observability.structured_logger.gantt_generator import generate_gantt_trace as titans
+    # Issue 28 item 3: torchtitan's own generator shows our figures, rollups and heartbeats as the
+    # user's instants.
+    from torchtitan.observability.structured_logger.gantt_generator import (
+        generate_gantt_trace as titans,
+    )
 
     _a_run_with_the_loggers_own_records(run_dir)
     records = read_records(jsonl_files(run_dir)[0])
@@ -157,18 +185,27 @@ def test_torchtitans_gantt_view_of_our_files_has_the_programs_records_only(run_d
     assert instants == ["training_start", "loss=2.5000", "loss=2.5000", "loss=2.5000", "loss=NaN"]
     assert json.loads((run_dir / "ours.json").read_text()) == ours
 
-    # torchtitan's own generator on the same files, without the NaN (it cannot format it) and the logger's records:
-    # the same trace, event for event.
+    # torchtitan's own generator on the same files, without the NaN (it cannot format it) and the
+    # logger's records: the same trace, event for event.
     for path in jsonl_files(run_dir):
         kept = [line for line in open(path) if "NaN" not in line]
         open(path, "w").writelines(kept)
     theirs = titans(logs, str(run_dir / "theirs.json"))
     ours = gantt_generator.generate_gantt_trace(logs, str(run_dir / "ours.json"))
     own = {"heartbeat", "step_rollup", "structured_logger_opened", "structured_logger_closed"}
-    program = [e for e in theirs["traceEvents"] if e["name"] not in own and "memory/" not in e["name"] and "process/" not in e["name"] and "host/" not in e["name"]]
+    program = [
+        e
+        for e in theirs["traceEvents"]
+        if e["name"] not in own
+        and "memory/" not in e["name"]
+        and "process/" not in e["name"]
+        and "host/" not in e["name"]
+    ]
     assert len(program) < len(theirs["traceEvents"])
     assert ours["traceEvents"] == program
 
 
 def test_torchtitans_gantt_generator_on_an_empty_folder_returns_an_empty_trace(tmp_path):
-    assert gantt_generator.generate_gantt_trace(str(tmp_path), str(tmp_path / "out.json")) == {"traceEvents": []}
+    assert gantt_generator.generate_gantt_trace(str(tmp_path), str(tmp_path / "out.json")) == {
+        "traceEvents": []
+    }

@@ -1,1 +1,2 @@
-"""otel-titan's stand-in for ``torchtitan.observability`` (`otel_titan.compat.torchtitan.install` puts it there)."""
+"""otel-titan's stand-in for ``torchtitan.observability`` (`otel_titan.compat.torchtitan.install`
+puts it there)."""

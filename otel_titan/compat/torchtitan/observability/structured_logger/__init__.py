@@ -1,4 +1,5 @@
-"""torchtitan's ``torchtitan.observability.structured_logger``, on otel-titan (docs/migrating-from-torchtitan.md).
+"""torchtitan's ``torchtitan.observability.structured_logger``, on otel-titan
+(docs/migrating-from-torchtitan.md).
 
 Once `otel_titan.compat.torchtitan.install` has run, torchtitan code runs unchanged::
 

@@ -44,7 +44,8 @@ logger = logging.getLogger(__name__)
 
 
 def generate_gantt_trace(log_dir: str, output_path: str) -> dict:
-    """Merge per-rank JSONL into a Chrome Trace JSON for Perfetto (https://ui.perfetto.dev); return it and write it to `output_path`.
+    """Merge per-rank JSONL into a Chrome Trace JSON for Perfetto (https://ui.perfetto.dev); return
+    it and write it to `output_path`.
 
     Args:
         log_dir: folder holding the per-rank ``*.jsonl`` files (``<run>/structured_logs``).
@@ -61,17 +62,28 @@ def generate_gantt_trace(log_dir: str, output_path: str) -> dict:
     source_to_pid = {s: i for i, s in enumerate(sources)}
     paired, instants = _collect_paired_and_instants(records, source_to_pid)
     tid_by_source_and_task = _assign_tids_per_source(paired)
-    events = _emit_chrome_events(paired=paired, instants=instants, source_to_pid=source_to_pid, tid_by_source_and_task=tid_by_source_and_task)
+    events = _emit_chrome_events(
+        paired=paired,
+        instants=instants,
+        source_to_pid=source_to_pid,
+        tid_by_source_and_task=tid_by_source_and_task,
+    )
     trace = {"traceEvents": events}
     os.makedirs(os.path.dirname(output_path) or ".", exist_ok=True)
     with open(output_path, "w") as f:
         json.dump(trace, f, indent=2)
-    logger.info("Chrome Trace: %s (%d events from %d sources; view in https://ui.perfetto.dev)", output_path, len(events), len(sources))
+    logger.info(
+        "Chrome Trace: %s (%d events from %d sources; view in https://ui.perfetto.dev)",
+        output_path,
+        len(events),
+        len(sources),
+    )
     return trace
 
 
 def load_all_records(log_dir: str) -> list[dict]:
-    """Every record of the ``*.jsonl`` files of `log_dir` (name order), each with ``_source_file`` (its file's name without ``.jsonl``).
+    """Every record of the ``*.jsonl`` files of `log_dir` (name order), each with ``_source_file``
+    (its file's name without ``.jsonl``).
 
     The logger's own records are left out (see the module docstring).
     """
@@ -98,8 +110,11 @@ def _metric_name(r: dict) -> str:
     return f"{r.get('event_name', 'metric')}={value:.4f}"
 
 
-def _collect_paired_and_instants(records: list[dict], source_to_pid: dict[str, int]) -> tuple[list[dict], list[dict]]:
-    """Pair ``_start`` / ``_end`` with a last-in-first-out stack per (source, task_name); everything else is an instant."""
+def _collect_paired_and_instants(
+    records: list[dict], source_to_pid: dict[str, int]
+) -> tuple[list[dict], list[dict]]:
+    """Pair ``_start`` / ``_end`` with a last-in-first-out stack per (source, task_name); everything
+    else is an instant."""
     paired: list[dict[str, Any]] = []
     instants: list[dict[str, Any]] = []
     pending: dict[tuple[str, str | None], list[dict]] = defaultdict(list)
@@ -115,15 +130,34 @@ def _collect_paired_and_instants(records: list[dict], source_to_pid: dict[str, i
         source = r["_source_file"]
         caller = r.get("caller")
         key = (source, task_name)
-        instant = {"time_us": time_us, "pid": pid, "source": source, "task_name": task_name, "step": step, "caller": caller}
+        instant = {
+            "time_us": time_us,
+            "pid": pid,
+            "source": source,
+            "task_name": task_name,
+            "step": step,
+            "caller": caller,
+        }
 
-        # log_type "instant" first: instants named like spans (training_start) are never span halves.
+        # log_type "instant" first: instants named like spans (training_start) are never span
+        # halves.
         if log_type == "instant":
-            instants.append({"name": _metric_name(r) if event_type == "metric_value" else event_type, **instant})
+            instants.append(
+                {"name": _metric_name(r) if event_type == "metric_value" else event_type, **instant}
+            )
         elif event_type.endswith("_start"):
             type_name = event_type.removesuffix("_start")
             pending[key].append(
-                {"ts": time_us, "step": step, "display_name": r.get("event_name") or type_name, "pid": pid, "rank": rank, "task_name": task_name, "source": source, "caller": caller}
+                {
+                    "ts": time_us,
+                    "step": step,
+                    "display_name": r.get("event_name") or type_name,
+                    "pid": pid,
+                    "rank": rank,
+                    "task_name": task_name,
+                    "source": source,
+                    "caller": caller,
+                }
             )
         elif event_type.endswith("_end"):
             type_name = event_type.removesuffix("_end")
@@ -160,7 +194,8 @@ def _collect_paired_and_instants(records: list[dict], source_to_pid: dict[str, i
 
 
 def _assign_tids_per_source(paired: list[dict]) -> dict[tuple[str, str | None], int]:
-    """Give every span a track (``tid``): each (source, task) one, task ranges slot-packed per source (min-heap interval scheduling)."""
+    """Give every span a track (``tid``): each (source, task) one, task ranges slot-packed per
+    source (min-heap interval scheduling)."""
     by_source: dict[str, list[dict]] = defaultdict(list)
     for p in paired:
         by_source[p["source"]].append(p)
@@ -190,19 +225,52 @@ def _assign_tids_per_source(paired: list[dict]) -> dict[tuple[str, str | None], 
     return tid_by_source_and_task
 
 
-def _emit_chrome_events(*, paired: list[dict], instants: list[dict], source_to_pid: dict[str, int], tid_by_source_and_task: dict[tuple[str, str | None], int]) -> list[dict]:
-    """The Chrome Trace events: a ``process_name`` per source, an ``X`` per span, an ``i`` per instant (on its task's track, else 0)."""
-    events: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": source}} for source, pid in source_to_pid.items()]
+def _emit_chrome_events(
+    *,
+    paired: list[dict],
+    instants: list[dict],
+    source_to_pid: dict[str, int],
+    tid_by_source_and_task: dict[tuple[str, str | None], int],
+) -> list[dict]:
+    """The Chrome Trace events: a ``process_name`` per source, an ``X`` per span, an ``i`` per
+    instant (on its task's track, else 0)."""
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": source}}
+        for source, pid in source_to_pid.items()
+    ]
     for p in paired:
         duration_ms = p["duration_ms"] or 0
-        args: dict = {**({"step": p["step"]} if p["step"] is not None else {}), "duration_ms": f"{duration_ms:.2f}" if duration_ms else "0.00"}
+        args: dict = {
+            **({"step": p["step"]} if p["step"] is not None else {}),
+            "duration_ms": f"{duration_ms:.2f}" if duration_ms else "0.00",
+        }
         if p.get("caller"):
             args["caller"] = p["caller"]
-        events.append({"name": p["display_name"], "ph": "X", "ts": p["start_ts"], "dur": p["end_ts"] - p["start_ts"], "pid": p["pid"], "tid": p.get("tid", 0), "args": args})
+        events.append(
+            {
+                "name": p["display_name"],
+                "ph": "X",
+                "ts": p["start_ts"],
+                "dur": p["end_ts"] - p["start_ts"],
+                "pid": p["pid"],
+                "tid": p.get("tid", 0),
+                "args": args,
+            }
+        )
     for i in instants:
         args = {"step": i["step"]} if i["step"] is not None else {}
         if i.get("caller"):
             args["caller"] = i["caller"]
         tid = tid_by_source_and_task.get((i["source"], i["task_name"]), 0)
-        events.append({"name": i["name"], "ph": "i", "ts": i["time_us"], "pid": i["pid"], "tid": tid, "s": "t", "args": args})
+        events.append(
+            {
+                "name": i["name"],
+                "ph": "i",
+                "ts": i["time_us"],
+                "pid": i["pid"],
+                "tid": tid,
+                "s": "t",
+                "args": args,
+            }
+        )
     return events

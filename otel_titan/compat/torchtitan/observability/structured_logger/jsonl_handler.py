@@ -1,4 +1,5 @@
-"""torchtitan's ``jsonl_handler`` module: ``TraceJsonlFormatter``, ``TraceJsonlHandler`` and the default factory.
+"""torchtitan's ``jsonl_handler`` module: ``TraceJsonlFormatter``, ``TraceJsonlHandler`` and the
+default factory.
 
 ``register_jsonl_handler`` has torchtitan's signature and does what the caller
 needs:
@@ -38,7 +39,8 @@ _log = logging.getLogger(__name__)
 
 
 class TraceJsonlHandler(logging.FileHandler):
-    """Per-rank JSONL file handler, torchtitan's: ``{output_dir}/structured_logs/{source}.global_rank_{rank}.{timestamp}-{random}.jsonl``.
+    """Per-rank JSONL file handler, torchtitan's:
+    ``{output_dir}/structured_logs/{source}.global_rank_{rank}.{timestamp}-{random}.jsonl``.
 
     Written on otel-titan's writer thread (the structured logger's handlers
     are fed there), with `TraceJsonlFormatter` and `TraceEventsOnlyFilter`.
@@ -60,15 +62,19 @@ def register_jsonl_handler(
     output_dir: str,
     **kw: Any,
 ) -> None:
-    """Default factory: the JSONL file of this process (see the module docstring for the two ways it is called).
+    """Default factory: the JSONL file of this process (see the module docstring for the two ways it
+    is called).
 
     Example (a job script naming torchtitan's default factory beside another; shell, not Python)::
 
-        export TITAN_STRUCT_LOGGER_HANDLERS=torchtitan.observability.structured_logger.jsonl_handler.register_jsonl_handler,mypkg.register_db
+        export
+        TITAN_STRUCT_LOGGER_HANDLERS=torchtitan.observability.structured_logger.jsonl_handler.register_jsonl_handler,mypkg.register_db
     """
     if "add_span_exporter" in kw:  # called by init_structured_logger: otel-titan's own file
         _register_otel_titan_file(output_dir=output_dir, **kw)
         return
-    handler = TraceJsonlHandler(rank=rank if rank is not None else 0, source=source, output_dir=output_dir)
+    handler = TraceJsonlHandler(
+        rank=rank if rank is not None else 0, source=source, output_dir=output_dir
+    )
     structured_logger.addHandler(handler)
     _log.info("Structured logging -> JSONL: %s", handler.baseFilename)

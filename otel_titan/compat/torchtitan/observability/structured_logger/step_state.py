@@ -1,4 +1,5 @@
-"""torchtitan's ``step_state`` module: otel-titan's step and tags (`otel_titan.core.step_context`), under torchtitan's names.
+"""torchtitan's ``step_state`` module: otel-titan's step and tags (`otel_titan.core.step_context`),
+under torchtitan's names.
 
 The public calls are otel-titan's own. torchtitan keeps each value twice, in a
 module global (``_STEP_GLOBAL``, ``_RELATIVE_STEP_GLOBAL``, ``_TAGS_GLOBAL``)
@@ -34,13 +35,21 @@ from otel_titan.structured_logger import (
     set_step,
 )
 
-__all__ = ["set_step", "get_step", "get_relative_step", "add_step_tag", "clear_step_tags", "get_step_tags"]
+__all__ = [
+    "set_step",
+    "get_step",
+    "get_relative_step",
+    "add_step_tag",
+    "clear_step_tags",
+    "get_step_tags",
+]
 
 _FIELDS = {"step": 0, "relative_step": 1, "tags": 2}
 
 
 class _ContextField:
-    """One field of the calling context's own view, with a ContextVar's ``get`` / ``set`` (torchtitan's ``_*_CV``).
+    """One field of the calling context's own view, with a ContextVar's ``get`` / ``set``
+    (torchtitan's ``_*_CV``).
 
     ``get`` is the field of the context's own view (None, or ``()`` for tags,
     when it has none); ``set`` gives the context a view with that field
@@ -74,13 +83,16 @@ def _default_field(field: str) -> property:
 
     def set_(module: Any, value: Any) -> None:
         state: StepState = step_context.default_state[0]
-        step_context.default_state[0] = state._replace(**{field: tuple(value) if index == 2 else value})  # type: ignore[arg-type]  # the field this accessor stands for, by name
+        step_context.default_state[0] = state._replace(
+            **{field: tuple(value) if index == 2 else value}  # type: ignore[arg-type]  # the field this accessor stands for, by name
+        )
 
     return property(get, set_, doc=f"The training loop's {field} (torchtitan's module global).")
 
 
 class _StepStateModule(types.ModuleType):
-    """This module, with torchtitan's private globals as views of otel-titan's state (see the module docstring)."""
+    """This module, with torchtitan's private globals as views of otel-titan's state (see the module
+    docstring)."""
 
     _STEP_GLOBAL = _default_field("step")
     _RELATIVE_STEP_GLOBAL = _default_field("relative_step")

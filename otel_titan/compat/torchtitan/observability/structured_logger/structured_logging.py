@@ -1,4 +1,5 @@
-"""torchtitan's ``structured_logging`` module: the ``sl.*`` calls, ``LogType``, ``ExtraFields``, ``event_extra``.
+"""torchtitan's ``structured_logging`` module: the ``sl.*`` calls, ``LogType``, ``ExtraFields``,
+``event_extra``.
 
 The calls are otel-titan's (`otel_titan.structured_logger`). The rest are
 torchtitan's small public names, kept so that handler factories and formatters
@@ -27,7 +28,12 @@ import os
 from typing import Any
 
 from otel_titan.exporters.compat import TraceEventsOnlyFilter
-from otel_titan.structured_logger import flush_structured_logger, log_trace_instant, log_trace_scalar, log_trace_span
+from otel_titan.structured_logger import (
+    flush_structured_logger,
+    log_trace_instant,
+    log_trace_scalar,
+    log_trace_span,
+)
 from otel_titan.structured_logger import init_structured_logger as _init
 from otel_titan.structured_logger.lifecycle import STRUCTURED_LOGGER_NAME
 
@@ -43,7 +49,8 @@ __all__ = [
     "TraceEventsOnlyFilter",
 ]
 
-#: The logger torchtitan-style handlers are attached to (otel-titan's own; see the module docstring).
+#: The logger torchtitan-style handlers are attached to (otel-titan's own; see the module
+#: docstring).
 _structured_logger: logging.Logger = logging.getLogger(STRUCTURED_LOGGER_NAME)
 _structured_logger.propagate = False
 
@@ -83,7 +90,8 @@ def event_extra(
     task_name: str | None = None,
     log_type: LogType = LogType.EVENT,
 ) -> dict[str, Any]:
-    """The ``extra`` dict of a structured record logged by hand on a `logging.Logger` (torchtitan's helper).
+    """The ``extra`` dict of a structured record logged by hand on a `logging.Logger` (torchtitan's
+    helper).
 
     Example:
         >>> event_extra("loss", event_name="train.loss", value=2.5, log_type=LogType.INSTANT)["log_type"]
@@ -100,8 +108,15 @@ def event_extra(
     }
 
 
-def init_structured_logger(source: str, output_dir: str | os.PathLike[str], rank: int | None = None, enable: bool = True, **options: Any) -> None:
-    """Start structured logging for this process: otel-titan's `init_structured_logger` under torchtitan's name.
+def init_structured_logger(
+    source: str,
+    output_dir: str | os.PathLike[str],
+    rank: int | None = None,
+    enable: bool = True,
+    **options: Any,
+) -> None:
+    """Start structured logging for this process: otel-titan's `init_structured_logger` under
+    torchtitan's name.
 
     As in torchtitan, a second call is a no-op whatever its arguments, and
     ``enable=False`` makes every call a no-op. ``**options`` are otel-titan's

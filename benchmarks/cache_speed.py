@@ -62,9 +62,9 @@ def _command(name: str, run: str, out: str) -> list[str]:
     raise ValueError(name)
 
 
-CPU: list[
-    tuple[str, float]
-] = []  # (what, user + system seconds of the command): less bent by other work on the machine than wall time
+# (what, user + system seconds of the command): less bent by other work on the machine than wall
+# time
+CPU: list[tuple[str, float]] = []
 
 
 def _children_cpu() -> float:

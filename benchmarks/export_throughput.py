@@ -591,9 +591,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         os.sync()
         for path in glob.glob(os.path.join(run_dir, "structured_logs", "*")):
-            with open(
-                path, "rb"
-            ) as handle:  # warm the page cache: both converters read from memory
+            # warm the page cache: both converters read from memory
+            with open(path, "rb") as handle:
                 while handle.read(1 << 24):
                     pass
         which_list = ["ours"] if args.skip_baseline else ["ours", "baseline"]

@@ -1103,9 +1103,8 @@ def _sql(
             )
         if query is not None:
             write_result(db.con, query, args.format, sys.stdout, max_rows=args.max_rows)
-    except (
-        FileExistsError
-    ) as error:  # --save names a file that is there: a command line to change, not a disk to fix
+    # --save names a file that is there: a command line to change, not a disk to fix
+    except FileExistsError as error:
         raise UsageError(f"--save: {error}") from error
     except Exception as error:
         if duckdb is not None and isinstance(error, duckdb.Error):

@@ -522,9 +522,8 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 hot = _state
-                if (
-                    hot.compiling is not None and hot.compiling()
-                ) or hot.items is None:  # compilation first (see __enter__)
+                # compilation first (see __enter__)
+                if (hot.compiling is not None and hot.compiling()) or hot.items is None:
                     return await fn(*args, **kwargs)
                 code, lineno = _awaited_from(definition)
                 with at(name, description, code, lineno):
@@ -535,9 +534,8 @@ class log_trace_span:  # a lowercase class, like contextlib.nullcontext: it *is*
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             hot = _state
-            if (
-                hot.compiling is not None and hot.compiling()
-            ) or hot.items is None:  # compilation first (see __enter__)
+            # compilation first (see __enter__)
+            if (hot.compiling is not None and hot.compiling()) or hot.items is None:
                 # off, or traced by torch.compile: before the frame lookup Dynamo cannot trace
                 return fn(*args, **kwargs)
             try:
@@ -607,9 +605,8 @@ def log_trace_instant(event_type: str, *, stacklevel: int = 2) -> None:
     if type(event_type) is not str or not event_type:
         _check_name(event_type)
     hot = _state
-    if (
-        hot.compiling is not None and hot.compiling()
-    ) or hot.items is None:  # compilation first (see __enter__)
+    # compilation first (see __enter__)
+    if (hot.compiling is not None and hot.compiling()) or hot.items is None:
         return
     _emit_instant(hot, event_type, stacklevel, None)
 

@@ -267,9 +267,8 @@ def test_in_a_group_writable_project_folder_a_swapped_cache_is_refused(
     )
     done = b.run([sys.executable, "-c", swap, str(run)], umask=0o002)
     assert done.returncode == 0, done.stderr
-    assert not (
-        run / "analysis" / "cache.moved"
-    ).exists()  # A's analysis/ kept B out: B could only move all of it
+    # A's analysis/ kept B out: B could only move all of it
+    assert not (run / "analysis" / "cache.moved").exists()
     planted_in = run / "analysis" / "cache"
     assert planted_in.stat().st_uid == b.uid
     fifo = top / "tripwire"

@@ -132,11 +132,12 @@ def test_the_loggers_own_records_and_figures_stay_out_of_the_handlers(run_dir, m
         "structured_logger_opened",
     }
     rows = [json.loads(row) for row in MyDBClient.ROWS]
+    # ...the handler only the program's records
     assert [r["log_type_name"] for r in rows] == [
         "fwd_start",
         "fwd_end",
         "step_done",
-    ] * 3  # ...the handler only the program's records
+    ] * 3
 
 
 def test_the_filter_passes_only_trace_records():

@@ -124,9 +124,8 @@ def test_a_name_from_the_network_never_writes_outside_the_spool(tmp_path):
 def test_a_failed_write_is_raised_and_the_retry_is_written_not_dropped_as_a_duplicate(tmp_path):
     spool = Spool(str(tmp_path))
     os.rmdir(spool.log_dir)
-    open(
-        spool.log_dir, "w"
-    ).close()  # the folder replaced by a file: every open fails (ENOTDIR), root or not
+    # the folder replaced by a file: every open fails (ENOTDIR), root or not
+    open(spool.log_dir, "w").close()
     with pytest.raises(SpoolWriteError, match="cannot write .*Not a directory"):
         spool.add([rec(1), rec(2)], now=0.0)
     assert spool.failed == 2 and spool.written == 0 and "cannot write" in (spool.write_error or "")

@@ -151,24 +151,19 @@ class PerfettoStream:
         self._arg_names: dict[str, int] = {}
         self._strings: dict[str, int] = {}
         self._locations: dict[str, int] = {}  # caller ("file:line:function") → source location iid
-        self._encoded: dict[
-            tuple[str, Any], bytes
-        ] = {}  # (argument, value) → its encoded annotation
+        # (argument, value) → its encoded annotation
+        self._encoded: dict[tuple[str, Any], bytes] = {}
         # Tracks: (pid, key) → uuid; key is a tid, or ("counter", name).
         self._tracks: dict[tuple[int, Any], int] = {}
-        self._track_bytes: dict[
-            tuple[int, Any], bytes
-        ] = {}  # (pid, tid) → encoded ``track_uuid`` field
-        self._ends: dict[
-            tuple[int, Any], bytes
-        ] = {}  # (pid, tid) → a slice end's encoded ``track_event``
-        self._counter_heads: dict[
-            tuple[int, str], bytes
-        ] = {}  # (pid, name) → a sample's bytes before its value
+        # (pid, tid) → encoded ``track_uuid`` field
+        self._track_bytes: dict[tuple[int, Any], bytes] = {}
+        # (pid, tid) → a slice end's encoded ``track_event``
+        self._ends: dict[tuple[int, Any], bytes] = {}
+        # (pid, name) → a sample's bytes before its value
+        self._counter_heads: dict[tuple[int, str], bytes] = {}
         self._steps: dict[Any, bytes] = {}  # step → its encoded annotation
-        self._id_heads: dict[
-            str, bytes
-        ] = {}  # argument → an id annotation's bytes before the number
+        # argument → an id annotation's bytes before the number
+        self._id_heads: dict[str, bytes] = {}
         #: A span begin's ``TrackEvent`` fields but its ids, by what decides them
         #: (`NativeVisitor.span_begun`).
         self.span_prefixes: dict[tuple, bytes] = {}
@@ -723,9 +718,8 @@ class NativeVisitor(ExportVisitor):
         and steps)."""
         super().begin_process(tracks, os_pid, alive_until_us)
         self._open_ids: dict[Any, list[Any]] = {}  # track → span ids of its begun, unended slices
-        self._step_traces: dict[
-            Any, Any
-        ] = {}  # step → its trace id (the first begun span's, or the step's first record's)
+        # step → its trace id (the first begun span's, or the step's first record's)
+        self._step_traces: dict[Any, Any] = {}
         # steps whose bar will be written (every begun step gets one)
         self._steps_begun: set[Any] = set()
 

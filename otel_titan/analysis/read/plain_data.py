@@ -152,9 +152,8 @@ class PlainCodec:
                     or not cls.__dataclass_params__.frozen  # type: ignore[attr-defined]  # a dataclass: getattr checked it has the parameters
                 ):
                     raise TypeError(f"{cls.__qualname__} cannot be rebuilt as plain data")
-        self._settable: dict[
-            tuple[type, tuple[str, ...]], bool
-        ] = {}  # (class, attributes) → all plain? (asked once per codec)
+        # (class, attributes) → all plain? (asked once per codec)
+        self._settable: dict[tuple[type, tuple[str, ...]], bool] = {}
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder()
 
@@ -247,9 +246,8 @@ class _Writer:
         self.index, self.slots, self.checked, self.native = index, slots, checked, native
         self.seen: dict[int, int] = {}
         self.leaves: dict[int, int] = {}
-        self.keep: list[
-            Any
-        ] = []  # what was numbered stays alive (ids are never reused within one encode)
+        # what was numbered stays alive (ids are never reused within one encode)
+        self.keep: list[Any] = []
         self.shared = shared if shared is not None else set()
         self.in_native: set[int] = set()  # containers written inside a native tree (not numbered)
         # ... met again afterwards: this encode is redone without them native

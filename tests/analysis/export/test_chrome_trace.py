@@ -212,9 +212,8 @@ def test_the_export_never_opens_a_file_planted_in_the_output_folder(run_dir, tmp
         assert sorted(os.listdir(analysis)) == ["trace.json", "trace.json.tmp"]
     umask = os.umask(0o022)
     os.umask(umask)
-    assert (
-        analysis / "trace.json"
-    ).stat().st_mode & 0o777 == 0o666 & ~umask  # as a plain open() would have made it
+    # as a plain open() would have made it
+    assert (analysis / "trace.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def test_a_failed_export_leaves_no_file_behind(run_dir, tmp_path):

@@ -373,11 +373,12 @@ def test_every_packet_shape_decodes_field_by_field_uncompressed_too(tmp_path):
         assert (process.process.pid, process.process.process_name) == (3, "training rank")
         assert (thread.thread.pid, thread.thread.tid, thread.thread.thread_name) == (3, 77, "main")
         begin, end = packets[3], packets[4]
+        # µs
         assert (
             begin.timestamp,
             begin.track_event.track_uuid,
             list(begin.track_event.category_iids),
-        ) == (2_000, thread.uuid, [1])  # µs
+        ) == (2_000, thread.uuid, [1])
         assert [(e.iid, e.name) for e in begin.interned_data.event_names] == [(1, "fwd")]
         # a fraction of a µs: ns
         assert (end.timestamp_clock_id, end.timestamp, end.track_event.type) == (
@@ -403,11 +404,12 @@ def test_every_packet_shape_decodes_field_by_field_uncompressed_too(tmp_path):
             and counter_track.parent_uuid == process.uuid
             and counter_track.name == "loss"
         )
+        # a delta from the begin
         assert (
             counter.timestamp_clock_id,
             counter.timestamp,
             counter.track_event.double_counter_value,
-        ) == (0, 5, 2.5)  # a delta from the begin
+        ) == (0, 5, 2.5)
         instant = packets[7]
         assert (instant.track_event.type, instant.timestamp_clock_id, instant.timestamp) == (
             TrackEvent.TYPE_INSTANT,

@@ -205,10 +205,11 @@ def test_a_real_torchrun_run_the_same_table_from_rollups_from_its_spans_and_with
     assert stripped.source == "spans" and stripped.rows == table.rows
     # rank 1 is the data_fetch straggler (+40 ms a step), and both say so
     fetch = {(row.rank, row.step): row.phases["data_fetch"][1] for row in table.rows}
+    # (a first step can be slow on a busy machine)
     assert (
         statistics.median(fetch[(1, step)] - fetch[(0, step)] for step in range(1, TOY_STEPS + 1))
         > 30
-    ), fetch  # (a first step can be slow on a busy machine)
+    ), fetch
 
 
 def test_a_span_left_out_of_every_rollup_sends_the_table_to_the_spans(run_dir):

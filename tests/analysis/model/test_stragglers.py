@@ -127,9 +127,10 @@ def test_evidence_on_each_ranks_own_clock_ignores_any_clock_offset():
     skew = {0: 0, 1: 7_000_000, 2: -3_000_000}
     ends = {rank: {1: 50_000 + (30_000 if rank == 2 else 0) + skew[rank]} for rank in skew}
     exits = {rank: {1: 100_000 + skew[rank]} for rank in skew}
+    # the median of ranks 1 and 2: their mean
     assert lateness(2, ends, exits) == pytest.approx(30.0) and lateness(
         0, ends, exits
-    ) == pytest.approx(-15.0)  # the median of ranks 1 and 2: their mean
+    ) == pytest.approx(-15.0)
     anchors = {
         rank: {
             1: (90_000 + skew[rank], 100_000 + skew[rank]),

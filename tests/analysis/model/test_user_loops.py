@@ -119,9 +119,8 @@ def _readme_loop_files(
     records: dict[int, list] = {rank: [] for rank in range(ranks)}
     for step in range(1, steps + 1):
         work = 40.0 * rng.lognormal(0.0, 0.03, size=ranks)
-        leave = (
-            begin + work
-        ).max() + 1.0  # the all-reduce inside backward: everyone leaves it at one moment
+        # the all-reduce inside backward: everyone leaves it at one moment
+        leave = (begin + work).max() + 1.0
         for rank in range(ranks):
             host = {"host_name": f"node-{rank}"} if hosts else {}
             end_fwd_bwd = leave + abs(rng.normal(0.0, 0.02))

@@ -399,9 +399,8 @@ def test_an_edited_cache_database_is_never_opened_and_a_sealed_one_with_a_view_i
             source.con.execute("DETACH planted")
 
     seal(view=False)
-    assert _loaded(
-        run
-    ).from_cache  # sealed with one's own key: one's own entry (the seal is what makes it so)
+    # sealed with one's own key: one's own entry (the seal is what makes it so)
+    assert _loaded(run).from_cache
     seal(view=True)
     with_view = _loaded(run)
     # a view is nothing `keep` writes: refused

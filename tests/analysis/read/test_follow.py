@@ -112,9 +112,8 @@ def test_rotation_with_no_backups_counts_what_was_lost(tmp_path):
     with open(path, "ab") as handle:
         handle.write(lost)
     os.stat(path)
-    follower.cursors[
-        str(path)
-    ].size = path.stat().st_size  # the refresh saw the size but not the bytes
+    # the refresh saw the size but not the bytes
+    follower.cursors[str(path)].size = path.stat().st_size
     os.unlink(path)  # backup_count=0: the writer deletes the full file
     path.write_bytes(line("b_start", 3))
     assert names(follower.poll(2.0)) == ["b_start"]

@@ -65,9 +65,8 @@ def test_the_latest_run_is_summarized_alone_and_says_so(two_runs):
     ]
     assert summary.runs[0].start_us < summary.runs[1].start_us
     (group,) = summary.stragglers
-    assert [f.rank for f in group.findings if f.kind == "step"] == [0] and len(
-        group.steps
-    ) == 7  # B's steps only: A's step 9 is not mixed in (2 ranks: a difference, nobody blamed)
+    # B's steps only: A's step 9 is not mixed in (2 ranks: a difference, nobody blamed)
+    assert [f.rank for f in group.findings if f.kind == "step"] == [0] and len(group.steps) == 7
     assert {(f.what, f.rank) for f in group.findings if f.kind == "phase"} == {("data_fetch", 0)}
     assert (
         "run B: the latest of 2 runs in this folder (others: A; pick one with --run RUN_ID)"

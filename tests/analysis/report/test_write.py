@@ -285,9 +285,8 @@ def test_a_clean_run_names_no_rank(tmp_path, seed) -> None:
     # ... and neither does the report, in any text or mark
     assert _ranks_named_on_the_page(page) == set()
     phases = page["axes"]["fig-phases"]
-    assert [
-        t["name"] for t in phases["traces"] if t["type"] != "box"
-    ] == []  # no marked points at all
+    # no marked points at all
+    assert [t["name"] for t in phases["traces"] if t["type"] != "box"] == []
 
 
 @browser

@@ -362,9 +362,8 @@ def test_a_file_the_cluster_cannot_read_is_an_error_naming_the_cluster(
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     db = open_run(copy, scheduler=cluster, cache=False)
-    next(
-        (copy / "structured_logs").glob("*rank_3*.jsonl")
-    ).unlink()  # listed here, gone for the workers
+    # listed here, gone for the workers
+    next((copy / "structured_logs").glob("*rank_3*.jsonl")).unlink()
     with pytest.raises(
         executors.ClusterError,
         match=f"(?s)a sql worker on the Dask cluster at {cluster} failed: IOException.*at the same paths",

@@ -183,7 +183,7 @@ class _Collector(TimelineVisitor):
         # last step
         self.hang = HangTracker()
         # Bound straight to the tracker (one call per record, not two): a span begun is progress.
-        self.span_begun = self.hang.span_begun  # type: ignore[method-assign]
+        self.span_begun = self.hang.span_begun  # type: ignore[method-assign]  # bound once (above)
         # Per process, the last top-level span of each step: the step-closing collective
         # (clock_align).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
@@ -855,7 +855,7 @@ class ProcessRead:
             path,
             self.skipped,
             on_bytes,
-            source=reader,  # type: ignore[arg-type]
+            source=reader,  # type: ignore[arg-type]  # a RangeReader reads as a file does
             first_line=first_line,
             offset_us=process.clock_offset_us,
             trimmed=True,

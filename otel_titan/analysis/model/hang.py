@@ -1167,7 +1167,7 @@ def _behind_in_group(
         )
     if not held:
         return
-    op = Counter(lasts[r]["op"] for r in waiting).most_common(1)[0][0]  # type: ignore[index]
+    op = Counter(lasts[r]["op"] for r in waiting).most_common(1)[0][0]  # type: ignore[index]  # the waiting have a last
     behind = [
         r
         for r, seq in seqs.items()

@@ -1001,7 +1001,7 @@ def judge_phase(
         )
         if not lockstep:  # one clock, ranks more than a step apart: nobody waits for another, the durations decide
             out.append(
-                finding(slow, kind="phase", what=phase, per_rank=judged_times, **where, **common)  # type: ignore[arg-type]
+                finding(slow, kind="phase", what=phase, per_rank=judged_times, **where, **common)  # type: ignore[arg-type]  # common: finding's other arguments
             )
             continue
         if late is None:
@@ -1015,7 +1015,7 @@ def judge_phase(
                     verdict="cannot tell",
                     why="cannot tell whether it waited or worked (see withheld)",
                     **where,
-                    **common,  # type: ignore[arg-type]
+                    **common,  # type: ignore[arg-type]  # common: finding's other arguments
                 )
             )
             continue
@@ -1029,7 +1029,7 @@ def judge_phase(
                 per_rank=judged_times,
                 late_ms=late,
                 **where,
-                **common,  # type: ignore[arg-type]
+                **common,  # type: ignore[arg-type]  # common: finding's other arguments
             )
         )
     return out, cannot_tell, slowness
@@ -1059,7 +1059,7 @@ def judge_arrival(
     rows, slowness = compare_ranks(per_rank, step_ms=step_ms, min_effect=MIN_ARRIVAL_EFFECT)
     common = dict(source=source, attempt=attempt, step_ms=step_ms, peers=peers, group=group)
     return [
-        finding(slow, kind="arrival", what=anchor, per_rank=per_rank, **common)  # type: ignore[arg-type]
+        finding(slow, kind="arrival", what=anchor, per_rank=per_rank, **common)  # type: ignore[arg-type]  # common: finding's other arguments
         for slow in slowness
         if slow.differs
     ], rows

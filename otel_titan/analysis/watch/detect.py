@@ -631,7 +631,7 @@ class Detector:
             )
             for p in unclean
         ]
-        held = held_back_by(ends, first_us)  # type: ignore[arg-type]
+        held = held_back_by(ends, first_us)  # type: ignore[arg-type]  # a time whenever it names culprits
         if held:  # they crashed waiting for it (a collective that timed out): the crashes name it, not themselves
             return _held_back_alert(
                 source,
@@ -1205,7 +1205,7 @@ class Detector:
         phase, grown_ms, step_now = _grown_phase(
             live, steps[-window:], steps[-(window + rules.baseline) : -window]
         )
-        if not active and (phase is None or (step_now and grown_ms < MIN_STEP_SHARE * step_now)):  # type: ignore[operator]
+        if not active and (phase is None or (step_now and grown_ms < MIN_STEP_SHARE * step_now)):  # type: ignore[operator]  # set with phase
             # No phase grew on most ranks (each rank's own growth, its median over ranks): every
             # rank waits for one or a few (a straggler, the slow rule's to name), the job itself did
             # not slow down.
@@ -1700,7 +1700,7 @@ def _time_of_last_steps(steps: list[StepFacts]) -> tuple[list[dict[str, Any]], f
         ([{'name': 'gc_collect', 'ms': 25.0, 'share_pct': 83.3}, {'name': 'fwd', 'ms': 4.0, 'share_pct': 13.3}], 2000.0)
     """
     timed = [s for s in steps if s.duration_ms is not None and s.duration_ms > 0]
-    total_ms = sum(s.duration_ms for s in timed)  # type: ignore[misc]
+    total_ms = sum(s.duration_ms for s in timed)  # type: ignore[misc]  # timed: durations set
     if not timed or total_ms <= 0:
         return [], None
     phases: dict[str, float] = {}

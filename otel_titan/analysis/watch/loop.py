@@ -284,9 +284,9 @@ class Watch:
 
     def _touch(self, now: float) -> None:
         try:
-            with open(self.trigger, "ab"):  # type: ignore[arg-type]
+            with open(self.trigger, "ab"):  # type: ignore[arg-type]  # called with a trigger only
                 pass
-            os.utime(self.trigger, None)  # type: ignore[arg-type]
+            os.utime(self.trigger, None)  # type: ignore[arg-type]  # called with a trigger only
             self.triggered.append(now)
             self.trigger_error = None
         except OSError as error:
@@ -414,7 +414,7 @@ def run_watch(
                 out.write("".join(line.decode() + "\n" for line in lines))
                 out.flush()
             else:
-                screen.show(frame, events)  # type: ignore[union-attr]
+                screen.show(frame, events)  # type: ignore[union-attr]  # a screen unless --json
             hit = _exit_alert(watch.detector.book.active.values(), limits, now)
             if hit is not None:
                 alert, lasted = hit

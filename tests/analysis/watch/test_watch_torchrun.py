@@ -190,9 +190,9 @@ def test_a_healthy_job_raises_no_alert(tmp_path):
         processes.kill_tree(watcher)
         lines = [
             json.loads(line) for line in watcher.stdout.read().decode().splitlines() if line.strip()
-        ]  # type: ignore[union-attr]
-        watcher.stdout.close()  # type: ignore[union-attr]
-        watcher.stderr.close()  # type: ignore[union-attr]
+        ]
+        watcher.stdout.close()
+        watcher.stderr.close()
     finally:
         processes.kill_tree(job)
     frames = [line for line in lines if line["type"] == "frame"]
@@ -227,7 +227,7 @@ def test_a_rank_that_slows_down_is_named_with_its_phase_and_cost_and_nobody_else
         alerts: list[dict] = []
         try:
             deadline = time.monotonic() + 90
-            for line in watcher.stdout:  # type: ignore[union-attr]
+            for line in watcher.stdout:
                 event = json.loads(line)
                 if event["type"] == "alert":
                     alerts.append(event)
@@ -237,7 +237,7 @@ def test_a_rank_that_slows_down_is_named_with_its_phase_and_cost_and_nobody_else
                     break
         finally:
             processes.kill_tree(watcher)
-            watcher.stdout.close()  # type: ignore[union-attr]
+            watcher.stdout.close()
         onset = None
         path = glob.glob(str(tmp_path / "structured_logs" / f"training.global_rank_{BAD}.*.jsonl"))[
             0

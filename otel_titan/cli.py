@@ -25,7 +25,7 @@ import textwrap
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
 
@@ -33,28 +33,22 @@ from otel_titan._version import __version__
 from otel_titan.analysis import (
     NoRecordsError,
     NotARunError,
-    format_summary,
-    generate_gantt_trace,
+    RunAnalysis,
+    RunSelection,
     parse_step_range,
-    summarize_run,
 )
 from otel_titan.analysis.agents.server import guide_text, serve, serve_http
 from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES, TraceTooBigError
-from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.query.output import write_result
 from otel_titan.analysis.query.sql import (
     VIEW_HELP,
     MissingDependencyError,
-    open_run,
     open_saved,
     require_duckdb,
 )
 from otel_titan.analysis.read.filters import parse_rank_list
-from otel_titan.analysis.read.runs import find_run
 from otel_titan.analysis.read.safe_text import json_bytes, printable
-from otel_titan.analysis.report import write_report
-from otel_titan.analysis.summarize import summary_json
 from otel_titan.analysis.watch.detect import Rules
 from otel_titan.analysis.watch.loop import (
     EXIT_ALERT,
@@ -800,10 +794,10 @@ class _WarningHandler(logging.Handler):
         self.stream.flush()
 
 
-def _filters(
-    args: argparse.Namespace, parser: argparse.ArgumentParser
-) -> tuple[list[int] | None, list[str] | None]:
-
+def _selection(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunSelection:
+    """The run the command reads and how, from the options every reading command shares (``--run``,
+    ``--ranks``, ``--sources``, ``--no-align``, ``--jobs``, ``--scheduler``, ``--no-cache``): one
+    value, handed whole to `RunAnalysis`. A wrong option is a usage error naming it."""
     ranks = sources = None
     if args.ranks is not None:
         try:
@@ -814,7 +808,19 @@ def _filters(
         sources = [s.strip() for s in args.sources.split(",") if s.strip()]
         if not sources:
             parser.error("--sources: no source names given (e.g. --sources training,rollouter)")
-    return ranks, sources
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and jobs < 1:
+        parser.error(f"--jobs: must be at least 1, got {jobs}")
+    return RunSelection.of(
+        args.run_dir,
+        run_id=args.run,
+        ranks=ranks,
+        sources=sources,
+        align=not getattr(args, "no_align", False),
+        jobs=jobs,
+        scheduler=_scheduler(args) if hasattr(args, "scheduler") else None,
+        cache=not getattr(args, "no_cache", False),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -845,22 +851,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
     command = commands[args.command]
-    ranks, sources = _filters(args, command)
+    selection = _selection(args, command) if args.command in _ONE_SHOT else None
     young = gc.get_threshold()
     if args.command in _ONE_SHOT:
         gc.set_threshold(max(young[0], _ONE_SHOT_YOUNG), *young[1:])
     try:
-        if args.command == "export":
-            return _export(args, command, ranks, sources)
-        if args.command == "sql":
-            return _sql(args, command, ranks, sources)
-        if args.command == "report":
-            return _report(args, command, ranks, sources)
         if args.command == "watch":
             return _watch(args, command)
         if args.command == "mcp":
             return _mcp(args)
-        return _summarize(args, command, ranks, sources)
+        assert selection is not None  # every reading command names its run
+        if args.command == "export":
+            return _export(args, command, selection)
+        if args.command == "sql":
+            return _sql(args, command, selection)
+        if args.command == "report":
+            return _report(args, command, selection)
+        return _summarize(args, command, selection)
     except BrokenPipeError:
         # `otel-titan summarize run | head`: the reader left, which is not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -909,10 +916,7 @@ def _show_warnings(progress: _Progress | _TextProgress | None = None) -> Callabl
 
 
 def _export(
-    args: argparse.Namespace,
-    parser: argparse.ArgumentParser,
-    ranks: list[int] | None,
-    sources: list[str] | None,
+    args: argparse.Namespace, parser: argparse.ArgumentParser, selection: RunSelection
 ) -> int:
 
     steps = None
@@ -921,26 +925,18 @@ def _export(
             steps = parse_step_range(args.steps)
         except ValueError as error:
             parser.error(f"--steps: {error}")
-    if args.jobs is not None and args.jobs < 1:
-        parser.error(f"--jobs: must be at least 1, got {args.jobs}")
     progress = _Progress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
     try:
-        choice = find_run(args.run_dir, run_id=args.run, ranks=ranks, sources=sources)
+        run = RunAnalysis(selection)
+        choice = run.choice()
         native = None if args.format is None else args.format == "perfetto"
-        stats = generate_gantt_trace(
-            args.run_dir,
+        stats = run.export(
             args.output,
             steps=steps,
-            ranks=ranks,
-            sources=sources,
             progress=progress,
-            jobs=args.jobs,
-            run_id=args.run,
-            align=not args.no_align,
             max_output_bytes=None if args.force else PERFETTO_MAX_TRACE_BYTES,
             native=native,
-            scheduler=_scheduler(args),
         )
     finally:
         if progress is not None:
@@ -984,10 +980,7 @@ def _export(
 
 
 def _summarize(
-    args: argparse.Namespace,
-    parser: argparse.ArgumentParser,
-    ranks: list[int] | None,
-    sources: list[str] | None,
+    args: argparse.Namespace, parser: argparse.ArgumentParser, selection: RunSelection
 ) -> int:
 
     steps = None
@@ -1007,50 +1000,31 @@ def _summarize(
         else None
     )
     stop_warnings = _show_warnings(progress)
+    run = RunAnalysis(selection, tail=args.tail, steps=steps, progress=progress)
     try:
-        if args.tail:
-            summary = summarize_tails(args.run_dir, ranks=ranks, sources=sources, run_id=args.run)
-        else:
-            summary = summarize_run(
-                args.run_dir,
-                ranks=ranks,
-                sources=sources,
-                run_id=args.run,
-                align=not args.no_align,
-                progress=progress,
-                jobs=args.jobs,
-                scheduler=_scheduler(args),
-                cache=not args.no_cache,
-                steps=steps,
-            )
+        run.summary  # noqa: B018 - the read, while the progress line and the warnings' path are up
     finally:
         if progress is not None:
             progress.clear()
         stop_warnings()
     if args.json:
         sys.stdout.buffer.write(
-            json_bytes(summary_json(summary), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
-            + b"\n"
+            json_bytes(run.to_json(), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
         )
         sys.stdout.flush()
     else:
-        sys.stdout.write(format_summary(summary, show_all=args.all))
+        sys.stdout.write(run.text(show_all=args.all))
     return ExitCode.OK
 
 
-def _sql(
-    args: argparse.Namespace,
-    parser: argparse.ArgumentParser,
-    ranks: list[int] | None,
-    sources: list[str] | None,
-) -> int:
+def _sql(args: argparse.Namespace, parser: argparse.ArgumentParser, selection: RunSelection) -> int:
     if args.max_rows < 1:
         parser.error(f"--max-rows: must be at least 1, got {args.max_rows}")
     query = sys.stdin.read() if args.query == "-" else args.query
     if query is not None and not query.strip():
         parser.error("QUERY is empty")
     saved = str(args.run_dir).endswith(".duckdb") and os.path.isfile(args.run_dir)
-    if saved and (args.save or args.run or ranks or sources):
+    if saved and (args.save or args.run or selection.ranks or selection.sources):
         parser.error(
             "--save, --run, --ranks and --sources apply to a run directory, not to a saved "
             ".duckdb file"
@@ -1062,20 +1036,7 @@ def _sql(
     duckdb = None
     try:
         duckdb = require_duckdb()
-        db = (
-            open_saved(args.run_dir)
-            if saved
-            else open_run(
-                args.run_dir,
-                run_id=args.run,
-                align=not args.no_align,
-                database=args.save,
-                ranks=ranks,
-                sources=sources,
-                scheduler=_scheduler(args),
-                cache=not args.no_cache,
-            )
-        )
+        db = open_saved(args.run_dir) if saved else RunAnalysis(selection).database(save=args.save)
         if query is None and not args.save and not args.parquet:
             _print_views(db, VIEW_HELP)
             return ExitCode.OK
@@ -1131,31 +1092,16 @@ def _print_views(db, help_lines: dict[str, str]) -> None:
 
 
 def _report(
-    args: argparse.Namespace,
-    parser: argparse.ArgumentParser,
-    ranks: list[int] | None,
-    sources: list[str] | None,
+    args: argparse.Namespace, parser: argparse.ArgumentParser, selection: RunSelection
 ) -> int:
 
     if args.max_cells < 100:
         parser.error(f"--max-cells: must be at least 100, got {args.max_cells}")
-    if args.jobs is not None and args.jobs < 1:
-        parser.error(f"--jobs: must be at least 1, got {args.jobs}")
     progress = _TextProgress(sys.stderr) if not args.no_progress and sys.stderr.isatty() else None
     stop_warnings = _show_warnings(progress)
     try:
-        result = write_report(
-            args.run_dir,
-            args.output,
-            run_id=args.run,
-            align=not args.no_align,
-            ranks=ranks,
-            sources=sources,
-            max_cells=args.max_cells,
-            progress=progress,
-            jobs=args.jobs,
-            scheduler=_scheduler(args),
-            cache=not args.no_cache,
+        result = RunAnalysis(selection).report(
+            args.output, max_cells=args.max_cells, progress=progress
         )
     finally:
         if progress is not None:
@@ -1210,16 +1156,30 @@ def _watch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
     except KeyboardInterrupt:
         return ExitCode.OK
-    trigger = None if args.no_trigger else (args.trigger or default_trigger(run_dir))
+    return _follow(args, args.run_dir, run_dir, kinds, rules)
+
+
+def _follow(
+    args: argparse.Namespace,
+    folder: str,
+    trigger_beside: str,
+    kinds: dict[str, float],
+    rules: Rules,
+    frame_facts: Callable[[], dict[str, Any]] | None = None,
+) -> ExitCode:
+    """`run_watch` on `folder` with the screen and alert options of `args`; the dump trigger (unless
+    --no-trigger) is --trigger, else the default one of the run at `trigger_beside`."""
+    trigger = None if args.no_trigger else (args.trigger or default_trigger(trigger_beside))
     return ExitCode(
         run_watch(
-            args.run_dir,
+            folder,
             interval=args.interval,
             once=args.once,
             json_lines=args.json,
             exit_on=kinds,
             trigger=trigger,
             plain=args.plain or None,
+            frame_facts=frame_facts,
             rules=rules,
         )
     )
@@ -1250,19 +1210,8 @@ def _watch_otlp(
             print(limits_said, file=sys.stderr, flush=True)
         # The dump trigger reaches ranks only through a folder they see: --trigger or
         # $OTEL_TITAN_DUMP_TRIGGER (the spool is this machine's).
-        trigger = None if args.no_trigger else (args.trigger or default_trigger(spool.folder))
-        return ExitCode(
-            run_watch(
-                spool.folder,
-                interval=args.interval,
-                once=args.once,
-                json_lines=args.json,
-                exit_on=kinds,
-                trigger=trigger,
-                plain=args.plain or None,
-                frame_facts=lambda: receive_facts(receivers),
-                rules=rules,
-            )
+        return _follow(
+            args, spool.folder, spool.folder, kinds, rules, lambda: receive_facts(receivers)
         )
     finally:
         for receiver in receivers:

@@ -491,12 +491,12 @@ def test_something_needed_that_is_not_there_exits_5(run, tmp_path, argv, missing
 
 
 def test_a_bug_exits_70_with_the_traceback_then_one_error_line(run):
-    # A bug, planted where summarize computes (the command, its mapping and the process are the real
-    # ones).
+    # A bug, planted where summarize computes (`RunAnalysis`'s read of the model; the command, its
+    # mapping and the process are the real ones).
     code = (
-        "import sys; import otel_titan.cli as cli\n"
+        "import sys; import otel_titan.cli as cli; import otel_titan.analysis.run_analysis as front\n"
         "def broken(*args, **kwargs):\n    return {}['no such key']\n"
-        "cli.summarize_run = broken\nsys.exit(cli.main(sys.argv[1:]))\n"
+        "front.read_model = broken\nsys.exit(cli.main(sys.argv[1:]))\n"
     )
     result = processes.run(
         [sys.executable, "-c", code, "summarize", str(run)],

@@ -55,6 +55,7 @@ from otel_titan.analysis.read.records import (
     find_log_dir,
     read_run,
 )
+from otel_titan.analysis.read.selection import RunSelection
 from otel_titan.analysis.run_analysis import RunAnalysis
 from otel_titan.analysis.summarize.json_form import summary_json
 from otel_titan.analysis.summarize.text import format_summary
@@ -75,6 +76,7 @@ __all__ = [
     "RankSlowness",
     "RunLogs",
     "RunAnalysis",
+    "RunSelection",
     "RunSummary",
     "SkippedLines",
     "StepRange",

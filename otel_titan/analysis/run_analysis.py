@@ -29,99 +29,136 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from typing import Any
 
+from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES
 from otel_titan.analysis.export.chrome_events import ExportStats
-from otel_titan.analysis.export.chrome_trace import generate_gantt_trace
-from otel_titan.analysis.model.collect import summarize_run, summarize_tails
+from otel_titan.analysis.export.chrome_trace import export_selected
+from otel_titan.analysis.model.collect import read_model, summarize_tails
 from otel_titan.analysis.model.facts import ProcessSummary, RunSummary, StragglerFinding
 from otel_titan.analysis.model.hang import HangReport
 from otel_titan.analysis.model.headline import headline_data
+from otel_titan.analysis.model.step_grid import StepGrid
 from otel_titan.analysis.model.step_table import StepTable, rows_from_collected, rows_from_rollups
-from otel_titan.analysis.read.records import read_run
+from otel_titan.analysis.query.sql import RunDatabase, open_selected
+from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.rollups import scan_rollups
-from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.read.runs import RunChoice
+from otel_titan.analysis.read.selection import RunSelection
+from otel_titan.analysis.report.data import require_plotly
+from otel_titan.analysis.report.write import ReportResult, draw_report
 from otel_titan.analysis.summarize.json_form import summary_json
 from otel_titan.analysis.summarize.text import format_summary
 
-__all__ = ["RunAnalysis"]
+__all__ = ["RunAnalysis", "RunSelection"]
 
 
 class RunAnalysis:
     """A run folder (or its ``structured_logs/``) and the questions asked of it; the model is built
     once, on first use.
 
-    Arguments select what is read, as the commands' options do: `run_id`
-    (``--run``; default: the latest run of the folder), `ranks`, `sources`,
-    `align` (clock alignment across hosts), `jobs` / `scheduler` (``--jobs``,
-    ``--scheduler``: where the per-file work runs), `tail` (``--tail``: only
-    the ends of the files and the black boxes, for "where did each rank stop"
-    in seconds on a huge run; step and phase questions are then unanswered),
-    `cache` (False: ``--no-cache``; by default what the read learns is kept in
-    the run's analysis cache and an earlier read's is used: a second
+    `run` is the folder's path, or a `RunSelection` (what the CLI builds from
+    its options: every command's answer comes through here). The other
+    arguments select what is read, as the commands' options do, and narrow a
+    given selection: `run_id` (``--run``; default: the latest run of the
+    folder), `ranks`, `sources`, `align` (clock alignment across hosts),
+    `jobs` / `scheduler` (``--jobs``, ``--scheduler``: where the per-file work
+    runs), `cache` (False: ``--no-cache``; by default what the read learns is
+    kept in the run's analysis cache and an earlier read's is used: a second
     `RunAnalysis` of an unchanged run does not read it again, of a grown one
-    reads only what was appended; docs/analysis.md).
+    reads only what was appended; docs/analysis.md). And how the model is
+    built: `tail` (``--tail``: only the ends of the files and the black boxes,
+    for "where did each rank stop" in seconds on a huge run; step and phase
+    questions are then unanswered), `steps` (``--steps A:B``: the stragglers
+    judged on those steps only), `progress` (``progress(bytes_read,
+    bytes_total)`` while the model is read). Raises ValueError for an option
+    out of range (`RunSelection.of`).
 
     Example:
         >>> RunAnalysis("outputs", ranks=[0, 1]).hang() is None
         True
+        >>> RunAnalysis(RunSelection.of("outputs"), ranks=[1]).selection.ranks
+        (1,)
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        run: str | os.PathLike[str] | RunSelection,
         *,
         run_id: str | None = None,
         ranks: Iterable[int] | None = None,
         sources: Iterable[str] | None = None,
-        align: bool = True,
+        align: bool | None = None,
         jobs: int | None = None,
         scheduler: str | None = None,
+        log_skipped: bool | None = None,
+        cache: bool | None = None,
         tail: bool = False,
-        log_skipped: bool = True,
-        cache: bool = True,
+        steps: StepRange | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        self.path = os.fspath(path)
-        self.run_id = run_id
-        self.ranks = None if ranks is None else sorted(set(ranks))
-        self.sources = None if sources is None else sorted(set(sources))
-        self.align = align
-        self.jobs = jobs
-        self.scheduler = scheduler
+        given: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("run_id", run_id),
+                ("ranks", ranks),
+                ("sources", sources),
+                ("align", align),
+                ("jobs", jobs),
+                ("scheduler", scheduler),
+                ("log_skipped", log_skipped),
+                ("cache", cache),
+            )
+            if value is not None
+        }
+        self.selection = (
+            run.with_(**given) if isinstance(run, RunSelection) else RunSelection.of(run, **given)
+        )
+        if tail and steps is not None:
+            raise ValueError(
+                "steps judges the stragglers, which tail does not read (it reads only the files' "
+                "ends)"
+            )
         self.tail = tail
-        self.log_skipped = log_skipped
-        self.cache = cache
+        self.steps_window = steps
+        self.progress = progress
         # The model's per (rank, step, phase) accumulators, kept when it is built: the step table
         # from the spans.
         self._collected: tuple[Any, Any, Any, Any] | None = None
         self._step_table: StepTable | None = None
+        self._grid: StepGrid | None = None
+
+    @property
+    def path(self) -> str:
+        """The run folder (or file) as given."""
+        return self.selection.path
+
+    @property
+    def run_id(self) -> str | None:
+        """The run asked for (None: the latest of the folder)."""
+        return self.selection.run_id
 
     @cached_property
     def summary(self) -> RunSummary:
         """The model of the run (read on first use, then kept): what every other question is
         answered from."""
         if self.tail:
-            return summarize_tails(
-                self.path,
-                ranks=self.ranks,
-                sources=self.sources,
-                run_id=self.run_id,
-                log_skipped=self.log_skipped,
-            )
-        return summarize_run(
-            self.path,
-            ranks=self.ranks,
-            sources=self.sources,
-            run_id=self.run_id,
-            log_skipped=self.log_skipped,
-            align=self.align,
-            jobs=self.jobs,
-            scheduler=self.scheduler,
-            cache=self.cache,
+            return summarize_tails(self.selection)
+        summary, self._grid = read_model(
+            self.selection,
+            progress=self.progress,
             on_collected=self._keep_steps,
+            steps=self.steps_window,
         )
+        return summary
+
+    def choice(self) -> RunChoice:
+        """Which run of the folder is read, and why (the latest, or the one asked for; the
+        others): reads one line per process, not the model."""
+        return self.selection.read(log_skipped=False)[1]
 
     def _keep_steps(self, collector: Any) -> None:
         self._collected = (
@@ -154,10 +191,7 @@ class RunAnalysis:
         return self._step_table
 
     def _read_steps(self) -> StepTable:
-        logs, _ = select_run(
-            read_run(self.path, ranks=self.ranks, sources=self.sources, log_skipped=False),
-            self.run_id,
-        )
+        logs, _ = self.selection.read(log_skipped=False)
         ranked = [process for process in logs.processes if process.rank is not None]
         why: list[str] = []
         scans = []
@@ -234,23 +268,61 @@ class RunAnalysis:
         output: str | os.PathLike[str] | None = None,
         *,
         native: bool | None = None,
-        steps: str | None = None,
+        steps: StepRange | str | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        max_output_bytes: int | None = PERFETTO_MAX_TRACE_BYTES,
     ) -> ExportStats:
         """Write the run's trace for Perfetto (JSON, or native with `native`), as ``otel-titan
-        export``; reads the spans again (a trace holds every span, not the model's facts)."""
-        return generate_gantt_trace(
-            self.path,
+        export`` (`export.chrome_trace.export_trace`: the arguments, the default output and the
+        errors); reads the spans again (a trace holds every span, not the model's facts)."""
+        return export_selected(
+            self.selection,
             output,
             steps=steps,
-            ranks=self.ranks,
-            sources=self.sources,
-            jobs=self.jobs,
-            run_id=self.run_id,
-            log_skipped=self.log_skipped,
-            align=self.align,
+            progress=progress,
+            max_output_bytes=max_output_bytes,
             native=native,
-            scheduler=self.scheduler,
         )
+
+    def report(
+        self,
+        output: str | os.PathLike[str] | None = None,
+        *,
+        max_cells: int = 200_000,
+        progress: Callable[[str], None] | None = None,
+    ) -> ReportResult:
+        """Write the HTML report (default ``RUN_DIR/analysis/report.html``), as ``otel-titan
+        report``, from the model this object holds (read now if it is not yet): its figures and
+        verdicts are the other questions' answers. `max_cells` bounds each heatmap (larger runs
+        are binned); `progress(text)` is told what is being done. Raises ValueError with `tail`
+        (the figures need the steps), `MissingDependencyError` without Plotly.
+        """
+        if self.tail:
+            raise ValueError(
+                "the report draws every step, and tail=True reads only the files' ends"
+            )
+        require_plotly()  # before the read: a missing Plotly is said at once
+        started = time.monotonic()
+        say = progress or (lambda text: None)
+        if "summary" not in self.__dict__:
+            say("reading the run ...")
+        summary = self.summary
+        assert self._grid is not None  # read_model made it with the summary
+        return draw_report(
+            summary,
+            self._grid,
+            self.path,
+            output,
+            max_cells=max_cells,
+            say=say,
+            started=started,
+        )
+
+    def database(self, save: str | None = None) -> RunDatabase:
+        """The run as a DuckDB database (`query.sql.RunDatabase`), as ``otel-titan sql``: its
+        views are listed at once, `RunDatabase.load` reads the records (from the analysis cache
+        when it holds them). `save`: a new ``.duckdb`` file to build it in (``--save``)."""
+        return open_selected(self.selection, save)
 
     def __repr__(self) -> str:
         read = "read" if "summary" in self.__dict__ else "not read yet"

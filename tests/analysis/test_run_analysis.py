@@ -11,8 +11,19 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks.generate_run import RunSpec, generate_run
-from otel_titan.analysis import HangGroup, HangReport, RankPlace, RunAnalysis, Suspect
+from otel_titan.analysis import (
+    HangGroup,
+    HangReport,
+    RankPlace,
+    RunAnalysis,
+    RunSelection,
+    StepRange,
+    Suspect,
+)
+from otel_titan.analysis.report import write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -119,6 +130,70 @@ def test_a_second_analysis_of_a_run_that_grew_answers_as_a_full_read(tmp_path):
     cached = RunAnalysis(str(run), log_skipped=False).to_json()
     full = RunAnalysis(str(run), log_skipped=False, cache=False).to_json()
     assert full["stragglers"] and _timeless(cached) == _timeless(full)
+
+
+def test_the_report_is_drawn_from_the_model_the_other_questions_were_answered_from(tmp_path):
+    """`RunAnalysis.report` reads nothing the model holds: with the files gone after the first
+    question, the page is the one ``write_report`` draws from a read of its own."""
+    pytest.importorskip("plotly")
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=8, steps=20, seed=4, straggler=(6, "fwd", 30.0)))
+    alone = write_report(run, tmp_path / "alone.html")
+    analysis = RunAnalysis(run, log_skipped=False)
+    assert {f.rank for f in analysis.stragglers(headline_only=True)} == {6}
+    shutil.rmtree(run / "structured_logs")
+    said: list[str] = []
+    held = analysis.report(tmp_path / "held.html", progress=said.append)
+    assert said == ["drawing ..."]  # no "reading the run ...": it was read
+    assert (held.figures, held.ranks, held.steps, held.binning) == (
+        alone.figures,
+        alone.ranks,
+        alone.steps,
+        alone.binning,
+    )
+    assert (tmp_path / "held.html").read_bytes() == (tmp_path / "alone.html").read_bytes()
+
+
+def test_a_selection_is_narrowed_by_the_options_given_beside_it(tmp_path):
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=5, seed=5))
+    selection = RunSelection.of(run, ranks=[0, 1, 2], align=False)
+    analysis = RunAnalysis(selection, ranks=[2, 1])
+    assert analysis.selection == selection.with_(ranks=[1, 2]) and analysis.path == str(run)
+    assert [p.rank for p in analysis.processes()] == [1, 2]
+    assert analysis.choice().how == "only"
+    db = analysis.database()
+    db.load()
+    assert db.con.execute("SELECT DISTINCT rank FROM spans ORDER BY rank").fetchall() == [
+        (1,),
+        (2,),
+    ]
+
+
+def test_options_that_cannot_go_together_are_refused_before_anything_is_read(tmp_path):
+    nowhere = tmp_path / "nowhere"
+    with pytest.raises(ValueError, match="tail"):
+        RunAnalysis(nowhere, tail=True, steps=StepRange(1, 5))
+    with pytest.raises(ValueError, match="jobs: must be at least 1"):
+        RunAnalysis(nowhere, jobs=0)
+    with pytest.raises(ValueError, match="tail=True reads only the files' ends"):
+        RunAnalysis(nowhere, tail=True).report(tmp_path / "r.html")
+    assert not nowhere.exists() and not (tmp_path / "r.html").exists()
+
+
+def test_summarize_refuses_no_workers_as_export_and_report_do(tmp_path):
+    # Once summarize alone let `--jobs 0` through (as one job); the one selection checks it for all.
+    for command in ("summarize", "export", "report"):
+        result = subprocess.run(
+            [sys.executable, "-m", "otel_titan.cli", command, str(tmp_path), "--jobs", "0"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
+        assert result.returncode == 2, (command, result.stderr)
+        assert "--jobs: must be at least 1, got 0" in result.stderr, (command, result.stderr)
 
 
 def _timeless(value):

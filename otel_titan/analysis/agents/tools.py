@@ -31,9 +31,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from otel_titan.analysis.agents.budget import Budget, fit, size_of
-from otel_titan.analysis.model.collect import summarize_tails
 from otel_titan.analysis.model.headline import compress
-from otel_titan.analysis.query.sql import RECORD_COLUMNS, VIEW_HELP, open_run, require_duckdb
+from otel_titan.analysis.query.sql import RECORD_COLUMNS, VIEW_HELP, require_duckdb
 from otel_titan.analysis.read.filters import parse_rank_list, parse_step_range
 from otel_titan.analysis.read.lines import loads_line
 from otel_titan.analysis.read.records import NotARunError, find_log_dir, read_run
@@ -320,7 +319,7 @@ class Tools:
         path = self.resolve(run)
         max_rows = max(1, min(int(max_rows), SQL_MAX_ROWS))
         duckdb = require_duckdb()
-        db = open_run(path, run_id=run_id, cache=self.cache)
+        db = RunAnalysis(path, run_id=run_id, cache=self.cache).database()
         try:
             db.load()
             con = db.con
@@ -574,7 +573,7 @@ def _medians(mine: list[Any], theirs: list[Any]) -> dict[str, dict[str, float | 
 def _run_row(path: str, info: Any, logs: Any, now_us: float) -> dict[str, Any]:
     """One run of a folder: its id, processes, ranks, size, last step and states (from the files'
     ends: `summarize_tails`), age."""
-    tails = summarize_tails(path, run_id=info.run_id)
+    tails = RunAnalysis(path, run_id=info.run_id, tail=True).summary
     states: dict[str, int] = {}
     for process in tails.processes:
         state = process.state(now_us)

@@ -49,12 +49,13 @@ from otel_titan.analysis.model.clocks import ClockAlignment
 from otel_titan.analysis.model.wording import plural
 from otel_titan.analysis.read.cache_folder import make_private_folders, remove_made_folders
 from otel_titan.analysis.read.filters import StepRange, parse_step_range
-from otel_titan.analysis.read.records import NoRecordsError, read_run
-from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.read.records import NoRecordsError
 from otel_titan.analysis.read.safe_text import json_bytes
+from otel_titan.analysis.read.selection import RunSelection
 
 __all__ = [
     "export_trace",
+    "export_selected",
     "generate_gantt_trace",
     "default_output",
     "pid_groups",
@@ -228,20 +229,50 @@ def export_trace(
         18 0 outputs/analysis/gantt.json
     """
 
+    selection = RunSelection.of(
+        input_dir,
+        run_id=run_id,
+        ranks=ranks,
+        sources=sources,
+        align=align,
+        jobs=jobs,
+        scheduler=scheduler,
+        log_skipped=log_skipped,
+    )
+    return export_selected(
+        selection,
+        output_path,
+        steps=steps,
+        progress=progress,
+        max_output_bytes=max_output_bytes,
+        native=native,
+    )
+
+
+def export_selected(
+    selection: RunSelection,
+    output_path: str | os.PathLike[str] | None = None,
+    *,
+    steps: StepRange | str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    max_output_bytes: int | None = PERFETTO_MAX_TRACE_BYTES,
+    native: bool | None = None,
+) -> ExportStats:
+    """`export_trace` of the run `selection` names (its `cache` unused: a trace is made of every
+    span); the other arguments as `export_trace`'s."""
     started = time.perf_counter()
-    ranks = None if ranks is None else sorted(set(ranks))
-    sources = None if sources is None else sorted(set(sources))
     # One run: a folder can hold several (runs.select_run); the latest unless `run_id` names
     # another.
-    run, choice = select_run(
-        read_run(input_dir, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id
-    )
+    run, choice = selection.read()
+    jobs, scheduler, log_skipped = selection.jobs, selection.scheduler, selection.log_skipped
     step_range = parse_step_range(steps) if isinstance(steps, str) else steps
     native = (output_path is not None and is_native(output_path)) if native is None else native
     if max_output_bytes is not None and not native:
         # The limit is the browser's for JSON; the native trace is several times smaller.
         check_size(run, step_range, max_output_bytes)
-    alignment = tail_alignment(run) if align else ClockAlignment(False, "turned off (--no-align)")
+    alignment = (
+        tail_alignment(run) if selection.align else ClockAlignment(False, "turned off (--no-align)")
+    )
     for process in run.processes:
         process.clock_offset_us = int(round(alignment.offset(process.host_name or process.label)))
     output = (
@@ -300,8 +331,8 @@ def export_trace(
         "first_time_us": first_us,
         "filters": {
             "steps": None if step_range is None else str(step_range),
-            "ranks": ranks,
-            "sources": sources,
+            "ranks": None if selection.ranks is None else list(selection.ranks),
+            "sources": None if selection.sources is None else list(selection.sources),
         },
         "run_ids": sorted({p.run_id for p in run.processes if p.run_id}),
         "clock_alignment": dataclasses.asdict(alignment),

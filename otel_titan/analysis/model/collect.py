@@ -104,9 +104,8 @@ from otel_titan.analysis.read.records import (
     NoRecordsError,
     ProcessLog,
     read_mesh,
-    read_run,
 )
-from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.read.selection import RunSelection
 from otel_titan.analysis.read.tails import ends_torn, tail_records
 from otel_titan.analysis.workers import merge_skipped, skipped_result
 from otel_titan.schema import LOGGER_NAME as _OTEL_TITAN_LOGGER
@@ -672,9 +671,11 @@ def summarize_run(
     `steps` (a `read.filters.StepRange`, ``summarize --steps A:B``): the
     stragglers are judged on those steps only (a slowdown's window, to narrow
     it); everything else is of the whole run.
+    The read options (all but `progress`, `on_collected` and `steps`) are a
+    `read.selection.RunSelection`'s; `read_model` takes one whole.
     Raises `NotARunError` for a path that is
     not a run, `NoRecordsError` when no record could be read (or `run_id`
-    names no run here: `read.runs.UnknownRunError`).
+    names no run here: `read.runs.UnknownRunError`), ValueError for `jobs` under 1.
 
     Example:
         >>> from otel_titan.analysis import summarize_run, format_summary
@@ -685,51 +686,42 @@ def summarize_run(
         >>> [(p.label, p.last_step, p.closed_cleanly) for p in summary.processes]
         [('training rank 0', 3, True), ('training rank 1', 3, True)]
     """
-    return read_model(
+    selection = RunSelection.of(
         path,
+        run_id=run_id,
         ranks=ranks,
         sources=sources,
-        run_id=run_id,
-        log_skipped=log_skipped,
         align=align,
-        progress=progress,
         jobs=jobs,
         scheduler=scheduler,
         cache=cache,
-        on_collected=on_collected,
-        steps=steps,
-    )[0]
+        log_skipped=log_skipped,
+    )
+    return read_model(selection, progress=progress, on_collected=on_collected, steps=steps)[0]
 
 
 def read_model(
-    path: str | os.PathLike[str],
+    selection: RunSelection,
     *,
-    ranks: Iterable[int] | None = None,
-    sources: Iterable[str] | None = None,
-    run_id: str | None = None,
-    log_skipped: bool = True,
-    align: bool = True,
     progress: Callable[[int, int], None] | None = None,
-    jobs: int | None = None,
-    scheduler: str | None = None,
-    cache: bool = True,
     on_collected: Callable[[Any], None] | None = None,
     steps: StepRange | None = None,
 ) -> tuple[RunSummary, StepGrid]:
     """`summarize_run`'s summary and the grid of ranks × steps it was drawn from
-    (`model.step_grid`), from one read.
+    (`model.step_grid`), from one read of the run `selection` names.
 
     What ``report`` draws: the same read, the same rules, so the page and
-    ``summarize`` agree. Arguments and errors as `summarize_run`.
+    ``summarize`` agree. `progress`, `on_collected`, `steps` and the errors as
+    `summarize_run`.
 
     Example:
-        >>> summary, grid = read_model("outputs")
+        >>> summary, grid = read_model(RunSelection.of("outputs"))
         >>> grid.source_steps("training"), len(summary.processes)
         ((1, 3), 2)
     """
-    logs, choice = select_run(
-        read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id
-    )
+    logs, choice = selection.read()
+    jobs, scheduler, cache = selection.jobs, selection.scheduler, selection.cache
+    log_skipped, align = selection.log_skipped, selection.align
 
     on_bytes = _byte_counter(logs.total_bytes, progress)
     facts_entry: list[Any] = []
@@ -776,7 +768,7 @@ def read_model(
         stragglers=stragglers,
         records=records,
         hang_facts=collector.hang.facts,
-        rank_filter=ranks,
+        rank_filter=selection.ranks,
     )
     summary.slow_steps = collector.figures.notes(collector.step_ms)
     summary.config_drift = [finding.message for finding in collector.config_drift.findings()]
@@ -1299,14 +1291,7 @@ def _merged_from_cache(
     return collector, summaries
 
 
-def summarize_tails(
-    path: str | os.PathLike[str],
-    *,
-    ranks: Iterable[int] | None = None,
-    sources: Iterable[str] | None = None,
-    run_id: str | None = None,
-    log_skipped: bool = True,
-) -> RunSummary:
+def summarize_tails(selection: RunSelection) -> RunSummary:
     """Where every process stopped, from the ends of its files only (`read.tails`): seconds for
     thousands of ranks.
 
@@ -1316,14 +1301,12 @@ def summarize_tails(
     they are tiny). No phases, stragglers or clock alignment (`tail_only` is True).
 
     Example (both ranks of the run stopped after their last step's scalar):
-        >>> summary = summarize_tails("outputs")
+        >>> summary = summarize_tails(RunSelection.of("outputs"))
         >>> summary.tail_only, [g.event for g in summary.stopped_at]
         (True, ['metric_value'])
     """
 
-    logs, choice = select_run(
-        read_run(path, ranks=ranks, sources=sources, log_skipped=log_skipped), run_id
-    )
+    logs, choice = selection.read()
     collector = _Collector()
     processes: list[ProcessSummary] = []
     for process in logs.processes:
@@ -1351,7 +1334,7 @@ def summarize_tails(
         stragglers=[],
         records=sum(p.records for p in processes),
         hang_facts=collector.hang.facts,
-        rank_filter=ranks,
+        rank_filter=selection.ranks,
     )
     run.tail_only = True
     return run

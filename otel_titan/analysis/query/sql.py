@@ -60,8 +60,9 @@ from otel_titan.analysis.model.rules import (
 from otel_titan.analysis.read.cache_folder import CacheFolder, make_private_folders
 from otel_titan.analysis.read.content import content_key
 from otel_titan.analysis.read.lines import MAX_LINE_BYTES, SkippedLines, copy_without_long_lines
-from otel_titan.analysis.read.records import NoRecordsError, read_run
-from otel_titan.analysis.read.runs import RunChoice, select_run
+from otel_titan.analysis.read.records import NoRecordsError
+from otel_titan.analysis.read.runs import RunChoice
+from otel_titan.analysis.read.selection import RunSelection
 from otel_titan.analysis.workers import open_workers, run_shares
 from otel_titan.distribution import install_hint
 from otel_titan.schema import ROLLUP_VERSION, MetaEvent
@@ -74,6 +75,7 @@ __all__ = [
     "RunDatabase",
     "load_share",
     "open_run",
+    "open_selected",
     "open_saved",
     "require_duckdb",
     "VIEWS",
@@ -816,10 +818,25 @@ def open_run(
     the rest and aligns the clocks. Raises `NotARunError` / `NoRecordsError` as ``summarize``,
     `MissingDependencyError` without duckdb, `FileExistsError` when `database` exists.
     """
-    duckdb = require_duckdb()
-    run, choice = select_run(
-        read_run(path, ranks=ranks, sources=sources, log_skipped=False), run_id
+    selection = RunSelection.of(
+        path,
+        run_id=run_id,
+        align=align,
+        ranks=ranks,
+        sources=sources,
+        scheduler=scheduler,
+        cache=cache,
     )
+    return open_selected(selection, database)
+
+
+def open_selected(selection: RunSelection, database: str | None = None) -> RunDatabase:
+    """`open_run` of the run `selection` names (its `jobs` unused: DuckDB reads with its own
+    threads, a `scheduler`'s workers on `RunDatabase.load`); `database` and the errors as
+    `open_run`'s."""
+    duckdb = require_duckdb()
+    run, choice = selection.read(log_skipped=False)
+    align, scheduler, cache = selection.align, selection.scheduler, selection.cache
     if not run.processes:
         raise NoRecordsError(f"{run.log_dir}: no process left after the filters")
     if database is not None:

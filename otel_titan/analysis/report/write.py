@@ -9,8 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from otel_titan.analysis.model.collect import read_model
+from otel_titan.analysis.model.facts import RunSummary
+from otel_titan.analysis.model.step_grid import StepGrid
 from otel_titan.analysis.read.cache_folder import make_private_folders
 from otel_titan.analysis.read.records import find_log_dir
+from otel_titan.analysis.read.selection import RunSelection
 from otel_titan.analysis.report.data import ReportData, require_plotly
 from otel_titan.analysis.report.findings import clock_sections
 from otel_titan.analysis.report.heatmap import heatmap_sections
@@ -18,7 +21,7 @@ from otel_titan.analysis.report.page import page_html
 from otel_titan.analysis.report.phases import phase_sections
 from otel_titan.analysis.report.scalars import scalar_sections
 
-__all__ = ["ReportResult", "write_report", "run_dir"]
+__all__ = ["ReportResult", "draw_report", "write_report", "run_dir"]
 
 
 @dataclass
@@ -56,24 +59,43 @@ def write_report(
     that one model. Raises as `summarize_run`, and `MissingDependencyError`
     without Plotly (before anything is read).
     `cache`: use and keep the analysis cache (docs/analysis.md), as ``summarize`` and ``sql`` do
-    (False: ``--no-cache``).
+    (False: ``--no-cache``). `RunAnalysis.report` draws the same page from a model it holds.
     """
-    import numpy as np  # only when a report is written: the CLI starts without it
-
     require_plotly()
     started = time.monotonic()
     say = progress or (lambda text: None)
     say("reading the run ...")
-    summary, grid = read_model(
+    selection = RunSelection.of(
         path,
-        ranks=ranks,
-        sources=sources,
         run_id=run_id,
         align=align,
+        ranks=ranks,
+        sources=sources,
         jobs=jobs,
         scheduler=scheduler,
         cache=cache,
     )
+    summary, grid = read_model(selection)
+    return draw_report(summary, grid, path, output, max_cells=max_cells, say=say, started=started)
+
+
+def draw_report(
+    summary: RunSummary,
+    grid: StepGrid,
+    path: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    max_cells: int = 200_000,
+    say: Callable[[str], None] = lambda text: None,
+    started: float | None = None,
+) -> ReportResult:
+    """Draw and write the report of a model already read (`read_model`'s summary and grid of the
+    run at `path`); `started` (``time.monotonic()``) is when the reading began, for the seconds
+    reported."""
+    import numpy as np  # only when a report is written: the CLI starts without it
+
+    require_plotly()
+    started = time.monotonic() if started is None else started
     data = ReportData.of(summary, grid)
     say("drawing ...")
     # In the order a person needs them: step time, arrival, phases, scalars; the findings then the

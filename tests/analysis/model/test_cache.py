@@ -447,6 +447,7 @@ def _model(run: Path, **options: Any) -> tuple[Any, Any, Any]:
     report's grid, the step table from the spans."""
     from otel_titan.analysis.model.collect import read_model
     from otel_titan.analysis.model.step_table import rows_from_collected
+    from otel_titan.analysis.read.selection import RunSelection
 
     kept: dict[str, Any] = {}
 
@@ -461,7 +462,9 @@ def _model(run: Path, **options: Any) -> tuple[Any, Any, Any]:
             )
         )
 
-    summary, grid = read_model(run, log_skipped=False, on_collected=keep, **options)
+    summary, grid = read_model(
+        RunSelection.of(run, log_skipped=False, **options), on_collected=keep
+    )
     return kept["state"], _plain(grid), kept["rows"]
 
 

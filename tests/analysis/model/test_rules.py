@@ -21,6 +21,7 @@ from otel_titan.analysis.model import rules
 from otel_titan.analysis.model.collect import collect_run, read_model, summarize_run
 from otel_titan.analysis.read.records import read_run
 from otel_titan.analysis.read.runs import select_run
+from otel_titan.analysis.read.selection import RunSelection
 
 duckdb = pytest.importorskip("duckdb")
 
@@ -60,7 +61,7 @@ def _identity(db, process_id: int) -> tuple:
 def test_steps_begin_and_end_alike(run) -> None:
     """The `steps` view (SQL) and the model's steps (model/timeline.py): the same steps, begun at
     the same µs, the same times."""
-    _, grid = read_model(run, align=False)
+    _, grid = read_model(RunSelection.of(run, align=False))
     db = open_run(run, align=False)
     db.load()
     sql_starts: dict[tuple, dict[int, int]] = {}

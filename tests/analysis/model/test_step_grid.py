@@ -8,13 +8,14 @@ import tracemalloc
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis.model.collect import read_model, summarize_run
 from otel_titan.analysis.model.step_grid import StepGrid
+from otel_titan.analysis.read.selection import RunSelection
 
 START = 1_796_000_000_000_000
 
 
 def test_the_grid_holds_what_summarize_compared(tmp_path) -> None:
     generate_run(str(tmp_path), RunSpec(ranks=8, steps=12, seed=2, restart=(3, 6), start_us=START))
-    summary, grid = read_model(tmp_path)
+    summary, grid = read_model(RunSelection.of(tmp_path))
     # the same summary as summarize's
     assert summary.to_dict(0) == summarize_run(tmp_path).to_dict(0)
     assert sorted(grid.step_ms) == [("training", 0), ("training", 1)]  # the restart kept apart
@@ -54,7 +55,7 @@ def test_memory_grows_with_the_facts_kept_not_the_bytes_read(tmp_path) -> None:
     """
     warm = tmp_path / "warm"
     generate_run(str(warm), RunSpec(ranks=2, steps=3, seed=1, start_us=START))
-    read_model(warm, cache=False)
+    read_model(RunSelection.of(warm, cache=False))
     peaks, sizes = [], []
     for scalars in (12, 48):
         out = tmp_path / f"s{scalars}"
@@ -62,7 +63,7 @@ def test_memory_grows_with_the_facts_kept_not_the_bytes_read(tmp_path) -> None:
         sizes.append(sum(p.stat().st_size for p in (out / "structured_logs").iterdir()))
         tracemalloc.start()
         try:
-            _, grid = read_model(out)
+            _, grid = read_model(RunSelection.of(out))
             peaks.append(tracemalloc.get_traced_memory()[1])
         finally:
             tracemalloc.stop()

@@ -24,6 +24,7 @@ pytest.importorskip("plotly")
 
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis.model.collect import read_model, summarize_run
+from otel_titan.analysis.read.selection import RunSelection
 from otel_titan.analysis.report import bin_size, write_report
 from otel_titan.analysis.report.axes import heatmap_bins
 from tests.conftest import REPO
@@ -138,7 +139,7 @@ def test_binning_keeps_the_slowest(tmp_path) -> None:
     assert page["console_errors"] == [] and page["requests"] == []
     heat = next(f for f in page["figures"] if f["id"] == "fig-heatmap")
     assert (heat["rows"], heat["cols"]) == (6, 150) and heat["rows"] * heat["cols"] <= 1000
-    _, grid = read_model(out)
+    _, grid = read_model(RunSelection.of(out))
     slowest = max(
         ms
         for per_rank in grid.step_ms.values()
@@ -491,7 +492,7 @@ def test_the_figures_are_the_models(tmp_path, run) -> None:
     from otel_titan.analysis.report.heatmap import heatmap_sections
     from otel_titan.analysis.report.phases import phase_sections
 
-    summary, grid = read_model(run)
+    summary, grid = read_model(RunSelection.of(run))
     data = ReportData.of(summary, grid)
     assert (data.source, data.ranks, data.first_step, data.last_step) == ("training", 32, 1, 30)
     (heat, arrival), binning = heatmap_sections(np, data, 200_000)

@@ -37,7 +37,7 @@ from typing import Any
 from otel_titan.analysis.export.checks import PERFETTO_MAX_TRACE_BYTES
 from otel_titan.analysis.export.chrome_events import ExportStats
 from otel_titan.analysis.export.chrome_trace import export_selected
-from otel_titan.analysis.model.collect import read_model, summarize_tails
+from otel_titan.analysis.model.collect import read_model, tails_model
 from otel_titan.analysis.model.facts import ProcessSummary, RunSummary, StragglerFinding
 from otel_titan.analysis.model.hang import HangReport
 from otel_titan.analysis.model.headline import headline_data
@@ -146,7 +146,7 @@ class RunAnalysis:
         """The model of the run (read on first use, then kept): what every other question is
         answered from."""
         if self.tail:
-            return summarize_tails(self.selection)
+            return tails_model(self.selection)
         summary, self._grid = read_model(
             self.selection,
             progress=self.progress,

@@ -115,6 +115,7 @@ __all__ = [
     "summarize_run",
     "read_model",
     "summarize_tails",
+    "tails_model",
     "compare_ranks",
     "percentile",
     "utc",
@@ -1291,9 +1292,29 @@ def _merged_from_cache(
     return collector, summaries
 
 
-def summarize_tails(selection: RunSelection) -> RunSummary:
-    """Where every process stopped, from the ends of its files only (`read.tails`): seconds for
-    thousands of ranks.
+def summarize_tails(
+    path: str | os.PathLike[str],
+    *,
+    ranks: Iterable[int] | None = None,
+    sources: Iterable[str] | None = None,
+    run_id: str | None = None,
+    log_skipped: bool = True,
+) -> RunSummary:
+    """`tails_model` of the run at `path` (``summarize --tail``); the options as `summarize_run`'s.
+
+    Example (both ranks of the run stopped after their last step's scalar):
+        >>> summary = summarize_tails("outputs")
+        >>> summary.tail_only, [g.event for g in summary.stopped_at]
+        (True, ['metric_value'])
+    """
+    return tails_model(
+        RunSelection.of(path, ranks=ranks, sources=sources, run_id=run_id, log_skipped=log_skipped)
+    )
+
+
+def tails_model(selection: RunSelection) -> RunSummary:
+    """Where every process of the run `selection` names stopped, from the ends of its files only
+    (`read.tails`): seconds for thousands of ranks.
 
     The same `RunSummary` as `summarize_run` with what the tails hold: last
     event, last step, open spans (those that started within the tail), closing
@@ -1301,7 +1322,7 @@ def summarize_tails(selection: RunSelection) -> RunSummary:
     they are tiny). No phases, stragglers or clock alignment (`tail_only` is True).
 
     Example (both ranks of the run stopped after their last step's scalar):
-        >>> summary = summarize_tails(RunSelection.of("outputs"))
+        >>> summary = tails_model(RunSelection.of("outputs"))
         >>> summary.tail_only, [g.event for g in summary.stopped_at]
         (True, ['metric_value'])
     """

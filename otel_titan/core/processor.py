@@ -17,13 +17,11 @@ and still inside those spans, which a later SIGKILL would otherwise hide (export
 of finished spans, OTLP, get copies of the open spans marked incomplete and
 pending, so a hung span shows in Jaeger or Tempo while the job hangs).
 
-The same thread is the stall watchdog, at no cost to the training thread: it
-already sees every span's end. When no span ended for ``stall_after_s`` while
-spans are open, or while none is open but the training loop is inside a step
-(between two of its spans: `blackbox.TrainingLane`, fed with that thread's
-starts and ends), it writes the hang black box once per stall (blackbox.py) to
-exporters declaring `black_box`; a dump signal, a trigger or SIGTERM asks for
-one through a ``BLACK_BOX`` control event (`black_box`). One exporter
+The same thread drives the stall watchdog (`core.stall_watchdog`), at no
+cost to the training thread: it tells it each batch's last span end and
+ticks it once per loop; the watchdog writes the hang black box once per stall
+to exporters declaring `black_box`. A dump signal, a trigger or SIGTERM asks
+for one through a ``BLACK_BOX`` control event (`black_box`). One exporter
 raising never stops the others: the first failure of each exporter is logged
 with its traceback, later ones are counted.
 """
@@ -31,7 +29,6 @@ with its traceback, later ones are counted.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -39,8 +36,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from otel_titan.core import blackbox, step_context
-from otel_titan.core.capture import notice_torch, thread_names
+from otel_titan.core import blackbox
+from otel_titan.core.capture import notice_torch
 from otel_titan.core.event_queue import EventQueue
 from otel_titan.core.events import (
     BLACK_BOX,
@@ -62,16 +59,13 @@ from otel_titan.core.events import (
 )
 from otel_titan.core.exporter import BlackBoxAware, HeartbeatAware, StartAwareSpanExporter, Timeline
 from otel_titan.core.span_builder import SpanBuilder
+from otel_titan.core.stall_watchdog import StallWatchdog
 from otel_titan.core.titan_span import TitanSpan
 from otel_titan.core.warn_once import WarnOnce
 
 __all__ = ["BatchProcessor"]
 
 _log = logging.getLogger("otel_titan")
-
-
-# the watchdog's view of the current stall (BatchProcessor._stall)
-_CALM, _IDLE, _WATCHED, _WRITTEN = range(4)
 
 
 class BatchProcessor:
@@ -128,62 +122,36 @@ class BatchProcessor:
         self._blocked_now = False
         #: Captured events that could not be built into spans (skipped; the first is logged).
         self.failed_events = 0
-        # The stall watchdog (blackbox.py): None = automatic threshold, 0 = off.
-        self._black_box_exporters: list[Any] = [
-            e for e in exporters if isinstance(e, BlackBoxAware)
-        ]
-        self.stall_after_s = stall_after_s
-        self._stall_floor_s = stall_floor_s
-        self._watching = stall_after_s != 0
-        self._progress_ns = (
-            0  # perf_counter_ns of the latest span end seen (0 = none yet: the start)
+        # The stall watchdog: None = automatic threshold, 0 = off (a dump or trigger still writes).
+        self._watchdog = StallWatchdog(
+            builder,
+            [e for e in exporters if isinstance(e, BlackBoxAware)],
+            on_written=self._after_black_box,
+            on_failure=self._report_failure,
+            stall_after_s=stall_after_s,
+            stacks_file=stacks_file,
+            stall_floor_s=stall_floor_s,
+            trigger_path=trigger_path,
         )
-        self._slowest_gap_s = 0.0
-        self._gaps_seen = False  # a gap between two span ends was measured (the first step's length is unknown before)
-        self._started_ns = 0
-        # The current stall (no span end for the threshold): _CALM, _IDLE (nothing open, no step
-        # under way: looked at again each tick), _WATCHED (a stall, its record deferred until it
-        # lasts past the budget's bar) or _WRITTEN (once per stall: the next span end starts a new
-        # watch).
-        self._stall = _CALM
-        self._stall_from_ns = (
-            0  # when the current watch began: the last span end, or when an idle process got busy
-        )
-        self._armed_progress_ns = -1
-        self._budget = blackbox.BlackBoxBudget()
-        # The training loop's thread (native id, refreshed each tick) and what it did last: a
-        # process with no span open is stuck between two spans of a step, or idle
-        # (blackbox.TrainingLane).
-        self._lane = blackbox.TrainingLane()
-        self._lane_tid = threading.main_thread().native_id
-        self._faulthandler = (
-            blackbox.FaulthandlerArm(stacks_file)
-            if stacks_file is not None and self._watching
-            else None
-        )
-        # ``OTEL_TITAN_DUMP_TRIGGER``: a file whose modification (touch) asks for the black box.
-        self._trigger_path = trigger_path
-        self._trigger_seen: int | None = self._trigger_mtime()
-        self._trigger_checked = 0.0
-        #: Black-box records written (stalls, signals, triggers).
-        self.black_boxes = 0
         # Per-step scalars written from this thread at step boundaries (step_sampler.py), or None.
         self._step_sampler = step_sampler
 
     # -- control, from any thread ----------------------------------------------------------
     def start(self) -> None:
         """Start the daemon thread (once)."""
-        self._progress_ns = self._started_ns = self._stall_from_ns = time.perf_counter_ns()
-        arm = self._faulthandler
-        if arm is not None:
-            # Armed now, on the caller's thread: a C call that takes the interpreter lock right
-            # after init would keep this thread from ever arming it.
-            threshold = self.stall_threshold()
-            arm.rearm(threshold + max(2.0, 0.25 * threshold))
-            if arm.armed:
-                self._armed_progress_ns = self._progress_ns
+        self._watchdog.start()
         self._thread = threading.Thread(target=self._run, name="otel-titan-processor", daemon=True)
         self._thread.start()
+
+    @property
+    def stall_after_s(self) -> float | None:
+        """The configured stall threshold (None: automatic; 0: stalls not watched)."""
+        return self._watchdog.stall_after_s
+
+    @property
+    def black_boxes(self) -> int:
+        """Black-box records written (stalls, signals, triggers)."""
+        return self._watchdog.written
 
     def wake(self) -> bool:
         """Drain now rather than at the next tick (the queue is filling up).
@@ -256,9 +224,7 @@ class BatchProcessor:
     def stall_threshold(self) -> float:
         """Seconds without a span end that make a stall now (configured, or max(120 s, 10 × the
         slowest gap seen))."""
-        return blackbox.stall_threshold(
-            self.stall_after_s or None, self._slowest_gap_s, self._gaps_seen, self._stall_floor_s
-        )
+        return self._watchdog.threshold()
 
     def shutdown(self, timeout: float | None = 5.0) -> bool:
         """Export what is queued, shut the exporters down, stop the thread.
@@ -303,6 +269,7 @@ class BatchProcessor:
         popleft = items.popleft
         max_batch = self._max_batch
         wake = self._wake
+        watchdog = self._watchdog
         stop = False
         last_activity = time.monotonic()
         torch_noticed = False
@@ -315,7 +282,7 @@ class BatchProcessor:
                     torch_noticed = notice_torch()
                 if items:
                     last_activity = time.monotonic()
-                progress = self._progress_ns
+                progress = watchdog.progress_ns
                 while items and not stop:
                     batch: list[Any] = []
                     append = batch.append
@@ -332,152 +299,17 @@ class BatchProcessor:
                 ):
                     last_activity = time.monotonic()
                     self._heartbeat()
-                if (self._watching or self._trigger_path) and not stop:
-                    self._watch(progress)
-            if self._faulthandler is not None:
-                self._faulthandler.cancel()
+                if watchdog.busy and not stop:
+                    watchdog.tick(progress)
+            watchdog.stop()
             self._shutdown_exporters()
         finally:
             self._stopped.set()
 
-    def _trigger_mtime(self) -> int | None:
-        if not self._trigger_path:
-            return None
-        try:
-            return os.stat(self._trigger_path).st_mtime_ns
-        except OSError:
-            return None
-
-    def _check_trigger(self) -> None:
-        """Every 2 s at most (a stat, on a shared filesystem for 1,000 ranks): touched since? Write
-        the black box."""
-        now = time.monotonic()
-        if now - self._trigger_checked < 2.0:
-            return
-        self._trigger_checked = now
-        mtime = self._trigger_mtime()
-        if mtime is not None and mtime != self._trigger_seen:
-            self._trigger_seen = mtime
-            self._write_black_box("trigger")
-
-    def _watch(self, progress_before: int) -> None:
-        """The stall watchdog, once per loop: a few comparisons unless a stall begins."""
-        if self._trigger_path:
-            self._check_trigger()
-        if not self._watching:
-            return
-        self._lane_tid = step_context.training_loop_thread().native_id
-        progress = self._progress_ns
-        if progress != progress_before:
-            gap = (progress - progress_before) / 1e9
-            if progress_before != self._started_ns:
-                self._gaps_seen = True
-                if gap > self._slowest_gap_s:
-                    self._slowest_gap_s = gap
-            if self._stall in (_WATCHED, _WRITTEN):
-                # The run recovered: healthy pauses spend no reserve. The stall began where its
-                # watch did (the last span end, or when an idle process got busy), never before the
-                # start: measured from 0, a first stall before any span ended "lasted" the machine's
-                # uptime and put the reserve out of reach.
-                began = max(progress_before, self._stall_from_ns, self._started_ns)
-                self._budget.stall_ended((progress - began) / 1e9)
-            self._stall = _CALM
-            self._stall_from_ns = progress
-        threshold = self.stall_threshold()
-        arm = self._faulthandler
-        if arm is not None and progress != self._armed_progress_ns:
-            # Only on progress: a stall leaves it armed, and it fires if Python cannot.
-            arm.rearm(threshold + max(2.0, 0.25 * threshold))
-            if arm.armed:
-                self._armed_progress_ns = progress
-        if self._stall == _WRITTEN:
-            return
-        now = time.perf_counter_ns()
-        stalled_s = (now - max(progress, self._stall_from_ns)) / 1e9
-        if stalled_s < threshold:
-            return
-        if self._stall == _CALM and arm is not None:
-            arm.cancel()  # Python can run: no frame walk without the lock
-            self._armed_progress_ns = progress  # re-armed at the next span end, not before
-        if self._stall != _WATCHED:
-            if not self._builder.open_spans() and not self._lane.between_spans(self._step()):
-                self._stall = (
-                    _IDLE  # nothing open, no step under way: not stuck (looked at again next tick)
-                )
-                return
-            # busy again (a span opened, a step began): a new watch, from now
-            if self._stall == _IDLE:
-                self._stall, self._stall_from_ns = _CALM, now
-                self._armed_progress_ns = -1  # and faulthandler armed again at the next tick
-                return
-            self._stall = _WATCHED
-        if stalled_s < self._budget.stall_bar_s(threshold):
-            return  # the shared budget is spent: written once longer than every pause the run recovered from
-        self._stall = _WRITTEN
-        self._write_black_box("stall", stalled_s, threshold)
-
-    @staticmethod
-    def _step() -> Any:
-        """The training loop's current step (the default every thread without its own sees)."""
-        return step_context.default_state[0].step
-
-    def _write_black_box(
-        self, reason: str, stalled_s: float | None = None, threshold: float | None = None
-    ) -> None:
-        """Collect the black box (blackbox.py) and hand it to the exporters that take it."""
-        now = time.time_ns()
-        open_spans = self._builder.open_spans()
-        if stalled_s is None:
-            stalled_s = (time.perf_counter_ns() - self._progress_ns) / 1e9
-        step = self._step()
-        last_span = self._lane.last_span(time.perf_counter_ns())
-        if open_spans:
-            where = "in_span"
-            place = "open: " + ", ".join(span.name for span in open_spans[-4:])
-        else:
-            # A stall is never written for an idle process; a dump signal, a trigger or SIGTERM may
-            # find one.
-            where = "between_spans" if self._lane.between_spans(step) else "idle"
-            place = (
-                f"no span open, {'at' if where == 'between_spans' else 'idle after'} step {step}"
-                + (
-                    f", {last_span['ended_s_ago']:.1f} s after {last_span['name']} ended"
-                    if last_span
-                    else ""
-                )
-            )
-        record: dict[str, Any] = {
-            "reason": reason,
-            "stalled_s": round(stalled_s, 3),
-            "stall_after_s": round(
-                threshold if threshold is not None else self.stall_threshold(), 3
-            ),
-            "message": f"{reason}: no span ended for {stalled_s:.1f} s; {place}",
-            "log_level": "WARNING",
-            "where": where,
-            "step": step,
-            "last_span": last_span,
-            "stalls_ended": self._budget.stalls_ended,
-            "longest_ended_s": round(self._budget.longest_ended_s, 3),
-            "open_spans": blackbox.open_span_rows(open_spans, now, thread_names.get),
-            "threads": blackbox.thread_stacks(),
-            "flight_recorder": blackbox.flight_recorder(),
-        }
-        if reason == "stall":
-            fitted = self._budget.fit_stall(record, stalled_s)
-        elif reason == "SIGTERM":
-            fitted = self._budget.fit_final(record)
-        else:
-            fitted = self._budget.fit(record)
-        if fitted is None:
-            return
-        self.black_boxes += 1
-        for exporter in self._black_box_exporters:
-            try:
-                exporter.black_box(now, fitted)
-            except Exception:  # noqa: BLE001 - a broken exporter is reported, never raised into training
-                self._report_failure(exporter, "black_box")
-        if self._plain_exporters and open_spans:
+    def _after_black_box(self, reason: str, open_spans: Sequence[Any]) -> None:
+        """A black box was written with spans open: exporters of finished spans (OTLP) get their
+        copies, marked pending, so the hung spans show in Jaeger or Tempo too."""
+        if self._plain_exporters:
             self._export(Timeline(), self._incomplete_copies(pending=reason))
 
     def _process(self, batch: list[Any]) -> bool:
@@ -493,10 +325,8 @@ class BatchProcessor:
         progress = 0
         longest = 0
         # -1: no thread has it
-        lane, lane_tid = (
-            self._lane,
-            self._lane_tid if self._watching else -1,
-        )
+        watchdog = self._watchdog
+        lane, lane_tid = watchdog.lane, (watchdog.lane_tid if watchdog.watching else -1)
         for event in batch:
             kind = event[0]
             try:
@@ -548,7 +378,7 @@ class BatchProcessor:
                     finished = []
                     started, ended_flags = timeline.spans.append, timeline.ended.append
                     try:
-                        self._write_black_box(event[1])
+                        watchdog.write(event[1])
                     finally:
                         event[2].set()
             except Exception:  # noqa: BLE001 - one bad event must not stop the thread
@@ -557,12 +387,7 @@ class BatchProcessor:
                     _log.exception(
                         "otel-titan: could not build a span from a captured event; it was skipped"
                     )
-        if progress > self._progress_ns:
-            self._progress_ns = progress
-        if longest:
-            self._gaps_seen = True
-            if longest / 1e9 > self._slowest_gap_s:
-                self._slowest_gap_s = longest / 1e9
+        watchdog.saw_progress(progress, longest)
         self._export(timeline, finished, final=stop)
         return stop
 

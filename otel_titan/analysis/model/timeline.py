@@ -241,9 +241,8 @@ def walk_process(
     last_us, first_us, count = state.last_us, state.first_us, state.count
     step, step_begin, step_first = state.step, state.step_begin, state.step_first
     # What each record name is (`_event_kind`, `_other_kind`), worked out once per name, not once
-    # per record.
-    event_kinds: dict[str, tuple[int, str]] = {}
-    other_kinds: dict[str, int] = {}
+    # per record: a pure function of the name, so kept across walks (watch resumes one per batch).
+    event_kinds, other_kinds = _EVENT_KINDS, _OTHER_KINDS
     # Bound once: these run for nearly every record.
     on_span, on_scalar, on_instant, on_begun = (
         visitor.span,
@@ -413,9 +412,12 @@ def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
 #: What a record is, by its name (and whether its ``log_type`` is "event"): `walk_process`'s
 #: branches.
 _END, _ERROR, _START, _SCALAR, _META, _INSTANT = range(6)
-#: Distinct names remembered per process; beyond, the tables start again (a file of random names
-#: stays small).
+#: Distinct names remembered; beyond, the tables start again (a file of random names stays small).
 _KINDS_KEPT = 4096
+#: Record name → (kind, span name) of ``event`` records, and → kind of the others (`_event_kind`,
+#: `_other_kind`).
+_EVENT_KINDS: dict[str, tuple[int, str]] = {}
+_OTHER_KINDS: dict[str, int] = {}
 
 
 def _event_kind(

@@ -59,12 +59,13 @@ Shared with `summarize` (``model/``): the hang rules (`model.hang.name_suspects`
 (`model.hang.program_line`), how a process ended (`model.ending`), the
 straggler rule itself (`model.stragglers.judge_phase`, `judge_arrival`, peer
 groups) and the collective evidence (`model.clocks.collective_evidence`),
-the mesh (`read.records.read_mesh`). The parameters that differ: the window
+the mesh (`read.records.read_mesh`), and the walk that pairs, nests and times
+spans and finds the steps (`model.timeline.walk_process`, resumed batch by
+batch: `state.ProcessState` is its visitor). The parameters that differ: the window
 (`Rules.slow_window`, the last 40 steps, against the whole run) and the
 clock (``sustain_steps``; hang after ``hang_after`` seconds). Still
 `watch`'s own, because they judge records still arriving: *when* a stop is
-a hang (the learned durations above), the job-wide slowdown's rule, the
-span pairing of `state.ProcessState` (records one at a time, bounded), and
+a hang (the learned durations above), the job-wide slowdown's rule, and
 the collective names (`state.is_collective`: only to tell a start-up, where
 rank 0 logs while the others still build the model, from a hang on a rank
 silent since init). The own-work pause is the model's rule
@@ -259,15 +260,14 @@ class Detector:
             process.first_arrival = arrival
             process.progress_arrival = arrival
         if arrivals is not None:
-            for record, at in zip(records, arrivals):
-                if self.first_arrival is None or at < self.first_arrival:
-                    self.first_arrival = at
-                process.apply(record, at)
+            arrivals = list(arrivals)
+            if arrivals and (self.first_arrival is None or min(arrivals) < self.first_arrival):
+                self.first_arrival = min(arrivals)
+            process.apply_records(records, arrival, arrivals)
             return process
         if self.first_arrival is None:
             self.first_arrival = arrival
-        for record in records:
-            process.apply(record, arrival)
+        process.apply_records(records, arrival)
         return process
 
     def file_facts(self, key: str, *, torn_since: float | None, gone: bool) -> None:

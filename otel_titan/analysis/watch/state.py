@@ -1,9 +1,18 @@
 """What one process is doing, as its records say: updated record by record, bounded in memory.
 
-`ProcessState.apply` is the only way a record changes it, and it looks at
-nothing but the record and the time the watcher read it (`arrival`, seconds
-on the watcher's clock): a process's state is a pure function of what it
-wrote, so a run replayed from its files gives the states it gave live.
+`ProcessState.apply_records` (and `apply`, for one) is the only way records
+change it, and it looks at nothing but the records and the time the watcher
+read them (`arrival`, seconds on the watcher's clock): a process's state is a
+pure function of what it wrote, so a run replayed from its files gives the
+states it gave live.
+
+The records go through the model's own walk (`model.timeline.walk_process`,
+resumed where the last batch stopped: its `WalkState`): spans are paired, nested,
+timed and assigned to steps by the rules `summarize` reads a file with
+(by span id, else last-in-first-out per thread or task and name; durations
+from the timestamps unless the wall clock jumped; a step begun by the first
+``_start``, instant or scalar stamped with it). `ProcessState` is the visitor
+that keeps what a live view needs of them.
 
 Two clocks, each for what it is good at. Durations (a step, a phase, the wait
 inside the step-closing collective) come from the process's own timestamps:
@@ -24,13 +33,21 @@ from __future__ import annotations
 import bisect
 import re
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from otel_titan.analysis.model.ending import INTERRUPT, UNCAUGHT, crash_of, crash_state
 from otel_titan.analysis.model.hang import digest_black_box, program_line
 from otel_titan.analysis.model.hang_facts import ENTERED_KEPT, HEARTBEAT_S_MAX
-from otel_titan.analysis.model.timeline import error_details
+from otel_titan.analysis.model.timeline import (
+    OpenSpan,
+    TimelineVisitor,
+    WalkState,
+    error_details,
+    walk_process,
+)
 from otel_titan.analysis.read.records import read_mesh
 from otel_titan.schema import META_EVENTS, Field, MetaEvent
 
@@ -218,8 +235,6 @@ class ProcessState:
         self.program_records = 0
         self.records = 0
         self.step: int | None = None
-        self.open: dict[Any, LiveSpan] = {}
-        self._order = 0
         self.steps: deque[StepFacts] = deque(maxlen=STEPS_KEPT)
         self._current: StepFacts | None = None
         #: Phase → step → ms (and → its end, µs own clock) over the last `WINDOW_STEPS` finished
@@ -260,84 +275,106 @@ class ProcessState:
         #: The innermost span the latest exception failed: (name, step, start µs, error type), as
         #: `summarize` keeps it.
         self._failed: tuple[str, int | None, int, str] | None = None
-        #: Span ids of the open spans Ctrl-C failed (`_error`): kept open.
-        self._interrupted: set[Any] = set()
+        #: The model's walk over its records, where the last batch left it; the spans open in it
+        #: (`model.timeline.OpenSpan`, in start order) → when each start was read. `open` shows
+        #: them as `LiveSpan`s, made when asked (most spans end in the batch they began in).
+        self._walk = WalkState()
+        self._opened: dict[OpenSpan, float] = {}
+        #: Spans Ctrl-C failed (`_on_error`): over for the walk, kept open here.
+        self._kept: dict[Any, LiveSpan] = {}
+        self._open_view: dict[Any, LiveSpan] | None = None
+        #: The watcher time of the record being walked.
+        self._arrival = 0.0
+        self._visitor = _Visitor(self)
 
     # -- reading records -----------------------------------------------------------------------
     def apply(self, record: dict[str, Any], arrival: float) -> None:
         """Update from one record read at watcher time `arrival` (seconds)."""
-        self.records += 1
-        if self.first_arrival is None:
-            self.first_arrival = arrival
-        self.last_arrival = arrival
-        name = record["log_type_name"]
-        time_us = record["time_us"]
-        if self.last_us is None or time_us > self.last_us:
-            self.last_us = time_us
-        if name in META_EVENTS:
-            self._meta(name, record, arrival)
-            return
-        self.program_records += 1
-        if self.box_live:
-            self.box_live = False
+        self.apply_records((record,), arrival)
+
+    def apply_records(
+        self,
+        records: Iterable[dict[str, Any]],
+        arrival: float,
+        arrivals: Iterable[float] | None = None,
+    ) -> None:
+        """Update from `records` (in file order) read at watcher time `arrival`; `arrivals`: one
+        time per record instead."""
+        taken = self._taken(records, repeat(arrival) if arrivals is None else arrivals)
+        walk_process(taken, self._visitor, self._walk, finish=False)
+
+    def _taken(
+        self, records: Iterable[dict[str, Any]], arrivals: Iterable[float]
+    ) -> Iterator[dict[str, Any]]:
+        """The records on their way to the walk, each first taken note of: when it came, and, for
+        the program's own, that the process is alive and how long it went quiet."""
+        for record, arrival in zip(records, arrivals):
+            self._arrival = arrival
+            self.records += 1
+            if self.first_arrival is None:
+                self.first_arrival = arrival
+            self.last_arrival = arrival
+            time_us = record["time_us"]
+            if self.last_us is None or time_us > self.last_us:
+                self.last_us = time_us
+            if record["log_type_name"] not in META_EVENTS:
+                self.program_records += 1
+                self.box_live = False
+                if (
+                    not self.alive_since_progress
+                    and self.progress_us is not None
+                    and time_us - self.progress_us >= 1e6 * (self.heartbeat_s or 10.0)
+                ):
+                    self.alive_since_progress = True
+                last = self.last_program_us
+                if last is not None and (time_us - last) / 1000.0 > self.gap_max_ms:
+                    self.gap_max_ms = (time_us - last) / 1000.0
+                self.last_program_us = time_us
+            yield record
+
+    # -- what the walk finds (`_Visitor` hands it here) -------------------------------------------
+    def _on_meta(self, record: dict[str, Any]) -> None:
+        """One of the logger's own records."""
+        self._meta(record["log_type_name"], record, self._arrival)
+
+    def _on_step_begun(self, step: int, begin_us: int) -> None:
+        """The model's step boundary: a new step is progress."""
+        self._new_step(step, begin_us)
+        self._progress(self._arrival, begin_us)
+
+    def _on_span_begun(self, span: OpenSpan) -> None:
+        """A ``_start``: the span is open now, and counts as entered in its step."""
+        self._opened[span] = self._arrival
+        self._open_view = None
+        step = span.start.get("step") if span.start is not None else None
+        entered = self._entered_set
         if (
-            not self.alive_since_progress
-            and self.progress_us is not None
-            and time_us - self.progress_us >= 1e6 * (self.heartbeat_s or 10.0)
+            type(step) is int
+            and span.name not in entered
+            and step == self.step
+            and len(entered) < ENTERED_KEPT
         ):
-            self.alive_since_progress = True
-        if self.last_program_us is not None:
-            gap = (time_us - self.last_program_us) / 1000.0
-            if gap > self.gap_max_ms:
-                self.gap_max_ms = gap
-        self.last_program_us = time_us
-        step = record.get("step")
-        if type(step) is int and (self.step is None or step > self.step):
-            self._new_step(step, time_us)
-            self._progress(arrival, time_us)
-        kind = record["log_type"]
-        if kind == "event" and name.endswith("_start"):
-            self._order += 1
-            span = name[:-6]
-            span_id = record.get("span_id") or (span, self._order)
-            stepped = type(step) is int
-            self.open[span_id] = LiveSpan(
-                span,
-                span_id,
-                record.get("parent_span_id"),
-                time_us,
-                step if stepped else None,
-                record.get("caller") if isinstance(record.get("caller"), str) else None,
-                self._order,
-                arrival,
-            )
-            entered = self._entered_set
-            if (
-                stepped
-                and span not in entered
-                and step == self.step
-                and len(entered) < ENTERED_KEPT
-            ):
-                self.entered.append(span)
-                entered.add(span)
-        elif kind == "event" and name.endswith("_end"):
-            self._end(name[:-4], record, arrival)
-        elif kind == "event":
-            self._error(name[:-6], record)  # _error: its _end follows
-        else:
-            if not self.open:
-                # An instant (a scalar) from inside an open span is no progress out of it: a rank
-                # crawling in a hang (a record every 20 s from inside `bwd`) stays the hang's
-                # culprit, raised once, not again at each write.
-                self._progress(arrival, time_us)
-            if (
-                name == "metric_value"
-                and self._current is not None
-                and record.get("event_name") in _TOKEN_SCALARS
-            ):
-                value: Any = record.get("value")
-                if type(value) in (int, float):
-                    self._current.tokens = float(value)
+            self.entered.append(span.name)
+            entered.add(span.name)
+
+    def _on_instant(self, record: dict[str, Any], track: Any) -> None:
+        """A program instant: progress when no span is open."""
+        self._outside(record)
+
+    def _on_scalar(self, record: dict[str, Any], track: Any) -> None:
+        """A scalar: progress when no span is open; a token count is the step's."""
+        self._outside(record)
+        if self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
+            value: Any = record.get("value")
+            if type(value) in (int, float):
+                self._current.tokens = float(value)
+
+    def _outside(self, record: dict[str, Any]) -> None:
+        if not self._opened and not self._kept:
+            # An instant (a scalar) from inside an open span is no progress out of it: a rank
+            # crawling in a hang (a record every 20 s from inside `bwd`) stays the hang's culprit,
+            # raised once, not again at each write.
+            self._progress(self._arrival, record["time_us"])
 
     def _progress(self, arrival: float, time_us: int) -> None:
         self.progress_arrival, self.progress_us = arrival, time_us
@@ -407,7 +444,7 @@ class ProcessState:
         elif name == MetaEvent.HEARTBEAT:
             self.alive_since_progress = True
 
-    def _error(self, name: str, record: dict[str, Any]) -> None:
+    def _on_error(self, record: dict[str, Any], span: OpenSpan | None, track: Any) -> None:
         """A span failed: the innermost one of an exception unwinding nested spans is the one
         started last.
 
@@ -415,52 +452,59 @@ class ProcessState:
         interrupted, so it says where the process was, as `summarize` keeps it (a hung job stopped
         with Ctrl-C still names its culprit).
         """
-        span = self.open.get(record.get("span_id")) if record.get("span_id") is not None else None
-        start = span.start_us if span is not None else record["time_us"]
+        opened = span if span is not None and span in self._opened else None
+        start = opened.start_us if opened is not None else record["time_us"]
         error_type = error_details(record)[0]
-        if span is not None and error_type.rsplit(".", 1)[-1] == INTERRUPT:
-            self._interrupted.add(span.span_id)
         if self._failed is None or start >= self._failed[2]:
-            step = span.step if span is not None else record.get("step")
+            step = (
+                opened.start.get("step")
+                if opened is not None and opened.start is not None
+                else record.get("step")
+            )
+            name = span.name if span is not None else record["log_type_name"][: -len("_error")]
             self._failed = (name, step if type(step) is int else None, start, error_type)
 
-    def _end(self, name: str, record: dict[str, Any], arrival: float) -> None:
-        span_id = record.get("span_id")
-        if span_id is not None and span_id in self._interrupted:
-            return  # Ctrl-C ended it: still where the process was, and no progress
-        span = self.open.pop(span_id, None) if span_id is not None else None
-        if span is None:  # no span id (torchtitan's files): the newest open span of that name
-            for key in sorted(
-                (k for k, s in self.open.items() if s.name == name),
-                key=lambda k: -self.open[k].order,
-            )[:1]:
-                span = self.open.pop(key)
-        self._progress(arrival, record["time_us"])
+    def _on_span(
+        self,
+        span: OpenSpan,
+        end: dict[str, Any] | None,
+        end_us: int,
+        dur_us: float,
+        incomplete: bool,
+    ) -> None:
+        """A span ended (`end`), timed by the model's rule: progress, the step's phase time."""
+        arrival = self._opened.pop(span, None)
+        if end is None:
+            return  # still open when a walk finishes: watch never finishes one
+        if arrival is not None:
+            self._open_view = None
+            if (
+                span.error is not None
+                and error_details(span.error)[0].rsplit(".", 1)[-1] == INTERRUPT
+            ):
+                # Ctrl-C ended it: still where the process was (kept open), and no progress.
+                live = _live_span(span, arrival)
+                self._kept[live.span_id] = live
+                return
+        name = span.name
+        self._progress(self._arrival, end["time_us"])
         self.last_end = name
-        value: Any = record.get("value")
-        ms = (
-            float(value)
-            if type(value) in (int, float)
-            else (None if span is None else (record["time_us"] - span.start_us) / 1000.0)
-        )
-        if ms is None or ms != ms:
+        ms = dur_us / 1000.0
+        if ms != ms:
             return
         if name in self.span_max_ms or len(self.span_max_ms) < NAMES_KEPT:
             if ms > self.span_max_ms.get(name, 0.0):
                 self.span_max_ms[name] = ms
-        step = record.get("step")
         current = self._current
-        if current is not None and step == current.step:
+        if current is not None and end.get("step") == current.step:
             current.phases[name] = current.phases.get(name, 0.0) + ms
-            current.ends[name] = record["time_us"]
-            top = (
-                (span.parent is None)
-                if span is not None
-                else (record.get("parent_span_id") is None)
-            )
-            if top:
+            current.ends[name] = end["time_us"]
+            # Top level: nested in nothing (a span whose start was never seen: as its record says).
+            if span.parent is None and (
+                span.start is not None or end.get("parent_span_id") is None
+            ):
                 current.top.add(name)
-                self._last_top = (name, ms, record["time_us"])
+                self._last_top = (name, ms, end["time_us"])
 
     def _new_step(self, step: int, time_us: int) -> None:
         current = self._current
@@ -505,6 +549,19 @@ class ProcessState:
         self._last_top = None
 
     # -- questions -----------------------------------------------------------------------------
+    @property
+    def open(self) -> dict[Any, LiveSpan]:
+        """The spans open now, by span id (else (name, place in the file)), in start order (those a
+        Ctrl-C failed included)."""
+        view = self._open_view
+        if view is None:
+            view = {live.span_id: live for live in self._kept.values()}
+            for span, arrival in self._opened.items():
+                live = _live_span(span, arrival)
+                view[live.span_id] = live
+            self._open_view = view
+        return view
+
     def window_median(self, name: str) -> float | None:
         """The median of phase `name`'s times over its window (`window_times`), None without one."""
         ordered = self.window_sorted.get(name)
@@ -547,6 +604,47 @@ class ProcessState:
         if self.torn_since is not None:
             return "crashed"
         return None
+
+
+class _Visitor(TimelineVisitor):
+    """The walk's visitor for one `ProcessState`: its callbacks are the state's own methods (bound
+    once: no call in between)."""
+
+    def __init__(self, state: ProcessState) -> None:
+        self.meta = state._on_meta  # type: ignore[method-assign]  # the visitor's hooks, bound once
+        self.step_begun = state._on_step_begun  # type: ignore[method-assign]  # as above
+        self.span_begun = state._on_span_begun  # type: ignore[method-assign]  # as above
+        self.instant = state._on_instant  # type: ignore[method-assign]  # as above
+        self.scalar = state._on_scalar  # type: ignore[method-assign]  # as above
+        self.error = state._on_error  # type: ignore[method-assign]  # as above
+        self.span = state._on_span  # type: ignore[method-assign]  # as above
+
+
+def _live_span(span: OpenSpan, arrival: float) -> LiveSpan:
+    """What watch shows of a span open in the walk, its start read at watcher time `arrival`."""
+    start = span.start or {}
+    step = start.get("step")
+    caller = start.get("caller")
+    return LiveSpan(
+        span.name,
+        _key(span),
+        # its parent in the walk, else the one its record names (not seen yet: another thread's
+        # record can come first)
+        start.get("parent_span_id") if span.parent is None else _key(span.parent),
+        span.start_us,
+        step if type(step) is int else None,
+        caller if isinstance(caller, str) else None,
+        span.order,
+        arrival,
+    )
+
+
+def _key(span: OpenSpan) -> Any:
+    """The `LiveSpan.span_id` of an open span: its record's span id, else (name, its place in the
+    file)."""
+    start = span.start
+    span_id = start.get("span_id") if start is not None else None
+    return span_id if span_id else (span.name, span.order)
 
 
 def _black_box(record: dict[str, Any], arrival: float) -> BlackBox:

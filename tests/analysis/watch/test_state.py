@@ -245,3 +245,51 @@ def test_the_opening_record_s_heartbeat_interval_is_believed_up_to_a_cap():
             arrival=0.0,
         )
         assert p.heartbeat_s == kept, said
+
+
+def test_spans_without_ids_pair_per_thread_as_summarize_pairs_them():
+    """torchtitan's files carry no span ids: an ``_end`` closes the newest open span of its name *on
+    its thread* (the model's walk, torchtitan's own Gantt rule), never another thread's."""
+    p = ProcessState("x.jsonl", label="training rank 0", source="training", rank=0)
+    p.apply(rec("data_fetch_start", 100, tid=1, step=1), 1.0)  # the training loop's
+    p.apply(rec("data_fetch_start", 150, tid=2, step=1), 1.0)  # a loader thread's, which hangs
+    p.apply(rec("data_fetch_end", 180, tid=1, step=1, value=0.08), 1.0)
+    # The loader's span is the one still open, from its own start; the loop's took 80 µs.
+    assert [(s.name, s.start_us) for s in p.open.values()] == [("data_fetch", 150)]
+    p.apply(rec("fwd_start", 200, tid=1, step=2), 2.0)
+    assert p.steps[-1].phases == {"data_fetch": 0.08}
+
+
+def test_an_end_whose_start_rotated_away_is_timed_by_its_value_and_opens_nothing():
+    p = ProcessState("x.jsonl", label="training rank 0", source="training", rank=0)
+    p.apply(rec("fwd_start", 1_000, span_id="a", step=3), 1.0)
+    p.apply(rec("bwd_end", 1_500, span_id="gone", step=3, value=2.5), 1.0)
+    assert p.open_names() == ["fwd"] and p.last_end == "bwd"
+    assert p.span_max_ms == {"bwd": 2.5}
+
+
+def test_watch_times_each_step_s_phases_as_the_models_step_table_does(tmp_path):
+    """One engine: the phase time per rank and step that watch's straggler rule reads equals the
+    model's step table (`RunAnalysis.steps`, from the spans) for every finished step."""
+    from benchmarks.generate_run import RunSpec, generate_run
+    from otel_titan.analysis import RunAnalysis
+    from otel_titan.analysis.read.lines import loads_line
+
+    run = tmp_path / "run"
+    generate_run(str(run), RunSpec(ranks=4, steps=12, seed=7, straggler=(2, "fwd", 30.0)))
+    rows = {
+        (row.rank, row.step): {name: ms for name, (_, ms) in row.phases.items()}
+        for row in RunAnalysis(run, cache=False).steps().rows
+    }
+    compared = 0
+    for path in sorted((run / "structured_logs").glob("*.jsonl")):
+        rank = int(path.name.split("global_rank_")[1].split(".")[0])
+        p = ProcessState(str(path), label=f"training rank {rank}", source="training", rank=rank)
+        with open(path, "rb") as handle:
+            p.apply_records((loads_line(line) for line in handle), 1.0)
+        for facts in p.steps:
+            assert facts.phases.keys() == rows[rank, facts.step].keys(), (rank, facts.step)
+            for name, ms in facts.phases.items():
+                assert abs(ms - rows[rank, facts.step][name]) < 0.0015, (rank, facts.step, name)
+                compared += 1
+    assert compared > 4 * 10 * 3  # every finished step of every rank, each with its phases

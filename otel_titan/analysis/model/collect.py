@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 
+from otel_titan.analysis.model import job_speed
 from otel_titan.analysis.model import parallel as summary_parallel
 from otel_titan.analysis.model.cache import ProcessCache, ReadPlan, plan_reads, segment_keys
 from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
@@ -51,6 +52,7 @@ from otel_titan.analysis.model.ending import (
     killed_crash,
 )
 from otel_titan.analysis.model.facts import (
+    JobSlowdown,
     OpenSpanInfo,
     PhaseStats,
     ProcessSummary,
@@ -1796,7 +1798,48 @@ def _judged(collector: _Collector, alignment: ClockAlignment, facts: _Evidence) 
         alignment, facts.hosts, facts.one_clock, bool(facts.anchors), cannot_tell
     ) + _not_compared(facts.groups)
     _legacy_lists(result, collector, facts.source)
+    result.job_slowdown = _job_slowdown(collector, facts, result)
     return result
+
+
+def _job_slowdown(
+    collector: _Collector, facts: _Evidence, result: Stragglers
+) -> JobSlowdown | None:
+    """The job slower than its own past at the run's end (`model.job_speed`, `watch`'s ``job_slow``
+    rule), judged after the stragglers: not while one is named.
+
+    Per token where the program logs a token count (`job_speed.TOKEN_SCALARS`)
+    and the run has one source and attempt: the scalars kept per step are not
+    told apart by source.
+    """
+    one = len(collector.step_ms) == 1
+    tokens = {
+        step: list(values)
+        for name in (job_speed.TOKEN_SCALARS if one else ())
+        for step, values in collector.scalar_steps.series.get(name, {}).items()
+    }
+    by_step: dict[int, list[float]] = {}
+    for times in facts.per_rank.values():
+        for step, ms in times.items():
+            by_step.setdefault(step, []).append(ms)
+    values = {step: job_speed.step_value(ms, tokens.get(step, ())) for step, ms in by_step.items()}
+    steps = sorted(values)
+    # After the fact the slower steps may have begun long before the end: judged against the steps
+    # before the change (`watch` holds the split it raised with, to the same effect).
+    split = (
+        steps[job_speed.change_split([values[k] for k in steps])]
+        if len(steps) >= job_speed.WINDOW + job_speed.BASELINE // 2
+        else None
+    )
+    return job_speed.judge(
+        values,
+        facts.per_rank,
+        facts.phases,
+        facts.anchor,
+        split=split,
+        per_token=any(step in tokens for step in values),
+        straggler=any(f.headline and f.verdict == "straggler" for f in result.findings),
+    )
 
 
 def _judge_group(
@@ -1918,8 +1961,9 @@ def _kept_alignment(facts_entry: list[Any], collector: _Collector) -> ClockAlign
 
 def stragglers_question(step_range: StepRange | None, align: bool) -> str:
     """What shapes the straggler verdicts besides the facts: the name of their cache entry's
-    question (`ProcessCache.lookup_verdicts`)."""
-    return f"stragglers|steps={step_range}|align={align}"
+    question (`ProcessCache.lookup_verdicts`); its version moves when the verdicts gain a part
+    (2: the job's own slowdown), so an older entry is judged again."""
+    return f"stragglers2|steps={step_range}|align={align}"
 
 
 def _kept_stragglers(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "innermost_open",
+    "JobSlowdown",
     "OpenSpanInfo",
     "PhaseStats",
     "ProcessSummary",
@@ -236,6 +237,41 @@ class RankSlowness:
     differs: bool = False
 
 
+@dataclass(frozen=True)
+class JobSlowdown:
+    """The whole job slower than its own past (`model.job_speed`: the ``job_slow`` rule of `watch`
+    and `summarize`): no rank stands out, every rank moved."""
+
+    #: Where the slowdown began (the running median's crossing of the midpoint), the first step
+    #: of the slower part as judged (its baseline: the steps before it) and the last step judged.
+    since_step: int
+    split_step: int
+    last_step: int
+    #: The step time (ms, per token where the program logs a token count) before and now: the
+    #: medians of the baseline's and the window's steps, and the rise in % of the former.
+    base_ms: float
+    recent_ms: float
+    pct: float
+    per_token: bool
+    #: The phase that grew most on most ranks, and by how much (ms per step).
+    phase: str | None
+    phase_grown_ms: float | None
+
+    def describe(self) -> str:
+        """The finding in words, as `watch` and `summarize` say it.
+
+        Example:
+            >>> JobSlowdown(75, 76, 140, 100.0, 140.0, 40.0, False, "data_fetch", 40.0).describe()
+            'job slower: step time +40% (100.0 → 140.0 ms) since step 75; data_fetch grew most (+40.0 ms)'
+        """
+        unit = " per token" if self.per_token else ""
+        grew = f"; {self.phase} grew most (+{self.phase_grown_ms:,.1f} ms)" if self.phase else ""
+        return (
+            f"job slower: step time +{self.pct:.0f}% ({self.base_ms:,.1f} → {self.recent_ms:,.1f} "
+            f"ms{unit}) since step {self.since_step}{grew}"
+        )
+
+
 @dataclass
 class StragglerFinding:
     """One verdict of the straggler analysis (`model.stragglers`), with what it costs the run.
@@ -322,6 +358,8 @@ class Stragglers:
     peer_groups: list[dict[str, Any]] = field(default_factory=list)
     #: The steps compared (``summarize --steps A:B``: ``"A:B"``); None: every step.
     steps_compared: str | None = None
+    #: Every rank slower than the job's own earlier steps (`model.job_speed`), at the run's end.
+    job_slowdown: JobSlowdown | None = None
 
 
 @dataclass

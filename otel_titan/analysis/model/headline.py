@@ -386,8 +386,9 @@ def describe_cost(item: Any) -> str:
 
 
 def straggler_lines(group: Any, show_attempt: bool) -> list[str]:
-    """The "Look first at" lines of one source and attempt: findings that cost ≥
-    `HEADLINE_MIN_SHARE` (1 %) of the step in both halves of the run, costliest first.
+    """The "Look first at" lines of one source and attempt: the job's own slowdown
+    (`model.job_speed`), then findings that cost ≥ `HEADLINE_MIN_SHARE` (1 %) of the step in both
+    halves of the run, costliest first.
 
     A rank with fewer than three peers is never called a straggler: its
     difference is shown, nobody is blamed (with two ranks, either could be the
@@ -399,6 +400,10 @@ def straggler_lines(group: Any, show_attempt: bool) -> list[str]:
         if item.headline:
             by_rank.setdefault(item.rank, []).append(item)
     lines = []
+    job = group.job_slowdown
+    if job is not None:
+        # Every rank slower at once (`model.job_speed`): `watch`'s ``job_slow``, no rank to blame.
+        lines.append(f"{job.describe()}: {group.source}{attempt}, every rank")
     order = sorted(
         by_rank.items(), key=lambda entry: (-max(f.cost_per_step_ms for f in entry[1]), entry[0])
     )

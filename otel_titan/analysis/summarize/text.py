@@ -6,6 +6,7 @@ import datetime as _dt
 import time
 from collections.abc import Sequence
 
+from otel_titan.analysis.model import job_speed
 from otel_titan.analysis.model.facts import (
     ProcessSummary,
     RankSlowness,
@@ -426,6 +427,7 @@ def _stragglers(group: Stragglers, show_attempt: bool) -> list[str]:
     lines += _peer_groups_line(group)
     lines += _ranks_table(group)
     lines.append(_straggler_verdict(group))
+    lines += _job_slowdown_line(group)
     lines += _arrival_section(group)
     lines += _largest_steps_table(group)
     lines += _phase_section(group)
@@ -513,6 +515,18 @@ def _straggler_verdict(group: Stragglers) -> str:
     if step_differs:
         return f"  no straggler: rank {compress_ranks(step_differs)}'s steps differ from its peers', but with fewer than {MIN_MAJORITY} ranks there is no majority to call one abnormal ({rule})"
     return f"  no straggler: no rank's step time is slower on evidence ({rule})"
+
+
+def _job_slowdown_line(group: Stragglers) -> list[str]:
+    """Every rank slower than the job's own earlier steps (`model.job_speed`), with the rule."""
+    found = group.job_slowdown
+    if found is None:
+        return []
+    return [
+        f"  {found.describe()}: every rank, no rank behind the others (the last "
+        f"{job_speed.WINDOW} steps' median against the {job_speed.BASELINE} before the change, "
+        f"≥ {effect_bar(1.0):.1%} and ≥ {MIN_Z:g} × noise)"
+    ]
 
 
 def _arrival_section(group: Stragglers) -> list[str]:

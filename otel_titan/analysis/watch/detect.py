@@ -46,9 +46,12 @@ The rules (docs/watch.md says them for users):
   mesh coordinates but data parallel (`model.stragglers.peer_key`). Its cost:
   what every rank waits for it per step, in ms and % of the step, and seconds
   so far.
-* **job_slow** (per source): the step time (per token where logged) over
-  twice the window ``0.75 × slow_pct`` % above its own earlier steps and 3.5 ×
-  their spread, sustained, with the phase that grew on most ranks.
+* **job_slow** (per source): every rank slower than the job's own past, by
+  `summarize`'s rule (`model.job_speed.judge`: the last 20 steps' median
+  step time, per token where logged, against the 32 before, with the phase
+  that grew on most ranks). The clock is `watch`'s: raised once held
+  ``sustain_steps`` steps running, then judged against the past it was
+  raised on (its split) until the steps are fast again.
 * **crashed** (a torn last line that stays, or stopped silent while the others
   were sent SIGTERM), **terminated** (SIGTERM received), **missing** (ranks of
   ``world_size`` with no file after ``missing_grace_s``).
@@ -58,15 +61,14 @@ Shared with `summarize` (``model/``): the hang rules (`model.hang.name_suspects`
 (`model.hang.digest_black_box`, `model.flight_recorder`), the program's line
 (`model.hang.program_line`), how a process ended (`model.ending`), the
 straggler rule itself (`model.stragglers.judge_phase`, `judge_arrival`, peer
-groups) and the collective evidence (`model.clocks.collective_evidence`),
+groups), the job's own slowdown (`model.job_speed`) and the collective evidence (`model.clocks.collective_evidence`),
 the mesh (`read.records.read_mesh`), and the walk that pairs, nests and times
 spans and finds the steps (`model.timeline.walk_process`, resumed batch by
 batch: `state.ProcessState` is its visitor). The parameters that differ: the window
 (`Rules.slow_window`, the last 40 steps, against the whole run) and the
 clock (``sustain_steps``; hang after ``hang_after`` seconds). Still
 `watch`'s own, because they judge records still arriving: *when* a stop is
-a hang (the learned durations above), the job-wide slowdown's rule, and
-the collective names (`state.is_collective`: only to tell a start-up, where
+a hang (the learned durations above) and the collective names (`state.is_collective`: only to tell a start-up, where
 rank 0 logs while the others still build the model, from a hang on a rank
 silent since init). The own-work pause is the model's rule
 (`model.hang.waited_for_in_own_work`) with ``--pause-after``.
@@ -74,11 +76,14 @@ silent since init). The own-work pause is the model's rule
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_titan.analysis.model import job_speed
 from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evidence
 from otel_titan.analysis.model.ending import (
     End,
@@ -89,6 +94,7 @@ from otel_titan.analysis.model.ending import (
     kill_evidence,
     killed_crash,
 )
+from otel_titan.analysis.model.facts import JobSlowdown
 from otel_titan.analysis.model.hang import (
     PAUSE_ALLOWANCE_S,
     RankPlace,
@@ -98,13 +104,8 @@ from otel_titan.analysis.model.hang import (
     waited_for_in_own_work,
 )
 from otel_titan.analysis.model.headline import compress as compress_ranks
-from otel_titan.analysis.model.rules import MAD_TO_SD as _MAD_TO_SD
-from otel_titan.analysis.model.rules import MEDIAN_SE
 from otel_titan.analysis.model.stragglers import (
-    MIN_EFFECT,
     MIN_MAJORITY,
-    MIN_STEP_SHARE,
-    MIN_Z,
     effect_bar,
     judge_arrival,
     judge_phase,
@@ -128,13 +129,10 @@ class Rules:
     confirm_evaluations: int = 2
     crash_after_s: float = 5.0
     missing_grace_s: float = 30.0
-    #: The straggler rule's thresholds are `summarize`'s (`model.stragglers`): one definition of
-    #: "slow". The job-wide slowdown's bar (`job_slow`); a rank's slowdown is `model.stragglers`'
-    #: rule itself (`slow_window`).
-    slow_pct: float = MIN_EFFECT * 100.0
-    slow_min_z: float = MIN_Z
+    #: The straggler rule's thresholds are `summarize`'s (`model.stragglers`), and so is the
+    #: job-wide slowdown's (`model.job_speed`): one definition of "slow". The steps the median step
+    #: time (the hang's patience) is taken over.
     window: int = 10
-    baseline: int = 32
     #: The straggler rule's window: `summarize`'s rule (`model.stragglers.judge_phase`) over the
     #: last this many steps (at most `state.WINDOW_STEPS`, what each process keeps).
     slow_window: int = WINDOW_STEPS
@@ -210,6 +208,7 @@ class Detector:
         self._slow_alerts: list[Alert] = []
         self._job_held_by: dict[Any, _Held | None] = {}
         self._job_steps_by: dict[Any, dict[int, tuple[float, Any, bool]]] = {}
+        self._job_raised_by: dict[Any, JobSlowdown] = {}
         self.first_arrival: float | None = None
         #: Set when a hang is first suspected: the caller asks the ranks for their black box
         #: (trigger file) once.
@@ -1177,106 +1176,97 @@ class Detector:
         )
 
     def _job_slow(self, live: list[ProcessState], now: float) -> Alert | None:
-        """``job_slow`` for one source: its step time risen over its own past on every rank,
-        sustained, and the phase that grew."""
-        rules = self.rules
+        """``job_slow`` for one source: the model's rule (`model.job_speed.judge`) on the steps
+        every rank finished, raised once it held `sustain_steps` steps running (watch's clock)."""
         if len(live) < 2 or not all(p.steps for p in live):
             return None
         source, attempt = live[0].source, live[0].attempt
-        cache = self._job_step_medians(live, min(p.steps[-1].step for p in live))
-        steps = sorted(cache)
-        medians = [cache[k][0] for k in steps]
-        # the job's own past is the only yardstick: a longer window, less noise
-        window = 2 * rules.window
-        if len(medians) < window + rules.baseline // 2:
-            return None
-        recent, base, noise = _rise(medians, window, rules.baseline)
-        active = ("job_slow", source, attempt) in self.book.active
-        if not self._job_grew(source, active, recent, base, noise):
+        key = ("job_slow", source, attempt)
+        active = key in self.book.active
+        # Raised, it is judged against the past it was raised on (the steps before its split), kept
+        # by the cache however long the slowdown lasts.
+        first = self._job_raised_by.get(source) if active else None
+        split = None if first is None else first.split_step
+        cache = self._job_step_medians(live, min(p.steps[-1].step for p in live), split)
+        values = {step: entry[0] for step, entry in cache.items()}
+        found = None
+        if job_speed.rising(values, split, raised=active) is not None:
+            # The rise first (cheap, from the medians kept); the phases only once it holds.
+            found = job_speed.judge(
+                values,
+                *_job_evidence(live),
+                split=split,
+                per_token=cache[max(cache)][2],
+                raised=active,
+                straggler=any(
+                    a.kind == "slow" and a.source == source for a in self.book.active.values()
+                ),
+            )
+        if found is None:
             self._job_held_by.pop(source, None)
+            self._job_raised_by.pop(source, None)
             return None
-        last = steps[-1]
+        if first is not None and found.phase is None:
+            # The phases of its past are no longer kept per process: the phase it was raised with.
+            found = dataclasses.replace(
+                found, phase=first.phase, phase_grown_ms=first.phase_grown_ms
+            )
+        self._job_raised_by.setdefault(source, found)
         held = self._job_held_by.get(source)
         if held is None:
-            held = self._job_held_by[source] = _Held(last, now)
-        if last - held.since_step < rules.sustain_steps and not active:
+            held = self._job_held_by[source] = _Held(found.last_step, now)
+        if found.last_step - held.since_step < self.rules.sustain_steps and not active:
             return None
-        # The phase that grew on most ranks: the median over ranks of each rank's own growth.
-        phase, grown_ms, step_now = _grown_phase(
-            live, steps[-window:], steps[-(window + rules.baseline) : -window]
-        )
-        if not active and (phase is None or (step_now and grown_ms < MIN_STEP_SHARE * step_now)):  # type: ignore[operator]  # set with phase
-            # No phase grew on most ranks (each rank's own growth, its median over ranks): every
-            # rank waits for one or a few (a straggler, the slow rule's to name), the job itself did
-            # not slow down.
-            return None
-        excess = recent - base
-        pct = 100.0 * excess / base if base else 0.0
-        steps_so_far = max(1, last - held.since_step + window // 2)
-        message = (
-            f"job slower: step time +{pct:.0f}% ({base:,.1f} → {recent:,.1f} "
-            f"ms{' per token' if cache[last][2] else ''})"
-            + (f"; {phase} grew most (+{grown_ms:,.1f} ms)" if phase else "")
-        )
+        excess = found.recent_ms - found.base_ms
+        steps_so_far = max(1, found.last_step - found.since_step + 1)
         return Alert(
             "job_slow",
-            ("job_slow", source, attempt),
-            message,
+            key,
+            found.describe(),
             ranks=[],
             source=source,
             attempt=attempt,
-            step=last,
-            phase=phase,
+            step=found.last_step,
+            phase=found.phase,
             since=held.since_time,
             detected=now,
             evidence=["step times"],
             cost={
                 "ms_per_step": round(excess, 3),
-                "pct_of_step": round(pct, 2),
+                "pct_of_step": round(found.pct, 2),
                 "seconds_so_far": round(excess * steps_so_far / 1000.0, 2),
             },
         )
 
     def _job_step_medians(
-        self, live: list[ProcessState], done: int
+        self, live: list[ProcessState], done: int, split: int | None = None
     ) -> dict[int, tuple[float, Any, bool]]:
-        """Per step, the median over ranks of its time (per token where logged): computed once, when
-        every rank finished it.
+        """Per step, its time for the job (`model.job_speed.step_value`): computed once, when every
+        rank finished it.
 
-        The cache (step → (median, attempt, per token)) is the source's, cleared when a new attempt
-        begins, and bounded.
+        The cache (step → (time, attempt, per token)) is the source's, cleared when a new attempt
+        begins, and bounded: it keeps the steps the rule judges after the processes dropped them,
+        and the baseline before `split` (the raised slowdown's) however old.
         """
-        rules = self.rules
         cache = self._job_steps_by.setdefault(live[0].source, {})
         if cache and next(iter(cache.values()))[1] != live[0].attempt:
             cache.clear()
         by_step = _steps_finished_since(live, max(cache) if cache else None, done)
         for k in sorted(by_step):
-            values: list[float] = []
-            for s in by_step[k]:
-                duration = s.duration_ms or 0.0  # finished steps: their duration is set
-                values.append(duration / s.tokens if s.tokens else duration)
-            cache[k] = (statistics.median(values), live[0].attempt, bool(by_step[k][0].tokens))
-        while len(cache) > 4 * (2 * rules.window + rules.baseline):
-            del cache[min(cache)]
+            durations = [s.duration_ms or 0.0 for s in by_step[k]]  # finished: duration set
+            tokens = [s.tokens for s in by_step[k] if s.tokens]
+            cache[k] = (job_speed.step_value(durations, tokens), live[0].attempt, bool(tokens))
+        bound = 4 * (job_speed.WINDOW + job_speed.BASELINE)
+        if len(cache) > bound:
+            steps = sorted(cache)
+            at = len(steps) if split is None else bisect.bisect_left(steps, split)
+            kept = set(steps[max(0, at - job_speed.BASELINE) : at])
+            for step in steps:
+                if len(cache) <= bound:
+                    break
+                if step not in kept:
+                    del cache[step]
         return cache
-
-    def _job_grew(
-        self, source: str, active: bool, recent: float, base: float, noise: float
-    ) -> bool:
-        """Whether the step time (`recent`, the window's median) stands over its own past (`base`):
-        by ``0.75 × slow_pct`` % and `slow_min_z` × its `noise` to raise, by half `slow_pct` to stay
-        raised."""
-        rules = self.rules
-        grew = recent >= base * (1 + (0.5 if active else 0.75) * rules.slow_pct / 100.0) and (
-            active or recent - base >= rules.slow_min_z * noise
-        )
-        if grew and not active:
-            # Every rank slower: not one straggler that everyone waits for (that is a `slow` alert).
-            return not any(
-                a.kind == "slow" and a.source == source for a in self.book.active.values()
-            )
-        return grew
 
     # -- the frame -----------------------------------------------------------------------------
     def _frame(
@@ -1965,97 +1955,24 @@ def _steps_finished_since(
     return by_step
 
 
-def _rise(medians: list[float], window: int, baseline: int) -> tuple[float, float, float]:
-    """(the last `window` steps' median, the `baseline` steps' before it, the noise of that median):
-    the job against its own past.
-
-    Steps vary together (sequence lengths, rollouts): the rise must stand out of the job's own
-    step-to-step spread.
-    """
-    recent = statistics.median(medians[-window:])
-    past = medians[-(window + baseline) : -window]
-    base = statistics.median(past)
-    noise = _MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window**0.5
-    return recent, base, noise
-
-
-def _grown_phase(
-    live: list[ProcessState], recent: list[int], past: list[int]
-) -> tuple[str | None, float | None, float | None]:
-    """(the phase that grew most from steps `past` to `recent`, by how much (ms), the recent median
-    step (ms)); no phase (None) where none grew.
-
-    A phase's growth: the median of its times over the ranks and the recent steps, less the same
-    over the past ones; the step-closing collective counted by its floor (`_phase_rise`).
-    """
-    by_step, keyed = _steps_by_number(live)
-    recent_steps = [k for k in recent if k in by_step]
-    past_steps = [k for k in past if k in by_step]
-    # The step-closing collective on evidence (`_anchor`, summarize's rule), not by its name.
-    anchor = _anchor({k: keyed[k] for k in recent_steps + past_steps if k in keyed})
-    growth = _growth(by_step, anchor, recent_steps, past_steps)
-    phase = max(growth, key=growth.__getitem__) if growth else None
-    if phase is None or growth[phase] <= 0:
-        return None, None, _median_of_steps(by_step, recent_steps)
-    return phase, growth[phase], _median_of_steps(by_step, recent_steps)
-
-
-def _growth(
-    by_step: dict[int, list[StepFacts]], anchor: str | None, recent: list[int], past: list[int]
-) -> dict[str, float]:
-    """Phase → its growth from steps `past` to `recent` (ms), for each phase of the recent steps
-    timed in both."""
-    growth: dict[str, float] = {}
-    for name in {n for k in recent for s in by_step[k] for n in s.phases}:
-        rise = _phase_rise(name, name == anchor, by_step, recent, past)
-        if rise is not None:
-            growth[name] = rise
-    return growth
-
-
-def _steps_by_number(
+def _job_evidence(
     live: list[ProcessState],
-) -> tuple[dict[int, list[StepFacts]], dict[int, dict[str, StepFacts]]]:
-    """Every step the processes keep: step → its facts on each rank, and step → process key → its
-    facts."""
-    by_step: dict[int, list[StepFacts]] = {}
+) -> tuple[dict[int, dict[int, float]], dict[str, dict[int, dict[int, float]]], str | None]:
+    """What `model.job_speed.judge` reads besides the step times, from the steps the processes
+    keep: rank → step → ms, phase → rank → step → ms, and the step-closing collective on evidence
+    (`_anchor`, summarize's rule), never by its name."""
+    per_rank: dict[int, dict[int, float]] = {}
+    phases: dict[str, dict[int, dict[int, float]]] = {}
     keyed: dict[int, dict[str, StepFacts]] = {}
-    for p in live:
+    for index, p in enumerate(live):
+        mine = per_rank[index] = {}
         for s in p.steps:
-            by_step.setdefault(s.step, []).append(s)
             keyed.setdefault(s.step, {})[p.key] = s
-    return by_step, keyed
-
-
-def _median_of_steps(by_step: dict[int, list[StepFacts]], steps: list[int]) -> float | None:
-    """The median time of `steps` over every rank (ms); None without steps."""
-    if not steps:
-        return None
-    return statistics.median(
-        s.duration_ms for k in steps for s in by_step[k] if s.duration_ms is not None
-    )
-
-
-def _phase_rise(
-    name: str,
-    closing: bool,
-    by_step: dict[int, list[StepFacts]],
-    recent: list[int],
-    past: list[int],
-) -> float | None:
-    """How much phase `name` grew from steps `past` to `recent` (ms, medians), None without both.
-
-    `closing`: `name` is the step-closing collective.
-    """
-    if closing:
-        # A collective grows on every rank when one rank is late: count only its floor, the last
-        # arrival's wait.
-        r = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in recent]
-        b = [min(s.phases.get(name, 0.0) for s in by_step[k]) for k in past]
-    else:
-        r = [s.phases.get(name, 0.0) for k in recent for s in by_step[k]]
-        b = [s.phases.get(name, 0.0) for k in past for s in by_step[k]]
-    return statistics.median(r) - statistics.median(b) if r and b else None
+            if s.duration_ms is not None:
+                mine[s.step] = s.duration_ms
+            for name, ms in s.phases.items():
+                phases.setdefault(name, {}).setdefault(index, {})[s.step] = ms
+    return per_rank, phases, _anchor(keyed)
 
 
 #: How long past its logger's heartbeat interval a heartbeat may take to reach the file: a factor

@@ -41,6 +41,7 @@ from typing import Any
 from otel_titan.analysis.model.ending import INTERRUPT, UNCAUGHT, crash_of, crash_state
 from otel_titan.analysis.model.hang import digest_black_box, program_line
 from otel_titan.analysis.model.hang_facts import ENTERED_KEPT, HEARTBEAT_S_MAX
+from otel_titan.analysis.model.job_speed import TOKEN_SCALARS
 from otel_titan.analysis.model.timeline import (
     OpenSpan,
     TimelineVisitor,
@@ -174,11 +175,6 @@ class BlackBox:
     #: flight recorder per process group (compared by name and members), whether it stopped between
     #: spans, its step.
     digest: dict[str, Any] | None = None
-
-
-_TOKEN_SCALARS = frozenset(
-    {"tokens", "num_tokens", "ntokens", "n_tokens", "tokens_per_step", "batch_tokens"}
-)
 
 
 class ProcessState:
@@ -364,7 +360,7 @@ class ProcessState:
     def _on_scalar(self, record: dict[str, Any], track: Any) -> None:
         """A scalar: progress when no span is open; a token count is the step's."""
         self._outside(record)
-        if self._current is not None and record.get("event_name") in _TOKEN_SCALARS:
+        if self._current is not None and record.get("event_name") in TOKEN_SCALARS:
             value: Any = record.get("value")
             if type(value) in (int, float):
                 self._current.tokens = float(value)

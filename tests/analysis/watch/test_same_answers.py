@@ -5,8 +5,9 @@ Each run is generated with a known fault (benchmarks/generate_run.py), then
 read twice: by `summarize` (`RunAnalysis`, after the fact) and replayed
 through `watch`'s detector as if live. The ranks and phases each names must
 be the same: the hang's culprit (in a span, or between spans: "behind in the
-step"), the straggler, the crashed and terminated ranks, the missing rank;
-and nothing at all for a restart that recovered. The wording differs (a live
+step"), the straggler, the crashed and terminated ranks, the missing rank,
+the job's own slowdown and the phase that grew; and nothing at all for a
+restart that recovered. The wording differs (a live
 alert, a section of a report); the verdict may not.
 """
 
@@ -40,6 +41,10 @@ CASES = {
     # window, while it lasts.
     "slowdown in the last quarter": dict(straggler=(9, "fwd", 100.0), slow_from=91),
     "slowdown that came and went": dict(straggler=(9, "fwd", 100.0), slow_from=31, slow_to=60),
+    # Every rank slower (`model.job_speed`): summarize judges the run's end against the steps before
+    # the change, watch holds the past it raised on; the same phase grew.
+    "the job slowed down": dict(job_slow=("data_fetch", 400.0, 40), steps=140),
+    "the job slowed down late": dict(job_slow=("fwd", 100.0, 100), steps=140),
 }
 
 
@@ -76,6 +81,9 @@ def summarize_answers(path: str) -> Answers:
         if f.kind == "phase":
             out.setdefault("slow", {}).setdefault(f.rank, set()).add(f.what)
     latest = max((p.attempt or 0) for p in run.processes())
+    for group in run.summary.stragglers:
+        if group.job_slowdown is not None and (group.attempt or 0) == latest:
+            out.setdefault("job_slow", {})[None] = {group.job_slowdown.phase}
     for p in run.processes():
         if (p.attempt or 0) == latest and p.signal and not p.closed_cleanly:
             out.setdefault("terminated", {})[p.rank] = {None}
@@ -93,7 +101,10 @@ def watch_answers(path: str) -> Answers:
     attempt = result.last_frame["attempt"]
     out: Answers = {}
     for alert in latest.values():
-        if alert["attempt"] != attempt or alert["kind"] == "job_slow":
+        if alert["attempt"] != attempt:
+            continue
+        if alert["kind"] == "job_slow":
+            out.setdefault("job_slow", {})[None] = {alert["phase"]}
             continue
         phase = (
             None

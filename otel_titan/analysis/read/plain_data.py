@@ -307,13 +307,11 @@ class _Writer:
         return True
 
     def node(self, value: Any) -> Any:
+        """`value` as a node (the module's layout): a scalar as it is, a container or object met
+        before as a reference, else written by its type's writer (`_WRITERS`)."""
         kind = type(value)
         if kind in _SCALARS:
-            if kind is int and not -(2**63) <= value < 2**64:
-                return [_INT, str(value)]
-            if kind is str and self.checked and not _utf8(value):
-                return [_STR, value.encode("utf-8", "surrogatepass")]
-            return value
+            return self._scalar(kind, value)
         key = id(value)
         if key in self.seen:
             return [_REF, self.seen[key]]
@@ -322,55 +320,68 @@ class _Writer:
             self.conflicts.add(key)
             return None
         if kind is dict:
-            if key in self.leaves:
-                return [_LEAF_REF, self.leaves[key]]
-            if self._leaf(value):
-                self.leaves[key] = len(self.leaves)
-                self.keep.append(value)
-                return value
-            if self.native and self._native(value):
+            return self._dict(value, key)
+        if kind is list and self.native and not set(map(type, value)) <= _SCALARS:
+            if self._native(value):
                 return [_NATIVE, value]
-            self._number(value)
-            flat: list[Any] = []
-            for item_key, item in value.items():
-                flat.append(self.node(item_key))
-                flat.append(self.node(item))
-            return [_DICT, flat]
-        if (
-            kind is list
-            and self.native
-            and not set(map(type, value)) <= _SCALARS
-            and self._native(value)
-        ):
+        self._number(value)
+        write = _WRITERS.get(kind)
+        return write(self, value) if write is not None else self._object(kind, value)
+
+    def _scalar(self, kind: type, value: Any) -> Any:
+        if kind is int and not -(2**63) <= value < 2**64:
+            return [_INT, str(value)]
+        if kind is str and self.checked and not _utf8(value):
+            return [_STR, value.encode("utf-8", "surrogatepass")]
+        return value
+
+    def _dict(self, value: dict[Any, Any], key: int) -> Any:
+        if key in self.leaves:
+            return [_LEAF_REF, self.leaves[key]]
+        if self._leaf(value):
+            self.leaves[key] = len(self.leaves)
+            self.keep.append(value)
+            return value
+        if self.native and self._native(value):
             return [_NATIVE, value]
         self._number(value)
-        if kind is list:
-            if set(map(type, value)) <= _SCALARS and (
-                not self.checked or all(_plain(item) for item in value)
-            ):
-                return [_LEAF_LIST, value]
-            return [_LIST, [self.node(item) for item in value]]
-        if kind is tuple:
-            return [_TUPLE, [self.node(item) for item in value]]
-        if kind is array.array:
-            return [_ARRAY, value.typecode, value.tobytes()]
-        if kind is set or kind is frozenset:
-            return [_SET if kind is set else _FROZENSET, [self.node(item) for item in value]]
-        if kind is collections.Counter:
-            return [_COUNTER, [self.node(item) for pair in value.items() for item in pair]]
-        if kind is collections.defaultdict:
-            factory = next(
-                (name for name, made in _FACTORIES.items() if made is value.default_factory), None
-            )
-            if factory is None:
-                raise TypeError(f"a defaultdict of {value.default_factory!r} is not plain data")
-            return [
-                _DEFAULTDICT,
-                factory,
-                [self.node(item) for pair in value.items() for item in pair],
-            ]
-        if kind is types.MethodType:
-            return [_METHOD, self.node(value.__self__), value.__func__.__name__]
+        flat: list[Any] = []
+        for item_key, item in value.items():
+            flat.append(self.node(item_key))
+            flat.append(self.node(item))
+        return [_DICT, flat]
+
+    def _list(self, value: list[Any]) -> list[Any]:
+        if set(map(type, value)) <= _SCALARS and (
+            not self.checked or all(_plain(item) for item in value)
+        ):
+            return [_LEAF_LIST, value]
+        return [_LIST, [self.node(item) for item in value]]
+
+    def _tuple(self, value: tuple[Any, ...]) -> list[Any]:
+        return [_TUPLE, [self.node(item) for item in value]]
+
+    def _array(self, value: array.array[Any]) -> list[Any]:
+        return [_ARRAY, value.typecode, value.tobytes()]
+
+    def _set(self, value: set[Any] | frozenset[Any]) -> list[Any]:
+        return [_SET if type(value) is set else _FROZENSET, [self.node(item) for item in value]]
+
+    def _counter(self, value: collections.Counter[Any]) -> list[Any]:
+        return [_COUNTER, [self.node(item) for pair in value.items() for item in pair]]
+
+    def _defaultdict(self, value: collections.defaultdict[Any, Any]) -> list[Any]:
+        factory = next(
+            (name for name, made in _FACTORIES.items() if made is value.default_factory), None
+        )
+        if factory is None:
+            raise TypeError(f"a defaultdict of {value.default_factory!r} is not plain data")
+        return [_DEFAULTDICT, factory, [self.node(item) for pair in value.items() for item in pair]]
+
+    def _method(self, value: types.MethodType) -> list[Any]:
+        return [_METHOD, self.node(value.__self__), value.__func__.__name__]
+
+    def _object(self, kind: type, value: Any) -> list[Any]:
         index = self.index.get(kind)
         if index is None:
             raise TypeError(
@@ -380,8 +391,7 @@ class _Writer:
         if isinstance(value, enum.Enum):
             return [_ENUM, index, self.node(value.value)]
         state: list[Any] = []
-        names = self.slots[index]
-        for name in names:
+        for name in self.slots[index]:
             if hasattr(value, name):
                 state.append(name)
                 state.append(self.node(getattr(value, name)))
@@ -389,6 +399,19 @@ class _Writer:
             state.append(name)
             state.append(self.node(item))
         return [_OBJECT, index, state]
+
+
+#: Type → the `_Writer` method that writes a container of it (any other type: `_Writer._object`).
+_WRITERS: dict[type, Any] = {
+    list: _Writer._list,
+    tuple: _Writer._tuple,
+    array.array: _Writer._array,
+    set: _Writer._set,
+    frozenset: _Writer._set,
+    collections.Counter: _Writer._counter,
+    collections.defaultdict: _Writer._defaultdict,
+    types.MethodType: _Writer._method,
+}
 
 
 class _Reader:
@@ -414,6 +437,8 @@ class _Reader:
             yield self.node(flat[position]), self.node(flat[position + 1])
 
     def node(self, node: Any) -> Any:
+        """The value `node` was written from: a plain dict or scalar as it is, a tagged list
+        built by the tag's builder (`_BUILDERS`)."""
         kind = type(node)
         if kind is dict:
             self.leaves.append(node)
@@ -421,144 +446,199 @@ class _Reader:
         if kind is not list:
             return node
         tag = node[0]
-        if tag == _REF:
+        if tag == _REF:  # the commonest tagged node first: a shared object met again
             index = node[1]
             if index in self.pending:
                 raise PlainDataError("a tuple that holds itself")
             return self.made[index]
-        if tag == _LEAF_REF:
-            return self.leaves[node[1]]
-        if tag == _NATIVE:
-            tree = node[1]
-            if type(tree) is not dict and type(tree) is not list:
-                raise PlainDataError("a native tree that is no dict or list")
-            return tree  # built by msgspec: dicts, lists and scalars only, none of them numbered
-        if tag == _INT:
-            return int(node[1])
-        if tag == _STR:
-            return node[1].decode("utf-8", "surrogatepass")
-        slot = len(self.made)
-        if tag == _LEAF_LIST:
-            items = node[1]
-            if type(items) is not list or not set(map(type, items)) <= _SCALARS:
-                raise PlainDataError("a list of plain values that holds containers")
-            self.made.append(items)
-            return items
-        if tag == _LIST:
-            out: list[Any] = []
-            self.made.append(out)
-            items = node[1]
-            out.extend(items if set(map(type, items)) <= _SCALARS else map(self.node, items))
-            return out
-        if tag == _DICT:
-            mapping: dict[Any, Any] = {}
-            self.made.append(mapping)
-            flat = node[1]
-            keys, items = flat[0::2], flat[1::2]
-            if len(keys) == len(items) and set(map(type, keys)) <= _SCALARS:
-                kinds = set(map(type, items))
-                # rank → {step: ms}, the bulk: plain dicts, numbered in order as `node` would
-                if kinds == {dict}:
-                    self.leaves.extend(items)
-                if kinds <= _SCALARS or kinds == {dict}:  # nothing inside to build: in C
-                    mapping.update(zip(keys, items))
-                    return mapping
-            for key, item in self._pairs(flat):
-                mapping[key] = item
-            return mapping
-        if tag == _TUPLE:
-            items = node[1]
-            # the common tuple, a key or a (name, rank, step): nothing inside to build
-            if set(map(type, items)) <= _SCALARS:
-                made = tuple(items)
-                self.made.append(made)
-                return made
-            self.made.append(None)
-            self.pending.add(slot)
-            made = tuple(map(self.node, items))
-            self.pending.discard(slot)
-            self.made[slot] = made
+        build = _BUILDERS.get(tag) if type(tag) is int else None
+        if build is None:
+            raise PlainDataError(f"unknown tag {tag!r}")
+        return build(self, node)
+
+    def _leaf_ref(self, node: list[Any]) -> Any:
+        return self.leaves[node[1]]
+
+    def _native(self, node: list[Any]) -> Any:
+        tree = node[1]
+        if type(tree) is not dict and type(tree) is not list:
+            raise PlainDataError("a native tree that is no dict or list")
+        return tree  # built by msgspec: dicts, lists and scalars only, none of them numbered
+
+    def _int(self, node: list[Any]) -> int:
+        return int(node[1])
+
+    def _str(self, node: list[Any]) -> str:
+        text: str = node[1].decode("utf-8", "surrogatepass")
+        return text
+
+    def _leaf_list(self, node: list[Any]) -> list[Any]:
+        items = node[1]
+        if type(items) is not list or not set(map(type, items)) <= _SCALARS:
+            raise PlainDataError("a list of plain values that holds containers")
+        self.made.append(items)
+        return items
+
+    def _list(self, node: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        self.made.append(out)
+        items = node[1]
+        out.extend(items if set(map(type, items)) <= _SCALARS else map(self.node, items))
+        return out
+
+    def _dict(self, node: list[Any]) -> dict[Any, Any]:
+        mapping: dict[Any, Any] = {}
+        self.made.append(mapping)
+        flat = node[1]
+        keys, items = flat[0::2], flat[1::2]
+        if len(keys) == len(items) and set(map(type, keys)) <= _SCALARS:
+            kinds = set(map(type, items))
+            # rank → {step: ms}, the bulk: plain dicts, numbered in order as `node` would
+            if kinds == {dict}:
+                self.leaves.extend(items)
+            if kinds <= _SCALARS or kinds == {dict}:  # nothing inside to build: in C
+                mapping.update(zip(keys, items))
+                return mapping
+        for key, item in self._pairs(flat):
+            mapping[key] = item
+        return mapping
+
+    def _tuple(self, node: list[Any]) -> tuple[Any, ...]:
+        items = node[1]
+        # the common tuple, a key or a (name, rank, step): nothing inside to build
+        if set(map(type, items)) <= _SCALARS:
+            made = tuple(items)
+            self.made.append(made)
             return made
-        if tag == _ARRAY:
-            numbers = array.array(node[1])
-            numbers.frombytes(node[2])
-            self.made.append(numbers)
-            return numbers
-        if tag == _SET or tag == _FROZENSET:
-            self.made.append(None)
-            self.pending.add(slot)
-            items = [self.node(item) for item in node[1]]
-            self.pending.discard(slot)
-            self.made[slot] = made_set = set(items) if tag == _SET else frozenset(items)
-            return made_set
-        if tag == _COUNTER:
-            counter: collections.Counter = collections.Counter()
-            self.made.append(counter)
-            for key, item in self._pairs(node[1]):
-                dict.__setitem__(counter, key, item)
-            return counter
-        if tag == _DEFAULTDICT:
-            defaults: collections.defaultdict = collections.defaultdict(_FACTORIES[node[1]])
-            self.made.append(defaults)
-            for key, item in self._pairs(node[2]):
-                dict.__setitem__(defaults, key, item)
-            return defaults
-        if tag == _METHOD:
-            self.made.append(None)
-            owner = self.node(node[1])
-            function = inspect.getattr_static(type(owner), node[2], None)
-            if (
-                type(owner) not in self.classes
-                or not isinstance(function, types.FunctionType)
-                or node[2].startswith("__")
-            ):
-                raise PlainDataError(f"{node[2]!r} is not a method of a class the cache may hold")
-            self.made[slot] = method = types.MethodType(function, owner)
-            return method
-        if tag == _ENUM:
-            self.made.append(None)
-            cls = self.classes[node[1]]
-            if not issubclass(cls, enum.Enum):
-                raise PlainDataError(f"{cls.__qualname__} is not an enum")
-            member = cls._value2member_map_[self.node(node[2])]
-            self.made[slot] = member
-            return member
-        if tag == _OBJECT:
-            cls = self.classes[node[1]]
-            if issubclass(cls, enum.Enum):
-                raise PlainDataError(f"{cls.__qualname__} is an enum")
-            obj = object.__new__(cls)
-            self.made.append(obj)
-            slots = self.slots[node[1]]
-            has_dict = hasattr(obj, "__dict__")
-            flat = node[2]
-            if len(flat) % 2:
-                raise PlainDataError("a mapping with a key and no value")
-            names = tuple(flat[0::2])
-            # asked once per class and set of attributes (a cache holds thousands alike)
-            allowed = self.settable.get((cls, names))
-            if allowed is None:
-                # an entry of thousands of shapes (forged): asked again rather than kept
-                if len(self.settable) > 4096:
-                    self.settable.clear()
-                allowed = self.settable[(cls, names)] = all(
-                    type(name) is str
-                    and (name in slots or (has_dict and _plain_attribute(cls, name)))
-                    for name in names
-                )
-            if not allowed:
-                raise PlainDataError(
-                    f"{cls.__qualname__} has an attribute it cannot set plainly among {names!r}"
-                )
-            # in order: numbered as written
-            values = [item if type(item) in _SCALARS else self.node(item) for item in flat[1::2]]
-            if slots or not has_dict:
-                for name, item in zip(names, values):
-                    object.__setattr__(obj, name, item)
-            else:  # only plain attributes (checked above): what object.__setattr__ would store, in one call
-                obj.__dict__.update(zip(names, values))
-            return obj
-        raise PlainDataError(f"unknown tag {tag!r}")
+        slot = self._pending()
+        made = tuple(map(self.node, items))
+        self._done(slot, made)
+        return made
+
+    def _array(self, node: list[Any]) -> array.array[Any]:
+        numbers = array.array(node[1])
+        numbers.frombytes(node[2])
+        self.made.append(numbers)
+        return numbers
+
+    def _set(self, node: list[Any]) -> set[Any] | frozenset[Any]:
+        slot = self._pending()
+        items = [self.node(item) for item in node[1]]
+        made = set(items) if node[0] == _SET else frozenset(items)
+        self._done(slot, made)
+        return made
+
+    def _counter(self, node: list[Any]) -> collections.Counter[Any]:
+        counter: collections.Counter[Any] = collections.Counter()
+        self.made.append(counter)
+        for key, item in self._pairs(node[1]):
+            dict.__setitem__(counter, key, item)
+        return counter
+
+    def _defaultdict(self, node: list[Any]) -> collections.defaultdict[Any, Any]:
+        defaults: collections.defaultdict[Any, Any] = collections.defaultdict(_FACTORIES[node[1]])
+        self.made.append(defaults)
+        for key, item in self._pairs(node[2]):
+            dict.__setitem__(defaults, key, item)
+        return defaults
+
+    def _method(self, node: list[Any]) -> types.MethodType:
+        slot = len(self.made)
+        self.made.append(None)
+        owner = self.node(node[1])
+        function = inspect.getattr_static(type(owner), node[2], None)
+        if (
+            type(owner) not in self.classes
+            or not isinstance(function, types.FunctionType)
+            or node[2].startswith("__")
+        ):
+            raise PlainDataError(f"{node[2]!r} is not a method of a class the cache may hold")
+        self.made[slot] = method = types.MethodType(function, owner)
+        return method
+
+    def _enum(self, node: list[Any]) -> enum.Enum:
+        slot = len(self.made)
+        self.made.append(None)
+        cls = self.classes[node[1]]
+        if not issubclass(cls, enum.Enum):
+            raise PlainDataError(f"{cls.__qualname__} is not an enum")
+        member = cls._value2member_map_[self.node(node[2])]
+        self.made[slot] = member
+        return member
+
+    def _object(self, node: list[Any]) -> Any:
+        cls = self.classes[node[1]]
+        if issubclass(cls, enum.Enum):
+            raise PlainDataError(f"{cls.__qualname__} is an enum")
+        obj = object.__new__(cls)
+        self.made.append(obj)
+        slots = self.slots[node[1]]
+        has_dict = hasattr(obj, "__dict__")
+        flat = node[2]
+        if len(flat) % 2:
+            raise PlainDataError("a mapping with a key and no value")
+        names = tuple(flat[0::2])
+        if not self._settable(cls, names, slots, has_dict):
+            raise PlainDataError(
+                f"{cls.__qualname__} has an attribute it cannot set plainly among {names!r}"
+            )
+        # in order: numbered as written
+        values = [item if type(item) in _SCALARS else self.node(item) for item in flat[1::2]]
+        if slots or not has_dict:
+            for name, item in zip(names, values):
+                object.__setattr__(obj, name, item)
+        else:  # only plain attributes (checked above): what object.__setattr__ would store, in one call
+            obj.__dict__.update(zip(names, values))
+        return obj
+
+    def _settable(
+        self, cls: type, names: tuple[Any, ...], slots: list[str], has_dict: bool
+    ) -> bool:
+        """Whether every one of `names` is an attribute of `cls` that only stores a value: asked
+        once per class and set of attributes (a cache holds thousands alike)."""
+        allowed = self.settable.get((cls, names))
+        if allowed is None:
+            # an entry of thousands of shapes (forged): asked again rather than kept
+            if len(self.settable) > 4096:
+                self.settable.clear()
+            allowed = self.settable[(cls, names)] = all(
+                type(name) is str and (name in slots or (has_dict and _plain_attribute(cls, name)))
+                for name in names
+            )
+        return allowed
+
+    def _pending(self) -> int:
+        """A slot numbered for a container built from its items: a reference to it from inside is
+        no graph we write."""
+        slot = len(self.made)
+        self.made.append(None)
+        self.pending.add(slot)
+        return slot
+
+    def _done(self, slot: int, made: Any) -> None:
+        self.pending.discard(slot)
+        self.made[slot] = made
+
+
+#: Tag → the `_Reader` method that builds its node (`_REF` is `_Reader.node`'s own).
+_BUILDERS: dict[int, Any] = {
+    _LEAF_REF: _Reader._leaf_ref,
+    _NATIVE: _Reader._native,
+    _INT: _Reader._int,
+    _STR: _Reader._str,
+    _LEAF_LIST: _Reader._leaf_list,
+    _LIST: _Reader._list,
+    _DICT: _Reader._dict,
+    _TUPLE: _Reader._tuple,
+    _ARRAY: _Reader._array,
+    _SET: _Reader._set,
+    _FROZENSET: _Reader._set,
+    _COUNTER: _Reader._counter,
+    _DEFAULTDICT: _Reader._defaultdict,
+    _METHOD: _Reader._method,
+    _ENUM: _Reader._enum,
+    _OBJECT: _Reader._object,
+}
 
 
 def _plain_attribute(cls: type, name: str) -> bool:

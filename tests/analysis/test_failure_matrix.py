@@ -15,9 +15,11 @@ the culprit, none; the flight recorder on or off), at 2, 3, 8 and 64 ranks.
 The product is sampled (every end × loop × writer at each size, the other
 axes drawn per case from a fixed seed), not exploded.
 
-Each case is judged by `summarize` (a full read and `summarize_tails`) and
-by `watch`, replayed live through its detector and run once (``--once``, 10
-minutes after the files were last written): the ranks each names as
+Each case is judged by `summarize` (a full read and `summarize_tails`), by
+the ranks the report marks (`report.data.named_ranks`: the hang's suspects
+and the stragglers) and by `watch`, replayed live through its detector and
+run once (``--once``, 10 minutes after the files were last written): the
+ranks each names as
 the culprit (a hang's suspects; the crashed rank that failed first; the
 rank a timed-out collective waited for). The gate, on the cases the
 evidence can decide: no rank other than the culprit is ever named, by any
@@ -45,6 +47,7 @@ import pytest
 
 from otel_titan.analysis import summarize_run
 from otel_titan.analysis.model.collect import summarize_tails
+from otel_titan.analysis.report.data import named_ranks
 from otel_titan.analysis.watch.loop import Watch
 from otel_titan.analysis.watch.replay import replay
 from tests.analysis.failure_runs import (
@@ -150,10 +153,14 @@ def judge(case: Case, root: Path) -> dict:
         culprit = write_failure_run(run, case)
         named, notes = {}, []
         for reader in (summarize_run, summarize_tails):
-            hang = reader(run, log_skipped=False).hang
+            summary = reader(run, log_skipped=False)
+            hang = summary.hang
             named[reader.__name__] = {s.rank for s in hang.suspects} if hang is not None else set()
-            if reader is summarize_run and hang is not None and not hang.suspects:
-                notes = hang.notes
+            if reader is summarize_run:
+                # The report marks the ranks summarize names: its hang suspects and stragglers.
+                named["report"] = {n.rank for n in named_ranks(summary)}
+                if hang is not None and not hang.suspects:
+                    notes = hang.notes
         named["watch"], messages, ever = watch_named(str(run))
         named["watch --once"] = watch_once_named(run)
     finally:

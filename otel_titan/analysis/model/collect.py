@@ -101,6 +101,7 @@ from otel_titan.analysis.read.content import RangeReader
 from otel_titan.analysis.read.filters import StepRange
 from otel_titan.analysis.read.lines import WARNINGS_PER_FILE, SkippedLines, file_records
 from otel_titan.analysis.read.plain_data import PlainCodec, PlainDataError
+from otel_titan.analysis.read.processes_here import alive_here
 from otel_titan.analysis.read.records import (
     META_EVENTS,
     NoRecordsError,
@@ -1428,6 +1429,17 @@ def _apply_offsets(processes: list[ProcessSummary], alignment: ClockAlignment) -
             }
 
 
+def _alive_here(summary: ProcessSummary) -> bool | None:
+    """Whether the process of `summary` is alive on this host (`read.processes_here`), for one
+    that did not close cleanly; None where that cannot be told."""
+    opened = summary.created_us if summary.created_us is not None else summary.first_us
+    if summary.closed_cleanly is True or opened is None:
+        return None
+    # its own clock: the offset shown was subtracted from every time (`_apply_offsets`)
+    written = opened + int(round((summary.clock_offset_ms or 0.0) * 1000.0))
+    return alive_here(summary.host_name, summary.pid, written)
+
+
 def _run_summary(
     logs: Any,
     choice: Any,
@@ -1445,6 +1457,7 @@ def _run_summary(
     first_us = min((p.first_us for p in processes if p.first_us is not None), default=None)
     _find_killed(processes, hang_facts or {})
     for summary in processes:
+        summary.alive_here = _alive_here(summary)
         summary.stalled_now = bool((hang_facts or {}).get(summary.label, {}).get("stalled"))
         seen = summary.last_us if summary.last_us is not None else summary.created_us
         if last_us is not None and seen is not None:

@@ -119,6 +119,10 @@ class ProcessSummary:
     #: No record but the logger's own since the file was created, and no clean close: hung before
     #: its first record.
     hang_suspect: bool = False
+    #: Whether its process is still alive, read from this host's process table when the reader
+    #: runs where it ran (`read.processes_here.alive_here`); None: cannot tell (another host). Set
+    #: on each read, never kept in the cache.
+    alive_here: bool | None = None
     #: The file ends mid-line: the process was killed (SIGKILL, OOM) or crashed while writing (or is
     #: writing now).
     torn_last_line: bool = False
@@ -162,8 +166,11 @@ class ProcessSummary:
         if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"
         # torchtitan's and pimm's files have no closing record: quiet, their process may have
-        # finished, hung or died (never "ended": a live hang read from them is one).
-        return "stopped" if self.closed_cleanly is None else "stalled"
+        # finished, hung or died (never "ended": a live hang read from them is one); alive on this
+        # host, it is stalled.
+        return (
+            "stopped" if self.closed_cleanly is None and self.alive_here is not True else "stalled"
+        )
 
     @property
     def last_phase(self) -> str | None:

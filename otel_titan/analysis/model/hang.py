@@ -88,6 +88,7 @@ from otel_titan.analysis.model.wording import plural
 from otel_titan.schema import MetaEvent, stacks_file_name
 
 __all__ = [
+    "HEARTBEAT_S",
     "PAUSE_ALLOWANCE_S",
     "program_line",
     "digest_black_box",
@@ -106,6 +107,11 @@ __all__ = [
     "Suspect",
     "RankPlace",
 ]
+
+#: The writer's heartbeat interval where its opening record does not say one (older files, other
+#: writers; `core.options`): also how long a process alive on this host must be quiet to count as
+#: stuck (`_alive_and_quiet`).
+HEARTBEAT_S = 10.0
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
 GROUPS_SHOWN = 4
@@ -511,12 +517,15 @@ def _open_worlds(processes: Sequence[Any], now_us: float) -> set[tuple[str, Any]
     inside spans, quiet for a minute.
 
     Their end is unknown, so they are placed as ours are. Never stuck on that
-    alone: a job killed mid-step leaves the same files.
+    alone: a job killed mid-step leaves the same files (``stalled``: its process
+    still alive on this host, `_alive_and_quiet`).
     """
     return {
         (p.source, p.attempt)
         for p in processes
-        if p.closed_cleanly is None and p.open_span_count and p.state(now_us) == "stopped"
+        if p.closed_cleanly is None
+        and p.open_span_count
+        and p.state(now_us) in ("stopped", "stalled")
     }
 
 
@@ -550,6 +559,11 @@ def _place(
         bool(process.open_spans),
     )
     stuck = _stuck_on_evidence(fact, dump, torch_dump, status)
+    if not stuck and _alive_and_quiet(process, now_us):
+        # No heartbeat, no black box (torchtitan's files; ours between spans), but its process is
+        # still there on this host: stuck, as a heartbeat would say.
+        stuck = True
+        evidence += f"; its process (pid {process.pid}) still alive on this host"
     place = RankPlace(
         process.label,
         process.source,
@@ -655,6 +669,17 @@ def _stuck_on_evidence(
         or dump is not None
         or torch_dump is not None
         or status == "hung before first record"
+    )
+
+
+def _alive_and_quiet(process: Any, now_us: float) -> bool:
+    """Its process is alive on this host (`ProcessSummary.alive_here`) and its file quiet for a
+    heartbeat interval (`HEARTBEAT_S`): what a heartbeat says, from the process table."""
+    last = process.last_us if process.last_us is not None else process.created_us
+    return (
+        getattr(process, "alive_here", None) is True
+        and last is not None
+        and now_us - last >= HEARTBEAT_S * 1e6
     )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_titan.analysis.model.hang import digest_black_box
+from otel_titan.analysis.model.hang import HEARTBEAT_S, digest_black_box
 from otel_titan.schema import Field
 
 __all__ = ["HangTracker", "HISTORY_KEPT", "ENTERED_KEPT", "HEARTBEAT_S", "HEARTBEAT_S_MAX"]
@@ -36,9 +36,6 @@ ENTERED_KEPT = 64
 #: Black-box reasons that describe a stall; a ``signal`` or ``trigger`` dump of a live process
 #: followed by progress is simply dropped.
 _STALLS = ("stall",)
-#: The writer's heartbeat interval where its opening record does not say one (older files, other
-#: writers; `core.options`).
-HEARTBEAT_S = 10.0
 #: The longest interval an opening record is believed for: a forged one (the files are a team's)
 #: must not hide a stuck process.
 HEARTBEAT_S_MAX = 300.0

@@ -30,7 +30,10 @@ The rules (docs/watch.md says them for users):
   When the rules name nobody, after ``3 ×`` the shared span's learned duration
   (``shared_pause_s`` when never seen) the alert says the job is stuck there
   and that the culprit cannot be told from the records. Confirmed on a second
-  evaluation, or at once by the culprit's black box.
+  evaluation, or at once by the culprit's black box. Where every process ran
+  on this host and the follower found each gone from the process table
+  (`ProcessState.alive_here`), the job was stopped, not stuck: nobody is
+  named (rule ``gone``).
 * **slow**: a rank (or a whole host, as one unit) that `summarize`'s
   straggler rule names over the last ``slow_window`` steps: the model's own
   function, the one `summarize` calls over the whole run
@@ -269,11 +272,14 @@ class Detector:
         process.apply_records(records, arrival)
         return process
 
-    def file_facts(self, key: str, *, torn_since: float | None, gone: bool) -> None:
-        """What the follower knows of a process's file and its records do not say."""
+    def file_facts(
+        self, key: str, *, torn_since: float | None, gone: bool, alive: bool | None = None
+    ) -> None:
+        """What the follower knows of a process's file and its records do not say; `alive`: its
+        process on this host's process table (`read.processes_here.alive_here`), None: not here."""
         process = self.processes.get(key)
         if process is not None:
-            process.torn_since, process.gone = torn_since, gone
+            process.torn_since, process.gone, process.alive_here = torn_since, gone, alive
 
     # -- output --------------------------------------------------------------------------------
     def current(self) -> list[ProcessState]:
@@ -750,6 +756,11 @@ class Detector:
         source_missing = [m for m in missing if m[0] == source]
         if source_missing and not self._missing_due(now):
             return None  # a rank slow to start (imports, a checkpoint read before init) is not missing at once
+        if all(p.alive_here is False for p in live):
+            # Every process ran on this host and is gone: stopped together, not stuck, whatever the
+            # files say (torchtitan's write no heartbeat that would tell).
+            last = max(p.progress_arrival or now for p in live)
+            return _gone_together(live, now, last)
         due = _heartbeat_due(live)
         # all silent since their progress, though one alive with spans open writes heartbeats
         if due is not None:
@@ -1996,6 +2007,31 @@ def _heartbeat_due(live: list[ProcessState]) -> float | None:
         return None
     due = [p.heartbeat_s for p in live if p.open and p.heartbeat_s]
     return HEARTBEAT_SLACK * max(due) + HEARTBEAT_SLACK_S if due else None
+
+
+def _gone_together(live: list[ProcessState], now: float, last: float) -> _Verdict:
+    """The verdict on a job whose every process ran on this host and is gone from its process
+    table: nobody is named (a job killed mid-step leaves the least advanced rank only where the
+    kill found it)."""
+    pids = ", ".join(str(p.pid) for p in live[:4]) + (" …" if len(live) > 4 else "")
+    why = (
+        f"every process of the job ran on this host and none is running any more (pid {pids}); "
+        f"its files stopped {now - last:,.0f} s ago without a closing record: stopped together "
+        "(killed, or died at once), not stuck; nobody is named"
+    )
+    top_step = max((p.step for p in live if p.step is not None), default=None)
+    return _Verdict(
+        [],
+        "stopped: its processes are gone",
+        why,
+        "gone",
+        last,
+        None,
+        top_step,
+        None,
+        ["process table"],
+        0.0,
+    )
 
 
 def _stopped_at_once(live: list[ProcessState], now: float, last: float, due: float) -> _Verdict:

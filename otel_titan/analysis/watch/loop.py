@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from otel_titan.analysis.model.hang import read_faulthandler_stacks, side_file_of
 from otel_titan.analysis.read.follow import RunFollower
+from otel_titan.analysis.read.processes_here import alive_here
 from otel_titan.analysis.read.records import NotARunError, find_log_dir
 from otel_titan.analysis.read.safe_text import json_bytes
 from otel_titan.analysis.watch.alerts import Alert
@@ -193,7 +194,20 @@ class Watch:
                 self._arrivals(cursor, records, now),
             )
         for cursor in self.follower.cursors.values():
-            detector.file_facts(cursor.process.base, torn_since=cursor.torn_since, gone=cursor.gone)
+            state = detector.processes.get(cursor.process.base)
+            detector.file_facts(
+                cursor.process.base,
+                torn_since=cursor.torn_since,
+                gone=cursor.gone,
+                # the process table, where the writer ran on this host: what its records cannot say
+                alive=None
+                if state is None or state.closed
+                else alive_here(
+                    state.host,
+                    state.pid,
+                    state.opened_us if state.opened_us is not None else state.first_us,
+                ),
+            )
         stopped = detector.suspected or any(key[0] == "hang" for key in detector.book.active)
         if stopped:
             self._read_side_files(now)

@@ -223,10 +223,15 @@ class ProcessState:
         #: dump, or a record written a heartbeat's interval after it (a rank crawling in a hang). A
         #: process killed says nothing more.
         self.alive_since_progress = False
+        #: Whether its process is still in this host's process table (the follower asks:
+        #: `read.processes_here.alive_here`); None: it ran elsewhere, or that cannot be told.
+        self.alive_here: bool | None = None
         #: Its logger's heartbeat interval (the opening record's; None: not said, as in older or
         #: other writers' files).
         self.heartbeat_s: float | None = None
         self.opened_us: int | None = None
+        #: Its first record's time and its latest (µs, its own clock).
+        self.first_us: int | None = None
         self.last_us: int | None = None
         self.program_records = 0
         self.records = 0
@@ -313,6 +318,8 @@ class ProcessState:
             time_us = record["time_us"]
             if self.last_us is None or time_us > self.last_us:
                 self.last_us = time_us
+                if self.first_us is None:
+                    self.first_us = time_us
             if record["log_type_name"] not in META_EVENTS:
                 self.program_records += 1
                 self.box_live = False

@@ -308,15 +308,17 @@ def test_after_a_restart_the_first_attempts_crash_is_still_shown(tmp_path):
     assert "attempt 0" in crashed[0]["message"]
 
 
-def test_torchtitans_files_of_a_live_hang_are_never_ended_and_the_hang_section_places_them(
+def test_torchtitans_files_of_a_live_hang_name_the_rank_behind_while_its_processes_live_here(
     tmp_path,
 ):
-    """Item 6: torchtitan's own logger (no closing record, no black box); rank 1 hangs in
-    data_fetch, rank 0 waits in all_reduce.
+    """Item 6: torchtitan's own logger (no closing record, no heartbeat, no black box); rank 1 hangs
+    in data_fetch, rank 0 waits in all_reduce.
 
-    Their files cannot tell a stuck process from one killed mid-step (no heartbeat, no black box),
-    so no rank is named from them (that would blame a rank of a healthy job killed mid-step); but a
-    quiet process is never "ended", and the Hang section shows where each one is.
+    Their files alone cannot tell a stuck process from one killed mid-step; this host's process
+    table can. While the processes live, both are stuck on that evidence: `summarize` and `watch
+    --once` name rank 1, behind in the step (summarize named no one: "2 ended", later "cannot
+    tell"). Once the job is killed, neither names anyone (watch named the least advanced rank of a
+    job killed mid-step), and a quiet process is never "ended".
     """
     pytest.importorskip("torchtitan.observability.structured_logger", exc_type=ImportError)
     job = start("hang", tmp_path, 2, WRITER="torchtitan")
@@ -342,18 +344,26 @@ def test_torchtitans_files_of_a_live_hang_are_never_ended_and_the_hang_section_p
         time.sleep(62)  # quiet for a minute: no longer `running`
         head = summarize(tmp_path)[:3000]
         data = json.loads(summarize(tmp_path, "--json"))
+        _, frames = watch_once(tmp_path, "--no-trigger")
     finally:
         processes.kill_tree(job)
     print(head)
-    assert data["headline"]["states"] == {"stopped": 2}, data["headline"]["states"]
+    assert data["headline"]["states"] == {"stalled": 2}, data["headline"]["states"]
     assert "ended" not in head and "nothing stands out" not in head
     hang = data["hang"]
-    assert (
-        hang is not None
-        and hang["suspects"] == []
-        and {p["rank"]: p["span"] for p in hang["places"]} == {0: "all_reduce", 1: "data_fetch"}
-    )
-    assert "cannot tell a stuck process from one killed mid-step" in head
+    assert hang is not None and [s["rank"] for s in hang["suspects"]] == [1], hang["suspects"]
+    assert {p["rank"]: p["span"] for p in hang["places"]} == {0: "all_reduce", 1: "data_fetch"}
+    assert "still alive on this host" in " ".join(p["evidence"] for p in hang["places"])
+    assert [a["ranks"] for a in alerts(frames, "hang")] == [[1]], frames[-1]
+
+    # The job killed: the same files, its processes gone.
+    after = json.loads(summarize(tmp_path, "--json"))
+    assert after["headline"]["states"] == {"stopped": 2}, after["headline"]["states"]
+    assert after["hang"] is not None and after["hang"]["suspects"] == [], after["hang"]["suspects"]
+    assert "cannot tell a stuck process from one killed mid-step" in summarize(tmp_path)
+    _, frames = watch_once(tmp_path, "--no-trigger")
+    named = [a["ranks"] for a in alerts(frames, "hang")]
+    assert all(ranks == [] for ranks in named), named
 
 
 def test_watch_beside_the_job_exits_on_the_crash_naming_the_rank_that_failed_first(tmp_path):

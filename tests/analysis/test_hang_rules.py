@@ -949,3 +949,32 @@ def test_ranks_whose_logs_are_elsewhere_are_listed_missing_but_never_blamed_when
     before = tmp_path / "before"
     culprit = write_hang_run(before, "world", 4, "before_init", "on")
     assert [(s.rank, s.rule) for s in summarize_run(before).hang.suspects] == [(culprit, "missing")]
+
+
+def test_a_terminated_rank_whose_file_then_tore_is_terminated_not_the_crash_that_came_first(
+    tmp_path: Path,
+) -> None:
+    """torchrun SIGTERMs every rank, then SIGKILLs one still writing after its grace period: its
+    file holds its ``signal_received`` record and ends mid-line. It was stopped as its peers were;
+    `summarize` called it ``crashed`` (the torn line decided before the signal) and named it the
+    rank that died first, `watch` said ``terminated``."""
+    from otel_titan.analysis.watch.replay import replay
+    from tests.analysis.failure_runs import Case, write_failure_run
+
+    run = tmp_path / "run"
+    assert write_failure_run(run, Case("sigterm_healthy", world=3, seed=1)) is None
+    files = sorted((run / "structured_logs").glob("*.jsonl"))
+    assert all(b'"signal_received"' in path.read_bytes() for path in files)
+    with open(files[2], "ab") as torn:
+        torn.write(b'{"log_type_name": "heartbeat", "time_us": 17')  # killed mid-write
+    summary = summarize_run(run, log_skipped=False)
+    assert {p.rank: p.state(time.time() * 1e6) for p in summary.processes} == {
+        0: "terminated (SIGTERM)",
+        1: "terminated (SIGTERM)",
+        2: "terminated (SIGTERM)",
+    }
+    assert summary.hang is None or summary.hang.suspects == [], summary.hang.suspects
+    headline = format_summary(summary).split("Summary:")[1].split("Where the processes stopped")[0]
+    assert "crashed" not in headline, headline
+    result = replay(str(run), tail_s=30.0)
+    assert not [e for e in result.events if e.get("kind") in ("crashed", "hang") and e["ranks"]]

@@ -158,10 +158,13 @@ class ProcessSummary:
             return "closed"
         if self.hang_suspect:
             return "hung before first record"
+        if self.signal:
+            # Before a torn last line: a process terminated (its ``signal_received`` record), then
+            # killed while still writing (torchrun's SIGKILL after its grace period), was stopped
+            # by the launcher as its peers were; it did not die first (`watch` says so too).
+            return f"terminated ({self.signal})"
         if self.torn_last_line:
             return "crashed"
-        if self.signal:
-            return f"terminated ({self.signal})"
         last = self.last_us if self.last_us is not None else self.created_us
         if last is not None and now_us - last < running_s * 1e6 and not self.stalled_now:
             return "running"

@@ -1808,7 +1808,11 @@ def _judged(collector: _Collector, alignment: ClockAlignment, facts: _Evidence) 
         key=lambda r: (not r.straggler, not r.differs, -r.median_excess_ms, r.rank)
     )
     result.withheld = _withheld(
-        alignment, facts.hosts, facts.one_clock, bool(facts.anchors), cannot_tell
+        alignment,
+        facts.hosts,
+        all(_one_clock(facts, members) for members in facts.groups.values()),
+        bool(facts.anchors),
+        cannot_tell,
     ) + _not_compared(facts.groups)
     _legacy_lists(result, collector, facts.source)
     result.job_slowdown = _job_slowdown(collector, facts, result)
@@ -1904,7 +1908,9 @@ def _judge_group(
             peers_times,
             ends,
             facts.exits,
-            one_clock=facts.one_clock,
+            # peers on one host share its clock, whatever the other groups' hosts (`watch` judges
+            # a peer group so too)
+            one_clock=_one_clock(facts, members),
             last_step=facts.last_step,
             **common,
         )
@@ -1919,6 +1925,11 @@ def _judge_group(
             common,
         )
     return cannot_tell
+
+
+def _one_clock(facts: _Evidence, members: list[int]) -> bool:
+    """Whether the ranks `members` all write on one host's clock."""
+    return facts.one_clock or len({facts.hosts.get(rank) for rank in members}) == 1
 
 
 def _arrival_findings(

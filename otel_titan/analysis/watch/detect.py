@@ -42,8 +42,9 @@ The rules (docs/watch.md says them for users):
   windows, wait or work on each rank's own clock, the cost and "Look first
   at"), on the per-rank, per-phase step figures `StepFacts` hold. A finding
   raises when it is a ``straggler`` that reaches "Look first at"; the
-  step-closing collective is one on evidence (`_anchor`,
-  `model.clocks.collective_evidence`), never by its name. The clock is
+  step-closing collective is the one every rank of the source leaves at one
+  moment, by `summarize`'s rule (`_run_anchor`: `model.clocks.estimate_offsets`
+  on the window's steps), never by its name. The clock is
   `watch`'s: raised once found on ``sustain_steps`` steps running, kept while
   its excess stays at least half the rule's bar. Peers: ranks with the same
   mesh coordinates but data parallel (`model.stragglers.peer_key`). Its cost:
@@ -64,7 +65,7 @@ Shared with `summarize` (``model/``): the hang rules (`model.hang.name_suspects`
 (`model.hang.digest_black_box`, `model.flight_recorder`), the program's line
 (`model.hang.program_line`), how a process ended (`model.ending`), the
 straggler rule itself (`model.stragglers.judge_phase`, `judge_arrival`, peer
-groups), the job's own slowdown (`model.job_speed`) and the collective evidence (`model.clocks.collective_evidence`),
+groups), the job's own slowdown (`model.job_speed`) and the step-closing moment (`model.clocks.estimate_offsets`),
 the mesh (`read.records.read_mesh`), and the walk that pairs, nests and times
 spans and finds the steps (`model.timeline.walk_process`, resumed batch by
 batch: `state.ProcessState` is its visitor). The parameters that differ: the window
@@ -87,7 +88,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_titan.analysis.model import job_speed
-from otel_titan.analysis.model.clocks import MAX_END_TO_ARRIVAL, collective_evidence
+from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
 from otel_titan.analysis.model.ending import (
     End,
     describe_crash,
@@ -957,13 +958,22 @@ class Detector:
             if p.steps:
                 groups.setdefault((p.source, p.attempt, peer_key(p.coords)), []).append(p)
         alerts: list[Alert] = []
+        # The step-closing collective is judged over every rank of a source and attempt, as
+        # `summarize` judges it over the run's (`model.clocks.estimate_offsets`), not per peer group.
+        anchors: dict[tuple, str | None] = {}
         for gkey, group in groups.items():
             last = min(p.steps[-1].step for p in group)
             if self._last_slow_step.get(gkey) == last:
                 alerts.extend(a for a in self._slow_alerts if a.key[1] == gkey)
                 continue
             self._last_slow_step[gkey] = last
-            alerts.extend(self._slow_group(gkey, group, last, now))
+            run = gkey[:2]
+            if run not in anchors:
+                anchors[run] = _run_anchor(
+                    [p for p in live if (p.source, p.attempt) == run and p.steps],
+                    last - min(self.rules.slow_window, WINDOW_STEPS) + 1,
+                )
+            alerts.extend(self._slow_group(gkey, group, last, now, anchors[run]))
         for source in sorted({p.source for p in live}):
             job = self._job_slow([p for p in live if p.source == source], now)
             if job is not None:
@@ -971,7 +981,7 @@ class Detector:
         self._slow_alerts = alerts
 
     def _slow_group(
-        self, gkey: tuple, group: list[ProcessState], last: int, now: float
+        self, gkey: tuple, group: list[ProcessState], last: int, now: float, anchor: str | None
     ) -> list[Alert]:
         """Slow ranks and hosts of one peer group at its newest common step `last`: `summarize`'s
         verdicts on the window.
@@ -997,9 +1007,8 @@ class Detector:
         if not window.step_times:
             return []
         step_med = statistics.median(window.step_times)
-        # The step-closing collective on evidence (`model.clocks.collective_evidence`): its end is
-        # each rank's own-clock reference.
-        anchor = _anchor(window.by_step)
+        # `anchor`: the step-closing collective every rank leaves at one moment (`_run_anchor`), its
+        # end each rank's own-clock reference.
         anchors = window.arrivals_at(anchor) if anchor is not None else {}
         common = dict(
             source=group[0].source,
@@ -1758,46 +1767,40 @@ def _may_stand_out(medians: list[float | None]) -> bool:
     return floor <= 0 or values[-1] - floor >= 0.8 * effect_bar(floor)
 
 
-def _anchor(by_step: dict[int, dict[str, StepFacts]]) -> str | None:
-    """The step-closing collective on evidence (`model.clocks.collective_evidence`, summarize's
-    rule), or None.
+def _run_anchor(procs: list[ProcessState], first: int) -> str | None:
+    """`_anchor` over every process of one source and attempt, on their steps from `first` on."""
+    by_step: dict[int, dict[str, StepFacts]] = {}
+    for p in procs:
+        for s in p.steps:
+            if s.step >= first:
+                by_step.setdefault(s.step, {})[p.key] = s
+    return _anchor(by_step, {p.key: p.host for p in procs})
 
-    A step's last top-level span is the collective every rank leaves together
-    only when, from step to step, its ends vary at most `MAX_END_TO_ARRIVAL`
-    as much as its starts over the peers (whoever arrives later waits less);
-    measured on each rank's own clock, what is constant per rank (an offset, a
-    rank always late) taken out. Of several such names, the one that closes
-    the most steps.
+
+def _anchor(by_step: dict[int, dict[str, StepFacts]], hosts: dict[str, str | None]) -> str | None:
+    """The step-closing collective every rank leaves at one moment, by `summarize`'s rule
+    (`model.clocks.estimate_offsets`: a collective on evidence whose ends, each host's offset taken
+    out, agree within `MAX_RESIDUAL_US`), or None.
+
+    `by_step`: step → process key → its facts; `hosts`: process key → its host. A span whose ends
+    agree only within milliseconds is no moment every rank shares: measured from it, a rank's
+    wait would read as its work (`summarize` then withholds the verdict, and so does `watch`).
     """
-    rows: dict[str, tuple[list[int], list[int], list[float], list[float]]] = {}
-    keys: dict[str, int] = {}
-    for step, facts in by_step.items():
-        for key, f in facts.items():
+    spans: dict[str, ClosingSpans] = {}
+    for step in sorted(by_step):
+        for key, f in by_step[step].items():
             if f.closing is None or f.closing_ms is None or f.closing_end_us is None:
                 continue
-            proc, steps, starts, ends = rows.setdefault(f.closing, ([], [], [], []))
-            proc.append(keys.setdefault(key, len(keys)))
-            steps.append(step)
-            ends.append(float(f.closing_end_us))
-            starts.append(f.closing_end_us - 1000.0 * f.closing_ms)
-    if not rows:
+            own = spans.get(key)
+            if own is None:
+                own = spans[key] = ClosingSpans(hosts.get(key) or key, key)
+            own.add(
+                step, f.closing, int(f.closing_end_us - 1000.0 * f.closing_ms), f.closing_end_us
+            )
+    if len(spans) < 3:
         return None
-    import numpy as np
-
-    best: tuple[int, str] | None = None
-    for name, (proc, steps, starts, ends) in rows.items():
-        if len(set(steps)) < 3 or len(set(proc)) < 3:
-            continue
-        ratio = collective_evidence(
-            np.asarray(proc), np.asarray(steps), np.asarray(starts), np.asarray(ends)
-        )
-        if (
-            ratio is not None
-            and ratio <= MAX_END_TO_ARRIVAL
-            and (best is None or len(steps) > best[0])
-        ):
-            best = (len(steps), name)
-    return None if best is None else best[1]
+    alignment = estimate_offsets(spans.values())
+    return alignment.anchor if alignment.simultaneous else None
 
 
 @dataclass
@@ -1983,7 +1986,7 @@ def _job_evidence(
                 mine[s.step] = s.duration_ms
             for name, ms in s.phases.items():
                 phases.setdefault(name, {}).setdefault(index, {})[s.step] = ms
-    return per_rank, phases, _anchor(keyed)
+    return per_rank, phases, _anchor(keyed, {p.key: p.host for p in live})
 
 
 #: How long past its logger's heartbeat interval a heartbeat may take to reach the file: a factor

@@ -978,3 +978,37 @@ def test_a_terminated_rank_whose_file_then_tore_is_terminated_not_the_crash_that
     assert "crashed" not in headline, headline
     result = replay(str(run), tail_s=30.0)
     assert not [e for e in result.events if e.get("kind") in ("crashed", "hang") and e["ranks"]]
+
+
+def test_the_rank_whose_own_error_came_first_is_named_whatever_the_clocks_of_the_hosts_say(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 dies of a CUDA OOM; gloo fails its peers' collective within milliseconds (``Connection
+    closed by peer``), as far apart as two hosts' clocks can be. Here rank 1's host runs 2 s ahead
+    and no collective span lets the clocks be aligned: its crash reads as the last. Both
+    `summarize` and `watch` named a victim, whose error came first on its clock; a crash whose error
+    says a peer failed is the consequence of one that does not."""
+    from otel_titan.analysis.watch.replay import replay
+    from tests.analysis.failure_runs import Case, write_failure_run
+
+    run = tmp_path / "run"
+    case = Case("exception_in_span", loop="nospan", world=3, peers="fail", seed=0)
+    assert write_failure_run(run, case) == 1
+    (path,) = (run / "structured_logs").glob("*global_rank_1.*.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        record["time_us"] += 2_000_000
+        record["host_name"] = "node-009"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    summary = summarize_run(run, log_skipped=False)
+    crashed = [s for s in summary.hang.suspects if s.rule == "crashed"]
+    assert [s.rank for s in crashed] == [1], summary.hang.suspects
+    assert "CUDA out of memory" in crashed[0].why and "stopped after it" in crashed[0].why
+    # The replay feeds the records in the order of their (skewed) times: the victims' errors come
+    # first, then rank 1's, which renames the alert (live, its record comes first).
+    result = replay(str(run), tail_s=30.0)
+    latest = {}
+    for event in result.events:
+        if event.get("kind") == "crashed" and event["type"] in ("alert", "update"):
+            latest[event["id"]] = event
+    assert [a["ranks"] for a in latest.values()] == [[1]], list(latest.values())

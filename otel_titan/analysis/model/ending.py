@@ -28,7 +28,8 @@ same functions.
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Sequence
+import re
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,8 @@ __all__ = [
     "kill_evidence",
     "killed_silently",
     "killed_crash",
+    "PEER_FAILURE",
+    "failed_because_of_a_peer",
     "failed_first",
     "held_back_by",
 ]
@@ -252,8 +255,34 @@ def killed_crash(
     }
 
 
+#: What a rank's error says when a peer failed first: its collective's connection closed or reset
+#: (gloo's ``Connection closed by peer``, the sockets of NCCL's ``ncclRemoteError``: "remote process
+#: exited or there was a network error"), a broken pipe, a communicator aborted, a collective's
+#: watchdog timeout. Such a crash is the consequence of another rank's failure.
+PEER_FAILURE = re.compile(
+    r"connection (?:closed|reset) by (?:remote )?peer|broken pipe|remote process exited"
+    r"|ncclRemoteError|communicator (?:was )?aborted|watchdog caught collective operation timeout"
+    r"|peer (?:closed|died|exited)",
+    re.IGNORECASE,
+)
+
+
+def failed_because_of_a_peer(crash: dict[str, Any] | None) -> bool:
+    """Whether `crash` (a `crash_of` record) says a peer failed first (`PEER_FAILURE`).
+
+    Example:
+        >>> failed_because_of_a_peer({"type": "RuntimeError", "message": "[gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:41234"})
+        True
+        >>> failed_because_of_a_peer({"type": "OutOfMemoryError", "message": "CUDA out of memory. Tried to allocate 2.00 GiB"})
+        False
+    """
+    if not crash:
+        return False
+    return PEER_FAILURE.search(f"{crash.get('type')}: {crash.get('message')}") is not None
+
+
 def failed_first(
-    failed_at: dict[Hashable, int | None],
+    failed_at: dict[Hashable, int | None], because_of_a_peer: Collection[Hashable] = ()
 ) -> tuple[list[Hashable], list[Hashable], int | None]:
     """(the processes that failed first, the others: their victims, when) among one source and
     attempt.
@@ -261,20 +290,27 @@ def failed_first(
     `failed_at`: every process of it that did not close cleanly → when it
     failed itself (its crash's time, a silent kill's last record: `End.failed_us`),
     or None when it did not fail itself (it was terminated, is waiting, was
-    interrupted). Those that failed first are the culprits (all of them on a tie
+    interrupted). `because_of_a_peer`: those whose error says a peer failed
+    first (`failed_because_of_a_peer`): where another failed of a cause of
+    its own, they are its victims whatever their clocks say (gloo fails the
+    peers' collective within milliseconds, as far apart as two hosts' clocks
+    may be). Those that failed first are the culprits (all of them on a tie
     to the µs); every other process there is a victim, whatever it did after
-    (waited, failed in its collective, was terminated). ``([], [], None)`` when
-    nothing failed.
+    (waited, failed in its collective, was terminated). ``([], [], None)``
+    when nothing failed.
 
     Example:
         >>> failed_first({"rank 1": 100, "rank 0": 250, "rank 2": None})
         (['rank 1'], ['rank 0', 'rank 2'], 100)
+        >>> failed_first({"rank 1": 300, "rank 0": 250}, because_of_a_peer={"rank 0"})
+        (['rank 1'], ['rank 0'], 300)
     """
     times = {key: at for key, at in failed_at.items() if at is not None}
     if not times:
         return [], [], None
-    first = min(times.values())
-    culprits = [key for key, at in failed_at.items() if at == first]
+    own = {key: at for key, at in times.items() if key not in because_of_a_peer}
+    first = min((own or times).values())
+    culprits = [key for key, at in (own or times).items() if at == first]
     return culprits, [key for key in failed_at if key not in culprits], first
 
 

@@ -70,6 +70,7 @@ from typing import Any, ClassVar
 from otel_titan.analysis.model.ending import (
     End,
     describe_crash,
+    failed_because_of_a_peer,
     failed_first,
     held_back_by,
     is_interrupt,
@@ -1432,7 +1433,16 @@ def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
     once. Either way the rank that crashed (or was killed) first is the one.
     """
     for members in _runs(places).values():
-        culprits, victims, first = failed_first({place.label: place.failed_us for place in members})
+        culprits, victims, _ = failed_first(
+            {place.label: place.failed_us for place in members},
+            {
+                place.label
+                for place in members
+                if failed_because_of_a_peer(getattr(place, "crash", None))
+            },
+        )
+        # what the crashes waited for went quiet before the first of them, whatever its cause
+        first = min((p.failed_us for p in members if p.failed_us is not None), default=None)
         if first is not None and _crashes_waited_for(members, first, verdicts):
             continue
         _name_failed_first(members, culprits, victims, verdicts)

@@ -92,6 +92,7 @@ from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
 from otel_titan.analysis.model.ending import (
     End,
     describe_crash,
+    failed_because_of_a_peer,
     failed_first,
     held_back_by,
     is_interrupt,
@@ -621,7 +622,8 @@ class Detector:
         unclean = [p for p in members if not (ended.get(p.key) == "closed")]
         crashes = {p.key: self._crash_of(p) for p in unclean}
         culprits, victims, first_us = failed_first(
-            {key: (crash or {}).get("time_us") for key, crash in crashes.items()}
+            {key: (crash or {}).get("time_us") for key, crash in crashes.items()},
+            {key for key, crash in crashes.items() if failed_because_of_a_peer(crash)},
         )
         if not culprits:
             return None
@@ -639,7 +641,12 @@ class Detector:
             )
             for p in unclean
         ]
-        held = held_back_by(ends, first_us)  # type: ignore[arg-type]  # a time whenever it names culprits
+        # what the crashes waited for went quiet before the first of them, whatever its cause
+        earliest = min(
+            (c["time_us"] for c in crashes.values() if c and type(c.get("time_us")) is int),
+            default=first_us,
+        )
+        held = held_back_by(ends, earliest)  # type: ignore[arg-type]  # a time whenever it names culprits
         if held:  # they crashed waiting for it (a collective that timed out): the crashes name it, not themselves
             return _held_back_alert(
                 source,

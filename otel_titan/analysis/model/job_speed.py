@@ -11,9 +11,12 @@ own earlier steps:
 * the median of the last `WINDOW` steps against the `BASELINE` steps before
   them (`rise`) is slower by the straggler rule's own bar
   (`stragglers.effect_bar` of `MIN_EFFECT`) and by `MIN_Z` times the noise of
-  that median: steps vary together (sequence lengths, rollouts), the rise
-  must stand out of the job's own step-to-step spread. Once raised it holds
-  while the rise stays `KEEP_SHARE` of the effect (`grew`);
+  that median (the larger spread of the two stretches): steps vary together
+  (sequence lengths, rollouts), the rise must stand out of the job's own
+  step-to-step spread; and three quarters of the window's steps are slower
+  than three quarters of the baseline's (`_apart`). Judged once the run has
+  `WINDOW` + `BASELINE` steps. Once raised it holds while the rise stays
+  `KEEP_SHARE` of the effect (`grew`);
 * and some phase grew on most ranks (the median over ranks and steps; the
   step-closing collective by its floor, the last arrival's wait) by at least
   `MIN_STEP_SHARE` of the step (`grown_phase`): where none did, every rank
@@ -66,7 +69,8 @@ __all__ = [
 #: The steps judged now, against ...
 WINDOW = 20
 #: ... this many steps before them (the job's own past is the only yardstick: a longer window,
-#: less noise). Judged from `WINDOW` + half the baseline steps on.
+#: less noise). Judged once the run has `WINDOW` + `BASELINE` steps, on at least half the
+#: baseline before the change.
 BASELINE = 32
 #: Once raised, the slowdown holds while its rise stays this share of `MIN_EFFECT`.
 KEEP_SHARE = 0.5
@@ -106,10 +110,17 @@ def rise(
         (20.0, 10.0, 0.656953)
     """
     split = len(values) - window if split is None else split
-    recent = statistics.median(values[-window:])
+    now = values[-window:]
+    recent = statistics.median(now)
     past = values[max(0, split - baseline) : split]
     base = statistics.median(past)
-    noise = MAD_TO_SD * statistics.median(abs(v - base) for v in past) * MEDIAN_SE / window**0.5
+    # The larger spread of the two stretches: a baseline chosen for standing lowest
+    # (`change_split`) is often the calmest stretch too.
+    spread = max(
+        statistics.median(abs(v - base) for v in past),
+        statistics.median(abs(v - recent) for v in now),
+    )
+    noise = MAD_TO_SD * spread * MEDIAN_SE / window**0.5
     return recent, base, round(noise, 6)
 
 
@@ -230,13 +241,35 @@ def rising(
     stands over its past (`rise`, `grew`), else None: `judge`'s first test, cheap enough to ask on
     every refresh. `split`, `raised`: as `judge`'s."""
     steps = sorted(values)
-    if len(steps) < WINDOW + BASELINE // 2:
+    if len(steps) < WINDOW + BASELINE:
         return None
     at = len(steps) - WINDOW if split is None else bisect.bisect_left(steps, split)
     if at < BASELINE // 2:
         return None
-    recent, base, noise = rise([values[k] for k in steps], at)
-    return (at, recent, base) if grew(recent, base, noise, raised=raised) else None
+    series = [values[k] for k in steps]
+    recent, base, noise = rise(series, at)
+    if not grew(recent, base, noise, raised=raised):
+        return None
+    if not raised and not _apart(series[-WINDOW:], series[max(0, at - BASELINE) : at]):
+        return None
+    return at, recent, base
+
+
+def _apart(now: Sequence[float], past: Sequence[float]) -> bool:
+    """Whether three quarters of the steps `now` are slower than three quarters of the steps
+    `past`: the job moved, not a few of its steps.
+
+    Why besides the medians: steps that flip between two speeds (`make train`'s toy run, 1.2 or
+    2.2 ms at random) put the median of 20 on one speed or the other by chance (a rise of 70 %
+    and more, on a calm baseline); their quartiles never part.
+
+    Example:
+        >>> _apart([11.0, 11.5, 12.0, 11.8], [10.0, 10.2, 9.9, 10.1]), _apart([1.2, 2.2, 2.2, 2.2], [1.2, 1.2, 2.2, 1.2])
+        (True, False)
+    """
+    low_now = statistics.quantiles(now, n=4)[0]
+    high_past = statistics.quantiles(past, n=4)[2]
+    return low_now > high_past
 
 
 def judge(

@@ -1224,9 +1224,10 @@ class Detector:
         source, attempt = live[0].source, live[0].attempt
         key = ("job_slow", source, attempt)
         active = key in self.book.active
-        # Raised, it is judged against the past it was raised on (the steps before its split), kept
-        # by the cache however long the slowdown lasts.
-        first = self._job_raised_by.get(source) if active else None
+        # Once seen (held for `sustain_steps`, then raised), it is judged against the past it was
+        # first seen on (the steps before its split), kept by the cache however long it lasts: a
+        # baseline sliding into the slow steps would lose it before it is raised.
+        first = self._job_raised_by.get(source)
         split = None if first is None else first.split_step
         cache = self._job_step_medians(live, min(p.steps[-1].step for p in live), split)
         values = {step: entry[0] for step, entry in cache.items()}

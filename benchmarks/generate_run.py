@@ -77,6 +77,11 @@ GAP_MS = 0.05
 #: How far apart (µs, |normal| sigma) ranks leave the collective in true time.
 EXIT_JITTER_US = 5.0
 _CKPT_EVERY = 10
+#: The watchdog's threshold in generated black boxes: the default floor
+#: (`core.blackbox.DEFAULT_MIN_STALL_S`).
+STALL_AFTER_US = 120e6
+#: After a peer crashed, how long the others wait in the collective before the launcher's SIGTERM.
+SIGTERM_AFTER_US = 30e6
 
 
 @dataclass
@@ -154,6 +159,14 @@ class RunSpec:
     #: black boxes (with `black_boxes`).
     crawl_every_s: float = 0.0
     crawl_s: float = 200.0
+    #: The writer's heartbeat interval (the opening record's ``heartbeat_interval_s``): a rank alive
+    #: and quiet with spans open writes a ``heartbeat`` each interval, as the library does, while it
+    #: hangs (up to `hang_s` after its last progress), waits for a crashed peer until the launcher's
+    #: SIGTERM, or crawls. None: files as a writer before heartbeats left them (no field, none).
+    heartbeat_s: float | None = 10.0
+    #: With `hung`: how long the hang has lasted when the files are read (seconds after each stuck
+    #: rank's last progress): its heartbeats run to it. The default reaches the black box.
+    hang_s: float = STALL_AFTER_US / 1e6
     # -- one long run generated in chunks (benchmarks/watch_false_alarms.py: a job-day does not fit
     # on disk at once) ---
     #: The first step's number (a chunk continues the steps of the one before).
@@ -352,9 +365,6 @@ class _Writer:
         self.handle.close()
 
 
-#: The watchdog's threshold in generated black boxes: the default floor
-#: (`core.blackbox.DEFAULT_MIN_STALL_S`).
-STALL_AFTER_US = 120e6
 _CALLER = {"caller": "train.py:88:train_step", "log_file": "train.py", "log_function": "train_step"}
 
 
@@ -437,6 +447,7 @@ def _opening(w: _Writer, spec: RunSpec, rank: int, clock: Any, start_true: float
             "max_file_size_mb": 0.0,
             "backup_count": 0,
             "queue_size": 65536,
+            **({} if spec.heartbeat_s is None else {"heartbeat_interval_s": spec.heartbeat_s}),
             **(
                 {
                     "mesh": {
@@ -554,6 +565,30 @@ def _steps(
         def stopping(where: str) -> bool:
             return stop_step == step and stop_kind == where
 
+        def heartbeats(quiet_since: float, until: float, open_spans: list[str]) -> None:
+            """What the writer's processor writes while the rank is alive and quiet with spans
+            open: a ``heartbeat`` each interval after `quiet_since`, up to `until` (true µs)."""
+            if not spec.heartbeat_s or not open_spans:
+                return
+            every = spec.heartbeat_s * 1e6
+            at = quiet_since + every
+            while at <= until:
+                names = open_spans[-8:]
+                w.write(
+                    {
+                        "time_us": clock(at),
+                        "log_type": "instant",
+                        "log_type_name": MetaEvent.HEARTBEAT,
+                        "event_name": None,
+                        "log_level": "INFO",
+                        "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
+                        "open_spans": len(open_spans),
+                        "open_span_names": names,
+                    },
+                    thread=False,
+                )
+                at += every
+
         def black_box(
             t_us: float,
             open_spans: list[tuple[str, str, float]],
@@ -648,6 +683,8 @@ def _steps(
                 # others' watchdogs fired.
                 every_us, began = spec.crawl_every_s * 1e6, t
                 while t + every_us <= began + spec.crawl_s * 1e6:
+                    # quiet between its records: a heartbeat in each gap longer than the interval
+                    heartbeats(t, t + every_us - 1.0, ["fwd_bwd", "bwd"])
                     t += every_us
                     w.write(
                         {
@@ -666,6 +703,7 @@ def _steps(
                     )
                 w.close()
                 return
+            heartbeats(t, t + spec.hang_s * 1e6, ["fwd_bwd", "bwd"])
             black_box(t, [("fwd_bwd", outer, t_outer), ("bwd", sid, t)])
             w.close()  # stuck inside bwd: nothing more is written
             return
@@ -701,6 +739,7 @@ def _steps(
             )
         if pauses[i]:
             sid = start("checkpoint", t, None)
+            heartbeats(t, t + pauses[i] * 1000.0 - 1.0, ["checkpoint"])
             end("checkpoint", sid, None, t, t + pauses[i] * 1000.0)
             t += pauses[i] * 1000.0
         if sim["tokens"] is not None:
@@ -722,13 +761,16 @@ def _steps(
         t += g[6]
         sid = start(COLLECTIVE, t, None)
         if stopping("wait"):
+            heartbeats(t, t + spec.hang_s * 1e6, [COLLECTIVE])
             black_box(t, [(COLLECTIVE, sid, t)])
             w.close()
             return
         if stopping("terminated"):
+            # waiting for the crashed peer until the launcher's SIGTERM
+            heartbeats(t, t + SIGTERM_AFTER_US - 1.0, [COLLECTIVE])
             w.write(
                 {
-                    "time_us": clock(t + 30e6),
+                    "time_us": clock(t + SIGTERM_AFTER_US),
                     "log_type": "instant",
                     "log_type_name": "signal_received",
                     "event_name": None,
@@ -739,7 +781,7 @@ def _steps(
                 },
                 thread=False,
             )
-            rolling[4] = int(clock(t + 30e6))
+            rolling[4] = int(clock(t + SIGTERM_AFTER_US))
             # the step under way, as it stood (its collective still open)
             roll(rolling[4], False, "signal")
             w.close()

@@ -33,14 +33,10 @@ def test_hung_rank_and_phase_straggler_are_named_in_the_first_15_lines(tmp_path)
     )
     summary = summarize_run(run, log_skipped=False)
     head = _first(format_summary(summary))
-    # No black box and no heartbeat in these generated files: nothing says the ranks were stuck
-    # rather than killed mid-step, so the Hang section names no one, and "Look first at" does not
-    # contradict it by blaming the odd group.
-    assert summary.hang.suspects == [] and summary.hang.verdict == "cannot tell"
-    assert (
-        "look at training rank 17 first" not in head
-        and "hang: cannot tell who holds the others up: no process is stuck on the evidence" in head
-    )
+    # The waiting ranks' heartbeats (alive, in all_reduce) say they are stuck: the one behind them is
+    # named, first.
+    assert [s.rank for s in summary.hang.suspects] == [17]
+    assert "hang suspect: training rank 17: behind in the step: in bwd at step 25" in head
     # the fact stays, below
     assert (
         "▶ 1 process: stalled at step 25, inside fwd_bwd > bwd  (training rank 17)"
@@ -52,6 +48,24 @@ def test_hung_rank_and_phase_straggler_are_named_in_the_first_15_lines(tmp_path)
     (group,) = summary.stragglers
     assert [row["rank"] for row in group.arrival_stragglers] == [40]
     assert group.last_arrivals[0]["rank"] == 40 and group.last_arrivals[0]["steps"] >= 12
+
+
+def test_without_heartbeats_a_hang_is_not_told_from_a_job_killed_mid_step(tmp_path):
+    """Files as a writer before heartbeats left them (no interval, no heartbeat) and no black box:
+    nothing says the ranks were stuck rather than killed mid-step, so the Hang section names no one,
+    and "Look first at" does not contradict it by blaming the odd group."""
+    run, _ = _run(tmp_path, ranks=64, steps=30, hung=(17, 25), seed=3, heartbeat_s=None)
+    summary = summarize_run(run, log_skipped=False)
+    head = _first(format_summary(summary))
+    assert summary.hang.suspects == [] and summary.hang.verdict == "cannot tell"
+    assert (
+        "look at training rank 17 first" not in head
+        and "hang: cannot tell who holds the others up: no process is stuck on the evidence" in head
+    )
+    assert (
+        "▶ 1 process: stalled at step 25, inside fwd_bwd > bwd  (training rank 17)"
+        in format_summary(summary)
+    )
 
 
 def test_a_healthy_job_killed_mid_step_has_no_rank_to_look_at_first(tmp_path):

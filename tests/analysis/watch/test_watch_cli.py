@@ -141,10 +141,10 @@ def test_a_suspected_hang_touches_the_trigger_file_once_and_exit_on_hang_exits_3
 def test_once_on_a_job_stuck_just_past_the_threshold_shows_the_suspect_it_will_confirm_at_the_next_refresh(
     tmp_path, capsys
 ):
-    # Still for 11 s: past the 8 s a hang needs, not twice it; one refresh may have caught the files
-    # between two writes.
-    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15)))
-    old = time.time() - 11
+    # Stuck for 11 s: past the 8 s a hang needs, not twice it; one refresh may have caught the files
+    # between two writes. The writers' heartbeats, 10 s in, were written a second ago.
+    generate_run(str(tmp_path), RunSpec(ranks=8, steps=20, seed=2, hung=(3, 15), hang_s=11.0))
+    old = time.time() - 1
     for name in os.listdir(tmp_path / "structured_logs"):
         os.utime(tmp_path / "structured_logs" / name, (old, old))
     assert main(["watch", str(tmp_path), "--once", "--no-trigger", "--exit-on", "hang"]) == 0

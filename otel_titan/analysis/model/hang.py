@@ -342,9 +342,10 @@ class RankPlace:
     entered: list[str] = field(default_factory=list)
     entered_complete: bool = True
     stuck: bool = False
-    #: When its latest black box was written, and its last program record (µs): who was quiet before
-    #: whom.
-    box_us: int | None = None
+    #: When it was last seen alive where it stopped (its latest black box, or its file's last record
+    #: when that is a heartbeat or another record a heartbeat interval after its progress), and its
+    #: last program record (µs): who was quiet before whom.
+    alive_us: int | None = None
     last_event_us: int | None = None
     #: When it failed itself (its crash, or its silent kill: `model.ending`), and how, in words;
     #: None when it did not.
@@ -582,7 +583,7 @@ def _place(
         entered,
         complete,
         stuck,
-        (box or {}).get("time_us"),
+        _seen_alive(fact, box, process),
         process.last_event_us,
     )
     _keep_compared(place, fr, fact)
@@ -671,6 +672,25 @@ def _stuck_on_evidence(
         or torch_dump is not None
         or status == "hung before first record"
     )
+
+
+def _seen_alive(fact: dict[str, Any], box: dict[str, Any] | None, process: Any) -> int | None:
+    """When its records last showed it alive where it stopped (µs, its own clock): its file's last
+    record when it is quiet on the evidence (a heartbeat, a stall record, a record a heartbeat
+    interval after its progress: `hang_facts`), else its live black box's; None without either.
+
+    A rank stopped between spans writes no heartbeat, so the others' heartbeats are what date
+    their wait after its last record (`_held_back`).
+    """
+    times = [
+        t
+        for t in (
+            (box or {}).get("time_us"),
+            process.last_us if fact.get("stalled") or fact.get("quiet") else None,
+        )
+        if type(t) is int
+    ]
+    return max(times, default=None)
 
 
 def _alive_and_quiet(process: Any, now_us: float) -> bool:
@@ -1525,7 +1545,7 @@ def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:
 
 def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:
     """Whether `place` may be named for what the stuck `waiting` wait on: stuck itself, quiet since
-    before they wrote their stall records, or crawling.
+    before they were last seen alive waiting (their stall records, their heartbeats), or crawling.
 
     Crawling: still writing after the others' watchdogs fired, but in no later
     step than theirs. The callers name only a rank that got less far than the
@@ -1537,7 +1557,7 @@ def _held_back(place: RankPlace, waiting: Sequence[RankPlace]) -> bool:
     """
     if place.stuck:
         return True
-    times = [w.box_us for w in waiting if w.stuck and w.box_us is not None]
+    times = [w.alive_us for w in waiting if w.stuck and w.alive_us is not None]
     if not times or place.last_event_us is None:
         return False
     if place.last_event_us <= min(times):

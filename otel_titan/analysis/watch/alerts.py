@@ -158,13 +158,20 @@ class AlertBook:
                 self.active[alert.key] = alert
                 raised.append(alert)
             else:
-                # Same condition: its facts may sharpen (a black box arrived, the cost grew); it is
-                # not raised again.
+                # Same condition: its facts may sharpen (a black box arrived, the cost grew, a crash
+                # first seen as a state is now the first failure its peers' evidence names); it is
+                # not raised again, but its new facts are written as an update.
                 alert.detected, alert.since = (
                     old.detected,
                     old.since if old.since is not None else alert.since,
                 )
-                if (alert.ranks, alert.line, alert.where) != (old.ranks, old.line, old.where):
+                if (alert.ranks, alert.line, alert.where, alert.rule, alert.victims) != (
+                    old.ranks,
+                    old.line,
+                    old.where,
+                    old.rule,
+                    old.victims,
+                ):
                     self.updated.append(alert)
                 self.active[alert.key] = alert
         for key in list(self.active):

@@ -101,6 +101,7 @@ from otel_titan.analysis.model.ending import (
 )
 from otel_titan.analysis.model.facts import JobSlowdown
 from otel_titan.analysis.model.hang import (
+    HEARTBEAT_S,
     PAUSE_ALLOWANCE_S,
     RankPlace,
     flag_missing_that_ran,
@@ -776,7 +777,7 @@ class Detector:
         if due is not None:
             last = max(p.progress_arrival or now for p in live)
             return _stopped_at_once(live, now, last, due) if now - last >= due else None
-        placed, places = _places(live)
+        placed, places = _places(live, now)
         steps_seen = {(source, attempt): max((p.steps_seen for p in members), default=0)}
         missing_rows = flag_missing_that_ran(
             [
@@ -1632,13 +1633,16 @@ def _hang_message(source: str, verdict: _Verdict, victims: list[int]) -> str:
     )
 
 
-def _places(live: list[ProcessState]) -> tuple[list[ProcessState], dict[str, RankPlace]]:
-    """The processes the hang rules place, and their places (label → `_place`)."""
+def _places(
+    live: list[ProcessState], now: float
+) -> tuple[list[ProcessState], dict[str, RankPlace]]:
+    """The processes the hang rules place, and their places (label → `_place`) at watcher time
+    `now`."""
     talking = [p for p in live if not p.silent]
     # Silent since init is a culprit only while the others wait for it in a collective: at start-up
     # rank 0 often logs while the others are still building the model, and that is no hang.
     placed = live if any(is_collective(_inner(p)) for p in talking) else talking
-    places = {p.label: _place(p) for p in placed}
+    places = {p.label: _place(p, now) for p in placed}
     if len({place.where is None for place in places.values()}) > 1:
         # Black boxes arrive rank by rank after the trigger: a rank whose box has not come yet
         # differs from the others in having no frame, not in where it is. Frames are compared only
@@ -2099,13 +2103,40 @@ def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:
     )
 
 
-def _place(p: ProcessState) -> RankPlace:
-    """Where a stopped process is, as `summarize`'s Hang section places it (`model.hang.RankPlace`),
-    from the records read so far.
+def _stuck(p: ProcessState, now: float) -> bool:
+    """Stuck on evidence, by `summarize`'s rule (`model.hang._stuck_on_evidence`,
+    `model.hang._alive_and_quiet`): it logged nothing since init, its live black box or a record a
+    heartbeat interval after its progress says it is alive where it stopped, or its process is alive
+    on this host with its file quiet for a heartbeat interval.
 
-    Stuck: `watch` asks only once no process made progress for ``hang_after``.
-    Its live black box (no program record after it) gives the frame, the
-    flight recorder's digest and, between spans, the step it set.
+    A process killed mid-step leaves the same files as a hung one, less this evidence: torchtitan's
+    and pimm's files write no heartbeat, so a job killed whole is not a hang with a culprit.
+    """
+    return (
+        p.silent
+        or p.box_live
+        or p.alive_since_progress
+        or (
+            p.alive_here is True
+            and now - (p.progress_arrival if p.progress_arrival is not None else now) >= HEARTBEAT_S
+        )
+    )
+
+
+def _seen_alive(p: ProcessState) -> int | None:
+    """When its records last showed it alive where it stopped (µs, its own clock), as `summarize`
+    dates it (`model.hang._seen_alive`): its latest record when a live black box, a heartbeat or a
+    record a heartbeat interval after its progress says it is quiet there; None otherwise."""
+    return p.last_us if p.box_live or p.alive_since_progress else None
+
+
+def _place(p: ProcessState, now: float) -> RankPlace:
+    """Where a stopped process is, as `summarize`'s Hang section places it (`model.hang.RankPlace`),
+    from the records read so far at watcher time `now`.
+
+    Stuck only on evidence (`_stuck`), as `summarize` places it. Its live
+    black box (no program record after it) gives the frame, the flight
+    recorder's digest and, between spans, the step it set.
     """
     box = p.black_box if p.box_live else None
     digest = box.digest if box is not None else None
@@ -2136,8 +2167,8 @@ def _place(p: ProcessState) -> RankPlace:
         (digest or {}).get("last_span") if between else None,
         entered,
         complete,
-        True,
-        box.time_us if box is not None else None,
+        _stuck(p, now),
+        _seen_alive(p),
         p.last_program_us,
     )
     place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it

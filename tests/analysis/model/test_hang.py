@@ -542,3 +542,30 @@ def test_the_side_file_is_found_from_the_segments_read_as_from_a_listing_of_the_
     listed = side_file_of(str(base))
     assert listed == str(folder / "named.stacks")
     assert side_file_of(str(base), str(folder / (base.name + ".2"))) == listed
+
+
+@pytest.mark.parametrize("heartbeat_s", [10.0, None])
+def test_a_rank_stopped_between_spans_is_named_once_the_others_heartbeats_date_their_wait(
+    tmp_path: Path, heartbeat_s
+):
+    """Rank 5 stops after its optimizer (host code outside any span: no heartbeat there), the others
+    wait in the all_reduce, no black box yet. Their heartbeats, written after rank 5's last record,
+    show them alive and waiting for it: `summarize` and `watch` both name it, `watch` within
+    max(15 s, 3 × step) (it waited for the black boxes at 120 s: `model.hang._held_back` took only
+    their times). Without heartbeats (an older writer) nothing says they were not killed mid-step:
+    no one is named, by either."""
+    from benchmarks.generate_run import RunSpec, generate_run
+    from otel_titan.analysis import summarize_run
+    from otel_titan.analysis.watch.replay import replay
+
+    spec = RunSpec(ranks=16, steps=20, seed=1, hung=(5, 12), hung_between=True)
+    spec.heartbeat_s = heartbeat_s
+    truth = generate_run(str(tmp_path), spec)
+    suspects = summarize_run(str(tmp_path), log_skipped=False).hang.suspects
+    hangs = replay(str(tmp_path), tail_s=150).alerts("hang")
+    if heartbeat_s is None:
+        assert suspects == [] and all(h["ranks"] == [] for h in hangs), (suspects, hangs)
+        return
+    assert [(s.rank, s.rule) for s in suspects] == [(5, "behind in step")]
+    assert [(h["ranks"], h["rule"]) for h in hangs] == [([5], "behind in step")], hangs
+    assert 0 < hangs[0]["at"] - truth["onset_us"]["hang"] / 1e6 <= 15.0, hangs[0]

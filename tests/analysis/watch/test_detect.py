@@ -252,16 +252,29 @@ def feed_step_loop(detector, ranks, steps, t0=0.0, step_s=0.2, hang=None):
     return t
 
 
+def evaluate_alive(detector, t, in_spans, refreshes=40, every_s=0.5):
+    """The detector's events over `refreshes` refreshes from watcher time `t`, the ranks of
+    `in_spans` (alive, spans open) writing the writer's heartbeat 10 s in, as the real writer does;
+    a rank between spans writes none."""
+    events = []
+    for k in range(refreshes):
+        now = t + k * every_s
+        if k * every_s == 10.0:
+            for r in in_spans:
+                detector.observe(
+                    f"r{r}", {}, [record("heartbeat", int(now * 1e6), open_spans=1)], now
+                )
+        events += detector.evaluate(now)[1]
+    return events
+
+
 @pytest.mark.parametrize(
     "where, phase", [("between", "between spans"), ("data_fetch", "data_fetch")]
 )
 def test_with_two_ranks_the_one_outside_the_collective_is_the_culprit(where, phase):
     detector = Detector()
     t = feed_step_loop(detector, [0, 1], 6, hang=(1, 4, where))
-    events = []
-    for k in range(40):
-        _, new = detector.evaluate(t + k * 0.5)
-        events += new
+    events = evaluate_alive(detector, t, [0] if where == "between" else [0, 1])
     hangs = [e for e in events if e["kind"] == "hang"]
     assert len(hangs) == 1 and hangs[0]["ranks"] == [1] and hangs[0]["phase"] == phase, hangs
     assert hangs[0]["victims"] == 1
@@ -462,9 +475,7 @@ def test_each_source_is_judged_on_its_own():
         ],
         0.0,
     )
-    events = []
-    for k in range(40):
-        events += detector.evaluate(t + k * 0.5)[1]
+    events = evaluate_alive(detector, t, [0, 1])
     hangs = [e for e in events if e["kind"] == "hang"]
     assert [(h["source"], h["ranks"]) for h in hangs] == [("training", [1])], hangs
 

@@ -192,6 +192,14 @@ def feed(detector, ranks, steps, t0=0.0, step_s=0.2):
     return t
 
 
+def alive(detector, ranks, now, quiet_s):
+    """What the writer writes of `ranks`, alive and quiet with spans open for `quiet_s` seconds: a
+    heartbeat every 10 s."""
+    if quiet_s and quiet_s % 10 == 0:
+        for r in ranks:
+            detector.observe(f"r{r}", {}, [rec("heartbeat", int(now * 1e6), open_spans=1)], now)
+
+
 def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
     """Rank 0 alone runs a first eval while the others wait in a barrier: its own work, a pause
     (issue 26 item 14).
@@ -212,6 +220,7 @@ def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
         allowed = limit or 300.0
         events, frames = [], []
         for k in range(1, int(allowed)):
+            alive(detector, [0, 1, 2], t + k, k)
             frame, new = detector.evaluate(t + k)
             events += new
             frames.append(frame)
@@ -222,6 +231,7 @@ def test_a_span_never_seen_to_finish_gets_time_before_its_rank_is_blamed():
             "pause"
         ]
         for k in range(int(allowed), int(allowed) + 5):
+            alive(detector, [0, 1, 2], t + k, k)
             events += detector.evaluate(t + k)[1]
         hangs = [e for e in events if e["kind"] == "hang"]
         assert len(hangs) == 1 and hangs[0]["ranks"] == [0] and hangs[0]["phase"] == "eval", (

@@ -1845,7 +1845,7 @@ def _job_slowdown(
     # before the change (`watch` holds the split it raised with, to the same effect).
     split = (
         steps[job_speed.change_split([values[k] for k in steps])]
-        if len(steps) >= job_speed.WINDOW + job_speed.BASELINE
+        if len(steps) >= job_speed.MIN_STEPS
         else None
     )
     return job_speed.judge(

@@ -15,7 +15,7 @@ own earlier steps:
   (sequence lengths, rollouts), the rise must stand out of the job's own
   step-to-step spread; and three quarters of the window's steps are slower
   than three quarters of the baseline's (`_apart`). Judged once the run has
-  `WINDOW` + `BASELINE` steps. Once raised it holds while the rise stays
+  `MIN_STEPS` (`WINDOW` + `BASELINE`) steps. Once raised it holds while the rise stays
   `KEEP_SHARE` of the effect (`grew`);
 * and some phase grew on most ranks (the median over ranks and steps; the
   step-closing collective by its floor, the last arrival's wait) by at least
@@ -52,6 +52,7 @@ from otel_titan.analysis.model.stragglers import (
 
 __all__ = [
     "BASELINE",
+    "MIN_STEPS",
     "INNERMOST_SHARE",
     "KEEP_SHARE",
     "change_split",
@@ -69,9 +70,11 @@ __all__ = [
 #: The steps judged now, against ...
 WINDOW = 20
 #: ... this many steps before them (the job's own past is the only yardstick: a longer window,
-#: less noise). Judged once the run has `WINDOW` + `BASELINE` steps, on at least half the
-#: baseline before the change.
+#: less noise). Judged once the run has `MIN_STEPS`, on at least half the baseline before the
+#: change.
 BASELINE = 32
+#: The steps a run needs before its own slowdown is judged, after the fact as live.
+MIN_STEPS = WINDOW + BASELINE
 #: Once raised, the slowdown holds while its rise stays this share of `MIN_EFFECT`.
 KEEP_SHARE = 0.5
 #: A phase grown by this share of the most grown one explains it as well (the innermost is named).
@@ -241,7 +244,7 @@ def rising(
     stands over its past (`rise`, `grew`), else None: `judge`'s first test, cheap enough to ask on
     every refresh. `split`, `raised`: as `judge`'s."""
     steps = sorted(values)
-    if len(steps) < WINDOW + BASELINE:
+    if len(steps) < MIN_STEPS:
         return None
     at = len(steps) - WINDOW if split is None else bisect.bisect_left(steps, split)
     if at < BASELINE // 2:

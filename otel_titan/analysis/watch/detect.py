@@ -1299,7 +1299,7 @@ class Detector:
             durations = [s.duration_ms or 0.0 for s in by_step[k]]  # finished: duration set
             tokens = [s.tokens for s in by_step[k] if s.tokens]
             cache[k] = (job_speed.step_value(durations, tokens), live[0].attempt, bool(tokens))
-        bound = 4 * (job_speed.WINDOW + job_speed.BASELINE)
+        bound = 4 * job_speed.MIN_STEPS
         if len(cache) > bound:
             steps = sorted(cache)
             at = len(steps) if split is None else bisect.bisect_left(steps, split)

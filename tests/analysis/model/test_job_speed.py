@@ -108,12 +108,12 @@ def test_once_raised_it_holds_on_half_the_effect_and_ends_with_the_recovery() ->
     assert job_speed.judge(back, {0: back}, {}, None, split=raised.split_step, raised=True) is None
 
 
-@pytest.mark.parametrize("steps", [50, 120])
+@pytest.mark.parametrize("steps", [job_speed.MIN_STEPS, 60, 120])
 def test_steps_that_flip_between_two_speeds_are_no_slowdown(steps: int) -> None:
     """`make train`'s healthy toy run: its steps take 1.2 or 2.2 ms at random, with a checkpoint
     every 10 (some 110 ms). A baseline chosen for standing lowest, and calm, read 127 % below the
     last 20 steps (a run of 2.2 ms steps), and `summarize` said `job slower` on CI. Over 300 such
-    runs none is a slowdown."""
+    runs none is a slowdown, from the fewest steps the rule judges (`MIN_STEPS`) on."""
     found = []
     for seed in range(300):
         rng = random.Random(seed)
@@ -122,11 +122,18 @@ def test_steps_that_flip_between_two_speeds_are_no_slowdown(steps: int) -> None:
             for step in range(1, steps + 1)
         ]
         series = _series(values)
-        if len(values) < job_speed.WINDOW + job_speed.BASELINE:
-            assert job_speed.judge(series, {0: series}, {"fwd": {0: series}}, None) is None
-            continue
         split = sorted(series)[job_speed.change_split(values)]
         slowdown = job_speed.judge(series, {0: series}, {"fwd": {0: series}}, None, split=split)
         if slowdown is not None:
             found.append((seed, slowdown.pct))
     assert found == [], found
+
+
+def test_a_run_shorter_than_min_steps_is_not_judged() -> None:
+    """Under `MIN_STEPS` the rule returns before comparing: a doubled step time is not yet a
+    slowdown, and at `MIN_STEPS` it is."""
+    for steps, expected in ((job_speed.MIN_STEPS - 1, False), (job_speed.MIN_STEPS, True)):
+        values = [100.0] * (steps - job_speed.WINDOW) + [200.0] * job_speed.WINDOW
+        series = _series(values)
+        found = job_speed.judge(series, {0: series}, {"fwd": {0: series}}, None)
+        assert (found is not None) is expected, (steps, found)

@@ -107,11 +107,16 @@ __all__ = [
     "HangGroup",
     "Suspect",
     "RankPlace",
+    "stuck_reason",
+    "seen_alive",
+    "QUIET",
+    "SILENT",
+    "ALIVE_HERE",
 ]
 
 #: The writer's heartbeat interval where its opening record does not say one (older files, other
 #: writers; `core.options`): also how long a process alive on this host must be quiet to count as
-#: stuck (`_alive_and_quiet`).
+#: stuck (`stuck_reason`).
 HEARTBEAT_S = 10.0
 
 #: Groups listed in the text (all are in --json); suspects listed in the text.
@@ -520,7 +525,7 @@ def _open_worlds(processes: Sequence[Any], now_us: float) -> set[tuple[str, Any]
 
     Their end is unknown, so they are placed as ours are. Never stuck on that
     alone: a job killed mid-step leaves the same files (``stalled``: its process
-    still alive on this host, `_alive_and_quiet`).
+    still alive on this host, `stuck_reason`).
     """
     return {
         (p.source, p.attempt)
@@ -560,11 +565,15 @@ def _place(
         bool(fact.get("entered_complete", True)),
         bool(process.open_spans),
     )
-    stuck = _stuck_on_evidence(fact, dump, torch_dump, status)
-    if not stuck and _alive_and_quiet(process, now_us):
-        # No heartbeat, no black box (torchtitan's files; ours between spans), but its process is
-        # still there on this host: stuck, as a heartbeat would say.
-        stuck = True
+    quiet = bool(fact.get("stalled") or fact.get("quiet"))
+    last = process.last_us if process.last_us is not None else process.created_us
+    why = stuck_reason(
+        quiet=quiet or dump is not None or torch_dump is not None,
+        silent=status == "hung before first record",
+        alive_here=getattr(process, "alive_here", None),
+        quiet_s=None if last is None else (now_us - last) / 1e6,
+    )
+    if why == ALIVE_HERE:
         evidence += f"; its process (pid {process.pid}) still alive on this host"
     place = RankPlace(
         process.label,
@@ -582,8 +591,8 @@ def _place(
         (box or {}).get("last_span") if between else None,
         entered,
         complete,
-        stuck,
-        _seen_alive(fact, box, process),
+        why is not None,
+        seen_alive(quiet=quiet, box_us=(box or {}).get("time_us"), last_us=process.last_us),
         process.last_event_us,
     )
     _keep_compared(place, fr, fact)
@@ -655,53 +664,56 @@ def _world(world_size: Any) -> tuple[int, ...] | None:
     )
 
 
-def _stuck_on_evidence(
-    fact: dict[str, Any],
-    dump: dict[str, Any] | None,
-    torch_dump: tuple[str, dict[str, Any]] | None,
-    status: str,
-) -> bool:
-    """Stuck on evidence: its watchdog saw no progress (a stall record, a heartbeat), Python could
-    not run, torch timed out, or it logged nothing.
+#: Why a stopped process counts as stuck (`stuck_reason`).
+QUIET, SILENT, ALIVE_HERE = "quiet", "silent", "alive here"
 
-    A process killed mid-step (SIGKILL, a scheduler's cancel) is not: it was running.
+
+def stuck_reason(
+    *, quiet: bool, silent: bool, alive_here: bool | None, quiet_s: float | None
+) -> str | None:
+    """Why a stopped process counts as stuck, on evidence: the one rule `summarize` and `watch`
+    place a hang's processes by; None: nothing tells it from one killed mid-step.
+
+    `QUIET`: it said it is alive where it stopped (a stall record or live black
+    box, a heartbeat, a record a heartbeat interval after its progress, a
+    faulthandler dump, torch's timeout dump); `SILENT`: it logged nothing since
+    init; `ALIVE_HERE`: its process is still in this host's process table
+    (`alive_here`; None: cannot be told) and its file has been quiet for
+    `quiet_s` ≥ `HEARTBEAT_S` seconds (what a heartbeat would say: torchtitan's
+    files, ours between spans).
+
+    A process killed mid-step (SIGKILL, a scheduler's cancel) is none of these:
+    it was running, so a job killed whole has no culprit.
+
+    Example:
+        >>> stuck_reason(quiet=False, silent=False, alive_here=True, quiet_s=12.0)
+        'alive here'
+        >>> stuck_reason(quiet=False, silent=False, alive_here=None, quiet_s=600.0) is None
+        True
     """
-    return (
-        bool(fact.get("stalled") or fact.get("quiet"))
-        or dump is not None
-        or torch_dump is not None
-        or status == "hung before first record"
-    )
+    if quiet:
+        return QUIET
+    if silent:
+        return SILENT
+    if alive_here is True and quiet_s is not None and quiet_s >= HEARTBEAT_S:
+        return ALIVE_HERE
+    return None
 
 
-def _seen_alive(fact: dict[str, Any], box: dict[str, Any] | None, process: Any) -> int | None:
+def seen_alive(*, quiet: bool, box_us: int | None, last_us: int | None) -> int | None:
     """When its records last showed it alive where it stopped (µs, its own clock): its file's last
-    record when it is quiet on the evidence (a heartbeat, a stall record, a record a heartbeat
-    interval after its progress: `hang_facts`), else its live black box's; None without either.
+    record `last_us` when it is `quiet` (`stuck_reason`'s evidence), else its live black box's
+    `box_us`; None without either.
 
     A rank stopped between spans writes no heartbeat, so the others' heartbeats are what date
     their wait after its last record (`_held_back`).
+
+    Example:
+        >>> seen_alive(quiet=True, box_us=5, last_us=9), seen_alive(quiet=False, box_us=None, last_us=9)
+        (9, None)
     """
-    times = [
-        t
-        for t in (
-            (box or {}).get("time_us"),
-            process.last_us if fact.get("stalled") or fact.get("quiet") else None,
-        )
-        if type(t) is int
-    ]
+    times = [t for t in (box_us, last_us if quiet else None) if type(t) is int]
     return max(times, default=None)
-
-
-def _alive_and_quiet(process: Any, now_us: float) -> bool:
-    """Its process is alive on this host (`ProcessSummary.alive_here`) and its file quiet for a
-    heartbeat interval (`HEARTBEAT_S`): what a heartbeat says, from the process table."""
-    last = process.last_us if process.last_us is not None else process.created_us
-    return (
-        getattr(process, "alive_here", None) is True
-        and last is not None
-        and now_us - last >= HEARTBEAT_S * 1e6
-    )
 
 
 def _keep_compared(place: RankPlace, fr: dict[str, Any] | None, fact: dict[str, Any]) -> None:

@@ -101,12 +101,13 @@ from otel_titan.analysis.model.ending import (
 )
 from otel_titan.analysis.model.facts import JobSlowdown
 from otel_titan.analysis.model.hang import (
-    HEARTBEAT_S,
     PAUSE_ALLOWANCE_S,
     RankPlace,
     flag_missing_that_ran,
     name_suspects,
     place_in_step,
+    seen_alive,
+    stuck_reason,
     waited_for_in_own_work,
 )
 from otel_titan.analysis.model.headline import compress as compress_ranks
@@ -2104,30 +2105,22 @@ def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:
 
 
 def _stuck(p: ProcessState, now: float) -> bool:
-    """Stuck on evidence, by `summarize`'s rule (`model.hang._stuck_on_evidence`,
-    `model.hang._alive_and_quiet`): it logged nothing since init, its live black box or a record a
-    heartbeat interval after its progress says it is alive where it stopped, or its process is alive
-    on this host with its file quiet for a heartbeat interval.
+    """Stuck on evidence, by `summarize`'s rule (`model.hang.stuck_reason`) on what the records
+    read so far say at watcher time `now`: its file quiet since its last record.
 
     A process killed mid-step leaves the same files as a hung one, less this evidence: torchtitan's
     and pimm's files write no heartbeat, so a job killed whole is not a hang with a culprit.
     """
+    last = p.last_arrival
     return (
-        p.silent
-        or p.box_live
-        or p.alive_since_progress
-        or (
-            p.alive_here is True
-            and now - (p.progress_arrival if p.progress_arrival is not None else now) >= HEARTBEAT_S
+        stuck_reason(
+            quiet=p.box_live or p.alive_since_progress,
+            silent=p.silent,
+            alive_here=p.alive_here,
+            quiet_s=None if last is None else now - last,
         )
+        is not None
     )
-
-
-def _seen_alive(p: ProcessState) -> int | None:
-    """When its records last showed it alive where it stopped (µs, its own clock), as `summarize`
-    dates it (`model.hang._seen_alive`): its latest record when a live black box, a heartbeat or a
-    record a heartbeat interval after its progress says it is quiet there; None otherwise."""
-    return p.last_us if p.box_live or p.alive_since_progress else None
 
 
 def _place(p: ProcessState, now: float) -> RankPlace:
@@ -2168,7 +2161,11 @@ def _place(p: ProcessState, now: float) -> RankPlace:
         entered,
         complete,
         _stuck(p, now),
-        _seen_alive(p),
+        seen_alive(
+            quiet=p.box_live or p.alive_since_progress,
+            box_us=box.time_us if box is not None else None,
+            last_us=p.last_us,
+        ),
         p.last_program_us,
     )
     place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it

@@ -280,6 +280,29 @@ def test_with_two_ranks_the_one_outside_the_collective_is_the_culprit(where, pha
     assert hangs[0]["victims"] == 1
 
 
+@pytest.mark.parametrize("written_at_s", [None, 6.0])
+def test_a_process_alive_here_is_stuck_once_its_file_is_quiet_a_heartbeat_interval(written_at_s):
+    """Files without heartbeats (torchtitan's, an older writer's): a process still in this host's
+    process table counts as stuck once its file has been quiet `HEARTBEAT_S` (10 s), by
+    summarize's rule (`model.hang.stuck_reason`), counted from its last record, not its last
+    progress: a scalar written from inside its open span 6 s in is no progress, but says it was
+    running then."""
+    detector = Detector()
+    t = feed_step_loop(detector, [0, 1], 6, hang=(1, 4, "data_fetch"))
+    for process in detector.processes.values():
+        process.alive_here = True
+    named = []
+    for k in range(80):
+        now = t + k * 0.5
+        if written_at_s is not None and k * 0.5 == written_at_s:
+            scalar = record("loss", int(now * 1e6), log_type="scalar", value=1.0)
+            detector.observe("r1", {}, [scalar], now)
+        named += [(k * 0.5, e["ranks"]) for e in detector.evaluate(now)[1] if e["kind"] == "hang"]
+    quiet_from = 0.0 if written_at_s is None else written_at_s
+    assert named and named[0][1] == [1], named
+    assert quiet_from + 10.0 - 0.6 <= named[0][0] <= quiet_from + 10.0, named
+
+
 def test_every_rank_waiting_in_the_same_collective_blames_nobody():
     detector = Detector()
     # rank 9 does not exist: everyone waits in all_reduce

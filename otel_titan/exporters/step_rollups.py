@@ -158,26 +158,17 @@ class StepRollups:
             time_us = span._start_time // 1000
             if time_us > last_us:
                 last_us = time_us
+            if kind == _INSTANT and span._name == _SIGNAL:
+                self._signalled = True
             if type(step) is not int:
-                if kind == _INSTANT and span._name == _SIGNAL:
-                    self._signalled = True
                 continue
             if step != current_step:
-                name = span._name
-                if kind == _INSTANT and name == _SIGNAL:
-                    self._signalled = True
-                if (current_step is None or step > current_step) and name not in META_EVENTS:
-                    if current is not None:
-                        current.over = True
-                        current.end_us = time_us
-                        current.closing = closer.closing(current_step)  # type: ignore[arg-type]  # a step is open: current_step is set
-                    current = steps[step] = _Step(step, time_us, tuple(span.step_tags or ()))
-                    current_step = step
-            else:
-                if span.step_tags:
-                    current.tags = tuple(span.step_tags)  # type: ignore[union-attr]  # the same step, so it is open; its latest tags
-                if kind == _INSTANT and span._name == _SIGNAL:
-                    self._signalled = True
+                # Rare (once a step per thread): out of the loop, which stays flat for the rest.
+                begun = self._begun(span, step, time_us, current)
+                if begun is not None:
+                    current, current_step = begun, step
+            elif span.step_tags:
+                current.tags = tuple(span.step_tags)  # type: ignore[union-attr]  # the same step, so it is open; its latest tags
             if kind == _SPAN:
                 totals = current if step == current_step else steps.get(step)
                 if totals is not None:
@@ -189,6 +180,22 @@ class StepRollups:
             self._signalled = False
             out.extend(self.final("signal"))
         return out
+
+    def _begun(self, span: Any, step: int, time_us: int, current: _Step | None) -> _Step | None:
+        """The step `span` (of another step than `current`) begins, now under way; None when it
+        begins none: an older step's (another thread's), or the logger's own record.
+
+        The step under way is over when a later one begins: its end and its closing collective
+        are settled here.
+        """
+        if current is not None and step < current.step or span._name in META_EVENTS:
+            return None
+        if current is not None:
+            current.over = True
+            current.end_us = time_us
+            current.closing = self._closer.closing(current.step)
+        begun = self._steps[step] = _Step(step, time_us, tuple(span.step_tags or ()))
+        return begun
 
     def _due(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -435,11 +435,13 @@ def file_records(
     `first_line`: how many lines of the file come before them (for the line
     numbers of what is skipped).
     `offset_us`: taken off each record's ``time_us`` (its host's clock offset: the aligned clock),
-    after the
-    checks, which are on the time as written.
+    after the checks, which are on the time as written.
     `trimmed`: records hold only `ANALYSIS_FIELDS` (but `WHOLE_RECORDS`), read by the typed decoder
-    (module
-    docstring): the same records otherwise, lines skipped and repaired alike.
+    (module docstring): the same records otherwise, lines skipped and repaired alike.
+
+    Per line only the decoding and the fast check run here; what is done per block
+    (`_LineBlocks`) or for a line that needs mending (`_repaired`, `_checked`) is kept out of the
+    loop, which is the reader's hottest.
 
     Example:
         >>> import glob
@@ -448,60 +450,17 @@ def file_records(
         >>> sum(1 for record in file_records(path, skipped)), skipped.count
         (26, 0)
     """
-    if source is not None:
-        handle = source
-    else:
-        try:
-            handle = open(path, "rb")
-        except OSError as error:
-            # Rotated away between listing and reading, or unreadable: the rest of the run stays
-            # usable.
-            skipped.add(path, 0, f"cannot open ({error.strerror or error})")
-            return
+    handle = _opened(path, source, skipped)
+    if handle is None:
+        return
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     # None without msgspec: orjson reads every line whole
     typed = _typed_decode if trimmed else None
     whole_records = WHOLE_RECORDS
     with handle:
-        line_no = first_line
-        carry = b""
-        overlong = (
-            False  # inside a line already longer than MAX_LINE_BYTES: discard up to its newline
-        )
-        while True:
-            try:
-                block = handle.read(BLOCK_BYTES)
-            except OSError as error:
-                skipped.add(
-                    path,
-                    line_no + 1,
-                    f"read error ({error.strerror or error}); rest of file skipped",
-                )
-                return
-            if not block:
-                break
-            if on_bytes is not None:
-                on_bytes(len(block))
-            lines = block.split(b"\n")
-            if overlong:
-                if len(lines) == 1:
-                    continue
-                line_no += 1
-                skipped.add(path, line_no, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-                overlong = False
-                lines = lines[1:]  # its tail; at least one element (the new carry) remains
-            elif carry:
-                lines[0] = carry + lines[0]
-            carry = lines.pop()
-            if len(carry) > MAX_LINE_BYTES:
-                carry, overlong = b"", True
-            if lines and len(lines[0]) > MAX_LINE_BYTES:
-                # A long line carried in that ended in this block (only the first line can be longer
-                # than a block).
-                line_no += 1
-                skipped.add(path, line_no, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-                del lines[0]
+        blocks = _LineBlocks(handle, path, skipped, on_bytes, first_line)
+        for line_no, lines in blocks:
             for raw in lines:
                 line_no += 1
                 if typed is not None:
@@ -522,14 +481,9 @@ def file_records(
                 try:
                     record = loads(raw)
                 except decode_error:
-                    if not raw.strip():
-                        continue  # blank line: nothing lost
-                    record, repaired = _loads_fallback(raw)
+                    record = _repaired(raw, path, line_no, skipped)
                     if record is None:
-                        skipped.add(path, line_no, "malformed JSON or invalid UTF-8")
                         continue
-                    if repaired and record_problem(record) is None:
-                        skipped.repair(path, line_no, repaired)
                 if type(record) is dict:
                     time_us = record.get(_TIME_US)
                     if (
@@ -545,33 +499,161 @@ def file_records(
                             record[_TIME_US] = time_us - offset_us
                         yield record
                         continue
-                reason = record_problem(record)
-                if reason is None:
-                    if offset_us:
-                        record[_TIME_US] -= offset_us
+                record = _checked(record, path, line_no, skipped, offset_us)
+                if record is not None:
                     yield record
-                else:
-                    skipped.add(path, line_no, reason)
-        if overlong:
-            skipped.add(path, line_no + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
-        elif carry.strip():
-            # No newline at the end: a crash mid-write, or a process still writing.
-            line_no += 1
-            try:
-                record, repaired = orjson.loads(carry), 0
-            except decode_error:
-                record, repaired = _loads_fallback(carry)
-            reason = (
-                "truncated last line (no newline at end of file; crashed mid-write, or still "
-                "being written)"
-                if record is None
-                else record_problem(record)
-            )
-            if reason is None:
-                if repaired:
-                    skipped.repair(path, line_no, repaired)
-                if offset_us:
-                    record[_TIME_US] -= offset_us
+        last = blocks.last_line()
+        if last is not None:
+            record = _checked(last[0], path, blocks.line_no, skipped, offset_us, last[1])
+            if record is not None:
                 yield record
-            else:
-                skipped.add(path, line_no, reason)
+
+
+def _opened(path: str, source: BinaryIO | None, skipped: SkippedLines) -> BinaryIO | None:
+    """`source`, else `path` opened; None (counted in `skipped`) when it cannot be: rotated away
+    between listing and reading, or unreadable, the rest of the run stays usable."""
+    if source is not None:
+        return source
+    try:
+        return open(path, "rb")
+    except OSError as error:
+        skipped.add(path, 0, f"cannot open ({error.strerror or error})")
+        return None
+
+
+class _LineBlocks:
+    """A file's complete lines, a block (`BLOCK_BYTES`) at a time: iterated, (the number of lines
+    before the block's first, the block's lines); a line over `MAX_LINE_BYTES` is counted in
+    `skipped` and left out, whole, however many blocks it spans.
+
+    The line decoding loops over the lines of a block, so that what is done per block (reading,
+    splitting, joining a line cut by the block's end) costs nothing per line. After the last
+    block, `last_line` is what followed the last newline.
+    """
+
+    def __init__(
+        self,
+        handle: BinaryIO,
+        path: str,
+        skipped: SkippedLines,
+        on_bytes: Callable[[int], None] | None,
+        first_line: int,
+    ) -> None:
+        self._handle, self._path, self._skipped, self._on_bytes = handle, path, skipped, on_bytes
+        #: Lines counted so far (those handed out, those skipped as too long).
+        self.line_no = first_line
+        self._carry = b""
+        #: Inside a line already longer than MAX_LINE_BYTES: discard up to its newline.
+        self._overlong = False
+
+    def __iter__(self) -> Iterator[tuple[int, list[bytes]]]:
+        while True:
+            try:
+                block = self._handle.read(BLOCK_BYTES)
+            except OSError as error:
+                self._skipped.add(
+                    self._path,
+                    self.line_no + 1,
+                    f"read error ({error.strerror or error}); rest of file skipped",
+                )
+                self._carry, self._overlong = b"", False
+                return
+            if not block:
+                return
+            if self._on_bytes is not None:
+                self._on_bytes(len(block))
+            lines = self._complete_lines(block)
+            if lines:
+                yield self.line_no, lines
+                self.line_no += len(lines)
+
+    def _complete_lines(self, block: bytes) -> list[bytes]:
+        """The lines `block` completes (the carry from the block before first), too long ones left
+        out; what follows its last newline is carried to the next."""
+        lines = block.split(b"\n")
+        if self._overlong:
+            if len(lines) == 1:
+                return []
+            self._too_long()
+            self._overlong = False
+            lines = lines[1:]  # its tail; at least one element (the new carry) remains
+        elif self._carry:
+            lines[0] = self._carry + lines[0]
+        self._carry = lines.pop()
+        if len(self._carry) > MAX_LINE_BYTES:
+            self._carry, self._overlong = b"", True
+        if lines and len(lines[0]) > MAX_LINE_BYTES:
+            # A long line carried in that ended in this block (only the first line can be longer
+            # than a block).
+            self._too_long()
+            del lines[0]
+        return lines
+
+    def _too_long(self) -> None:
+        self.line_no += 1
+        self._skipped.add(self._path, self.line_no, f"line longer than {MAX_LINE_BYTES >> 20} MiB")
+
+    def last_line(self) -> tuple[Any, int] | None:
+        """After the last block: what followed the last newline, decoded (record, strings
+        repaired), its line counted in `line_no`; None when nothing did, or what did is too long
+        or no JSON (cut mid-write: counted in `skipped`).
+
+        No newline at the end: a crash mid-write, or a process still writing.
+        """
+        if self._overlong:
+            self._skipped.add(
+                self._path, self.line_no + 1, f"line longer than {MAX_LINE_BYTES >> 20} MiB"
+            )
+            return None
+        if not self._carry.strip():
+            return None
+        self.line_no += 1
+        try:
+            record, repaired = orjson.loads(self._carry), 0
+        except orjson.JSONDecodeError:
+            record, repaired = _loads_fallback(self._carry)
+        if record is None:
+            self._skipped.add(
+                self._path,
+                self.line_no,
+                "truncated last line (no newline at end of file; crashed mid-write, or still "
+                "being written)",
+            )
+            return None
+        return record, repaired
+
+
+def _repaired(raw: bytes, path: str, line_no: int, skipped: SkippedLines) -> Any:
+    """A line orjson refused, decoded after all (its lone surrogates and invalid UTF-8 repaired and
+    counted in `skipped`); None for a blank line (nothing lost) or one that is no JSON (counted)."""
+    if not raw.strip():
+        return None
+    record, repaired = _loads_fallback(raw)
+    if record is None:
+        skipped.add(path, line_no, "malformed JSON or invalid UTF-8")
+        return None
+    if repaired and record_problem(record) is None:
+        skipped.repair(path, line_no, repaired)
+    return record
+
+
+def _checked(
+    record: Any,
+    path: str,
+    line_no: int,
+    skipped: SkippedLines,
+    offset_us: int,
+    repaired: int | None = None,
+) -> Any:
+    """A record the fast check did not pass, mended where it can be (`record_problem`) and on the
+    aligned clock; None, counted in `skipped`, where it cannot. `repaired`: the last line's
+    strings repaired (None: a line with its newline, whose repairs `_repaired` counted)."""
+    reason = record_problem(record)
+    if reason is not None:
+        skipped.add(path, line_no, reason)
+        return None
+    if repaired:
+        skipped.repair(path, line_no, repaired)
+    if offset_us:
+        record[_TIME_US] -= offset_us
+    return record

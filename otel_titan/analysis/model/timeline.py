@@ -34,6 +34,7 @@ since, as if it had never stopped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -237,28 +238,33 @@ def walk_process(
         ProcessExtent(records=3, first_us=10, last_us=40)
     """
     state = WalkState() if state is None else state
+    _walk(records, visitor, state)
+    if not finish:
+        return ProcessExtent(state.count, state.first_us, state.last_us)
+    return finish_walk(state, visitor)
+
+
+def _walk(records: Iterable[dict[str, Any]], visitor: TimelineVisitor, state: WalkState) -> None:
+    """`walk_process`'s loop: every record through the pairing rules, from where `state` stands
+    and back into it (the loop works on locals: it runs for every record the reader reads)."""
     by_id, stacks, tracks = state.by_id, state.stacks, state.tracks
-    last_us, first_us, count = state.last_us, state.first_us, state.count
+    count = state.count
+    # Until the first record, bounds every time passes: no None test per record.
+    last_us: float = -math.inf if state.last_us is None else state.last_us
+    first_us: float = math.inf if state.first_us is None else state.first_us
     step, step_begin, step_first = state.step, state.step_begin, state.step_first
     # What each record name is (`_event_kind`, `_other_kind`), worked out once per name, not once
     # per record: a pure function of the name, so kept across walks (watch resumes one per batch).
     event_kinds, other_kinds = _EVENT_KINDS, _OTHER_KINDS
     # Bound once: these run for nearly every record.
-    on_span, on_scalar, on_instant, on_begun = (
-        visitor.span,
-        visitor.scalar,
-        visitor.instant,
-        visitor.span_begun,
-    )
+    on_scalar, on_instant, on_begun = visitor.scalar, visitor.instant, visitor.span_begun
 
     for record in records:
         time_us = record["time_us"]
         count += 1
-        if last_us is None:
-            first_us = last_us = time_us
-        elif time_us > last_us:
+        if time_us > last_us:
             last_us = time_us
-        elif time_us < first_us:
+        if time_us < first_us:
             first_us = time_us
         name = record["log_type_name"]
         if record["log_type"] == "event":
@@ -273,50 +279,13 @@ def walk_process(
                     if span_id
                     else _pop_lifo(stacks, (record.get("tid"), record.get("task_name")), base)
                 )
-                value = record.get("value")
                 if span is None:
-                    _orphan_end(record, base, time_us, value, stacks, tracks, visitor)
-                    continue
-                lane = span.lane
-                stack = stacks[lane]
-                if stack[-1] is span:
-                    stack.pop()
+                    _orphan_end(record, base, time_us, record.get("value"), stacks, tracks, visitor)
                 else:
-                    stack.remove(span)
-                start_us = span.start_us
-                elapsed = time_us - start_us
-                value_type = type(value)
-                if (value_type is float or value_type is int) and 0 <= value < _MAX_MS:  # type: ignore[operator]  # an int or float: its type() was checked
-                    monotonic = value * 1000.0  # type: ignore[operator]  # an int or float: its type() was checked
-                    # Both timestamps are whole µs, rounded alike, so a child never pokes out of its
-                    # parent; `value` (a monotonic clock) is only needed when the wall clock jumped
-                    # during the span.
-                    dur_us = (
-                        elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
-                    )
-                else:
-                    dur_us = elapsed if elapsed > 0 else 0
-                end_us = start_us + int(dur_us)
-                if span.children_end > end_us:
-                    # A child's end, computed from another clock reading, can come a few µs later:
-                    # cover it.
-                    end_us = span.children_end
-                    dur_us = end_us - start_us
-                on_span(span, record, end_us, dur_us, False)
-                if stack:
-                    enclosing = stack[-1]
-                    if end_us > enclosing.children_end:
-                        enclosing.children_end = end_us
-                else:
-                    del stacks[lane]
-                    visitor.lane_closed(lane, tracks.pop(lane))
+                    _close_span(span, record, time_us, stacks, tracks, visitor)
                 continue
             if kind == _ERROR:
-                lane = (record.get("tid"), record.get("task_name"))
-                span = _find_open(by_id, stacks, lane, record.get("span_id"), base)
-                if span is not None:
-                    span.error = record
-                visitor.error(record, span, span.track if span is not None else tracks.get(lane))
+                _span_failed(record, base, by_id, stacks, tracks, visitor)
                 continue
         else:
             kind = other_kinds.get(name)  # type: ignore[assignment]  # a record kind, or None for one it does not know
@@ -335,14 +304,13 @@ def walk_process(
             and type(record_step) is int
             and (step is None or record_step > step)
         ):
-            if step is not None and step_first is not None:
-                visitor.step(step, step_begin, time_us, step_first)
+            _step_over(visitor, step, step_begin, step_first, time_us)
             step, step_begin, step_first = record_step, time_us, record
             visitor.step_begun(step, time_us)
 
         if kind == _START:
             lane = (record.get("tid"), record.get("task_name"))
-            stack = stacks.get(lane)  # type: ignore[assignment]  # None until the lane's first span
+            stack = stacks.get(lane)  # None until the lane's first span
             if not stack:
                 stack = stacks[lane] = []
                 tracks[lane] = visitor.lane_opened(lane)
@@ -350,34 +318,95 @@ def walk_process(
             span_id = record.get("span_id")
             # Nesting from the records' own parent ids; without them (torchtitan's files), the
             # lane's innermost.
+            innermost = stack[-1] if stack else None
             if parent_id and type(parent_id) is str:
                 # a parent seen in no segment read: the lane's
-                parent = by_id.get(parent_id) or (stack[-1] if stack else None)
+                parent = by_id.get(parent_id) or innermost
             else:
-                parent = stack[-1] if stack and not span_id else None
+                parent = None if span_id else innermost
             span = OpenSpan(base, time_us, record, lane, tracks[lane], parent, count)
             stack.append(span)
             if span_id:
                 by_id[span_id] = span
             on_begun(span)
-        elif kind == _SCALAR:
-            on_scalar(
-                record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None
-            )
         else:
-            on_instant(
+            (on_scalar if kind == _SCALAR else on_instant)(
                 record, tracks.get((record.get("tid"), record.get("task_name"))) if tracks else None
             )
 
-    state.last_us, state.first_us, state.count = last_us, first_us, count
+    state.count = count
+    if count:
+        state.last_us, state.first_us = last_us, first_us  # type: ignore[assignment]  # records' times, no longer the bounds
     state.step, state.step_begin, state.step_first = step, step_begin, step_first
-    if not finish:
-        return (
-            ProcessExtent(count, first_us, last_us)
-            if last_us is not None
-            else ProcessExtent(0, None, None)
-        )
-    return finish_walk(state, visitor)
+
+
+def _step_over(
+    visitor: TimelineVisitor,
+    step: int | None,
+    begin_us: int,
+    first: dict[str, Any] | None,
+    end_us: int,
+) -> None:
+    """The step under way (None: none yet) ends at `end_us`: the visitor is told."""
+    if step is not None and first is not None:
+        visitor.step(step, begin_us, end_us, first)
+
+
+def _close_span(
+    span: OpenSpan,
+    record: dict[str, Any],
+    time_us: int,
+    stacks: dict[Lane, list[OpenSpan]],
+    tracks: dict[Lane, Any],
+    visitor: TimelineVisitor,
+) -> None:
+    """`span` ended with `record` at `time_us`: off its lane (closed when it was the last open),
+    its duration settled, handed to the visitor, its end covered by the span around it."""
+    lane = span.lane
+    stack = stacks[lane]
+    if stack[-1] is span:
+        stack.pop()
+    else:
+        stack.remove(span)
+    start_us = span.start_us
+    elapsed = time_us - start_us
+    value: Any = record.get("value")  # a number where its type says so
+    if type(value) in _NUMBERS and 0 <= value < _MAX_MS:
+        monotonic = value * 1000.0
+        # Both timestamps are whole µs, rounded alike, so a child never pokes out of its parent;
+        # `value` (ms, a monotonic clock) is only needed when the wall clock jumped during the span.
+        dur_us = elapsed if abs(elapsed - monotonic) <= 2.0 + monotonic * 1e-3 else monotonic
+    else:
+        dur_us = elapsed if elapsed > 0 else 0
+    end_us = start_us + int(dur_us)
+    if span.children_end > end_us:
+        # A child's end, computed from another clock reading, can come a few µs later: cover it.
+        end_us = span.children_end
+        dur_us = end_us - start_us
+    visitor.span(span, record, end_us, dur_us, False)
+    if stack:
+        enclosing = stack[-1]
+        if end_us > enclosing.children_end:
+            enclosing.children_end = end_us
+    else:
+        del stacks[lane]
+        visitor.lane_closed(lane, tracks.pop(lane))
+
+
+def _span_failed(
+    record: dict[str, Any],
+    base: str,
+    by_id: dict[str, OpenSpan],
+    stacks: dict[Lane, list[OpenSpan]],
+    tracks: dict[Lane, Any],
+    visitor: TimelineVisitor,
+) -> None:
+    """An ``_error`` record: marks the open span it belongs to (None: none is), for the visitor."""
+    lane = (record.get("tid"), record.get("task_name"))
+    span = _find_open(by_id, stacks, lane, record.get("span_id"), base)
+    if span is not None:
+        span.error = record
+    visitor.error(record, span, span.track if span is not None else tracks.get(lane))
 
 
 def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
@@ -404,8 +433,7 @@ def finish_walk(state: WalkState, visitor: TimelineVisitor) -> ProcessExtent:
         visitor.span(span, None, end_us, max(end_us - span.start_us, 0), True)
     for lane in list(stacks):
         visitor.lane_closed(lane, tracks.pop(lane))
-    if step is not None and step_first is not None:
-        visitor.step(step, step_begin, last_us, step_first)
+    _step_over(visitor, step, step_begin, step_first, last_us)
     return ProcessExtent(count, state.first_us, last_us)
 
 
@@ -418,6 +446,8 @@ _KINDS_KEPT = 4096
 #: `_other_kind`).
 _EVENT_KINDS: dict[str, tuple[int, str]] = {}
 _OTHER_KINDS: dict[str, int] = {}
+#: The types of a ``value`` that is a number (bool is not: its type is not int).
+_NUMBERS = (float, int)
 
 
 def _event_kind(

@@ -2051,19 +2051,7 @@ def _gone_together(live: list[ProcessState], now: float, last: float) -> _Verdic
         f"its files stopped {now - last:,.0f} s ago without a closing record: stopped together "
         "(killed, or died at once), not stuck; nobody is named"
     )
-    top_step = max((p.step for p in live if p.step is not None), default=None)
-    return _Verdict(
-        [],
-        "stopped: its processes are gone",
-        why,
-        "gone",
-        last,
-        None,
-        top_step,
-        None,
-        ["process table"],
-        0.0,
-    )
+    return _stopped_together(live, "stopped: its processes are gone", why, "gone", last)
 
 
 def _stopped_at_once(live: list[ProcessState], now: float, last: float, due: float) -> _Verdict:
@@ -2078,19 +2066,18 @@ def _stopped_at_once(live: list[ProcessState], now: float, last: float, due: flo
         f"{interval:g} s while alive: stopped together "
         f"(a hard kill of the whole job, its hosts gone), not stuck; nobody is named"
     )
+    return _stopped_together(live, "stopped writing at once", why, "stopped at once", last, due)
+
+
+def _stopped_together(
+    live: list[ProcessState], headline: str, why: str, rule: str, last: float, due: float = 0.0
+) -> _Verdict:
+    """A verdict naming nobody on a job whose processes stopped together at watcher time `last`
+    (`rule`: how that is known, the process table (``gone``) or the heartbeats none wrote
+    (``stopped at once``); `due`: when the latter were due), at the furthest step any reached."""
     top_step = max((p.step for p in live if p.step is not None), default=None)
-    return _Verdict(
-        [],
-        "stopped writing at once",
-        why,
-        "stopped at once",
-        last,
-        None,
-        top_step,
-        None,
-        ["no heartbeat"],
-        due,
-    )
+    evidence = ["process table"] if rule == "gone" else ["no heartbeat"]
+    return _Verdict([], headline, why, rule, last, None, top_step, None, evidence, due)
 
 
 def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:

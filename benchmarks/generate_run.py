@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from otel_titan.schema import MetaEvent, StepCloser, rollup_fields
+from otel_titan.schema import MetaEvent, StepCloser, heartbeat_fields, rollup_fields
 
 __all__ = ["RunSpec", "generate_run", "PHASES", "COLLECTIVE", "RANKS_PER_HOST"]
 
@@ -573,7 +573,6 @@ def _steps(
             every = spec.heartbeat_s * 1e6
             at = quiet_since + every
             while at <= until:
-                names = open_spans[-8:]
                 w.write(
                     {
                         "time_us": clock(at),
@@ -581,9 +580,7 @@ def _steps(
                         "log_type_name": MetaEvent.HEARTBEAT,
                         "event_name": None,
                         "log_level": "INFO",
-                        "message": f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
-                        "open_spans": len(open_spans),
-                        "open_span_names": names,
+                        **heartbeat_fields(open_spans),
                     },
                     thread=False,
                 )

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "RollupField",
     "StepCloser",
     "rollup_fields",
+    "HEARTBEAT_NAMES_KEPT",
+    "heartbeat_fields",
 ]
 
 #: Bumped when a field changes meaning or disappears (adding fields does not bump it).
@@ -369,6 +372,28 @@ class StepCloser:
     def closing(self, step: int) -> tuple[str, int, int] | None:
         """``(name, start_us, end_us)`` of the span that closed `step` so far, or None."""
         return (self.name, self.start_us, self.end_us) if self.step == step else None
+
+
+#: A heartbeat names this many of its open spans, the innermost.
+HEARTBEAT_NAMES_KEPT = 8
+
+
+def heartbeat_fields(open_span_names: Sequence[str]) -> dict[str, Any]:
+    """The fields of a ``heartbeat`` record besides the logger's own (the processor writes one
+    each interval while the process is alive and quiet with spans open; docs/schema.md), in the
+    order the writer writes them: `open_span_names`, outermost first.
+
+    Example:
+        >>> heartbeat_fields(["step", "fwd_bwd"])
+        {'message': 'alive, 2 span(s) open: step, fwd_bwd', 'open_spans': 2, 'open_span_names': ['step', 'fwd_bwd']}
+    """
+    names = list(open_span_names[-HEARTBEAT_NAMES_KEPT:])
+    count = len(open_span_names)
+    return {
+        Field.MESSAGE: f"alive, {count} span(s) open: {', '.join(names)}",
+        Field.OPEN_SPANS: count,
+        Field.OPEN_SPAN_NAMES: names,
+    }
 
 
 def rollup_fields(

@@ -53,7 +53,7 @@ from otel_titan.core.identity import RunIdentity
 from otel_titan.exporters.records import RecordEncoder
 from otel_titan.exporters.rotating_file import RotatingFile
 from otel_titan.exporters.step_rollups import StepRollups, step_rollups_on
-from otel_titan.schema import Field, MetaEvent, stacks_file_name
+from otel_titan.schema import Field, MetaEvent, heartbeat_fields, stacks_file_name
 
 __all__ = [
     "JsonlSpanExporter",
@@ -355,15 +355,8 @@ class JsonlSpanExporter(StartAwareSpanExporter):
         """Write a ``heartbeat`` record: alive, quiet, and still inside `open_spans`."""
         if self._closed:
             return
-        names = [span.name for span in open_spans[-8:]]
         line = self._encoder.meta_line(
-            MetaEvent.HEARTBEAT,
-            {
-                Field.OPEN_SPANS: len(open_spans),
-                Field.OPEN_SPAN_NAMES: names,
-                Field.MESSAGE: f"alive, {len(open_spans)} span(s) open: {', '.join(names)}",
-            },
-            time_ns,
+            MetaEvent.HEARTBEAT, heartbeat_fields([span.name for span in open_spans]), time_ns
         )
         try:
             self._file.write_lines([line])

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_titan.schema import heartbeat_fields
 from tests.helpers.analysis import T0
 
 ONSETS = ("start", "late", "intermittent", "pause, every rank", "pause, rank 0")
@@ -518,7 +519,7 @@ def _heartbeats(w: _Writer, quiet_since: int, until: int) -> None:
         return
     at = quiet_since + int(HEARTBEAT_S * 1e6)
     while at < until:
-        w.add("heartbeat", at, log_type="instant", open_spans=len(w.stack))
+        w.add("heartbeat", at, log_type="instant", **heartbeat_fields([s[0] for s in w.stack]))
         at += int(HEARTBEAT_S * 1e6)
 
 

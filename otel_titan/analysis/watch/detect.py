@@ -685,7 +685,7 @@ class Detector:
         values = [
             s.duration_ms
             for p in procs
-            for s in list(p.steps)[-self.rules.window :]
+            for s in p.last_steps(self.rules.window)
             if s.duration_ms is not None
         ]
         return statistics.median(values) if values else None
@@ -1327,7 +1327,7 @@ class Detector:
         state, the steps, where the time goes, the alerts."""
         states, rank_states = self._states(procs, ended, hung, now, step_ms, missing)
         phase_rows, rate = _time_of_last_steps(
-            [s for p in procs for s in list(p.steps)[-self.rules.window :]]
+            [s for p in procs for s in p.last_steps(self.rules.window)]
         )
         first = min((p.first_arrival or now for p in procs), default=now)
         run_id = procs[0].run_id if procs else None
@@ -2051,7 +2051,9 @@ def _gone_together(live: list[ProcessState], now: float, last: float) -> _Verdic
         f"its files stopped {now - last:,.0f} s ago without a closing record: stopped together "
         "(killed, or died at once), not stuck; nobody is named"
     )
-    return _stopped_together(live, "stopped: its processes are gone", why, "gone", last)
+    return _stopped_together(
+        live, "stopped: its processes are gone", why, "gone", "process table", last
+    )
 
 
 def _stopped_at_once(live: list[ProcessState], now: float, last: float, due: float) -> _Verdict:
@@ -2066,18 +2068,26 @@ def _stopped_at_once(live: list[ProcessState], now: float, last: float, due: flo
         f"{interval:g} s while alive: stopped together "
         f"(a hard kill of the whole job, its hosts gone), not stuck; nobody is named"
     )
-    return _stopped_together(live, "stopped writing at once", why, "stopped at once", last, due)
+    return _stopped_together(
+        live, "stopped writing at once", why, "stopped at once", "no heartbeat", last, due
+    )
 
 
 def _stopped_together(
-    live: list[ProcessState], headline: str, why: str, rule: str, last: float, due: float = 0.0
+    live: list[ProcessState],
+    headline: str,
+    why: str,
+    rule: str,
+    evidence: str,
+    last: float,
+    due: float = 0.0,
 ) -> _Verdict:
     """A verdict naming nobody on a job whose processes stopped together at watcher time `last`
-    (`rule`: how that is known, the process table (``gone``) or the heartbeats none wrote
-    (``stopped at once``); `due`: when the latter were due), at the furthest step any reached."""
+    (`rule`, and the `evidence` that tells it: the process table (``gone``) or the heartbeats none
+    wrote (``stopped at once``); `due`: when the latter were due), at the furthest step any
+    reached."""
     top_step = max((p.step for p in live if p.step is not None), default=None)
-    evidence = ["process table"] if rule == "gone" else ["no heartbeat"]
-    return _Verdict([], headline, why, rule, last, None, top_step, None, evidence, due)
+    return _Verdict([], headline, why, rule, last, None, top_step, None, [evidence], due)
 
 
 def _stopped_stuck(p: ProcessState, hang_after: float) -> bool:
@@ -2101,7 +2111,7 @@ def _stuck(p: ProcessState, now: float) -> bool:
     last = p.last_arrival
     return (
         stuck_reason(
-            quiet=p.box_live or p.alive_since_progress,
+            quiet=p.quiet_since_progress,
             silent=p.silent,
             alive_here=p.alive_here,
             quiet_s=None if last is None else now - last,
@@ -2149,7 +2159,7 @@ def _place(p: ProcessState, now: float) -> RankPlace:
         complete,
         _stuck(p, now),
         seen_alive(
-            quiet=p.box_live or p.alive_since_progress,
+            quiet=p.quiet_since_progress,
             box_us=box.time_us if box is not None else None,
             last_us=p.last_us,
         ),

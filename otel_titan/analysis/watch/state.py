@@ -35,7 +35,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import islice, repeat
 from typing import Any
 
 from otel_titan.analysis.model.ending import INTERRUPT, UNCAUGHT, crash_of, crash_state
@@ -564,6 +564,17 @@ class ProcessState:
                 view[live.span_id] = live
             self._open_view = view
         return view
+
+    @property
+    def quiet_since_progress(self) -> bool:
+        """Whether it said it is alive since its last progress (`alive_since_progress`) or its black
+        box still says where it is: the `quiet` that `model.hang.stuck_reason` and `seen_alive` take."""
+        return self.box_live or self.alive_since_progress
+
+    def last_steps(self, n: int) -> Iterator[StepFacts]:
+        """The last `n` finished steps, oldest first, without copying the `STEPS_KEPT` kept."""
+        steps = self.steps
+        return islice(steps, max(0, len(steps) - n), None)
 
     def window_median(self, name: str) -> float | None:
         """The median of phase `name`'s times over its window (`window_times`), None without one."""

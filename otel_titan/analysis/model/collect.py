@@ -188,7 +188,7 @@ class _Collector(TimelineVisitor):
         # Bound straight to the tracker (one call per record, not two): a span begun is progress.
         self.span_begun = self.hang.span_begun  # type: ignore[method-assign]  # bound once (above)
         # Per process, the last top-level span of each step: the step-closing collective
-        # (clock_align).
+        # (`model.clocks` aligns the hosts on it).
         self.closing: list[tuple[ProcessLog, ClosingSpans]] = []
         # The memory/host figures that explain slow steps (step_figures.py).
         self.figures = StepFigures()

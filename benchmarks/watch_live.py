@@ -39,6 +39,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -54,6 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.generate_run import RunSpec, generate_run
 from otel_titan.analysis.watch.loop import Watch
 from otel_titan.analysis.watch.replay import replay
+from otel_titan.cli import _ONE_SHOT_YOUNG
 from tests.helpers import processes
 
 SCENARIOS = {
@@ -175,6 +177,9 @@ def refresh_cpu(work: str, ranks: int, steps: int = 200, steps_per_refresh: int 
     os.makedirs(os.path.join(dst, "structured_logs"))
     sources = [open(os.path.join(logs, n), "rb") for n in names]
     handles = [open(os.path.join(dst, "structured_logs", n), "ab") for n in names]
+    # the young generation `otel-titan watch` runs with (`cli._ONE_SHOT_YOUNG`), restored after
+    young = gc.get_threshold()
+    gc.set_threshold(max(young[0], _ONE_SHOT_YOUNG), *young[1:])
     watch = Watch(dst, trigger=None)
     cpu, read, idle, rss_mb = [], [], [], []
     try:
@@ -196,6 +201,7 @@ def refresh_cpu(work: str, ranks: int, steps: int = 200, steps_per_refresh: int 
                 frame, _ = watch.refresh()
                 idle.append(frame["read"]["cpu_s"])
     finally:
+        gc.set_threshold(*young)
         for handle in sources + handles:
             handle.close()
         shutil.rmtree(src)

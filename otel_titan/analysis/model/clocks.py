@@ -192,6 +192,21 @@ class ClockAlignment:
     #: Hosts whose own residual p95 stays above `MAX_RESIDUAL_US` under the fit (µs): left
     #: unaligned, their times as written.
     unaligned_us: dict[str, float] = field(default_factory=dict)
+    #: Per host left unaligned, how far its times as written may be from the aligned clock (µs):
+    #: the largest offset the fit gave it plus its residual p95. Two hosts' events closer than
+    #: their errors added up are in no known order (`model.ending.failed_first`).
+    written_error_us: dict[str, float] = field(default_factory=dict)
+
+    def error_us(self, host: str | None) -> float:
+        """How far a time of `host` may be from the aligned clock (µs, `written_error_us`): 0 on a
+        host the fit holds for, or when nothing is aligned (every time as written: no claim).
+
+        Example:
+            >>> a = ClockAlignment(True, "", offsets_us={"h0": 5.0}, written_error_us={"h7": 6500.0})
+            >>> a.error_us("h0"), a.error_us("h7"), ClockAlignment(False, "").error_us("h7")
+            (0.0, 6500.0, 0.0)
+        """
+        return self.written_error_us.get(host or "", 0.0) if self.applied else 0.0
 
     def offset(self, host: str | None) -> float:
         """The offset of `host` in µs (0 when unknown or not applied); with windows, the median over
@@ -598,6 +613,13 @@ def _left_unaligned(found: ClockAlignment) -> ClockAlignment:
     if not found.unaligned_us:
         return found
     drop = found.unaligned_us
+    fitted = {
+        h: max(
+            [abs(found.offsets_us.get(h, 0.0))]
+            + [abs(w["offsets_us"][h]) for w in found.windows if h in w["offsets_us"]]
+        )
+        for h in drop
+    }
     windows = [
         {**w, "offsets_us": {h: o for h, o in w["offsets_us"].items() if h not in drop}}
         for w in found.windows
@@ -607,6 +629,7 @@ def _left_unaligned(found: ClockAlignment) -> ClockAlignment:
         offsets_us={h: o for h, o in found.offsets_us.items() if h not in drop},
         windows=windows,
         drift_us={h: d for h, d in found.drift_us.items() if h not in drop},
+        written_error_us={h: round(fitted[h] + p95, 3) for h, p95 in drop.items()},
     )
 
 

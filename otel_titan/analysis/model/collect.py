@@ -1489,6 +1489,7 @@ def _run_summary(
             bases_of(logs.processes),
             missing,
             _torch_dumps(logs, processes, first_us),
+            clock_error_us={host: alignment.error_us(host) for host in alignment.written_error_us},
         ),
         stalls_ended=stall_history(processes, hang_facts or {}),
     )

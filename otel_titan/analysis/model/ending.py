@@ -18,7 +18,10 @@ the launcher. Told apart here, once:
   failed **first** is the culprit (`failed_first`): those that stopped,
   failed or were terminated after it are its victims, never culprits;
 * unless the crashes waited for a process still stuck before them (a
-  collective that timed out: `held_back_by`): that one is the culprit.
+  collective that timed out: `held_back_by`): that one is the culprit;
+* failures on two hosts closer together than the hosts' clocks can be told
+  apart (a host no clock fit holds for: `model.clocks`) are in no known
+  order: each may have been first (`order_unknown` says why).
 
 Everything here takes plain values (times in µs, step numbers, span names),
 so that `summarize`'s `ProcessSummary` and `watch`'s `ProcessState` ask the
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +53,7 @@ __all__ = [
     "PEER_FAILURE",
     "failed_because_of_a_peer",
     "failed_first",
+    "order_unknown",
     "held_back_by",
 ]
 
@@ -282,7 +286,9 @@ def failed_because_of_a_peer(crash: dict[str, Any] | None) -> bool:
 
 
 def failed_first(
-    failed_at: dict[Hashable, int | None], because_of_a_peer: Collection[Hashable] = ()
+    failed_at: dict[Hashable, int | None],
+    because_of_a_peer: Collection[Hashable] = (),
+    clocks: Mapping[Hashable, tuple[str | None, float]] | None = None,
 ) -> tuple[list[Hashable], list[Hashable], int | None]:
     """(the processes that failed first, the others: their victims, when) among one source and
     attempt.
@@ -294,24 +300,73 @@ def failed_first(
     first (`failed_because_of_a_peer`): where another failed of a cause of
     its own, they are its victims whatever their clocks say (gloo fails the
     peers' collective within milliseconds, as far apart as two hosts' clocks
-    may be). Those that failed first are the culprits (all of them on a tie
-    to the µs); every other process there is a victim, whatever it did after
-    (waited, failed in its collective, was terminated). ``([], [], None)``
-    when nothing failed.
+    may be). `clocks`: per process, its host and how far its times may be
+    off the aligned clock (µs, `model.clocks.ClockAlignment.error_us`): a
+    process is first unless another failed before it by more than their two
+    hosts' errors (on one host, one clock: any earlier time counts). Those
+    that may have failed first are the culprits (all of them on a tie to the
+    µs, or closer than their clocks tell); every other process there is a
+    victim, whatever it did after (waited, failed in its collective, was
+    terminated). ``([], [], None)`` when nothing failed.
 
     Example:
         >>> failed_first({"rank 1": 100, "rank 0": 250, "rank 2": None})
         (['rank 1'], ['rank 0', 'rank 2'], 100)
         >>> failed_first({"rank 1": 300, "rank 0": 250}, because_of_a_peer={"rank 0"})
         (['rank 1'], ['rank 0'], 300)
+        >>> failed_first({"rank 1": 100, "rank 9": 900}, clocks={"rank 9": ("h7", 6000.0)})
+        (['rank 1', 'rank 9'], [], 100)
     """
     times = {key: at for key, at in failed_at.items() if at is not None}
     if not times:
         return [], [], None
-    own = {key: at for key, at in times.items() if key not in because_of_a_peer}
-    first = min((own or times).values())
-    culprits = [key for key, at in (own or times).items() if at == first]
-    return culprits, [key for key in failed_at if key not in culprits], first
+    own = {key: at for key, at in times.items() if key not in because_of_a_peer} or times
+    clocks = clocks or {}
+
+    def before(other: Hashable, key: Hashable) -> bool:
+        """Whether `other` failed before `key` by more than their clocks can blur."""
+        (host_o, error_o), (host_k, error_k) = (
+            clocks.get(other, (None, 0.0)),
+            clocks.get(key, (None, 0.0)),
+        )
+        margin = 0.0 if host_o == host_k else error_o + error_k
+        return own[other] < own[key] - margin
+
+    culprits = [key for key in own if not any(before(other, key) for other in own)]
+    return culprits, [key for key in failed_at if key not in culprits], min(own.values())
+
+
+def order_unknown(
+    culprits: Sequence[Hashable],
+    failed_at: Mapping[Hashable, int | None],
+    clocks: Mapping[Hashable, tuple[str | None, float]] | None,
+) -> str:
+    """Why `failed_first` named several `culprits` that did not fail at the same µs: their hosts'
+    clocks cannot order them (``which failed first cannot be told: …``); "" otherwise.
+
+    Example:
+        >>> order_unknown(["r1", "r9"], {"r1": 100, "r9": 900}, {"r9": ("h7", 6000.0)})
+        'which failed first cannot be told: 0.80 ms apart, closer than the clock of h7 (±6.00 ms) can tell (no clock fit holds for it)'
+        >>> order_unknown(["r1", "r2"], {"r1": 100, "r2": 100}, None)
+        ''
+    """
+    times = [at for key in culprits if (at := failed_at.get(key)) is not None]
+    if len(set(times)) < 2:
+        return ""
+    unsure = sorted(
+        {
+            clock
+            for key in culprits
+            if (clock := (clocks or {}).get(key)) is not None and clock[1] > 0 and clock[0]
+        }
+    )
+    hosts = ", ".join(f"{host} (±{error / 1000:.2f} ms)" for host, error in unsure)
+    spread = (max(times) - min(times)) / 1000
+    return (
+        f"which failed first cannot be told: {spread:.2f} ms apart, closer than the clock"
+        f"{'s' if len(unsure) != 1 else ''} of {hosts or 'their hosts'} can tell (no clock fit "
+        f"holds for {'it' if len(unsure) == 1 else 'them'})"
+    )
 
 
 def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:

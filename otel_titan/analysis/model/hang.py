@@ -63,7 +63,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -74,6 +74,7 @@ from otel_titan.analysis.model.ending import (
     failed_first,
     held_back_by,
     is_interrupt,
+    order_unknown,
 )
 from otel_titan.analysis.model.flight_recorder import (
     COMPARED_SIZES,
@@ -366,6 +367,10 @@ class RankPlace:
     #: Its crash facts (`model.ending.crash_of`) when it failed itself: compared, never in --json
     #: (`failure` says it).
     crash: ClassVar[dict[str, Any] | None] = None
+    #: Its host and how far its times may be off the aligned clock (µs, `build_hang`'s
+    #: `clock_error_us`): which of two hosts' failures came first (`model.ending.failed_first`).
+    #: Per instance, as `fr`: never in --json.
+    clock: ClassVar[tuple[str | None, float]] = (None, 0.0)
 
 
 @dataclass
@@ -443,6 +448,7 @@ def build_hang(
     missing: Sequence[dict[str, Any]] = (),
     dumps: dict[int, tuple[str, dict[str, Any]]] | None = None,
     now_us: float | None = None,
+    clock_error_us: Mapping[str, float] | None = None,
 ) -> HangReport | None:
     """The Hang section, or None when every process closed cleanly (and no rank of a stuck world is
     missing).
@@ -452,7 +458,9 @@ def build_hang(
     ``entered_complete``: its last step and the spans it started there; ``stalled``, ``quiet``: a
     stall record or a heartbeat since its last program record; ``world_size``); `bases`: label → its
     JSONL base path (for the faulthandler side file); `missing`: ranks with no file (``{"source",
-    "attempt", "world_size", "ranks"}``); `dumps`: global rank → torch's flight-recorder dump.
+    "attempt", "world_size", "ranks"}``); `dumps`: global rank → torch's flight-recorder dump;
+    `clock_error_us`: host → how far its times may be off the aligned clock (µs: the hosts no clock
+    fit holds for, `model.clocks.ClockAlignment.written_error_us`).
     """
     now_us = time.time() * 1e6 if now_us is None else now_us
     current, earlier = _current_attempt(processes)
@@ -467,6 +475,10 @@ def build_hang(
         )
         is not None
     ]
+    by_label = {p.label: p for p in current}
+    for place in places:
+        host = getattr(by_label[place.label], "host_name", None)
+        place.clock = (host, (clock_error_us or {}).get(host or "", 0.0))  # type: ignore[misc]  # per instance, as `fr`
     missing = _missing_here(missing, places, current, facts)
     if _no_hang(places, missing):
         return None
@@ -1465,19 +1477,24 @@ def _failed_first(places: list[RankPlace], verdicts: _Verdicts) -> None:
     once. Either way the rank that crashed (or was killed) first is the one.
     """
     for members in _runs(places).values():
+        failed_at: dict[Hashable, int | None] = {p.label: p.failed_us for p in members}
+        clocks: dict[Hashable, tuple[str | None, float]] = {p.label: p.clock for p in members}
         culprits, victims, _ = failed_first(
-            {place.label: place.failed_us for place in members},
+            failed_at,
             {
                 place.label
                 for place in members
                 if failed_because_of_a_peer(getattr(place, "crash", None))
             },
+            clocks,
         )
         # what the crashes waited for went quiet before the first of them, whatever its cause
         first = min((p.failed_us for p in members if p.failed_us is not None), default=None)
         if first is not None and _crashes_waited_for(members, first, verdicts):
             continue
-        _name_failed_first(members, culprits, victims, verdicts)
+        _name_failed_first(
+            members, culprits, victims, verdicts, order_unknown(culprits, failed_at, clocks)
+        )
 
 
 def _crashes_waited_for(members: list[RankPlace], first: int, verdicts: _Verdicts) -> bool:
@@ -1520,9 +1537,11 @@ def _name_failed_first(
     culprits: Collection[Hashable],
     victims: Collection[Hashable],
     verdicts: _Verdicts,
+    unordered: str = "",
 ) -> None:
     """Name the processes of one run that failed first, with their error and the victims that
-    stopped after them."""
+    stopped after them; `unordered` (`model.ending.order_unknown`): why several may each have been
+    first."""
     ranks = [place.rank for place in members if place.label in victims and place.rank is not None]
     who = _named(ranks) if len(ranks) == len(victims) else plural(len(victims), "other process")
     after = (
@@ -1530,9 +1549,10 @@ def _name_failed_first(
         if victims
         else ""
     )
+    first = f"one of the first to fail ({unordered})" if unordered else "failed first"
     for place in members:
         if place.label in culprits:
-            verdicts.add(place, f"failed first: {place.failure}{after}", "crashed")
+            verdicts.add(place, f"{first}: {place.failure}{after}", "crashed")
 
 
 def _crashed(places: list[RankPlace], verdicts: _Verdicts) -> None:

@@ -83,12 +83,12 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import statistics
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from otel_titan.analysis.model import job_speed
-from otel_titan.analysis.model.clocks import ClosingSpans, estimate_offsets
+from otel_titan.analysis.model.clocks import ClockAlignment, ClosingSpans, estimate_offsets
 from otel_titan.analysis.model.ending import (
     End,
     describe_crash,
@@ -98,6 +98,7 @@ from otel_titan.analysis.model.ending import (
     is_interrupt,
     kill_evidence,
     killed_crash,
+    order_unknown,
 )
 from otel_titan.analysis.model.facts import JobSlowdown
 from otel_titan.analysis.model.hang import (
@@ -218,6 +219,8 @@ class Detector:
         self._job_raised_by: dict[Any, JobSlowdown] = {}
         #: (source, attempt) → (the step it was found at, the step-closing moment: `_anchor_of`).
         self._anchors: dict[tuple, tuple[int, str | None]] = {}
+        #: (source, attempt) → (its newest step when fitted, its clock fit: `_failure_clocks`).
+        self._clocks: dict[tuple, tuple[int | None, ClockAlignment | None]] = {}
         self.first_arrival: float | None = None
         #: Set when a hang is first suspected: the caller asks the ranks for their black box
         #: (trigger file) once.
@@ -623,9 +626,14 @@ class Detector:
         (`model.ending.failed_first`); None without a crash on record."""
         unclean = [p for p in members if not (ended.get(p.key) == "closed")]
         crashes = {p.key: self._crash_of(p) for p in unclean}
+        failed_at: dict[Hashable, int | None] = {
+            key: (crash or {}).get("time_us") for key, crash in crashes.items()
+        }
+        clocks = self._failure_clocks(source, attempt, members, unclean, failed_at)
         culprits, victims, first_us = failed_first(
-            {key: (crash or {}).get("time_us") for key, crash in crashes.items()},
+            failed_at,
             {key for key, crash in crashes.items() if failed_because_of_a_peer(crash)},
+            clocks,
         )
         if not culprits:
             return None
@@ -666,7 +674,42 @@ class Detector:
             crashes,
             now,
             show_attempt,
+            order_unknown(culprits, failed_at, clocks),
         )
+
+    def _failure_clocks(
+        self,
+        source: str,
+        attempt: int | None,
+        members: list[ProcessState],
+        unclean: list[ProcessState],
+        failed_at: dict[Hashable, int | None],
+    ) -> dict[Hashable, tuple[str | None, float]] | None:
+        """Failures on several hosts put on `summarize`'s aligned clock (`failed_at` changed in
+        place: each host's offset taken out, `model.clocks.estimate_offsets` over the steps the
+        processes keep), and each one's host and error (`ClockAlignment.error_us`), for
+        `model.ending.failed_first`; None when they are on one host (one clock: nothing to align).
+
+        Refit only when the run's newest step moved: a crashed run keeps its last fit.
+        """
+        hosts = {p.host for p in unclean if type(failed_at.get(p.key)) is int}
+        if len(hosts) < 2:
+            return None
+        newest = max((p.steps[-1].step for p in members if p.steps), default=None)
+        kept = self._clocks.get((source, attempt))
+        if kept is None or kept[0] != newest:
+            fit = _fit([p for p in members if p.steps], -(1 << 62))
+            kept = self._clocks[(source, attempt)] = (newest, fit)
+            while len(self._clocks) > 64:  # runs and attempts come and go over days
+                del self._clocks[next(iter(self._clocks))]
+        fit = kept[1]
+        if fit is None or not fit.applied:
+            return None
+        for p in unclean:
+            at = failed_at.get(p.key)
+            if type(at) is int:
+                failed_at[p.key] = at - int(round(fit.offset_at(p.host, at)))
+        return {p.key: (p.host, fit.error_us(p.host)) for p in unclean}
 
     def _missing(self, procs: list[ProcessState]) -> list[tuple[str, int | None, list[int], int]]:
         out = []
@@ -1492,9 +1535,11 @@ def _failed_first_alert(
     crashes: dict[str, Any],
     now: float,
     show_attempt: bool,
+    unordered: str = "",
 ) -> Alert:
     """``crashed``: the processes that failed first (`model.ending.failed_first`), with the first
-    one's error and line, and the ones that stopped after it, its victims."""
+    one's error and line, and the ones that stopped after it, its victims; `unordered`
+    (`model.ending.order_unknown`): why several may each have been first."""
     crash = crashes[culprits[0].key] or {}
     ranks = sorted(p.rank for p in culprits if p.rank is not None)
     victim_ranks = sorted(p.rank for p in victims if p.rank is not None)
@@ -1502,6 +1547,8 @@ def _failed_first_alert(
         f" (attempt {attempt})" if show_attempt and attempt is not None else ""
     )
     after = f"; {_ranks(victim_ranks)} stopped after it (victims)" if victim_ranks else ""
+    if unordered:
+        after = f" ({unordered}){after}"
     since = min((p.crash_arrival or p.last_arrival or now) for p in culprits)
     return Alert(
         "crashed",
@@ -1796,12 +1843,18 @@ def _may_stand_out(medians: list[float | None]) -> bool:
 
 def _run_anchor(procs: list[ProcessState], first: int) -> str | None:
     """`_anchor` over every process of one source and attempt, on their steps from `first` on."""
+    fit = _fit(procs, first)
+    return fit.anchor if fit is not None and fit.simultaneous else None
+
+
+def _fit(procs: list[ProcessState], first: int) -> ClockAlignment | None:
+    """`_clock_fit` over every process of one source and attempt, on their steps from `first` on."""
     by_step: dict[int, dict[str, StepFacts]] = {}
     for p in procs:
         for s in p.steps:
             if s.step >= first:
                 by_step.setdefault(s.step, {})[p.key] = s
-    return _anchor(by_step, {p.key: p.host for p in procs})
+    return _clock_fit(by_step, {p.key: p.host for p in procs})
 
 
 def _anchor(by_step: dict[int, dict[str, StepFacts]], hosts: dict[str, str | None]) -> str | None:
@@ -1813,6 +1866,15 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]], hosts: dict[str, str | Non
     agree only within milliseconds is no moment every rank shares: measured from it, a rank's
     wait would read as its work (`summarize` then withholds the verdict, and so does `watch`).
     """
+    fit = _clock_fit(by_step, hosts)
+    return fit.anchor if fit is not None and fit.simultaneous else None
+
+
+def _clock_fit(
+    by_step: dict[int, dict[str, StepFacts]], hosts: dict[str, str | None]
+) -> ClockAlignment | None:
+    """`model.clocks.estimate_offsets` of the step-closing spans in `by_step` (as `_anchor`), or
+    None with fewer than 3 processes that closed a step."""
     spans: dict[str, ClosingSpans] = {}
     for step in sorted(by_step):
         for key, f in by_step[step].items():
@@ -1826,8 +1888,7 @@ def _anchor(by_step: dict[int, dict[str, StepFacts]], hosts: dict[str, str | Non
             )
     if len(spans) < 3:
         return None
-    alignment = estimate_offsets(spans.values())
-    return alignment.anchor if alignment.simultaneous else None
+    return estimate_offsets(spans.values())
 
 
 @dataclass

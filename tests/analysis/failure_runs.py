@@ -24,7 +24,12 @@ interruption causes, MegaScale's and C4D's fault kinds), not from our generator'
 * **the loop** (`LOOPS`): ``collective`` (data_fetch, fwd_bwd [fwd, bwd], then an ``all_reduce``
   span closes the step); ``readme`` (the README's loop: fwd_bwd [fwd, bwd], then ``optimizer``; the
   all-reduce runs inside ``bwd``, as DDP's hooks do, with no span of its own); ``nospan``
-  (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer);
+  (data_fetch, fwd_bwd, the all-reduce between spans, then optimizer); ``pipeline`` (torchtitan's
+  mesh ``[pp, dp]``: `stages` stages, each step one micro-batch in GPipe's order, every hand-over in
+  a span of its own: the first stage fetches data, each sends its activations on
+  (``send_activations`` / ``recv_activations``) and its gradients back (``send_grads`` /
+  ``recv_grads``), then each stage's data-parallel group all-reduces; the flight recorder holds the
+  sends and receives of the stage's pipeline group and the all-reduces of its data-parallel one);
 * **onset**: the fault in step 1 (``start``) or in the last step (``late``); or in the last step
   after a stall it recovered from in step 2 (``intermittent``: the same rank stopped 45 s inside
   ``fwd`` while the others waited for it), after a pause every rank shares in step 2 (``pause, every
@@ -73,7 +78,7 @@ ENDS = (
     "sigkill_healthy",
 )
 WRITERS = ("otel-titan", "torchtitan", "pimm")
-LOOPS = ("collective", "readme", "nospan")
+LOOPS = ("collective", "readme", "nospan", "pipeline")
 #: Ends with no culprit: the job was healthy until stopped from outside.
 HEALTHY = ("clean", "ctrl_c_healthy", "sigterm_healthy", "sigkill_healthy")
 STEP_US = 100_000
@@ -176,9 +181,15 @@ class _Writer:
         self.out: list[dict[str, Any]] = []
         self.stack: list[tuple[str, str, int, int]] = []
         self.entries: list[dict[str, Any]] = []
-        self.seq = 0
+        self.seqs: dict[str, dict[str, int]] = {}
         self.last_closed: tuple[str, int] | None = None
         self.pid = 7000 + rank
+        #: The process groups its flight recorder knows (name → desc, members): the default group;
+        #: a pipeline's stage and data-parallel groups (`_mesh`).
+        self.groups: dict[str, tuple[str, list[int]]] = {
+            "0": ("default_pg", list(range(case.world)))
+        }
+        self.call = "all_reduce"  # the library call it waits in, for its black box's stack
 
     def add(self, name: str, time_us: int, log_type: str = "event", **fields: Any) -> None:
         record: dict[str, Any] = {
@@ -200,6 +211,8 @@ class _Writer:
             "host_name": f"node-{self.rank // 8:03d}",
             **fields,
         }
+        if "step" in record and record["step"] is None:
+            del record["step"]  # before the first set_step: the writer writes no step
         if self.ours:
             record.update(
                 schema_version=1,
@@ -229,7 +242,7 @@ class _Writer:
                 )
         self.out.append(record)
 
-    def open(self, name: str, step: int, time_us: int) -> None:
+    def open(self, name: str, step: int | None, time_us: int) -> None:
         sid = hashlib.sha256(f"{self.rank}|{step}|{len(self.out)}".encode()).hexdigest()[:16]
         self.add(
             f"{name}_start",
@@ -263,17 +276,23 @@ class _Writer:
         )
         self.last_closed = (name, time_us)
 
-    def collective(self, state: str, time_us: int) -> None:
-        self.seq += 1
+    def collective(
+        self, state: str, time_us: int, group: str = "0", op: str = "all_reduce"
+    ) -> None:
+        """One entry of its flight recorder: a collective of `group` (its seq counted per group), or
+        a send/recv (`op` ``send 0->1``, ``recv 1<-0``: group-local ranks; its p2p seq)."""
+        p2p = op.startswith(("send", "recv"))
+        counts = self.seqs.setdefault(group, {"coll": 0, "p2p": 0})
+        counts["p2p" if p2p else "coll"] += 1
         self.entries.append(
             {
-                "pg_id": 0,
-                "pg_name": "0",
-                "pg_desc": "default_pg",
-                "collective_seq_id": self.seq,
-                "p2p_seq_id": 0,
-                "is_p2p": False,
-                "op": "nccl:all_reduce",
+                "pg_id": sorted(self.groups, key=int).index(group),
+                "pg_name": group,
+                "pg_desc": self.groups[group][0],
+                "collective_seq_id": 0 if p2p else counts["coll"],
+                "p2p_seq_id": counts["p2p"] if p2p else 0,
+                "is_p2p": p2p,
+                "op": f"nccl:{op}",
                 "input_sizes": [[16]],
                 "output_sizes": [[16]],
                 "input_dtypes": ["Float"],
@@ -300,7 +319,7 @@ class _Writer:
                 {
                     "file": ".venv/lib/python3.11/site-packages/torch/distributed/c10d.py",
                     "line": 2800,
-                    "function": "all_reduce",
+                    "function": self.call,
                 }
             ]
         )
@@ -334,7 +353,10 @@ class _Writer:
             fields["flight_recorder"] = {
                 "version": "2.10",
                 "entries": self.entries[-64:],
-                "pg_config": {"0": {"desc": "default_pg", "ranks": list(range(self.case.world))}},
+                "pg_config": {
+                    name: {"desc": desc, "ranks": ranks}
+                    for name, (desc, ranks) in self.groups.items()
+                },
             }
         self.add("stall", time_us, log_type="instant", **fields)
 
@@ -372,6 +394,24 @@ class _Writer:
         )
 
 
+def _begun(case: Case, rank: int) -> _Writer:
+    """One rank's writer, past what every rank writes before the loop: the opening record (ours),
+    the model's build (every writer logs something there: one span)."""
+    w = _Writer(case, rank)
+    if w.ours:
+        w.add(
+            "structured_logger_opened",
+            T0,
+            log_type="instant",
+            otel_titan_version="0.1.0",
+            stacks_file=None,
+            heartbeat_interval_s=HEARTBEAT_S,
+        )
+    w.open("build_model", None, T0 + 100 + rank * 3)  # before the loop's first set_step: no step
+    w.close(T0 + 50_000 + rank * 11)
+    return w
+
+
 def write_failure_run(run_dir: Path, case: Case) -> int | None:
     """Write the case's run; returns the rank to blame (None: a healthy job)."""
     culprit = case.culprit
@@ -379,21 +419,12 @@ def write_failure_run(run_dir: Path, case: Case) -> int | None:
     stop_at = ("fault_between",) if case.end == "exception_between" else ("fault",)
     fault_step = case.fault_step
     coll_index = ops.index(("coll",))
+    if case.loop == "pipeline":
+        _write_pipeline_run(run_dir, case)
+        return culprit
     for rank in range(case.world):
-        w = _Writer(case, rank)
+        w = _begun(case, rank)
         t = T0
-        if w.ours:
-            w.add(
-                "structured_logger_opened",
-                t,
-                log_type="instant",
-                otel_titan_version="0.1.0",
-                stacks_file=None,
-                heartbeat_interval_s=HEARTBEAT_S,
-            )
-        # Before the loop: the model's build (every writer logs something there: one span).
-        w.open("build_model", 0, T0 + 100 + rank * 3)
-        w.close(T0 + 50_000 + rank * 11)
         ended = False
         for step in range(1, case.steps + 1):
             step_start = (
@@ -592,3 +623,174 @@ def _healthy_stop(w: _Writer, case: Case, step: int, t: int) -> None:
     elif w.ours:
         w.add("signal_received", t + 1000, log_type="instant", signal="SIGTERM")
         w.box(t + 1100, "SIGTERM", step, False, not w.stack)
+
+
+# -- a pipeline: stages hand activations forward and gradients back -------------------------------
+#: How long (µs) a span's own work takes; a send/recv, an all-reduce, once every side is there.
+WORK_US, P2P_US, COLL_US = 5000, 1000, 1000
+
+
+def stages(world: int) -> int:
+    """The pipeline's depth on `world` ranks (torchtitan's mesh ``[pp, dp]``, pp outermost): 4
+    stages where each keeps a data-parallel group of 2 or more, else 2, else one rank a stage."""
+    if world % 4 == 0 and world >= 8:
+        return 4
+    return 2 if world % 2 == 0 else world
+
+
+def _pipeline_ops(stage: int, pp: int, dp: int) -> list[tuple]:
+    """One step of a stage's program (one micro-batch, GPipe's order), each hand-over in a span of
+    its own: ("recv", s) / ("send", s) with stage s of the same pipeline (a rendezvous, as NCCL's
+    send of a large tensor is); ("coll",) the stage's data-parallel all-reduce; ("work",) the
+    span's own work; the culprit's ``fault`` / ``fault_between`` as in `_ops`."""
+    ops: list[tuple] = (
+        [("open", "data_fetch"), ("work",), ("close",)]
+        if stage == 0
+        else [("open", "recv_activations"), ("recv", stage - 1), ("close",)]
+    )
+    ops += [("fault_between",), ("open", "fwd"), ("fault",), ("work",), ("close",)]
+    if stage < pp - 1:
+        ops += [("open", "send_activations"), ("send", stage + 1), ("close",)]
+        ops += [("open", "recv_grads"), ("recv", stage + 1), ("close",)]
+    ops += [("open", "bwd"), ("work",), ("close",)]
+    if stage > 0:
+        ops += [("open", "send_grads"), ("send", stage - 1), ("close",)]
+    if dp > 1:
+        ops += [("open", "all_reduce"), ("coll",), ("close",)]
+    return ops + [("open", "optimizer"), ("work",), ("close",)]
+
+
+def _handover(op: tuple, rank: int, dp: int) -> tuple[Any, set[int], str]:
+    """A wait's key (shared by every side of it), its ranks, its op as the flight recorder names it
+    (group-local ranks: the stages)."""
+    stage, index = divmod(rank, dp)
+    if op[0] == "coll":
+        return ("coll", stage), {stage * dp + d for d in range(dp)}, "all_reduce"
+    peer = op[1] * dp + index
+    sender, receiver = (rank, peer) if op[0] == "send" else (peer, rank)
+    arrow = f"send {stage}->{op[1]}" if op[0] == "send" else f"recv {stage}<-{op[1]}"
+    return (sender, receiver), {sender, receiver}, arrow
+
+
+def _schedule(
+    case: Case, step: int, starts: dict[int, int], halts: dict[int, int]
+) -> dict[int, list[tuple[int, int | None]]]:
+    """When each rank reached and left each op of `step`, from its start (µs), ranks `halts` stops
+    at (never leaving it): a wait is left once every side reached it; the ops a rank never reached
+    are not listed, the one it stopped or waits in is left at None."""
+    pp = stages(case.world)
+    dp = case.world // pp
+    programs = {r: _pipeline_ops(r // dp, pp, dp) for r in starts}
+    clock = dict(starts)
+    times: dict[int, list[tuple[int, int | None]]] = {r: [] for r in starts}
+    arrived: dict[Any, dict[int, int]] = {}
+    moved = True
+    while moved:
+        moved = False
+        for rank, ops in programs.items():
+            while len(times[rank]) < len(ops) and halts.get(rank) != len(times[rank]):
+                op = ops[len(times[rank])]
+                t = clock[rank]
+                if op[0] in ("send", "recv", "coll"):
+                    key, sides, _ = _handover(op, rank, dp)
+                    there = arrived.setdefault(key, {})
+                    there.setdefault(rank, t)
+                    if not sides <= set(there):
+                        break
+                    done = max(there.values()) + (COLL_US if op[0] == "coll" else P2P_US)
+                elif op[0] == "work":
+                    done = t + WORK_US
+                elif op == ("fault",) and step == PAUSE_STEP and case.onset == "intermittent":
+                    done = t + (int(PAUSE_S * 1e6) if rank == case.slow_rank else 0)
+                else:
+                    done = t
+                times[rank].append((t, done))
+                clock[rank] = done
+                moved = True
+    for rank, ops in programs.items():
+        if len(times[rank]) < len(ops):
+            times[rank].append((clock[rank], None))
+    return times
+
+
+def _write_pipeline_run(run_dir: Path, case: Case) -> None:
+    """`write_failure_run` for the loop ``pipeline``: each stage's program (`_pipeline_ops`), timed
+    by what each hand-over waits for (`_schedule`); where the culprit stops, the ranks whose
+    hand-overs wait for it, and those that wait for them, stop in theirs."""
+    pp = stages(case.world)
+    dp = case.world // pp
+    writers = {rank: _begun(case, rank) for rank in range(case.world)}
+    for rank, w in writers.items():
+        stage, index = divmod(rank, dp)
+        w.groups[str(1 + index)] = ("mesh_pp", [s * dp + index for s in range(pp)])
+        if dp > 1:
+            w.groups[str(1 + dp + stage)] = ("mesh_dp", [stage * dp + d for d in range(dp)])
+    starts = {rank: T0 + 60_000 + rank * 7 for rank in writers}
+    stop_at = ("fault_between",) if case.end == "exception_between" else ("fault",)
+    for step in range(1, case.steps + 1):
+        if step == PAUSE_STEP and case.onset.startswith("pause"):
+            for rank, w in writers.items():
+                _pause(w, case, step, starts[rank])
+                starts[rank] += int(PAUSE_S * 1e6)
+        last = step == case.fault_step and case.end != "clean"
+        culprit = case.culprit if last else None
+        halts = (
+            {culprit: _pipeline_ops(culprit // dp, pp, dp).index(stop_at)}
+            if culprit is not None
+            else {}
+        )
+        times = _schedule(case, step, starts, halts)
+        # A healthy job stopped from outside: every rank at one moment, wherever it is then.
+        killed_at = min(starts.values()) + 12_000 if last and case.culprit is None else None
+        for rank in list(starts):
+            ended = _write_pipeline_step(
+                writers[rank], case, step, times[rank], halts.get(rank), killed_at
+            )
+            if ended:
+                del starts[rank]
+            else:
+                starts[rank] = times[rank][-1][1] + 1000  # type: ignore[operator]  # left every op
+    for rank, w in writers.items():
+        if rank in starts and w.ours:
+            w.add("structured_logger_closed", starts[rank], log_type="instant", closing=True)
+        w.write(run_dir, torn=rank == case.culprit and case.end == "sigkill" and case.seed % 2 == 0)
+
+
+def _write_pipeline_step(
+    w: _Writer,
+    case: Case,
+    step: int,
+    times: list[tuple[int, int | None]],
+    halt: int | None,
+    killed_at: int | None,
+) -> bool:
+    """One rank's records of one pipeline step, as `_schedule` timed it; whether it ended there."""
+    dp = case.world // stages(case.world)
+    ops = _pipeline_ops(w.rank // dp, stages(case.world), dp)
+    for index, (op, (reached, left)) in enumerate(zip(ops, times)):
+        if index == halt:
+            _culprit_end(w, case, step, reached, between=op == ("fault_between",))
+            return True
+        if killed_at is not None and (left is None or left > killed_at):
+            _healthy_stop(w, case, step, killed_at)
+            return True
+        if op[0] in ("send", "recv", "coll"):
+            _, _, name = _handover(op, w.rank, dp)
+            group = str(1 + dp + w.rank // dp) if op[0] == "coll" else str(1 + w.rank % dp)
+            w.call = op[0] if op[0] != "coll" else "all_reduce"
+            if left is None:  # it waits for a rank that never comes
+                w.collective("scheduled", reached, group, name)
+                _victim_end(w, case, step, reached, between=not w.stack)
+                return True
+            if left - reached > STALL_S * 1e6:  # a long wait it recovers from
+                _stall(w, case, reached, left, own=False)
+            w.collective("completed", reached, group, name)
+        elif op[0] == "open":
+            w.open(op[1], step, reached)
+        elif op[0] == "close":
+            w.close(reached)
+        elif op == ("fault",) and left is not None and left - reached > STALL_S * 1e6:
+            _stall(
+                w, case, reached, left, own=True
+            )  # the stall it recovers from (``intermittent``)
+    return False

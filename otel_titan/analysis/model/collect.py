@@ -50,6 +50,7 @@ from otel_titan.analysis.model.ending import (
     is_interrupt,
     kill_evidence,
     killed_crash,
+    programs_differ,
 )
 from otel_titan.analysis.model.facts import (
     JobSlowdown,
@@ -262,6 +263,7 @@ class _Collector(TimelineVisitor):
         #: Span name → its (source, name) accumulator in `phases`, for this process (one lookup per
         #: span, no key built).
         self.process_phases: dict[str, _PhaseAcc] = {}
+        self.phase_counts_before: dict[str, int] = {}
         self.steps_seen: list[tuple[int, float]] = []
         self.phase_sums: dict[str, dict[int, float]] = {}
         self.phase_counts: dict[str, dict[int, int]] = {}
@@ -362,6 +364,8 @@ class _Collector(TimelineVisitor):
         if acc is None:
             acc = self.phases[key] = _PhaseAcc()
         self.process_phases[name] = acc
+        # what the run's others had finished before this process: `end`'s seen is its own
+        self.phase_counts_before[name] = len(acc.durations)
         return acc
 
     def instant(self, record: dict[str, Any], track: Any) -> None:
@@ -488,7 +492,14 @@ class _Collector(TimelineVisitor):
         if self.hang.interrupted:
             self.open.extend(self.interrupted)
         self.hang.alive_after(last_us, bool(self.open), summary.signal_us)
-        self.hang.end(seen=[name for name, acc in self.process_phases.items() if acc.durations])
+        before = self.phase_counts_before
+        self.hang.end(
+            seen=[
+                name
+                for name, acc in self.process_phases.items()
+                if len(acc.durations) > before[name]
+            ]
+        )
         summary.open_span_count = len(self.open)
         open_now = {id(span) for span, _ in self.open}
         parents = {id(span.parent) for span, _ in self.open if span.parent is not None}
@@ -1521,8 +1532,9 @@ def _find_killed(processes: list[ProcessSummary], hang_facts: dict[str, dict[str
         by_run.setdefault((p.source, p.attempt), []).append((p, end))
     for members in by_run.values():
         ends = [end for _, end in members]
+        differ = programs_differ(end.entered for end in ends)  # once per run: 1,000 ranks
         for p, end in members:
-            evidence = kill_evidence(end, ends)
+            evidence = kill_evidence(end, ends, differ)
             if evidence is not None:
                 p.crash = killed_crash(end, evidence, p.last_phase, torn=p.torn_last_line)
 

@@ -18,7 +18,9 @@ the launcher. Told apart here, once:
   failed **first** is the culprit (`failed_first`): those that stopped,
   failed or were terminated after it are its victims, never culprits;
 * unless the crashes waited for a process still stuck before them (a
-  collective that timed out: `held_back_by`): that one is the culprit;
+  collective that timed out: `held_back_by`): that one is the culprit; not
+  where the processes run different programs (`programs_differ`: a
+  pipeline's stages), whose progress is not comparable;
 * failures on two hosts closer together than the hosts' clocks can be told
   apart (a host no clock fit holds for: `model.clocks`) are in no known
   order: each may have been first (`order_unknown` says why).
@@ -30,9 +32,10 @@ same functions.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +58,7 @@ __all__ = [
     "failed_first",
     "order_unknown",
     "held_back_by",
+    "programs_differ",
 ]
 
 #: The record that says so (`schema.MetaEvent.UNCAUGHT_EXCEPTION`).
@@ -197,7 +201,7 @@ def _never_reached(end: End, peer: End) -> bool:
     return peer.step == end.step and bool(set(peer.entered) - set(end.entered))
 
 
-def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
+def kill_evidence(end: End, peers: Sequence[End], differ: bool | None = None) -> str | None:
     """Why a process with no end on record was killed (SIGKILL, the OOM killer) before peers that
     then failed because of it; None when it was not.
 
@@ -208,6 +212,9 @@ def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
     a signal (the launcher stopping the rest once a worker died; not a
     whole job stopped at once: it would have been signalled too). A peer
     that crashed where it was too is no evidence (it may have failed first).
+    Where the processes run different programs (`programs_differ`; `differ`
+    when the caller judged it once for all of `peers`), a span one never
+    reached says nothing: the peers' errors must say a peer went away.
 
     Example:
         >>> dead = End("r1", closed=False, last_us=100, step=8, entered=["fwd_bwd"])
@@ -220,9 +227,17 @@ def kill_evidence(end: End, peers: Sequence[End]) -> str | None:
         return None
     others = [p for p in peers if p.key != end.key]
     crashed_after = [p for p in others if p.failed_us is not None and p.failed_us > end.last_us]
+    # A pipeline's stages never reach one another's spans: there only an error that says a peer
+    # went away (`failed_because_of_a_peer`) speaks of this one.
+    if crashed_after and differ is None:
+        differ = programs_differ(e.entered for e in (end, *others))
+    comparable = not differ
     if (
         crashed_after
-        and all(_never_reached(end, p) for p in crashed_after)
+        and all(
+            _never_reached(end, p) if comparable else failed_because_of_a_peer(p.crash)
+            for p in crashed_after
+        )
         and not any(p.failed_us is not None and p.failed_us <= end.last_us for p in others)
     ):
         return "its peers failed after its last record, in what it never reached"
@@ -369,6 +384,28 @@ def order_unknown(
     )
 
 
+def programs_differ(entered: Iterable[Collection[str]]) -> bool:
+    """Whether the processes of one run run different programs: two of them each entered a span in
+    its last step (`entered`) the other did not.
+
+    A pipeline's stages do: the first fetches data and sends activations, the
+    last receives them. How far each got in its step is then not comparable: a
+    stage waiting in its receive never reached the ``fwd`` the stage before it
+    is stuck in, and is its victim, not behind it. Ranks of one program stop
+    at different points of the same sequence, each having entered a subset of
+    the spans of the one that got furthest; a span only a few ranks run (rank
+    0's checkpoint) keeps it so. The last step only, not every span a process
+    was seen to run: a file's tail (``summarize --tail``) may have cut a span
+    another's holds. Compared per distinct set (a few, at 1,000 ranks).
+
+    Example:
+        >>> programs_differ([{"data_fetch", "fwd", "send"}, {"recv", "fwd"}]), programs_differ([{"fwd", "checkpoint"}, {"fwd"}, {"fwd"}])
+        (True, False)
+    """
+    kinds = {frozenset(spans) for spans in entered}
+    return any(not (a <= b or b <= a) for a, b in itertools.combinations(kinds, 2))
+
+
 def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
     """The processes the crashes waited for: alive (or unknown), behind every process that crashed,
     quiet before the first crash.
@@ -379,7 +416,9 @@ def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
     in. Such a rank (no crash, no closing record: terminated after, or still there; its last program
     record, `End.last_us` here, before `first_us`; never in the span of the
     step where each crashed peer failed) is the one; the crashed are then
-    its victims.
+    its victims. None where the processes run different programs
+    (`programs_differ`): a pipeline stage that waits in its receive never
+    reached the span its crashed neighbour failed in, and is its victim.
 
     Example:
         >>> stuck = End("r1", closed=False, last_us=100, step=8, entered=["data_fetch"])
@@ -388,7 +427,7 @@ def held_back_by(ends: Sequence[End], first_us: int) -> list[Hashable]:
         ['r1']
     """
     crashed = [e for e in ends if e.failed_us is not None]
-    if not crashed:
+    if not crashed or programs_differ(e.entered for e in ends):
         return []
     return [
         e.key

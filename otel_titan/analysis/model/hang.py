@@ -75,6 +75,7 @@ from otel_titan.analysis.model.ending import (
     held_back_by,
     is_interrupt,
     order_unknown,
+    programs_differ,
 )
 from otel_titan.analysis.model.flight_recorder import (
     COMPARED_SIZES,
@@ -371,6 +372,11 @@ class RankPlace:
     #: `clock_error_us`): which of two hosts' failures came first (`model.ending.failed_first`).
     #: Per instance, as `fr`: never in --json.
     clock: ClassVar[tuple[str | None, float]] = (None, 0.0)
+    #: How many steps its records began (None: not known): whether it has finished one, so that its
+    #: spans say what its steps run (`waited_for_in_own_work`). Per instance, as `fr`.
+    steps_begun: ClassVar[int | None] = None
+    #: Whether `seen` is from its whole file (not a tail's spans only). Per instance, as `fr`.
+    seen_whole: ClassVar[bool] = False
 
 
 @dataclass
@@ -734,6 +740,9 @@ def _keep_compared(place: RankPlace, fr: dict[str, Any] | None, fact: dict[str, 
     place.fr = fr  # type: ignore[misc]  # per instance, outside the dataclass fields (asdict, --json)
     if fact.get("seen") is not None:
         place.seen = frozenset(fact["seen"])  # type: ignore[misc]  # per instance, as `fr`
+        place.seen_whole = bool(fact.get("seen_whole"))  # type: ignore[misc]  # as `fr`
+    if type(fact.get("steps_seen")) is int:
+        place.steps_begun = fact["steps_seen"]  # type: ignore[misc]  # per instance, as `fr`
 
 
 def _mark_failure(place: RankPlace, crash: dict[str, Any] | None) -> None:
@@ -1115,7 +1124,14 @@ def _collectives(places: list[RankPlace], verdicts: _Verdicts) -> set[tuple[str,
         _behind_in_group(source, attempt, label, known, unknown, by_rank, waits_somewhere, verdicts)
         _desync(source, attempt, label, known, by_rank, verdicts)
         _p2p(
-            source, attempt, members if table["members"] else None, label, known, by_rank, verdicts
+            source,
+            attempt,
+            members if table["members"] else None,
+            label,
+            known,
+            by_rank,
+            waits_somewhere,
+            verdicts,
         )
     return waits_somewhere
 
@@ -1398,10 +1414,12 @@ def _p2p(
     label: str,
     known: dict[int, dict[str, Any] | None],
     by_rank: dict[tuple[str, Any, int], RankPlace],
+    waits_somewhere: set[tuple[str, Any, int]],
     verdicts: _Verdicts,
 ) -> None:
     """A rank waiting in a recv (send) whose peer has no send to (recv from) it in flight: the peer
-    is the one."""
+    is the one, unless it waits itself (`_waits_somewhere`) for a third (a pipeline's stages: each
+    waits in its receive from the next, back to the one stuck in its own work)."""
     if members is None:
         return
     local = {rank: index for index, rank in enumerate(members)}
@@ -1412,7 +1430,20 @@ def _p2p(
             waiter = by_rank[(source, attempt, rank)]
             if not waiter.stuck:
                 continue  # a send/recv in flight in a live snapshot is no evidence
-            _unmatched_peer(waiter, op, members[op["peer"]], local, label, known, by_rank, verdicts)
+            peer = members[op["peer"]]
+            if (source, attempt, peer) in waits_somewhere and not _waits_for(
+                known.get(peer), local[rank]
+            ):
+                continue  # held there by another: its own wait names who
+            _unmatched_peer(waiter, op, peer, local, label, known, by_rank, verdicts)
+
+
+def _waits_for(group: dict[str, Any] | None, local_rank: int) -> bool:
+    """Whether a rank's digest of a group has a send or recv in flight with `local_rank` (two ranks
+    that both send first: each waits for the other, both are named)."""
+    return any(
+        o["state"] != "completed" and o["peer"] == local_rank for o in (group or {}).get("p2p", [])
+    )
 
 
 def _in_flight_with_member(op: dict[str, Any], members: tuple[int, ...]) -> bool:
@@ -1695,14 +1726,24 @@ def waited_for_in_own_work(place: RankPlace, others: Sequence[RankPlace]) -> boo
     one rule.
 
     The others wait for it: between spans (an unspanned barrier), or all in one span it has not
-    reached this step.
+    reached this step. Only once each of them has finished a step (`_finished_a_step`): before,
+    the spans they never ran are not yet what their steps run (a pipeline's last stage, waiting in
+    its first receive, has not run the ``fwd`` the first stage is stuck in).
     """
     waits = {q.span for q in others if not (q.between_spans or q.span is None)}
     return (
-        own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others))
+        all(_finished_a_step(q) for q in others)
+        and own_work(place.span, ([*(q.seen or ()), *q.entered] for q in others))
         and len(waits) <= 1
         and not (waits & {place.span, *place.entered})
     )
+
+
+def _finished_a_step(place: RankPlace) -> bool:
+    """Whether `place` finished a step: it began a second one, or it is between spans after its
+    first (True when its steps are not known)."""
+    begun = place.steps_begun
+    return begun is None or begun >= 2 or (begun == 1 and (place.between_spans or not place.span))
 
 
 def _open_for(process: Any, span: str) -> float | None:
@@ -1729,7 +1770,7 @@ def own_work(span: str | None, others_seen: Iterable[Collection[str]]) -> bool:
 
 
 def _waits_for_own_work(
-    place: RankPlace, leaders: list[tuple[RankPlace, int]], own_size: int
+    place: RankPlace, leaders: list[tuple[RankPlace, int]], own_size: int, across: bool = False
 ) -> bool:
     """Whether every rank `place` is "before" is in its own work: spans `place` never ran
     (`own_work`), in the same step or in the next one begun with them alone (``if rank == 0: save();
@@ -1755,7 +1796,14 @@ def _waits_for_own_work(
             return False
         if not missed or any(name in place.seen for name in missed):
             return False
-        if count >= own_size and not (leader.seen or frozenset()) <= place.seen:
+        if across:
+            # Different programs (pipeline stages) never run the same spans: the spans another
+            # stage entered are its program, not work of its own that one stuck in its own span
+            # waits for. One between spans (an untraced barrier: rank 0's checkpoint at a step's
+            # start) waits for it, once it finished a step of its own.
+            if place.span or not _finished_a_step(place):
+                return False
+        elif count >= own_size and not (leader.seen or frozenset()) <= place.seen:
             return False
     return True
 
@@ -1786,7 +1834,16 @@ def _step_progress(
                 "step is not compared"
             )
             continue
-        _behind_in_run(key[0], members, waiting, verdicts)
+        _behind_in_run(key[0], members, waiting, verdicts, _run_programs_differ(members))
+
+
+def _run_programs_differ(members: Sequence[RankPlace]) -> bool:
+    """`model.ending.programs_differ` over the spans each place entered in its last step, or over
+    the spans each was seen to run in its whole file (`RankPlace.seen_whole`: a tail may have cut
+    a span another's holds)."""
+    return programs_differ(p.entered for p in members) or programs_differ(
+        p.seen for p in members if p.seen is not None and p.seen_whole
+    )
 
 
 def _runs(places: Iterable[RankPlace]) -> dict[tuple[str, Any], list[RankPlace]]:
@@ -1805,10 +1862,21 @@ def _progress_class(place: RankPlace) -> tuple[Any, ...]:
 
 
 def _behind_in_run(
-    source: str, members: list[RankPlace], waiting: set[tuple[str, Any, int]], verdicts: _Verdicts
+    source: str,
+    members: list[RankPlace],
+    waiting: set[tuple[str, Any, int]],
+    verdicts: _Verdicts,
+    programs_differ: bool = False,
 ) -> None:
     """In one run whose every rank is here: the least advanced ranks are behind, when the most
-    advanced are all stuck (they wait for them)."""
+    advanced are all stuck (they wait for them).
+
+    Where the ranks run different programs (`_run_programs_differ`: a pipeline's stages), only
+    ranks that got less far than every other: of two that got least far in different spans (the
+    stage stuck in its ``fwd``, the next waiting in its receive), each may wait for the other, and
+    a stage waiting in its receive got less far than its own stage's peers, never than the stage it
+    waits for.
+    """
     classes = _progress_classes(members)
     reps = [group[0] for group in classes.values()]
     size = {id(group[0]): len(group) for group in classes.values()}
@@ -1820,8 +1888,23 @@ def _behind_in_run(
             "record or heartbeat): how far each got is not compared"
         )
         return
-    behind = _least_advanced(classes, reps, ahead, leaders, waiting)
-    behind = _not_waiting_for_own_work(source, behind, ahead, classes, size, verdicts)
+    lowest = _lowest(reps, ahead)
+    if programs_differ:
+        # across programs only one behind every other rank: a stage waiting in its receive got less
+        # far than its own stage's peers, never less far than the stage it waits for
+        lowest = [a for a in lowest if all(_before(a, c) for c in reps if c is not a)]
+        if not lowest:
+            verdicts.note(
+                f"{source}: the ranks run different programs (pipeline stages: each entered spans "
+                "another did not) and none got less far than every other: how far each got is not "
+                "compared; the flight recorder's send/recv on every rank would tell who the others "
+                "wait for"
+            )
+            return
+    behind = _least_advanced(classes, lowest, leaders, waiting)
+    behind = _not_waiting_for_own_work(
+        source, behind, ahead, classes, size, verdicts, programs_differ
+    )
     for place in behind:
         verdicts.add(place, _behind_in_step(place, ahead, classes, size), "behind in step")
 
@@ -1837,24 +1920,27 @@ def _progress_classes(members: list[RankPlace]) -> dict[tuple[Any, ...], list[Ra
     return classes
 
 
-def _least_advanced(
-    classes: dict[tuple[Any, ...], list[RankPlace]],
-    reps: list[RankPlace],
-    ahead: list[RankPlace],
-    leaders: list[RankPlace],
-    waiting: set[tuple[str, Any, int]],
-) -> list[RankPlace]:
-    """The ranks of the lowest classes (before one ahead, after none) that may be named for the
-    stuck `leaders`' wait (`_held_back`).
-
-    Not one the flight recorder shows waiting in a collective or send/recv
-    (`waiting`): someone else holds it there.
-    """
-    lowest = [
+def _lowest(reps: list[RankPlace], ahead: list[RankPlace]) -> list[RankPlace]:
+    """The lowest classes (their representatives, `reps`): before one `ahead`, after none."""
+    return [
         a
         for a in reps
         if any(_before(a, b) for b in ahead) and not any(_before(c, a) for c in reps)
     ]
+
+
+def _least_advanced(
+    classes: dict[tuple[Any, ...], list[RankPlace]],
+    lowest: list[RankPlace],
+    leaders: list[RankPlace],
+    waiting: set[tuple[str, Any, int]],
+) -> list[RankPlace]:
+    """The ranks of the `lowest` classes (`_lowest`) that may be named for the stuck `leaders`'
+    wait (`_held_back`).
+
+    Not one the flight recorder shows waiting in a collective or send/recv
+    (`waiting`): someone else holds it there.
+    """
     return [
         m
         for a in lowest
@@ -1870,6 +1956,7 @@ def _not_waiting_for_own_work(
     classes: dict[tuple[Any, ...], list[RankPlace]],
     size: dict[int, int],
     verdicts: _Verdicts,
+    across: bool = False,
 ) -> list[RankPlace]:
     """`behind` less the ranks that only wait for others' own work (`_waits_for_own_work`), which a
     note names.
@@ -1881,7 +1968,10 @@ def _not_waiting_for_own_work(
         m
         for m in behind
         if _waits_for_own_work(
-            m, [(b, size[id(b)]) for b in ahead if _before(m, b)], len(classes[_progress_class(m)])
+            m,
+            [(b, size[id(b)]) for b in ahead if _before(m, b)],
+            len(classes[_progress_class(m)]),
+            across,
         )
     ]
     if not excused:
@@ -1948,7 +2038,7 @@ def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
     """Without anything else: the stuck processes outside a strict majority's (span, frame) (at
     least 3 stuck)."""
     stuck = [p for p in places if p.stuck]
-    if len(stuck) < 3:
+    if len(stuck) < 3 or not _one_program_or_one_odd(places, stuck):
         return
     counts = Counter((p.span, p.where) for p in stuck)
     ((common, n),) = counts.most_common(1)
@@ -1961,6 +2051,27 @@ def _odd_ones_out(places: list[RankPlace], verdicts: _Verdicts) -> None:
         for place in stuck:
             if (place.span, place.where) != common:
                 verdicts.add(place, f"elsewhere than the {n} others ({where})", "odd one out")
+
+
+def _one_program_or_one_odd(places: list[RankPlace], stuck: list[RankPlace]) -> bool:
+    """Whether the odd ones out may be named: every run runs one program, or its ranks stopped in
+    spans of different branches (`model.ending.programs_differ` on their last steps) with nothing
+    that shows a pipeline (a send/recv on any flight recorder), every process stuck, and one alone
+    elsewhere.
+
+    A pipeline's stages stop in different places by design: the one stuck in its own work, and one
+    waiting in its receive per other stage, are all elsewhere than the many in the data-parallel
+    all-reduce; and where the stuck stage shows no evidence of being stuck (a call holding the
+    interpreter lock), the one waiting for it would be alone elsewhere.
+    """
+    if not any(programs_differ(p.entered for p in run) for run in _runs(places).values()):
+        return True
+    if len(stuck) < len(places) or any(
+        g.get("p2p") for p in places if p.fr for g in p.fr["groups"].values()
+    ):
+        return False
+    counts = Counter((p.span, p.where) for p in stuck)
+    return len(stuck) - counts.most_common(1)[0][1] == 1
 
 
 def _named(ranks: Sequence[int]) -> str:

@@ -186,4 +186,6 @@ class HangTracker:
             "world_size": self.world_size,
             "steps_seen": self.steps_seen,
             "seen": seen,
+            # a tail's spans are not all the process ran (`model.hang._run_programs_differ`)
+            "seen_whole": not self.partial,
         }

@@ -99,6 +99,7 @@ from otel_titan.analysis.model.ending import (
     kill_evidence,
     killed_crash,
     order_unknown,
+    programs_differ,
 )
 from otel_titan.analysis.model.facts import JobSlowdown
 from otel_titan.analysis.model.hang import (
@@ -509,6 +510,7 @@ class Detector:
             ends = [end for _, end in members]
             if not any(end.failed_us is not None or end.signal_us is not None for end in ends):
                 continue
+            differ = programs_differ(end.entered for end in ends)  # once per run: 1,000 ranks
             for p, end in members:
                 # judged again at every evaluation: a later record of its own clears it
                 self.killed.pop(p.key, None)
@@ -520,7 +522,7 @@ class Detector:
                 unjudged = ended.get(p.key) is None or (
                     ended.get(p.key) == "crashed" and p.crash is None
                 )
-                evidence = kill_evidence(end, ends) if unjudged else None
+                evidence = kill_evidence(end, ends, differ) if unjudged else None
                 if evidence is not None:
                     ended[p.key] = "crashed"
                     self.killed[p.key] = killed_crash(
@@ -2228,6 +2230,8 @@ def _place(p: ProcessState, now: float) -> RankPlace:
     )
     place.fr = (digest or {}).get("fr")  # type: ignore[misc]  # per instance, as `model.hang.build_hang` sets it
     place.seen = frozenset(p.span_max_ms)  # type: ignore[misc]  # the spans it ran: rank 0's own work is not one it missed
+    place.steps_begun = p.steps_seen  # type: ignore[misc]  # per instance, as `fr`
+    place.seen_whole = True  # type: ignore[misc]  # followed from its first record
     return place
 
 

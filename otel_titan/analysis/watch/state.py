@@ -258,6 +258,8 @@ class ProcessState:
         #: (file order, as `model.hang_facts`: a stall the process recovered from is history, not
         #: where it hangs).
         self.box_live = False
+        #: Span ids Ctrl-C unwound since the black box (`_unwinding`).
+        self._unwound: set[Any] = set()
         #: Spans started in the current step (distinct names, in order): how far it got in the step,
         #: against its peers.
         self.entered: list[str] = []
@@ -322,7 +324,8 @@ class ProcessState:
                     self.first_us = time_us
             if record["log_type_name"] not in META_EVENTS:
                 self.program_records += 1
-                self.box_live = False
+                if not (self.box_live and self._unwinding(record)):
+                    self.box_live = False
                 if (
                     not self.alive_since_progress
                     and self.progress_us is not None
@@ -334,6 +337,17 @@ class ProcessState:
                     self.gap_max_ms = (time_us - last) / 1000.0
                 self.last_program_us = time_us
             yield record
+
+    def _unwinding(self, record: dict[str, Any]) -> bool:
+        """Whether `record` is Ctrl-C unwinding a span (its ``_error`` of type
+        ``KeyboardInterrupt``, then its ``_end``): no progress, so the black box still says where
+        the process was, as `model.hang_facts` keeps it (the interrupted span is kept open:
+        `_on_span`)."""
+        name = record["log_type_name"]
+        if name.endswith("_error") and error_details(record)[0].rsplit(".", 1)[-1] == INTERRUPT:
+            self._unwound.add(record.get("span_id"))
+            return True
+        return name.endswith("_end") and record.get("span_id") in self._unwound
 
     # -- what the walk finds (`_Visitor` hands it here) -------------------------------------------
     def _on_meta(self, record: dict[str, Any]) -> None:

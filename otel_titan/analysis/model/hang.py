@@ -28,7 +28,8 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
 * **desync**: members of a group at the same seq in different ops, sizes or
   dtypes (a strict minority is named; an even split is reported, no one named);
 * **p2p**: a rank waits in a recv from (a send to) a peer that has no send to
-  (recv from) it in flight: the peer never sent (posted the receive);
+  (recv from) it in flight: the peer never sent (posted the receive), unless
+  the peer itself waits with a third rank (a pipeline's chain of receives);
 * **no collective on record**: the members of a group wait in one and this
   member could not write a black box (its faulthandler dump: interpreter lock held);
 * **crashed** (torn): its file ends mid-line while every other process was then
@@ -37,9 +38,12 @@ Suspects, strongest evidence first; a rule names a rank only on its own evidence
 * **behind in the step**: without a flight recorder, a stuck rank at an earlier
   step, or at the same step having entered a strict subset of the spans the
   others entered (between spans, it entered none of the step's: it never
-  reached the ``all_reduce`` the others wait in);
+  reached the ``all_reduce`` the others wait in); where the ranks run
+  different programs (`model.ending.programs_differ`: a pipeline's stages),
+  only one that got less far than every other;
 * **nothing logged** since its file was created;
-* the odd ones out of a strict majority in one (span, frame).
+* the odd ones out of a strict majority in one (span, frame); where the
+  ranks' last steps differ, only one alone, with every process stuck.
 
 A rank is named only for what *stuck* ranks wait on (a stall record or a
 heartbeat since their last record, a faulthandler or torch dump: never a

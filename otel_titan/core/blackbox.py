@@ -115,6 +115,12 @@ DEFAULT_MIN_STALL_S = 120.0
 STALL_FACTOR = 10.0
 
 _OUR_THREADS = ("otel-titan-",)
+#: Modules whose frames on top of a thread's stack are our signal handler interrupting it, not the
+#: thread's own work: Python runs the handler on the main thread between two bytecodes, so a SIGTERM
+#: or dump signal landing while the watcher collects stacks would otherwise put the handler where the
+#: training loop's line belongs (seen once in CI: ``sigterm.py:480`` for the script's line 7).
+#: Named as strings: `core` imports nothing from `structured_logger`.
+_SIGNAL_HANDLER_MODULES = frozenset({"otel_titan.structured_logger.sigterm"})
 _CWD = os.getcwd()
 
 
@@ -213,7 +219,7 @@ def thread_stacks(
             continue
         stack = []
         total = 0
-        f: Any = frame
+        f: Any = _below_our_signal_handler(frame)
         while f is not None:
             if total < max_frames:
                 code = f.f_code
@@ -235,6 +241,13 @@ def thread_stacks(
         )
     out.sort(key=lambda t: (not t["main"], t["thread_name"]))
     return out[:max_threads]
+
+
+def _below_our_signal_handler(frame: Any) -> Any:
+    """The innermost frame that is not our signal handler's (the frame it interrupted)."""
+    while frame is not None and frame.f_globals.get("__name__") in _SIGNAL_HANDLER_MODULES:
+        frame = frame.f_back
+    return frame
 
 
 def flight_recorder(max_entries: int = MAX_FR_ENTRIES) -> dict[str, Any] | None:

@@ -224,6 +224,52 @@ with sl.log_trace_span("data_fetch"):
     )
 
 
+def test_a_stack_taken_while_our_signal_handler_runs_shows_the_line_it_interrupted():
+    """The race CI once lost: SIGTERM makes Python run `_on_sigterm` on the main thread between two
+    bytecodes, while the watcher thread collects stacks; the main thread's innermost frame is then
+    our handler. The stack starts where the handler interrupted the program.
+
+    A handler compiled as the signal module's code (its ``__name__``) sleeps until the stacks are
+    taken on another thread: the same frames the race makes, every time.
+    """
+    import threading
+
+    handler_globals = {"__name__": "otel_titan.structured_logger.sigterm", "time": time}
+    exec(  # a frame whose module is the signal handler's, made on purpose
+        "def on_signal(entered, taken):\n"
+        "    entered.set()\n"
+        "    while not taken:\n"
+        "        time.sleep(0.005)\n",
+        handler_globals,
+    )
+    entered = threading.Event()
+    taken: list = []
+    stacks: list = []
+
+    def take():
+        assert entered.wait(5)
+        stacks.extend(blackbox.thread_stacks())
+        taken.append(True)
+
+    collector = threading.Thread(target=take, name="collector")
+    collector.start()
+    interrupted_line = _line_of_next_statement()
+    handler_globals["on_signal"](entered, taken)
+    collector.join(5)
+    (main,) = [t for t in stacks if t["main"]]
+    assert main["frames"][0]["function"] == (
+        "test_a_stack_taken_while_our_signal_handler_runs_shows_the_line_it_interrupted"
+    )
+    assert main["frames"][0]["line"] == interrupted_line
+    assert all(f["function"] != "on_signal" for f in main["frames"])
+
+
+def _line_of_next_statement():
+    import sys
+
+    return sys._getframe(1).f_lineno + 1
+
+
 def test_a_forked_child_inherits_no_armed_faulthandler_and_exits(run_dir):
     code = """
 import os, sys
